@@ -1,0 +1,22 @@
+# Turns scripts/*.lua into one C file of string constants:
+cmake_policy(SET CMP0054 NEW)
+#   const char dlock__lua_<name>[] = "<prelude.lua><name>.lua";
+# prelude.lua is not a script of its own; it is prepended to every other one.
+file(GLOB scripts ${SCRIPT_DIR}/*.lua)
+list(SORT scripts)
+file(READ ${SCRIPT_DIR}/prelude.lua prelude)
+set(out "/* Generated from the scripts/ folder by cmake/embed_scripts.cmake. Do not edit. */\n")
+foreach(path ${scripts})
+  get_filename_component(name ${path} NAME_WE)
+  if(name STREQUAL "prelude")
+    continue()
+  endif()
+  file(READ ${path} body)
+  set(text "${prelude}${body}")
+  string(REPLACE "\\" "\\\\" text "${text}")
+  string(REPLACE "\"" "\\\"" text "${text}")
+  string(REPLACE "\n" "\\n\"\n  \"" text "${text}")
+  string(APPEND out "const char dlock__lua_${name}[] =\n  \"${text}\";\n")
+endforeach()
+file(WRITE ${OUT}.tmp "${out}")
+configure_file(${OUT}.tmp ${OUT} COPYONLY)

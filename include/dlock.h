@@ -1,0 +1,268 @@
+/*
+ * dlock.h - distributed locks on Redis: the whole public API of libdlock.
+ *
+ * A dlock_client talks to one Redis deployment (a URL). A dlock_mutex is a
+ * named, leased, fenced lock taken through a client. Every call returns 0 or
+ * a negative DLOCK_E* status; dlock_strerror() names it and the handle's
+ * errmsg says which server and key were involved and what to do.
+ *
+ * Ownership: every string passed in is copied. Each *_new has a *_free that
+ * accepts NULL. Handles are thread-safe unless a comment says otherwise.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLOCK_BUILDING) && defined(__GNUC__)
+#define DLOCK_API __attribute__((visibility("default")))
+#else
+#define DLOCK_API
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION "0.1.0"
+
+/* ---- Errors ---- */
+
+/* Status codes. Negative, named, numbered here and never renumbered. */
+#define DLOCK_ERRNO_MAP(XX)                                                        \
+  XX(EBUSY,      -1, "lock is held by another owner")                              \
+  XX(ENOTHELD,   -2, "lock is not held by this owner")                             \
+  XX(EINVAL,     -3, "invalid argument")                                           \
+  XX(ENAME,      -4, "invalid lock or resource name")                              \
+  XX(ERANGE,     -5, "duration or number out of range")                            \
+  XX(EURL,       -6, "malformed Redis URL")                                        \
+  XX(ECONNECT,   -7, "cannot connect to Redis")                                    \
+  XX(EAUTH,      -8, "Redis authentication failed")                                \
+  XX(ETIMEDOUT,  -9, "Redis did not answer in time")                               \
+  XX(EIO,        -10, "connection to Redis lost")                                  \
+  XX(ETLS,       -11, "TLS failure")                                               \
+  XX(EPROTO,     -12, "unexpected reply from Redis")                               \
+  XX(ESERVER,    -13, "Redis returned an error")                                   \
+  XX(EWRONGTYPE, -14, "key exists with a type dlock does not use")                 \
+  XX(ENOPERM,    -15, "Redis ACL denied the command or key")                       \
+  XX(ELOST,      -16, "lock was lost")                                             \
+  XX(ESTALE,     -17, "fencing token is stale")                                    \
+  XX(ENOMEM,     -18, "out of memory")                                             \
+  XX(EUNKNOWN,   -19, "outcome unknown: the lock may be held until its lease ends") \
+  XX(ESYS,       -20, "operating system error")                                    \
+  XX(ECLOSED,    -21, "client is shutting down")                                   \
+  XX(EREADONLY,  -22, "Redis is a read-only replica")                              \
+  XX(ESERVEROOM, -23, "Redis is out of memory (maxmemory)")                        \
+  XX(ECANCELED,  -24, "wait was canceled")
+
+typedef enum dlock_status {
+  DLOCK_OK = 0,
+#define DLOCK__ENUM(name, code, text) DLOCK_##name = (code),
+  DLOCK_ERRNO_MAP(DLOCK__ENUM)
+#undef DLOCK__ENUM
+} dlock_status;
+
+/* Short English text for 'status' ("lock is held by another owner").
+ * Never NULL; unknown codes give "unknown dlock status". */
+DLOCK_API const char *dlock_strerror(int status);
+/* The enum name for 'status' without the prefix ("EBUSY"), or "UNKNOWN". */
+DLOCK_API const char *dlock_err_name(int status);
+/* Detail of the last failed dlock call made by this thread: which server,
+ * which key, what it said and what to do. Empty string when none. */
+DLOCK_API const char *dlock_last_error(void);
+
+/* ---- Time ---- */
+
+/* Milliseconds on the monotonic clock (CLOCK_MONOTONIC). Not wall time. */
+typedef int64_t dlock_mono_ms;
+DLOCK_API dlock_mono_ms dlock_mono_now(void);
+
+/* Wait forever in dlock_mutex_acquire(). */
+#define DLOCK_WAIT_FOREVER ((int64_t)-1)
+/* Largest duration accepted anywhere: 30 days. */
+#define DLOCK_MAX_DURATION_MS ((int64_t)30 * 24 * 3600 * 1000)
+/* Longest lock name, resource name or key prefix, in bytes. */
+#define DLOCK_MAX_NAME_LEN 512
+
+/* ---- Client ---- */
+
+typedef struct dlock_client dlock_client;
+
+typedef struct dlock_client_options {
+  /* redis://[user[:password]@]host[:port][/db]
+   * rediss://... (TLS; query: ?cacert=F&cert=F&key=F&sni=NAME)
+   * unix:///path/to/redis.sock[?db=N&user=U&password=P]
+   * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
+  const char *url;
+  int connect_timeout_ms;  /* 0: 2000 */
+  int command_timeout_ms;  /* 0: 2000 */
+  /* Prepended to every lock and resource name to form Redis keys. May not
+   * contain braces. NULL or "": none, the key is exactly the name. */
+  const char *key_prefix;
+  /* These override what the URL says, when not NULL. */
+  const char *username;
+  const char *password;
+  const char *tls_ca_file;     /* PEM CA bundle; NULL: system default paths */
+  const char *tls_cert_file;   /* client certificate (PEM) */
+  const char *tls_key_file;    /* client private key (PEM) */
+  const char *tls_server_name; /* name checked in the server certificate; NULL: the host */
+  int tls_skip_verify;         /* 1: do not verify the server (tests only) */
+  int max_connections;         /* pooled command connections; 0: 64 */
+} dlock_client_options;
+
+/* Fill 'opts' with defaults (all zero/NULL). */
+DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
+
+/* Create a client and check that the server answers (connect, AUTH, SELECT,
+ * PING). 'opts' may be NULL. On failure *out is NULL and dlock_last_error()
+ * explains. The client reconnects transparently later on. */
+DLOCK_API int dlock_client_new(dlock_client **out, const dlock_client_options *opts);
+
+/* Stop the client's threads and close its connections. Locks still held are
+ * released (best effort). Free every dlock_mutex of the client first. */
+DLOCK_API void dlock_client_free(dlock_client *c);
+
+/* "host:port", "unix:/path" or "tls host:port": for messages. */
+DLOCK_API const char *dlock_client_server(const dlock_client *c);
+
+/* Round trip to the server. */
+DLOCK_API int dlock_client_ping(dlock_client *c);
+
+/* ---- Mutex ---- */
+
+typedef struct dlock_mutex dlock_mutex;
+
+typedef enum dlock_lost_reason {
+  DLOCK_LOST_NONE = 0,
+  DLOCK_LOST_EXPIRED = 1,     /* the key vanished: the lease ran out */
+  DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
+  DLOCK_LOST_UNREACHABLE = 3, /* renewal could not reach Redis before the lease ended */
+  DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
+  DLOCK_LOST_DEADLINE = 5     /* the local validity deadline passed without a renewal */
+} dlock_lost_reason;
+
+DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
+
+/* Called once, from the client's watchdog thread, when a held lock is found
+ * lost. Keep it short; do not call dlock_mutex_free() on 'm' from it. */
+typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
+                              dlock_lost_reason reason, void *arg);
+
+typedef struct dlock_mutex_options {
+  /* Fixed lease: the lock expires 'lease_ms' after acquire unless extended.
+   * 0: watchdog mode, a 'watchdog_lease_ms' lease renewed every third of it
+   * for as long as the lock is held. */
+  int64_t lease_ms;
+  int64_t watchdog_lease_ms; /* 0: 30000 */
+  /* Watchdog mode: stop renewing after this long in total. 0: no cap. */
+  int64_t max_hold_ms;
+  dlock_lost_cb on_lost;
+  void *on_lost_arg;
+  /* Free text stored next to the lock while held (who holds it), shown by
+   * dlock_lock_info(). NULL: none. At most 1024 bytes. */
+  const char *owner_info;
+} dlock_mutex_options;
+
+DLOCK_API void dlock_mutex_options_init(dlock_mutex_options *opts);
+
+/* A handle on the lock 'name' (1..DLOCK_MAX_NAME_LEN bytes, no NUL, CR, LF,
+ * '{' or '}'). Creating it does no I/O. 'opts' may be NULL. */
+DLOCK_API int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name,
+                              const dlock_mutex_options *opts);
+
+/* Releases the lock if held (best effort), then frees. NULL is a no-op. */
+DLOCK_API void dlock_mutex_free(dlock_mutex *m);
+
+/* Acquire. 'wait_ms' 0: try once; DLOCK_WAIT_FOREVER: until acquired;
+ * otherwise wait up to that long. Returns 0, DLOCK_EBUSY when another owner
+ * held it for the whole wait, or an error. If this thread already holds the
+ * lock through 'm', the hold count goes up and 0 is returned at once with the
+ * same fence. A thread other than the holder waits for the holder to release. */
+DLOCK_API int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms);
+
+/* Make a dlock_mutex_acquire() now waiting on 'm' in another thread return
+ * DLOCK_ECANCELED soon (it withdraws from the wait queue first). Safe from
+ * any thread; not async-signal-safe. No effect when nobody waits. */
+DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
+
+/* Release one hold; the key is deleted (compare-and-delete) when the count
+ * reaches zero and a waiter is woken. DLOCK_ENOTHELD when this thread does
+ * not hold it, or when Redis no longer has our token (the lock was lost):
+ * another owner's key is never touched. */
+DLOCK_API int dlock_mutex_release(dlock_mutex *m);
+
+/* Set the remaining lease to 'lease_ms', only while Redis still holds our
+ * token. Never re-creates an expired key: DLOCK_ENOTHELD then. */
+DLOCK_API int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms);
+
+/* Ask Redis: 1 if it holds our token, 0 if not, negative on error. */
+DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
+
+/* Remaining lease in ms according to Redis; DLOCK_ENOTHELD if not ours. */
+DLOCK_API int dlock_mutex_remaining(dlock_mutex *m, int64_t *ttl_ms);
+
+/* Fencing token of the current hold: strictly larger than every token issued
+ * before for this name. 0 when not held. */
+DLOCK_API uint64_t dlock_mutex_fence(const dlock_mutex *m);
+
+/* Local view, no I/O: the reason the current hold was lost, or
+ * DLOCK_LOST_NONE (also when not held). */
+DLOCK_API dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m);
+
+/* An fd that becomes readable when the current hold is lost; for poll().
+ * Stays valid until dlock_mutex_free(); reset on the next acquire. */
+DLOCK_API int dlock_mutex_lost_fd(dlock_mutex *m);
+
+/* The monotonic time after which the holder must assume the lock is gone,
+ * even without news from Redis: start of the last successful acquire or
+ * renewal + lease - clock drift allowance. 0 when not held. */
+DLOCK_API dlock_mono_ms dlock_mutex_valid_until(const dlock_mutex *m);
+
+DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);
+/* Detail of this handle's last failure. Empty string when none. */
+DLOCK_API const char *dlock_mutex_errmsg(const dlock_mutex *m);
+
+/* One call: acquire 'name' (waiting up to 'wait_ms'), run fn(fence, arg),
+ * release. Returns fn's result when it ran (>= 0 expected), else the status
+ * of the acquire. If the lock was lost while fn ran, returns DLOCK_ELOST. */
+DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms,
+                              int (*fn)(uint64_t fence, void *arg), void *arg);
+
+/* ---- Inspection and admin ---- */
+
+typedef struct dlock_lock_info {
+  int held;               /* 1 when the key exists */
+  int foreign;            /* 1 when held by a non-dlock client (no metadata) */
+  int64_t ttl_ms;         /* remaining lease, -1 when held without expiry */
+  uint64_t fence;         /* fence of the current hold, else the last issued */
+  int64_t since_unix_ms;  /* when the current hold began (server clock), 0 if unknown */
+  int64_t waiters;        /* processes registered as waiting */
+  char owner_info[1025];  /* owner_info of the holder, "" if none */
+} dlock_lock_info;
+
+DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
+
+/* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
+ * receives 1 if a key was deleted. Wakes a waiter. */
+DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held);
+
+/* Call fn(name, arg) for each lock currently held whose name matches the
+ * glob 'pattern' (NULL: all). Uses SCAN; returns the number listed. */
+DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
+                              void (*fn)(const char *name, void *arg), void *arg);
+
+/* ---- Fencing guard ---- */
+
+/* Atomically compare 'token' with the highest token recorded for 'resource'
+ * and record it if not lower. 0: admitted (token >= highest seen);
+ * DLOCK_ESTALE: a newer holder has written since, reject the write. */
+DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_H */

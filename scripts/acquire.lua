@@ -1,0 +1,40 @@
+-- acquire.lua: take the lock if free; otherwise (optionally) join the wait queue.
+-- ARGV: 1 token, 2 lease_ms, 3 waiter id ('' = try only, do not queue),
+--       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info
+-- Returns {1, fence} when the caller owns the lock, {0, holder's pttl} when not.
+local token, lease, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local cur = redis.call('GET', KEYS[1])
+local bad = dlock_check_lock_keys(KEYS)
+if bad then return bad end
+if cur == token then
+  -- Ours already: a hand-off not yet confirmed, or a retry after a lost reply.
+  redis.call('PEXPIRE', KEYS[1], lease)
+  redis.call('PEXPIRE', KEYS[3], lease)
+  if wid ~= '' then
+    redis.call('ZREM', KEYS[4], wid)
+    redis.call('HDEL', KEYS[5], wid)
+  end
+  return {1, tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')}
+end
+local now_ms, now_us = dlock_now()
+if not cur then
+  local f = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
+  if wid ~= '' then
+    redis.call('ZREM', KEYS[4], wid)
+    redis.call('HDEL', KEYS[5], wid)
+  end
+  return {1, f}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if wid ~= '' then
+  -- Stay registered a little past the caller's next re-check, so that a
+  -- crashed waiter is skipped by the next hand-off.
+  local wait = tonumber(ARGV[4])
+  if pttl > 0 and pttl < wait then wait = pttl end
+  local ttl = wait + 2000
+  redis.call('ZADD', KEYS[4], 'NX', now_us, wid)
+  redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|' .. ARGV[5] .. '|' .. token .. '|' .. ARGV[6])
+  if redis.call('PTTL', KEYS[4]) < ttl then redis.call('PEXPIRE', KEYS[4], ttl) end
+  if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
+end
+return {0, pttl}

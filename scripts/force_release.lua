@@ -1,0 +1,9 @@
+-- force_release.lua: admin delete of a lock whatever its owner; wakes the next waiter.
+-- Returns 1 if a lock key was deleted, 0 if there was none.
+local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
+if bad then return bad end
+local existed = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[3])
+local now_ms, now_us = dlock_now()
+dlock_grant_next(KEYS, now_ms, now_us)
+return existed

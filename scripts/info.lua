@@ -1,0 +1,11 @@
+-- info.lua: read-only view of a lock for status and is-held checks.
+-- ARGV: 1 token ('' for none). Returns {exists, pttl, fence, since_ms, info,
+-- last issued fence, waiters, mine}; strings are '' when unknown.
+local cur = redis.call('GET', KEYS[1])
+local bad = dlock_check_lock_keys(KEYS)
+if bad then return bad end
+local meta = redis.call('HMGET', KEYS[3], 'fence', 'since', 'info')
+local mine = 0
+if cur and cur == ARGV[1] then mine = 1 end
+return {cur and 1 or 0, redis.call('PTTL', KEYS[1]), meta[1] or '', meta[2] or '', meta[3] or '',
+        redis.call('GET', KEYS[2]) or '', redis.call('ZCARD', KEYS[4]), mine}

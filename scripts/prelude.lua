@@ -1,0 +1,76 @@
+-- prelude.lua: helpers shared by the dlock scripts; prepended to each at build time.
+-- Lock scripts get KEYS: 1 lock, 2 fence, 3 meta, 4 queue, 5 waiters (see docs/keys.md).
+-- Every read that can fail (WRONGTYPE) runs before the first write: Redis does not roll
+-- a script back when it stops half-way.
+
+local FENCE_TTL_MS = 2592000000 -- 30 days, the longest lease dlock accepts
+
+local function dlock_now()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+local function dlock_num(n)
+  return string.format('%.0f', n)
+end
+
+-- Fail (before any write) if 'key' holds a type other than 'want'.
+local function dlock_check_type(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE dlock key ' .. key .. ' holds a ' .. t .. ', expected a ' .. want)
+  end
+  return nil
+end
+
+local function dlock_check_lock_keys(keys)
+  return dlock_check_type(keys[2], 'string') or dlock_check_type(keys[3], 'hash')
+      or dlock_check_type(keys[4], 'zset') or dlock_check_type(keys[5], 'hash')
+end
+
+-- The next fencing token: above the last one issued for this lock, and never
+-- below the server clock in microseconds, so that tokens keep rising even
+-- after the counter was lost (restart without persistence, FLUSHALL).
+local function dlock_next_fence(fence_key, now_us)
+  local f = (tonumber(redis.call('GET', fence_key) or '0') or 0) + 1
+  if now_us > f then f = now_us end
+  redis.call('SET', fence_key, dlock_num(f), 'PX', FENCE_TTL_MS)
+  return f
+end
+
+-- Make 'token' the owner for 'lease' ms and record who holds it since when.
+local function dlock_take(keys, token, lease, info, now_ms, now_us)
+  local f = dlock_next_fence(keys[2], now_us)
+  redis.call('SET', keys[1], token, 'PX', lease)
+  redis.call('DEL', keys[3])
+  redis.call('HSET', keys[3], 'fence', dlock_num(f), 'since', dlock_num(now_ms), 'info', info)
+  redis.call('PEXPIRE', keys[3], lease)
+  return f
+end
+
+-- The lock is free: hand it to the first live waiter in arrival order and
+-- tell that waiter alone (its client's channel). Waiters whose registration
+-- ran out (crashed, gave up) are dropped on the way. Returns true if granted.
+local function dlock_grant_next(keys, now_ms, now_us)
+  for _ = 1, 32 do
+    local head = redis.call('ZRANGE', keys[4], 0, 0)
+    local id = head[1]
+    if not id then return false end
+    redis.call('ZREM', keys[4], id)
+    local rec = redis.call('HGET', keys[5], id)
+    redis.call('HDEL', keys[5], id)
+    if rec then
+      -- expiry_ms|claim_ms|token|owner info
+      local exp, claim, token, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|(.*)$')
+      local cid = string.match(id, '^(%x+):')
+      if exp and cid and tonumber(exp) > now_ms then
+        local f = dlock_take(keys, token, tonumber(claim), info, now_ms, now_us)
+        redis.call('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. dlock_num(f))
+        return true
+      end
+    end
+  end
+  return false
+end
+

@@ -1,0 +1,208 @@
+/*
+ * admin.c - looking at locks from outside: status, listing, forced release,
+ * and the fencing guard that downstream writers call.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Run one lock-level script for 'name' with optional args. */
+static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, const char *arg,
+                        dlock__reply **out, const char *op) {
+  *out = NULL;
+  int rc = dlock__check_name("lock name", name);
+  if (rc) return rc;
+  dlock__lock_keys keys;
+  if ((rc = dlock__lock_keys_init(&keys, c, name))) return rc;
+  dlock__script_call call;
+  memset(&call, 0, sizeof call);
+  call.script = id;
+  dlock__script_call_keys(&call, &keys);
+  if (arg) {
+    call.args[0] = arg;
+    call.arglens[0] = strlen(arg);
+    call.nargs = 1;
+  }
+  rc = dlock__script_run(c, &call, 1, out);
+  if (!rc && (*out)->type == DLOCK__REPLY_ERROR) {
+    rc = dlock__reply_error_status(*out);
+    dlock__error(rc, "%s '%s' on %s: %s", op, keys.key[DLOCK__K_LOCK], c->server, (*out)->str);
+    dlock__reply_free(*out);
+    *out = NULL;
+  } else if (rc) {
+    dlock__error_prefix("%s '%s' on %s: ", op, name, c->server);
+  }
+  dlock__lock_keys_clear(&keys);
+  return rc;
+}
+
+static int64_t str_i64(const dlock__reply *r) {
+  return r->type == DLOCK__REPLY_STRING && r->len ? strtoll(r->str, NULL, 10) : 0;
+}
+
+int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out) {
+  dlock__error_clear();
+  if (!c || !out) return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get: NULL argument");
+  memset(out, 0, sizeof *out);
+  dlock__reply *r;
+  int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
+  if (rc) return rc;
+  if (r->type != DLOCK__REPLY_ARRAY || r->elements != 8) {
+    dlock__reply_free(r);
+    return dlock__error(DLOCK_EPROTO, "status of '%s': unexpected reply from %s", name, c->server);
+  }
+  out->held = r->element[0]->integer == 1;
+  out->ttl_ms = out->held ? r->element[1]->integer : 0;
+  const dlock__reply *fence = r->element[2];
+  out->foreign = out->held && !(fence->type == DLOCK__REPLY_STRING && fence->len);
+  out->fence = (uint64_t)(out->held && !out->foreign ? str_i64(fence) : str_i64(r->element[5]));
+  out->since_unix_ms = out->held ? str_i64(r->element[3]) : 0;
+  if (out->held && r->element[4]->type == DLOCK__REPLY_STRING)
+    snprintf(out->owner_info, sizeof out->owner_info, "%s", r->element[4]->str);
+  out->waiters = r->element[6]->integer;
+  dlock__reply_free(r);
+  return 0;
+}
+
+int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
+  dlock__error_clear();
+  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_lock_force_release: client is NULL");
+  dlock__reply *r;
+  int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, NULL, &r, "force release of");
+  if (rc) return rc;
+  if (was_held) *was_held = r->type == DLOCK__REPLY_INTEGER && r->integer > 0;
+  dlock__reply_free(r);
+  return 0;
+}
+
+/* Match 'name' against a glob with * ? and [...] (as Redis' MATCH does). */
+static int glob_match(const char *p, const char *s) {
+  for (; *p; p++, s++) {
+    if (*p == '*') {
+      while (p[1] == '*') p++;
+      if (!p[1]) return 1;
+      for (; *s; s++)
+        if (glob_match(p + 1, s)) return 1;
+      return 0;
+    }
+    if (!*s) return 0;
+    if (*p == '?') continue;
+    if (*p == '[') {
+      const char *q = p + 1;
+      int neg = *q == '^', hit = 0;
+      if (neg) q++;
+      for (; *q && *q != ']'; q++) {
+        if (q[1] == '-' && q[2] && q[2] != ']') {
+          if (*s >= q[0] && *s <= q[2]) hit = 1;
+          q += 2;
+        } else if (*q == '\\' && q[1]) {
+          if (*s == *++q) hit = 1;
+        } else if (*q == *s) {
+          hit = 1;
+        }
+      }
+      if (!*q || hit == neg) return 0;
+      p = q;
+      continue;
+    }
+    if (*p == '\\' && p[1]) p++;
+    if (*p != *s) return 0;
+  }
+  return !*s;
+}
+
+int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  dlock__error_clear();
+  if (!c || !fn) return dlock__error(DLOCK_EINVAL, "dlock_lock_list: NULL argument");
+  if (pattern && strlen(pattern) > DLOCK_MAX_NAME_LEN)
+    return dlock__error(DLOCK_ENAME, "pattern is longer than %d bytes", DLOCK_MAX_NAME_LEN);
+  /* Locks taken by dlock have a metadata hash "{<prefix><name>}:meta" that
+   * lives exactly as long as the lock. Scan for those: the cheap part of the
+   * key space, and no other application's keys are touched. */
+  char match[DLOCK_MAX_NAME_LEN * 2 + 32];
+  snprintf(match, sizeof match, "{%s*}:meta", c->prefix);
+  dlock__node *node = c->topo->route(c->topo, "", 0);
+  char cursor[32] = "0";
+  int count = 0;
+  do {
+    const char *argv[6] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+    dlock__cmd cmd = {6, argv, lens};
+    dlock__reply *r = NULL;
+    int rc = dlock__node_exec(node, &cmd, 1, &r);
+    if (!rc && r->type == DLOCK__REPLY_ERROR) {
+      rc = dlock__reply_error_status(r);
+      dlock__error(rc, "list on %s: SCAN failed: %s", c->server, r->str);
+    } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2 ||
+                       r->element[0]->type != DLOCK__REPLY_STRING || r->element[1]->type != DLOCK__REPLY_ARRAY)) {
+      rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected SCAN reply", c->server);
+    } else if (rc) {
+      dlock__error_prefix("list on %s: ", c->server);
+    }
+    if (rc) {
+      dlock__reply_free(r);
+      return rc;
+    }
+    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+    const dlock__reply *keys = r->element[1];
+    for (size_t i = 0; i < keys->elements; i++) {
+      const dlock__reply *k = keys->element[i];
+      size_t skip = 1 + c->prefix_len, tail = strlen("}:meta");
+      if (k->type != DLOCK__REPLY_STRING || k->len < skip + tail + 1) continue;
+      char name[DLOCK_MAX_NAME_LEN + 1];
+      size_t nlen = k->len - skip - tail;
+      if (nlen > DLOCK_MAX_NAME_LEN) continue;
+      memcpy(name, k->str + skip, nlen);
+      name[nlen] = '\0';
+      if (pattern && !glob_match(pattern, name)) continue;
+      fn(name, arg);
+      count++;
+    }
+    dlock__reply_free(r);
+  } while (strcmp(cursor, "0") != 0);
+  return count;
+}
+
+int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {
+  dlock__error_clear();
+  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_guard_check: client is NULL");
+  int rc = dlock__check_name("resource name", resource);
+  if (rc) return rc;
+  if (token == 0) return dlock__error(DLOCK_ERANGE, "guard on '%s': token 0 is never issued", resource);
+  size_t klen = c->prefix_len + strlen(resource) + strlen("{}:guard");
+  char *key = malloc(klen + 1);
+  if (!key) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(key, klen + 1, "{%s%s}:guard", c->prefix, resource);
+  char tok[24];
+  snprintf(tok, sizeof tok, "%" PRIu64, token);
+  dlock__script_call call;
+  memset(&call, 0, sizeof call);
+  call.script = DLOCK__SCRIPT_GUARD;
+  call.nkeys = 1;
+  call.keys[0] = key;
+  call.keylens[0] = klen;
+  call.nargs = 1;
+  call.args[0] = tok;
+  call.arglens[0] = strlen(tok);
+  dlock__reply *r = NULL;
+  rc = dlock__script_run(c, &call, 1, &r);
+  if (!rc && r->type == DLOCK__REPLY_ERROR) {
+    rc = dlock__reply_error_status(r);
+    dlock__error(rc, "guard on '%s' (key '%s') at %s: %s", resource, key, c->server, r->str);
+  } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2)) {
+    rc = dlock__error(DLOCK_EPROTO, "guard on '%s': unexpected reply from %s", resource, c->server);
+  } else if (!rc && r->element[0]->integer != 1) {
+    rc = dlock__error(DLOCK_ESTALE, "guard on '%s': token %s is stale; a newer holder wrote with %s. "
+                      "Reject this write: the lock was lost", resource, tok,
+                      r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+  } else if (rc) {
+    dlock__error_prefix("guard on '%s' at %s: ", resource, c->server);
+  }
+  dlock__reply_free(r);
+  free(key);
+  return rc;
+}

@@ -1,0 +1,632 @@
+/*
+ * mutex.c - the exclusive lock: acquire with a lease, queue and wait for a
+ * hand-off, reentrancy per thread, compare-and-delete release, extend.
+ *
+ * All Redis work is one script call per step (the scripts/ folder). Waiting is
+ * driven by grant messages from waiters.c, with a bounded re-check so that a
+ * lost message or a crashed holder never strands a waiter.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* A waiter re-checks the lock at least this often, even with no message. */
+#define RECHECK_CAP_MS 5000
+/* A hand-off gives the next waiter this long (at most) to confirm the grant
+ * before the lock frees itself: a waiter that died meanwhile costs no more. */
+#define CLAIM_MAX_MS 3000
+#define DEFAULT_WATCHDOG_LEASE_MS 30000
+#define MIN_WATCHDOG_LEASE_MS 30
+
+/* ---- Keys ---- */
+
+static char *key_with(const char *base, size_t blen, const char *suffix, size_t *len) {
+  size_t slen = strlen(suffix);
+  char *k = malloc(blen + slen + 3);
+  if (!k) return NULL;
+  k[0] = '{';
+  memcpy(k + 1, base, blen);
+  k[blen + 1] = '}';
+  memcpy(k + blen + 2, suffix, slen + 1);
+  *len = blen + slen + 2;
+  return k;
+}
+
+int dlock__lock_keys_init(dlock__lock_keys *k, const dlock_client *c, const char *name) {
+  static const char *const suffix[DLOCK__K_COUNT] = {NULL, ":fence", ":meta", ":queue", ":waiters"};
+  memset(k, 0, sizeof *k);
+  size_t nlen = strlen(name);
+  size_t blen = c->prefix_len + nlen;
+  char *base = malloc(blen + 1);
+  if (!base) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  memcpy(base, c->prefix, c->prefix_len);
+  memcpy(base + c->prefix_len, name, nlen + 1);
+  k->key[DLOCK__K_LOCK] = base;
+  k->len[DLOCK__K_LOCK] = blen;
+  for (int i = 1; i < DLOCK__K_COUNT; i++) {
+    if (!(k->key[i] = key_with(base, blen, suffix[i], &k->len[i]))) {
+      dlock__lock_keys_clear(k);
+      return dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+  }
+  return 0;
+}
+
+void dlock__lock_keys_clear(dlock__lock_keys *k) {
+  for (int i = 0; i < DLOCK__K_COUNT; i++) free(k->key[i]);
+  memset(k, 0, sizeof *k);
+}
+
+void dlock__script_call_keys(dlock__script_call *call, const dlock__lock_keys *k) {
+  call->nkeys = DLOCK__K_COUNT;
+  for (int i = 0; i < DLOCK__K_COUNT; i++) {
+    call->keys[i] = k->key[i];
+    call->keylens[i] = k->len[i];
+  }
+}
+
+static void call_arg(dlock__script_call *call, const char *s, size_t len) {
+  call->args[call->nargs] = s;
+  call->arglens[call->nargs] = len;
+  call->nargs++;
+}
+
+static void call_init(dlock__script_call *call, dlock__script_id id, const dlock_mutex *m) {
+  memset(call, 0, sizeof *call);
+  call->script = id;
+  dlock__script_call_keys(call, &m->keys);
+}
+
+/* ---- Errors on the handle ---- */
+
+/* Finish a failing call: put context in front of the detail, keep a copy on
+ * the handle, return 'rc'. */
+static int fail(dlock_mutex *m, int rc, const char *op) {
+  dlock__error_prefix("%s '%s' on %s: ", op, m->name, m->client->server);
+  pthread_mutex_lock(&m->mu);
+  snprintf(m->errmsg, sizeof m->errmsg, "%s", dlock_last_error());
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+/* Run one script call on the lock's node; map error replies to statuses. */
+static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out) {
+  int rc = dlock__script_run(m->client, call, 1, out);
+  if (rc) return rc;
+  if ((*out)->type == DLOCK__REPLY_ERROR) {
+    rc = dlock__reply_error_status(*out);
+    rc = dlock__error(rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script),
+                      m->keys.key[DLOCK__K_LOCK], (*out)->str,
+                      rc == DLOCK_EWRONGTYPE ? " (the key belongs to something else; pick another lock name)"
+                      : rc == DLOCK_ENOPERM  ? " (grant the ACL user the lock's keys and channels, see docs/keys.md)"
+                                             : "");
+    dlock__reply_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+static int reply_int(const dlock__reply *r, long long *v) {
+  if (r->type == DLOCK__REPLY_INTEGER) { *v = r->integer; return 0; }
+  return dlock__error(DLOCK_EPROTO, "expected an integer reply");
+}
+
+/* ---- Handle lifecycle ---- */
+
+void dlock_mutex_options_init(dlock_mutex_options *opts) { memset(opts, 0, sizeof *opts); }
+
+int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const dlock_mutex_options *opts) {
+  dlock__error_clear();
+  if (!out) return dlock__error(DLOCK_EINVAL, "dlock_mutex_new: 'out' is NULL");
+  *out = NULL;
+  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_mutex_new: client is NULL");
+  int rc = dlock__check_name("lock name", name);
+  if (rc) return rc;
+  dlock_mutex_options o;
+  if (opts) o = *opts; else dlock_mutex_options_init(&o);
+  if ((rc = dlock__check_duration("lease_ms", o.lease_ms, 1)) ||
+      (rc = dlock__check_duration("watchdog_lease_ms", o.watchdog_lease_ms, 1)) ||
+      (rc = dlock__check_duration("max_hold_ms", o.max_hold_ms, 1)))
+    return rc;
+  if (o.watchdog_lease_ms == 0) o.watchdog_lease_ms = DEFAULT_WATCHDOG_LEASE_MS;
+  if (o.watchdog_lease_ms < MIN_WATCHDOG_LEASE_MS)
+    return dlock__error(DLOCK_ERANGE, "watchdog_lease_ms is %lld; it must be at least %d ms so that "
+                        "renewal every third of it is possible", (long long)o.watchdog_lease_ms,
+                        MIN_WATCHDOG_LEASE_MS);
+  if (o.owner_info && strlen(o.owner_info) > 1024)
+    return dlock__error(DLOCK_EINVAL, "owner_info is longer than 1024 bytes");
+
+  dlock_mutex *m = calloc(1, sizeof *m);
+  if (!m) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  m->client = c;
+  m->opts = o;
+  m->lost_fd = -1;
+  m->name = strdup(name);
+  m->owner_info = strdup(o.owner_info ? o.owner_info : "");
+  m->opts.owner_info = NULL;
+  rc = m->name && m->owner_info ? dlock__lock_keys_init(&m->keys, c, name)
+                                : dlock__error(DLOCK_ENOMEM, "out of memory");
+  if (!rc) {
+    const char *suffix = ":w:";
+    size_t base = m->keys.len[DLOCK__K_LOCK];
+    m->channel_len = base + 2 + strlen(suffix) + strlen(c->id);
+    if ((m->channel = malloc(m->channel_len + 1)))
+      snprintf(m->channel, m->channel_len + 1, "{%s}%s%s", m->keys.key[DLOCK__K_LOCK], suffix, c->id);
+    else
+      rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  if (rc) {
+    dlock__lock_keys_clear(&m->keys);
+    free(m->name);
+    free(m->owner_info);
+    free(m);
+    return rc;
+  }
+  pthread_mutex_init(&m->mu, NULL);
+  dlock__cond_init(&m->cv);
+  *out = m;
+  return 0;
+}
+
+void dlock_mutex_free(dlock_mutex *m) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  int held = m->busy && m->hold_count > 0;
+  if (held) m->hold_count = 1;
+  pthread_t owner = m->owner;
+  pthread_mutex_unlock(&m->mu);
+  if (held) {
+    /* Release as the owner would; the result does not matter any more. */
+    pthread_mutex_lock(&m->mu);
+    m->owner = pthread_self();
+    pthread_mutex_unlock(&m->mu);
+    (void)owner;
+    dlock_mutex_release(m);
+  }
+  dlock__watchdog_remove(m->client, m);
+  dlock__subscriber_unwatch(m->client, m);
+  if (m->lost_fd >= 0) close(m->lost_fd);
+  pthread_mutex_destroy(&m->mu);
+  pthread_cond_destroy(&m->cv);
+  dlock__lock_keys_clear(&m->keys);
+  free(m->channel);
+  free(m->name);
+  free(m->owner_info);
+  free(m);
+}
+
+/* ---- Lost state ---- */
+
+dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms) {
+  /* Clocks of client and server may run at slightly different rates. */
+  return start + lease_ms - (lease_ms / 100 + 2);
+}
+
+void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason) {
+  if (atomic_load(&m->lost) != DLOCK_LOST_NONE) return;
+  atomic_store(&m->lost, (int)reason);
+  if (m->lost_fd >= 0) {
+    uint64_t one = 1;
+    ssize_t n = write(m->lost_fd, &one, sizeof one);
+    (void)n; /* an eventfd write only fails on overflow, which means already readable */
+  }
+  pthread_cond_broadcast(&m->cv);
+}
+
+dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m) {
+  return m ? (dlock_lost_reason)atomic_load(&((dlock_mutex *)m)->lost) : DLOCK_LOST_NONE;
+}
+
+int dlock_mutex_lost_fd(dlock_mutex *m) {
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_lost_fd: handle is NULL");
+  pthread_mutex_lock(&m->mu);
+  if (m->lost_fd < 0) {
+    m->lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (m->lost_fd < 0) {
+      int e = errno;
+      pthread_mutex_unlock(&m->mu);
+      return dlock__error(DLOCK_ESYS, "eventfd: %s", strerror(e));
+    }
+    if (atomic_load(&m->lost) != DLOCK_LOST_NONE) {
+      uint64_t one = 1;
+      ssize_t n = write(m->lost_fd, &one, sizeof one);
+      (void)n;
+    }
+  }
+  int fd = m->lost_fd;
+  pthread_mutex_unlock(&m->mu);
+  return fd;
+}
+
+/* ---- Acquire ---- */
+
+static void format_i64(char *buf, size_t len, int64_t v) { snprintf(buf, len, "%" PRId64, v); }
+
+/* Best-effort undo of an acquire whose outcome we do not know: leave the
+ * queue and delete the key if it holds our token. 0 when that worked. */
+static int undo_acquire(dlock_mutex *m) {
+  dlock__script_call call;
+  dlock__reply *r = NULL;
+  call_init(&call, DLOCK__SCRIPT_WITHDRAW, m);
+  call_arg(&call, m->waiter_id, strlen(m->waiter_id));
+  call_arg(&call, m->token, strlen(m->token));
+  int rc = run_one(m, &call, &r);
+  dlock__reply_free(r);
+  return rc;
+}
+
+static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start) {
+  pthread_mutex_lock(&m->mu);
+  m->fence = fence;
+  m->lease_ms = lease;
+  m->watchdog_mode = m->opts.lease_ms == 0;
+  m->acquired_at = start;
+  m->valid_until = dlock__valid_until(start, lease);
+  m->hold_count = 1;
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Wait for a grant message, a cancel, or the re-check time. Returns 1 when
+ * canceled. */
+static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until) {
+  struct timespec ts;
+  dlock__deadline_timespec(until, &ts);
+  pthread_mutex_lock(&m->mu);
+  while (!m->woken && !m->canceled && dlock_mono_now() < until)
+    if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) break;
+  m->woken = 0;
+  int canceled = m->canceled;
+  pthread_mutex_unlock(&m->mu);
+  return canceled;
+}
+
+static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline) {
+  dlock_client *c = m->client;
+  int64_t lease = m->opts.lease_ms ? m->opts.lease_ms : m->opts.watchdog_lease_ms;
+  int queue = wait_ms != 0;
+  char lease_s[24], cap_s[24], claim_s[24];
+  format_i64(lease_s, sizeof lease_s, lease);
+  format_i64(cap_s, sizeof cap_s, RECHECK_CAP_MS);
+  format_i64(claim_s, sizeof claim_s, lease < CLAIM_MAX_MS ? lease : CLAIM_MAX_MS);
+  m->waiter_id[0] = '\0';
+  if (queue)
+    snprintf(m->waiter_id, sizeof m->waiter_id, "%s:%" PRIu64, c->id,
+             (uint64_t)atomic_fetch_add(&c->waiter_seq, 1));
+  int in_table = 0, rc;
+
+  for (;;) {
+    if (queue && !in_table) {
+      dlock__subscriber_add_waiter(c, m);
+      in_table = 1;
+    }
+    dlock__script_call call;
+    dlock__reply *r = NULL;
+    call_init(&call, DLOCK__SCRIPT_ACQUIRE, m);
+    call_arg(&call, m->token, strlen(m->token));
+    call_arg(&call, lease_s, strlen(lease_s));
+    call_arg(&call, m->waiter_id, strlen(m->waiter_id));
+    call_arg(&call, cap_s, strlen(cap_s));
+    call_arg(&call, claim_s, strlen(claim_s));
+    call_arg(&call, m->owner_info, strlen(m->owner_info));
+    dlock_mono_ms sent = dlock_mono_now();
+    rc = run_one(m, &call, &r);
+    if (rc) {
+      if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_EIO) {
+        /* The script may have run: never report "not acquired" while the key
+         * may hold our token. */
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", dlock_last_error());
+        if (undo_acquire(m) == 0)
+          rc = dlock__error(rc, "%s; not acquired (our token was cleaned up)", saved);
+        else
+          rc = dlock__error(DLOCK_EUNKNOWN, "%s; the cleanup failed too, so the lock may be held by our "
+                            "token until its lease (%lld ms) ends", saved, (long long)lease);
+      } else if (queue) {
+        undo_acquire(m);
+      }
+      break;
+    }
+    if (r->type != DLOCK__REPLY_ARRAY || r->elements != 2 || r->element[0]->type != DLOCK__REPLY_INTEGER ||
+        r->element[1]->type != DLOCK__REPLY_INTEGER) {
+      dlock__reply_free(r);
+      rc = dlock__error(DLOCK_EPROTO, "acquire script gave an unexpected reply");
+      break;
+    }
+    long long got = r->element[0]->integer, value = r->element[1]->integer;
+    dlock__reply_free(r);
+    if (got == 1) {
+      set_held(m, (uint64_t)value, lease, sent);
+      rc = 0;
+      break;
+    }
+    if (!queue) {
+      rc = dlock__error(DLOCK_EBUSY, "held by another owner");
+      break;
+    }
+    if (!m->subscribed) {
+      /* First wait on this handle: subscribe, then look again at once, since
+       * a hand-off sent before the subscription took effect went unheard. */
+      dlock__subscriber_watch(c, m);
+      continue;
+    }
+    dlock_mono_ms now = dlock_mono_now();
+    if (now >= deadline) {
+      undo_acquire(m);
+      rc = dlock__error(DLOCK_EBUSY, "held by another owner for the whole wait (%lld ms)", (long long)wait_ms);
+      break;
+    }
+    int64_t recheck = value > 0 && value < RECHECK_CAP_MS ? value + 1 : RECHECK_CAP_MS;
+    dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
+    if (wait_for_wakeup(m, until)) {
+      undo_acquire(m);
+      rc = dlock__error(DLOCK_ECANCELED, "wait canceled");
+      break;
+    }
+  }
+  if (in_table) dlock__subscriber_remove_waiter(c, m);
+  return rc;
+}
+
+int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_acquire: handle is NULL");
+  if (wait_ms != DLOCK_WAIT_FOREVER) {
+    int rc = dlock__check_duration("wait_ms", wait_ms, 1);
+    if (rc) return fail(m, rc, "acquire");
+  }
+  if (atomic_load(&m->client->closing)) return fail(m, dlock__error(DLOCK_ECLOSED, "client is closing"), "acquire");
+  pthread_t self = pthread_self();
+  dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
+
+  pthread_mutex_lock(&m->mu);
+  if (m->busy && pthread_equal(m->owner, self)) {
+    if (m->hold_count == 0) {
+      pthread_mutex_unlock(&m->mu);
+      return fail(m, dlock__error(DLOCK_EINVAL, "acquire called again while this thread is acquiring"),
+                  "acquire");
+    }
+    if (atomic_load(&m->lost) != DLOCK_LOST_NONE) {
+      dlock_lost_reason why = (dlock_lost_reason)atomic_load(&m->lost);
+      pthread_mutex_unlock(&m->mu);
+      return fail(m, dlock__error(DLOCK_ELOST, "re-entry refused: the lock was lost (%s); release it and "
+                                  "acquire again", dlock_lost_reason_str(why)), "acquire");
+    }
+    m->hold_count++;
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+  }
+  /* Another thread of ours holds it through this handle: wait for it locally. */
+  while (m->busy) {
+    struct timespec ts;
+    dlock__deadline_timespec(deadline, &ts);
+    if (wait_ms == 0 ||
+        (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT && m->busy)) {
+      pthread_mutex_unlock(&m->mu);
+      return fail(m, dlock__error(DLOCK_EBUSY, "held by another thread of this process"), "acquire");
+    }
+  }
+  m->busy = 1;
+  m->owner = self;
+  m->hold_count = 0;
+  m->canceled = 0;
+  m->woken = 0;
+  atomic_store(&m->lost, DLOCK_LOST_NONE);
+  if (m->lost_fd >= 0) {
+    uint64_t drain;
+    ssize_t n = read(m->lost_fd, &drain, sizeof drain);
+    (void)n; /* EAGAIN when it was not readable */
+  }
+  pthread_mutex_unlock(&m->mu);
+
+  int rc = dlock__random_hex(m->token, DLOCK__TOKEN_HEX / 2);
+  if (!rc) rc = acquire_loop(m, wait_ms, deadline);
+  if (!rc) rc = dlock__watchdog_add(m->client, m);
+  if (rc) {
+    pthread_mutex_lock(&m->mu);
+    int was_held = m->hold_count > 0;
+    pthread_mutex_unlock(&m->mu);
+    if (was_held) { /* the watchdog could not start: do not keep an unguarded lock */
+      char saved[1024];
+      snprintf(saved, sizeof saved, "%s", dlock_last_error());
+      undo_acquire(m);
+      dlock__error(rc, "%s", saved);
+    }
+    pthread_mutex_lock(&m->mu);
+    m->busy = 0;
+    m->hold_count = 0;
+    m->fence = 0;
+    m->valid_until = 0;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return rc == DLOCK_EBUSY ? (snprintf(m->errmsg, sizeof m->errmsg, "%s", dlock_last_error()), rc)
+                             : fail(m, rc, "acquire");
+  }
+  return 0;
+}
+
+void dlock_mutex_cancel(dlock_mutex *m) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  if (m->busy && m->hold_count == 0) {
+    m->canceled = 1;
+    pthread_cond_broadcast(&m->cv);
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- Release, extend, queries ---- */
+
+int dlock_mutex_release(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release: handle is NULL");
+  pthread_mutex_lock(&m->mu);
+  if (!m->busy || m->hold_count == 0 || !pthread_equal(m->owner, pthread_self())) {
+    pthread_mutex_unlock(&m->mu);
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
+  }
+  if (--m->hold_count > 0) {
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+
+  /* Stop renewal first, so that no renewal is in flight past the delete. */
+  dlock__watchdog_remove(m->client, m);
+  dlock__script_call call;
+  dlock__reply *r = NULL;
+  call_init(&call, DLOCK__SCRIPT_RELEASE, m);
+  call_arg(&call, m->token, strlen(m->token));
+  int rc = run_one(m, &call, &r);
+  long long v = 0;
+  if (!rc) rc = reply_int(r, &v);
+  dlock__reply_free(r);
+  if (!rc && v == 0)
+    rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
+  else if (!rc && v < 0)
+    rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
+                      "left untouched");
+  else if (rc)
+    dlock__error_prefix("release not confirmed, the key expires with its lease: ");
+
+  pthread_mutex_lock(&m->mu);
+  m->busy = 0;
+  m->fence = 0;
+  m->valid_until = 0;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  return rc ? fail(m, rc, "release") : 0;
+}
+
+/* Snapshot the token if held; ENOTHELD otherwise. */
+static int held_token(dlock_mutex *m, char *token) {
+  pthread_mutex_lock(&m->mu);
+  int held = m->busy && m->hold_count > 0;
+  if (held) memcpy(token, m->token, sizeof m->token);
+  pthread_mutex_unlock(&m->mu);
+  return held ? 0 : dlock__error(DLOCK_ENOTHELD, "not held through this handle");
+}
+
+int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_extend: handle is NULL");
+  char token[sizeof m->token];
+  int rc = dlock__check_duration("lease_ms", lease_ms, 0);
+  if (!rc) rc = held_token(m, token);
+  if (rc) return fail(m, rc, "extend");
+  char lease_s[24];
+  format_i64(lease_s, sizeof lease_s, lease_ms);
+  dlock__script_call call;
+  dlock__reply *r = NULL;
+  call_init(&call, DLOCK__SCRIPT_EXTEND, m);
+  call_arg(&call, token, strlen(token));
+  call_arg(&call, lease_s, strlen(lease_s));
+  dlock_mono_ms sent = dlock_mono_now();
+  rc = run_one(m, &call, &r);
+  long long v = 0;
+  if (!rc) rc = reply_int(r, &v);
+  dlock__reply_free(r);
+  if (rc) return fail(m, rc, "extend");
+  if (v != 1) {
+    pthread_mutex_lock(&m->mu);
+    dlock__mutex_mark_lost(m, v == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+    pthread_mutex_unlock(&m->mu);
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
+                                v == 0 ? "the key is gone" : "another owner holds it now"), "extend");
+  }
+  pthread_mutex_lock(&m->mu);
+  if (!m->watchdog_mode) m->lease_ms = lease_ms;
+  m->valid_until = dlock__valid_until(sent, lease_ms);
+  pthread_mutex_unlock(&m->mu);
+  return 0;
+}
+
+static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
+  dlock__script_call call;
+  call_init(&call, DLOCK__SCRIPT_INFO, m);
+  call_arg(&call, token, strlen(token));
+  int rc = run_one(m, &call, out);
+  if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != 8)) {
+    dlock__reply_free(*out);
+    *out = NULL;
+    rc = dlock__error(DLOCK_EPROTO, "info script gave an unexpected reply");
+  }
+  return rc;
+}
+
+int dlock_mutex_is_held(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_is_held: handle is NULL");
+  char token[sizeof m->token];
+  if (held_token(m, token) != 0) return 0;
+  dlock__reply *r;
+  int rc = info_call(m, token, &r);
+  if (rc) return fail(m, rc, "is_held");
+  int mine = r->element[7]->integer == 1;
+  dlock__reply_free(r);
+  return mine;
+}
+
+int dlock_mutex_remaining(dlock_mutex *m, int64_t *ttl_ms) {
+  dlock__error_clear();
+  if (!m || !ttl_ms) return dlock__error(DLOCK_EINVAL, "dlock_mutex_remaining: NULL argument");
+  char token[sizeof m->token];
+  int rc = held_token(m, token);
+  if (rc) return fail(m, rc, "remaining");
+  dlock__reply *r;
+  if ((rc = info_call(m, token, &r))) return fail(m, rc, "remaining");
+  int mine = r->element[7]->integer == 1;
+  *ttl_ms = r->element[1]->integer;
+  dlock__reply_free(r);
+  if (!mine) return fail(m, dlock__error(DLOCK_ENOTHELD, "Redis no longer holds our token"), "remaining");
+  return 0;
+}
+
+uint64_t dlock_mutex_fence(const dlock_mutex *m) {
+  if (!m) return 0;
+  dlock_mutex *mm = (dlock_mutex *)m;
+  pthread_mutex_lock(&mm->mu);
+  uint64_t f = mm->hold_count > 0 ? mm->fence : 0;
+  pthread_mutex_unlock(&mm->mu);
+  return f;
+}
+
+dlock_mono_ms dlock_mutex_valid_until(const dlock_mutex *m) {
+  if (!m) return 0;
+  dlock_mutex *mm = (dlock_mutex *)m;
+  pthread_mutex_lock(&mm->mu);
+  dlock_mono_ms v = mm->hold_count > 0 ? mm->valid_until : 0;
+  pthread_mutex_unlock(&mm->mu);
+  return v;
+}
+
+const char *dlock_mutex_name(const dlock_mutex *m) { return m ? m->name : ""; }
+const char *dlock_mutex_errmsg(const dlock_mutex *m) { return m ? m->errmsg : ""; }
+
+/* ---- One-call tier ---- */
+
+int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms, int (*fn)(uint64_t, void *), void *arg) {
+  if (!fn) return dlock__error(DLOCK_EINVAL, "dlock_with_lock: fn is NULL");
+  dlock_mutex *m;
+  int rc = dlock_mutex_new(&m, c, name, NULL);
+  if (rc) return rc;
+  rc = dlock_mutex_acquire(m, wait_ms);
+  if (rc) {
+    dlock_mutex_free(m);
+    return rc;
+  }
+  int result = fn(dlock_mutex_fence(m), arg);
+  dlock_lost_reason lost = dlock_mutex_lost(m);
+  int rel = dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  if (lost != DLOCK_LOST_NONE)
+    return dlock__error(DLOCK_ELOST, "lock '%s' was lost while the function ran: %s", name,
+                        dlock_lost_reason_str(lost));
+  if (rel == DLOCK_ENOTHELD) return DLOCK_ELOST;
+  return result;
+}

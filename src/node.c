@@ -1,0 +1,169 @@
+/*
+ * node.c - one Redis server as a pool of command connections, and the
+ * standalone topology (every key lives on that one node).
+ *
+ * Threads borrow a connection for one pipeline and give it back, so many
+ * threads can lock through one client at once. A connection that failed is
+ * closed, never reused (hiredis' rule: an error makes a context dead).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns) {
+  memset(n, 0, sizeof *n);
+  n->ep = *ep; /* the node takes over the endpoint's strings */
+  n->max_conns = max_conns;
+  n->idle = calloc((size_t)max_conns, sizeof *n->idle);
+  if (!n->idle) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  if (ep->tls) {
+    int rc = dlock__tls_ctx_new(ep, &n->ssl_ctx);
+    if (rc) { free(n->idle); n->idle = NULL; return rc; }
+  }
+  pthread_mutex_init(&n->mu, NULL);
+  dlock__cond_init(&n->cv);
+  return 0;
+}
+
+void dlock__node_destroy(dlock__node *n) {
+  if (!n->idle) return;
+  for (int i = 0; i < n->nidle; i++) dlock__conn_close(n->idle[i]);
+  free(n->idle);
+  dlock__tls_ctx_free(n->ssl_ctx);
+  pthread_mutex_destroy(&n->mu);
+  pthread_cond_destroy(&n->cv);
+  dlock__endpoint_clear(&n->ep);
+}
+
+/* Borrow a connection: an idle one, a new one, or wait for one to come back.
+ * '*reused' tells whether it came from the pool (and so may be stale). */
+static int borrow(dlock__node *n, dlock__conn **out, int *reused, dlock_mono_ms deadline) {
+  pthread_mutex_lock(&n->mu);
+  while (n->nidle == 0 && n->nopen >= n->max_conns) {
+    struct timespec ts;
+    dlock__deadline_timespec(deadline, &ts);
+    if (pthread_cond_timedwait(&n->cv, &n->mu, &ts) != 0 && dlock_mono_now() >= deadline) {
+      pthread_mutex_unlock(&n->mu);
+      return dlock__error(DLOCK_ETIMEDOUT, "%s: all %d connections busy for the whole command timeout",
+                          n->ep.display, n->max_conns);
+    }
+  }
+  if (n->nidle > 0) {
+    *out = n->idle[--n->nidle];
+    *reused = 1;
+    pthread_mutex_unlock(&n->mu);
+    return 0;
+  }
+  n->nopen++;
+  pthread_mutex_unlock(&n->mu);
+  *reused = 0;
+  int rc = dlock__conn_open(&n->ep, n->ssl_ctx, out);
+  if (rc) {
+    pthread_mutex_lock(&n->mu);
+    n->nopen--;
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+  }
+  return rc;
+}
+
+static void give_back(dlock__node *n, dlock__conn *conn) {
+  pthread_mutex_lock(&n->mu);
+  if (dlock__conn_broken(conn)) {
+    n->nopen--;
+    dlock__conn_close(conn);
+  } else {
+    n->idle[n->nidle++] = conn;
+  }
+  pthread_cond_signal(&n->cv);
+  pthread_mutex_unlock(&n->mu);
+}
+
+/* After the server dropped one pooled connection, the others are most likely
+ * dead too (restart, failover): close them rather than fail on each. */
+static void drop_idle(dlock__node *n) {
+  pthread_mutex_lock(&n->mu);
+  for (int i = 0; i < n->nidle; i++) {
+    dlock__conn_close(n->idle[i]);
+    n->nopen--;
+  }
+  n->nidle = 0;
+  pthread_mutex_unlock(&n->mu);
+}
+
+static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__reply **replies,
+                   dlock_mono_ms deadline, size_t *nread) {
+  *nread = 0;
+  for (size_t i = 0; i < n; i++) {
+    int rc = dlock__conn_append(conn, &cmds[i]);
+    if (rc) return rc;
+  }
+  int rc = dlock__conn_flush(conn, deadline);
+  if (rc) return rc;
+  for (size_t i = 0; i < n; i++) {
+    rc = dlock__conn_read(conn, deadline, &replies[i]);
+    if (rc) return rc;
+    (*nread)++;
+  }
+  return 0;
+}
+
+int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies) {
+  for (size_t i = 0; i < n; i++) replies[i] = NULL;
+  for (int attempt = 0;; attempt++) {
+    dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
+    dlock__conn *conn;
+    int reused;
+    int rc = borrow(node, &conn, &reused, deadline);
+    if (rc) return rc;
+    size_t nread;
+    rc = exec_on(conn, cmds, n, replies, deadline, &nread);
+    give_back(node, conn);
+    if (!rc) return 0;
+    for (size_t i = 0; i < n; i++) {
+      dlock__reply_free(replies[i]);
+      replies[i] = NULL;
+    }
+    /* A pooled connection that died while idle fails before any reply: the
+     * commands never ran, so sending them again is safe. A timeout is not
+     * retried: the server may still run them. */
+    if (rc == DLOCK_EIO && reused && nread == 0 && attempt == 0) {
+      drop_idle(node);
+      continue;
+    }
+    return rc;
+  }
+}
+
+/* ---- Standalone topology ---- */
+
+typedef struct standalone {
+  dlock__topology base;
+  dlock__node node;
+} standalone;
+
+static dlock__node *standalone_route(dlock__topology *t, const char *key, size_t keylen) {
+  (void)key;
+  (void)keylen;
+  return &((standalone *)t)->node;
+}
+
+static void standalone_destroy(dlock__topology *t) {
+  standalone *s = (standalone *)t;
+  dlock__node_destroy(&s->node);
+  free(s);
+}
+
+int dlock__topology_standalone_new(const dlock__endpoint *ep, int max_conns, dlock__topology **out) {
+  standalone *s = calloc(1, sizeof *s);
+  if (!s) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int rc = dlock__node_init(&s->node, ep, max_conns);
+  if (rc) { free(s); return rc; }
+  s->base.kind = "standalone";
+  s->base.route = standalone_route;
+  s->base.destroy = standalone_destroy;
+  *out = &s->base;
+  return 0;
+}

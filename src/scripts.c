@@ -1,0 +1,130 @@
+/*
+ * scripts.c - the Lua scripts (scripts/ folder, embedded at build time) and
+ * running them: EVALSHA first; a NOSCRIPT answer (server restarted, SCRIPT
+ * FLUSH) is answered by sending the same call as EVAL, which also caches it.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "internal.h"
+
+extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
+    dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[];
+
+static const struct {
+  const char *name;
+  const char *text;
+} scripts[DLOCK__SCRIPT_COUNT] = {
+    [DLOCK__SCRIPT_ACQUIRE] = {"acquire", dlock__lua_acquire},
+    [DLOCK__SCRIPT_RELEASE] = {"release", dlock__lua_release},
+    [DLOCK__SCRIPT_EXTEND] = {"extend", dlock__lua_extend},
+    [DLOCK__SCRIPT_WITHDRAW] = {"withdraw", dlock__lua_withdraw},
+    [DLOCK__SCRIPT_INFO] = {"info", dlock__lua_info},
+    [DLOCK__SCRIPT_FORCE_RELEASE] = {"force_release", dlock__lua_force_release},
+    [DLOCK__SCRIPT_GUARD] = {"guard", dlock__lua_guard},
+};
+
+static char shas[DLOCK__SCRIPT_COUNT][41];
+static pthread_once_t shas_once = PTHREAD_ONCE_INIT;
+
+static void compute_shas(void) {
+  for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_Digest(scripts[i].text, strlen(scripts[i].text), md, &mdlen, EVP_sha1(), NULL);
+    for (unsigned j = 0; j < mdlen && j < 20; j++) snprintf(&shas[i][2 * j], 3, "%02x", md[j]);
+  }
+}
+
+const char *dlock__script_name(dlock__script_id id) { return scripts[id].name; }
+
+/* argv for EVAL/EVALSHA: command, script-or-sha, numkeys, keys, args. */
+typedef struct eval_argv {
+  const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
+  size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
+  char numkeys[8];
+} eval_argv;
+
+static void build_eval(eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha) {
+  int n = 0;
+  e->argv[n] = by_sha ? "EVALSHA" : "EVAL";
+  e->lens[n] = strlen(e->argv[n]);
+  n++;
+  e->argv[n] = by_sha ? shas[call->script] : scripts[call->script].text;
+  e->lens[n] = strlen(e->argv[n]);
+  n++;
+  snprintf(e->numkeys, sizeof e->numkeys, "%d", call->nkeys);
+  e->argv[n] = e->numkeys;
+  e->lens[n] = strlen(e->numkeys);
+  n++;
+  for (int i = 0; i < call->nkeys; i++, n++) {
+    e->argv[n] = call->keys[i];
+    e->lens[n] = call->keylens[i];
+  }
+  for (int i = 0; i < call->nargs; i++, n++) {
+    e->argv[n] = call->args[i];
+    e->lens[n] = call->arglens[i];
+  }
+  cmd->argc = n;
+  cmd->argv = e->argv;
+  cmd->lens = e->lens;
+}
+
+static int is_noscript(const dlock__reply *r) {
+  return r && r->type == DLOCK__REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8);
+}
+
+int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies) {
+  pthread_once(&shas_once, compute_shas);
+  dlock__node *node = c->topo->route(c->topo, calls[0].keys[0], calls[0].keylens[0]);
+  /* Small pipelines live on the stack; the watchdog's large ones on the heap. */
+  eval_argv stack_e[4];
+  dlock__cmd stack_cmds[4];
+  eval_argv *e = n <= 4 ? stack_e : malloc(n * sizeof *e);
+  dlock__cmd *cmds = n <= 4 ? stack_cmds : malloc(n * sizeof *cmds);
+  size_t *retry = n <= 4 ? NULL : malloc(n * sizeof *retry);
+  size_t stack_retry[4];
+  if (n <= 4) retry = stack_retry;
+  int rc = 0;
+  if (!e || !cmds || !retry) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
+  rc = dlock__node_exec(node, cmds, n, replies);
+  if (rc) goto done;
+  size_t nretry = 0;
+  for (size_t i = 0; i < n; i++)
+    if (is_noscript(replies[i])) retry[nretry++] = i;
+  if (nretry) {
+    for (size_t j = 0; j < nretry; j++) build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
+    dlock__reply **again = n <= 4 ? (dlock__reply *[4]){0} : calloc(nretry, sizeof *again);
+    if (!again) {
+      rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    } else {
+      rc = dlock__node_exec(node, cmds, nretry, again);
+      for (size_t j = 0; j < nretry; j++) {
+        if (rc) break;
+        dlock__reply_free(replies[retry[j]]);
+        replies[retry[j]] = again[j];
+      }
+      if (n > 4) free(again);
+    }
+    if (rc) {
+      for (size_t i = 0; i < n; i++) {
+        dlock__reply_free(replies[i]);
+        replies[i] = NULL;
+      }
+    }
+  }
+done:
+  if (n > 4) {
+    free(e);
+    free(cmds);
+    free(retry);
+  }
+  return rc;
+}

@@ -1,0 +1,235 @@
+/*
+ * harness.c - private redis-server processes for the tests (see harness.h).
+ */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TH_MAX_SERVERS 16
+static th_redis *live[TH_MAX_SERVERS];
+
+static void kill_all_live(void) {
+  for (int i = 0; i < TH_MAX_SERVERS; i++)
+    if (live[i] && live[i]->pid > 0) kill(live[i]->pid, SIGKILL);
+}
+
+static void on_fatal_signal(int sig) {
+  kill_all_live();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void track(th_redis *r, int add) {
+  static int hooked;
+  if (!hooked) {
+    hooked = 1;
+    atexit(kill_all_live);
+    signal(SIGINT, on_fatal_signal);
+    signal(SIGTERM, on_fatal_signal);
+    signal(SIGALRM, on_fatal_signal);
+    signal(SIGABRT, on_fatal_signal);
+  }
+  for (int i = 0; i < TH_MAX_SERVERS; i++) {
+    if (add && !live[i]) { live[i] = r; return; }
+    if (!add && live[i] == r) { live[i] = NULL; return; }
+  }
+}
+
+long long th_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void th_sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+int th_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  socklen_t len = sizeof sa;
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+static int run_cmd(const char *cmd) {
+  int st = system(cmd);
+  return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+}
+
+int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, ...) {
+  char args[4096], cmd[5000];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d %s 2>&1", r->port, args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = 0;
+  if (out && outlen) {
+    n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r')) out[--n] = '\0';
+  } else {
+    char sink[512];
+    while (fread(sink, 1, sizeof sink, p) > 0) {}
+  }
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int wait_ready(th_redis *r) {
+  for (int i = 0; i < 500; i++) { /* up to 10 s */
+    int st;
+    if (waitpid(r->pid, &st, WNOHANG) == r->pid) {
+      fprintf(stderr, "harness: redis-server exited at start; see %s/redis.log\n", r->dir);
+      r->pid = 0;
+      return -1;
+    }
+    char out[64];
+    if (th_redis_cli(r, out, sizeof out, "PING") == 0 && strcmp(out, "PONG") == 0) return 0;
+    th_sleep_ms(20);
+  }
+  fprintf(stderr, "harness: redis-server on port %d not ready after 10 s\n", r->port);
+  return -1;
+}
+
+static int launch(th_redis *r) {
+  char conf[512];
+  snprintf(conf, sizeof conf, "%s/redis.conf", r->dir);
+  FILE *f = fopen(conf, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "bind 127.0.0.1\nport %d\ndir %s\nunixsocket %s\nunixsocketperm 700\n"
+          "save \"\"\nappendonly no\ndaemonize no\nlogfile %s/redis.log\n"
+          "enable-debug-command local\nmaxmemory-policy noeviction\n%s\n",
+          r->port, r->dir, r->sock, r->dir, r->extra);
+  fclose(f);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) { dup2(devnull, 1); dup2(devnull, 2); }
+    /* Own process group: a Ctrl-C aimed at the test does not hit the server
+     * before the test has stopped it by PID. */
+    setpgid(0, 0);
+    execlp("redis-server", "redis-server", conf, (char *)NULL);
+    _exit(127);
+  }
+  r->pid = pid;
+  track(r, 1);
+  return wait_ready(r);
+}
+
+int th_redis_start(th_redis *r, const char *extra_conf) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->dir, sizeof r->dir, "%s/dlock-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(r->dir)) { perror("harness: mkdtemp"); return -1; }
+  snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
+  snprintf(r->extra, sizeof r->extra, "%s", extra_conf ? extra_conf : "");
+  for (int attempt = 0; attempt < 5; attempt++) {
+    r->port = th_free_port();
+    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+    if (launch(r) == 0) return 0;
+    if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+  }
+  return -1;
+}
+
+static void stop_pid(th_redis *r) {
+  if (r->pid <= 0) return;
+  kill(r->pid, SIGCONT); /* a test may have left it stopped */
+  kill(r->pid, SIGTERM);
+  for (int i = 0; i < 250; i++) {
+    if (waitpid(r->pid, NULL, WNOHANG) == r->pid) { r->pid = 0; break; }
+    th_sleep_ms(20);
+  }
+  if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+}
+
+void th_redis_stop(th_redis *r) {
+  stop_pid(r);
+  track(r, 0);
+  if (r->dir[0]) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
+    run_cmd(cmd);
+    r->dir[0] = '\0';
+  }
+}
+
+int th_redis_restart(th_redis *r) {
+  if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+  track(r, 0);
+  unlink(r->sock);
+  for (int i = 0; i < 100; i++) { /* the port may linger a moment */
+    if (launch(r) == 0) return 0;
+    if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+    th_sleep_ms(50);
+  }
+  return -1;
+}
+
+int th_make_certs(const char *dir) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "set -e; cd '%s'; "
+           "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=dlock test CA' "
+           "  -keyout ca.key -out ca.crt; "
+           "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext; "
+           "openssl req -newkey rsa:2048 -nodes -subj '/CN=localhost' -keyout server.key -out server.csr; "
+           "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+           "  -extfile san.ext -out server.crt; "
+           "openssl req -newkey rsa:2048 -nodes -subj '/CN=dlock client' -keyout client.key -out client.csr; "
+           "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt; "
+           "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=other CA' "
+           "  -keyout other-ca.key -out other-ca.crt",
+           dir);
+  char full[4200];
+  snprintf(full, sizeof full, "( %s ) >/dev/null 2>&1", cmd);
+  return run_cmd(full) == 0 ? 0 : -1;
+}
+
+pid_t th_spawn(int (*fn)(void *), void *arg) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn(arg));
+  return pid;
+}
+
+int th_wait(pid_t pid, long timeout_ms) {
+  long long deadline = th_now_ms() + timeout_ms;
+  int st;
+  while (th_now_ms() < deadline) {
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) return st;
+    if (w < 0) return -1;
+    th_sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}

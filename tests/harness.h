@@ -1,0 +1,48 @@
+/*
+ * harness.h - start and stop private redis-server processes for tests.
+ *
+ * Each server gets its own temp dir, a free loopback port, no persistence
+ * unless asked, and `enable-debug-command local`. It is stopped by PID (never
+ * by name) from th_redis_stop(), at exit, and on SIGINT/SIGTERM/SIGALRM.
+ */
+#ifndef DLOCK_TEST_HARNESS_H
+#define DLOCK_TEST_HARNESS_H
+
+#include <sys/types.h>
+
+typedef struct th_redis {
+  pid_t pid;
+  int port;          /* plain TCP port */
+  int tls_port;      /* 0 unless tls */
+  char dir[256];     /* temp dir: config, logs, socket, certificates */
+  char sock[300];    /* unix socket path */
+  char url[512];     /* redis://127.0.0.1:PORT */
+  char extra[2048];  /* extra config lines given at start (kept for restart) */
+} th_redis;
+
+/* Start a server; 'extra_conf' (may be NULL) is appended to its config.
+ * Returns 0, or -1 with a message on stderr. */
+int th_redis_start(th_redis *r, const char *extra_conf);
+/* Stop by PID (SIGTERM, then SIGKILL after 5 s) and remove the temp dir. */
+void th_redis_stop(th_redis *r);
+/* kill -9 the server and start it again on the same port and dir. */
+int th_redis_restart(th_redis *r);
+/* Run redis-cli against the server; output (trimmed) into 'out'. Returns the
+ * exit status. 'args' is a shell-quoted argument string. */
+int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Generate a CA plus server and client certificates in r->dir/tls with openssl(1). */
+int th_make_certs(const char *dir);
+
+/* A free TCP port on 127.0.0.1 (bind to 0 and read it back). */
+int th_free_port(void);
+/* Milliseconds on the monotonic clock. */
+long long th_now_ms(void);
+void th_sleep_ms(long ms);
+/* Fork a child running fn(arg); returns its pid. The child exits with fn's result. */
+pid_t th_spawn(int (*fn)(void *), void *arg);
+/* Wait for 'pid' up to 'timeout_ms'; returns the wait status, or -1 on timeout
+ * (the child is then killed). */
+int th_wait(pid_t pid, long timeout_ms);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * test.h - a tiny test registry in the spirit of libuv's runner.
+ *
+ * A test file defines tests with TEST(name) { ... } and ends with TEST_MAIN().
+ * Each test is a sentence-like name; ASSERT_* report file, line and values and
+ * end that test (the rest still run). The process exits 1 if any test failed.
+ * Argument: a substring to run only the matching tests.
+ */
+#ifndef DLOCK_TEST_H
+#define DLOCK_TEST_H
+
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*test_fn)(void);
+struct test_entry { const char *name; test_fn fn; };
+
+#define TEST_MAX 256
+extern struct test_entry test__list[TEST_MAX];
+extern int test__count;
+extern jmp_buf test__jmp;
+extern int test__failed_here;
+
+#define TEST(name)                                                        \
+  static void test_##name(void);                                          \
+  __attribute__((constructor)) static void test__reg_##name(void) {       \
+    if (test__count < TEST_MAX)                                           \
+      test__list[test__count++] = (struct test_entry){#name, test_##name}; \
+  }                                                                       \
+  static void test_##name(void)
+
+#define TEST_FAIL(...)                                                    \
+  do {                                                                    \
+    fprintf(stderr, "  FAIL %s:%d: ", __FILE__, __LINE__);                \
+    fprintf(stderr, __VA_ARGS__);                                         \
+    fprintf(stderr, "\n");                                                \
+    test__failed_here = 1;                                                \
+    longjmp(test__jmp, 1);                                                \
+  } while (0)
+
+#define ASSERT(cond)                                                      \
+  do { if (!(cond)) TEST_FAIL("assertion failed: %s", #cond); } while (0)
+#define ASSERT_EQ(a, b)                                                   \
+  do {                                                                    \
+    long long a_ = (long long)(a), b_ = (long long)(b);                   \
+    if (a_ != b_) TEST_FAIL("%s == %s: %lld != %lld", #a, #b, a_, b_);    \
+  } while (0)
+#define ASSERT_OK(expr)                                                   \
+  do {                                                                    \
+    int rc_ = (expr);                                                     \
+    if (rc_ != 0)                                                         \
+      TEST_FAIL("%s returned %d (%s): %s", #expr, rc_,                    \
+                dlock_err_name(rc_), dlock_last_error());                 \
+  } while (0)
+#define ASSERT_STATUS(expr, want)                                         \
+  do {                                                                    \
+    int rc_ = (expr);                                                     \
+    if (rc_ != (want))                                                    \
+      TEST_FAIL("%s returned %d (%s), want %s: %s", #expr, rc_,           \
+                dlock_err_name(rc_), #want, dlock_last_error());          \
+  } while (0)
+#define ASSERT_STR_EQ(a, b)                                               \
+  do {                                                                    \
+    const char *a_ = (a), *b_ = (b);                                      \
+    if (strcmp(a_, b_) != 0) TEST_FAIL("%s == %s: \"%s\" != \"%s\"", #a, #b, a_, b_); \
+  } while (0)
+#define ASSERT_CONTAINS(hay, needle)                                      \
+  do {                                                                    \
+    const char *h_ = (hay), *n_ = (needle);                               \
+    if (!h_ || !strstr(h_, n_)) TEST_FAIL("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", n_); \
+  } while (0)
+
+/* Hooks a test file may define (weak): run once around all tests. */
+void test_setup(void) __attribute__((weak));
+void test_teardown(void) __attribute__((weak));
+
+#define TEST_MAIN()                                                       \
+  struct test_entry test__list[TEST_MAX];                                 \
+  int test__count;                                                        \
+  jmp_buf test__jmp;                                                      \
+  int test__failed_here;                                                  \
+  int main(int argc, char **argv) {                                       \
+    int failed = 0, ran = 0;                                              \
+    setvbuf(stdout, NULL, _IONBF, 0);                                     \
+    void (*volatile setup_)(void) = test_setup;                           \
+    void (*volatile teardown_)(void) = test_teardown;                     \
+    if (setup_) setup_();                                                 \
+    for (int i = 0; i < test__count; i++) {                               \
+      if (argc > 1 && !strstr(test__list[i].name, argv[1])) continue;     \
+      printf("test %s ...\n", test__list[i].name);                        \
+      test__failed_here = 0;                                              \
+      if (setjmp(test__jmp) == 0) test__list[i].fn();                     \
+      ran++;                                                              \
+      if (test__failed_here) failed++;                                    \
+      printf("  %s\n", test__failed_here ? "FAILED" : "ok");              \
+    }                                                                     \
+    if (teardown_) teardown_();                                           \
+    printf("%d passed, %d failed\n", ran - failed, failed);               \
+    return (failed || ran == 0) ? 1 : 0;                                  \
+  }
+
+#endif
