@@ -115,7 +115,7 @@ int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock_
   for (int attempt = 0;; attempt++) {
     dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
     dlock__conn *conn;
-    int reused;
+    int reused = 0;
     int rc = borrow(node, &conn, &reused, deadline);
     if (rc) return rc;
     size_t nread;

@@ -48,6 +48,12 @@ static void track(th_redis *r, int add) {
   }
 }
 
+long th_time_factor(void) {
+  const char *f = getenv("DLOCK_TEST_TIME_FACTOR");
+  long v = f ? atol(f) : 1;
+  return v >= 1 && v <= 100 ? v : 1;
+}
+
 long long th_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -36,6 +36,9 @@ int th_make_certs(const char *dir);
 
 /* A free TCP port on 127.0.0.1 (bind to 0 and read it back). */
 int th_free_port(void);
+/* How much slower than normal this run is (DLOCK_TEST_TIME_FACTOR, default 1;
+ * valgrind runs set it). Timing bounds and short leases in tests scale by it. */
+long th_time_factor(void);
 /* Milliseconds on the monotonic clock. */
 long long th_now_ms(void);
 void th_sleep_ms(long ms);

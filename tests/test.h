@@ -83,12 +83,12 @@ void test_teardown(void) __attribute__((weak));
   jmp_buf test__jmp;                                                      \
   int test__failed_here;                                                  \
   int main(int argc, char **argv) {                                       \
-    int failed = 0, ran = 0;                                              \
+    volatile int failed = 0, ran = 0;                                     \
     setvbuf(stdout, NULL, _IONBF, 0);                                     \
     void (*volatile setup_)(void) = test_setup;                           \
     void (*volatile teardown_)(void) = test_teardown;                     \
     if (setup_) setup_();                                                 \
-    for (int i = 0; i < test__count; i++) {                               \
+    for (volatile int i = 0; i < test__count; i++) {                      \
       if (argc > 1 && !strstr(test__list[i].name, argv[1])) continue;     \
       printf("test %s ...\n", test__list[i].name);                        \
       test__failed_here = 0;                                              \

@@ -75,7 +75,7 @@ TEST(a_second_owner_gets_ebusy_and_a_timed_wait_ends_near_its_deadline) {
   ASSERT_STATUS(dlock_mutex_acquire(b, 400), DLOCK_EBUSY);
   long long took = th_now_ms() - t0;
   ASSERT(took >= 400);
-  ASSERT(took < 400 + 300); /* "a few ms", with room for a noisy machine */
+  ASSERT(took < 400 + 300 * th_time_factor()); /* "a few ms", with room for a noisy machine */
   char out[64];
   cli(out, sizeof out, "ZCARD {t:busy}:queue"); /* the timed-out waiter left the queue */
   ASSERT_STR_EQ(out, "0");
@@ -170,7 +170,7 @@ TEST(a_waiter_is_woken_by_the_release_long_before_its_recheck) {
   ASSERT_OK(dlock_mutex_release(a));
   pthread_join(th, NULL);
   ASSERT_OK(t.rc);
-  ASSERT(t.acquired_at - released < 2500);
+  ASSERT(t.acquired_at - released < 2500); /* the re-check would come after 5 s */
   dlock_mutex_free(a);
   dlock_mutex_free(b);
   dlock_client_free(c1);
@@ -189,10 +189,10 @@ static void *wait_and_hold(void *arg) {
   dlock_mutex_options_init(&mo);
   dlock_mutex *m = NULL;
   dlock_mutex_new(&m, w->c, "t:one", &mo);
-  w->rc = dlock_mutex_acquire(m, 8000);
+  w->rc = dlock_mutex_acquire(m, 8000 * th_time_factor());
   if (w->rc == 0) {
     atomic_fetch_add(w->acquired, 1);
-    th_sleep_ms(600);
+    th_sleep_ms(600 * th_time_factor());
     dlock_mutex_release(m);
   }
   dlock_mutex_free(m);
@@ -212,10 +212,10 @@ TEST(one_release_wakes_one_waiter) {
     w[i] = (struct waiter){cs[i], &acquired, -99};
     pthread_create(&th[i], NULL, wait_and_hold, &w[i]);
   }
-  th_sleep_ms(400);
+  th_sleep_ms(400 * th_time_factor());
   ASSERT_EQ(atomic_load(&acquired), 0);
   ASSERT_OK(dlock_mutex_release(a));
-  th_sleep_ms(300);
+  th_sleep_ms(300 * th_time_factor());
   ASSERT_EQ(atomic_load(&acquired), 1); /* the others still wait for the hand-off */
   for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
   ASSERT_EQ(atomic_load(&acquired), 3);
@@ -247,12 +247,12 @@ TEST(the_watchdog_keeps_a_lock_across_many_leases) {
   dlock_client *c = client(), *c2 = client();
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
-  mo.watchdog_lease_ms = 300;
+  mo.watchdog_lease_ms = 300 * th_time_factor();
   dlock_mutex *m = NULL, *other = mutex(c2, "t:watchdog", 1000);
   ASSERT_OK(dlock_mutex_new(&m, c, "t:watchdog", &mo));
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   for (int i = 0; i < 25; i++) { /* 2.5 s: more than 8 leases */
-    th_sleep_ms(100);
+    th_sleep_ms(100 * th_time_factor());
     ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
     ASSERT_STATUS(dlock_mutex_acquire(other, 0), DLOCK_EBUSY);
   }
@@ -271,18 +271,18 @@ TEST(max_hold_stops_renewal_and_reports_the_loss) {
   dlock_client *c = client();
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
-  mo.watchdog_lease_ms = 300;
-  mo.max_hold_ms = 600;
+  mo.watchdog_lease_ms = 300 * th_time_factor();
+  mo.max_hold_ms = 600 * th_time_factor();
   dlock_mutex *m = NULL;
   ASSERT_OK(dlock_mutex_new(&m, c, "t:maxhold", &mo));
   ASSERT_OK(dlock_mutex_acquire(m, 0));
-  for (int i = 0; i < 100 && dlock_mutex_lost(m) == DLOCK_LOST_NONE; i++) th_sleep_ms(50);
+  for (int i = 0; i < 100 && dlock_mutex_lost(m) == DLOCK_LOST_NONE; i++) th_sleep_ms(50 * th_time_factor());
   ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_MAX_HOLD);
   for (int i = 0; i < 100; i++) { /* the key then expires by itself */
     char out[64];
     cli(out, sizeof out, "EXISTS t:maxhold");
     if (!strcmp(out, "0")) break;
-    th_sleep_ms(50);
+    th_sleep_ms(50 * th_time_factor());
   }
   char out[64];
   cli(out, sizeof out, "EXISTS t:maxhold");

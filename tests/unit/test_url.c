@@ -1,0 +1,140 @@
+/*
+ * test_url.c - URL parsing, name and duration checks, tokens and error
+ * texts: the parts that need no server.
+ */
+#include "dlock.h"
+#include "internal.h"
+#include "test.h"
+
+TEST(a_full_redis_url_is_parsed_into_its_parts) {
+  dlock__endpoint ep;
+  ASSERT_OK(dlock__url_parse("redis://app:p%40ss@cache.example:6380/3", &ep));
+  ASSERT_STR_EQ(ep.host, "cache.example");
+  ASSERT_EQ(ep.port, 6380);
+  ASSERT_EQ(ep.db, 3);
+  ASSERT_STR_EQ(ep.username, "app");
+  ASSERT_STR_EQ(ep.password, "p@ss");
+  ASSERT_EQ(ep.tls, 0);
+  ASSERT_STR_EQ(ep.display, "cache.example:6380");
+  dlock__endpoint_clear(&ep);
+}
+
+TEST(defaults_and_a_lone_password_follow_redis_cli) {
+  dlock__endpoint ep;
+  ASSERT_OK(dlock__url_parse("redis://secret@127.0.0.1", &ep));
+  ASSERT_EQ(ep.port, 6379);
+  ASSERT_EQ(ep.db, 0);
+  ASSERT(ep.username == NULL);
+  ASSERT_STR_EQ(ep.password, "secret");
+  dlock__endpoint_clear(&ep);
+}
+
+TEST(tls_urls_carry_their_files_and_server_name) {
+  dlock__endpoint ep;
+  ASSERT_OK(dlock__url_parse("rediss://[::1]:6390?cacert=/etc/ca.pem&cert=/c.pem&key=/k.pem&sni=redis.internal", &ep));
+  ASSERT_EQ(ep.tls, 1);
+  ASSERT_STR_EQ(ep.host, "::1");
+  ASSERT_EQ(ep.port, 6390);
+  ASSERT_STR_EQ(ep.tls_ca_file, "/etc/ca.pem");
+  ASSERT_STR_EQ(ep.tls_cert_file, "/c.pem");
+  ASSERT_STR_EQ(ep.tls_key_file, "/k.pem");
+  ASSERT_STR_EQ(ep.tls_server_name, "redis.internal");
+  ASSERT_STR_EQ(ep.display, "tls [::1]:6390");
+  dlock__endpoint_clear(&ep);
+}
+
+TEST(unix_socket_urls_take_db_and_credentials_as_parameters) {
+  dlock__endpoint ep;
+  ASSERT_OK(dlock__url_parse("unix:///run/redis/redis.sock?db=2&user=u&password=p", &ep));
+  ASSERT_EQ(ep.is_unix, 1);
+  ASSERT_STR_EQ(ep.path, "/run/redis/redis.sock");
+  ASSERT_EQ(ep.db, 2);
+  ASSERT_STR_EQ(ep.username, "u");
+  ASSERT_STR_EQ(ep.password, "p");
+  dlock__endpoint_clear(&ep);
+}
+
+TEST(malformed_urls_are_rejected_with_the_reason) {
+  static const char *const bad[][2] = {
+      {"http://x", "unknown scheme"},          {"redis://", "no host"},
+      {"redis://h:0", "port"},                 {"redis://h:70000", "port"},
+      {"redis://h:6379x", "port"},             {"redis://h/x", "database"},
+      {"unix://relative", "absolute"},         {"redis://h?x=1", "unknown parameter"},
+      {"redis://%zz@h", "percent"},            {"redis://h h", "whitespace"},
+      {"redis://[::1", "IPv6"},                {"redis://h?db", "no '='"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dlock__endpoint ep;
+    int rc = dlock__url_parse(bad[i][0], &ep);
+    if (rc != DLOCK_EURL) TEST_FAIL("'%s' gave %d", bad[i][0], rc);
+    ASSERT_CONTAINS(dlock_last_error(), bad[i][1]);
+    ASSERT_CONTAINS(dlock_last_error(), bad[i][0]);
+  }
+}
+
+TEST(names_with_braces_line_breaks_or_bad_sizes_are_refused) {
+  char longname[DLOCK_MAX_NAME_LEN + 2];
+  memset(longname, 'a', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  ASSERT_STATUS(dlock__check_name("lock name", ""), DLOCK_ENAME);
+  ASSERT_STATUS(dlock__check_name("lock name", NULL), DLOCK_ENAME);
+  ASSERT_STATUS(dlock__check_name("lock name", longname), DLOCK_ENAME);
+  ASSERT_CONTAINS(dlock_last_error(), "longer than 512");
+  ASSERT_STATUS(dlock__check_name("lock name", "a{b"), DLOCK_ENAME);
+  ASSERT_CONTAINS(dlock_last_error(), "'{'");
+  ASSERT_STATUS(dlock__check_name("lock name", "a}b"), DLOCK_ENAME);
+  ASSERT_STATUS(dlock__check_name("lock name", "a\nb"), DLOCK_ENAME);
+  ASSERT_STATUS(dlock__check_name("lock name", "a\rb"), DLOCK_ENAME);
+  ASSERT_OK(dlock__check_name("lock name", "orders:42 é"));
+  longname[DLOCK_MAX_NAME_LEN] = '\0';
+  ASSERT_OK(dlock__check_name("lock name", longname));
+}
+
+TEST(durations_out_of_range_are_refused) {
+  ASSERT_STATUS(dlock__check_duration("lease_ms", -1, 1), DLOCK_ERANGE);
+  ASSERT_STATUS(dlock__check_duration("lease_ms", 0, 0), DLOCK_ERANGE);
+  ASSERT_STATUS(dlock__check_duration("lease_ms", DLOCK_MAX_DURATION_MS + 1, 1), DLOCK_ERANGE);
+  ASSERT_STATUS(dlock__check_duration("lease_ms", INT64_MAX, 1), DLOCK_ERANGE);
+  ASSERT_STATUS(dlock__check_duration("lease_ms", INT64_MIN, 1), DLOCK_ERANGE);
+  ASSERT_OK(dlock__check_duration("lease_ms", 0, 1));
+  ASSERT_OK(dlock__check_duration("lease_ms", DLOCK_MAX_DURATION_MS, 0));
+}
+
+TEST(tokens_are_128_bit_hex_and_do_not_repeat) {
+  char a[DLOCK__TOKEN_HEX + 1], b[DLOCK__TOKEN_HEX + 1];
+  ASSERT_OK(dlock__random_hex(a, DLOCK__TOKEN_HEX / 2));
+  ASSERT_OK(dlock__random_hex(b, DLOCK__TOKEN_HEX / 2));
+  ASSERT_EQ(strlen(a), 32);
+  ASSERT_EQ(strspn(a, "0123456789abcdef"), 32);
+  ASSERT(strcmp(a, b) != 0);
+}
+
+TEST(every_status_has_its_own_name_and_text) {
+  static const int codes[] = {
+#define CODE(name, code, text) DLOCK_##name,
+      DLOCK_ERRNO_MAP(CODE)
+#undef CODE
+  };
+  size_t n = sizeof codes / sizeof codes[0];
+  for (size_t i = 0; i < n; i++) {
+    ASSERT(codes[i] < 0);
+    ASSERT(strcmp(dlock_err_name(codes[i]), "UNKNOWN") != 0);
+    ASSERT(strcmp(dlock_strerror(codes[i]), "unknown dlock status") != 0);
+    for (size_t j = 0; j < i; j++) {
+      ASSERT(codes[i] != codes[j]);
+      ASSERT(strcmp(dlock_strerror(codes[i]), dlock_strerror(codes[j])) != 0);
+    }
+  }
+  ASSERT_STR_EQ(dlock_err_name(-999), "UNKNOWN");
+  ASSERT_STR_EQ(dlock_strerror(12345), "unknown dlock status");
+  ASSERT_STR_EQ(dlock_err_name(DLOCK_EBUSY), "EBUSY");
+  ASSERT_EQ(DLOCK_EBUSY, -1); /* codes are never renumbered */
+  ASSERT_EQ(DLOCK_ECANCELED, -24);
+}
+
+TEST(the_lost_reasons_read_as_sentences) {
+  for (int r = DLOCK_LOST_NONE; r <= DLOCK_LOST_DEADLINE; r++)
+    ASSERT(strcmp(dlock_lost_reason_str((dlock_lost_reason)r), "unknown reason") != 0);
+}
+
+TEST_MAIN()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install what dlock needs from Debian's packages (only what is missing), then
+# build it. Sourced by tools/test.sh and tools/demo.sh; safe to run again.
+set -euo pipefail
+
+DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis-server redis-tools
+                python3 python3-redis tzdata valgrind faketime openssl iproute2)
+
+dlock_install_packages() {
+  local missing=()
+  for p in "${DLOCK_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "dlock: installing ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The package starts a system redis-server on 6379; dlock's tests and demo
+  # use their own servers on free ports, so it does not get in the way.
+}
+
+# dlock_build DIR [cmake args...]: configure and build with warnings as errors.
+dlock_build() {
+  local dir=$1
+  shift
+  cmake -S "$DLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON "$@" >/dev/null
+  local log
+  log=$(mktemp)
+  if ! cmake --build "$dir" -j "$(nproc)" >"$log" 2>&1; then
+    grep -vE '^\[ *[0-9]+%\]' "$log"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+
+DLOCK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: install what is
+# missing, build with -Werror, then run every test in four builds:
+#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck.
+# Ends with one line "N passed, N failed" over all of them.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+dlock_install_packages
+
+passed=0
+failed=0
+status=0
+
+# run_suite NAME BUILD_DIR [ctest args...]
+run_suite() {
+  local name=$1 dir=$2
+  shift 2
+  echo "=== $name"
+  local log
+  log=$(mktemp)
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|FAIL' || true
+  local line
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "dlock: $name ran no test" >&2
+    tail -n 30 "$log"
+    failed=$((failed + 1))
+    status=1
+  else
+    local f t
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/')
+    t=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
+    passed=$((passed + t - f))
+    failed=$((failed + f))
+    [ "$f" -eq 0 ] || { status=1; sed -n '/The following tests FAILED/,$p' "$log"; }
+  fi
+  rm -f "$log"
+}
+
+B=$DLOCK_ROOT/build
+echo "=== building (plain, ASan+UBSan, TSan)"
+dlock_build "$B/plain" || exit 1
+dlock_build "$B/asan" -DDLOCK_SANITIZE=address || exit 1
+dlock_build "$B/tsan" -DDLOCK_SANITIZE=thread || exit 1
+dlock_build "$B/valgrind" -DCMAKE_BUILD_TYPE=Debug \
+  "-DDLOCK_TEST_WRAPPER=valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no" || exit 1
+
+run_suite "plain build" "$B/plain" -j 2
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 2
+TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
+  run_suite "ThreadSanitizer" "$B/tsan" -j 2 -L 'unit|integration'
+# Valgrind slows everything ~20x: timing bounds in the tests scale with this.
+DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/valgrind" -j 2 -L 'unit|integration'
+
+echo "$passed passed, $failed failed"
+exit $status
