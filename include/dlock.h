@@ -57,7 +57,10 @@ extern "C" {
   XX(ECLOSED,    -21, "client is shutting down")                                   \
   XX(EREADONLY,  -22, "Redis is a read-only replica")                              \
   XX(ESERVEROOM, -23, "Redis is out of memory (maxmemory)")                        \
-  XX(ECANCELED,  -24, "wait was canceled")
+  XX(ECANCELED,  -24, "wait was canceled")                                         \
+  XX(ECRON,      -25, "invalid cron expression")                                   \
+  XX(ETZ,        -26, "unknown or unreadable time zone")                           \
+  XX(ETIME,      -27, "invalid time")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -261,6 +264,124 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
  * and record it if not lower. 0: admitted (token >= highest seen);
  * DLOCK_ESTALE: a newer holder has written since, reject the write. */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
+
+/* ---- Cron and time (pure, no I/O but zoneinfo files) ---- */
+
+/* Accept the 5-field Unix form "m h dom mon dow" (day-of-week 0-7, 0 and 7 =
+ * Sunday) besides Quartz's 6 or 7 fields. See docs/cron.md. */
+#define DLOCK_CRON_UNIX 1u
+
+/* The next 'n' fire times of the Quartz cron 'expr' strictly after
+ * 'after_unix_s', with its fields read as wall time in the IANA zone 'tz'
+ * (NULL: UTC). Writes up to 'n' times to 'out' and returns how many (fewer
+ * when the expression stops firing), or DLOCK_ECRON (the message names the
+ * field and column), DLOCK_ETZ, DLOCK_EINVAL. */
+DLOCK_API int dlock_cron_next(const char *expr, const char *tz, unsigned flags, int64_t after_unix_s,
+                              int64_t *out, int n);
+
+/* 'unix_s' as ISO 8601 with the offset in 'tz' (NULL: UTC), e.g.
+ * "2026-03-29T03:00:00+02:00". 'len' >= 32 is always enough. */
+DLOCK_API int dlock_time_format(int64_t unix_s, const char *tz, char *buf, size_t len);
+
+/* Parse ISO 8601 ("2026-03-29T02:30:00+01:00", "...Z", or wall time in 'tz')
+ * or "@EPOCH" into seconds since the epoch. DLOCK_ETIME on bad input. */
+DLOCK_API int dlock_time_parse(const char *text, const char *tz, int64_t *unix_s);
+
+/* ---- Scheduler: jobs that run once per tick across a fleet ---- */
+
+typedef struct dlock_sched dlock_sched;
+
+/* What a job's callback learns about the tick it runs. */
+typedef struct dlock_tick {
+  const char *job;
+  int64_t scheduled_unix_ms; /* the tick: its scheduled fire time */
+  uint64_t fence;            /* fencing token of this run */
+  const char *node;          /* this scheduler's node name */
+} dlock_tick;
+
+/* A job. Returns 0 on success; anything else is recorded as a failure. */
+typedef int (*dlock_job_fn)(const dlock_tick *tick, void *arg);
+
+typedef enum dlock_sched_event_kind {
+  DLOCK_SCHED_RAN = 1,           /* this node ran the tick ('status' is the job's result) */
+  DLOCK_SCHED_SKIPPED = 2,       /* another node claimed the tick ('node' says which) */
+  DLOCK_SCHED_SKIPPED_BUSY = 3,  /* the previous run still held the job lock: no overlap */
+  DLOCK_SCHED_SKIPPED_POOL = 4,  /* every worker of this node was busy; left to other nodes */
+  DLOCK_SCHED_MISFIRED = 5,      /* the tick was too late to run (see docs/scheduler.md) */
+  DLOCK_SCHED_ERROR = 6          /* Redis failed; 'status' and 'message' say how */
+} dlock_sched_event_kind;
+
+typedef struct dlock_sched_event {
+  dlock_sched_event_kind kind;
+  const char *job;
+  int64_t scheduled_unix_ms;
+  const char *node;     /* who ran or claimed the tick */
+  uint64_t fence;
+  int64_t duration_ms;  /* RAN: how long the run took */
+  int status;           /* RAN: the job's result; ERROR: a DLOCK_E* code */
+  const char *message;  /* ERROR: detail */
+} dlock_sched_event;
+
+typedef struct dlock_sched_options {
+  int pool_size;           /* worker threads; 0: 1 (as Spring's default) */
+  const char *node_name;   /* NULL: "<hostname>:<pid>" */
+  /* Called for every tick outcome, from scheduler threads. May be NULL. */
+  void (*on_event)(const dlock_sched_event *ev, void *arg);
+  void *on_event_arg;
+} dlock_sched_options;
+
+typedef struct dlock_job_options {
+  /* The job lock's lease: a run (or a crashed runner) blocks later ticks at
+   * most this long. 0: 10 minutes. */
+  int64_t lock_at_most_for_ms;
+  /* Keep the job lock at least this long after a run starts, even if the
+   * run ends sooner. 0: release at the end. */
+  int64_t lock_at_least_for_ms;
+  int allow_overlap;       /* 1: a tick may start while the previous run goes on */
+  const char *time_zone;   /* cron only: IANA zone; NULL: UTC */
+  unsigned cron_flags;     /* cron only: DLOCK_CRON_UNIX */
+  int history_len;         /* runs kept in Redis; 0: 100 */
+} dlock_job_options;
+
+DLOCK_API void dlock_sched_options_init(dlock_sched_options *opts);
+DLOCK_API void dlock_job_options_init(dlock_job_options *opts);
+
+/* A scheduler on client 'c' ('opts' may be NULL). Add jobs, then start. */
+DLOCK_API int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_options *opts);
+
+/* Add a job named 'job' (a lock name) fired by a Quartz cron expression. */
+DLOCK_API int dlock_sched_add_cron(dlock_sched *s, const char *job, const char *expr,
+                                   const dlock_job_options *opts, dlock_job_fn fn, void *arg);
+/* Fixed rate: ticks every 'period_ms' on the epoch-aligned grid, so all nodes
+ * agree on them. Ticks missed while nothing could run are skipped. */
+DLOCK_API int dlock_sched_add_fixed_rate(dlock_sched *s, const char *job, int64_t period_ms,
+                                         const dlock_job_options *opts, dlock_job_fn fn, void *arg);
+/* Fixed delay: a run starts 'delay_ms' after the previous run (on any node)
+ * ended, measured on the Redis server's clock. */
+DLOCK_API int dlock_sched_add_fixed_delay(dlock_sched *s, const char *job, int64_t delay_ms,
+                                          const dlock_job_options *opts, dlock_job_fn fn, void *arg);
+
+DLOCK_API int dlock_sched_start(dlock_sched *s);
+
+/* Stop firing new ticks and wait up to 'timeout_ms' for running jobs.
+ * DLOCK_ETIMEDOUT if some still run then (they finish in the background). */
+DLOCK_API int dlock_sched_stop(dlock_sched *s, int64_t timeout_ms);
+
+/* Stops (waiting for running jobs without limit) and frees. NULL is a no-op. */
+DLOCK_API void dlock_sched_free(dlock_sched *s);
+
+/* One entry of a job's run history, newest first. */
+typedef struct dlock_run_record {
+  char node[128];
+  uint64_t fence;
+  int64_t scheduled_unix_ms;
+  int64_t start_unix_ms;     /* server clock */
+  int64_t duration_ms;       /* -1 for a skipped tick */
+  char outcome[64];          /* "ok", "failed: 3", "skipped: previous run still going" */
+} dlock_run_record;
+
+/* Up to 'max' most recent records of 'job'; returns how many. */
+DLOCK_API int dlock_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
 
 #ifdef __cplusplus
 }

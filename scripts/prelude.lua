@@ -74,3 +74,18 @@ local function dlock_grant_next(keys, now_ms, now_us)
   return false
 end
 
+-- Record one run of a scheduled job (newest first, bounded length).
+local function dlock_history(key, node, fence, tick, start, duration, outcome, maxlen)
+  redis.call('LPUSH', key, node .. '|' .. fence .. '|' .. tick .. '|' .. start .. '|' .. duration .. '|' .. outcome)
+  redis.call('LTRIM', key, 0, tonumber(maxlen) - 1)
+  redis.call('PEXPIRE', key, FENCE_TTL_MS)
+end
+
+-- The last tick claimed for a job ("tick_ms|node"), as a number and a node.
+local function dlock_last_tick(key)
+  local rec = redis.call('GET', key)
+  if not rec then return 0, '' end
+  local tick, node = string.match(rec, '^(%d+)|(.*)$')
+  return tonumber(tick) or 0, node or ''
+end
+

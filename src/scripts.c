@@ -12,7 +12,8 @@
 #include "internal.h"
 
 extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
-    dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[];
+    dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
+    dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[];
 
 static const struct {
   const char *name;
@@ -25,6 +26,10 @@ static const struct {
     [DLOCK__SCRIPT_INFO] = {"info", dlock__lua_info},
     [DLOCK__SCRIPT_FORCE_RELEASE] = {"force_release", dlock__lua_force_release},
     [DLOCK__SCRIPT_GUARD] = {"guard", dlock__lua_guard},
+    [DLOCK__SCRIPT_SCHED_CLAIM] = {"sched_claim", dlock__lua_sched_claim},
+    [DLOCK__SCRIPT_SCHED_DELAY] = {"sched_delay", dlock__lua_sched_delay},
+    [DLOCK__SCRIPT_SCHED_FINISH] = {"sched_finish", dlock__lua_sched_finish},
+    [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];

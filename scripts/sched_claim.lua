@@ -1,0 +1,28 @@
+-- sched_claim.lua: claim one tick of a scheduled job (cron or fixed rate).
+-- KEYS: 1-5 the job lock's keys, 6 last claimed tick, 7 history.
+-- ARGV: 1 tick_ms, 2 token, 3 lock_at_most_for_ms, 4 node, 5 allow overlap ('1'/'0'),
+--       6 history length.
+-- A tick is claimed at most once: a node whose clock lags finds it taken. The
+-- job lock keeps runs from overlapping; a tick that finds it held is consumed
+-- as skipped. Returns {1, fence, start_ms}, {0, 'claimed', node} or {0, 'busy', holder}.
+local tick = tonumber(ARGV[1])
+local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
+    or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[7], 'list')
+if bad then return bad end
+local last, who = dlock_last_tick(KEYS[6])
+if last >= tick then return {0, 'claimed', who} end
+local now_ms, now_us = dlock_now()
+redis.call('SET', KEYS[6], dlock_num(tick) .. '|' .. ARGV[4], 'PX', FENCE_TTL_MS)
+if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
+  local holder = redis.call('HGET', KEYS[3], 'info') or '?'
+  dlock_history(KEYS[7], ARGV[4], '0', dlock_num(tick), dlock_num(now_ms), '-1',
+                'skipped: previous run still going', ARGV[6])
+  return {0, 'busy', holder}
+end
+local f
+if ARGV[5] == '1' then
+  f = dlock_next_fence(KEYS[2], now_us)
+else
+  f = dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us)
+end
+return {1, dlock_num(f), dlock_num(now_ms)}

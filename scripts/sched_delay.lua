@@ -1,0 +1,27 @@
+-- sched_delay.lua: claim the next run of a fixed-delay job, due 'delay' after the
+-- previous run ended on any node (server clock, so node clocks do not matter).
+-- KEYS: 1-5 the job lock's keys, 6 last claimed tick, 7 history, 8 last end.
+-- ARGV: 1 delay_ms, 2 token, 3 lock_at_most_for_ms, 4 node.
+-- Returns {1, fence, start_ms, tick_ms}, {0, 'running', holder} or {0, 'wait', ms}.
+local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
+    or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[8], 'string')
+if bad then return bad end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, 'running', redis.call('HGET', KEYS[3], 'info') or '?'}
+end
+local now_ms, now_us = dlock_now()
+local last = dlock_last_tick(KEYS[6])
+local lastend = tonumber(redis.call('GET', KEYS[8]) or '0') or 0
+if last > lastend then
+  -- The last run was claimed but never finished, and its lock is gone: its
+  -- runner died. Count its end as now.
+  lastend = now_ms
+  redis.call('SET', KEYS[8], dlock_num(lastend), 'PX', FENCE_TTL_MS)
+end
+local due = now_ms
+if lastend > 0 then due = lastend + tonumber(ARGV[1]) end
+if now_ms < due then return {0, 'wait', dlock_num(due - now_ms)} end
+if due <= last then due = last + 1 end
+redis.call('SET', KEYS[6], dlock_num(due) .. '|' .. ARGV[4], 'PX', FENCE_TTL_MS)
+local f = dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us)
+return {1, dlock_num(f), dlock_num(now_ms), dlock_num(due)}
