@@ -178,17 +178,12 @@ void dlock_mutex_free(dlock_mutex *m) {
   if (!m) return;
   pthread_mutex_lock(&m->mu);
   int held = m->busy && m->hold_count > 0;
-  if (held) m->hold_count = 1;
-  pthread_t owner = m->owner;
-  pthread_mutex_unlock(&m->mu);
-  if (held) {
-    /* Release as the owner would; the result does not matter any more. */
-    pthread_mutex_lock(&m->mu);
+  if (held) { /* release every hold, as the owner would */
+    m->hold_count = 1;
     m->owner = pthread_self();
-    pthread_mutex_unlock(&m->mu);
-    (void)owner;
-    dlock_mutex_release(m);
   }
+  pthread_mutex_unlock(&m->mu);
+  if (held) dlock_mutex_release(m);
   dlock__watchdog_remove(m->client, m);
   dlock__subscriber_unwatch(m->client, m);
   if (m->lost_fd >= 0) close(m->lost_fd);
@@ -627,6 +622,8 @@ int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms, int (*fn
   if (lost != DLOCK_LOST_NONE)
     return dlock__error(DLOCK_ELOST, "lock '%s' was lost while the function ran: %s", name,
                         dlock_lost_reason_str(lost));
-  if (rel == DLOCK_ENOTHELD) return DLOCK_ELOST;
+  if (rel == DLOCK_ENOTHELD)
+    return dlock__error(DLOCK_ELOST, "lock '%s' was no longer held at release: its lease ran out while "
+                        "the function ran", name);
   return result;
 }
