@@ -166,7 +166,7 @@ typedef struct dlock_mutex_options {
   dlock_lost_cb on_lost;
   void *on_lost_arg;
   /* Free text stored next to the lock while held (who holds it), shown by
-   * dlock_lock_info(). NULL: none. At most 1024 bytes. */
+   * dlock_lock_info_get(). NULL: none. At most 1024 bytes. */
   const char *owner_info;
 } dlock_mutex_options;
 

@@ -356,7 +356,8 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
       rc = dlock__error(DLOCK_EBUSY, "held by another owner for the whole wait (%lld ms)", (long long)wait_ms);
       break;
     }
-    int64_t recheck = value > 0 && value < RECHECK_CAP_MS ? value + 1 : RECHECK_CAP_MS;
+    /* PTTL 0 (about to expire) or -2 (just gone): look again at once. */
+    int64_t recheck = value != -1 && value < RECHECK_CAP_MS ? (value > 0 ? value + 1 : 1) : RECHECK_CAP_MS;
     dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
     if (wait_for_wakeup(m, until)) {
       undo_acquire(m);

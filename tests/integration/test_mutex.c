@@ -316,6 +316,26 @@ TEST(a_holder_killed_with_sigkill_frees_the_lock_after_its_lease) {
   dlock_client_free(c);
 }
 
+TEST(a_waiter_takes_an_expired_lease_promptly_not_at_its_next_recheck) {
+  dlock_client *c = client();
+  /* The holder never releases; the waiter must notice the expiry by its
+   * lease-bounded re-check, never as late as the 5 s cap. Repeated because
+   * the re-check sometimes lands when the key has under 1 ms left. */
+  for (int i = 0; i < 6; i++) {
+    dlock_mutex *holder = mutex(c, "t:expiry", 300), *waiter = mutex(c, "t:expiry", 10000);
+    ASSERT_OK(dlock_mutex_acquire(holder, 0));
+    long long t0 = th_now_ms();
+    ASSERT_OK(dlock_mutex_acquire(waiter, 20000));
+    long long took = th_now_ms() - t0;
+    if (took > 300 + 2000) TEST_FAIL("round %d: acquired %lld ms after a 300 ms lease", i, took);
+    ASSERT_OK(dlock_mutex_release(waiter));
+    dlock_mutex_free(waiter);
+    ASSERT_STATUS(dlock_mutex_release(holder), DLOCK_ENOTHELD);
+    dlock_mutex_free(holder);
+  }
+  dlock_client_free(c);
+}
+
 TEST(fences_rise_across_flushall_and_a_restart_without_persistence) {
   dlock_client *c = client();
   dlock_mutex *m = mutex(c, "t:fence", 10000);

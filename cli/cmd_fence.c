@@ -1,0 +1,78 @@
+/*
+ * cmd_fence.c - "dlock fence check RESOURCE TOKEN": dlock_guard_check() for
+ * shell pipelines. Exit 0 means "admitted, write", 1 "stale, do not": the
+ * shell's own true/false, so that "dlock fence check ... && write" reads
+ * naturally. Errors use the usual codes (64, 69, 70), never 0 or 1.
+ */
+#include <string.h>
+
+#include "cli.h"
+
+enum { OPT_URL = 1, OPT_QUIET };
+
+static const cli_opt fence_opts[] = {
+  {"url", 0, 1, OPT_URL},
+  {"quiet", 'q', 0, OPT_QUIET},
+  {NULL, 0, 0, 0},
+};
+
+int cmd_fence(int argc, char **argv)
+{
+  cli_args args;
+  const char *arg;
+  const char *url = NULL;
+  const char *pos[3] = {NULL, NULL, NULL};
+  int npos = 0;
+  int quiet = 0;
+  int id;
+
+  cli_args_init(&args, argc, argv, "fence");
+  while ((id = cli_next_opt(&args, fence_opts, &arg)) != CLI_OPT_DONE) {
+    if (id == CLI_OPT_ERROR)
+      return CLI_EXIT_USAGE;
+    if (id == OPT_URL) {
+      url = arg;
+    } else if (id == OPT_QUIET) {
+      quiet = 1;
+    } else if (id == CLI_OPT_POSITIONAL && npos < 3) {
+      pos[npos++] = arg;
+    } else if (id == CLI_OPT_POSITIONAL) {
+      return cli_usage_error("fence", "unexpected argument '%s'", arg);
+    }
+  }
+  if (npos == 0)
+    return cli_usage_error("fence", "missing action: dlock fence check RESOURCE TOKEN");
+  if (strcmp(pos[0], "check") != 0)
+    return cli_usage_error("fence", "unknown fence action '%s' (only 'check')", pos[0]);
+  if (npos < 3)
+    return cli_usage_error("fence", "usage: dlock fence check RESOURCE TOKEN");
+  uint64_t token;
+  if (cli_parse_u64(pos[2], UINT64_MAX, &token) != 0 || token == 0) {
+    return cli_usage_error("fence", "bad token '%s' (a positive decimal number, "
+                                    "e.g. $DLOCK_FENCE)", pos[2]);
+  }
+
+  dlock_client *c;
+  int rc = cli_connect(url, &c);
+  if (rc != 0)
+    return rc;
+  int st = dlock_guard_check(c, pos[1], token);
+  if (st == 0) {
+    if (!quiet)
+      printf("admitted: token %llu for '%s'\n", (unsigned long long)token, pos[1]);
+    rc = CLI_EXIT_OK;
+  } else if (st == DLOCK_ESTALE) {
+    if (!quiet) {
+      printf("stale: token %llu for '%s' is older than one already used\n",
+             (unsigned long long)token, pos[1]);
+    }
+    rc = CLI_EXIT_STALE;
+  } else {
+    rc = cli_report(st, dlock_last_error(), "fence check of '%s'", pos[1]);
+    /* A stale token maps to 1; no error may pass for "stale" or "ok". */
+    if (rc == CLI_EXIT_OK || rc == CLI_EXIT_STALE)
+      rc = CLI_EXIT_SOFTWARE;
+  }
+  dlock_client_free(c);
+  return rc;
+}

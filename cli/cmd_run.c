@@ -1,0 +1,886 @@
+/*
+ * cmd_run.c - "dlock run NAME -- COMMAND": hold a lock for the life of a
+ * command. The library ties a hold to the thread that acquired it, so one
+ * thread owns the lock (acquire ... release) while the main thread waits in
+ * poll() on a signalfd (signals and child exits), that thread's pipe and the
+ * lock's lost fd. Nothing here runs inside a signal handler.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+typedef enum on_lost { ON_LOST_TERM, ON_LOST_KILL, ON_LOST_IGNORE } on_lost;
+
+typedef struct run_opts {
+  const char *url;
+  const char *name;
+  int64_t wait_ms;
+  int64_t lease_ms;
+  int64_t grace_ms;
+  on_lost lost_action;
+  int shell;
+  int quiet;
+  int verbose;
+  int conflict_code;
+  char **cmd; /* NULL-terminated, from argv */
+  int ncmd;
+} run_opts;
+
+enum {
+  OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
+  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE
+};
+
+static const cli_opt run_table[] = {
+  {"url", 0, 1, OPT_URL},
+  {"wait", 'w', 1, OPT_WAIT},
+  {"lease", 'l', 1, OPT_LEASE},
+  {"on-lost", 0, 1, OPT_ON_LOST},
+  {"grace", 0, 1, OPT_GRACE},
+  {"shell", 0, 0, OPT_SHELL},
+  {"conflict-exit-code", 'E', 1, OPT_CONFLICT},
+  {"quiet", 'q', 0, OPT_QUIET},
+  {"verbose", 'v', 0, OPT_VERBOSE},
+  {NULL, 0, 0, 0},
+};
+
+/* ---- Parsing ---- */
+
+static int duration_arg(const char *opt, const char *text, int zero_ok, int64_t *ms)
+{
+  if (cli_parse_duration(text, ms) != 0) {
+    return cli_usage_error("run", "--%s: bad duration '%s' (use e.g. 250ms, 10s, 5m, "
+                                  "1h)", opt, text);
+  }
+  if (*ms == 0 && !zero_ok)
+    return cli_usage_error("run", "--%s: must be more than 0", opt);
+  return 0;
+}
+
+static int parse_run(int argc, char **argv, run_opts *o)
+{
+  cli_args args;
+  const char *arg;
+  int id;
+  int dashdash = 0;
+
+  memset(o, 0, sizeof *o);
+  o->wait_ms = DLOCK_WAIT_FOREVER;
+  o->lease_ms = 30000;
+  o->grace_ms = 5000;
+  o->lost_action = ON_LOST_TERM;
+  o->conflict_code = CLI_EXIT_BUSY;
+
+  cli_args_init(&args, argc, argv, "run");
+  while (!dashdash && (id = cli_next_opt(&args, run_table, &arg)) != CLI_OPT_DONE) {
+    int rc = 0;
+    uint64_t n;
+    switch (id) {
+    case CLI_OPT_ERROR:
+      return CLI_EXIT_USAGE;
+    case CLI_OPT_DASHDASH:
+      dashdash = 1;
+      break;
+    case CLI_OPT_POSITIONAL:
+      if (o->name != NULL) {
+        return cli_usage_error("run", "missing '--' before the command '%s'", arg);
+      }
+      o->name = arg;
+      break;
+    case OPT_URL:
+      o->url = arg;
+      break;
+    case OPT_WAIT:
+      rc = duration_arg("wait", arg, 1, &o->wait_ms);
+      break;
+    case OPT_LEASE:
+      rc = duration_arg("lease", arg, 0, &o->lease_ms);
+      break;
+    case OPT_GRACE:
+      rc = duration_arg("grace", arg, 1, &o->grace_ms);
+      break;
+    case OPT_ON_LOST:
+      if (strcmp(arg, "term") == 0) {
+        o->lost_action = ON_LOST_TERM;
+      } else if (strcmp(arg, "kill") == 0) {
+        o->lost_action = ON_LOST_KILL;
+      } else if (strcmp(arg, "ignore") == 0) {
+        o->lost_action = ON_LOST_IGNORE;
+      } else {
+        rc = cli_usage_error("run", "--on-lost: '%s' is not one of term, kill, ignore",
+                             arg);
+      }
+      break;
+    case OPT_SHELL:
+      o->shell = 1;
+      break;
+    case OPT_CONFLICT:
+      if (cli_parse_u64(arg, 255, &n) != 0)
+        rc = cli_usage_error("run", "--conflict-exit-code: '%s' is not 0..255", arg);
+      else
+        o->conflict_code = (int)n;
+      break;
+    case OPT_QUIET:
+      o->quiet = 1;
+      break;
+    case OPT_VERBOSE:
+      o->verbose = 1;
+      break;
+    default:
+      /* ids are ints from run_table, not an enum */
+      rc = cli_usage_error("run", "internal: unhandled option");
+      break;
+    }
+    if (rc != 0)
+      return rc;
+  }
+  if (o->name == NULL)
+    return cli_usage_error("run", "missing lock NAME");
+  if (!dashdash)
+    return cli_usage_error("run", "missing '--' and COMMAND after NAME");
+  o->cmd = argv + args.index;
+  o->ncmd = argc - args.index;
+  if (o->ncmd == 0)
+    return cli_usage_error("run", "missing COMMAND after '--'");
+  if (o->shell && o->ncmd != 1) {
+    return cli_usage_error("run", "--shell takes COMMAND as one string: "
+                                  "--shell NAME -- 'cmd1 | cmd2'");
+  }
+  return 0;
+}
+
+/* ---- Finding the program ---- */
+
+/* Like a shell: 127 when nothing is found, 126 when only a file that cannot
+ * be executed is. Done before the lock is taken, so that a typo does not
+ * wait its turn just to fail. */
+static int resolve_program(const char *file, char *out, size_t len)
+{
+  struct stat st;
+
+  if (strchr(file, '/') != NULL) {
+    if (stat(file, &st) != 0) {
+      fprintf(stderr, "dlock: %s: %s\n", file, strerror(errno));
+      return errno == ENOENT || errno == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
+    }
+    if (S_ISDIR(st.st_mode) || access(file, X_OK) != 0) {
+      fprintf(stderr, "dlock: %s: %s\n", file,
+              S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
+      return CLI_EXIT_NOEXEC;
+    }
+    snprintf(out, len, "%s", file);
+    return 0;
+  }
+
+  const char *path = getenv("PATH");
+  if (path == NULL || path[0] == '\0')
+    path = "/usr/local/bin:/usr/bin:/bin";
+  int not_executable = 0;
+  for (const char *p = path;;) {
+    size_t dirlen = strcspn(p, ":");
+    char candidate[4096];
+    /* An empty PATH element means the current directory. */
+    if (dirlen == 0)
+      snprintf(candidate, sizeof candidate, "./%s", file);
+    else
+      snprintf(candidate, sizeof candidate, "%.*s/%s", (int)dirlen, p, file);
+    if (stat(candidate, &st) == 0 && S_ISREG(st.st_mode)) {
+      if (access(candidate, X_OK) == 0) {
+        snprintf(out, len, "%s", candidate);
+        return 0;
+      }
+      not_executable = 1;
+    }
+    if (p[dirlen] == '\0')
+      break;
+    p += dirlen + 1;
+  }
+  if (not_executable) {
+    fprintf(stderr, "dlock: %s: permission denied\n", file);
+    return CLI_EXIT_NOEXEC;
+  }
+  fprintf(stderr, "dlock: %s: command not found\n", file);
+  return CLI_EXIT_NOTFOUND;
+}
+
+/* ---- What the child gets ---- */
+
+/* Everything the child needs, built before fork(): after fork() in a
+ * process with threads only async-signal-safe calls are allowed, so no
+ * malloc, no setenv and no PATH search there. */
+typedef struct child_plan {
+  char path[4096];
+  char **argv;    /* what execve() gets */
+  char **sh_argv; /* fallback for a script without "#!" (ENOEXEC) */
+  char **envp;
+  char env_name[DLOCK_MAX_NAME_LEN + 16];
+  char env_fence[64];
+  char *env_url;
+} child_plan;
+
+static void plan_free(child_plan *p)
+{
+  free(p->argv);
+  free(p->sh_argv);
+  free(p->envp);
+  free(p->env_url);
+}
+
+static int plan_build(child_plan *p, const run_opts *o, uint64_t fence)
+{
+  size_t nenv = 0;
+
+  for (char **e = environ; *e != NULL; e++)
+    nenv++;
+  p->argv = calloc((size_t)o->ncmd + 4, sizeof *p->argv);
+  p->sh_argv = calloc((size_t)o->ncmd + 4, sizeof *p->sh_argv);
+  p->envp = calloc(nenv + 4, sizeof *p->envp);
+  const char *url = cli_effective_url(o->url);
+  size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
+  p->env_url = malloc(urllen);
+  if (p->argv == NULL || p->sh_argv == NULL || p->envp == NULL || p->env_url == NULL)
+    return -1;
+
+  if (o->shell) {
+    snprintf(p->path, sizeof p->path, "/bin/sh");
+    p->argv[0] = (char *)"sh";
+    p->argv[1] = (char *)"-c";
+    p->argv[2] = o->cmd[0];
+  } else {
+    for (int i = 0; i < o->ncmd; i++)
+      p->argv[i] = o->cmd[i];
+  }
+  /* What a shell does with an executable file that is not a binary. */
+  p->sh_argv[0] = (char *)"sh";
+  p->sh_argv[1] = p->path;
+  for (int i = 1; p->argv[i] != NULL; i++)
+    p->sh_argv[i + 1] = p->argv[i];
+
+  snprintf(p->env_name, sizeof p->env_name, "DLOCK_NAME=%s", o->name);
+  snprintf(p->env_fence, sizeof p->env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
+  snprintf(p->env_url, urllen, "DLOCK_URL=%s", url);
+  size_t n = 0;
+  for (char **e = environ; *e != NULL; e++) {
+    if (strncmp(*e, "DLOCK_NAME=", 11) == 0 || strncmp(*e, "DLOCK_FENCE=", 12) == 0 ||
+        strncmp(*e, "DLOCK_URL=", 10) == 0)
+      continue;
+    p->envp[n++] = *e;
+  }
+  p->envp[n++] = p->env_name;
+  p->envp[n++] = p->env_fence;
+  p->envp[n++] = p->env_url;
+  return 0;
+}
+
+/* "dlock-run host=H pid=P user=U cmd=ARGS": parsed back by cmd_status.c.
+ * Arguments with blanks or quotes are single-quoted as a shell would need. */
+static void owner_info_format(const run_opts *o, char *buf, size_t len)
+{
+  char host[256] = "?";
+  char pwbuf[1024];
+  struct passwd pw;
+  struct passwd *pwp = NULL;
+  const char *user = "?";
+
+  gethostname(host, sizeof host - 1);
+  if (getpwuid_r(geteuid(), &pw, pwbuf, sizeof pwbuf, &pwp) == 0 && pwp != NULL)
+    user = pwp->pw_name;
+  size_t used = (size_t)snprintf(buf, len, "dlock-run host=%s pid=%ld user=%s cmd=",
+                                 host, (long)getpid(), user);
+  for (int i = 0; i < o->ncmd && used + 8 < len; i++) {
+    const char *a = o->cmd[i];
+    int quote = a[0] == '\0' || strpbrk(a, " \t'\"\\$`") != NULL;
+    if (i > 0)
+      buf[used++] = ' ';
+    if (quote)
+      buf[used++] = '\'';
+    for (; *a != '\0' && used + 6 < len; a++) {
+      if (*a == '\'' && quote) {
+        memcpy(buf + used, "'\\''", 4);
+        used += 4;
+      } else {
+        /* One line of text: control bytes would garble status output. */
+        buf[used++] = (unsigned char)*a < 0x20 ? '?' : *a;
+      }
+    }
+    if (quote)
+      buf[used++] = '\'';
+  }
+  if (used + 1 > len)
+    used = len - 1;
+  buf[used] = '\0';
+}
+
+/* ---- The lock thread ---- */
+
+typedef struct lock_thread {
+  pthread_t tid;
+  dlock_mutex *m;
+  int64_t wait_ms;
+  int notify_r, notify_w; /* one byte per finished step */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int release_now;
+  int acquire_rc;
+  int release_rc;
+  dlock_mono_ms waited_ms;
+} lock_thread;
+
+static void *lock_thread_main(void *arg)
+{
+  lock_thread *t = arg;
+  dlock_mono_ms t0 = dlock_mono_now();
+  int rc = dlock_mutex_acquire(t->m, t->wait_ms);
+  dlock_mono_ms t1 = dlock_mono_now();
+
+  pthread_mutex_lock(&t->mu);
+  t->acquire_rc = rc;
+  t->waited_ms = t1 - t0;
+  pthread_mutex_unlock(&t->mu);
+  (void)!write(t->notify_w, "a", 1);
+
+  pthread_mutex_lock(&t->mu);
+  while (!t->release_now)
+    pthread_cond_wait(&t->cv, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+
+  int rel = 0;
+  if (rc == 0)
+    rel = dlock_mutex_release(t->m);
+  pthread_mutex_lock(&t->mu);
+  t->release_rc = rel;
+  pthread_mutex_unlock(&t->mu);
+  (void)!write(t->notify_w, "r", 1);
+  return NULL;
+}
+
+/* Wait for the thread's next byte. Signals stay queued in the signalfd. */
+static void lock_thread_wait(lock_thread *t)
+{
+  char b;
+  for (;;) {
+    ssize_t n = read(t->notify_r, &b, 1);
+    if (n == 1 || (n < 0 && errno != EINTR))
+      return;
+    if (n == 0)
+      return;
+  }
+}
+
+/* Release (if held), join and return release's status. */
+static int lock_thread_finish(lock_thread *t)
+{
+  pthread_mutex_lock(&t->mu);
+  t->release_now = 1;
+  pthread_cond_signal(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  lock_thread_wait(t);
+  pthread_join(t->tid, NULL);
+  pthread_mutex_lock(&t->mu);
+  int rc = t->release_rc;
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+/* ---- Signals ---- */
+
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP};
+
+typedef struct sig_setup {
+  sigset_t watched; /* blocked and read through the signalfd */
+  sigset_t old_mask; /* restored in the child */
+  int fd;
+  /* The controlling terminal when dlock runs in its foreground: the command
+   * gets the foreground (so it can read the terminal, and Ctrl-C reaches it
+   * directly), and dlock takes it back when the command stops or ends. */
+  int tty;
+} sig_setup;
+
+static int signals_start(sig_setup *s)
+{
+  struct sigaction sa;
+
+  sigemptyset(&s->watched);
+  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) {
+    /* Respect nohup and "cmd &" in scripts: a signal ignored at start
+     * stays ignored (the child inherits that too). */
+    if (sigaction(forwarded[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+      continue;
+    sigaddset(&s->watched, forwarded[i]);
+  }
+  /* SIGCHLD set to SIG_IGN by our parent would make the kernel reap the
+   * child for us, and its status would be lost. */
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGCHLD, &sa, NULL);
+  sigaddset(&s->watched, SIGCHLD);
+
+  /* Blocked before any thread exists (the client starts some), so that every
+   * thread inherits the mask and the signals wait for the signalfd. */
+  /* SIGTTOU blocked too: it lets a background dlock take the terminal back
+   * with tcsetpgrp() (POSIX allows that when SIGTTOU is blocked). It never
+   * reaches the signalfd; the child gets the old mask back. */
+  sigset_t block = s->watched;
+  sigaddset(&block, SIGTTOU);
+  if (pthread_sigmask(SIG_BLOCK, &block, &s->old_mask) != 0)
+    return -1;
+  s->tty = -1;
+  if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())
+    s->tty = STDIN_FILENO;
+  s->fd = signalfd(-1, &s->watched, SFD_CLOEXEC | SFD_NONBLOCK);
+  return s->fd < 0 ? -1 : 0;
+}
+
+/* Reap what has ended. Sets *done and *status when 'child' has ended and
+ * returns 1 when it was stopped (Ctrl-Z), else 0. */
+static int reap(pid_t child, int *done, int *status)
+{
+  int st;
+  int stopped = 0;
+  pid_t p;
+
+  /* As subreaper we also inherit orphaned grandchildren: reap them too. */
+  while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0) {
+    if (p == child && WIFSTOPPED(st)) {
+      stopped = 1;
+    } else if (p == child) {
+      *done = 1;
+      *status = st;
+    }
+  }
+  return stopped;
+}
+
+/* Read every queued signal. SIGCHLD reaps; the others are returned through
+ * 'last' (0 when none came). */
+static int drain_signals(int fd, pid_t child, int *done, int *status, int *last)
+{
+  struct signalfd_siginfo si;
+  int stopped = 0;
+
+  *last = 0;
+  while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
+    if ((int)si.ssi_signo == SIGCHLD) {
+      if (child > 0 && reap(child, done, status))
+        stopped = 1;
+    } else {
+      *last = (int)si.ssi_signo;
+    }
+  }
+  return stopped;
+}
+
+/* ---- Running the command ---- */
+
+/* The child's side of fork(): async-signal-safe calls only. */
+static void child_exec(const child_plan *p, const sig_setup *s, int errfd, pid_t parent)
+{
+  setpgid(0, 0);
+  /* If dlock itself is killed (SIGKILL, OOM killer) nobody renews the lease
+   * any more: the command must not run on unprotected. */
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent)
+    _exit(CLI_EXIT_SOFTWARE); /* dlock died before prctl() took effect */
+  if (s->tty >= 0)
+    tcsetpgrp(s->tty, getpid()); /* as the parent does: whoever runs first */
+  sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
+  execve(p->path, p->argv, p->envp);
+  int err = errno;
+  if (err == ENOEXEC) {
+    execve("/bin/sh", p->sh_argv, p->envp);
+    err = errno;
+  }
+  (void)!write(errfd, &err, sizeof err);
+  _exit(err == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
+}
+
+static pid_t spawn(const child_plan *p, const sig_setup *s, const char *shown)
+{
+  int errpipe[2];
+  int err = 0;
+
+  if (pipe2(errpipe, O_CLOEXEC) != 0) {
+    perror("dlock: pipe");
+    return -1;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("dlock: fork");
+    close(errpipe[0]);
+    close(errpipe[1]);
+    return -1;
+  }
+  if (pid == 0)
+    child_exec(p, s, errpipe[1], parent);
+  /* Both sides set the group, so that neither a signal we forward nor the
+   * child's own exec can run ahead of it. */
+  setpgid(pid, pid);
+  if (s->tty >= 0)
+    tcsetpgrp(s->tty, pid);
+  close(errpipe[1]);
+  /* EOF: execve() succeeded and closed the pipe (O_CLOEXEC). */
+  ssize_t n;
+  do {
+    n = read(errpipe[0], &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  close(errpipe[0]);
+  if (n == (ssize_t)sizeof err)
+    fprintf(stderr, "dlock: %s: %s\n", shown, strerror(err));
+  return pid;
+}
+
+static const char *signame(int sig)
+{
+  switch (sig) {
+  case SIGINT: return "SIGINT";
+  case SIGTERM: return "SIGTERM";
+  case SIGHUP: return "SIGHUP";
+  case SIGKILL: return "SIGKILL";
+  }
+  return "a signal";
+}
+
+static int64_t ms_until(dlock_mono_ms when)
+{
+  dlock_mono_ms now = dlock_mono_now();
+  return when > now ? when - now : 0;
+}
+
+/* After the child ended: stop whatever it left running in its group, so that
+ * no part of the job outlives the lock. */
+static void stop_group(pid_t pgid, const run_opts *o, int sigfd)
+{
+  int done = 0, status = 0, last;
+
+  /* Members that got the same signal as the child may still be on their
+   * way out (or be orphans waiting for us to reap them): a moment first. */
+  for (int i = 0; i < 20; i++) {
+    reap(-1, &done, &status);
+    if (kill(-pgid, 0) != 0)
+      return;
+    struct pollfd pfd = {sigfd, POLLIN, 0};
+    poll(&pfd, 1, 10);
+    drain_signals(sigfd, 0, &done, &status, &last);
+  }
+  if (!o->quiet) {
+    fprintf(stderr, "dlock: the command left processes in its group; sending SIGTERM\n");
+  }
+  kill(-pgid, SIGTERM);
+  kill(-pgid, SIGCONT); /* a stopped process would never see the SIGTERM */
+  dlock_mono_ms kill_at = dlock_mono_now() + o->grace_ms;
+  dlock_mono_ms give_up = kill_at + 10000;
+  int killed = 0;
+  while (kill(-pgid, 0) == 0) {
+    if (!killed && dlock_mono_now() >= kill_at) {
+      kill(-pgid, SIGKILL);
+      killed = 1;
+    }
+    if (dlock_mono_now() >= give_up) {
+      fprintf(stderr, "dlock: processes of group %ld survive SIGKILL; giving up\n",
+              (long)pgid);
+      return;
+    }
+    struct pollfd pfd = {sigfd, POLLIN, 0};
+    poll(&pfd, 1, 20);
+    drain_signals(sigfd, 0, &done, &status, &last);
+    reap(-1, &done, &status);
+  }
+}
+
+typedef struct run_state {
+  int lost;
+  int signal_got; /* last signal passed on */
+} run_state;
+
+/* Supervise the child until it has ended; returns its wait status. */
+static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, int tty,
+                     run_state *rs)
+{
+  int done = 0, status = 0, last = 0;
+  int lost_fd = dlock_mutex_lost_fd(m);
+  dlock_mono_ms kill_at = 0;
+
+  while (!done) {
+    struct pollfd pfd[2];
+    nfds_t n = 0;
+    pfd[n++] = (struct pollfd){sigfd, POLLIN, 0};
+    if (!rs->lost && lost_fd >= 0)
+      pfd[n++] = (struct pollfd){lost_fd, POLLIN, 0};
+    int64_t timeout = -1;
+    if (kill_at != 0)
+      timeout = ms_until(kill_at);
+    /* Backstop: past the validity deadline the hold must be taken as gone
+     * even if no news came from the watchdog. */
+    dlock_mono_ms valid_until = rs->lost ? 0 : dlock_mutex_valid_until(m);
+    if (valid_until != 0 && (timeout < 0 || ms_until(valid_until) < timeout))
+      timeout = ms_until(valid_until) + 1;
+    if (timeout > 60000)
+      timeout = 60000;
+    int r = poll(pfd, n, (int)timeout);
+    if (r < 0 && errno != EINTR) {
+      perror("dlock: poll");
+      kill(-pid, SIGKILL);
+      kill_at = 0;
+    }
+
+    int stopped = drain_signals(sigfd, pid, &done, &status, &last);
+    if (stopped && tty >= 0 && !done) {
+      /* Ctrl-Z stopped the command: stop too, so that the shell sees the
+       * job stopped, and carry on together after "fg" or "bg". */
+      tcsetpgrp(tty, getpgrp());
+      kill(getpid(), SIGSTOP);
+      if (tcgetpgrp(tty) == getpgrp())
+        tcsetpgrp(tty, pid); /* continued in the foreground */
+      kill(-pid, SIGCONT);
+    }
+    if (last != 0 && !done) {
+      rs->signal_got = last;
+      if (o->verbose)
+        fprintf(stderr, "dlock: passing %s to the command\n", signame(last));
+      kill(-pid, last);
+    }
+    if (done)
+      break;
+
+    int lost_now = 0;
+    dlock_lost_reason reason = DLOCK_LOST_NONE;
+    if (!rs->lost && n > 1 && (pfd[1].revents & POLLIN) != 0) {
+      lost_now = 1;
+      reason = dlock_mutex_lost(m);
+    }
+    valid_until = rs->lost ? 0 : dlock_mutex_valid_until(m);
+    if (!rs->lost && !lost_now && valid_until != 0 && dlock_mono_now() > valid_until) {
+      lost_now = 1;
+      reason = DLOCK_LOST_DEADLINE;
+    }
+    if (lost_now) {
+      rs->lost = 1;
+      if (reason == DLOCK_LOST_NONE)
+        reason = DLOCK_LOST_DEADLINE;
+      const char *what = o->lost_action == ON_LOST_TERM   ? "sending SIGTERM to the command"
+                         : o->lost_action == ON_LOST_KILL ? "sending SIGKILL to the command"
+                                                          : "letting the command run on";
+      fprintf(stderr, "dlock: lock '%s' lost (%s); %s\n", o->name,
+              dlock_lost_reason_str(reason), what);
+      switch (o->lost_action) {
+      case ON_LOST_TERM:
+        kill(-pid, SIGTERM);
+        kill(-pid, SIGCONT);
+        kill_at = dlock_mono_now() + o->grace_ms;
+        break;
+      case ON_LOST_KILL:
+        kill(-pid, SIGKILL);
+        break;
+      case ON_LOST_IGNORE:
+        break;
+      }
+    }
+    if (kill_at != 0 && dlock_mono_now() >= kill_at) {
+      if (!o->quiet)
+        fprintf(stderr, "dlock: the command outlived --grace; sending SIGKILL\n");
+      kill(-pid, SIGKILL);
+      kill_at = 0;
+    }
+  }
+  return status;
+}
+
+static int exit_code_of(int status)
+{
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return CLI_EXIT_SOFTWARE;
+}
+
+/* ---- The command ---- */
+
+int cmd_run(int argc, char **argv)
+{
+  run_opts o;
+  char program[4096];
+  char owner[1025];
+  sig_setup sig = {.fd = -1, .tty = -1};
+  dlock_client *c = NULL;
+  dlock_mutex *m = NULL;
+  lock_thread t;
+  int thread_started = 0;
+  int rc = parse_run(argc, argv, &o);
+
+  if (rc != 0)
+    return rc;
+  rc = resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
+  if (rc != 0)
+    return rc;
+  owner_info_format(&o, owner, sizeof owner);
+
+  if (signals_start(&sig) != 0) {
+    perror("dlock: signals");
+    return CLI_EXIT_SOFTWARE;
+  }
+  /* Orphans of the command come to us, so we can wait for them to go. */
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+  rc = cli_connect(o.url, &c);
+  if (rc != 0)
+    goto out;
+
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* watchdog mode: renewed for as long as we run */
+  mo.watchdog_lease_ms = o.lease_ms;
+  mo.owner_info = owner;
+  int st = dlock_mutex_new(&m, c, o.name, &mo);
+  if (st != 0) {
+    rc = cli_report(st, dlock_last_error(), "lock '%s'", o.name);
+    goto out;
+  }
+
+  int fds[2];
+  memset(&t, 0, sizeof t);
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    perror("dlock: pipe");
+    rc = CLI_EXIT_SOFTWARE;
+    goto out;
+  }
+  t.notify_r = fds[0];
+  t.notify_w = fds[1];
+  t.m = m;
+  t.wait_ms = o.wait_ms;
+  pthread_mutex_init(&t.mu, NULL);
+  pthread_cond_init(&t.cv, NULL);
+  if (pthread_create(&t.tid, NULL, lock_thread_main, &t) != 0) {
+    fprintf(stderr, "dlock: cannot start a thread\n");
+    rc = CLI_EXIT_SOFTWARE;
+    goto out_pipe;
+  }
+  thread_started = 1;
+
+  /* Wait for the lock, or for a signal that ends the wait. */
+  int got_signal = 0;
+  for (;;) {
+    struct pollfd pfd[2] = {{sig.fd, POLLIN, 0}, {t.notify_r, POLLIN, 0}};
+    int done = 0, status = 0, last = 0;
+    if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
+      perror("dlock: poll");
+      dlock_mutex_cancel(m);
+    }
+    drain_signals(sig.fd, 0, &done, &status, &last);
+    if (last != 0 && got_signal == 0) {
+      got_signal = last;
+      dlock_mutex_cancel(m);
+    }
+    if ((pfd[1].revents & POLLIN) != 0) {
+      lock_thread_wait(&t);
+      break;
+    }
+  }
+  pthread_mutex_lock(&t.mu);
+  st = t.acquire_rc;
+  dlock_mono_ms waited = t.waited_ms;
+  pthread_mutex_unlock(&t.mu);
+
+  char waited_text[64];
+  cli_format_duration(waited, waited_text, sizeof waited_text);
+  if (got_signal != 0) {
+    if (!o.quiet) {
+      fprintf(stderr, "dlock: %s while waiting for '%s'; not running the command\n",
+              signame(got_signal), o.name);
+    }
+    rc = 128 + got_signal;
+    goto out_thread;
+  }
+  if (st == DLOCK_EBUSY) {
+    if (!o.quiet) {
+      if (o.wait_ms == 0)
+        fprintf(stderr, "dlock: '%s' is held by another owner\n", o.name);
+      else
+        fprintf(stderr, "dlock: '%s' is held by another owner; gave up after %s\n",
+                o.name, waited_text);
+    }
+    rc = o.conflict_code;
+    goto out_thread;
+  }
+  if (st != 0) {
+    rc = cli_report(st, dlock_mutex_errmsg(m), "acquiring '%s'", o.name);
+    goto out_thread;
+  }
+  uint64_t fence = dlock_mutex_fence(m);
+  if (o.verbose) {
+    fprintf(stderr, "dlock: acquired '%s' after %s, fence %llu\n", o.name, waited_text,
+            (unsigned long long)fence);
+  }
+
+  child_plan plan;
+  memset(&plan, 0, sizeof plan);
+  if (plan_build(&plan, &o, fence) != 0) {
+    fprintf(stderr, "dlock: out of memory\n");
+    plan_free(&plan);
+    rc = CLI_EXIT_SOFTWARE;
+    goto out_thread;
+  }
+  snprintf(plan.path, sizeof plan.path, "%s", program);
+  pid_t pid = spawn(&plan, &sig, o.shell ? "/bin/sh" : o.cmd[0]);
+  plan_free(&plan);
+  if (pid < 0) {
+    rc = CLI_EXIT_SOFTWARE;
+    goto out_thread;
+  }
+
+  run_state rs = {0, 0};
+  int status = supervise(pid, m, &o, sig.fd, sig.tty, &rs);
+  if (sig.tty >= 0)
+    tcsetpgrp(sig.tty, getpgrp());
+  stop_group(pid, &o, sig.fd);
+  rc = exit_code_of(status);
+
+  int rel = lock_thread_finish(&t);
+  thread_started = 0;
+  if (rel == DLOCK_ENOTHELD && !rs.lost) {
+    /* The watchdog had not noticed yet, but Redis no longer had our token:
+     * the command may have run its last moments without the lock. */
+    rs.lost = 1;
+    fprintf(stderr, "dlock: lock '%s' was lost before the command ended\n", o.name);
+  } else if (rel != 0 && rel != DLOCK_ENOTHELD && !rs.lost) {
+    char lease[64];
+    cli_format_duration(o.lease_ms, lease, sizeof lease);
+    cli_report(rel, dlock_mutex_errmsg(m), "releasing '%s' (it expires within %s)",
+               o.name, lease);
+  } else if (rel == 0 && o.verbose) {
+    fprintf(stderr, "dlock: released '%s'\n", o.name);
+  }
+  if (rs.lost)
+    rc = CLI_EXIT_LOST;
+
+out_thread:
+  if (thread_started)
+    lock_thread_finish(&t);
+  pthread_mutex_destroy(&t.mu);
+  pthread_cond_destroy(&t.cv);
+out_pipe:
+  close(t.notify_r);
+  close(t.notify_w);
+out:
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  if (sig.fd >= 0)
+    close(sig.fd);
+  return rc;
+}

@@ -1,0 +1,312 @@
+/*
+ * cmd_status.c - "dlock status NAME" and "dlock list [PATTERN]": read-only
+ * views of the locks, for people (aligned text) and for programs (--json).
+ * Who holds a lock comes from the owner_info that "dlock run" stores with
+ * it (see owner_info_format() in cmd_run.c for the format parsed here).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+enum { OPT_URL = 1, OPT_JSON };
+
+static const cli_opt status_opts[] = {
+  {"url", 0, 1, OPT_URL},
+  {"json", 0, 0, OPT_JSON},
+  {NULL, 0, 0, 0},
+};
+
+/* The holder as "dlock run" describes itself; fields point into 'buf'. */
+typedef struct holder {
+  char buf[1025];
+  const char *host, *pid, *user, *cmd;
+} holder;
+
+/* "dlock-run host=H pid=P user=U cmd=REST": cmd comes last so that it may
+ * hold spaces. Returns 0 when owner_info has that form. */
+static int holder_parse(const char *owner_info, holder *h)
+{
+  static const char magic[] = "dlock-run ";
+
+  memset(h, 0, sizeof *h);
+  if (strncmp(owner_info, magic, strlen(magic)) != 0)
+    return -1;
+  snprintf(h->buf, sizeof h->buf, "%s", owner_info + strlen(magic));
+  char *p = h->buf;
+  while (*p != '\0') {
+    if (strncmp(p, "cmd=", 4) == 0) {
+      h->cmd = p + 4;
+      break;
+    }
+    char *end = strchr(p, ' ');
+    if (end != NULL)
+      *end = '\0';
+    if (strncmp(p, "host=", 5) == 0)
+      h->host = p + 5;
+    else if (strncmp(p, "pid=", 4) == 0)
+      h->pid = p + 4;
+    else if (strncmp(p, "user=", 5) == 0)
+      h->user = p + 5;
+    if (end == NULL)
+      break;
+    p = end + 1;
+  }
+  return h->host != NULL && h->pid != NULL ? 0 : -1;
+}
+
+static void print_json(const char *name, const dlock_lock_info *info)
+{
+  holder h;
+
+  fputs("{\"name\": ", stdout);
+  cli_json_string(stdout, name);
+  printf(", \"held\": %s, \"foreign\": %s, \"ttl_ms\": %lld, \"fence\": %llu, "
+         "\"since_unix_ms\": %lld, \"waiters\": %lld, \"owner_info\": ",
+         info->held ? "true" : "false", info->foreign ? "true" : "false",
+         (long long)(info->held ? info->ttl_ms : 0), (unsigned long long)info->fence,
+         (long long)info->since_unix_ms, (long long)info->waiters);
+  cli_json_string(stdout, info->owner_info);
+  if (info->held && holder_parse(info->owner_info, &h) == 0) {
+    fputs(", \"holder\": {\"host\": ", stdout);
+    cli_json_string(stdout, h.host);
+    uint64_t pid;
+    /* owner_info is free text anyone can write: keep the JSON valid. */
+    if (cli_parse_u64(h.pid, UINT64_MAX, &pid) == 0) {
+      printf(", \"pid\": %llu", (unsigned long long)pid);
+    } else {
+      fputs(", \"pid\": ", stdout);
+      cli_json_string(stdout, h.pid);
+    }
+    fputs(", \"user\": ", stdout);
+    cli_json_string(stdout, h.user != NULL ? h.user : "");
+    fputs(", \"command\": ", stdout);
+    cli_json_string(stdout, h.cmd != NULL ? h.cmd : "");
+    fputc('}', stdout);
+  }
+  fputc('}', stdout);
+}
+
+static void print_since(int64_t since_unix_ms)
+{
+  time_t secs = (time_t)(since_unix_ms / 1000);
+  struct tm tm;
+  char when[64];
+  char ago[64];
+  struct timespec now;
+
+  if (localtime_r(&secs, &tm) == NULL ||
+      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm) == 0) {
+    snprintf(when, sizeof when, "%lld ms since the epoch", (long long)since_unix_ms);
+  }
+  clock_gettime(CLOCK_REALTIME, &now);
+  int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+  /* The server's clock wrote 'since'; ours may differ a little. */
+  if (now_ms >= since_unix_ms) {
+    cli_format_duration(now_ms - since_unix_ms, ago, sizeof ago);
+    printf("since:    %s (%s ago)\n", when, ago);
+  } else {
+    printf("since:    %s\n", when);
+  }
+}
+
+static void print_text(const char *name, const dlock_lock_info *info)
+{
+  char ttl[64];
+  holder h;
+
+  printf("lock:     %s\n", name);
+  if (!info->held) {
+    printf("state:    free\n");
+    if (info->fence > 0)
+      printf("fence:    %llu (last issued)\n", (unsigned long long)info->fence);
+    if (info->waiters > 0)
+      printf("waiters:  %lld\n", (long long)info->waiters);
+    return;
+  }
+  if (info->foreign) {
+    printf("state:    held by something other than dlock (no metadata)\n");
+  } else {
+    printf("state:    held\n");
+  }
+  if (info->ttl_ms < 0) {
+    printf("lease:    none (the key never expires)\n");
+  } else {
+    cli_format_duration(info->ttl_ms, ttl, sizeof ttl);
+    printf("lease:    %s left\n", ttl);
+  }
+  if (!info->foreign)
+    printf("fence:    %llu\n", (unsigned long long)info->fence);
+  if (holder_parse(info->owner_info, &h) == 0) {
+    printf("holder:   pid %s on %s", h.pid, h.host);
+    if (h.user != NULL && h.user[0] != '\0')
+      printf(" (user %s)", h.user);
+    putchar('\n');
+    if (h.cmd != NULL)
+      printf("command:  %s\n", h.cmd);
+  } else if (info->owner_info[0] != '\0') {
+    printf("owner:    %s\n", info->owner_info);
+  }
+  if (info->since_unix_ms > 0)
+    print_since(info->since_unix_ms);
+  printf("waiters:  %lld\n", (long long)info->waiters);
+}
+
+int cmd_status(int argc, char **argv)
+{
+  cli_args args;
+  const char *arg;
+  const char *url = NULL;
+  const char *name = NULL;
+  int json = 0;
+  int id;
+
+  cli_args_init(&args, argc, argv, "status");
+  while ((id = cli_next_opt(&args, status_opts, &arg)) != CLI_OPT_DONE) {
+    if (id == CLI_OPT_ERROR)
+      return CLI_EXIT_USAGE;
+    if (id == OPT_URL) {
+      url = arg;
+    } else if (id == OPT_JSON) {
+      json = 1;
+    } else if (id == CLI_OPT_POSITIONAL && name == NULL) {
+      name = arg;
+    } else if (id == CLI_OPT_POSITIONAL) {
+      return cli_usage_error("status", "unexpected argument '%s'", arg);
+    }
+  }
+  if (name == NULL)
+    return cli_usage_error("status", "missing lock NAME");
+
+  dlock_client *c;
+  int rc = cli_connect(url, &c);
+  if (rc != 0)
+    return rc;
+  dlock_lock_info info;
+  memset(&info, 0, sizeof info);
+  int st = dlock_lock_info_get(c, name, &info);
+  if (st != 0) {
+    rc = cli_report(st, dlock_last_error(), "status of '%s'", name);
+  } else if (json) {
+    print_json(name, &info);
+    fputc('\n', stdout);
+  } else {
+    print_text(name, &info);
+  }
+  dlock_client_free(c);
+  return rc;
+}
+
+/* ---- list ---- */
+
+typedef struct name_list {
+  char **names;
+  size_t len, cap;
+  int oom;
+} name_list;
+
+static void collect(const char *name, void *arg)
+{
+  name_list *l = arg;
+
+  if (l->oom)
+    return;
+  if (l->len == l->cap) {
+    size_t cap = l->cap == 0 ? 16 : l->cap * 2;
+    char **n = realloc(l->names, cap * sizeof *n);
+    if (n == NULL) {
+      l->oom = 1;
+      return;
+    }
+    l->names = n;
+    l->cap = cap;
+  }
+  l->names[l->len] = strdup(name);
+  if (l->names[l->len] == NULL) {
+    l->oom = 1;
+    return;
+  }
+  l->len++;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int list_json(dlock_client *c, const name_list *l)
+{
+  int first = 1;
+
+  fputc('[', stdout);
+  for (size_t i = 0; i < l->len; i++) {
+    dlock_lock_info info;
+    memset(&info, 0, sizeof info);
+    int st = dlock_lock_info_get(c, l->names[i], &info);
+    if (st != 0) {
+      fputs("]\n", stdout);
+      return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
+    }
+    if (!info.held)
+      continue; /* released since the SCAN */
+    fputs(first ? "\n  " : ",\n  ", stdout);
+    first = 0;
+    print_json(l->names[i], &info);
+  }
+  fputs(first ? "]\n" : "\n]\n", stdout);
+  return CLI_EXIT_OK;
+}
+
+int cmd_list(int argc, char **argv)
+{
+  cli_args args;
+  const char *arg;
+  const char *url = NULL;
+  const char *pattern = NULL;
+  int json = 0;
+  int id;
+
+  cli_args_init(&args, argc, argv, "list");
+  while ((id = cli_next_opt(&args, status_opts, &arg)) != CLI_OPT_DONE) {
+    if (id == CLI_OPT_ERROR)
+      return CLI_EXIT_USAGE;
+    if (id == OPT_URL) {
+      url = arg;
+    } else if (id == OPT_JSON) {
+      json = 1;
+    } else if (id == CLI_OPT_POSITIONAL && pattern == NULL) {
+      pattern = arg;
+    } else if (id == CLI_OPT_POSITIONAL) {
+      return cli_usage_error("list", "unexpected argument '%s'", arg);
+    }
+  }
+
+  dlock_client *c;
+  int rc = cli_connect(url, &c);
+  if (rc != 0)
+    return rc;
+  name_list l = {NULL, 0, 0, 0};
+  int n = dlock_lock_list(c, pattern, collect, &l);
+  if (n < 0) {
+    rc = cli_report(n, dlock_last_error(), "listing locks");
+  } else if (l.oom) {
+    fprintf(stderr, "dlock: out of memory while listing locks\n");
+    rc = CLI_EXIT_SOFTWARE;
+  } else {
+    /* SCAN order is arbitrary; sorted output diffs well. */
+    if (l.len > 1)
+      qsort(l.names, l.len, sizeof *l.names, cmp_names);
+    if (json) {
+      rc = list_json(c, &l);
+    } else {
+      for (size_t i = 0; i < l.len; i++)
+        printf("%s\n", l.names[i]);
+    }
+  }
+  for (size_t i = 0; i < l.len; i++)
+    free(l.names[i]);
+  free(l.names);
+  dlock_client_free(c);
+  return rc;
+}

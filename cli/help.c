@@ -1,0 +1,325 @@
+/*
+ * help.c - every help text of the dlock command, in one table. "dlock
+ * --help", "dlock CMD --help" and the manual page (dlock help --markdown,
+ * saved as docs/dlock.1.md) are all printed from it, and a test compares
+ * the saved page with the output, so the help and the manual cannot drift.
+ */
+#include <stdarg.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct cli_help_page {
+  const char *name;    /* NULL: the overview ("dlock --help") */
+  const char *page;    /* the --help text: at most 24 lines of 80 columns */
+  const char *more;    /* Markdown only in the manual page, may be NULL */
+} cli_help_page;
+
+static const cli_help_page pages[] = {
+  {NULL,
+   "Usage: dlock COMMAND [OPTIONS] [ARGS]\n"
+   "Distributed locks on Redis, from the shell.\n"
+   "\n"
+   "Commands:\n"
+   "  run NAME -- CMD [ARGS]  run a command while holding the lock NAME\n"
+   "  status NAME             is NAME held, by whom, lease left, fence\n"
+   "  list [PATTERN]          list the locks currently held\n"
+   "  release --force NAME    delete a lock whatever its owner (admin)\n"
+   "  fence check RES TOKEN   fencing guard for shell pipelines\n"
+   "  demo                    races, locks and fences, with a private Redis\n"
+   "  help [COMMAND]          help on a command\n"
+   "\n"
+   "Redis: --url URL, else $DLOCK_URL, else redis://127.0.0.1:6379.\n"
+   "  redis://[user[:password]@]host[:port][/db], rediss://... (TLS),\n"
+   "  unix:///path/redis.sock[?db=N&user=U&password=P]\n"
+   "\n"
+   "Exit status: 0 success (run: the command's own status), 64 usage error,\n"
+   "  69 Redis unreachable or authentication failed, 70 internal error,\n"
+   "  75 lock busy, 79 lock lost while the command ran, 126/127 command not\n"
+   "  executable/not found, 128+N command killed by signal N.\n"
+   "\n"
+   "  -h, --help     this help         --version   print the version\n"
+   "See 'dlock COMMAND --help' and the manual page dlock(1).\n",
+   "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
+   "is one Redis key named exactly like the lock; it expires when its lease\n"
+   "runs out, so a crashed holder cannot block everyone forever. Every hold\n"
+   "gets a *fence*: a number larger than any given out before for that name.\n"
+   "A resource that remembers the highest fence it has seen can refuse the\n"
+   "writes of a holder that lost the lock without knowing it (a process\n"
+   "frozen past its lease: a \"zombie\"). `dlock fence check` is that guard.\n"},
+
+  {"run",
+   "Usage: dlock run [OPTIONS] NAME -- COMMAND [ARGS...]\n"
+   "Take the lock NAME, run COMMAND while it is held (the lease is renewed in\n"
+   "the background), release it when COMMAND ends; exit with COMMAND's status.\n"
+   "\n"
+   "  --url URL              Redis to use (default $DLOCK_URL, then local)\n"
+   "  -w, --wait DURATION    give up after DURATION, 0: try once (default:\n"
+   "                         wait forever)\n"
+   "  -l, --lease DURATION   lease, renewed every third of it (default 30s)\n"
+   "  --on-lost ACTION       if the lock is lost: term (SIGTERM to COMMAND's\n"
+   "                         process group, SIGKILL after --grace), kill,\n"
+   "                         ignore (default term); dlock then exits 79\n"
+   "  --grace DURATION       from SIGTERM to SIGKILL (default 5s)\n"
+   "  --shell                run COMMAND (one string) with /bin/sh -c\n"
+   "  -E, --conflict-exit-code N  exit status when busy (default 75)\n"
+   "  -q, --quiet            no messages but errors\n"
+   "  -v, --verbose          report the wait and the fence on stderr\n"
+   "\n"
+   "DURATION: 250ms, 10s, 1.5s, 5m, 1h; a bare number counts seconds.\n"
+   "COMMAND gets DLOCK_NAME, DLOCK_FENCE and DLOCK_URL in its environment and\n"
+   "runs in its own process group; SIGINT, SIGTERM and SIGHUP are passed on to\n"
+   "it. Exit: COMMAND's status (128+N if killed by signal N), 75 busy, 79 lost,\n"
+   "64 usage, 69 Redis unreachable, 70 internal, 126/127 cannot run COMMAND.\n",
+   "The lock is taken in watchdog mode: its lease is `--lease` long and the\n"
+   "library renews it every third of that for as long as COMMAND runs. If a\n"
+   "renewal finds the key gone or taken by another owner, or cannot reach\n"
+   "Redis before the lease ends, the lock is *lost*: dlock prints the reason,\n"
+   "acts as `--on-lost` says and, once COMMAND has ended, exits 79 (also with\n"
+   "`--on-lost ignore`, and also when the release at the end finds that the\n"
+   "key is no longer ours). Another owner's key is never deleted.\n"
+   "\n"
+   "Signals: SIGINT, SIGTERM and SIGHUP sent to dlock are passed on to\n"
+   "COMMAND's process group and dlock goes on waiting for COMMAND. Sent while\n"
+   "dlock still waits for the lock, they stop the wait and dlock exits 128+N\n"
+   "without running COMMAND. A signal that was ignored when dlock started\n"
+   "(nohup) stays ignored.\n"
+   "\n"
+   "No orphans: dlock makes itself the subreaper of COMMAND's processes. When\n"
+   "COMMAND ends while other members of its process group still run, dlock\n"
+   "sends them SIGTERM, then SIGKILL after `--grace`, and releases the lock\n"
+   "only when the group is gone. Processes that leave the group (setsid) are\n"
+   "not followed. If dlock itself is killed (SIGKILL), COMMAND gets SIGTERM\n"
+   "(PR_SET_PDEATHSIG): nothing renews the lease any more.\n"
+   "\n"
+   "Terminal: when dlock runs in the foreground of a terminal, COMMAND gets\n"
+   "the foreground, so that it can read the terminal and Ctrl-C reaches it\n"
+   "directly. When COMMAND is stopped (Ctrl-Z) dlock stops too and resumes it\n"
+   "with `fg`. While dlock is stopped the lease is not renewed.\n"
+   "\n"
+   "COMMAND is looked up in PATH before the lock is taken: a missing command\n"
+   "exits 127 and one that is not executable 126, without waiting for the\n"
+   "lock. `--shell` passes the single COMMAND string to `/bin/sh -c`.\n"
+   "\n"
+   "What `dlock status` shows of the holder is stored with the lock as\n"
+   "`dlock-run host=H pid=P user=U cmd=COMMAND...`.\n"},
+
+  {"status",
+   "Usage: dlock status [OPTIONS] NAME\n"
+   "Show whether the lock NAME is held, the lease left, the current fence and,\n"
+   "when dlock run holds it, who: host, pid, user, command and since when.\n"
+   "\n"
+   "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
+   "  --json        print one JSON object instead\n"
+   "  -h, --help    this help\n"
+   "\n"
+   "Exit status: 0 whether held or not (see the output), 64 usage error,\n"
+   "69 Redis unreachable or authentication failed, 70 internal error.\n",
+   "JSON fields: `name`, `held` (bool), `foreign` (bool: a key dlock did not\n"
+   "write), `ttl_ms`, `fence`, `since_unix_ms` (0 if unknown), `waiters`,\n"
+   "`owner_info` (string) and, when the holder is `dlock run`, `holder` with\n"
+   "`host`, `pid`, `user` and `command`.\n"},
+
+  {"list",
+   "Usage: dlock list [OPTIONS] [PATTERN]\n"
+   "List the locks currently held whose names match the glob PATTERN (all by\n"
+   "default), one name per line.\n"
+   "\n"
+   "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
+   "  --json        print a JSON array of objects, as 'dlock status --json'\n"
+   "  -h, --help    this help\n"
+   "\n"
+   "Exit status: 0 (also when none is held), 64 usage error, 69 Redis\n"
+   "unreachable or authentication failed, 70 internal error.\n",
+   "The list is taken with SCAN, so it is a snapshot that may miss a lock\n"
+   "taken or include one released while it runs. With `--json` a lock\n"
+   "released between the listing and the look-up of its details is left out.\n"},
+
+  {"release",
+   "Usage: dlock release --force [OPTIONS] NAME\n"
+   "Delete the lock NAME whatever its owner, and wake a waiter. For admins:\n"
+   "a 'dlock run' holding NAME finds out at its next renewal, stops its\n"
+   "command as its --on-lost says and exits 79.\n"
+   "\n"
+   "  --force       required: say that you mean it\n"
+   "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
+   "  -q, --quiet   do not say whether a lock was deleted\n"
+   "  -h, --help    this help\n"
+   "\n"
+   "Exit status: 0 (also when NAME was not held), 64 usage error, 69 Redis\n"
+   "unreachable or authentication failed, 70 internal error.\n",
+   "There is no release without `--force`: a lock belongs to its holder,\n"
+   "which releases it when its command ends.\n"},
+
+  {"fence",
+   "Usage: dlock fence check [OPTIONS] RESOURCE TOKEN\n"
+   "The fencing guard for shell pipelines: compare TOKEN (a holder's fence,\n"
+   "e.g. $DLOCK_FENCE) with the highest token recorded for RESOURCE and\n"
+   "record it unless it is lower.\n"
+   "\n"
+   "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
+   "  -q, --quiet   print nothing, only set the exit status\n"
+   "  -h, --help    this help\n"
+   "\n"
+   "Exit status: 0 admitted (go ahead and write), 1 stale (a newer holder has\n"
+   "written since: do not write), 64 usage error, 69 Redis unreachable or\n"
+   "authentication failed, 70 internal error.\n"
+   "\n"
+   "Example:\n"
+   "  dlock run nightly -- sh -c \\\n"
+   "    'make-report > r.tmp && dlock fence check reports \"$DLOCK_FENCE\" &&\n"
+   "     mv r.tmp /srv/report'\n",
+   "The check and the write are two steps, so the guard protects a resource\n"
+   "only as far as every writer checks right before writing; a store that\n"
+   "can compare the token itself in the same transaction is stronger.\n"
+   "RESOURCE names a Redis key like a lock name does.\n"},
+
+  {"demo",
+   "Usage: dlock demo [OPTIONS]\n"
+   "Show what a distributed lock and fencing tokens are for, in seconds:\n"
+   "\n"
+   "  1. 50 workers x 10 stock deductions over 5 SKUs, first with no lock\n"
+   "     (lost updates, oversell), then with one dlock per SKU (exact);\n"
+   "  2. a \"zombie\" worker frozen past its lease tries to write after a\n"
+   "     newer holder did: the fencing token rejects its write;\n"
+   "  3. the scheduler (one node runs each job) is left for later work.\n"
+   "\n"
+   "The stock lives in this process's memory; the locks live in Redis.\n"
+   "Without --url or $DLOCK_URL, dlock demo starts a private redis-server\n"
+   "(temporary directory, free loopback port, no persistence) and stops it\n"
+   "when done or interrupted.\n"
+   "\n"
+   "  --url URL     use this Redis instead (keys start with 'dlock-demo:')\n"
+   "  -h, --help    this help\n"
+   "\n"
+   "Exit status: 0 when the locked run was exact and the zombie was fenced\n"
+   "off, 69 Redis unreachable or redis-server missing, 70 otherwise.\n",
+   "Each worker is a thread with its own lock handles, sharing one client:\n"
+   "the workers contend through Redis as separate processes would. A\n"
+   "deduction reads the stock, \"works\" for a millisecond or two, then\n"
+   "writes the stock minus one and counts a sale, refusing when the stock is\n"
+   "zero. Without a lock, reads and writes of different workers interleave:\n"
+   "sales exceed what left the stock. With the lock the books balance.\n"},
+
+  {"help",
+   "Usage: dlock help [COMMAND]\n"
+   "       dlock help --markdown\n"
+   "Print the help of COMMAND (or the overview). --markdown prints the whole\n"
+   "manual page in Markdown, as kept in docs/dlock.1.md.\n",
+   NULL},
+};
+
+/* Sections of the manual page that belong to no single command. */
+static const char man_tail[] =
+  "## DURATIONS\n"
+  "\n"
+  "A duration is a whole or decimal number with a unit: `250ms`, `10s`,\n"
+  "`1.5s`, `5m`, `1h`. A bare number counts seconds, as in sleep(1). It must\n"
+  "come to a whole number of milliseconds and at most 30 days. Negative\n"
+  "values, other units and junk are usage errors (exit 64); so is zero where\n"
+  "it means nothing (`--lease 0`). `--wait 0` means: try once.\n"
+  "\n"
+  "## ENVIRONMENT\n"
+  "\n"
+  "`DLOCK_URL`\n"
+  ":   Redis URL used when `--url` is not given.\n"
+  "\n"
+  "`DLOCK_NAME`, `DLOCK_FENCE`, `DLOCK_URL`\n"
+  ":   Set by `dlock run` for COMMAND: the lock name, the fencing token of\n"
+  "    this hold (decimal) and the Redis URL in use.\n"
+  "\n"
+  "## EXIT STATUS\n"
+  "\n"
+  "| code | meaning |\n"
+  "| --- | --- |\n"
+  "| 0 | success; for `run`, COMMAND's own status is passed through |\n"
+  "| 1 | `fence check`: the token is stale |\n"
+  "| 64 | usage error (a one-line hint is printed) |\n"
+  "| 69 | Redis unreachable, authentication or ACL failure, `redis-server` missing (demo) |\n"
+  "| 70 | internal or unexpected error |\n"
+  "| 75 | `run`: the lock was not acquired within `--wait` (or `-E N`) |\n"
+  "| 79 | `run`: the lock was lost while COMMAND ran |\n"
+  "| 126 | `run`: COMMAND is not executable |\n"
+  "| 127 | `run`: COMMAND was not found |\n"
+  "| 128+N | `run`: COMMAND was killed by signal N, or dlock got signal N while waiting |\n"
+  "\n"
+  "## SEE ALSO\n"
+  "\n"
+  "flock(1), redis-server(1), sysexits(3); docs/cli.md in the source tree.\n";
+
+static const cli_help_page *find_page(const char *name)
+{
+  for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+    if (name == NULL && pages[i].name == NULL)
+      return &pages[i];
+    if (name != NULL && pages[i].name != NULL && strcmp(name, pages[i].name) == 0)
+      return &pages[i];
+  }
+  return NULL;
+}
+
+int cli_help_print(FILE *out, const char *command)
+{
+  const cli_help_page *p = find_page(command);
+  if (p == NULL)
+    return -1;
+  fputs(p->page, out);
+  return 0;
+}
+
+void cli_help_markdown(FILE *out)
+{
+  const cli_help_page *top = find_page(NULL);
+
+  fputs("<!-- Generated by 'dlock help --markdown' from cli/help.c. "
+        "Do not edit. -->\n", out);
+  fprintf(out, "# dlock(1) - distributed locks on Redis, from the shell\n\n");
+  fprintf(out, "dlock %s\n\n", DLOCK_VERSION);
+  fprintf(out, "## SYNOPSIS\n\n```text\n%s```\n\n", top->page);
+  fprintf(out, "## DESCRIPTION\n\n%s\n", top->more);
+  fprintf(out, "## COMMANDS\n\n");
+  for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+    if (pages[i].name == NULL)
+      continue;
+    fprintf(out, "### dlock %s\n\n```text\n%s```\n\n", pages[i].name, pages[i].page);
+    if (pages[i].more != NULL)
+      fprintf(out, "%s\n", pages[i].more);
+  }
+  fputs(man_tail, out);
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+  va_list ap;
+
+  fputs("dlock: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (command != NULL)
+    fprintf(stderr, "; see 'dlock %s --help'\n", command);
+  else
+    fputs("; see 'dlock --help'\n", stderr);
+  return CLI_EXIT_USAGE;
+}
+
+int cmd_help(int argc, char **argv)
+{
+  if (argc == 2 && strcmp(argv[1], "--markdown") == 0) {
+    cli_help_markdown(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    cli_help_print(stdout, "help");
+    return CLI_EXIT_OK;
+  }
+  if (argc == 1) {
+    cli_help_print(stdout, NULL);
+    return CLI_EXIT_OK;
+  }
+  if (argc == 2 && argv[1][0] != '-' && cli_help_print(stdout, argv[1]) == 0)
+    return CLI_EXIT_OK;
+  if (argc == 2 && argv[1][0] != '-')
+    return cli_usage_error(NULL, "no help on '%s': there is no such command", argv[1]);
+  return cli_usage_error("help", "expected a command name or --markdown");
+}

@@ -1,0 +1,90 @@
+/*
+ * main.c - the dlock command: global options and the subcommand table,
+ * nothing else. Each subcommand lives in its own cmd_*.c (curl's tool_*.c
+ * split); adding one is a line in 'commands' plus its file and help page.
+ */
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct cli_command {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+} cli_command;
+
+/* Planned commands answer with a clear "not yet" instead of "unknown". */
+static int cmd_planned(int argc, char **argv)
+{
+  (void)argc;
+  fprintf(stderr, "dlock: '%s' is not implemented yet; see 'dlock --help'\n", argv[0]);
+  return CLI_EXIT_USAGE;
+}
+
+static const cli_command commands[] = {
+  {"run", cmd_run},
+  {"status", cmd_status},
+  {"list", cmd_list},
+  {"release", cmd_release},
+  {"fence", cmd_fence},
+  {"demo", cmd_demo},
+  {"help", cmd_help},
+  {"cron", cmd_planned},
+  {"every", cmd_planned},
+  {"bench", cmd_planned},
+};
+
+/* "dlock CMD --help" / "-h" anywhere before "--" answers with the help page,
+ * so that no subcommand can forget to. */
+static int wants_help(int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0)
+      return 0;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+      return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 2) {
+    return cli_usage_error(NULL, "missing command (run, status, list, release, "
+                                 "fence, demo)");
+  }
+  const char *first = argv[1];
+  if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {
+    cli_help_print(stdout, NULL);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0) {
+    printf("dlock %s\n", DLOCK_VERSION);
+    return CLI_EXIT_OK;
+  }
+  /* Hidden alias of "dlock help --markdown", kept for man page tooling. */
+  if (strcmp(first, "--man-markdown") == 0) {
+    cli_help_markdown(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (first[0] == '-')
+    return cli_usage_error(NULL, "unknown option '%s' (options go after the command)", first);
+
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    if (strcmp(first, commands[i].name) != 0)
+      continue;
+    if (commands[i].fn != cmd_help && commands[i].fn != cmd_planned &&
+        wants_help(argc - 1, argv + 1)) {
+      cli_help_print(stdout, first);
+      return CLI_EXIT_OK;
+    }
+    /* Flush and check stdout at the end: a full disk or closed pipe must
+     * not pass for success in scripts. */
+    int rc = commands[i].fn(argc - 1, argv + 1);
+    if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
+      perror("dlock: stdout");
+      return CLI_EXIT_SOFTWARE;
+    }
+    return rc;
+  }
+  return cli_usage_error(NULL, "unknown command '%s'", first);
+}

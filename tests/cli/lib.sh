@@ -1,0 +1,202 @@
+# lib.sh - shared helpers of the dlock command's shell tests.
+#
+# Sourced by tests/cli/test_*.sh (through $DLOCK_TEST_LIB). Gives each test a
+# temporary directory, its own redis-server on a free loopback port (stopped
+# by PID on every exit path), bounded waiting helpers and assertions that
+# count, so that each script ends with "N passed, N failed".
+
+set -u
+
+: "${DLOCK_BIN:?DLOCK_BIN must point to the dlock binary}"
+# Absolute, so that tests may cd.
+DLOCK="$(cd "$(dirname "$DLOCK_BIN")" && pwd)/$(basename "$DLOCK_BIN")"
+PASSED=0
+FAILED=0
+REDIS_PID=""
+REDIS_PORT=""
+# Processes a test started in the background, killed at exit (by PID).
+BG_PIDS=""
+
+TEST_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-test.XXXXXX") || exit 1
+
+# Background dlock runs get SIGTERM first, so that they stop their commands
+# and release their locks; SIGKILL only for what is left after 10 s.
+stop_bg() {
+  local pid i
+  for pid in $BG_PIDS; do
+    kill -TERM "$pid" 2>/dev/null
+  done
+  for pid in $BG_PIDS; do
+    for i in $(seq 1 200); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null
+  done
+  BG_PIDS=""
+}
+
+cleanup() {
+  stop_bg
+  if [ -n "$REDIS_PID" ]; then
+    kill -TERM "$REDIS_PID" 2>/dev/null
+    # Bounded: redis-server stops within milliseconds when it has nothing to save.
+    local i
+    for i in $(seq 1 100); do
+      kill -0 "$REDIS_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -KILL "$REDIS_PID" 2>/dev/null
+    REDIS_PID=""
+  fi
+  rm -rf "$TEST_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The lock name and DLOCK_URL a test gets must not come from the caller.
+unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
+
+# ---- Redis ----
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+rcli() {
+  redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"
+}
+
+# Start redis-server in the test's directory; sets REDIS_PORT, REDIS_PID and
+# exports DLOCK_URL. Retries on another port if the one chosen was taken.
+start_redis() {
+  local attempt i
+  for attempt in 1 2 3; do
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+      --dir "$TEST_DIR" --daemonize no --logfile "$TEST_DIR/redis.log" \
+      --enable-debug-command local >/dev/null 2>&1 &
+    REDIS_PID=$!
+    for i in $(seq 1 200); do
+      if [ "$(rcli PING 2>/dev/null)" = "PONG" ]; then
+        export DLOCK_URL="redis://127.0.0.1:$REDIS_PORT"
+        return 0
+      fi
+      kill -0 "$REDIS_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -KILL "$REDIS_PID" 2>/dev/null
+    REDIS_PID=""
+  done
+  echo "could not start redis-server (log: $TEST_DIR/redis.log)" >&2
+  cat "$TEST_DIR/redis.log" >&2 2>/dev/null
+  exit 1
+}
+
+# ---- Waiting ----
+
+# wait_for SECONDS COMMAND...: poll COMMAND every 50ms until it succeeds.
+wait_for() {
+  local limit=$1 i
+  shift
+  for i in $(seq 1 $((limit * 20))); do
+    if "$@"; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+
+pid_alive() {
+  kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]
+}
+
+pid_gone() {
+  ! pid_alive "$1"
+}
+
+file_has() {
+  [ -s "$1" ]
+}
+
+key_exists() {
+  [ "$(rcli EXISTS "$1")" = "1" ]
+}
+
+key_gone() {
+  [ "$(rcli EXISTS "$1")" = "0" ]
+}
+
+# wait_exit PID SECONDS: wait for a background job of this shell, bounded;
+# sets EXIT_CODE (or 999 when it did not end in time).
+wait_exit() {
+  local pid=$1 limit=$2
+  if wait_for "$limit" pid_gone "$pid"; then
+    wait "$pid"
+    EXIT_CODE=$?
+  else
+    EXIT_CODE=999
+  fi
+}
+
+bg_track() {
+  BG_PIDS="$BG_PIDS $1"
+}
+
+# ---- Assertions ----
+
+pass() {
+  PASSED=$((PASSED + 1))
+  echo "ok   - $1"
+}
+
+fail() {
+  FAILED=$((FAILED + 1))
+  echo "FAIL - $1"
+  shift
+  local line
+  for line in "$@"; do
+    echo "       $line"
+  done
+}
+
+# check "sentence" COMMAND...: passes when COMMAND succeeds.
+check() {
+  local what=$1
+  shift
+  if "$@"; then
+    pass "$what"
+  else
+    fail "$what" "command failed: $*"
+  fi
+}
+
+assert_eq() {
+  if [ "$2" = "$3" ]; then
+    pass "$1"
+  else
+    fail "$1" "expected: $3" "got:      $2"
+  fi
+}
+
+assert_match() {
+  if printf '%s' "$2" | grep -Eq -- "$3"; then
+    pass "$1"
+  else
+    fail "$1" "expected to match: $3" "got: $2"
+  fi
+}
+
+is_json() {
+  python3 -c 'import json,sys; json.load(sys.stdin)'
+}
+
+finish() {
+  echo "$PASSED passed, $FAILED failed"
+  if [ "$FAILED" -ne 0 ] || [ "$PASSED" -eq 0 ]; then
+    exit 1
+  fi
+  exit 0
+}

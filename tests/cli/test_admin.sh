@@ -1,0 +1,112 @@
+# test_admin.sh - the read and admin commands against a real redis-server:
+# status (text and --json, free and held, holder details), list (patterns,
+# --json), release --force, and fence check (0 admitted, 1 stale), including
+# the $DLOCK_FENCE pipeline the help shows.
+. "$DLOCK_TEST_LIB"
+start_redis
+
+json_field() { # json_field FIELD < json
+  python3 -c 'import json,sys; d=json.load(sys.stdin)
+for k in sys.argv[1].split("."): d=d[k]
+print(json.dumps(d))' "$1"
+}
+
+# ---- a free lock ----
+
+out=$("$DLOCK" status free.lock)
+assert_eq "status of a free lock exits 0" "$?" 0
+assert_match "status of a free lock says free" "$out" "state: +free"
+"$DLOCK" status --json free.lock >"$TEST_DIR/j"
+check "status --json of a free lock is valid JSON" is_json <"$TEST_DIR/j"
+assert_eq "status --json: held is false" "$(json_field held <"$TEST_DIR/j")" "false"
+assert_eq "list with nothing held prints nothing" "$("$DLOCK" list)" ""
+assert_eq "list --json with nothing held is []" "$("$DLOCK" list --json | tr -d ' \n')" "[]"
+
+# ---- held locks ----
+
+"$DLOCK" run --lease 20s 'jobs:report' -- sh -c "echo \$\$ >'$TEST_DIR/c1.pid'; exec sleep 60" &
+H1=$!
+bg_track $H1
+"$DLOCK" run 'jobs:"quoted" name' -- sleep 60 &
+H2=$!
+bg_track $H2
+"$DLOCK" run other -- sleep 60 &
+H3=$!
+bg_track $H3
+check "three holders took their locks" wait_for 10 sh -c "[ \$('$DLOCK' list | wc -l) = 3 ]"
+
+out=$("$DLOCK" status jobs:report)
+assert_match "status: held" "$out" "state: +held"
+assert_match "status: lease left, at most 20s" "$out" "lease: +[0-9.]+s left"
+assert_match "status: the fence" "$out" "fence: +[0-9]+"
+assert_match "status: holder pid and host" "$out" "holder: +pid $H1 on $(hostname)"
+assert_match "status: the command" "$out" "command: +sh -c 'echo"
+assert_match "status: since when" "$out" "since: +[0-9]{4}-[0-9]{2}-[0-9]{2} .*ago"
+
+"$DLOCK" status --json jobs:report >"$TEST_DIR/j"
+check "status --json is valid JSON" is_json <"$TEST_DIR/j"
+assert_eq "status --json: held" "$(json_field held <"$TEST_DIR/j")" "true"
+assert_eq "status --json: holder pid" "$(json_field holder.pid <"$TEST_DIR/j")" "$H1"
+assert_eq "status --json: holder host" "$(json_field holder.host <"$TEST_DIR/j")" "\"$(hostname)\""
+ttl=$(json_field ttl_ms <"$TEST_DIR/j")
+check "status --json: 0 < ttl_ms <= 20000 ($ttl)" test "$ttl" -gt 0 -a "$ttl" -le 20000
+fence=$(json_field fence <"$TEST_DIR/j")
+check "status --json: fence > 0" test "$fence" -gt 0
+"$DLOCK" status --json 'jobs:"quoted" name' >"$TEST_DIR/j"
+check "status --json with quotes in the name is valid JSON" is_json <"$TEST_DIR/j"
+assert_eq "status --json: the quoted name survives" "$(json_field name <"$TEST_DIR/j")" '"jobs:\"quoted\" name"'
+
+out=$("$DLOCK" list)
+assert_eq "list shows the held locks, sorted" "$out" "$(printf 'jobs:"quoted" name\njobs:report\nother')"
+assert_eq "list with a pattern" "$("$DLOCK" list 'jobs:*' | wc -l | tr -d ' ')" 2
+assert_eq "list with a pattern that matches nothing" "$("$DLOCK" list 'nope*')" ""
+"$DLOCK" list --json >"$TEST_DIR/j"
+check "list --json is valid JSON" is_json <"$TEST_DIR/j"
+assert_eq "list --json has 3 entries" "$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' <"$TEST_DIR/j")" 3
+assert_eq "list --json entries carry the holder" \
+  "$(python3 -c 'import json,sys; print(sorted(e["holder"]["pid"] for e in json.load(sys.stdin)))' <"$TEST_DIR/j")" \
+  "$(python3 -c 'import sys; print(sorted(int(a) for a in sys.argv[1:]))' $H1 $H2 $H3)"
+
+# ---- release --force ----
+
+out=$("$DLOCK" release --force other)
+assert_eq "release --force of a held lock exits 0" "$?:$out" "0:released 'other'"
+check "the key is gone" key_gone other
+wait_exit "$H3" 20
+assert_eq "its holder notices and exits 79" "$EXIT_CODE" 79
+out=$("$DLOCK" release --force other)
+assert_eq "release --force of a free lock exits 0 and says so" "$?:$out" "0:'other' was not held"
+assert_eq "release --force -q prints nothing" "$("$DLOCK" release --force -q other)" ""
+
+# ---- fence check ----
+
+out=$("$DLOCK" fence check res 100)
+assert_eq "fence check: first token admitted (0)" "$?:$out" "0:admitted: token 100 for 'res'"
+"$DLOCK" fence check res 100 >/dev/null
+assert_eq "fence check: the same token again is admitted (0)" "$?" 0
+"$DLOCK" fence check -q res 101
+assert_eq "fence check: a higher token is admitted (0)" "$?" 0
+out=$("$DLOCK" fence check res 99)
+assert_eq "fence check: a lower token is stale (1)" "$?" 1
+assert_match "fence check: says stale" "$out" "^stale"
+assert_eq "fence check -q: quiet" "$("$DLOCK" fence check -q res 5)" ""
+"$DLOCK" fence check other-res 99
+assert_eq "fence check: resources are independent" "$?" 0
+
+# The pipeline from the help: the holder writes only while its fence is current.
+"$DLOCK" run pipe -- sh -c "'$DLOCK' fence check -q report \"\$DLOCK_FENCE\" && echo written >'$TEST_DIR/report'"
+assert_eq "pipeline: a holder's \$DLOCK_FENCE is admitted" "$?:$(cat "$TEST_DIR/report")" "0:written"
+"$DLOCK" fence check -q report 1
+assert_eq "pipeline: an older fence is then stale" "$?" 1
+
+# ---- the holders end cleanly ----
+
+kill -TERM "$H1" "$H2"
+wait_exit "$H1" 15
+assert_eq "holder 1 ends on SIGTERM (143)" "$EXIT_CODE" 143
+wait_exit "$H2" 15
+assert_eq "holder 2 ends on SIGTERM (143)" "$EXIT_CODE" 143
+check "holder 1's command is gone" pid_gone "$(cat "$TEST_DIR/c1.pid")"
+assert_eq "no lock is left" "$("$DLOCK" list)" ""
+
+finish

@@ -1,0 +1,121 @@
+# test_usage.sh - what needs no Redis: help pages (size, and the manual page
+# in docs/ being exactly 'dlock help --markdown'), --version, usage errors
+# (exit 64 with a one-line hint), durations, commands that cannot run
+# (127/126), and an unreachable Redis (69, naming the server).
+. "$DLOCK_TEST_LIB"
+
+DOCS=$(cd "$(dirname "$DLOCK_TEST_LIB")/../../docs" && pwd)
+
+# ---- help ----
+
+help_fits() { # help_fits ARGS...: at most 24 lines of at most 80 columns
+  local out lines width
+  out=$("$DLOCK" "$@") || return 1
+  lines=$(printf '%s\n' "$out" | wc -l)
+  width=$(printf '%s\n' "$out" | awk '{ if (length($0) > w) w = length($0) } END { print w + 0 }')
+  [ "$lines" -le 24 ] && [ "$width" -le 80 ] && [ "$lines" -ge 3 ] ||
+    { echo "       $* --help: $lines lines, $width columns" ; return 1; }
+}
+check "dlock --help fits a terminal" help_fits --help
+check "dlock -h fits a terminal" help_fits -h
+for cmd in run status list release fence demo help; do
+  check "dlock $cmd --help fits a terminal" help_fits "$cmd" --help
+done
+check "dlock help run prints the run page" sh -c "'$DLOCK' help run | grep -q 'Usage: dlock run'"
+out=$("$DLOCK" run --help); assert_match "run --help names the exit codes" "$out" "79 lost"
+assert_match "run --help shows the duration syntax" "$out" "250ms, 10s"
+out=$("$DLOCK" --version); assert_match "--version prints the version" "$out" '^dlock [0-9]+\.[0-9]+\.[0-9]+$'
+
+check "docs/dlock.1.md is exactly 'dlock help --markdown'" \
+  sh -c "'$DLOCK' help --markdown | diff -u '$DOCS/dlock.1.md' - >&2"
+check "--man-markdown is the same page" \
+  sh -c "'$DLOCK' --man-markdown | cmp -s - '$DOCS/dlock.1.md'"
+
+# ---- usage errors: exit 64 and exactly one line on stderr with a hint ----
+
+usage_error() { # usage_error "what" PATTERN ARGS...
+  local what=$1 pattern=$2 err rc lines
+  shift 2
+  "$DLOCK" "$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" </dev/null
+  rc=$?
+  err=$(cat "$TEST_DIR/err")
+  lines=$(wc -l <"$TEST_DIR/err")
+  if [ "$rc" = 64 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -Eq -- "$pattern" &&
+     printf '%s' "$err" | grep -q "see 'dlock"; then
+    pass "$what"
+  else
+    fail "$what" "exit $rc (want 64), $lines stderr lines (want 1)" "stderr: $err"
+  fi
+}
+usage_error "no command" "missing command"
+usage_error "unknown command" "unknown command 'frobnicate'" frobnicate
+usage_error "unknown global option" "unknown option '--bogus'" --bogus
+usage_error "run: unknown option" "unknown option '--bogus'.*dlock run --help" run --bogus x -- true
+usage_error "run: unknown short option" "unknown option '-z'" run -z x -- true
+usage_error "run: bad duration" "--wait: bad duration 'x' \(use e.g. 250ms, 10s, 5m, 1h\); see 'dlock run --help'" run --wait x name -- true
+usage_error "run: negative duration" "bad duration '-5s'" run --wait=-5s name -- true
+usage_error "run: unknown unit" "bad duration '5d'" run --lease 5d name -- true
+usage_error "run: sub-millisecond fraction" "bad duration '1.5ms'" run --wait 1.5ms name -- true
+usage_error "run: overflowing duration" "bad duration" run --wait 99999999999999999999999s name -- true
+usage_error "run: longer than 30 days" "bad duration '721h'" run --lease 721h name -- true
+usage_error "run: empty duration" "bad duration ''" run --wait= name -- true
+usage_error "run: zero lease" "--lease: must be more than 0" run --lease 0 name -- true
+usage_error "run: option without its value" "--wait needs a value" run name --wait
+usage_error "run: missing --" "missing '--'" run name true
+usage_error "run: missing -- after name" "missing '--' and COMMAND" run name
+usage_error "run: missing command" "missing COMMAND" run name --
+usage_error "run: missing name" "missing lock NAME" run -- true
+usage_error "run: bad --on-lost" "--on-lost: 'maybe'" run --on-lost maybe name -- true
+usage_error "run: bad conflict exit code" "conflict-exit-code: '256'" run -E 256 name -- true
+usage_error "run: --shell with several words" "--shell takes COMMAND as one string" run --shell name -- echo hi
+usage_error "status: missing name" "missing lock NAME" status
+usage_error "status: two names" "unexpected argument" status a b
+usage_error "release without --force" "only 'release --force NAME'" release name
+usage_error "fence: unknown action" "unknown fence action 'frob'" fence frob r 1
+usage_error "fence: missing token" "fence check RESOURCE TOKEN" fence check r
+usage_error "fence: bad token" "bad token 'abc'" fence check r abc
+usage_error "fence: zero token" "bad token '0'" fence check r 0
+usage_error "help on an unknown command" "no help on 'frob'" help frob
+usage_error "planned command" "not implemented yet" cron
+
+# ---- commands that cannot run: like a shell, and before touching Redis ----
+
+CLOSED=$(free_port) # nothing listens there
+export DLOCK_URL="redis://127.0.0.1:$CLOSED"
+"$DLOCK" run name -- dlock-no-such-command-xyz 2>"$TEST_DIR/err"
+assert_eq "missing command exits 127" "$?" 127
+assert_match "missing command is named" "$(cat "$TEST_DIR/err")" "dlock-no-such-command-xyz: command not found"
+"$DLOCK" run name -- "$TEST_DIR/nope" 2>/dev/null
+assert_eq "missing path exits 127" "$?" 127
+printf 'echo hi\n' >"$TEST_DIR/notexec"
+chmod 644 "$TEST_DIR/notexec"
+"$DLOCK" run name -- "$TEST_DIR/notexec" 2>/dev/null
+assert_eq "non-executable file exits 126" "$?" 126
+"$DLOCK" run name -- "$TEST_DIR" 2>/dev/null
+assert_eq "a directory exits 126" "$?" 126
+
+# ---- unreachable Redis: 69, and the message names the server ----
+
+for args in "run name -- true" "run --wait 1.5s --lease 250ms name -- true" \
+            "run --wait 10 name -- true" "status name" "list" "release --force name" \
+            "fence check r 1"; do
+  # shellcheck disable=SC2086
+  "$DLOCK" $args >/dev/null 2>"$TEST_DIR/err"
+  rc=$?
+  if [ "$rc" = 69 ] && grep -q "127.0.0.1:$CLOSED" "$TEST_DIR/err"; then
+    pass "unreachable Redis: 'dlock $args' exits 69 naming the server"
+  else
+    fail "unreachable Redis: 'dlock $args' exits 69 naming the server" \
+      "exit $rc" "stderr: $(cat "$TEST_DIR/err")"
+  fi
+done
+"$DLOCK" status --url "redis://:s3cret@127.0.0.1:$CLOSED" name 2>"$TEST_DIR/err"
+if grep -q s3cret "$TEST_DIR/err"; then
+  fail "error messages mask the password" "$(cat "$TEST_DIR/err")"
+else
+  pass "error messages mask the password"
+fi
+"$DLOCK" status --url "nonsense://x" name 2>/dev/null
+assert_eq "a malformed URL is a usage error" "$?" 64
+
+finish
