@@ -66,7 +66,9 @@ local function dlock_grant_next(keys, now_ms, now_us)
       local cid = string.match(id, '^(%x+):')
       if exp and cid and tonumber(exp) > now_ms then
         local f = dlock_take(keys, token, tonumber(claim), info, now_ms, now_us)
-        redis.call('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. dlock_num(f))
+        -- pcall: without channel rights (ACL) the waiter still gets the lock by its
+        -- re-check; the release itself must not fail after its writes.
+        redis.pcall('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. dlock_num(f))
         return true
       end
     end

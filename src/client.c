@@ -13,7 +13,9 @@
 #define DEFAULT_MAX_CONNECTIONS 64
 #define MAX_CONNECTIONS 1024
 
-void dlock_client_options_init(dlock_client_options *opts) { memset(opts, 0, sizeof *opts); }
+void dlock_client_options_init(dlock_client_options *opts) {
+  if (opts) memset(opts, 0, sizeof *opts);
+}
 
 /* Replace *field with a copy of 'value' when given. */
 static int override(char **field, const char *value) {

@@ -475,6 +475,11 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
           continue;
         }
         if (e == SSL_ERROR_ZERO_RETURN) return conn_fail(c, DLOCK_EIO, "server closed the connection");
+        /* An alert from the server (e.g. "certificate required") is a TLS
+         * failure, not a dropped connection. */
+        if (e == SSL_ERROR_SSL)
+          return conn_fail(c, DLOCK_ETLS, "TLS error from the server: %s; does it require a client "
+                           "certificate (cert=, key=)?", tls_error_text());
         return conn_fail(c, DLOCK_EIO, "TLS read failed: %s", tls_error_text());
       }
     } else {

@@ -17,9 +17,11 @@
 #include "internal.h"
 
 /* A waiter re-checks the lock at least this often, even with no message. */
-#define RECHECK_CAP_MS 5000
+#define RECHECK_CAP_MS 2000
 /* A hand-off gives the next waiter this long (at most) to confirm the grant
- * before the lock frees itself: a waiter that died meanwhile costs no more. */
+ * before the lock frees itself: a waiter that died meanwhile costs no more.
+ * Longer than RECHECK_CAP_MS, so that a waiter that missed the message
+ * still finds the lock handed to it at its next re-check. */
 #define CLAIM_MAX_MS 3000
 #define DEFAULT_WATCHDOG_LEASE_MS 30000
 #define MIN_WATCHDOG_LEASE_MS 30
@@ -119,7 +121,9 @@ static int reply_int(const dlock__reply *r, long long *v) {
 
 /* ---- Handle lifecycle ---- */
 
-void dlock_mutex_options_init(dlock_mutex_options *opts) { memset(opts, 0, sizeof *opts); }
+void dlock_mutex_options_init(dlock_mutex_options *opts) {
+  if (opts) memset(opts, 0, sizeof *opts);
+}
 
 int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const dlock_mutex_options *opts) {
   dlock__error_clear();

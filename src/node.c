@@ -20,7 +20,12 @@ int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns) {
   if (!n->idle) return dlock__error(DLOCK_ENOMEM, "out of memory");
   if (ep->tls) {
     int rc = dlock__tls_ctx_new(ep, &n->ssl_ctx);
-    if (rc) { free(n->idle); n->idle = NULL; return rc; }
+    if (rc) {
+      free(n->idle);
+      n->idle = NULL;
+      dlock__endpoint_clear(&n->ep);
+      return rc;
+    }
   }
   pthread_mutex_init(&n->mu, NULL);
   dlock__cond_init(&n->cv);

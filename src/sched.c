@@ -75,8 +75,13 @@ static int64_t wall_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void dlock_sched_options_init(dlock_sched_options *opts) { memset(opts, 0, sizeof *opts); }
-void dlock_job_options_init(dlock_job_options *opts) { memset(opts, 0, sizeof *opts); }
+void dlock_sched_options_init(dlock_sched_options *opts) {
+  if (opts) memset(opts, 0, sizeof *opts);
+}
+
+void dlock_job_options_init(dlock_job_options *opts) {
+  if (opts) memset(opts, 0, sizeof *opts);
+}
 
 static void emit(dlock_sched *s, dlock_sched_event_kind kind, const job *j, int64_t tick, const char *node,
                  uint64_t fence, int64_t duration, int status, const char *message) {
