@@ -319,7 +319,7 @@ typedef struct dlock_sched_event {
   uint64_t fence;
   int64_t duration_ms;  /* RAN: how long the run took */
   int status;           /* RAN: the job's result; ERROR: a DLOCK_E* code */
-  const char *message;  /* ERROR: detail */
+  const char *message;  /* ERROR: detail (valid during the callback only) */
 } dlock_sched_event;
 
 typedef struct dlock_sched_options {

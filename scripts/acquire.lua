@@ -2,15 +2,20 @@
 -- ARGV: 1 token, 2 lease_ms, 3 waiter id ('' = try only, do not queue),
 --       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info
 -- Returns {1, fence} when the caller owns the lock, {0, holder's pttl} when not.
+-- The uncontended path (lock free, no queue) is kept to the fewest calls.
 local token, lease, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local cur = redis.call('GET', KEYS[1])
-local bad = dlock_check_lock_keys(KEYS)
-if bad then return bad end
+local in_queue = wid ~= '' and redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
+if in_queue or (wid ~= '' and cur and cur ~= token) then
+  -- The queue will be written: check its types before any write.
+  local bad = dlock_check_type(KEYS[4], 'zset') or dlock_check_type(KEYS[5], 'hash')
+  if bad then return bad end
+end
 if cur == token then
   -- Ours already: a hand-off not yet confirmed, or a retry after a lost reply.
   redis.call('PEXPIRE', KEYS[1], lease)
   redis.call('PEXPIRE', KEYS[3], lease)
-  if wid ~= '' then
+  if in_queue then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)
   end
@@ -19,7 +24,7 @@ end
 local now_ms, now_us = dlock_now()
 if not cur then
   local f = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
-  if wid ~= '' then
+  if in_queue then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)
   end

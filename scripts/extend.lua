@@ -6,5 +6,5 @@ if cur ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if redis.call('TYPE', KEYS[3])['ok'] == 'hash' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return 1

@@ -123,7 +123,13 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
    * lives exactly as long as the lock. Scan for those: the cheap part of the
    * key space, and no other application's keys are touched. */
   char match[DLOCK_MAX_NAME_LEN * 2 + 32];
-  snprintf(match, sizeof match, "{%s*}:meta", c->prefix);
+  size_t m = 0;
+  match[m++] = '{';
+  for (const char *p = c->prefix; *p; p++) { /* the prefix is literal, not a glob */
+    if (strchr("*?[]\\", *p)) match[m++] = '\\';
+    match[m++] = *p;
+  }
+  snprintf(match + m, sizeof match - m, "*}:meta");
   dlock__node *node = c->topo->route(c->topo, "", 0);
   char cursor[32] = "0";
   int count = 0;
@@ -133,7 +139,7 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
     for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
     dlock__cmd cmd = {6, argv, lens};
     dlock__reply *r = NULL;
-    int rc = dlock__node_exec(node, &cmd, 1, &r);
+    int rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
     if (!rc && r->type == DLOCK__REPLY_ERROR) {
       rc = dlock__reply_error_status(r);
       dlock__error(rc, "list on %s: SCAN failed: %s", c->server, r->str);

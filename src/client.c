@@ -115,7 +115,7 @@ int dlock_client_ping(dlock_client *c) {
   size_t lens[1] = {4};
   dlock__cmd cmd = {1, argv, lens};
   dlock__reply *r = NULL;
-  int rc = dlock__node_exec(c->topo->route(c->topo, "", 0), &cmd, 1, &r);
+  int rc = dlock__node_exec(c->topo->route(c->topo, "", 0), &cmd, 1, &r, NULL);
   if (!rc && r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     dlock__error(rc, "%s: PING failed: %s", c->server, r->str);

@@ -383,9 +383,14 @@ int dlock__conn_broken(const dlock__conn *c) { return c->broken; }
 int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd) {
   char *buf = NULL;
   int n = redisFormatCommandArgv(&buf, cmd->argc, cmd->argv, cmd->lens);
-  if (n < 0) return dlock__error(DLOCK_ENOMEM, "out of memory formatting a command");
+  /* On failure the output buffer may hold part of a pipeline: never reuse it. */
+  if (n < 0) {
+    c->broken = 1;
+    return dlock__error(DLOCK_ENOMEM, "out of memory formatting a command");
+  }
   char *grown = realloc(c->out, c->out_len + (size_t)n);
   if (!grown) {
+    c->broken = 1;
     redisFreeCommand(buf);
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }

@@ -139,8 +139,10 @@ int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns);
 void dlock__node_destroy(dlock__node *n);
 /* Send 'n' commands as one pipeline and read their replies (replies[i] may
  * be an error reply). Retries once on a fresh connection when a pooled one
- * turns out dead before anything was read. */
-int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies);
+ * turns out dead before anything was read. On failure '*sent' (may be NULL)
+ * tells whether the commands may have reached the server: if so, whether
+ * they ran is unknown. */
+int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent);
 
 /* The seam for deployments other than one standalone server: the lock code
  * asks the topology for the node that owns a key. Cluster routes by slot,
@@ -183,6 +185,7 @@ typedef struct dlock__script_call {
   int nargs;
   const char *args[DLOCK__SCRIPT_MAX_ARGS];
   size_t arglens[DLOCK__SCRIPT_MAX_ARGS];
+  int maybe_ran; /* out: the call failed after it may have reached the server */
 } dlock__script_call;
 
 const char *dlock__script_name(dlock__script_id id);
@@ -254,7 +257,8 @@ struct dlock_mutex {
   int woken;              /* a grant message arrived */
   uint64_t granted_fence;
   int canceled;
-  int subscribed;
+  int watch_tried;        /* dlock__subscriber_watch() was called for this handle */
+  int subscribed;         /* ... and holds a reference on the channel */
 
   /* Watchdog list membership (guarded by the watchdog's mutex). */
   struct dlock_mutex *wd_prev, *wd_next;
@@ -271,6 +275,9 @@ int dlock__watchdog_add(dlock_client *c, dlock_mutex *m);
 /* Remove 'm'; waits for a lost-callback on 'm' to finish (unless called from it). */
 void dlock__watchdog_remove(dlock_client *c, dlock_mutex *m);
 void dlock__watchdog_stop(dlock_client *c);
+/* After an extend that may have shortened the lease ('lease_ms' from 'start'):
+ * make the watchdog look at 'm' again in time. */
+void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start, int64_t lease_ms);
 /* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */
 void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason);
 /* Local validity deadline for a lease that began at 'start'. */

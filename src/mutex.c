@@ -90,7 +90,11 @@ static void call_init(dlock__script_call *call, dlock__script_id id, const dlock
 /* Finish a failing call: put context in front of the detail, keep a copy on
  * the handle, return 'rc'. */
 static int fail(dlock_mutex *m, int rc, const char *op) {
-  dlock__error_prefix("%s '%s' on %s: ", op, m->name, m->client->server);
+  const char *server = m->client->server;
+  if (strncmp(dlock_last_error(), server, strlen(server)) == 0) /* a transport error names it already */
+    dlock__error_prefix("%s '%s' at ", op, m->name);
+  else
+    dlock__error_prefix("%s '%s' on %s: ", op, m->name, server);
   pthread_mutex_lock(&m->mu);
   snprintf(m->errmsg, sizeof m->errmsg, "%s", dlock_last_error());
   pthread_mutex_unlock(&m->mu);
@@ -103,11 +107,17 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
   if (rc) return rc;
   if ((*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
-    rc = dlock__error(rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script),
-                      m->keys.key[DLOCK__K_LOCK], (*out)->str,
-                      rc == DLOCK_EWRONGTYPE ? " (the key belongs to something else; pick another lock name)"
-                      : rc == DLOCK_ENOPERM  ? " (grant the ACL user the lock's keys and channels, see docs/keys.md)"
-                                             : "");
+    if (rc == DLOCK_EWRONGTYPE)
+      rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
+                        "does not use (%s); it belongs to something else and was left alone: pick another lock "
+                        "name", dlock__script_name(call->script), m->keys.key[DLOCK__K_LOCK],
+                        m->keys.key[DLOCK__K_FENCE], m->keys.key[DLOCK__K_META], m->keys.key[DLOCK__K_QUEUE],
+                        m->keys.key[DLOCK__K_WAITERS], (*out)->str);
+    else
+      rc = dlock__error(rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script),
+                        m->keys.key[DLOCK__K_LOCK], (*out)->str,
+                        rc == DLOCK_ENOPERM ? " (grant the ACL user the lock's keys and channels, see docs/keys.md)"
+                                            : "");
     dlock__reply_free(*out);
     *out = NULL;
   }
@@ -271,6 +281,19 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   pthread_mutex_unlock(&m->mu);
 }
 
+/* Stop trying: leave the queue and take back a hand-off that may have come.
+ * If that cleanup cannot be confirmed, the key may hold our token, so the
+ * answer is DLOCK_EUNKNOWN rather than 'status' (which says "not acquired"). */
+static int give_up(dlock_mutex *m, int64_t lease, int status) {
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  if (undo_acquire(m) == 0) return dlock__error(status, "%s", saved);
+  char cleanup[512];
+  snprintf(cleanup, sizeof cleanup, "%s", dlock_last_error());
+  return dlock__error(DLOCK_EUNKNOWN, "%s; then the cleanup failed (%s), so the lock may be held by our "
+                      "token until its lease (%lld ms) ends", saved, cleanup, (long long)lease);
+}
+
 /* Wait for a grant message, a cancel, or the re-check time. Returns 1 when
  * canceled. */
 static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until) {
@@ -297,7 +320,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
   if (queue)
     snprintf(m->waiter_id, sizeof m->waiter_id, "%s:%" PRIu64, c->id,
              (uint64_t)atomic_fetch_add(&c->waiter_seq, 1));
-  int in_table = 0, rc;
+  int in_table = 0, queued = 0, rc;
 
   for (;;) {
     if (queue && !in_table) {
@@ -316,18 +339,12 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     dlock_mono_ms sent = dlock_mono_now();
     rc = run_one(m, &call, &r);
     if (rc) {
-      if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_EIO) {
-        /* The script may have run: never report "not acquired" while the key
-         * may hold our token. */
-        char saved[1024];
-        snprintf(saved, sizeof saved, "%s", dlock_last_error());
-        if (undo_acquire(m) == 0)
-          rc = dlock__error(rc, "%s; not acquired (our token was cleaned up)", saved);
-        else
-          rc = dlock__error(DLOCK_EUNKNOWN, "%s; the cleanup failed too, so the lock may be held by our "
-                            "token until its lease (%lld ms) ends", saved, (long long)lease);
-      } else if (queue) {
-        undo_acquire(m);
+      /* If this call may have run, or an earlier one queued us (a hand-off
+       * may have come since), the key may hold our token: clean up before
+       * saying "not acquired". */
+      if (call.maybe_ran || queued) {
+        rc = give_up(m, lease, rc);
+        if (rc != DLOCK_EUNKNOWN) dlock__error_prefix("not acquired (cleaned up): ");
       }
       break;
     }
@@ -348,7 +365,8 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
       rc = dlock__error(DLOCK_EBUSY, "held by another owner");
       break;
     }
-    if (!m->subscribed) {
+    queued = 1;
+    if (!m->watch_tried) {
       /* First wait on this handle: subscribe, then look again at once, since
        * a hand-off sent before the subscription took effect went unheard. */
       dlock__subscriber_watch(c, m);
@@ -356,16 +374,16 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     }
     dlock_mono_ms now = dlock_mono_now();
     if (now >= deadline) {
-      undo_acquire(m);
-      rc = dlock__error(DLOCK_EBUSY, "held by another owner for the whole wait (%lld ms)", (long long)wait_ms);
+      dlock__error(DLOCK_EBUSY, "held by another owner for the whole wait (%lld ms)", (long long)wait_ms);
+      rc = give_up(m, lease, DLOCK_EBUSY);
       break;
     }
     /* PTTL 0 (about to expire) or -2 (just gone): look again at once. */
     int64_t recheck = value != -1 && value < RECHECK_CAP_MS ? (value > 0 ? value + 1 : 1) : RECHECK_CAP_MS;
     dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
     if (wait_for_wakeup(m, until)) {
-      undo_acquire(m);
-      rc = dlock__error(DLOCK_ECANCELED, "wait canceled");
+      dlock__error(DLOCK_ECANCELED, "wait canceled");
+      rc = give_up(m, lease, DLOCK_ECANCELED);
       break;
     }
   }
@@ -543,6 +561,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (!m->watchdog_mode) m->lease_ms = lease_ms;
   m->valid_until = dlock__valid_until(sent, lease_ms);
   pthread_mutex_unlock(&m->mu);
+  dlock__watchdog_rearm(m->client, m, sent, lease_ms);
   return 0;
 }
 

@@ -99,12 +99,13 @@ static void drop_idle(dlock__node *n) {
 }
 
 static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__reply **replies,
-                   dlock_mono_ms deadline, size_t *nread) {
+                   dlock_mono_ms deadline, size_t *nread, int *sent) {
   *nread = 0;
   for (size_t i = 0; i < n; i++) {
     int rc = dlock__conn_append(conn, &cmds[i]);
     if (rc) return rc;
   }
+  *sent = 1;
   int rc = dlock__conn_flush(conn, deadline);
   if (rc) return rc;
   for (size_t i = 0; i < n; i++) {
@@ -115,25 +116,31 @@ static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__r
   return 0;
 }
 
-int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies) {
+int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent) {
+  int sent_here = 0;
+  if (!sent) sent = &sent_here;
+  *sent = 0;
   for (size_t i = 0; i < n; i++) replies[i] = NULL;
   for (int attempt = 0;; attempt++) {
     dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
     dlock__conn *conn;
     int reused = 0;
+    *sent = 0; /* a retry happens only when the first try reached no one */
     int rc = borrow(node, &conn, &reused, deadline);
     if (rc) return rc;
     size_t nread;
-    rc = exec_on(conn, cmds, n, replies, deadline, &nread);
+    rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);
     give_back(node, conn);
     if (!rc) return 0;
     for (size_t i = 0; i < n; i++) {
       dlock__reply_free(replies[i]);
       replies[i] = NULL;
     }
-    /* A pooled connection that died while idle fails before any reply: the
-     * commands never ran, so sending them again is safe. A timeout is not
-     * retried: the server may still run them. */
+    /* A pooled connection that the server closed while it sat idle fails
+     * before any reply: the server never read the commands, so sending them
+     * again on a fresh connection is safe (and every dlock script is
+     * idempotent for its token anyway). A timeout is not retried: the
+     * server may still run the commands. */
     if (rc == DLOCK_EIO && reused && nread == 0 && attempt == 0) {
       drop_idle(node);
       continue;

@@ -86,7 +86,11 @@ void dlock_job_options_init(dlock_job_options *opts) {
 static void emit(dlock_sched *s, dlock_sched_event_kind kind, const job *j, int64_t tick, const char *node,
                  uint64_t fence, int64_t duration, int status, const char *message) {
   if (!s->opts.on_event) return;
-  dlock_sched_event ev = {kind, j->name, tick, node, fence, duration, status, message ? message : ""};
+  /* A copy: 'message' may be this thread's dlock_last_error(), which any
+   * dlock call made by the callback would overwrite. */
+  char text[1024];
+  snprintf(text, sizeof text, "%s", message ? message : "");
+  dlock_sched_event ev = {kind, j->name, tick, node, fence, duration, status, text};
   s->opts.on_event(&ev, s->opts.on_event_arg);
 }
 
@@ -282,7 +286,7 @@ static void add_arg(dlock__script_call *call, const char *s) {
 static int run_script(dlock_sched *s, const job *j, dlock__script_call *call, size_t min, dlock__reply **out) {
   int rc = dlock__script_run(s->client, call, 1, out);
   if (rc) {
-    dlock__error_prefix("job '%s' on %s: ", j->name, s->client->server);
+    dlock__error_prefix("job '%s': ", j->name); /* transport errors name the server already */
     return rc;
   }
   if ((*out)->type == DLOCK__REPLY_ERROR) {
@@ -302,6 +306,18 @@ static int run_script(dlock_sched *s, const job *j, dlock__script_call *call, si
 
 static const char *el_str(const dlock__reply *r, size_t i) {
   return i < r->elements && r->element[i]->type == DLOCK__REPLY_STRING ? r->element[i]->str : "";
+}
+
+/* After a claim or finish whose reply was lost: the job lock may hold our
+ * token for lock_at_most_for. Delete it if so (withdraw.lua does exactly
+ * delete-if-token), so that the next tick is not blocked. */
+static void undo_claim(dlock_sched *s, const job *j, const char *token) {
+  dlock__script_call call;
+  job_call(&call, DLOCK__SCRIPT_WITHDRAW, j, 0);
+  add_arg(&call, "");
+  add_arg(&call, token);
+  dlock__reply *r = NULL;
+  if (dlock__script_run(s->client, &call, 1, &r) == 0) dlock__reply_free(r);
 }
 
 /* Run the callback for a claimed tick and record its end. */
@@ -330,9 +346,18 @@ static void run_claimed(dlock_sched *s, job *j, int64_t tick, const char *token,
   dlock__reply *r = NULL;
   int rc = run_script(s, j, &call, 2, &r);
   int64_t duration = r ? strtoll(el_str(r, 0), NULL, 10) : -1;
+  int lock_was_ours = r && r->element[1]->type == DLOCK__REPLY_INTEGER && r->element[1]->integer == 1;
   dlock__reply_free(r);
   emit(s, DLOCK_SCHED_RAN, j, tick, s->node, fence, duration, status, NULL);
-  if (rc) emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, fence, -1, rc, dlock_last_error());
+  if (rc) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlock_last_error());
+    undo_claim(s, j, token); /* the lock holds our token unless the finish ran */
+    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, fence, -1, rc, msg);
+  } else if (!lock_was_ours && !(j->opts.allow_overlap && j->kind != TRIGGER_DELAY)) {
+    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, fence, duration, DLOCK_ELOST,
+         "the run outlived its job lock (lock_at_most_for): a later tick may have overlapped it");
+  }
 }
 
 static void run_tick(dlock_sched *s, job *j, int64_t tick) {
@@ -355,7 +380,10 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
   add_arg(&call, hist_s);
   dlock__reply *r = NULL;
   if ((rc = run_script(s, j, &call, 3, &r))) {
-    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, dlock_last_error());
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlock_last_error());
+    if (call.maybe_ran) undo_claim(s, j, token);
+    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, msg);
     return;
   }
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
@@ -389,7 +417,10 @@ static int64_t run_delay(dlock_sched *s, job *j) {
   add_arg(&call, s->node);
   dlock__reply *r = NULL;
   if ((rc = run_script(s, j, &call, 3, &r))) {
-    emit(s, DLOCK_SCHED_ERROR, j, wall_ms(), s->node, 0, -1, rc, dlock_last_error());
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlock_last_error());
+    if (call.maybe_ran) undo_claim(s, j, token);
+    emit(s, DLOCK_SCHED_ERROR, j, wall_ms(), s->node, 0, -1, rc, msg);
     return wall_ms() + poll;
   }
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;

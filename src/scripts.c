@@ -99,7 +99,9 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
     goto done;
   }
   for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
-  rc = dlock__node_exec(node, cmds, n, replies);
+  int sent = 0;
+  rc = dlock__node_exec(node, cmds, n, replies, &sent);
+  for (size_t i = 0; i < n; i++) calls[i].maybe_ran = rc && sent;
   if (rc) goto done;
   size_t nretry = 0;
   for (size_t i = 0; i < n; i++)
@@ -110,7 +112,8 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     } else {
-      rc = dlock__node_exec(node, cmds, nretry, again);
+      rc = dlock__node_exec(node, cmds, nretry, again, &sent);
+      for (size_t j = 0; j < nretry; j++) calls[retry[j]].maybe_ran = rc && sent;
       for (size_t j = 0; j < nretry; j++) {
         if (rc) break;
         dlock__reply_free(replies[retry[j]]);

@@ -830,7 +830,7 @@ int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out, ch
   }
 
   size_t pos = 0;
-  int y, mo, d, h = 0, mi = 0, s = 0;
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
 #define BAD(what)                                                                               \
   do {                                                                                          \
     set_err(err, err_len, "time \"%s\": %s at column %zu (expected 2026-03-29T03:00:00+02:00, " \

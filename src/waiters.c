@@ -231,8 +231,8 @@ static channel *find_channel(dlock__subscriber *s, const char *name, size_t len)
 }
 
 int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
-  /* Marked first: even if this fails, the waiter goes on with re-checks. */
-  m->subscribed = 1;
+  /* Tried once per handle: if it fails, the waiter goes on with re-checks. */
+  m->watch_tried = 1;
   int rc = start(c);
   if (rc) return rc;
   dlock__subscriber *s = c->subscriber;
@@ -244,7 +244,6 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
       channel *grown = realloc(s->channels, cap * sizeof *grown);
       if (!grown) {
         pthread_mutex_unlock(&s->mu);
-        m->subscribed = 0;
         return dlock__error(DLOCK_ENOMEM, "out of memory");
       }
       s->channels = grown;
@@ -254,7 +253,6 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
     memset(ch, 0, sizeof *ch);
     if (!(ch->name = malloc(m->channel_len + 1))) {
       pthread_mutex_unlock(&s->mu);
-      m->subscribed = 0;
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
     memcpy(ch->name, m->channel, m->channel_len + 1);
@@ -262,6 +260,7 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
     s->nchannels++;
   }
   ch->refs++;
+  m->subscribed = 1;
   poke(s);
   dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
   struct timespec ts;

@@ -73,7 +73,9 @@ static void *watchdog_main(void *arg) {
     }
     dlock_mono_ms now = dlock_mono_now(), next = INT64_MAX;
     size_t nbatch = 0, nloss = 0;
-    for (dlock_mutex *m = wd->head, *following; m && nbatch < BATCH_MAX && nloss < BATCH_MAX; m = following) {
+    /* Each renewal may turn into a loss after the reply, so renewals and
+     * losses share the BATCH_MAX slots of 'losses'. */
+    for (dlock_mutex *m = wd->head, *following; m && nbatch + nloss < BATCH_MAX; m = following) {
       following = m->wd_next;
       pthread_mutex_lock(&m->mu);
       int watchdog_mode = m->watchdog_mode;
@@ -229,6 +231,17 @@ void dlock__watchdog_remove(dlock_client *c, dlock_mutex *m) {
   if (!pthread_equal(pthread_self(), wd->thread))
     while (m->wd_in_callback) pthread_cond_wait(&wd->cv, &wd->mu);
   unlink_locked(wd, m);
+  pthread_mutex_unlock(&wd->mu);
+}
+
+void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start, int64_t lease_ms) {
+  pthread_mutex_lock(&c->lazy_mu);
+  dlock__watchdog *wd = c->watchdog;
+  pthread_mutex_unlock(&c->lazy_mu);
+  if (!wd) return;
+  pthread_mutex_lock(&wd->mu);
+  if (m->wd_registered && start + lease_ms / 3 < m->wd_next_renew) m->wd_next_renew = start + lease_ms / 3;
+  pthread_cond_broadcast(&wd->cv); /* fixed leases: the new deadline counts from now on */
   pthread_mutex_unlock(&wd->mu);
 }
 

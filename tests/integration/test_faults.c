@@ -229,4 +229,59 @@ TEST(renewal_that_cannot_reach_redis_reports_unreachable_before_the_lease_ends) 
   dlock_client_free(c);
 }
 
+TEST(hundreds_of_locks_lost_at_once_are_all_reported) {
+  /* More locks than one watchdog pass handles (512), some renewed and some
+   * fixed, all lost together while Redis is frozen. */
+  enum { RENEWED = 520, FIXED = 100 };
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.command_timeout_ms = 300;
+  o.connect_timeout_ms = 300;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  static dlock_mutex *locks[RENEWED + FIXED];
+  for (int i = 0; i < RENEWED + FIXED; i++) {
+    dlock_mutex_options mo;
+    dlock_mutex_options_init(&mo);
+    mo.watchdog_lease_ms = 1500 * th_time_factor();
+    if (i >= RENEWED) mo.lease_ms = 1400 * th_time_factor();
+    char name[32];
+    snprintf(name, sizeof name, "t:many:%d", i);
+    ASSERT_OK(dlock_mutex_new(&locks[i], c, name, &mo));
+    ASSERT_OK(dlock_mutex_acquire(locks[i], 0));
+  }
+  kill(srv.pid, SIGSTOP);
+  int lost = 0;
+  for (int round = 0; round < 200 && lost < RENEWED + FIXED; round++) {
+    th_sleep_ms(50 * th_time_factor());
+    lost = 0;
+    for (int i = 0; i < RENEWED + FIXED; i++) lost += dlock_mutex_lost(locks[i]) != DLOCK_LOST_NONE;
+  }
+  kill(srv.pid, SIGCONT);
+  ASSERT_EQ(lost, RENEWED + FIXED);
+  for (int i = 0; i < RENEWED + FIXED; i++) dlock_mutex_free(locks[i]);
+  dlock_client_free(c);
+}
+
+TEST(an_acquire_that_never_reached_a_dead_server_is_not_an_unknown_outcome) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "t:dead", NULL));
+  kill(srv.pid, SIGKILL);
+  waitpid(srv.pid, NULL, 0);
+  srv.pid = 0;
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_ECONNECT);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), srv.url + strlen("redis://"));
+  ASSERT_EQ(th_redis_restart(&srv), 0);
+  ASSERT_OK(dlock_mutex_acquire(m, 0)); /* the client reconnects by itself */
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()

@@ -243,6 +243,23 @@ TEST(extend_moves_the_lease_and_never_recreates_an_expired_key) {
   dlock_client_free(c);
 }
 
+TEST(an_extend_that_shortens_a_fixed_lease_moves_the_loss_signal_forward) {
+  dlock_client *c = client();
+  dlock_mutex *m = mutex(c, "t:shorten", 20000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int fd = dlock_mutex_lost_fd(m);
+  ASSERT(fd >= 0);
+  ASSERT_OK(dlock_mutex_extend(m, 400));
+  long long t0 = th_now_ms();
+  struct pollfd p = {fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1);
+  ASSERT(th_now_ms() - t0 < 400 + 1500 * th_time_factor()); /* not at the old 20 s deadline */
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_DEADLINE);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST(the_watchdog_keeps_a_lock_across_many_leases) {
   dlock_client *c = client(), *c2 = client();
   dlock_mutex_options mo;

@@ -59,6 +59,8 @@ static pid_t start_node(const char *node, const char *kind, const char *period, 
   if (pid == 0) {
     if (faketime) {
       setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+      /* libfaketime is preloaded ahead of the ASan runtime; that is fine here. */
+      setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
       execlp("faketime", "faketime", "-m", "-f", faketime, SCHED_NODE, srv.url, node, kind, period, run, life, out,
              at_most, (char *)NULL);
     } else {
@@ -111,7 +113,15 @@ static void check_once_per_tick(const char *offset_node_clock) {
 
 TEST(three_nodes_run_each_tick_of_a_one_second_job_exactly_once) { check_once_per_tick(NULL); }
 
-TEST(one_node_with_its_clock_400ms_ahead_still_runs_each_tick_once) { check_once_per_tick("+0.4s"); }
+TEST(one_node_with_its_clock_400ms_ahead_still_runs_each_tick_once) {
+#ifdef __SANITIZE_THREAD__
+  /* libfaketime wraps pthread_cond_wait, which hides lock events from TSan
+   * and makes it report false races; the other builds run this test. */
+  printf("  (skipped under ThreadSanitizer)\n");
+  return;
+#endif
+  check_once_per_tick("+0.4s");
+}
 
 TEST(a_runner_killed_mid_run_blocks_later_ticks_no_longer_than_lock_at_most_for) {
   clear_job();
