@@ -8,8 +8,10 @@
 #define DLOCK_CLI_H
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "dlock.h"
 
@@ -39,6 +41,8 @@ int cmd_release(int argc, char **argv);
 int cmd_fence(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_cron(int argc, char **argv);
+int cmd_every(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -108,6 +112,89 @@ int cli_exit_for_status(int status);
  * code for 'status'. 'detail' may be NULL or empty. */
 int cli_report(int status, const char *detail, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- Running a command (child.c) ---- */
+
+/* Find 'file' as a shell would (PATH unless it holds a '/') and put its path
+ * in 'out'. Returns 0, or after saying why CLI_EXIT_NOTFOUND (127) when
+ * nothing is found, CLI_EXIT_NOEXEC (126) when only a file that cannot be
+ * executed is. */
+int cli_resolve_program(const char *file, char *out, size_t len);
+
+/* Everything execve() needs, built before fork(): after fork() in a process
+ * with threads only async-signal-safe calls are allowed, so no malloc, no
+ * setenv and no PATH search in the child. */
+typedef struct cli_child {
+  char path[4096];
+  char **argv;    /* what execve() gets; points into the caller's 'cmd' */
+  char **sh_argv; /* fallback for a script without "#!" (ENOEXEC) */
+  char **envp;
+  char **env_own; /* copies of the variables set for the child */
+} cli_child;
+
+/* Build the child of 'program' (a resolved path) with the words 'cmd' (or,
+ * with 'shell', /bin/sh -c cmd[0]). 'env' is a NULL-terminated list of
+ * "NAME=value" that replace or join our environment. 0, or -1 (no memory;
+ * cli_child_free() is still needed). 'cmd' must outlive the plan. */
+int cli_child_build(cli_child *p, const char *program, char **cmd, int ncmd, int shell,
+                    const char *const *env);
+void cli_child_free(cli_child *p);
+
+/* fork() and execve() the plan in a new process group that it leads, with
+ * PR_SET_PDEATHSIG (SIGTERM) and the signal mask 'mask'. 'tty' >= 0: give
+ * that terminal's foreground to the child. An exec failure is reported on
+ * stderr (naming 'shown') and the child exits 127 or 126. Returns the pid,
+ * which is also the group id, or -1 after saying why. */
+pid_t cli_child_spawn(const cli_child *p, const sigset_t *mask, int tty, const char *shown);
+
+/* A wait status as a shell shows it: the exit code, or 128+N for signal N. */
+int cli_exit_code_of(int status);
+/* "SIGTERM" and the like, for messages. */
+const char *cli_signame(int sig);
+
+/* After a job's leader has ended and been reaped: stop what it left in its
+ * process group (SIGTERM and SIGCONT, SIGKILL after 'grace_ms') and wait
+ * until the group is empty. 'sigfd' >= 0: the caller has no other children
+ * and reads SIGCHLD from that signalfd, so any child is reaped and the
+ * signals that come meanwhile are read away; -1: only members of the group
+ * are reaped (other threads have children of their own). */
+void cli_stop_group(pid_t pgid, int64_t grace_ms, int quiet, int sigfd);
+
+/* ---- The scheduler daemon of "cron" and "every" (sched_daemon.c) ---- */
+
+typedef enum cli_trigger {
+  CLI_TRIGGER_CRON,  /* 'expr' */
+  CLI_TRIGGER_RATE,  /* every 'period_ms' on the epoch-aligned grid */
+  CLI_TRIGGER_DELAY  /* 'period_ms' after the previous run ended */
+} cli_trigger;
+
+typedef struct cli_daemon_opts {
+  const char *command;  /* "cron" or "every", for messages */
+  cli_trigger trigger;
+  const char *expr;
+  int64_t period_ms;
+  unsigned cron_flags;  /* DLOCK_CRON_UNIX */
+  const char *job;
+  const char *tz;       /* cron: the zone of 'expr'; both: how times are shown */
+  const char *node;     /* NULL: the library's "<hostname>:<pid>" */
+  const char *url;
+  int64_t at_most_ms;   /* 0: the library's default (10 minutes) */
+  int64_t at_least_ms;
+  int64_t grace_ms;
+  int pool;             /* 0: 1 */
+  int shell;
+  int quiet, verbose;
+  char **cmd;           /* NULL-terminated, from argv */
+  int ncmd;
+} cli_daemon_opts;
+
+/* Run the job until SIGINT, SIGTERM or SIGHUP, one log line per tick on
+ * stderr. Returns the exit code: 128+N after signal N, else an error's. */
+int cli_daemon_run(const cli_daemon_opts *o);
+
+/* 'unix_ms' as ISO 8601 in 'tz' (NULL: UTC), with ".mmm" when the time is
+ * not a whole second. 'len' >= 40 is always enough. */
+void cli_format_time_ms(int64_t unix_ms, const char *tz, char *buf, size_t len);
 
 /* ---- The demo's private Redis (demo_server.c) ---- */
 

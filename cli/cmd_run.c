@@ -15,13 +15,10 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
-
-extern char **environ;
 
 typedef enum on_lost { ON_LOST_TERM, ON_LOST_KILL, ON_LOST_IGNORE } on_lost;
 
@@ -163,127 +160,27 @@ static int parse_run(int argc, char **argv, run_opts *o)
   return 0;
 }
 
-/* ---- Finding the program ---- */
-
-/* Like a shell: 127 when nothing is found, 126 when only a file that cannot
- * be executed is. Done before the lock is taken, so that a typo does not
- * wait its turn just to fail. */
-static int resolve_program(const char *file, char *out, size_t len)
-{
-  struct stat st;
-
-  if (strchr(file, '/') != NULL) {
-    if (stat(file, &st) != 0) {
-      fprintf(stderr, "dlock: %s: %s\n", file, strerror(errno));
-      return errno == ENOENT || errno == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
-    }
-    if (S_ISDIR(st.st_mode) || access(file, X_OK) != 0) {
-      fprintf(stderr, "dlock: %s: %s\n", file,
-              S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
-      return CLI_EXIT_NOEXEC;
-    }
-    snprintf(out, len, "%s", file);
-    return 0;
-  }
-
-  const char *path = getenv("PATH");
-  if (path == NULL || path[0] == '\0')
-    path = "/usr/local/bin:/usr/bin:/bin";
-  int not_executable = 0;
-  for (const char *p = path;;) {
-    size_t dirlen = strcspn(p, ":");
-    char candidate[4096];
-    /* An empty PATH element means the current directory. */
-    if (dirlen == 0)
-      snprintf(candidate, sizeof candidate, "./%s", file);
-    else
-      snprintf(candidate, sizeof candidate, "%.*s/%s", (int)dirlen, p, file);
-    if (stat(candidate, &st) == 0 && S_ISREG(st.st_mode)) {
-      if (access(candidate, X_OK) == 0) {
-        snprintf(out, len, "%s", candidate);
-        return 0;
-      }
-      not_executable = 1;
-    }
-    if (p[dirlen] == '\0')
-      break;
-    p += dirlen + 1;
-  }
-  if (not_executable) {
-    fprintf(stderr, "dlock: %s: permission denied\n", file);
-    return CLI_EXIT_NOEXEC;
-  }
-  fprintf(stderr, "dlock: %s: command not found\n", file);
-  return CLI_EXIT_NOTFOUND;
-}
-
 /* ---- What the child gets ---- */
 
-/* Everything the child needs, built before fork(): after fork() in a
- * process with threads only async-signal-safe calls are allowed, so no
- * malloc, no setenv and no PATH search there. */
-typedef struct child_plan {
-  char path[4096];
-  char **argv;    /* what execve() gets */
-  char **sh_argv; /* fallback for a script without "#!" (ENOEXEC) */
-  char **envp;
-  char env_name[DLOCK_MAX_NAME_LEN + 16];
-  char env_fence[64];
-  char *env_url;
-} child_plan;
-
-static void plan_free(child_plan *p)
+/* DLOCK_NAME, DLOCK_FENCE and DLOCK_URL replaced or added. */
+static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence)
 {
-  free(p->argv);
-  free(p->sh_argv);
-  free(p->envp);
-  free(p->env_url);
-}
-
-static int plan_build(child_plan *p, const run_opts *o, uint64_t fence)
-{
-  size_t nenv = 0;
-
-  for (char **e = environ; *e != NULL; e++)
-    nenv++;
-  p->argv = calloc((size_t)o->ncmd + 4, sizeof *p->argv);
-  p->sh_argv = calloc((size_t)o->ncmd + 4, sizeof *p->sh_argv);
-  p->envp = calloc(nenv + 4, sizeof *p->envp);
   const char *url = cli_effective_url(o->url);
   size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
-  p->env_url = malloc(urllen);
-  if (p->argv == NULL || p->sh_argv == NULL || p->envp == NULL || p->env_url == NULL)
+  char env_name[DLOCK_MAX_NAME_LEN + 16];
+  char env_fence[64];
+  char *env_url = malloc(urllen);
+
+  memset(p, 0, sizeof *p);
+  if (env_url == NULL)
     return -1;
-
-  if (o->shell) {
-    snprintf(p->path, sizeof p->path, "/bin/sh");
-    p->argv[0] = (char *)"sh";
-    p->argv[1] = (char *)"-c";
-    p->argv[2] = o->cmd[0];
-  } else {
-    for (int i = 0; i < o->ncmd; i++)
-      p->argv[i] = o->cmd[i];
-  }
-  /* What a shell does with an executable file that is not a binary. */
-  p->sh_argv[0] = (char *)"sh";
-  p->sh_argv[1] = p->path;
-  for (int i = 1; p->argv[i] != NULL; i++)
-    p->sh_argv[i + 1] = p->argv[i];
-
-  snprintf(p->env_name, sizeof p->env_name, "DLOCK_NAME=%s", o->name);
-  snprintf(p->env_fence, sizeof p->env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
-  snprintf(p->env_url, urllen, "DLOCK_URL=%s", url);
-  size_t n = 0;
-  for (char **e = environ; *e != NULL; e++) {
-    if (strncmp(*e, "DLOCK_NAME=", 11) == 0 || strncmp(*e, "DLOCK_FENCE=", 12) == 0 ||
-        strncmp(*e, "DLOCK_URL=", 10) == 0)
-      continue;
-    p->envp[n++] = *e;
-  }
-  p->envp[n++] = p->env_name;
-  p->envp[n++] = p->env_fence;
-  p->envp[n++] = p->env_url;
-  return 0;
+  snprintf(env_name, sizeof env_name, "DLOCK_NAME=%s", o->name);
+  snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
+  snprintf(env_url, urllen, "DLOCK_URL=%s", url);
+  const char *env[] = {env_name, env_fence, env_url, NULL};
+  int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
+  free(env_url);
+  return rc;
 }
 
 /* "dlock-run host=H pid=P user=U cmd=ARGS": parsed back by cmd_status.c.
@@ -487,120 +384,10 @@ static int drain_signals(int fd, pid_t child, int *done, int *status, int *last)
 
 /* ---- Running the command ---- */
 
-/* The child's side of fork(): async-signal-safe calls only. */
-static void child_exec(const child_plan *p, const sig_setup *s, int errfd, pid_t parent)
-{
-  setpgid(0, 0);
-  /* If dlock itself is killed (SIGKILL, OOM killer) nobody renews the lease
-   * any more: the command must not run on unprotected. */
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent)
-    _exit(CLI_EXIT_SOFTWARE); /* dlock died before prctl() took effect */
-  if (s->tty >= 0)
-    tcsetpgrp(s->tty, getpid()); /* as the parent does: whoever runs first */
-  sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
-  execve(p->path, p->argv, p->envp);
-  int err = errno;
-  if (err == ENOEXEC) {
-    execve("/bin/sh", p->sh_argv, p->envp);
-    err = errno;
-  }
-  (void)!write(errfd, &err, sizeof err);
-  _exit(err == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
-}
-
-static pid_t spawn(const child_plan *p, const sig_setup *s, const char *shown)
-{
-  int errpipe[2];
-  int err = 0;
-
-  if (pipe2(errpipe, O_CLOEXEC) != 0) {
-    perror("dlock: pipe");
-    return -1;
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror("dlock: fork");
-    close(errpipe[0]);
-    close(errpipe[1]);
-    return -1;
-  }
-  if (pid == 0)
-    child_exec(p, s, errpipe[1], parent);
-  /* Both sides set the group, so that neither a signal we forward nor the
-   * child's own exec can run ahead of it. */
-  setpgid(pid, pid);
-  if (s->tty >= 0)
-    tcsetpgrp(s->tty, pid);
-  close(errpipe[1]);
-  /* EOF: execve() succeeded and closed the pipe (O_CLOEXEC). */
-  ssize_t n;
-  do {
-    n = read(errpipe[0], &err, sizeof err);
-  } while (n < 0 && errno == EINTR);
-  close(errpipe[0]);
-  if (n == (ssize_t)sizeof err)
-    fprintf(stderr, "dlock: %s: %s\n", shown, strerror(err));
-  return pid;
-}
-
-static const char *signame(int sig)
-{
-  switch (sig) {
-  case SIGINT: return "SIGINT";
-  case SIGTERM: return "SIGTERM";
-  case SIGHUP: return "SIGHUP";
-  case SIGKILL: return "SIGKILL";
-  }
-  return "a signal";
-}
-
 static int64_t ms_until(dlock_mono_ms when)
 {
   dlock_mono_ms now = dlock_mono_now();
   return when > now ? when - now : 0;
-}
-
-/* After the child ended: stop whatever it left running in its group, so that
- * no part of the job outlives the lock. */
-static void stop_group(pid_t pgid, const run_opts *o, int sigfd)
-{
-  int done = 0, status = 0, last;
-
-  /* Members that got the same signal as the child may still be on their
-   * way out (or be orphans waiting for us to reap them): a moment first. */
-  for (int i = 0; i < 20; i++) {
-    reap(-1, &done, &status);
-    if (kill(-pgid, 0) != 0)
-      return;
-    struct pollfd pfd = {sigfd, POLLIN, 0};
-    poll(&pfd, 1, 10);
-    drain_signals(sigfd, 0, &done, &status, &last);
-  }
-  if (!o->quiet) {
-    fprintf(stderr, "dlock: the command left processes in its group; sending SIGTERM\n");
-  }
-  kill(-pgid, SIGTERM);
-  kill(-pgid, SIGCONT); /* a stopped process would never see the SIGTERM */
-  dlock_mono_ms kill_at = dlock_mono_now() + o->grace_ms;
-  dlock_mono_ms give_up = kill_at + 10000;
-  int killed = 0;
-  while (kill(-pgid, 0) == 0) {
-    if (!killed && dlock_mono_now() >= kill_at) {
-      kill(-pgid, SIGKILL);
-      killed = 1;
-    }
-    if (dlock_mono_now() >= give_up) {
-      fprintf(stderr, "dlock: processes of group %ld survive SIGKILL; giving up\n",
-              (long)pgid);
-      return;
-    }
-    struct pollfd pfd = {sigfd, POLLIN, 0};
-    poll(&pfd, 1, 20);
-    drain_signals(sigfd, 0, &done, &status, &last);
-    reap(-1, &done, &status);
-  }
 }
 
 typedef struct run_state {
@@ -652,7 +439,7 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
     if (last != 0 && !done) {
       rs->signal_got = last;
       if (o->verbose)
-        fprintf(stderr, "dlock: passing %s to the command\n", signame(last));
+        fprintf(stderr, "dlock: passing %s to the command\n", cli_signame(last));
       kill(-pid, last);
     }
     if (done)
@@ -701,15 +488,6 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
   return status;
 }
 
-static int exit_code_of(int status)
-{
-  if (WIFEXITED(status))
-    return WEXITSTATUS(status);
-  if (WIFSIGNALED(status))
-    return 128 + WTERMSIG(status);
-  return CLI_EXIT_SOFTWARE;
-}
-
 /* ---- The command ---- */
 
 int cmd_run(int argc, char **argv)
@@ -726,7 +504,7 @@ int cmd_run(int argc, char **argv)
 
   if (rc != 0)
     return rc;
-  rc = resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
+  rc = cli_resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
   if (rc != 0)
     return rc;
   owner_info_format(&o, owner, sizeof owner);
@@ -802,7 +580,7 @@ int cmd_run(int argc, char **argv)
   if (got_signal != 0) {
     if (!o.quiet) {
       fprintf(stderr, "dlock: %s while waiting for '%s'; not running the command\n",
-              signame(got_signal), o.name);
+              cli_signame(got_signal), o.name);
     }
     rc = 128 + got_signal;
     goto out_thread;
@@ -828,17 +606,15 @@ int cmd_run(int argc, char **argv)
             (unsigned long long)fence);
   }
 
-  child_plan plan;
-  memset(&plan, 0, sizeof plan);
-  if (plan_build(&plan, &o, fence) != 0) {
+  cli_child plan;
+  if (plan_build(&plan, program, &o, fence) != 0) {
     fprintf(stderr, "dlock: out of memory\n");
-    plan_free(&plan);
+    cli_child_free(&plan);
     rc = CLI_EXIT_SOFTWARE;
     goto out_thread;
   }
-  snprintf(plan.path, sizeof plan.path, "%s", program);
-  pid_t pid = spawn(&plan, &sig, o.shell ? "/bin/sh" : o.cmd[0]);
-  plan_free(&plan);
+  pid_t pid = cli_child_spawn(&plan, &sig.old_mask, sig.tty, o.shell ? "/bin/sh" : o.cmd[0]);
+  cli_child_free(&plan);
   if (pid < 0) {
     rc = CLI_EXIT_SOFTWARE;
     goto out_thread;
@@ -848,8 +624,8 @@ int cmd_run(int argc, char **argv)
   int status = supervise(pid, m, &o, sig.fd, sig.tty, &rs);
   if (sig.tty >= 0)
     tcsetpgrp(sig.tty, getpgrp());
-  stop_group(pid, &o, sig.fd);
-  rc = exit_code_of(status);
+  cli_stop_group(pid, o.grace_ms, o.quiet, sig.fd);
+  rc = cli_exit_code_of(status);
 
   int rel = lock_thread_finish(&t);
   thread_started = 0;

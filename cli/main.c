@@ -28,8 +28,8 @@ static const cli_command commands[] = {
   {"fence", cmd_fence},
   {"demo", cmd_demo},
   {"help", cmd_help},
-  {"cron", cmd_planned},
-  {"every", cmd_planned},
+  {"cron", cmd_cron},
+  {"every", cmd_every},
   {"bench", cmd_planned},
 };
 
@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 {
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, demo)");
+                                 "fence, cron, every, demo)");
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {

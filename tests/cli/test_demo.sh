@@ -1,7 +1,8 @@
 # test_demo.sh - "dlock demo": with no Redis configured it starts and stops
 # its own redis-server, finishes well under a minute, and reports an exact
-# count with the lock and a rejected zombie write; with --url it uses the
-# given server; interrupted, it still stops its server.
+# count with the lock, a rejected zombie write and a job on 3 scheduler
+# nodes that runs each tick once; with --url it uses the given server;
+# interrupted, it still stops its server.
 . "$DLOCK_TEST_LIB"
 
 mkdir "$TEST_DIR/tmp"
@@ -24,7 +25,16 @@ assert_match "demo summary: exact count with the lock" "$out" "stock, 500 deduct
 assert_match "demo table: the locked row is exact" "$out" "dlock +400 +400 +0 +0 +0 +exact"
 assert_match "demo summary: zombie write rejected" "$out" "zombie write after lease .*rejected by its fence"
 assert_match "demo says the stock is in memory" "$out" "memory"
-assert_match "demo mentions the scheduler as later work" "$out" "Scheduler.*later"
+assert_match "demo summary: the job ran once per tick on 3 nodes" "$out" \
+  "job on 3 nodes, 5 ticks +15 runs \(3 per tick\) +5 runs, once per tick"
+# One table row per tick: the node that ran it, its fence, the two that skipped it.
+rows=$(printf '%s\n' "$out" | grep -E '^   [0-9]{2}:[0-9]{2}:[0-9]{2} +node-[123] +[0-9]+ +node-[123], node-[123]$')
+assert_eq "demo scheduler table: 5 ticks, each ran on one node, skipped by two" \
+  "$(printf '%s\n' "$rows" | grep -c .)" 5
+assert_eq "demo scheduler table: no node both ran and skipped a tick" \
+  "$(printf '%s\n' "$rows" | awk '{ if (index($4 $5, $2)) print }')" ""
+assert_eq "demo scheduler table: ticks 1 s apart" \
+  "$(printf '%s\n' "$rows" | awk '{ split($1, t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3]; if (NR > 1 && (s - p + 86400) % 86400 != 1) print; p = s }')" ""
 check "demo output fits 80 columns" sh -c "awk 'length(\$0) > 80 { exit 1 }' '$TEST_DIR/out'"
 assert_eq "the private redis-server is gone" "$(demo_servers)" 0
 assert_eq "its temporary directory is removed" "$(ls -A "$TEST_DIR/tmp")" ""
@@ -49,6 +59,7 @@ TMPDIR="$TEST_DIR/tmp" timeout 90 "$DLOCK" demo --url "$DLOCK_URL" >"$TEST_DIR/o
 assert_eq "demo --url exits 0" "$?" 0
 assert_match "demo --url uses the given server" "$(cat "$TEST_DIR/out")" "Redis: redis://127.0.0.1:$REDIS_PORT"
 assert_match "demo --url: exact with the lock" "$(cat "$TEST_DIR/out")" "sold 400 of 400, exact"
+assert_match "demo --url: the job ran once per tick" "$(cat "$TEST_DIR/out")" "5 runs, once per tick"
 assert_eq "demo --url left no lock held" "$("$DLOCK" list 'dlock-demo:*')" ""
 
 # No redis-server on PATH: a clear error, exit 69.

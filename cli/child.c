@@ -1,0 +1,288 @@
+/*
+ * child.c - running a command the way "dlock run" and the scheduler
+ * daemons ("dlock cron", "dlock every") do: looked up in PATH like a shell
+ * would, built completely before fork() (only async-signal-safe calls after
+ * it in a threaded process), in its own process group, and its leftovers
+ * stopped when it ends, so that no part of a job outlives its lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+/* ---- Finding the program ---- */
+
+int cli_resolve_program(const char *file, char *out, size_t len)
+{
+  struct stat st;
+
+  if (strchr(file, '/') != NULL) {
+    if (stat(file, &st) != 0) {
+      fprintf(stderr, "dlock: %s: %s\n", file, strerror(errno));
+      return errno == ENOENT || errno == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
+    }
+    if (S_ISDIR(st.st_mode) || access(file, X_OK) != 0) {
+      fprintf(stderr, "dlock: %s: %s\n", file,
+              S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
+      return CLI_EXIT_NOEXEC;
+    }
+    snprintf(out, len, "%s", file);
+    return 0;
+  }
+
+  const char *path = getenv("PATH");
+  if (path == NULL || path[0] == '\0')
+    path = "/usr/local/bin:/usr/bin:/bin";
+  int not_executable = 0;
+  for (const char *p = path;;) {
+    size_t dirlen = strcspn(p, ":");
+    char candidate[4096];
+    /* An empty PATH element means the current directory. */
+    if (dirlen == 0)
+      snprintf(candidate, sizeof candidate, "./%s", file);
+    else
+      snprintf(candidate, sizeof candidate, "%.*s/%s", (int)dirlen, p, file);
+    if (stat(candidate, &st) == 0 && S_ISREG(st.st_mode)) {
+      if (access(candidate, X_OK) == 0) {
+        snprintf(out, len, "%s", candidate);
+        return 0;
+      }
+      not_executable = 1;
+    }
+    if (p[dirlen] == '\0')
+      break;
+    p += dirlen + 1;
+  }
+  if (not_executable) {
+    fprintf(stderr, "dlock: %s: permission denied\n", file);
+    return CLI_EXIT_NOEXEC;
+  }
+  fprintf(stderr, "dlock: %s: command not found\n", file);
+  return CLI_EXIT_NOTFOUND;
+}
+
+/* ---- What the child gets ---- */
+
+void cli_child_free(cli_child *p)
+{
+  free(p->argv);
+  free(p->sh_argv);
+  free(p->envp);
+  for (int i = 0; p->env_own != NULL && p->env_own[i] != NULL; i++)
+    free(p->env_own[i]);
+  free(p->env_own);
+  memset(p, 0, sizeof *p);
+}
+
+/* 1 when the environment entry 'e' sets a variable that 'env' replaces. */
+static int replaced(const char *e, const char *const *env)
+{
+  for (int i = 0; env[i] != NULL; i++) {
+    size_t n = strcspn(env[i], "=") + 1;
+    if (strncmp(e, env[i], n) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+int cli_child_build(cli_child *p, const char *program, char **cmd, int ncmd, int shell,
+                    const char *const *env)
+{
+  size_t nenv = 0;
+  size_t nset = 0;
+
+  memset(p, 0, sizeof *p);
+  for (char **e = environ; *e != NULL; e++)
+    nenv++;
+  while (env[nset] != NULL)
+    nset++;
+  p->argv = calloc((size_t)ncmd + 4, sizeof *p->argv);
+  p->sh_argv = calloc((size_t)ncmd + 4, sizeof *p->sh_argv);
+  p->envp = calloc(nenv + nset + 1, sizeof *p->envp);
+  p->env_own = calloc(nset + 1, sizeof *p->env_own);
+  if (p->argv == NULL || p->sh_argv == NULL || p->envp == NULL || p->env_own == NULL)
+    return -1;
+  for (size_t i = 0; i < nset; i++) {
+    p->env_own[i] = strdup(env[i]);
+    if (p->env_own[i] == NULL)
+      return -1;
+  }
+
+  snprintf(p->path, sizeof p->path, "%s", program);
+  if (shell) {
+    p->argv[0] = (char *)"sh";
+    p->argv[1] = (char *)"-c";
+    p->argv[2] = cmd[0];
+  } else {
+    for (int i = 0; i < ncmd; i++)
+      p->argv[i] = cmd[i];
+  }
+  /* What a shell does with an executable file that is not a binary. */
+  p->sh_argv[0] = (char *)"sh";
+  p->sh_argv[1] = p->path;
+  for (int i = 1; p->argv[i] != NULL; i++)
+    p->sh_argv[i + 1] = p->argv[i];
+
+  size_t n = 0;
+  for (char **e = environ; *e != NULL; e++) {
+    if (!replaced(*e, env))
+      p->envp[n++] = *e;
+  }
+  for (size_t i = 0; i < nset; i++)
+    p->envp[n++] = p->env_own[i];
+  return 0;
+}
+
+/* ---- Starting it ---- */
+
+/* The child's side of fork(): async-signal-safe calls only. */
+static void child_exec(const cli_child *p, const sigset_t *mask, int tty, int errfd,
+                       pid_t parent)
+{
+  setpgid(0, 0);
+  /* If dlock itself is killed (SIGKILL, OOM killer) nobody renews the lease
+   * any more: the command must not run on unprotected. */
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent)
+    _exit(CLI_EXIT_SOFTWARE); /* dlock died before prctl() took effect */
+  if (tty >= 0)
+    tcsetpgrp(tty, getpid()); /* as the parent does: whoever runs first */
+  sigprocmask(SIG_SETMASK, mask, NULL);
+  execve(p->path, p->argv, p->envp);
+  int err = errno;
+  if (err == ENOEXEC) {
+    execve("/bin/sh", p->sh_argv, p->envp);
+    err = errno;
+  }
+  (void)!write(errfd, &err, sizeof err);
+  _exit(err == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
+}
+
+pid_t cli_child_spawn(const cli_child *p, const sigset_t *mask, int tty, const char *shown)
+{
+  int errpipe[2];
+  int err = 0;
+
+  if (pipe2(errpipe, O_CLOEXEC) != 0) {
+    perror("dlock: pipe");
+    return -1;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("dlock: fork");
+    close(errpipe[0]);
+    close(errpipe[1]);
+    return -1;
+  }
+  if (pid == 0)
+    child_exec(p, mask, tty, errpipe[1], parent);
+  /* Both sides set the group, so that neither a signal we forward nor the
+   * child's own exec can run ahead of it. */
+  setpgid(pid, pid);
+  if (tty >= 0)
+    tcsetpgrp(tty, pid);
+  close(errpipe[1]);
+  /* EOF: execve() succeeded and closed the pipe (O_CLOEXEC). */
+  ssize_t n;
+  do {
+    n = read(errpipe[0], &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  close(errpipe[0]);
+  if (n == (ssize_t)sizeof err)
+    fprintf(stderr, "dlock: %s: %s\n", shown, strerror(err));
+  return pid;
+}
+
+/* ---- When it has ended ---- */
+
+int cli_exit_code_of(int status)
+{
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return CLI_EXIT_SOFTWARE;
+}
+
+const char *cli_signame(int sig)
+{
+  switch (sig) {
+  case SIGINT: return "SIGINT";
+  case SIGTERM: return "SIGTERM";
+  case SIGHUP: return "SIGHUP";
+  case SIGKILL: return "SIGKILL";
+  }
+  return "a signal";
+}
+
+/* Reap what has ended of ours: any child when we have only the one job
+ * ('any'), else only members of the group 'pgid', so that the children of
+ * other threads keep their statuses for them. */
+static void reap_quietly(pid_t pgid, int any)
+{
+  int st;
+  while (waitpid(any ? -1 : -pgid, &st, WNOHANG) > 0)
+    ;
+}
+
+/* Wait up to 'ms': on the signalfd when there is one (reading away what
+ * comes, SIGCHLD included), else just sleep. */
+static void pause_ms(int sigfd, int ms)
+{
+  struct signalfd_siginfo si;
+
+  if (sigfd < 0) {
+    poll(NULL, 0, ms);
+    return;
+  }
+  struct pollfd pfd = {sigfd, POLLIN, 0};
+  poll(&pfd, 1, ms);
+  while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+    ;
+}
+
+void cli_stop_group(pid_t pgid, int64_t grace_ms, int quiet, int sigfd)
+{
+  int any = sigfd >= 0;
+
+  /* Members that got the same signal as the child may still be on their
+   * way out (or be orphans waiting for us to reap them): a moment first. */
+  for (int i = 0; i < 20; i++) {
+    reap_quietly(pgid, any);
+    if (kill(-pgid, 0) != 0)
+      return;
+    pause_ms(sigfd, 10);
+  }
+  if (!quiet)
+    fprintf(stderr, "dlock: the command left processes in its group; sending SIGTERM\n");
+  kill(-pgid, SIGTERM);
+  kill(-pgid, SIGCONT); /* a stopped process would never see the SIGTERM */
+  dlock_mono_ms kill_at = dlock_mono_now() + grace_ms;
+  dlock_mono_ms give_up = kill_at + 10000;
+  int killed = 0;
+  while (kill(-pgid, 0) == 0) {
+    if (!killed && dlock_mono_now() >= kill_at) {
+      kill(-pgid, SIGKILL);
+      killed = 1;
+    }
+    if (dlock_mono_now() >= give_up) {
+      fprintf(stderr, "dlock: processes of group %ld survive SIGKILL; giving up\n",
+              (long)pgid);
+      return;
+    }
+    pause_ms(sigfd, 20);
+    reap_quietly(pgid, any);
+  }
+}

@@ -1,0 +1,267 @@
+# test_cron.sh - "dlock cron" and "dlock every": --next against known fire
+# times (DST included, no Redis), usage errors (64), and the daemons: three
+# nodes running a job every second run each tick exactly once with rising
+# fences, fixed-delay runs never overlap, SIGTERM reaches a running command's
+# group and dlock exits 143 leaving nothing behind, and --history shows it all.
+. "$DLOCK_TEST_LIB"
+
+# ---- cron --next: no Redis needed ----
+
+out=$("$DLOCK" cron --next '0 0 12 ? * MON' -n 2 --from 2023-11-15T00:00:00Z --tz UTC)
+assert_eq "--next: Mondays at noon UTC" "$out" "2023-11-20T12:00:00+00:00
+2023-11-27T12:00:00+00:00"
+out=$("$DLOCK" cron --next '0 30 2 * * ?' -n 2 --tz Europe/Berlin --from 2026-03-28T12:00:00)
+assert_eq "--next: 02:30 skipped by DST in Berlin fires at 03:30" "$out" "2026-03-29T03:30:00+02:00
+2026-03-30T02:30:00+02:00"
+out=$("$DLOCK" cron --next '0 30 2 * * ?' -n 2 --tz Europe/Berlin --from 2026-10-24T12:00:00)
+assert_eq "--next: 02:30 repeated by DST in Berlin fires once" "$out" "2026-10-25T02:30:00+02:00
+2026-10-26T02:30:00+01:00"
+out=$("$DLOCK" cron --next '0 0 12 ? * MON' -n 2 --from @1700000000 --epoch)
+assert_eq "--next --epoch --from @EPOCH" "$out" "1700481600
+1701086400"
+out=$("$DLOCK" cron --next '*/15 * * * * ?' --from @1700000000 --tz UTC)
+assert_eq "--next prints 5 times by default" "$(printf '%s\n' "$out" | wc -l)" 5
+assert_eq "--next is strictly after --from" "$(printf '%s\n' "$out" | head -1)" \
+  "2023-11-14T22:13:30+00:00"
+out=$("$DLOCK" cron --next '30 4 1,15 * 5' --unix -n 3 --from 2026-05-01T05:00:00Z)
+assert_eq "--next --unix: Vixie's day-of-month OR day-of-week" "$out" "2026-05-08T04:30:00+00:00
+2026-05-15T04:30:00+00:00
+2026-05-22T04:30:00+00:00"
+now=$(date +%s)
+first=$("$DLOCK" cron --next '* * * * * ?' -n 1 --epoch)
+check "--next defaults to now" test "$first" -gt "$now" -a "$first" -le $((now + 5))
+assert_eq "--next -n 1000 is allowed" "$("$DLOCK" cron --next '* * * * * ?' -n 1000 | wc -l)" 1000
+"$DLOCK" cron --next '0 0 0 1 1 ? 2001' >"$TEST_DIR/out" 2>"$TEST_DIR/err"
+assert_eq "--next of an expression that no longer fires exits 0" "$?" 0
+assert_match "... and says so" "$(cat "$TEST_DIR/err")" "never fires"
+
+# ---- usage errors: exit 64 and exactly one line on stderr with a hint ----
+
+usage_error() { # usage_error "what" PATTERN ARGS...
+  local what=$1 pattern=$2 err rc lines
+  shift 2
+  "$DLOCK" "$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" </dev/null
+  rc=$?
+  err=$(cat "$TEST_DIR/err")
+  lines=$(wc -l <"$TEST_DIR/err")
+  if [ "$rc" = 64 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -Eq -- "$pattern" &&
+     printf '%s' "$err" | grep -q "see 'dlock"; then
+    pass "$what"
+  else
+    fail "$what" "exit $rc (want 64), $lines stderr lines (want 1)" "stderr: $err"
+  fi
+}
+DEAD=redis://127.0.0.1:1
+usage_error "--next: invalid expression names the field" \
+  "bad cron expression: day-of-week: unexpected 'X' at column 15" cron --next '0 0 12 ? * MONX'
+usage_error "--next: out-of-range value names the field" "minutes: value 60 out of range" \
+  cron --next '0 60 * ? * *'
+usage_error "--next: 5 fields need --unix" "5-field Unix expression needs Unix mode" \
+  cron --next '*/5 * * * *'
+usage_error "--next: unknown zone" "unknown time zone \"Mars/Olympus\"" \
+  cron --next '0 0 12 ? * MON' --tz Mars/Olympus
+usage_error "--next: bad --from" "--from: time \"yesterday\"" cron --next '* * * * * ?' --from yesterday
+usage_error "--next: missing EXPR" "--next needs a cron EXPR" cron --next
+usage_error "--next: -n 0" "-n: '0'" cron --next '* * * * * ?' -n 0
+usage_error "--next: -n above 1000" "at most 1000" cron --next '* * * * * ?' -n 1001
+usage_error "--next: a daemon option" "--name does not go with --next" cron --next '* * * * * ?' --name J
+usage_error "--next: with a command" "--next takes no COMMAND" cron --next '* * * * * ?' -- true
+usage_error "--next and --history together" "do not go together" cron --next --history x
+usage_error "--history: missing JOB" "--history needs a JOB" cron --history
+usage_error "--history: --epoch" "--epoch does not go with --history" cron --history J --epoch
+usage_error "cron: missing EXPR" "missing cron EXPR" cron
+usage_error "cron: missing --name" "missing --name JOB" cron '* * * * * ?' -- true
+usage_error "cron: missing --" "missing '--' and COMMAND" cron '* * * * * ?' --name J
+usage_error "cron: missing COMMAND" "missing COMMAND" cron '* * * * * ?' --name J --
+usage_error "cron: two expressions" "unexpected argument" cron '* * * * * ?' '0 * * * * ?' --name J -- true
+usage_error "cron: --from is for --next" "--from does not go with a cron job" \
+  cron '* * * * * ?' --name J --from @0 -- true
+usage_error "cron: invalid expression, before Redis is tried" \
+  "bad cron expression: seconds: unexpected 'x' at column 2" cron '5x * * ? * *' --name J --url "$DEAD" -- true
+usage_error "cron: unknown zone, before Redis is tried" "unknown time zone" \
+  cron '* * * * * ?' --tz Nowhere/Town --name J --url "$DEAD" -- true
+usage_error "cron: expression that never fires again" "never fires after now" \
+  cron '0 0 0 1 1 ? 2001' --name J --url "$DEAD" -- true
+usage_error "cron: --pool 0" "--pool: '0' is not 1..256" cron '* * * * * ?' --name J --pool 0 -- true
+usage_error "cron: --pool 257" "--pool: '257'" cron '* * * * * ?' --name J --pool 257 -- true
+usage_error "cron: zero --lock-at-most-for" "--lock-at-most-for: must be more than 0" \
+  cron '* * * * * ?' --name J --lock-at-most-for 0 -- true
+usage_error "cron: bad --lock-at-least-for" "--lock-at-least-for: bad duration 'x'" \
+  cron '* * * * * ?' --name J --lock-at-least-for x -- true
+usage_error "cron: at-least longer than at-most" "longer than --lock-at-most-for" \
+  cron '* * * * * ?' --name J --lock-at-least-for 20m -- true
+usage_error "cron: node name with '|'" "--node: 'a|b'" cron '* * * * * ?' --name J --node 'a|b' -- true
+usage_error "cron: --shell with several words" "--shell takes COMMAND as one string" \
+  cron '* * * * * ?' --name J --shell -- echo hi
+usage_error "every: missing DURATION" "missing DURATION" every
+usage_error "every: bad DURATION" "bad duration 'soon'" every soon --name J -- true
+usage_error "every: zero DURATION" "DURATION must be more than 0" every 0 --name J -- true
+usage_error "every: --unix is for cron" "unknown option '--unix'" every 1s --unix --name J -- true
+usage_error "every: --next is for cron" "unknown option '--next'" every 1s --next
+usage_error "every: missing --name" "missing --name JOB" every 1s -- true
+usage_error "every: missing COMMAND" "missing COMMAND" every 1s --name J --
+usage_error "every: unknown zone" "unknown time zone" every 1s --tz Nowhere/Town --name J -- true
+
+# Not runnable, or no Redis: checked at start, before any tick.
+"$DLOCK" every 1s --name J --url "$DEAD" -- "$TEST_DIR/no-such-command" 2>/dev/null
+assert_eq "every: a missing command exits 127 at once" "$?" 127
+"$DLOCK" every 1s --name J --url "$DEAD" -- true 2>"$TEST_DIR/err"
+assert_eq "every: unreachable Redis exits 69" "$?" 69
+assert_match "every: unreachable Redis names the server" "$(cat "$TEST_DIR/err")" "127.0.0.1:1"
+"$DLOCK" cron --history J --url "$DEAD" 2>/dev/null
+assert_eq "cron --history: unreachable Redis exits 69" "$?" 69
+
+start_redis
+
+# ---- three nodes, one job every second ----
+
+TICKS="$TEST_DIR/ticks"
+for n in 1 2 3; do
+  "$DLOCK" every 1s --name J --node "node-$n" -- \
+    sh -c "echo \"\$DLOCK_TICK \$DLOCK_FENCE \$DLOCK_JOB \$DLOCK_NODE \$DLOCK_URL\" >> '$TICKS'" \
+    2>"$TEST_DIR/node$n.log" &
+  eval "NODE$n=\$!"
+  bg_track $!
+done
+sleep 6.5
+kill -TERM "$NODE1" "$NODE2" "$NODE3"
+for n in 1 2 3; do
+  eval "pid=\$NODE$n"
+  wait_exit "$pid" 15
+  assert_eq "node-$n exits 143 (128+SIGTERM) after SIGTERM" "$EXIT_CODE" 143
+done
+check "no command is left running" sh -c "! ps -eo args= | grep -v grep | grep -qF '$TICKS'"
+cut -d' ' -f1 "$TICKS" | sort -n >"$TEST_DIR/ticks.sorted"
+nticks=$(wc -l <"$TEST_DIR/ticks.sorted")
+check "at least 5 ticks ran in 6.5 s ($nticks)" test "$nticks" -ge 5
+assert_eq "each tick ran exactly once" "$(uniq -d "$TEST_DIR/ticks.sorted")" ""
+gaps=$(awk 'NR > 1 && $1 != prev + 1 { print prev " -> " $1 } { prev = $1 }' "$TEST_DIR/ticks.sorted")
+assert_eq "consecutive ticks are 1 s apart, no gaps" "$gaps" ""
+fences=$(sort -n -k1,1 "$TICKS" | awk 'NR > 1 && $2 <= prev { print "fence " $2 " after " prev } { prev = $2 }')
+assert_eq "fences increase from tick to tick" "$fences" ""
+assert_eq "the command saw DLOCK_JOB, DLOCK_NODE and DLOCK_URL" \
+  "$(awk '$3 != "J" || $4 !~ /^node-[123]$/ || $5 != "'"$DLOCK_URL"'"' "$TICKS")" ""
+cat "$TEST_DIR"/node?.log >"$TEST_DIR/all.log"
+ran=$(grep -c ": ran on node-" "$TEST_DIR/all.log")
+assert_eq "the logs have one 'ran' line per tick" "$ran" "$nticks"
+assert_match "a node logs ticks claimed by another" "$(cat "$TEST_DIR/all.log")" \
+  "J tick [0-9T:+-]+: skipped, claimed by node-[123]"
+assert_match "a 'ran' line has node, fence, duration and exit status" "$(cat "$TEST_DIR/all.log")" \
+  "J tick [0-9T:+-]+: ran on node-[123], fence [0-9]+, [0-9.]+m?s, exit 0"
+assert_match "SIGTERM is logged" "$(cat "$TEST_DIR/node1.log")" "SIGTERM: stopping"
+
+hist=$("$DLOCK" cron --history J)
+assert_match "--history has a header" "$hist" "^SCHEDULED +NODE +FENCE +START +DURATION +OUTCOME"
+assert_eq "--history lists every run" "$(printf '%s\n' "$hist" | grep -c ' ok$')" "$nticks"
+"$DLOCK" cron --history J --json >"$TEST_DIR/hist.json"
+check "--history --json is valid JSON" is_json <"$TEST_DIR/hist.json"
+jticks=$(python3 -c '
+import json, sys
+runs = json.load(open(sys.argv[1]))
+assert all(r["outcome"] == "ok" and r["duration_ms"] >= 0 for r in runs)
+assert all(r["node"] in ("node-1", "node-2", "node-3") for r in runs)
+print(" ".join(str(r["scheduled_unix_ms"] // 1000) for r in sorted(runs, key=lambda r: r["scheduled_unix_ms"])))
+' "$TEST_DIR/hist.json")
+assert_eq "--history --json: the same ticks as the commands saw" "$jticks" \
+  "$(tr '\n' ' ' <"$TEST_DIR/ticks.sorted" | sed 's/ $//')"
+assert_eq "--history -n 2 shows 2 runs" "$("$DLOCK" cron --history J -n 2 --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" 2
+"$DLOCK" cron --history nothing-ran >"$TEST_DIR/out" 2>"$TEST_DIR/err"
+assert_eq "--history of an unknown job exits 0" "$?" 0
+assert_match "... and says there are no runs" "$(cat "$TEST_DIR/err")" "no runs recorded"
+assert_eq "--history --json of an unknown job is []" "$("$DLOCK" cron --history nothing-ran --json)" "[]"
+
+# ---- cron: a cron job fires on its ticks ----
+
+CT="$TEST_DIR/cron-ticks"
+"$DLOCK" cron '* * * * * ?' --name C --tz Europe/Berlin -- sh -c "echo \$DLOCK_TICK >> '$CT'" \
+  2>"$TEST_DIR/cron.log" &
+CRON=$!
+bg_track $CRON
+check "cron: runs every second" wait_for 10 sh -c "[ \$(wc -l 2>/dev/null < '$CT' || echo 0) -ge 3 ]"
+kill -TERM "$CRON"
+wait_exit "$CRON" 15
+assert_eq "cron: exits 143 after SIGTERM" "$EXIT_CODE" 143
+gaps=$(sort -n "$CT" | awk 'NR > 1 && $1 != prev + 1 { print } { prev = $1 }')
+assert_eq "cron: DLOCK_TICK is every whole second" "$gaps" ""
+assert_match "cron: logs times in --tz" "$(cat "$TEST_DIR/cron.log")" "C tick [0-9-]+T[0-9:]+\+0[12]:00: ran on"
+
+# ---- fixed delay: two nodes, runs never overlap ----
+
+RUNS="$TEST_DIR/runs"
+for n in 1 2; do
+  "$DLOCK" every 500ms --fixed-delay --name D --node "d-$n" -- \
+    sh -c "s=\$(date +%s%3N); sleep 0.3; echo \"\$s \$(date +%s%3N) \$DLOCK_NODE\" >> '$RUNS'" \
+    2>"$TEST_DIR/d$n.log" &
+  eval "D$n=\$!"
+  bg_track $!
+done
+check "fixed delay: at least 4 runs" wait_for 15 sh -c "[ \$(wc -l 2>/dev/null < '$RUNS' || echo 0) -ge 4 ]"
+kill -TERM "$D1" "$D2"
+wait_exit "$D1" 15
+assert_eq "fixed delay: node 1 exits 143" "$EXIT_CODE" 143
+wait_exit "$D2" 15
+assert_eq "fixed delay: node 2 exits 143" "$EXIT_CODE" 143
+overlaps=$(sort -n "$RUNS" | awk 'NR > 1 && $1 < prev_end { print "overlap: " $0 } { prev_end = $2 }')
+assert_eq "fixed delay: no run starts before the previous one ended" "$overlaps" ""
+# The delay is measured on the Redis server's clock, the same clock here;
+# generous margin for process start-up.
+short=$(sort -n "$RUNS" | awk 'NR > 1 && $1 - prev_end < 400 { print $1 - prev_end "ms after " prev_end } { prev_end = $2 }')
+assert_eq "fixed delay: each run starts about 500ms after the previous ended" "$short" ""
+
+# ---- SIGTERM while the command runs ----
+
+rm -f "$TEST_DIR"/*.pid
+"$DLOCK" every 1s --name T -- sh -c "echo \$\$ > '$TEST_DIR/child.pid'; sleep 60 & echo \$! > '$TEST_DIR/gc.pid'; trap 'echo term > \"$TEST_DIR/term\"; exit 3' TERM; wait" \
+  2>"$TEST_DIR/t.log" &
+T=$!
+bg_track $T
+check "a run started" wait_for 10 file_has "$TEST_DIR/gc.pid"
+kill -TERM "$T"
+wait_exit "$T" 15
+assert_eq "SIGTERM during a run: dlock exits 143" "$EXIT_CODE" 143
+check "SIGTERM during a run: the command got SIGTERM" file_has "$TEST_DIR/term"
+check "SIGTERM during a run: the command is gone" pid_gone "$(cat "$TEST_DIR/child.pid")"
+check "SIGTERM during a run: its group's other process is gone" pid_gone "$(cat "$TEST_DIR/gc.pid")"
+assert_match "SIGTERM during a run: logged" "$(cat "$TEST_DIR/t.log")" "passed SIGTERM to the running command"
+assert_match "SIGTERM during a run: the run is recorded with its status" \
+  "$("$DLOCK" cron --history T -n 1)" "failed: 3$"
+
+# A command that ignores SIGTERM is killed after --grace.
+rm -f "$TEST_DIR"/*.pid
+"$DLOCK" every 1s --name I --grace 1s -- sh -c "trap '' TERM; echo \$\$ > '$TEST_DIR/child.pid'; while :; do sleep 0.1; done" \
+  2>"$TEST_DIR/i.log" &
+I=$!
+bg_track $I
+check "a stubborn run started" wait_for 10 file_has "$TEST_DIR/child.pid"
+kill -TERM "$I"
+wait_exit "$I" 15
+assert_eq "a command ignoring SIGTERM: dlock still exits 143" "$EXIT_CODE" 143
+check "a command ignoring SIGTERM: killed after --grace" pid_gone "$(cat "$TEST_DIR/child.pid")"
+assert_match "a command ignoring SIGTERM: SIGKILL is logged" "$(cat "$TEST_DIR/i.log")" "sending SIGKILL"
+
+# ---- a run longer than --lock-at-most-for is stopped ----
+
+"$DLOCK" every 1s --name M --lock-at-most-for 1s --grace 500ms -- sh -c 'exec sleep 30' \
+  2>"$TEST_DIR/m.log" &
+M=$!
+bg_track $M
+check "--lock-at-most-for: the long run is stopped and recorded" \
+  wait_for 15 sh -c "'$DLOCK' cron --history M 2>/dev/null | grep -q 'failed: 143'"
+kill -TERM "$M"
+wait_exit "$M" 15
+assert_eq "--lock-at-most-for: dlock exits 143 after SIGTERM" "$EXIT_CODE" 143
+assert_match "--lock-at-most-for: says why" "$(cat "$TEST_DIR/m.log")" "passed --lock-at-most-for \(1s\)"
+check "--lock-at-most-for: no sleep left behind" sh -c "! ps -eo args= | grep -v grep | grep -q '^sleep 30$'"
+
+# ---- -q: no log line for successful runs ----
+
+"$DLOCK" every 1s --name Q -q -- true 2>"$TEST_DIR/q.log" &
+Q=$!
+bg_track $Q
+check "-q: runs" wait_for 10 sh -c "'$DLOCK' cron --history Q 2>/dev/null | grep -q ' ok$'"
+kill -TERM "$Q"
+wait_exit "$Q" 15
+assert_eq "-q: exits 143" "$EXIT_CODE" 143
+assert_eq "-q: nothing logged" "$(cat "$TEST_DIR/q.log")" ""
+
+finish
