@@ -43,6 +43,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 int cmd_cron(int argc, char **argv);
 int cmd_every(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 

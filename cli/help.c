@@ -29,6 +29,7 @@ static const cli_help_page pages[] = {
    "  cron EXPR ... -- CMD    run CMD on cron ticks, once per tick fleet-wide\n"
    "  every DUR ... -- CMD    the same at a fixed rate or delay (DUR: 10s, 5m)\n"
    "  demo                    races, locks, fences and the scheduler, locally\n"
+   "  bench                   measure latency, throughput, hand-off, renewal\n"
    "  help [COMMAND]          help on a command\n"
    "\n"
    "Redis: --url URL, else $DLOCK_URL, else redis://127.0.0.1:6379.\n"
@@ -39,7 +40,6 @@ static const cli_help_page pages[] = {
    "  69 Redis unreachable or authentication failed, 70 internal error,\n"
    "  75 lock busy, 79 lock lost while the command ran, 126/127 command not\n"
    "  executable/not found, 128+N killed (cron, every: stopped) by signal N.\n"
-   "\n"
    "See 'dlock COMMAND --help' and dlock(1); also -h/--help and --version.\n",
    "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
    "is one Redis key named exactly like the lock; it expires when its lease\n"
@@ -272,6 +272,36 @@ static const cli_help_page pages[] = {
    "clock; the next run, on any node, starts DURATION after it, so runs\n"
    "never overlap and the fleet does not drift. `DLOCK_TICK` is then the\n"
    "time the run became due.\n"},
+
+  {"bench",
+   "Usage: dlock bench [--quick] [--scenario NAME[,NAME...]] [--json FILE]\n"
+   "                   [--url URL] [--layout cross|same|none]\n"
+   "                   [--watchdog-locks N] [--watchdog-lease MS]\n"
+   "                   [--watchdog-hold MS]\n"
+   "Measure libdlock against a real redis-server: a private one on a free\n"
+   "loopback port unless --url is given. Progress on stderr, a table at the\n"
+   "end, all figures as JSON with --json.\n"
+   "\n"
+   "Scenarios (default: all):\n"
+   "  floor        PING round trip on one connection\n"
+   "  uncontended  acquire+release on one thread, vs a bare hiredis client\n"
+   "  throughput   1, 8 and 64 threads on one client, vs redis-benchmark\n"
+   "  contended    K processes on one lock: hand-off latency, fairness, cost\n"
+   "  watchdog     thousands of held locks renewed by one watchdog\n"
+   "  scheduler    cron next-fire computations per second\n"
+   "\n"
+   "  --quick      about a second per scenario (a smoke run)\n"
+   "  --layout L   cross: Redis on CPU 0, the bench on CPU 1 (default);\n"
+   "               same: both on CPU 0; none: no pinning\n"
+   "\n"
+   "The peers (redis-py, node-redlock) run with 'bash bench/run-all.sh'.\n"
+   "Results, machine and targets: docs/PERFORMANCE.md.\n",
+   "`dlock bench` runs `dlock-bench`, built from the same tree (bench/) and\n"
+   "installed beside `dlock`. Figures from different runs or CPU layouts are\n"
+   "not comparable: a round trip between processes on one core differs from\n"
+   "one across cores, so every table states its layout. These are\n"
+   "measurements, not tests; the test suite runs only `--quick` to check that\n"
+   "every scenario still completes and stays correct.\n"},
 
   {"demo",
    "Usage: dlock demo [OPTIONS]\n"

@@ -12,14 +12,6 @@ typedef struct cli_command {
   int (*fn)(int argc, char **argv);
 } cli_command;
 
-/* Planned commands answer with a clear "not yet" instead of "unknown". */
-static int cmd_planned(int argc, char **argv)
-{
-  (void)argc;
-  fprintf(stderr, "dlock: '%s' is not implemented yet; see 'dlock --help'\n", argv[0]);
-  return CLI_EXIT_USAGE;
-}
-
 static const cli_command commands[] = {
   {"run", cmd_run},
   {"status", cmd_status},
@@ -30,7 +22,7 @@ static const cli_command commands[] = {
   {"help", cmd_help},
   {"cron", cmd_cron},
   {"every", cmd_every},
-  {"bench", cmd_planned},
+  {"bench", cmd_bench},
 };
 
 /* "dlock CMD --help" / "-h" anywhere before "--" answers with the help page,
@@ -50,7 +42,7 @@ int main(int argc, char **argv)
 {
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, cron, every, demo)");
+                                 "fence, cron, every, demo, bench)");
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {
@@ -72,7 +64,7 @@ int main(int argc, char **argv)
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
     if (strcmp(first, commands[i].name) != 0)
       continue;
-    if (commands[i].fn != cmd_help && commands[i].fn != cmd_planned &&
+    if (commands[i].fn != cmd_help &&
         wants_help(argc - 1, argv + 1)) {
       cli_help_print(stdout, first);
       return CLI_EXIT_OK;

@@ -296,16 +296,32 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
 
 /* Wait for a grant message, a cancel, or the re-check time. Returns 1 when
  * canceled. */
-static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until) {
+static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until, uint64_t *granted_fence) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&m->mu);
   while (!m->woken && !m->canceled && dlock_mono_now() < until)
     if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) break;
   m->woken = 0;
+  *granted_fence = m->granted_fence;
+  m->granted_fence = 0;
   int canceled = m->canceled;
   pthread_mutex_unlock(&m->mu);
   return canceled;
+}
+
+/* The extend script with our token: *result 1 extended, 0 key gone, -1
+ * another owner. */
+static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, long long *result) {
+  dlock__script_call call;
+  dlock__reply *r = NULL;
+  call_init(&call, DLOCK__SCRIPT_EXTEND, m);
+  call_arg(&call, token, strlen(token));
+  call_arg(&call, lease_s, strlen(lease_s));
+  int rc = run_one(m, &call, &r);
+  if (!rc) rc = reply_int(r, result);
+  dlock__reply_free(r);
+  return rc;
 }
 
 static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline) {
@@ -381,10 +397,27 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     /* PTTL 0 (about to expire) or -2 (just gone): look again at once. */
     int64_t recheck = value != -1 && value < RECHECK_CAP_MS ? (value > 0 ? value + 1 : 1) : RECHECK_CAP_MS;
     dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
-    if (wait_for_wakeup(m, until)) {
+    uint64_t granted = 0;
+    if (wait_for_wakeup(m, until, &granted)) {
       dlock__error(DLOCK_ECANCELED, "wait canceled");
       rc = give_up(m, lease, DLOCK_ECANCELED);
       break;
+    }
+    if (granted) {
+      /* The release handed the lock to us with a short claim lease: it is
+       * ours already. Confirm by setting the full lease (extend, not another
+       * acquire attempt); if the claim ran out first, queue up again. */
+      long long v = 0;
+      dlock_mono_ms confirm_sent = dlock_mono_now();
+      rc = extend_call(m, m->token, lease_s, &v);
+      if (rc) { /* the lock is ours in Redis for its claim: undo or say so */
+        rc = give_up(m, lease, rc);
+        break;
+      }
+      if (v == 1) {
+        set_held(m, granted, lease, confirm_sent);
+        break;
+      }
     }
   }
   if (in_table) dlock__subscriber_remove_waiter(c, m);
@@ -434,6 +467,7 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
   m->hold_count = 0;
   m->canceled = 0;
   m->woken = 0;
+  m->granted_fence = 0;
   atomic_store(&m->lost, DLOCK_LOST_NONE);
   if (m->lost_fd >= 0) {
     uint64_t drain;
@@ -539,16 +573,9 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (rc) return fail(m, rc, "extend");
   char lease_s[24];
   format_i64(lease_s, sizeof lease_s, lease_ms);
-  dlock__script_call call;
-  dlock__reply *r = NULL;
-  call_init(&call, DLOCK__SCRIPT_EXTEND, m);
-  call_arg(&call, token, strlen(token));
-  call_arg(&call, lease_s, strlen(lease_s));
   dlock_mono_ms sent = dlock_mono_now();
-  rc = run_one(m, &call, &r);
   long long v = 0;
-  if (!rc) rc = reply_int(r, &v);
-  dlock__reply_free(r);
+  rc = extend_call(m, token, lease_s, &v);
   if (rc) return fail(m, rc, "extend");
   if (v != 1) {
     pthread_mutex_lock(&m->mu);

@@ -18,7 +18,7 @@ help_fits() { # help_fits ARGS...: at most 24 lines of at most 80 columns
 }
 check "dlock --help fits a terminal" help_fits --help
 check "dlock -h fits a terminal" help_fits -h
-for cmd in run status list release fence cron every demo help; do
+for cmd in run status list release fence cron every demo bench help; do
   check "dlock $cmd --help fits a terminal" help_fits "$cmd" --help
 done
 check "dlock help run prints the run page" sh -c "'$DLOCK' help run | grep -q 'Usage: dlock run'"
@@ -76,7 +76,7 @@ usage_error "fence: missing token" "fence check RESOURCE TOKEN" fence check r
 usage_error "fence: bad token" "bad token 'abc'" fence check r abc
 usage_error "fence: zero token" "bad token '0'" fence check r 0
 usage_error "help on an unknown command" "no help on 'frob'" help frob
-usage_error "planned command" "not implemented yet" bench
+usage_error "bench: unknown scenario" "no scenario matches" bench --scenario nosuch
 
 # ---- commands that cannot run: like a shell, and before touching Redis ----
 

@@ -1,0 +1,160 @@
+/*
+ * sc_uncontended.c - one thread, one free lock: acquire(try once) + release
+ * with a fixed lease (no watchdog traffic), next to the bare C client doing
+ * the same two round trips (SET NX PX + EVALSHA compare-and-delete) and to
+ * PING. The three are run in alternating blocks so that drift hits all alike.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <dlock.h>
+
+#include "bench.h"
+
+#define BLOCK 500 /* cycles per block before switching to the other client */
+
+typedef struct bare_client {
+  redisContext *ctx;
+  char sha[41];
+  char token[33];
+} bare_client;
+
+static int bare_init(bare_client *b)
+{
+  b->ctx = bench_connect();
+  if (!b->ctx)
+    return -1;
+  redisReply *r = bench_cmd(b->ctx, "SCRIPT LOAD %s", bench_cad_script);
+  int ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
+  if (ok)
+    memcpy(b->sha, r->str, 41);
+  freeReplyObject(r);
+  bench_token(b->token);
+  return ok ? 0 : -1;
+}
+
+/* One cycle: returns 0 when the SET took the lock and the delete removed it. */
+static int bare_cycle(bare_client *b, const char *key)
+{
+  redisReply *r = bench_cmd(b->ctx, "SET %s %s NX PX 30000", key, b->token);
+  int ok = r && r->type == REDIS_REPLY_STATUS;
+  freeReplyObject(r);
+  if (!ok)
+    return -1;
+  r = bench_cmd(b->ctx, "EVALSHA %s 1 %s %s", b->sha, key, b->token);
+  ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
+static void report(const char *impl, bench_samples *s, double busy_s, double ping_p50,
+                   double *cycles_per_s, double *p50)
+{
+  char note[96];
+  snprintf(note, sizeof note, "%zu cycles", s->count);
+  *p50 = bench_samples_pct_us(s, 50);
+  *cycles_per_s = busy_s > 0 ? (double)s->count / busy_s : 0;
+  bench_row("uncontended", impl, "cycle p50", *p50, "us", note);
+  bench_row("uncontended", impl, "cycle p99", bench_samples_pct_us(s, 99), "us", "");
+  bench_row("uncontended", impl, "cycle p99.9", bench_samples_pct_us(s, 99.9), "us", "");
+  bench_row("uncontended", impl, "cycles per second", *cycles_per_s, "/s", "");
+  bench_row("uncontended", impl, "cycle p50 / PING p50", ping_p50 > 0 ? *p50 / ping_p50 : 0, "x",
+            "floor is 2 (two round trips)");
+}
+
+bench_status bench_scenario_uncontended(void)
+{
+  int quick = bench_options.quick;
+  size_t count = quick ? 3000 : 60000;
+  int64_t max_ns = (quick ? 1 : 20) * 1000000000LL;
+  bench_status status = BENCH_OK;
+
+  dlock_client_options copts;
+  dlock_client_options_init(&copts);
+  copts.url = bench_redis.url;
+  dlock_client *c = NULL;
+  dlock_mutex *m = NULL;
+  dlock_mutex_options mopts;
+  dlock_mutex_options_init(&mopts);
+  mopts.lease_ms = 30000; /* fixed lease: no watchdog renewals in the figures */
+  if (dlock_client_new(&c, &copts) != 0 || dlock_mutex_new(&m, c, "bench:uncontended", &mopts) != 0) {
+    fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
+    dlock_client_free(c);
+    return BENCH_FAILED;
+  }
+  bare_client bare = {0};
+  redisContext *ping_ctx = bench_connect();
+  bench_samples lib = {0}, raw = {0}, ping = {0};
+  if (bare_init(&bare) != 0 || !ping_ctx || bench_samples_init(&lib, count) ||
+      bench_samples_init(&raw, count) || bench_samples_init(&ping, count)) {
+    status = BENCH_FAILED;
+    goto done;
+  }
+  /* Warm up both clients (script caches, connections). */
+  for (int i = 0; i < 200 && status == BENCH_OK; i++) {
+    if (dlock_mutex_acquire(m, 0) != 0 || dlock_mutex_release(m) != 0 ||
+        bare_cycle(&bare, "bench:uncontended:bare") != 0)
+      status = BENCH_FAILED;
+  }
+  bench_progress("%zu cycles each: dlock, bare hiredis, PING, in blocks of %d", count, BLOCK);
+  double lib_busy = 0, raw_busy = 0;
+  int64_t start = bench_now_ns();
+  for (int round = 0; status == BENCH_OK && lib.count < count && bench_now_ns() - start < max_ns &&
+                      round < 100000;
+       round++) {
+    int64_t b0 = bench_now_ns();
+    for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
+      int64_t t0 = bench_now_ns();
+      int rc = dlock_mutex_acquire(m, 0);
+      if (rc == 0)
+        rc = dlock_mutex_release(m);
+      int64_t t1 = bench_now_ns();
+      if (rc != 0) {
+        fprintf(stderr, "dlock-bench: uncontended cycle: %s: %s\n", dlock_err_name(rc),
+                dlock_mutex_errmsg(m));
+        status = BENCH_FAILED;
+      }
+      bench_samples_add(&lib, t1 - t0);
+    }
+    int64_t b1 = bench_now_ns();
+    for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
+      int64_t t0 = bench_now_ns();
+      if (bare_cycle(&bare, "bench:uncontended:bare") != 0) {
+        fprintf(stderr, "dlock-bench: bare client cycle failed\n");
+        status = BENCH_FAILED;
+      }
+      bench_samples_add(&raw, bench_now_ns() - t0);
+    }
+    int64_t b2 = bench_now_ns();
+    lib_busy += (double)(b1 - b0) / 1e9;
+    raw_busy += (double)(b2 - b1) / 1e9;
+    if (bench_ping_samples(ping_ctx, &ping, BLOCK, max_ns) != 0)
+      status = BENCH_FAILED;
+  }
+  if (status != BENCH_OK || lib.count == 0)
+    goto done;
+
+  double ping_p50 = bench_samples_pct_us(&ping, 50);
+  bench_row("uncontended", "hiredis", "PING p50 (same run)", ping_p50, "us", "");
+  double lib_rate, lib_p50, raw_rate, raw_p50;
+  report("dlock", &lib, lib_busy, ping_p50, &lib_rate, &lib_p50);
+  report("hiredis-bare", &raw, raw_busy, ping_p50, &raw_rate, &raw_p50);
+
+  char detail[160];
+  snprintf(detail, sizeof detail, "dlock %.0f/s vs bare %.0f/s = %.0f%% (need >= 90%%)", lib_rate,
+           raw_rate, raw_rate > 0 ? 100 * lib_rate / raw_rate : 0);
+  bench_target("uncontended", "cycles/s >= 90% of bare C client", lib_rate >= 0.9 * raw_rate, detail);
+  snprintf(detail, sizeof detail, "%.1f us / %.1f us = %.2fx (need <= 2.3x)", lib_p50, ping_p50,
+           ping_p50 > 0 ? lib_p50 / ping_p50 : 0);
+  bench_target("uncontended", "cycle p50 <= 2.3 x PING p50", lib_p50 <= 2.3 * ping_p50, detail);
+
+done:
+  bench_samples_free(&lib);
+  bench_samples_free(&raw);
+  bench_samples_free(&ping);
+  redisFree(bare.ctx);
+  redisFree(ping_ctx);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return status;
+}
