@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlock.h"
+
 typedef void (*test_fn)(void);
 struct test_entry { const char *name; test_fn fn; };
 
@@ -72,6 +74,27 @@ extern int test__failed_here;
     const char *h_ = (hay), *n_ = (needle);                               \
     if (!h_ || !strstr(h_, n_)) TEST_FAIL("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", n_); \
   } while (0)
+
+/* A client of the server at 'url' with default options; fails the test if
+ * it cannot connect. */
+static inline dlock_client *test_client(const char *url) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client of %s: %s", url, dlock_last_error());
+  return c;
+}
+
+/* A mutex handle with a fixed lease ('lease_ms' 0: watchdog mode). */
+static inline dlock_mutex *test_mutex(dlock_client *c, const char *name, int64_t lease_ms) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, name, &mo) != 0) TEST_FAIL("mutex '%s': %s", name, dlock_last_error());
+  return m;
+}
 
 /* Hooks a test file may define (weak): run once around all tests. */
 void test_setup(void) __attribute__((weak));

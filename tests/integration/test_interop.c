@@ -160,22 +160,10 @@ static void python_try(const char *name, char *out, size_t n) {
 
 /* ---- C side ---- */
 
-static dlock_client *client(void) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = srv.url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client: %s", dlock_last_error());
-  return c;
-}
+static dlock_client *client(void) { return test_client(srv.url); }
 
 static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_mutex *m = NULL;
-  if (dlock_mutex_new(&m, c, name, &mo) != 0) TEST_FAIL("mutex: %s", dlock_last_error());
-  return m;
+  return test_mutex(c, name, lease_ms);
 }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }

@@ -27,22 +27,10 @@ void test_setup(void) {
 
 void test_teardown(void) { th_redis_stop(&srv); }
 
-static dlock_client *client(void) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = srv.url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client: %s", dlock_last_error());
-  return c;
-}
+static dlock_client *client(void) { return test_client(srv.url); }
 
 static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_mutex *m = NULL;
-  if (dlock_mutex_new(&m, c, name, &mo) != 0) TEST_FAIL("mutex: %s", dlock_last_error());
-  return m;
+  return test_mutex(c, name, lease_ms);
 }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
@@ -64,6 +52,39 @@ TEST(acquire_sets_the_key_and_release_deletes_it) {
   ASSERT_EQ(dlock_mutex_fence(m), 0);
   dlock_mutex_free(m);
   dlock_client_free(c);
+}
+
+TEST(a_database_number_in_the_url_selects_that_database) {
+  char url[600], out[64];
+  snprintf(url, sizeof url, "%s/3", srv.url);
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = mutex(c, "t:db3", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  th_redis_cli(&srv, out, sizeof out, "-n 3 EXISTS t:db3");
+  ASSERT_STR_EQ(out, "1");
+  th_redis_cli(&srv, out, sizeof out, "-n 0 EXISTS t:db3");
+  ASSERT_STR_EQ(out, "0");
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_unix_socket_url_works_like_tcp_and_shares_the_locks) {
+  char url[600], shown[600];
+  snprintf(url, sizeof url, "unix://%s", srv.sock);
+  snprintf(shown, sizeof shown, "unix:%s", srv.sock);
+  dlock_client *over_unix = test_client(url), *over_tcp = client();
+  ASSERT_STR_EQ(dlock_client_server(over_unix), shown);
+  dlock_mutex *a = mutex(over_unix, "t:unix", 10000), *b = mutex(over_tcp, "t:unix", 10000);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  ASSERT_STATUS(dlock_mutex_acquire(b, 0), DLOCK_EBUSY);
+  ASSERT_OK(dlock_mutex_release(a));
+  ASSERT_OK(dlock_mutex_acquire(b, 2000));
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(over_unix);
+  dlock_client_free(over_tcp);
 }
 
 TEST(a_second_owner_gets_ebusy_and_a_timed_wait_ends_near_its_deadline) {

@@ -199,14 +199,7 @@ TEST(fixed_delay_across_three_nodes_never_overlaps_and_keeps_its_spacing) {
 
 /* ---- In-process checks ---- */
 
-static dlock_client *client(void) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = srv.url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client: %s", dlock_last_error());
-  return c;
-}
+static dlock_client *client(void) { return test_client(srv.url); }
 
 typedef struct counts {
   atomic_int ran, skipped_busy, skipped_pool, runs_started;

@@ -102,12 +102,7 @@ static dlock_client *client(void) {
 }
 
 static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_mutex *m = NULL;
-  if (dlock_mutex_new(&m, c, name, &mo) != 0) TEST_FAIL("mutex: %s", dlock_last_error());
-  return m;
+  return test_mutex(c, name, lease_ms);
 }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
