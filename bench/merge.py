@@ -137,13 +137,13 @@ def main(argv):
     table = []
     for k in (2, 8, 32, 100):
         vals = [value("contended", "dlock", "K=%d %s" % (k, c)) for c in
-                ("acquire script calls / acquisition", "  same, less hand-off confirmations",
+                ("acquire attempts / acquisition", "hand-off confirmations / acquisition",
                  "client commands / hand-off", "Redis commands / hand-off", "server CPU")]
         if any(v is not None for v in vals):
             table.append([str(k)] + [fmt(v, "") if v is not None else "" for v in vals])
     if table:
         print()
-        o.table(["K (dlock)", "acquire calls / acq.", "less confirmations", "client cmds / hand-off",
+        o.table(["K (dlock)", "acquire attempts / acq.", "confirmations / acq.", "client cmds / hand-off",
                  "Redis cmds incl. scripts / hand-off", "redis-server CPU %"], table)
 
     # The rest as dlock-bench listed them.
