@@ -153,34 +153,45 @@ static void print_text(const char *name, const dlock_lock_info *info)
   printf("waiters:  %lld\n", (long long)info->waiters);
 }
 
-int cmd_status(int argc, char **argv)
+/* The command line both commands share: --url, --json and at most one
+ * positional argument. Returns -1 to go on, else the exit status. */
+static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json,
+                           const char **positional)
 {
   cli_args args;
   const char *arg;
-  const char *url = NULL;
-  const char *name = NULL;
-  int json = 0;
   int id;
 
-  cli_args_init(&args, argc, argv, "status");
+  cli_args_init(&args, argc, argv, cmd);
   while ((id = cli_next_opt(&args, status_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
     if (id == OPT_URL) {
-      url = arg;
+      *url = arg;
     } else if (id == OPT_JSON) {
-      json = 1;
-    } else if (id == CLI_OPT_POSITIONAL && name == NULL) {
-      name = arg;
+      *json = 1;
+    } else if (id == CLI_OPT_POSITIONAL && *positional == NULL) {
+      *positional = arg;
     } else if (id == CLI_OPT_POSITIONAL) {
-      return cli_usage_error("status", "unexpected argument '%s'", arg);
+      return cli_usage_error(cmd, "unexpected argument '%s'", arg);
     }
   }
+  return -1;
+}
+
+int cmd_status(int argc, char **argv)
+{
+  const char *url = NULL;
+  const char *name = NULL;
+  int json = 0;
+  int rc = parse_view_args(argc, argv, "status", &url, &json, &name);
+  if (rc >= 0)
+    return rc;
   if (name == NULL)
     return cli_usage_error("status", "missing lock NAME");
 
   dlock_client *c;
-  int rc = cli_connect(url, &c);
+  rc = cli_connect(url, &c);
   if (rc != 0)
     return rc;
   dlock_lock_info info;
@@ -260,30 +271,15 @@ static int list_json(dlock_client *c, const name_list *l)
 
 int cmd_list(int argc, char **argv)
 {
-  cli_args args;
-  const char *arg;
   const char *url = NULL;
   const char *pattern = NULL;
   int json = 0;
-  int id;
-
-  cli_args_init(&args, argc, argv, "list");
-  while ((id = cli_next_opt(&args, status_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (id == OPT_URL) {
-      url = arg;
-    } else if (id == OPT_JSON) {
-      json = 1;
-    } else if (id == CLI_OPT_POSITIONAL && pattern == NULL) {
-      pattern = arg;
-    } else if (id == CLI_OPT_POSITIONAL) {
-      return cli_usage_error("list", "unexpected argument '%s'", arg);
-    }
-  }
+  int rc = parse_view_args(argc, argv, "list", &url, &json, &pattern);
+  if (rc >= 0)
+    return rc;
 
   dlock_client *c;
-  int rc = cli_connect(url, &c);
+  rc = cli_connect(url, &c);
   if (rc != 0)
     return rc;
   name_list l = {NULL, 0, 0, 0};
