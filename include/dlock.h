@@ -187,9 +187,11 @@ DLOCK_API void dlock_mutex_free(dlock_mutex *m);
  * same fence. A thread other than the holder waits for the holder to release. */
 DLOCK_API int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms);
 
-/* Make a dlock_mutex_acquire() now waiting on 'm' in another thread return
- * DLOCK_ECANCELED soon (it withdraws from the wait queue first). Safe from
- * any thread; not async-signal-safe. No effect when nobody waits. */
+/* Make every dlock_mutex_acquire() now waiting on 'm' in other threads
+ * (for Redis or for another thread of ours) return DLOCK_ECANCELED soon; a
+ * waiter withdraws from the wait queue first. An acquire that succeeds at
+ * the same moment returns 0: release it. Safe from any thread; not
+ * async-signal-safe. No effect on waits that begin later. */
 DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
 
 /* Release one hold; the key is deleted (compare-and-delete) when the count

@@ -256,7 +256,8 @@ struct dlock_mutex {
   int waiting;
   int woken;              /* a grant message arrived */
   uint64_t granted_fence;
-  int canceled;
+  unsigned cancel_gen;    /* bumped by dlock_mutex_cancel(): waits begun before end */
+  unsigned wait_gen;      /* cancel_gen when the thread now acquiring began */
   int watch_tried;        /* dlock__subscriber_watch() was called for this handle */
   int subscribed;         /* ... and holds a reference on the channel */
 

@@ -300,12 +300,12 @@ static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until, uint64_t *grante
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&m->mu);
-  while (!m->woken && !m->canceled && dlock_mono_now() < until)
+  while (!m->woken && m->cancel_gen == m->wait_gen && dlock_mono_now() < until)
     if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) break;
   m->woken = 0;
   *granted_fence = m->granted_fence;
   m->granted_fence = 0;
-  int canceled = m->canceled;
+  int canceled = m->cancel_gen != m->wait_gen;
   pthread_mutex_unlock(&m->mu);
   return canceled;
 }
@@ -453,9 +453,14 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
     return 0;
   }
   /* Another thread of ours holds it through this handle: wait for it locally. */
+  unsigned gen = m->cancel_gen;
   while (m->busy) {
     struct timespec ts;
     dlock__deadline_timespec(deadline, &ts);
+    if (m->cancel_gen != gen) {
+      pthread_mutex_unlock(&m->mu);
+      return fail(m, dlock__error(DLOCK_ECANCELED, "wait canceled"), "acquire");
+    }
     if (wait_ms == 0 ||
         (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT && m->busy)) {
       pthread_mutex_unlock(&m->mu);
@@ -465,7 +470,7 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
   m->busy = 1;
   m->owner = self;
   m->hold_count = 0;
-  m->canceled = 0;
+  m->wait_gen = gen;
   m->woken = 0;
   m->granted_fence = 0;
   atomic_store(&m->lost, DLOCK_LOST_NONE);
@@ -496,8 +501,11 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
     m->valid_until = 0;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
-    return rc == DLOCK_EBUSY ? (snprintf(m->errmsg, sizeof m->errmsg, "%s", dlock_last_error()), rc)
-                             : fail(m, rc, "acquire");
+    if (rc != DLOCK_EBUSY) return fail(m, rc, "acquire");
+    pthread_mutex_lock(&m->mu); /* "busy" is an expected answer: no context prefix */
+    snprintf(m->errmsg, sizeof m->errmsg, "%s", dlock_last_error());
+    pthread_mutex_unlock(&m->mu);
+    return rc;
   }
   return 0;
 }
@@ -505,10 +513,9 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
 void dlock_mutex_cancel(dlock_mutex *m) {
   if (!m) return;
   pthread_mutex_lock(&m->mu);
-  if (m->busy && m->hold_count == 0) {
-    m->canceled = 1;
-    pthread_cond_broadcast(&m->cv);
-  }
+  /* Every wait that began before this call ends; later ones are unaffected. */
+  m->cancel_gen++;
+  pthread_cond_broadcast(&m->cv);
   pthread_mutex_unlock(&m->mu);
 }
 

@@ -177,6 +177,41 @@ TEST(another_thread_on_the_same_handle_waits_for_the_holder) {
   dlock_client_free(c);
 }
 
+TEST(cancel_ends_a_wait_for_redis_and_a_wait_for_another_thread) {
+  dlock_client *c1 = client(), *c2 = client();
+  dlock_mutex *holder = mutex(c1, "t:cancel", 10000), *waiter = mutex(c2, "t:cancel", 10000);
+  dlock_mutex_cancel(waiter); /* nobody waits yet: no effect on the waits below */
+  ASSERT_OK(dlock_mutex_acquire(holder, 0));
+  /* A thread waiting for Redis. */
+  struct other_thread t = {waiter, -99, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, acquire_in_thread, &t);
+  th_sleep_ms(300);
+  long long canceled_at = th_now_ms();
+  dlock_mutex_cancel(waiter);
+  pthread_join(th, NULL);
+  ASSERT_STATUS(t.rc, DLOCK_ECANCELED);
+  ASSERT(t.acquired_at - canceled_at < 1000 * th_time_factor());
+  char out[64];
+  cli(out, sizeof out, "ZCARD {t:cancel}:queue");
+  ASSERT_STR_EQ(out, "0"); /* it left the queue */
+  /* A thread waiting for another thread of ours that holds the handle. */
+  struct other_thread t2 = {holder, -99, 0};
+  pthread_create(&th, NULL, acquire_in_thread, &t2);
+  th_sleep_ms(300);
+  dlock_mutex_cancel(holder);
+  pthread_join(th, NULL);
+  ASSERT_STATUS(t2.rc, DLOCK_ECANCELED);
+  ASSERT_EQ(dlock_mutex_is_held(holder), 1); /* the holder is not disturbed */
+  ASSERT_OK(dlock_mutex_release(holder));
+  ASSERT_OK(dlock_mutex_acquire(waiter, 1000));
+  ASSERT_OK(dlock_mutex_release(waiter));
+  dlock_mutex_free(holder);
+  dlock_mutex_free(waiter);
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+}
+
 TEST(a_waiter_is_woken_by_the_release_long_before_its_recheck) {
   dlock_client *c1 = client(), *c2 = client();
   /* Watchdog lease 30 s: without the hand-off message the waiter would only
