@@ -177,6 +177,43 @@ TEST(another_thread_on_the_same_handle_waits_for_the_holder) {
   dlock_client_free(c);
 }
 
+struct shared_client_worker {
+  dlock_client *c;
+  atomic_long *counter;
+  int rc;
+};
+
+static void *increment_through_shared_client(void *arg) {
+  struct shared_client_worker *w = arg;
+  dlock_mutex *m = NULL;
+  w->rc = dlock_mutex_new(&m, w->c, "t:threads-one-client", NULL);
+  for (int i = 0; i < 50 && w->rc == 0; i++) {
+    if ((w->rc = dlock_mutex_acquire(m, 30000)) != 0) break;
+    /* load, pause, store: loses updates unless the lock excludes the others */
+    long v = atomic_load_explicit(w->counter, memory_order_relaxed);
+    usleep(100);
+    atomic_store_explicit(w->counter, v + 1, memory_order_relaxed);
+    w->rc = dlock_mutex_release(m);
+  }
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+TEST(eight_threads_lock_through_one_client_and_keep_a_counter_exact) {
+  dlock_client *c = client();
+  atomic_long counter = 0;
+  struct shared_client_worker w[8];
+  pthread_t th[8];
+  for (int i = 0; i < 8; i++) {
+    w[i] = (struct shared_client_worker){c, &counter, -99};
+    pthread_create(&th[i], NULL, increment_through_shared_client, &w[i]);
+  }
+  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 8; i++) ASSERT_OK(w[i].rc);
+  ASSERT_EQ(atomic_load(&counter), 8 * 50);
+  dlock_client_free(c);
+}
+
 TEST(cancel_ends_a_wait_for_redis_and_a_wait_for_another_thread) {
   dlock_client *c1 = client(), *c2 = client();
   dlock_mutex *holder = mutex(c1, "t:cancel", 10000), *waiter = mutex(c2, "t:cancel", 10000);
