@@ -15,6 +15,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -203,6 +204,81 @@ pid_t cli_child_spawn(const cli_child *p, const sigset_t *mask, int tty, const c
   if (n == (ssize_t)sizeof err)
     fprintf(stderr, "dlock: %s: %s\n", shown, strerror(err));
   return pid;
+}
+
+/* ---- The guardian ---- */
+
+/* The guardian's side of fork(): async-signal-safe calls only. */
+static void guard_main(int fd, pid_t pgid, int64_t grace_ms)
+{
+  struct sigaction ignore;
+  memset(&ignore, 0, sizeof ignore);
+  ignore.sa_handler = SIG_IGN;
+  /* Outside dlock's session and deaf to what is aimed at dlock: it must
+   * outlive dlock to do its work. */
+  static const int deaf[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+  for (size_t i = 0; i < sizeof deaf / sizeof deaf[0]; i++)
+    sigaction(deaf[i], &ignore, NULL);
+  setsid();
+  /* Hold none of dlock's files: no Redis sockets, and no pipe of a caller
+   * that waits for dlock's output to end. */
+  int null = open("/dev/null", O_RDWR);
+  for (int i = 0; i < 3 && null >= 0; i++)
+    dup2(null, i);
+  for (int i = 3; i < 4096; i++)
+    if (i != fd)
+      close(i);
+  char b;
+  ssize_t n;
+  do {
+    n = read(fd, &b, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n == 1)
+    _exit(0); /* dlock is alive and done with the group */
+  kill(-pgid, SIGTERM);
+  kill(-pgid, SIGCONT);
+  for (int64_t waited = 0; waited < grace_ms && kill(-pgid, 0) == 0; waited += 50) {
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  kill(-pgid, SIGKILL);
+  _exit(0);
+}
+
+void cli_guard_start(cli_guard *g, pid_t pgid, int64_t grace_ms)
+{
+  int fds[2];
+  g->pid = -1;
+  g->fd = -1;
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    perror("dlock: guardian pipe");
+    return;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    guard_main(fds[0], pgid, grace_ms);
+  }
+  close(fds[0]);
+  if (pid < 0) {
+    perror("dlock: guardian fork");
+    close(fds[1]);
+    return;
+  }
+  g->pid = pid;
+  g->fd = fds[1];
+}
+
+void cli_guard_stop(cli_guard *g)
+{
+  if (g->pid <= 0)
+    return;
+  (void)!write(g->fd, "x", 1);
+  close(g->fd);
+  while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  g->pid = -1;
+  g->fd = -1;
 }
 
 /* ---- When it has ended ---- */

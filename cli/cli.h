@@ -148,6 +148,22 @@ void cli_child_free(cli_child *p);
  * which is also the group id, or -1 after saying why. */
 pid_t cli_child_spawn(const cli_child *p, const sigset_t *mask, int tty, const char *shown);
 
+/* A guardian: a small process outside the command's group that stops the
+ * whole group (SIGTERM and SIGCONT, SIGKILL after 'grace_ms') if dlock dies
+ * without a word, e.g. by SIGKILL, since then nobody renews the lease.
+ * PR_SET_PDEATHSIG reaches only the command's own process, not what it
+ * started (the real work under sh -c). */
+typedef struct cli_guard {
+  pid_t pid;
+  int fd; /* write end of its pipe: one byte means "all is well, go" */
+} cli_guard;
+
+/* Start a guardian for the group 'pgid'. On failure it says why, and
+ * 'g->pid' is -1 (the command runs unguarded beyond PR_SET_PDEATHSIG). */
+void cli_guard_start(cli_guard *g, pid_t pgid, int64_t grace_ms);
+/* The group is gone: let the guardian go and reap it. */
+void cli_guard_stop(cli_guard *g);
+
 /* A wait status as a shell shows it: the exit code, or 128+N for signal N. */
 int cli_exit_code_of(int status);
 /* "SIGTERM" and the like, for messages. */

@@ -64,6 +64,7 @@ static void *watch_signals(void *arg)
       continue;
     fprintf(stderr, "\ndlock: demo interrupted; stopping\n");
     demo_server_stop(w->server);
+    fflush(stdout); /* _exit() would drop what is still buffered */
     _exit(128 + sig);
   }
   return NULL;

@@ -363,24 +363,29 @@ static int reap(pid_t child, int *done, int *status)
   return stopped;
 }
 
-/* Read every queued signal. SIGCHLD reaps; the others are returned through
- * 'last' (0 when none came). */
-static int drain_signals(int fd, pid_t child, int *done, int *status, int *last)
+/* Read every queued signal. SIGCHLD reaps; the others are collected in
+ * 'got' (each one, so that two different signals arriving together are both
+ * passed on), and 'last' is the last of them (0 when none came). */
+static int drain_signals(int fd, pid_t child, int *done, int *status, sigset_t *got, int *last)
 {
   struct signalfd_siginfo si;
   int stopped = 0;
 
+  sigemptyset(got);
   *last = 0;
   while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
     if ((int)si.ssi_signo == SIGCHLD) {
       if (child > 0 && reap(child, done, status))
         stopped = 1;
     } else {
+      sigaddset(got, (int)si.ssi_signo);
       *last = (int)si.ssi_signo;
     }
   }
   return stopped;
 }
+
+static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGTERM};
 
 /* ---- Running the command ---- */
 
@@ -400,6 +405,7 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
                      run_state *rs)
 {
   int done = 0, status = 0, last = 0;
+  sigset_t got;
   int lost_fd = dlock_mutex_lost_fd(m);
   dlock_mono_ms kill_at = 0;
 
@@ -426,7 +432,7 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
       kill_at = 0;
     }
 
-    int stopped = drain_signals(sigfd, pid, &done, &status, &last);
+    int stopped = drain_signals(sigfd, pid, &done, &status, &got, &last);
     if (stopped && tty >= 0 && !done) {
       /* Ctrl-Z stopped the command: stop too, so that the shell sees the
        * job stopped, and carry on together after "fg" or "bg". */
@@ -438,9 +444,14 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
     }
     if (last != 0 && !done) {
       rs->signal_got = last;
-      if (o->verbose)
-        fprintf(stderr, "dlock: passing %s to the command\n", cli_signame(last));
-      kill(-pid, last);
+      for (size_t i = 0; i < sizeof forwarded_signals / sizeof forwarded_signals[0]; i++) {
+        int s = forwarded_signals[i];
+        if (!sigismember(&got, s))
+          continue;
+        if (o->verbose)
+          fprintf(stderr, "dlock: passing %s to the command\n", cli_signame(s));
+        kill(-pid, s);
+      }
     }
     if (done)
       break;
@@ -556,11 +567,12 @@ int cmd_run(int argc, char **argv)
   for (;;) {
     struct pollfd pfd[2] = {{sig.fd, POLLIN, 0}, {t.notify_r, POLLIN, 0}};
     int done = 0, status = 0, last = 0;
+    sigset_t got;
     if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
       perror("dlock: poll");
       dlock_mutex_cancel(m);
     }
-    drain_signals(sig.fd, 0, &done, &status, &last);
+    drain_signals(sig.fd, 0, &done, &status, &got, &last);
     if (last != 0 && got_signal == 0) {
       got_signal = last;
       dlock_mutex_cancel(m);
@@ -620,11 +632,14 @@ int cmd_run(int argc, char **argv)
     goto out_thread;
   }
 
+  cli_guard guard;
+  cli_guard_start(&guard, pid, o.grace_ms);
   run_state rs = {0, 0};
   int status = supervise(pid, m, &o, sig.fd, sig.tty, &rs);
   if (sig.tty >= 0)
     tcsetpgrp(sig.tty, getpgrp());
   cli_stop_group(pid, o.grace_ms, o.quiet, sig.fd);
+  cli_guard_stop(&guard);
   rc = cli_exit_code_of(status);
 
   int rel = lock_thread_finish(&t);

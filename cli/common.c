@@ -123,13 +123,30 @@ int cli_connect(const char *url, dlock_client **out)
   char shown[512];
 
   dlock_client_options_init(&opts);
-  opts.url = url; /* NULL: the library reads $DLOCK_URL itself */
+  /* NULL (also for --url ''): the library reads $DLOCK_URL itself, just as
+   * cli_effective_url() does for what is shown and given to commands. */
+  opts.url = url != NULL && url[0] != '\0' ? url : NULL;
   *out = NULL;
   int rc = dlock_client_new(out, &opts);
   if (rc == 0)
     return 0;
   cli_redact_url(cli_effective_url(url), shown, sizeof shown);
   return cli_report(rc, dlock_last_error(), "cannot use Redis at %s", shown);
+}
+
+/* Length of the well-formed UTF-8 sequence at 'p' (1..4), or 0. */
+static int utf8_sequence(const unsigned char *p)
+{
+  int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+        : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+  for (int i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  /* Overlong forms, surrogates and code points above U+10FFFF. */
+  if ((n == 3 && p[0] == 0xe0 && p[1] < 0xa0) || (n == 3 && p[0] == 0xed && p[1] >= 0xa0) ||
+      (n == 4 && p[0] == 0xf0 && p[1] < 0x90) || (n == 4 && p[0] == 0xf4 && p[1] >= 0x90))
+    return 0;
+  return n;
 }
 
 void cli_json_string(FILE *out, const char *s)
@@ -153,12 +170,20 @@ void cli_json_string(FILE *out, const char *s)
       fputs("\\t", out);
       break;
     default:
-      /* Other control bytes are escaped; bytes >= 0x80 pass through, as
-       * owner_info and names are expected to be UTF-8. */
-      if (*p < 0x20)
+      /* Other control bytes are escaped. Names may hold any byte, but JSON
+       * must be UTF-8: a byte that starts no well-formed sequence becomes
+       * U+FFFD, so that every parser accepts the output. */
+      if (*p < 0x20) {
         fprintf(out, "\\u%04x", *p);
-      else
-        fputc(*p, out);
+      } else {
+        int n = utf8_sequence(p);
+        if (n == 0) {
+          fputs("\\ufffd", out);
+        } else {
+          fwrite(p, 1, (size_t)n, out);
+          p += n - 1;
+        }
+      }
       break;
     }
   }

@@ -3,7 +3,10 @@
  * nothing else. Each subcommand lives in its own cmd_*.c (curl's tool_*.c
  * split); adding one is a line in 'commands' plus its file and help page.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -40,6 +43,17 @@ static int wants_help(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+  /* With stdin, stdout or stderr closed, the next socket (Redis) would take
+   * its number, and our messages would be sent to Redis as commands. */
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      int null = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (null >= 0 && null != fd) {
+        dup2(null, fd);
+        close(null);
+      }
+    }
+  }
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
                                  "fence, cron, every, demo, bench)");

@@ -284,8 +284,11 @@ static int run_job(const dlock_tick *t, void *arg)
         (unsigned long long)t->fence);
   }
 
+  cli_guard guard;
+  cli_guard_start(&guard, pid, o->grace_ms);
   int status = wait_command(d, t, pid);
   cli_stop_group(pid, o->grace_ms, o->quiet, -1);
+  cli_guard_stop(&guard);
   groups_remove(d, pid);
   return cli_exit_code_of(status);
 }

@@ -109,4 +109,33 @@ assert_eq "holder 2 ends on SIGTERM (143)" "$EXIT_CODE" 143
 check "holder 1's command is gone" pid_gone "$(cat "$TEST_DIR/c1.pid")"
 assert_eq "no lock is left" "$("$DLOCK" list)" ""
 
+# ---- names that are not UTF-8, and long UTF-8 commands: --json stays valid ----
+
+"$DLOCK" run "$(printf 'bad\377\376')" -- sh -c "echo x >'$TEST_DIR/bad.started'; exec sleep 60" &
+H3=$!
+bg_track $H3
+"$DLOCK" run utf8 -- sh -c "echo x >'$TEST_DIR/utf8.started'; exec sleep 60" xx "$(printf 'é%.0s' $(seq 600))" &
+H4=$!
+bg_track $H4
+check "odd holders started" wait_for 10 sh -c "test -e '$TEST_DIR/bad.started' && test -e '$TEST_DIR/utf8.started'"
+"$DLOCK" list --json >"$TEST_DIR/j"
+check "list --json with a name that is not UTF-8 is valid JSON" python3 -c 'import json,sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$TEST_DIR/j"
+"$DLOCK" status --json utf8 >"$TEST_DIR/j"
+check "status --json of a command cut inside a character is valid JSON" python3 -c 'import json,sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$TEST_DIR/j"
+kill -TERM "$H3" "$H4"
+wait_exit "$H3" 15
+wait_exit "$H4" 15
+
+# ---- closed stdout: nothing of ours may reach the Redis connection ----
+
+errs=$(rcli INFO stats | sed -n 's/^total_error_replies:\([0-9]*\).*/\1/p')
+"$DLOCK" status free.lock >&- 2>&-
+errs2=$(rcli INFO stats | sed -n 's/^total_error_replies:\([0-9]*\).*/\1/p')
+assert_eq "status with stdout closed causes no error reply in Redis" "$errs2" "$errs"
+
+# ---- --url '' means "not given", as everywhere ----
+
+out=$("$DLOCK" status --url= free.lock 2>&1)
+assert_match "--url '' falls back to \$DLOCK_URL" "$out" "state: +free"
+
 finish

@@ -96,4 +96,27 @@ kill -HUP "$DL"
 wait_exit "$DL" 15
 assert_eq "nohup: SIGHUP is ignored, the command finishes (0)" "$EXIT_CODE" 0
 
+# ---- two different signals at once: both reach the command ----
+
+rm -f "$TEST_DIR"/*.pid "$TEST_DIR"/got.*
+env --default-signal=INT "$DLOCK" run B -- sh -c "trap 'echo >\"$TEST_DIR/got.int\"' INT; trap 'echo >\"$TEST_DIR/got.term\"; exit 5' TERM; echo \$\$ >'$TEST_DIR/child.pid'; while :; do sleep 0.1; done" &
+DL=$!
+bg_track $DL
+check "two signals: child started" wait_for 10 file_has "$TEST_DIR/child.pid"
+kill -INT "$DL"; kill -TERM "$DL"
+wait_exit "$DL" 15
+check "two signals: the command got SIGINT" test -e "$TEST_DIR/got.int"
+check "two signals: the command got SIGTERM" test -e "$TEST_DIR/got.term"
+
+# ---- dlock killed with SIGKILL: its guardian stops the whole group ----
+
+rm -f "$TEST_DIR"/*.pid
+"$DLOCK" run --grace 1s K -- sh -c "sleep 60 & echo \$! >'$TEST_DIR/bg.pid'; sleep 60 & echo \$! >'$TEST_DIR/fg.pid'; wait" &
+DL=$!
+check "SIGKILL: the command's processes started" wait_for 10 file_has "$TEST_DIR/fg.pid"
+kill -KILL "$DL"
+wait "$DL" 2>/dev/null
+check "SIGKILL to dlock: the command's background process is stopped" wait_for 10 pid_gone "$(cat "$TEST_DIR/bg.pid")"
+check "SIGKILL to dlock: the command's foreground process is stopped" wait_for 10 pid_gone "$(cat "$TEST_DIR/fg.pid")"
+
 finish
