@@ -24,6 +24,9 @@ struct dlock__watchdog {
   pthread_cond_t cv;
   int stop;
   dlock_mutex *head;
+  /* When the thread will look at the list next: 0 while it is awake (it
+   * rescans before sleeping). Adding a lock due later need not wake it. */
+  dlock_mono_ms wake_at;
 };
 
 static void unlink_locked(dlock__watchdog *wd, dlock_mutex *m) {
@@ -162,6 +165,7 @@ static void *watchdog_main(void *arg) {
       pthread_cond_broadcast(&wd->cv);
     }
     if (nbatch || nloss) continue; /* more may be due */
+    wd->wake_at = next;
     if (next == INT64_MAX) {
       pthread_cond_wait(&wd->cv, &wd->mu);
     } else {
@@ -169,6 +173,7 @@ static void *watchdog_main(void *arg) {
       dlock__deadline_timespec(next, &ts);
       pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
     }
+    wd->wake_at = 0;
   }
   pthread_mutex_unlock(&wd->mu);
   free(batch);
@@ -210,13 +215,17 @@ int dlock__watchdog_add(dlock_client *c, dlock_mutex *m) {
   pthread_mutex_lock(&wd->mu);
   pthread_mutex_lock(&m->mu);
   m->wd_next_renew = m->acquired_at + m->lease_ms / 3;
+  /* The first moment the watchdog must act on 'm' (see watchdog_main). */
+  dlock_mono_ms due = m->watchdog_mode ? m->wd_next_renew - m->lease_ms / 12 : m->valid_until;
   pthread_mutex_unlock(&m->mu);
   m->wd_prev = NULL;
   m->wd_next = wd->head;
   if (wd->head) wd->head->wd_prev = m;
   wd->head = m;
   m->wd_registered = 1;
-  pthread_cond_broadcast(&wd->cv);
+  /* Waking the thread costs a context switch per acquire: only when it
+   * would otherwise sleep past this lock's first renewal or deadline. */
+  if (due < wd->wake_at) pthread_cond_broadcast(&wd->cv);
   pthread_mutex_unlock(&wd->mu);
   return 0;
 }
