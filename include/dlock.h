@@ -125,8 +125,9 @@ DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
  * explains. The client reconnects transparently later on. */
 DLOCK_API int dlock_client_new(dlock_client **out, const dlock_client_options *opts);
 
-/* Stop the client's threads and close its connections. Locks still held are
- * released (best effort). Free every dlock_mutex of the client first. */
+/* Stop the client's threads and close its connections. Free every
+ * dlock_mutex and dlock_sched of the client first: dlock_mutex_free()
+ * releases a lock still held; the handles must not outlive the client. */
 DLOCK_API void dlock_client_free(dlock_client *c);
 
 /* "host:port", "unix:/path" or "tls host:port": for messages. */
