@@ -219,6 +219,16 @@ int th_make_certs(const char *dir) {
   return run_cmd(full) == 0 ? 0 : -1;
 }
 
+void *th_wait_for_lock(void *arg) {
+  th_waiter *w = arg;
+  w->rc = dlock_mutex_acquire(w->m, w->wait_ms);
+  w->acquired_at = th_now_ms();
+  w->fence = dlock_mutex_fence(w->m);
+  if (w->rc == 0) dlock_mutex_release(w->m);
+  __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
 pid_t th_spawn(int (*fn)(void *), void *arg) {
   fflush(NULL);
   pid_t pid = fork();

@@ -8,7 +8,10 @@
 #ifndef DLOCK_TEST_HARNESS_H
 #define DLOCK_TEST_HARNESS_H
 
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "dlock.h"
 
 typedef struct th_redis {
   pid_t pid;
@@ -42,6 +45,18 @@ long th_time_factor(void);
 /* Milliseconds on the monotonic clock. */
 long long th_now_ms(void);
 void th_sleep_ms(long ms);
+/* A thread body: acquire 'm' waiting up to 'wait_ms', note the result, the
+ * time (th_now_ms) and the fence, release if acquired, then set 'done'. */
+typedef struct th_waiter {
+  dlock_mutex *m;
+  int64_t wait_ms;
+  int rc;
+  uint64_t fence;
+  long long acquired_at;
+  int done; /* read with __atomic_load_n: the thread may still run */
+} th_waiter;
+void *th_wait_for_lock(void *arg);
+
 /* Fork a child running fn(arg); returns its pid. The child exits with fn's result. */
 pid_t th_spawn(int (*fn)(void *), void *arg);
 /* Wait for 'pid' up to 'timeout_ms'; returns the wait status, or -1 on timeout

@@ -193,6 +193,23 @@ is_json() {
   python3 -c 'import json,sys; json.load(sys.stdin)'
 }
 
+# A usage error: exit 64 and exactly one line on stderr, matching PATTERN
+# and pointing at the help.
+usage_error() { # usage_error "what" PATTERN ARGS...
+  local what=$1 pattern=$2 err rc lines
+  shift 2
+  "$DLOCK" "$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" </dev/null
+  rc=$?
+  err=$(cat "$TEST_DIR/err")
+  lines=$(wc -l <"$TEST_DIR/err")
+  if [ "$rc" = 64 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -Eq -- "$pattern" &&
+     printf '%s' "$err" | grep -q "see 'dlock"; then
+    pass "$what"
+  else
+    fail "$what" "exit $rc (want 64), $lines stderr lines (want 1)" "stderr: $err"
+  fi
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   if [ "$FAILED" -ne 0 ] || [ "$PASSED" -eq 0 ]; then

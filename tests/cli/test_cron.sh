@@ -37,20 +37,6 @@ assert_match "... and says so" "$(cat "$TEST_DIR/err")" "never fires"
 
 # ---- usage errors: exit 64 and exactly one line on stderr with a hint ----
 
-usage_error() { # usage_error "what" PATTERN ARGS...
-  local what=$1 pattern=$2 err rc lines
-  shift 2
-  "$DLOCK" "$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" </dev/null
-  rc=$?
-  err=$(cat "$TEST_DIR/err")
-  lines=$(wc -l <"$TEST_DIR/err")
-  if [ "$rc" = 64 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -Eq -- "$pattern" &&
-     printf '%s' "$err" | grep -q "see 'dlock"; then
-    pass "$what"
-  else
-    fail "$what" "exit $rc (want 64), $lines stderr lines (want 1)" "stderr: $err"
-  fi
-}
 DEAD=redis://127.0.0.1:1
 usage_error "--next: invalid expression names the field" \
   "bad cron expression: day-of-week: unexpected 'X' at column 15" cron --next '0 0 12 ? * MONX'

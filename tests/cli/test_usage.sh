@@ -33,20 +33,6 @@ check "--man-markdown is the same page" \
 
 # ---- usage errors: exit 64 and exactly one line on stderr with a hint ----
 
-usage_error() { # usage_error "what" PATTERN ARGS...
-  local what=$1 pattern=$2 err rc lines
-  shift 2
-  "$DLOCK" "$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" </dev/null
-  rc=$?
-  err=$(cat "$TEST_DIR/err")
-  lines=$(wc -l <"$TEST_DIR/err")
-  if [ "$rc" = 64 ] && [ "$lines" = 1 ] && printf '%s' "$err" | grep -Eq -- "$pattern" &&
-     printf '%s' "$err" | grep -q "see 'dlock"; then
-    pass "$what"
-  else
-    fail "$what" "exit $rc (want 64), $lines stderr lines (want 1)" "stderr: $err"
-  fi
-}
 usage_error "no command" "missing command"
 usage_error "unknown command" "unknown command 'frobnicate'" frobnicate
 usage_error "unknown global option" "unknown option '--bogus'" --bogus

@@ -51,27 +51,8 @@ static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms, c
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 
-struct waiter {
-  dlock_mutex *m;
-  int64_t wait_ms;
-  int rc;
-  uint64_t fence;
-  long long acquired_at;
-  int done;
-};
-
-static void *wait_for_lock(void *arg) {
-  struct waiter *w = arg;
-  w->rc = dlock_mutex_acquire(w->m, w->wait_ms);
-  w->acquired_at = th_now_ms();
-  w->fence = dlock_mutex_fence(w->m);
-  if (w->rc == 0) dlock_mutex_release(w->m);
-  __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
-  return NULL;
-}
-
 /* Join 'th' within 'ms'; otherwise cancel the wait, join, and fail. */
-static void join_within(pthread_t th, struct waiter *w, long ms) {
+static void join_within(pthread_t th, th_waiter *w, long ms) {
   long long deadline = th_now_ms() + ms;
   while (!__atomic_load_n(&w->done, __ATOMIC_SEQ_CST) && th_now_ms() < deadline) th_sleep_ms(10);
   if (!__atomic_load_n(&w->done, __ATOMIC_SEQ_CST)) {
@@ -109,9 +90,9 @@ TEST(a_restricted_users_waiter_is_woken_by_the_hand_off_message) {
   dlock_mutex *a = mutex(c1, "wake", 0, NULL), *b = mutex(c2, "wake", 0, NULL);
   ASSERT_OK(dlock_mutex_acquire(a, 0));
   uint64_t fa = dlock_mutex_fence(a);
-  struct waiter w = {b, 10000, -99, 0, 0, 0};
+  th_waiter w = {b, 10000, -99, 0, 0, 0};
   pthread_t th;
-  pthread_create(&th, NULL, wait_for_lock, &w);
+  pthread_create(&th, NULL, th_wait_for_lock, &w);
   th_sleep_ms(500);
   char out[64];
   cli(out, sizeof out, "ZCARD {app:wake}:queue");
@@ -239,16 +220,16 @@ TEST(a_user_without_channel_rights_can_still_acquire_and_release) {
 /* The holder 'a' releases while a waiter of 'c2' is queued; returns the
  * release's status and message, and how long the waiter took after it. */
 static int release_to_a_waiter_without_channel_rights(const char *name, char *msg, size_t msglen,
-                                                      struct waiter *w) {
+                                                      th_waiter *w) {
   dlock_client *c1 = client_as("nochan", "nochanpw", "app:"), *c2 = client_as("nochan", "nochanpw", "app:");
   /* Watchdog mode: a 30 s lease, so the waiter re-checks every 5 s. */
   dlock_mutex *a = mutex(c1, name, 0, NULL), *b = mutex(c2, name, 0, NULL);
   int rel = dlock_mutex_acquire(a, 0);
   snprintf(msg, msglen, "%s", dlock_last_error());
-  *w = (struct waiter){b, 20000, -99, 0, 0, 0};
+  *w = (th_waiter){b, 20000, -99, 0, 0, 0};
   if (rel == 0) {
     pthread_t th;
-    pthread_create(&th, NULL, wait_for_lock, w);
+    pthread_create(&th, NULL, th_wait_for_lock, w);
     th_sleep_ms(800);
     long long released = th_now_ms();
     rel = dlock_mutex_release(a);
@@ -268,7 +249,7 @@ static int release_to_a_waiter_without_channel_rights(const char *name, char *ms
 
 TEST(a_waiter_without_channel_rights_still_gets_the_lock_by_its_recheck) {
   char msg[1024];
-  struct waiter w;
+  th_waiter w;
   release_to_a_waiter_without_channel_rights("nochan:wait", msg, sizeof msg, &w);
   printf("  waiter without channel rights: %s, %lld ms after the release\n", dlock_err_name(w.rc),
          w.acquired_at);
@@ -281,7 +262,7 @@ TEST(a_release_that_hands_off_to_a_waiter_succeeds_without_channel_rights) {
    * the wake-up message cannot be published to a channel this user may not
    * use. That must not turn a done release into an error. */
   char msg[1024];
-  struct waiter w;
+  th_waiter w;
   int rel = release_to_a_waiter_without_channel_rights("nochan:release", msg, sizeof msg, &w);
   ASSERT_OK(w.rc);
   if (rel != 0) TEST_FAIL("release returned %d (%s): %s", rel, dlock_err_name(rel), msg);
@@ -293,9 +274,9 @@ TEST(a_forced_release_by_a_user_without_channel_rights_succeeds_and_the_waiter_g
   dlock_client *admin = client_as("nochan", "nochanpw", "app:");
   dlock_mutex *a = mutex(holder, "nochan:force", 0, NULL), *b = mutex(waiter, "nochan:force", 0, NULL);
   ASSERT_OK(dlock_mutex_acquire(a, 0));
-  struct waiter w = {b, 20000, -99, 0, 0, 0};
+  th_waiter w = {b, 20000, -99, 0, 0, 0};
   pthread_t th;
-  pthread_create(&th, NULL, wait_for_lock, &w);
+  pthread_create(&th, NULL, th_wait_for_lock, &w);
   th_sleep_ms(800);
   long long released = th_now_ms();
   int was = -1;

@@ -56,26 +56,6 @@ static long long wall_ms(void) {
   return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
-/* A waiter thread with its own client. */
-struct waiter {
-  dlock_mutex *m;
-  int64_t wait_ms;
-  int rc;
-  uint64_t fence;
-  long long acquired_at;
-  int done;
-};
-
-static void *wait_for_lock(void *arg) {
-  struct waiter *w = arg;
-  w->rc = dlock_mutex_acquire(w->m, w->wait_ms);
-  w->acquired_at = th_now_ms();
-  w->fence = dlock_mutex_fence(w->m);
-  if (w->rc == 0) dlock_mutex_release(w->m);
-  __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
-  return NULL;
-}
-
 /* ---- Status ---- */
 
 TEST(info_of_a_held_lock_shows_ttl_fence_since_owner_and_waiters) {
@@ -99,9 +79,9 @@ TEST(info_of_a_held_lock_shows_ttl_fence_since_owner_and_waiters) {
 
   /* A waiter from another client shows up in the count. */
   dlock_mutex *b = mutex(c2, "adm:info", 10000);
-  struct waiter w = {b, 15000, -99, 0, 0, 0};
+  th_waiter w = {b, 15000, -99, 0, 0, 0};
   pthread_t th;
-  pthread_create(&th, NULL, wait_for_lock, &w);
+  pthread_create(&th, NULL, th_wait_for_lock, &w);
   long long deadline = th_now_ms() + 5000;
   do {
     th_sleep_ms(50);
@@ -346,9 +326,9 @@ TEST(a_waiter_is_woken_promptly_by_a_forced_release) {
   dlock_mutex *a = mutex(c, "adm:force-wake", 0), *b = mutex(c2, "adm:force-wake", 0);
   ASSERT_OK(dlock_mutex_acquire(a, 0));
   uint64_t fa = dlock_mutex_fence(a);
-  struct waiter w = {b, 15000, -99, 0, 0, 0};
+  th_waiter w = {b, 15000, -99, 0, 0, 0};
   pthread_t th;
-  pthread_create(&th, NULL, wait_for_lock, &w);
+  pthread_create(&th, NULL, th_wait_for_lock, &w);
   th_sleep_ms(600);
   ASSERT_EQ(__atomic_load_n(&w.done, __ATOMIC_SEQ_CST), 0);
   long long forced = th_now_ms();
