@@ -765,7 +765,9 @@ TEST(a_command_timeout_whose_cleanup_also_fails_gives_eunknown_with_a_bounded_le
   acquire_during_server_sleep(200, 4000);
 }
 
-TEST(a_stopped_server_gives_etimedout_on_a_held_lock_release_and_recovers) {
+/* A release that timed out may have run: its outcome is unknown, and says so
+ * (it is sent once more first, which times out too). */
+TEST(a_stopped_server_gives_eunknown_on_a_held_lock_release_and_recovers) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
@@ -782,9 +784,11 @@ TEST(a_stopped_server_gives_etimedout_on_a_held_lock_release_and_recovers) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dlock_last_error());
   kill(srv.pid, SIGCONT);
-  ASSERT_STATUS(rc, DLOCK_ETIMEDOUT);
-  ASSERT(took < 300 + 2000);
+  ASSERT_STATUS(rc, DLOCK_EUNKNOWN);
+  ASSERT(took < 2 * 300 + 2000);
   ASSERT_CONTAINS(msg, "t:stopped");
+  ASSERT_CONTAINS(msg, "may have run");
+  ASSERT_CONTAINS(msg, "lease");
   /* The handle is no longer held; the key expires with its lease. */
   ASSERT_EQ(dlock_mutex_fence(m), 0);
   ASSERT_OK(dlock_mutex_acquire(m, 8000));
