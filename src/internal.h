@@ -194,8 +194,10 @@ const char *dlock__script_name(dlock__script_id id);
 /* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline
  * of EVALSHA; those answered NOSCRIPT are sent again as EVAL. */
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies);
-/* The SHA1 of a script as EVALSHA names it (tests and the fault proxy match on it). */
+/* The SHA1 of a script as EVALSHA names it, and its text (with the prelude):
+ * tests and the fault proxy match on the one and preload the other. */
 const char *dlock__script_sha(dlock__script_id id);
+const char *dlock__script_text(dlock__script_id id);
 /* One call of a script that is safe to run twice with the same arguments:
  * when its reply was lost after it may have run, it is sent once more and
  * call->resent is set (the answer then describes the state after both runs;

@@ -46,6 +46,8 @@ static void compute_shas(void) {
 
 const char *dlock__script_name(dlock__script_id id) { return scripts[id].name; }
 
+const char *dlock__script_text(dlock__script_id id) { return scripts[id].text; }
+
 const char *dlock__script_sha(dlock__script_id id) {
   pthread_once(&shas_once, compute_shas);
   return shas[id];

@@ -189,12 +189,10 @@ static int from_client(fp_proxy *p, pair *pr) {
     long f = frame_len(pr->in_c.data + off, pr->in_c.len - off, 0);
     if (f < 0) return -1;
     if (f == 0) break;
-    unsigned char drop = 0;
+    unsigned char drop = 0; /* a candidate: decided when its reply comes */
     pthread_mutex_lock(&p->mu);
-    if (p->pattern && p->drop_left > 0 && memmem(pr->in_c.data + off, (size_t)f, p->pattern, p->patlen)) {
+    if (p->pattern && p->drop_left > 0 && memmem(pr->in_c.data + off, (size_t)f, p->pattern, p->patlen))
       drop = 1;
-      p->drop_left--;
-    }
     pthread_mutex_unlock(&p->mu);
     if (push_pending(pr, drop)) return -1;
     off += (size_t)f;
@@ -224,8 +222,16 @@ static int from_server(fp_proxy *p, pair *pr) {
     if (f < 0) return -1;
     if (f == 0) break;
     if (pop_pending(pr)) {
-      drop = 1;
-      break;
+      /* NOSCRIPT means the script did not run (the client sends it again as
+       * EVAL): pass it on and keep the rule for the command that runs. */
+      int noscript = f >= 9 && !memcmp(pr->in_s.data + off, "-NOSCRIPT", 9);
+      pthread_mutex_lock(&p->mu);
+      if (!noscript && p->drop_left > 0) {
+        p->drop_left--;
+        drop = 1;
+      }
+      pthread_mutex_unlock(&p->mu);
+      if (drop) break;
     }
     off += (size_t)f;
   }
@@ -417,4 +423,42 @@ int fp_wait_dropped(fp_proxy *p, int n, long timeout_ms) {
     nanosleep(&ts, NULL);
   }
   return d;
+}
+
+int fp_server_command(fp_proxy *p, int argc, const char **argv, const size_t *lens) {
+  buf out = {0};
+  char hdr[64];
+  int rc = -1;
+  snprintf(hdr, sizeof hdr, "*%d\r\n", argc);
+  if (buf_add(&out, hdr, strlen(hdr))) return -1;
+  for (int i = 0; i < argc; i++) {
+    snprintf(hdr, sizeof hdr, "$%zu\r\n", lens[i]);
+    if (buf_add(&out, hdr, strlen(hdr)) || buf_add(&out, argv[i], lens[i]) || buf_add(&out, "\r\n", 2)) {
+      free(out.data);
+      return -1;
+    }
+  }
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)p->target);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && send_all(fd, out.data, out.len) == 0) {
+    buf in = {0};
+    char tmp[4096];
+    long long end = now_ms() + 10000;
+    for (;;) {
+      long f = frame_len(in.data, in.len, 1);
+      if (f > 0) { rc = in.data[0] == '-' ? -1 : 0; break; }
+      struct pollfd pf = {fd, POLLIN, 0};
+      long long left = end - now_ms();
+      if (f < 0 || left <= 0 || poll(&pf, 1, (int)left) <= 0) break;
+      ssize_t n = recv(fd, tmp, sizeof tmp, 0);
+      if (n <= 0 || buf_add(&in, tmp, (size_t)n)) break;
+    }
+    free(in.data);
+  }
+  if (fd >= 0) close(fd);
+  free(out.data);
+  return rc;
 }

@@ -17,6 +17,11 @@
  *                           the server's connection are closed. Replies to
  *                           earlier commands of the same pipeline are
  *                           forwarded, later ones are lost with the connection.
+ *                           A -NOSCRIPT reply is passed on and does not count:
+ *                           the script did not run, and the client sends it
+ *                           again as EVAL (which the rule then matches if 'pat'
+ *                           is in it; a SHA1 is not, so match EVALSHA by SHA1
+ *                           only once the script is cached, or by a key).
  *   fp_delay(p, ms)         hold every forwarded chunk ms before sending it on
  *                           (one thread: this slows every connection)
  *   fp_blackhole(p, on)     accept and read, forward nothing in either direction
@@ -48,6 +53,11 @@ void fp_drop_reply(fp_proxy *p, const char *pattern, int count);
 void fp_delay(fp_proxy *p, int ms);
 void fp_blackhole(fp_proxy *p, int on);
 void fp_close_all(fp_proxy *p);
+
+/* Send one command straight to the target server (not through the proxy)
+ * and read its reply: 0 unless the reply is an error or I/O failed. For
+ * SCRIPT LOAD, CLIENT KILL, DEBUG SLEEP and the like. */
+int fp_server_command(fp_proxy *p, int argc, const char **argv, const size_t *lens);
 
 int fp_dropped(fp_proxy *p);
 /* Wait until fp_dropped() >= n or timeout_ms passed; returns fp_dropped(). */

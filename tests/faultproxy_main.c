@@ -7,7 +7,9 @@
  *
  * Listens on a free 127.0.0.1 port, written to FILE (or stdout) once ready.
  * --drop-script NAME drops replies to EVALSHA of that dlock script (acquire,
- * release, extend, withdraw, sched_claim, ...): the pattern is its SHA1.
+ * release, extend, withdraw, sched_claim, ...): the pattern is its SHA1. At
+ * start it loads every dlock script into the server (SCRIPT LOAD), so that
+ * the first EVALSHA of each runs (and can lose its reply).
  * With --stdin it reads rules line by line ("pass", "drop PATTERN [N]",
  * "drop-script NAME [N]", "delay MS", "blackhole on|off", "close", "dropped")
  * until end of input; otherwise it runs until SIGTERM or SIGINT. On exit it
@@ -66,6 +68,13 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &set, NULL); /* before the proxy thread starts */
   fp_proxy *p;
   if (fp_start(&p, target)) return 1;
+  /* Cache every dlock script in the server, so that an EVALSHA matched by
+   * SHA1 runs at once rather than being answered NOSCRIPT and sent as EVAL. */
+  for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++) {
+    const char *cmd[3] = {"SCRIPT", "LOAD", dlock__script_text((dlock__script_id)i)};
+    size_t lens[3] = {6, 4, strlen(cmd[2])};
+    if (fp_server_command(p, 3, cmd, lens) != 0) fprintf(stderr, "faultproxy: SCRIPT LOAD failed\n");
+  }
   if (pattern) fp_drop_reply(p, pattern, count);
   if (delay) fp_delay(p, delay);
   FILE *f = port_file ? fopen(port_file, "w") : stdout;
