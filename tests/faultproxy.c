@@ -46,6 +46,7 @@ struct fp_proxy {
   int drop_left;
   int delay_ms;
   int blackhole;
+  int blackhole_after_drop;
   int close_all;
   int dropped;
   pair pairs[FP_MAX_PAIRS];
@@ -243,6 +244,7 @@ static int from_server(fp_proxy *p, pair *pr) {
   if (drop) {
     pthread_mutex_lock(&p->mu);
     p->dropped++;
+    if (p->blackhole_after_drop) p->blackhole = 1;
     pthread_mutex_unlock(&p->mu);
     return -1;
   }
@@ -369,6 +371,13 @@ void fp_pass(fp_proxy *p) {
   p->drop_left = 0;
   p->delay_ms = 0;
   p->blackhole = 0;
+  p->blackhole_after_drop = 0;
+  pthread_mutex_unlock(&p->mu);
+}
+
+void fp_blackhole_after_drop(fp_proxy *p, int on) {
+  pthread_mutex_lock(&p->mu);
+  p->blackhole_after_drop = on;
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -22,6 +22,9 @@
  *                           again as EVAL (which the rule then matches if 'pat'
  *                           is in it; a SHA1 is not, so match EVALSHA by SHA1
  *                           only once the script is cached, or by a key).
+ *   fp_blackhole_after_drop(p, on) once a reply was dropped, blackhole (as
+ *                           below) until fp_pass(): the client's retry then
+ *                           gets no answer either, as when the server is gone
  *   fp_delay(p, ms)         hold every forwarded chunk ms before sending it on
  *                           (one thread: this slows every connection)
  *   fp_blackhole(p, on)     accept and read, forward nothing in either direction
@@ -52,6 +55,7 @@ void fp_pass(fp_proxy *p);
 void fp_drop_reply(fp_proxy *p, const char *pattern, int count);
 void fp_delay(fp_proxy *p, int ms);
 void fp_blackhole(fp_proxy *p, int on);
+void fp_blackhole_after_drop(fp_proxy *p, int on);
 void fp_close_all(fp_proxy *p);
 
 /* Send one command straight to the target server (not through the proxy)

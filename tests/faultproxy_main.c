@@ -3,13 +3,14 @@
  * shell tests:
  *
  *   faultproxy --target PORT [--port-file FILE] [--drop-script NAME | --drop PATTERN]
- *              [--count N] [--delay MS] [--stdin]
+ *              [--count N] [--delay MS] [--then-blackhole] [--stdin]
  *
  * Listens on a free 127.0.0.1 port, written to FILE (or stdout) once ready.
  * --drop-script NAME drops replies to EVALSHA of that dlock script (acquire,
  * release, extend, withdraw, sched_claim, ...): the pattern is its SHA1. At
  * start it loads every dlock script into the server (SCRIPT LOAD), so that
- * the first EVALSHA of each runs (and can lose its reply).
+ * the first EVALSHA of each runs (and can lose its reply). --then-blackhole
+ * answers nothing more once a reply was dropped (fp_blackhole_after_drop).
  * With --stdin it reads rules line by line ("pass", "drop PATTERN [N]",
  * "drop-script NAME [N]", "delay MS", "blackhole on|off", "close", "dropped")
  * until end of input; otherwise it runs until SIGTERM or SIGINT. On exit it
@@ -45,11 +46,12 @@ static void apply(fp_proxy *p, char *line) {
 }
 
 int main(int argc, char **argv) {
-  int target = 0, count = 1, delay = 0, use_stdin = 0;
+  int target = 0, count = 1, delay = 0, use_stdin = 0, then_black = 0;
   const char *port_file = NULL, *pattern = NULL;
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(argv[i], "--stdin")) { use_stdin = 1; continue; }
+    if (!strcmp(argv[i], "--then-blackhole")) { then_black = 1; continue; }
     if (!v) { fprintf(stderr, "faultproxy: %s needs a value\n", argv[i]); return 2; }
     if (!strcmp(argv[i], "--target")) target = atoi(v);
     else if (!strcmp(argv[i], "--port-file")) port_file = v;
@@ -77,6 +79,7 @@ int main(int argc, char **argv) {
   }
   if (pattern) fp_drop_reply(p, pattern, count);
   if (delay) fp_delay(p, delay);
+  if (then_black) fp_blackhole_after_drop(p, 1);
   FILE *f = port_file ? fopen(port_file, "w") : stdout;
   if (!f) { fprintf(stderr, "faultproxy: cannot write %s\n", port_file); fp_stop(p); return 1; }
   fprintf(f, "%d\n", fp_port(p));
