@@ -120,6 +120,9 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
 /* 1 when a whole reply is already buffered (no I/O needed to read it). */
 int dlock__conn_has_buffered(dlock__conn *c);
 int dlock__conn_broken(const dlock__conn *c);
+/* For a pooled connection about to carry a command: 1 if the server closed
+ * it (or sent something unasked) while it sat idle. No I/O beyond poll(0). */
+int dlock__conn_idle_closed(dlock__conn *c);
 
 /* ---- Nodes and topology (node.c) ---- */
 

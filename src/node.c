@@ -4,9 +4,9 @@
  *
  * Threads borrow a connection for one pipeline and give it back, so many
  * threads can lock through one client at once. A connection that failed is
- * closed, never reused (hiredis' rule: an error makes a context dead).
+ * closed, never reused (hiredis' rule: an error makes a context dead). A
+ * pipeline is never sent twice from here: see dlock__node_exec.
  */
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,16 +43,6 @@ void dlock__node_destroy(dlock__node *n) {
   dlock__endpoint_clear(&n->ep);
 }
 
-/* An idle connection has nothing to read: Redis sends nothing unasked on a
- * command connection. Readable means the server closed it (idle timeout,
- * restart, CLIENT KILL) or sent garbage: either way it must not carry a
- * command. One poll(2), no round trip. */
-static int idle_conn_stale(dlock__conn *conn) {
-  if (dlock__conn_broken(conn) || dlock__conn_has_buffered(conn)) return 1;
-  struct pollfd p = {.fd = dlock__conn_fd(conn), .events = POLLIN};
-  return poll(&p, 1, 0) != 0; /* readable, hung up, or poll failed */
-}
-
 /* Borrow a connection: an idle one that is still open, a new one, or wait
  * for one to come back. */
 static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline) {
@@ -60,7 +50,10 @@ static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline) {
   for (;;) {
     while (n->nidle > 0) {
       dlock__conn *conn = n->idle[--n->nidle];
-      if (!idle_conn_stale(conn)) {
+      /* An idle command connection has nothing to read: readable means the
+       * server closed it (idle timeout, restart, CLIENT KILL). Noticed here,
+       * before use, at the cost of one poll(2) and no round trip. */
+      if (!dlock__conn_idle_closed(conn)) {
         pthread_mutex_unlock(&n->mu);
         *out = conn;
         return 0;
