@@ -102,12 +102,12 @@ static int fail(dlock_mutex *m, int rc, const char *op) {
 }
 
 /* Run one script call on the lock's node; map error replies to statuses.
- * 'twice_safe': the script may be sent again if its reply was lost (see
- * dlock__script_run_twice_safe; acquire, release, extend and withdraw are,
- * each for the reason given where it is called). */
-static int run_call(dlock_mutex *m, dlock__script_call *call, dlock__reply **out, int twice_safe) {
-  int rc = twice_safe ? dlock__script_run_twice_safe(m->client, call, out)
-                      : dlock__script_run(m->client, call, 1, out);
+ * Every script called here (acquire, release, extend, withdraw, info) is safe
+ * to run twice with the same arguments, each for the reason given where it
+ * is called, so a lost reply is answered by sending it once more
+ * (dlock__script_run_twice_safe; docs/design.md, "Lost replies"). */
+static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out) {
+  int rc = dlock__script_run_twice_safe(m->client, call, out);
   if (rc) return rc;
   if ((*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
@@ -126,10 +126,6 @@ static int run_call(dlock_mutex *m, dlock__script_call *call, dlock__reply **out
     *out = NULL;
   }
   return rc;
-}
-
-static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out) {
-  return run_call(m, call, out, 0);
 }
 
 static int reply_int(const dlock__reply *r, long long *v) {
@@ -275,7 +271,7 @@ static int undo_acquire(dlock_mutex *m) {
   call_arg(&call, m->token, strlen(m->token));
   /* Twice-safe: a second run finds our id gone from the queue and the key
    * not ours (the first deleted it or handed it on), and changes nothing. */
-  int rc = run_call(m, &call, &r, 1);
+  int rc = run_one(m, &call, &r);
   dlock__reply_free(r);
   return rc;
 }
@@ -332,7 +328,7 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
    * later moment (so a lease counted from the first send still holds), and
    * finds the key gone or another owner's only if it was so anyway: the
    * first run never deletes. */
-  int rc = run_call(m, &call, &r, 1);
+  int rc = run_one(m, &call, &r);
   if (!rc) rc = reply_int(r, result);
   dlock__reply_free(r);
   return rc;
@@ -371,7 +367,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
      * answers {1, fence of this hold} after refreshing the lease; a queued
      * waiter stays queued once (ZADD NX). The lease is counted from the
      * first send, which is earlier than either run. */
-    rc = run_call(m, &call, &r, 1);
+    rc = run_one(m, &call, &r);
     if (rc) {
       /* If this call may have run, or an earlier one queued us (a hand-off
        * may have come since), the key may hold our token: clean up before
@@ -568,7 +564,7 @@ int dlock_mutex_release(dlock_mutex *m) {
    * Redis call on the normal path: if the second answer arrived before our
    * local deadline, the lease had not run out when the second run looked, so
    * the key went by our first release (docs/design.md, "Lost replies"). */
-  int rc = run_call(m, &call, &r, 1);
+  int rc = run_one(m, &call, &r);
   long long v = 0;
   if (!rc) rc = reply_int(r, &v);
   dlock__reply_free(r);
@@ -644,7 +640,7 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
   dlock__script_call call;
   call_init(&call, DLOCK__SCRIPT_INFO, m);
   call_arg(&call, token, strlen(token));
-  int rc = run_one(m, &call, out);
+  int rc = run_one(m, &call, out); /* read only: asking again is safe */
   if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != 8)) {
     dlock__reply_free(*out);
     *out = NULL;

@@ -244,6 +244,62 @@ TEST(a_pooled_connection_closed_while_idle_is_replaced_before_use) {
   dlock_client_free(c);
 }
 
+TEST(an_is_held_whose_reply_is_lost_is_asked_again) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:isheld", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_INFO);
+  ASSERT_EQ(dlock_mutex_is_held(m), 1);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The proxy's other faults, as other tests will use them. */
+TEST(through_a_delaying_proxy_commands_are_slower_but_exact) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:slow", 30000);
+  fp_pass(fp);
+  fp_delay(fp, 100);
+  long long t0 = th_now_ms();
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  long long took = th_now_ms() - t0;
+  fp_pass(fp);
+  ASSERT(took >= 150); /* held both ways: at least 2 x 100 ms, less a scheduling margin */
+  ASSERT_EQ((long long)dlock_mutex_fence(m), meta_fence("lr:slow"));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(through_a_blackhole_an_acquire_is_unknown_never_success_or_busy) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 200;
+  o.connect_timeout_ms = 200;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:hole", 30000);
+  fp_pass(fp);
+  fp_blackhole(fp, 1);
+  long long t0 = th_now_ms();
+  int rc = dlock_mutex_acquire(m, 0);
+  long long took = th_now_ms() - t0;
+  fp_pass(fp);
+  /* Sent, resent, then withdraw sent and resent: four command timeouts at most (plus margin). */
+  if (rc != DLOCK_EUNKNOWN) TEST_FAIL("acquire into a blackhole: %s, want EUNKNOWN", dlock_err_name(rc));
+  ASSERT(took < 4 * 200 + 2000 * th_time_factor());
+  ASSERT_EQ(dlock_mutex_fence(m), 0);
+  ASSERT_EQ(key_exists("lr:hole"), 0); /* nothing reached Redis */
+  /* The client works again once the proxy passes traffic. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* ---- Scheduler ---- */
 
 typedef struct sched_log {
