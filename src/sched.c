@@ -287,7 +287,8 @@ static void add_arg(dlock__script_call *call, const char *s) {
  * with the same arguments, so a lost reply is answered by sending it again. */
 static int run_script(dlock_sched *s, const job *j, dlock__script_call *call, size_t min, dlock__reply **out,
                       int twice_safe) {
-  int rc = twice_safe ? dlock__script_run_twice_safe(s->client, call, out) : dlock__script_run(s->client, call, 1, out);
+  int rc = twice_safe ? dlock__script_run_twice_safe(s->client, call, out)
+                      : dlock__script_run(s->client, call, 1, out);
   if (rc) {
     dlock__error_prefix("job '%s': ", j->name); /* transport errors name the server already */
     return rc;
