@@ -156,6 +156,7 @@ int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dloc
     call->resent = 1;
     rc = dlock__script_run(c, call, 1, reply);
     call->maybe_ran = 1; /* the first try may have run whatever the second did */
+    if (!rc) dlock__error_clear(); /* the first try's error is answered */
   }
   return rc;
 }
