@@ -198,7 +198,10 @@ DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
 /* Release one hold; the key is deleted (compare-and-delete) when the count
  * reaches zero and a waiter is woken. DLOCK_ENOTHELD when this thread does
  * not hold it, or when Redis no longer has our token (the lock was lost):
- * another owner's key is never touched. */
+ * another owner's key is never touched. DLOCK_EUNKNOWN when the release may
+ * have run but its outcome could not be learned (its reply was lost and
+ * asking again failed, or came after our lease could have run out); the
+ * handle is released either way and the key expires with its lease. */
 DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
 /* Set the remaining lease to 'lease_ms', only while Redis still holds our
@@ -253,7 +256,8 @@ typedef struct dlock_lock_info {
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
- * receives 1 if a key was deleted. Wakes a waiter. */
+ * receives 1 if a key was deleted. Wakes a waiter. Never sent twice: when
+ * its reply is lost the answer is DLOCK_EUNKNOWN (look before trying again). */
 DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held);
 
 /* Call fn(name, arg) for each lock currently held whose name matches the

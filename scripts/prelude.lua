@@ -86,11 +86,12 @@ local function dlock_history(key, node, fence, tick, start, duration, outcome, m
   redis.call('PEXPIRE', key, FENCE_TTL_MS)
 end
 
--- The last tick claimed for a job ("tick_ms|node"), as a number and a node.
+-- The last tick claimed for a job ("tick_ms|node|run token"; older records
+-- have no token), as a number, a node and the claiming run's token.
 local function dlock_last_tick(key)
   local rec = redis.call('GET', key)
-  if not rec then return 0, '' end
-  local tick, node = string.match(rec, '^(%d+)|(.*)$')
-  return tonumber(tick) or 0, node or ''
+  if not rec then return 0, '', '' end
+  local tick, node, token = string.match(rec, '^(%d+)|([^|]*)|?(.*)$')
+  return tonumber(tick) or 0, node or '', token or ''
 end
 

@@ -5,14 +5,26 @@
 -- A tick is claimed at most once: a node whose clock lags finds it taken. The
 -- job lock keeps runs from overlapping; a tick that finds it held is consumed
 -- as skipped. Returns {1, fence, start_ms}, {0, 'claimed', node} or {0, 'busy', holder}.
+-- Safe to run twice: the tick record names the claiming run's token, so a
+-- second run of the same claim (its reply was lost) gets the first one's answer.
 local tick = tonumber(ARGV[1])
 local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
     or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[7], 'list')
 if bad then return bad end
-local last, who = dlock_last_tick(KEYS[6])
+local last, who, owner = dlock_last_tick(KEYS[6])
+if last == tick and owner == ARGV[2] then
+  if ARGV[5] == '1' then -- no job lock: the fence is the last one issued, the start is now
+    return {1, redis.call('GET', KEYS[2]) or '0', dlock_num(dlock_now())}
+  end
+  if redis.call('GET', KEYS[1]) == ARGV[2] then
+    local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
+    return {1, meta[1] or '0', meta[2] or '0'}
+  end
+  return {0, 'busy', redis.call('HGET', KEYS[3], 'info') or '?'}
+end
 if last >= tick then return {0, 'claimed', who} end
 local now_ms, now_us = dlock_now()
-redis.call('SET', KEYS[6], dlock_num(tick) .. '|' .. ARGV[4], 'PX', FENCE_TTL_MS)
+redis.call('SET', KEYS[6], dlock_num(tick) .. '|' .. ARGV[4] .. '|' .. ARGV[2], 'PX', FENCE_TTL_MS)
 if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
   local holder = redis.call('HGET', KEYS[3], 'info') or '?'
   dlock_history(KEYS[7], ARGV[4], '0', dlock_num(tick), dlock_num(now_ms), '-1',

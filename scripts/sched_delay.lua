@@ -3,10 +3,17 @@
 -- KEYS: 1-5 the job lock's keys, 6 last claimed tick, 7 history, 8 last end.
 -- ARGV: 1 delay_ms, 2 token, 3 lock_at_most_for_ms, 4 node.
 -- Returns {1, fence, start_ms, tick_ms}, {0, 'running', holder} or {0, 'wait', ms}.
+-- Safe to run twice: a second run of the same claim (its reply was lost) finds
+-- the job lock held by its own token and gets the first one's answer.
 local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
     or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[8], 'string')
 if bad then return bad end
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[2] then
+  local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
+  return {1, meta[1] or '0', meta[2] or '0', dlock_num(dlock_last_tick(KEYS[6]))}
+end
+if cur then
   return {0, 'running', redis.call('HGET', KEYS[3], 'info') or '?'}
 end
 local now_ms, now_us = dlock_now()
@@ -22,6 +29,6 @@ local due = now_ms
 if lastend > 0 then due = lastend + tonumber(ARGV[1]) end
 if now_ms < due then return {0, 'wait', dlock_num(due - now_ms)} end
 if due <= last then due = last + 1 end
-redis.call('SET', KEYS[6], dlock_num(due) .. '|' .. ARGV[4], 'PX', FENCE_TTL_MS)
+redis.call('SET', KEYS[6], dlock_num(due) .. '|' .. ARGV[4] .. '|' .. ARGV[2], 'PX', FENCE_TTL_MS)
 local f = dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us)
 return {1, dlock_num(f), dlock_num(now_ms), dlock_num(due)}

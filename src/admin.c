@@ -26,7 +26,19 @@ static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, 
     call.arglens[0] = strlen(arg);
     call.nargs = 1;
   }
-  rc = dlock__script_run(c, &call, 1, out);
+  /* info only reads, so a lost reply is answered by asking again. A force
+   * release is not sent twice: between the two sends a new holder may have
+   * taken the lock, and the second would delete its key. */
+  if (id == DLOCK__SCRIPT_INFO)
+    rc = dlock__script_run_twice_safe(c, &call, out);
+  else
+    rc = dlock__script_run(c, &call, 1, out);
+  if (rc && call.maybe_ran && id != DLOCK__SCRIPT_INFO) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    rc = dlock__error(DLOCK_EUNKNOWN, "%s; the command may have run: look with 'dlock status' before "
+                      "running it again", saved);
+  }
   if (!rc && (*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
     dlock__error(rc, "%s '%s' on %s: %s", op, keys.key[DLOCK__K_LOCK], c->server, (*out)->str);
@@ -195,7 +207,10 @@ int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {
   call.args[0] = tok;
   call.arglens[0] = strlen(tok);
   dlock__reply *r = NULL;
-  rc = dlock__script_run(c, &call, 1, &r);
+  /* Twice-safe: the guard admits a token equal to the highest seen, so a
+   * second run of an admitted check admits again; if a newer token came in
+   * between, "stale" is the true answer by then. */
+  rc = dlock__script_run_twice_safe(c, &call, &r);
   if (!rc && r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     dlock__error(rc, "guard on '%s' (key '%s') at %s: %s", resource, key, c->server, r->str);

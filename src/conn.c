@@ -504,3 +504,19 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
       return conn_fail(c, DLOCK_EPROTO, "protocol error: %s", c->reader->errstr);
   }
 }
+
+int dlock__conn_idle_closed(dlock__conn *c) {
+  if (c->broken || dlock__conn_has_buffered(c)) return 1;
+  struct pollfd p = {.fd = c->fd, .events = POLLIN};
+  int n = poll(&p, 1, 0);
+  if (n == 0) return 0;
+  if (n < 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL)) || !c->ssl) return 1;
+  /* TLS: records that carry no data (a session ticket) make the socket
+   * readable too. Let OpenSSL take them; only data or a close is stale. */
+  char b;
+  ERR_clear_error();
+  int r = SSL_peek(c->ssl, &b, 1);
+  if (r > 0) return 1;
+  int e = SSL_get_error(c->ssl, r);
+  return !(e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE);
+}

@@ -120,6 +120,9 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
 /* 1 when a whole reply is already buffered (no I/O needed to read it). */
 int dlock__conn_has_buffered(dlock__conn *c);
 int dlock__conn_broken(const dlock__conn *c);
+/* For a pooled connection about to carry a command: 1 if the server closed
+ * it (or sent something unasked) while it sat idle. No I/O beyond poll(0). */
+int dlock__conn_idle_closed(dlock__conn *c);
 
 /* ---- Nodes and topology (node.c) ---- */
 
@@ -138,10 +141,11 @@ typedef struct dlock__node {
 int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns);
 void dlock__node_destroy(dlock__node *n);
 /* Send 'n' commands as one pipeline and read their replies (replies[i] may
- * be an error reply). Retries once on a fresh connection when a pooled one
- * turns out dead before anything was read. On failure '*sent' (may be NULL)
- * tells whether the commands may have reached the server: if so, whether
- * they ran is unknown. */
+ * be an error reply). A pooled connection the server has closed is noticed
+ * before use (no round trip) and replaced; once the commands may have left,
+ * they are never sent again here. On failure '*sent' (may be NULL) tells
+ * whether the commands may have reached the server: if so, whether they ran
+ * is unknown, and only the caller knows whether its script is safe to resend. */
 int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent);
 
 /* The seam for deployments other than one standalone server: the lock code
@@ -186,12 +190,22 @@ typedef struct dlock__script_call {
   const char *args[DLOCK__SCRIPT_MAX_ARGS];
   size_t arglens[DLOCK__SCRIPT_MAX_ARGS];
   int maybe_ran; /* out: the call failed after it may have reached the server */
+  int resent;    /* out: dlock__script_run_twice_safe sent it a second time */
 } dlock__script_call;
 
 const char *dlock__script_name(dlock__script_id id);
 /* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline
  * of EVALSHA; those answered NOSCRIPT are sent again as EVAL. */
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies);
+/* The SHA1 of a script as EVALSHA names it, and its text (with the prelude):
+ * tests and the fault proxy match on the one and preload the other. */
+const char *dlock__script_sha(dlock__script_id id);
+const char *dlock__script_text(dlock__script_id id);
+/* One call of a script that is safe to run twice with the same arguments:
+ * when its reply was lost after it may have run, it is sent once more and
+ * call->resent is set (the answer then describes the state after both runs;
+ * each caller says what that means for its script). */
+int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dlock__reply **reply);
 
 /* ---- Client (client.c) ---- */
 

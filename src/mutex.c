@@ -101,9 +101,13 @@ static int fail(dlock_mutex *m, int rc, const char *op) {
   return rc;
 }
 
-/* Run one script call on the lock's node; map error replies to statuses. */
+/* Run one script call on the lock's node; map error replies to statuses.
+ * Every script called here (acquire, release, extend, withdraw, info) is safe
+ * to run twice with the same arguments, each for the reason given where it
+ * is called, so a lost reply is answered by sending it once more
+ * (dlock__script_run_twice_safe; docs/design.md, "Lost replies"). */
 static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out) {
-  int rc = dlock__script_run(m->client, call, 1, out);
+  int rc = dlock__script_run_twice_safe(m->client, call, out);
   if (rc) return rc;
   if ((*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
@@ -265,6 +269,8 @@ static int undo_acquire(dlock_mutex *m) {
   call_init(&call, DLOCK__SCRIPT_WITHDRAW, m);
   call_arg(&call, m->waiter_id, strlen(m->waiter_id));
   call_arg(&call, m->token, strlen(m->token));
+  /* Twice-safe: a second run finds our id gone from the queue and the key
+   * not ours (the first deleted it or handed it on), and changes nothing. */
   int rc = run_one(m, &call, &r);
   dlock__reply_free(r);
   return rc;
@@ -318,6 +324,10 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
   call_init(&call, DLOCK__SCRIPT_EXTEND, m);
   call_arg(&call, token, strlen(token));
   call_arg(&call, lease_s, strlen(lease_s));
+  /* Twice-safe: compare-and-pexpire. A second run sets the same lease from a
+   * later moment (so a lease counted from the first send still holds), and
+   * finds the key gone or another owner's only if it was so anyway: the
+   * first run never deletes. */
   int rc = run_one(m, &call, &r);
   if (!rc) rc = reply_int(r, result);
   dlock__reply_free(r);
@@ -353,6 +363,10 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     call_arg(&call, claim_s, strlen(claim_s));
     call_arg(&call, m->owner_info, strlen(m->owner_info));
     dlock_mono_ms sent = dlock_mono_now();
+    /* Twice-safe: the same token finds the key ours on a second run and
+     * answers {1, fence of this hold} after refreshing the lease; a queued
+     * waiter stays queued once (ZADD NX). The lease is counted from the
+     * first send, which is earlier than either run. */
     rc = run_one(m, &call, &r);
     if (rc) {
       /* If this call may have run, or an earlier one queued us (a hand-off
@@ -541,11 +555,34 @@ int dlock_mutex_release(dlock_mutex *m) {
   dlock__reply *r = NULL;
   call_init(&call, DLOCK__SCRIPT_RELEASE, m);
   call_arg(&call, m->token, strlen(m->token));
+  pthread_mutex_lock(&m->mu);
+  dlock_mono_ms valid_until = m->valid_until;
+  pthread_mutex_unlock(&m->mu);
+  /* Twice-safe with one question: if the first run's reply was lost, a second
+   * run that finds the key gone (0) or handed on (-1) cannot tell whether our
+   * first run deleted it or the lease ran out. Answered without any extra
+   * Redis call on the normal path: if the second answer arrived before our
+   * local deadline, the lease had not run out when the second run looked, so
+   * the key went by our first release (docs/design.md, "Lost replies"). */
   int rc = run_one(m, &call, &r);
   long long v = 0;
   if (!rc) rc = reply_int(r, &v);
   dlock__reply_free(r);
-  if (!rc && v == 0)
+  if (!rc && v != 1 && call.resent) {
+    if (atomic_load(&m->lost) == DLOCK_LOST_NONE && valid_until != 0 && dlock_mono_now() < valid_until)
+      v = 1;
+    else
+      rc = dlock__error(DLOCK_EUNKNOWN, "the reply to the release was lost, and when it was sent again the "
+                        "key %s and our lease had run out: whether our release or the lease ended the hold "
+                        "is unknown; nothing of another owner was touched",
+                        v == 0 ? "was gone" : "belonged to another owner");
+  }
+  if (rc && rc != DLOCK_EUNKNOWN && call.maybe_ran) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    rc = dlock__error(DLOCK_EUNKNOWN, "release sent twice and no reply came (%s): it may have run; if it did "
+                      "not, the key expires with its lease", saved);
+  } else if (!rc && v == 0)
     rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
   else if (!rc && v < 0)
     rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
@@ -603,7 +640,7 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
   dlock__script_call call;
   call_init(&call, DLOCK__SCRIPT_INFO, m);
   call_arg(&call, token, strlen(token));
-  int rc = run_one(m, &call, out);
+  int rc = run_one(m, &call, out); /* read only: asking again is safe */
   if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != 8)) {
     dlock__reply_free(*out);
     *out = NULL;

@@ -4,7 +4,8 @@
  *
  * Threads borrow a connection for one pipeline and give it back, so many
  * threads can lock through one client at once. A connection that failed is
- * closed, never reused (hiredis' rule: an error makes a context dead).
+ * closed, never reused (hiredis' rule: an error makes a context dead). A
+ * pipeline is never sent twice from here: see dlock__node_exec.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,28 +43,36 @@ void dlock__node_destroy(dlock__node *n) {
   dlock__endpoint_clear(&n->ep);
 }
 
-/* Borrow a connection: an idle one, a new one, or wait for one to come back.
- * '*reused' tells whether it came from the pool (and so may be stale). */
-static int borrow(dlock__node *n, dlock__conn **out, int *reused, dlock_mono_ms deadline) {
+/* Borrow a connection: an idle one that is still open, a new one, or wait
+ * for one to come back. */
+static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline) {
   pthread_mutex_lock(&n->mu);
-  while (n->nidle == 0 && n->nopen >= n->max_conns) {
+  for (;;) {
+    while (n->nidle > 0) {
+      dlock__conn *conn = n->idle[--n->nidle];
+      /* An idle command connection has nothing to read: readable means the
+       * server closed it (idle timeout, restart, CLIENT KILL). Noticed here,
+       * before use, at the cost of one poll(2) and no round trip. */
+      if (!dlock__conn_idle_closed(conn)) {
+        pthread_mutex_unlock(&n->mu);
+        *out = conn;
+        return 0;
+      }
+      n->nopen--;
+      dlock__conn_close(conn);
+    }
+    if (n->nopen < n->max_conns) break;
     struct timespec ts;
     dlock__deadline_timespec(deadline, &ts);
-    if (pthread_cond_timedwait(&n->cv, &n->mu, &ts) != 0 && dlock_mono_now() >= deadline) {
+    if (pthread_cond_timedwait(&n->cv, &n->mu, &ts) != 0 && dlock_mono_now() >= deadline &&
+        n->nidle == 0 && n->nopen >= n->max_conns) {
       pthread_mutex_unlock(&n->mu);
       return dlock__error(DLOCK_ETIMEDOUT, "%s: all %d connections busy for the whole command timeout",
                           n->ep.display, n->max_conns);
     }
   }
-  if (n->nidle > 0) {
-    *out = n->idle[--n->nidle];
-    *reused = 1;
-    pthread_mutex_unlock(&n->mu);
-    return 0;
-  }
   n->nopen++;
   pthread_mutex_unlock(&n->mu);
-  *reused = 0;
   int rc = dlock__conn_open(&n->ep, n->ssl_ctx, out);
   if (rc) {
     pthread_mutex_lock(&n->mu);
@@ -83,18 +92,6 @@ static void give_back(dlock__node *n, dlock__conn *conn) {
     n->idle[n->nidle++] = conn;
   }
   pthread_cond_signal(&n->cv);
-  pthread_mutex_unlock(&n->mu);
-}
-
-/* After the server dropped one pooled connection, the others are most likely
- * dead too (restart, failover): close them rather than fail on each. */
-static void drop_idle(dlock__node *n) {
-  pthread_mutex_lock(&n->mu);
-  for (int i = 0; i < n->nidle; i++) {
-    dlock__conn_close(n->idle[i]);
-    n->nopen--;
-  }
-  n->nidle = 0;
   pthread_mutex_unlock(&n->mu);
 }
 
@@ -121,32 +118,24 @@ int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock_
   if (!sent) sent = &sent_here;
   *sent = 0;
   for (size_t i = 0; i < n; i++) replies[i] = NULL;
-  for (int attempt = 0;; attempt++) {
-    dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
-    dlock__conn *conn;
-    int reused = 0;
-    *sent = 0; /* a retry happens only when the first try reached no one */
-    int rc = borrow(node, &conn, &reused, deadline);
-    if (rc) return rc;
-    size_t nread;
-    rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);
-    give_back(node, conn);
-    if (!rc) return 0;
+  dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
+  dlock__conn *conn;
+  int rc = borrow(node, &conn, deadline);
+  if (rc) return rc;
+  size_t nread;
+  rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);
+  give_back(node, conn);
+  if (rc) {
     for (size_t i = 0; i < n; i++) {
       dlock__reply_free(replies[i]);
       replies[i] = NULL;
     }
-    /* A pooled connection that the server closed while it sat idle fails
-     * before any reply: the server never read the commands, so sending them
-     * again on a fresh connection is safe (and every dlock script is
-     * idempotent for its token anyway). A timeout is not retried: the
-     * server may still run the commands. */
-    if (rc == DLOCK_EIO && reused && nread == 0 && attempt == 0) {
-      drop_idle(node);
-      continue;
-    }
-    return rc;
   }
+  /* Never sent again from here: once the bytes may have left, the server may
+   * have run the commands even if the connection then failed before any
+   * reply (a proxy, a failover, CLIENT KILL). Whether a resend is safe is
+   * the caller's decision, per script (docs/design.md, "Lost replies"). */
+  return rc;
 }
 
 /* ---- Standalone topology ---- */

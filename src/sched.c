@@ -282,9 +282,13 @@ static void add_arg(dlock__script_call *call, const char *s) {
   call->nargs++;
 }
 
-/* Run a script; map error replies; check the reply is an array of >= 'min' elements. */
-static int run_script(dlock_sched *s, const job *j, dlock__script_call *call, size_t min, dlock__reply **out) {
-  int rc = dlock__script_run(s->client, call, 1, out);
+/* Run a script; map error replies; check the reply is an array of >= 'min'
+ * elements. 'twice_safe': the script gives the same answer when it runs twice
+ * with the same arguments, so a lost reply is answered by sending it again. */
+static int run_script(dlock_sched *s, const job *j, dlock__script_call *call, size_t min, dlock__reply **out,
+                      int twice_safe) {
+  int rc = twice_safe ? dlock__script_run_twice_safe(s->client, call, out)
+                      : dlock__script_run(s->client, call, 1, out);
   if (rc) {
     dlock__error_prefix("job '%s': ", j->name); /* transport errors name the server already */
     return rc;
@@ -317,7 +321,7 @@ static void undo_claim(dlock_sched *s, const job *j, const char *token) {
   add_arg(&call, "");
   add_arg(&call, token);
   dlock__reply *r = NULL;
-  if (dlock__script_run(s->client, &call, 1, &r) == 0) dlock__reply_free(r);
+  if (dlock__script_run_twice_safe(s->client, &call, &r) == 0) dlock__reply_free(r); /* delete-if-token */
 }
 
 /* Run the callback for a claimed tick and record its end. */
@@ -325,10 +329,11 @@ static void run_claimed(dlock_sched *s, job *j, int64_t tick, const char *token,
                         const char *start_ms) {
   dlock_tick t = {j->name, tick, fence, s->node};
   int status = j->fn(&t, j->arg);
-  char tick_s[24], fence_s[24], atleast_s[24], hist_s[16], outcome[64];
+  char tick_s[24], fence_s[24], atleast_s[24], atmost_s[24], hist_s[16], outcome[64];
   snprintf(tick_s, sizeof tick_s, "%" PRId64, tick);
   snprintf(fence_s, sizeof fence_s, "%" PRIu64, fence);
   snprintf(atleast_s, sizeof atleast_s, "%" PRId64, j->opts.lock_at_least_for_ms);
+  snprintf(atmost_s, sizeof atmost_s, "%" PRId64, j->opts.lock_at_most_for_ms);
   snprintf(hist_s, sizeof hist_s, "%d", j->opts.history_len);
   if (status == 0) snprintf(outcome, sizeof outcome, "ok");
   else snprintf(outcome, sizeof outcome, "failed: %d", status);
@@ -343,8 +348,18 @@ static void run_claimed(dlock_sched *s, job *j, int64_t tick, const char *token,
   add_arg(&call, outcome);
   add_arg(&call, hist_s);
   add_arg(&call, j->opts.allow_overlap && j->kind != TRIGGER_DELAY ? "1" : "0");
+  add_arg(&call, atmost_s);
+  add_arg(&call, "0");
   dlock__reply *r = NULL;
-  int rc = run_script(s, j, &call, 2, &r);
+  int rc = run_script(s, j, &call, 2, &r, 0);
+  if (rc && call.maybe_ran) {
+    /* The reply was lost: send it again marked as a second send, which finds
+     * the first one's history entry if it ran and then writes nothing again. */
+    call.args[call.nargs - 1] = "1";
+    call.arglens[call.nargs - 1] = 1;
+    rc = run_script(s, j, &call, 2, &r, 0);
+    call.maybe_ran = 1;
+  }
   int64_t duration = r ? strtoll(el_str(r, 0), NULL, 10) : -1;
   int lock_was_ours = r && r->element[1]->type == DLOCK__REPLY_INTEGER && r->element[1]->integer == 1;
   dlock__reply_free(r);
@@ -379,7 +394,7 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
   add_arg(&call, j->opts.allow_overlap ? "1" : "0");
   add_arg(&call, hist_s);
   dlock__reply *r = NULL;
-  if ((rc = run_script(s, j, &call, 3, &r))) {
+  if ((rc = run_script(s, j, &call, 3, &r, 1))) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
     if (call.maybe_ran) undo_claim(s, j, token);
@@ -416,7 +431,7 @@ static int64_t run_delay(dlock_sched *s, job *j) {
   add_arg(&call, atmost_s);
   add_arg(&call, s->node);
   dlock__reply *r = NULL;
-  if ((rc = run_script(s, j, &call, 3, &r))) {
+  if ((rc = run_script(s, j, &call, 3, &r, 1))) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
     if (call.maybe_ran) undo_claim(s, j, token);
@@ -634,7 +649,7 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   call.keylens[0] = len;
   add_arg(&call, max_s);
   dlock__reply *r = NULL;
-  rc = dlock__script_run(c, &call, 1, &r);
+  rc = dlock__script_run_twice_safe(c, &call, &r); /* read-only */
   if (!rc && r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     dlock__error(rc, "history of job '%s' on %s: %s", name, c->server, r->str);

@@ -46,6 +46,13 @@ static void compute_shas(void) {
 
 const char *dlock__script_name(dlock__script_id id) { return scripts[id].name; }
 
+const char *dlock__script_text(dlock__script_id id) { return scripts[id].text; }
+
+const char *dlock__script_sha(dlock__script_id id) {
+  pthread_once(&shas_once, compute_shas);
+  return shas[id];
+}
+
 /* argv for EVAL/EVALSHA: command, script-or-sha, numkeys, keys, args. */
 typedef struct eval_argv {
   const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
@@ -133,6 +140,23 @@ done:
     free(e);
     free(cmds);
     free(retry);
+  }
+  return rc;
+}
+
+/* The rule (docs/design.md, "Lost replies"): a call that may have run is sent
+ * again only by a caller that knows its script gives the same outcome when it
+ * runs twice; the second answer is then read as "the state after one or two
+ * runs". One resend, no loop: if that fails as well, the caller reports the
+ * outcome as unknown. */
+int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dlock__reply **reply) {
+  call->resent = 0;
+  int rc = dlock__script_run(c, call, 1, reply);
+  if (rc && call->maybe_ran && !atomic_load(&c->closing)) {
+    call->resent = 1;
+    rc = dlock__script_run(c, call, 1, reply);
+    call->maybe_ran = 1; /* the first try may have run whatever the second did */
+    if (!rc) dlock__error_clear(); /* the first try's error is answered */
   }
   return rc;
 }

@@ -726,10 +726,22 @@ static void acquire_during_server_sleep(int connect_timeout_ms, int64_t lease) {
   ASSERT(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   th_sleep_ms(300);
   printf("  acquire during DEBUG SLEEP: %s after %lld ms: %s\n", dlock_err_name(rc), took, msg);
-  if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNKNOWN)
-    TEST_FAIL("acquire while Redis sleeps returned %d (%s), want ETIMEDOUT or EUNKNOWN: %s", rc,
-              dlock_err_name(rc), msg);
-  ASSERT(took < 200 + connect_timeout_ms + 2500);
+  if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNKNOWN && rc != 0)
+    TEST_FAIL("acquire while Redis sleeps returned %d (%s), want ETIMEDOUT, EUNKNOWN or (after the "
+              "resend got through) OK: %s", rc, dlock_err_name(rc), msg);
+  ASSERT(took < 2 * 200 + connect_timeout_ms + 2500);
+  if (rc == 0) {
+    /* The acquire was sent once more (it is safe to run twice) and that got
+     * through once Redis woke: then the lock must really be ours, with the
+     * fence Redis recorded. */
+    cli(out, sizeof out, "HGET {t:cmd-timeout}:meta fence");
+    ASSERT_EQ((long long)dlock_mutex_fence(m), atoll(out));
+    ASSERT_EQ(dlock_mutex_is_held(m), 1);
+    ASSERT_OK(dlock_mutex_release(m));
+    dlock_mutex_free(m);
+    dlock_client_free(c);
+    return;
+  }
   ASSERT_EQ(dlock_mutex_fence(m), 0);
   ASSERT_CONTAINS(msg, "t:cmd-timeout");
   if (rc == DLOCK_ETIMEDOUT) {
@@ -753,7 +765,7 @@ static void acquire_during_server_sleep(int connect_timeout_ms, int64_t lease) {
   dlock_client_free(c);
 }
 
-TEST(a_command_timeout_gives_etimedout_or_eunknown_never_success_or_ebusy) {
+TEST(a_command_timeout_gives_etimedout_or_eunknown_or_an_exact_success_never_ebusy) {
   /* A connect timeout longer than the sleep: the clean-up gets through once
    * Redis wakes. */
   acquire_during_server_sleep(5000, 30000);
@@ -765,7 +777,9 @@ TEST(a_command_timeout_whose_cleanup_also_fails_gives_eunknown_with_a_bounded_le
   acquire_during_server_sleep(200, 4000);
 }
 
-TEST(a_stopped_server_gives_etimedout_on_a_held_lock_release_and_recovers) {
+/* A release that timed out may have run: its outcome is unknown, and says so
+ * (it is sent once more first, which times out too). */
+TEST(a_stopped_server_gives_eunknown_on_a_held_lock_release_and_recovers) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
@@ -782,9 +796,11 @@ TEST(a_stopped_server_gives_etimedout_on_a_held_lock_release_and_recovers) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dlock_last_error());
   kill(srv.pid, SIGCONT);
-  ASSERT_STATUS(rc, DLOCK_ETIMEDOUT);
-  ASSERT(took < 300 + 2000);
+  ASSERT_STATUS(rc, DLOCK_EUNKNOWN);
+  ASSERT(took < 2 * 300 + 2000);
   ASSERT_CONTAINS(msg, "t:stopped");
+  ASSERT_CONTAINS(msg, "may have run");
+  ASSERT_CONTAINS(msg, "lease");
   /* The handle is no longer held; the key expires with its lease. */
   ASSERT_EQ(dlock_mutex_fence(m), 0);
   ASSERT_OK(dlock_mutex_acquire(m, 8000));

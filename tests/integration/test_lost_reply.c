@@ -1,0 +1,422 @@
+/*
+ * test_lost_reply.c - every script's reply lost after the server ran it (the
+ * fault proxy forwards the command, waits for the reply, drops it and closes
+ * the connection): the outcome reported is exact, or DLOCK_EUNKNOWN, and
+ * Redis is left as it should be. Also: a pooled connection closed while idle
+ * is replaced before use, and the scheduler neither skips a tick nor leaves
+ * an orphan job lock when a claim, delay or finish reply is lost.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "faultproxy.h"
+#include "harness.h"
+#include "internal.h"
+#include "test.h"
+
+static th_redis srv;
+static fp_proxy *fp;
+
+void test_setup(void) {
+  if (th_redis_start(&srv, NULL) != 0) exit(1);
+  if (fp_start(&fp, srv.port) != 0) exit(1);
+  /* Cached scripts: the EVALSHA the proxy matches runs at once (no NOSCRIPT). */
+  for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++) {
+    const char *argv[3] = {"SCRIPT", "LOAD", dlock__script_text((dlock__script_id)i)};
+    size_t lens[3] = {6, 4, strlen(argv[2])};
+    if (fp_server_command(fp, 3, argv, lens) != 0) exit(1);
+  }
+}
+
+void test_teardown(void) {
+  fp_stop(fp);
+  th_redis_stop(&srv);
+}
+
+static void cli(char *out, size_t len, const char *cmd) {
+  th_redis_cli(&srv, out, len, "%s", cmd);
+}
+
+/* Arm the proxy to drop the next reply to 'script' and count drops from here. */
+static int arm(dlock__script_id script) {
+  fp_pass(fp);
+  int before = fp_dropped(fp);
+  fp_drop_reply(fp, dlock__script_sha(script), 1);
+  return before;
+}
+
+static dlock_client *proxied_client(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = (int)(2000 * th_time_factor());
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+  return c;
+}
+
+static long long meta_fence(const char *name) {
+  char cmd[256], out[64];
+  snprintf(cmd, sizeof cmd, "HGET {%s}:meta fence", name);
+  cli(out, sizeof out, cmd);
+  return atoll(out);
+}
+
+static int key_exists(const char *key) {
+  char cmd[300], out[16];
+  snprintf(cmd, sizeof cmd, "EXISTS %s", key);
+  cli(out, sizeof out, cmd);
+  return atoi(out);
+}
+
+TEST(an_acquire_whose_reply_is_lost_holds_the_lock_with_the_fence_in_redis) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:acq", 30000);
+  int before = arm(DLOCK__SCRIPT_ACQUIRE);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT(dlock_mutex_fence(m) > 0);
+  ASSERT_EQ((long long)dlock_mutex_fence(m), meta_fence("lr:acq"));
+  ASSERT_EQ(dlock_mutex_is_held(m), 1);
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_EQ(key_exists("lr:acq"), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_release_whose_reply_is_lost_reports_released_and_the_key_is_gone) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:rel", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_RELEASE);
+  int rc = dlock_mutex_release(m);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  if (rc != 0) TEST_FAIL("release after a lost reply: %s: %s", dlock_err_name(rc), dlock_mutex_errmsg(m));
+  ASSERT_EQ(key_exists("lr:rel"), 0);
+  ASSERT_EQ(key_exists("{lr:rel}:meta"), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_release_that_handed_the_lock_on_and_lost_its_reply_reports_released) {
+  dlock_client *c = proxied_client();
+  dlock_client *c2 = test_client(srv.url); /* the waiter talks to Redis directly */
+  dlock_mutex *m = test_mutex(c, "lr:hand", 30000);
+  dlock_mutex *w = test_mutex(c2, "lr:hand", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  th_waiter tw = {.m = w, .wait_ms = (int64_t)(10000 * th_time_factor())};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, th_wait_for_lock, &tw), 0);
+  char out[64];
+  for (int i = 0; i < 200; i++) { /* wait until the waiter is queued */
+    cli(out, sizeof out, "ZCARD {lr:hand}:queue");
+    if (atoi(out) == 1) break;
+    th_sleep_ms(10);
+  }
+  ASSERT_STR_EQ(out, "1");
+  int before = arm(DLOCK__SCRIPT_RELEASE);
+  int rc = dlock_mutex_release(m);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  pthread_join(t, NULL);
+  if (rc != 0) TEST_FAIL("release that handed on, reply lost: %s: %s", dlock_err_name(rc), dlock_mutex_errmsg(m));
+  ASSERT_OK(tw.rc);
+  ASSERT(tw.fence > 0);
+  dlock_mutex_free(m);
+  dlock_mutex_free(w);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+TEST(a_release_after_the_lease_ran_out_is_not_held_even_when_its_reply_is_lost) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:late", 200);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  th_sleep_ms(400);
+  ASSERT_EQ(key_exists("lr:late"), 0);
+  int before = arm(DLOCK__SCRIPT_RELEASE);
+  int rc = dlock_mutex_release(m);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  /* The first run found nothing; the second too: both readings (our release,
+   * or the lease) are possible from Redis alone, and our deadline had passed. */
+  if (rc != DLOCK_ENOTHELD && rc != DLOCK_EUNKNOWN)
+    TEST_FAIL("late release, reply lost: %s, want ENOTHELD or EUNKNOWN", dlock_err_name(rc));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(an_extend_whose_reply_is_lost_extends) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:ext", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_EXTEND);
+  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  char out[64];
+  cli(out, sizeof out, "PTTL lr:ext");
+  ASSERT(atoll(out) > 30000);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  ASSERT(dlock_mutex_valid_until(m) > dlock_mono_now() + 30000);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_withdraw_whose_reply_is_lost_leaves_the_queue_and_reports_busy) {
+  dlock_client *c = proxied_client();
+  dlock_client *c2 = test_client(srv.url);
+  dlock_mutex *h = test_mutex(c2, "lr:wd", 30000);
+  dlock_mutex *m = test_mutex(c, "lr:wd", 30000);
+  ASSERT_OK(dlock_mutex_acquire(h, 0));
+  int before = arm(DLOCK__SCRIPT_WITHDRAW);
+  int rc = dlock_mutex_acquire(m, 300);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  if (rc != DLOCK_EBUSY) TEST_FAIL("wait that ran out, withdraw reply lost: %s: %s", dlock_err_name(rc),
+                                   dlock_mutex_errmsg(m));
+  char out[64];
+  cli(out, sizeof out, "ZCARD {lr:wd}:queue");
+  ASSERT_STR_EQ(out, "0");
+  ASSERT_EQ(dlock_mutex_is_held(h), 1);
+  ASSERT_OK(dlock_mutex_release(h));
+  dlock_mutex_free(m);
+  dlock_mutex_free(h);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+TEST(a_guard_check_whose_reply_is_lost_admits_the_token) {
+  dlock_client *c = proxied_client();
+  int before = arm(DLOCK__SCRIPT_GUARD);
+  ASSERT_OK(dlock_guard_check(c, "lr:res", 1000));
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  char out[64];
+  cli(out, sizeof out, "GET {lr:res}:guard");
+  ASSERT_STR_EQ(out, "1000");
+  ASSERT_STATUS(dlock_guard_check(c, "lr:res", 999), DLOCK_ESTALE);
+  dlock_client_free(c);
+}
+
+TEST(a_status_whose_reply_is_lost_is_asked_again) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:info", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_INFO);
+  dlock_lock_info info;
+  ASSERT_OK(dlock_lock_info_get(c, "lr:info", &info));
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.fence, dlock_mutex_fence(m));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_force_release_whose_reply_is_lost_is_unknown_not_sent_again) {
+  dlock_client *c = proxied_client();
+  dlock_client *c2 = test_client(srv.url);
+  dlock_mutex *m = test_mutex(c2, "lr:force", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_FORCE_RELEASE);
+  int was_held = -1;
+  int rc = dlock_lock_force_release(c, "lr:force", &was_held);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  /* Sent again it would answer "was not held" (wrong) and could delete a
+   * new holder's key: the outcome is reported as unknown instead. */
+  if (rc != DLOCK_EUNKNOWN)
+    TEST_FAIL("force release, reply lost: %s (was_held %d), want EUNKNOWN", dlock_err_name(rc), was_held);
+  ASSERT_CONTAINS(dlock_last_error(), "lr:force");
+  ASSERT_EQ(key_exists("lr:force"), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+TEST(a_pooled_connection_closed_while_idle_is_replaced_before_use) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:idle", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  fp_close_all(fp); /* like CLIENT KILL or an idle timeout: nothing in flight */
+  th_sleep_ms(50);
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_EQ(key_exists("lr:idle"), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(an_is_held_whose_reply_is_lost_is_asked_again) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:isheld", 30000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_INFO);
+  ASSERT_EQ(dlock_mutex_is_held(m), 1);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The proxy's other faults, as other tests will use them. */
+TEST(through_a_delaying_proxy_commands_are_slower_but_exact) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:slow", 30000);
+  fp_pass(fp);
+  fp_delay(fp, 100);
+  long long t0 = th_now_ms();
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  long long took = th_now_ms() - t0;
+  fp_pass(fp);
+  ASSERT(took >= 150); /* held both ways: at least 2 x 100 ms, less a scheduling margin */
+  ASSERT_EQ((long long)dlock_mutex_fence(m), meta_fence("lr:slow"));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(through_a_blackhole_an_acquire_is_unknown_never_success_or_busy) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 200;
+  o.connect_timeout_ms = 200;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:hole", 30000);
+  fp_pass(fp);
+  fp_blackhole(fp, 1);
+  long long t0 = th_now_ms();
+  int rc = dlock_mutex_acquire(m, 0);
+  long long took = th_now_ms() - t0;
+  fp_pass(fp);
+  /* Sent, resent, then withdraw sent and resent: four command timeouts at most (plus margin). */
+  if (rc != DLOCK_EUNKNOWN) TEST_FAIL("acquire into a blackhole: %s, want EUNKNOWN", dlock_err_name(rc));
+  ASSERT(took < 4 * 200 + 2000 * th_time_factor());
+  ASSERT_EQ(dlock_mutex_fence(m), 0);
+  ASSERT_EQ(key_exists("lr:hole"), 0); /* nothing reached Redis */
+  /* The client works again once the proxy passes traffic. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- Scheduler ---- */
+
+typedef struct sched_log {
+  atomic_int ran, skipped, busy, errors, runs;
+  atomic_llong first_ran_tick;
+  char last_error[512];
+  pthread_mutex_t mu;
+} sched_log;
+
+static void on_event(const dlock_sched_event *ev, void *arg) {
+  sched_log *l = arg;
+  switch (ev->kind) {
+  case DLOCK_SCHED_RAN:
+    if (atomic_fetch_add(&l->ran, 1) == 0) atomic_store(&l->first_ran_tick, ev->scheduled_unix_ms);
+    break;
+  case DLOCK_SCHED_SKIPPED: atomic_fetch_add(&l->skipped, 1); break;
+  case DLOCK_SCHED_SKIPPED_BUSY: atomic_fetch_add(&l->busy, 1); break;
+  case DLOCK_SCHED_ERROR:
+    atomic_fetch_add(&l->errors, 1);
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->last_error, sizeof l->last_error, "%s", ev->message ? ev->message : "");
+    pthread_mutex_unlock(&l->mu);
+    break;
+  case DLOCK_SCHED_SKIPPED_POOL:
+  case DLOCK_SCHED_MISFIRED: break;
+  }
+}
+
+static int job(const dlock_tick *t, void *arg) {
+  (void)t;
+  atomic_fetch_add(&((sched_log *)arg)->runs, 1);
+  return 0;
+}
+
+/* Run one job through the proxy until 'want' runs happened (or a bound),
+ * with the first reply of 'script' dropped. kind: 'r' rate, 'd' delay, 'o' rate with overlap. */
+static void sched_through_proxy(const char *name, char kind, dlock__script_id script, sched_log *l, int want) {
+  memset(l, 0, sizeof *l);
+  pthread_mutex_init(&l->mu, NULL);
+  dlock_client *c = proxied_client();
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.on_event = on_event;
+  so.on_event_arg = l;
+  so.node_name = "lr-node";
+  dlock_sched *s = NULL;
+  ASSERT_OK(dlock_sched_new(&s, c, &so));
+  dlock_job_options jo;
+  dlock_job_options_init(&jo);
+  jo.lock_at_most_for_ms = 60000; /* an orphan job lock would block every later tick for a minute */
+  jo.allow_overlap = kind == 'o';
+  int before = arm(script);
+  if (kind == 'd')
+    ASSERT_OK(dlock_sched_add_fixed_delay(s, name, 200, &jo, job, l));
+  else
+    ASSERT_OK(dlock_sched_add_fixed_rate(s, name, 300, &jo, job, l));
+  ASSERT_OK(dlock_sched_start(s));
+  long long end = th_now_ms() + 8000 * th_time_factor();
+  while (atomic_load(&l->runs) < want && th_now_ms() < end) th_sleep_ms(20);
+  ASSERT_OK(dlock_sched_stop(s, 5000));
+  dlock_sched_free(s);
+  dlock_client_free(c);
+  fp_pass(fp);
+  if (fp_dropped(fp) != before + 1) TEST_FAIL("the proxy dropped %d replies, want 1", fp_dropped(fp) - before);
+  pthread_mutex_lock(&l->mu);
+  if (atomic_load(&l->errors))
+    TEST_FAIL("%d error events, the last: %s", atomic_load(&l->errors), l->last_error);
+  pthread_mutex_unlock(&l->mu);
+  if (atomic_load(&l->runs) < want)
+    TEST_FAIL("%d runs in 8 s, want %d (skipped %d, busy %d)", atomic_load(&l->runs), want,
+              atomic_load(&l->skipped), atomic_load(&l->busy));
+  /* Nothing is left holding the job lock. */
+  ASSERT_EQ(key_exists(name), 0);
+}
+
+TEST(a_tick_claim_whose_reply_is_lost_still_runs_that_tick_and_leaves_no_orphan_lock) {
+  sched_log l;
+  sched_through_proxy("lr:claim", 'r', DLOCK__SCRIPT_SCHED_CLAIM, &l, 3);
+  /* The tick whose claim reply was lost is the first one, and it ran. */
+  ASSERT_EQ(atomic_load(&l.skipped), 0);
+  ASSERT_EQ(atomic_load(&l.busy), 0);
+  dlock_client *c = test_client(srv.url);
+  dlock_run_record rec[16];
+  int n = dlock_sched_history(c, "lr:claim", rec, 16);
+  ASSERT(n >= 3);
+  int found = 0;
+  for (int i = 0; i < n; i++) {
+    if (rec[i].scheduled_unix_ms == atomic_load(&l.first_ran_tick)) found++;
+    ASSERT_STR_EQ(rec[i].outcome, "ok");
+  }
+  ASSERT_EQ(found, 1);
+  dlock_client_free(c);
+}
+
+TEST(an_overlapping_tick_claim_whose_reply_is_lost_still_runs) {
+  sched_log l;
+  sched_through_proxy("lr:claim-ov", 'o', DLOCK__SCRIPT_SCHED_CLAIM, &l, 3);
+  ASSERT_EQ(atomic_load(&l.skipped), 0);
+}
+
+TEST(a_finish_whose_reply_is_lost_is_recorded_once_and_the_lock_was_ours) {
+  sched_log l;
+  sched_through_proxy("lr:finish", 'r', DLOCK__SCRIPT_SCHED_FINISH, &l, 3);
+  dlock_client *c = test_client(srv.url);
+  dlock_run_record rec[16];
+  int n = dlock_sched_history(c, "lr:finish", rec, 16);
+  ASSERT(n >= 3);
+  for (int i = 0; i < n; i++) /* no tick recorded twice */
+    for (int k = i + 1; k < n; k++)
+      if (rec[i].scheduled_unix_ms == rec[k].scheduled_unix_ms)
+        TEST_FAIL("tick %lld recorded twice in the history", (long long)rec[i].scheduled_unix_ms);
+  dlock_client_free(c);
+}
+
+TEST(a_fixed_delay_claim_whose_reply_is_lost_runs_and_leaves_no_orphan_lock) {
+  sched_log l;
+  sched_through_proxy("lr:delay", 'd', DLOCK__SCRIPT_SCHED_DELAY, &l, 3);
+}
+
+TEST_MAIN()
