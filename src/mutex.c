@@ -228,8 +228,47 @@ void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason) {
   pthread_cond_broadcast(&m->cv);
 }
 
+/* Why a hold whose deadline passed is lost: the cap ended renewal, renewals
+ * were tried and none succeeded in time, or nothing renewed it (a fixed
+ * lease, or a watchdog that never got to it). */
+static dlock_lost_reason deadline_reason(const dlock_mutex *m, dlock_mono_ms now) {
+  if (m->watchdog_mode && m->opts.max_hold_ms && now >= m->acquired_at + m->opts.max_hold_ms)
+    return DLOCK_LOST_MAX_HOLD;
+  if (m->watchdog_mode && m->renew_tried) return DLOCK_LOST_UNREACHABLE;
+  return DLOCK_LOST_DEADLINE;
+}
+
+dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now) {
+  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&m->lost);
+  if (lost != DLOCK_LOST_NONE) return lost;
+  if (m->hold_count == 0 || m->valid_until == 0 || now < m->valid_until) return DLOCK_LOST_NONE;
+  /* Marked here and not only by the watchdog, so that the answer, the fd
+   * and the callback agree whoever looks first (the callback then reports
+   * the reason stored here). */
+  dlock__mutex_mark_lost(m, deadline_reason(m, now));
+  return (dlock_lost_reason)atomic_load(&m->lost);
+}
+
+int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now) {
+  /* A reply that comes after the deadline is too late: someone may already
+   * have been told the hold is lost, and a lost hold stays lost. */
+  if (dlock__mutex_check_deadline(m, now) != DLOCK_LOST_NONE) return 0;
+  m->valid_until = dlock__valid_until(sent, lease_ms);
+  m->renew_tried = 0;
+  return 1;
+}
+
 dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m) {
-  return m ? (dlock_lost_reason)atomic_load(&((dlock_mutex *)m)->lost) : DLOCK_LOST_NONE;
+  if (!m) return DLOCK_LOST_NONE;
+  /* The handle is never const underneath (dlock_mutex_new allocates it);
+   * answering may mark the loss, under the handle's lock. */
+  dlock_mutex *mm = (dlock_mutex *)m;
+  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&mm->lost);
+  if (lost != DLOCK_LOST_NONE) return lost;
+  pthread_mutex_lock(&mm->mu);
+  lost = dlock__mutex_check_deadline(mm, dlock_mono_now());
+  pthread_mutex_unlock(&mm->mu);
+  return lost;
 }
 
 int dlock_mutex_lost_fd(dlock_mutex *m) {
@@ -242,7 +281,7 @@ int dlock_mutex_lost_fd(dlock_mutex *m) {
       pthread_mutex_unlock(&m->mu);
       return dlock__error(DLOCK_ESYS, "eventfd: %s", strerror(e));
     }
-    if (atomic_load(&m->lost) != DLOCK_LOST_NONE) {
+    if (dlock__mutex_check_deadline(m, dlock_mono_now()) != DLOCK_LOST_NONE) {
       uint64_t one = 1;
       ssize_t n = write(m->lost_fd, &one, sizeof one);
       (void)n;
@@ -277,6 +316,7 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->watchdog_mode = m->opts.lease_ms == 0;
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
+  m->renew_tried = 0;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
 }
@@ -442,8 +482,8 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
       return fail(m, dlock__error(DLOCK_EINVAL, "acquire called again while this thread is acquiring"),
                   "acquire");
     }
-    if (atomic_load(&m->lost) != DLOCK_LOST_NONE) {
-      dlock_lost_reason why = (dlock_lost_reason)atomic_load(&m->lost);
+    dlock_lost_reason why = dlock__mutex_check_deadline(m, dlock_mono_now());
+    if (why != DLOCK_LOST_NONE) {
       pthread_mutex_unlock(&m->mu);
       return fail(m, dlock__error(DLOCK_ELOST, "re-entry refused: the lock was lost (%s); release it and "
                                   "acquire again", dlock_lost_reason_str(why)), "acquire");
@@ -529,6 +569,8 @@ int dlock_mutex_release(dlock_mutex *m) {
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
   }
+  /* A hold lost at its deadline stays lost, even if Redis still had our key. */
+  dlock_lost_reason lost = dlock__mutex_check_deadline(m, dlock_mono_now());
   if (--m->hold_count > 0) {
     pthread_mutex_unlock(&m->mu);
     return 0;
@@ -550,6 +592,9 @@ int dlock_mutex_release(dlock_mutex *m) {
   else if (!rc && v < 0)
     rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
                       "left untouched");
+  else if (!rc && lost != DLOCK_LOST_NONE)
+    rc = dlock__error(DLOCK_ENOTHELD, "the hold had been lost before this release (%s); the key still held "
+                      "our token and was deleted", dlock_lost_reason_str(lost));
   else if (rc)
     dlock__error_prefix("release not confirmed, the key expires with its lease: ");
 
@@ -578,6 +623,12 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   int rc = dlock__check_duration("lease_ms", lease_ms, 0);
   if (!rc) rc = held_token(m, token);
   if (rc) return fail(m, rc, "extend");
+  pthread_mutex_lock(&m->mu);
+  dlock_lost_reason lost = dlock__mutex_check_deadline(m, dlock_mono_now());
+  pthread_mutex_unlock(&m->mu);
+  if (lost != DLOCK_LOST_NONE)
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) and a lost hold stays lost; not "
+                                "extended: release it and acquire again", dlock_lost_reason_str(lost)), "extend");
   char lease_s[24];
   format_i64(lease_s, sizeof lease_s, lease_ms);
   dlock_mono_ms sent = dlock_mono_now();
@@ -592,9 +643,13 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
                                 v == 0 ? "the key is gone" : "another owner holds it now"), "extend");
   }
   pthread_mutex_lock(&m->mu);
-  if (!m->watchdog_mode) m->lease_ms = lease_ms;
-  m->valid_until = dlock__valid_until(sent, lease_ms);
+  int counts = dlock__mutex_renewed(m, sent, lease_ms, dlock_mono_now());
+  if (counts && !m->watchdog_mode) m->lease_ms = lease_ms;
+  lost = (dlock_lost_reason)atomic_load(&m->lost);
   pthread_mutex_unlock(&m->mu);
+  if (!counts)
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) before the extend's reply came; "
+                                "release it and acquire again", dlock_lost_reason_str(lost)), "extend");
   dlock__watchdog_rearm(m->client, m, sent, lease_ms);
   return 0;
 }
