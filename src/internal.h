@@ -265,7 +265,6 @@ struct dlock_mutex {
   char waiter_id[48];
   int waiting;
   int woken;              /* a grant message arrived */
-  uint64_t granted_fence;
   unsigned cancel_gen;    /* bumped by dlock_mutex_cancel(): waits begun before end */
   unsigned wait_gen;      /* cancel_gen when the thread now acquiring began */
   int watch_tried;        /* dlock__subscriber_watch() was called for this handle */

@@ -336,15 +336,13 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
 
 /* Wait for a grant message, a cancel, or the re-check time. Returns 1 when
  * canceled. */
-static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until, uint64_t *granted_fence) {
+static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&m->mu);
   while (!m->woken && m->cancel_gen == m->wait_gen && dlock_mono_now() < until)
     if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) break;
   m->woken = 0;
-  *granted_fence = m->granted_fence;
-  m->granted_fence = 0;
   int canceled = m->cancel_gen != m->wait_gen;
   pthread_mutex_unlock(&m->mu);
   return canceled;
@@ -437,28 +435,18 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     /* PTTL 0 (about to expire) or -2 (just gone): look again at once. */
     int64_t recheck = value != -1 && value < RECHECK_CAP_MS ? (value > 0 ? value + 1 : 1) : RECHECK_CAP_MS;
     dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
-    uint64_t granted = 0;
-    if (wait_for_wakeup(m, until, &granted)) {
+    if (wait_for_wakeup(m, until)) {
       dlock__error(DLOCK_ECANCELED, "wait canceled");
       rc = give_up(m, lease, DLOCK_ECANCELED);
       break;
     }
-    if (granted) {
-      /* The release handed the lock to us with a short claim lease: it is
-       * ours already. Confirm by setting the full lease (extend, not another
-       * acquire attempt); if the claim ran out first, queue up again. */
-      long long v = 0;
-      dlock_mono_ms confirm_sent = dlock_mono_now();
-      rc = extend_call(m, m->token, lease_s, &v);
-      if (rc) { /* the lock is ours in Redis for its claim: undo or say so */
-        rc = give_up(m, lease, rc);
-        break;
-      }
-      if (v == 1) {
-        set_held(m, granted, lease, confirm_sent);
-        break;
-      }
-    }
+    /* Woken by a grant message (or the re-check time): a release may have
+     * handed the lock to us with a short claim lease. The acquire script
+     * confirms it (it finds our token and sets the full lease) and answers
+     * the fence Redis recorded for this hold. Not the fence in the message:
+     * a waiter handed the lock twice in one acquire (the first claim ran out
+     * before it confirmed) may read the older message's fence. If the claim
+     * ran out, the same call takes the lock or queues us again. */
   }
   if (in_table) dlock__subscriber_remove_waiter(c, m);
   return rc;
@@ -512,7 +500,6 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
   m->hold_count = 0;
   m->wait_gen = gen;
   m->woken = 0;
-  m->granted_fence = 0;
   atomic_store(&m->lost, DLOCK_LOST_NONE);
   if (m->lost_fd >= 0) {
     uint64_t drain;
