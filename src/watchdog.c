@@ -19,6 +19,9 @@
 
 #define BATCH_MAX 512
 #define RETRY_MAX_MS 1000
+/* A pass stops at a full batch only while every deadline is at least this
+ * far off: the floor may be stale (too early) and bounds the pipeline. */
+#define STOP_MARGIN_MS 100
 
 struct dlock__watchdog {
   dlock_client *client;
@@ -30,6 +33,10 @@ struct dlock__watchdog {
   /* When the thread will look at the list next: 0 while it is awake (it
    * rescans before sleeping). Adding a lock due later need not wake it. */
   dlock_mono_ms wake_at;
+  /* No lock in the list has a valid_until before this (exact after a full
+   * pass, lowered whenever a valid_until may go down). While it lies ahead,
+   * a pass may stop at a full batch without missing a deadline. */
+  dlock_mono_ms floor;
 };
 
 static void unlink_locked(dlock__watchdog *wd, dlock_mutex *m) {
@@ -121,12 +128,13 @@ static void renew(dlock__watchdog *wd, renewal *batch, size_t nbatch, dlock__scr
       lose(wd, m, lost, losses, nloss);
     } else if (renewed) {
       m->wd_next_renew = sent + lease / 3;
+      if (valid_until < wd->floor) wd->floor = valid_until; /* after an extend beyond the lease */
     } else {
-      /* Redis is unreachable or refused: try again soon, until the deadline
-       * (where the scan marks the loss). */
+      /* Redis is unreachable or refused: try again soon, and more often as
+       * the deadline nears (at the deadline the scan marks the loss). */
       int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
+      if (retry > (valid_until - now) / 2) retry = (valid_until - now) / 2;
       m->wd_next_renew = now + (retry > 0 ? retry : 1);
-      if (m->wd_next_renew > valid_until) m->wd_next_renew = valid_until;
     }
     if (!rc) dlock__reply_free(replies[i]);
   }
@@ -154,8 +162,16 @@ static void *watchdog_main(void *arg) {
      * look again. */
     dlock_mono_ms now = dlock_mono_now(), next = INT64_MAX, earliest = INT64_MAX;
     size_t nbatch = 0, nloss = 0;
+    /* With thousands of locks, most passes fill a batch early: stop there
+     * (the next pass follows at once) unless a deadline may be due among the
+     * locks not looked at. */
+    int may_stop = wd->floor > now + STOP_MARGIN_MS, stopped = 0;
     for (dlock_mutex *m = wd->head, *following; m; m = following) {
       following = m->wd_next;
+      if (nbatch == BATCH_MAX && may_stop) {
+        stopped = 1;
+        break;
+      }
       pthread_mutex_lock(&m->mu);
       dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
       int held = m->hold_count > 0, watchdog_mode = m->watchdog_mode;
@@ -163,7 +179,10 @@ static void *watchdog_main(void *arg) {
       int64_t lease = m->lease_ms;
       pthread_mutex_unlock(&m->mu);
       if (lost != DLOCK_LOST_NONE) {
-        if (nloss < BATCH_MAX) lose(wd, m, lost, losses, &nloss); /* else in the next pass */
+        if (nloss < BATCH_MAX)
+          lose(wd, m, lost, losses, &nloss);
+        else
+          earliest = now; /* in the next pass, which must not stop early */
         continue;
       }
       if (!held) continue; /* being released: dlock__watchdog_remove() comes next */
@@ -182,6 +201,11 @@ static void *watchdog_main(void *arg) {
       rn->m = m;
       rn->lease = lease;
       snprintf(rn->lease_s, sizeof rn->lease_s, "%lld", (long long)lease);
+    }
+    if (stopped) {
+      if (wd->floor < earliest) earliest = wd->floor;
+    } else {
+      wd->floor = earliest;
     }
 
     if (nloss) {
@@ -255,6 +279,7 @@ int dlock__watchdog_add(dlock_client *c, dlock_mutex *m) {
   m->wd_next_renew = m->acquired_at + m->lease_ms / 3;
   /* The first moment the watchdog must act on 'm' (see watchdog_main). */
   dlock_mono_ms due = m->watchdog_mode ? m->wd_next_renew - m->lease_ms / 12 : m->valid_until;
+  if (m->valid_until < wd->floor) wd->floor = m->valid_until;
   pthread_mutex_unlock(&m->mu);
   m->wd_prev = NULL;
   m->wd_next = wd->head;
@@ -288,6 +313,9 @@ void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start,
   if (!wd) return;
   pthread_mutex_lock(&wd->mu);
   if (m->wd_registered && start + lease_ms / 3 < m->wd_next_renew) m->wd_next_renew = start + lease_ms / 3;
+  pthread_mutex_lock(&m->mu);
+  if (m->wd_registered && m->valid_until < wd->floor) wd->floor = m->valid_until;
+  pthread_mutex_unlock(&m->mu);
   pthread_cond_broadcast(&wd->cv); /* fixed leases: the new deadline counts from now on */
   pthread_mutex_unlock(&wd->mu);
 }

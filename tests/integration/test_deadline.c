@@ -254,6 +254,34 @@ TEST(renewed_holds_are_never_marked_lost_while_other_holds_reach_their_deadlines
   dlock_client_free(c);
 }
 
+TEST(a_server_stall_shorter_than_the_time_left_loses_no_renewed_hold) {
+  /* More locks than one renewal pipeline takes (512), so that passes stop
+   * at a full batch; Redis stalls while renewals are due. */
+  enum { N = 600 };
+  dlock_client *c = test_client(srv.url);
+  static dlock_mutex *locks[N];
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "t:stall:%d", i);
+    locks[i] = handle(c, name, 0, 2000 * th_time_factor(), NULL);
+    ASSERT(locks[i]);
+    ASSERT_OK(dlock_mutex_acquire(locks[i], 0));
+  }
+  th_sleep_ms(500 * th_time_factor()); /* renewals begin */
+  kill(srv.pid, SIGSTOP);
+  th_sleep_ms(700 * th_time_factor());
+  kill(srv.pid, SIGCONT);
+  th_sleep_ms(2500 * th_time_factor()); /* more than a lease after the stall */
+  int lost = 0;
+  for (int i = 0; i < N; i++) lost += dlock_mutex_lost(locks[i]) != DLOCK_LOST_NONE;
+  ASSERT_EQ(lost, 0);
+  for (int i = 0; i < N; i++) {
+    ASSERT_OK(dlock_mutex_release(locks[i]));
+    dlock_mutex_free(locks[i]);
+  }
+  dlock_client_free(c);
+}
+
 /* ---- After the loss ---- */
 
 TEST(release_and_extend_after_a_loss_at_the_deadline_answer_enotheld) {
