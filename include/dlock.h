@@ -154,8 +154,8 @@ DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
 /* Called once, from the client's watchdog thread, when a held lock is found
  * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is
  * reported at valid_until, also while Redis does not answer. Keep it short:
- * other handles' callbacks wait for it. Do not call dlock_mutex_free() on
- * 'm' from it. */
+ * other handles' callbacks and fds wait for it. Do not call
+ * dlock_mutex_free() on 'm' from it. */
 typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
                               dlock_lost_reason reason, void *arg);
 
