@@ -144,20 +144,24 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_NONE = 0,
   DLOCK_LOST_EXPIRED = 1,     /* the key vanished: the lease ran out */
   DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
-  DLOCK_LOST_UNREACHABLE = 3, /* renewal could not reach Redis before the lease ended */
+  DLOCK_LOST_UNREACHABLE = 3, /* renewals were sent but none succeeded before valid_until */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
-  DLOCK_LOST_DEADLINE = 5     /* the local validity deadline passed without a renewal */
+  DLOCK_LOST_DEADLINE = 5     /* valid_until passed without a renewal (fixed leases) */
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
 
 /* Called once, from the client's watchdog thread, when a held lock is found
- * lost. Keep it short; do not call dlock_mutex_free() on 'm' from it. */
+ * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is
+ * reported at valid_until, also while Redis does not answer. Keep it short:
+ * other handles' callbacks and fds wait for it. Do not call
+ * dlock_mutex_free() on 'm' from it. */
 typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
                               dlock_lost_reason reason, void *arg);
 
 typedef struct dlock_mutex_options {
-  /* Fixed lease: the lock expires 'lease_ms' after acquire unless extended.
+  /* Fixed lease: the lock expires 'lease_ms' after acquire unless extended,
+   * and the hold is lost (DLOCK_LOST_DEADLINE) at its valid_until.
    * 0: watchdog mode, a 'watchdog_lease_ms' lease renewed every third of it
    * for as long as the lock is held. */
   int64_t lease_ms;
@@ -197,15 +201,18 @@ DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
 
 /* Release one hold; the key is deleted (compare-and-delete) when the count
  * reaches zero and a waiter is woken. DLOCK_ENOTHELD when this thread does
- * not hold it, or when Redis no longer has our token (the lock was lost):
- * another owner's key is never touched. DLOCK_EUNKNOWN when the release may
- * have run but its outcome could not be learned (its reply was lost and
- * asking again failed, or came after our lease could have run out); the
- * handle is released either way and the key expires with its lease. */
+ * not hold it, when Redis no longer has our token, or when the hold was
+ * lost before (dlock_mutex_lost() != DLOCK_LOST_NONE; our key is still
+ * deleted if Redis has it): another owner's key is never touched.
+ * DLOCK_EUNKNOWN when the release may have run but its outcome could not be
+ * learned (its reply was lost and asking again failed, or came after our
+ * lease could have run out); the handle is released either way and the key
+ * expires with its lease. */
 DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
 /* Set the remaining lease to 'lease_ms', only while Redis still holds our
- * token. Never re-creates an expired key: DLOCK_ENOTHELD then. */
+ * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
+ * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. */
 DLOCK_API int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms);
 
 /* Ask Redis: 1 if it holds our token, 0 if not, negative on error. */
@@ -219,16 +226,25 @@ DLOCK_API int dlock_mutex_remaining(dlock_mutex *m, int64_t *ttl_ms);
 DLOCK_API uint64_t dlock_mutex_fence(const dlock_mutex *m);
 
 /* Local view, no I/O: the reason the current hold was lost, or
- * DLOCK_LOST_NONE (also when not held). */
+ * DLOCK_LOST_NONE (also when not held). A hold is lost when renewal finds it
+ * gone or taken, and at the latest at dlock_mutex_valid_until(): from then
+ * on this answers DLOCK_LOST_DEADLINE (UNREACHABLE if renewals were sent and
+ * failed, MAX_HOLD past max_hold_ms) by itself, even before the watchdog got
+ * to it. Once lost, a hold stays lost until the next acquire. The fd and the
+ * on_lost callback give the same reason. Thread-safe. */
 DLOCK_API dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m);
 
-/* An fd that becomes readable when the current hold is lost; for poll().
- * Stays valid until dlock_mutex_free(); reset on the next acquire. */
+/* An fd that becomes readable when the current hold is lost (the same moment
+ * and rule as dlock_mutex_lost()); for poll(). Asked for after the loss, it
+ * is readable at once. Stays valid until dlock_mutex_free(); reset on the
+ * next acquire. */
 DLOCK_API int dlock_mutex_lost_fd(dlock_mutex *m);
 
 /* The monotonic time after which the holder must assume the lock is gone,
  * even without news from Redis: start of the last successful acquire or
- * renewal + lease - clock drift allowance. 0 when not held. */
+ * renewal + lease - clock drift allowance. A renewal counts only if its reply
+ * arrives before this moment; when it passes, the hold is lost. 0 when not
+ * held. */
 DLOCK_API dlock_mono_ms dlock_mutex_valid_until(const dlock_mutex *m);
 
 DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);

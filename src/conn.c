@@ -347,6 +347,10 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
 }
 
 int dlock__conn_open(const dlock__endpoint *ep, SSL_CTX *ctx, dlock__conn **out) {
+  return dlock__conn_open_until(ep, ctx, INT64_MAX, out);
+}
+
+int dlock__conn_open_until(const dlock__endpoint *ep, SSL_CTX *ctx, dlock_mono_ms limit, dlock__conn **out) {
   *out = NULL;
   dlock__conn *c = calloc(1, sizeof *c);
   if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
@@ -355,6 +359,7 @@ int dlock__conn_open(const dlock__endpoint *ep, SSL_CTX *ctx, dlock__conn **out)
   c->reader = redisReaderCreateWithFunctions(&reply_functions);
   if (!c->reader) { free(c); return dlock__error(DLOCK_ENOMEM, "out of memory"); }
   dlock_mono_ms deadline = dlock_mono_now() + ep->connect_timeout_ms;
+  if (limit < deadline) deadline = limit;
   int rc = open_socket(c, ep, deadline);
   if (!rc && ep->tls) rc = tls_handshake(c, ep, ctx, deadline);
   if (!rc) rc = handshake(c, ep, deadline);

@@ -109,6 +109,8 @@ void dlock__tls_ctx_free(SSL_CTX *ctx);
 
 /* Connect, handshake TLS, AUTH and SELECT; all before 'deadline'. */
 int dlock__conn_open(const dlock__endpoint *ep, SSL_CTX *ctx, dlock__conn **out);
+/* The same, given up at 'limit' too when that comes before the connect timeout. */
+int dlock__conn_open_until(const dlock__endpoint *ep, SSL_CTX *ctx, dlock_mono_ms limit, dlock__conn **out);
 void dlock__conn_close(dlock__conn *c);
 int dlock__conn_fd(const dlock__conn *c);
 /* Queue a command in the output buffer (no I/O). */
@@ -147,6 +149,10 @@ void dlock__node_destroy(dlock__node *n);
  * whether the commands may have reached the server: if so, whether they ran
  * is unknown, and only the caller knows whether its script is safe to resend. */
 int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent);
+/* The same with every wait (pool, connect, I/O) also ending at 'limit': the
+ * watchdog bounds renewals by the earliest validity deadline it watches. */
+int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent,
+                           dlock_mono_ms limit);
 
 /* The seam for deployments other than one standalone server: the lock code
  * asks the topology for the node that owns a key. Cluster routes by slot,
@@ -206,6 +212,9 @@ const char *dlock__script_text(dlock__script_id id);
  * call->resent is set (the answer then describes the state after both runs;
  * each caller says what that means for its script). */
 int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dlock__reply **reply);
+/* The same, giving up at 'limit' when that comes before the command timeout. */
+int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                            dlock_mono_ms limit);
 
 /* ---- Client (client.c) ---- */
 
@@ -262,14 +271,14 @@ struct dlock_mutex {
   int watchdog_mode;
   dlock_mono_ms acquired_at;
   dlock_mono_ms valid_until;
-  atomic_int lost;        /* dlock_lost_reason */
+  int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
+  atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
   int lost_fd;            /* eventfd, -1 until asked for */
 
   /* Waiting (see waiters.c). */
   char waiter_id[48];
   int waiting;
   int woken;              /* a grant message arrived */
-  uint64_t granted_fence;
   unsigned cancel_gen;    /* bumped by dlock_mutex_cancel(): waits begun before end */
   unsigned wait_gen;      /* cancel_gen when the thread now acquiring began */
   int watch_tried;        /* dlock__subscriber_watch() was called for this handle */
@@ -295,6 +304,14 @@ void dlock__watchdog_stop(dlock_client *c);
 void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start, int64_t lease_ms);
 /* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */
 void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason);
+/* The loss rule (docs/design.md): a hold whose valid_until has passed is
+ * lost, whoever looks first. Marks it if so; returns the reason in force
+ * (DLOCK_LOST_NONE while the hold is valid). Caller holds m->mu. */
+dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now);
+/* A renewal of the lease 'lease_ms' sent at 'sent' succeeded, its reply
+ * handled at 'now': 1 when it counts (valid_until moves), 0 when the hold was
+ * lost before (the deadline passed first). Caller holds m->mu. */
+int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
 

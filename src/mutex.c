@@ -232,8 +232,47 @@ void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason) {
   pthread_cond_broadcast(&m->cv);
 }
 
+/* Why a hold whose deadline passed is lost: the cap ended renewal, renewals
+ * were tried and none succeeded in time, or nothing renewed it (a fixed
+ * lease, or a watchdog that never got to it). */
+static dlock_lost_reason deadline_reason(const dlock_mutex *m, dlock_mono_ms now) {
+  if (m->watchdog_mode && m->opts.max_hold_ms && now >= m->acquired_at + m->opts.max_hold_ms)
+    return DLOCK_LOST_MAX_HOLD;
+  if (m->watchdog_mode && m->renew_tried) return DLOCK_LOST_UNREACHABLE;
+  return DLOCK_LOST_DEADLINE;
+}
+
+dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now) {
+  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&m->lost);
+  if (lost != DLOCK_LOST_NONE) return lost;
+  if (m->hold_count == 0 || m->valid_until == 0 || now < m->valid_until) return DLOCK_LOST_NONE;
+  /* Marked here and not only by the watchdog, so that the answer, the fd
+   * and the callback agree whoever looks first (the callback then reports
+   * the reason stored here). */
+  dlock__mutex_mark_lost(m, deadline_reason(m, now));
+  return (dlock_lost_reason)atomic_load(&m->lost);
+}
+
+int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now) {
+  /* A reply that comes after the deadline is too late: someone may already
+   * have been told the hold is lost, and a lost hold stays lost. */
+  if (dlock__mutex_check_deadline(m, now) != DLOCK_LOST_NONE) return 0;
+  m->valid_until = dlock__valid_until(sent, lease_ms);
+  m->renew_tried = 0;
+  return 1;
+}
+
 dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m) {
-  return m ? (dlock_lost_reason)atomic_load(&((dlock_mutex *)m)->lost) : DLOCK_LOST_NONE;
+  if (!m) return DLOCK_LOST_NONE;
+  /* The handle is never const underneath (dlock_mutex_new allocates it);
+   * answering may mark the loss, under the handle's lock. */
+  dlock_mutex *mm = (dlock_mutex *)m;
+  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&mm->lost);
+  if (lost != DLOCK_LOST_NONE) return lost;
+  pthread_mutex_lock(&mm->mu);
+  lost = dlock__mutex_check_deadline(mm, dlock_mono_now());
+  pthread_mutex_unlock(&mm->mu);
+  return lost;
 }
 
 int dlock_mutex_lost_fd(dlock_mutex *m) {
@@ -246,7 +285,7 @@ int dlock_mutex_lost_fd(dlock_mutex *m) {
       pthread_mutex_unlock(&m->mu);
       return dlock__error(DLOCK_ESYS, "eventfd: %s", strerror(e));
     }
-    if (atomic_load(&m->lost) != DLOCK_LOST_NONE) {
+    if (dlock__mutex_check_deadline(m, dlock_mono_now()) != DLOCK_LOST_NONE) {
       uint64_t one = 1;
       ssize_t n = write(m->lost_fd, &one, sizeof one);
       (void)n;
@@ -283,6 +322,7 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->watchdog_mode = m->opts.lease_ms == 0;
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
+  m->renew_tried = 0;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
 }
@@ -302,15 +342,13 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
 
 /* Wait for a grant message, a cancel, or the re-check time. Returns 1 when
  * canceled. */
-static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until, uint64_t *granted_fence) {
+static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&m->mu);
   while (!m->woken && m->cancel_gen == m->wait_gen && dlock_mono_now() < until)
     if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) break;
   m->woken = 0;
-  *granted_fence = m->granted_fence;
-  m->granted_fence = 0;
   int canceled = m->cancel_gen != m->wait_gen;
   pthread_mutex_unlock(&m->mu);
   return canceled;
@@ -411,28 +449,18 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     /* PTTL 0 (about to expire) or -2 (just gone): look again at once. */
     int64_t recheck = value != -1 && value < RECHECK_CAP_MS ? (value > 0 ? value + 1 : 1) : RECHECK_CAP_MS;
     dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
-    uint64_t granted = 0;
-    if (wait_for_wakeup(m, until, &granted)) {
+    if (wait_for_wakeup(m, until)) {
       dlock__error(DLOCK_ECANCELED, "wait canceled");
       rc = give_up(m, lease, DLOCK_ECANCELED);
       break;
     }
-    if (granted) {
-      /* The release handed the lock to us with a short claim lease: it is
-       * ours already. Confirm by setting the full lease (extend, not another
-       * acquire attempt); if the claim ran out first, queue up again. */
-      long long v = 0;
-      dlock_mono_ms confirm_sent = dlock_mono_now();
-      rc = extend_call(m, m->token, lease_s, &v);
-      if (rc) { /* the lock is ours in Redis for its claim: undo or say so */
-        rc = give_up(m, lease, rc);
-        break;
-      }
-      if (v == 1) {
-        set_held(m, granted, lease, confirm_sent);
-        break;
-      }
-    }
+    /* Woken by a grant message (or the re-check time): a release may have
+     * handed the lock to us with a short claim lease. The acquire script
+     * confirms it (it finds our token and sets the full lease) and answers
+     * the fence Redis recorded for this hold. Not the fence in the message:
+     * a waiter handed the lock twice in one acquire (the first claim ran out
+     * before it confirmed) may read the older message's fence. If the claim
+     * ran out, the same call takes the lock or queues us again. */
   }
   if (in_table) dlock__subscriber_remove_waiter(c, m);
   return rc;
@@ -456,8 +484,8 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
       return fail(m, dlock__error(DLOCK_EINVAL, "acquire called again while this thread is acquiring"),
                   "acquire");
     }
-    if (atomic_load(&m->lost) != DLOCK_LOST_NONE) {
-      dlock_lost_reason why = (dlock_lost_reason)atomic_load(&m->lost);
+    dlock_lost_reason why = dlock__mutex_check_deadline(m, dlock_mono_now());
+    if (why != DLOCK_LOST_NONE) {
       pthread_mutex_unlock(&m->mu);
       return fail(m, dlock__error(DLOCK_ELOST, "re-entry refused: the lock was lost (%s); release it and "
                                   "acquire again", dlock_lost_reason_str(why)), "acquire");
@@ -486,7 +514,6 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
   m->hold_count = 0;
   m->wait_gen = gen;
   m->woken = 0;
-  m->granted_fence = 0;
   atomic_store(&m->lost, DLOCK_LOST_NONE);
   if (m->lost_fd >= 0) {
     uint64_t drain;
@@ -543,6 +570,8 @@ int dlock_mutex_release(dlock_mutex *m) {
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
   }
+  /* A hold lost at its deadline stays lost, even if Redis still had our key. */
+  dlock_lost_reason lost = dlock__mutex_check_deadline(m, dlock_mono_now());
   if (--m->hold_count > 0) {
     pthread_mutex_unlock(&m->mu);
     return 0;
@@ -587,6 +616,9 @@ int dlock_mutex_release(dlock_mutex *m) {
   else if (!rc && v < 0)
     rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
                       "left untouched");
+  else if (!rc && lost != DLOCK_LOST_NONE)
+    rc = dlock__error(DLOCK_ENOTHELD, "the hold had been lost before this release (%s); the key still held "
+                      "our token and was deleted", dlock_lost_reason_str(lost));
   else if (rc)
     dlock__error_prefix("release not confirmed, the key expires with its lease: ");
 
@@ -615,6 +647,12 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   int rc = dlock__check_duration("lease_ms", lease_ms, 0);
   if (!rc) rc = held_token(m, token);
   if (rc) return fail(m, rc, "extend");
+  pthread_mutex_lock(&m->mu);
+  dlock_lost_reason lost = dlock__mutex_check_deadline(m, dlock_mono_now());
+  pthread_mutex_unlock(&m->mu);
+  if (lost != DLOCK_LOST_NONE)
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) and a lost hold stays lost; not "
+                                "extended: release it and acquire again", dlock_lost_reason_str(lost)), "extend");
   char lease_s[24];
   format_i64(lease_s, sizeof lease_s, lease_ms);
   dlock_mono_ms sent = dlock_mono_now();
@@ -629,9 +667,13 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
                                 v == 0 ? "the key is gone" : "another owner holds it now"), "extend");
   }
   pthread_mutex_lock(&m->mu);
-  if (!m->watchdog_mode) m->lease_ms = lease_ms;
-  m->valid_until = dlock__valid_until(sent, lease_ms);
+  int counts = dlock__mutex_renewed(m, sent, lease_ms, dlock_mono_now());
+  if (counts && !m->watchdog_mode) m->lease_ms = lease_ms;
+  lost = (dlock_lost_reason)atomic_load(&m->lost);
   pthread_mutex_unlock(&m->mu);
+  if (!counts)
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) before the extend's reply came; "
+                                "release it and acquire again", dlock_lost_reason_str(lost)), "extend");
   dlock__watchdog_rearm(m->client, m, sent, lease_ms);
   return 0;
 }

@@ -44,8 +44,8 @@ void dlock__node_destroy(dlock__node *n) {
 }
 
 /* Borrow a connection: an idle one that is still open, a new one, or wait
- * for one to come back. */
-static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline) {
+ * for one to come back. A new connection is opened before 'limit'. */
+static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline, dlock_mono_ms limit) {
   pthread_mutex_lock(&n->mu);
   for (;;) {
     while (n->nidle > 0) {
@@ -73,7 +73,7 @@ static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline) {
   }
   n->nopen++;
   pthread_mutex_unlock(&n->mu);
-  int rc = dlock__conn_open(&n->ep, n->ssl_ctx, out);
+  int rc = dlock__conn_open_until(&n->ep, n->ssl_ctx, limit, out);
   if (rc) {
     pthread_mutex_lock(&n->mu);
     n->nopen--;
@@ -114,13 +114,19 @@ static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__r
 }
 
 int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent) {
+  return dlock__node_exec_until(node, cmds, n, replies, sent, INT64_MAX);
+}
+
+int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent,
+                           dlock_mono_ms limit) {
   int sent_here = 0;
   if (!sent) sent = &sent_here;
   *sent = 0;
   for (size_t i = 0; i < n; i++) replies[i] = NULL;
   dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
+  if (limit < deadline) deadline = limit;
   dlock__conn *conn;
-  int rc = borrow(node, &conn, deadline);
+  int rc = borrow(node, &conn, deadline, limit);
   if (rc) return rc;
   size_t nread;
   rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);

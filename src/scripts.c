@@ -90,6 +90,11 @@ static int is_noscript(const dlock__reply *r) {
 }
 
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies) {
+  return dlock__script_run_until(c, calls, n, replies, INT64_MAX);
+}
+
+int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                            dlock_mono_ms limit) {
   pthread_once(&shas_once, compute_shas);
   dlock__node *node = c->topo->route(c->topo, calls[0].keys[0], calls[0].keylens[0]);
   /* Small pipelines live on the stack; the watchdog's large ones on the heap. */
@@ -107,7 +112,7 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
   }
   for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
   int sent = 0;
-  rc = dlock__node_exec(node, cmds, n, replies, &sent);
+  rc = dlock__node_exec_until(node, cmds, n, replies, &sent, limit);
   for (size_t i = 0; i < n; i++) calls[i].maybe_ran = rc && sent;
   if (rc) goto done;
   size_t nretry = 0;
@@ -119,7 +124,7 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     } else {
-      rc = dlock__node_exec(node, cmds, nretry, again, &sent);
+      rc = dlock__node_exec_until(node, cmds, nretry, again, &sent, limit);
       for (size_t j = 0; j < nretry; j++) calls[retry[j]].maybe_ran = rc && sent;
       for (size_t j = 0; j < nretry; j++) {
         if (rc) break;

@@ -65,8 +65,7 @@ static void deliver(dlock__subscriber *s, const char *payload) {
     dlock_mutex *m = s->waiters[i];
     if (strlen(m->waiter_id) == idlen && !memcmp(m->waiter_id, payload, idlen)) {
       pthread_mutex_lock(&m->mu);
-      m->woken = 1;
-      m->granted_fence = space ? strtoull(space + 1, NULL, 10) : 0;
+      m->woken = 1; /* the fence after the id is not used: see acquire_loop() */
       pthread_cond_broadcast(&m->cv);
       pthread_mutex_unlock(&m->mu);
       break;

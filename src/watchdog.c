@@ -4,9 +4,12 @@
  *
  * Watchdog-mode locks are renewed every third of their lease, all that are
  * due in one pipeline of extend scripts (compare-and-pexpire: an expired or
- * re-taken lock is never revived). Fixed-lease locks are only watched: when
- * their local deadline passes they are marked lost. A lock is marked lost
- * when renewal finds it gone or taken, or cannot reach Redis in time.
+ * re-taken lock is never revived). Fixed-lease locks are only watched. The
+ * loss rule (docs/design.md): a hold is lost when renewal finds it gone or
+ * taken, and at the latest when its valid_until passes without a successful
+ * renewal. The thread sleeps until the earliest renewal or deadline, and a
+ * renewal pipeline gives up at the earliest deadline it watches, so that no
+ * deadline waits for a server that does not answer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,9 @@
 
 #define BATCH_MAX 512
 #define RETRY_MAX_MS 1000
+/* A pass stops at a full batch only while every deadline is at least this
+ * far off: the floor may be stale (too early) and bounds the pipeline. */
+#define STOP_MARGIN_MS 100
 
 struct dlock__watchdog {
   dlock_client *client;
@@ -27,6 +33,10 @@ struct dlock__watchdog {
   /* When the thread will look at the list next: 0 while it is awake (it
    * rescans before sleeping). Adding a lock due later need not wake it. */
   dlock_mono_ms wake_at;
+  /* No lock in the list has a valid_until before this (exact after a full
+   * pass, lowered whenever a valid_until may go down). While it lies ahead,
+   * a pass may stop at a full batch without missing a deadline. */
+  dlock_mono_ms floor;
 };
 
 static void unlink_locked(dlock__watchdog *wd, dlock_mutex *m) {
@@ -43,10 +53,13 @@ typedef struct pending_loss {
 } pending_loss;
 
 /* Mark lost under both locks (order: watchdog, then mutex) and queue the
- * callback, which runs later without locks held. */
+ * callback, which runs later without locks held. The callback reports the
+ * reason stored on the handle: dlock_mutex_lost() may have marked the loss
+ * first (at the deadline), and all three signals must agree. */
 static void lose(dlock__watchdog *wd, dlock_mutex *m, dlock_lost_reason reason, pending_loss *out, size_t *n) {
   pthread_mutex_lock(&m->mu);
   dlock__mutex_mark_lost(m, reason);
+  reason = (dlock_lost_reason)atomic_load(&m->lost);
   pthread_mutex_unlock(&m->mu);
   unlink_locked(wd, m);
   m->wd_in_callback = 1;
@@ -56,8 +69,77 @@ static void lose(dlock__watchdog *wd, dlock_mutex *m, dlock_lost_reason reason, 
 typedef struct renewal {
   dlock_mutex *m;
   char token[DLOCK__TOKEN_HEX + 1];
-  char lease[24];
+  int64_t lease;
+  char lease_s[24];
 } renewal;
+
+/* Run the queued lost-callbacks, without the watchdog's lock. */
+static void run_callbacks(dlock__watchdog *wd, pending_loss *losses, size_t nloss) {
+  for (size_t i = 0; i < nloss; i++) {
+    dlock_mutex *m = losses[i].m;
+    if (m->opts.on_lost) {
+      pthread_mutex_unlock(&wd->mu);
+      m->opts.on_lost(m, m->name, losses[i].reason, m->opts.on_lost_arg);
+      pthread_mutex_lock(&wd->mu);
+    }
+    m->wd_in_callback = 0;
+    pthread_cond_broadcast(&wd->cv);
+  }
+}
+
+/* Send the renewals of 'batch' as one pipeline that gives up at 'limit' (the
+ * earliest deadline watched), then apply the replies. Called and returns
+ * with wd->mu held; drops it for the I/O. */
+static void renew(dlock__watchdog *wd, renewal *batch, size_t nbatch, dlock__script_call *calls,
+                  dlock__reply **replies, dlock_mono_ms limit, pending_loss *losses, size_t *nloss) {
+  pthread_mutex_unlock(&wd->mu);
+  for (size_t i = 0; i < nbatch; i++) {
+    dlock__script_call *call = &calls[i];
+    memset(call, 0, sizeof *call);
+    call->script = DLOCK__SCRIPT_EXTEND;
+    dlock__script_call_keys(call, &batch[i].m->keys);
+    call->args[0] = batch[i].token;
+    call->arglens[0] = strlen(batch[i].token);
+    call->args[1] = batch[i].lease_s;
+    call->arglens[1] = strlen(batch[i].lease_s);
+    call->nargs = 2;
+  }
+  dlock_mono_ms sent = dlock_mono_now();
+  int rc = dlock__script_run_until(wd->client, calls, nbatch, replies, limit);
+  pthread_mutex_lock(&wd->mu);
+  dlock_mono_ms now = dlock_mono_now();
+  for (size_t i = 0; i < nbatch; i++) {
+    dlock_mutex *m = batch[i].m;
+    int64_t lease = batch[i].lease;
+    m->wd_in_callback = 0;
+    const dlock__reply *r = rc ? NULL : replies[i];
+    int renewed = 0;
+    pthread_mutex_lock(&m->mu);
+    if (r && r->type == DLOCK__REPLY_INTEGER) {
+      if (r->integer == 1)
+        renewed = dlock__mutex_renewed(m, sent, lease, now);
+      else /* unless the deadline was seen passing first */
+        dlock__mutex_mark_lost(m, r->integer == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+    }
+    dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
+    dlock_mono_ms valid_until = m->valid_until;
+    pthread_mutex_unlock(&m->mu);
+    if (lost != DLOCK_LOST_NONE) {
+      lose(wd, m, lost, losses, nloss);
+    } else if (renewed) {
+      m->wd_next_renew = sent + lease / 3;
+      if (valid_until < wd->floor) wd->floor = valid_until; /* after an extend beyond the lease */
+    } else {
+      /* Redis is unreachable or refused: try again soon, and more often as
+       * the deadline nears (at the deadline the scan marks the loss). */
+      int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
+      if (retry > (valid_until - now) / 2) retry = (valid_until - now) / 2;
+      m->wd_next_renew = now + (retry > 0 ? retry : 1);
+    }
+    if (!rc) dlock__reply_free(replies[i]);
+  }
+  pthread_cond_broadcast(&wd->cv);
+}
 
 static void *watchdog_main(void *arg) {
   dlock__watchdog *wd = arg;
@@ -68,103 +150,83 @@ static void *watchdog_main(void *arg) {
   pthread_mutex_lock(&wd->mu);
   while (!wd->stop) {
     if (!batch || !calls || !replies || !losses) {
-      /* No memory for the loop: fall back to noticing deadlines only. */
+      /* No memory for the loop: dlock_mutex_lost() still answers from the
+       * deadline; try again a little later. */
       struct timespec ts;
       dlock__deadline_timespec(dlock_mono_now() + 100, &ts);
       pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
       continue;
     }
-    dlock_mono_ms now = dlock_mono_now(), next = INT64_MAX;
+    /* One pass over every lock: losses first, the renewals that are due,
+     * the earliest deadline (the bound of the renewal pipeline) and when to
+     * look again. */
+    dlock_mono_ms now = dlock_mono_now(), next = INT64_MAX, earliest = INT64_MAX;
     size_t nbatch = 0, nloss = 0;
-    /* Each renewal may turn into a loss after the reply, so renewals and
-     * losses share the BATCH_MAX slots of 'losses'. */
-    for (dlock_mutex *m = wd->head, *following; m && nbatch + nloss < BATCH_MAX; m = following) {
+    /* With thousands of locks, most passes fill a batch early: stop there
+     * (the next pass follows at once) unless a deadline may be due among the
+     * locks not looked at. */
+    int may_stop = wd->floor > now + STOP_MARGIN_MS, stopped = 0;
+    for (dlock_mutex *m = wd->head, *following; m; m = following) {
       following = m->wd_next;
+      if (nbatch == BATCH_MAX && may_stop) {
+        stopped = 1;
+        break;
+      }
       pthread_mutex_lock(&m->mu);
-      int watchdog_mode = m->watchdog_mode;
+      dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
+      int held = m->hold_count > 0, watchdog_mode = m->watchdog_mode;
       dlock_mono_ms valid_until = m->valid_until, acquired_at = m->acquired_at;
       int64_t lease = m->lease_ms;
       pthread_mutex_unlock(&m->mu);
-      int capped = watchdog_mode && m->opts.max_hold_ms && now >= acquired_at + m->opts.max_hold_ms;
-      if (!watchdog_mode || capped) {
-        if (now >= valid_until) {
-          lose(wd, m, capped ? DLOCK_LOST_MAX_HOLD : DLOCK_LOST_DEADLINE, losses, &nloss);
-        } else if (valid_until < next) {
-          next = valid_until;
-        }
+      if (lost != DLOCK_LOST_NONE) {
+        if (nloss < BATCH_MAX)
+          lose(wd, m, lost, losses, &nloss);
+        else
+          earliest = now; /* in the next pass, which must not stop early */
         continue;
       }
+      if (!held) continue; /* being released: dlock__watchdog_remove() comes next */
+      if (valid_until < earliest) earliest = valid_until;
+      if (valid_until < next) next = valid_until;
+      int capped = watchdog_mode && m->opts.max_hold_ms && now >= acquired_at + m->opts.max_hold_ms;
+      if (!watchdog_mode || capped) continue; /* only watched: lost at the deadline */
       /* Renew up to a twelfth of the lease early, so that locks taken at
        * different moments share pipelines instead of waking us one by one. */
       if (now + lease / 12 < m->wd_next_renew) {
         if (m->wd_next_renew < next) next = m->wd_next_renew;
         continue;
       }
+      if (nbatch == BATCH_MAX) continue; /* in the next pass, which follows at once */
       renewal *rn = &batch[nbatch++];
       rn->m = m;
-      pthread_mutex_lock(&m->mu);
-      memcpy(rn->token, m->token, sizeof rn->token);
-      pthread_mutex_unlock(&m->mu);
-      snprintf(rn->lease, sizeof rn->lease, "%lld", (long long)lease);
-      m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
+      rn->lease = lease;
+      snprintf(rn->lease_s, sizeof rn->lease_s, "%lld", (long long)lease);
+    }
+    if (stopped) {
+      if (wd->floor < earliest) earliest = wd->floor;
+    } else {
+      wd->floor = earliest;
     }
 
+    if (nloss) {
+      /* Report losses before any renewal I/O, which could delay them; the
+       * renewals are picked up again by the next pass. */
+      run_callbacks(wd, losses, nloss);
+      continue;
+    }
     if (nbatch) {
-      pthread_mutex_unlock(&wd->mu);
-      for (size_t i = 0; i < nbatch; i++) {
-        dlock__script_call *call = &calls[i];
-        memset(call, 0, sizeof *call);
-        call->script = DLOCK__SCRIPT_EXTEND;
-        dlock__script_call_keys(call, &batch[i].m->keys);
-        call->args[0] = batch[i].token;
-        call->arglens[0] = strlen(batch[i].token);
-        call->args[1] = batch[i].lease;
-        call->arglens[1] = strlen(batch[i].lease);
-        call->nargs = 2;
-      }
-      dlock_mono_ms sent = dlock_mono_now();
-      int rc = dlock__script_run(wd->client, calls, nbatch, replies);
-      pthread_mutex_lock(&wd->mu);
-      now = dlock_mono_now();
       for (size_t i = 0; i < nbatch; i++) {
         dlock_mutex *m = batch[i].m;
-        m->wd_in_callback = 0;
-        const dlock__reply *r = rc ? NULL : replies[i];
         pthread_mutex_lock(&m->mu);
-        int64_t lease = m->lease_ms;
-        dlock_mono_ms valid_until = m->valid_until;
+        memcpy(batch[i].token, m->token, sizeof batch[i].token);
+        m->renew_tried = 1;
         pthread_mutex_unlock(&m->mu);
-        if (r && r->type == DLOCK__REPLY_INTEGER && r->integer == 1) {
-          pthread_mutex_lock(&m->mu);
-          m->valid_until = dlock__valid_until(sent, lease);
-          pthread_mutex_unlock(&m->mu);
-          m->wd_next_renew = sent + lease / 3;
-        } else if (r && r->type == DLOCK__REPLY_INTEGER) {
-          lose(wd, m, r->integer == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN, losses, &nloss);
-        } else if (now >= valid_until) {
-          lose(wd, m, DLOCK_LOST_UNREACHABLE, losses, &nloss);
-        } else {
-          /* Redis is unreachable or refused: try again soon, until the lease is spent. */
-          int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
-          m->wd_next_renew = now + (retry > 0 ? retry : 1);
-          if (m->wd_next_renew > valid_until) m->wd_next_renew = valid_until;
-        }
-        if (!rc) dlock__reply_free(replies[i]);
+        m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
       }
-      pthread_cond_broadcast(&wd->cv);
+      renew(wd, batch, nbatch, calls, replies, earliest, losses, &nloss);
+      run_callbacks(wd, losses, nloss);
+      continue; /* more may be due */
     }
-
-    for (size_t i = 0; i < nloss; i++) {
-      dlock_mutex *m = losses[i].m;
-      if (m->opts.on_lost) {
-        pthread_mutex_unlock(&wd->mu);
-        m->opts.on_lost(m, m->name, losses[i].reason, m->opts.on_lost_arg);
-        pthread_mutex_lock(&wd->mu);
-      }
-      m->wd_in_callback = 0;
-      pthread_cond_broadcast(&wd->cv);
-    }
-    if (nbatch || nloss) continue; /* more may be due */
     wd->wake_at = next;
     if (next == INT64_MAX) {
       pthread_cond_wait(&wd->cv, &wd->mu);
@@ -217,6 +279,7 @@ int dlock__watchdog_add(dlock_client *c, dlock_mutex *m) {
   m->wd_next_renew = m->acquired_at + m->lease_ms / 3;
   /* The first moment the watchdog must act on 'm' (see watchdog_main). */
   dlock_mono_ms due = m->watchdog_mode ? m->wd_next_renew - m->lease_ms / 12 : m->valid_until;
+  if (m->valid_until < wd->floor) wd->floor = m->valid_until;
   pthread_mutex_unlock(&m->mu);
   m->wd_prev = NULL;
   m->wd_next = wd->head;
@@ -250,6 +313,9 @@ void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start,
   if (!wd) return;
   pthread_mutex_lock(&wd->mu);
   if (m->wd_registered && start + lease_ms / 3 < m->wd_next_renew) m->wd_next_renew = start + lease_ms / 3;
+  pthread_mutex_lock(&m->mu);
+  if (m->wd_registered && m->valid_until < wd->floor) wd->floor = m->valid_until;
+  pthread_mutex_unlock(&m->mu);
   pthread_cond_broadcast(&wd->cv); /* fixed leases: the new deadline counts from now on */
   pthread_mutex_unlock(&wd->mu);
 }
