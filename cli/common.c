@@ -24,37 +24,7 @@ const char *cli_effective_url(const char *url)
 
 void cli_redact_url(const char *url, char *buf, size_t len)
 {
-  /* scheme://user:password@host -> scheme://user:***@host. Only the part
-   * before the first '/' after "://" can hold credentials. */
-  const char *start = strstr(url, "://");
-  const char *at = NULL;
-  const char *colon = NULL;
-
-  if (start != NULL) {
-    start += 3;
-    const char *end = start + strcspn(start, "/?");
-    for (const char *p = start; p < end; p++) {
-      if (*p == '@')
-        at = p;
-    }
-    if (at != NULL)
-      colon = memchr(start, ':', (size_t)(at - start));
-  }
-  if (colon == NULL) {
-    snprintf(buf, len, "%s", url);
-  } else {
-    snprintf(buf, len, "%.*s:***%s", (int)(colon - url), url, at);
-  }
-  /* A password may also sit in the query of a unix:// URL. */
-  char *pw = strstr(buf, "password=");
-  if (pw != NULL) {
-    pw += strlen("password=");
-    size_t n = strcspn(pw, "&");
-    if (n > 0 && (size_t)(pw - buf) + 3 < len) {
-      memmove(pw + 3, pw + n, strlen(pw + n) + 1);
-      memcpy(pw, "***", 3);
-    }
-  }
+  dlock_url_redact(url, buf, len);
 }
 
 int cli_exit_for_status(int status)

@@ -136,6 +136,14 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
+/* 'url' as it may be shown in a message or a log: the password replaced by
+ * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user
+ * name and the host; ?password=PASSWORD keeps the parameter's name), also
+ * when the URL is malformed. Writes at most 'len'
+ * bytes, always NUL-terminated (truncated if need be). Every message of
+ * libdlock that quotes a URL masks it this way. */
+DLOCK_API void dlock_url_redact(const char *url, char *buf, size_t len);
+
 /* ---- Mutex ---- */
 
 typedef struct dlock_mutex dlock_mutex;

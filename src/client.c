@@ -50,9 +50,11 @@ static int build_endpoint(const dlock_client_options *o, dlock__endpoint *ep) {
   }
   if (o->tls_skip_verify) ep->tls_skip_verify = 1;
   if (!ep->tls && (ep->tls_ca_file || ep->tls_cert_file || ep->tls_key_file || ep->tls_server_name)) {
+    char shown[256];
+    dlock_url_redact(url, shown, sizeof shown);
     dlock__endpoint_clear(ep);
     return dlock__error(DLOCK_EINVAL, "TLS files or server name given, but the URL '%.200s' is not "
-                        "rediss://; use rediss:// for TLS", url);
+                        "rediss://; use rediss:// for TLS", shown);
   }
   ep->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
   ep->command_timeout_ms = o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;

@@ -61,10 +61,52 @@ static int parse_int(const char *s, size_t n, long min, long max, long *out) {
   return 0;
 }
 
+/* Append s[0..n) to buf[*o..len) as far as it fits (always NUL-terminated). */
+static void put(char *buf, size_t len, size_t *o, const char *s, size_t n) {
+  while (n-- > 0 && *o + 1 < len) buf[(*o)++] = *s++;
+  buf[*o] = '\0';
+}
+
+/* Messages show URLs, and logs keep messages: never the password. The URL
+ * may be malformed (that is when it gets printed), so this does not trust
+ * the grammar: everything before the last '@' after the scheme counts as
+ * userinfo (a password may hold an unencoded '/', '?' or '@'), and every
+ * "password=" value in it is masked too. Over-masking is the safe error. */
+void dlock_url_redact(const char *url, char *buf, size_t len) {
+  size_t o = 0;
+  if (!buf || len == 0) return;
+  buf[0] = '\0';
+  if (!url) return;
+  const char *start = strstr(url, "://");
+  start = start ? start + 3 : url;
+  const char *at = strncmp(url, "unix://", 7) ? strrchr(start, '@') : NULL;
+  const char *rest = start;
+  put(buf, len, &o, url, (size_t)(start - url));
+  if (at) {
+    const char *colon = memchr(start, ':', (size_t)(at - start));
+    if (colon) put(buf, len, &o, start, (size_t)(colon - start) + 1);
+    put(buf, len, &o, "***", 3);
+    rest = at;
+  }
+  for (const char *p = rest; *p;) {
+    if (!strncmp(p, "password=", 9)) {
+      put(buf, len, &o, p, 9);
+      p += 9;
+      size_t n = strcspn(p, "&");
+      if (n) put(buf, len, &o, "***", 3);
+      p += n;
+    } else {
+      put(buf, len, &o, p++, 1);
+    }
+  }
+}
+
 static int bad_url(const char *url, const char *why) {
+  char shown[256];
+  dlock_url_redact(url, shown, sizeof shown);
   return dlock__error(DLOCK_EURL,
                       "bad Redis URL '%.200s': %s (expected redis://[user[:password]@]host[:port][/db], "
-                      "rediss://... or unix:///path/to/redis.sock)", url, why);
+                      "rediss://... or unix:///path/to/redis.sock)", shown, why);
 }
 
 /* Apply one ?key=value parameter. */
@@ -88,8 +130,12 @@ static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size
   else if (kn == 4 && !memcmp(k, "cert", 4)) target = &ep->tls_cert_file;
   else if (kn == 3 && !memcmp(k, "key", 3)) target = &ep->tls_key_file;
   else if (kn == 3 && !memcmp(k, "sni", 3)) target = &ep->tls_server_name;
-  else return dlock__error(DLOCK_EURL, "bad Redis URL '%.200s': unknown parameter '%.*s' (known: db, user, "
-                           "password, cacert, cert, key, sni, insecure)", url, (int)kn, k);
+  else {
+    char shown[256];
+    dlock_url_redact(url, shown, sizeof shown);
+    return dlock__error(DLOCK_EURL, "bad Redis URL '%.200s': unknown parameter '%.*s' (known: db, user, "
+                        "password, cacert, cert, key, sni, insecure)", shown, (int)kn, k);
+  }
   free(*target);
   *target = decode(v, vn, &bad);
   if (!*target) return bad ? bad_url(url, "bad percent-encoding in a parameter")
