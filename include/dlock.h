@@ -104,7 +104,13 @@ typedef struct dlock_client_options {
   int connect_timeout_ms;  /* 0: 2000 */
   int command_timeout_ms;  /* 0: 2000 */
   /* Prepended to every lock and resource name to form Redis keys. May not
-   * contain braces. NULL or "": none, the key is exactly the name. */
+   * contain braces. A prefix is a whole key segment: it always ends with
+   * ':', which is appended when missing ("app" and "app:" both give the
+   * key "app:orders" for the name "orders"), so that status, list and
+   * forced release never reach the locks of a prefix such as "app2:".
+   * A longer prefix that starts with this one ("app:eu:") lies inside it,
+   * as a directory lies inside its parent. NULL or "": none, the key is
+   * exactly the name. See docs/keys.md. */
   const char *key_prefix;
   /* These override what the URL says, when not NULL. */
   const char *username;

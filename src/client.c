@@ -82,8 +82,14 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   }
   snprintf(c->server, sizeof c->server, "%s", ep.display);
   c->command_timeout_ms = ep.command_timeout_ms;
-  c->prefix = strdup(o.key_prefix ? o.key_prefix : "");
-  c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
+  /* A prefix is a whole key segment: "app" is used as "app:", so that no
+   * name under "app" can spell a key of "app2:" (docs/keys.md). */
+  const char *pre = o.key_prefix ? o.key_prefix : "";
+  size_t plen = strlen(pre);
+  int colon = plen > 0 && pre[plen - 1] != ':';
+  c->prefix = malloc(plen + 2);
+  if (c->prefix) snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
+  c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
   rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
   if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,

@@ -267,6 +267,50 @@ TEST(list_without_a_prefix_sees_every_dlock_lock_by_its_full_name) {
   dlock_client_free(pre);
 }
 
+TEST(a_prefix_is_a_whole_segment_so_app_never_reaches_the_locks_of_app2) {
+  dlock_client *app = client_with_prefix("app"), *app2 = client_with_prefix("app2"),
+               *app2c = client_with_prefix("app2:");
+  dlock_mutex *mine = mutex(app, "own", 10000), *theirs = mutex(app2, "foo", 10000);
+  ASSERT_OK(dlock_mutex_acquire(mine, 0));
+  ASSERT_OK(dlock_mutex_acquire(theirs, 0));
+  char out[64];
+  /* "app" is used as "app:"; "app2" and "app2:" are the same prefix. */
+  cli(out, sizeof out, "EXISTS app:own app2:foo");
+  ASSERT_STR_EQ(out, "2");
+  dlock_lock_info info;
+  ASSERT_OK(dlock_lock_info_get(app2c, "foo", &info));
+  ASSERT_EQ(info.held, 1);
+
+  /* Without the separator, the name "2:foo" under "app" was app2's lock. */
+  struct names ns = {0};
+  ASSERT_EQ(dlock_lock_list(app, NULL, collect, &ns), 1);
+  ASSERT(has(&ns, "own"));
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(app, "2*", collect, &ns), 0);
+  ASSERT_OK(dlock_lock_info_get(app, "2:foo", &info));
+  ASSERT_EQ(info.held, 0);
+  int was = -1;
+  ASSERT_OK(dlock_lock_force_release(app, "2:foo", &was));
+  ASSERT_EQ(was, 0);
+  ASSERT_EQ(dlock_mutex_is_held(theirs), 1);
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(app2, NULL, collect, &ns), 1);
+  ASSERT(has(&ns, "foo"));
+
+  /* Glob characters in a prefix are literal in the scan. */
+  dlock_client *star = client_with_prefix("ap*");
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(star, NULL, collect, &ns), 0);
+  ASSERT_OK(dlock_mutex_release(mine));
+  ASSERT_OK(dlock_mutex_release(theirs));
+  dlock_mutex_free(mine);
+  dlock_mutex_free(theirs);
+  dlock_client_free(star);
+  dlock_client_free(app);
+  dlock_client_free(app2);
+  dlock_client_free(app2c);
+}
+
 TEST(list_scans_many_locks) {
   dlock_client *c = client_with_prefix("many:");
   enum { N = 150 };
