@@ -46,6 +46,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ECRON:
   case DLOCK_ETZ:
   case DLOCK_ETIME:
+  case DLOCK_EFOREIGN: /* release --force without --foreign */
     return CLI_EXIT_USAGE;
   /* The service is not there for us: sysexits' EX_UNAVAILABLE. */
   case DLOCK_ECONNECT:

@@ -144,14 +144,20 @@ static const cli_help_page pages[] = {
    "command as its --on-lost says and exits 79.\n"
    "\n"
    "  --force       required: say that you mean it\n"
+   "  --foreign     also delete a key that dlock did not take (a redis-py\n"
+   "                or node-redlock lock); without it such a key is kept\n"
    "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
    "  -q, --quiet   do not say whether a lock was deleted\n"
    "  -h, --help    this help\n"
    "\n"
-   "Exit status: 0 (also when NAME was not held), 64 usage error, 69 Redis\n"
-   "unreachable or authentication failed, 70 internal error.\n",
+   "Exit status: 0 (also when NAME was not held), 64 usage error or a key\n"
+   "dlock did not take (without --foreign), 69 Redis unreachable or\n"
+   "authentication failed, 70 internal error.\n",
    "There is no release without `--force`: a lock belongs to its holder,\n"
-   "which releases it when its command ends.\n"},
+   "which releases it when its command ends. A key without dlock's metadata\n"
+   "(`{NAME}:meta`) may be an application's own data under a mistyped name,\n"
+   "so it is deleted only with `--foreign`; check it with `dlock status`\n"
+   "(\"held by something other than dlock\") first.\n"},
 
   {"fence",
    "Usage: dlock fence check [OPTIONS] RESOURCE TOKEN\n"

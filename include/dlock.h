@@ -60,7 +60,8 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")
+  XX(ETIME,      -27, "invalid time")                                          \
+  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -267,8 +268,20 @@ typedef struct dlock_lock_info {
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
- * receives 1 if a key was deleted. Wakes a waiter. */
+ * receives 1 if a key was deleted. Wakes a waiter. A key that dlock did not
+ * take (no "{K}:meta" metadata: an application's own key, or another
+ * library's lock) is left alone: DLOCK_EFOREIGN. */
 DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held);
+
+/* dlock_lock_force_release() may also delete a string key without dlock
+ * metadata: a lock of redis-py, node-redlock or redsync (same key, a
+ * random token as its value). Check with dlock_lock_info_get() (foreign)
+ * first: any string key of that name goes. */
+#define DLOCK_FORCE_FOREIGN 1u
+
+/* dlock_lock_force_release() with 'flags' (0 or DLOCK_FORCE_FOREIGN). */
+DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags,
+                                             int *was_held);
 
 /* Call fn(name, arg) for each lock currently held whose name matches the
  * glob 'pattern' (NULL: all). Uses SCAN; returns the number listed. */

@@ -353,12 +353,29 @@ TEST(force_release_deletes_any_holders_lock_and_reports_whether_it_was_held) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT(dlock_mutex_fence(m) > f);
   ASSERT_OK(dlock_mutex_release(m));
-  /* A foreign key is deleted too (admin means whatever the owner). */
-  cli(out, sizeof out, "SET adm:force not-dlock PX 10000");
-  ASSERT_OK(dlock_lock_force_release(admin, "adm:force", &was));
+  /* A key dlock did not take (an application's data) is refused and kept... */
+  cli(out, sizeof out, "SET adm:force not-dlock");
+  was = -1;
+  ASSERT_STATUS(dlock_lock_force_release(admin, "adm:force", &was), DLOCK_EFOREIGN);
+  ASSERT_EQ(was, 0);
+  ASSERT_CONTAINS(dlock_last_error(), "'adm:force'");
+  ASSERT_CONTAINS(dlock_last_error(), "DLOCK_FORCE_FOREIGN");
+  cli(out, sizeof out, "GET adm:force");
+  ASSERT_STR_EQ(out, "not-dlock");
+  /* ... unless the caller says it is another library's lock (redis-py's token). */
+  cli(out, sizeof out, "SET adm:force 0123456789abcdef0123456789abcdef PX 10000");
+  ASSERT_STATUS(dlock_lock_force_release(admin, "adm:force", NULL), DLOCK_EFOREIGN);
+  ASSERT_OK(dlock_lock_force_release_flags(admin, "adm:force", DLOCK_FORCE_FOREIGN, &was));
   ASSERT_EQ(was, 1);
   cli(out, sizeof out, "EXISTS adm:force");
   ASSERT_STR_EQ(out, "0");
+  /* The flag changes nothing for dlock's own locks and free names. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_lock_force_release_flags(admin, "adm:force", DLOCK_FORCE_FOREIGN, &was));
+  ASSERT_EQ(was, 1);
+  ASSERT_OK(dlock_lock_force_release_flags(admin, "adm:force", DLOCK_FORCE_FOREIGN, &was));
+  ASSERT_EQ(was, 0);
+  ASSERT_STATUS(dlock_lock_force_release_flags(admin, "adm:force", 2, NULL), DLOCK_EINVAL);
   dlock_mutex_free(m);
   dlock_client_free(c);
   dlock_client_free(admin);
