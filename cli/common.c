@@ -88,6 +88,17 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
   return cli_exit_for_status(status);
 }
 
+void cli_print_warnings(const dlock_client *c)
+{
+  const char *w = dlock_client_warnings(c);
+  /* One "dlock: warning:" line per warning; the library separates them by '\n'. */
+  while (w != NULL && *w != '\0') {
+    size_t n = strcspn(w, "\n");
+    fprintf(stderr, "dlock: warning: %.*s\n", (int)n, w);
+    w += n + (w[n] == '\n');
+  }
+}
+
 int cli_connect(const char *url, dlock_client **out)
 {
   dlock_client_options opts;
@@ -99,8 +110,10 @@ int cli_connect(const char *url, dlock_client **out)
   opts.url = url != NULL && url[0] != '\0' ? url : NULL;
   *out = NULL;
   int rc = dlock_client_new(out, &opts);
-  if (rc == 0)
+  if (rc == 0) {
+    cli_print_warnings(*out);
     return 0;
+  }
   cli_redact_url(cli_effective_url(url), shown, sizeof shown);
   return cli_report(rc, dlock_last_error(), "cannot use Redis at %s", shown);
 }

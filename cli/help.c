@@ -30,17 +30,17 @@ static const cli_help_page pages[] = {
    "  every DUR ... -- CMD    the same at a fixed rate or delay (DUR: 10s, 5m)\n"
    "  demo                    races, locks, fences and the scheduler, locally\n"
    "  bench                   measure latency, throughput, hand-off, renewal\n"
-   "  help [COMMAND]          help on a command\n"
+   "  doctor                  is the Redis server fit for locks (eviction...)\n"
    "\n"
    "Redis: --url URL, else $DLOCK_URL, else redis://127.0.0.1:6379.\n"
    "  redis://[user[:password]@]host[:port][/db], rediss://... (TLS),\n"
    "  unix:///path/redis.sock[?db=N&user=U&password=P]\n"
    "\n"
-   "Exit status: 0 success (run: the command's own status), 64 usage error,\n"
-   "  69 Redis unreachable or authentication failed, 70 internal error,\n"
-   "  75 lock busy, 79 lock lost while the command ran, 126/127 command not\n"
-   "  executable/not found, 128+N killed (cron, every: stopped) by signal N.\n"
-   "See 'dlock COMMAND --help' and dlock(1); also -h/--help and --version.\n",
+   "Exit status: 0 success (run: the command's own), 64 usage error, 69 Redis\n"
+   "  unreachable or authentication failed, 70 internal error, 75 lock busy,\n"
+   "  79 lock lost while the command ran, 126/127 command not executable/not\n"
+   "  found, 128+N killed (cron, every: stopped) by signal N; doctor: 0/1.\n"
+   "Help: 'dlock help COMMAND' or 'dlock COMMAND --help', dlock(1), --version.\n",
    "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
    "is one Redis key named exactly like the lock; it expires when its lease\n"
    "runs out, so a crashed holder cannot block everyone forever. Every hold\n"
@@ -309,6 +309,31 @@ static const cli_help_page pages[] = {
    "one across cores, so every table states its layout. These are\n"
    "measurements, not tests; the test suite runs only `--quick` to check that\n"
    "every scenario still completes and stays correct.\n"},
+
+  {"doctor",
+   "Usage: dlock doctor [--url URL] [--json]\n"
+   "Check that the Redis server is fit to hold locks, with the rights of the\n"
+   "URL's user. One line per check, OK, WARN or FAIL, with the fix:\n"
+   "\n"
+   "  eviction     maxmemory-policy must be noeviction (every dlock key has a\n"
+   "               TTL, so allkeys-* and volatile-* may evict held locks)\n"
+   "  persistence  AOF or RDB: what a restart keeps\n"
+   "  replication  replicas, and min-replicas-to-write against failovers\n"
+   "  clock        the server's clock against this host's (skew)\n"
+   "  scripts      EVALSHA/EVAL: takes and releases the lock 'dlock-doctor'\n"
+   "  pubsub       PUBLISH and SUBSCRIBE on the hand-off channels\n"
+   "\n"
+   "  --url URL    Redis to check (default $DLOCK_URL, then local)\n"
+   "  --json       one JSON object: server, ok, checks [{name, level, found,\n"
+   "               fix}], skew_ms on the clock check\n"
+   "\n"
+   "Exit status: 0 nothing FAILed (WARNs allowed), 1 a check FAILed or Redis\n"
+   "cannot be used at all, 64 usage error.\n",
+   "Settings that the user may not read (INFO or CONFIG denied by the ACL)\n"
+   "are a WARN that says so. Every other command also warns on stderr,\n"
+   "once, when the server's maxmemory-policy can evict lock keys:\n"
+   "`CONFIG SET maxmemory-policy noeviction` and the same line in\n"
+   "redis.conf fix it.\n"},
 
   {"demo",
    "Usage: dlock demo [OPTIONS]\n"

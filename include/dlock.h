@@ -143,6 +143,44 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
+/* What dlock_client_new() found wrong with the server, one warning per line
+ * (each names the server, the setting and the fix); "" when nothing. Today:
+ * a maxmemory-policy other than noeviction, read with INFO memory. Every
+ * dlock key has a TTL, so allkeys-* and volatile-* policies alike may evict a
+ * held lock's key, and another client then acquires it. "" also when the
+ * server would not say (INFO denied by the ACL): dlock_client_check() tells
+ * that case apart. Valid until dlock_client_free(). */
+DLOCK_API const char *dlock_client_warnings(const dlock_client *c);
+
+typedef enum dlock_check_level {
+  DLOCK_CHECK_OK = 0,
+  DLOCK_CHECK_WARN = 1, /* works, with a risk the text names */
+  DLOCK_CHECK_FAIL = 2  /* locks are not safe, or do not work, with this server */
+} dlock_check_level;
+
+/* One finding of dlock_client_check(). */
+typedef struct dlock_check {
+  const char *name;        /* "eviction", "persistence", "replication", "clock",
+                            * "scripts" or "pubsub" (static strings) */
+  dlock_check_level level;
+  char found[512];         /* what was found, naming the server */
+  char fix[512];           /* what to do; "" when OK */
+  int64_t skew_ms;         /* "clock": server clock minus ours (midpoint of the round trip) */
+} dlock_check;
+
+/* Up to this many checks (size 'out' with it). */
+#define DLOCK_CHECK_MAX 8
+
+/* Examine what locks rely on, on the server of 'c', with its user's rights:
+ * eviction (maxmemory-policy), persistence (AOF, RDB), replicas and
+ * min-replicas-to-write, the server clock against ours, scripts (EVALSHA,
+ * EVAL and the commands they call, by taking and releasing the lock
+ * "dlock-doctor" under the client's prefix) and pub/sub (PUBLISH, SUBSCRIBE
+ * on that lock's hand-off channel). A setting the ACL hides is a WARN that
+ * says so. Writes up to 'max' findings to 'out' and returns how many, or a
+ * negative status when the server cannot be asked at all. */
+DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
+
 /* 'url' as it may be shown in a message or a log: the password replaced by
  * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user
  * name and the host; ?password=PASSWORD keeps the parameter's name), also

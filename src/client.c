@@ -96,6 +96,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
                                                &c->topo);
   else dlock__endpoint_clear(&ep);
   if (!rc) rc = dlock_client_ping(c);
+  if (!rc) dlock__check_at_connect(c);
   if (rc) {
     dlock_client_free(c);
     return rc;
