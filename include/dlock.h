@@ -128,7 +128,8 @@ typedef struct dlock_client_options {
 DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
 
 /* Create a client and check that the server answers (connect, AUTH, SELECT,
- * PING). 'opts' may be NULL. On failure *out is NULL and dlock_last_error()
+ * PING), then read its maxmemory-policy (INFO memory; a refusal is not an
+ * error) for dlock_client_warnings(). 'opts' may be NULL. On failure *out is NULL and dlock_last_error()
  * explains. The client reconnects transparently later on. */
 DLOCK_API int dlock_client_new(dlock_client **out, const dlock_client_options *opts);
 
