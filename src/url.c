@@ -79,7 +79,15 @@ void dlock_url_redact(const char *url, char *buf, size_t len) {
   if (!url) return;
   const char *start = strstr(url, "://");
   start = start ? start + 3 : url;
-  const char *at = strncmp(url, "unix://", 7) ? strrchr(start, '@') : NULL;
+  const char *at = strrchr(start, '@');
+  if (!strncmp(url, "unix://", 7)) {
+    /* A socket path has no userinfo, and its query holds file names that may
+     * contain '@': only an '@' before the query can be a stray "user:pw@". */
+    const char *qm = strchr(start, '?');
+    at = NULL;
+    for (const char *p = start; *p && p != qm; p++)
+      if (*p == '@') at = p;
+  }
   const char *rest = start;
   put(buf, len, &o, url, (size_t)(start - url));
   if (at) {

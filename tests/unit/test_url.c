@@ -99,6 +99,8 @@ TEST(no_url_error_message_shows_the_password) {
       {"redis://:secret@h", "redis://:***@h"},
       {"redis://u:a@b/c?d@h:1", "redis://u:***@h:1"},
       {"unix:///s?user=u&password=p&db=1", "unix:///s?user=u&password=***&db=1"},
+      {"unix://u:pw@/s", "unix://u:***@/s"},
+      {"unix:///s?cacert=/a@b", "unix:///s?cacert=/a@b"},
       {"rediss://u:x@h?password=y", "rediss://u:***@h?password=***"},
       {"redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"},
   };
