@@ -67,11 +67,25 @@ static void put(char *buf, size_t len, size_t *o, const char *s, size_t n) {
   buf[*o] = '\0';
 }
 
+/* Length of a "password=" value at 'p': up to the '&' that starts a known
+ * parameter, since a password may hold an unencoded '&'. */
+static size_t password_len(const char *p) {
+  static const char *const known[] = {"db=", "user=", "password=", "cacert=", "cert=", "key=", "sni=", "insecure="};
+  size_t n = 0;
+  for (; p[n]; n++) {
+    if (p[n] != '&') continue;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+      if (!strncmp(p + n + 1, known[i], strlen(known[i]))) return n;
+  }
+  return n;
+}
+
 /* Messages show URLs, and logs keep messages: never the password. The URL
  * may be malformed (that is when it gets printed), so this does not trust
  * the grammar: everything before the last '@' after the scheme counts as
  * userinfo (a password may hold an unencoded '/', '?' or '@'), and every
- * "password=" value in it is masked too. Over-masking is the safe error. */
+ * "password=" value is masked up to the next known parameter. Over-masking
+ * is the safe error. */
 void dlock_url_redact(const char *url, char *buf, size_t len) {
   size_t o = 0;
   if (!buf || len == 0) return;
@@ -100,7 +114,7 @@ void dlock_url_redact(const char *url, char *buf, size_t len) {
     if (!strncmp(p, "password=", 9)) {
       put(buf, len, &o, p, 9);
       p += 9;
-      size_t n = strcspn(p, "&");
+      size_t n = password_len(p);
       if (n) put(buf, len, &o, "***", 3);
       p += n;
     } else {
@@ -152,13 +166,19 @@ static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size
 }
 
 static int parse_query(dlock__endpoint *ep, const char *url, const char *q) {
+  int after_password = 0;
   while (*q) {
     const char *amp = strchr(q, '&');
     size_t n = amp ? (size_t)(amp - q) : strlen(q);
     const char *eq = memchr(q, '=', n);
     if (!eq) return bad_url(url, "a query parameter has no '='");
     int rc = apply_param(ep, url, q, (size_t)(eq - q), eq + 1, n - (size_t)(eq - q) - 1);
+    /* The "parameter" may be the rest of a password with an unencoded '&':
+     * do not quote its name. */
+    if (rc == DLOCK_EURL && after_password)
+      return bad_url(url, "bad parameter after 'password' (write '&' in a password as %26)");
     if (rc) return rc;
+    after_password = (size_t)(eq - q) == 8 && !memcmp(q, "password", 8);
     q += n + (amp ? 1 : 0);
   }
   return 0;

@@ -84,6 +84,7 @@ TEST(no_url_error_message_shows_the_password) {
       "rediss://u:s3cret@[::1",             "unix:///tmp/r.sock?password=s3cret&bogus=1",
       "unix://relative?password=s3cret",    "http://u:s3cret@host",
       "redis://u:s3cret%zz@host",           "s3cret",
+      "unix:///s?password=pw&s3cret=1",     "redis://h?password=pw&s3cret",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__endpoint ep;
