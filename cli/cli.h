@@ -44,6 +44,7 @@ int cmd_help(int argc, char **argv);
 int cmd_cron(int argc, char **argv);
 int cmd_every(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -101,8 +102,11 @@ void cli_format_duration(int64_t ms, char *buf, size_t len);
 /* ---- Connecting and errors (common.c) ---- */
 
 /* Connect to --url (NULL: $DLOCK_URL, else the library's default). On
- * failure prints why and returns the exit code (69 or 64); else 0. */
+ * failure prints why and returns the exit code (69 or 64); else 0. Prints
+ * the client's warnings about the server (dlock_client_warnings) once. */
 int cli_connect(const char *url, dlock_client **out);
+/* Print dlock_client_warnings(c) on stderr, one "dlock: warning:" line each. */
+void cli_print_warnings(const dlock_client *c);
 /* The URL that applies, for DLOCK_URL in a child's environment. */
 const char *cli_effective_url(const char *url);
 /* 'url' with any password replaced by "***", into 'buf'. */

@@ -2,17 +2,20 @@
  * cmd_release.c - "dlock release --force NAME": the admin's way to remove a
  * lock whatever its owner. A plain release is deliberately not offered: a
  * lock belongs to its holder, and deleting someone else's key is exactly the
- * mistake the library's compare-and-delete exists to prevent.
+ * mistake the library's compare-and-delete exists to prevent. A key that
+ * dlock did not take is refused unless --foreign says it is another
+ * library's lock: a mistyped name must not delete an application's data.
  */
 #include <string.h>
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_FORCE, OPT_QUIET };
+enum { OPT_URL = 1, OPT_FORCE, OPT_QUIET, OPT_FOREIGN };
 
 static const cli_opt release_opts[] = {
   {"url", 0, 1, OPT_URL},
   {"force", 0, 0, OPT_FORCE},
+  {"foreign", 0, 0, OPT_FOREIGN},
   {"quiet", 'q', 0, OPT_QUIET},
   {NULL, 0, 0, 0},
 };
@@ -24,6 +27,7 @@ int cmd_release(int argc, char **argv)
   const char *url = NULL;
   const char *name = NULL;
   int force = 0;
+  int foreign = 0;
   int quiet = 0;
   int id;
 
@@ -35,6 +39,8 @@ int cmd_release(int argc, char **argv)
       url = arg;
     } else if (id == OPT_FORCE) {
       force = 1;
+    } else if (id == OPT_FOREIGN) {
+      foreign = 1;
     } else if (id == OPT_QUIET) {
       quiet = 1;
     } else if (id == CLI_OPT_POSITIONAL && name == NULL) {
@@ -55,7 +61,7 @@ int cmd_release(int argc, char **argv)
   if (rc != 0)
     return rc;
   int was_held = 0;
-  int st = dlock_lock_force_release(c, name, &was_held);
+  int st = dlock_lock_force_release_flags(c, name, foreign ? DLOCK_FORCE_FOREIGN : 0, &was_held);
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "release of '%s'", name);
   } else if (!quiet) {

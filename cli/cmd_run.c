@@ -74,6 +74,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
   const char *arg;
   int id;
   int dashdash = 0;
+  int grace_given = 0;
 
   memset(o, 0, sizeof *o);
   o->wait_ms = DLOCK_WAIT_FOREVER;
@@ -109,6 +110,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
       break;
     case OPT_GRACE:
       rc = duration_arg("grace", arg, 1, &o->grace_ms);
+      grace_given = 1;
       break;
     case OPT_ON_LOST:
       if (strcmp(arg, "term") == 0) {
@@ -145,6 +147,21 @@ static int parse_run(int argc, char **argv, run_opts *o)
     if (rc != 0)
       return rc;
   }
+  /* If dlock is killed, the guardian stops the command's group: SIGTERM,
+   * then SIGKILL after the grace. The lease is renewed by nobody meanwhile,
+   * so a grace as long as the lease lets a command that ignores SIGTERM run
+   * on after another holder got the lock. The default grace shrinks to fit. */
+  if (grace_given && o->grace_ms >= o->lease_ms) {
+    char grace[64], lease[64];
+    cli_format_duration(o->grace_ms, grace, sizeof grace);
+    cli_format_duration(o->lease_ms, lease, sizeof lease);
+    return cli_usage_error("run", "--grace %s must be shorter than --lease %s: if dlock is "
+                           "killed, a command that ignores SIGTERM would still run after "
+                           "the lease ran out and another holder took the lock",
+                           grace, lease);
+  }
+  if (!grace_given && o->grace_ms >= o->lease_ms)
+    o->grace_ms = o->lease_ms / 2;
   if (o->name == NULL)
     return cli_usage_error("run", "missing lock NAME");
   if (!dashdash)

@@ -24,37 +24,7 @@ const char *cli_effective_url(const char *url)
 
 void cli_redact_url(const char *url, char *buf, size_t len)
 {
-  /* scheme://user:password@host -> scheme://user:***@host. Only the part
-   * before the first '/' after "://" can hold credentials. */
-  const char *start = strstr(url, "://");
-  const char *at = NULL;
-  const char *colon = NULL;
-
-  if (start != NULL) {
-    start += 3;
-    const char *end = start + strcspn(start, "/?");
-    for (const char *p = start; p < end; p++) {
-      if (*p == '@')
-        at = p;
-    }
-    if (at != NULL)
-      colon = memchr(start, ':', (size_t)(at - start));
-  }
-  if (colon == NULL) {
-    snprintf(buf, len, "%s", url);
-  } else {
-    snprintf(buf, len, "%.*s:***%s", (int)(colon - url), url, at);
-  }
-  /* A password may also sit in the query of a unix:// URL. */
-  char *pw = strstr(buf, "password=");
-  if (pw != NULL) {
-    pw += strlen("password=");
-    size_t n = strcspn(pw, "&");
-    if (n > 0 && (size_t)(pw - buf) + 3 < len) {
-      memmove(pw + 3, pw + n, strlen(pw + n) + 1);
-      memcpy(pw, "***", 3);
-    }
-  }
+  dlock_url_redact(url, buf, len);
 }
 
 int cli_exit_for_status(int status)
@@ -76,6 +46,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ECRON:
   case DLOCK_ETZ:
   case DLOCK_ETIME:
+  case DLOCK_EFOREIGN: /* release --force without --foreign */
     return CLI_EXIT_USAGE;
   /* The service is not there for us: sysexits' EX_UNAVAILABLE. */
   case DLOCK_ECONNECT:
@@ -117,6 +88,17 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
   return cli_exit_for_status(status);
 }
 
+void cli_print_warnings(const dlock_client *c)
+{
+  const char *w = dlock_client_warnings(c);
+  /* One "dlock: warning:" line per warning; the library separates them by '\n'. */
+  while (w != NULL && *w != '\0') {
+    size_t n = strcspn(w, "\n");
+    fprintf(stderr, "dlock: warning: %.*s\n", (int)n, w);
+    w += n + (w[n] == '\n');
+  }
+}
+
 int cli_connect(const char *url, dlock_client **out)
 {
   dlock_client_options opts;
@@ -128,8 +110,10 @@ int cli_connect(const char *url, dlock_client **out)
   opts.url = url != NULL && url[0] != '\0' ? url : NULL;
   *out = NULL;
   int rc = dlock_client_new(out, &opts);
-  if (rc == 0)
+  if (rc == 0) {
+    cli_print_warnings(*out);
     return 0;
+  }
   cli_redact_url(cli_effective_url(url), shown, sizeof shown);
   return cli_report(rc, dlock_last_error(), "cannot use Redis at %s", shown);
 }

@@ -30,17 +30,17 @@ static const cli_help_page pages[] = {
    "  every DUR ... -- CMD    the same at a fixed rate or delay (DUR: 10s, 5m)\n"
    "  demo                    races, locks, fences and the scheduler, locally\n"
    "  bench                   measure latency, throughput, hand-off, renewal\n"
-   "  help [COMMAND]          help on a command\n"
+   "  doctor                  is the Redis server fit for locks (eviction...)\n"
    "\n"
    "Redis: --url URL, else $DLOCK_URL, else redis://127.0.0.1:6379.\n"
    "  redis://[user[:password]@]host[:port][/db], rediss://... (TLS),\n"
    "  unix:///path/redis.sock[?db=N&user=U&password=P]\n"
    "\n"
-   "Exit status: 0 success (run: the command's own status), 64 usage error,\n"
-   "  69 Redis unreachable or authentication failed, 70 internal error,\n"
-   "  75 lock busy, 79 lock lost while the command ran, 126/127 command not\n"
-   "  executable/not found, 128+N killed (cron, every: stopped) by signal N.\n"
-   "See 'dlock COMMAND --help' and dlock(1); also -h/--help and --version.\n",
+   "Exit status: 0 success (run: the command's own), 64 usage error, 69 Redis\n"
+   "  unreachable or authentication failed, 70 internal error, 75 lock busy,\n"
+   "  79 lock lost while the command ran, 126/127 command not executable/not\n"
+   "  found, 128+N killed (cron, every: stopped) by signal N; doctor: 0/1.\n"
+   "Help: 'dlock help COMMAND' or 'dlock COMMAND --help', dlock(1), --version.\n",
    "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
    "is one Redis key named exactly like the lock; it expires when its lease\n"
    "runs out, so a crashed holder cannot block everyone forever. Every hold\n"
@@ -61,7 +61,8 @@ static const cli_help_page pages[] = {
    "  --on-lost ACTION       if the lock is lost: term (SIGTERM to COMMAND's\n"
    "                         process group, SIGKILL after --grace), kill,\n"
    "                         ignore (default term); dlock then exits 79\n"
-   "  --grace DURATION       from SIGTERM to SIGKILL (default 5s)\n"
+   "  --grace DURATION       from SIGTERM to SIGKILL, shorter than --lease\n"
+   "                         (default 5s, at most half the lease)\n"
    "  --shell                run COMMAND (one string) with /bin/sh -c\n"
    "  -E, --conflict-exit-code N  exit status when busy (default 75)\n"
    "  -q, --quiet            no messages but errors\n"
@@ -143,14 +144,20 @@ static const cli_help_page pages[] = {
    "command as its --on-lost says and exits 79.\n"
    "\n"
    "  --force       required: say that you mean it\n"
+   "  --foreign     also delete a key that dlock did not take (a redis-py\n"
+   "                or node-redlock lock); without it such a key is kept\n"
    "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
    "  -q, --quiet   do not say whether a lock was deleted\n"
    "  -h, --help    this help\n"
    "\n"
-   "Exit status: 0 (also when NAME was not held), 64 usage error, 69 Redis\n"
-   "unreachable or authentication failed, 70 internal error.\n",
+   "Exit status: 0 (also when NAME was not held), 64 usage error or a key\n"
+   "dlock did not take (without --foreign), 69 Redis unreachable or\n"
+   "authentication failed, 70 internal error.\n",
    "There is no release without `--force`: a lock belongs to its holder,\n"
-   "which releases it when its command ends.\n"},
+   "which releases it when its command ends. A key without dlock's metadata\n"
+   "(`{NAME}:meta`) may be an application's own data under a mistyped name,\n"
+   "so it is deleted only with `--foreign`; check it with `dlock status`\n"
+   "(\"held by something other than dlock\") first.\n"},
 
   {"fence",
    "Usage: dlock fence check [OPTIONS] RESOURCE TOKEN\n"
@@ -302,6 +309,31 @@ static const cli_help_page pages[] = {
    "one across cores, so every table states its layout. These are\n"
    "measurements, not tests; the test suite runs only `--quick` to check that\n"
    "every scenario still completes and stays correct.\n"},
+
+  {"doctor",
+   "Usage: dlock doctor [--url URL] [--json]\n"
+   "Check that the Redis server is fit to hold locks, with the rights of the\n"
+   "URL's user. One line per check, OK, WARN or FAIL, with the fix:\n"
+   "\n"
+   "  eviction     maxmemory-policy must be noeviction (every dlock key has a\n"
+   "               TTL, so allkeys-* and volatile-* may evict held locks)\n"
+   "  persistence  AOF or RDB: what a restart keeps\n"
+   "  replication  replicas, and min-replicas-to-write against failovers\n"
+   "  clock        the server's clock against this host's (skew)\n"
+   "  scripts      EVALSHA/EVAL: takes and releases the lock 'dlock-doctor'\n"
+   "  pubsub       PUBLISH and SUBSCRIBE on the hand-off channels\n"
+   "\n"
+   "  --url URL    Redis to check (default $DLOCK_URL, then local)\n"
+   "  --json       one JSON object: server, ok, checks [{name, level, found,\n"
+   "               fix}], skew_ms on the clock check\n"
+   "\n"
+   "Exit status: 0 nothing FAILed (WARNs allowed), 1 a check FAILed or Redis\n"
+   "cannot be used at all, 64 usage error.\n",
+   "Settings that the user may not read (INFO or CONFIG denied by the ACL)\n"
+   "are a WARN that says so. Every other command also warns on stderr,\n"
+   "once, when the server's maxmemory-policy can evict lock keys:\n"
+   "`CONFIG SET maxmemory-policy noeviction` and the same line in\n"
+   "redis.conf fix it.\n"},
 
   {"demo",
    "Usage: dlock demo [OPTIONS]\n"

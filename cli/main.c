@@ -26,6 +26,7 @@ static const cli_command commands[] = {
   {"cron", cmd_cron},
   {"every", cmd_every},
   {"bench", cmd_bench},
+  {"doctor", cmd_doctor},
 };
 
 /* "dlock CMD --help" / "-h" anywhere before "--" answers with the help page,

@@ -60,7 +60,8 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")
+  XX(ETIME,      -27, "invalid time")                                          \
+  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -104,7 +105,13 @@ typedef struct dlock_client_options {
   int connect_timeout_ms;  /* 0: 2000 */
   int command_timeout_ms;  /* 0: 2000 */
   /* Prepended to every lock and resource name to form Redis keys. May not
-   * contain braces. NULL or "": none, the key is exactly the name. */
+   * contain braces. A prefix is a whole key segment: it always ends with
+   * ':', which is appended when missing ("app" and "app:" both give the
+   * key "app:orders" for the name "orders"), so that status, list and
+   * forced release never reach the locks of a prefix such as "app2:".
+   * A longer prefix that starts with this one ("app:eu:") lies inside it,
+   * as a directory lies inside its parent. NULL or "": none, the key is
+   * exactly the name. See docs/keys.md. */
   const char *key_prefix;
   /* These override what the URL says, when not NULL. */
   const char *username;
@@ -121,7 +128,8 @@ typedef struct dlock_client_options {
 DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
 
 /* Create a client and check that the server answers (connect, AUTH, SELECT,
- * PING). 'opts' may be NULL. On failure *out is NULL and dlock_last_error()
+ * PING), then read its maxmemory-policy (INFO memory; a refusal is not an
+ * error) for dlock_client_warnings(). 'opts' may be NULL. On failure *out is NULL and dlock_last_error()
  * explains. The client reconnects transparently later on. */
 DLOCK_API int dlock_client_new(dlock_client **out, const dlock_client_options *opts);
 
@@ -135,6 +143,52 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
+
+/* What dlock_client_new() found wrong with the server, one warning per line
+ * (each names the server, the setting and the fix); "" when nothing. Today:
+ * a maxmemory-policy other than noeviction, read with INFO memory. Every
+ * dlock key has a TTL, so allkeys-* and volatile-* policies alike may evict a
+ * held lock's key, and another client then acquires it. "" also when the
+ * server would not say (INFO denied by the ACL): dlock_client_check() tells
+ * that case apart. Valid until dlock_client_free(). */
+DLOCK_API const char *dlock_client_warnings(const dlock_client *c);
+
+typedef enum dlock_check_level {
+  DLOCK_CHECK_OK = 0,
+  DLOCK_CHECK_WARN = 1, /* works, with a risk the text names */
+  DLOCK_CHECK_FAIL = 2  /* locks are not safe, or do not work, with this server */
+} dlock_check_level;
+
+/* One finding of dlock_client_check(). */
+typedef struct dlock_check {
+  const char *name;        /* "eviction", "persistence", "replication", "clock",
+                            * "scripts" or "pubsub" (static strings) */
+  dlock_check_level level;
+  char found[512];         /* what was found, naming the server */
+  char fix[512];           /* what to do; "" when OK */
+  int64_t skew_ms;         /* "clock": server clock minus ours (midpoint of the round trip) */
+} dlock_check;
+
+/* Up to this many checks (size 'out' with it). */
+#define DLOCK_CHECK_MAX 8
+
+/* Examine what locks rely on, on the server of 'c', with its user's rights:
+ * eviction (maxmemory-policy), persistence (AOF, RDB), replicas and
+ * min-replicas-to-write, the server clock against ours, scripts (EVALSHA,
+ * EVAL and the commands they call, by taking and releasing the lock
+ * "dlock-doctor" under the client's prefix) and pub/sub (PUBLISH, SUBSCRIBE
+ * on that lock's hand-off channel). A setting the ACL hides is a WARN that
+ * says so. Writes up to 'max' findings to 'out' and returns how many, or a
+ * negative status when the server cannot be asked at all. */
+DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
+
+/* 'url' as it may be shown in a message or a log: the password replaced by
+ * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user
+ * name and the host; ?password=PASSWORD keeps the parameter's name), also
+ * when the URL is malformed. Writes at most 'len'
+ * bytes, always NUL-terminated (truncated if need be). Every message of
+ * libdlock that quotes a URL masks it this way. */
+DLOCK_API void dlock_url_redact(const char *url, char *buf, size_t len);
 
 /* ---- Mutex ---- */
 
@@ -272,9 +326,21 @@ typedef struct dlock_lock_info {
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
- * receives 1 if a key was deleted. Wakes a waiter. Never sent twice: when
- * its reply is lost the answer is DLOCK_EUNKNOWN (look before trying again). */
+ * receives 1 if a key was deleted. Wakes a waiter. A key that dlock did not
+ * take (no "{K}:meta" metadata: an application's own key, or another
+ * library's lock) is left alone: DLOCK_EFOREIGN. Never sent twice: when its
+ * reply is lost the answer is DLOCK_EUNKNOWN (look before trying again). */
 DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held);
+
+/* dlock_lock_force_release() may also delete a string key without dlock
+ * metadata: a lock of redis-py, node-redlock or redsync (same key, a
+ * random token as its value). Check with dlock_lock_info_get() (foreign)
+ * first: any string key of that name goes. */
+#define DLOCK_FORCE_FOREIGN 1u
+
+/* dlock_lock_force_release() with 'flags' (0 or DLOCK_FORCE_FOREIGN). */
+DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags,
+                                             int *was_held);
 
 /* Call fn(name, arg) for each lock currently held whose name matches the
  * glob 'pattern' (NULL: all). Uses SCAN; returns the number listed. */

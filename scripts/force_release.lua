@@ -1,7 +1,14 @@
 -- force_release.lua: admin delete of a lock whatever its owner; wakes the next waiter.
--- Returns 1 if a lock key was deleted, 0 if there was none.
+-- ARGV: 1 '1' to delete a key without dlock metadata too (another library's lock).
+-- Returns 1 if a lock key was deleted, 0 if there was none, -1 (nothing done)
+-- when the key has no dlock metadata and ARGV[1] is not '1'.
 local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
 if bad then return bad end
+-- Every hold dlock takes writes {K}:meta with the key and gives it the same
+-- lease: a key without it was set by someone else, maybe an application's data.
+if ARGV[1] ~= '1' and redis.call('GET', KEYS[1]) and not redis.call('HGET', KEYS[3], 'fence') then
+  return -1
+end
 local existed = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[3])
 local now_ms, now_us = dlock_now()

@@ -79,15 +79,32 @@ int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out)
   return 0;
 }
 
-int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
+int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags, int *was_held) {
   dlock__error_clear();
+  if (was_held) *was_held = 0;
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_lock_force_release: client is NULL");
+  if (flags & ~DLOCK_FORCE_FOREIGN)
+    return dlock__error(DLOCK_EINVAL, "force release of '%s': unknown flags 0x%x", name ? name : "", flags);
   dlock__reply *r;
-  int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, NULL, &r, "force release of");
+  int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
+                        "force release of");
   if (rc) return rc;
-  if (was_held) *was_held = r->type == DLOCK__REPLY_INTEGER && r->integer > 0;
+  if (r->type != DLOCK__REPLY_INTEGER) {
+    rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);
+  } else if (r->integer < 0) {
+    rc = dlock__error(DLOCK_EFOREIGN, "force release of '%s' on %s: the key '%s%s' was not set by dlock (no "
+                      "dlock metadata): it may be an application's own data; nothing was deleted. If it is "
+                      "a lock of redis-py or node-redlock, force it with DLOCK_FORCE_FOREIGN "
+                      "(dlock release --force --foreign)", name, c->server, c->prefix, name);
+  } else if (was_held) {
+    *was_held = r->integer > 0;
+  }
   dlock__reply_free(r);
-  return 0;
+  return rc;
+}
+
+int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
+  return dlock_lock_force_release_flags(c, name, 0, was_held);
 }
 
 /* Match 'name' against a glob with * ? and [...] (as Redis' MATCH does). */

@@ -50,9 +50,11 @@ static int build_endpoint(const dlock_client_options *o, dlock__endpoint *ep) {
   }
   if (o->tls_skip_verify) ep->tls_skip_verify = 1;
   if (!ep->tls && (ep->tls_ca_file || ep->tls_cert_file || ep->tls_key_file || ep->tls_server_name)) {
+    char shown[256];
+    dlock_url_redact(url, shown, sizeof shown);
     dlock__endpoint_clear(ep);
     return dlock__error(DLOCK_EINVAL, "TLS files or server name given, but the URL '%.200s' is not "
-                        "rediss://; use rediss:// for TLS", url);
+                        "rediss://; use rediss:// for TLS", shown);
   }
   ep->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
   ep->command_timeout_ms = o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -80,14 +82,21 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   }
   snprintf(c->server, sizeof c->server, "%s", ep.display);
   c->command_timeout_ms = ep.command_timeout_ms;
-  c->prefix = strdup(o.key_prefix ? o.key_prefix : "");
-  c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
+  /* A prefix is a whole key segment: "app" is used as "app:", so that no
+   * name under "app" can spell a key of "app2:" (docs/keys.md). */
+  const char *pre = o.key_prefix ? o.key_prefix : "";
+  size_t plen = strlen(pre);
+  int colon = plen > 0 && pre[plen - 1] != ':';
+  c->prefix = malloc(plen + 2);
+  if (c->prefix) snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
+  c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
   rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
   if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
                                                &c->topo);
   else dlock__endpoint_clear(&ep);
   if (!rc) rc = dlock_client_ping(c);
+  if (!rc) dlock__check_at_connect(c);
   if (rc) {
     dlock_client_free(c);
     return rc;

@@ -312,8 +312,11 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
     if (rc) return rc;
     if (r->type == DLOCK__REPLY_ERROR) {
       c->broken = 1;
+      /* A server may quote what it was sent; the password never goes into a message. */
+      const char *said = *ep->password && strstr(r->str, ep->password) ? "(reply withheld: it quotes the password)"
+                                                                       : r->str;
       rc = dlock__error(DLOCK_EAUTH, "%s: authentication%s%s failed: %s; check the user and password",
-                        c->display, ep->username ? " as " : "", ep->username ? ep->username : "", r->str);
+                        c->display, ep->username ? " as " : "", ep->username ? ep->username : "", said);
       dlock__reply_free(r);
       return rc;
     }

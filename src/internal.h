@@ -233,7 +233,14 @@ struct dlock_client {
   dlock__watchdog *watchdog;     /* started on first hold */
   dlock__subscriber *subscriber; /* started on first wait */
   pthread_mutex_t lazy_mu;       /* guards starting the two above */
+  char warnings[1024];           /* dlock_client_warnings(): set once at connect */
 };
+
+/* ---- Server checks (check.c) ---- */
+
+/* At connect: read maxmemory-policy (INFO memory) and note a policy that can
+ * evict lock keys in c->warnings. Never fails the connect. */
+void dlock__check_at_connect(dlock_client *c);
 
 /* ---- Lock keys (mutex.c) ---- */
 

@@ -61,10 +61,74 @@ static int parse_int(const char *s, size_t n, long min, long max, long *out) {
   return 0;
 }
 
+/* Append s[0..n) to buf[*o..len) as far as it fits (always NUL-terminated). */
+static void put(char *buf, size_t len, size_t *o, const char *s, size_t n) {
+  while (n-- > 0 && *o + 1 < len) buf[(*o)++] = *s++;
+  buf[*o] = '\0';
+}
+
+/* Length of a "password=" value at 'p': up to the '&' that starts a known
+ * parameter, since a password may hold an unencoded '&'. */
+static size_t password_len(const char *p) {
+  static const char *const known[] = {"db=", "user=", "password=", "cacert=", "cert=", "key=", "sni=", "insecure="};
+  size_t n = 0;
+  for (; p[n]; n++) {
+    if (p[n] != '&') continue;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+      if (!strncmp(p + n + 1, known[i], strlen(known[i]))) return n;
+  }
+  return n;
+}
+
+/* Messages show URLs, and logs keep messages: never the password. The URL
+ * may be malformed (that is when it gets printed), so this does not trust
+ * the grammar: everything before the last '@' after the scheme counts as
+ * userinfo (a password may hold an unencoded '/', '?' or '@'), and every
+ * "password=" value is masked up to the next known parameter. Over-masking
+ * is the safe error. */
+void dlock_url_redact(const char *url, char *buf, size_t len) {
+  size_t o = 0;
+  if (!buf || len == 0) return;
+  buf[0] = '\0';
+  if (!url) return;
+  const char *start = strstr(url, "://");
+  start = start ? start + 3 : url;
+  const char *at = strrchr(start, '@');
+  if (!strncmp(url, "unix://", 7)) {
+    /* A socket path has no userinfo, and its query holds file names that may
+     * contain '@': only an '@' before the query can be a stray "user:pw@". */
+    const char *qm = strchr(start, '?');
+    at = NULL;
+    for (const char *p = start; *p && p != qm; p++)
+      if (*p == '@') at = p;
+  }
+  const char *rest = start;
+  put(buf, len, &o, url, (size_t)(start - url));
+  if (at) {
+    const char *colon = memchr(start, ':', (size_t)(at - start));
+    if (colon) put(buf, len, &o, start, (size_t)(colon - start) + 1);
+    put(buf, len, &o, "***", 3);
+    rest = at;
+  }
+  for (const char *p = rest; *p;) {
+    if (!strncmp(p, "password=", 9)) {
+      put(buf, len, &o, p, 9);
+      p += 9;
+      size_t n = password_len(p);
+      if (n) put(buf, len, &o, "***", 3);
+      p += n;
+    } else {
+      put(buf, len, &o, p++, 1);
+    }
+  }
+}
+
 static int bad_url(const char *url, const char *why) {
+  char shown[256];
+  dlock_url_redact(url, shown, sizeof shown);
   return dlock__error(DLOCK_EURL,
                       "bad Redis URL '%.200s': %s (expected redis://[user[:password]@]host[:port][/db], "
-                      "rediss://... or unix:///path/to/redis.sock)", url, why);
+                      "rediss://... or unix:///path/to/redis.sock)", shown, why);
 }
 
 /* Apply one ?key=value parameter. */
@@ -88,8 +152,12 @@ static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size
   else if (kn == 4 && !memcmp(k, "cert", 4)) target = &ep->tls_cert_file;
   else if (kn == 3 && !memcmp(k, "key", 3)) target = &ep->tls_key_file;
   else if (kn == 3 && !memcmp(k, "sni", 3)) target = &ep->tls_server_name;
-  else return dlock__error(DLOCK_EURL, "bad Redis URL '%.200s': unknown parameter '%.*s' (known: db, user, "
-                           "password, cacert, cert, key, sni, insecure)", url, (int)kn, k);
+  else {
+    char shown[256];
+    dlock_url_redact(url, shown, sizeof shown);
+    return dlock__error(DLOCK_EURL, "bad Redis URL '%.200s': unknown parameter '%.*s' (known: db, user, "
+                        "password, cacert, cert, key, sni, insecure)", shown, (int)kn, k);
+  }
   free(*target);
   *target = decode(v, vn, &bad);
   if (!*target) return bad ? bad_url(url, "bad percent-encoding in a parameter")
@@ -98,13 +166,19 @@ static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size
 }
 
 static int parse_query(dlock__endpoint *ep, const char *url, const char *q) {
+  int after_password = 0;
   while (*q) {
     const char *amp = strchr(q, '&');
     size_t n = amp ? (size_t)(amp - q) : strlen(q);
     const char *eq = memchr(q, '=', n);
     if (!eq) return bad_url(url, "a query parameter has no '='");
     int rc = apply_param(ep, url, q, (size_t)(eq - q), eq + 1, n - (size_t)(eq - q) - 1);
+    /* The "parameter" may be the rest of a password with an unencoded '&':
+     * do not quote its name. */
+    if (rc == DLOCK_EURL && after_password)
+      return bad_url(url, "bad parameter after 'password' (write '&' in a password as %26)");
     if (rc) return rc;
+    after_password = (size_t)(eq - q) == 8 && !memcmp(q, "password", 8);
     q += n + (amp ? 1 : 0);
   }
   return 0;

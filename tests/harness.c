@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -63,6 +64,28 @@ long long th_now_ms(void) {
 void th_sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+int th_localhost_resolves(char *why, size_t len) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int gai = getaddrinfo("localhost", NULL, &hints, &res);
+  if (gai != 0) {
+    snprintf(why, len, "the name 'localhost' does not resolve here (getaddrinfo: %s); "
+             "add '127.0.0.1 localhost' to /etc/hosts to run this test", gai_strerror(gai));
+    return 0;
+  }
+  int found = 0;
+  for (struct addrinfo *ai = res; ai && !found; ai = ai->ai_next)
+    found = ai->ai_family == AF_INET &&
+            ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK);
+  freeaddrinfo(res);
+  if (!found)
+    snprintf(why, len, "the name 'localhost' does not resolve to 127.0.0.1 here, where the test "
+             "server listens; add '127.0.0.1 localhost' to /etc/hosts to run this test");
+  return found;
 }
 
 int th_free_port(void) {

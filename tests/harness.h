@@ -37,6 +37,10 @@ int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, .
 /* Generate a CA plus server and client certificates in r->dir/tls with openssl(1). */
 int th_make_certs(const char *dir);
 
+/* 1 when the name "localhost" resolves to 127.0.0.1 (where the test servers
+ * listen), else 0 with the reason in 'why'. Tests that connect by that name
+ * need a resolver (/etc/hosts) and skip without one. */
+int th_localhost_resolves(char *why, size_t len);
 /* A free TCP port on 127.0.0.1 (bind to 0 and read it back). */
 int th_free_port(void);
 /* How much slower than normal this run is (DLOCK_TEST_TIME_FACTOR, default 1;

@@ -4,6 +4,9 @@
  * A test file defines tests with TEST(name) { ... } and ends with TEST_MAIN().
  * Each test is a sentence-like name; ASSERT_* report file, line and values and
  * end that test (the rest still run). The process exits 1 if any test failed.
+ * TEST_SKIP(why) ends a test that cannot run here (a missing resource, not a
+ * failure) and says why; when every test that ran was skipped the process
+ * exits TEST_EXIT_SKIP, which ctest reports as "Skipped" (SKIP_RETURN_CODE).
  * Argument: a substring to run only the matching tests.
  */
 #ifndef DLOCK_TEST_H
@@ -25,6 +28,10 @@ extern struct test_entry test__list[TEST_MAX];
 extern int test__count;
 extern jmp_buf test__jmp;
 extern int test__failed_here;
+extern int test__skipped_here;
+
+/* Exit status of a test binary whose tests were all skipped (automake's 77). */
+#define TEST_EXIT_SKIP 77
 
 #define TEST(name)                                                        \
   static void test_##name(void);                                          \
@@ -40,6 +47,15 @@ extern int test__failed_here;
     fprintf(stderr, __VA_ARGS__);                                         \
     fprintf(stderr, "\n");                                                \
     test__failed_here = 1;                                                \
+    longjmp(test__jmp, 1);                                                \
+  } while (0)
+
+#define TEST_SKIP(...)                                                    \
+  do {                                                                    \
+    printf("  SKIP: ");                                                   \
+    printf(__VA_ARGS__);                                                  \
+    printf("\n");                                                         \
+    test__skipped_here = 1;                                               \
     longjmp(test__jmp, 1);                                                \
   } while (0)
 
@@ -105,8 +121,9 @@ void test_teardown(void) __attribute__((weak));
   int test__count;                                                        \
   jmp_buf test__jmp;                                                      \
   int test__failed_here;                                                  \
+  int test__skipped_here;                                                 \
   int main(int argc, char **argv) {                                       \
-    volatile int failed = 0, ran = 0;                                     \
+    volatile int failed = 0, ran = 0, skipped = 0;                        \
     setvbuf(stdout, NULL, _IONBF, 0);                                     \
     void (*volatile setup_)(void) = test_setup;                           \
     void (*volatile teardown_)(void) = test_teardown;                     \
@@ -115,14 +132,20 @@ void test_teardown(void) __attribute__((weak));
       if (argc > 1 && !strstr(test__list[i].name, argv[1])) continue;     \
       printf("test %s ...\n", test__list[i].name);                        \
       test__failed_here = 0;                                              \
+      test__skipped_here = 0;                                             \
       if (setjmp(test__jmp) == 0) test__list[i].fn();                     \
       ran++;                                                              \
       if (test__failed_here) failed++;                                    \
-      printf("  %s\n", test__failed_here ? "FAILED" : "ok");              \
+      else if (test__skipped_here) skipped++;                             \
+      printf("  %s\n", test__failed_here ? "FAILED" : test__skipped_here ? "skipped" : "ok"); \
     }                                                                     \
     if (teardown_) teardown_();                                           \
-    printf("%d passed, %d failed\n", ran - failed, failed);               \
-    return (failed || ran == 0) ? 1 : 0;                                  \
+    if (skipped)                                                          \
+      printf("%d passed, %d failed, %d skipped\n", ran - failed - skipped, failed, skipped); \
+    else                                                                  \
+      printf("%d passed, %d failed\n", ran - failed, failed);             \
+    if (failed || ran == 0) return 1;                                     \
+    return skipped == ran ? TEST_EXIT_SKIP : 0;                           \
   }
 
 #endif

@@ -78,6 +78,28 @@ out=$("$DLOCK" release --force other)
 assert_eq "release --force of a free lock exits 0 and says so" "$?:$out" "0:'other' was not held"
 assert_eq "release --force -q prints nothing" "$("$DLOCK" release --force -q other)" ""
 
+# A key dlock did not take: an application's data is kept, another library's
+# lock goes only with --foreign.
+rcli SET app:config precious >/dev/null
+"$DLOCK" release --force app:config >"$TEST_DIR/out" 2>"$TEST_DIR/err"
+assert_eq "release --force of a key dlock did not take exits 64" "$?" 64
+assert_match "it says the key is not dlock's and names --foreign" "$(cat "$TEST_DIR/err")" \
+  "'app:config'.*not set by dlock.*--foreign"
+assert_eq "the application's key is untouched" "$(rcli GET app:config)" "precious"
+rcli SET pylock 0123456789abcdef0123456789abcdef PX 60000 >/dev/null
+"$DLOCK" release --force pylock 2>/dev/null
+assert_eq "a redis-py lock key is refused without --foreign" "$?:$(rcli EXISTS pylock)" "64:1"
+out=$("$DLOCK" release --force --foreign pylock)
+assert_eq "release --force --foreign deletes it" "$?:$out:$(rcli EXISTS pylock)" "0:released 'pylock':0"
+"$DLOCK" run --lease 20s fl -- sleep 60 &
+H4=$!
+bg_track $H4
+check "a holder took fl" wait_for 10 key_exists fl
+out=$("$DLOCK" release --force --foreign fl)
+assert_eq "--foreign also releases a dlock lock" "$?:$out" "0:released 'fl'"
+wait_exit "$H4" 20
+assert_eq "its holder exits 79" "$EXIT_CODE" 79
+
 # ---- fence check ----
 
 out=$("$DLOCK" fence check res 100)

@@ -53,6 +53,13 @@ usage_error "run: missing command" "missing COMMAND" run name --
 usage_error "run: missing name" "missing lock NAME" run -- true
 usage_error "run: bad --on-lost" "--on-lost: 'maybe'" run --on-lost maybe name -- true
 usage_error "run: bad conflict exit code" "conflict-exit-code: '256'" run -E 256 name -- true
+usage_error "run: --grace as long as --lease says why" \
+  "--grace 2s must be shorter than --lease 2s: if dlock is killed, a command that ignores SIGTERM" \
+  run --lease 2s --grace 2s name -- true
+usage_error "run: --grace longer than the default lease" "--grace 1m 0s must be shorter than --lease 30s" \
+  run --grace 1m name -- true
+usage_error "run: --grace longer than --lease, in either order" "must be shorter than --lease" \
+  run --grace 10s --lease 5s name -- true
 usage_error "run: --shell with several words" "--shell takes COMMAND as one string" run --shell name -- echo hi
 usage_error "status: missing name" "missing lock NAME" status
 usage_error "status: two names" "unexpected argument" status a b

@@ -267,6 +267,50 @@ TEST(list_without_a_prefix_sees_every_dlock_lock_by_its_full_name) {
   dlock_client_free(pre);
 }
 
+TEST(a_prefix_is_a_whole_segment_so_app_never_reaches_the_locks_of_app2) {
+  dlock_client *app = client_with_prefix("app"), *app2 = client_with_prefix("app2"),
+               *app2c = client_with_prefix("app2:");
+  dlock_mutex *mine = mutex(app, "own", 10000), *theirs = mutex(app2, "foo", 10000);
+  ASSERT_OK(dlock_mutex_acquire(mine, 0));
+  ASSERT_OK(dlock_mutex_acquire(theirs, 0));
+  char out[64];
+  /* "app" is used as "app:"; "app2" and "app2:" are the same prefix. */
+  cli(out, sizeof out, "EXISTS app:own app2:foo");
+  ASSERT_STR_EQ(out, "2");
+  dlock_lock_info info;
+  ASSERT_OK(dlock_lock_info_get(app2c, "foo", &info));
+  ASSERT_EQ(info.held, 1);
+
+  /* Without the separator, the name "2:foo" under "app" was app2's lock. */
+  struct names ns = {0};
+  ASSERT_EQ(dlock_lock_list(app, NULL, collect, &ns), 1);
+  ASSERT(has(&ns, "own"));
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(app, "2*", collect, &ns), 0);
+  ASSERT_OK(dlock_lock_info_get(app, "2:foo", &info));
+  ASSERT_EQ(info.held, 0);
+  int was = -1;
+  ASSERT_OK(dlock_lock_force_release(app, "2:foo", &was));
+  ASSERT_EQ(was, 0);
+  ASSERT_EQ(dlock_mutex_is_held(theirs), 1);
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(app2, NULL, collect, &ns), 1);
+  ASSERT(has(&ns, "foo"));
+
+  /* Glob characters in a prefix are literal in the scan. */
+  dlock_client *star = client_with_prefix("ap*");
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(star, NULL, collect, &ns), 0);
+  ASSERT_OK(dlock_mutex_release(mine));
+  ASSERT_OK(dlock_mutex_release(theirs));
+  dlock_mutex_free(mine);
+  dlock_mutex_free(theirs);
+  dlock_client_free(star);
+  dlock_client_free(app);
+  dlock_client_free(app2);
+  dlock_client_free(app2c);
+}
+
 TEST(list_scans_many_locks) {
   dlock_client *c = client_with_prefix("many:");
   enum { N = 150 };
@@ -309,12 +353,29 @@ TEST(force_release_deletes_any_holders_lock_and_reports_whether_it_was_held) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT(dlock_mutex_fence(m) > f);
   ASSERT_OK(dlock_mutex_release(m));
-  /* A foreign key is deleted too (admin means whatever the owner). */
-  cli(out, sizeof out, "SET adm:force not-dlock PX 10000");
-  ASSERT_OK(dlock_lock_force_release(admin, "adm:force", &was));
+  /* A key dlock did not take (an application's data) is refused and kept... */
+  cli(out, sizeof out, "SET adm:force not-dlock");
+  was = -1;
+  ASSERT_STATUS(dlock_lock_force_release(admin, "adm:force", &was), DLOCK_EFOREIGN);
+  ASSERT_EQ(was, 0);
+  ASSERT_CONTAINS(dlock_last_error(), "'adm:force'");
+  ASSERT_CONTAINS(dlock_last_error(), "DLOCK_FORCE_FOREIGN");
+  cli(out, sizeof out, "GET adm:force");
+  ASSERT_STR_EQ(out, "not-dlock");
+  /* ... unless the caller says it is another library's lock (redis-py's token). */
+  cli(out, sizeof out, "SET adm:force 0123456789abcdef0123456789abcdef PX 10000");
+  ASSERT_STATUS(dlock_lock_force_release(admin, "adm:force", NULL), DLOCK_EFOREIGN);
+  ASSERT_OK(dlock_lock_force_release_flags(admin, "adm:force", DLOCK_FORCE_FOREIGN, &was));
   ASSERT_EQ(was, 1);
   cli(out, sizeof out, "EXISTS adm:force");
   ASSERT_STR_EQ(out, "0");
+  /* The flag changes nothing for dlock's own locks and free names. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_lock_force_release_flags(admin, "adm:force", DLOCK_FORCE_FOREIGN, &was));
+  ASSERT_EQ(was, 1);
+  ASSERT_OK(dlock_lock_force_release_flags(admin, "adm:force", DLOCK_FORCE_FOREIGN, &was));
+  ASSERT_EQ(was, 0);
+  ASSERT_STATUS(dlock_lock_force_release_flags(admin, "adm:force", 2, NULL), DLOCK_EINVAL);
   dlock_mutex_free(m);
   dlock_client_free(c);
   dlock_client_free(admin);

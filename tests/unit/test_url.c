@@ -68,8 +68,51 @@ TEST(malformed_urls_are_rejected_with_the_reason) {
     int rc = dlock__url_parse(bad[i][0], &ep);
     if (rc != DLOCK_EURL) TEST_FAIL("'%s' gave %d", bad[i][0], rc);
     ASSERT_CONTAINS(dlock_last_error(), bad[i][1]);
-    ASSERT_CONTAINS(dlock_last_error(), bad[i][0]);
+    char shown[256]; /* the URL is quoted, its password masked ("redis://%zz@h") */
+    dlock_url_redact(bad[i][0], shown, sizeof shown);
+    ASSERT_CONTAINS(dlock_last_error(), shown);
   }
+}
+
+TEST(no_url_error_message_shows_the_password) {
+  /* Malformed in every place a parser might stop, with the password "s3cret"
+   * in the userinfo, alone, unencoded with '/', '?' or '@', or as a parameter. */
+  static const char *const bad[] = {
+      "redis://u:s3cret@host:99999",        "redis://s3cret@host:x",
+      "redis://u:pa/s3cret@host",           "redis://u:pa?s3cret@host",
+      "redis://u:p@s3cret@host:0",          "redis://u:s3cret@host?bogus=1",
+      "rediss://u:s3cret@[::1",             "unix:///tmp/r.sock?password=s3cret&bogus=1",
+      "unix://relative?password=s3cret",    "http://u:s3cret@host",
+      "redis://u:s3cret%zz@host",           "s3cret",
+      "unix:///s?password=pw&s3cret=1",     "redis://h?password=pw&s3cret",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dlock__endpoint ep;
+    int rc = dlock__url_parse(bad[i], &ep);
+    if (rc != DLOCK_EURL) TEST_FAIL("'%s' gave %d", bad[i], rc);
+    if (strstr(dlock_last_error(), "s3cret") && strcmp(bad[i], "s3cret") != 0)
+      TEST_FAIL("the message for '%s' shows the password: %s", bad[i], dlock_last_error());
+  }
+  /* A URL that is only a word has no userinfo: nothing to mask there. */
+  static const char *const shown[][2] = {
+      {"redis://app:p%40ss@cache:6380/3", "redis://app:***@cache:6380/3"},
+      {"redis://secret@127.0.0.1", "redis://***@127.0.0.1"},
+      {"redis://:secret@h", "redis://:***@h"},
+      {"redis://u:a@b/c?d@h:1", "redis://u:***@h:1"},
+      {"unix:///s?user=u&password=p&db=1", "unix:///s?user=u&password=***&db=1"},
+      {"unix://u:pw@/s", "unix://u:***@/s"},
+      {"unix:///s?cacert=/a@b", "unix:///s?cacert=/a@b"},
+      {"rediss://u:x@h?password=y", "rediss://u:***@h?password=***"},
+      {"redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"},
+  };
+  for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+    char buf[128];
+    dlock_url_redact(shown[i][0], buf, sizeof buf);
+    ASSERT_STR_EQ(buf, shown[i][1]);
+  }
+  char small[12];
+  dlock_url_redact("redis://u:secret@host", small, sizeof small);
+  ASSERT_STR_EQ(small, "redis://u:*");
 }
 
 TEST(names_with_braces_line_breaks_or_bad_sizes_are_refused) {

@@ -1,0 +1,119 @@
+/*
+ * cmd_doctor.c - "dlock doctor": is this Redis fit to hold locks? One line
+ * per dlock_client_check() finding (OK, WARN or FAIL, what was found and
+ * the fix), or one JSON object; exit 0 unless something FAILed.
+ */
+#include <string.h>
+
+#include "cli.h"
+
+enum { OPT_URL = 1, OPT_JSON };
+
+static const cli_opt doctor_opts[] = {
+  {"url", 0, 1, OPT_URL},
+  {"json", 0, 0, OPT_JSON},
+  {NULL, 0, 0, 0},
+};
+
+static const char *level_name(dlock_check_level level)
+{
+  switch (level) {
+  case DLOCK_CHECK_OK:
+    return "OK";
+  case DLOCK_CHECK_WARN:
+    return "WARN";
+  case DLOCK_CHECK_FAIL:
+    return "FAIL";
+  }
+  return "FAIL";
+}
+
+static void print_json(const char *server, const char *url, const dlock_check *checks, int n,
+                       int failed)
+{
+  printf("{\"server\": ");
+  cli_json_string(stdout, server);
+  printf(", \"url\": ");
+  cli_json_string(stdout, url);
+  printf(", \"ok\": %s, \"checks\": [", failed ? "false" : "true");
+  for (int i = 0; i < n; i++) {
+    printf("%s{\"name\": ", i ? ", " : "");
+    cli_json_string(stdout, checks[i].name);
+    printf(", \"level\": ");
+    cli_json_string(stdout, level_name(checks[i].level));
+    printf(", \"found\": ");
+    cli_json_string(stdout, checks[i].found);
+    printf(", \"fix\": ");
+    cli_json_string(stdout, checks[i].fix);
+    if (strcmp(checks[i].name, "clock") == 0 && strncmp(checks[i].found, "cannot", 6) != 0)
+      printf(", \"skew_ms\": %lld", (long long)checks[i].skew_ms);
+    printf("}");
+  }
+  printf("]}\n");
+}
+
+static void print_text(const dlock_check *checks, int n)
+{
+  for (int i = 0; i < n; i++) {
+    printf("%-4s  %-12s %s\n", level_name(checks[i].level), checks[i].name, checks[i].found);
+    if (checks[i].fix[0] != '\0')
+      printf("      %-12s fix: %s\n", "", checks[i].fix);
+  }
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+  cli_args args;
+  const char *arg;
+  const char *url = NULL;
+  int json = 0;
+  int id;
+
+  cli_args_init(&args, argc, argv, "doctor");
+  while ((id = cli_next_opt(&args, doctor_opts, &arg)) != CLI_OPT_DONE) {
+    if (id == CLI_OPT_ERROR)
+      return CLI_EXIT_USAGE;
+    if (id == OPT_URL)
+      url = arg;
+    else if (id == OPT_JSON)
+      json = 1;
+    else if (id == CLI_OPT_POSITIONAL)
+      return cli_usage_error("doctor", "unexpected argument '%s'", arg);
+  }
+
+  char shown[512];
+  cli_redact_url(cli_effective_url(url), shown, sizeof shown);
+  dlock_client_options opts;
+  dlock_client_options_init(&opts);
+  opts.url = url != NULL && url[0] != '\0' ? url : NULL;
+  dlock_client *c = NULL;
+  int st = dlock_client_new(&c, &opts);
+  if (st == DLOCK_EURL || st == DLOCK_EINVAL)
+    return cli_report(st, dlock_last_error(), "cannot use Redis at %s", shown);
+
+  dlock_check checks[DLOCK_CHECK_MAX];
+  int n = st == 0 ? dlock_client_check(c, checks, DLOCK_CHECK_MAX) : st;
+  if (n < 0) {
+    /* The first thing to fix: the server cannot be reached or logged in to. */
+    memset(checks, 0, sizeof checks);
+    checks[0].name = "connect";
+    checks[0].level = DLOCK_CHECK_FAIL;
+    snprintf(checks[0].found, sizeof checks[0].found, "cannot use Redis at %s: %s: %s", shown,
+             dlock_strerror(n), dlock_last_error());
+    snprintf(checks[0].fix, sizeof checks[0].fix, "%s",
+             n == DLOCK_EAUTH ? "check the user and password in the URL"
+                              : "check that redis-server runs there and the URL (--url, $DLOCK_URL)");
+    n = 1;
+  }
+  int failed = 0;
+  for (int i = 0; i < n; i++)
+    failed |= checks[i].level == DLOCK_CHECK_FAIL;
+  if (json) {
+    print_json(c != NULL ? dlock_client_server(c) : "", shown, checks, n, failed);
+  } else {
+    printf("dlock doctor: %s\n", c != NULL ? dlock_client_server(c) : shown);
+    print_text(checks, n);
+  }
+  dlock_client_free(c);
+  return failed ? 1 : CLI_EXIT_OK;
+}
