@@ -60,7 +60,9 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")
+  XX(ETIME,      -27, "invalid time")                                           \
+  XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
+  XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -136,6 +138,12 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
+/* A warning about the deployment that did not stop the client, e.g. Redis
+ * Sentinels that disagree on the master (the client follows the majority).
+ * Copies it into 'buf' (NUL-terminated) and returns 1, or 0 with "" when
+ * there is none. */
+DLOCK_API int dlock_client_topology_warning(dlock_client *c, char *buf, size_t len);
+
 /* ---- Mutex ---- */
 
 typedef struct dlock_mutex dlock_mutex;
@@ -146,7 +154,11 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
   DLOCK_LOST_UNREACHABLE = 3, /* renewal could not reach Redis before the lease ended */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
-  DLOCK_LOST_DEADLINE = 5     /* the local validity deadline passed without a renewal */
+  DLOCK_LOST_DEADLINE = 5,    /* the local validity deadline passed without a renewal */
+  /* The master changed since the hold began (Sentinel failover) and the new
+   * master does not hold our token: the write was not replicated in time,
+   * or another owner took the lock on the new master. */
+  DLOCK_LOST_FAILOVER = 6
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);

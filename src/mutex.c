@@ -270,6 +270,12 @@ static int undo_acquire(dlock_mutex *m) {
   return rc;
 }
 
+dlock_lost_reason dlock__lost_reason(dlock_mutex *m, int taken) {
+  dlock__topology *t = m->client->topo;
+  if (t->epoch && t->epoch(t) != m->topo_epoch) return DLOCK_LOST_FAILOVER;
+  return taken ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
+}
+
 static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start) {
   pthread_mutex_lock(&m->mu);
   m->fence = fence;
@@ -277,6 +283,7 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->watchdog_mode = m->opts.lease_ms == 0;
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
+  m->topo_epoch = m->client->topo->epoch ? m->client->topo->epoch(m->client->topo) : 0;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
 }
@@ -586,7 +593,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (rc) return fail(m, rc, "extend");
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
-    dlock__mutex_mark_lost(m, v == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+    dlock__mutex_mark_lost(m, dlock__lost_reason(m, v != 0));
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
                                 v == 0 ? "the key is gone" : "another owner holds it now"), "extend");

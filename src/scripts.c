@@ -84,7 +84,12 @@ static int is_noscript(const dlock__reply *r) {
 
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   pthread_once(&shas_once, compute_shas);
-  dlock__node *node = c->topo->route(c->topo, calls[0].keys[0], calls[0].keylens[0]);
+  int route_rc;
+  dlock__node *node = dlock__route(c, calls[0].keys[0], calls[0].keylens[0], &route_rc);
+  if (!node) {
+    for (size_t i = 0; i < n; i++) calls[i].maybe_ran = 0;
+    return route_rc;
+  }
   /* Small pipelines live on the stack; the watchdog's large ones on the heap. */
   eval_argv stack_e[4];
   dlock__cmd stack_cmds[4];

@@ -140,7 +140,10 @@ static void *watchdog_main(void *arg) {
           pthread_mutex_unlock(&m->mu);
           m->wd_next_renew = sent + lease / 3;
         } else if (r && r->type == DLOCK__REPLY_INTEGER) {
-          lose(wd, m, r->integer == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN, losses, &nloss);
+          pthread_mutex_lock(&m->mu);
+          dlock_lost_reason why = dlock__lost_reason(m, r->integer != 0);
+          pthread_mutex_unlock(&m->mu);
+          lose(wd, m, why, losses, &nloss);
         } else if (now >= valid_until) {
           lose(wd, m, DLOCK_LOST_UNREACHABLE, losses, &nloss);
         } else {
