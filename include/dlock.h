@@ -101,6 +101,11 @@ typedef struct dlock_client_options {
   /* redis://[user[:password]@]host[:port][/db]
    * rediss://... (TLS; query: ?cacert=F&cert=F&key=F&sni=NAME)
    * unix:///path/to/redis.sock[?db=N&user=U&password=P]
+   * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/SERVICE
+   *   [?db=N&master_user=U&master_password=P&wait_replicas=N&wait_timeout=MS]
+   *   (Redis Sentinel: the userinfo authenticates to the sentinels, port
+   *   26379 by default; the master's credentials are master_user and
+   *   master_password, or 'username'/'password' below; no TLS)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
@@ -117,6 +122,13 @@ typedef struct dlock_client_options {
   const char *tls_server_name; /* name checked in the server certificate; NULL: the host */
   int tls_skip_verify;         /* 1: do not verify the server (tests only) */
   int max_connections;         /* pooled command connections; 0: 64 */
+  /* After every acquire and renewal, `WAIT wait_replicas wait_timeout_ms` in
+   * the same pipeline: fewer acknowledging replicas fail closed with
+   * DLOCK_EREPLICAS (an acquire is undone; a renewal does not count, see
+   * docs/topologies.md). 0: no WAIT (or what the URL says). Costs one
+   * replication round trip per acquire and renewal. */
+  int wait_replicas;
+  int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
 } dlock_client_options;
 
 /* Fill 'opts' with defaults (all zero/NULL). */

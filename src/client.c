@@ -85,6 +85,23 @@ static int build_sentinel(const dlock_client_options *o, const char *url, dlock_
   return 0;
 }
 
+/* The WAIT options (the URL's unless the options say otherwise). */
+static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_replicas, int url_timeout_ms,
+                    int command_timeout_ms) {
+  if (o->wait_replicas < 0 || o->wait_replicas > 100)
+    return dlock__error(DLOCK_ERANGE, "wait_replicas is %d; it must be 0 (none) or 1..100", o->wait_replicas);
+  int replicas = o->wait_replicas ? o->wait_replicas : url_replicas;
+  int timeout = o->wait_timeout_ms ? o->wait_timeout_ms : url_timeout_ms;
+  if (!timeout) timeout = command_timeout_ms / 2;
+  if (replicas && (timeout <= 0 || timeout >= command_timeout_ms))
+    return dlock__error(DLOCK_ERANGE, "wait_timeout is %d ms; it must be 1 ms or more and shorter than the "
+                        "command timeout (%d ms), which bounds the pipeline that carries the WAIT",
+                        timeout, command_timeout_ms);
+  t->wait_replicas = replicas;
+  t->wait_timeout_ms = timeout;
+  return 0;
+}
+
 int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_client_new: 'out' is NULL");
@@ -111,9 +128,11 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
     c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
     pthread_mutex_init(&c->lazy_mu, NULL);
     rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+    int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
     if (!rc) rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
                                                &c->topo, c->server, sizeof c->server);
     else dlock__sentinel_url_clear(&u);
+    if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
     if (!rc) rc = dlock_client_ping(c);
     if (rc) {
       dlock_client_free(c);
@@ -138,6 +157,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
                                                &c->topo);
   else dlock__endpoint_clear(&ep);
+  if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
   if (!rc) rc = dlock_client_ping(c);
   if (rc) {
     dlock_client_free(c);

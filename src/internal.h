@@ -227,12 +227,18 @@ typedef struct dlock__script_call {
   const char *args[DLOCK__SCRIPT_MAX_ARGS];
   size_t arglens[DLOCK__SCRIPT_MAX_ARGS];
   int maybe_ran; /* out: the call failed after it may have reached the server */
+  /* out: replicas that acknowledged the pipeline's writes (WAIT after an
+   * acquire or extend, when the topology asks for it); -1 when not asked. */
+  int replicas;
 } dlock__script_call;
 
 const char *dlock__script_name(dlock__script_id id);
 /* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline
  * of EVALSHA; those answered NOSCRIPT are sent again as EVAL. */
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies);
+/* 1 when 'call' (an acquire or extend) needed WAIT and too few replicas
+ * acknowledged; the error detail says how many. */
+int dlock__replicas_short(dlock_client *c, const dlock__script_call *call);
 
 /* ---- Client (client.c) ---- */
 

@@ -327,6 +327,9 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
   call_arg(&call, lease_s, strlen(lease_s));
   int rc = run_one(m, &call, &r);
   if (!rc) rc = reply_int(r, result);
+  /* Extended on the master, but not acknowledged by the replicas asked for:
+   * the new lease would not survive a failover, so it does not count. */
+  if (!rc && *result == 1 && dlock__replicas_short(m->client, &call)) rc = DLOCK_EREPLICAS;
   dlock__reply_free(r);
   return rc;
 }
@@ -379,6 +382,13 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     }
     long long got = r->element[0]->integer, value = r->element[1]->integer;
     dlock__reply_free(r);
+    if (got == 1 && dlock__replicas_short(c, &call)) {
+      /* Fail closed: a lock the replicas may not have would not survive a
+       * failover. Undo it (or say the outcome is unknown). */
+      rc = give_up(m, lease, DLOCK_EREPLICAS);
+      if (rc != DLOCK_EUNKNOWN) dlock__error_prefix("acquired on the master but released again: ");
+      break;
+    }
     if (got == 1) {
       set_held(m, (uint64_t)value, lease, sent);
       rc = 0;

@@ -134,6 +134,11 @@ static void *watchdog_main(void *arg) {
         int64_t lease = m->lease_ms;
         dlock_mono_ms valid_until = m->valid_until;
         pthread_mutex_unlock(&m->mu);
+        /* A renewal the required replicas did not acknowledge does not count:
+         * it is retried like an unreachable server (see docs/topologies.md). */
+        int short_acked = r && r->type == DLOCK__REPLY_INTEGER && r->integer == 1 &&
+                          dlock__replicas_short(wd->client, &calls[i]);
+        if (short_acked) r = NULL;
         if (r && r->type == DLOCK__REPLY_INTEGER && r->integer == 1) {
           pthread_mutex_lock(&m->mu);
           m->valid_until = dlock__valid_until(sent, lease);

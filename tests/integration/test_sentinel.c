@@ -127,6 +127,61 @@ TEST(one_dead_sentinel_of_three_does_not_matter) {
   dlock_client_free(c);
 }
 
+/* ---- WAIT: locks acknowledged by replicas ---- */
+
+TEST(wait_replicas_fails_closed_when_too_few_replicas_acknowledge) {
+  char url[700];
+  /* Two replicas asked for, one exists: the acquire is undone. */
+  snprintf(url, sizeof url, "%s?wait_replicas=2&wait_timeout=200ms", set.url);
+  dlock_client *c;
+  ASSERT_OK(new_client(&c, url));
+  dlock_mutex *m = test_mutex(c, "s:wait2", 10000);
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EREPLICAS);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "only 1 of the 2 replicas");
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "released again");
+  ASSERT_EQ(dlock_mutex_fence(m), 0);
+  char out[256];
+  th_redis_cli(&set.master, out, sizeof out, "EXISTS s:wait2");
+  ASSERT_STR_EQ(out, "0");
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(wait_replicas_one_acquires_and_a_renewal_the_replica_misses_does_not_count) {
+  char url[700];
+  snprintf(url, sizeof url, "%s?wait_replicas=1&wait_timeout=300", set.url);
+  dlock_client *c;
+  ASSERT_OK(new_client(&c, url));
+  dlock_mutex *m = test_mutex(c, "s:wait1", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  /* The replica has the key: WAIT returned after it acknowledged. */
+  char out[256];
+  th_redis_cli(&set.replica, out, sizeof out, "EXISTS s:wait1");
+  ASSERT_STR_EQ(out, "1");
+  dlock_mono_ms valid = dlock_mutex_valid_until(m);
+  kill(set.replica.pid, SIGSTOP);
+  int rc = dlock_mutex_extend(m, 20000);
+  kill(set.replica.pid, SIGCONT);
+  ASSERT_STATUS(rc, DLOCK_EREPLICAS);
+  ASSERT_EQ(dlock_mutex_valid_until(m), valid);
+  ASSERT_OK(dlock_mutex_extend(m, 20000));
+  ASSERT(dlock_mutex_valid_until(m) > valid);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_wait_timeout_not_shorter_than_the_command_timeout_is_refused) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = set.url;
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 5000;
+  dlock_client *c = NULL;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_ERANGE);
+  ASSERT_CONTAINS(dlock_last_error(), "shorter than the command timeout");
+}
+
 /* ---- Sentinels that disagree ---- */
 
 TEST(when_sentinels_disagree_the_majority_wins_and_the_disagreement_is_reported) {
@@ -254,7 +309,7 @@ static void failover_with_lock(int wait_replicas, int lose_the_write, int *reaso
   ASSERT_OK(new_client(&c, url));
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
-  mo.watchdog_lease_ms = 15000 * th_time_factor();
+  mo.watchdog_lease_ms = 9000 * th_time_factor(); /* renewed every 3 s */
   mo.on_lost = on_lost;
   atomic_store(&lost_reason, 0);
   dlock_mutex *m = NULL;
@@ -266,8 +321,20 @@ static void failover_with_lock(int wait_replicas, int lose_the_write, int *reaso
   if (lose_the_write) kill(fo.replica.pid, SIGCONT);
   if (th_sentinel_wait_master(&fo, fo.replica.port, 30000 * th_time_factor()) != 0)
     TEST_FAIL("no failover to the replica within 30 s");
-  /* The watchdog renews every 5 s: within 10 s it has spoken to the new master. */
-  for (int i = 0; i < 200 && dlock_mutex_lost(m) == DLOCK_LOST_NONE; i++) th_sleep_ms(50 * th_time_factor());
+  if (wait_replicas) {
+    /* The new master needs a replica of its own to acknowledge renewals:
+     * the old master's slot gets a fresh server replicating from it. */
+    th_redis_stop(&fo.master);
+    char conf[128], info[4096] = "";
+    snprintf(conf, sizeof conf, "replicaof 127.0.0.1 %d\n", fo.replica.port);
+    if (th_redis_start(&fo.master, conf) != 0) TEST_FAIL("new replica");
+    for (int i = 0; i < 500 && !strstr(info, "master_link_status:up"); i++) {
+      th_sleep_ms(20);
+      th_redis_cli(&fo.master, info, sizeof info, "INFO replication");
+    }
+  }
+  /* The watchdog renews every 3 s: within 6 s it has spoken to the new master. */
+  for (int i = 0; i < 120 && dlock_mutex_lost(m) == DLOCK_LOST_NONE; i++) th_sleep_ms(50 * th_time_factor());
   *reason = (int)dlock_mutex_lost(m);
   if (*reason == 0) {
     /* Still held: the new master has our token. */
