@@ -314,6 +314,16 @@ static void failover_with_lock(int wait_replicas, int lose_the_write, int *reaso
   atomic_store(&lost_reason, 0);
   dlock_mutex *m = NULL;
   ASSERT_OK(dlock_mutex_new(&m, c, "s:failover", &mo));
+  /* A second client holds 's:queue' and our client waits on it once, so its
+   * subscriber listens for hand-offs on the master. */
+  dlock_client *c2;
+  ASSERT_OK(new_client(&c2, fo.url));
+  dlock_mutex *held = test_mutex(c2, "s:queue", 60000), *waiter = test_mutex(c, "s:queue", 60000);
+  ASSERT_OK(dlock_mutex_acquire(held, 0));
+  ASSERT_STATUS(dlock_mutex_acquire(waiter, 300), DLOCK_EBUSY);
+  char out[256];
+  th_redis_cli(&fo.master, out, sizeof out, "PUBSUB CHANNELS '{s:queue}:w:*'");
+  ASSERT_CONTAINS(out, "{s:queue}:w:");
   if (lose_the_write) block_replication(&fo);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   *before = dlock_mutex_fence(m);
@@ -344,15 +354,24 @@ static void failover_with_lock(int wait_replicas, int lose_the_write, int *reaso
     ASSERT_EQ(atomic_load(&lost_reason), *reason);
     dlock_mutex_release(m);
   }
+  /* The subscriber followed the master: it listens on the new one. */
+  out[0] = '\0';
+  for (int i = 0; i < 100 && !strstr(out, "{s:queue}:w:"); i++) {
+    th_sleep_ms(50);
+    th_redis_cli(&fo.replica, out, sizeof out, "PUBSUB CHANNELS '{s:queue}:w:*'");
+  }
+  ASSERT_CONTAINS(out, "{s:queue}:w:");
   /* The client follows the new master: a fresh acquire works there. */
   ASSERT_OK(dlock_mutex_acquire(m, 5000));
   *after = dlock_mutex_fence(m);
-  char out[256];
   th_redis_cli(&fo.replica, out, sizeof out, "EXISTS s:failover");
   ASSERT_STR_EQ(out, "1");
   ASSERT_OK(dlock_mutex_release(m));
   dlock_mutex_free(m);
+  dlock_mutex_free(waiter);
   dlock_client_free(c);
+  dlock_mutex_free(held);
+  dlock_client_free(c2);
   th_sentinel_set_stop(&fo);
 }
 
