@@ -69,13 +69,22 @@ static dlock__endpoint short_timeouts(const dlock__endpoint *ep) {
   return e;
 }
 
+/* The last error without the "host:port: " a connection error starts with
+ * (the message names the sentinel already). */
+static void copy_detail(answer *a, const dlock__endpoint *ep) {
+  const char *e = dlock_last_error();
+  size_t dl = strlen(ep->display);
+  if (!strncmp(e, ep->display, dl) && e[dl] == ':' && e[dl + 1] == ' ') e += dl + 2;
+  snprintf(a->detail, sizeof a->detail, "%s", e);
+}
+
 static void ask_one(const dlock__endpoint *sentinel, const char *service, answer *a) {
   memset(a, 0, sizeof *a);
   a->kind = ANS_FAILED;
   dlock__endpoint ep = short_timeouts(sentinel);
   dlock__conn *conn = NULL;
   if (dlock__conn_open(&ep, NULL, &conn) != 0) {
-    snprintf(a->detail, sizeof a->detail, "%s", dlock_last_error());
+    copy_detail(a, sentinel);
     return;
   }
   const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", service};
@@ -87,7 +96,7 @@ static void ask_one(const dlock__endpoint *sentinel, const char *service, answer
   if (!rc) rc = dlock__conn_flush(conn, deadline);
   if (!rc) rc = dlock__conn_read(conn, deadline, &r);
   if (rc) {
-    snprintf(a->detail, sizeof a->detail, "%s", dlock_last_error());
+    copy_detail(a, sentinel);
   } else if (r->type == DLOCK__REPLY_NIL) {
     a->kind = ANS_UNKNOWN;
   } else if (r->type == DLOCK__REPLY_ERROR) {
