@@ -27,6 +27,7 @@ typedef struct bench_opts {
   const char *json_path; /* NULL: no JSON */
   const char *scenario;  /* NULL: all */
   int quick;
+  int sentinel;          /* libdlock goes through a sentinel to the private server */
   bench_layout layout;
   int watchdog_locks;
   int64_t watchdog_lease_ms;

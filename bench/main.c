@@ -220,12 +220,15 @@ static void usage(FILE *out)
 {
   fprintf(out,
           "usage: dlock-bench [--quick] [--scenario NAME[,NAME...]] [--json FILE]\n"
-          "                   [--url redis://127.0.0.1:PORT] [--layout cross|same|none]\n"
+          "                   [--url redis://127.0.0.1:PORT | --sentinel]\n"
+          "                   [--layout cross|same|none]\n"
           "                   [--watchdog-locks N] [--watchdog-lease MS] [--watchdog-hold MS]\n"
           "\n"
           "Without --url a private redis-server is started (temp dir, free port, no\n"
           "persistence) and stopped on exit. --layout cross (default) pins redis-server to\n"
-          "CPU 0 and the bench to CPU 1; same puts both on CPU 0.\n"
+          "CPU 0 and the bench to CPU 1; same puts both on CPU 0. --sentinel adds a\n"
+          "sentinel monitoring the private server: libdlock resolves it through the\n"
+          "sentinel (redis-sentinel:// URL), the bare clients connect directly.\n"
           "Scenarios:\n");
   for (int s = 0; s < SCENARIO_COUNT; s++)
     fprintf(out, "  %-12s %s\n", scenarios[s].name, scenarios[s].what);
@@ -271,6 +274,8 @@ int main(int argc, char **argv)
       return 0;
     } else if (strcmp(a, "--quick") == 0) {
       o->quick = 1;
+    } else if (strcmp(a, "--sentinel") == 0) {
+      o->sentinel = 1;
     } else if (v && strcmp(a, "--url") == 0) {
       o->url = v, i++;
     } else if (v && strcmp(a, "--json") == 0) {

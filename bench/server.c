@@ -24,6 +24,8 @@
 static volatile pid_t own_server_pid;
 static pid_t bench_main_pid;
 static char dir_paths[4][320]; /* files to unlink, then the dir to rmdir */
+static char sentinel_paths[2][320]; /* --sentinel: its config and log, in the same dir */
+static volatile pid_t sentinel_pid;
 #define MAX_TRACKED 256
 static volatile pid_t tracked_children[MAX_TRACKED];
 
@@ -58,6 +60,13 @@ static void on_fatal_signal(int sig)
     for (int i = 0; i < 3; i++)
       if (dir_paths[i][0])
         unlink(dir_paths[i]);
+    if (sentinel_pid > 0) {
+      kill(sentinel_pid, SIGKILL);
+      waitpid(sentinel_pid, NULL, 0);
+    }
+    for (int i = 0; i < 2; i++)
+      if (sentinel_paths[i][0])
+        unlink(sentinel_paths[i]);
     if (dir_paths[3][0])
       rmdir(dir_paths[3]);
   }
@@ -214,6 +223,64 @@ static int start_own_server(bench_server *srv)
   return -1;
 }
 
+/* --sentinel: one sentinel (quorum 1) monitoring our own server as
+ * 'dlockbench'; libdlock then gets a redis-sentinel:// URL and resolves the
+ * master through it, while the bare clients keep talking to the server. */
+static int start_sentinel(bench_server *srv)
+{
+  snprintf(sentinel_paths[0], sizeof sentinel_paths[0], "%s/sentinel.conf", srv->dir);
+  snprintf(sentinel_paths[1], sizeof sentinel_paths[1], "%s/sentinel.log", srv->dir);
+  for (int attempt = 0; attempt < 5; attempt++) {
+    int port = free_port();
+    FILE *f = fopen(sentinel_paths[0], "w");
+    if (port <= 0 || !f) {
+      if (f)
+        fclose(f);
+      continue;
+    }
+    fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\ndaemonize no\n"
+               "sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n"
+               "sentinel monitor dlockbench 127.0.0.1 %d 1\n",
+            port, srv->dir, sentinel_paths[1], srv->port);
+    fclose(f);
+    pid_t pid = fork();
+    if (pid < 0)
+      return -1;
+    if (pid == 0) {
+      int devnull = open("/dev/null", O_RDWR);
+      if (devnull >= 0) {
+        dup2(devnull, 0);
+        dup2(devnull, 1);
+      }
+      execlp("redis-server", "redis-server", sentinel_paths[0], "--sentinel", (char *)NULL);
+      _exit(127);
+    }
+    sentinel_pid = pid;
+    bench_track_child(pid);
+    for (int i = 0; i < 100; i++) { /* at most 5 s */
+      bench_sleep_ms(50);
+      if (waitpid(pid, NULL, WNOHANG) == pid)
+        break;
+      struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
+      redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+      redisReply *r = ctx && !ctx->err ? redisCommand(ctx, "SENTINEL get-master-addr-by-name dlockbench") : NULL;
+      int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+      freeReplyObject(r);
+      redisFree(ctx);
+      if (ok) {
+        snprintf(srv->url, sizeof srv->url, "redis-sentinel://127.0.0.1:%d/dlockbench", port);
+        return 0;
+      }
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    bench_untrack_child(pid);
+    sentinel_pid = 0;
+  }
+  fprintf(stderr, "dlock-bench: the sentinel did not start (see %s)\n", sentinel_paths[1]);
+  return -1;
+}
+
 /* Pin 'pid' (0: this process) to one CPU, or to all CPUs when cpu < 0. */
 static int pin(pid_t pid, int cpu)
 {
@@ -314,9 +381,15 @@ int bench_server_setup(const bench_opts *opts, bench_server *srv)
   signal(SIGPIPE, SIG_IGN);
 
   if (opts->url) {
+    if (opts->sentinel) {
+      fprintf(stderr, "dlock-bench: --sentinel starts its own server and sentinel; drop --url\n");
+      return -1;
+    }
     if (parse_url(opts->url, srv) != 0)
       return -1;
   } else if (start_own_server(srv) != 0) {
+    return -1;
+  } else if (opts->sentinel && start_sentinel(srv) != 0) {
     return -1;
   }
   redisContext *ctx = bench_connect();
@@ -330,6 +403,15 @@ int bench_server_setup(const bench_opts *opts, bench_server *srv)
 
 void bench_server_teardown(bench_server *srv)
 {
+  if (sentinel_pid > 0) {
+    pid_t spid = sentinel_pid;
+    sentinel_pid = 0;
+    kill(spid, SIGTERM);
+    waitpid(spid, NULL, 0); /* a sentinel stops at once on SIGTERM */
+    bench_untrack_child(spid);
+    unlink(sentinel_paths[0]);
+    unlink(sentinel_paths[1]);
+  }
   if (srv->own_pid <= 0)
     return;
   pid_t pid = srv->own_pid;

@@ -57,6 +57,8 @@ int cli_exit_for_status(int status)
   case DLOCK_ENOPERM:
   case DLOCK_EREADONLY:
   case DLOCK_ESERVEROOM:
+  case DLOCK_ETOPOLOGY:
+  case DLOCK_EREPLICAS:
     return CLI_EXIT_UNAVAILABLE;
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:

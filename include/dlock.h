@@ -60,7 +60,9 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")                                          \
+  XX(ETIME,      -27, "invalid time")                                           \
+  XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
+  XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
   XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
 
 typedef enum dlock_status {
@@ -100,6 +102,11 @@ typedef struct dlock_client_options {
   /* redis://[user[:password]@]host[:port][/db]
    * rediss://... (TLS; query: ?cacert=F&cert=F&key=F&sni=NAME)
    * unix:///path/to/redis.sock[?db=N&user=U&password=P]
+   * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/SERVICE
+   *   [?db=N&master_user=U&master_password=P&wait_replicas=N&wait_timeout=MS]
+   *   (Redis Sentinel: the userinfo authenticates to the sentinels, port
+   *   26379 by default; the master's credentials are master_user and
+   *   master_password, or 'username'/'password' below; no TLS)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
@@ -122,6 +129,13 @@ typedef struct dlock_client_options {
   const char *tls_server_name; /* name checked in the server certificate; NULL: the host */
   int tls_skip_verify;         /* 1: do not verify the server (tests only) */
   int max_connections;         /* pooled command connections; 0: 64 */
+  /* After every acquire and renewal, `WAIT wait_replicas wait_timeout_ms` in
+   * the same pipeline: fewer acknowledging replicas fail closed with
+   * DLOCK_EREPLICAS (an acquire is undone; a renewal does not count, see
+   * docs/topologies.md). 0: no WAIT (or what the URL says). Costs one
+   * replication round trip per acquire and renewal. */
+  int wait_replicas;
+  int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
 } dlock_client_options;
 
 /* Fill 'opts' with defaults (all zero/NULL). */
@@ -190,6 +204,12 @@ DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
  * libdlock that quotes a URL masks it this way. */
 DLOCK_API void dlock_url_redact(const char *url, char *buf, size_t len);
 
+/* A warning about the deployment that did not stop the client, e.g. Redis
+ * Sentinels that disagree on the master (the client follows the majority).
+ * Copies it into 'buf' (NUL-terminated) and returns 1, or 0 with "" when
+ * there is none. */
+DLOCK_API int dlock_client_topology_warning(dlock_client *c, char *buf, size_t len);
+
 /* ---- Mutex ---- */
 
 typedef struct dlock_mutex dlock_mutex;
@@ -200,7 +220,11 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
   DLOCK_LOST_UNREACHABLE = 3, /* renewals were sent but none succeeded before valid_until */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
-  DLOCK_LOST_DEADLINE = 5     /* valid_until passed without a renewal (fixed leases) */
+  DLOCK_LOST_DEADLINE = 5,    /* valid_until passed without a renewal (fixed leases) */
+  /* The master changed since the hold began (Sentinel failover) and the new
+   * master does not hold our token: the write was not replicated in time,
+   * or another owner took the lock on the new master. */
+  DLOCK_LOST_FAILOVER = 6
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);

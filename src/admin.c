@@ -159,7 +159,12 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
     match[m++] = *p;
   }
   snprintf(match + m, sizeof match - m, "*}:meta");
-  dlock__node *node = c->topo->route(c->topo, "", 0);
+  int route_rc;
+  dlock__node *node = dlock__route(c, "", 0, &route_rc);
+  if (!node) {
+    dlock__error_prefix("list on %s: ", c->server);
+    return route_rc;
+  }
   char cursor[32] = "0";
   int count = 0;
   do {

@@ -61,6 +61,49 @@ static int build_endpoint(const dlock_client_options *o, dlock__endpoint *ep) {
   return 0;
 }
 
+/* A redis-sentinel:// URL: the options' credentials are the master's (the
+ * sentinels' are in the URL's userinfo); TLS is not offered there yet. */
+static int build_sentinel(const dlock_client_options *o, const char *url, dlock__sentinel_url *u) {
+  int rc;
+  if ((rc = check_timeout("connect_timeout_ms", o->connect_timeout_ms)) ||
+      (rc = check_timeout("command_timeout_ms", o->command_timeout_ms)))
+    return rc;
+  if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
+    return dlock__error(DLOCK_EINVAL, "TLS options given with a redis-sentinel:// URL; dlock speaks to "
+                        "sentinels and their master without TLS only");
+  if ((rc = dlock__url_parse_sentinel(url, u))) return rc;
+  if ((rc = override(&u->master.username, o->username)) || (rc = override(&u->master.password, o->password))) {
+    dlock__sentinel_url_clear(u);
+    return rc;
+  }
+  int connect_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
+  int command_ms = o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
+  u->master.connect_timeout_ms = connect_ms;
+  u->master.command_timeout_ms = command_ms;
+  for (int i = 0; i < u->nsentinels; i++) {
+    u->sentinel[i].connect_timeout_ms = connect_ms;
+    u->sentinel[i].command_timeout_ms = command_ms;
+  }
+  return 0;
+}
+
+/* The WAIT options (the URL's unless the options say otherwise). */
+static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_replicas, int url_timeout_ms,
+                    int command_timeout_ms) {
+  if (o->wait_replicas < 0 || o->wait_replicas > 100)
+    return dlock__error(DLOCK_ERANGE, "wait_replicas is %d; it must be 0 (none) or 1..100", o->wait_replicas);
+  int replicas = o->wait_replicas ? o->wait_replicas : url_replicas;
+  int timeout = o->wait_timeout_ms ? o->wait_timeout_ms : url_timeout_ms;
+  if (!timeout) timeout = command_timeout_ms / 2;
+  if (replicas && (timeout <= 0 || timeout >= command_timeout_ms))
+    return dlock__error(DLOCK_ERANGE, "wait_timeout is %d ms; it must be 1 ms or more and shorter than the "
+                        "command timeout (%d ms), which bounds the pipeline that carries the WAIT",
+                        timeout, command_timeout_ms);
+  t->wait_replicas = replicas;
+  t->wait_timeout_ms = timeout;
+  return 0;
+}
+
 int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_client_new: 'out' is NULL");
@@ -73,6 +116,33 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
     return dlock__error(DLOCK_ERANGE, "max_connections is %d; it must be 0 (default %d) or 1..%d",
                         o.max_connections, DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS);
 
+  const char *url = o.url ? o.url : getenv("DLOCK_URL");
+  if (url && dlock__url_is_sentinel(url)) {
+    dlock__sentinel_url u;
+    if ((rc = build_sentinel(&o, url, &u))) return rc;
+    dlock_client *c = calloc(1, sizeof *c);
+    if (!c) {
+      dlock__sentinel_url_clear(&u);
+      return dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+    c->command_timeout_ms = u.master.command_timeout_ms;
+    c->prefix = strdup(o.key_prefix ? o.key_prefix : "");
+    c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
+    pthread_mutex_init(&c->lazy_mu, NULL);
+    rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+    int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
+    if (!rc) rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                               &c->topo, c->server, sizeof c->server);
+    else dlock__sentinel_url_clear(&u);
+    if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
+    if (!rc) rc = dlock_client_ping(c);
+    if (rc) {
+      dlock_client_free(c);
+      return rc;
+    }
+    *out = c;
+    return 0;
+  }
   dlock__endpoint ep;
   if ((rc = build_endpoint(&o, &ep))) return rc;
   dlock_client *c = calloc(1, sizeof *c);
@@ -95,6 +165,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
                                                &c->topo);
   else dlock__endpoint_clear(&ep);
+  if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
   if (!rc) rc = dlock_client_ping(c);
   if (!rc) dlock__check_at_connect(c);
   if (rc) {
@@ -118,13 +189,22 @@ void dlock_client_free(dlock_client *c) {
 
 const char *dlock_client_server(const dlock_client *c) { return c ? c->server : ""; }
 
+int dlock_client_topology_warning(dlock_client *c, char *buf, size_t len) {
+  if (!buf || !len) return 0;
+  buf[0] = '\0';
+  if (!c || !c->topo->warning) return 0;
+  return c->topo->warning(c->topo, buf, len);
+}
+
 int dlock_client_ping(dlock_client *c) {
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_ping: client is NULL");
   const char *argv[1] = {"PING"};
   size_t lens[1] = {4};
   dlock__cmd cmd = {1, argv, lens};
   dlock__reply *r = NULL;
-  int rc = dlock__node_exec(c->topo->route(c->topo, "", 0), &cmd, 1, &r, NULL);
+  int rc;
+  dlock__node *node = dlock__route(c, "", 0, &rc);
+  if (node) rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
   if (!rc && r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     dlock__error(rc, "%s: PING failed: %s", c->server, r->str);

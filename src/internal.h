@@ -69,6 +69,24 @@ typedef struct dlock__endpoint {
 int dlock__url_parse(const char *url, dlock__endpoint *ep);
 void dlock__endpoint_clear(dlock__endpoint *ep);
 
+/* A redis-sentinel:// URL (url.c): the sentinels to ask, the service name,
+ * and the master's endpoint template (db, credentials; the host comes from
+ * the sentinels). */
+#define DLOCK__SENTINEL_MAX 16
+typedef struct dlock__sentinel_url {
+  int nsentinels;
+  dlock__endpoint sentinel[DLOCK__SENTINEL_MAX];
+  char *service;
+  dlock__endpoint master;
+  int wait_replicas;   /* WAIT after acquire and renewal; 0: none */
+  int wait_timeout_ms; /* 0: default */
+  char shown[300];     /* the URL with passwords masked, for messages */
+} dlock__sentinel_url;
+
+int dlock__url_is_sentinel(const char *url);
+int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *u);
+void dlock__sentinel_url_clear(dlock__sentinel_url *u);
+
 /* ---- Replies (conn.c) ---- */
 
 typedef enum dlock__reply_type {
@@ -138,6 +156,10 @@ typedef struct dlock__node {
   int nidle;
   int nopen;
   int max_conns;
+  /* Set when a command failed on the connection or was answered READONLY or
+   * MASTERDOWN: a topology that can move (Sentinel) re-resolves before the
+   * next command. */
+  atomic_int suspect;
 } dlock__node;
 
 int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns);
@@ -163,9 +185,28 @@ struct dlock__topology {
   const char *kind;
   dlock__node *(*route)(dlock__topology *t, const char *key, size_t keylen);
   void (*destroy)(dlock__topology *t);
+  /* Optional (NULL for standalone). */
+  /* route() that can fail: NULL with '*rc' and dlock__error set when no node
+   * can be found (sentinels unreachable, ...). Use through dlock__route(). */
+  dlock__node *(*route_rc)(dlock__topology *t, const char *key, size_t keylen, int *rc);
+  /* How many times the master changed since the client started: a hold
+   * that began at another value may have been lost to a failover. */
+  uint64_t (*epoch)(dlock__topology *t);
+  /* Copy a warning about the deployment (sentinels that disagree) into
+   * 'buf'; 1 when there is one. */
+  int (*warning)(dlock__topology *t, char *buf, size_t len);
+  /* WAIT numreplicas timeout after acquire and renewal (0: none). */
+  int wait_replicas;
+  int wait_timeout_ms;
 };
 
 int dlock__topology_standalone_new(const dlock__endpoint *ep, int max_conns, dlock__topology **out);
+/* Sentinel (topo_sentinel.c): resolves the master of 'u->service' through
+ * the sentinels; takes over 'u'. '*display' receives a name for messages. */
+int dlock__topology_sentinel_new(dlock__sentinel_url *u, int max_conns, dlock__topology **out, char *display,
+                                 size_t displaylen);
+/* Route with the error status: the node, or NULL and the status in '*rc'. */
+dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc);
 
 /* ---- Scripts (scripts.c) ---- */
 
@@ -197,6 +238,9 @@ typedef struct dlock__script_call {
   size_t arglens[DLOCK__SCRIPT_MAX_ARGS];
   int maybe_ran; /* out: the call failed after it may have reached the server */
   int resent;    /* out: dlock__script_run_twice_safe sent it a second time */
+  /* out: replicas that acknowledged the pipeline's writes (WAIT after an
+   * acquire or extend, when the topology asks for it); -1 when not asked. */
+  int replicas;
 } dlock__script_call;
 
 const char *dlock__script_name(dlock__script_id id);
@@ -215,6 +259,9 @@ int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dloc
 /* The same, giving up at 'limit' when that comes before the command timeout. */
 int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
                             dlock_mono_ms limit);
+/* 1 when 'call' (an acquire or extend) needed WAIT and too few replicas
+ * acknowledged; the error detail says how many. */
+int dlock__replicas_short(dlock_client *c, const dlock__script_call *call);
 
 /* ---- Client (client.c) ---- */
 
@@ -280,6 +327,7 @@ struct dlock_mutex {
   dlock_mono_ms valid_until;
   int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
   atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
+  uint64_t topo_epoch;    /* the topology's epoch when the hold began */
   int lost_fd;            /* eventfd, -1 until asked for */
 
   /* Waiting (see waiters.c). */
@@ -319,6 +367,9 @@ dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now)
  * handled at 'now': 1 when it counts (valid_until moves), 0 when the hold was
  * lost before (the deadline passed first). Caller holds m->mu. */
 int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now);
+/* Why a hold is gone when Redis says the key is gone (taken 0) or another
+ * token's (taken 1): FAILOVER when the master changed since the hold began. */
+dlock_lost_reason dlock__lost_reason(dlock_mutex *m, int taken);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
 

@@ -315,6 +315,12 @@ static int undo_acquire(dlock_mutex *m) {
   return rc;
 }
 
+dlock_lost_reason dlock__lost_reason(dlock_mutex *m, int taken) {
+  dlock__topology *t = m->client->topo;
+  if (t->epoch && t->epoch(t) != m->topo_epoch) return DLOCK_LOST_FAILOVER;
+  return taken ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
+}
+
 static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start) {
   pthread_mutex_lock(&m->mu);
   m->fence = fence;
@@ -323,6 +329,7 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
   m->renew_tried = 0;
+  m->topo_epoch = m->client->topo->epoch ? m->client->topo->epoch(m->client->topo) : 0;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
 }
@@ -368,6 +375,9 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
    * first run never deletes. */
   int rc = run_one(m, &call, &r);
   if (!rc) rc = reply_int(r, result);
+  /* Extended on the master, but not acknowledged by the replicas asked for:
+   * the new lease would not survive a failover, so it does not count. */
+  if (!rc && *result == 1 && dlock__replicas_short(m->client, &call)) rc = DLOCK_EREPLICAS;
   dlock__reply_free(r);
   return rc;
 }
@@ -424,6 +434,13 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     }
     long long got = r->element[0]->integer, value = r->element[1]->integer;
     dlock__reply_free(r);
+    if (got == 1 && dlock__replicas_short(c, &call)) {
+      /* Fail closed: a lock the replicas may not have would not survive a
+       * failover. Undo it (or say the outcome is unknown). */
+      rc = give_up(m, lease, DLOCK_EREPLICAS);
+      if (rc != DLOCK_EUNKNOWN) dlock__error_prefix("acquired on the master but released again: ");
+      break;
+    }
     if (got == 1) {
       set_held(m, (uint64_t)value, lease, sent);
       rc = 0;
@@ -661,7 +678,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (rc) return fail(m, rc, "extend");
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
-    dlock__mutex_mark_lost(m, v == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+    dlock__mutex_mark_lost(m, dlock__lost_reason(m, v != 0));
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
                                 v == 0 ? "the key is gone" : "another owner holds it now"), "extend");

@@ -113,6 +113,17 @@ static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__r
   return 0;
 }
 
+/* Remember on the node what a failover looks like from here (see 'suspect'). */
+static int note_outcome(dlock__node *node, int rc, dlock__reply **replies, size_t n) {
+  if (rc == DLOCK_EIO || rc == DLOCK_ECONNECT || rc == DLOCK_ETIMEDOUT) atomic_store(&node->suspect, 1);
+  for (size_t i = 0; !rc && i < n; i++)
+    if (replies[i] && replies[i]->type == DLOCK__REPLY_ERROR &&
+        (!strncmp(replies[i]->str, "READONLY", 8) || !strncmp(replies[i]->str, "MASTERDOWN", 10) ||
+         strstr(replies[i]->str, "READONLY You can't write")))
+      atomic_store(&node->suspect, 1);
+  return rc;
+}
+
 int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent) {
   return dlock__node_exec_until(node, cmds, n, replies, sent, INT64_MAX);
 }
@@ -127,21 +138,26 @@ int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, 
   if (limit < deadline) deadline = limit;
   dlock__conn *conn;
   int rc = borrow(node, &conn, deadline, limit);
-  if (rc) return rc;
+  if (rc) return note_outcome(node, rc, replies, n);
   size_t nread;
   rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);
   give_back(node, conn);
-  if (rc) {
-    for (size_t i = 0; i < n; i++) {
-      dlock__reply_free(replies[i]);
-      replies[i] = NULL;
-    }
+  if (!rc) return note_outcome(node, 0, replies, n);
+  for (size_t i = 0; i < n; i++) {
+    dlock__reply_free(replies[i]);
+    replies[i] = NULL;
   }
   /* Never sent again from here: once the bytes may have left, the server may
    * have run the commands even if the connection then failed before any
    * reply (a proxy, a failover, CLIENT KILL). Whether a resend is safe is
    * the caller's decision, per script (docs/design.md, "Lost replies"). */
-  return rc;
+  return note_outcome(node, rc, replies, n);
+}
+
+dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc) {
+  *rc = 0;
+  if (c->topo->route_rc) return c->topo->route_rc(c->topo, key, keylen, rc);
+  return c->topo->route(c->topo, key, keylen);
 }
 
 /* ---- Standalone topology ---- */

@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -89,6 +90,47 @@ static int is_noscript(const dlock__reply *r) {
   return r && r->type == DLOCK__REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8);
 }
 
+/* The topology's WAIT, when one of 'calls' takes or renews a lock. */
+static int wants_wait(const dlock_client *c, const dlock__script_call *calls, size_t n) {
+  if (c->topo->wait_replicas <= 0) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (calls[i].script == DLOCK__SCRIPT_ACQUIRE || calls[i].script == DLOCK__SCRIPT_EXTEND) return 1;
+  return 0;
+}
+
+/* dlock__node_exec of 'k' commands, followed in the same pipeline (so on the
+ * same connection, whose writes WAIT counts) by WAIT when 'wait' is set:
+ * '*acked' receives its answer (-1 when not asked or not an integer). */
+static int exec_with_wait(dlock_client *c, dlock__node *node, dlock__cmd *cmds, size_t k, dlock__reply **replies,
+                          int *sent, int wait, int *acked, dlock_mono_ms limit) {
+  *acked = -1;
+  if (!wait) return dlock__node_exec_until(node, cmds, k, replies, sent, limit);
+  char nrep[16], tmo[16];
+  snprintf(nrep, sizeof nrep, "%d", c->topo->wait_replicas);
+  snprintf(tmo, sizeof tmo, "%d", c->topo->wait_timeout_ms);
+  const char *argv[3] = {"WAIT", nrep, tmo};
+  size_t lens[3] = {4, strlen(nrep), strlen(tmo)};
+  dlock__cmd *all = malloc((k + 1) * sizeof *all);
+  dlock__reply **rall = calloc(k + 1, sizeof *rall);
+  if (!all || !rall) {
+    free(all);
+    free(rall);
+    *sent = 0;
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  memcpy(all, cmds, k * sizeof *all);
+  all[k] = (dlock__cmd){3, argv, lens};
+  int rc = dlock__node_exec_until(node, all, k + 1, rall, sent, limit);
+  if (!rc) {
+    memcpy(replies, rall, k * sizeof *replies);
+    if (rall[k]->type == DLOCK__REPLY_INTEGER) *acked = (int)rall[k]->integer;
+    dlock__reply_free(rall[k]);
+  }
+  free(all);
+  free(rall);
+  return rc;
+}
+
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   return dlock__script_run_until(c, calls, n, replies, INT64_MAX);
 }
@@ -96,7 +138,12 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
 int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
                             dlock_mono_ms limit) {
   pthread_once(&shas_once, compute_shas);
-  dlock__node *node = c->topo->route(c->topo, calls[0].keys[0], calls[0].keylens[0]);
+  int route_rc;
+  dlock__node *node = dlock__route(c, calls[0].keys[0], calls[0].keylens[0], &route_rc);
+  if (!node) {
+    for (size_t i = 0; i < n; i++) calls[i].maybe_ran = 0, calls[i].replicas = -1;
+    return route_rc;
+  }
   /* Small pipelines live on the stack; the watchdog's large ones on the heap. */
   eval_argv stack_e[4];
   dlock__cmd stack_cmds[4];
@@ -111,8 +158,10 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     goto done;
   }
   for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
-  int sent = 0;
-  rc = dlock__node_exec_until(node, cmds, n, replies, &sent, limit);
+  int sent = 0, wait = wants_wait(c, calls, n), acked = -1;
+  for (size_t i = 0; i < n; i++) calls[i].replicas = -1;
+  rc = exec_with_wait(c, node, cmds, n, replies, &sent, wait, &acked, limit);
+  for (size_t i = 0; i < n; i++) calls[i].replicas = acked;
   for (size_t i = 0; i < n; i++) calls[i].maybe_ran = rc && sent;
   if (rc) goto done;
   size_t nretry = 0;
@@ -124,7 +173,8 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     } else {
-      rc = dlock__node_exec_until(node, cmds, nretry, again, &sent, limit);
+      rc = exec_with_wait(c, node, cmds, nretry, again, &sent, wait, &acked, limit);
+      for (size_t j = 0; j < nretry; j++) calls[retry[j]].replicas = acked;
       for (size_t j = 0; j < nretry; j++) calls[retry[j]].maybe_ran = rc && sent;
       for (size_t j = 0; j < nretry; j++) {
         if (rc) break;
@@ -164,4 +214,13 @@ int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dloc
     if (!rc) dlock__error_clear(); /* the first try's error is answered */
   }
   return rc;
+}
+
+int dlock__replicas_short(dlock_client *c, const dlock__script_call *call) {
+  int want = c->topo->wait_replicas;
+  if (want <= 0 || call->replicas >= want) return 0;
+  dlock__error(DLOCK_EREPLICAS, "only %d of the %d replicas required acknowledged the write within %d ms "
+               "(WAIT); check the replicas (INFO replication)", call->replicas < 0 ? 0 : call->replicas, want,
+               c->topo->wait_timeout_ms);
+  return 1;
 }

@@ -303,3 +303,211 @@ void dlock__endpoint_clear(dlock__endpoint *ep) {
   free(ep->tls_server_name);
   memset(ep, 0, sizeof *ep);
 }
+
+/* ---- Sentinel URLs ----
+ *
+ *   redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/SERVICE[?params]
+ *
+ * The userinfo authenticates to the sentinels; the master's own credentials
+ * are the parameters master_user and master_password. Ports default to 26379.
+ * Other parameters: db, wait_replicas, wait_timeout (ms). */
+
+#define SENTINEL_SCHEME "redis-sentinel://"
+
+int dlock__url_is_sentinel(const char *url) {
+  return url && !strncmp(url, SENTINEL_SCHEME, strlen(SENTINEL_SCHEME));
+}
+
+/* 'url' with the passwords (userinfo, master_password=) replaced by "****". */
+static void mask_sentinel_url(const char *url, char *out, size_t outlen) {
+  const char *rest = url + strlen(SENTINEL_SCHEME);
+  const char *slash = strchr(rest, '/'), *at = NULL;
+  for (const char *p = rest; *p && p != slash; p++)
+    if (*p == '@') at = p;
+  size_t o = 0;
+  out[0] = '\0';
+#define PUT(s, n) do { size_t n_ = (n); if (o + n_ >= outlen) n_ = outlen - 1 - o; memcpy(out + o, (s), n_); o += n_; out[o] = '\0'; } while (0)
+  PUT(url, strlen(SENTINEL_SCHEME));
+  if (at) {
+    const char *colon = memchr(rest, ':', (size_t)(at - rest));
+    if (colon) PUT(rest, (size_t)(colon - rest) + 1);
+    PUT("****", 4);
+    rest = at;
+  }
+  /* Copy the rest, masking the value of master_password. */
+  while (*rest && o + 1 < outlen) {
+    const char *key = strstr(rest, "master_password=");
+    if (!key || (key != rest && key[-1] != '?' && key[-1] != '&')) {
+      PUT(rest, strlen(rest));
+      break;
+    }
+    PUT(rest, (size_t)(key - rest) + strlen("master_password="));
+    PUT("****", 4);
+    rest = key + strlen("master_password=");
+    while (*rest && *rest != '&') rest++;
+  }
+#undef PUT
+}
+
+static int bad_sentinel_url(const dlock__sentinel_url *u, const char *why) {
+  return dlock__error(DLOCK_EURL,
+                      "bad Redis Sentinel URL '%s': %s (expected redis-sentinel://[user[:password]@]"
+                      "host[:port][,host[:port]...]/SERVICE[?db=N&master_user=U&master_password=P"
+                      "&wait_replicas=N&wait_timeout=MS])", u->shown, why);
+}
+
+/* One "host[:port]" of the sentinel list into 'ep' (port 26379 by default). */
+static int parse_sentinel_host(dlock__sentinel_url *u, const char *s, size_t n, dlock__endpoint *ep) {
+  const char *end = s + n, *port = NULL, *hstart = s, *hend;
+  if (n == 0) return bad_sentinel_url(u, "an empty sentinel address in the list");
+  if (*s == '[') {
+    const char *rb = memchr(s, ']', n);
+    if (!rb) return bad_sentinel_url(u, "IPv6 host without ']'");
+    hstart = s + 1;
+    hend = rb;
+    if (rb + 1 < end) {
+      if (rb[1] != ':') return bad_sentinel_url(u, "junk after an IPv6 host");
+      port = rb + 2;
+    }
+  } else {
+    const char *colon = memchr(s, ':', n);
+    hend = colon ? colon : end;
+    if (colon) port = colon + 1;
+  }
+  if (hend == hstart) return bad_sentinel_url(u, "a sentinel address without a host");
+  for (const char *p = hstart; p < hend; p++)
+    if (!isalnum((unsigned char)*p) && !strchr(".-_:", *p)) return bad_sentinel_url(u, "bad character in a sentinel host");
+  if (!(ep->host = dup_range(hstart, (size_t)(hend - hstart)))) return DLOCK_ENOMEM;
+  ep->port = 26379;
+  if (port) {
+    long v;
+    if (parse_int(port, (size_t)(end - port), 1, 65535, &v) != 0)
+      return bad_sentinel_url(u, "a sentinel port must be a number 1..65535");
+    ep->port = (int)v;
+  }
+  snprintf(ep->display, sizeof ep->display, "%s%s%s:%d", strchr(ep->host, ':') ? "[" : "", ep->host,
+           strchr(ep->host, ':') ? "]" : "", ep->port);
+  return 0;
+}
+
+static int apply_sentinel_param(dlock__sentinel_url *u, const char *k, size_t kn, const char *v, size_t vn) {
+  int bad = 0;
+  char **target = NULL;
+  long num;
+#define KEY_IS(lit) (kn == strlen(lit) && !memcmp(k, lit, kn))
+  if (KEY_IS("db")) {
+    if (parse_int(v, vn, 0, 1000000, &num) != 0) return bad_sentinel_url(u, "db must be a number 0..1000000");
+    u->master.db = (int)num;
+    return 0;
+  }
+  if (KEY_IS("wait_replicas")) {
+    if (parse_int(v, vn, 0, 100, &num) != 0) return bad_sentinel_url(u, "wait_replicas must be a number 0..100");
+    u->wait_replicas = (int)num;
+    return 0;
+  }
+  if (KEY_IS("wait_timeout")) {
+    /* Milliseconds; a trailing "ms" is accepted. */
+    if (vn > 2 && !memcmp(v + vn - 2, "ms", 2)) vn -= 2;
+    if (parse_int(v, vn, 1, 3600000, &num) != 0)
+      return bad_sentinel_url(u, "wait_timeout must be a number of milliseconds 1..3600000");
+    u->wait_timeout_ms = (int)num;
+    return 0;
+  }
+  if (KEY_IS("master_user")) target = &u->master.username;
+  else if (KEY_IS("master_password")) target = &u->master.password;
+  else return dlock__error(DLOCK_EURL, "bad Redis Sentinel URL '%s': unknown parameter '%.*s' (known: db, "
+                           "master_user, master_password, wait_replicas, wait_timeout)", u->shown, (int)kn, k);
+#undef KEY_IS
+  free(*target);
+  *target = decode(v, vn, &bad);
+  if (!*target) return bad ? bad_sentinel_url(u, "bad percent-encoding in a parameter") : DLOCK_ENOMEM;
+  return 0;
+}
+
+static int parse_sentinel(const char *url, dlock__sentinel_url *u) {
+  const char *rest = url + strlen(SENTINEL_SCHEME);
+  const char *qm = strchr(rest, '?');
+  const char *end = qm ? qm : rest + strlen(rest);
+  const char *slash = memchr(rest, '/', (size_t)(end - rest));
+  const char *hosts_end = slash ? slash : end;
+  const char *at = NULL;
+  for (const char *p = rest; p < hosts_end; p++)
+    if (*p == '@') at = p;
+  char *user = NULL, *pass = NULL;
+  int bad = 0;
+  if (at) {
+    const char *colon = memchr(rest, ':', (size_t)(at - rest));
+    const char *pstart = colon ? colon + 1 : rest;
+    if (colon && colon > rest && !(user = decode(rest, (size_t)(colon - rest), &bad)))
+      return bad ? bad_sentinel_url(u, "bad percent-encoding in the user name") : DLOCK_ENOMEM;
+    if (at > pstart && !(pass = decode(pstart, (size_t)(at - pstart), &bad))) {
+      free(user);
+      return bad ? bad_sentinel_url(u, "bad percent-encoding in the password") : DLOCK_ENOMEM;
+    }
+    rest = at + 1;
+  }
+  int rc = 0;
+  for (const char *p = rest; p <= hosts_end && !rc;) {
+    const char *comma = memchr(p, ',', (size_t)(hosts_end - p));
+    const char *item_end = comma ? comma : hosts_end;
+    if (u->nsentinels == DLOCK__SENTINEL_MAX) {
+      rc = bad_sentinel_url(u, "more than 16 sentinels");
+      break;
+    }
+    dlock__endpoint *ep = &u->sentinel[u->nsentinels];
+    rc = parse_sentinel_host(u, p, (size_t)(item_end - p), ep);
+    if (rc) break;
+    u->nsentinels++;
+    for (int i = 0; i + 1 < u->nsentinels && !rc; i++)
+      if (!strcmp(u->sentinel[i].host, ep->host) && u->sentinel[i].port == ep->port) {
+        char why[400];
+        snprintf(why, sizeof why, "sentinel %s is listed twice", ep->display);
+        rc = bad_sentinel_url(u, why);
+      }
+    if (rc) break;
+    if (user && !(ep->username = strdup(user))) rc = DLOCK_ENOMEM;
+    if (pass && !(ep->password = strdup(pass))) rc = DLOCK_ENOMEM;
+    p = item_end + 1;
+  }
+  free(user);
+  if (pass) {
+    memset(pass, 0, strlen(pass));
+    free(pass);
+  }
+  if (rc) return rc;
+  if (!slash || slash + 1 >= end) return bad_sentinel_url(u, "no service name after the sentinel list ('/SERVICE')");
+  if (memchr(slash + 1, '/', (size_t)(end - slash - 1)))
+    return bad_sentinel_url(u, "the service name may not contain '/' (use ?db=N for the database)");
+  if (!(u->service = decode(slash + 1, (size_t)(end - slash - 1), &bad)))
+    return bad ? bad_sentinel_url(u, "bad percent-encoding in the service name") : DLOCK_ENOMEM;
+  for (const char *q = qm ? qm + 1 : NULL; q && *q;) {
+    const char *amp = strchr(q, '&');
+    size_t n = amp ? (size_t)(amp - q) : strlen(q);
+    const char *eq = memchr(q, '=', n);
+    if (!eq) return bad_sentinel_url(u, "a query parameter has no '='");
+    if ((rc = apply_sentinel_param(u, q, (size_t)(eq - q), eq + 1, n - (size_t)(eq - q) - 1))) return rc;
+    q += n + (amp ? 1 : 0);
+  }
+  return 0;
+}
+
+int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *u) {
+  memset(u, 0, sizeof *u);
+  if (!dlock__url_is_sentinel(url)) return bad_url(url ? url : "(null)", "not a redis-sentinel:// URL");
+  mask_sentinel_url(url, u->shown, sizeof u->shown);
+  for (const char *p = url; *p; p++)
+    if ((unsigned char)*p <= ' ') return bad_sentinel_url(u, "contains whitespace or a control character");
+  int rc = parse_sentinel(url, u);
+  if (rc == DLOCK_ENOMEM) dlock__error(DLOCK_ENOMEM, "out of memory parsing URL");
+  if (rc) dlock__sentinel_url_clear(u);
+  return rc;
+}
+
+void dlock__sentinel_url_clear(dlock__sentinel_url *u) {
+  for (int i = 0; i < u->nsentinels; i++) dlock__endpoint_clear(&u->sentinel[i]);
+  /* A failed parse may leave a half-filled entry past the count. */
+  if (u->nsentinels < DLOCK__SENTINEL_MAX) dlock__endpoint_clear(&u->sentinel[u->nsentinels]);
+  free(u->service);
+  dlock__endpoint_clear(&u->master);
+  memset(u, 0, sizeof *u);
+}

@@ -129,14 +129,19 @@ static int sync_subscriptions(dlock__subscriber *s, dlock__conn *conn) {
 static void *subscriber_main(void *arg) {
   dlock__subscriber *s = arg;
   dlock_client *c = s->client;
-  dlock__node *node = c->topo->route(c->topo, "", 0);
+  dlock__node *node = NULL; /* the node 'conn' is connected to */
   dlock__conn *conn = NULL;
   int64_t backoff = 50;
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
     if (!conn) {
       pthread_mutex_unlock(&s->mu);
-      int rc = dlock__conn_open(&node->ep, node->ssl_ctx, &conn);
+      /* Asked on every reconnect: under Sentinel the master may have moved,
+       * and hand-offs are published on the master. */
+      int rc;
+      node = dlock__route(c, "", 0, &rc);
+      if (node) rc = dlock__conn_open(&node->ep, node->ssl_ctx, &conn);
+      if (node && rc) atomic_store(&node->suspect, 1); /* ask the topology again next time */
       pthread_mutex_lock(&s->mu);
       if (rc) {
         snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
@@ -170,6 +175,12 @@ static void *subscriber_main(void *arg) {
           dlock__reply_free(r);
         }
       }
+    }
+    if (!rc && c->topo->epoch) {
+      /* The master moved (failover): subscribe on the new one. */
+      int route_rc;
+      if (dlock__route(c, "", 0, &route_rc) != node)
+        rc = dlock__error(DLOCK_EIO, "the master moved; subscribing on the new one");
     }
     pthread_mutex_lock(&s->mu);
     if (rc) {

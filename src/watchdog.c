@@ -113,13 +113,17 @@ static void renew(dlock__watchdog *wd, renewal *batch, size_t nbatch, dlock__scr
     int64_t lease = batch[i].lease;
     m->wd_in_callback = 0;
     const dlock__reply *r = rc ? NULL : replies[i];
+    /* A renewal the required replicas did not acknowledge does not count:
+     * it is retried like an unreachable server (see docs/topologies.md). */
+    if (r && r->type == DLOCK__REPLY_INTEGER && r->integer == 1 && dlock__replicas_short(wd->client, &calls[i]))
+      r = NULL;
     int renewed = 0;
     pthread_mutex_lock(&m->mu);
     if (r && r->type == DLOCK__REPLY_INTEGER) {
       if (r->integer == 1)
         renewed = dlock__mutex_renewed(m, sent, lease, now);
       else /* unless the deadline was seen passing first */
-        dlock__mutex_mark_lost(m, r->integer == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+        dlock__mutex_mark_lost(m, dlock__lost_reason(m, r->integer != 0));
     }
     dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
     dlock_mono_ms valid_until = m->valid_until;

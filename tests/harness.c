@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TH_MAX_SERVERS 16
+#define TH_MAX_SERVERS 32
 static th_redis *live[TH_MAX_SERVERS];
 
 static void kill_all_live(void) {
@@ -165,7 +165,7 @@ static int launch(th_redis *r) {
     /* Own process group: a Ctrl-C aimed at the test does not hit the server
      * before the test has stopped it by PID. */
     setpgid(0, 0);
-    execlp("redis-server", "redis-server", conf, (char *)NULL);
+    execlp("redis-server", "redis-server", conf, r->sentinel ? "--sentinel" : (char *)NULL, (char *)NULL);
     _exit(127);
   }
   r->pid = pid;
@@ -173,8 +173,9 @@ static int launch(th_redis *r) {
   return wait_ready(r);
 }
 
-int th_redis_start(th_redis *r, const char *extra_conf) {
+static int start(th_redis *r, const char *extra_conf, int sentinel) {
   memset(r, 0, sizeof *r);
+  r->sentinel = sentinel;
   snprintf(r->dir, sizeof r->dir, "%s/dlock-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(r->dir)) { perror("harness: mkdtemp"); return -1; }
   snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
@@ -187,6 +188,9 @@ int th_redis_start(th_redis *r, const char *extra_conf) {
   }
   return -1;
 }
+
+int th_redis_start(th_redis *r, const char *extra_conf) { return start(r, extra_conf, 0); }
+int th_sentinel_start(th_redis *r, const char *conf) { return start(r, conf, 1); }
 
 static void stop_pid(th_redis *r) {
   if (r->pid <= 0) return;

@@ -21,11 +21,14 @@ typedef struct th_redis {
   char sock[300];    /* unix socket path */
   char url[512];     /* redis://127.0.0.1:PORT */
   char extra[2048];  /* extra config lines given at start (kept for restart) */
+  int sentinel;      /* run with --sentinel (see harness_sentinel.h) */
 } th_redis;
 
 /* Start a server; 'extra_conf' (may be NULL) is appended to its config.
  * Returns 0, or -1 with a message on stderr. */
 int th_redis_start(th_redis *r, const char *extra_conf);
+/* The same, as a Redis Sentinel ('conf' holds its sentinel lines). */
+int th_sentinel_start(th_redis *r, const char *conf);
 /* Stop by PID (SIGTERM, then SIGKILL after 5 s) and remove the temp dir. */
 void th_redis_stop(th_redis *r);
 /* kill -9 the server and start it again on the same port and dir. */
