@@ -60,7 +60,8 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")
+  XX(ETIME,      -27, "invalid time")                                              \
+  XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -212,7 +213,9 @@ DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
 DLOCK_API int dlock_mutex_remaining(dlock_mutex *m, int64_t *ttl_ms);
 
 /* Fencing token of the current hold: strictly larger than every token issued
- * before for this name. 0 when not held. */
+ * before for this name, at most 2^63-1. 0 when not held. When the name's
+ * fence counter holds anything but an integer below 2^63-1, acquire fails
+ * with DLOCK_EFENCE (never a repeated token). */
 DLOCK_API uint64_t dlock_mutex_fence(const dlock_mutex *m);
 
 /* Local view, no I/O: the reason the current hold was lost, or
@@ -265,7 +268,9 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
 
 /* Atomically compare 'token' with the highest token recorded for 'resource'
  * and record it if not lower. 0: admitted (token >= highest seen);
- * DLOCK_ESTALE: a newer holder has written since, reject the write. */
+ * DLOCK_ESTALE: a newer holder has written since, reject the write.
+ * DLOCK_ERANGE: 'token' is 0 or above 2^63-1 (never issued by dlock);
+ * DLOCK_EFENCE: the recorded value is no such integer (the key is named). */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
 
 /* ---- Cron and time (pure, no I/O but zoneinfo files) ---- */

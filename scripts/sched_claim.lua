@@ -12,6 +12,8 @@ if bad then return bad end
 local last, who = dlock_last_tick(KEYS[6])
 if last >= tick then return {0, 'claimed', who} end
 local now_ms, now_us = dlock_now()
+local f, err = dlock_fence_next(KEYS[2], now_us)
+if not f then return err end
 redis.call('SET', KEYS[6], dlock_num(tick) .. '|' .. ARGV[4], 'PX', FENCE_TTL_MS)
 if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
   local holder = redis.call('HGET', KEYS[3], 'info') or '?'
@@ -19,10 +21,9 @@ if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
                 'skipped: previous run still going', ARGV[6])
   return {0, 'busy', holder}
 end
-local f
 if ARGV[5] == '1' then
-  f = dlock_next_fence(KEYS[2], now_us)
+  redis.call('SET', KEYS[2], f, 'PX', FENCE_TTL_MS)
 else
-  f = dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us)
+  dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us, f)
 end
-return {1, dlock_num(f), dlock_num(now_ms)}
+return {1, f, dlock_num(now_ms)}

@@ -308,6 +308,13 @@ static const char *el_str(const dlock__reply *r, size_t i) {
   return i < r->elements && r->element[i]->type == DLOCK__REPLY_STRING ? r->element[i]->str : "";
 }
 
+/* Element 'i' of a claim's reply as a fencing token; -1 with an error. */
+static int el_fence(const dlock__reply *r, size_t i, const job *j, uint64_t *fence) {
+  const char *s = el_str(r, i);
+  if (dlock__parse_fence(s, strlen(s), fence) == 0 && *fence > 0) return 0;
+  return dlock__error(DLOCK_EFENCE, "job '%s': the claim gave fence '%.40s', not an integer in 1..2^63-1", j->name, s);
+}
+
 /* After a claim or finish whose reply was lost: the job lock may hold our
  * token for lock_at_most_for. Delete it if so (withdraw.lua does exactly
  * delete-if-token), so that the next tick is not blocked. */
@@ -388,7 +395,15 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
   }
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
   if (claimed == 1) {
-    uint64_t fence = strtoull(el_str(r, 1), NULL, 10);
+    uint64_t fence;
+    if (el_fence(r, 1, j, &fence) != 0) { /* never run without a valid fence */
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", dlock_last_error());
+      dlock__reply_free(r);
+      undo_claim(s, j, token);
+      emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, DLOCK_EFENCE, msg);
+      return;
+    }
     char start[24];
     snprintf(start, sizeof start, "%s", el_str(r, 2));
     dlock__reply_free(r);
@@ -425,8 +440,16 @@ static int64_t run_delay(dlock_sched *s, job *j) {
   }
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
   if (claimed == 1 && r->elements >= 4) {
-    uint64_t fence = strtoull(el_str(r, 1), NULL, 10);
+    uint64_t fence;
     int64_t tick = strtoll(el_str(r, 3), NULL, 10);
+    if (el_fence(r, 1, j, &fence) != 0) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", dlock_last_error());
+      dlock__reply_free(r);
+      undo_claim(s, j, token);
+      emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, DLOCK_EFENCE, msg);
+      return wall_ms() + poll;
+    }
     char start[24];
     snprintf(start, sizeof start, "%s", el_str(r, 2));
     dlock__reply_free(r);
@@ -654,9 +677,8 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
     const char *bar = strchr(p, '|');
     if (!bar) continue;
     snprintf(rec->node, sizeof rec->node, "%.*s", (int)(bar - p), p);
-    char *end;
-    rec->fence = strtoull(bar + 1, &end, 10);
-    if (*end != '|') continue;
+    char *end = strchr(bar + 1, '|');
+    if (!end || dlock__parse_fence(bar + 1, (size_t)(end - bar - 1), &rec->fence) != 0) continue;
     rec->scheduled_unix_ms = strtoll(end + 1, &end, 10);
     if (*end != '|') continue;
     rec->start_unix_ms = strtoll(end + 1, &end, 10);
