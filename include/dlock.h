@@ -316,8 +316,17 @@ typedef enum dlock_sched_event_kind {
   DLOCK_SCHED_SKIPPED_BUSY = 3,  /* the previous run still held the job lock: no overlap */
   DLOCK_SCHED_SKIPPED_POOL = 4,  /* every worker of this node was busy; left to other nodes */
   DLOCK_SCHED_MISFIRED = 5,      /* the tick was too late to run (see docs/scheduler.md) */
-  DLOCK_SCHED_ERROR = 6          /* Redis failed; 'status' and 'message' say how */
+  DLOCK_SCHED_ERROR = 6,         /* Redis failed; 'status' and 'message' say how */
+  /* This node's clock is ahead of the Redis server's by more than
+   * DLOCK_SCHED_CLOCK_TOLERANCE_MS: the tick was not claimed, so that the
+   * nodes with a correct clock run it. 'clock_skew_ms' is the measured skew,
+   * 'message' says what to fix. Reported for every tick until fixed. */
+  DLOCK_SCHED_CLOCK_SKEW = 7
 } dlock_sched_event_kind;
+
+/* How far a tick may lie ahead of the Redis server's clock when a node
+ * claims it (docs/scheduler.md). */
+#define DLOCK_SCHED_CLOCK_TOLERANCE_MS 5000
 
 typedef struct dlock_sched_event {
   dlock_sched_event_kind kind;
@@ -327,7 +336,8 @@ typedef struct dlock_sched_event {
   uint64_t fence;
   int64_t duration_ms;  /* RAN: how long the run took */
   int status;           /* RAN: the job's result; ERROR: a DLOCK_E* code */
-  const char *message;  /* ERROR: detail (valid during the callback only) */
+  const char *message;  /* ERROR, CLOCK_SKEW: detail (valid during the callback only) */
+  int64_t clock_skew_ms; /* CLOCK_SKEW: this node's clock minus the server's, measured */
 } dlock_sched_event;
 
 typedef struct dlock_sched_options {

@@ -315,6 +315,23 @@ static int el_fence(const dlock__reply *r, size_t i, const job *j, uint64_t *fen
   return dlock__error(DLOCK_EFENCE, "job '%s': the claim gave fence '%.40s', not an integer in 1..2^63-1", j->name, s);
 }
 
+/* A claim refused because 'tick' lies ahead of the server's clock: this
+ * node's clock is wrong. The skew is measured at the middle of the call. */
+static void report_skew(dlock_sched *s, const job *j, int64_t tick, int64_t sent, int64_t received,
+                        const char *server_now_s) {
+  int64_t server_now = strtoll(server_now_s, NULL, 10);
+  int64_t skew = sent + (received - sent) / 2 - server_now;
+  char text[1024];
+  snprintf(text, sizeof text, "this node's clock is %.1f s ahead of the clock of the Redis server %s (measured "
+           "over a %lld ms round trip); the tick is %.1f s in the server's future, beyond the %.1f s tolerance, "
+           "so it was not claimed: claiming it would make every node skip the ticks before it. Fix this node's "
+           "clock (NTP)", (double)skew / 1000, s->client->server, (long long)(received - sent),
+           (double)(tick - server_now) / 1000, DLOCK_SCHED_CLOCK_TOLERANCE_MS / 1000.0);
+  if (!s->opts.on_event) return;
+  dlock_sched_event ev = {DLOCK_SCHED_CLOCK_SKEW, j->name, tick, s->node, 0, -1, 0, text, skew};
+  s->opts.on_event(&ev, s->opts.on_event_arg);
+}
+
 /* After a claim or finish whose reply was lost: the job lock may hold our
  * token for lock_at_most_for. Delete it if so (withdraw.lua does exactly
  * delete-if-token), so that the next tick is not blocked. */
@@ -368,7 +385,7 @@ static void run_claimed(dlock_sched *s, job *j, int64_t tick, const char *token,
 }
 
 static void run_tick(dlock_sched *s, job *j, int64_t tick) {
-  char token[DLOCK__TOKEN_HEX + 1], tick_s[24], atmost_s[24], hist_s[16];
+  char token[DLOCK__TOKEN_HEX + 1], tick_s[24], atmost_s[24], hist_s[16], ahead_s[24];
   int rc = dlock__random_hex(token, DLOCK__TOKEN_HEX / 2);
   if (rc) {
     emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, dlock_last_error());
@@ -385,7 +402,10 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
   add_arg(&call, s->node);
   add_arg(&call, j->opts.allow_overlap ? "1" : "0");
   add_arg(&call, hist_s);
+  snprintf(ahead_s, sizeof ahead_s, "%d", DLOCK_SCHED_CLOCK_TOLERANCE_MS);
+  add_arg(&call, ahead_s);
   dlock__reply *r = NULL;
+  int64_t sent = wall_ms();
   if ((rc = run_script(s, j, &call, 3, &r))) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
@@ -408,6 +428,11 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
     snprintf(start, sizeof start, "%s", el_str(r, 2));
     dlock__reply_free(r);
     run_claimed(s, j, tick, token, fence, start);
+    return;
+  }
+  if (!strcmp(el_str(r, 1), "ahead")) {
+    report_skew(s, j, tick, sent, wall_ms(), el_str(r, 2));
+    dlock__reply_free(r);
     return;
   }
   int busy = !strcmp(el_str(r, 1), "busy");
