@@ -66,7 +66,10 @@ static void deliver(dlock__subscriber *s, const char *payload) {
     if (strlen(m->waiter_id) == idlen && !memcmp(m->waiter_id, payload, idlen)) {
       pthread_mutex_lock(&m->mu);
       m->woken = 1;
-      m->granted_fence = space ? strtoull(space + 1, NULL, 10) : 0;
+      /* Exact, or 0 (no grant seen): the re-check then finds the lock ours. */
+      uint64_t f = 0;
+      if (!space || dlock__parse_fence(space + 1, strlen(space + 1), &f) != 0) f = 0;
+      m->granted_fence = f;
       pthread_cond_broadcast(&m->cv);
       pthread_mutex_unlock(&m->mu);
       break;
