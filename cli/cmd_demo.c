@@ -470,6 +470,10 @@ static void sched_event(const dlock_sched_event *ev, void *arg)
     if (sc->errors++ == 0)
       sc->first_error = ev->status;
     break;
+  case DLOCK_SCHED_CLOCK_SKEW: /* cannot happen on one machine's clock */
+    if (sc->errors++ == 0)
+      sc->first_error = DLOCK_ETIME;
+    break;
   }
   pthread_mutex_unlock(&sc->mu);
 }

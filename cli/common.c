@@ -63,6 +63,7 @@ int cli_exit_for_status(int status)
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:
   case DLOCK_EWRONGTYPE:
+  case DLOCK_EFENCE:
   case DLOCK_ENOMEM:
   case DLOCK_EUNKNOWN:
   case DLOCK_ESYS:

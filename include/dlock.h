@@ -61,6 +61,7 @@ extern "C" {
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
   XX(ETIME,      -27, "invalid time")                                           \
+  XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from") \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
   XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
@@ -300,7 +301,9 @@ DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
 DLOCK_API int dlock_mutex_remaining(dlock_mutex *m, int64_t *ttl_ms);
 
 /* Fencing token of the current hold: strictly larger than every token issued
- * before for this name. 0 when not held. */
+ * before for this name, at most 2^63-1. 0 when not held. When the name's
+ * fence counter holds anything but an integer below 2^63-1, acquire fails
+ * with DLOCK_EFENCE (never a repeated token). */
 DLOCK_API uint64_t dlock_mutex_fence(const dlock_mutex *m);
 
 /* Local view, no I/O: the reason the current hold was lost, or
@@ -375,7 +378,9 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
 
 /* Atomically compare 'token' with the highest token recorded for 'resource'
  * and record it if not lower. 0: admitted (token >= highest seen);
- * DLOCK_ESTALE: a newer holder has written since, reject the write. */
+ * DLOCK_ESTALE: a newer holder has written since, reject the write.
+ * DLOCK_ERANGE: 'token' is 0 or above 2^63-1 (never issued by dlock);
+ * DLOCK_EFENCE: the recorded value is no such integer (the key is named). */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
 
 /* ---- Cron and time (pure, no I/O but zoneinfo files) ---- */
@@ -421,8 +426,17 @@ typedef enum dlock_sched_event_kind {
   DLOCK_SCHED_SKIPPED_BUSY = 3,  /* the previous run still held the job lock: no overlap */
   DLOCK_SCHED_SKIPPED_POOL = 4,  /* every worker of this node was busy; left to other nodes */
   DLOCK_SCHED_MISFIRED = 5,      /* the tick was too late to run (see docs/scheduler.md) */
-  DLOCK_SCHED_ERROR = 6          /* Redis failed; 'status' and 'message' say how */
+  DLOCK_SCHED_ERROR = 6,         /* Redis failed; 'status' and 'message' say how */
+  /* This node's clock is ahead of the Redis server's by more than
+   * DLOCK_SCHED_CLOCK_TOLERANCE_MS: the tick was not claimed, so that the
+   * nodes with a correct clock run it. 'clock_skew_ms' is the measured skew,
+   * 'message' says what to fix. Reported for every tick until fixed. */
+  DLOCK_SCHED_CLOCK_SKEW = 7
 } dlock_sched_event_kind;
+
+/* How far a tick may lie ahead of the Redis server's clock when a node
+ * claims it (docs/scheduler.md). */
+#define DLOCK_SCHED_CLOCK_TOLERANCE_MS 5000
 
 typedef struct dlock_sched_event {
   dlock_sched_event_kind kind;
@@ -432,7 +446,8 @@ typedef struct dlock_sched_event {
   uint64_t fence;
   int64_t duration_ms;  /* RAN: how long the run took */
   int status;           /* RAN: the job's result; ERROR: a DLOCK_E* code */
-  const char *message;  /* ERROR: detail (valid during the callback only) */
+  const char *message;  /* ERROR, CLOCK_SKEW: detail (valid during the callback only) */
+  int64_t clock_skew_ms; /* CLOCK_SKEW: this node's clock minus the server's, measured */
 } dlock_sched_event;
 
 typedef struct dlock_sched_options {

@@ -1,7 +1,8 @@
 -- acquire.lua: take the lock if free; otherwise (optionally) join the wait queue.
 -- ARGV: 1 token, 2 lease_ms, 3 waiter id ('' = try only, do not queue),
 --       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info
--- Returns {1, fence} when the caller owns the lock, {0, holder's pttl} when not.
+-- Returns {1, fence} when the caller owns the lock (the fence as a decimal
+-- string: exact to 2^63-1), {0, holder's pttl} when not.
 -- The uncontended path (lock free, no queue) is kept to the fewest calls.
 local token, lease, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local cur = redis.call('GET', KEYS[1])
@@ -19,11 +20,12 @@ if cur == token then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)
   end
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')}
+  return {1, redis.call('HGET', KEYS[3], 'fence') or '0'}
 end
 local now_ms, now_us = dlock_now()
 if not cur then
-  local f = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
+  local f, err = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
+  if not f then return err end
   if in_queue then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)

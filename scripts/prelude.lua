@@ -29,24 +29,74 @@ local function dlock_check_lock_keys(keys)
       or dlock_check_type(keys[4], 'zset') or dlock_check_type(keys[5], 'hash')
 end
 
--- The next fencing token: above the last one issued for this lock, and never
--- below the server clock in microseconds, so that tokens keep rising even
--- after the counter was lost (restart without persistence, FLUSHALL).
-local function dlock_next_fence(fence_key, now_us)
-  local f = (tonumber(redis.call('GET', fence_key) or '0') or 0) + 1
-  if now_us > f then f = now_us end
-  redis.call('SET', fence_key, dlock_num(f), 'PX', FENCE_TTL_MS)
-  return f
+-- Fencing tokens are decimal strings, never Lua numbers: those are doubles,
+-- which round above 2^53 (and turned 1e20 into the same token every time).
+-- A token is an integer in 1..2^63-1 (what Redis INCR can count to), so a
+-- counter that can still rise holds 0..2^63-2. Comparison: by length, then
+-- by digits (canonical strings: no sign, no leading zeros).
+local FENCE_MAX = '9223372036854775807'
+local FENCE_LAST_COUNTER = '9223372036854775806'
+
+-- Is 's' a canonical integer in 0..'max' (a 19-digit decimal string)?
+local function dlock_fence_ok(s, max)
+  local n = #s
+  if n < 19 then return n > 0 and (string.find(s, '^[1-9]%d*$') ~= nil or s == '0') end
+  return n == 19 and string.find(s, '^%d+$') ~= nil and s <= max
+end
+
+local function dlock_fence_lt(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+
+-- 's' + 1 for a canonical decimal string: bump the digit before the trailing 9s.
+local function dlock_fence_incr(s)
+  local head, nines = string.match(s, '^(.-)(9*)$')
+  local zeros = string.rep('0', #nines)
+  if head == '' then return '1' .. zeros end
+  return string.sub(head, 1, -2) .. string.char(string.byte(head, -1) + 1) .. zeros
+end
+
+-- What a key that should hold a token holds, quoted for an error message.
+local function dlock_shown(v)
+  local shown = string.gsub(string.sub(v, 1, 40), '[^%w%p ]', '?')
+  if #v > 40 then shown = shown .. '...' end
+  return "'" .. shown .. "'"
+end
+
+-- The next fencing token: above the last one issued for this lock (the
+-- counter at 'fence_key'), and never below the server clock in microseconds,
+-- so that tokens keep rising even after the counter was lost (restart
+-- without persistence, FLUSHALL). Reads only. Returns the token, or nil and
+-- an error reply when the counter holds anything else: a repeated token
+-- would let two holders past a guard.
+local function dlock_fence_next(fence_key, now_us)
+  local now = dlock_num(now_us)
+  local cur = redis.call('GET', fence_key)
+  if not cur then return now end
+  if not dlock_fence_ok(cur, FENCE_LAST_COUNTER) then
+    return nil, redis.error_reply('EFENCE fence counter ' .. fence_key .. ' holds ' .. dlock_shown(cur) ..
+      ', not an integer in 0..' .. FENCE_LAST_COUNTER .. ', so no fence above it can be issued. ' ..
+      'Set it to the highest fence really issued for this lock, or delete it if none was above the ' ..
+      'server clock in microseconds; at ' .. FENCE_MAX .. ' it is used up: take a new lock name. ' ..
+      'See docs/errors.md')
+  end
+  if dlock_fence_lt(cur, now) then return now end
+  return dlock_fence_incr(cur)
 end
 
 -- Make 'token' the owner for 'lease' ms and record who holds it since when.
 -- The fence read and the HSET come first: on a key of another type each fails
 -- before anything is written. This is the hot path: no call here is spare.
-local function dlock_take(keys, token, lease, info, now_ms, now_us)
-  local f = (tonumber(redis.call('GET', keys[2]) or '0') or 0) + 1
-  if now_us > f then f = now_us end
-  redis.call('HSET', keys[3], 'fence', dlock_num(f), 'since', dlock_num(now_ms), 'info', info)
-  redis.call('SET', keys[2], dlock_num(f), 'PX', FENCE_TTL_MS)
+-- 'f' (optional): the fence, when the caller has read it already. Returns
+-- the fence, or nil and an error reply (nothing written).
+local function dlock_take(keys, token, lease, info, now_ms, now_us, f)
+  local err
+  if not f then
+    f, err = dlock_fence_next(keys[2], now_us)
+    if not f then return nil, err end
+  end
+  redis.call('HSET', keys[3], 'fence', f, 'since', dlock_num(now_ms), 'info', info)
+  redis.call('SET', keys[2], f, 'PX', FENCE_TTL_MS)
   redis.call('SET', keys[1], token, 'PX', lease)
   redis.call('PEXPIRE', keys[3], lease)
   return f
@@ -69,9 +119,12 @@ local function dlock_grant_next(keys, now_ms, now_us)
       local cid = string.match(id, '^(%x+):')
       if exp and cid and tonumber(exp) > now_ms then
         local f = dlock_take(keys, token, tonumber(claim), info, now_ms, now_us)
+        -- A corrupt fence counter: grant nothing. The waiters learn why
+        -- (DLOCK_EFENCE) at their next re-check, which runs acquire.
+        if not f then return false end
         -- pcall: without channel rights (ACL) the waiter still gets the lock by its
         -- re-check; the release itself must not fail after its writes.
-        redis.pcall('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. dlock_num(f))
+        redis.pcall('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f)
         return true
       end
     end

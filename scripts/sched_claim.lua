@@ -1,20 +1,26 @@
 -- sched_claim.lua: claim one tick of a scheduled job (cron or fixed rate).
 -- KEYS: 1-5 the job lock's keys, 6 last claimed tick, 7 history.
 -- ARGV: 1 tick_ms, 2 token, 3 lock_at_most_for_ms, 4 node, 5 allow overlap ('1'/'0'),
---       6 history length.
+--       6 history length, 7 how far ahead of the server clock a tick may be (ms).
 -- A tick is claimed at most once: a node whose clock lags finds it taken. The
 -- job lock keeps runs from overlapping; a tick that finds it held is consumed
--- as skipped. Returns {1, fence, start_ms}, {0, 'claimed', node} or {0, 'busy', holder}.
+-- as skipped. A tick further ahead of the server's clock than ARGV[7] is
+-- refused: it comes from a node whose clock is wrong, and claiming it would
+-- make every node skip the ticks before it.
+-- Returns {1, fence, start_ms}, {0, 'claimed', node}, {0, 'busy', holder} or
+-- {0, 'ahead', server now_ms}.
 -- Safe to run twice: the tick record names the claiming run's token, so a
 -- second run of the same claim (its reply was lost) gets the first one's answer.
-local tick = tonumber(ARGV[1])
+local tick, ahead = tonumber(ARGV[1]), tonumber(ARGV[7])
 local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
     or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[7], 'list')
 if bad then return bad end
+local now_ms, now_us = dlock_now()
+if tick > now_ms + ahead then return {0, 'ahead', dlock_num(now_ms)} end
 local last, who, owner = dlock_last_tick(KEYS[6])
 if last == tick and owner == ARGV[2] then
   if ARGV[5] == '1' then -- no job lock: the fence is the last one issued, the start is now
-    return {1, redis.call('GET', KEYS[2]) or '0', dlock_num(dlock_now())}
+    return {1, redis.call('GET', KEYS[2]) or '0', dlock_num(now_ms)}
   end
   if redis.call('GET', KEYS[1]) == ARGV[2] then
     local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
@@ -22,8 +28,18 @@ if last == tick and owner == ARGV[2] then
   end
   return {0, 'busy', redis.call('HGET', KEYS[3], 'info') or '?'}
 end
+if last > now_ms + ahead then
+  -- Claimed by a node whose clock ran ahead (a dlock without this check).
+  -- Trust it only for the ticks that can have been claimed before it was
+  -- written (its 30-day expiry dates the write), so that ticks due now by the
+  -- server's clock run.
+  local pttl = redis.call('PTTL', KEYS[6])
+  last = 0
+  if pttl > 0 then last = now_ms - (FENCE_TTL_MS - pttl) + ahead end
+end
 if last >= tick then return {0, 'claimed', who} end
-local now_ms, now_us = dlock_now()
+local f, err = dlock_fence_next(KEYS[2], now_us)
+if not f then return err end
 redis.call('SET', KEYS[6], dlock_num(tick) .. '|' .. ARGV[4] .. '|' .. ARGV[2], 'PX', FENCE_TTL_MS)
 if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
   local holder = redis.call('HGET', KEYS[3], 'info') or '?'
@@ -31,10 +47,9 @@ if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
                 'skipped: previous run still going', ARGV[6])
   return {0, 'busy', holder}
 end
-local f
 if ARGV[5] == '1' then
-  f = dlock_next_fence(KEYS[2], now_us)
+  redis.call('SET', KEYS[2], f, 'PX', FENCE_TTL_MS)
 else
-  f = dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us)
+  dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us, f)
 end
-return {1, dlock_num(f), dlock_num(now_ms)}
+return {1, f, dlock_num(now_ms)}

@@ -29,6 +29,8 @@ local due = now_ms
 if lastend > 0 then due = lastend + tonumber(ARGV[1]) end
 if now_ms < due then return {0, 'wait', dlock_num(due - now_ms)} end
 if due <= last then due = last + 1 end
+local f, err = dlock_fence_next(KEYS[2], now_us)
+if not f then return err end
 redis.call('SET', KEYS[6], dlock_num(due) .. '|' .. ARGV[4] .. '|' .. ARGV[2], 'PX', FENCE_TTL_MS)
-local f = dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us)
-return {1, dlock_num(f), dlock_num(now_ms), dlock_num(due)}
+dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us, f)
+return {1, f, dlock_num(now_ms), dlock_num(due)}

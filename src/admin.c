@@ -70,7 +70,24 @@ int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out)
   out->ttl_ms = out->held ? r->element[1]->integer : 0;
   const dlock__reply *fence = r->element[2];
   out->foreign = out->held && !(fence->type == DLOCK__REPLY_STRING && fence->len);
-  out->fence = (uint64_t)(out->held && !out->foreign ? str_i64(fence) : str_i64(r->element[5]));
+  /* Both fences, exactly: a corrupt one is reported, not shown as a number. */
+  uint64_t hold_fence = 0, last_fence = 0;
+  for (int i = 2; i <= 5; i += 3) {
+    const dlock__reply *f = r->element[i];
+    if (f->type != DLOCK__REPLY_STRING || f->len == 0) continue;
+    if (dlock__parse_fence(f->str, f->len, i == 2 ? &hold_fence : &last_fence) != 0) {
+      dlock__lock_keys keys;
+      int krc = dlock__lock_keys_init(&keys, c, name);
+      dlock__error(DLOCK_EFENCE, "status of '%s' on %s: %s '%s' holds '%.40s', not a fencing token (an integer in "
+                   "0..2^63-1); acquiring this lock fails until it is repaired (see docs/errors.md, DLOCK_EFENCE)",
+                   name, c->server, i == 2 ? "the fence field of" : "the fence counter",
+                   krc ? "?" : keys.key[i == 2 ? DLOCK__K_META : DLOCK__K_FENCE], f->str);
+      if (!krc) dlock__lock_keys_clear(&keys);
+      dlock__reply_free(r);
+      return DLOCK_EFENCE;
+    }
+  }
+  out->fence = out->held && !out->foreign ? hold_fence : last_fence;
   out->since_unix_ms = out->held ? str_i64(r->element[3]) : 0;
   if (out->held && r->element[4]->type == DLOCK__REPLY_STRING)
     snprintf(out->owner_info, sizeof out->owner_info, "%s", r->element[4]->str);
@@ -213,6 +230,10 @@ int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {
   int rc = dlock__check_name("resource name", resource);
   if (rc) return rc;
   if (token == 0) return dlock__error(DLOCK_ERANGE, "guard on '%s': token 0 is never issued", resource);
+  if (token > (uint64_t)INT64_MAX)
+    return dlock__error(DLOCK_ERANGE, "guard on '%s': token %" PRIu64 " is above 2^63-1, the largest fence dlock "
+                        "issues: it is no dlock fence (a wrapped or corrupted value?), so it is not admitted",
+                        resource, token);
   size_t klen = c->prefix_len + strlen(resource) + strlen("{}:guard");
   char *key = malloc(klen + 1);
   if (!key) return dlock__error(DLOCK_ENOMEM, "out of memory");

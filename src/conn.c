@@ -106,6 +106,7 @@ int dlock__reply_error_status(const dlock__reply *r) {
   if (!strncmp(s, "NOAUTH", 6) || !strncmp(s, "WRONGPASS", 9)) return DLOCK_EAUTH;
   if (!strncmp(s, "READONLY", 8)) return DLOCK_EREADONLY;
   if (!strncmp(s, "OOM", 3)) return DLOCK_ESERVEROOM;
+  if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE; /* dlock's scripts */
   return DLOCK_ESERVER;
 }
 

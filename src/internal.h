@@ -46,6 +46,10 @@ int dlock__random_hex(char *out, size_t nbytes);
 
 int dlock__check_name(const char *what, const char *name);
 int dlock__check_duration(const char *what, int64_t ms, int allow_zero);
+/* A fencing token as Redis scripts send it: decimal digits, no sign, no
+ * leading zero, at most 2^63-1 (what dlock issues). 0 on success, -1 (no
+ * error recorded) otherwise: no rounding, no silent overflow. */
+int dlock__parse_fence(const char *s, size_t len, uint64_t *out);
 
 /* ---- Endpoint (url.c) ---- */
 

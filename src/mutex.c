@@ -426,13 +426,32 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
       }
       break;
     }
-    if (r->type != DLOCK__REPLY_ARRAY || r->elements != 2 || r->element[0]->type != DLOCK__REPLY_INTEGER ||
-        r->element[1]->type != DLOCK__REPLY_INTEGER) {
+    /* {1, fence as a decimal string} or {0, the holder's pttl} */
+    long long got = -1, value = 0;
+    uint64_t fence = 0;
+    if (r->type == DLOCK__REPLY_ARRAY && r->elements == 2 && r->element[0]->type == DLOCK__REPLY_INTEGER) {
+      got = r->element[0]->integer;
+      const dlock__reply *v = r->element[1];
+      if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0))
+        got = -2;
+      else if (got == 0 && v->type == DLOCK__REPLY_INTEGER)
+        value = v->integer;
+      else if (got != 1)
+        got = -1;
+    }
+    if (got < 0) {
+      if (got == -2)
+        dlock__error(DLOCK_EFENCE, "acquire script: the lock is ours, but its fence in '%s' is %.40s, not an "
+                     "integer in 1..2^63-1; so it is given back. Delete that key once the lock is free",
+                     m->keys.key[DLOCK__K_META], r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
       dlock__reply_free(r);
-      rc = dlock__error(DLOCK_EPROTO, "acquire script gave an unexpected reply");
+      if (got == -2) {
+        rc = give_up(m, lease, DLOCK_EFENCE);
+      } else {
+        rc = dlock__error(DLOCK_EPROTO, "acquire script gave an unexpected reply");
+      }
       break;
     }
-    long long got = r->element[0]->integer, value = r->element[1]->integer;
     dlock__reply_free(r);
     if (got == 1 && dlock__replicas_short(c, &call)) {
       /* Fail closed: a lock the replicas may not have would not survive a
@@ -442,7 +461,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
       break;
     }
     if (got == 1) {
-      set_held(m, (uint64_t)value, lease, sent);
+      set_held(m, fence, lease, sent);
       rc = 0;
       break;
     }

@@ -312,6 +312,30 @@ static const char *el_str(const dlock__reply *r, size_t i) {
   return i < r->elements && r->element[i]->type == DLOCK__REPLY_STRING ? r->element[i]->str : "";
 }
 
+/* Element 'i' of a claim's reply as a fencing token; -1 with an error. */
+static int el_fence(const dlock__reply *r, size_t i, const job *j, uint64_t *fence) {
+  const char *s = el_str(r, i);
+  if (dlock__parse_fence(s, strlen(s), fence) == 0 && *fence > 0) return 0;
+  return dlock__error(DLOCK_EFENCE, "job '%s': the claim gave fence '%.40s', not an integer in 1..2^63-1", j->name, s);
+}
+
+/* A claim refused because 'tick' lies ahead of the server's clock: this
+ * node's clock is wrong. The skew is measured at the middle of the call. */
+static void report_skew(dlock_sched *s, const job *j, int64_t tick, int64_t sent, int64_t received,
+                        const char *server_now_s) {
+  int64_t server_now = strtoll(server_now_s, NULL, 10);
+  int64_t skew = sent + (received - sent) / 2 - server_now;
+  char text[1024];
+  snprintf(text, sizeof text, "this node's clock is %.1f s ahead of the clock of the Redis server %s (measured "
+           "over a %lld ms round trip); the tick is %.1f s in the server's future, beyond the %.1f s tolerance, "
+           "so it was not claimed: claiming it would make every node skip the ticks before it. Fix this node's "
+           "clock (NTP)", (double)skew / 1000, s->client->server, (long long)(received - sent),
+           (double)(tick - server_now) / 1000, DLOCK_SCHED_CLOCK_TOLERANCE_MS / 1000.0);
+  if (!s->opts.on_event) return;
+  dlock_sched_event ev = {DLOCK_SCHED_CLOCK_SKEW, j->name, tick, s->node, 0, -1, 0, text, skew};
+  s->opts.on_event(&ev, s->opts.on_event_arg);
+}
+
 /* After a claim or finish whose reply was lost: the job lock may hold our
  * token for lock_at_most_for. Delete it if so (withdraw.lua does exactly
  * delete-if-token), so that the next tick is not blocked. */
@@ -376,7 +400,7 @@ static void run_claimed(dlock_sched *s, job *j, int64_t tick, const char *token,
 }
 
 static void run_tick(dlock_sched *s, job *j, int64_t tick) {
-  char token[DLOCK__TOKEN_HEX + 1], tick_s[24], atmost_s[24], hist_s[16];
+  char token[DLOCK__TOKEN_HEX + 1], tick_s[24], atmost_s[24], hist_s[16], ahead_s[24];
   int rc = dlock__random_hex(token, DLOCK__TOKEN_HEX / 2);
   if (rc) {
     emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, dlock_last_error());
@@ -393,7 +417,10 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
   add_arg(&call, s->node);
   add_arg(&call, j->opts.allow_overlap ? "1" : "0");
   add_arg(&call, hist_s);
+  snprintf(ahead_s, sizeof ahead_s, "%d", DLOCK_SCHED_CLOCK_TOLERANCE_MS);
+  add_arg(&call, ahead_s);
   dlock__reply *r = NULL;
+  int64_t sent = wall_ms();
   if ((rc = run_script(s, j, &call, 3, &r, 1))) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
@@ -403,11 +430,24 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
   }
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
   if (claimed == 1) {
-    uint64_t fence = strtoull(el_str(r, 1), NULL, 10);
+    uint64_t fence;
+    if (el_fence(r, 1, j, &fence) != 0) { /* never run without a valid fence */
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", dlock_last_error());
+      dlock__reply_free(r);
+      undo_claim(s, j, token);
+      emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, DLOCK_EFENCE, msg);
+      return;
+    }
     char start[24];
     snprintf(start, sizeof start, "%s", el_str(r, 2));
     dlock__reply_free(r);
     run_claimed(s, j, tick, token, fence, start);
+    return;
+  }
+  if (!strcmp(el_str(r, 1), "ahead")) {
+    report_skew(s, j, tick, sent, wall_ms(), el_str(r, 2));
+    dlock__reply_free(r);
     return;
   }
   int busy = !strcmp(el_str(r, 1), "busy");
@@ -440,8 +480,16 @@ static int64_t run_delay(dlock_sched *s, job *j) {
   }
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
   if (claimed == 1 && r->elements >= 4) {
-    uint64_t fence = strtoull(el_str(r, 1), NULL, 10);
+    uint64_t fence;
     int64_t tick = strtoll(el_str(r, 3), NULL, 10);
+    if (el_fence(r, 1, j, &fence) != 0) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", dlock_last_error());
+      dlock__reply_free(r);
+      undo_claim(s, j, token);
+      emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, DLOCK_EFENCE, msg);
+      return wall_ms() + poll;
+    }
     char start[24];
     snprintf(start, sizeof start, "%s", el_str(r, 2));
     dlock__reply_free(r);
@@ -669,9 +717,8 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
     const char *bar = strchr(p, '|');
     if (!bar) continue;
     snprintf(rec->node, sizeof rec->node, "%.*s", (int)(bar - p), p);
-    char *end;
-    rec->fence = strtoull(bar + 1, &end, 10);
-    if (*end != '|') continue;
+    char *end = strchr(bar + 1, '|');
+    if (!end || dlock__parse_fence(bar + 1, (size_t)(end - bar - 1), &rec->fence) != 0) continue;
     rec->scheduled_unix_ms = strtoll(end + 1, &end, 10);
     if (*end != '|') continue;
     rec->start_unix_ms = strtoll(end + 1, &end, 10);

@@ -1,6 +1,7 @@
 /*
- * validate.c - checks of caller input: names and durations.
- * Names become Redis keys and hash tags, so braces and line breaks are out.
+ * validate.c - checks of caller input (names, durations) and of fencing
+ * tokens read from Redis. Names become Redis keys and hash tags, so braces
+ * and line breaks are out.
  */
 #include <string.h>
 
@@ -28,5 +29,17 @@ int dlock__check_duration(const char *what, int64_t ms, int allow_zero) {
   if (ms < 0 || (ms == 0 && !allow_zero) || ms > DLOCK_MAX_DURATION_MS)
     return dlock__error(DLOCK_ERANGE, "%s is %lld ms; it must be %s1..%lld ms", what,
                         (long long)ms, allow_zero ? "0 or " : "", (long long)DLOCK_MAX_DURATION_MS);
+  return 0;
+}
+
+int dlock__parse_fence(const char *s, size_t len, uint64_t *out) {
+  if (!s || len == 0 || len > 19 || (s[0] == '0' && len > 1)) return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (uint64_t)(s[i] - '0'); /* 19 digits fit in 64 bits */
+  }
+  if (v > (uint64_t)INT64_MAX) return -1;
+  *out = v;
   return 0;
 }

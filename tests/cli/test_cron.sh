@@ -2,7 +2,8 @@
 # times (DST included, no Redis), usage errors (64), and the daemons: three
 # nodes running a job every second run each tick exactly once with rising
 # fences, fixed-delay runs never overlap, SIGTERM reaches a running command's
-# group and dlock exits 143 leaving nothing behind, and --history shows it all.
+# group and dlock exits 143 leaving nothing behind, --history shows it all,
+# and a node whose clock is an hour ahead claims nothing and logs its skew.
 . "$DLOCK_TEST_LIB"
 
 # ---- cron --next: no Redis needed ----
@@ -155,6 +156,33 @@ assert_eq "--history -n 2 shows 2 runs" "$("$DLOCK" cron --history J -n 2 --json
 assert_eq "--history of an unknown job exits 0" "$?" 0
 assert_match "... and says there are no runs" "$(cat "$TEST_DIR/err")" "no runs recorded"
 assert_eq "--history --json of an unknown job is []" "$("$DLOCK" cron --history nothing-ran --json)" "[]"
+
+# ---- a node whose clock is an hour ahead claims nothing and logs its skew ----
+
+FAKELIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1)
+if ldd "$DLOCK" 2>/dev/null | grep -q libtsan; then
+  # libfaketime wraps pthread_cond_wait, which hides lock events from TSan.
+  echo "skip: clock skew of the daemon not tested under ThreadSanitizer (libfaketime)"
+elif [ -n "$FAKELIB" ]; then
+  SK="$TEST_DIR/skew-ticks"
+  # The library directly (not the faketime wrapper, which forks), so that
+  # SIGTERM reaches dlock; preloaded ahead of ASan's runtime, which is fine.
+  LD_PRELOAD="$FAKELIB" FAKETIME="+3600s" FAKETIME_DONT_FAKE_MONOTONIC=1 \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$DLOCK" every 1s --name S --node skewed -- sh -c "echo \$DLOCK_TICK >> '$SK'" 2>"$TEST_DIR/skew.log" &
+  SKEW=$!
+  bg_track $SKEW
+  check "skewed node: logs its clock skew" wait_for 15 grep -q "not claimed: this node's clock" "$TEST_DIR/skew.log"
+  kill -TERM "$SKEW"
+  wait_exit "$SKEW" 15
+  assert_eq "skewed node: exits 143 after SIGTERM" "$EXIT_CODE" 143
+  assert_match "skewed node: the log line gives the measured skew and the fix" "$(cat "$TEST_DIR/skew.log")" \
+    "S tick [0-9T:.+-]+: not claimed: this node's clock is 3[56][0-9][0-9]\.[0-9] s ahead of the clock of the Redis server 127\.0\.0\.1:[0-9]+ .*Fix this node's clock"
+  check "skewed node: ran nothing" test ! -s "$SK"
+  check "skewed node: claimed nothing" key_gone "{S}:tick"
+else
+  echo "skip: libfaketime.so.1 not found (Debian package faketime): clock skew of the daemon not tested"
+fi
 
 # ---- cron: a cron job fires on its ticks ----
 

@@ -6,6 +6,8 @@
  * Runs one job named "t:sched-job"; each run appends one line
  * "tick_ms start_ms end_ms node fence" to OUTFILE with a single write(2)
  * (O_APPEND keeps lines whole across processes), after sleeping RUN_MS.
+ * With $SCHED_NODE_EVENTS set, each scheduler event other than RAN appends
+ * "kind tick_ms node status clock_skew_ms" to that file.
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -26,6 +28,23 @@ static int64_t wall_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void append_line(const char *path, const char *line, int n) {
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+  if (fd >= 0) {
+    if (write(fd, line, (size_t)n) != n) perror("sched_node: write");
+    close(fd);
+  }
+}
+
+static void on_event(const dlock_sched_event *ev, void *arg) {
+  const char *path = arg;
+  if (ev->kind == DLOCK_SCHED_RAN) return;
+  char line[256];
+  int n = snprintf(line, sizeof line, "%d %" PRId64 " %s %d %" PRId64 "\n", (int)ev->kind, ev->scheduled_unix_ms,
+                   ev->node && ev->node[0] ? ev->node : "-", ev->status, ev->clock_skew_ms);
+  append_line(path, line, n);
+}
+
 static int job(const dlock_tick *t, void *arg) {
   (void)arg;
   int64_t start = wall_ms();
@@ -34,11 +53,7 @@ static int job(const dlock_tick *t, void *arg) {
   char line[256];
   int n = snprintf(line, sizeof line, "%" PRId64 " %" PRId64 " %" PRId64 " %s %" PRIu64 "\n", t->scheduled_unix_ms,
                    start, wall_ms(), t->node, t->fence);
-  int fd = open(outfile, O_WRONLY | O_APPEND | O_CREAT, 0644);
-  if (fd >= 0) {
-    if (write(fd, line, (size_t)n) != n) perror("sched_node: write");
-    close(fd);
-  }
+  append_line(outfile, line, n);
   return 0;
 }
 
@@ -60,6 +75,11 @@ int main(int argc, char **argv) {
   dlock_sched_options so;
   dlock_sched_options_init(&so);
   so.node_name = argv[2];
+  const char *events = getenv("SCHED_NODE_EVENTS");
+  if (events && *events) {
+    so.on_event = on_event;
+    so.on_event_arg = (void *)events;
+  }
   dlock_sched *s;
   dlock_job_options jo;
   dlock_job_options_init(&jo);

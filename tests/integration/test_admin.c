@@ -2,7 +2,7 @@
  * test_admin.c - looking at and managing locks from outside: lock status
  * (held, TTL, fence, since, owner info, waiters, foreign keys), listing,
  * forced release (and the waiter it wakes), the fencing guard (including
- * tokens near UINT64_MAX), and the one-call dlock_with_lock().
+ * tokens near 2^63), and the one-call dlock_with_lock().
  */
 #include <pthread.h>
 #include <sys/time.h>
@@ -442,18 +442,20 @@ TEST(the_guard_admits_equal_or_higher_tokens_and_rejects_lower_ones) {
   dlock_client_free(c);
 }
 
-TEST(the_guard_compares_tokens_near_uint64_max_exactly) {
+TEST(the_guard_compares_tokens_near_2_63_exactly) {
   dlock_client *c = client();
   char out[128];
-  ASSERT_OK(dlock_guard_check(c, "adm:big", UINT64_MAX - 1));
+  ASSERT_OK(dlock_guard_check(c, "adm:big", INT64_MAX - 1));
   cli(out, sizeof out, "GET {adm:big}:guard");
-  ASSERT_STR_EQ(out, "18446744073709551614");
-  ASSERT_OK(dlock_guard_check(c, "adm:big", UINT64_MAX));
+  ASSERT_STR_EQ(out, "9223372036854775806");
+  ASSERT_OK(dlock_guard_check(c, "adm:big", INT64_MAX));
   cli(out, sizeof out, "GET {adm:big}:guard");
-  ASSERT_STR_EQ(out, "18446744073709551615");
-  ASSERT_STATUS(dlock_guard_check(c, "adm:big", UINT64_MAX - 1), DLOCK_ESTALE);
-  ASSERT_CONTAINS(dlock_last_error(), "18446744073709551615");
-  ASSERT_OK(dlock_guard_check(c, "adm:big", UINT64_MAX));
+  ASSERT_STR_EQ(out, "9223372036854775807");
+  ASSERT_STATUS(dlock_guard_check(c, "adm:big", INT64_MAX - 1), DLOCK_ESTALE);
+  ASSERT_CONTAINS(dlock_last_error(), "9223372036854775807");
+  ASSERT_OK(dlock_guard_check(c, "adm:big", INT64_MAX));
+  /* Above 2^63-1 no token is a dlock fence (test_fence.c has more). */
+  ASSERT_STATUS(dlock_guard_check(c, "adm:big", UINT64_MAX), DLOCK_ERANGE);
   /* Beyond the 53 bits of a double: 2^53 + 1 vs 2^53. */
   ASSERT_OK(dlock_guard_check(c, "adm:dbl", 9007199254740993ULL));
   ASSERT_STATUS(dlock_guard_check(c, "adm:dbl", 9007199254740992ULL), DLOCK_ESTALE);

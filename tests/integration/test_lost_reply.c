@@ -318,6 +318,7 @@ static void on_event(const dlock_sched_event *ev, void *arg) {
   case DLOCK_SCHED_SKIPPED: atomic_fetch_add(&l->skipped, 1); break;
   case DLOCK_SCHED_SKIPPED_BUSY: atomic_fetch_add(&l->busy, 1); break;
   case DLOCK_SCHED_ERROR:
+  case DLOCK_SCHED_CLOCK_SKEW:
     atomic_fetch_add(&l->errors, 1);
     pthread_mutex_lock(&l->mu);
     snprintf(l->last_error, sizeof l->last_error, "%s", ev->message ? ev->message : "");

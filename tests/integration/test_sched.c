@@ -2,12 +2,15 @@
  * test_sched.c - the scheduler across real processes: each tick runs exactly
  * once on 3 nodes (also with one node's clock 400 ms ahead, via libfaketime),
  * a runner killed mid-run blocks later ticks no longer than
- * lock-at-most-for, fixed delay keeps its spacing without overlap; plus
+ * lock-at-most-for, a node an hour ahead claims no tick and reports its skew
+ * (and an old claim an hour ahead blocks nothing), fixed delay keeps its
+ * spacing without overlap; plus
  * in-process checks of history, overlap, pool size and lock-at-least-for.
  */
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock.h"
@@ -48,6 +51,9 @@ static int by_start(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* When set, started nodes append their scheduler events to this file. */
+static const char *node_events;
+
 /* Start one sched_node; 'faketime' (may be NULL) is an offset like "+0.4s". */
 static pid_t start_node(const char *node, const char *kind, const char *period, long run_ms, long life_ms,
                         const char *out, const char *at_most, const char *faketime) {
@@ -57,6 +63,7 @@ static pid_t start_node(const char *node, const char *kind, const char *period, 
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
+    if (node_events) setenv("SCHED_NODE_EVENTS", node_events, 1);
     if (faketime) {
       setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
       /* libfaketime is preloaded ahead of the ASan runtime; that is fine here. */
@@ -121,6 +128,89 @@ TEST(one_node_with_its_clock_400ms_ahead_still_runs_each_tick_once) {
   return;
 #endif
   check_once_per_tick("+0.4s");
+}
+
+/* Two correct nodes on a 1 s fixed rate for 'life' ms, started at 'since'
+ * (wall ms): they run every tick of their span once, from the first one. */
+static void check_correct_nodes_run_every_tick(const char *out, long life, long long since) {
+  pid_t p[2];
+  p[0] = start_node("node-a", "rate", "1000", 50, life, out, "5000", NULL);
+  p[1] = start_node("node-b", "rate", "1000", 50, life, out, "5000", NULL);
+  for (int i = 0; i < 2; i++) {
+    int st = th_wait(p[i], life + 30000);
+    ASSERT(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  run_line runs[64];
+  int n = read_runs(out, runs, 64);
+  if (n < 3) TEST_FAIL("the correct nodes ran %d ticks in %ld ms (want >= 3): the job is stopped", n, life);
+  qsort(runs, (size_t)n, sizeof runs[0], by_tick);
+  /* The first tick after the nodes came up ran (1 s grid + start-up margin). */
+  if (runs[0].tick > since + 2500 * th_time_factor())
+    TEST_FAIL("first run was tick %lld, %lld ms after the nodes started", runs[0].tick, runs[0].tick - since);
+  for (int i = 0; i < n; i++) {
+    ASSERT(runs[i].node[5] == 'a' || runs[i].node[5] == 'b');
+    if (i > 0) ASSERT_EQ(runs[i].tick - runs[i - 1].tick, 1000); /* no duplicate, no gap */
+    if (i > 0) ASSERT(runs[i].fence > runs[i - 1].fence);
+  }
+}
+
+static long long wall_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+TEST(a_node_an_hour_ahead_claims_nothing_reports_its_skew_and_correct_nodes_run_every_tick) {
+#ifdef __SANITIZE_THREAD__
+  printf("  (skipped under ThreadSanitizer: libfaketime, see above)\n");
+  return;
+#endif
+  clear_job();
+  char out_x[512], out[512], events[512];
+  snprintf(out_x, sizeof out_x, "%s/ahead-x.txt", srv.dir);
+  snprintf(out, sizeof out, "%s/ahead-ab.txt", srv.dir);
+  snprintf(events, sizeof events, "%s/ahead-events.txt", srv.dir);
+  /* An hour ahead, for a few seconds. */
+  node_events = events;
+  pid_t x = start_node("node-x", "rate", "1000", 50, 3500, out_x, "5000", "+3600s");
+  node_events = NULL;
+  int st = th_wait(x, 30000);
+  ASSERT(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  run_line runs[64];
+  ASSERT_EQ(read_runs(out_x, runs, 64), 0); /* it ran nothing */
+  /* It said why, for each of its ticks, with the skew it measured. */
+  FILE *f = fopen(events, "r");
+  ASSERT(f != NULL);
+  int kind, status, skews = 0;
+  long long tick, skew;
+  char node[64];
+  while (fscanf(f, "%d %lld %63s %d %lld", &kind, &tick, node, &status, &skew) == 5) {
+    if (kind != DLOCK_SCHED_CLOCK_SKEW) TEST_FAIL("node-x reported event %d for tick %lld", kind, tick);
+    if (skew < 3600000 - 60000 || skew > 3600000 + 60000) TEST_FAIL("measured skew %lld ms, want about 1 h", skew);
+    ASSERT_STR_EQ(node, "node-x");
+    skews++;
+  }
+  fclose(f);
+  ASSERT(skews >= 2);
+  char rec[128];
+  th_redis_cli(&srv, rec, sizeof rec, "EXISTS {t:sched-job}:tick");
+  ASSERT_STR_EQ(rec, "0"); /* no claim was recorded */
+  check_correct_nodes_run_every_tick(out, 5500, wall_now_ms());
+}
+
+TEST(a_claim_recorded_an_hour_ahead_by_an_older_node_does_not_stop_the_job) {
+  clear_job();
+  char out[512], cmd[128];
+  snprintf(out, sizeof out, "%s/old-ahead.txt", srv.dir);
+  /* What a node an hour ahead left behind a minute ago, before claims were
+   * bounded (claims live 30 days; the expiry dates the write). */
+  long long now = wall_now_ms();
+  snprintf(cmd, sizeof cmd, "SET {t:sched-job}:tick '%lld|old-node' PX %lld", now + 3600 * 1000,
+           2592000000LL - 60000);
+  char rec[128];
+  th_redis_cli(&srv, rec, sizeof rec, "%s", cmd);
+  ASSERT_STR_EQ(rec, "OK");
+  check_correct_nodes_run_every_tick(out, 5500, now);
 }
 
 TEST(a_runner_killed_mid_run_blocks_later_ticks_no_longer_than_lock_at_most_for) {
@@ -307,6 +397,57 @@ TEST(lock_at_least_for_keeps_the_job_lock_after_a_short_run) {
   ASSERT_OK(dlock_sched_stop(s, 10000));
   dlock_sched_free(s);
   ASSERT_EQ(atomic_load(&k.runs_started), 1); /* ticks in the next 4 s were skipped */
+  dlock_client_free(c);
+}
+
+typedef struct tick_log {
+  atomic_int n, skipped_by_old;
+  atomic_llong ticks[32];
+} tick_log;
+
+static int log_tick(const dlock_tick *t, void *arg) {
+  tick_log *l = arg;
+  int i = atomic_fetch_add(&l->n, 1);
+  if (i < 32) atomic_store(&l->ticks[i], (long long)t->scheduled_unix_ms);
+  return 0;
+}
+
+static void on_old_skip(const dlock_sched_event *ev, void *arg) {
+  tick_log *l = arg;
+  if (ev->kind == DLOCK_SCHED_SKIPPED && !strcmp(ev->node, "old-node")) atomic_fetch_add(&l->skipped_by_old, 1);
+}
+
+/* The record ahead was written just now: ticks up to then (+ the 5 s
+ * tolerance) may have run before it, so they count as claimed; later ones
+ * run. */
+TEST(a_record_ahead_counts_only_for_ticks_up_to_its_write_time_plus_the_tolerance) {
+  clear_job();
+  dlock_client *c = client();
+  long long now = wall_now_ms();
+  char rec[128];
+  th_redis_cli(&srv, rec, sizeof rec, "SET {t:sched-job}:tick '%lld|old-node' PX 2592000000", now + 3600 * 1000);
+  ASSERT_STR_EQ(rec, "OK");
+  tick_log l = {0};
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.on_event = on_old_skip;
+  so.on_event_arg = &l;
+  dlock_sched *s = NULL;
+  ASSERT_OK(dlock_sched_new(&s, c, &so));
+  ASSERT_OK(dlock_sched_add_fixed_rate(s, "t:sched-job", 1000, NULL, log_tick, &l));
+  ASSERT_OK(dlock_sched_start(s));
+  th_sleep_ms(8000);
+  ASSERT_OK(dlock_sched_stop(s, 10000));
+  dlock_sched_free(s);
+  int n = atomic_load(&l.n);
+  ASSERT(n >= 1);
+  ASSERT(atomic_load(&l.skipped_by_old) >= 3);
+  for (int i = 0; i < n && i < 32; i++) {
+    long long t = atomic_load(&l.ticks[i]);
+    if (t <= now + DLOCK_SCHED_CLOCK_TOLERANCE_MS - 100)
+      TEST_FAIL("tick %lld (%lld ms after the record was written) ran again", t, t - now);
+    if (i > 0) ASSERT_EQ(t - atomic_load(&l.ticks[i - 1]), 1000);
+  }
   dlock_client_free(c);
 }
 
