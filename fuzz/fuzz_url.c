@@ -21,8 +21,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_CHECK(ep.port >= 1 && ep.port <= 65535);
     }
     FUZZ_CHECK(ep.db >= 0);
-    /* The display form never carries the password. */
-    if (ep.password && strlen(ep.password) >= 4)
+    /* The display form never carries the password (unless the host or
+     * path happens to contain the same text). */
+    const char *where = ep.is_unix ? ep.path : ep.host;
+    if (ep.password && strlen(ep.password) >= 4 && !strstr(where, ep.password) &&
+        !(ep.username && strstr(ep.username, ep.password)) &&
+        !(ep.tls_server_name && strstr(ep.tls_server_name, ep.password)))
       FUZZ_CHECK(strstr(ep.display, ep.password) == NULL);
   } else {
     FUZZ_CHECK(rc < 0);
