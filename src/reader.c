@@ -93,6 +93,12 @@ int dlock__reader_feed(dlock__reader *rd, const char *data, size_t n) {
     rd->len -= rd->pos;
     rd->pos = 0;
   }
+  /* Give back the room a large reply needed once it has been read. */
+  if (rd->len == 0 && rd->cap > 65536) {
+    free(rd->buf);
+    rd->buf = NULL;
+    rd->cap = 0;
+  }
   /* Never buffer more than one reply may hold (plus one read's slack):
    * replies are consumed as they complete, so more means a bad reply. */
   if (n > rd->limits.max_reply + 65536 - rd->len)
