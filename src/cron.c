@@ -765,9 +765,9 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
     int32_t before = dlock__tz_offset_at(tz, now.begin - 1);
     if (before < now.off && from + before < now.begin + now.off) wall_from = from + before;
   }
-  /* Without a year field the calendar repeats every 400 years (so do zone
-   * rules, which are yearly): a search that finds nothing in that window
-   * never will, and stops there. This keeps "never fires" answers (30
+  /* Without a year field, whether a wall time fires depends only on the
+   * calendar (skipped times fire shifted), which repeats every 400 years: a
+   * search that finds nothing in that window never will, and stops there. This keeps "never fires" answers (30
    * February, a fifth Monday in February 2030) to a few thousand steps. */
   int64_t last = end_year;
   if (cron->any_year) {

@@ -35,8 +35,9 @@ typedef struct dlock__cron dlock__cron;
  * to the last four-digit year (ISO 8601 output stays four digits). */
 #define DLOCK__CRON_END_YEAR 9999
 /* ...and dlock__cron_next() searches at most this many years past 'after':
- * the Gregorian calendar repeats every 400 years, so an expression with no
- * fire time in that window has none at all. Quartz searches 100 years. */
+ * whether a wall time fires depends only on the calendar, which repeats
+ * every 400 years, so an expression with no fire time in that window has
+ * none at all. Quartz searches 100 years. */
 #define DLOCK__CRON_HORIZON_YEARS 401
 
 /* Parse 'expr' (6 or 7 Quartz fields; 5 Unix fields with DLOCK__CRON_UNIX5)
