@@ -4,7 +4,8 @@
  * Input: byte 0 picks a zone from a small fixed list, byte 1 the flags,
  * bytes 2-9 the instant to search from (any int64), the rest the expression.
  * A parsed expression's fire times are strictly increasing, each strictly
- * after the instant asked about, and parsing errors are DLOCK_EINVAL with a
+ * after the instant asked about, and asking again from any instant before a
+ * fire time gives the same one; parsing errors are DLOCK_EINVAL with a
  * message.
  */
 #include "cron.h"
@@ -57,6 +58,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == DLOCK__CRON_NO_NEXT) break;
     FUZZ_CHECK(rc == 0);
     FUZZ_CHECK(next > t);
+    /* No fire time lies between: asking from any instant in [t, next)
+     * gives the same answer. */
+    int64_t again = 0;
+    FUZZ_CHECK(dlock__cron_next(cron, tz, next - 1, &again) == 0 && again == next);
+    int64_t mid = t + (int64_t)(((uint64_t)next - (uint64_t)t) / 2);
+    FUZZ_CHECK(dlock__cron_next(cron, tz, mid, &again) == 0 && again == next);
     /* What is formatted can be read back as the same instant. */
     char iso[DLOCK__TZ_ISO_MAX];
     FUZZ_CHECK(dlock__tz_format_iso8601(tz, next, iso, sizeof iso) == 0);
