@@ -3,8 +3,8 @@
  *
  * The only file that includes hiredis. hiredis 0.14 has no TLS, so we do the
  * I/O ourselves on a non-blocking socket (poll() gives every call a deadline)
- * and use hiredis only for what it is good at: redisFormatCommandArgv() to
- * encode and redisReader (with our own reply objects) to parse.
+ * and use hiredis only to encode (redisFormatCommandArgv()). Replies are
+ * parsed by reader.c, which bounds what a server may announce.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,58 +31,14 @@
 struct dlock__conn {
   int fd;
   SSL *ssl;
-  redisReader *reader;
+  dlock__reader *reader;
   char *out;
   size_t out_len;
   int broken;
   const char *display; /* points into the endpoint, which outlives us */
 };
 
-/* ---- Reply objects built directly by the hiredis reader ---- */
-
-static dlock__reply *reply_new(const redisReadTask *task, dlock__reply_type type) {
-  dlock__reply *r = calloc(1, sizeof *r);
-  if (!r) return NULL;
-  r->type = type;
-  if (task->parent) {
-    dlock__reply *parent = task->parent->obj;
-    parent->element[task->idx] = r;
-  }
-  return r;
-}
-
-static void *create_string(const redisReadTask *task, char *str, size_t len) {
-  dlock__reply_type type = task->type == REDIS_REPLY_ERROR    ? DLOCK__REPLY_ERROR
-                           : task->type == REDIS_REPLY_STATUS ? DLOCK__REPLY_STATUS
-                                                              : DLOCK__REPLY_STRING;
-  char *copy = malloc(len + 1);
-  if (!copy) return NULL;
-  memcpy(copy, str, len);
-  copy[len] = '\0';
-  dlock__reply *r = reply_new(task, type);
-  if (!r) { free(copy); return NULL; }
-  r->str = copy;
-  r->len = len;
-  return r;
-}
-
-static void *create_array(const redisReadTask *task, int elements) {
-  dlock__reply **el = NULL;
-  if (elements > 0 && !(el = calloc((size_t)elements, sizeof *el))) return NULL;
-  dlock__reply *r = reply_new(task, DLOCK__REPLY_ARRAY);
-  if (!r) { free(el); return NULL; }
-  r->element = el;
-  r->elements = elements > 0 ? (size_t)elements : 0;
-  return r;
-}
-
-static void *create_integer(const redisReadTask *task, long long value) {
-  dlock__reply *r = reply_new(task, DLOCK__REPLY_INTEGER);
-  if (r) r->integer = value;
-  return r;
-}
-
-static void *create_nil(const redisReadTask *task) { return reply_new(task, DLOCK__REPLY_NIL); }
+/* ---- Reply objects ---- */
 
 void dlock__reply_free(dlock__reply *r) {
   if (!r) return;
@@ -91,11 +47,6 @@ void dlock__reply_free(dlock__reply *r) {
   free(r->str);
   free(r);
 }
-
-static void free_object(void *obj) { dlock__reply_free(obj); }
-
-static redisReplyObjectFunctions reply_functions = {create_string, create_array, create_integer,
-                                                    create_nil, free_object};
 
 int dlock__reply_error_status(const dlock__reply *r) {
   if (!r || r->type != DLOCK__REPLY_ERROR) return 0;
@@ -360,7 +311,7 @@ int dlock__conn_open_until(const dlock__endpoint *ep, SSL_CTX *ctx, dlock_mono_m
   if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
   c->fd = -1;
   c->display = ep->display;
-  c->reader = redisReaderCreateWithFunctions(&reply_functions);
+  c->reader = dlock__reader_new(NULL);
   if (!c->reader) { free(c); return dlock__error(DLOCK_ENOMEM, "out of memory"); }
   dlock_mono_ms deadline = dlock_mono_now() + ep->connect_timeout_ms;
   if (limit < deadline) deadline = limit;
@@ -379,7 +330,7 @@ void dlock__conn_close(dlock__conn *c) {
   if (!c) return;
   if (c->ssl) SSL_free(c->ssl); /* no close_notify: the peer may be gone */
   if (c->fd >= 0) close(c->fd);
-  if (c->reader) redisReaderFree(c->reader);
+  dlock__reader_free(c->reader);
   free(c->out);
   free(c);
 }
@@ -460,20 +411,26 @@ int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline) {
 
 int dlock__conn_has_buffered(dlock__conn *c) {
   /* The reader keeps unparsed bytes in r->buf; ask it without consuming. */
-  return c->reader->len > c->reader->pos || (c->ssl && SSL_pending(c->ssl) > 0);
+  return dlock__reader_pending(c->reader) > 0 || (c->ssl && SSL_pending(c->ssl) > 0);
 }
 
 int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out) {
   *out = NULL;
   if (c->broken) return conn_fail(c, DLOCK_EIO, "connection already failed");
+  int fed = 0;
   for (;;) {
-    void *reply = NULL;
-    if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
-      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s", c->reader->errstr);
+    dlock__reply *reply = NULL;
+    if (dlock__reader_get(c->reader, &reply) != 0)
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
+                       dlock__reader_error(c->reader));
     if (reply) {
       *out = reply;
       return 0;
     }
+    /* A server that keeps sending must not keep us past the deadline (a
+     * socket that always has data never makes us wait in poll()). */
+    if (fed && dlock_mono_now() >= deadline)
+      return conn_fail(c, DLOCK_ETIMEDOUT, "no whole reply within the command timeout");
     char buf[16384];
     ssize_t n;
     if (c->ssl) {
@@ -509,8 +466,10 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
         return conn_fail(c, DLOCK_EIO, "read failed: %s", strerror(errno));
       }
     }
-    if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK)
-      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s", c->reader->errstr);
+    fed = 1;
+    if (dlock__reader_feed(c->reader, buf, (size_t)n) != 0)
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
+                       dlock__reader_error(c->reader));
   }
 }
 

@@ -35,7 +35,7 @@ typedef enum dom_kind {
   DOM_SET = 0,            /* the days in 'dom' */
   DOM_ANY = 1,            /* '?' */
   DOM_LAST = 2,           /* L, L-n: the last day minus 'dom_arg' */
-  DOM_LAST_WEEKDAY = 3,   /* LW */
+  DOM_LAST_WEEKDAY = 3,   /* LW, L-nW: the weekday nearest the last day minus 'dom_arg' */
   DOM_NEAREST_WEEKDAY = 4 /* nW: the weekday nearest day 'dom_arg' */
 } dom_kind;
 
@@ -53,7 +53,8 @@ struct dlock__cron {
   uint32_t dom;     /* bit d, 1..31 */
   uint32_t months;  /* bit m, 1..12 */
   uint32_t dow;     /* bit w, 0 = Sunday .. 6 = Saturday */
-  uint64_t years[3]; /* bit y - 1970, 1970..2099 */
+  uint64_t years[3]; /* bit y - 1970, 1970..2099 (a year field) */
+  int any_year;      /* no year field: every year, no end (see find_wall) */
   dom_kind dom_kind;
   int dom_arg;
   dow_kind dow_kind;
@@ -209,8 +210,25 @@ static int parse_value(parser *p, int *out) {
   return 0;
 }
 
-static int parse_step(parser *p, int *out) {
-  /* at '/' */
+/* The largest step Quartz's CronExpression accepts in each field: below
+ * the number of values for seconds, minutes and hours (59, 59, 23), up to it
+ * for day-of-month, month and day-of-week (31, 12, 7). Quartz sets no limit
+ * for years; we stop at the number of years a field can name. */
+static int max_step(const parser *p) {
+  switch (p->field) {
+    case FIELD_SECONDS:
+    case FIELD_MINUTES: return 59;
+    case FIELD_HOURS: return 23;
+    case FIELD_DAY_OF_MONTH: return 31;
+    case FIELD_MONTH: return 12;
+    case FIELD_DAY_OF_WEEK: return 7;
+    case FIELD_YEAR: break;
+  }
+  return DLOCK__CRON_MAX_YEAR - DLOCK__CRON_MIN_YEAR + 1;
+}
+
+/* At '/'; 'first' is the value the step starts from, for the hint. */
+static int parse_step(parser *p, int first, int *out) {
   p->pos++;
   size_t start = p->pos;
   int v;
@@ -219,12 +237,15 @@ static int parse_step(parser *p, int *out) {
     return unexpected(p);
   }
   parse_number(p, &v);
-  field_range r = range_of(p, p->field);
-  int max_step = r.max - r.min + 1;
-  if (p->unix_mode && p->field == FIELD_DAY_OF_WEEK) max_step = 7;
-  if (v < 1 || v > max_step)
+  int max = max_step(p);
+  if (v < 1)
     return fail_at(p, start, "step %.*s out of range 1-%d", (int)(p->pos - start),
-                   p->expr + start, max_step);
+                   p->expr + start, max);
+  if (v > max)
+    return fail_at(p, start,
+                   "step %.*s out of range 1-%d (Quartz rejects larger steps; for one fire "
+                   "per cycle write the value alone, e.g. %d)",
+                   (int)(p->pos - start), p->expr + start, max, first);
   *out = v;
   return 0;
 }
@@ -275,6 +296,20 @@ static int special_not_alone(parser *p) {
                  field_names[p->field]);
 }
 
+/* The three-letter name of value 'v' in month or day-of-week. */
+static const char *value_name(const parser *p, int v) {
+  if (p->field == FIELD_MONTH) return month_names[v - 1];
+  return day_names[p->unix_mode ? v % 7 : v - 1];
+}
+
+/* Quartz reads a range as two names or two numbers, never one of each
+ * ("MON-5", "1-MAR"): say so, and give both spellings of what was meant. */
+static int mixed_range(parser *p, size_t at, int lo, int hi) {
+  return fail_at(p, at,
+                 "range %.*s mixes a name and a number (write %s-%s or %d-%d)",
+                 (int)(p->pos - at), p->expr + at, value_name(p, lo), value_name(p, hi), lo, hi);
+}
+
 /* One comma-separated item of a field. */
 static int parse_item(parser *p, dlock__cron *c, int items_before) {
   size_t start = p->pos;
@@ -289,7 +324,7 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
   if (peek(p) == '*') {
     p->pos++;
     if (peek(p) == '/') {
-      if ((rc = parse_step(p, &step)) != 0) return rc;
+      if ((rc = parse_step(p, lo_all, &step)) != 0) return rc;
       return add_range(p, start, lo_all, hi_all, step);
     }
     return add_range(p, start, lo_all, hi_all, 1);
@@ -297,16 +332,12 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
 
   int u = upper(peek(p));
   if (quartz && u == 'L' && p->field == FIELD_DAY_OF_MONTH) {
-    /* L, L-n or LW */
+    /* L, L-n, LW or L-nW (Quartz: offsets 0-30, and W after either) */
     p->pos++;
     c->dom_kind = DOM_LAST;
     c->dom_arg = 0;
-    const char *form = upper(peek(p)) == 'W' ? "LW" : peek(p) == '-' ? "L-n" : "L";
-    if ((rc = mark_special(p, start, items_before, form)) != 0) return rc;
-    if (upper(peek(p)) == 'W') {
-      p->pos++;
-      c->dom_kind = DOM_LAST_WEEKDAY;
-    } else if (peek(p) == '-') {
+    int has_offset = peek(p) == '-';
+    if (has_offset) {
       p->pos++;
       size_t npos = p->pos;
       int n;
@@ -315,10 +346,17 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
         return unexpected(p);
       }
       parse_number(p, &n);
-      if (n < 1 || n > 30)
-        return fail_at(p, npos, "offset %.*s out of range 1-30 in 'L-n'", (int)(p->pos - npos),
-                       p->expr + npos);
+      if (n > 30)
+        return fail_at(p, npos, "offset %.*s out of range 0-30 in 'L-n' (no month has more "
+                       "than 31 days)", (int)(p->pos - npos), p->expr + npos);
       c->dom_arg = n;
+    }
+    int weekday = upper(peek(p)) == 'W';
+    const char *form = weekday ? (has_offset ? "L-nW" : "LW") : (has_offset ? "L-n" : "L");
+    if ((rc = mark_special(p, start, items_before, form)) != 0) return rc;
+    if (weekday) {
+      p->pos++;
+      c->dom_kind = DOM_LAST_WEEKDAY;
     }
     return 0;
   }
@@ -335,10 +373,13 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
   if (peek(p) == '-') {
     p->pos++;
     int hi;
+    size_t hi_pos = p->pos;
     if (peek(p) < 0) return fail_at(p, p->pos, "expected a value after '-'");
     if ((rc = parse_value(p, &hi)) != 0) return rc;
+    if (is_alpha((unsigned char)p->expr[start]) != is_alpha((unsigned char)p->expr[hi_pos]))
+      return mixed_range(p, start, lo, hi);
     step = 1;
-    if (peek(p) == '/' && (rc = parse_step(p, &step)) != 0) return rc;
+    if (peek(p) == '/' && (rc = parse_step(p, lo, &step)) != 0) return rc;
     u = upper(peek(p));
     if (quartz && ((u == 'W' && p->field == FIELD_DAY_OF_MONTH) ||
                    ((u == 'L' || u == '#') && p->field == FIELD_DAY_OF_WEEK)))
@@ -347,7 +388,7 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
     return add_range(p, start, lo, hi, step);
   }
   if (peek(p) == '/') {
-    if ((rc = parse_step(p, &step)) != 0) return rc;
+    if ((rc = parse_step(p, lo, &step)) != 0) return rc;
     return add_range(p, start, lo, hi_all, step);
   }
   u = upper(peek(p));
@@ -508,7 +549,7 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
     for (size_t f = 0; f < nfields && rc == 0; f++)
       rc = parse_field(&p, c, (field_id)f, starts[f], ends[f]);
   }
-  if (nfields < 7) memset(c->years, 0xff, sizeof(c->years));
+  c->any_year = nfields < 7;
 
   if (rc == 0 && !p.unix_mode) {
     /* Quartz needs '?' in exactly one of the two day fields. */
@@ -555,6 +596,7 @@ static int next_bit(uint64_t mask, int from) {
 }
 
 static int year_in(const dlock__cron *c, int64_t y) {
+  if (c->any_year) return y >= DLOCK__CRON_MIN_YEAR && y <= DLOCK__CRON_END_YEAR;
   if (y < DLOCK__CRON_MIN_YEAR || y > DLOCK__CRON_MAX_YEAR) return 0;
   int idx = (int)(y - DLOCK__CRON_MIN_YEAR);
   return (int)((c->years[idx / 64] >> (idx % 64)) & 1);
@@ -576,17 +618,14 @@ static uint32_t day_mask(const dlock__cron *c, int64_t y, int m) {
       dom = d >= 1 ? UINT32_C(1) << d : 0;
       break;
     }
-    case DOM_LAST_WEEKDAY: {
-      int d = dim, wd = WEEKDAY_OF(dim);
-      if (wd == 6) d -= 1;
-      else if (wd == 0) d -= 2;
-      dom = UINT32_C(1) << d;
-      break;
-    }
+    case DOM_LAST_WEEKDAY:
     case DOM_NEAREST_WEEKDAY: {
-      int n = c->dom_arg;
-      if (n > dim) {
-        /* The day does not exist this month: no fire, as for plain "31". */
+      /* LW and L-nW are nW with n counted from the month's end, as in
+       * Quartz's CronExpression. */
+      int n = c->dom_kind == DOM_LAST_WEEKDAY ? dim - c->dom_arg : c->dom_arg;
+      if (n > dim || n < 1) {
+        /* The day does not exist this month: no fire, as for plain "31"
+         * and for L-n. */
         dom = 0;
         break;
       }
@@ -634,17 +673,17 @@ typedef struct wall {
 } wall;
 
 /* The first wall time at or after 'w' that the expression names, in place.
- * Returns 0 when there is none before the end of DLOCK__CRON_MAX_YEAR.
+ * Returns 0 when there is none up to the end of year 'last'.
  * Each field that has no match left carries into the one above it and the
  * next round starts there, so the loop runs a few times per year at most. */
-static int find_wall(const dlock__cron *c, wall *w) {
+static int find_wall(const dlock__cron *c, wall *w, int64_t last) {
   if (w->y < DLOCK__CRON_MIN_YEAR) *w = (wall){DLOCK__CRON_MIN_YEAR, 1, 1, 0, 0, 0};
   for (int guard = 0; guard < 65536; guard++) {
-    if (w->y > DLOCK__CRON_MAX_YEAR) return 0;
+    if (w->y > last) return 0;
     if (!year_in(c, w->y)) {
       int64_t y = w->y + 1;
-      while (y <= DLOCK__CRON_MAX_YEAR && !year_in(c, y)) y++;
-      if (y > DLOCK__CRON_MAX_YEAR) return 0;
+      while (y <= last && !year_in(c, y)) y++;
+      if (y > last) return 0;
       *w = (wall){y, 1, 1, 0, 0, 0};
     }
     int mo = next_bit(c->months, w->mo);
@@ -702,14 +741,17 @@ static void local_to_wall(int64_t local, wall *w) {
   w->s = (int)(secs % 60);
 }
 
-/* 2100-01-01T00:00:00 as wall time, and a day and more on either side of
- * the years cron can name, which covers every UT offset. */
-#define END_LOCAL INT64_C(4102444800)
+/* A day and more on either side of the years cron can name, which covers
+ * every UT offset. */
 #define OFFSET_MARGIN INT64_C(2 * 93600)
 
 int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after, int64_t *next) {
   if (cron == NULL || next == NULL) return DLOCK_EINVAL;
-  if (after >= END_LOCAL + OFFSET_MARGIN) return DLOCK__CRON_NO_NEXT;
+  /* A year field ends in 2099 at the latest; without one, fire times go on
+   * (as in Quartz) up to the last four-digit year. */
+  int64_t end_year = cron->any_year ? DLOCK__CRON_END_YEAR : DLOCK__CRON_MAX_YEAR;
+  int64_t end_local = dlock__tz_days_from_civil(end_year + 1, 1, 1) * 86400;
+  if (after >= end_local + OFFSET_MARGIN) return DLOCK__CRON_NO_NEXT;
   int64_t from = after + 1;
   if (from < -OFFSET_MARGIN) from = -OFFSET_MARGIN;
 
@@ -723,6 +765,16 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
     int32_t before = dlock__tz_offset_at(tz, now.begin - 1);
     if (before < now.off && from + before < now.begin + now.off) wall_from = from + before;
   }
+  /* Without a year field, whether a wall time fires depends only on the
+   * calendar (skipped times fire shifted), which repeats every 400 years: a
+   * search that finds nothing in that window never will, and stops there. This keeps "never fires" answers (30
+   * February, a fifth Monday in February 2030) to a few thousand steps. */
+  int64_t last = end_year;
+  if (cron->any_year) {
+    wall start;
+    local_to_wall(wall_from, &start);
+    if (start.y + DLOCK__CRON_HORIZON_YEARS < last) last = start.y + DLOCK__CRON_HORIZON_YEARS;
+  }
   int64_t best = INT64_MAX;
   /* After a skipped wall time: wall times from here on fire after 'best'. */
   int64_t wall_limit = INT64_MAX;
@@ -731,7 +783,7 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
   for (int round = 0; round < 16 && !done; round++) {
     wall w;
     local_to_wall(wall_from, &w);
-    if (!find_wall(cron, &w)) break;
+    if (!find_wall(cron, &w, last)) break;
     int64_t local = wall_to_local(&w);
     if (local >= wall_limit) break;
 

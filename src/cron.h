@@ -28,9 +28,17 @@ typedef struct dlock__cron dlock__cron;
 /* Room for any message written into 'err' by dlock__cron_parse(). */
 #define DLOCK__CRON_ERR_MAX 512
 
-/* Years a Quartz expression can name; no fire time lies outside them. */
+/* Years a year field can name. */
 #define DLOCK__CRON_MIN_YEAR 1970
 #define DLOCK__CRON_MAX_YEAR 2099
+/* Without a year field an expression fires in every year, as in Quartz, up
+ * to the last four-digit year (ISO 8601 output stays four digits). */
+#define DLOCK__CRON_END_YEAR 9999
+/* ...and dlock__cron_next() searches at most this many years past 'after':
+ * whether a wall time fires depends only on the calendar, which repeats
+ * every 400 years, so an expression with no fire time in that window has
+ * none at all. Quartz searches 100 years. */
+#define DLOCK__CRON_HORIZON_YEARS 401
 
 /* Parse 'expr' (6 or 7 Quartz fields; 5 Unix fields with DLOCK__CRON_UNIX5)
  * into *out. On failure *out is NULL, the result is DLOCK_EINVAL (or

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: install what is
 # missing, build with -Werror, then run every test in four builds:
-#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck.
+#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck,
+# then the libFuzzer targets (clang, ASan+UBSan) for DLOCK_FUZZ_TIME seconds
+# each (default 30; each target that runs clean counts as one pass).
 # Ends with one line "N passed, N failed" over all of them.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
@@ -52,6 +54,24 @@ TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
   run_suite "ThreadSanitizer" "$B/tsan" -j 2 -L 'unit|integration'
 # Valgrind slows everything ~20x: timing bounds in the tests scale with this.
 DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/valgrind" -j 2 -L 'unit|integration'
+
+# libFuzzer: fuzz/run.sh builds with clang in its own directory.
+echo "=== libFuzzer (clang, ASan+UBSan), ${DLOCK_FUZZ_TIME:-30} s per target"
+flog=$(mktemp)
+DLOCK_FUZZ_BUILD=$B/fuzz bash "$DLOCK_ROOT/fuzz/run.sh" "${DLOCK_FUZZ_TIME:-30}" 2>&1 | tee "$flog"
+fline=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' "$flog" | tail -n 1)
+if [ -z "$fline" ]; then
+  echo "dlock: the fuzz suite ran no target" >&2
+  failed=$((failed + 1))
+  status=1
+else
+  fp=$(echo "$fline" | sed -E 's/^fuzz: ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+  ff=$(echo "$fline" | sed -E 's/^fuzz: ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+  passed=$((passed + fp))
+  failed=$((failed + ff))
+  [ "$ff" -eq 0 ] || status=1
+fi
+rm -f "$flog"
 
 echo "$passed passed, $failed failed"
 exit $status

@@ -214,6 +214,59 @@ static const next_case next_cases[] = {
      {"2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00"}},
     /* The flag keeps 6 and 7 fields as Quartz. */
     {DLOCK__CRON_UNIX5, "0 0 0 ? * 1", "UTC", "2026-01-01T00:00:00Z", {"2026-01-04T00:00:00+00:00"}},
+    /* ---- Quartz agreement (issue 14): expected times from Quartz's documented
+     * rules and the calendar (python3 datetime/zoneinfo), not from this code. */
+    /* No year field: no end. 2099 is not the last year. */
+    {0, "0 0 12 31 12 ?", "UTC", "2099-12-31T11:59:59Z",
+     {"2099-12-31T12:00:00+00:00", "2100-12-31T12:00:00+00:00", "2101-12-31T12:00:00+00:00"}},
+    /* 2100 is not a leap year (Gregorian rule): 2096 -> 2104. */
+    {0, "0 0 0 29 2 ?", "UTC", "2096-03-01T00:00:00Z",
+     {"2104-02-29T00:00:00+00:00", "2108-02-29T00:00:00+00:00"}},
+    /* Last Sunday of March 02:30 in Berlin, past 2099: skipped by the
+     * spring-forward change, so 03:30 CEST (the POSIX rule of the zone). */
+    {0, "0 30 2 ? 3 1L", "Europe/Berlin", "2099-06-01T00:00:00Z",
+     {"2100-03-28T03:30:00+02:00", "2101-03-27T03:30:00+02:00"}},
+    /* A fifth Monday in February needs Feb 29 on a Monday: 2044, 2072,
+     * then 2112 (2100 has no Feb 29), found far past any 2099 limit. */
+    {0, "0 0 0 ? 2 MON#5", "UTC", "2026-01-01T00:00:00Z",
+     {"2044-02-29T00:00:00+00:00", "2072-02-29T00:00:00+00:00", "2112-02-29T00:00:00+00:00"}},
+    /* An explicit year field keeps its end. */
+    {0, "0 0 12 31 12 ? 2098-2099", "UTC", "2098-12-31T12:00:00Z",
+     {"2099-12-31T12:00:00+00:00", "none"}},
+    {0, "0 0 0 ? 2 MON#5 2030", "UTC", "2026-01-01T00:00:00Z", {"none"}},
+    {0, "0 0 0 31 4 ?", "UTC", "2026-01-01T00:00:00Z", {"none"}},
+    /* L-3W: the weekday nearest the third-to-last day. Mar 28 and Jun 27
+     * 2026 are Saturdays (-> Friday), Sep 27 a Sunday (-> Monday 28th). */
+    {0, "0 0 12 L-3W * ?", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-28T12:00:00+00:00", "2026-02-25T12:00:00+00:00", "2026-03-27T12:00:00+00:00",
+      "2026-04-27T12:00:00+00:00", "2026-05-28T12:00:00+00:00", "2026-06-26T12:00:00+00:00"}},
+    {0, "0 0 12 l-3w * ?", "UTC", "2026-09-01T00:00:00Z",
+     {"2026-09-28T12:00:00+00:00", "2026-10-28T12:00:00+00:00"}},
+    /* L-30W: day 1 of 31-day months only; Saturday Aug 1 2026 -> Monday
+     * the 3rd, never back into July. */
+    {0, "0 0 0 L-30W * ?", "UTC", "2026-07-02T00:00:00Z",
+     {"2026-08-03T00:00:00+00:00", "2026-10-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00",
+      "2027-01-01T00:00:00+00:00"}},
+    /* L-0 is L; L-0W is LW. */
+    {0, "0 0 0 L-0 * ?", "UTC", "2027-12-31T00:00:00Z",
+     {"2028-01-31T00:00:00+00:00", "2028-02-29T00:00:00+00:00"}},
+    {0, "0 0 18 L-0W * ?", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-30T18:00:00+00:00", "2026-02-27T18:00:00+00:00", "2026-03-31T18:00:00+00:00",
+      "2026-04-30T18:00:00+00:00", "2026-05-29T18:00:00+00:00"}},
+    /* L-3W on a DST day: Israel springs forward on a Friday (2026-03-27,
+     * 02:00 -> 03:00), and L-3W of March 2026 is that Friday: 02:30 is
+     * skipped and fires at 03:30 IDT. In 2027 Mar 28 is a Sunday -> 29th. */
+    {0, "0 30 2 L-3W 3 ?", "Asia/Jerusalem", "2026-01-01T00:00:00Z",
+     {"2026-03-27T03:30:00+03:00", "2027-03-29T02:30:00+03:00"}},
+    /* The largest steps Quartz accepts: 59 s, 23 h, 31 days, 12 months, 7 days. */
+    {0, "0/59 0 0 ? * *", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-01T00:00:59+00:00", "2026-01-02T00:00:00+00:00", "2026-01-02T00:00:59+00:00"}},
+    {0, "0 0 */23 ? * *", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-01T23:00:00+00:00", "2026-01-02T00:00:00+00:00", "2026-01-02T23:00:00+00:00"}},
+    {0, "0 0 0 1/31 */12 ?", "UTC", "2026-01-01T00:00:00Z",
+     {"2027-01-01T00:00:00+00:00", "2028-01-01T00:00:00+00:00"}},
+    {0, "0 0 0 ? * */7", "UTC", "2026-01-01T00:00:00Z",
+     {"2026-01-04T00:00:00+00:00", "2026-01-11T00:00:00+00:00"}},
 };
 
 static void check_case(const next_case *tc) {
@@ -282,9 +335,27 @@ static const bad_case bad_cases[] = {
     {0, "0 0 0 1W * ?x", "day-of-week: unexpected 'x' at column 13"},
     {0, "0 0 0 1 JANUARY ?", "month: unexpected 'U' at column 12"},
     /* Steps. */
-    {0, "0/0 * * ? * *", "seconds: step 0 out of range 1-60 at column 3"},
-    {0, "*/61 * * ? * *", "seconds: step 61 out of range 1-60"},
-    {0, "0 0 */25 ? * *", "hours: step 25 out of range 1-24"},
+    {0, "0/0 * * ? * *", "seconds: step 0 out of range 1-59 at column 3"},
+    {0, "*/61 * * ? * *", "seconds: step 61 out of range 1-59"},
+    {0, "0 0 */25 ? * *", "hours: step 25 out of range 1-23"},
+    /* Quartz's CronExpression rejects a step that is not below the number
+     * of values in seconds, minutes and hours (checkIncrementRange). */
+    {0, "0/60 * * ? * *", "seconds: step 60 out of range 1-59 (Quartz rejects larger steps; for one fire per cycle write the value alone, e.g. 0) at column 3"},
+    {0, "0 */60 * ? * *", "minutes: step 60 out of range 1-59"},
+    {0, "0 0 */24 ? * *", "hours: step 24 out of range 1-23"},
+    {0, "0 0 5/24 ? * *", "e.g. 5) at column 7"},
+    {0, "0 0 0-10/24 ? * *", "hours: step 24 out of range 1-23"},
+    {0, "0 0 0 */32 * ?", "day-of-month: step 32 out of range 1-31"},
+    {0, "0 0 0 1 */13 ?", "month: step 13 out of range 1-12"},
+    {0, "0 0 0 ? * */8", "day-of-week: step 8 out of range 1-7"},
+    {DLOCK__CRON_UNIX5, "*/60 * * * *", "minutes: step 60 out of range 1-59"},
+    /* Quartz reads a range as two names or two numbers, not one of each. */
+    {0, "0 0 0 ? * MON-5", "day-of-week: range MON-5 mixes a name and a number (write MON-THU or 2-5) at column 11"},
+    {0, "0 0 0 ? * 2-FRI", "day-of-week: range 2-FRI mixes a name and a number (write MON-FRI or 2-6)"},
+    {0, "0 0 0 1 1-MAR ?", "month: range 1-MAR mixes a name and a number (write JAN-MAR or 1-3) at column 9"},
+    {0, "0 0 0 1 JAN-3 ?", "month: range JAN-3 mixes a name and a number"},
+    {0, "0 0 0 1 1,FEB-3/2 ?", "month: range FEB-3 mixes a name and a number (write FEB-MAR or 2-3) at column 11"},
+    {DLOCK__CRON_UNIX5, "0 0 * * MON-5", "day-of-week: range MON-5 mixes a name and a number (write MON-FRI or 1-5)"},
     {0, "0 0 0 ? * 1/8", "day-of-week: step 8 out of range 1-7"},
     {0, "0 0 0 1 1/0 ?", "month: step 0 out of range 1-12"},
     {0, "* * * ? * * 2030/", "year: expected a step after '/' at column 18"},
@@ -319,8 +390,11 @@ static const bad_case bad_cases[] = {
     {0, "0 0 0 ? * 6#0", "day-of-week: occurrence 0 out of range 1-5"},
     {0, "0 0 0 ? * 2#", "day-of-week: expected an occurrence 1-5 after '#'"},
     {0, "0 0 0 ? * #2", "day-of-week: unexpected '#' at column 11"},
-    {0, "0 0 0 L-31 * ?", "day-of-month: offset 31 out of range 1-30 in 'L-n'"},
-    {0, "0 0 0 L-0 * ?", "day-of-month: offset 0 out of range 1-30"},
+    {0, "0 0 0 L-31 * ?", "day-of-month: offset 31 out of range 0-30 in 'L-n'"},
+    {0, "0 0 0 L-31W * ?", "day-of-month: offset 31 out of range 0-30 in 'L-n' (no month has more than 31 days) at column 9"},
+    {0, "0 0 0 L-3W,5 * ?", "day-of-month: 'L-nW' must be the only value in day-of-month at column 7"},
+    {0, "0 0 0 L-3WW * ?", "day-of-month: unexpected 'W' at column 11"},
+    {0, "0 0 0 L-3-W * ?", "day-of-month: unexpected '-' at column 10"},
     {0, "0 0 0 L- * ?", "day-of-month: expected a number of days after 'L-'"},
     {0, "0 0 0 LW-1 * ?", "day-of-month: unexpected '-' at column 9"},
     {0, "0 0 0 ? * L-2", "day-of-week: unexpected '-'"},
@@ -394,9 +468,19 @@ TEST(bad_arguments_are_errors_not_crashes) {
   ASSERT_EQ(dlock__cron_next(cron, NULL, INT64_MIN, &next), 0);
   ASSERT_EQ(next, 0);
   ASSERT_EQ(dlock__cron_next(cron, NULL, INT64_MAX, &next), DLOCK__CRON_NO_NEXT);
-  ASSERT_EQ(dlock__cron_next(cron, NULL, 4102444799 - 1, &next), 0); /* 2099-12-31T23:59:59Z */
+  /* No year field: fire times go on past 2099, to 9999-12-31T23:59:59Z. */
+  ASSERT_EQ(dlock__cron_next(cron, NULL, 4102444799, &next), 0); /* 2099-12-31T23:59:59Z */
+  ASSERT_EQ(next, 4102444800);
+  ASSERT_EQ(dlock__cron_next(cron, NULL, 253402300799 - 1, &next), 0);
+  ASSERT_EQ(next, 253402300799);
+  ASSERT_EQ(dlock__cron_next(cron, NULL, 253402300799, &next), DLOCK__CRON_NO_NEXT);
+  dlock__cron_free(cron);
+  /* A year field ends where its years end. */
+  ASSERT_EQ(dlock__cron_parse("* * * ? * * 2099", 0, &cron, NULL, 0), 0);
+  ASSERT_EQ(dlock__cron_next(cron, NULL, 4102444799 - 1, &next), 0);
   ASSERT_EQ(next, 4102444799);
   ASSERT_EQ(dlock__cron_next(cron, NULL, 4102444799, &next), DLOCK__CRON_NO_NEXT);
+  ASSERT_EQ(dlock__cron_next(cron, NULL, INT64_MAX, &next), DLOCK__CRON_NO_NEXT);
   dlock__cron_free(cron);
   dlock__cron_free(NULL);
 }
@@ -714,6 +798,44 @@ TEST(one_expression_and_zone_serve_many_threads) {
   dlock__tz_free(tz);
   for (int i = 1; i < 4; i++) ASSERT_EQ(w[i].last, w[0].last);
   ASSERT(w[0].last > 1767225600);
+}
+
+/* Without a year field the search has no 2099 end any more; an expression
+ * that never fires must still answer at once, in every zone. */
+TEST(never_fires_answers_quickly) {
+  static const char *const exprs[] = {
+      "0 0 0 30 2 ?", "0 0 0 31 4 ?", "0 0 0 ? 2 MON#5 2030", "0 0 0 L-30W 2 ?",
+      "0 0 0 31W 6 ?", "0 0 0 ? 2 2#5 2027-2043",
+  };
+  static const char *const zones[] = {"UTC", "Europe/Berlin", "Australia/Lord_Howe"};
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  int calls = 0;
+  for (size_t z = 0; z < 3; z++) {
+    char err[DLOCK__CRON_ERR_MAX];
+    dlock__tz *tz;
+    ASSERT_EQ(dlock__tz_load(zones[z], &tz, err, sizeof(err)), 0);
+    for (size_t e = 0; e < sizeof(exprs) / sizeof(exprs[0]); e++) {
+      dlock__cron *cron;
+      ASSERT_EQ(dlock__cron_parse(exprs[e], 0, &cron, err, sizeof(err)), 0);
+      int64_t next = 0;
+      for (int i = 0; i < 100; i++, calls++) {
+        int rc = dlock__cron_next(cron, tz, 1767225600 + (int64_t)i * 86400 * 37, &next);
+        if (rc != DLOCK__CRON_NO_NEXT) {
+          dlock__cron_free(cron);
+          dlock__tz_free(tz);
+          TEST_FAIL("\"%s\" in %s fired (rc %d, next %lld)", exprs[e], zones[z], rc, (long long)next);
+        }
+      }
+      dlock__cron_free(cron);
+    }
+    dlock__tz_free(tz);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+  printf("  %d never-fires answers in %.3f s\n", calls, secs);
+  /* About 0.1 ms each in a plain build; 10 s leaves room for sanitizers and load. */
+  ASSERT(secs < 10.0);
 }
 
 TEST(next_fire_time_is_not_pathologically_slow) {
