@@ -47,11 +47,27 @@ int cmd_bench(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
+typedef struct cli_help_page {
+  const char *name;    /* NULL: the overview ("dlock --help") */
+  const char *page;    /* the --help text: at most 24 lines of 80 columns */
+  const char *more;    /* Markdown only in the manual page, may be NULL */
+} cli_help_page;
+
+/* The table every help text comes from, and the manual's closing sections
+ * (Markdown), for the generators in help_gen.c. */
+const cli_help_page *cli_help_pages(size_t *n);
+const char *cli_help_man_tail(void);
+
 /* Print the --help page of 'command' (NULL: the overview) to 'out'.
  * Returns 0, or -1 when there is no such page. */
 int cli_help_print(FILE *out, const char *command);
 /* The full manual page in Markdown: docs/dlock.1.md is this output. */
 void cli_help_markdown(FILE *out);
+/* The same manual page in roff (man(7)), installed as dlock.1 (help_gen.c). */
+void cli_help_roff(FILE *out);
+/* The completion script for 'shell' ("bash" or "zsh"), generated from the
+ * help pages: commands, their options and the URL schemes. -1: no such shell. */
+int cli_help_completion(FILE *out, const char *shell);
 /* Print "dlock: <msg>; see 'dlock CMD --help'" and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

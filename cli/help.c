@@ -3,17 +3,13 @@
  * --help", "dlock CMD --help" and the manual page (dlock help --markdown,
  * saved as docs/dlock.1.md) are all printed from it, and a test compares
  * the saved page with the output, so the help and the manual cannot drift.
+ * The roff page and the shell completions are generated from the same
+ * table (help_gen.c) at build time.
  */
 #include <stdarg.h>
 #include <string.h>
 
 #include "cli.h"
-
-typedef struct cli_help_page {
-  const char *name;    /* NULL: the overview ("dlock --help") */
-  const char *page;    /* the --help text: at most 24 lines of 80 columns */
-  const char *more;    /* Markdown only in the manual page, may be NULL */
-} cli_help_page;
 
 static const cli_help_page pages[] = {
   {NULL,
@@ -339,9 +335,12 @@ static const cli_help_page pages[] = {
 
   {"help",
    "Usage: dlock help [COMMAND]\n"
-   "       dlock help --markdown\n"
+   "       dlock help --markdown | --roff\n"
+   "       dlock help --completion bash|zsh\n"
    "Print the help of COMMAND (or the overview). --markdown prints the whole\n"
-   "manual page in Markdown, as kept in docs/dlock.1.md.\n",
+   "manual page in Markdown, as kept in docs/dlock.1.md; --roff the same page\n"
+   "for man(1), as installed as dlock.1. --completion prints the completion\n"
+   "script for the shell, as installed with dlock.\n",
    NULL},
 };
 
@@ -389,6 +388,17 @@ static const char man_tail[] =
   "## SEE ALSO\n"
   "\n"
   "flock(1), redis-server(1), sysexits(3); docs/cli.md in the source tree.\n";
+
+const cli_help_page *cli_help_pages(size_t *n)
+{
+  *n = sizeof pages / sizeof pages[0];
+  return pages;
+}
+
+const char *cli_help_man_tail(void)
+{
+  return man_tail;
+}
 
 static const cli_help_page *find_page(const char *name)
 {
@@ -452,6 +462,15 @@ int cmd_help(int argc, char **argv)
     cli_help_markdown(stdout);
     return CLI_EXIT_OK;
   }
+  if (argc == 2 && strcmp(argv[1], "--roff") == 0) {
+    cli_help_roff(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (argc == 3 && strcmp(argv[1], "--completion") == 0) {
+    if (cli_help_completion(stdout, argv[2]) != 0)
+      return cli_usage_error("help", "--completion: no script for '%s' (bash or zsh)", argv[2]);
+    return CLI_EXIT_OK;
+  }
   if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     cli_help_print(stdout, "help");
     return CLI_EXIT_OK;
@@ -464,5 +483,5 @@ int cmd_help(int argc, char **argv)
     return CLI_EXIT_OK;
   if (argc == 2 && argv[1][0] != '-')
     return cli_usage_error(NULL, "no help on '%s': there is no such command", argv[1]);
-  return cli_usage_error("help", "expected a command name or --markdown");
+  return cli_usage_error("help", "expected a command name, --markdown, --roff or --completion SHELL");
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The install target, the pkg-config file and the examples work together: install into a
-# temp prefix, build each example with `pkg-config --cflags --libs dlock` against the
+# temp prefix, check that the man page and completions are there, build each example with `pkg-config --cflags --libs dlock` against the
 # installed header and library (static and shared), and run one against a private server.
 set -u
 build=$1
@@ -15,6 +15,12 @@ cmake --install "$build" --prefix "$tmp/prefix" >/dev/null || fail "cmake --inst
 export PKG_CONFIG_PATH=$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig
 flags=$(pkg-config --cflags --libs dlock) || fail "pkg-config does not find dlock"
 [ -f "$tmp/prefix/include/dlock.h" ] || fail "dlock.h not installed"
+# 'dlock --help' points at dlock(1): the page, and the completions, are installed.
+[ -f "$tmp/prefix/share/man/man1/dlock.1" ] || fail "share/man/man1/dlock.1 not installed"
+MANPATH=$tmp/prefix/share/man man -w dlock 2>/dev/null | grep -q "^$tmp/prefix/share/man/man1/dlock.1" \
+  || fail "man -w dlock does not find the installed page"
+[ -f "$tmp/prefix/share/bash-completion/completions/dlock" ] || fail "bash completion not installed"
+[ -f "$tmp/prefix/share/zsh/vendor-completions/_dlock" ] || fail "zsh completion not installed"
 for ex in "$src"/examples/*.c; do
   name=$(basename "$ex" .c)
   cc -std=c11 -Wall -Wextra -Werror "$ex" $flags -Wl,-rpath,"$(pkg-config --variable=libdir dlock)" \
