@@ -341,6 +341,8 @@ static int cron_history(sched_args *a)
     fprintf(stderr, "dlock: out of memory\n");
     return CLI_EXIT_SOFTWARE;
   }
+  for (int i = 0; i < n; i++)
+    dlock_run_record_init(&recs[i]);
   dlock_client *c;
   rc = cli_connect(a->d.url, &c);
   if (rc != 0) {
