@@ -104,10 +104,10 @@ int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg);
 
 /* ---- Durations and numbers (duration.c) ---- */
 
-/* "250ms", "10s", "5m", "1h", "1.5s" or a bare number of seconds. Returns 0
- * and *ms, or -1 for garbage, negatives and anything over
- * DLOCK_MAX_DURATION_MS. Zero is accepted; callers reject it where it means
- * nothing. */
+/* dlock_duration_parse(): "250ms", "1m30s", "2d", "1.5s" or a bare number
+ * of seconds. Returns 0 and *ms, or -1 for garbage, negatives and anything
+ * over DLOCK_MAX_DURATION_MS, dlock_last_error() saying why ("bad duration
+ * 'x': ..."). Zero is accepted; callers reject it where it means nothing. */
 int cli_parse_duration(const char *text, int64_t *ms);
 /* Unsigned decimal, no sign, no junk, within 'max'. */
 int cli_parse_u64(const char *text, uint64_t max, uint64_t *out);

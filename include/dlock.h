@@ -118,6 +118,15 @@ DLOCK_API dlock_mono_ms dlock_mono_now(void);
 #define DLOCK_WAIT_FOREVER ((int64_t)-1)
 /* Largest duration accepted anywhere: 30 days. */
 #define DLOCK_MAX_DURATION_MS ((int64_t)30 * 24 * 3600 * 1000)
+/* Parse a duration as the dlock command and option strings take it:
+ * number-unit pairs from the largest unit to the smallest, each unit once
+ * ("1m30s", "1h2m", "2d", "500ms"; units d, h, m, s, ms), a decimal
+ * fraction ("1.5s", "0.5d"), or a lone number of seconds ("10", "0.25").
+ * No sign, no spaces. It must come to a whole number of milliseconds and at
+ * most DLOCK_MAX_DURATION_MS. Returns 0 and *ms; DLOCK_EINVAL for malformed
+ * text, DLOCK_ERANGE beyond 30 days; dlock_last_error() says what is wrong
+ * ("bad duration '5x': unknown unit at 'x' ..."). */
+DLOCK_API int dlock_duration_parse(const char *text, int64_t *ms);
 /* Longest lock name, resource name or key prefix, in bytes. */
 #define DLOCK_MAX_NAME_LEN 512
 
