@@ -24,6 +24,7 @@
  *    the library knows (built against a newer dlock.h than the library) is
  *    refused with DLOCK_EINVAL, and dlock_last_error() names the _init to
  *    call.
+ *
  * Structs the library hands out (dlock_tick, dlock_sched_event) may also
  * grow at the end; read only the fields you know.
  */
