@@ -48,11 +48,27 @@ int cmd_doctor(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
+typedef struct cli_help_page {
+  const char *name;    /* NULL: the overview ("dlock --help") */
+  const char *page;    /* the --help text: at most 24 lines of 80 columns */
+  const char *more;    /* Markdown only in the manual page, may be NULL */
+} cli_help_page;
+
+/* The table every help text comes from, and the manual's closing sections
+ * (Markdown), for the generators in help_gen.c. */
+const cli_help_page *cli_help_pages(size_t *n);
+const char *cli_help_man_tail(void);
+
 /* Print the --help page of 'command' (NULL: the overview) to 'out'.
  * Returns 0, or -1 when there is no such page. */
 int cli_help_print(FILE *out, const char *command);
 /* The full manual page in Markdown: docs/dlock.1.md is this output. */
 void cli_help_markdown(FILE *out);
+/* The same manual page in roff (man(7)), installed as dlock.1 (help_gen.c). */
+void cli_help_roff(FILE *out);
+/* The completion script for 'shell' ("bash" or "zsh"), generated from the
+ * help pages: commands, their options and the URL schemes. -1: no such shell. */
+int cli_help_completion(FILE *out, const char *shell);
 /* Print "dlock: <msg>; see 'dlock CMD --help'" and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -89,10 +105,10 @@ int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg);
 
 /* ---- Durations and numbers (duration.c) ---- */
 
-/* "250ms", "10s", "5m", "1h", "1.5s" or a bare number of seconds. Returns 0
- * and *ms, or -1 for garbage, negatives and anything over
- * DLOCK_MAX_DURATION_MS. Zero is accepted; callers reject it where it means
- * nothing. */
+/* dlock_duration_parse(): "250ms", "1m30s", "2d", "1.5s" or a bare number
+ * of seconds. Returns 0 and *ms, or -1 for garbage, negatives and anything
+ * over DLOCK_MAX_DURATION_MS, dlock_last_error() saying why ("bad duration
+ * 'x': ..."). Zero is accepted; callers reject it where it means nothing. */
 int cli_parse_duration(const char *text, int64_t *ms);
 /* Unsigned decimal, no sign, no junk, within 'max'. */
 int cli_parse_u64(const char *text, uint64_t max, uint64_t *out);

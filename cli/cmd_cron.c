@@ -84,8 +84,7 @@ static int duration_arg(const char *cmd, const char *opt, const char *text, int 
                         int64_t *ms)
 {
   if (cli_parse_duration(text, ms) != 0) {
-    return cli_usage_error(cmd, "--%s: bad duration '%s' (use e.g. 250ms, 10s, 5m, 1h)",
-                           opt, text);
+    return cli_usage_error(cmd, "--%s: %s", opt, dlock_last_error());
   }
   if (*ms == 0 && !zero_ok)
     return cli_usage_error(cmd, "--%s: must be more than 0", opt);
@@ -341,6 +340,8 @@ static int cron_history(sched_args *a)
     fprintf(stderr, "dlock: out of memory\n");
     return CLI_EXIT_SOFTWARE;
   }
+  for (int i = 0; i < n; i++)
+    dlock_run_record_init(&recs[i]);
   dlock_client *c;
   rc = cli_connect(a->d.url, &c);
   if (rc != 0) {
@@ -438,8 +439,7 @@ int cmd_every(int argc, char **argv)
   if (a.positional == NULL)
     return cli_usage_error("every", "missing DURATION (e.g. 10s, 5m)");
   if (cli_parse_duration(a.positional, &a.d.period_ms) != 0) {
-    return cli_usage_error("every", "bad duration '%s' (use e.g. 250ms, 10s, 5m, 1h)",
-                           a.positional);
+    return cli_usage_error("every", "%s", dlock_last_error());
   }
   if (a.d.period_ms == 0)
     return cli_usage_error("every", "DURATION must be more than 0");

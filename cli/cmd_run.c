@@ -60,8 +60,7 @@ static const cli_opt run_table[] = {
 static int duration_arg(const char *opt, const char *text, int zero_ok, int64_t *ms)
 {
   if (cli_parse_duration(text, ms) != 0) {
-    return cli_usage_error("run", "--%s: bad duration '%s' (use e.g. 250ms, 10s, 5m, "
-                                  "1h)", opt, text);
+    return cli_usage_error("run", "--%s: %s", opt, dlock_last_error());
   }
   if (*ms == 0 && !zero_ok)
     return cli_usage_error("run", "--%s: must be more than 0", opt);

@@ -195,7 +195,7 @@ int cmd_status(int argc, char **argv)
   if (rc != 0)
     return rc;
   dlock_lock_info info;
-  memset(&info, 0, sizeof info);
+  dlock_lock_info_init(&info);
   int st = dlock_lock_info_get(c, name, &info);
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "status of '%s'", name);
@@ -253,7 +253,7 @@ static int list_json(dlock_client *c, const name_list *l)
   fputc('[', stdout);
   for (size_t i = 0; i < l->len; i++) {
     dlock_lock_info info;
-    memset(&info, 0, sizeof info);
+    dlock_lock_info_init(&info);
     int st = dlock_lock_info_get(c, l->names[i], &info);
     if (st != 0) {
       fputs("]\n", stdout);

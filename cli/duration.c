@@ -1,8 +1,8 @@
 /*
  * duration.c - parsing and printing the durations and numbers of the
- * command line. Pure functions, no I/O: "250ms", "10s", "5m", "1h", a bare
- * number of seconds (as sleep(1) and timeout(1) read it) and decimal
- * fractions ("1.5s") that come out as a whole number of milliseconds.
+ * command line. Durations ("250ms", "1m30s", "2d", "1.5s", a bare number
+ * of seconds) are parsed by the library's dlock_duration_parse(), the one
+ * parser of dlock; this file adds numbers and the format for messages.
  */
 #include <string.h>
 
@@ -13,61 +13,11 @@ static int is_digit(char c)
   return c >= '0' && c <= '9';
 }
 
-/* Milliseconds per unit, or 0 for an unknown suffix. */
-static int64_t unit_ms(const char *suffix)
-{
-  if (strcmp(suffix, "") == 0 || strcmp(suffix, "s") == 0)
-    return 1000;
-  if (strcmp(suffix, "ms") == 0)
-    return 1;
-  if (strcmp(suffix, "m") == 0)
-    return 60 * 1000;
-  if (strcmp(suffix, "h") == 0)
-    return 3600 * 1000;
-  return 0;
-}
-
+/* The library's parser (src/duration.c), so that the command and library
+ * option strings read durations alike. */
 int cli_parse_duration(const char *text, int64_t *ms)
 {
-  const char *p = text;
-  int64_t whole = 0;
-  int64_t frac = 0;
-  int64_t frac_scale = 1;
-
-  if (!is_digit(*p))
-    return -1; /* also rejects "", "-5s", "+5s" and " 5s" */
-  for (; is_digit(*p); p++) {
-    whole = whole * 10 + (*p - '0');
-    /* Stop long before int64 could overflow; the real limit is below. */
-    if (whole > DLOCK_MAX_DURATION_MS)
-      return -1;
-  }
-  if (*p == '.') {
-    p++;
-    if (!is_digit(*p))
-      return -1;
-    for (; is_digit(*p); p++) {
-      if (frac_scale >= 1000000000)
-        return -1; /* more digits than any unit can use */
-      frac = frac * 10 + (*p - '0');
-      frac_scale *= 10;
-    }
-  }
-
-  int64_t unit = unit_ms(p);
-  if (unit == 0)
-    return -1;
-  if (whole > DLOCK_MAX_DURATION_MS / unit)
-    return -1;
-  /* A fraction must land on a whole millisecond: "1.5ms" means nothing
-   * the library could honour, so say so rather than round silently. */
-  if ((frac * unit) % frac_scale != 0)
-    return -1;
-  int64_t total = whole * unit + frac * unit / frac_scale;
-  if (total > DLOCK_MAX_DURATION_MS)
-    return -1;
-  *ms = total;
-  return 0;
+  return dlock_duration_parse(text, ms) == 0 ? 0 : -1;
 }
 
 int cli_parse_u64(const char *text, uint64_t max, uint64_t *out)

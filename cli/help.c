@@ -3,17 +3,13 @@
  * --help", "dlock CMD --help" and the manual page (dlock help --markdown,
  * saved as docs/dlock.1.md) are all printed from it, and a test compares
  * the saved page with the output, so the help and the manual cannot drift.
+ * The roff page and the shell completions are generated from the same
+ * table (help_gen.c) at build time.
  */
 #include <stdarg.h>
 #include <string.h>
 
 #include "cli.h"
-
-typedef struct cli_help_page {
-  const char *name;    /* NULL: the overview ("dlock --help") */
-  const char *page;    /* the --help text: at most 24 lines of 80 columns */
-  const char *more;    /* Markdown only in the manual page, may be NULL */
-} cli_help_page;
 
 static const cli_help_page pages[] = {
   {NULL,
@@ -68,7 +64,7 @@ static const cli_help_page pages[] = {
    "  -q, --quiet            no messages but errors\n"
    "  -v, --verbose          report the wait and the fence on stderr\n"
    "\n"
-   "DURATION: 250ms, 10s, 1.5s, 5m, 1h; a bare number counts seconds.\n"
+   "DURATION: 250ms, 10s, 1.5s, 1m30s, 2d; a bare number counts seconds.\n"
    "COMMAND gets DLOCK_NAME, DLOCK_FENCE and DLOCK_URL in its environment and\n"
    "runs in its own process group; SIGINT, SIGTERM and SIGHUP are passed on to\n"
    "it. Exit: COMMAND's status (128+N if killed by signal N), 75 busy, 79 lost,\n"
@@ -271,7 +267,7 @@ static const cli_help_page pages[] = {
    "  --tz ZONE              show times in this zone (default UTC)\n"
    "  --shell, --url URL, -q/--quiet, -v/--verbose: as for 'dlock run'\n"
    "\n"
-   "DURATION, D: 250ms, 10s, 1.5s, 5m, 1h. COMMAND's environment, signals and\n"
+   "DURATION, D: 250ms, 10s, 1m30s, 1h. COMMAND's environment, signals and\n"
    "exit status: as for 'dlock cron'. 'dlock cron --history JOB' shows the runs.\n",
    "Fixed rate: a tick is a multiple of DURATION since the epoch, fired by\n"
    "each node's clock and claimed once in Redis, so nodes need not talk to\n"
@@ -375,9 +371,12 @@ static const cli_help_page pages[] = {
 
   {"help",
    "Usage: dlock help [COMMAND]\n"
-   "       dlock help --markdown\n"
+   "       dlock help --markdown | --roff\n"
+   "       dlock help --completion bash|zsh\n"
    "Print the help of COMMAND (or the overview). --markdown prints the whole\n"
-   "manual page in Markdown, as kept in docs/dlock.1.md.\n",
+   "manual page in Markdown, as kept in docs/dlock.1.md; --roff the same page\n"
+   "for man(1), as installed as dlock.1. --completion prints the completion\n"
+   "script for the shell, as installed with dlock.\n",
    NULL},
 };
 
@@ -385,11 +384,15 @@ static const cli_help_page pages[] = {
 static const char man_tail[] =
   "## DURATIONS\n"
   "\n"
-  "A duration is a whole or decimal number with a unit: `250ms`, `10s`,\n"
-  "`1.5s`, `5m`, `1h`. A bare number counts seconds, as in sleep(1). It must\n"
-  "come to a whole number of milliseconds and at most 30 days. Negative\n"
-  "values, other units and junk are usage errors (exit 64); so is zero where\n"
-  "it means nothing (`--lease 0`). `--wait 0` means: try once.\n"
+  "A duration is a whole or decimal number with a unit, `250ms`, `10s`,\n"
+  "`1.5s`, `5m`, `1h`, `2d`, or several of them from the largest unit to the\n"
+  "smallest, each unit once, as Go writes them: `1m30s`, `1h2m`, `1d12h`.\n"
+  "Units: `d` (days), `h`, `m`, `s`, `ms`. A bare number counts seconds, as\n"
+  "in sleep(1). It must come to a whole number of milliseconds and at most\n"
+  "30 days (`30d`). Negative values, spaces, other units and junk are usage\n"
+  "errors (exit 64); so is zero where it means nothing (`--lease 0`).\n"
+  "`--wait 0` means: try once. Programs using libdlock read durations the\n"
+  "same way with `dlock_duration_parse()`.\n"
   "\n"
   "## ENVIRONMENT\n"
   "\n"
@@ -425,6 +428,17 @@ static const char man_tail[] =
   "## SEE ALSO\n"
   "\n"
   "flock(1), redis-server(1), sysexits(3); docs/cli.md in the source tree.\n";
+
+const cli_help_page *cli_help_pages(size_t *n)
+{
+  *n = sizeof pages / sizeof pages[0];
+  return pages;
+}
+
+const char *cli_help_man_tail(void)
+{
+  return man_tail;
+}
 
 static const cli_help_page *find_page(const char *name)
 {
@@ -488,6 +502,15 @@ int cmd_help(int argc, char **argv)
     cli_help_markdown(stdout);
     return CLI_EXIT_OK;
   }
+  if (argc == 2 && strcmp(argv[1], "--roff") == 0) {
+    cli_help_roff(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (argc == 3 && strcmp(argv[1], "--completion") == 0) {
+    if (cli_help_completion(stdout, argv[2]) != 0)
+      return cli_usage_error("help", "--completion: no script for '%s' (bash or zsh)", argv[2]);
+    return CLI_EXIT_OK;
+  }
   if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     cli_help_print(stdout, "help");
     return CLI_EXIT_OK;
@@ -500,5 +523,5 @@ int cmd_help(int argc, char **argv)
     return CLI_EXIT_OK;
   if (argc == 2 && argv[1][0] != '-')
     return cli_usage_error(NULL, "no help on '%s': there is no such command", argv[1]);
-  return cli_usage_error("help", "expected a command name or --markdown");
+  return cli_usage_error("help", "expected a command name, --markdown, --roff or --completion SHELL");
 }

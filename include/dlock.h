@@ -8,6 +8,25 @@
  *
  * Ownership: every string passed in is copied. Each *_new has a *_free that
  * accepts NULL. Handles are thread-safe unless a comment says otherwise.
+ *
+ * ABI rule for the structs the caller allocates (dlock_client_options,
+ * dlock_mutex_options, dlock_lock_info, dlock_sched_options,
+ * dlock_job_options, dlock_run_record): each begins with 'struct_size',
+ * which its dlock_*_init() sets to the size of the struct in the dlock.h the
+ * caller was compiled with. Always call the _init first, then set fields.
+ *  - Within a major version, fields are only ever added at the end of
+ *    these structs, and functions are only added, never changed.
+ *  - The library reads (and, for results, writes) only the first
+ *    'struct_size' bytes: a program built against an older dlock.h keeps
+ *    working with a newer libdlock, the fields it does not know taking
+ *    their defaults.
+ *  - A 'struct_size' of 0 or garbage (never initialised), or larger than
+ *    the library knows (built against a newer dlock.h than the library) is
+ *    refused with DLOCK_EINVAL, and dlock_last_error() names the _init to
+ *    call.
+ *
+ * Structs the library hands out (dlock_tick, dlock_sched_event) may also
+ * grow at the end; read only the fields you know.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -29,6 +48,9 @@ extern "C" {
 #define DLOCK_VERSION_MINOR 1
 #define DLOCK_VERSION_PATCH 0
 #define DLOCK_VERSION "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH: 0.1.0 is 100. */
+#define DLOCK_VERSION_NUMBER \
+  (DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 + DLOCK_VERSION_PATCH)
 
 /* ---- Errors ---- */
 
@@ -82,6 +104,15 @@ DLOCK_API const char *dlock_err_name(int status);
  * which key, what it said and what to do. Empty string when none. */
 DLOCK_API const char *dlock_last_error(void);
 
+/* ---- Version ---- */
+
+/* The version of the libdlock in use at run time ("0.1.0"), which may be
+ * newer than DLOCK_VERSION, the dlock.h the program was compiled with. */
+DLOCK_API const char *dlock_version(void);
+/* The same as a number, MAJOR * 10000 + MINOR * 100 + PATCH, to compare
+ * with DLOCK_VERSION_NUMBER: e.g. refuse to run on an older library. */
+DLOCK_API int dlock_version_number(void);
+
 /* ---- Time ---- */
 
 /* Milliseconds on the monotonic clock (CLOCK_MONOTONIC). Not wall time. */
@@ -92,6 +123,15 @@ DLOCK_API dlock_mono_ms dlock_mono_now(void);
 #define DLOCK_WAIT_FOREVER ((int64_t)-1)
 /* Largest duration accepted anywhere: 30 days. */
 #define DLOCK_MAX_DURATION_MS ((int64_t)30 * 24 * 3600 * 1000)
+/* Parse a duration as the dlock command and option strings take it:
+ * number-unit pairs from the largest unit to the smallest, each unit once
+ * ("1m30s", "1h2m", "2d", "500ms"; units d, h, m, s, ms), a decimal
+ * fraction ("1.5s", "0.5d"), or a lone number of seconds ("10", "0.25").
+ * No sign, no spaces. It must come to a whole number of milliseconds and at
+ * most DLOCK_MAX_DURATION_MS. Returns 0 and *ms; DLOCK_EINVAL for malformed
+ * text, DLOCK_ERANGE beyond 30 days; dlock_last_error() says what is wrong
+ * ("bad duration '5x': unknown unit at 'x' ..."). */
+DLOCK_API int dlock_duration_parse(const char *text, int64_t *ms);
 /* Longest lock name, resource name or key prefix, in bytes. */
 #define DLOCK_MAX_NAME_LEN 512
 
@@ -100,6 +140,7 @@ DLOCK_API dlock_mono_ms dlock_mono_now(void);
 typedef struct dlock_client dlock_client;
 
 typedef struct dlock_client_options {
+  size_t struct_size;      /* set by dlock_client_options_init(); see the top */
   /* redis://[user[:password]@]host[:port][/db]
    * rediss://... (TLS; query: ?cacert=F&cert=F&key=F&sni=NAME)
    * unix:///path/to/redis.sock[?db=N&user=U&password=P]
@@ -139,7 +180,7 @@ typedef struct dlock_client_options {
   int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
 } dlock_client_options;
 
-/* Fill 'opts' with defaults (all zero/NULL). */
+/* Fill 'opts' with defaults (all zero/NULL) and set its struct_size. */
 DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
 
 /* Create a client and check that the server answers (connect, AUTH, SELECT,
@@ -239,6 +280,7 @@ typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
                               dlock_lost_reason reason, void *arg);
 
 typedef struct dlock_mutex_options {
+  size_t struct_size;      /* set by dlock_mutex_options_init(); see the top */
   /* Fixed lease: the lock expires 'lease_ms' after acquire unless extended,
    * and the hold is lost (DLOCK_LOST_DEADLINE) at its valid_until.
    * 0: watchdog mode, a 'watchdog_lease_ms' lease renewed every third of it
@@ -341,6 +383,7 @@ DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms
 /* ---- Inspection and admin ---- */
 
 typedef struct dlock_lock_info {
+  size_t struct_size;     /* set by dlock_lock_info_init(); see the top */
   int held;               /* 1 when the key exists */
   int foreign;            /* 1 when held by a non-dlock client (no metadata) */
   int64_t ttl_ms;         /* remaining lease, -1 when held without expiry */
@@ -350,6 +393,10 @@ typedef struct dlock_lock_info {
   char owner_info[1025];  /* owner_info of the holder, "" if none */
 } dlock_lock_info;
 
+/* Zero 'info' and set its struct_size: call before dlock_lock_info_get(). */
+DLOCK_API void dlock_lock_info_init(dlock_lock_info *info);
+/* What Redis knows of the lock 'name', into 'out' (initialised with
+ * dlock_lock_info_init()). */
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
@@ -451,6 +498,7 @@ typedef struct dlock_sched_event {
 } dlock_sched_event;
 
 typedef struct dlock_sched_options {
+  size_t struct_size;      /* set by dlock_sched_options_init(); see the top */
   int pool_size;           /* worker threads; 0: 1 (as Spring's default) */
   const char *node_name;   /* NULL: "<hostname>:<pid>" */
   /* Called for every tick outcome, from scheduler threads. May be NULL. */
@@ -459,6 +507,7 @@ typedef struct dlock_sched_options {
 } dlock_sched_options;
 
 typedef struct dlock_job_options {
+  size_t struct_size;      /* set by dlock_job_options_init(); see the top */
   /* The job lock's lease: a run (or a crashed runner) blocks later ticks at
    * most this long. 0: 10 minutes. */
   int64_t lock_at_most_for_ms;
@@ -500,6 +549,7 @@ DLOCK_API void dlock_sched_free(dlock_sched *s);
 
 /* One entry of a job's run history, newest first. */
 typedef struct dlock_run_record {
+  size_t struct_size;        /* set by dlock_run_record_init(); see the top */
   char node[128];
   uint64_t fence;
   int64_t scheduled_unix_ms;
@@ -508,7 +558,11 @@ typedef struct dlock_run_record {
   char outcome[64];          /* "ok", "failed: 3", "skipped: previous run still going" */
 } dlock_run_record;
 
-/* Up to 'max' most recent records of 'job'; returns how many. */
+/* Zero 'rec' and set its struct_size. */
+DLOCK_API void dlock_run_record_init(dlock_run_record *rec);
+/* Up to 'max' most recent records of 'job' into 'out'; returns how many.
+ * The array is stepped through by out[0].struct_size: initialise every
+ * element with dlock_run_record_init(), or at least the first. */
 DLOCK_API int dlock_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
 
 #ifdef __cplusplus

@@ -55,10 +55,32 @@ static int64_t str_i64(const dlock__reply *r) {
   return r->type == DLOCK__REPLY_STRING && r->len ? strtoll(r->str, NULL, 10) : 0;
 }
 
+void dlock_lock_info_init(dlock_lock_info *info) {
+  if (!info) return;
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+}
+
+static int lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
+
+/* The caller's struct may be an older, smaller layout: fill the full one,
+ * hand back the part the caller has. */
 int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__error_clear();
   if (!c || !out) return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get: NULL argument");
-  memset(out, 0, sizeof *out);
+  int rc = dlock__struct_check(out, DLOCK__LOCK_INFO_V1, sizeof *out, "dlock_lock_info");
+  if (rc) return rc;
+  size_t size;
+  memcpy(&size, out, sizeof size);
+  dlock_lock_info full;
+  dlock_lock_info_init(&full);
+  rc = lock_info_get(c, name, &full);
+  full.struct_size = size;
+  memcpy(out, &full, size);
+  return rc;
+}
+
+static int lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
   if (rc) return rc;

@@ -14,7 +14,9 @@
 #define MAX_CONNECTIONS 1024
 
 void dlock_client_options_init(dlock_client_options *opts) {
-  if (opts) memset(opts, 0, sizeof *opts);
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->struct_size = sizeof *opts;
 }
 
 /* Replace *field with a copy of 'value' when given. */
@@ -109,8 +111,9 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_client_new: 'out' is NULL");
   *out = NULL;
   dlock_client_options o;
-  if (opts) o = *opts; else dlock_client_options_init(&o);
-  int rc;
+  dlock_client_options_init(&o);
+  int rc = dlock__options_in(&o, sizeof o, opts, DLOCK__CLIENT_OPTIONS_V1, "dlock_client_options");
+  if (rc) return rc;
   if (o.key_prefix && *o.key_prefix && (rc = dlock__check_name("key prefix", o.key_prefix))) return rc;
   if (o.max_connections < 0 || o.max_connections > MAX_CONNECTIONS)
     return dlock__error(DLOCK_ERANGE, "max_connections is %d; it must be 0 (default %d) or 1..%d",

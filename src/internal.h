@@ -28,6 +28,28 @@ void dlock__error_clear(void);
 /* Prepend context ("acquire 'orders:1' on 127.0.0.1:6379: ") to the last error. */
 void dlock__error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- Versions and the ABI rule of caller-allocated structs (abi.c) ---- */
+
+/* Where the first layout of a struct ends: the size a caller built against
+ * the oldest dlock.h of this major version passes. Fields added later go
+ * after it; these stay as they are. */
+#define DLOCK__END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#define DLOCK__CLIENT_OPTIONS_V1 DLOCK__END_OF(dlock_client_options, max_connections)
+#define DLOCK__MUTEX_OPTIONS_V1 DLOCK__END_OF(dlock_mutex_options, owner_info)
+#define DLOCK__LOCK_INFO_V1 DLOCK__END_OF(dlock_lock_info, owner_info)
+#define DLOCK__SCHED_OPTIONS_V1 DLOCK__END_OF(dlock_sched_options, on_event_arg)
+#define DLOCK__JOB_OPTIONS_V1 DLOCK__END_OF(dlock_job_options, history_len)
+#define DLOCK__RUN_RECORD_V1 DLOCK__END_OF(dlock_run_record, outcome)
+
+/* Check the struct_size (the first member) of the caller's struct 'given'
+ * of type 'type' ("dlock_lock_info"): 0 when it lies in [min, full], else
+ * DLOCK_EINVAL saying to call <type>_init(). */
+int dlock__struct_check(const void *given, size_t min, size_t full, const char *type);
+/* Take the caller's options 'src' (may be NULL) into 'dst', which holds the
+ * defaults of the full layout ('full' bytes): the first struct_size bytes of
+ * 'src' are copied over them. 0, or DLOCK_EINVAL from dlock__struct_check(). */
+int dlock__options_in(void *dst, size_t full, const void *src, size_t min, const char *type);
+
 /* ---- Clock and sleep (clock.c) ---- */
 
 void dlock__sleep_ms(int64_t ms);

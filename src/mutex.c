@@ -136,7 +136,9 @@ static int reply_int(const dlock__reply *r, long long *v) {
 /* ---- Handle lifecycle ---- */
 
 void dlock_mutex_options_init(dlock_mutex_options *opts) {
-  if (opts) memset(opts, 0, sizeof *opts);
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->struct_size = sizeof *opts;
 }
 
 int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const dlock_mutex_options *opts) {
@@ -147,7 +149,9 @@ int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const 
   int rc = dlock__check_name("lock name", name);
   if (rc) return rc;
   dlock_mutex_options o;
-  if (opts) o = *opts; else dlock_mutex_options_init(&o);
+  dlock_mutex_options_init(&o);
+  if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__MUTEX_OPTIONS_V1, "dlock_mutex_options")))
+    return rc;
   if ((rc = dlock__check_duration("lease_ms", o.lease_ms, 1)) ||
       (rc = dlock__check_duration("watchdog_lease_ms", o.watchdog_lease_ms, 1)) ||
       (rc = dlock__check_duration("max_hold_ms", o.max_hold_ms, 1)))

@@ -76,11 +76,21 @@ static int64_t wall_ms(void) {
 }
 
 void dlock_sched_options_init(dlock_sched_options *opts) {
-  if (opts) memset(opts, 0, sizeof *opts);
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->struct_size = sizeof *opts;
 }
 
 void dlock_job_options_init(dlock_job_options *opts) {
-  if (opts) memset(opts, 0, sizeof *opts);
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->struct_size = sizeof *opts;
+}
+
+void dlock_run_record_init(dlock_run_record *rec) {
+  if (!rec) return;
+  memset(rec, 0, sizeof *rec);
+  rec->struct_size = sizeof *rec;
 }
 
 static void emit(dlock_sched *s, dlock_sched_event_kind kind, const job *j, int64_t tick, const char *node,
@@ -101,7 +111,9 @@ int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_option
   if (!out || !c) return dlock__error(DLOCK_EINVAL, "dlock_sched_new: NULL argument");
   *out = NULL;
   dlock_sched_options o;
-  if (opts) o = *opts; else dlock_sched_options_init(&o);
+  dlock_sched_options_init(&o);
+  int rc = dlock__options_in(&o, sizeof o, opts, DLOCK__SCHED_OPTIONS_V1, "dlock_sched_options");
+  if (rc) return rc;
   if (o.pool_size < 0 || o.pool_size > 256)
     return dlock__error(DLOCK_ERANGE, "pool_size is %d; it must be 0 (default 1) or 1..256", o.pool_size);
   dlock_sched *s = calloc(1, sizeof *s);
@@ -145,7 +157,9 @@ static int add_job(dlock_sched *s, const char *name, trigger_kind kind, const dl
   int rc = dlock__check_name("job name", name);
   if (rc) return rc;
   dlock_job_options o;
-  if (opts) o = *opts; else dlock_job_options_init(&o);
+  dlock_job_options_init(&o);
+  if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__JOB_OPTIONS_V1, "dlock_job_options")))
+    return rc;
   if ((rc = dlock__check_duration("lock_at_most_for_ms", o.lock_at_most_for_ms, 1)) ||
       (rc = dlock__check_duration("lock_at_least_for_ms", o.lock_at_least_for_ms, 1)))
     return rc;
@@ -677,6 +691,11 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   int rc = dlock__check_name("job name", name);
   if (rc) return rc;
   if (max == 0) return 0;
+  if ((rc = dlock__struct_check(out, DLOCK__RUN_RECORD_V1, sizeof *out, "dlock_run_record"))) return rc;
+  /* The caller's element size: a program built against an older dlock.h
+   * has smaller records, of which only the known part is written. */
+  size_t stride;
+  memcpy(&stride, out, sizeof stride);
   dlock__lock_keys keys;
   if ((rc = dlock__lock_keys_init(&keys, c, name))) return rc;
   size_t len = keys.len[DLOCK__K_LOCK] + strlen("{}:history");
@@ -711,8 +730,8 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
     const dlock__reply *e = r->element[i];
     if (e->type != DLOCK__REPLY_STRING) continue;
     /* node|fence|tick|start|duration|outcome; the outcome may hold '|' */
-    dlock_run_record *rec = &out[n];
-    memset(rec, 0, sizeof *rec);
+    dlock_run_record full, *rec = &full;
+    dlock_run_record_init(rec);
     const char *p = e->str;
     const char *bar = strchr(p, '|');
     if (!bar) continue;
@@ -726,6 +745,8 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
     rec->duration_ms = strtoll(end + 1, &end, 10);
     if (*end != '|') continue;
     snprintf(rec->outcome, sizeof rec->outcome, "%s", end + 1);
+    rec->struct_size = stride;
+    memcpy((char *)out + (size_t)n * stride, rec, stride);
     n++;
   }
   dlock__reply_free(r);

@@ -38,9 +38,15 @@ usage_error "unknown command" "unknown command 'frobnicate'" frobnicate
 usage_error "unknown global option" "unknown option '--bogus'" --bogus
 usage_error "run: unknown option" "unknown option '--bogus'.*dlock run --help" run --bogus x -- true
 usage_error "run: unknown short option" "unknown option '-z'" run -z x -- true
-usage_error "run: bad duration" "--wait: bad duration 'x' \(use e.g. 250ms, 10s, 5m, 1h\); see 'dlock run --help'" run --wait x name -- true
-usage_error "run: negative duration" "bad duration '-5s'" run --wait=-5s name -- true
-usage_error "run: unknown unit" "bad duration '5d'" run --lease 5d name -- true
+usage_error "run: bad duration" "--wait: bad duration 'x': expected a digit at 'x' \(e.g. 250ms, 10s, 1m30s, 2d\); see 'dlock run --help'" run --wait x name -- true
+usage_error "run: negative duration" "bad duration '-5s': a duration cannot be negative" run --wait=-5s name -- true
+usage_error "run: unknown unit" "bad duration '5y': unknown unit at 'y'" run --lease 5y name -- true
+usage_error "run: units out of order" "bad duration '30s1m': units must go from the largest" run --lease 30s1m name -- true
+usage_error "run: a unit twice" "bad duration '1m1m'" run --lease 1m1m name -- true
+usage_error "run: a number without unit after a term" "bad duration '1m30': '30' has no unit" run --lease 1m30 name -- true
+usage_error "run: more than 30 days in days" "bad duration '31d': longer than the maximum of 30 days" run --lease 31d name -- true
+usage_error "run: 30 days and a second" "bad duration '30d1s': longer than the maximum" run --wait 30d1s name -- true
+usage_error "every: bad compound duration" "bad duration '1h 2m'" every '1h 2m' --name J -- true
 usage_error "run: sub-millisecond fraction" "bad duration '1.5ms'" run --wait 1.5ms name -- true
 usage_error "run: overflowing duration" "bad duration" run --wait 99999999999999999999999s name -- true
 usage_error "run: longer than 30 days" "bad duration '721h'" run --lease 721h name -- true
@@ -90,7 +96,9 @@ assert_eq "a directory exits 126" "$?" 126
 # ---- unreachable Redis: 69, and the message names the server ----
 
 for args in "run name -- true" "run --wait 1.5s --lease 250ms name -- true" \
-            "run --wait 10 name -- true" "status name" "list" "release --force name" \
+            "run --wait 10 name -- true" "run --wait 30d --lease 1m30s name -- true" \
+            "run --wait 1d12h --lease 1h2m3s4ms --grace 0.5m name -- true" \
+            "status name" "list" "release --force name" \
             "fence check r 1"; do
   # shellcheck disable=SC2086
   "$DLOCK" $args >/dev/null 2>"$TEST_DIR/err"

@@ -130,6 +130,7 @@ TEST(info_list_force_release_guard_and_with_lock_work_for_the_restricted_user) {
   dlock_mutex *m = mutex(c, "admin", 10000, "holder-1");
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c2, "admin", &info));
   ASSERT_EQ(info.held, 1);
   ASSERT_EQ(info.foreign, 0);
@@ -183,6 +184,7 @@ TEST(without_the_prefix_the_restricted_user_gets_enoperm_naming_the_key) {
   cli(out, sizeof out, "EXISTS orders:2 {orders:2}:fence {orders:2}:meta {orders:2}:queue");
   ASSERT_STR_EQ(out, "0");
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_STATUS(dlock_lock_info_get(c, "orders:2", &info), DLOCK_ENOPERM);
   ASSERT_CONTAINS(dlock_last_error(), "orders:2");
   ASSERT_STATUS(dlock_lock_force_release(c, "orders:2", NULL), DLOCK_ENOPERM);

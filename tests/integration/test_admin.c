@@ -65,7 +65,9 @@ TEST(info_of_a_held_lock_shows_ttl_fence_since_owner_and_waiters) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   long long after = wall_ms();
   dlock_lock_info info;
-  memset(&info, 0x5a, sizeof info);
+  dlock_lock_info_init(&info);
+  memset(&info, 0x5a, sizeof info); /* every field must be written */
+  info.struct_size = sizeof info;
   ASSERT_OK(dlock_lock_info_get(admin, "adm:info", &info));
   ASSERT_EQ(info.held, 1);
   ASSERT_EQ(info.foreign, 0);
@@ -106,6 +108,7 @@ TEST(info_of_a_held_lock_shows_ttl_fence_since_owner_and_waiters) {
 TEST(info_of_a_free_lock_shows_the_last_fence_and_no_owner) {
   dlock_client *c = client();
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, "adm:never", &info));
   ASSERT_EQ(info.held, 0);
   ASSERT_EQ(info.foreign, 0);
@@ -137,6 +140,7 @@ TEST(info_of_a_key_set_by_someone_else_shows_foreign) {
   char out[64];
   cli(out, sizeof out, "SET adm:foreign not-dlock PX 10000");
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, "adm:foreign", &info));
   ASSERT_EQ(info.held, 1);
   ASSERT_EQ(info.foreign, 1);
@@ -166,6 +170,7 @@ TEST(info_after_a_lock_was_taken_over_shows_the_new_holder) {
   uint64_t fa = dlock_mutex_fence(a);
   ASSERT_OK(dlock_mutex_acquire(b, 10000)); /* after a's lease ran out */
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, "adm:over", &info));
   ASSERT_EQ(info.held, 1);
   ASSERT_EQ(info.fence, dlock_mutex_fence(b));
@@ -278,6 +283,7 @@ TEST(a_prefix_is_a_whole_segment_so_app_never_reaches_the_locks_of_app2) {
   cli(out, sizeof out, "EXISTS app:own app2:foo");
   ASSERT_STR_EQ(out, "2");
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(app2c, "foo", &info));
   ASSERT_EQ(info.held, 1);
 

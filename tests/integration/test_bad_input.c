@@ -97,11 +97,14 @@ TEST(bad_lock_names_give_ename_with_a_message_saying_what_is_wrong) {
   long long keys_before = atoll(out);
   for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
     dlock_lock_info info;
+    dlock_lock_info_init(&info);
     ASSERT_STATUS(dlock_lock_info_get(c, bad_names[i].name, &info), DLOCK_ENAME);
     ASSERT_STATUS(dlock_lock_force_release(c, bad_names[i].name, NULL), DLOCK_ENAME);
     ASSERT_CONTAINS(dlock_last_error(), bad_names[i].why);
   }
-  ASSERT_STATUS(dlock_lock_info_get(c, NULL, &(dlock_lock_info){0}), DLOCK_ENAME);
+  dlock_lock_info info0;
+  dlock_lock_info_init(&info0);
+  ASSERT_STATUS(dlock_lock_info_get(c, NULL, &info0), DLOCK_ENAME);
   ASSERT_STATUS(dlock_lock_force_release(c, NULL, NULL), DLOCK_ENAME);
   cli(out, sizeof out, "DBSIZE");
   ASSERT_EQ(atoll(out), keys_before);
@@ -485,6 +488,7 @@ TEST(acquiring_a_hash_key_gives_ewrongtype_and_leaves_the_hash_alone) {
   ASSERT_STR_EQ(out, "-1");
   /* Admin calls do not damage it either. */
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   int rc = dlock_lock_info_get(c, "t:hash", &info);
   ASSERT(rc == DLOCK_EWRONGTYPE || rc == 0);
   ASSERT_STATUS(dlock_lock_force_release(c, "t:hash", NULL), DLOCK_EWRONGTYPE);
@@ -562,6 +566,7 @@ static int fn_zero(uint64_t fence, void *arg) {
 TEST(null_handles_give_einval_or_do_nothing) {
   int64_t ttl = 0;
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_STATUS(dlock_client_new(NULL, NULL), DLOCK_EINVAL);
   dlock_client_free(NULL);
   ASSERT_STR_EQ(dlock_client_server(NULL), "");

@@ -70,6 +70,7 @@ static void check_refused(dlock_client *c, const char *value) {
   /* Status reports it too, instead of a wrong number; 2^63-1 is a fence
    * dlock may have issued (the last one), so status shows it. */
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   if (!strcmp(value, "9223372036854775807")) {
     ASSERT_OK(dlock_lock_info_get(c, name, &info));
     ASSERT_EQ(info.fence == 9223372036854775807ULL, 1);
@@ -108,6 +109,7 @@ static void check_exact(dlock_client *c, const char *value, uint64_t want1, int 
   th_redis_cli(&srv, out, sizeof out, "HGET {%s}:meta fence", name);
   ASSERT_STR_EQ(out, want);
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, name, &info));
   ASSERT_EQ(info.fence == f1, 1);
   /* The guard admits the holder. */

@@ -203,6 +203,7 @@ TEST(a_status_whose_reply_is_lost_is_asked_again) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   int before = arm(DLOCK__SCRIPT_INFO);
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, "lr:info", &info));
   ASSERT_EQ(fp_dropped(fp), before + 1);
   ASSERT_EQ(info.held, 1);
@@ -384,6 +385,7 @@ TEST(a_tick_claim_whose_reply_is_lost_still_runs_that_tick_and_leaves_no_orphan_
   ASSERT_EQ(atomic_load(&l.busy), 0);
   dlock_client *c = test_client(srv.url);
   dlock_run_record rec[16];
+  for (int k = 0; k < 16; k++) dlock_run_record_init(&rec[k]);
   int n = dlock_sched_history(c, "lr:claim", rec, 16);
   ASSERT(n >= 3);
   int found = 0;
@@ -406,6 +408,7 @@ TEST(a_finish_whose_reply_is_lost_is_recorded_once_and_the_lock_was_ours) {
   sched_through_proxy("lr:finish", 'r', DLOCK__SCRIPT_SCHED_FINISH, &l, 3);
   dlock_client *c = test_client(srv.url);
   dlock_run_record rec[16];
+  for (int k = 0; k < 16; k++) dlock_run_record_init(&rec[k]);
   int n = dlock_sched_history(c, "lr:finish", rec, 16);
   ASSERT(n >= 3);
   for (int i = 0; i < n; i++) /* no tick recorded twice */

@@ -249,6 +249,7 @@ TEST(a_runner_killed_mid_run_blocks_later_ticks_no_longer_than_lock_at_most_for)
   dlock_client *c = NULL;
   ASSERT_OK(dlock_client_new(&c, &o));
   dlock_run_record recs[100];
+  for (int i = 0; i < 100; i++) dlock_run_record_init(&recs[i]);
   int nrec = dlock_sched_history(c, "t:sched-job", recs, 100);
   ASSERT(nrec >= n);
   int skipped = 0;
@@ -332,6 +333,7 @@ TEST(a_run_longer_than_the_period_is_not_overlapped_and_its_result_is_recorded) 
   ASSERT(atomic_load(&k.skipped_busy) >= 2);
   ASSERT_EQ(atomic_load(&k.ran), atomic_load(&k.runs_started));
   dlock_run_record recs[10];
+  for (int i = 0; i < 10; i++) dlock_run_record_init(&recs[i]);
   int n = dlock_sched_history(c, "t:sched-job", recs, 10);
   ASSERT(n >= 3);
   int failed = 0;

@@ -130,6 +130,7 @@ TEST(the_check_reports_each_area_with_a_fix_for_every_non_ok_line) {
   ASSERT_EQ(find(k, n, "pubsub")->level, DLOCK_CHECK_OK);
   /* The probe lock was released. */
   dlock_lock_info info;
+  dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, "dlock-doctor", &info));
   ASSERT_EQ(info.held, 0);
 
