@@ -3,7 +3,7 @@
  * on every byte a server sends.
  *
  * Byte 0 picks default or small limits and where to split the input; the
- * rest is fed once whole and once in two parts and then byte by byte. All
+ * rest is fed once whole, once in two parts and (when short) byte by byte. All
  * three readings must give the same replies and the same verdict, and a
  * reply must respect the limits it was read under.
  */
@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc2 = read_all(buf, len, cut, &l, split, sizeof split);
   FUZZ_CHECK(rc1 == rc2);
   FUZZ_CHECK(strcmp(whole, split) == 0);
-  if (len <= 2048) {
+  if (len <= 512) { /* byte by byte is quadratic in a long line */
     int rc3 = read_all(buf, len, 1, &l, bytes, sizeof bytes);
     FUZZ_CHECK(rc1 == rc3);
     FUZZ_CHECK(strcmp(whole, bytes) == 0);

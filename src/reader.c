@@ -36,6 +36,7 @@ struct dlock__reader {
   dlock__reply *root; /* the reply being built, when depth > 0 */
   size_t elements;    /* array elements announced so far in this reply */
   size_t bytes;       /* bytes of this reply consumed so far */
+  size_t scanned;     /* bytes of the line at 'pos' known to hold no CR */
   dlock__reader_limits limits;
   int failed;
   char err[256];
@@ -122,8 +123,13 @@ static int take_line(dlock__reader *rd, const char **line, size_t *line_len, siz
   const char *start = rd->buf + rd->pos + 1;
   size_t avail = rd->len - rd->pos - 1;
   size_t max = DLOCK__REPLY_MAX_LINE;
-  const char *cr = memchr(start, '\r', avail < max + 1 ? avail : max + 1);
+  size_t limit = avail < max + 1 ? avail : max + 1;
+  /* Resume where the last look stopped: a line that trickles in byte by
+   * byte is scanned once, not once per byte. */
+  size_t from = rd->scanned < limit ? rd->scanned : limit;
+  const char *cr = memchr(start + from, '\r', limit - from);
   if (!cr) {
+    rd->scanned = limit;
     if (avail > max) {
       fail(rd, "reply line longer than the limit of %zu bytes", max);
       return -1;
@@ -280,6 +286,7 @@ int dlock__reader_get(dlock__reader *rd, dlock__reply **out) {
     place(rd, r);
     rd->bytes += next - rd->pos;
     rd->pos = next;
+    rd->scanned = 0;
     if (r->type == DLOCK__REPLY_ARRAY && r->elements > 0) {
       rd->stack[rd->depth++] = (level){r, 0};
       continue;

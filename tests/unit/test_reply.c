@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
+#include "harness.h"
 #include "internal.h"
 #include "test.h"
 
@@ -165,6 +168,31 @@ TEST(a_line_without_end_is_refused_at_the_line_limit) {
   free(line);
   ASSERT_EQ(rc, DLOCK_EPROTO);
   ASSERT_CONTAINS(err, "reply line longer than the limit of 1048576 bytes");
+}
+
+/* A hostile server can send a long line one byte per packet: each byte must
+ * not rescan the whole line (1 MB would take about 8 s if it did). */
+TEST(a_line_that_trickles_in_is_scanned_once) {
+  size_t n = 1000 * 1000;
+  dlock__reader *rd = dlock__reader_new(NULL);
+  ASSERT(rd != NULL);
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  int rc = 0;
+  dlock__reply *r = NULL;
+  for (size_t i = 0; i < n + 3 && rc == 0 && !r; i++) {
+    char ch = i == 0 ? '+' : i == n + 1 ? '\r' : i == n + 2 ? '\n' : 'a';
+    rc = dlock__reader_feed(rd, &ch, 1);
+    if (rc == 0) rc = dlock__reader_get(rd, &r);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+  size_t len = r ? r->len : 0;
+  dlock__reply_free(r);
+  dlock__reader_free(rd);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(len, n);
+  if (secs > 3.0 * th_time_factor()) TEST_FAIL("took %.2f s", secs);
 }
 
 TEST(limits_can_be_set_per_reader) {
