@@ -117,9 +117,14 @@ bench_status bench_scenario_watchdog(void)
   }
   bench_progress("releasing %d locks", held);
   for (int i = 0; i < n; i++) {
-    if (locks[i] && i < held && dlock_mutex_lost(locks[i]) == DLOCK_LOST_NONE &&
-        dlock_mutex_release(locks[i]) != 0)
-      status = BENCH_FAILED;
+    if (locks[i] && i < held && dlock_mutex_lost(locks[i]) == DLOCK_LOST_NONE) {
+      int rc = dlock_mutex_release(locks[i]);
+      if (rc != 0) {
+        fprintf(stderr, "dlock-bench: release bench:watchdog:%d: %s: %s\n", i, dlock_err_name(rc),
+                dlock_mutex_errmsg(locks[i]));
+        status = BENCH_FAILED;
+      }
+    }
     dlock_mutex_free(locks[i]);
   }
   free(locks);
