@@ -160,7 +160,7 @@ TEST(lost_answers_from_the_deadline_while_the_watchdog_is_busy_in_a_callback) {
   ASSERT(fd_b >= 0);
   dlock_mono_ms until_b = dlock_mutex_valid_until(b), until_c = dlock_mutex_valid_until(cm);
 
-  for (int i = 0; i < 400 && atomic_load(&ra.calls) == 0; i++) th_sleep_ms(5);
+  for (int i = 0; i < 400 * th_time_factor() && atomic_load(&ra.calls) == 0; i++) th_sleep_ms(5);
   ASSERT_EQ(atomic_load(&ra.calls), 1);
   if (dlock_mono_now() < until_b - 20) {
     ASSERT_EQ(dlock_mutex_lost(b), DLOCK_LOST_NONE);

@@ -15,6 +15,7 @@
 
 #include "cron.h"
 #include "dlock.h"
+#include "harness.h"
 #include "test.h"
 #include "tz.h"
 
@@ -866,7 +867,7 @@ TEST(next_fire_time_is_not_pathologically_slow) {
   double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
   printf("  %ld next-fire computations in %.3f s\n", done, secs);
   ASSERT(done >= 100000);
-  ASSERT(secs < 30.0);
+  ASSERT(secs < 30.0 * th_time_factor()); /* a loose bound: valgrind runs set the factor */
 }
 
 TEST_MAIN()
