@@ -477,7 +477,7 @@ static int list_rec(dlock__zk *z, dlock__zk_sess *s, const char *path, const cha
   for (int i = 0; i < v.count; i++)
     if (is_lock_node(v.data[i])) locks++;
   if (locks && rel[0]) {
-    fn(rel, arg);
+    if (fn) fn(rel, arg);
     count++;
   }
   for (int i = 0; i < v.count && depth < 16; i++) {

@@ -7,10 +7,14 @@
  * watcher; our monitor thread calls the core's callback.
  *
  * Loss rule (docs/zookeeper.md): the ensemble expires a session no sooner
- * than its timeout after it last heard from us, and it heard from us no
- * sooner than we sent a request it answered. So valid_until = send time of
- * the last answered request + the negotiated timeout is a moment before
- * which nobody else can have been given our lock.
+ * than its timeout after its leader last heard of us, and our server heard
+ * from us no sooner than we sent a request it answered. The leader hears of
+ * a follower's sessions only at its pings, every half tick, and a tick is
+ * at most half the session timeout (ZooKeeper's minimum session timeout is
+ * two ticks): so the leader's record may be up to a quarter of the timeout
+ * older than our contact. valid_until = send time of the last answered
+ * request + 3/4 of the negotiated timeout, less the drift allowance, is a
+ * moment before which nobody else can have been given our lock.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -91,6 +95,12 @@ int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path) {
 
 static void queue_event(dlock__zk_sess *s, dlock__zk_event ev) { s->ev_pending |= 1 << ev; }
 
+/* How long after a contact sent at 'sent' the session surely lives. */
+static dlock_mono_ms valid_after(dlock_mono_ms sent, int timeout_ms) {
+  int64_t t = timeout_ms;
+  return sent + t - t / 4 - (t / 100 + 2);
+}
+
 static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
   dlock__zk_sess *s = ctx;
   dlock__zk *z = s->z;
@@ -106,7 +116,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         s->id = cid ? cid->client_id : 0;
         s->timeout_ms = zoo_recv_timeout(s->zh);
         /* last_contact was set to the connect start; the first ping moves it. */
-        s->valid_until = s->last_contact + s->timeout_ms;
+        s->valid_until = valid_after(s->last_contact, s->timeout_ms);
       } else if (s->uncertain && !s->lost) {
         queue_event(s, DLOCK__ZK_RECONNECTED);
       }
@@ -155,7 +165,7 @@ static void note_contact(dlock__zk_sess *s, dlock_mono_ms sent) {
   if (s->lost || !s->connected_once) return;
   if (sent > s->last_contact) {
     s->last_contact = sent;
-    s->valid_until = sent + s->timeout_ms;
+    s->valid_until = valid_after(sent, s->timeout_ms);
   }
 }
 

@@ -80,8 +80,10 @@ void dlock__zk_on_event(dlock__zk *z, dlock__zk_event_fn fn, void *arg);
 /* A round trip to the ensemble (exists "/"). */
 int dlock__zk_ping(dlock__zk *z);
 /* The session's validity: the moment (monotonic) after which the ensemble
- * may have expired it: the send time of the last answered request plus the
- * negotiated session timeout. Moves forward while the connection lives. */
+ * may have expired it: the send time of the last answered request plus 3/4
+ * of the negotiated session timeout (the leader learns of our contact late
+ * by up to a quarter of it, see session.c), less 1% + 2 ms for clock drift.
+ * Moves forward while the connection lives (pings every quarter timeout). */
 dlock_mono_ms dlock__zk_valid_until(dlock__zk *z);
 /* DLOCK_LOST_NONE while the session may still be alive, else why not. Also
  * answers from valid_until itself. */
@@ -137,7 +139,8 @@ typedef struct dlock__zk_info {
 
 int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out);
 /* Call 'fn' with each lock (a node below the namespace with lock nodes
- * among its children, searched down to 16 levels); returns how many. */
+ * among its children, searched down to 16 levels; 'fn' may be NULL);
+ * returns how many. */
 int dlock__zk_list(dlock__zk *z, void (*fn)(const char *name, void *arg), void *arg);
 /* Delete the holder's node of 'name' (only a lock node, never the path
  * itself or anything else). 1 deleted, 0 not held, or < 0. Safe to resend:
