@@ -477,6 +477,17 @@ dlock_mono_ms dlock__zk_retry_limit(dlock__zk_sess *s) {
 
 const char *dlock__zk_server(const dlock__zk *z) { return z->server; }
 
+void dlock__zk_connected_to(dlock__zk *z, char *buf, size_t len) {
+  int rc;
+  buf[0] = '\0';
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return;
+  const char *cur = zoo_get_current_server(s->zh);
+  /* A static buffer of the C client's, not ours to free. */
+  if (cur) snprintf(buf, len, "%s", cur);
+  dlock__zk_sess_put(s);
+}
+
 void dlock__zk_on_event(dlock__zk *z, dlock__zk_event_fn fn, void *arg) {
   pthread_mutex_lock(&z->mu);
   z->fn = fn;

@@ -75,6 +75,8 @@ int dlock__zk_connect(const char *url, dlock__zk **out);
 void dlock__zk_free(dlock__zk *z);
 /* The ensemble and namespace, for messages ("zk 127.0.0.1:2181/app"). */
 const char *dlock__zk_server(const dlock__zk *z);
+/* The server the session talks to now ("127.0.0.1:2181"), "" when none. */
+void dlock__zk_connected_to(dlock__zk *z, char *buf, size_t len);
 /* Register the loss callback (NULL to remove). */
 void dlock__zk_on_event(dlock__zk *z, dlock__zk_event_fn fn, void *arg);
 /* A round trip to the ensemble (exists "/"). */
