@@ -267,7 +267,16 @@ int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, in
     unsigned gen;
     pthread_mutex_lock(&z->mu);
     gen = z->wake_gen;
+    dlock_lost_reason lost = s->lost;
     pthread_mutex_unlock(&z->mu);
+    if (lost) {
+      /* The session may be over: a hold taken now could already be
+       * another's. Our node, if it still exists, goes with the session. */
+      rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the ZooKeeper session was lost (%s) while waiting",
+                        lock_path, z->server, dlock_lost_reason_str(lost));
+      delete_own(z, s, node);
+      goto out;
+    }
     rc = list_lock_nodes(z, s, lock_path, &ch, &zrc);
     if (rc == DLOCK_EFOREIGN) {
       delete_own(z, s, node);
