@@ -245,9 +245,17 @@ int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, in
         goto out;
       }
       char found[1200];
-      int f = find_protected(z, s, lock_path, prefix, found, sizeof found);
+      int f, finds = 0;
+      do {
+        f = find_protected(z, s, lock_path, prefix, found, sizeof found);
+      } while (f < 0 && ++finds < 8 && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)));
       if (f < 0) {
-        rc = f;
+        /* A node we cannot find nor rule out would block the lock for
+         * everyone until our session ends: say so. */
+        rc = dlock__error(DLOCK_EUNKNOWN,
+                          "acquire '%s' on %s: the create of our lock node got no answer, and looking for it "
+                          "failed (%s); if it was created it holds or queues for the lock until this session ends",
+                          lock_path, z->server, dlock_last_error());
         goto out;
       }
       if (f == 1) {

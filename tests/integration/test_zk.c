@@ -6,8 +6,13 @@
  * "zk"; the JVMs make it too slow for valgrind, and the C client's threads
  * are not instrumented for TSan).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -442,6 +447,158 @@ TEST(scheduler_ticks_are_claimed_once_bounded_by_the_ensembles_clock_and_recorde
   ASSERT_EQ(out[0].duration_ms, 7);
   ASSERT_STR_EQ(out[0].outcome, "ok");
   ASSERT_STR_EQ(out[1].node, "node-1");
+  dlock__zk_free(a);
+  dlock__zk_free(b);
+}
+
+/* ---- A proxy that loses the reply to a create ---- */
+
+/* Forwards one ZooKeeper client connection at a time to 'upstream'. When
+ * armed, it forwards the next create request (opcode 1) and then closes both
+ * sides before the reply can come back: the create ran, its reply is lost. */
+typedef struct zk_proxy {
+  int listen_fd;
+  int port;
+  int upstream_port;
+  atomic_int armed, dropped, stop;
+  pthread_t thread;
+} zk_proxy;
+
+static int be32(const unsigned char *p) {
+  return (int)((unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3]);
+}
+
+static void *proxy_main(void *arg) {
+  zk_proxy *px = arg;
+  int cfd = -1, sfd = -1, first = 1;
+  unsigned char buf[1 << 16];
+  size_t have = 0;
+  while (!atomic_load(&px->stop)) {
+    struct pollfd pf[3] = {{px->listen_fd, POLLIN, 0}, {cfd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(pf, 3, 50) <= 0) continue;
+    if (pf[0].revents & POLLIN) {
+      int n = accept(px->listen_fd, NULL, NULL);
+      if (n >= 0) {
+        if (cfd >= 0) close(cfd);
+        if (sfd >= 0) close(sfd);
+        cfd = n;
+        sfd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {0};
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)px->upstream_port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(sfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+          close(cfd);
+          close(sfd);
+          cfd = sfd = -1;
+        }
+        first = 1;
+        have = 0;
+      }
+      continue;
+    }
+    if (cfd >= 0 && (pf[2].revents & (POLLIN | POLLHUP))) {
+      char b[8192];
+      ssize_t r = read(sfd, b, sizeof b);
+      if (r <= 0 || write(cfd, b, (size_t)r) != r) {
+        close(cfd);
+        close(sfd);
+        cfd = sfd = -1;
+      }
+      continue;
+    }
+    if (cfd >= 0 && (pf[1].revents & (POLLIN | POLLHUP))) {
+      ssize_t r = read(cfd, buf + have, sizeof buf - have);
+      if (r <= 0) {
+        close(cfd);
+        close(sfd);
+        cfd = sfd = -1;
+        continue;
+      }
+      have += (size_t)r;
+      /* Whole frames: a 4-byte length, then (after the connect request)
+       * xid and opcode. */
+      while (cfd >= 0 && have >= 4) {
+        size_t len = (size_t)be32(buf) + 4;
+        if (len > sizeof buf) len = have; /* not a frame we know: pass it on */
+        if (have < len) break;
+        int op = (!first && len >= 12) ? be32(buf + 8) : -1;
+        first = 0;
+        int drop = op == 1 && atomic_load(&px->armed);
+        if (write(sfd, buf, len) != (ssize_t)len) drop = 1;
+        memmove(buf, buf + len, have - len);
+        have -= len;
+        if (drop) {
+          atomic_store(&px->armed, 0);
+          th_sleep_ms(300); /* let the server run it */
+          close(cfd);
+          close(sfd);
+          cfd = sfd = -1;
+          have = 0;
+          atomic_store(&px->dropped, 1);
+        }
+      }
+    }
+  }
+  if (cfd >= 0) close(cfd);
+  if (sfd >= 0) close(sfd);
+  return NULL;
+}
+
+static int proxy_start(zk_proxy *px, int upstream_port) {
+  memset(px, 0, sizeof *px);
+  px->upstream_port = upstream_port;
+  px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  socklen_t sl = sizeof sa;
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (px->listen_fd < 0 || bind(px->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(px->listen_fd, 8) != 0 || getsockname(px->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
+    return -1;
+  px->port = ntohs(sa.sin_port);
+  return pthread_create(&px->thread, NULL, proxy_main, px) == 0 ? 0 : -1;
+}
+
+static void proxy_stop(zk_proxy *px) {
+  atomic_store(&px->stop, 1);
+  pthread_join(px->thread, NULL);
+  close(px->listen_fd);
+}
+
+TEST(a_create_whose_reply_was_lost_finds_its_node_by_uuid_instead_of_creating_twice) {
+  NEED_SERVER();
+  zk_proxy px;
+  ASSERT_OK(proxy_start(&px, srv.port));
+  char hp[64];
+  snprintf(hp, sizeof hp, "127.0.0.1:%d", px.port);
+  dlock__zk *a = NULL;
+  int rc = dlock__zk_connect(url_of(hp, "/p1", "session_timeout=4s"), &a);
+  if (rc) {
+    proxy_stop(&px);
+    TEST_FAIL("connect through the proxy: %s", dlock_last_error());
+  }
+  dlock__zk *b = zk_connect(url_of(srv.hostport, "/p1", NULL));
+  dlock__zk_hold h;
+  /* The lock path exists already, so that the dropped create is ours. */
+  ASSERT_OK(dlock__zk_acquire(a, "prot", NULL, 0, NULL, &h));
+  ASSERT_OK(dlock__zk_release(a, &h));
+  dlock__zk_hold_clear(&h);
+  atomic_store(&px.armed, 1);
+  rc = dlock__zk_acquire(a, "prot", "once", 3000, NULL, &h);
+  int dropped = atomic_load(&px.dropped);
+  dlock__zk_info info;
+  int irc = dlock__zk_info_get(b, "prot", &info);
+  proxy_stop(&px);
+  ASSERT_EQ(dropped, 1);
+  ASSERT_OK(rc);
+  ASSERT_OK(irc);
+  /* One node: ours, holding; no second node from a blind resend. */
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.waiters, 0);
+  ASSERT_STR_EQ(info.holder, strrchr(h.node_path, '/') + 1);
+  ASSERT_EQ(info.fence, h.fence);
+  dlock__zk_hold_clear(&h);
   dlock__zk_free(a);
   dlock__zk_free(b);
 }
