@@ -252,10 +252,12 @@ int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, in
       if (f < 0) {
         /* A node we cannot find nor rule out would block the lock for
          * everyone until our session ends: say so. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
         rc = dlock__error(DLOCK_EUNKNOWN,
                           "acquire '%s' on %s: the create of our lock node got no answer, and looking for it "
                           "failed (%s); if it was created it holds or queues for the lock until this session ends",
-                          lock_path, z->server, dlock_last_error());
+                          lock_path, z->server, why);
         goto out;
       }
       if (f == 1) {
