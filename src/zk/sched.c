@@ -1,0 +1,415 @@
+/*
+ * zk/sched.c - the fencing guard and the scheduler's records on ZooKeeper:
+ *
+ *   <ns>/_dlock_guard/<resource>            data: highest token admitted (decimal)
+ *   <ns>/_dlock_sched/<job>/ticks/<tick>    one per claimed tick (20-digit Unix ms)
+ *   <ns>/_dlock_sched/<job>/history/r-<scheduled>-<fence>   one per finished run
+ *
+ * Every write is exact after a lost reply: the guard's conditional setData
+ * is re-read, a tick node carries the claimer's run token, a history node's
+ * name is unique to its run.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk/zk_int.h"
+
+#define MAX_RETRIES 20
+
+/* Create 'path' and, on NONODE, its parents (containers, so that ZooKeeper
+ * removes them once empty). */
+static int create_with_parents(dlock__zk *z, dlock__zk_sess *s, const char *path, const char *data, int len,
+                               int mode, struct Stat *st, int *zrc_out) {
+  (void)z;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    int zrc = st ? zoo_create2(s->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, mode, NULL, 0, st)
+                 : zoo_create(s->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, mode, NULL, 0);
+    *zrc_out = zrc;
+    if (zrc != ZNONODE || attempt) return zrc;
+    char *buf = strdup(path);
+    if (!buf) return ZSYSTEMERROR;
+    char *last = strrchr(buf, '/');
+    for (char *p = strchr(buf + 1, '/'); p && p <= last; p = strchr(p + 1, '/')) {
+      *p = '\0';
+      int prc = zoo_create(s->zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+      *p = '/';
+      if (prc != ZOK && prc != ZNODEEXISTS) {
+        free(buf);
+        *zrc_out = prc;
+        return prc;
+      }
+    }
+    free(buf);
+  }
+  return *zrc_out;
+}
+
+/* Retry after a reply that may be lost: wait for the connection (1) or give
+ * up (0) at the session's end. */
+static int may_retry(dlock__zk_sess *s, int zrc, int *tries) {
+  if (!dlock__zk_rc_uncertain(zrc) || zrc == ZSESSIONEXPIRED) return 0;
+  if ((*tries)++ >= MAX_RETRIES) return 0;
+  return dlock__zk_wait_connected(s, dlock__zk_retry_limit(s));
+}
+
+/* ---- Guard ---- */
+
+int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token) {
+  int rc = dlock__zk_check_name("resource name", resource);
+  if (rc) return rc;
+  if (token == 0 || token > (uint64_t)INT64_MAX)
+    return dlock__error(DLOCK_ERANGE, "guard '%s': token %" PRIu64 " was never issued (1..2^63-1)", resource,
+                        token);
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *path = dlock__zk_path(z, "_dlock_guard", resource);
+  char want[24];
+  snprintf(want, sizeof want, "%" PRIu64, token);
+  int tries = 0;
+  if (!path) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (int round = 0; round < 1000; round++) {
+    char buf[64];
+    int len = (int)sizeof buf - 1;
+    struct Stat st;
+    int zrc = zoo_get(s->zh, path, 0, buf, &len, &st);
+    if (zrc == ZNONODE) {
+      zrc = create_with_parents(z, s, path, want, (int)strlen(want), ZOO_PERSISTENT, NULL, &zrc);
+      if (zrc == ZOK) {
+        rc = 0;
+        goto out;
+      }
+      if (zrc == ZNODEEXISTS) continue;
+      if (may_retry(s, zrc, &tries)) continue; /* re-read: our create or another's */
+      rc = dlock__zk_fail(z, zrc, "guard: create", path);
+      goto out;
+    }
+    if (zrc != ZOK) {
+      if (may_retry(s, zrc, &tries)) continue;
+      rc = dlock__zk_fail(z, zrc, "guard: read", path);
+      goto out;
+    }
+    uint64_t cur;
+    if (len < 0 || len >= (int)sizeof buf - 1 || dlock__parse_fence(buf, (size_t)len, &cur) != 0) {
+      rc = dlock__error(DLOCK_EFENCE,
+                        "guard '%s' on %s: node %s holds '%.*s', not a token (1..2^63-1); delete it if it is not "
+                        "a dlock guard",
+                        resource, z->server, path, len > 40 ? 40 : (len < 0 ? 0 : len), buf);
+      goto out;
+    }
+    if (cur > token) {
+      rc = dlock__error(DLOCK_ESTALE, "guard '%s' on %s: token %" PRIu64 " is stale, %" PRIu64 " was seen", resource,
+                        z->server, token, cur);
+      goto out;
+    }
+    if (cur == token) {
+      rc = 0;
+      goto out;
+    }
+    /* Write only if nobody wrote since we read (version). */
+    zrc = zoo_set(s->zh, path, want, (int)strlen(want), st.version);
+    if (zrc == ZOK) {
+      rc = 0;
+      goto out;
+    }
+    if (zrc == ZBADVERSION || zrc == ZNONODE) continue;
+    if (may_retry(s, zrc, &tries)) continue; /* re-read decides */
+    rc = dlock__zk_fail(z, zrc, "guard: conditional setData", path);
+    goto out;
+  }
+  rc = dlock__error(DLOCK_ETIMEDOUT, "guard '%s' on %s: too much contention on %s", resource, z->server, path);
+out:
+  free(path);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+/* ---- Scheduler ---- */
+
+static char *job_path(dlock__zk *z, const char *job, const char *sub) {
+  size_t n = strlen(job) + strlen(sub) + 2;
+  char *rel = malloc(n);
+  if (!rel) return NULL;
+  snprintf(rel, n, "%s/%s", job, sub);
+  char *p = dlock__zk_path(z, "_dlock_sched", rel);
+  free(rel);
+  return p;
+}
+
+static int is_digits(const char *s, size_t n) {
+  if (strlen(s) != n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < '0' || s[i] > '9') return 0;
+  return 1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Delete the oldest children of 'dir' accepted by 'ok' beyond the newest
+ * 'keep'. Only such children: nothing else there is touched. Best effort. */
+static void trim(dlock__zk_sess *s, const char *dir, int keep, int (*ok)(const char *)) {
+  struct String_vector v;
+  if (keep <= 0 || zoo_get_children(s->zh, dir, 0, &v) != ZOK) return;
+  char **names = calloc((size_t)v.count + 1, sizeof *names);
+  int n = 0;
+  if (names) {
+    for (int i = 0; i < v.count; i++)
+      if (ok(v.data[i])) names[n++] = v.data[i];
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 0; i + keep < n; i++) {
+      size_t pn = strlen(dir) + strlen(names[i]) + 2;
+      char *p = malloc(pn);
+      if (!p) break;
+      snprintf(p, pn, "%s/%s", dir, names[i]);
+      zoo_delete(s->zh, p, -1);
+      free(p);
+    }
+  }
+  free(names);
+  deallocate_String_vector(&v);
+}
+
+static int is_tick_name(const char *c) { return is_digits(c, 20); }
+
+static int is_record_name(const char *c) {
+  return strlen(c) == 43 && !strncmp(c, "r-", 2) && c[22] == '-' && is_digits(c + 23, 20);
+}
+
+/* "run=<token>\nnode=<node>\n": 1 when it names 'token'; the node into 'by'. */
+static int tick_owner(const char *data, int len, const char *token, char *by, size_t bylen) {
+  char buf[600];
+  snprintf(buf, sizeof buf, "%.*s", len < 0 ? 0 : len, data);
+  const char *n = strstr(buf, "node=");
+  if (by && bylen) {
+    size_t k = n ? strcspn(n + 5, "\n") : 0;
+    snprintf(by, bylen, "%.*s", (int)k, n ? n + 5 : "");
+  }
+  char want[200];
+  snprintf(want, sizeof want, "run=%s\n", token);
+  return !strncmp(buf, want, strlen(want));
+}
+
+int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token,
+                          const char *node, int64_t ahead_ms, int keep, uint64_t *fence, char *by,
+                          size_t bylen) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  if (tick_unix_ms < 0 || !run_token || !*run_token || strlen(run_token) > 128)
+    return dlock__error(DLOCK_EINVAL, "claim '%s': bad tick or run token", job);
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *dir = job_path(z, job, "ticks");
+  char *path = NULL;
+  char data[600];
+  int tries = 0;
+  if (by && bylen) by[0] = '\0';
+  if (!dir) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  size_t pn = strlen(dir) + 22;
+  path = malloc(pn);
+  if (!path) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  snprintf(path, pn, "%s/%020" PRId64, dir, tick_unix_ms);
+  snprintf(data, sizeof data, "run=%s\nnode=%.400s\n", run_token, node ? node : "");
+  while (1) {
+    struct Stat st;
+    int zrc;
+    create_with_parents(z, s, path, data, (int)strlen(data), ZOO_PERSISTENT, &st, &zrc);
+    if (zrc == ZOK) {
+      /* The ensemble's clock (the node's ctime) bounds the ticks one may
+       * claim: a host whose clock runs ahead would otherwise claim future
+       * ticks that correct hosts then find taken. */
+      if (ahead_ms > 0 && tick_unix_ms > st.ctime + ahead_ms) {
+        zoo_delete(s->zh, path, st.version);
+        rc = dlock__error(DLOCK_ETIME,
+                          "claim of tick %" PRId64 " of job '%s' on %s refused: it is %" PRId64
+                          " ms ahead of the ensemble's clock (tolerance %" PRId64 " ms): this host's clock is wrong",
+                          tick_unix_ms, job, z->server, tick_unix_ms - st.ctime, ahead_ms);
+        goto out;
+      }
+      *fence = (uint64_t)st.czxid;
+      rc = 1;
+      break;
+    }
+    if (zrc == ZNODEEXISTS || dlock__zk_rc_uncertain(zrc)) {
+      if (zrc != ZNODEEXISTS && !may_retry(s, zrc, &tries)) {
+        rc = dlock__error(DLOCK_EUNKNOWN,
+                          "claim of tick %" PRId64 " of job '%s' on %s: no answer; whether it was claimed is unknown",
+                          tick_unix_ms, job, z->server);
+        goto out;
+      }
+      /* Read it back: our run token (a create whose reply was lost) or not. */
+      char buf[600];
+      int len = (int)sizeof buf - 1;
+      zrc = zoo_get(s->zh, path, 0, buf, &len, &st);
+      if (zrc == ZNONODE) continue;
+      if (zrc != ZOK) {
+        if (may_retry(s, zrc, &tries)) continue;
+        rc = dlock__zk_fail(z, zrc, "read the tick node", path);
+        goto out;
+      }
+      if (tick_owner(buf, len, run_token, by, bylen)) {
+        *fence = (uint64_t)st.czxid;
+        rc = 1;
+      } else {
+        rc = 0;
+      }
+      break;
+    }
+    rc = dlock__zk_fail(z, zrc, "claim (create the tick node)", path);
+    goto out;
+  }
+  trim(s, dir, keep, is_tick_name);
+out:
+  free(dir);
+  free(path);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+static void put_field(char *buf, size_t len, const char *k, const char *v) {
+  size_t o = strlen(buf);
+  snprintf(buf + o, len - o, "%s=", k);
+  o = strlen(buf);
+  for (const char *p = v; *p && o + 2 < len; p++) buf[o++] = (*p == '\n') ? ' ' : *p;
+  buf[o++] = '\n';
+  buf[o] = '\0';
+}
+
+int dlock__zk_sched_finish(dlock__zk *z, const char *job, const dlock_run_record *rec, int keep) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *dir = job_path(z, job, "history");
+  char *path = NULL;
+  int tries = 0;
+  if (!dir) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  size_t pn = strlen(dir) + 48;
+  path = malloc(pn);
+  if (!path) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  snprintf(path, pn, "%s/r-%020" PRId64 "-%020" PRIu64, dir, rec->scheduled_unix_ms, rec->fence);
+  char data[1024] = "", num[32];
+  put_field(data, sizeof data, "node", rec->node);
+  snprintf(num, sizeof num, "%" PRIu64, rec->fence);
+  put_field(data, sizeof data, "fence", num);
+  snprintf(num, sizeof num, "%" PRId64, rec->scheduled_unix_ms);
+  put_field(data, sizeof data, "scheduled", num);
+  snprintf(num, sizeof num, "%" PRId64, rec->start_unix_ms);
+  put_field(data, sizeof data, "start", num);
+  snprintf(num, sizeof num, "%" PRId64, rec->duration_ms);
+  put_field(data, sizeof data, "duration", num);
+  put_field(data, sizeof data, "outcome", rec->outcome);
+  while (1) {
+    int zrc;
+    create_with_parents(z, s, path, data, (int)strlen(data), ZOO_PERSISTENT, NULL, &zrc);
+    /* The name is this run's own: NODEEXISTS is our first create. */
+    if (zrc == ZOK || zrc == ZNODEEXISTS) break;
+    if (may_retry(s, zrc, &tries)) continue;
+    rc = dlock__zk_fail(z, zrc, "record the run (create)", path);
+    goto out;
+  }
+  trim(s, dir, keep, is_record_name);
+  rc = 0;
+out:
+  free(dir);
+  free(path);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+static void get_field(const char *data, const char *k, char *out, size_t len) {
+  char key[32];
+  snprintf(key, sizeof key, "%s=", k);
+  out[0] = '\0';
+  for (const char *p = data; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    if (!strncmp(p, key, strlen(key))) {
+      const char *v = p + strlen(key);
+      size_t n = strcspn(v, "\n");
+      snprintf(out, len, "%.*s", (int)n, v);
+      return;
+    }
+  }
+}
+
+int dlock__zk_sched_history(dlock__zk *z, const char *job, dlock_run_record *out, int max) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  if (max <= 0) return 0;
+  size_t step = out[0].struct_size;
+  if (step < DLOCK__RUN_RECORD_V1 || step > sizeof(dlock_run_record))
+    return dlock__error(DLOCK_EINVAL, "history: call dlock_run_record_init() on the records first");
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *dir = job_path(z, job, "history");
+  struct String_vector v = {0, NULL};
+  char **names = NULL;
+  int got = 0;
+  if (!dir) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  int zrc = zoo_get_children(s->zh, dir, 0, &v);
+  if (zrc == ZNONODE) {
+    rc = 0;
+    goto out;
+  }
+  if (zrc != ZOK) {
+    rc = dlock__zk_fail(z, zrc, "history: list", dir);
+    goto out;
+  }
+  names = calloc((size_t)v.count + 1, sizeof *names);
+  if (!names) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  int n = 0;
+  for (int i = 0; i < v.count; i++)
+    if (is_record_name(v.data[i])) names[n++] = v.data[i];
+  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  for (int i = n - 1; i >= 0 && got < max; i--) {
+    size_t pn = strlen(dir) + strlen(names[i]) + 2;
+    char path[1400], data[1100], f[600];
+    if (pn > sizeof path) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    int len = (int)sizeof data - 1;
+    if (zoo_get(s->zh, path, 0, data, &len, NULL) != ZOK) continue; /* trimmed meanwhile */
+    data[len > 0 ? len : 0] = '\0';
+    dlock_run_record *r = (dlock_run_record *)((char *)out + (size_t)got * step);
+    size_t keep_size = r->struct_size ? r->struct_size : step;
+    memset(r, 0, step);
+    r->struct_size = keep_size;
+    get_field(data, "node", r->node, sizeof r->node);
+    get_field(data, "fence", f, sizeof f);
+    r->fence = strtoull(f, NULL, 10);
+    get_field(data, "scheduled", f, sizeof f);
+    r->scheduled_unix_ms = strtoll(f, NULL, 10);
+    get_field(data, "start", f, sizeof f);
+    r->start_unix_ms = strtoll(f, NULL, 10);
+    get_field(data, "duration", f, sizeof f);
+    r->duration_ms = strtoll(f, NULL, 10);
+    get_field(data, "outcome", r->outcome, sizeof r->outcome);
+    got++;
+  }
+  rc = got;
+out:
+  free(names);
+  if (v.data) deallocate_String_vector(&v);
+  free(dir);
+  dlock__zk_sess_put(s);
+  return rc;
+}

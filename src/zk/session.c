@@ -1,0 +1,569 @@
+/*
+ * zk/session.c - the ZooKeeper session: connect (with a diagnosis when no
+ * server answers), the session watcher, and the monitor thread that pings,
+ * keeps the validity deadline on our monotonic clock and reports
+ * suspension, reconnection and loss. Uses the C client's multi-threaded
+ * library (libzookeeper_mt): its own I/O and completion threads call the
+ * watcher; our monitor thread calls the core's callback.
+ *
+ * Loss rule (docs/zookeeper.md): the ensemble expires a session no sooner
+ * than its timeout after its leader last heard of us, and our server heard
+ * from us no sooner than we sent a request it answered. The leader hears of
+ * a follower's sessions only at its pings, every half tick, and a tick is
+ * at most half the session timeout (ZooKeeper's minimum session timeout is
+ * two ticks): so the leader's record may be up to a quarter of the timeout
+ * older than our contact. valid_until = send time of the last answered
+ * request + 3/4 of the negotiated timeout, less the drift allowance, is a
+ * moment before which nobody else can have been given our lock.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "zk/zk_int.h"
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void quiet_client_log(void) {
+  /* The C client logs every reconnect attempt to stderr; our errors say
+   * what matters. 0 turns its logging off. */
+  zoo_set_debug_level((ZooLogLevel)0);
+}
+
+char *dlock__zk_path(dlock__zk *z, const char *a, const char *b) {
+  size_t n = strlen(z->url.ns) + 1 + strlen(a) + (b ? 1 + strlen(b) : 0) + 1;
+  char *p = malloc(n);
+  if (!p) return NULL;
+  snprintf(p, n, "%s/%s%s%s", z->url.ns, a, b ? "/" : "", b ? b : "");
+  return p;
+}
+
+int dlock__zk_rc_uncertain(int zrc) {
+  return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT || zrc == ZSESSIONEXPIRED || zrc == ZCLOSING ||
+         zrc == ZSESSIONMOVED;
+}
+
+int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path) {
+  const char *p = path ? path : "/";
+  switch (zrc) {
+  case ZNOAUTH:
+    return dlock__error(DLOCK_EAUTH,
+                        "%s '%s' on %s: not allowed by the node's ACL (give ?digest=user:password of a user the "
+                        "ACL admits)",
+                        op, p, z->server);
+  case ZAUTHFAILED:
+    return dlock__error(DLOCK_EAUTH, "%s '%s' on %s: the ensemble refused our digest credentials", op, p,
+                        z->server);
+  case ZCONNECTIONLOSS:
+  case ZSESSIONMOVED:
+    return dlock__error(DLOCK_EIO, "%s '%s' on %s: connection to ZooKeeper lost (%s)", op, p, z->server,
+                        zerror(zrc));
+  case ZOPERATIONTIMEOUT:
+    return dlock__error(DLOCK_ETIMEDOUT, "%s '%s' on %s: ZooKeeper did not answer in time", op, p, z->server);
+  case ZSESSIONEXPIRED:
+  case ZINVALIDSTATE:
+    return dlock__error(DLOCK_ELOST, "%s '%s' on %s: the ZooKeeper session expired (its ephemeral nodes are gone)",
+                        op, p, z->server);
+  case ZCLOSING:
+    return dlock__error(DLOCK_ECLOSED, "%s '%s' on %s: the ZooKeeper handle is closing", op, p, z->server);
+  case ZNOCHILDRENFOREPHEMERALS:
+    return dlock__error(DLOCK_EFOREIGN,
+                        "%s '%s' on %s: a parent is an ephemeral node of some other program, not a lock path", op,
+                        p, z->server);
+  case ZNOTREADONLY:
+    return dlock__error(DLOCK_EREADONLY, "%s '%s' on %s: the server is in read-only mode (no quorum)", op, p,
+                        z->server);
+  case ZMARSHALLINGERROR:
+    return dlock__error(DLOCK_EPROTO, "%s '%s' on %s: %s", op, p, z->server, zerror(zrc));
+  case ZBADARGUMENTS:
+    return dlock__error(DLOCK_ENAME, "%s '%s' on %s: ZooKeeper refused the path (%s)", op, p, z->server,
+                        zerror(zrc));
+  default:
+    return dlock__error(DLOCK_ESERVER, "%s '%s' on %s: %s (ZooKeeper error %d)", op, p, z->server, zerror(zrc),
+                        zrc);
+  }
+}
+
+/* ---- Watcher and pings ---- */
+
+static void queue_event(dlock__zk_sess *s, dlock__zk_event ev) { s->ev_pending |= 1 << ev; }
+
+/* How long after a contact sent at 'sent' the session surely lives. */
+static dlock_mono_ms valid_after(dlock_mono_ms sent, int timeout_ms) {
+  int64_t t = timeout_ms;
+  return sent + t - t / 4 - (t / 100 + 2);
+}
+
+static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+  dlock__zk_sess *s = ctx;
+  dlock__zk *z = s->z;
+  (void)zh;
+  (void)path;
+  pthread_mutex_lock(&z->mu);
+  if (type == ZOO_SESSION_EVENT) {
+    s->state = state;
+    if (state == ZOO_CONNECTED_STATE) {
+      if (!s->connected_once) {
+        const clientid_t *cid = zoo_client_id(s->zh);
+        s->connected_once = 1;
+        s->id = cid ? cid->client_id : 0;
+        s->timeout_ms = zoo_recv_timeout(s->zh);
+        /* last_contact was set to the connect start; the first ping moves it. */
+        s->valid_until = valid_after(s->last_contact, s->timeout_ms);
+      } else if (s->uncertain && !s->lost) {
+        queue_event(s, DLOCK__ZK_RECONNECTED);
+      }
+      s->uncertain = 0;
+      s->next_ping = 0; /* ping now: a fresh answer moves valid_until */
+    } else if (state == ZOO_EXPIRED_SESSION_STATE) {
+      if (!s->lost) s->lost = DLOCK_LOST_EXPIRED;
+      queue_event(s, DLOCK__ZK_LOST);
+    } else if (state == ZOO_AUTH_FAILED_STATE) {
+      s->auth_failed = 1;
+      if (s->connected_once && !s->lost) {
+        s->lost = DLOCK_LOST_EXPIRED;
+        queue_event(s, DLOCK__ZK_LOST);
+      }
+    } else if (s->connected_once && !s->lost && !s->uncertain) {
+      /* CONNECTING or ASSOCIATING: Curator's SUSPENDED. */
+      s->uncertain = 1;
+      queue_event(s, DLOCK__ZK_SUSPENDED);
+    }
+  }
+  z->wake_gen++;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
+void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+  dlock__zk *z = ctx;
+  (void)zh;
+  (void)type;
+  (void)state;
+  (void)path;
+  pthread_mutex_lock(&z->mu);
+  z->wake_gen++;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
+typedef struct ping_ctx {
+  dlock__zk_sess *s;
+  dlock_mono_ms sent;
+} ping_ctx;
+
+static void note_contact(dlock__zk_sess *s, dlock_mono_ms sent) {
+  /* Caller holds z->mu. Once lost, a late answer changes nothing: the
+   * holds were declared lost and others may act on it. */
+  if (s->lost || !s->connected_once) return;
+  if (sent > s->last_contact) {
+    s->last_contact = sent;
+    s->valid_until = valid_after(sent, s->timeout_ms);
+  }
+}
+
+static void ping_done(int rc, const struct Stat *stat, const void *data) {
+  ping_ctx *p = (ping_ctx *)data;
+  dlock__zk *z = p->s->z;
+  (void)stat;
+  pthread_mutex_lock(&z->mu);
+  if (rc == ZOK || rc == ZNONODE) note_contact(p->s, p->sent);
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  free(p);
+}
+
+/* Send an asynchronous ping on 's' (caller holds z->mu). */
+static void send_ping(dlock__zk_sess *s, dlock_mono_ms now) {
+  ping_ctx *p = malloc(sizeof *p);
+  if (!p) return;
+  p->s = s;
+  p->sent = now;
+  if (zoo_aexists(s->zh, "/", 0, ping_done, p) != ZOK) free(p);
+}
+
+/* ---- Monitor thread ---- */
+
+static void *monitor_main(void *arg) {
+  dlock__zk *z = arg;
+  pthread_mutex_lock(&z->mu);
+  while (!z->stop) {
+    dlock_mono_ms now = dlock_mono_now();
+    dlock__zk_sess *s = z->cur;
+    dlock_mono_ms wake = now + 1000;
+    if (s && s->connected_once) {
+      if (!s->lost && now >= s->valid_until) {
+        s->lost = DLOCK_LOST_UNREACHABLE;
+        queue_event(s, DLOCK__ZK_LOST);
+      }
+      if (!s->lost && s->state == ZOO_CONNECTED_STATE && now >= s->next_ping) {
+        send_ping(s, now);
+        s->next_ping = now + (s->timeout_ms / 4 > 20 ? s->timeout_ms / 4 : 20);
+      }
+      if (!s->lost) {
+        if (s->valid_until < wake) wake = s->valid_until;
+        if (s->state == ZOO_CONNECTED_STATE && s->next_ping < wake) wake = s->next_ping;
+      }
+      if (s->ev_pending && z->fn) {
+        dlock__zk_event_fn fn = z->fn;
+        void *fa = z->fn_arg;
+        int pending = s->ev_pending;
+        s->ev_pending = 0;
+        dlock_lost_reason reason = s->lost;
+        s->refs++;
+        z->in_callback = 1;
+        pthread_mutex_unlock(&z->mu);
+        /* In order: a suspension before the loss it led to. */
+        if (pending & (1 << DLOCK__ZK_SUSPENDED)) fn(z, DLOCK__ZK_SUSPENDED, DLOCK_LOST_NONE, fa);
+        if ((pending & (1 << DLOCK__ZK_RECONNECTED)) && !reason) fn(z, DLOCK__ZK_RECONNECTED, DLOCK_LOST_NONE, fa);
+        if (pending & (1 << DLOCK__ZK_LOST)) fn(z, DLOCK__ZK_LOST, reason, fa);
+        dlock__zk_sess_put(s);
+        pthread_mutex_lock(&z->mu);
+        z->in_callback = 0;
+        pthread_cond_broadcast(&z->cv);
+        continue;
+      }
+      if (!z->fn) s->ev_pending = 0;
+    }
+    struct timespec ts;
+    dlock__deadline_timespec(wake, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  pthread_mutex_unlock(&z->mu);
+  return NULL;
+}
+
+/* ---- Connecting ---- */
+
+/* After a connect timed out: did anything accept TCP at each host? */
+static void diagnose(dlock__zk *z, char *out, size_t len) {
+  char hosts[1024];
+  size_t o = 0;
+  int any_open = 0, any_closed = 0;
+  char open_list[400] = "", closed_list[400] = "";
+  snprintf(hosts, sizeof hosts, "%s", z->url.hosts);
+  for (char *save = NULL, *h = strtok_r(hosts, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+    char *colon = strrchr(h, ':');
+    if (!colon) continue;
+    *colon = '\0';
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    int ok = 0;
+    if (getaddrinfo(h, colon + 1, &hints, &ai) == 0 && ai) {
+      int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+          ok = 1;
+        } else if (errno == EINPROGRESS) {
+          struct pollfd pfd = {fd, POLLOUT, 0};
+          int err = 0;
+          socklen_t el = sizeof err;
+          if (poll(&pfd, 1, 500) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) ok = 1;
+        }
+        close(fd);
+      }
+      freeaddrinfo(ai);
+    }
+    *colon = ':';
+    char *list = ok ? open_list : closed_list;
+    size_t l = strlen(list);
+    snprintf(list + l, 400 - l, "%s%s", l ? ", " : "", h);
+    if (ok)
+      any_open = 1;
+    else
+      any_closed = 1;
+  }
+  if (any_open)
+    o += (size_t)snprintf(out + o, len - o,
+                          "%s accepted a TCP connection but never completed the ZooKeeper handshake: is it a "
+                          "ZooKeeper server, and does it serve (an ensemble member needs a quorum)?",
+                          open_list);
+  if (any_closed && o < len)
+    snprintf(out + o, len - o, "%s%s refused or did not accept a connection: is ZooKeeper running there?",
+             any_open ? "; " : "", closed_list);
+}
+
+static void auth_done(int rc, const void *data) {
+  dlock__zk_sess *s = (dlock__zk_sess *)data;
+  dlock__zk *z = s->z;
+  pthread_mutex_lock(&z->mu);
+  if (rc == ZAUTHFAILED) s->auth_failed = 1;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
+static void sess_close(dlock__zk_sess *s) {
+  if (s->zh) zookeeper_close(s->zh);
+  free(s);
+}
+
+/* Open a new session and wait for it (caller holds no lock). */
+static int sess_open(dlock__zk *z, dlock__zk_sess **out) {
+  dlock__zk_sess *s = calloc(1, sizeof *s);
+  if (!s) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  s->z = z;
+  s->refs = 1;
+  dlock_mono_ms start = dlock_mono_now();
+  s->last_contact = start;
+  pthread_mutex_lock(&z->mu);
+  /* The watcher may run before zookeeper_init returns: hold mu across it. */
+  s->zh = zookeeper_init(z->url.hosts, session_watcher, z->url.session_timeout_ms, NULL, s, 0);
+  int err = errno;
+  if (!s->zh) {
+    pthread_mutex_unlock(&z->mu);
+    free(s);
+    return dlock__error(DLOCK_ECONNECT, "cannot start a ZooKeeper session for %s: %s", z->server, strerror(err));
+  }
+  if (z->url.digest) {
+    int rc = zoo_add_auth(s->zh, "digest", z->url.digest, (int)strlen(z->url.digest), auth_done, s);
+    if (rc != ZOK) {
+      pthread_mutex_unlock(&z->mu);
+      sess_close(s);
+      return dlock__zk_fail(z, rc, "add digest credentials for", "/");
+    }
+  }
+  dlock_mono_ms deadline = start + z->url.connect_timeout_ms;
+  while (s->state != ZOO_CONNECTED_STATE && !s->auth_failed && s->state != ZOO_EXPIRED_SESSION_STATE &&
+         dlock_mono_now() < deadline) {
+    struct timespec ts;
+    dlock__deadline_timespec(deadline, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  int state = s->state, auth_failed = s->auth_failed;
+  pthread_mutex_unlock(&z->mu);
+  if (auth_failed) {
+    sess_close(s);
+    return dlock__error(DLOCK_EAUTH, "connect to %s: the ensemble refused our digest credentials", z->server);
+  }
+  if (state != ZOO_CONNECTED_STATE) {
+    char why[1200];
+    diagnose(z, why, sizeof why);
+    sess_close(s);
+    return dlock__error(DLOCK_ECONNECT, "connect to %s: no ZooKeeper session within %d ms: %s", z->server,
+                        z->url.connect_timeout_ms, why);
+  }
+  *out = s;
+  return 0;
+}
+
+int dlock__zk_connect(const char *url, dlock__zk **out) {
+  *out = NULL;
+  pthread_once(&log_once, quiet_client_log);
+  dlock__zk *z = calloc(1, sizeof *z);
+  if (!z) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int rc = dlock__zk_url_parse(url, &z->url);
+  if (rc) {
+    free(z);
+    return rc;
+  }
+  snprintf(z->server, sizeof z->server, "zk %s%s", z->url.hosts, z->url.ns);
+  pthread_mutex_init(&z->mu, NULL);
+  dlock__cond_init(&z->cv);
+  dlock__zk_sess *s;
+  rc = sess_open(z, &s);
+  if (rc) {
+    dlock__zk_free(z);
+    return rc;
+  }
+  z->cur = s;
+  if (pthread_create(&z->monitor, NULL, monitor_main, z) != 0) {
+    dlock__zk_free(z);
+    return dlock__error(DLOCK_ESYS, "cannot start the ZooKeeper monitor thread for %s", z->server);
+  }
+  z->monitor_started = 1;
+  /* The namespace must be reachable with our rights: a clear error now
+   * beats one at the first lock. */
+  rc = dlock__zk_ping(z);
+  if (rc) {
+    dlock__zk_free(z);
+    return rc;
+  }
+  *out = z;
+  return 0;
+}
+
+void dlock__zk_free(dlock__zk *z) {
+  if (!z) return;
+  pthread_mutex_lock(&z->mu);
+  z->stop = 1;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  if (z->monitor_started) pthread_join(z->monitor, NULL);
+  dlock__zk_sess *s = z->cur;
+  z->cur = NULL;
+  if (s) {
+    s->detached = 1;
+    dlock__zk_sess_put(s);
+  }
+  pthread_cond_destroy(&z->cv);
+  pthread_mutex_destroy(&z->mu);
+  dlock__zk_url_clear(&z->url);
+  free(z);
+}
+
+dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc) {
+  pthread_mutex_lock(&z->mu);
+  while (1) {
+    dlock__zk_sess *s = z->cur;
+    if (z->stop) {
+      pthread_mutex_unlock(&z->mu);
+      *rc = dlock__error(DLOCK_ECLOSED, "%s: the client is shutting down", z->server);
+      return NULL;
+    }
+    if (s && !s->lost) {
+      s->refs++;
+      pthread_mutex_unlock(&z->mu);
+      return s;
+    }
+    if (z->reconnecting) {
+      pthread_cond_wait(&z->cv, &z->mu);
+      continue;
+    }
+    /* The session is over: a new one (its holds were reported lost). */
+    z->reconnecting = 1;
+    z->cur = NULL;
+    if (s) s->detached = 1;
+    pthread_mutex_unlock(&z->mu);
+    if (s) dlock__zk_sess_put(s);
+    dlock__zk_sess *n = NULL;
+    int r = sess_open(z, &n);
+    pthread_mutex_lock(&z->mu);
+    z->reconnecting = 0;
+    pthread_cond_broadcast(&z->cv);
+    if (r) {
+      pthread_mutex_unlock(&z->mu);
+      *rc = r;
+      return NULL;
+    }
+    z->cur = n;
+  }
+}
+
+void dlock__zk_sess_put(dlock__zk_sess *s) {
+  dlock__zk *z = s->z;
+  pthread_mutex_lock(&z->mu);
+  int last = --s->refs == 0;
+  pthread_mutex_unlock(&z->mu);
+  /* Only a detached session reaches 0 (z->cur holds one reference). */
+  if (last) sess_close(s);
+}
+
+int dlock__zk_wait_connected(dlock__zk_sess *s, dlock_mono_ms deadline) {
+  dlock__zk *z = s->z;
+  pthread_mutex_lock(&z->mu);
+  while (s->state != ZOO_CONNECTED_STATE && !s->lost && !z->stop && dlock_mono_now() < deadline) {
+    struct timespec ts;
+    dlock__deadline_timespec(deadline, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  int ok = s->state == ZOO_CONNECTED_STATE && !s->lost;
+  pthread_mutex_unlock(&z->mu);
+  return ok;
+}
+
+dlock_mono_ms dlock__zk_retry_limit(dlock__zk_sess *s) {
+  pthread_mutex_lock(&s->z->mu);
+  dlock_mono_ms v = s->valid_until;
+  pthread_mutex_unlock(&s->z->mu);
+  return v;
+}
+
+const char *dlock__zk_server(const dlock__zk *z) { return z->server; }
+
+void dlock__zk_connected_to(dlock__zk *z, char *buf, size_t len) {
+  int rc;
+  buf[0] = '\0';
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return;
+  const char *cur = zoo_get_current_server(s->zh);
+  /* A static buffer of the C client's, not ours to free. */
+  if (cur) snprintf(buf, len, "%s", cur);
+  dlock__zk_sess_put(s);
+}
+
+void dlock__zk_on_event(dlock__zk *z, dlock__zk_event_fn fn, void *arg) {
+  pthread_mutex_lock(&z->mu);
+  z->fn = fn;
+  z->fn_arg = arg;
+  pthread_mutex_unlock(&z->mu);
+}
+
+int dlock__zk_ping(dlock__zk *z) {
+  int rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  const char *path = z->url.ns[0] ? z->url.ns : "/";
+  struct Stat st;
+  dlock_mono_ms sent = dlock_mono_now();
+  int zrc = zoo_exists(s->zh, path, 0, &st);
+  if (zrc == ZOK || zrc == ZNONODE) {
+    pthread_mutex_lock(&z->mu);
+    note_contact(s, sent);
+    pthread_mutex_unlock(&z->mu);
+    rc = 0;
+  } else {
+    rc = dlock__zk_fail(z, zrc, "ping (exists)", path);
+  }
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+dlock_mono_ms dlock__zk_valid_until(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  dlock_mono_ms v = z->cur ? z->cur->valid_until : 0;
+  pthread_mutex_unlock(&z->mu);
+  return v;
+}
+
+dlock_lost_reason dlock__zk_lost(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  dlock__zk_sess *s = z->cur;
+  dlock_lost_reason r = DLOCK_LOST_NONE;
+  if (!s) {
+    r = DLOCK_LOST_EXPIRED;
+  } else {
+    if (!s->lost && dlock_mono_now() >= s->valid_until) {
+      s->lost = DLOCK_LOST_UNREACHABLE;
+      queue_event(s, DLOCK__ZK_LOST);
+      pthread_cond_broadcast(&z->cv);
+    }
+    r = s->lost;
+  }
+  pthread_mutex_unlock(&z->mu);
+  return r;
+}
+
+int dlock__zk_uncertain(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  int u = z->cur && z->cur->uncertain && !z->cur->lost;
+  pthread_mutex_unlock(&z->mu);
+  return u;
+}
+
+int dlock__zk_session_timeout_ms(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  int t = z->cur ? z->cur->timeout_ms : 0;
+  pthread_mutex_unlock(&z->mu);
+  return t;
+}
+
+int64_t dlock__zk_session_id(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  int64_t id = z->cur ? z->cur->id : 0;
+  pthread_mutex_unlock(&z->mu);
+  return id;
+}
+
+void dlock__zk_wake(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  z->wake_gen++;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}

@@ -1,0 +1,177 @@
+/*
+ * zk.h - the ZooKeeper backend of libdlock, as a self-contained module.
+ *
+ * Locks in Apache Curator's InterProcessMutex layout (so that dlock and Java
+ * services using Curator exclude each other), fences from the lock node's
+ * czxid, loss from the ZooKeeper session, the fencing guard as a versioned
+ * znode, and the scheduler's tick claims as first-create-wins nodes. See
+ * docs/zookeeper.md. Only src/zk/ includes <zookeeper/zookeeper.h>; this
+ * header does not, so that the core can hold a dlock__zk without it.
+ *
+ * Every function returns 0 (or a documented count) on success and a DLOCK_E*
+ * status on failure, with dlock__error() naming the server and the path.
+ */
+#ifndef DLOCK_ZK_H
+#define DLOCK_ZK_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlock.h"
+
+/* ---- URL (zk/url.c) ---- */
+
+#define DLOCK__ZK_DEFAULT_SESSION_MS 10000
+#define DLOCK__ZK_DEFAULT_CONNECT_MS 5000
+
+/* zk://host1:2181,host2:2181[/namespace][?session_timeout=10s&connect_timeout=5s&digest=user:pass] */
+typedef struct dlock__zk_url {
+  char *hosts;             /* "host1:2181,host2:2181" as the C client takes it */
+  char *ns;                /* "" or "/a/b": no trailing '/' */
+  int session_timeout_ms;  /* asked for; the server may grant another */
+  int connect_timeout_ms;
+  char *digest;            /* "user:pass" or NULL */
+  char shown[512];         /* the URL with the digest password masked */
+} dlock__zk_url;
+
+/* 1 when 'url' starts with "zk://". */
+int dlock__zk_url_is(const char *url);
+/* Parse 'url' into 'u' (zeroed first). DLOCK_EURL with the reason. */
+int dlock__zk_url_parse(const char *url, dlock__zk_url *u);
+void dlock__zk_url_clear(dlock__zk_url *u);
+/* 'url' with the password of ?digest=user:PASSWORD replaced by "***" (also
+ * when malformed); always NUL-terminated in 'buf'. */
+void dlock__zk_url_redact(const char *url, char *buf, size_t len);
+/* Check a lock, resource or job name as a ZooKeeper path below the
+ * namespace: components separated by single '/', none empty, "." or "..",
+ * no control characters, not starting with the reserved "_dlock_".
+ * 'what' names the argument in the error ("lock name"). */
+int dlock__zk_check_name(const char *what, const char *name);
+
+/* ---- Session (zk/session.c) ---- */
+
+typedef struct dlock__zk dlock__zk;
+
+/* What the session tells the core. */
+typedef enum dlock__zk_event {
+  DLOCK__ZK_SUSPENDED = 1,   /* connection lost: holds are uncertain from now */
+  DLOCK__ZK_RECONNECTED = 2, /* the same session again: holds are certain again */
+  DLOCK__ZK_LOST = 3         /* the session is over (or may be): every hold is lost */
+} dlock__zk_event;
+
+/* Called from the session's monitor thread, never with a module lock held.
+ * 'reason' is DLOCK_LOST_NONE except for DLOCK__ZK_LOST: DLOCK_LOST_EXPIRED
+ * (the ensemble said so) or DLOCK_LOST_UNREACHABLE (the session timeout
+ * passed on our clock since the last answer). */
+typedef void (*dlock__zk_event_fn)(dlock__zk *z, dlock__zk_event ev, dlock_lost_reason reason, void *arg);
+
+/* Connect to the ensemble of 'url' and wait until a session is established
+ * (the URL's connect timeout). DLOCK_EURL, DLOCK_ECONNECT (unreachable, or
+ * a server that does not speak ZooKeeper: the message says which),
+ * DLOCK_EAUTH (digest refused). */
+int dlock__zk_connect(const char *url, dlock__zk **out);
+/* Close the session: the ensemble deletes its ephemeral nodes at once. */
+void dlock__zk_free(dlock__zk *z);
+/* The ensemble and namespace, for messages ("zk 127.0.0.1:2181/app"). */
+const char *dlock__zk_server(const dlock__zk *z);
+/* The server the session talks to now ("127.0.0.1:2181"), "" when none. */
+void dlock__zk_connected_to(dlock__zk *z, char *buf, size_t len);
+/* Register the loss callback (NULL to remove). */
+void dlock__zk_on_event(dlock__zk *z, dlock__zk_event_fn fn, void *arg);
+/* A round trip to the ensemble (exists "/"). */
+int dlock__zk_ping(dlock__zk *z);
+/* The session's validity: the moment (monotonic) after which the ensemble
+ * may have expired it: the send time of the last answered request plus 3/4
+ * of the negotiated session timeout (the leader learns of our contact late
+ * by up to a quarter of it, see session.c), less 1% + 2 ms for clock drift.
+ * Moves forward while the connection lives (pings every quarter timeout). */
+dlock_mono_ms dlock__zk_valid_until(dlock__zk *z);
+/* DLOCK_LOST_NONE while the session may still be alive, else why not. Also
+ * answers from valid_until itself. */
+dlock_lost_reason dlock__zk_lost(dlock__zk *z);
+/* 1 while disconnected (SUSPENDED) and not yet lost. */
+int dlock__zk_uncertain(dlock__zk *z);
+/* The negotiated session timeout and the session id (0 before connect). */
+int dlock__zk_session_timeout_ms(dlock__zk *z);
+int64_t dlock__zk_session_id(dlock__zk *z);
+/* Wake every thread waiting in dlock__zk_acquire() on 'z' so that it
+ * re-reads its 'cancel' flag. */
+void dlock__zk_wake(dlock__zk *z);
+
+/* ---- Locks (zk/lock.c) ---- */
+
+/* One hold: our lock node. */
+typedef struct dlock__zk_hold {
+  char *lock_path;   /* "/ns/name" */
+  char *node_path;   /* "/ns/name/_c_<uuid>-lock-0000000007" */
+  uint64_t fence;    /* czxid of node_path */
+  int64_t session;   /* the session that owns the node */
+} dlock__zk_hold;
+
+void dlock__zk_hold_clear(dlock__zk_hold *h);
+
+/* Take the lock 'name'. 'wait_ms': 0 try once, DLOCK_WAIT_FOREVER, or up
+ * to that long in the queue (a waiter watches only its predecessor).
+ * 'owner_info' (may be NULL) becomes the node's data. 'cancel' (may be NULL)
+ * is read at each wake-up (dlock__zk_wake()). 0 and '*out'; DLOCK_EBUSY
+ * (not acquired in time: our node is deleted), DLOCK_ECANCELED, DLOCK_EFOREIGN
+ * (the lock path holds children that are not lock nodes), DLOCK_EUNKNOWN
+ * (our node may exist and could not be found or deleted: it goes with the
+ * session), connection errors. */
+int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
+                      const atomic_int *cancel, dlock__zk_hold *out);
+/* Delete our node. 0 (also when a lost reply's resend finds it gone in the
+ * same session: only we or a force-release delete it), DLOCK_ENOTHELD when it
+ * was already gone at the first try, DLOCK_EUNKNOWN when no answer came
+ * (the node then ends with the session). */
+int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h);
+/* 1 while our node exists and belongs to this session, 0 if not, or < 0. */
+int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h);
+
+typedef struct dlock__zk_info {
+  int held;                 /* a lock node exists */
+  uint64_t fence;           /* czxid of the holder's node */
+  int64_t since_unix_ms;    /* its ctime (the ensemble's clock) */
+  int64_t owner_session;    /* its ephemeralOwner */
+  int64_t waiters;          /* lock nodes after the holder's */
+  char holder[256];         /* the holder's node name */
+  char owner_info[1025];    /* its data (Curator writes the holder's IP) */
+} dlock__zk_info;
+
+int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out);
+/* Call 'fn' with each lock (a node below the namespace with lock nodes
+ * among its children, searched down to 16 levels; 'fn' may be NULL);
+ * returns how many. */
+int dlock__zk_list(dlock__zk *z, void (*fn)(const char *name, void *arg), void *arg);
+/* Delete the holder's node of 'name' (only a lock node, never the path
+ * itself or anything else). 1 deleted, 0 not held, or < 0. Safe to resend:
+ * a node name is never reused. */
+int dlock__zk_force_release(dlock__zk *z, const char *name);
+
+/* ---- Guard and scheduler (zk/sched.c) ---- */
+
+/* The fencing guard: /ns/_dlock_guard/<resource> holds the highest token in
+ * decimal, changed by conditional setData. 0 admitted, DLOCK_ESTALE,
+ * DLOCK_ERANGE (token 0 or above 2^63-1), DLOCK_EFENCE (the node's data is
+ * no such number). */
+int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token);
+
+/* Claim tick 'tick_unix_ms' of 'job' by creating
+ * /ns/_dlock_sched/<job>/ticks/<tick, 20 digits> with 'run_token' and 'node'
+ * as data. 1 claimed (fence = the tick node's czxid), 0 claimed by another
+ * ('by' gets its node name), DLOCK_ETIME when the tick lies further ahead of
+ * the ensemble's clock than 'ahead_ms' (this host's clock is wrong; the
+ * claim is withdrawn), or < 0. A create whose reply was lost is resolved by
+ * reading the node back (our run token or not). Old tick nodes beyond the
+ * newest 'keep' are deleted. */
+int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token,
+                          const char *node, int64_t ahead_ms, int keep, uint64_t *fence, char *by,
+                          size_t bylen);
+/* Append a run record to /ns/_dlock_sched/<job>/history (sequential nodes),
+ * keeping the newest 'keep'. */
+int dlock__zk_sched_finish(dlock__zk *z, const char *job, const dlock_run_record *rec, int keep);
+/* Up to 'max' newest records, newest first; returns how many. */
+int dlock__zk_sched_history(dlock__zk *z, const char *job, dlock_run_record *out, int max);
+
+#endif /* DLOCK_ZK_H */

@@ -1,0 +1,76 @@
+/*
+ * zk/zk_int.h - what the files of src/zk/ share: the session structs (these
+ * include <zookeeper/zookeeper.h>, so nothing outside src/zk/ includes this
+ * header), error mapping, and the retry helpers.
+ */
+#ifndef DLOCK_ZK_INT_H
+#define DLOCK_ZK_INT_H
+
+#include <pthread.h>
+/* The synchronous API exists only in the multi-threaded library, and the
+ * header declares it only under THREADED. */
+#ifndef THREADED
+#define THREADED 1
+#endif
+#include <zookeeper/zookeeper.h>
+
+#include "internal.h"
+#include "zk/zk.h"
+
+/* One ZooKeeper session (one zhandle). Replaced by a new one once lost;
+ * threads using it hold a reference, and the last one closes it. */
+typedef struct dlock__zk_sess {
+  dlock__zk *z;
+  zhandle_t *zh;
+  int refs;                  /* under z->mu */
+  int detached;              /* no longer z->cur */
+  int state;                 /* last session state the watcher saw */
+  int connected_once;
+  int auth_failed;
+  int64_t id;                /* session id, 0 until connected */
+  int timeout_ms;            /* negotiated */
+  dlock_mono_ms last_contact; /* send time of the last answered request */
+  dlock_mono_ms valid_until;  /* last_contact + timeout_ms */
+  dlock_mono_ms next_ping;
+  int uncertain;
+  dlock_lost_reason lost;
+  int ev_pending;            /* bit (1 << dlock__zk_event) to deliver */
+  int lost_reported;
+} dlock__zk_sess;
+
+struct dlock__zk {
+  dlock__zk_url url;
+  char server[600]; /* "zk 127.0.0.1:2181/ns" (digest masked), for messages */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* session state changes, node watches, wake-ups */
+  dlock__zk_sess *cur;
+  int reconnecting;
+  unsigned wake_gen;
+  dlock__zk_event_fn fn;
+  void *fn_arg;
+  int in_callback;
+  pthread_t monitor;
+  int monitor_started;
+  int stop;
+};
+
+/* The current session with a reference, reconnecting first if it was lost.
+ * NULL with '*rc' and the error set. */
+dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc);
+void dlock__zk_sess_put(dlock__zk_sess *s);
+/* Wait until 's' is connected, lost, or 'deadline'. 1 when connected. */
+int dlock__zk_wait_connected(dlock__zk_sess *s, dlock_mono_ms deadline);
+/* The moment after which retrying a call on 's' makes no sense: its
+ * session would have expired. */
+dlock_mono_ms dlock__zk_retry_limit(dlock__zk_sess *s);
+/* The watcher that node watches use: wakes waiters of 's'->z. */
+void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+/* A ZooKeeper return code as a DLOCK_E* status with a message naming the
+ * operation, the server and the path. */
+int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path);
+/* 1 for return codes after which the request may or may not have run. */
+int dlock__zk_rc_uncertain(int zrc);
+/* "/ns" + "/" + name. */
+char *dlock__zk_path(dlock__zk *z, const char *a, const char *b);
+
+#endif /* DLOCK_ZK_INT_H */

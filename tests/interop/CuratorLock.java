@@ -1,0 +1,86 @@
+// CuratorLock - Apache Curator's InterProcessMutex from the command line, for
+// dlock's interop tests (tests/integration/test_zk.c). Compiled at test time
+// with javac against Debian's curator and zookeeper jars.
+//
+//   CuratorLock CONNECT PATH hold SECONDS   acquire (waiting up to 30 s), print
+//                                            "ACQUIRED <node>", hold, release, exit 0
+//   CuratorLock CONNECT PATH try MILLIS      "ACQUIRED" exit 0, or "BUSY" exit 3
+//   CuratorLock CONNECT PATH create [user:pass]
+//                                            create PATH (and parents) as a plain
+//                                            node; with user:pass, readable by all
+//                                            but writable only by that digest user
+// Exit 2 on any error.
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryOneTime;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
+import org.apache.zookeeper.data.Id;
+import org.apache.zookeeper.server.auth.DigestAuthenticationProvider;
+
+public class CuratorLock {
+  public static void main(String[] args) throws Exception {
+    if (args.length < 3) {
+      System.err.println("usage: CuratorLock CONNECT PATH hold SECONDS | try MILLIS | create [user:pass]");
+      System.exit(2);
+    }
+    String connect = args[0], path = args[1], mode = args[2];
+    CuratorFrameworkFactory.Builder b = CuratorFrameworkFactory.builder()
+        .connectString(connect).sessionTimeoutMs(4000).connectionTimeoutMs(5000)
+        .retryPolicy(new RetryOneTime(200));
+    if (mode.equals("create") && args.length > 3)
+      b.authorization("digest", args[3].getBytes(StandardCharsets.UTF_8));
+    CuratorFramework client = b.build();
+    int status = 2;
+    try {
+      client.start();
+      if (!client.blockUntilConnected(10, TimeUnit.SECONDS)) throw new Exception("no connection to " + connect);
+      if (mode.equals("hold")) {
+        InterProcessMutex m = new InterProcessMutex(client, path);
+        if (!m.acquire(30, TimeUnit.SECONDS)) throw new Exception("not acquired in 30 s");
+        System.out.println("ACQUIRED");
+        System.out.flush();
+        Thread.sleep((long) (Double.parseDouble(args[3]) * 1000));
+        m.release();
+        System.out.println("RELEASED");
+        status = 0;
+      } else if (mode.equals("try")) {
+        InterProcessMutex m = new InterProcessMutex(client, path);
+        if (m.acquire(Long.parseLong(args[3]), TimeUnit.MILLISECONDS)) {
+          System.out.println("ACQUIRED");
+          m.release();
+          status = 0;
+        } else {
+          System.out.println("BUSY");
+          status = 3;
+        }
+      } else if (mode.equals("create")) {
+        if (args.length > 3) {
+          List<ACL> acl = new ArrayList<>();
+          String digest = DigestAuthenticationProvider.generateDigest(args[3]);
+          acl.add(new ACL(ZooDefs.Perms.ALL, new Id("digest", digest)));
+          acl.add(new ACL(ZooDefs.Perms.READ, ZooDefs.Ids.ANYONE_ID_UNSAFE));
+          client.create().creatingParentsIfNeeded().withACL(acl).forPath(path);
+        } else {
+          client.create().creatingParentsIfNeeded().forPath(path);
+        }
+        System.out.println("CREATED");
+        status = 0;
+      } else {
+        throw new Exception("unknown mode " + mode);
+      }
+    } catch (Exception e) {
+      System.err.println("CuratorLock: " + e);
+      status = 2;
+    } finally {
+      client.close();
+    }
+    System.out.flush();
+    System.exit(status);
+  }
+}
