@@ -86,7 +86,8 @@ extern "C" {
   XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from") \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
-  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
+  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")          \
+  XX(EQUORUM,    -34, "no majority of the Redlock nodes confirmed in time")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -149,6 +150,9 @@ typedef struct dlock_client_options {
    *   (Redis Sentinel: the userinfo authenticates to the sentinels, port
    *   26379 by default; the master's credentials are master_user and
    *   master_password, or 'username'/'password' below; no TLS)
+   * redlock://[user:pass@]host1:port1,[user:pass@]host2:port2,...[/db][?...]
+   *   (Redlock over 3 or more independent masters, 5 advised; each node
+   *   takes the query options of redis://; see docs/redlock.md)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
@@ -178,6 +182,12 @@ typedef struct dlock_client_options {
    * replication round trip per acquire and renewal. */
   int wait_replicas;
   int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
+  /* Redlock with a full URL per node (redis:// or rediss://, so TLS and
+   * credentials may differ per node): 'redlock_nurls' (3 or more) entries;
+   * 'url' must then be NULL. The overrides above apply to every node.
+   * See docs/redlock.md. */
+  const char *const *redlock_urls;
+  int redlock_nurls;
 } dlock_client_options;
 
 /* Fill 'opts' with defaults (all zero/NULL) and set its struct_size. */
