@@ -291,6 +291,9 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
  * when it was opened now), and give it back ('failed': close it). */
 int dlock__node_borrow(dlock__node *n, dlock_mono_ms limit, dlock__conn **out, int *fresh);
 void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed);
+/* An idle pooled connection that is still open, without waiting or
+ * connecting: 1 and '*out', or 0. */
+int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out);
 /* Route with the error status: the node, or NULL and the status in '*rc'. */
 dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc);
 

@@ -165,6 +165,22 @@ int dlock__node_borrow(dlock__node *n, dlock_mono_ms limit, dlock__conn **out, i
   return rc;
 }
 
+int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out) {
+  *out = NULL;
+  pthread_mutex_lock(&n->mu);
+  while (n->nidle > 0 && !*out) {
+    dlock__conn *conn = n->idle[--n->nidle];
+    if (!dlock__conn_idle_closed(conn)) {
+      *out = conn;
+    } else {
+      n->nopen--;
+      dlock__conn_close(conn);
+    }
+  }
+  pthread_mutex_unlock(&n->mu);
+  return *out != NULL;
+}
+
 void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed) {
   if (!failed) {
     give_back(n, conn);

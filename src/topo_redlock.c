@@ -301,38 +301,74 @@ static void slots_free(slot *s, int n) {
   }
 }
 
+/* Connect one node (a thread of par_exec). */
+typedef struct opener {
+  dlock__node *node;
+  slot *slot;
+  dlock_mono_ms deadline;
+  pthread_t thread;
+  int started;
+} opener;
+
+static void *open_thread(void *arg) {
+  opener *o = arg;
+  slot *x = o->slot;
+  int rc = dlock__node_borrow(o->node, o->deadline, &x->conn, &x->fresh);
+  if (rc) slot_fail(x, rc, dlock_last_error()); /* this thread's error text */
+  return NULL;
+}
+
+/* Queue (a fresh connection's INFO checks and) the slot's commands and send them. */
+static void send_slot(slot *x, const dlock__cmd *infos, dlock_mono_ms deadline) {
+  int rc = 0;
+  x->extra = x->fresh ? 2 : 0;
+  for (size_t j = 0; !rc && j < x->extra; j++) rc = dlock__conn_append(x->conn, &infos[j]);
+  for (size_t j = 0; !rc && j < x->k; j++) rc = dlock__conn_append(x->conn, &x->cmds[j]);
+  if (!rc) {
+    x->sent = 1;
+    rc = dlock__conn_flush(x->conn, deadline);
+  }
+  if (rc) slot_fail(x, rc, dlock_last_error());
+}
+
 /* Send each active slot's commands, then read all replies in one poll loop;
  * node i gives up at 'deadline'. Replies land in s[i].rep[s[i].extra + j]. */
 static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline) {
   static const char *info_server[2] = {"INFO", "server"}, *info_repl[2] = {"INFO", "replication"};
   static const size_t info_server_len[2] = {4, 6}, info_repl_len[2] = {4, 11};
   const dlock__cmd infos[2] = {{2, info_server, info_server_len}, {2, info_repl, info_repl_len}};
+  /* Pooled connections first: their commands leave at once. Nodes that
+   * need a new connection are connected in parallel, one thread each, so
+   * that a node that accepts but never answers (frozen) holds up no other
+   * node's connect: each waits at most until 'deadline'. */
+  opener op[DLOCK__REDLOCK_MAX];
+  int nopen = 0;
   for (int i = 0; i < r->n; i++) {
     slot *x = &s[i];
     x->rc = 0;
     x->sent = 0;
     x->got = 0;
     x->conn = NULL;
+    x->fresh = 0;
     x->err[0] = '\0';
     if (!x->active) continue;
     if (!(x->rep = calloc(x->k + 2, sizeof *x->rep))) {
       slot_fail(x, DLOCK_ENOMEM, "out of memory");
       continue;
     }
-    int rc = dlock__node_borrow(&r->node[i].node, deadline, &x->conn, &x->fresh);
-    if (rc) {
-      slot_fail(x, rc, dlock_last_error());
-      x->conn = NULL;
-      continue;
-    }
-    x->extra = x->fresh ? 2 : 0;
-    for (size_t j = 0; !rc && j < x->extra; j++) rc = dlock__conn_append(x->conn, &infos[j]);
-    for (size_t j = 0; !rc && j < x->k; j++) rc = dlock__conn_append(x->conn, &x->cmds[j]);
-    if (!rc) {
-      x->sent = 1;
-      rc = dlock__conn_flush(x->conn, deadline);
-    }
-    if (rc) slot_fail(x, rc, dlock_last_error());
+    if (dlock__node_borrow_idle(&r->node[i].node, &x->conn))
+      send_slot(x, infos, deadline);
+    else
+      op[nopen++] = (opener){.node = &r->node[i].node, .slot = x, .deadline = deadline};
+  }
+  for (int j = 0; j < nopen; j++)
+    op[j].started = nopen > 1 && pthread_create(&op[j].thread, NULL, open_thread, &op[j]) == 0;
+  for (int j = 0; j < nopen; j++) {
+    if (op[j].started) pthread_join(op[j].thread, NULL);
+    else open_thread(&op[j]);
+    slot *x = op[j].slot;
+    if (x->rc) x->conn = NULL;
+    else send_slot(x, infos, deadline);
   }
   /* One poll loop over every node still owing replies. */
   struct pollfd pfd[DLOCK__REDLOCK_MAX];
@@ -712,8 +748,11 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
         if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1) {
           if (counts(r, i, why, sizeof why)) confirmed++;
         } else {
-          add(&fm, "%s%s: %s", fm.o ? "; " : "", r->node[i].node.ep.display,
-              x.s[i].rc ? x.s[i].err : v && v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
+          if (x.s[i].rc)
+            add(&fm, "%s%s", fm.o ? "; " : "", x.s[i].err);
+          else
+            add(&fm, "%s%s: %s", fm.o ? "; " : "", r->node[i].node.ep.display,
+                v && v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
         }
       }
       run_free(r, &x);
@@ -725,10 +764,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
     }
     if (confirmed < r->quorum)
-      snprintf(fencemsg, sizeof fencemsg, "; acquired on a majority but the fence write-back was confirmed by "
-               "only %d (%s)", confirmed, fm.o ? fm.buf : "nodes excluded");
+      snprintf(fencemsg, sizeof fencemsg, " the fence write-back was confirmed by only %d (%s)", confirmed,
+               fm.o ? fm.buf : "nodes not counted");
     else
-      snprintf(slow, sizeof slow, "; too slow: the validity was spent (%" PRId64 " ms elapsed of a %" PRId64
+      snprintf(slow, sizeof slow, " too slow: the validity was spent (%" PRId64 " ms elapsed of a %" PRId64
                " ms lease, less %" PRId64 " ms drift)", (int64_t)(t1 - t0), lease, lease / 100 + 2);
   }
   /* Not acquired: delete our token everywhere, also where no reply came. */
@@ -738,17 +777,25 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   msg m;
   memset(&m, 0, sizeof m);
   int status = busy >= r->quorum ? DLOCK_EBUSY : DLOCK_EQUORUM;
-  add(&m, "%s: %d of %d Redlock nodes confirmed, %d needed", status == DLOCK_EBUSY ? "held by another owner" :
-      "no quorum", ok, r->n, r->quorum);
+  if (ok >= r->quorum)
+    add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
+        fencemsg);
+  else
+    add(&m, "%s: %d of %d Redlock nodes confirmed, %d needed", status == DLOCK_EBUSY ? "held by another owner" :
+        "no quorum", ok, r->n, r->quorum);
   if (busy) add(&m, "; held by another owner on %d (%s)", busy, held.buf);
   if (down) add(&m, "; unreachable or failing on %d (%s)", down, unreach.buf);
   if (out) add(&m, "; not counted on %d (%s)", out, excl.buf);
-  add(&m, "%s%s", slow, fencemsg);
   if (failed) {
-    add(&m, "; our token may remain until its lease ends on");
-    for (int i = 0; i < r->n; i++)
-      if ((failed >> i) & 1) add(&m, " %s", r->node[i].node.ep.display);
-    add(&m, " (a minority: nobody holds the lock through it)");
+    int k = 0;
+    for (int i = 0; i < r->n; i++) k += (failed >> i) & 1;
+    add(&m, "; the release could not be confirmed on %d (", k);
+    for (int i = 0, first = 1; i < r->n; i++)
+      if ((failed >> i) & 1) {
+        add(&m, "%s%s", first ? "" : ", ", r->node[i].node.ep.display);
+        first = 0;
+      }
+    add(&m, "): our token may remain there until its lease (%" PRId64 " ms) ends", lease);
   } else {
     add(&m, "; released again on every node");
   }
