@@ -802,15 +802,15 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   return dlock__error(status, "%s", m.buf);
 }
 
-/* Renewals: per call, 1 when a majority confirmed (extended or re-seeded),
- * -1 or 0 when a majority can no longer confirm, else an EQUORUM error reply
- * (the watchdog retries it; dlock_mutex_extend reports it). */
+/* Renewals: per call, 1 when a majority confirmed (extend.lua: our token
+ * still there, lease set), -1 or 0 when a majority can no longer confirm,
+ * else an EQUORUM error reply (the watchdog retries it; dlock_mutex_extend
+ * reports it). Only once a majority confirmed are the nodes that lost the
+ * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
+ * the key is absent): a lock released or expired on a majority is never
+ * brought back this way. */
 static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
-  dlock__script_call *rc_calls = calloc(n, sizeof *rc_calls);
-  if (!rc_calls) return dlock__error(DLOCK_ENOMEM, "out of memory");
   for (size_t j = 0; j < n; j++) {
-    rc_calls[j] = calls[j];
-    rc_calls[j].script = DLOCK__SCRIPT_RL_EXTEND;
     note_lease(r, &calls[j], 1);
     calls[j].maybe_ran = 0;
     calls[j].replicas = -1;
@@ -818,36 +818,45 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   dlock_mono_ms deadline = dlock_mono_now() + r->command_timeout_ms;
   if (limit < deadline) deadline = limit;
   run x;
-  int rc = run_calls(r, rc_calls, n, all_nodes(r), deadline, &x);
-  free(rc_calls);
+  int rc = run_calls(r, calls, n, all_nodes(r), deadline, &x);
   if (rc) return rc;
   char why[DLOCK__REDLOCK_MAX][300];
   int counted[DLOCK__REDLOCK_MAX];
   for (int i = 0; i < r->n; i++) counted[i] = counts(r, i, why[i], sizeof why[i]);
   for (size_t j = 0; j < n; j++) {
     int conf = 0, neg = 0, failed = 0;
+    unsigned absent = 0;
     msg m;
     memset(&m, 0, sizeof m);
     for (int i = 0; i < r->n; i++) {
       const dlock__reply *v = x.res[(size_t)i * n + j];
-      const char *name = r->node[i].node.ep.display;
       if (!v || v->type != DLOCK__REPLY_INTEGER) {
         failed++;
-        add(&m, "%s%s", m.o ? "; " : "", x.s[i].rc ? x.s[i].err : v ? v->str : "no reply");
-        (void)name;
-      } else if (v->integer == 1 || v->integer == 2) {
-        if (counted[i]) conf++;
-        else {
+        if (x.s[i].rc) add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+        else add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display, v ? v->str : "no reply");
+      } else if (v->integer == 1) {
+        if (counted[i]) {
+          conf++;
+        } else {
           failed++;
           add(&m, "%s%s", m.o ? "; " : "", why[i]);
         }
+      } else if (v->integer == 0) {
+        absent |= 1u << i;
+        add(&m, "%s%s: the key is gone", m.o ? "; " : "", r->node[i].node.ep.display);
       } else {
         neg++;
-        add(&m, "%s%s: held by another owner", m.o ? "; " : "", name);
+        add(&m, "%s%s: held by another owner", m.o ? "; " : "", r->node[i].node.ep.display);
       }
     }
     if (conf >= r->quorum && dlock_mono_now() < limit) {
       replies[j] = mk_int(1);
+      if (absent) {
+        dlock__script_call seed = calls[j];
+        seed.script = DLOCK__SCRIPT_RL_EXTEND;
+        run y;
+        if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
+      }
     } else if (conf + failed < r->quorum) {
       replies[j] = mk_int(neg ? -1 : 0);
     } else {
