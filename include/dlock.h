@@ -408,6 +408,13 @@ DLOCK_API void dlock_lock_info_init(dlock_lock_info *info);
 /* What Redis knows of the lock 'name', into 'out' (initialised with
  * dlock_lock_info_init()). */
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
+/* Redlock (docs/redlock.md): the number of independent nodes (0 when the
+ * client is on another topology), the name of node 'i' ("127.0.0.1:6379"),
+ * and lock 'name' as node 'i' alone sees it (dlock_lock_info_get answers
+ * for the majority). */
+DLOCK_API int dlock_client_node_count(const dlock_client *c);
+DLOCK_API const char *dlock_client_node_name(const dlock_client *c, int i);
+DLOCK_API int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
  * receives 1 if a key was deleted. Wakes a waiter. A key that dlock did not

@@ -996,11 +996,31 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   return 0;
 }
 
+/* dlock_lock_info_get_node: this thread's info call goes to node pin-1 alone. */
+static _Thread_local int pin;
+
+static int rl_one_node(redlock *r, dlock__script_call *call, dlock__reply **reply, int i) {
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  run x;
+  int rc = run_calls(r, call, 1, 1u << i, dlock_mono_now() + r->command_timeout_ms, &x);
+  if (rc) return rc;
+  if (x.s[i].rc) {
+    rc = dlock__error(x.s[i].rc, "%s", x.s[i].err);
+  } else {
+    *reply = x.res[i];
+    x.res[i] = NULL;
+  }
+  run_free(r, &x);
+  return rc;
+}
+
 static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
                          dlock__reply **replies, dlock_mono_ms limit) {
   (void)c;
   redlock *r = (redlock *)t;
   for (size_t j = 0; j < n; j++) replies[j] = NULL;
+  if (pin && calls[0].script == DLOCK__SCRIPT_INFO && n == 1) return rl_one_node(r, &calls[0], &replies[0], pin - 1);
   dlock__script_id id = calls[0].script;
   if (id == DLOCK__SCRIPT_ACQUIRE) {
     if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
@@ -1105,4 +1125,27 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   }
   *out = &r->base;
   return 0;
+}
+
+/* ---- Public: each node's view ---- */
+
+int dlock_client_node_count(const dlock_client *c) {
+  if (!c || !c->topo || c->topo->quorum_run != rl_quorum_run) return 0;
+  return ((const redlock *)c->topo)->n;
+}
+
+const char *dlock_client_node_name(const dlock_client *c, int i) {
+  if (i < 0 || i >= dlock_client_node_count(c)) return "";
+  return ((const redlock *)c->topo)->node[i].node.ep.display;
+}
+
+int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out) {
+  dlock__error_clear();
+  if (i < 0 || i >= dlock_client_node_count(c))
+    return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get_node: node %d of %d (a Redlock client has 3 or more)", i,
+                        dlock_client_node_count(c));
+  pin = i + 1;
+  int rc = dlock_lock_info_get(c, name, out);
+  pin = 0;
+  return rc;
 }
