@@ -270,6 +270,30 @@ TEST(fences_keep_rising_across_flushall_of_two_and_restart_of_two_others) {
   dlock_client_free(c);
 }
 
+TEST(a_node_that_is_not_a_master_is_reported_and_not_counted) {
+  flush_all();
+  char out[256], cmd[128];
+  /* Node 4 becomes a writable replica of node 3: its writes count nowhere. */
+  cli(4, out, sizeof out, "CONFIG SET replica-read-only no");
+  snprintf(cmd, sizeof cmd, "REPLICAOF 127.0.0.1 %d", srv[3].port);
+  cli(4, out, sizeof out, cmd);
+  dlock_client *c = test_client(url); /* new connections: INFO replication read */
+  cli(0, out, sizeof out, "SET rl:role foreign PX 60000");
+  cli(1, out, sizeof out, "SET rl:role foreign PX 60000");
+  dlock_mutex *m = test_mutex(c, "rl:role", 5000);
+  int rc = dlock_mutex_acquire(m, 0);
+  cli(4, out, sizeof out, "REPLICAOF NO ONE");
+  cli(4, out, sizeof out, "CONFIG SET replica-read-only yes");
+  ASSERT_STATUS(rc, DLOCK_EQUORUM);
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d is not a master (role:slave)", srv[4].port);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), want);
+  expect_key(2, "rl:role", "");
+  expect_key(3, "rl:role", "");
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 typedef struct counter_arg {
   const char *path;
   int runs;
