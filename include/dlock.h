@@ -247,6 +247,9 @@ typedef struct dlock_check {
  * says so. Writes up to 'max' findings to 'out' and returns how many, or a
  * negative status when the server cannot be asked at all. */
 DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
+/* Redlock: the same checks on node 'i' alone (dlock_client_check looks at
+ * the first node that answers); see dlock_client_node_count(). */
+DLOCK_API int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max);
 
 /* 'url' as it may be shown in a message or a log: the password replaced by
  * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user

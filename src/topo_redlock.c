@@ -996,31 +996,16 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   return 0;
 }
 
-/* dlock_lock_info_get_node: this thread's info call goes to node pin-1 alone. */
+/* dlock_lock_info_get_node, dlock_client_check_node: while set, this
+ * thread talks to node pin-1 alone, as to a single server. */
 static _Thread_local int pin;
-
-static int rl_one_node(redlock *r, dlock__script_call *call, dlock__reply **reply, int i) {
-  call->maybe_ran = 0;
-  call->replicas = -1;
-  run x;
-  int rc = run_calls(r, call, 1, 1u << i, dlock_mono_now() + r->command_timeout_ms, &x);
-  if (rc) return rc;
-  if (x.s[i].rc) {
-    rc = dlock__error(x.s[i].rc, "%s", x.s[i].err);
-  } else {
-    *reply = x.res[i];
-    x.res[i] = NULL;
-  }
-  run_free(r, &x);
-  return rc;
-}
 
 static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
                          dlock__reply **replies, dlock_mono_ms limit) {
   (void)c;
   redlock *r = (redlock *)t;
   for (size_t j = 0; j < n; j++) replies[j] = NULL;
-  if (pin && calls[0].script == DLOCK__SCRIPT_INFO && n == 1) return rl_one_node(r, &calls[0], &replies[0], pin - 1);
+  if (pin) return DLOCK__QUORUM_PASS; /* rl_route gives the pinned node */
   dlock__script_id id = calls[0].script;
   if (id == DLOCK__SCRIPT_ACQUIRE) {
     if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
@@ -1041,6 +1026,7 @@ static dlock__node *rl_route(dlock__topology *t, const char *key, size_t keylen)
   (void)key;
   (void)keylen;
   redlock *r = (redlock *)t;
+  if (pin > 0 && pin <= r->n) return &r->node[pin - 1].node;
   for (int i = 0; i < r->n; i++)
     if (!atomic_load(&r->node[i].node.suspect)) return &r->node[i].node;
   return &r->node[0].node;
@@ -1146,6 +1132,17 @@ int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_loc
                         dlock_client_node_count(c));
   pin = i + 1;
   int rc = dlock_lock_info_get(c, name, out);
+  pin = 0;
+  return rc;
+}
+
+int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max) {
+  dlock__error_clear();
+  if (i < 0 || i >= dlock_client_node_count(c))
+    return dlock__error(DLOCK_EINVAL, "dlock_client_check_node: node %d of %d (a Redlock client has 3 or more)", i,
+                        dlock_client_node_count(c));
+  pin = i + 1;
+  int rc = dlock_client_check(c, out, max);
   pin = 0;
   return rc;
 }

@@ -6,12 +6,14 @@
 . "$DLOCK_TEST_LIB"
 
 PORTS=()
+PIDS=()
 for n in 1 2 3 4 5; do
   port=$(free_port)
   mkdir -p "$TEST_DIR/n$n"
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TEST_DIR/n$n" \
     --daemonize no --logfile "$TEST_DIR/n$n/redis.log" >/dev/null 2>&1 &
   bg_track $!
+  PIDS+=("$!")
   for i in $(seq 1 200); do
     [ "$(redis-cli -p "$port" PING 2>/dev/null)" = "PONG" ] && break
     sleep 0.05
@@ -124,5 +126,20 @@ else
   out=$(peer try shared.lock 5000)
   assert_eq "then node-redlock gets it" "$?:$out" "0:acquired"
 fi
+
+# ---- doctor per node; a node down ----
+
+out=$("$DLOCK" doctor)
+assert_eq "doctor over Redlock passes" "$?" 0
+assert_eq "doctor checks each node" "$(printf '%s\n' "$out" | grep -c '^node 127.0.0.1:[0-9]*:$')" 5
+kill -KILL "${PIDS[4]}"
+wait_for 10 pid_gone "${PIDS[4]}"
+out=$("$DLOCK" run job2 -- echo ran)
+assert_eq "with one node down, run still works" "$?:$out" "0:ran"
+out=$("$DLOCK" status job2)
+assert_match "status names the node that is down" "$out" "node 127.0.0.1:${PORTS[4]}: unreachable"
+out=$("$DLOCK" doctor)
+assert_eq "doctor fails (1) with a node down" "$?" 1
+assert_match "and names it" "$out" "FAIL +connect +cannot use node 127.0.0.1:${PORTS[4]}"
 
 finish
