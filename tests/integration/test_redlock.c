@@ -294,6 +294,51 @@ TEST(a_node_that_is_not_a_master_is_reported_and_not_counted) {
   dlock_client_free(c);
 }
 
+TEST(renewal_counts_only_with_a_majority_and_loss_comes_at_the_local_deadline) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:renew", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  down(1);
+  down(2);
+  ASSERT_OK(dlock_mutex_extend(m, 5000)); /* 3 of 5 confirm */
+  down(3);
+  ASSERT_STATUS(dlock_mutex_extend(m, 5000), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "renewal confirmed by 2 of 5 Redlock nodes, 3 needed");
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  int rc = dlock_mutex_release(m);
+  ASSERT(rc == 0);
+  dlock_mutex_free(m);
+  /* Watchdog mode: with 3 of 5 down no renewal counts, and the hold is
+   * lost at its local deadline, as on one node. */
+  up(1);
+  up(2);
+  up(3);
+  /* A new client: this one holds the restarted nodes out for a lease. */
+  dlock_client_free(c);
+  c = test_client(url);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 1000 * th_time_factor();
+  ASSERT_OK(dlock_mutex_new(&m, c, "rl:renew2", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  down(0);
+  down(1);
+  down(2);
+  dlock_mono_ms until = dlock_mutex_valid_until(m);
+  while (dlock_mutex_lost(m) == DLOCK_LOST_NONE && dlock_mono_now() < until + 2000 * th_time_factor())
+    th_sleep_ms(10);
+  dlock_lost_reason why = dlock_mutex_lost(m);
+  ASSERT(why == DLOCK_LOST_UNREACHABLE || why == DLOCK_LOST_DEADLINE);
+  ASSERT(dlock_mono_now() >= until);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  up(0);
+  up(1);
+  up(2);
+  dlock_client_free(c);
+}
+
 typedef struct counter_arg {
   const char *path;
   int runs;
