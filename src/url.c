@@ -91,10 +91,6 @@ void dlock_url_redact(const char *url, char *buf, size_t len) {
   if (!buf || len == 0) return;
   buf[0] = '\0';
   if (!url) return;
-  if (dlock__url_is_redlock(url)) { /* one userinfo per node */
-    dlock__redlock_redact(url, buf, len);
-    return;
-  }
   const char *start = strstr(url, "://");
   start = start ? start + 3 : url;
   const char *at = strrchr(start, '@');
@@ -105,6 +101,10 @@ void dlock_url_redact(const char *url, char *buf, size_t len) {
     at = NULL;
     for (const char *p = start; *p && p != qm; p++)
       if (*p == '@') at = p;
+  }
+  if (dlock__url_is_redlock(url)) { /* one userinfo per node */
+    dlock__redlock_redact(url, buf, len);
+    return;
   }
   const char *rest = start;
   put(buf, len, &o, url, (size_t)(start - url));
