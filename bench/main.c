@@ -44,6 +44,7 @@ static const scenario_entry scenarios[] = {
   {"contended", bench_scenario_contended, "K processes on one name: hand-off, fairness, cost"},
   {"watchdog", bench_scenario_watchdog, "N held locks renewed by the watchdog"},
   {"scheduler", bench_scenario_scheduler, "cron next-fire computations per second"},
+  {"redlock", bench_scenario_redlock, "acquire+release on 3 and 5 Redlock nodes vs one node"},
 };
 #define SCENARIO_COUNT ((int)(sizeof scenarios / sizeof scenarios[0]))
 

@@ -61,6 +61,51 @@ static void print_text(const dlock_check *checks, int n)
   }
 }
 
+/* Redlock: the checks of each node, one block per node ("node" in JSON). */
+static int doctor_nodes(dlock_client *c, const char *shown, int json)
+{
+  int nodes = dlock_client_node_count(c), failed = 0;
+
+  if (json) {
+    printf("{\"server\": ");
+    cli_json_string(stdout, dlock_client_server(c));
+    printf(", \"url\": ");
+    cli_json_string(stdout, shown);
+    printf(", \"nodes\": [");
+  } else {
+    printf("dlock doctor: %s\n", dlock_client_server(c));
+  }
+  for (int k = 0; k < nodes; k++) {
+    dlock_check checks[DLOCK_CHECK_MAX];
+    int n = dlock_client_check_node(c, k, checks, DLOCK_CHECK_MAX);
+    if (n < 0) {
+      memset(checks, 0, sizeof checks);
+      checks[0].name = "connect";
+      checks[0].level = DLOCK_CHECK_FAIL;
+      snprintf(checks[0].found, sizeof checks[0].found, "cannot use node %s: %s: %s",
+               dlock_client_node_name(c, k), dlock_strerror(n), dlock_last_error());
+      snprintf(checks[0].fix, sizeof checks[0].fix, "%s",
+               "bring the node back; Redlock works while a majority answers");
+      n = 1;
+    }
+    int node_failed = 0;
+    for (int i = 0; i < n; i++)
+      node_failed |= checks[i].level == DLOCK_CHECK_FAIL;
+    failed |= node_failed;
+    if (json) {
+      printf("%s", k ? ", " : "");
+      print_json(dlock_client_node_name(c, k), shown, checks, n, node_failed);
+    } else {
+      printf("node %s:\n", dlock_client_node_name(c, k));
+      print_text(checks, n);
+    }
+  }
+  if (json)
+    printf("], \"ok\": %s}\n", failed ? "false" : "true");
+  dlock_client_free(c);
+  return failed ? 1 : CLI_EXIT_OK;
+}
+
 int cmd_doctor(int argc, char **argv)
 {
   cli_args args;
@@ -91,6 +136,8 @@ int cmd_doctor(int argc, char **argv)
   if (st == DLOCK_EURL || st == DLOCK_EINVAL)
     return cli_report(st, dlock_last_error(), "cannot use Redis at %s", shown);
 
+  if (st == 0 && dlock_client_node_count(c) > 0)
+    return doctor_nodes(c, shown, json);
   dlock_check checks[DLOCK_CHECK_MAX];
   int n = st == 0 ? dlock_client_check(c, checks, DLOCK_CHECK_MAX) : st;
   if (n < 0) {

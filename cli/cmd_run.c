@@ -620,6 +620,10 @@ int cmd_run(int argc, char **argv)
       else
         fprintf(stderr, "dlock: '%s' is held by another owner; gave up after %s\n",
                 o.name, waited_text);
+      /* Redlock: which nodes said what (a single node has nothing to add). */
+      const char *why = dlock_mutex_errmsg(m);
+      if (strstr(why, "Redlock nodes"))
+        fprintf(stderr, "dlock: %s\n", why);
     }
     rc = o.conflict_code;
     goto out_thread;

@@ -153,6 +153,31 @@ static void print_text(const char *name, const dlock_lock_info *info)
   printf("waiters:  %lld\n", (long long)info->waiters);
 }
 
+/* Redlock: one line per node, as that node alone sees the lock. */
+static void print_nodes(dlock_client *c, const char *name)
+{
+  int n = dlock_client_node_count(c);
+
+  for (int i = 0; i < n; i++) {
+    dlock_lock_info ni;
+    char ttl[64];
+
+    dlock_lock_info_init(&ni);
+    printf("node %s: ", dlock_client_node_name(c, i));
+    if (dlock_lock_info_get_node(c, name, i, &ni) != 0) {
+      printf("unreachable (%s)\n", dlock_last_error());
+    } else if (!ni.held) {
+      printf("free\n");
+    } else {
+      cli_format_duration(ni.ttl_ms < 0 ? 0 : ni.ttl_ms, ttl, sizeof ttl);
+      if (ni.foreign)
+        printf("held by something other than dlock, %s left\n", ttl);
+      else
+        printf("held, fence %llu, %s left\n", (unsigned long long)ni.fence, ttl);
+    }
+  }
+}
+
 /* The command line both commands share: --url, --json and at most one
  * positional argument. Returns -1 to go on, else the exit status. */
 static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json,
@@ -204,6 +229,7 @@ int cmd_status(int argc, char **argv)
     fputc('\n', stdout);
   } else {
     print_text(name, &info);
+    print_nodes(c, name);
   }
   dlock_client_free(c);
   return rc;

@@ -30,7 +30,7 @@ static const cli_help_page pages[] = {
    "\n"
    "Redis: --url URL, else $DLOCK_URL, else redis://127.0.0.1:6379.\n"
    "  redis://[user[:password]@]host[:port][/db], rediss://... (TLS),\n"
-   "  unix:///path/redis.sock[?db=N&user=U&password=P],\n"
+   "  unix:///path/redis.sock[?db=N&user=U&password=P], redlock://H1,H2,H3[,...],\n"
    "  redis-sentinel://[user:pass@]S1:26379[,S2...]/SERVICE (docs/topologies.md)\n"
    "Exit status: 0 success (run: the command's own), 64 usage error, 69 Redis\n"
    "  unreachable or authentication failed, 70 internal error, 75 lock busy,\n"

@@ -86,7 +86,8 @@ extern "C" {
   XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from") \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
-  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
+  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")          \
+  XX(EQUORUM,    -34, "no majority of the Redlock nodes confirmed in time")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -149,6 +150,9 @@ typedef struct dlock_client_options {
    *   (Redis Sentinel: the userinfo authenticates to the sentinels, port
    *   26379 by default; the master's credentials are master_user and
    *   master_password, or 'username'/'password' below; no TLS)
+   * redlock://[user:pass@]host1:port1,[user:pass@]host2:port2,...[/db][?...]
+   *   (Redlock over 3 or more independent masters, 5 advised; each node
+   *   takes the query options of redis://; see docs/redlock.md)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
@@ -178,6 +182,12 @@ typedef struct dlock_client_options {
    * replication round trip per acquire and renewal. */
   int wait_replicas;
   int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
+  /* Redlock with a full URL per node (redis:// or rediss://, so TLS and
+   * credentials may differ per node): 'redlock_nurls' (3 or more) entries;
+   * 'url' must then be NULL. The overrides above apply to every node.
+   * See docs/redlock.md. */
+  const char *const *redlock_urls;
+  int redlock_nurls;
 } dlock_client_options;
 
 /* Fill 'opts' with defaults (all zero/NULL) and set its struct_size. */
@@ -237,6 +247,9 @@ typedef struct dlock_check {
  * says so. Writes up to 'max' findings to 'out' and returns how many, or a
  * negative status when the server cannot be asked at all. */
 DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
+/* Redlock: the same checks on node 'i' alone (dlock_client_check looks at
+ * the first node that answers); see dlock_client_node_count(). */
+DLOCK_API int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max);
 
 /* 'url' as it may be shown in a message or a log: the password replaced by
  * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user
@@ -399,6 +412,13 @@ DLOCK_API void dlock_lock_info_init(dlock_lock_info *info);
 /* What Redis knows of the lock 'name', into 'out' (initialised with
  * dlock_lock_info_init()). */
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
+/* Redlock (docs/redlock.md): the number of independent nodes (0 when the
+ * client is on another topology), the name of node 'i' ("127.0.0.1:6379"),
+ * and lock 'name' as node 'i' alone sees it (dlock_lock_info_get answers
+ * for the majority). */
+DLOCK_API int dlock_client_node_count(const dlock_client *c);
+DLOCK_API const char *dlock_client_node_name(const dlock_client *c, int i);
+DLOCK_API int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
  * receives 1 if a key was deleted. Wakes a waiter. A key that dlock did not

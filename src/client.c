@@ -106,6 +106,75 @@ static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_r
   return 0;
 }
 
+/* Redlock (topo_redlock.c): one endpoint per node, each built as a
+ * redis:// URL of its own with the options' overrides. */
+static int new_redlock(dlock_client **out, const dlock_client_options *o, const char *url) {
+  char **urls = NULL;
+  int n = 0, rc = 0;
+  if (url) {
+    if ((rc = dlock__redlock_split(url, &urls, &n))) return rc;
+  } else {
+    if (o->url)
+      return dlock__error(DLOCK_EINVAL, "both 'url' and 'redlock_urls' are set; give the Redlock nodes one way");
+    if (!o->redlock_urls || o->redlock_nurls < 3 || o->redlock_nurls > DLOCK__REDLOCK_MAX)
+      return dlock__error(DLOCK_EINVAL, "redlock_urls has %d entries%s; Redlock needs 3 or more independent "
+                          "masters (5 advised), at most %d", o->redlock_nurls, o->redlock_urls ? "" : " (NULL)",
+                          DLOCK__REDLOCK_MAX);
+    n = o->redlock_nurls;
+  }
+  if (n < 3) {
+    dlock__redlock_urls_free(urls, n);
+    char shown[512];
+    dlock_url_redact(url, shown, sizeof shown);
+    return dlock__error(DLOCK_EURL, "bad Redlock URL '%s': %d node%s; Redlock needs 3 or more independent "
+                        "masters (5 advised)", shown, n, n == 1 ? "" : "s");
+  }
+  dlock__endpoint eps[DLOCK__REDLOCK_MAX];
+  int built = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    dlock_client_options one = *o;
+    one.url = urls ? urls[i] : o->redlock_urls[i];
+    if (!one.url || (strncmp(one.url, "redis://", 8) && strncmp(one.url, "rediss://", 9)))
+      rc = dlock__error(DLOCK_EURL, "redlock_urls[%d] is not a redis:// or rediss:// URL", i);
+    else if (!(rc = build_endpoint(&one, &eps[i])))
+      built++;
+  }
+  dlock__redlock_urls_free(urls, urls ? n : 0);
+  if (rc) {
+    for (int i = 0; i < built; i++) dlock__endpoint_clear(&eps[i]);
+    return rc;
+  }
+  dlock_client *c = calloc(1, sizeof *c);
+  if (!c) {
+    for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  c->command_timeout_ms = eps[0].command_timeout_ms;
+  const char *pre = o->key_prefix ? o->key_prefix : "";
+  size_t plen = strlen(pre);
+  int colon = plen > 0 && pre[plen - 1] != ':';
+  c->prefix = malloc(plen + 2);
+  if (c->prefix) snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
+  c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
+  pthread_mutex_init(&c->lazy_mu, NULL);
+  rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+  if (!rc)
+    rc = dlock__topology_redlock_new(eps, n, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
+                                     &c->topo, c->server, sizeof c->server);
+  else
+    for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
+  if (!rc && (o->wait_replicas || o->wait_timeout_ms))
+    rc = dlock__error(DLOCK_EINVAL, "wait_replicas with Redlock: its nodes are independent masters without "
+                      "replicas; the quorum replaces WAIT");
+  if (!rc) dlock__check_at_connect(c);
+  if (rc) {
+    dlock_client_free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
 int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_client_new: 'out' is NULL");
@@ -120,6 +189,9 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
                         o.max_connections, DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS);
 
   const char *url = o.url ? o.url : getenv("DLOCK_URL");
+  if (o.redlock_nurls || o.redlock_urls || (o.url && dlock__url_is_redlock(o.url)) ||
+      (!o.url && !o.redlock_urls && url && dlock__url_is_redlock(url)))
+    return new_redlock(out, &o, o.redlock_urls || o.redlock_nurls ? NULL : url);
   if (url && dlock__url_is_sentinel(url)) {
     dlock__sentinel_url u;
     if ((rc = build_sentinel(&o, url, &u))) return rc;

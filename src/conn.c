@@ -58,6 +58,7 @@ int dlock__reply_error_status(const dlock__reply *r) {
   if (!strncmp(s, "READONLY", 8)) return DLOCK_EREADONLY;
   if (!strncmp(s, "OOM", 3)) return DLOCK_ESERVEROOM;
   if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE; /* dlock's scripts */
+  if (!strncmp(s, "EQUORUM", 7)) return DLOCK_EQUORUM; /* Redlock's per-call answers */
   return DLOCK_ESERVER;
 }
 
@@ -467,6 +468,41 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
       }
     }
     fed = 1;
+    if (dlock__reader_feed(c->reader, buf, (size_t)n) != 0)
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
+                       dlock__reader_error(c->reader));
+  }
+}
+
+int dlock__conn_try_read(dlock__conn *c, dlock__reply **out) {
+  *out = NULL;
+  if (c->broken) return conn_fail(c, DLOCK_EIO, "connection already failed");
+  for (;;) {
+    if (dlock__reader_get(c->reader, out) != 0)
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
+                       dlock__reader_error(c->reader));
+    if (*out) return 0;
+    char buf[16384];
+    ssize_t n;
+    if (c->ssl) {
+      ERR_clear_error();
+      int r = SSL_read(c->ssl, buf, sizeof buf);
+      if (r <= 0) {
+        int e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
+        if (e == SSL_ERROR_ZERO_RETURN) return conn_fail(c, DLOCK_EIO, "server closed the connection");
+        return conn_fail(c, e == SSL_ERROR_SSL ? DLOCK_ETLS : DLOCK_EIO, "TLS read failed: %s", tls_error_text());
+      }
+      n = r;
+    } else {
+      n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0) return conn_fail(c, DLOCK_EIO, "server closed the connection");
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        return conn_fail(c, DLOCK_EIO, "read failed: %s", strerror(errno));
+      }
+    }
     if (dlock__reader_feed(c->reader, buf, (size_t)n) != 0)
       return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
                        dlock__reader_error(c->reader));

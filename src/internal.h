@@ -199,6 +199,9 @@ int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd);
  * marked broken and must be closed. */
 int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline);
 int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out);
+/* Read without waiting: 0 with '*out' a reply, or NULL when no whole reply
+ * has arrived yet; failures as dlock__conn_read (the connection is broken). */
+int dlock__conn_try_read(dlock__conn *c, dlock__reply **out);
 /* 1 when a whole reply is already buffered (no I/O needed to read it). */
 int dlock__conn_has_buffered(dlock__conn *c);
 int dlock__conn_broken(const dlock__conn *c);
@@ -243,6 +246,7 @@ int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, 
  * Sentinel follows the master; Redlock replaces the single node with a quorum
  * over several (see docs/design.md). */
 typedef struct dlock__topology dlock__topology;
+typedef struct dlock__script_call dlock__script_call;
 struct dlock__topology {
   const char *kind;
   dlock__node *(*route)(dlock__topology *t, const char *key, size_t keylen);
@@ -260,13 +264,36 @@ struct dlock__topology {
   /* WAIT numreplicas timeout after acquire and renewal (0: none). */
   int wait_replicas;
   int wait_timeout_ms;
+  /* Redlock: run 'calls' on every node and answer for the quorum (one
+   * synthesized reply per call); DLOCK__QUORUM_PASS for the scripts it
+   * leaves to route() (guard, scheduler). NULL elsewhere. */
+  int (*quorum_run)(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
+                    dlock__reply **replies, dlock_mono_ms limit);
 };
+#define DLOCK__QUORUM_PASS 1
 
 int dlock__topology_standalone_new(const dlock__endpoint *ep, int max_conns, dlock__topology **out);
 /* Sentinel (topo_sentinel.c): resolves the master of 'u->service' through
  * the sentinels; takes over 'u'. '*display' receives a name for messages. */
 int dlock__topology_sentinel_new(dlock__sentinel_url *u, int max_conns, dlock__topology **out, char *display,
                                  size_t displaylen);
+/* Redlock (topo_redlock.c): the node URLs of a redlock:// URL as redis://
+ * URLs ('*out', '*n'; free with dlock__redlock_urls_free), and the topology
+ * over their endpoints (takes them over; 'display' names it for messages). */
+#define DLOCK__REDLOCK_MAX 16
+int dlock__url_is_redlock(const char *url);
+int dlock__redlock_split(const char *url, char ***out, int *n);
+void dlock__redlock_urls_free(char **urls, int n);
+void dlock__redlock_redact(const char *url, char *buf, size_t len);
+int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dlock__topology **out, char *display,
+                                size_t displaylen);
+/* Borrow a pooled connection for I/O the caller drives itself ('*fresh' 1
+ * when it was opened now), and give it back ('failed': close it). */
+int dlock__node_borrow(dlock__node *n, dlock_mono_ms limit, dlock__conn **out, int *fresh);
+void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed);
+/* An idle pooled connection that is still open, without waiting or
+ * connecting: 1 and '*out', or 0. */
+int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out);
 /* Route with the error status: the node, or NULL and the status in '*rc'. */
 dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc);
 
@@ -284,13 +311,15 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SCHED_DELAY,
   DLOCK__SCRIPT_SCHED_FINISH,
   DLOCK__SCRIPT_SCHED_HISTORY,
+  DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
+  DLOCK__SCRIPT_RL_FENCE,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 
 /* Up to this many KEYS and ARGV entries per script call. */
 #define DLOCK__SCRIPT_MAX_ARGS 16
 
-typedef struct dlock__script_call {
+struct dlock__script_call {
   dlock__script_id script;
   int nkeys;
   const char *keys[DLOCK__SCRIPT_MAX_ARGS];
@@ -303,7 +332,7 @@ typedef struct dlock__script_call {
   /* out: replicas that acknowledged the pipeline's writes (WAIT after an
    * acquire or extend, when the topology asks for it); -1 when not asked. */
   int replicas;
-} dlock__script_call;
+};
 
 const char *dlock__script_name(dlock__script_id id);
 /* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline

@@ -420,6 +420,25 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
      * waiter stays queued once (ZADD NX). The lease is counted from the
      * first send, which is earlier than either run. */
     rc = run_one(m, &call, &r);
+    if ((rc == DLOCK_EBUSY || rc == DLOCK_EQUORUM) && c->topo->quorum_run && !call.maybe_ran) {
+      /* Redlock (topo_redlock.c) answers for the quorum and has cleaned up
+       * every node: independent nodes keep no shared wait queue, so a
+       * waiter tries again after a random delay (20..200 ms) within its wait. */
+      dlock_mono_ms now = dlock_mono_now();
+      if (!queue) break;
+      if (now >= deadline) {
+        dlock__error_prefix("for the whole wait (%lld ms): ", (long long)wait_ms);
+        break;
+      }
+      char rnd[5];
+      int64_t delay = 20;
+      if (dlock__random_hex(rnd, 2) == 0) delay += strtol(rnd, NULL, 16) % 181;
+      if (wait_for_wakeup(m, now + delay < deadline ? now + delay : deadline)) {
+        rc = dlock__error(DLOCK_ECANCELED, "wait canceled");
+        break;
+      }
+      continue;
+    }
     if (rc) {
       /* If this call may have run, or an earlier one queued us (a hand-off
        * may have come since), the key may hold our token: clean up before

@@ -45,7 +45,8 @@ void dlock__node_destroy(dlock__node *n) {
 
 /* Borrow a connection: an idle one that is still open, a new one, or wait
  * for one to come back. A new connection is opened before 'limit'. */
-static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline, dlock_mono_ms limit) {
+static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline, dlock_mono_ms limit, int *fresh) {
+  *fresh = 0;
   pthread_mutex_lock(&n->mu);
   for (;;) {
     while (n->nidle > 0) {
@@ -73,6 +74,7 @@ static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline, dlo
   }
   n->nopen++;
   pthread_mutex_unlock(&n->mu);
+  *fresh = 1;
   int rc = dlock__conn_open_until(&n->ep, n->ssl_ctx, limit, out);
   if (rc) {
     pthread_mutex_lock(&n->mu);
@@ -137,7 +139,8 @@ int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, 
   dlock_mono_ms deadline = dlock_mono_now() + node->ep.command_timeout_ms;
   if (limit < deadline) deadline = limit;
   dlock__conn *conn;
-  int rc = borrow(node, &conn, deadline, limit);
+  int fresh;
+  int rc = borrow(node, &conn, deadline, limit, &fresh);
   if (rc) return note_outcome(node, rc, replies, n);
   size_t nread;
   rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);
@@ -152,6 +155,43 @@ int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, 
    * reply (a proxy, a failover, CLIENT KILL). Whether a resend is safe is
    * the caller's decision, per script (docs/design.md, "Lost replies"). */
   return note_outcome(node, rc, replies, n);
+}
+
+int dlock__node_borrow(dlock__node *n, dlock_mono_ms limit, dlock__conn **out, int *fresh) {
+  dlock_mono_ms deadline = dlock_mono_now() + n->ep.command_timeout_ms;
+  if (limit < deadline) deadline = limit;
+  int rc = borrow(n, out, deadline, limit, fresh);
+  if (rc) atomic_store(&n->suspect, 1);
+  return rc;
+}
+
+int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out) {
+  *out = NULL;
+  pthread_mutex_lock(&n->mu);
+  while (n->nidle > 0 && !*out) {
+    dlock__conn *conn = n->idle[--n->nidle];
+    if (!dlock__conn_idle_closed(conn)) {
+      *out = conn;
+    } else {
+      n->nopen--;
+      dlock__conn_close(conn);
+    }
+  }
+  pthread_mutex_unlock(&n->mu);
+  return *out != NULL;
+}
+
+void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed) {
+  if (!failed) {
+    give_back(n, conn);
+    return;
+  }
+  atomic_store(&n->suspect, 1);
+  pthread_mutex_lock(&n->mu);
+  n->nopen--;
+  dlock__conn_close(conn);
+  pthread_cond_signal(&n->cv);
+  pthread_mutex_unlock(&n->mu);
 }
 
 dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc) {

@@ -14,7 +14,8 @@
 
 extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
-    dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[];
+    dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[],
+    dlock__lua_rl_extend[], dlock__lua_rl_fence[];
 
 static const struct {
   const char *name;
@@ -31,6 +32,8 @@ static const struct {
     [DLOCK__SCRIPT_SCHED_DELAY] = {"sched_delay", dlock__lua_sched_delay},
     [DLOCK__SCRIPT_SCHED_FINISH] = {"sched_finish", dlock__lua_sched_finish},
     [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history},
+    [DLOCK__SCRIPT_RL_EXTEND] = {"rl_extend", dlock__lua_rl_extend},
+    [DLOCK__SCRIPT_RL_FENCE] = {"rl_fence", dlock__lua_rl_fence},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];
@@ -138,6 +141,10 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
 int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
                             dlock_mono_ms limit) {
   pthread_once(&shas_once, compute_shas);
+  if (c->topo->quorum_run) { /* Redlock: every node, counted (topo_redlock.c) */
+    int qrc = c->topo->quorum_run(c->topo, c, calls, n, replies, limit);
+    if (qrc != DLOCK__QUORUM_PASS) return qrc;
+  }
   int route_rc;
   dlock__node *node = dlock__route(c, calls[0].keys[0], calls[0].keylens[0], &route_rc);
   if (!node) {

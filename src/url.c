@@ -116,6 +116,10 @@ void dlock_url_redact(const char *url, char *buf, size_t len) {
     for (const char *p = start; *p && p != qm; p++)
       if (*p == '@') at = p;
   }
+  if (dlock__url_is_redlock(url)) { /* one userinfo per node */
+    dlock__redlock_redact(url, buf, len);
+    return;
+  }
   const char *rest = start;
   put(buf, len, &o, url, (size_t)(start - url));
   if (at) {

@@ -226,6 +226,25 @@ int th_redis_restart(th_redis *r) {
   return -1;
 }
 
+int th_redis_start_n(th_redis *r, int n, const char *extra_conf) {
+  for (int i = 0; i < n; i++)
+    if (th_redis_start(&r[i], extra_conf) != 0) {
+      th_redis_stop_n(r, i);
+      return -1;
+    }
+  return 0;
+}
+
+void th_redis_stop_n(th_redis *r, int n) {
+  for (int i = 0; i < n; i++) th_redis_stop(&r[i]);
+}
+
+void th_redlock_url(const th_redis *r, int n, char *url, size_t len) {
+  size_t o = (size_t)snprintf(url, len, "redlock://");
+  for (int i = 0; i < n && o < len; i++)
+    o += (size_t)snprintf(url + o, len - o, "%s127.0.0.1:%d", i ? "," : "", r[i].port);
+}
+
 int th_make_certs(const char *dir) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,

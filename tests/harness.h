@@ -37,6 +37,12 @@ int th_redis_restart(th_redis *r);
  * exit status. 'args' is a shell-quoted argument string. */
 int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Redlock: start 'n' independent servers (each as th_redis_start), and
+ * write "redlock://127.0.0.1:P1,...,127.0.0.1:Pn" into 'url'. Returns 0, or
+ * -1 (the ones started are stopped). */
+int th_redis_start_n(th_redis *r, int n, const char *extra_conf);
+void th_redis_stop_n(th_redis *r, int n);
+void th_redlock_url(const th_redis *r, int n, char *url, size_t len);
 /* Generate a CA plus server and client certificates in r->dir/tls with openssl(1). */
 int th_make_certs(const char *dir);
 

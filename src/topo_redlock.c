@@ -1,0 +1,1148 @@
+/*
+ * topo_redlock.c - Redlock: the Redis topology of N independent masters
+ * (redlock://h1:p1,h2:p2,...). A lock is held when a majority (N/2+1) of
+ * them took it within its validity time.
+ *
+ * It plugs in at dlock__script_run (the quorum_run hook): "run this script
+ * on the owning node" becomes "run it on every node at once and count".
+ * Every call is sent on all nodes' connections first, then one poll loop
+ * reads the replies, each node bounded by its own deadline, so a slow or
+ * frozen node costs at most that deadline. The replies are folded into the
+ * one reply the lock code expects (docs/redlock.md has the rules):
+ *  - acquire: majority and positive validity, then the fence write-back to
+ *    a majority (rl_fence.lua); else a release on every node and an error
+ *    that says, per node, why (held by another owner, unreachable, restarted
+ *    recently, not a master, too slow): DLOCK_EBUSY when others held a
+ *    majority, else DLOCK_EQUORUM;
+ *  - extend: counted only when a majority confirms (rl_extend.lua re-seeds
+ *    a node that lost the key, never overwriting another owner);
+ *  - release, withdraw, force release: every node;
+ *  - info: the view of the majority.
+ * Scripts of other kinds (guard, scheduler) run on the first reachable node.
+ *
+ * Restarts: each node's run_id is read (INFO server) whenever a connection
+ * to it is opened, which a restart always forces. A node whose run_id
+ * changed and whose uptime is below the longest lease in use does not count
+ * toward a quorum until that lease has passed (the Redlock spec's delayed
+ * restart, for servers without fsync'd AOF).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SCHEME "redlock://"
+
+typedef struct rl_node {
+  dlock__node node;
+  /* Guarded by redlock.mu. */
+  char run_id[48];
+  int64_t uptime_s;
+  dlock_mono_ms restarted_until; /* does not count before this */
+  int not_master;                /* INFO replication says role:slave */
+  char role[24];
+} rl_node;
+
+typedef struct redlock {
+  dlock__topology base;
+  pthread_mutex_t mu;
+  int n, quorum;
+  int command_timeout_ms;
+  int64_t max_lease_ms; /* the longest lease seen in use: the restart rule's wait */
+  rl_node node[DLOCK__REDLOCK_MAX];
+} redlock;
+
+/* ---- URLs ---- */
+
+int dlock__url_is_redlock(const char *url) { return url && !strncmp(url, SCHEME, strlen(SCHEME)); }
+
+void dlock__redlock_urls_free(char **urls, int n) {
+  if (!urls) return;
+  for (int i = 0; i < n; i++) {
+    if (urls[i]) memset(urls[i], 0, strlen(urls[i])); /* may hold a password */
+    free(urls[i]);
+  }
+  free(urls);
+}
+
+/* 'url' with each node's userinfo password and any password= masked. */
+void dlock__redlock_redact(const char *url, char *buf, size_t len) {
+  if (!buf || !len) return;
+  buf[0] = '\0';
+  if (!url) return;
+  size_t o = 0;
+#define PUT(s, k) do { size_t k_ = (k); if (o + k_ >= len) k_ = len - 1 - o; memcpy(buf + o, (s), k_); o += k_; buf[o] = '\0'; } while (0)
+  const char *p = url;
+  if (dlock__url_is_redlock(url)) {
+    PUT(url, strlen(SCHEME));
+    p = url + strlen(SCHEME);
+  }
+  const char *hosts_end = p + strcspn(p, "/?");
+  while (p < hosts_end) {
+    const char *comma = memchr(p, ',', (size_t)(hosts_end - p));
+    const char *end = comma ? comma : hosts_end;
+    const char *at = NULL;
+    for (const char *q = p; q < end; q++)
+      if (*q == '@') at = q;
+    if (at) {
+      const char *colon = memchr(p, ':', (size_t)(at - p));
+      if (colon) {
+        PUT(p, (size_t)(colon - p) + 1);
+        PUT("***", 3);
+        p = at;
+      }
+    }
+    PUT(p, (size_t)(end - p));
+    p = end;
+    if (comma) {
+      PUT(",", 1);
+      p++;
+    }
+  }
+  /* The query: the generic redactor masks password=. */
+  if (*p) {
+    char tmp[1024];
+    char q[1100];
+    snprintf(q, sizeof q, "redis://x%s", p);
+    dlock_url_redact(q, tmp, sizeof tmp);
+    PUT(tmp + strlen("redis://x"), strlen(tmp + strlen("redis://x")));
+  }
+#undef PUT
+}
+
+static int bad_redlock(const char *url, const char *why) {
+  char shown[512];
+  dlock__redlock_redact(url, shown, sizeof shown);
+  return dlock__error(DLOCK_EURL, "bad Redlock URL '%s': %s (expected redlock://[user:pass@]host1:port1,"
+                      "[user:pass@]host2:port2,[...]host3:port3[/db][?options of redis://]; Redlock needs 3 or "
+                      "more independent masters, 5 advised)", shown, why);
+}
+
+int dlock__redlock_split(const char *url, char ***out, int *n) {
+  *out = NULL;
+  *n = 0;
+  if (!dlock__url_is_redlock(url)) return bad_redlock(url ? url : "(null)", "not a redlock:// URL");
+  const char *rest = url + strlen(SCHEME);
+  size_t hlen = strcspn(rest, "/?");
+  const char *tail = rest + hlen; /* "/db?query", shared by all nodes */
+  char **urls = calloc(DLOCK__REDLOCK_MAX, sizeof *urls);
+  if (!urls) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int count = 0;
+  for (const char *p = rest; p <= rest + hlen;) {
+    const char *comma = memchr(p, ',', (size_t)(rest + hlen - p));
+    const char *end = comma ? comma : rest + hlen;
+    if (end == p) {
+      dlock__redlock_urls_free(urls, count);
+      return bad_redlock(url, "an empty node in the list");
+    }
+    if (count == DLOCK__REDLOCK_MAX) {
+      dlock__redlock_urls_free(urls, count);
+      return bad_redlock(url, "more than 16 nodes");
+    }
+    size_t len = strlen("redis://") + (size_t)(end - p) + strlen(tail) + 1;
+    if (!(urls[count] = malloc(len))) {
+      dlock__redlock_urls_free(urls, count);
+      return dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+    snprintf(urls[count], len, "redis://%.*s%s", (int)(end - p), p, tail);
+    count++;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  *out = urls;
+  *n = count;
+  return 0;
+}
+
+/* ---- Replies built here ---- */
+
+static dlock__reply *mk_int(long long v) {
+  dlock__reply *r = calloc(1, sizeof *r);
+  if (r) {
+    r->type = DLOCK__REPLY_INTEGER;
+    r->integer = v;
+  }
+  return r;
+}
+
+static dlock__reply *mk_str(dlock__reply_type type, const char *s) {
+  dlock__reply *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->type = type;
+  if (!(r->str = strdup(s))) {
+    free(r);
+    return NULL;
+  }
+  r->len = strlen(s);
+  return r;
+}
+
+static dlock__reply *mk_pair(long long a, dlock__reply *b) {
+  dlock__reply *r = calloc(1, sizeof *r);
+  if (!r || !b || !(r->element = calloc(2, sizeof *r->element)) || !(r->element[0] = mk_int(a))) {
+    if (r) free(r->element);
+    free(r);
+    dlock__reply_free(b);
+    return NULL;
+  }
+  r->type = DLOCK__REPLY_ARRAY;
+  r->elements = 2;
+  r->element[1] = b;
+  return r;
+}
+
+static dlock__reply *copy_reply(const dlock__reply *s) {
+  dlock__reply *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->type = s->type;
+  r->integer = s->integer;
+  if (s->str && !(r->str = malloc(s->len + 1))) {
+    free(r);
+    return NULL;
+  }
+  if (s->str) {
+    memcpy(r->str, s->str, s->len + 1);
+    r->len = s->len;
+  }
+  if (s->elements) {
+    if (!(r->element = calloc(s->elements, sizeof *r->element))) {
+      dlock__reply_free(r);
+      return NULL;
+    }
+    for (size_t i = 0; i < s->elements; i++) {
+      r->elements = i + 1;
+      if (!(r->element[i] = copy_reply(s->element[i]))) {
+        dlock__reply_free(r);
+        return NULL;
+      }
+    }
+  }
+  return r;
+}
+
+/* ---- Running commands on many nodes at once ---- */
+
+/* One node's part of a parallel run. */
+typedef struct slot {
+  int active;          /* in: run on this node */
+  size_t k;            /* in: commands */
+  dlock__cmd *cmds;    /* in */
+  dlock__conn *conn;
+  int fresh;
+  size_t extra;        /* INFO replies in front of the commands' */
+  size_t got;
+  dlock__reply **rep;  /* extra + k */
+  int rc;              /* out: 0, or why this node failed */
+  int sent;            /* out: the commands may have reached the node */
+  char err[300];       /* out: the failure, for messages */
+} slot;
+
+static const char *info_field(const char *info, const char *name, char *out, size_t len) {
+  out[0] = '\0';
+  const char *p = strstr(info, name);
+  while (p && p != info && p[-1] != '\n') p = strstr(p + 1, name);
+  if (!p) return out;
+  p += strlen(name);
+  size_t n = strcspn(p, "\r\n");
+  if (n >= len) n = len - 1;
+  memcpy(out, p, n);
+  out[n] = '\0';
+  return out;
+}
+
+/* A fresh connection's INFO server / INFO replication: the restart rule. */
+static void note_info(redlock *r, int i, const dlock__reply *server, const dlock__reply *repl) {
+  rl_node *nd = &r->node[i];
+  char run_id[48] = "", up[32] = "", role[24] = "";
+  if (server && server->type == DLOCK__REPLY_STRING) {
+    info_field(server->str, "run_id:", run_id, sizeof run_id);
+    info_field(server->str, "uptime_in_seconds:", up, sizeof up);
+  }
+  if (repl && repl->type == DLOCK__REPLY_STRING) info_field(repl->str, "role:", role, sizeof role);
+  pthread_mutex_lock(&r->mu);
+  if (run_id[0]) {
+    int64_t uptime = strtoll(up, NULL, 10);
+    if (nd->run_id[0] && strcmp(nd->run_id, run_id) != 0 && uptime * 1000 < r->max_lease_ms)
+      nd->restarted_until = dlock_mono_now() + (r->max_lease_ms - uptime * 1000);
+    snprintf(nd->run_id, sizeof nd->run_id, "%s", run_id);
+    nd->uptime_s = uptime;
+  }
+  if (role[0]) {
+    snprintf(nd->role, sizeof nd->role, "%s", role);
+    nd->not_master = strcmp(role, "master") != 0;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void slot_fail(slot *s, int rc, const char *what) {
+  s->rc = rc;
+  snprintf(s->err, sizeof s->err, "%s", what);
+}
+
+/* Make sure the node's message names it. */
+static void slot_name(slot *s, const char *display) {
+  if (s->rc && strncmp(s->err, display, strlen(display)) != 0) {
+    char tmp[sizeof s->err];
+    snprintf(tmp, sizeof tmp, "%s: %s", display, s->err);
+    memcpy(s->err, tmp, sizeof tmp);
+  }
+}
+
+static void slots_free(slot *s, int n) {
+  for (int i = 0; i < n; i++) {
+    if (s[i].rep)
+      for (size_t j = 0; j < s[i].extra + s[i].k; j++) dlock__reply_free(s[i].rep[j]);
+    free(s[i].rep);
+    s[i].rep = NULL;
+  }
+}
+
+/* Connect one node (a thread of par_exec). */
+typedef struct opener {
+  dlock__node *node;
+  slot *slot;
+  dlock_mono_ms deadline;
+  pthread_t thread;
+  int started;
+} opener;
+
+static void *open_thread(void *arg) {
+  opener *o = arg;
+  slot *x = o->slot;
+  int rc = dlock__node_borrow(o->node, o->deadline, &x->conn, &x->fresh);
+  if (rc) slot_fail(x, rc, dlock_last_error()); /* this thread's error text */
+  return NULL;
+}
+
+/* Queue (a fresh connection's INFO checks and) the slot's commands and send them. */
+static void send_slot(slot *x, const dlock__cmd *infos, dlock_mono_ms deadline) {
+  int rc = 0;
+  x->extra = x->fresh ? 2 : 0;
+  for (size_t j = 0; !rc && j < x->extra; j++) rc = dlock__conn_append(x->conn, &infos[j]);
+  for (size_t j = 0; !rc && j < x->k; j++) rc = dlock__conn_append(x->conn, &x->cmds[j]);
+  if (!rc) {
+    x->sent = 1;
+    rc = dlock__conn_flush(x->conn, deadline);
+  }
+  if (rc) slot_fail(x, rc, dlock_last_error());
+}
+
+/* Send each active slot's commands, then read all replies in one poll loop;
+ * node i gives up at 'deadline'. Replies land in s[i].rep[s[i].extra + j]. */
+static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline) {
+  static const char *info_server[2] = {"INFO", "server"}, *info_repl[2] = {"INFO", "replication"};
+  static const size_t info_server_len[2] = {4, 6}, info_repl_len[2] = {4, 11};
+  const dlock__cmd infos[2] = {{2, info_server, info_server_len}, {2, info_repl, info_repl_len}};
+  /* Pooled connections first: their commands leave at once. Nodes that
+   * need a new connection are connected in parallel, one thread each, so
+   * that a node that accepts but never answers (frozen) holds up no other
+   * node's connect: each waits at most until 'deadline'. */
+  opener op[DLOCK__REDLOCK_MAX];
+  int nopen = 0;
+  for (int i = 0; i < r->n; i++) {
+    slot *x = &s[i];
+    x->rc = 0;
+    x->sent = 0;
+    x->got = 0;
+    x->conn = NULL;
+    x->fresh = 0;
+    x->err[0] = '\0';
+    if (!x->active) continue;
+    if (!(x->rep = calloc(x->k + 2, sizeof *x->rep))) {
+      slot_fail(x, DLOCK_ENOMEM, "out of memory");
+      continue;
+    }
+    if (dlock__node_borrow_idle(&r->node[i].node, &x->conn))
+      send_slot(x, infos, deadline);
+    else
+      op[nopen++] = (opener){.node = &r->node[i].node, .slot = x, .deadline = deadline};
+  }
+  for (int j = 0; j < nopen; j++)
+    op[j].started = nopen > 1 && pthread_create(&op[j].thread, NULL, open_thread, &op[j]) == 0;
+  for (int j = 0; j < nopen; j++) {
+    if (op[j].started) pthread_join(op[j].thread, NULL);
+    else open_thread(&op[j]);
+    slot *x = op[j].slot;
+    if (x->rc) x->conn = NULL;
+    else send_slot(x, infos, deadline);
+  }
+  /* One poll loop over every node still owing replies. */
+  struct pollfd pfd[DLOCK__REDLOCK_MAX];
+  int idx[DLOCK__REDLOCK_MAX];
+  for (;;) {
+    int np = 0;
+    for (int i = 0; i < r->n; i++) {
+      slot *x = &s[i];
+      if (!x->active || x->rc || !x->conn) continue;
+      while (x->got < x->extra + x->k) {
+        dlock__reply *rep = NULL;
+        int rc = dlock__conn_try_read(x->conn, &rep);
+        if (rc) {
+          slot_fail(x, rc, dlock_last_error());
+          break;
+        }
+        if (!rep) break;
+        x->rep[x->got++] = rep;
+      }
+      if (!x->rc && x->got < x->extra + x->k) {
+        pfd[np] = (struct pollfd){.fd = dlock__conn_fd(x->conn), .events = POLLIN};
+        idx[np++] = i;
+      }
+    }
+    if (np == 0) break;
+    dlock_mono_ms now = dlock_mono_now();
+    if (now >= deadline) {
+      for (int j = 0; j < np; j++) {
+        char why[120];
+        snprintf(why, sizeof why, "%s: no reply within the per-node deadline", r->node[idx[j]].node.ep.display);
+        slot_fail(&s[idx[j]], DLOCK_ETIMEDOUT, why);
+      }
+      break;
+    }
+    int64_t wait = deadline - now;
+    if (wait > 1000) wait = 1000;
+    int pr = poll(pfd, (nfds_t)np, (int)wait);
+    if (pr < 0 && errno != EINTR) {
+      for (int j = 0; j < np; j++) slot_fail(&s[idx[j]], DLOCK_ESYS, "poll failed");
+      break;
+    }
+  }
+  for (int i = 0; i < r->n; i++) {
+    slot *x = &s[i];
+    if (!x->active) continue;
+    if (x->conn) dlock__node_return(&r->node[i].node, x->conn, x->rc != 0);
+    x->conn = NULL;
+    slot_name(x, r->node[i].node.ep.display);
+    if (!x->rc) {
+      atomic_store(&r->node[i].node.suspect, 0);
+      if (x->extra) note_info(r, i, x->rep[0], x->rep[1]);
+    }
+  }
+}
+
+/* argv of EVALSHA/EVAL for one call. */
+typedef struct eval_argv {
+  const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
+  size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
+  char numkeys[8];
+} eval_argv;
+
+static void build_eval(eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha) {
+  int n = 0;
+  e->argv[n] = by_sha ? "EVALSHA" : "EVAL";
+  e->lens[n] = strlen(e->argv[n]);
+  n++;
+  e->argv[n] = by_sha ? dlock__script_sha(call->script) : dlock__script_text(call->script);
+  e->lens[n] = strlen(e->argv[n]);
+  n++;
+  snprintf(e->numkeys, sizeof e->numkeys, "%d", call->nkeys);
+  e->argv[n] = e->numkeys;
+  e->lens[n] = strlen(e->numkeys);
+  n++;
+  for (int i = 0; i < call->nkeys; i++, n++) {
+    e->argv[n] = call->keys[i];
+    e->lens[n] = call->keylens[i];
+  }
+  for (int i = 0; i < call->nargs; i++, n++) {
+    e->argv[n] = call->args[i];
+    e->lens[n] = call->arglens[i];
+  }
+  cmd->argc = n;
+  cmd->argv = e->argv;
+  cmd->lens = e->lens;
+}
+
+static int is_noscript(const dlock__reply *x) {
+  return x && x->type == DLOCK__REPLY_ERROR && !strncmp(x->str, "NOSCRIPT", 8);
+}
+
+/* The per-node result of running 'n' calls: res[i*n + j] is node i's reply
+ * to call j (NULL when node i failed: s[i].rc, s[i].err). */
+typedef struct run {
+  slot s[DLOCK__REDLOCK_MAX];
+  dlock__reply **res;
+  size_t n;
+} run;
+
+static void run_free(redlock *r, run *x) {
+  if (x->res)
+    for (size_t i = 0; i < (size_t)r->n * x->n; i++) dlock__reply_free(x->res[i]);
+  free(x->res);
+  x->res = NULL;
+}
+
+/* Run 'calls' on the nodes in 'mask' (bit i: node i), EVALSHA first and
+ * EVAL for the calls a node answered NOSCRIPT (those did not run there). */
+static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask, dlock_mono_ms deadline,
+                     run *x) {
+  memset(x->s, 0, sizeof x->s);
+  x->n = n;
+  x->res = calloc((size_t)r->n * n, sizeof *x->res);
+  eval_argv *e = calloc(n, sizeof *e);
+  dlock__cmd *cmds = calloc(n, sizeof *cmds);
+  if (!x->res || !e || !cmds) {
+    free(e);
+    free(cmds);
+    free(x->res);
+    x->res = NULL;
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  for (size_t j = 0; j < n; j++) build_eval(&e[j], &cmds[j], &calls[j], 1);
+  for (int i = 0; i < r->n; i++) {
+    x->s[i].active = (mask >> i) & 1;
+    x->s[i].k = n;
+    x->s[i].cmds = cmds;
+  }
+  par_exec(r, x->s, deadline);
+  unsigned again = 0;
+  for (int i = 0; i < r->n; i++) {
+    slot *sl = &x->s[i];
+    if (!sl->active || sl->rc) continue;
+    for (size_t j = 0; j < n; j++) {
+      x->res[(size_t)i * n + j] = sl->rep[sl->extra + j];
+      sl->rep[sl->extra + j] = NULL;
+      if (is_noscript(x->res[(size_t)i * n + j])) again |= 1u << i;
+    }
+  }
+  slots_free(x->s, r->n);
+  if (again) {
+    /* Per node, only the calls it answered NOSCRIPT, as EVAL. */
+    slot s2[DLOCK__REDLOCK_MAX];
+    memset(s2, 0, sizeof s2);
+    dlock__cmd *c2 = calloc((size_t)r->n * n, sizeof *c2);
+    eval_argv *e2 = calloc(n, sizeof *e2);
+    size_t *which = calloc((size_t)r->n * n, sizeof *which);
+    if (!c2 || !e2 || !which) {
+      free(c2);
+      free(e2);
+      free(which);
+      free(e);
+      free(cmds);
+      return dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; j < n; j++) build_eval(&e2[j], &cmds[j], &calls[j], 0);
+    for (int i = 0; i < r->n; i++) {
+      if (!((again >> i) & 1)) continue;
+      s2[i].active = 1;
+      s2[i].cmds = &c2[(size_t)i * n];
+      for (size_t j = 0; j < n; j++)
+        if (is_noscript(x->res[(size_t)i * n + j])) {
+          which[(size_t)i * n + s2[i].k] = j;
+          s2[i].cmds[s2[i].k++] = cmds[j];
+        }
+    }
+    par_exec(r, s2, deadline);
+    for (int i = 0; i < r->n; i++) {
+      if (!s2[i].active) continue;
+      if (s2[i].rc) { /* the EVAL may have run: the node failed */
+        x->s[i].rc = s2[i].rc;
+        x->s[i].sent = 1;
+        snprintf(x->s[i].err, sizeof x->s[i].err, "%s", s2[i].err);
+        for (size_t j = 0; j < n; j++) {
+          dlock__reply_free(x->res[(size_t)i * n + j]);
+          x->res[(size_t)i * n + j] = NULL;
+        }
+        continue;
+      }
+      for (size_t t = 0; t < s2[i].k; t++) {
+        size_t j = which[(size_t)i * n + t];
+        dlock__reply_free(x->res[(size_t)i * n + j]);
+        x->res[(size_t)i * n + j] = s2[i].rep[s2[i].extra + t];
+        s2[i].rep[s2[i].extra + t] = NULL;
+      }
+    }
+    slots_free(s2, r->n);
+    free(c2);
+    free(e2);
+    free(which);
+  }
+  free(e);
+  free(cmds);
+  return 0;
+}
+
+/* ---- Counting ---- */
+
+/* Does node i count toward a quorum now? If not, why (for messages). */
+static int counts(redlock *r, int i, char *why, size_t len) {
+  rl_node *nd = &r->node[i];
+  pthread_mutex_lock(&r->mu);
+  dlock_mono_ms now = dlock_mono_now();
+  int ok = 1;
+  if (nd->not_master) {
+    snprintf(why, len, "%s is not a master (role:%s)", nd->node.ep.display, nd->role);
+    ok = 0;
+  } else if (nd->restarted_until > now) {
+    snprintf(why, len, "%s restarted recently (run_id changed, up %" PRId64 " s; counts again in %" PRId64
+             " ms, when the longest lease in use, %" PRId64 " ms, has passed)", nd->node.ep.display, nd->uptime_s,
+             (int64_t)(nd->restarted_until - now), r->max_lease_ms);
+    ok = 0;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return ok;
+}
+
+static void note_lease(redlock *r, const dlock__script_call *call, int argi) {
+  if (call->nargs <= argi) return;
+  int64_t lease = strtoll(call->args[argi], NULL, 10);
+  pthread_mutex_lock(&r->mu);
+  if (lease > r->max_lease_ms) r->max_lease_ms = lease;
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* A growing message buffer. */
+typedef struct msg {
+  char buf[2048];
+  size_t o;
+} msg;
+
+static void add(msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(msg *m, const char *fmt, ...) {
+  if (m->o >= sizeof m->buf - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(m->buf + m->o, sizeof m->buf - m->o, fmt, ap);
+  va_end(ap);
+  if (k > 0) m->o += (size_t)k;
+  if (m->o > sizeof m->buf - 1) m->o = sizeof m->buf - 1;
+}
+
+static unsigned all_nodes(const redlock *r) { return r->n >= 32 ? ~0u : (1u << r->n) - 1; }
+
+static int64_t pernode_ms(const redlock *r, int64_t lease) {
+  int64_t d = lease / 10;
+  if (d > r->command_timeout_ms) d = r->command_timeout_ms;
+  return d < 1 ? 1 : d;
+}
+
+/* Delete our token on the nodes in 'mask' (withdraw.lua with no waiter id):
+ * the bits of the nodes where that could not be confirmed go to '*failed'. */
+static void release_all(redlock *r, const dlock__script_call *acq, unsigned mask, dlock_mono_ms deadline,
+                        unsigned *failed) {
+  dlock__script_call w;
+  memset(&w, 0, sizeof w);
+  w.script = DLOCK__SCRIPT_WITHDRAW;
+  w.nkeys = acq->nkeys;
+  memcpy(w.keys, acq->keys, sizeof w.keys);
+  memcpy(w.keylens, acq->keylens, sizeof w.keylens);
+  w.args[0] = "";
+  w.arglens[0] = 0;
+  w.args[1] = acq->args[0];
+  w.arglens[1] = acq->arglens[0];
+  w.nargs = 2;
+  run x;
+  *failed = 0;
+  if (run_calls(r, &w, 1, mask, deadline, &x) != 0) {
+    *failed = mask;
+    return;
+  }
+  for (int i = 0; i < r->n; i++)
+    if (((mask >> i) & 1) && (x.s[i].rc || !x.res[i] || x.res[i]->type == DLOCK__REPLY_ERROR)) *failed |= 1u << i;
+  run_free(r, &x);
+}
+
+static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply) {
+  *reply = NULL;
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  note_lease(r, call, 1);
+  int64_t lease = call->nargs > 1 ? strtoll(call->args[1], NULL, 10) : 0;
+  int64_t per = pernode_ms(r, lease);
+  /* No wait queues: each node would hand the lock to its own first waiter.
+   * A waiter retries after a random delay instead (mutex.c). */
+  dlock__script_call a = *call;
+  a.args[2] = "";
+  a.arglens[2] = 0;
+  dlock_mono_ms t0 = dlock_mono_now();
+  run x;
+  int rc = run_calls(r, &a, 1, all_nodes(r), t0 + per, &x);
+  if (rc) return rc;
+  int ok = 0, busy = 0, down = 0, out = 0;
+  unsigned okmask = 0, maybe = 0;
+  uint64_t fmax = 0;
+  msg held, unreach, excl;
+  memset(&held, 0, sizeof held);
+  memset(&unreach, 0, sizeof unreach);
+  memset(&excl, 0, sizeof excl);
+  const dlock__reply *errrep = NULL;
+  for (int i = 0; i < r->n; i++) {
+    const char *name = r->node[i].node.ep.display;
+    const dlock__reply *v = x.res[i];
+    if (x.s[i].rc || !v) {
+      down++;
+      if (x.s[i].sent) maybe |= 1u << i;
+      add(&unreach, "%s%s", unreach.o ? "; " : "", x.s[i].err);
+      continue;
+    }
+    if (v->type == DLOCK__REPLY_ERROR) {
+      down++;
+      if (!errrep) errrep = v;
+      add(&unreach, "%s%s: %s", unreach.o ? "; " : "", name, v->str);
+      continue;
+    }
+    uint64_t f = 0;
+    int got = -1;
+    if (v->type == DLOCK__REPLY_ARRAY && v->elements == 2 && v->element[0]->type == DLOCK__REPLY_INTEGER) {
+      got = (int)v->element[0]->integer;
+      if (got == 1 && (v->element[1]->type != DLOCK__REPLY_STRING ||
+                       dlock__parse_fence(v->element[1]->str, v->element[1]->len, &f) != 0))
+        got = -1;
+    }
+    if (got == 1) {
+      okmask |= 1u << i;
+      if (f > fmax) fmax = f;
+      char why[300];
+      if (counts(r, i, why, sizeof why)) {
+        ok++;
+      } else {
+        out++;
+        add(&excl, "%s%s", excl.o ? "; " : "", why);
+      }
+    } else if (got == 0) {
+      busy++;
+      add(&held, "%s%s", held.o ? ", " : "", name);
+    } else {
+      down++;
+      add(&unreach, "%s%s: unexpected reply", unreach.o ? "; " : "", name);
+    }
+  }
+  /* A script error (WRONGTYPE, NOPERM, EFENCE) everywhere is the caller's to
+   * map, as on one node; mixed with answers it is reported per node. */
+  if (errrep && ok == 0 && busy == 0 && down == r->n && !maybe) {
+    *reply = copy_reply(errrep);
+    run_free(r, &x);
+    return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  run_free(r, &x);
+  char slow[200] = "", fencemsg[600] = "";
+  if (ok >= r->quorum) {
+    /* The fence write-back: raise a majority's counters to the highest
+     * fence the acquiring nodes issued, before the acquire counts. */
+    char fs[24];
+    snprintf(fs, sizeof fs, "%" PRIu64, fmax);
+    dlock__script_call fc;
+    memset(&fc, 0, sizeof fc);
+    fc.script = DLOCK__SCRIPT_RL_FENCE;
+    fc.nkeys = call->nkeys;
+    memcpy(fc.keys, call->keys, sizeof fc.keys);
+    memcpy(fc.keylens, call->keylens, sizeof fc.keylens);
+    fc.args[0] = fs;
+    fc.arglens[0] = strlen(fs);
+    fc.args[1] = call->args[0];
+    fc.arglens[1] = call->arglens[0];
+    fc.nargs = 2;
+    int confirmed = 0;
+    msg fm;
+    memset(&fm, 0, sizeof fm);
+    dlock_mono_ms fdl = dlock_mono_now() + per;
+    if (fdl > t0 + lease) fdl = t0 + lease;
+    if (run_calls(r, &fc, 1, okmask, fdl, &x) == 0) {
+      for (int i = 0; i < r->n; i++) {
+        if (!((okmask >> i) & 1)) continue;
+        const dlock__reply *v = x.res[i];
+        char why[300];
+        if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1) {
+          if (counts(r, i, why, sizeof why)) confirmed++;
+        } else {
+          if (x.s[i].rc)
+            add(&fm, "%s%s", fm.o ? "; " : "", x.s[i].err);
+          else
+            add(&fm, "%s%s: %s", fm.o ? "; " : "", r->node[i].node.ep.display,
+                v && v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
+        }
+      }
+      run_free(r, &x);
+    }
+    dlock_mono_ms t1 = dlock_mono_now();
+    int64_t validity = lease - (t1 - t0) - (lease / 100 + 2);
+    if (confirmed >= r->quorum && validity > 0) {
+      *reply = mk_pair(1, mk_str(DLOCK__REPLY_STRING, fs));
+      return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+    if (confirmed < r->quorum)
+      snprintf(fencemsg, sizeof fencemsg, " the fence write-back was confirmed by only %d (%s)", confirmed,
+               fm.o ? fm.buf : "nodes not counted");
+    else
+      snprintf(slow, sizeof slow, " too slow: the validity was spent (%" PRId64 " ms elapsed of a %" PRId64
+               " ms lease, less %" PRId64 " ms drift)", (int64_t)(t1 - t0), lease, lease / 100 + 2);
+  }
+  /* Not acquired: delete our token everywhere, also where no reply came. */
+  unsigned failed = 0;
+  release_all(r, call, all_nodes(r), dlock_mono_now() + per, &failed);
+  failed &= okmask | maybe;
+  msg m;
+  memset(&m, 0, sizeof m);
+  int status = busy >= r->quorum ? DLOCK_EBUSY : DLOCK_EQUORUM;
+  if (ok >= r->quorum)
+    add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
+        fencemsg);
+  else
+    add(&m, "%s: %d of %d Redlock nodes confirmed, %d needed", status == DLOCK_EBUSY ? "held by another owner" :
+        "no quorum", ok, r->n, r->quorum);
+  if (busy) add(&m, "; held by another owner on %d (%s)", busy, held.buf);
+  if (down) add(&m, "; unreachable or failing on %d (%s)", down, unreach.buf);
+  if (out) add(&m, "; not counted on %d (%s)", out, excl.buf);
+  if (failed) {
+    int k = 0;
+    for (int i = 0; i < r->n; i++) k += (failed >> i) & 1;
+    add(&m, "; the release could not be confirmed on %d (", k);
+    for (int i = 0, first = 1; i < r->n; i++)
+      if ((failed >> i) & 1) {
+        add(&m, "%s%s", first ? "" : ", ", r->node[i].node.ep.display);
+        first = 0;
+      }
+    add(&m, "): our token may remain there until its lease (%" PRId64 " ms) ends", lease);
+  } else {
+    add(&m, "; released again on every node");
+  }
+  return dlock__error(status, "%s", m.buf);
+}
+
+/* Renewals: per call, 1 when a majority confirmed (extend.lua: our token
+ * still there, lease set), -1 or 0 when a majority can no longer confirm,
+ * else an EQUORUM error reply (the watchdog retries it; dlock_mutex_extend
+ * reports it). Only once a majority confirmed are the nodes that lost the
+ * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
+ * the key is absent): a lock released or expired on a majority is never
+ * brought back this way. */
+static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
+  for (size_t j = 0; j < n; j++) {
+    note_lease(r, &calls[j], 1);
+    calls[j].maybe_ran = 0;
+    calls[j].replicas = -1;
+  }
+  dlock_mono_ms deadline = dlock_mono_now() + r->command_timeout_ms;
+  if (limit < deadline) deadline = limit;
+  run x;
+  int rc = run_calls(r, calls, n, all_nodes(r), deadline, &x);
+  if (rc) return rc;
+  char why[DLOCK__REDLOCK_MAX][300];
+  int counted[DLOCK__REDLOCK_MAX];
+  for (int i = 0; i < r->n; i++) counted[i] = counts(r, i, why[i], sizeof why[i]);
+  for (size_t j = 0; j < n; j++) {
+    int conf = 0, neg = 0, failed = 0;
+    unsigned absent = 0;
+    msg m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < r->n; i++) {
+      const dlock__reply *v = x.res[(size_t)i * n + j];
+      if (!v || v->type != DLOCK__REPLY_INTEGER) {
+        failed++;
+        if (x.s[i].rc) add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+        else add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display, v ? v->str : "no reply");
+      } else if (v->integer == 1) {
+        if (counted[i]) {
+          conf++;
+        } else {
+          failed++;
+          add(&m, "%s%s", m.o ? "; " : "", why[i]);
+        }
+      } else if (v->integer == 0) {
+        absent |= 1u << i;
+        add(&m, "%s%s: the key is gone", m.o ? "; " : "", r->node[i].node.ep.display);
+      } else {
+        neg++;
+        add(&m, "%s%s: held by another owner", m.o ? "; " : "", r->node[i].node.ep.display);
+      }
+    }
+    if (conf >= r->quorum && dlock_mono_now() < limit) {
+      replies[j] = mk_int(1);
+      if (absent) {
+        dlock__script_call seed = calls[j];
+        seed.script = DLOCK__SCRIPT_RL_EXTEND;
+        run y;
+        if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
+      }
+    } else if (conf + failed < r->quorum) {
+      replies[j] = mk_int(neg ? -1 : 0);
+    } else {
+      char text[2200];
+      snprintf(text, sizeof text, "EQUORUM renewal confirmed by %d of %d Redlock nodes, %d needed: %s", conf, r->n,
+               r->quorum, m.buf);
+      replies[j] = mk_str(DLOCK__REPLY_ERROR, text);
+    }
+  }
+  run_free(r, &x);
+  for (size_t j = 0; j < n; j++)
+    if (!replies[j]) {
+      for (size_t k = 0; k < n; k++) {
+        dlock__reply_free(replies[k]);
+        replies[k] = NULL;
+      }
+      return dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+  return 0;
+}
+
+/* Release, withdraw, force release: every node. Per call: 1 when a node
+ * deleted our key (the rest expire with the lease) unless others hold a
+ * majority (-1); when no node answered 1 and one may have run it without
+ * answering, the outcome is unknown (an error with maybe_ran). */
+static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies) {
+  for (size_t j = 0; j < n; j++) calls[j].maybe_ran = 0, calls[j].replicas = -1;
+  run x;
+  int rc = run_calls(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  if (rc) return rc;
+  for (size_t j = 0; j < n && !rc; j++) {
+    int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0;
+    const dlock__reply *errrep = NULL;
+    msg m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < r->n; i++) {
+      const dlock__reply *v = x.res[(size_t)i * n + j];
+      if (!v) {
+        if (x.s[i].sent) maybe++;
+        add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+      } else if (v->type != DLOCK__REPLY_INTEGER) {
+        if (!errrep) errrep = v;
+        add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display,
+            v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
+      } else {
+        answered++;
+        if (v->integer == 1) one++;
+        else if (v->integer < 0) neg++;
+        else zero++;
+      }
+    }
+    if (neg >= r->quorum) replies[j] = mk_int(-1);
+    else if (one) replies[j] = mk_int(1);
+    else if (maybe || (!answered && !errrep)) {
+      calls[j].maybe_ran = maybe > 0;
+      rc = dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT, "%s on no Redlock node confirmed (%s)",
+                        dlock__script_name(calls[j].script), m.buf);
+    } else if (!answered) replies[j] = copy_reply(errrep);
+    else replies[j] = mk_int(neg ? -1 : 0);
+    if (!rc && !replies[j]) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  run_free(r, &x);
+  if (rc)
+    for (size_t j = 0; j < n; j++) {
+      dlock__reply_free(replies[j]);
+      replies[j] = NULL;
+    }
+  return rc;
+}
+
+/* info: the majority's view. {exists, pttl, fence, since, info, last fence,
+ * waiters, mine}: held (and mine) only when a majority says so; the fences
+ * are the highest any node reports. */
+static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  run x;
+  int rc = run_calls(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  if (rc) return rc;
+  int exists = 0, mine = 0, best = -1, any = -1;
+  const dlock__reply *errrep = NULL;
+  uint64_t fmax = 0, lmax = 0;
+  msg m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < r->n; i++) {
+    const dlock__reply *v = x.res[i];
+    if (!v) {
+      add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+      continue;
+    }
+    if (v->type != DLOCK__REPLY_ARRAY || v->elements < 8) {
+      if (!errrep) errrep = v;
+      continue;
+    }
+    if (any < 0) any = i;
+    uint64_t f;
+    if (v->element[2]->type == DLOCK__REPLY_STRING && !dlock__parse_fence(v->element[2]->str, v->element[2]->len, &f) &&
+        f > fmax)
+      fmax = f;
+    if (v->element[5]->type == DLOCK__REPLY_STRING && !dlock__parse_fence(v->element[5]->str, v->element[5]->len, &f) &&
+        f > lmax)
+      lmax = f;
+    if (v->element[0]->integer == 1) {
+      exists++;
+      if (best < 0) best = i;
+      if (v->element[7]->integer == 1) mine++;
+    }
+  }
+  if (any < 0) {
+    if (errrep) *reply = copy_reply(errrep);
+    run_free(r, &x);
+    if (errrep) return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+    return dlock__error(DLOCK_ECONNECT, "no Redlock node answered (%s)", m.buf);
+  }
+  int held = exists >= r->quorum;
+  dlock__reply *out = copy_reply(x.res[held ? best : any]);
+  run_free(r, &x);
+  if (!out) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  out->element[0]->integer = held;
+  out->element[7]->integer = mine >= r->quorum;
+  char fs[24];
+  if (held && fmax) {
+    snprintf(fs, sizeof fs, "%" PRIu64, fmax);
+    dlock__reply_free(out->element[2]);
+    out->element[2] = mk_str(DLOCK__REPLY_STRING, fs);
+  }
+  if (lmax) {
+    snprintf(fs, sizeof fs, "%" PRIu64, lmax);
+    dlock__reply_free(out->element[5]);
+    out->element[5] = mk_str(DLOCK__REPLY_STRING, fs);
+  }
+  if (!out->element[2] || !out->element[5]) {
+    dlock__reply_free(out);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  *reply = out;
+  return 0;
+}
+
+/* dlock_lock_info_get_node, dlock_client_check_node: while set, this
+ * thread talks to node pin-1 alone, as to a single server. */
+static _Thread_local int pin;
+
+static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
+                         dlock__reply **replies, dlock_mono_ms limit) {
+  (void)c;
+  redlock *r = (redlock *)t;
+  for (size_t j = 0; j < n; j++) replies[j] = NULL;
+  if (pin) return DLOCK__QUORUM_PASS; /* rl_route gives the pinned node */
+  dlock__script_id id = calls[0].script;
+  if (id == DLOCK__SCRIPT_ACQUIRE) {
+    if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
+    return rl_acquire(r, &calls[0], &replies[0]);
+  }
+  if (id == DLOCK__SCRIPT_EXTEND) return rl_extend(r, calls, n, replies, limit);
+  if (id == DLOCK__SCRIPT_RELEASE || id == DLOCK__SCRIPT_WITHDRAW || id == DLOCK__SCRIPT_FORCE_RELEASE)
+    return rl_delete(r, calls, n, replies);
+  if (id == DLOCK__SCRIPT_INFO && n == 1) return rl_info(r, &calls[0], &replies[0]);
+  return DLOCK__QUORUM_PASS;
+}
+
+/* ---- The topology ---- */
+
+/* Scripts of other kinds (guard, scheduler), PING, SCAN: the first node
+ * that did not fail last time. */
+static dlock__node *rl_route(dlock__topology *t, const char *key, size_t keylen) {
+  (void)key;
+  (void)keylen;
+  redlock *r = (redlock *)t;
+  if (pin > 0 && pin <= r->n) return &r->node[pin - 1].node;
+  for (int i = 0; i < r->n; i++)
+    if (!atomic_load(&r->node[i].node.suspect)) return &r->node[i].node;
+  return &r->node[0].node;
+}
+
+static void rl_destroy(dlock__topology *t) {
+  redlock *r = (redlock *)t;
+  for (int i = 0; i < r->n; i++) dlock__node_destroy(&r->node[i].node);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dlock__topology **out, char *display,
+                                size_t displaylen) {
+  *out = NULL;
+  if (n < 3 || n > DLOCK__REDLOCK_MAX) {
+    for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
+    return dlock__error(DLOCK_EURL, "Redlock needs 3 or more independent masters (5 advised), at most %d; %d %s "
+                        "given", DLOCK__REDLOCK_MAX, n, n == 1 ? "was" : "were");
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < i; j++)
+      if (eps[i].is_unix == eps[j].is_unix &&
+          (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path)
+                          : !strcmp(eps[i].host, eps[j].host) && eps[i].port == eps[j].port)) {
+        int rc = dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
+                              "independent master", eps[i].display);
+        for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
+        return rc;
+      }
+  redlock *r = calloc(1, sizeof *r);
+  if (!r) {
+    for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&r->mu, NULL);
+  r->quorum = n / 2 + 1;
+  r->command_timeout_ms = eps[0].command_timeout_ms;
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (!rc) {
+      rc = dlock__node_init(&r->node[i].node, &eps[i], max_conns);
+      if (!rc) r->n = i + 1;
+    } else {
+      dlock__endpoint_clear(&eps[i]);
+    }
+  }
+  r->base.kind = "redlock";
+  r->base.route = rl_route;
+  r->base.destroy = rl_destroy;
+  r->base.quorum_run = rl_quorum_run;
+  if (rc) {
+    rl_destroy(&r->base);
+    return rc;
+  }
+  size_t o = (size_t)snprintf(display, displaylen, "redlock %d nodes (", n);
+  for (int i = 0; i < n && o < displaylen; i++)
+    o += (size_t)snprintf(display + o, displaylen - o, "%s%s", i ? "," : "", r->node[i].node.ep.display);
+  if (o < displaylen) snprintf(display + o, displaylen - o, ")");
+  /* Meet every node once (PING, and INFO through the fresh connections):
+   * the client starts when at least one answers, so that a deployment with
+   * nodes down still starts; acquires count per node. */
+  static const char *ping[1] = {"PING"};
+  static const size_t ping_len[1] = {4};
+  dlock__cmd cmd = {1, ping, ping_len};
+  slot s[DLOCK__REDLOCK_MAX];
+  memset(s, 0, sizeof s);
+  for (int i = 0; i < n; i++) s[i] = (slot){.active = 1, .k = 1, .cmds = &cmd};
+  par_exec(r, s, dlock_mono_now() + r->command_timeout_ms);
+  int answered = 0;
+  msg m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < n; i++) {
+    if (!s[i].rc) answered++;
+    else add(&m, "%s%s", m.o ? "; " : "", s[i].err);
+  }
+  slots_free(s, n);
+  if (!answered) {
+    rc = dlock__error(DLOCK_ECONNECT, "no Redlock node answered: %s", m.buf);
+    rl_destroy(&r->base);
+    return rc;
+  }
+  *out = &r->base;
+  return 0;
+}
+
+/* ---- Public: each node's view ---- */
+
+int dlock_client_node_count(const dlock_client *c) {
+  if (!c || !c->topo || c->topo->quorum_run != rl_quorum_run) return 0;
+  return ((const redlock *)c->topo)->n;
+}
+
+const char *dlock_client_node_name(const dlock_client *c, int i) {
+  if (i < 0 || i >= dlock_client_node_count(c)) return "";
+  return ((const redlock *)c->topo)->node[i].node.ep.display;
+}
+
+int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out) {
+  dlock__error_clear();
+  if (i < 0 || i >= dlock_client_node_count(c))
+    return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get_node: node %d of %d (a Redlock client has 3 or more)", i,
+                        dlock_client_node_count(c));
+  pin = i + 1;
+  int rc = dlock_lock_info_get(c, name, out);
+  pin = 0;
+  return rc;
+}
+
+int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max) {
+  dlock__error_clear();
+  if (i < 0 || i >= dlock_client_node_count(c))
+    return dlock__error(DLOCK_EINVAL, "dlock_client_check_node: node %d of %d (a Redlock client has 3 or more)", i,
+                        dlock_client_node_count(c));
+  pin = i + 1;
+  int rc = dlock_client_check(c, out, max);
+  pin = 0;
+  return rc;
+}

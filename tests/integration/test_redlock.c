@@ -1,0 +1,451 @@
+/*
+ * test_redlock.c - Redlock over 5 real, independent redis-servers: bad URLs;
+ * every subset of nodes pre-occupied by a foreign token (success exactly
+ * when a majority is free, nothing of ours left after a failure); 2 nodes
+ * down works, 3 down fails within the wait naming them; a node restarted
+ * empty is re-seeded by renewal and held out of new quorums; fences keep
+ * rising across FLUSHALL and restarts; 4 processes x 25 runs on an
+ * unguarded counter; a frozen node costs an acquire its per-node deadline.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "test.h"
+
+#define N 5
+static th_redis srv[N];
+static char url[1024];
+
+void test_setup(void) {
+  if (th_redis_start_n(srv, N, NULL) != 0) {
+    fprintf(stderr, "cannot start %d redis-servers\n", N);
+    exit(1);
+  }
+  th_redlock_url(srv, N, url, sizeof url);
+}
+
+void test_teardown(void) { th_redis_stop_n(srv, N); }
+
+static void cli(int i, char *out, size_t len, const char *cmd) { th_redis_cli(&srv[i], out, len, "%s", cmd); }
+
+/* Nothing of lock 'name' on node i but what 'want' says ("" : no key). */
+static void expect_key(int i, const char *name, const char *want) {
+  char out[256], cmd[300];
+  snprintf(cmd, sizeof cmd, "GET %s", name);
+  cli(i, out, sizeof out, cmd);
+  if (strcmp(out, want) != 0) TEST_FAIL("node %d (port %d): key %s holds '%s', want '%s'", i, srv[i].port, name, out, want);
+}
+
+static void down(int i) {
+  kill(srv[i].pid, SIGKILL);
+  waitpid(srv[i].pid, NULL, 0);
+  srv[i].pid = 0;
+}
+
+static void up(int i) {
+  if (srv[i].pid <= 0 && th_redis_restart(&srv[i]) != 0) TEST_FAIL("cannot restart node %d", i);
+}
+
+static void flush_all(void) {
+  char out[64];
+  for (int i = 0; i < N; i++) {
+    up(i);
+    cli(i, out, sizeof out, "FLUSHALL");
+  }
+}
+
+TEST(bad_urls_say_why_and_hide_passwords) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  dlock_client *c = NULL;
+  char u[1200];
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d", srv[0].port, srv[1].port);
+  o.url = u;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EURL);
+  ASSERT_CONTAINS(dlock_last_error(), "3 or more");
+  ASSERT_CONTAINS(dlock_last_error(), "5 advised");
+  snprintf(u, sizeof u, "redlock://u:s3cret@127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", srv[0].port, srv[1].port,
+           srv[0].port);
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EURL);
+  ASSERT_CONTAINS(dlock_last_error(), "listed twice");
+  snprintf(u, sizeof u, "redlock://u:s3cret@127.0.0.1:%d,,127.0.0.1:%d", srv[0].port, srv[1].port);
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EURL);
+  ASSERT(!strstr(dlock_last_error(), "s3cret"));
+  ASSERT_CONTAINS(dlock_last_error(), "u:***@");
+  char shown[1200];
+  snprintf(u, sizeof u, "redlock://a:pw1@h1:1,b:pw2@h2:2,h3:3/0?password=pw3");
+  dlock_url_redact(u, shown, sizeof shown);
+  ASSERT_STR_EQ(shown, "redlock://a:***@h1:1,b:***@h2:2,h3:3/0?password=***");
+  /* The list form: 3 or more full URLs. */
+  const char *two[2] = {srv[0].url, srv[1].url};
+  o.url = NULL;
+  o.redlock_urls = two;
+  o.redlock_nurls = 2;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EINVAL);
+  ASSERT_CONTAINS(dlock_last_error(), "3 or more");
+  const char *three[3] = {srv[0].url, srv[1].url, srv[2].url};
+  o.redlock_urls = three;
+  o.redlock_nurls = 3;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  ASSERT_CONTAINS(dlock_client_server(c), "redlock 3 nodes");
+  dlock_mutex *m = test_mutex(c, "rl:list", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  for (int i = 0; i < 3; i++) {
+    char out[128];
+    cli(i, out, sizeof out, "EXISTS rl:list");
+    ASSERT_STR_EQ(out, "1");
+  }
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(every_subset_of_foreign_nodes_succeeds_exactly_with_a_free_majority) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:subset", 10000);
+  char out[128], cmd[128];
+  for (unsigned mask = 0; mask < (1u << N); mask++) {
+    int busy = 0;
+    for (int i = 0; i < N; i++)
+      if ((mask >> i) & 1) {
+        busy++;
+        cli(i, out, sizeof out, "SET rl:subset foreign PX 60000");
+      }
+    int rc = dlock_mutex_acquire(m, 0);
+    int want_ok = N - busy >= N / 2 + 1;
+    if (want_ok ? rc != 0 : rc != DLOCK_EBUSY)
+      TEST_FAIL("mask %02x (%d foreign): acquire gave %s: %s", mask, busy, dlock_err_name(rc), dlock_mutex_errmsg(m));
+    if (!want_ok) {
+      char held[32];
+      snprintf(held, sizeof held, "held by another owner on %d", busy);
+      ASSERT_CONTAINS(dlock_mutex_errmsg(m), held);
+      for (int i = 0; i < N; i++) {
+        if ((mask >> i) & 1) {
+          ASSERT_CONTAINS(dlock_mutex_errmsg(m), srv[i].url + strlen("redis://"));
+          expect_key(i, "rl:subset", "foreign");
+        } else {
+          expect_key(i, "rl:subset", "");
+          cli(i, out, sizeof out, "EXISTS {rl:subset}:meta");
+          ASSERT_STR_EQ(out, "0");
+        }
+      }
+    } else {
+      ASSERT(dlock_mutex_fence(m) > 0);
+      ASSERT_OK(dlock_mutex_release(m));
+      for (int i = 0; i < N; i++) expect_key(i, "rl:subset", (mask >> i) & 1 ? "foreign" : "");
+    }
+    for (int i = 0; i < N; i++) {
+      snprintf(cmd, sizeof cmd, "DEL rl:subset");
+      cli(i, out, sizeof out, cmd);
+    }
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(two_nodes_down_works_three_down_fails_within_the_wait_naming_them) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:down", 10000);
+  down(0);
+  down(3);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  down(4);
+  long long t0 = th_now_ms();
+  int rc = dlock_mutex_acquire(m, 1000);
+  long long took = th_now_ms() - t0;
+  ASSERT_STATUS(rc, DLOCK_EQUORUM);
+  const char *e = dlock_mutex_errmsg(m);
+  ASSERT_CONTAINS(e, "unreachable or failing on 3");
+  for (int i = 0; i < N; i++) {
+    char port[16];
+    snprintf(port, sizeof port, ":%d", srv[i].port);
+    if (i == 0 || i == 3 || i == 4) ASSERT_CONTAINS(e, port);
+  }
+  ASSERT(took >= 1000);
+  if (took > 1000 + 2500 * th_time_factor()) TEST_FAIL("a 1 s wait took %lld ms", took);
+  expect_key(1, "rl:down", "");
+  expect_key(2, "rl:down", "");
+  up(0);
+  up(3);
+  up(4);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The token a lock holds on node i (node 1 when it was not restarted). */
+static void token_on(int i, const char *name, char *out, size_t len) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "GET %s", name);
+  cli(i, out, len, cmd);
+}
+
+TEST(a_node_restarted_empty_is_reseeded_and_held_out_of_new_quorums) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  /* A 30 s lease in use: a node restarted less than 30 s ago does not count. */
+  dlock_mutex *big = test_mutex(c, "rl:big", 30000);
+  ASSERT_OK(dlock_mutex_acquire(big, 0));
+  ASSERT_OK(dlock_mutex_release(big));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 1500 * th_time_factor();
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rl:held", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  char tok[128], got[128];
+  token_on(1, "rl:held", tok, sizeof tok);
+  ASSERT(strlen(tok) == 32);
+  if (th_redis_restart(&srv[0]) != 0) TEST_FAIL("restart");
+  expect_key(0, "rl:held", "");
+  /* The watchdog renews every third of the lease: node 0 gets our token back. */
+  long long until = th_now_ms() + 3000 * th_time_factor();
+  for (;;) {
+    token_on(0, "rl:held", got, sizeof got);
+    if (!strcmp(got, tok) || th_now_ms() > until) break;
+    th_sleep_ms(50);
+  }
+  ASSERT_STR_EQ(got, tok);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  /* Two foreign nodes: only 0, 3 and 4 are free, and 0 restarted recently. */
+  char out[64];
+  cli(1, out, sizeof out, "SET rl:new foreign PX 60000");
+  cli(2, out, sizeof out, "SET rl:new foreign PX 60000");
+  dlock_mutex *n2 = test_mutex(c, "rl:new", 5000);
+  ASSERT_STATUS(dlock_mutex_acquire(n2, 0), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(n2), "restarted recently");
+  char port[16];
+  snprintf(port, sizeof port, ":%d", srv[0].port);
+  ASSERT_CONTAINS(strstr(dlock_mutex_errmsg(n2), "not counted"), port);
+  expect_key(0, "rl:new", "");
+  expect_key(3, "rl:new", "");
+  ASSERT_OK(dlock_mutex_release(m));
+  for (int i = 0; i < N; i++) expect_key(i, "rl:held", "");
+  dlock_mutex_free(n2);
+  dlock_mutex_free(m);
+  dlock_mutex_free(big);
+  dlock_client_free(c);
+}
+
+static uint64_t take_fence(dlock_mutex *m) {
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t f = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_mutex_release(m));
+  return f;
+}
+
+TEST(fences_keep_rising_across_flushall_of_two_and_restart_of_two_others) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:fence", 5000);
+  /* One node's counter far above every clock: only the write-back carries
+   * it to the others, so only the write-back makes the later fences rise. */
+  char out[64];
+  cli(0, out, sizeof out, "SET {rl:fence}:fence 8000000000000000000");
+  uint64_t f1 = take_fence(m);
+  ASSERT_EQ(f1, 8000000000000000001ULL);
+  cli(0, out, sizeof out, "FLUSHALL");
+  cli(1, out, sizeof out, "FLUSHALL");
+  uint64_t f2 = take_fence(m);
+  if (f2 <= f1) TEST_FAIL("fence after FLUSHALL of 2 nodes: %" PRIu64 " <= %" PRIu64, f2, f1);
+  if (th_redis_restart(&srv[2]) != 0 || th_redis_restart(&srv[3]) != 0) TEST_FAIL("restart");
+  uint64_t f3 = take_fence(m);
+  if (f3 <= f2) TEST_FAIL("fence after restarting 2 others: %" PRIu64 " <= %" PRIu64, f3, f2);
+  /* Every node of the write-back majority holds the newest fence. */
+  int have = 0;
+  for (int i = 0; i < N; i++) {
+    cli(i, out, sizeof out, "GET {rl:fence}:fence");
+    char want[32];
+    snprintf(want, sizeof want, "%" PRIu64, f3);
+    if (!strcmp(out, want)) have++;
+  }
+  ASSERT(have >= N / 2 + 1);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_node_that_is_not_a_master_is_reported_and_not_counted) {
+  flush_all();
+  char out[256], cmd[128];
+  /* Node 4 becomes a writable replica of node 3: its writes count nowhere. */
+  cli(4, out, sizeof out, "CONFIG SET replica-read-only no");
+  snprintf(cmd, sizeof cmd, "REPLICAOF 127.0.0.1 %d", srv[3].port);
+  cli(4, out, sizeof out, cmd);
+  dlock_client *c = test_client(url); /* new connections: INFO replication read */
+  cli(0, out, sizeof out, "SET rl:role foreign PX 60000");
+  cli(1, out, sizeof out, "SET rl:role foreign PX 60000");
+  dlock_mutex *m = test_mutex(c, "rl:role", 5000);
+  int rc = dlock_mutex_acquire(m, 0);
+  cli(4, out, sizeof out, "REPLICAOF NO ONE");
+  cli(4, out, sizeof out, "CONFIG SET replica-read-only yes");
+  ASSERT_STATUS(rc, DLOCK_EQUORUM);
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d is not a master (role:slave)", srv[4].port);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), want);
+  expect_key(2, "rl:role", "");
+  expect_key(3, "rl:role", "");
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(renewal_counts_only_with_a_majority_and_loss_comes_at_the_local_deadline) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:renew", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  down(1);
+  down(2);
+  ASSERT_OK(dlock_mutex_extend(m, 5000)); /* 3 of 5 confirm */
+  down(3);
+  ASSERT_STATUS(dlock_mutex_extend(m, 5000), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "renewal confirmed by 2 of 5 Redlock nodes, 3 needed");
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  int rc = dlock_mutex_release(m);
+  ASSERT(rc == 0);
+  dlock_mutex_free(m);
+  /* Watchdog mode: with 3 of 5 down no renewal counts, and the hold is
+   * lost at its local deadline, as on one node. */
+  up(1);
+  up(2);
+  up(3);
+  /* A new client: this one holds the restarted nodes out for a lease. */
+  dlock_client_free(c);
+  c = test_client(url);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 1000 * th_time_factor();
+  ASSERT_OK(dlock_mutex_new(&m, c, "rl:renew2", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  down(0);
+  down(1);
+  down(2);
+  dlock_mono_ms until = dlock_mutex_valid_until(m);
+  while (dlock_mutex_lost(m) == DLOCK_LOST_NONE && dlock_mono_now() < until + 2000 * th_time_factor())
+    th_sleep_ms(10);
+  dlock_lost_reason why = dlock_mutex_lost(m);
+  ASSERT(why == DLOCK_LOST_UNREACHABLE || why == DLOCK_LOST_DEADLINE);
+  ASSERT(dlock_mono_now() >= until);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  up(0);
+  up(1);
+  up(2);
+  dlock_client_free(c);
+}
+
+typedef struct counter_arg {
+  const char *path;
+  int runs;
+} counter_arg;
+
+/* A child: 'runs' times take the lock and bump an unguarded file counter. */
+static int counter_child(void *p) {
+  counter_arg *a = p;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return 2;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 10000;
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, "rl:counter", &mo) != 0) return 3;
+  for (int i = 0; i < a->runs; i++) {
+    if (dlock_mutex_acquire(m, 60000) != 0) {
+      fprintf(stderr, "child acquire: %s\n", dlock_mutex_errmsg(m));
+      return 4;
+    }
+    int fd = open(a->path, O_RDWR);
+    char buf[32] = {0};
+    ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+    long v = k > 0 ? strtol(buf, NULL, 10) : 0;
+    usleep(2000); /* widen the window a missing lock would open */
+    int len = snprintf(buf, sizeof buf, "%ld\n", v + 1);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)len, 0) != len) return 5;
+    close(fd);
+    if (dlock_mutex_release(m) != 0) {
+      fprintf(stderr, "child release: %s\n", dlock_mutex_errmsg(m));
+      return 6;
+    }
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return 0;
+}
+
+TEST(four_processes_times_25_runs_on_an_unguarded_counter_are_exact) {
+  flush_all();
+  char path[300];
+  snprintf(path, sizeof path, "%s/counter", srv[0].dir);
+  FILE *f = fopen(path, "w");
+  ASSERT(f != NULL);
+  fputs("0\n", f);
+  fclose(f);
+  counter_arg a = {path, 25};
+  pid_t pids[4];
+  for (int i = 0; i < 4; i++) pids[i] = th_spawn(counter_child, &a);
+  for (int i = 0; i < 4; i++) {
+    int st = th_wait(pids[i], 120000L * th_time_factor());
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("child %d: status %d", i, st);
+  }
+  f = fopen(path, "r");
+  ASSERT(f != NULL);
+  long v = 0;
+  ASSERT_EQ(fscanf(f, "%ld", &v), 1);
+  fclose(f);
+  ASSERT_EQ(v, 100);
+  for (int i = 0; i < N; i++) expect_key(i, "rl:counter", "");
+}
+
+TEST(a_frozen_node_costs_an_acquire_no_more_than_its_per_node_deadline) {
+  flush_all();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 1000;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "rl:frozen", 2000); /* per-node deadline: 200 ms */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  long long worst = 0;
+  for (int i = 0; i < 3; i++) {
+    kill(srv[2].pid, SIGSTOP);
+    long long t0 = th_now_ms();
+    int rc = dlock_mutex_acquire(m, 0);
+    long long took = th_now_ms() - t0;
+    kill(srv[2].pid, SIGCONT);
+    ASSERT_OK(rc);
+    if (took > worst) worst = took;
+    ASSERT_OK(dlock_mutex_release(m));
+  }
+  /* Frozen while no pooled connection to it is left: its new connection
+   * waits in a thread of its own, not in front of the other nodes'. */
+  kill(srv[2].pid, SIGSTOP);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int rc = dlock_mutex_release(m); /* node 2's connection times out and is closed */
+  ASSERT(rc == 0 || rc == DLOCK_EUNKNOWN);
+  for (int i = 0; i < 2; i++) {
+    long long t0 = th_now_ms();
+    rc = dlock_mutex_acquire(m, 0);
+    long long took = th_now_ms() - t0;
+    if (rc) TEST_FAIL("acquire with node 2 frozen and not connected: %s", dlock_mutex_errmsg(m));
+    if (took > worst) worst = took;
+    ASSERT_OK(dlock_mutex_release(m));
+  }
+  kill(srv[2].pid, SIGCONT);
+  printf("  slowest acquire with a frozen node: %lld ms (per-node deadline 200 ms)\n", worst);
+  if (worst < 150 || worst > 200 + 600 * th_time_factor())
+    TEST_FAIL("an acquire with a frozen node took %lld ms; the per-node deadline is 200 ms", worst);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST_MAIN()
