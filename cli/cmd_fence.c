@@ -8,10 +8,11 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_QUIET };
+enum { OPT_URL = 1, OPT_QUIET, OPT_PREFIX };
 
 static const cli_opt fence_opts[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"quiet", 'q', 0, OPT_QUIET},
   {NULL, 0, 0, 0},
 };
@@ -32,6 +33,8 @@ int cmd_fence(int argc, char **argv)
       return CLI_EXIT_USAGE;
     if (id == OPT_URL) {
       url = arg;
+    } else if (id == OPT_PREFIX) {
+      cli_config_set_flag("prefix", arg);
     } else if (id == OPT_QUIET) {
       quiet = 1;
     } else if (id == CLI_OPT_POSITIONAL && npos < 3) {

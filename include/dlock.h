@@ -86,7 +86,8 @@ extern "C" {
   XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from") \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
-  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")
+  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")           \
+  XX(EDB,        -35, "the server has no such database (the URL's /db)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -258,7 +259,7 @@ typedef struct dlock_mutex dlock_mutex;
 
 typedef enum dlock_lost_reason {
   DLOCK_LOST_NONE = 0,
-  DLOCK_LOST_EXPIRED = 1,     /* the key vanished: the lease ran out */
+  DLOCK_LOST_EXPIRED = 1,     /* the key vanished: the lease ran out (or a DEL) */
   DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
   DLOCK_LOST_UNREACHABLE = 3, /* renewals were sent but none succeeded before valid_until */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
@@ -266,7 +267,12 @@ typedef enum dlock_lost_reason {
   /* The master changed since the hold began (Sentinel failover) and the new
    * master does not hold our token: the write was not replicated in time,
    * or another owner took the lock on the new master. */
-  DLOCK_LOST_FAILOVER = 6
+  DLOCK_LOST_FAILOVER = 6,
+  /* Another client deleted the key (dlock_lock_force_release(), "dlock
+   * release --force"): told apart from EXPIRED by a tombstone the forced
+   * release leaves for as long as the lease had left. A key deleted by
+   * other means (DEL) reads as EXPIRED. */
+  DLOCK_LOST_DELETED = 7
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
