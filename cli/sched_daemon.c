@@ -94,8 +94,12 @@ static void on_event(const dlock_sched_event *ev, void *arg)
       cli_format_duration(ev->duration_ms, took, sizeof took);
     else
       snprintf(took, sizeof took, "? (end not recorded)");
-    say("%s tick %s: ran on %s, fence %llu, %s, exit %d", ev->job, when, node ? node : "?",
-        (unsigned long long)ev->fence, took, ev->status);
+    if (ev->status == 0)
+      say("%s tick %s: ran on %s, fence %llu, %s, exit 0", ev->job, when, node ? node : "?",
+          (unsigned long long)ev->fence, took);
+    else
+      say("%s tick %s: ran on %s, fence %llu, %s, failed (exit %d)", ev->job, when,
+          node ? node : "?", (unsigned long long)ev->fence, took, ev->status);
     return;
   case DLOCK_SCHED_SKIPPED:
     if (!o->quiet) {
@@ -111,8 +115,9 @@ static void on_event(const dlock_sched_event *ev, void *arg)
     return;
   case DLOCK_SCHED_SKIPPED_POOL:
     if (!o->quiet) {
-      say("%s tick %s: skipped, pool: all %d worker(s) of this node busy; left to "
-          "other nodes", ev->job, when, o->pool > 0 ? o->pool : 1);
+      say("%s tick %s: skipped, pool: all %d worker(s) of this node busy, so this node "
+          "did not claim it (it runs only if another node takes it)", ev->job, when,
+          o->pool > 0 ? o->pool : 1);
     }
     return;
   case DLOCK_SCHED_MISFIRED:

@@ -435,6 +435,11 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
  * DLOCK_ERANGE: 'token' is 0 or above 2^63-1 (never issued by dlock);
  * DLOCK_EFENCE: the recorded value is no such integer (the key is named). */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
+/* dlock_guard_check() that also gives the highest token seen for 'resource'
+ * after the check: 'token' when admitted, the newer one when DLOCK_ESTALE
+ * (0 on other errors). 'highest' may be NULL. */
+DLOCK_API int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token,
+                                        uint64_t *highest);
 
 /* ---- Cron and time (pure, no I/O but zoneinfo files) ---- */
 
