@@ -288,6 +288,8 @@ int cmd_config(int argc, char **argv)
     char shown[2048];
     if (i == S_URL)
       cli_redact_url(v, shown, sizeof shown);
+    else if (i == S_PREFIX && v[0] != '\0' && v[strlen(v) - 1] != ':')
+      snprintf(shown, sizeof shown, "%s:", v); /* as the library uses it */
     else
       snprintf(shown, sizeof shown, "%s", v);
     if (json) {
@@ -309,8 +311,8 @@ int cmd_config(int argc, char **argv)
     cli_json_string(stdout, system);
     fputs("]}\n", stdout);
   } else {
-    printf("# files read: %s, then %s (a flag, then the environment, win over both)\n",
-           system, user[0] != '\0' ? user : "(no $HOME)");
+    printf("# files: %s wins over %s; the environment over both; a flag over all\n",
+           user[0] != '\0' ? user : "(no $HOME)", system);
   }
   return CLI_EXIT_OK;
 }
