@@ -191,13 +191,14 @@ static int parse_run(int argc, char **argv, run_opts *o)
 
 /* ---- What the child gets ---- */
 
-/* DLOCK_NAME, DLOCK_FENCE and DLOCK_URL replaced or added. */
+/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL and DLOCK_PREFIX replaced or added. */
 static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence)
 {
   const char *url = cli_effective_url(o->url);
   size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
   char env_name[DLOCK_MAX_NAME_LEN + 16];
   char env_fence[64];
+  char env_prefix[DLOCK_MAX_NAME_LEN + 16];
   char *env_url = malloc(urllen);
 
   memset(p, 0, sizeof *p);
@@ -206,7 +207,9 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   snprintf(env_name, sizeof env_name, "DLOCK_NAME=%s", o->name);
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
   snprintf(env_url, urllen, "DLOCK_URL=%s", url);
-  const char *env[] = {env_name, env_fence, env_url, NULL};
+  /* The prefix too, so that a nested 'dlock fence check' finds our keys. */
+  snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
+  const char *env[] = {env_name, env_fence, env_url, env_prefix, NULL};
   int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   return rc;

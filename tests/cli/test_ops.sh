@@ -81,6 +81,9 @@ assert_match "... and which" "$(cat "$TEST_DIR/err")" "SELECT 99 failed.*databas
 
 "$DLOCK" run --prefix app pfx -- sh -c "redis-cli -p $REDIS_PORT EXISTS app:pfx" >"$TEST_DIR/out"
 assert_eq "run --prefix app: the key is app:pfx" "$(cat "$TEST_DIR/out")" 1
+out=$("$DLOCK" run --prefix app envp -- sh -c 'echo "$DLOCK_PREFIX"; dlock_fence=$DLOCK_FENCE; "$0" fence check nested "$dlock_fence"' "$DLOCK")
+assert_eq "the command gets DLOCK_PREFIX, so a nested dlock uses it" "$(printf '%s' "$out" | head -n 1)" "app"
+check "... the nested fence check wrote under the prefix" key_exists "{app:nested}:guard"
 "$DLOCK" run --prefix app: held -- sleep 30 &
 bg_track $!
 check "run --prefix app: holds app:held" wait_for 10 key_exists app:held
