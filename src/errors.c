@@ -60,8 +60,8 @@ const char *dlock_lost_reason_str(dlock_lost_reason reason) {
     case DLOCK_LOST_TAKEN: return "another owner holds the lock now";
     case DLOCK_LOST_UNREACHABLE: return "Redis could not be reached to renew the lease in time";
     case DLOCK_LOST_MAX_HOLD: return "the maximum hold time was reached";
-    case DLOCK_LOST_DEADLINE: return "the lease ran out: its local deadline passed without a renewal";
-    case DLOCK_LOST_DELETED: return "another client deleted the key (a forced release)";
+    case DLOCK_LOST_DEADLINE: return "the lease ran out before a renewal";
+    case DLOCK_LOST_DELETED: return "another client deleted the key with a forced release";
     case DLOCK_LOST_FAILOVER: return "a failover moved the master and the new master does not hold the lock";
   }
   return "unknown reason";

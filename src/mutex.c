@@ -657,7 +657,7 @@ int dlock_mutex_release(dlock_mutex *m) {
     rc = dlock__error(DLOCK_EUNKNOWN, "release sent twice and no reply came (%s): it may have run; if it did "
                       "not, the key expires with its lease", saved);
   } else if (!rc && v == -2)
-    rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key (a forced release); nothing was "
+    rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key with a forced release; nothing was "
                       "deleted");
   else if (!rc && v == 0)
     rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
@@ -713,7 +713,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
                                 v == 0    ? "the key is gone"
-                                : v == -2 ? "another client deleted the key (a forced release)"
+                                : v == -2 ? "another client deleted the key with a forced release"
                                           : "another owner holds it now"), "extend");
   }
   pthread_mutex_lock(&m->mu);

@@ -40,7 +40,7 @@ check "a holder with a short lease" wait_for 10 key_exists lostme
 wait_exit "$DL" 20
 assert_eq "lost by a forced release: 79" "$EXIT_CODE" 79
 assert_match "the reason: another client deleted the key" "$(cat "$TEST_DIR/lost.err")" \
-  "^dlock: lock 'lostme' lost: another client deleted the key \(a forced release\); sending SIGTERM"
+  "^dlock: lock 'lostme' lost: another client deleted the key with a forced release; sending SIGTERM"
 check "no doubled parentheses in the reason" sh -c "! grep -q '([^)]*(' '$TEST_DIR/lost.err'"
 
 "$DLOCK" run --lease 1500ms --lost-exit-code 3 gone -- sleep 30 2>"$TEST_DIR/gone.err" &
