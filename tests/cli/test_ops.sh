@@ -178,6 +178,16 @@ check "a good run is logged" wait_for 15 grep -q "ran on" "$TEST_DIR/every.err"
 kill -TERM $EV
 wait_exit $EV 20
 assert_match "a good run says 'exit 0', not failed" "$(grep 'ran on' "$TEST_DIR/every.err" | head -n 1)" ", exit 0$"
+"$DLOCK" every 1s --name poolbusy -- sleep 2.5 2>"$TEST_DIR/every.err" &
+EV=$!
+bg_track $EV
+check "a tick finds the one worker busy" wait_for 15 grep -q "skipped, pool" "$TEST_DIR/every.err"
+kill -TERM $EV
+wait_exit $EV 20
+line=$(grep "skipped, pool" "$TEST_DIR/every.err" | head -n 1)
+assert_match "single node: the pool skip says this node did not claim it" "$line" \
+  "skipped, pool: all 1 worker\(s\) of this node busy, so this node did not claim it"
+check "... and does not speak of other nodes as if there were some" sh -c "! grep -q 'left to other nodes' '$TEST_DIR/every.err'"
 usage_error "a 5-field expression names --unix" "5-field Unix expression needs Unix mode.*--unix" \
   cron --next '*/5 * * * *'
 out=$("$DLOCK" cron --next @daily --from 2026-03-18T10:20:30Z -n 2)
