@@ -646,7 +646,7 @@ int cmd_run(int argc, char **argv)
     sigset_t got;
     int timeout = report_at != 0 ? (int)ms_until(report_at) : -1;
     int pr = poll(pfd, 2, timeout);
-    if (pr == 0 && report_at != 0 && got_signal == 0) {
+    if (pr == 0 && report_at != 0) {
       report_wait(c, &o, owner, dlock_mono_now() - wait_start);
       report_at = dlock_mono_now() + WAIT_REPORT_EVERY_MS;
       continue;
@@ -658,6 +658,7 @@ int cmd_run(int argc, char **argv)
     drain_signals(sig.fd, 0, &done, &status, &got, &last);
     if (last != 0 && got_signal == 0) {
       got_signal = last;
+      report_at = 0; /* no more wait reports: the wait is ending */
       dlock_mutex_cancel(m);
     }
     if ((pfd[1].revents & POLLIN) != 0) {
