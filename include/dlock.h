@@ -406,7 +406,9 @@ DLOCK_API void dlock_lock_info_init(dlock_lock_info *info);
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
- * receives 1 if a key was deleted. Wakes a waiter. A key that dlock did not
+ * receives 1 if a key was deleted. Wakes a waiter. The holder's next renewal
+ * or release reports DLOCK_LOST_DELETED (a tombstone tells it apart from an
+ * expired lease). A key that dlock did not
  * take (no "{K}:meta" metadata: an application's own key, or another
  * library's lock) is left alone: DLOCK_EFOREIGN. Never sent twice: when its
  * reply is lost the answer is DLOCK_EUNKNOWN (look before trying again). */
