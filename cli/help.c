@@ -393,10 +393,10 @@ static const cli_help_page pages[] = {
    "tick. The table shows which node ran each tick and which skipped it.\n"},
 
   {"config",
-   "Usage: dlock config [show] [--url URL] [--prefix P] [--json]\n"
-   "Print the settings dlock uses and where each comes from: a flag, the\n"
-   "environment, the user's file, the system's file or the default. The URL's\n"
-   "password is shown as ***.\n"
+   "Usage: dlock config show [--url URL] [--prefix P] [--json]\n"
+   "Print ('show' is the default) the settings dlock uses and where each\n"
+   "comes from: a flag, the environment, the user's file, the system's file\n"
+   "or the default. The URL's password is shown as ***.\n"
    "\n"
    "  --url URL, --prefix P  as given to other commands (they win over all)\n"
    "  --json        print {settings: {KEY: {value, source}}, files: [...]}\n"
