@@ -117,6 +117,23 @@ void cli_format_duration(int64_t ms, char *buf, size_t len);
 
 /* ---- Connecting and errors (common.c) ---- */
 
+/* ---- Settings (config.c) ---- */
+
+/* A flag's value ("url" or "prefix"), before the first cli_config_load(). */
+void cli_config_set_flag(const char *key, const char *value);
+/* Read the config files and the environment (once). 0, or the exit code
+ * after saying what is wrong (file:line). */
+int cli_config_load(void);
+/* The effective URL (never NULL) and key prefix ("" for none). */
+const char *cli_config_url(void);
+const char *cli_config_prefix(void);
+/* Put url, key prefix, TLS files and timeouts into 'opts'. */
+void cli_config_apply(dlock_client_options *opts);
+/* The system's and the user's config file paths ("" when there is no $HOME). */
+void cli_config_paths(char *system, size_t slen, char *user, size_t ulen);
+int cmd_config(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
 /* Connect to --url (NULL: $DLOCK_URL, else the library's default). On
  * failure prints why and returns the exit code (69 or 64); else 0. Prints
  * the client's warnings about the server (dlock_client_warnings) once. */
@@ -127,6 +144,9 @@ void cli_print_warnings(const dlock_client *c);
 const char *cli_effective_url(const char *url);
 /* 'url' with any password replaced by "***", into 'buf'. */
 void cli_redact_url(const char *url, char *buf, size_t len);
+/* Who holds a lock, in one line for messages: "pid 12 on host user u,
+ * command: make; since 3s ago; lease 27s left; 2 waiting" (cmd_status.c). */
+void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len);
 /* Exit code for a failed library call. */
 int cli_exit_for_status(int status);
 /* Print "dlock: <what>: <strerror> (<detail>)" to stderr and return the exit

@@ -19,11 +19,12 @@
 enum {
   OPT_URL = 1, OPT_NAME, OPT_TZ, OPT_UNIX, OPT_AT_MOST, OPT_AT_LEAST, OPT_POOL, OPT_NODE,
   OPT_GRACE, OPT_SHELL, OPT_QUIET, OPT_VERBOSE, OPT_NEXT, OPT_HISTORY, OPT_COUNT,
-  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_MAX
+  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_MAX
 };
 
 static const cli_opt cron_table[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"name", 0, 1, OPT_NAME},
   {"tz", 0, 1, OPT_TZ},
   {"unix", 0, 0, OPT_UNIX},
@@ -46,6 +47,7 @@ static const cli_opt cron_table[] = {
 
 static const cli_opt every_table[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"name", 0, 1, OPT_NAME},
   {"tz", 0, 1, OPT_TZ},
   {"lock-at-most-for", 0, 1, OPT_AT_MOST},
@@ -126,6 +128,9 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       break;
     case OPT_URL:
       a->d.url = arg;
+      break;
+    case OPT_PREFIX:
+      cli_config_set_flag("prefix", arg);
       break;
     case OPT_NAME:
       a->d.job = arg;
@@ -322,7 +327,8 @@ static void history_text(const dlock_run_record *r, int n, const char *tz)
 static int cron_history(sched_args *a)
 {
   int rc = only("cron", cron_table, a,
-                BIT(OPT_HISTORY) | BIT(OPT_COUNT) | BIT(OPT_JSON) | BIT(OPT_URL) | BIT(OPT_TZ),
+                BIT(OPT_HISTORY) | BIT(OPT_COUNT) | BIT(OPT_JSON) | BIT(OPT_URL) | BIT(OPT_TZ) |
+                    BIT(OPT_PREFIX),
                 "--history");
   if (rc != 0)
     return rc;

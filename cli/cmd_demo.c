@@ -27,10 +27,11 @@
 #define TICKS 5          /* ticks shown */
 #define PERIOD_MS 1000
 
-enum { OPT_URL = 1 };
+enum { OPT_URL = 1, OPT_PREFIX };
 
 static const cli_opt demo_opts[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {NULL, 0, 0, 0},
 };
 
@@ -597,6 +598,8 @@ int cmd_demo(int argc, char **argv)
       return CLI_EXIT_USAGE;
     if (id == OPT_URL)
       url = arg;
+    else if (id == OPT_PREFIX)
+      cli_config_set_flag("prefix", arg);
     else
       return cli_usage_error("demo", "unexpected argument '%s'", arg != NULL ? arg : "--");
   }

@@ -7,10 +7,11 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_JSON };
+enum { OPT_URL = 1, OPT_JSON, OPT_PREFIX };
 
 static const cli_opt doctor_opts[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {NULL, 0, 0, 0},
 };
@@ -120,6 +121,8 @@ int cmd_doctor(int argc, char **argv)
       return CLI_EXIT_USAGE;
     if (id == OPT_URL)
       url = arg;
+    else if (id == OPT_PREFIX)
+      cli_config_set_flag("prefix", arg);
     else if (id == OPT_JSON)
       json = 1;
     else if (id == CLI_OPT_POSITIONAL)

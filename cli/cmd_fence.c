@@ -8,10 +8,12 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_QUIET };
+enum { OPT_URL = 1, OPT_QUIET, OPT_PREFIX, OPT_JSON };
 
 static const cli_opt fence_opts[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
+  {"json", 0, 0, OPT_JSON},
   {"quiet", 'q', 0, OPT_QUIET},
   {NULL, 0, 0, 0},
 };
@@ -24,6 +26,7 @@ int cmd_fence(int argc, char **argv)
   const char *pos[3] = {NULL, NULL, NULL};
   int npos = 0;
   int quiet = 0;
+  int json = 0;
   int id;
 
   cli_args_init(&args, argc, argv, "fence");
@@ -32,8 +35,12 @@ int cmd_fence(int argc, char **argv)
       return CLI_EXIT_USAGE;
     if (id == OPT_URL) {
       url = arg;
+    } else if (id == OPT_PREFIX) {
+      cli_config_set_flag("prefix", arg);
     } else if (id == OPT_QUIET) {
       quiet = 1;
+    } else if (id == OPT_JSON) {
+      json = 1;
     } else if (id == CLI_OPT_POSITIONAL && npos < 3) {
       pos[npos++] = arg;
     } else if (id == CLI_OPT_POSITIONAL) {
@@ -56,15 +63,23 @@ int cmd_fence(int argc, char **argv)
   int rc = cli_connect(url, &c);
   if (rc != 0)
     return rc;
-  int st = dlock_guard_check(c, pos[1], token);
+  uint64_t highest = 0;
+  int st = dlock_guard_check_highest(c, pos[1], token, &highest);
+  if ((st == 0 || st == DLOCK_ESTALE) && json) {
+    fputs("{\"resource\": ", stdout);
+    cli_json_string(stdout, pos[1]);
+    printf(", \"token\": %llu, \"admitted\": %s, \"highest\": %llu}\n",
+           (unsigned long long)token, st == 0 ? "true" : "false", (unsigned long long)highest);
+  }
   if (st == 0) {
-    if (!quiet)
-      printf("admitted: token %llu for '%s'\n", (unsigned long long)token, pos[1]);
+    if (!quiet && !json)
+      printf("admitted: token %llu for '%s' (highest seen: %llu)\n", (unsigned long long)token,
+             pos[1], (unsigned long long)highest);
     rc = CLI_EXIT_OK;
   } else if (st == DLOCK_ESTALE) {
-    if (!quiet) {
-      printf("stale: token %llu for '%s' is older than one already used\n",
-             (unsigned long long)token, pos[1]);
+    if (!quiet && !json) {
+      printf("stale: token %llu for '%s' is older than %llu, the highest seen\n",
+             (unsigned long long)token, pos[1], (unsigned long long)highest);
     }
     rc = CLI_EXIT_STALE;
   } else {

@@ -10,10 +10,11 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_FORCE, OPT_QUIET, OPT_FOREIGN };
+enum { OPT_URL = 1, OPT_FORCE, OPT_QUIET, OPT_FOREIGN, OPT_PREFIX };
 
 static const cli_opt release_opts[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"force", 0, 0, OPT_FORCE},
   {"foreign", 0, 0, OPT_FOREIGN},
   {"quiet", 'q', 0, OPT_QUIET},
@@ -37,6 +38,8 @@ int cmd_release(int argc, char **argv)
       return CLI_EXIT_USAGE;
     if (id == OPT_URL) {
       url = arg;
+    } else if (id == OPT_PREFIX) {
+      cli_config_set_flag("prefix", arg);
     } else if (id == OPT_FORCE) {
       force = 1;
     } else if (id == OPT_FOREIGN) {

@@ -33,23 +33,26 @@ typedef struct run_opts {
   int quiet;
   int verbose;
   int conflict_code;
+  int lost_code;
   char **cmd; /* NULL-terminated, from argv */
   int ncmd;
 } run_opts;
 
 enum {
   OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
-  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE
+  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE
 };
 
 static const cli_opt run_table[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"wait", 'w', 1, OPT_WAIT},
   {"lease", 'l', 1, OPT_LEASE},
   {"on-lost", 0, 1, OPT_ON_LOST},
   {"grace", 0, 1, OPT_GRACE},
   {"shell", 0, 0, OPT_SHELL},
   {"conflict-exit-code", 'E', 1, OPT_CONFLICT},
+  {"lost-exit-code", 0, 1, OPT_LOST_CODE},
   {"quiet", 'q', 0, OPT_QUIET},
   {"verbose", 'v', 0, OPT_VERBOSE},
   {NULL, 0, 0, 0},
@@ -81,6 +84,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
   o->grace_ms = 5000;
   o->lost_action = ON_LOST_TERM;
   o->conflict_code = CLI_EXIT_BUSY;
+  o->lost_code = CLI_EXIT_LOST;
 
   cli_args_init(&args, argc, argv, "run");
   while (!dashdash && (id = cli_next_opt(&args, run_table, &arg)) != CLI_OPT_DONE) {
@@ -100,6 +104,9 @@ static int parse_run(int argc, char **argv, run_opts *o)
       break;
     case OPT_URL:
       o->url = arg;
+      break;
+    case OPT_PREFIX:
+      cli_config_set_flag("prefix", arg);
       break;
     case OPT_WAIT:
       rc = duration_arg("wait", arg, 1, &o->wait_ms);
@@ -131,6 +138,12 @@ static int parse_run(int argc, char **argv, run_opts *o)
         rc = cli_usage_error("run", "--conflict-exit-code: '%s' is not 0..255", arg);
       else
         o->conflict_code = (int)n;
+      break;
+    case OPT_LOST_CODE:
+      if (cli_parse_u64(arg, 255, &n) != 0)
+        rc = cli_usage_error("run", "--lost-exit-code: '%s' is not 0..255", arg);
+      else
+        o->lost_code = (int)n;
       break;
     case OPT_QUIET:
       o->quiet = 1;
@@ -178,13 +191,14 @@ static int parse_run(int argc, char **argv, run_opts *o)
 
 /* ---- What the child gets ---- */
 
-/* DLOCK_NAME, DLOCK_FENCE and DLOCK_URL replaced or added. */
+/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL and DLOCK_PREFIX replaced or added. */
 static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence)
 {
   const char *url = cli_effective_url(o->url);
   size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
   char env_name[DLOCK_MAX_NAME_LEN + 16];
   char env_fence[64];
+  char env_prefix[DLOCK_MAX_NAME_LEN + 16];
   char *env_url = malloc(urllen);
 
   memset(p, 0, sizeof *p);
@@ -193,7 +207,9 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   snprintf(env_name, sizeof env_name, "DLOCK_NAME=%s", o->name);
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
   snprintf(env_url, urllen, "DLOCK_URL=%s", url);
-  const char *env[] = {env_name, env_fence, env_url, NULL};
+  /* The prefix too, so that a nested 'dlock fence check' finds our keys. */
+  snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
+  const char *env[] = {env_name, env_fence, env_url, env_prefix, NULL};
   int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   return rc;
@@ -490,7 +506,7 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
       const char *what = o->lost_action == ON_LOST_TERM   ? "sending SIGTERM to the command"
                          : o->lost_action == ON_LOST_KILL ? "sending SIGKILL to the command"
                                                           : "letting the command run on";
-      fprintf(stderr, "dlock: lock '%s' lost (%s); %s\n", o->name,
+      fprintf(stderr, "dlock: lock '%s' lost: %s; %s\n", o->name,
               dlock_lost_reason_str(reason), what);
       switch (o->lost_action) {
       case ON_LOST_TERM:
@@ -513,6 +529,45 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
     }
   }
   return status;
+}
+
+/* ---- Reporting the wait ---- */
+
+/* -v: the first line once the lock was not ours within this long, then one
+ * line per WAIT_REPORT_EVERY_MS. */
+#define WAIT_FIRST_REPORT_MS 250
+#define WAIT_REPORT_EVERY_MS 10000
+
+/* Who holds 'name' now, for a message; "another owner" when Redis cannot
+ * say (the question failing must not change the outcome). */
+static void holder_now(dlock_client *c, const char *name, char *buf, size_t len)
+{
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  if (dlock_lock_info_get(c, name, &info) != 0 || !info.held)
+    snprintf(buf, len, "another owner");
+  else
+    cli_holder_describe(&info, buf, len);
+}
+
+static void report_wait(dlock_client *c, const run_opts *o, const char *owner, int64_t waited)
+{
+  dlock_lock_info info;
+  char who[1600], w[64];
+
+  dlock_lock_info_init(&info);
+  if (dlock_lock_info_get(c, o->name, &info) != 0)
+    snprintf(who, sizeof who, "an owner Redis could not name: %s", dlock_last_error());
+  else if (!info.held || strcmp(info.owner_info, owner) == 0)
+    return; /* free, or ours by now: the acquire is about to return */
+  else
+    cli_holder_describe(&info, who, sizeof who);
+  if (waited < WAIT_REPORT_EVERY_MS) {
+    fprintf(stderr, "dlock: waiting for '%s', held by %s\n", o->name, who);
+  } else {
+    cli_format_duration(waited, w, sizeof w);
+    fprintf(stderr, "dlock: still waiting for '%s' after %s, held by %s\n", o->name, w, who);
+  }
 }
 
 /* ---- The command ---- */
@@ -578,19 +633,32 @@ int cmd_run(int argc, char **argv)
   }
   thread_started = 1;
 
-  /* Wait for the lock, or for a signal that ends the wait. */
+  /* Wait for the lock, or for a signal that ends the wait. With -v, say so
+   * when the lock was not ours at once, and every 10 s after: the library's
+   * acquire keeps one place in the queue for the whole wait (FIFO), and we
+   * ask who holds the lock on the side, through the same client. */
   int got_signal = 0;
+  dlock_mono_ms wait_start = dlock_mono_now();
+  dlock_mono_ms report_at = o.verbose && o.wait_ms != 0 ? wait_start + WAIT_FIRST_REPORT_MS : 0;
   for (;;) {
     struct pollfd pfd[2] = {{sig.fd, POLLIN, 0}, {t.notify_r, POLLIN, 0}};
     int done = 0, status = 0, last = 0;
     sigset_t got;
-    if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
+    int timeout = report_at != 0 ? (int)ms_until(report_at) : -1;
+    int pr = poll(pfd, 2, timeout);
+    if (pr == 0 && report_at != 0) {
+      report_wait(c, &o, owner, dlock_mono_now() - wait_start);
+      report_at = dlock_mono_now() + WAIT_REPORT_EVERY_MS;
+      continue;
+    }
+    if (pr < 0 && errno != EINTR) {
       perror("dlock: poll");
       dlock_mutex_cancel(m);
     }
     drain_signals(sig.fd, 0, &done, &status, &got, &last);
     if (last != 0 && got_signal == 0) {
       got_signal = last;
+      report_at = 0; /* no more wait reports: the wait is ending */
       dlock_mutex_cancel(m);
     }
     if ((pfd[1].revents & POLLIN) != 0) {
@@ -615,11 +683,13 @@ int cmd_run(int argc, char **argv)
   }
   if (st == DLOCK_EBUSY) {
     if (!o.quiet) {
+      char who[1600];
+      holder_now(c, o.name, who, sizeof who);
       if (o.wait_ms == 0)
-        fprintf(stderr, "dlock: '%s' is held by another owner\n", o.name);
+        fprintf(stderr, "dlock: '%s' is held by %s\n", o.name, who);
       else
-        fprintf(stderr, "dlock: '%s' is held by another owner; gave up after %s\n",
-                o.name, waited_text);
+        fprintf(stderr, "dlock: '%s' is held by %s; gave up after %s\n", o.name, who,
+                waited_text);
       /* Redlock: which nodes said what (a single node has nothing to add). */
       const char *why = dlock_mutex_errmsg(m);
       if (strstr(why, "Redlock nodes"))
@@ -668,7 +738,8 @@ int cmd_run(int argc, char **argv)
     /* The watchdog had not noticed yet, but Redis no longer had our token:
      * the command may have run its last moments without the lock. */
     rs.lost = 1;
-    fprintf(stderr, "dlock: lock '%s' was lost before the command ended\n", o.name);
+    fprintf(stderr, "dlock: lock '%s' was lost before the command ended: %s\n", o.name,
+            dlock_mutex_errmsg(m));
   } else if (rel != 0 && rel != DLOCK_ENOTHELD && !rs.lost) {
     char lease[64];
     cli_format_duration(o.lease_ms, lease, sizeof lease);
@@ -678,7 +749,7 @@ int cmd_run(int argc, char **argv)
     fprintf(stderr, "dlock: released '%s'\n", o.name);
   }
   if (rs.lost)
-    rc = CLI_EXIT_LOST;
+    rc = o.lost_code;
 
 out_thread:
   if (thread_started)

@@ -10,10 +10,11 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_JSON };
+enum { OPT_URL = 1, OPT_JSON, OPT_PREFIX };
 
 static const cli_opt status_opts[] = {
   {"url", 0, 1, OPT_URL},
+  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {NULL, 0, 0, 0},
 };
@@ -125,7 +126,10 @@ static void print_text(const char *name, const dlock_lock_info *info)
       printf("waiters:  %lld\n", (long long)info->waiters);
     return;
   }
-  if (info->foreign) {
+  if (info->foreign && info->ttl_ms < 0) {
+    printf("state:    not a dlock lock: a key without dlock metadata and without expiry\n"
+           "          (an application key?); 'dlock run' refuses this name\n");
+  } else if (info->foreign) {
     printf("state:    held by something other than dlock (no metadata)\n");
   } else {
     printf("state:    held\n");
@@ -178,6 +182,53 @@ static void print_nodes(dlock_client *c, const char *name)
   }
 }
 
+void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
+{
+  holder h;
+  char ttl[64];
+  size_t used = 0;
+
+#define ADD(...)                                                        \
+  do {                                                                  \
+    if (used < len)                                                     \
+      used += (size_t)snprintf(buf + used, len - used, __VA_ARGS__);    \
+  } while (0)
+  buf[0] = '\0';
+  if (!info->held) {
+    ADD("nobody (it was just released)");
+    return;
+  }
+  if (info->foreign && info->ttl_ms < 0) {
+    ADD("a key that is not a dlock lock: no dlock metadata and no expiry");
+    return;
+  }
+  if (info->foreign)
+    ADD("a client other than dlock (no dlock metadata)");
+  else if (holder_parse(info->owner_info, &h) == 0)
+    ADD("pid %s on %s%s%s, command: %s", h.pid, h.host, h.user != NULL ? " user " : "",
+        h.user != NULL ? h.user : "", h.cmd != NULL && h.cmd[0] != '\0' ? h.cmd : "?");
+  else if (info->owner_info[0] != '\0')
+    ADD("'%s'", info->owner_info);
+  else
+    ADD("another owner");
+  if (info->since_unix_ms > 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    char ago[64];
+    cli_format_duration(now_ms > info->since_unix_ms ? now_ms - info->since_unix_ms : 0, ago,
+                        sizeof ago);
+    ADD("; since %s ago", ago);
+  }
+  if (info->ttl_ms >= 0) {
+    cli_format_duration(info->ttl_ms, ttl, sizeof ttl);
+    ADD("; lease %s left", ttl);
+  }
+  if (info->waiters > 0)
+    ADD("; %lld waiting", (long long)info->waiters);
+#undef ADD
+}
+
 /* The command line both commands share: --url, --json and at most one
  * positional argument. Returns -1 to go on, else the exit status. */
 static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json,
@@ -193,6 +244,8 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
       return CLI_EXIT_USAGE;
     if (id == OPT_URL) {
       *url = arg;
+    } else if (id == OPT_PREFIX) {
+      cli_config_set_flag("prefix", arg);
     } else if (id == OPT_JSON) {
       *json = 1;
     } else if (id == CLI_OPT_POSITIONAL && *positional == NULL) {

@@ -10,16 +10,11 @@
 
 #include "cli.h"
 
-#define CLI_DEFAULT_URL "redis://127.0.0.1:6379"
-
 const char *cli_effective_url(const char *url)
 {
   if (url != NULL && url[0] != '\0')
-    return url;
-  const char *env = getenv("DLOCK_URL");
-  if (env != NULL && env[0] != '\0')
-    return env;
-  return CLI_DEFAULT_URL;
+    cli_config_set_flag("url", url);
+  return cli_config_url();
 }
 
 void cli_redact_url(const char *url, char *buf, size_t len)
@@ -46,7 +41,9 @@ int cli_exit_for_status(int status)
   case DLOCK_ECRON:
   case DLOCK_ETZ:
   case DLOCK_ETIME:
-  case DLOCK_EFOREIGN: /* release --force without --foreign */
+  case DLOCK_EFOREIGN: /* release --force without --foreign; run on an application key */
+  case DLOCK_EDB:
+  case DLOCK_EWRONGTYPE: /* the name is another key's: pick another name or --prefix */
     return CLI_EXIT_USAGE;
   /* The service is not there for us: sysexits' EX_UNAVAILABLE. */
   case DLOCK_ECONNECT:
@@ -63,7 +60,6 @@ int cli_exit_for_status(int status)
     return CLI_EXIT_UNAVAILABLE;
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:
-  case DLOCK_EWRONGTYPE:
   case DLOCK_EFENCE:
   case DLOCK_ENOMEM:
   case DLOCK_EUNKNOWN:
@@ -108,12 +104,16 @@ int cli_connect(const char *url, dlock_client **out)
   dlock_client_options opts;
   char shown[512];
 
-  dlock_client_options_init(&opts);
-  /* NULL (also for --url ''): the library reads $DLOCK_URL itself, just as
-   * cli_effective_url() does for what is shown and given to commands. */
-  opts.url = url != NULL && url[0] != '\0' ? url : NULL;
   *out = NULL;
-  int rc = dlock_client_new(out, &opts);
+  dlock_client_options_init(&opts);
+  /* --url '' counts as not given: $DLOCK_URL, the config files, the default. */
+  if (url != NULL && url[0] != '\0')
+    cli_config_set_flag("url", url);
+  int rc = cli_config_load();
+  if (rc != 0)
+    return rc;
+  cli_config_apply(&opts);
+  rc = dlock_client_new(out, &opts);
   if (rc == 0) {
     cli_print_warnings(*out);
     return 0;

@@ -27,6 +27,8 @@ static const cli_command commands[] = {
   {"every", cmd_every},
   {"bench", cmd_bench},
   {"doctor", cmd_doctor},
+  {"config", cmd_config},
+  {"version", cmd_version},
 };
 
 /* "dlock CMD --help" / "-h" anywhere before "--" answers with the help page,
@@ -40,6 +42,19 @@ static int wants_help(int argc, char **argv)
       return 1;
   }
   return 0;
+}
+
+/* "dlock version" and "dlock --version": the command's version, and the
+ * library's when another libdlock is loaded at run time. */
+int cmd_version(int argc, char **argv)
+{
+  if (argc > 1)
+    return cli_usage_error("version", "unexpected argument '%s'", argv[1]);
+  if (strcmp(dlock_version(), DLOCK_VERSION) == 0)
+    printf("dlock %s\n", DLOCK_VERSION);
+  else
+    printf("dlock %s (libdlock %s)\n", DLOCK_VERSION, dlock_version());
+  return CLI_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -57,17 +72,15 @@ int main(int argc, char **argv)
   }
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, cron, every, demo, bench)");
+                                 "fence, cron, every, demo, bench, doctor, config, version)");
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {
     cli_help_print(stdout, NULL);
     return CLI_EXIT_OK;
   }
-  if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0) {
-    printf("dlock %s\n", DLOCK_VERSION);
-    return CLI_EXIT_OK;
-  }
+  if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0)
+    return cmd_version(argc - 1, argv + 1);
   /* Hidden alias of "dlock help --markdown", kept for man page tooling. */
   if (strcmp(first, "--man-markdown") == 0) {
     cli_help_markdown(stdout);

@@ -94,8 +94,12 @@ static void on_event(const dlock_sched_event *ev, void *arg)
       cli_format_duration(ev->duration_ms, took, sizeof took);
     else
       snprintf(took, sizeof took, "? (end not recorded)");
-    say("%s tick %s: ran on %s, fence %llu, %s, exit %d", ev->job, when, node ? node : "?",
-        (unsigned long long)ev->fence, took, ev->status);
+    if (ev->status == 0)
+      say("%s tick %s: ran on %s, fence %llu, %s, exit 0", ev->job, when, node ? node : "?",
+          (unsigned long long)ev->fence, took);
+    else
+      say("%s tick %s: ran on %s, fence %llu, %s, failed (exit %d)", ev->job, when,
+          node ? node : "?", (unsigned long long)ev->fence, took, ev->status);
     return;
   case DLOCK_SCHED_SKIPPED:
     if (!o->quiet) {
@@ -111,8 +115,9 @@ static void on_event(const dlock_sched_event *ev, void *arg)
     return;
   case DLOCK_SCHED_SKIPPED_POOL:
     if (!o->quiet) {
-      say("%s tick %s: skipped, pool: all %d worker(s) of this node busy; left to "
-          "other nodes", ev->job, when, o->pool > 0 ? o->pool : 1);
+      say("%s tick %s: skipped, pool: all %d worker(s) of this node busy, so this node "
+          "did not claim it (it runs only if another node takes it)", ev->job, when,
+          o->pool > 0 ? o->pool : 1);
     }
     return;
   case DLOCK_SCHED_MISFIRED:
@@ -238,6 +243,7 @@ static int run_job(const dlock_tick *t, void *arg)
   char when[64];
   char env_job[DLOCK_MAX_NAME_LEN + 16];
   char env_tick[48], env_tick_ms[48], env_fence[48], env_node[160];
+  char env_prefix[DLOCK_MAX_NAME_LEN + 16];
   size_t urllen = strlen("DLOCK_URL=") + strlen(d->url) + 1;
   char *env_url = malloc(urllen);
   cli_child plan;
@@ -256,7 +262,9 @@ static int run_job(const dlock_tick *t, void *arg)
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)t->fence);
   snprintf(env_node, sizeof env_node, "DLOCK_NODE=%s", t->node);
   snprintf(env_url, urllen, "DLOCK_URL=%s", d->url);
-  const char *env[] = {env_job, env_tick, env_tick_ms, env_fence, env_node, env_url, NULL};
+  snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
+  const char *env[] = {env_job,  env_tick, env_tick_ms, env_fence,
+                       env_node, env_url,  env_prefix,  NULL};
   int rc = cli_child_build(&plan, d->program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   if (rc != 0) {

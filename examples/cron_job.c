@@ -25,6 +25,8 @@ static void log_event(const dlock_sched_event *ev, void *arg) {
 }
 
 int main(void) {
+  /* One line per tick even when piped (a log file, journald): line-buffered. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   dlock_client *c;
   if (dlock_client_new(&c, NULL) != 0) {
     fprintf(stderr, "cron_job: %s\n", dlock_last_error());

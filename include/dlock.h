@@ -86,8 +86,9 @@ extern "C" {
   XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from") \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
-  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")          \
-  XX(EQUORUM,    -34, "no majority of the Redlock nodes confirmed in time")
+  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")           \
+  XX(EQUORUM,    -34, "no majority of the Redlock nodes confirmed in time")    \
+  XX(EDB,        -35, "the server has no such database (the URL's /db)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -272,7 +273,7 @@ typedef struct dlock_mutex dlock_mutex;
 
 typedef enum dlock_lost_reason {
   DLOCK_LOST_NONE = 0,
-  DLOCK_LOST_EXPIRED = 1,     /* the key vanished: the lease ran out */
+  DLOCK_LOST_EXPIRED = 1,     /* the key vanished: the lease ran out (or a DEL) */
   DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
   DLOCK_LOST_UNREACHABLE = 3, /* renewals were sent but none succeeded before valid_until */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
@@ -280,7 +281,12 @@ typedef enum dlock_lost_reason {
   /* The master changed since the hold began (Sentinel failover) and the new
    * master does not hold our token: the write was not replicated in time,
    * or another owner took the lock on the new master. */
-  DLOCK_LOST_FAILOVER = 6
+  DLOCK_LOST_FAILOVER = 6,
+  /* Another client deleted the key (dlock_lock_force_release(), "dlock
+   * release --force"): told apart from EXPIRED by a tombstone the forced
+   * release leaves for as long as the lease had left. A key deleted by
+   * other means (DEL) reads as EXPIRED. */
+  DLOCK_LOST_DELETED = 7
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
@@ -421,7 +427,9 @@ DLOCK_API const char *dlock_client_node_name(const dlock_client *c, int i);
 DLOCK_API int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
- * receives 1 if a key was deleted. Wakes a waiter. A key that dlock did not
+ * receives 1 if a key was deleted. Wakes a waiter. The holder's next renewal
+ * or release reports DLOCK_LOST_DELETED (a tombstone tells it apart from an
+ * expired lease). A key that dlock did not
  * take (no "{K}:meta" metadata: an application's own key, or another
  * library's lock) is left alone: DLOCK_EFOREIGN. Never sent twice: when its
  * reply is lost the answer is DLOCK_EUNKNOWN (look before trying again). */
@@ -450,6 +458,11 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
  * DLOCK_ERANGE: 'token' is 0 or above 2^63-1 (never issued by dlock);
  * DLOCK_EFENCE: the recorded value is no such integer (the key is named). */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
+/* dlock_guard_check() that also gives the highest token seen for 'resource'
+ * after the check: 'token' when admitted, the newer one when DLOCK_ESTALE
+ * (0 on other errors). 'highest' may be NULL. */
+DLOCK_API int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token,
+                                        uint64_t *highest);
 
 /* ---- Cron and time (pure, no I/O but zoneinfo files) ---- */
 

@@ -33,6 +33,12 @@ if not cur then
   return {1, f}
 end
 local pttl = redis.call('PTTL', KEYS[1])
+-- Every key dlock sets has a lease and {K}:meta: a key without either is an
+-- application's (or was PERSISTed); waiting for it would never end.
+if pttl == -1 and redis.call('EXISTS', KEYS[3]) == 0 then
+  return redis.error_reply('EFOREIGN key ' .. KEYS[1] .. ' exists without an expiry and without dlock ' ..
+    'metadata: it is not a dlock lock (an application key?), so it would never be released')
+end
 if wid ~= '' then
   -- Stay registered a little past the caller's next re-check, so that a
   -- crashed waiter is skipped by the next hand-off.

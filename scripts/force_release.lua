@@ -2,6 +2,10 @@
 -- ARGV: 1 '1' to delete a key without dlock metadata too (another library's lock).
 -- Returns 1 if a lock key was deleted, 0 if there was none, -1 (nothing done)
 -- when the key has no dlock metadata and ARGV[1] is not '1'.
+-- A deleted dlock hold leaves a tombstone: field 'deleted' = its token in the
+-- waiters hash {K}:waiters (never a waiter id, and not in {K}:meta, which
+-- 'dlock list' scans), for as long as the lease had left. The holder's next
+-- extend or release finds it and learns "deleted", not "expired".
 local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
 if bad then return bad end
 -- Every hold dlock takes writes {K}:meta with the key and gives it the same
@@ -9,8 +13,13 @@ if bad then return bad end
 if ARGV[1] ~= '1' and redis.call('GET', KEYS[1]) and not redis.call('HGET', KEYS[3], 'fence') then
   return -1
 end
+local cur, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
 local existed = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[3])
+if cur and pttl > 0 then
+  redis.call('HSET', KEYS[5], 'deleted', cur)
+  if redis.call('PTTL', KEYS[5]) < pttl then redis.call('PEXPIRE', KEYS[5], pttl) end
+end
 local now_ms, now_us = dlock_now()
 dlock_grant_next(KEYS, now_ms, now_us)
 return existed

@@ -1,9 +1,12 @@
 -- release.lua: compare-and-delete, then hand the lock to the next waiter.
--- ARGV: 1 token. Returns 1 released, 0 no such key, -1 held by another owner.
+-- ARGV: 1 token. Returns 1 released, 0 no such key, -1 held by another owner,
+-- -2 our hold was deleted by a forced release (its tombstone, see force_release.lua).
 -- The meta hash is ours (acquire's HSET would have failed on another type),
 -- so it is deleted without a type check; the queue is looked at only if it exists.
 local cur = redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then
+  -- Not the hot path: only a hold already lost looks for the tombstone.
+  if redis.pcall('HGET', KEYS[5], 'deleted') == ARGV[1] then return -2 end
   if cur then return -1 end
   return 0
 end

@@ -247,7 +247,12 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
 }
 
 int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {
+  return dlock_guard_check_highest(c, resource, token, NULL);
+}
+
+int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
   dlock__error_clear();
+  if (highest) *highest = 0;
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_guard_check: client is NULL");
   int rc = dlock__check_name("resource name", resource);
   if (rc) return rc;
@@ -282,11 +287,15 @@ int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {
   } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2)) {
     rc = dlock__error(DLOCK_EPROTO, "guard on '%s': unexpected reply from %s", resource, c->server);
   } else if (!rc && r->element[0]->integer != 1) {
+    if (highest && r->element[1]->type == DLOCK__REPLY_STRING)
+      dlock__parse_fence(r->element[1]->str, r->element[1]->len, highest);
     rc = dlock__error(DLOCK_ESTALE, "guard on '%s': token %s is stale; a newer holder wrote with %s. "
                       "Reject this write: the lock was lost", resource, tok,
                       r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
   } else if (rc) {
     dlock__error_prefix("guard on '%s' at %s: ", resource, c->server);
+  } else if (highest) {
+    *highest = token; /* admitted: recorded, and no higher one was */
   }
   dlock__reply_free(r);
   free(key);

@@ -59,6 +59,7 @@ int dlock__reply_error_status(const dlock__reply *r) {
   if (!strncmp(s, "OOM", 3)) return DLOCK_ESERVEROOM;
   if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE; /* dlock's scripts */
   if (!strncmp(s, "EQUORUM", 7)) return DLOCK_EQUORUM; /* Redlock's per-call answers */
+  if (!strncmp(s, "EFOREIGN", 8)) return DLOCK_EFOREIGN;
   return DLOCK_ESERVER;
 }
 
@@ -282,8 +283,14 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
     if (r->type == DLOCK__REPLY_ERROR) {
       c->broken = 1;
       rc = dlock__reply_error_status(r);
-      rc = dlock__error(rc == DLOCK_EAUTH ? rc : DLOCK_ESERVER, "%s: SELECT %s failed: %s", c->display,
-                        db, r->str);
+      /* "DB index is out of range", or no SELECT at all (Redis Cluster): the
+       * URL asks for what this server does not have. */
+      if (rc != DLOCK_EAUTH && rc != DLOCK_ENOPERM)
+        rc = dlock__error(DLOCK_EDB, "%s: SELECT %s failed: %s; the URL names database %s, which this "
+                          "server does not offer (see its 'databases' setting; 0 always exists)",
+                          c->display, db, r->str, db);
+      else
+        rc = dlock__error(rc, "%s: SELECT %s failed: %s", c->display, db, r->str);
       dlock__reply_free(r);
       return rc;
     }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dlock.h"
 
@@ -481,12 +482,50 @@ static int is_space(char ch) {
   return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
 }
 
+/* dlock's extension (Vixie cron's, not Quartz's): "@daily" and the like,
+ * each the Quartz expression of the usual Unix meaning. */
+static const struct {
+  const char *name, *quartz;
+} macros[] = {
+  {"@yearly", "0 0 0 1 1 ? *"}, {"@annually", "0 0 0 1 1 ? *"}, {"@monthly", "0 0 0 1 * ?"},
+  {"@weekly", "0 0 0 ? * SUN"}, {"@daily", "0 0 0 * * ?"},      {"@midnight", "0 0 0 * * ?"},
+  {"@hourly", "0 0 * * * ?"},
+};
+
+/* The expansion of a macro 'expr' (blanks around it allowed), NULL when
+ * 'expr' is no macro; *unknown set when it starts with '@' but is none. */
+static const char *cron_macro(const char *expr, int *unknown) {
+  *unknown = 0;
+  while (is_space(*expr)) expr++;
+  if (*expr != '@') return NULL;
+  size_t n = 0;
+  while (expr[n] != '\0' && !is_space(expr[n])) n++;
+  for (size_t k = n; expr[k] != '\0'; k++)
+    if (!is_space(expr[k])) {
+      *unknown = 1;
+      return NULL;
+    }
+  for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++)
+    if (strlen(macros[i].name) == n && strncasecmp(expr, macros[i].name, n) == 0) return macros[i].quartz;
+  *unknown = 1;
+  return NULL;
+}
+
 int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char *err,
                       size_t err_len) {
   if (out) *out = NULL;
   if (err && err_len) err[0] = '\0';
   if (expr == NULL || out == NULL) {
     if (err && err_len) snprintf(err, err_len, "no cron expression given");
+    return DLOCK_EINVAL;
+  }
+  int unknown_macro;
+  const char *macro = cron_macro(expr, &unknown_macro);
+  if (macro) return dlock__cron_parse(macro, flags & ~DLOCK__CRON_UNIX5, out, err, err_len);
+  if (unknown_macro) {
+    if (err && err_len)
+      snprintf(err, err_len, "unknown cron macro in \"%s\": dlock knows @yearly, @annually, @monthly, "
+               "@weekly, @daily, @midnight and @hourly, alone (an extension of dlock; Quartz has none)", expr);
     return DLOCK_EINVAL;
   }
 
@@ -512,7 +551,8 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
         else if (nfields == 5)
           snprintf(err, err_len,
                    "expected 6 or 7 fields (seconds minutes hours day-of-month month day-of-week "
-                   "[year]), got 5 in \"%s\"; a 5-field Unix expression needs Unix mode",
+                   "[year]), got 5 in \"%s\"; a 5-field Unix expression needs Unix mode "
+                   "(DLOCK_CRON_UNIX; the command's --unix)",
                    expr);
         else if (nfields > 7)
           snprintf(err, err_len,

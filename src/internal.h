@@ -460,7 +460,7 @@ dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now)
 int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now);
 /* Why a hold is gone when Redis says the key is gone (taken 0) or another
  * token's (taken 1): FAILOVER when the master changed since the hold began. */
-dlock_lost_reason dlock__lost_reason(dlock_mutex *m, int taken);
+dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
 

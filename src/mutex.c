@@ -117,6 +117,10 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
                         "name", dlock__script_name(call->script), m->keys.key[DLOCK__K_LOCK],
                         m->keys.key[DLOCK__K_FENCE], m->keys.key[DLOCK__K_META], m->keys.key[DLOCK__K_QUEUE],
                         m->keys.key[DLOCK__K_WAITERS], (*out)->str);
+    else if (rc == DLOCK_EFOREIGN)
+      rc = dlock__error(rc, "key '%s' exists without an expiry and without dlock metadata: it is not a dlock "
+                        "lock but another key (an application's?), and waiting for it would never end; pick "
+                        "another lock name or a key prefix", m->keys.key[DLOCK__K_LOCK]);
     else
       rc = dlock__error(rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script),
                         m->keys.key[DLOCK__K_LOCK], (*out)->str,
@@ -319,10 +323,11 @@ static int undo_acquire(dlock_mutex *m) {
   return rc;
 }
 
-dlock_lost_reason dlock__lost_reason(dlock_mutex *m, int taken) {
+dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply) {
   dlock__topology *t = m->client->topo;
   if (t->epoch && t->epoch(t) != m->topo_epoch) return DLOCK_LOST_FAILOVER;
-  return taken ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
+  if (reply == -2) return DLOCK_LOST_DELETED;
+  return reply != 0 ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
 }
 
 static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start) {
@@ -366,7 +371,7 @@ static int wait_for_wakeup(dlock_mutex *m, dlock_mono_ms until) {
 }
 
 /* The extend script with our token: *result 1 extended, 0 key gone, -1
- * another owner. */
+ * another owner, -2 deleted by a forced release. */
 static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, long long *result) {
   dlock__script_call call;
   dlock__reply *r = NULL;
@@ -656,7 +661,7 @@ int dlock_mutex_release(dlock_mutex *m) {
   long long v = 0;
   if (!rc) rc = reply_int(r, &v);
   dlock__reply_free(r);
-  if (!rc && v != 1 && call.resent) {
+  if (!rc && v != 1 && v != -2 && call.resent) { /* -2: a tombstone, never ours */
     if (atomic_load(&m->lost) == DLOCK_LOST_NONE && valid_until != 0 && dlock_mono_now() < valid_until)
       v = 1;
     else
@@ -670,7 +675,10 @@ int dlock_mutex_release(dlock_mutex *m) {
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     rc = dlock__error(DLOCK_EUNKNOWN, "release sent twice and no reply came (%s): it may have run; if it did "
                       "not, the key expires with its lease", saved);
-  } else if (!rc && v == 0)
+  } else if (!rc && v == -2)
+    rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key with a forced release; nothing was "
+                      "deleted");
+  else if (!rc && v == 0)
     rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
   else if (!rc && v < 0)
     rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
@@ -720,10 +728,12 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (rc) return fail(m, rc, "extend");
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
-    dlock__mutex_mark_lost(m, dlock__lost_reason(m, v != 0));
+    dlock__mutex_mark_lost(m, dlock__lost_reason(m, v));
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
-                                v == 0 ? "the key is gone" : "another owner holds it now"), "extend");
+                                v == 0    ? "the key is gone"
+                                : v == -2 ? "another client deleted the key with a forced release"
+                                          : "another owner holds it now"), "extend");
   }
   pthread_mutex_lock(&m->mu);
   int counts = dlock__mutex_renewed(m, sent, lease_ms, dlock_mono_now());

@@ -123,7 +123,7 @@ static void renew(dlock__watchdog *wd, renewal *batch, size_t nbatch, dlock__scr
       if (r->integer == 1)
         renewed = dlock__mutex_renewed(m, sent, lease, now);
       else /* unless the deadline was seen passing first */
-        dlock__mutex_mark_lost(m, dlock__lost_reason(m, r->integer != 0));
+        dlock__mutex_mark_lost(m, dlock__lost_reason(m, r->integer));
     }
     dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
     dlock_mono_ms valid_until = m->valid_until;

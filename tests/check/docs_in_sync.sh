@@ -83,5 +83,32 @@ for cmd in $commands; do
   done
 done
 
+# ---- one exit status table ----
+# The manual's EXIT STATUS table (from cli/help.c) is the one table; the
+# README carries a copy between markers, and every exit code of cli/cli.h
+# has a row.
+"$dlock" help --markdown | sed -n '/^## EXIT STATUS/,/^## /p' | grep '^|' > "$tmp/exit.man"
+sed -n '/<!-- exit-status/,/<!-- \/exit-status/p' "$src/README.md" | grep '^|' > "$tmp/exit.readme"
+[ -s "$tmp/exit.man" ] && cmp -s "$tmp/exit.man" "$tmp/exit.readme" && ok ||
+  bad "README.md's exit status table differs from the manual's (dlock help --markdown): copy it"
+for code in $(grep -oE 'CLI_EXIT_[A-Z]+ = [0-9]+' "$src/cli/cli.h" | grep -oE '[0-9]+$'); do
+  grep -qE "^\| ([0-9, ]*, )?$code(,|\+N| \|)" "$tmp/exit.man" && ok ||
+    bad "exit code $code (cli/cli.h) has no row in the manual's EXIT STATUS table"
+done
+# Every command that takes --url takes --prefix too (bench runs dlock-bench,
+# which has its own private server and keys).
+for cmd in $commands; do
+  [ "$cmd" = bench ] && continue
+  opts=
+  _dlock_spec "$cmd" ""
+  case " $opts " in
+    *" --url "*) case " $opts " in *" --prefix "*) ok ;; *) bad "'dlock $cmd' takes --url but not --prefix" ;; esac ;;
+  esac
+done
+# The config page names every key the parser knows (cli/config.c).
+for key in $(grep -oE '^  \{"[a-z_]+", ("DLOCK_|NULL)' "$src/cli/config.c" | grep -oE '"[a-z_]+"' | tr -d '"'); do
+  "$dlock" config --help | grep -q "$key" && ok || bad "'dlock config --help' does not name the key '$key'"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

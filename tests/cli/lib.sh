@@ -55,8 +55,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The lock name and DLOCK_URL a test gets must not come from the caller.
-unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
+# The lock name, DLOCK_URL and the settings a test gets must not come from
+# the caller: no DLOCK_PREFIX, and config files only where the test puts them.
+unset DLOCK_URL DLOCK_NAME DLOCK_FENCE DLOCK_PREFIX
+export XDG_CONFIG_HOME="$TEST_DIR/xdg" DLOCK_SYSTEM_CONFIG="$TEST_DIR/system.conf"
 
 # ---- Redis ----
 

@@ -103,7 +103,7 @@ assert_eq "its holder exits 79" "$EXIT_CODE" 79
 # ---- fence check ----
 
 out=$("$DLOCK" fence check res 100)
-assert_eq "fence check: first token admitted (0)" "$?:$out" "0:admitted: token 100 for 'res'"
+assert_eq "fence check: first token admitted (0)" "$?:$out" "0:admitted: token 100 for 'res' (highest seen: 100)"
 "$DLOCK" fence check res 100 >/dev/null
 assert_eq "fence check: the same token again is admitted (0)" "$?" 0
 "$DLOCK" fence check -q res 101

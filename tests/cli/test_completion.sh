@@ -28,7 +28,7 @@ reply() {
 }
 
 assert_eq "first word: every command" "$(reply dlock '')" \
-  "bench cron demo doctor every fence help list release run status"
+  "bench config cron demo doctor every fence help list release run status version"
 assert_eq "first word: commands by prefix" "$(reply dlock re)" "release"
 assert_eq "global options" "$(reply dlock --)" "--help --version"
 out=$(reply dlock run --)
@@ -37,7 +37,7 @@ for o in --url --wait --lease --on-lost --grace --shell --conflict-exit-code --q
 done
 assert_eq "run: short options" "$(reply dlock run -w 5s -q)" "-q"
 assert_eq "run: no option of another command" "$(reply dlock run --js)" ""
-assert_eq "status: its options" "$(reply dlock status --)" "--help --json --url"
+assert_eq "status: its options" "$(reply dlock status --)" "--help --json --prefix --url"
 assert_eq "run --url: the schemes" "$(reply dlock run --url '')" "redis-sentinel:// redis:// rediss:// redlock:// unix://"
 assert_eq "run --url: a scheme by prefix" "$(reply dlock run --url redis)" "redis-sentinel:// redis:// rediss://"
 assert_eq "status --url=: the schemes" "$(reply dlock status --url = u)" "unix://"
@@ -47,6 +47,8 @@ assert_eq "a value is not taken for an option" "$(reply dlock run --wait '')" ""
 assert_eq "run --on-lost: its actions" "$(reply dlock run --on-lost '')" "ignore kill term"
 assert_eq "fence: its action" "$(reply dlock fence '')" "check"
 assert_eq "fence check: nothing for RESOURCE" "$(reply dlock fence check '')" ""
+assert_eq "config: its action" "$(reply dlock config '')" "show"
+assert_match "config show: its options" " $(reply dlock config show --) " " --json .*--prefix .*--url "
 assert_eq "help: the commands" "$(reply dlock help ev)" "every"
 assert_eq "help --completion: the shells" "$(reply dlock help --completion '')" "bash zsh"
 assert_eq "bench --layout: its values" "$(reply dlock bench --layout '')" "cross none same"
@@ -73,7 +75,7 @@ if command -v zsh >/dev/null; then
       source "$f"  # as autoload runs it: defines _dlock and calls it' zsh "$zscript" "$@" 2>&1 | sort -u | tr '\n' ' ' | sed 's/ $//'
   }
   assert_eq "zsh: commands" "$(zreply dlock '')" \
-    "bench cron demo doctor every fence help list release run status"
+    "bench config cron demo doctor every fence help list release run status version"
   assert_match "zsh: run options" " $(zreply dlock run --) " " --on-lost "
   assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "redis-sentinel:// redis:// rediss:// redlock:// unix://"
   assert_eq "zsh: after --" "$(zreply dlock run x -- '')" "NORMAL"

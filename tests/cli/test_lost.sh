@@ -33,7 +33,7 @@ check "(a) the grandchild in its group got SIGTERM" file_has "$TEST_DIR/gc.term"
 check "(a) the child is gone" pid_gone "$(cat "$TEST_DIR/child.pid")"
 check "(a) the grandchild is gone" pid_gone "$(cat "$TEST_DIR/gc.pid")"
 assert_match "(a) stderr says what happened, with the lock name" "$(cat "$TEST_DIR/err")" \
-  "lock 'A' lost \(.+\); sending SIGTERM"
+  "lock 'A' lost: another client deleted the key with a forced release; sending SIGTERM"
 
 # ---- (b) dlock frozen past its lease ----
 

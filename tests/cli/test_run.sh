@@ -61,7 +61,8 @@ bg_track $HOLDER
 check "holder took the lock" wait_for 10 key_exists holder
 "$DLOCK" run --wait 0 holder -- touch "$TEST_DIR/ran" 2>"$TEST_DIR/err"
 assert_eq "--wait 0 exits 75 while the lock is held" "$?" 75
-assert_match "busy says who is busy" "$(cat "$TEST_DIR/err")" "'holder' is held by another owner"
+assert_match "busy names the holder: pid, host, command, since, lease left" "$(cat "$TEST_DIR/err")" \
+  "^dlock: 'holder' is held by pid $HOLDER on [^ ]+ user [^ ]+, command: sh -c .*sleep 60.*; since [0-9.]+m?s ago; lease [0-9.]+s left$"
 "$DLOCK" run -q --wait 0 holder -- true 2>"$TEST_DIR/err"
 assert_eq "-q: busy still exits 75" "$?" 75
 assert_eq "-q: busy prints nothing" "$(cat "$TEST_DIR/err")" ""

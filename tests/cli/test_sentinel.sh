@@ -57,7 +57,7 @@ assert_eq "the holder learns it lost the lock (79)" "$EXIT_CODE" 79
 # ---- fence check, every, cron --history ----
 
 out=$("$DLOCK" fence check res 100)
-assert_eq "fence check through the sentinels" "$?:$out" "0:admitted: token 100 for 'res'"
+assert_eq "fence check through the sentinels" "$?:$out" "0:admitted: token 100 for 'res' (highest seen: 100)"
 "$DLOCK" fence check -q res 99
 assert_eq "fence check: a lower token is stale (1)" "$?" 1
 

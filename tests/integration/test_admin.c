@@ -5,6 +5,7 @@
  * tokens near 2^63), and the one-call dlock_with_lock().
  */
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/time.h>
 
 #include "dlock.h"
@@ -153,9 +154,10 @@ TEST(info_of_a_key_set_by_someone_else_shows_foreign) {
   ASSERT_EQ(info.held, 1);
   ASSERT_EQ(info.foreign, 1);
   ASSERT_EQ(info.ttl_ms, -1);
-  /* A dlock acquire on it is busy and leaves it alone. */
+  /* A dlock acquire on it says it is no dlock lock and leaves it alone
+   * (without an expiry it would never be released: not "busy"). */
   dlock_mutex *m = mutex(c, "adm:foreign2", 10000);
-  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EBUSY);
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EFOREIGN);
   cli(out, sizeof out, "GET adm:foreign2");
   ASSERT_STR_EQ(out, "forever");
   cli(out, sizeof out, "DEL adm:foreign adm:foreign2");
@@ -387,6 +389,89 @@ TEST(force_release_deletes_any_holders_lock_and_reports_whether_it_was_held) {
   dlock_client_free(admin);
 }
 
+/* A forced release leaves a tombstone, so that the holder learns "deleted",
+ * not "expired"; a plain DEL still reads as expired (test_mutex.c). */
+TEST(a_forced_release_is_reported_to_the_holder_as_deleted) {
+  dlock_client *c = client(), *admin = client(), *c2 = client();
+  char out[128];
+  /* (1) extend finds the tombstone */
+  dlock_mutex *m = mutex(c, "adm:del", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "adm:del", NULL));
+  cli(out, sizeof out, "HEXISTS {adm:del}:waiters deleted");
+  ASSERT_STR_EQ(out, "1");
+  cli(out, sizeof out, "PTTL {adm:del}:waiters");
+  long long ttl = atoll(out);
+  ASSERT(ttl > 0 && ttl <= 10000); /* no longer than the lease it cut short */
+  ASSERT_STATUS(dlock_mutex_extend(m, 10000), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "deleted");
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_DELETED);
+  ASSERT_CONTAINS(dlock_lost_reason_str(DLOCK_LOST_DELETED), "deleted");
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  /* (2) release finds it, also after another owner took the lock */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "adm:del", NULL));
+  dlock_mutex *other = mutex(c2, "adm:del", 10000);
+  ASSERT_OK(dlock_mutex_acquire(other, 0));
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "deleted the key");
+  ASSERT_EQ(dlock_mutex_is_held(other), 1); /* untouched */
+  ASSERT_OK(dlock_mutex_release(other));
+  /* (3) the watchdog reports it */
+  dlock_mutex *w = mutex(c, "adm:del-wd", 0);
+  dlock_mutex_free(m);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 900;
+  dlock_mutex_free(w);
+  ASSERT_OK(dlock_mutex_new(&w, c, "adm:del-wd", &mo));
+  ASSERT_OK(dlock_mutex_acquire(w, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "adm:del-wd", NULL));
+  for (int i = 0; i < 100 && dlock_mutex_lost(w) == DLOCK_LOST_NONE; i++) th_sleep_ms(50 * th_time_factor());
+  ASSERT_EQ(dlock_mutex_lost(w), DLOCK_LOST_DELETED);
+  dlock_mutex_release(w);
+  dlock_mutex_free(w);
+  dlock_mutex_free(other);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+  dlock_client_free(admin);
+}
+
+/* An application's key (no expiry, no {K}:meta) would never be released:
+ * the acquire fails at once rather than wait forever. */
+TEST(an_acquire_on_an_application_key_without_expiry_fails_fast) {
+  dlock_client *c = client();
+  char out[128];
+  cli(out, sizeof out, "SET adm:appkey some-data");
+  dlock_mutex *m = mutex(c, "adm:appkey", 10000);
+  long long t0 = wall_ms();
+  ASSERT_STATUS(dlock_mutex_acquire(m, 5000), DLOCK_EFOREIGN);
+  ASSERT(wall_ms() - t0 < 2500);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "not a dlock lock");
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EFOREIGN);
+  cli(out, sizeof out, "GET adm:appkey");
+  ASSERT_STR_EQ(out, "some-data"); /* left alone */
+  cli(out, sizeof out, "EXISTS {adm:appkey}:queue {adm:appkey}:waiters");
+  ASSERT_STR_EQ(out, "0"); /* not queued either */
+  /* Another library's lock has an expiry: that is waited for as usual. */
+  cli(out, sizeof out, "SET adm:appkey 0123456789abcdef PX 10000");
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EBUSY);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_database_the_server_does_not_have_is_edb) {
+  char url[256];
+  snprintf(url, sizeof url, "%s/99", srv.url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EDB);
+  ASSERT_CONTAINS(dlock_last_error(), "database 99");
+  ASSERT(c == NULL);
+}
+
 TEST(a_waiter_is_woken_promptly_by_a_forced_release) {
   dlock_client *c = client(), *c2 = client(), *admin = client();
   /* Watchdog mode (30 s lease): the waiter's own re-check would come after 5 s. */
@@ -518,6 +603,21 @@ static int with_fn(uint64_t fence, void *arg) {
   a->calls++;
   cli(a->key_seen, sizeof a->key_seen, "EXISTS adm:with");
   return a->result;
+}
+
+TEST(guard_check_highest_gives_the_highest_token_seen) {
+  dlock_client *c = client();
+  uint64_t hi = 1;
+  ASSERT_OK(dlock_guard_check_highest(c, "adm:hi", 50, &hi));
+  ASSERT_EQ(hi, 50);
+  ASSERT_STATUS(dlock_guard_check_highest(c, "adm:hi", 20, &hi), DLOCK_ESTALE);
+  ASSERT_EQ(hi, 50);
+  ASSERT_OK(dlock_guard_check_highest(c, "adm:hi", 9223372036854775807ULL, &hi));
+  ASSERT_EQ(hi, 9223372036854775807ULL);
+  ASSERT_STATUS(dlock_guard_check_highest(c, "adm:hi", 0, &hi), DLOCK_ERANGE);
+  ASSERT_EQ(hi, 0);
+  ASSERT_OK(dlock_guard_check_highest(c, "adm:hi2", 5, NULL));
+  dlock_client_free(c);
 }
 
 TEST(with_lock_runs_the_function_with_the_fence_and_releases) {

@@ -454,6 +454,38 @@ TEST(a_five_field_expression_needs_the_unix_flag) {
   dlock__cron_free(cron);
 }
 
+/* dlock's extension: the Vixie cron macros (Quartz has none). */
+TEST(macros_expand_to_their_unix_meaning) {
+  static const struct {
+    const char *expr;
+    int64_t next; /* after 2026-03-18T10:20:30Z, a Wednesday */
+  } rows[] = {
+    {"@hourly", 1773831600},  /* 2026-03-18T11:00:00Z */
+    {"@daily", 1773878400},   /* 2026-03-19T00:00:00Z */
+    {"@midnight", 1773878400},
+    {" @weekly ", 1774137600}, /* 2026-03-22T00:00:00Z, Sunday */
+    {"@monthly", 1775001600}, /* 2026-04-01T00:00:00Z */
+    {"@yearly", 1798761600},  /* 2027-01-01T00:00:00Z */
+    {"@ANNUALLY", 1798761600},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    int64_t next[2];
+    ASSERT_EQ(dlock_cron_next(rows[i].expr, NULL, 0, 1773829230, next, 2), 2);
+    ASSERT_EQ(next[0], rows[i].next);
+    ASSERT_EQ(dlock_cron_next(rows[i].expr, NULL, DLOCK_CRON_UNIX, 1773829230, next, 1), 1);
+    ASSERT_EQ(next[0], rows[i].next);
+  }
+  char err[DLOCK__CRON_ERR_MAX];
+  dlock__cron *cron;
+  ASSERT_EQ(dlock__cron_parse("@reboot", 0, &cron, err, sizeof(err)), DLOCK_EINVAL);
+  ASSERT_CONTAINS(err, "unknown cron macro");
+  ASSERT_CONTAINS(err, "@hourly");
+  ASSERT_EQ(dlock__cron_parse("@daily 0", 0, &cron, err, sizeof(err)), DLOCK_EINVAL);
+  ASSERT_CONTAINS(err, "unknown cron macro");
+  ASSERT_EQ(dlock__cron_parse("*/5 * * * *", 0, &cron, err, sizeof(err)), DLOCK_EINVAL);
+  ASSERT_CONTAINS(err, "--unix");
+}
+
 TEST(bad_arguments_are_errors_not_crashes) {
   char err[8]; /* messages are cut to fit */
   dlock__cron *cron;
