@@ -81,7 +81,7 @@ assert_eq "nothing of ours on the free nodes" "$(nodes_with other.lock)" 3
 # ---- fence check, every, cron --history ----
 
 out=$("$DLOCK" fence check res 100)
-assert_eq "fence check over Redlock" "$?:$out" "0:admitted: token 100 for 'res'"
+assert_eq "fence check over Redlock" "$?:$out" "0:admitted: token 100 for 'res' (highest seen: 100)"
 "$DLOCK" fence check -q res 99
 assert_eq "fence check: a lower token is stale (1)" "$?" 1
 
