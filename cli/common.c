@@ -86,6 +86,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ENOPERM:
   case DLOCK_EREADONLY:
   case DLOCK_ESERVEROOM:
+  case DLOCK_ECLUSTER:
     return CLI_EXIT_UNAVAILABLE;
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:

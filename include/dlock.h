@@ -60,7 +60,8 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")
+  XX(ETIME,      -27, "invalid time")                                              \
+  XX(ECLUSTER,   -31, "Redis Cluster is not usable as the URL says")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -146,7 +147,8 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_TAKEN = 2,       /* another owner holds the key now */
   DLOCK_LOST_UNREACHABLE = 3, /* renewal could not reach Redis before the lease ended */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
-  DLOCK_LOST_DEADLINE = 5     /* the local validity deadline passed without a renewal */
+  DLOCK_LOST_DEADLINE = 5,    /* the local validity deadline passed without a renewal */
+  DLOCK_LOST_FAILOVER = 6     /* the master failed over and the new one does not hold our token */
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);

@@ -84,9 +84,15 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
   rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
-  if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                               &c->topo);
-  else dlock__endpoint_clear(&ep);
+  if (rc) {
+    dlock__endpoint_clear(&ep);
+  } else if (ep.cluster) {
+    snprintf(c->server, sizeof c->server, "cluster %s", ep.display);
+    rc = dlock__topology_cluster_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS, &c->topo);
+  } else {
+    rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                        &c->topo);
+  }
   if (!rc) rc = dlock_client_ping(c);
   if (rc) {
     dlock_client_free(c);

@@ -63,6 +63,13 @@ typedef struct dlock__endpoint {
   int connect_timeout_ms;
   int command_timeout_ms;
   char display[300]; /* "127.0.0.1:6379", "unix:/path", "tls 127.0.0.1:6380" */
+  /* redis-cluster:// only: every seed (host/port above are seeds[0]). */
+  int cluster;
+  int nseeds;
+  struct dlock__seed {
+    char *host;
+    int port;
+  } *seeds;
 } dlock__endpoint;
 
 /* Parse 'url' into 'ep' (zeroed first). */
@@ -151,11 +158,52 @@ int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock_
 typedef struct dlock__topology dlock__topology;
 struct dlock__topology {
   const char *kind;
+  /* The node for 'key' ("" for any node). */
   dlock__node *(*route)(dlock__topology *t, const char *key, size_t keylen);
   void (*destroy)(dlock__topology *t);
+  /* Optional (NULL for standalone): run 'n' commands, command i for the
+   * slot of keys[i], all sent first to the node of keys[0]; follows cluster
+   * redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN). Same contract as
+   * dlock__node_exec. */
+  int (*exec)(dlock__topology *t, const dlock__cmd *cmds, const char *const *keys, const size_t *keylens,
+              size_t n, dlock__reply **replies, int *sent);
+  /* Optional: how many master failovers this client saw for the key's slot
+   * (a hold that began under another count may have been lost to one). */
+  unsigned (*failovers)(dlock__topology *t, const char *key, size_t keylen);
+  /* Optional: the masters that own slots (for scans); returns the count. */
+  int (*masters)(dlock__topology *t, dlock__node **out, int max);
 };
 
 int dlock__topology_standalone_new(const dlock__endpoint *ep, int max_conns, dlock__topology **out);
+/* Run commands for 'key' on its node: t->exec when set, else dlock__node_exec. */
+int dlock__topology_exec(dlock__topology *t, const char *key, size_t keylen, const dlock__cmd *cmds, size_t n,
+                         dlock__reply **replies, int *sent);
+
+/* ---- Redis Cluster (topo_cluster.c) ---- */
+
+#define DLOCK__MAX_REPLICAS 4
+typedef struct dlock__hostport {
+  char host[256];
+  int port;
+} dlock__hostport;
+typedef struct dlock__slot_range {
+  int start, end;
+  dlock__hostport master;
+  int nreplicas;
+  dlock__hostport replica[DLOCK__MAX_REPLICAS];
+} dlock__slot_range;
+
+/* CRC16 (XMODEM) as Redis Cluster uses it; the key's slot (0..16383) honours
+ * a non-empty {hash tag}. */
+unsigned dlock__crc16(const char *buf, size_t len);
+int dlock__cluster_slot(const char *key, size_t len);
+/* Parse "MOVED <slot> <host>:<port>" / "ASK ..."; an empty host is 'self'.
+ * Returns 0, or -1 when 'err' is not a well-formed redirect. */
+int dlock__cluster_parse_redirect(const char *err, const char *self, int *is_ask, int *slot, dlock__hostport *to);
+/* Parse a CLUSTER SLOTS reply into a malloc'ed array; 0, -1 malformed, -2 no memory. */
+int dlock__cluster_parse_slots(const dlock__reply *r, const char *self, dlock__slot_range **out, size_t *n);
+/* Takes over 'ep' (a redis-cluster:// endpoint), loads the slot map. */
+int dlock__topology_cluster_new(dlock__endpoint *ep, int max_conns, dlock__topology **out);
 
 /* ---- Scripts (scripts.c) ---- */
 
@@ -249,6 +297,7 @@ struct dlock_mutex {
   dlock_mono_ms acquired_at;
   dlock_mono_ms valid_until;
   atomic_int lost;        /* dlock_lost_reason */
+  unsigned failovers_at_acquire; /* topo->failovers() when the hold began */
   int lost_fd;            /* eventfd, -1 until asked for */
 
   /* Waiting (see waiters.c). */

@@ -149,6 +149,29 @@ int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock_
   }
 }
 
+int dlock__topology_exec(dlock__topology *t, const char *key, size_t keylen, const dlock__cmd *cmds, size_t n,
+                         dlock__reply **replies, int *sent) {
+  if (t->exec) {
+    const char *keys[1] = {key};
+    size_t keylens[1] = {keylen};
+    if (n == 1) return t->exec(t, cmds, keys, keylens, 1, replies, sent);
+    /* Several commands for one key: the same key for each. */
+    const char **k = malloc(n * sizeof *k);
+    size_t *kl = malloc(n * sizeof *kl);
+    int rc;
+    if (!k || !kl) {
+      rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    } else {
+      for (size_t i = 0; i < n; i++) k[i] = key, kl[i] = keylen;
+      rc = t->exec(t, cmds, k, kl, n, replies, sent);
+    }
+    free(k);
+    free(kl);
+    return rc;
+  }
+  return dlock__node_exec(t->route(t, key, keylen), cmds, n, replies, sent);
+}
+
 /* ---- Standalone topology ---- */
 
 typedef struct standalone {

