@@ -71,7 +71,8 @@ local function dlock_grant_next(keys, now_ms, now_us)
         local f = dlock_take(keys, token, tonumber(claim), info, now_ms, now_us)
         -- pcall: without channel rights (ACL) the waiter still gets the lock by its
         -- re-check; the release itself must not fail after its writes.
-        redis.pcall('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. dlock_num(f))
+        -- A waiter id "<client>:s<n>" listens with SSUBSCRIBE (cluster: sharded pub/sub).
+        redis.pcall(string.find(id, ':s', 1, true) and 'SPUBLISH' or 'PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. dlock_num(f))
         return true
       end
     end

@@ -260,6 +260,10 @@ struct dlock_client {
   pthread_mutex_t lazy_mu;       /* guards starting the two above */
 };
 
+/* Hand-off messages use sharded pub/sub (SSUBSCRIBE/SPUBLISH on the slot's
+ * master) on a cluster; waiter ids then carry ":s" so that the scripts know. */
+static inline int dlock__sharded_pubsub(const dlock_client *c) { return c->topo->exec != NULL; }
+
 /* ---- Lock keys (mutex.c) ---- */
 
 /* The Redis keys of one lock, see docs/keys.md. */

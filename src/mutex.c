@@ -334,7 +334,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
   format_i64(claim_s, sizeof claim_s, lease < CLAIM_MAX_MS ? lease : CLAIM_MAX_MS);
   m->waiter_id[0] = '\0';
   if (queue)
-    snprintf(m->waiter_id, sizeof m->waiter_id, "%s:%" PRIu64, c->id,
+    snprintf(m->waiter_id, sizeof m->waiter_id, "%s:%s%" PRIu64, c->id, dlock__sharded_pubsub(c) ? "s" : "",
              (uint64_t)atomic_fetch_add(&c->waiter_seq, 1));
   int in_table = 0, queued = 0, rc;
 

@@ -4,6 +4,7 @@
  * a slot migration under contention, sharded pub/sub wake-ups, listing
  * across masters, a master failover during a hold, and bad input.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -111,6 +112,59 @@ TEST(force_release_and_the_guard_route_by_slot) {
     dlock_mutex_free(m);
   }
   dlock_client_free(c);
+}
+
+/* ---- Hand-off by sharded pub/sub ---- */
+
+struct other_thread {
+  dlock_mutex *m;
+  int rc;
+  long long acquired_at;
+};
+
+static void *acquire_in_thread(void *arg) {
+  struct other_thread *t = arg;
+  t->rc = dlock_mutex_acquire(t->m, 10000 * th_time_factor());
+  t->acquired_at = th_now_ms();
+  if (t->rc == 0) dlock_mutex_release(t->m);
+  return NULL;
+}
+
+/* Wake a waiter on a lock of each master: by the hand-off message, well
+ * before the waiter's 2 s re-check. */
+static void check_wakeup(const char *name) {
+  dlock_client *c1 = test_client(cl.url), *c2 = test_client(cl.url);
+  ASSERT(c1 && c2);
+  dlock_mutex *a = test_mutex(c1, name, 0), *b = test_mutex(c2, name, 0);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  struct other_thread t = {b, -99, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, acquire_in_thread, &t);
+  th_sleep_ms(300);
+  long long released = th_now_ms();
+  ASSERT_OK(dlock_mutex_release(a));
+  pthread_join(th, NULL);
+  ASSERT_OK(t.rc);
+  if (t.acquired_at - released >= 1000 * th_time_factor())
+    TEST_FAIL("'%s': the waiter took %lld ms after the release", name, t.acquired_at - released);
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+}
+
+TEST(waiters_on_every_master_are_woken_by_sharded_pubsub) {
+  int seen[TH_CLUSTER_MAX] = {0}, done = 0;
+  for (int i = 0; i < 40 && done < 3; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "t:wake:%d", i);
+    int owner = th_cluster_owner(&cl, name);
+    ASSERT(owner >= 0);
+    if (seen[owner]++) continue;
+    check_wakeup(name);
+    done++;
+  }
+  ASSERT_EQ(done, 3);
 }
 
 /* ---- Exclusion across processes ---- */
