@@ -55,11 +55,10 @@ end
 -- The lock is free: hand it to the first live waiter in arrival order and
 -- tell that waiter alone (its client's channel). Waiters whose registration
 -- ran out (crashed, gave up) are dropped on the way. Returns true if granted.
+-- The head is read once: a ZREM may delete the queue key, and while a cluster
+-- slot migrates a script must not touch a key it deleted.
 local function dlock_grant_next(keys, now_ms, now_us)
-  for _ = 1, 32 do
-    local head = redis.call('ZRANGE', keys[4], 0, 0)
-    local id = head[1]
-    if not id then return false end
+  for _, id in ipairs(redis.call('ZRANGE', keys[4], 0, 31)) do
     redis.call('ZREM', keys[4], id)
     local rec = redis.call('HGET', keys[5], id)
     redis.call('HDEL', keys[5], id)

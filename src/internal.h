@@ -334,6 +334,9 @@ void dlock__watchdog_stop(dlock_client *c);
 void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start, int64_t lease_ms);
 /* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */
 void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason);
+/* EXPIRED or TAKEN as seen by a renewal becomes FAILOVER when the router saw
+ * the lock's slot fail over to another master since the hold began. */
+dlock_lost_reason dlock__loss_reason(dlock_mutex *m, dlock_lost_reason seen);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
 

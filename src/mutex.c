@@ -270,6 +270,20 @@ static int undo_acquire(dlock_mutex *m) {
   return rc;
 }
 
+/* Master failovers the router has seen for this lock's slot (cluster; 0 elsewhere). */
+static unsigned slot_failovers(const dlock_mutex *m) {
+  dlock__topology *t = m->client->topo;
+  return t->failovers ? t->failovers(t, m->keys.key[DLOCK__K_LOCK], m->keys.len[DLOCK__K_LOCK]) : 0;
+}
+
+dlock_lost_reason dlock__loss_reason(dlock_mutex *m, dlock_lost_reason seen) {
+  if (seen != DLOCK_LOST_EXPIRED && seen != DLOCK_LOST_TAKEN) return seen;
+  pthread_mutex_lock(&m->mu);
+  unsigned at = m->failovers_at_acquire;
+  pthread_mutex_unlock(&m->mu);
+  return slot_failovers(m) != at ? DLOCK_LOST_FAILOVER : seen;
+}
+
 static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start) {
   pthread_mutex_lock(&m->mu);
   m->fence = fence;
@@ -278,6 +292,7 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
   m->hold_count = 1;
+  m->failovers_at_acquire = slot_failovers(m);
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -586,10 +601,15 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (rc) return fail(m, rc, "extend");
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
-    dlock__mutex_mark_lost(m, v == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+    pthread_mutex_unlock(&m->mu);
+    dlock_lost_reason why = dlock__loss_reason(m, v == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN);
+    pthread_mutex_lock(&m->mu);
+    dlock__mutex_mark_lost(m, why);
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
-                                v == 0 ? "the key is gone" : "another owner holds it now"), "extend");
+                                why == DLOCK_LOST_FAILOVER ? "the Redis master failed over and the new one does "
+                                "not hold this lock" : v == 0 ? "the key is gone" : "another owner holds it now"),
+                "extend");
   }
   pthread_mutex_lock(&m->mu);
   if (!m->watchdog_mode) m->lease_ms = lease_ms;

@@ -356,7 +356,7 @@ static int resend(dlock__node *node, const dlock__cmd *cmd, int asking, dlock__r
 static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t keylen, dlock__node *from,
                   dlock__reply **reply, dlock_mono_ms deadline, int *sent) {
   int64_t backoff = BACKOFF_FIRST_MS;
-  int asked = 0;
+  int asked = 0, moved = 0;
   for (int hop = 0; hop < MAX_REDIRECTS; hop++) {
     dlock__reply *r = *reply;
     dlock__node *to = NULL;
@@ -370,6 +370,13 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
         if (asked++) return 0; /* ASK is followed once; the caller sees the error */
         asking = 1;
       } else {
+        /* A second MOVED in a row: the nodes disagree for a moment (a slot
+         * migration ends with SETSLOT sent to each node in turn); back off. */
+        if (moved++ > 0) {
+          if (dlock_mono_now() + backoff >= deadline) return 0;
+          dlock__sleep_ms(backoff);
+          backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        }
         refresh(cl, 0); /* usually many slots moved at once */
         /* The node that answered MOVED is authoritative for this slot, even
          * if the node that answered CLUSTER SLOTS has not heard yet. */

@@ -140,7 +140,8 @@ static void *watchdog_main(void *arg) {
           pthread_mutex_unlock(&m->mu);
           m->wd_next_renew = sent + lease / 3;
         } else if (r && r->type == DLOCK__REPLY_INTEGER) {
-          lose(wd, m, r->integer == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN, losses, &nloss);
+          lose(wd, m, dlock__loss_reason(m, r->integer == 0 ? DLOCK_LOST_EXPIRED : DLOCK_LOST_TAKEN), losses,
+               &nloss);
         } else if (now >= valid_until) {
           lose(wd, m, DLOCK_LOST_UNREACHABLE, losses, &nloss);
         } else {

@@ -234,6 +234,88 @@ TEST(four_processes_keep_an_unguarded_counter_exact) {
   ASSERT_EQ(read_counter(counter_path), PROCS * ROUNDS);
 }
 
+/* ---- A slot migration under contention ---- */
+
+/* "CLUSTER MYID" of node i. */
+static void node_id(int i, char *out, size_t n) { th_redis_cli(&cl.node[i], out, n, "CLUSTER MYID"); }
+
+/* Move 'slot' from master 'from' to master 'to' as redis-cli --cluster
+ * reshard does: IMPORTING/MIGRATING, MIGRATE the keys in batches, then
+ * SETSLOT NODE everywhere. Returns the number of keys moved, -1 on failure. */
+static int move_slot(int slot, int from, int to) {
+  char fid[64], tid[64], out[8192];
+  node_id(from, fid, sizeof fid);
+  node_id(to, tid, sizeof tid);
+  if (th_redis_cli(&cl.node[to], out, sizeof out, "CLUSTER SETSLOT %d IMPORTING %s", slot, fid) ||
+      strcmp(out, "OK"))
+    return -1;
+  if (th_redis_cli(&cl.node[from], out, sizeof out, "CLUSTER SETSLOT %d MIGRATING %s", slot, tid) ||
+      strcmp(out, "OK"))
+    return -1;
+  int moved = 0;
+  for (int round = 0; round < 100; round++) {
+    th_redis_cli(&cl.node[from], out, sizeof out, "CLUSTER GETKEYSINSLOT %d 100", slot);
+    if (!out[0]) break;
+    char keys[8192] = "";
+    size_t off = 0;
+    for (char *k = strtok(out, "\n"); k; k = strtok(NULL, "\n")) {
+      off += (size_t)snprintf(keys + off, sizeof keys - off, " '%s'", k);
+      moved++;
+    }
+    char res[256];
+    th_redis_cli(&cl.node[from], res, sizeof res, "MIGRATE 127.0.0.1 %d \"\" 0 5000 KEYS%s", cl.node[to].port, keys);
+    th_sleep_ms(20); /* let the contenders act between batches */
+  }
+  /* The destination first, as redis-cli does: then no node sends clients back. */
+  th_redis_cli(&cl.node[to], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, tid);
+  th_redis_cli(&cl.node[from], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, tid);
+  for (int i = 0; i < cl.masters; i++)
+    if (i != from && i != to) th_redis_cli(&cl.node[i], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, tid);
+  return moved;
+}
+
+TEST(four_processes_keep_the_counter_exact_while_the_lock_slot_moves) {
+  counter_lock = "t:reshard";
+  reset_counter();
+  int slot = dlock__cluster_slot(counter_lock, strlen(counter_lock));
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) pids[i] = th_spawn(increment_unguarded, (void *)(intptr_t)(ROUNDS * 2));
+  int moves = 0, keys_moved = 0, running = PROCS;
+  int st[PROCS];
+  for (int i = 0; i < PROCS; i++) st[i] = -2;
+  long long end = th_now_ms() + 240000;
+  /* Move the slot around the masters until the contenders are done (at most 8 moves). */
+  while (running > 0 && th_now_ms() < end) {
+    if (moves < 8) {
+      th_sleep_ms(150);
+      int from = th_cluster_owner(&cl, counter_lock);
+      ASSERT(from >= 0);
+      int to = (from + 1) % cl.masters;
+      int k = move_slot(slot, from, to);
+      ASSERT(k >= 0);
+      keys_moved += k;
+      moves++;
+    } else {
+      th_sleep_ms(50);
+    }
+    for (int i = 0; i < PROCS; i++)
+      if (st[i] == -2 && waitpid(pids[i], &st[i], WNOHANG) == pids[i]) running--;
+      else if (st[i] != -2 || 1) {}
+    for (int i = 0; i < PROCS; i++)
+      if (st[i] == -2) continue;
+  }
+  for (int i = 0; i < PROCS; i++)
+    if (st[i] == -2) st[i] = th_wait(pids[i], 60000);
+  for (int i = 0; i < PROCS; i++) {
+    ASSERT(st[i] != -1 && WIFEXITED(st[i]));
+    ASSERT_EQ(WEXITSTATUS(st[i]), 0);
+  }
+  ASSERT(moves >= 2);
+  ASSERT(keys_moved > 0); /* the lock's keys travelled with the slot */
+  ASSERT_EQ(read_counter(counter_path), PROCS * ROUNDS * 2);
+  counter_lock = "t:counter";
+}
+
 /* ---- Bad input ---- */
 
 TEST(a_cluster_url_naming_a_standalone_server_is_a_clear_error) {
