@@ -148,6 +148,7 @@ typedef struct cluster {
   atomic_int nnodes;
   int replica_of[MAX_NODES]; /* in the last CLUSTER SLOTS: index of its master, or -1 */
   int new_replica_of[MAX_NODES]; /* scratch for apply_map() */
+  unsigned char was_master[MAX_NODES]; /* scratch for apply_map() */
   _Atomic uint16_t slot_node[16384];
   atomic_uint slot_failovers[16384];
   pthread_mutex_t refresh_mu;
@@ -220,10 +221,22 @@ static int index_of(cluster *cl, const dlock__node *node) {
 }
 
 /* The master of 'slot' changed from 'from' to 'to' (node indexes): a failover
- * when 'to' was a replica of 'from', or 'from' is now a replica of 'to'. */
-static void note_owner_change(cluster *cl, int slot, int from, int to, const int *new_replica_of) {
+ * when 'to' was a replica of 'from', or 'from' is now a replica of 'to', or
+ * 'to' served no slot before ('was_master', NULL: look it up). CLUSTER SLOTS
+ * does not always list replicas (gossip may not have told the node yet), so
+ * the last rule catches a promotion the first two miss; its false positive is
+ * a reshard onto a new, empty master, which only matters for a hold that was
+ * lost anyway (then reported as FAILOVER instead of TAKEN/EXPIRED). */
+static void note_owner_change(cluster *cl, int slot, int from, int to, const int *new_replica_of,
+                              const unsigned char *was_master) {
   if (from == NO_NODE || from == to) return;
-  if (cl->replica_of[to] == from || (new_replica_of && new_replica_of[from] == to))
+  int served = 0;
+  if (was_master) {
+    served = was_master[to];
+  } else {
+    for (int s = 0; s < 16384 && !served; s++) served = atomic_load(&cl->slot_node[s]) == to;
+  }
+  if (cl->replica_of[to] == from || (new_replica_of && new_replica_of[from] == to) || !served)
     atomic_fetch_add(&cl->slot_failovers[slot], 1);
 }
 
@@ -232,12 +245,19 @@ static int apply_map(cluster *cl, const dlock__slot_range *v, size_t n) {
   pthread_mutex_lock(&cl->mu);
   int *new_replica_of = cl->new_replica_of;
   int rc = 0;
-  for (int i = 0; i < MAX_NODES; i++) new_replica_of[i] = -1;
+  for (int i = 0; i < MAX_NODES; i++) new_replica_of[i] = -2; /* not in this answer */
+  unsigned char *was_master = cl->was_master;
+  memset(was_master, 0, sizeof cl->was_master);
+  for (int s = 0; s < 16384; s++) {
+    unsigned i = atomic_load(&cl->slot_node[s]);
+    if (i != NO_NODE) was_master[i] = 1;
+  }
   int *masters = calloc(n ? n : 1, sizeof *masters);
   if (!masters) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   for (size_t i = 0; i < n && !rc; i++) {
     masters[i] = node_index_locked(cl, v[i].master.host, v[i].master.port);
     if (masters[i] < 0) rc = DLOCK_ENOMEM;
+    else new_replica_of[masters[i]] = -1;
     for (int j = 0; j < v[i].nreplicas && !rc; j++) {
       int r = node_index_locked(cl, v[i].replica[j].host, v[i].replica[j].port);
       if (r < 0) rc = DLOCK_ENOMEM;
@@ -246,10 +266,13 @@ static int apply_map(cluster *cl, const dlock__slot_range *v, size_t n) {
   }
   for (size_t i = 0; i < n && !rc; i++)
     for (int s = v[i].start; s <= v[i].end; s++) {
-      note_owner_change(cl, s, atomic_load(&cl->slot_node[s]), masters[i], new_replica_of);
+      note_owner_change(cl, s, atomic_load(&cl->slot_node[s]), masters[i], new_replica_of, was_master);
       atomic_store(&cl->slot_node[s], (uint16_t)masters[i]);
     }
-  if (!rc) memcpy(cl->replica_of, new_replica_of, sizeof cl->replica_of);
+  /* A node missing from this answer (failed) keeps its last known role, so
+   * that its promotion is still recognised in a later answer. */
+  for (int i = 0; i < MAX_NODES && !rc; i++)
+    if (new_replica_of[i] != -2) cl->replica_of[i] = new_replica_of[i];
   pthread_mutex_unlock(&cl->mu);
   free(masters);
   return rc;
@@ -382,7 +405,7 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
          * if the node that answered CLUSTER SLOTS has not heard yet. */
         pthread_mutex_lock(&cl->mu);
         int ti = index_of(cl, to);
-        note_owner_change(cl, slot, atomic_load(&cl->slot_node[slot]), ti, NULL);
+        note_owner_change(cl, slot, atomic_load(&cl->slot_node[slot]), ti, NULL, NULL);
         atomic_store(&cl->slot_node[slot], (uint16_t)ti);
         pthread_mutex_unlock(&cl->mu);
       }

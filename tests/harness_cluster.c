@@ -77,6 +77,9 @@ int th_cluster_wait_ok(th_cluster *c, const char *key, long timeout_ms) {
       if (c->node[i].pid <= 0) continue;
       char out[4096];
       ok = th_redis_cli(&c->node[i], out, sizeof out, "CLUSTER INFO") == 0 && strstr(out, "cluster_state:ok");
+      /* A replica counts once its initial sync is done. */
+      if (ok && th_redis_cli(&c->node[i], out, sizeof out, "INFO replication") == 0 && strstr(out, "role:slave"))
+        ok = strstr(out, "master_link_status:up") && strstr(out, "master_sync_in_progress:0");
     }
     /* Every master agrees on the slot owners ("--cluster check" sees no open slots or disagreement). */
     if (ok) {

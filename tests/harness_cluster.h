@@ -24,7 +24,8 @@ int th_cluster_start(th_cluster *c, int masters, int replicas);
 void th_cluster_stop(th_cluster *c);
 /* Index of the node that serves 'key' as master now (-1 if none answers). */
 int th_cluster_owner(th_cluster *c, const char *key);
-/* Wait until every running node reports cluster_state:ok and agrees on the
+/* Wait until every running node reports cluster_state:ok (replicas: synced)
+ * and agrees on the
  * owner of 'key' (NULL: no key check). 0 or -1 after 'timeout_ms'. */
 int th_cluster_wait_ok(th_cluster *c, const char *key, long timeout_ms);
 

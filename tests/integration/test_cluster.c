@@ -316,6 +316,99 @@ TEST(four_processes_keep_the_counter_exact_while_the_lock_slot_moves) {
   counter_lock = "t:counter";
 }
 
+/* ---- A master failover during a hold ---- */
+
+static atomic_int lost_reason = -1;
+
+static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, void *arg) {
+  (void)m;
+  (void)name;
+  (void)arg;
+  atomic_store(&lost_reason, (int)reason);
+}
+
+TEST(a_master_failover_during_a_hold_is_followed_and_a_lost_hold_is_reported) {
+  th_cluster fc; /* its own cluster, with a replica per master */
+  ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fc.url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) {
+    th_cluster_stop(&fc);
+    TEST_FAIL("client: %s", dlock_last_error());
+  }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 8000 * th_time_factor(); /* renewed every third: outlives the failover */
+  mo.on_lost = on_lost;
+  dlock_mutex *m = NULL, *kept = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "t:failover", &mo));
+  atomic_store(&lost_reason, -1);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t fence1 = dlock_mutex_fence(m);
+  /* A second lock on the same slot ("{t:failover}" hash tag is the name
+   * itself, so pick a name with the same slot by search). */
+  int slot = dlock__cluster_slot("t:failover", 10);
+  char twin[32] = "";
+  for (int i = 0; i < 200000 && !twin[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "t:fo:%d", i);
+    if (dlock__cluster_slot(name, strlen(name)) == slot) snprintf(twin, sizeof twin, "%s", name);
+  }
+  ASSERT(twin[0]);
+  dlock_mutex_options ko;
+  dlock_mutex_options_init(&ko);
+  ko.watchdog_lease_ms = mo.watchdog_lease_ms;
+  ASSERT_OK(dlock_mutex_new(&kept, c, twin, &ko));
+  ASSERT_OK(dlock_mutex_acquire(kept, 0));
+
+  int owner = th_cluster_owner(&fc, "t:failover");
+  ASSERT(owner >= 0 && owner < 3);
+  th_sleep_ms(300); /* replication on loopback is quick; let the replica have the keys */
+  /* Kill the master: its replica is promoted after the node timeout. */
+  kill(fc.node[owner].pid, SIGKILL);
+  waitpid(fc.node[owner].pid, NULL, 0);
+  fc.node[owner].pid = 0;
+  int promoted = -1;
+  for (long long end = th_now_ms() + 20000 * th_time_factor(); th_now_ms() < end && promoted < 0;) {
+    int o2 = th_cluster_owner(&fc, "t:failover");
+    if (o2 >= 0 && o2 != owner) promoted = o2;
+    else th_sleep_ms(100);
+  }
+  ASSERT(promoted >= 0);
+  /* The replica had our keys: both holds survive, renewed on the new master. */
+  th_sleep_ms(mo.watchdog_lease_ms / 2);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  ASSERT_EQ(dlock_mutex_lost(kept), DLOCK_LOST_NONE);
+  /* Now the write the replica "missed": the new master does not hold our
+   * token. The watchdog's next renewal finds it and says why. */
+  char out[64];
+  ASSERT_EQ(th_redis_cli(&fc.node[promoted], out, sizeof out, "DEL t:failover"), 0);
+  long long end = th_now_ms() + mo.watchdog_lease_ms;
+  while (atomic_load(&lost_reason) < 0 && th_now_ms() < end) th_sleep_ms(50);
+  ASSERT_EQ(atomic_load(&lost_reason), DLOCK_LOST_FAILOVER);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_FAILOVER);
+  ASSERT_EQ(dlock_mutex_lost(kept), DLOCK_LOST_NONE);
+  ASSERT_CONTAINS(dlock_lost_reason_str(DLOCK_LOST_FAILOVER), "failed over");
+  /* Fences keep rising on the new master. */
+  dlock_mutex_release(m);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT(dlock_mutex_fence(m) > fence1);
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_mutex_release(kept));
+  /* A loss without a failover is still TAKEN/EXPIRED. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_EQ(th_redis_cli(&fc.node[promoted], out, sizeof out, "DEL t:failover"), 0);
+  ASSERT_STATUS(dlock_mutex_extend(m, 5000), DLOCK_ENOTHELD);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_EXPIRED);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(kept);
+  dlock_client_free(c);
+  th_cluster_stop(&fc);
+}
+
 /* ---- Bad input ---- */
 
 TEST(a_cluster_url_naming_a_standalone_server_is_a_clear_error) {
