@@ -34,6 +34,7 @@ static const cli_help_page pages[] = {
    "\n"
    "Redis: --url URL, else $DLOCK_URL, else redis://127.0.0.1:6379.\n"
    "  redis://[user[:password]@]host[:port][/db], rediss://... (TLS),\n"
+   "  redis-cluster://host:port,host:port,... (Redis Cluster seeds),\n"
    "  unix:///path/redis.sock[?db=N&user=U&password=P]\n"
    "\n"
    "Exit status: 0 success (run: the command's own status), 64 usage error,\n"

@@ -100,6 +100,8 @@ typedef struct dlock_client_options {
   /* redis://[user[:password]@]host[:port][/db]
    * rediss://... (TLS; query: ?cacert=F&cert=F&key=F&sni=NAME)
    * unix:///path/to/redis.sock[?db=N&user=U&password=P]
+   * redis-cluster://[user[:password]@]host:port,host:port,...[?...] (Redis
+   *   Cluster seeds; rediss-cluster:// for TLS; see docs/topologies.md)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
@@ -148,7 +150,8 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_UNREACHABLE = 3, /* renewal could not reach Redis before the lease ended */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
   DLOCK_LOST_DEADLINE = 5,    /* the local validity deadline passed without a renewal */
-  DLOCK_LOST_FAILOVER = 6     /* the master failed over and the new one does not hold our token */
+  DLOCK_LOST_FAILOVER = 6     /* the master failed over (cluster) and the new one does not hold our
+                               * token: the replica missed the write (docs/topologies.md) */
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
