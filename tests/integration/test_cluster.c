@@ -316,6 +316,55 @@ TEST(four_processes_keep_the_counter_exact_while_the_lock_slot_moves) {
   counter_lock = "t:counter";
 }
 
+TEST(a_waiter_is_still_woken_by_the_hand_off_after_its_slot_moved) {
+  const char *name = "t:moved-wake";
+  int slot = dlock__cluster_slot(name, strlen(name));
+  dlock_client *c1 = test_client(cl.url), *c2 = test_client(cl.url);
+  ASSERT(c1 && c2);
+  dlock_mutex *a = test_mutex(c1, name, 0), *b = test_mutex(c2, name, 0);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  struct other_thread t = {b, -99, 0};
+  pthread_t th;
+  long long started = th_now_ms();
+  pthread_create(&th, NULL, acquire_in_thread, &t);
+  th_sleep_ms(300); /* the waiter is queued and subscribed on the slot's master */
+  int from = th_cluster_owner(&cl, name);
+  ASSERT(from >= 0);
+  ASSERT(move_slot(slot, from, (from + 1) % cl.masters) > 0);
+  ASSERT_EQ(th_cluster_owner(&cl, name), (from + 1) % cl.masters);
+  /* The old master ended the subscription (sunsubscribe); the waiter's client
+   * subscribes again on the new owner. Release just after the waiter's first
+   * re-check (2 s after it queued), so that its next one is ~2 s away. */
+  long long release_at = started + 2300 * th_time_factor();
+  if (th_now_ms() < release_at) th_sleep_ms((long)(release_at - th_now_ms()));
+  long long released = th_now_ms();
+  ASSERT_OK(dlock_mutex_release(a));
+  pthread_join(th, NULL);
+  ASSERT_OK(t.rc);
+  if (t.acquired_at - released >= 1000 * th_time_factor())
+    TEST_FAIL("the waiter took %lld ms after the release", t.acquired_at - released);
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+}
+
+TEST(names_and_prefixes_whose_keys_would_span_slots_are_refused) {
+  dlock_client *c = test_client(cl.url);
+  ASSERT(c);
+  dlock_mutex *m = NULL;
+  ASSERT_STATUS(dlock_mutex_new(&m, c, "orders{1}", NULL), DLOCK_ENAME);
+  ASSERT_CONTAINS(dlock_last_error(), "hash tags");
+  dlock_client_free(c);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = cl.url;
+  o.key_prefix = "app{x}:";
+  c = NULL;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_ENAME);
+  ASSERT_CONTAINS(dlock_last_error(), "key prefix");
+}
+
 /* ---- A master failover during a hold ---- */
 
 static atomic_int lost_reason = -1;
