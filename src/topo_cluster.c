@@ -379,8 +379,10 @@ static int resend(dlock__node *node, const dlock__cmd *cmd, int asking, dlock__r
 static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t keylen, dlock__node *from,
                   dlock__reply **reply, dlock_mono_ms deadline, int *sent) {
   int64_t backoff = BACKOFF_FIRST_MS;
-  int asked = 0, moved = 0;
-  for (int hop = 0; hop < MAX_REDIRECTS; hop++) {
+  int asked = 0, moved = 0, hops = 0;
+  /* MOVED and ASK hops are counted; TRYAGAIN and CLUSTERDOWN waits are
+   * bounded by the deadline (each waits at least BACKOFF_FIRST_MS). */
+  for (;;) {
     dlock__reply *r = *reply;
     dlock__node *to = NULL;
     int asking = 0;
@@ -388,9 +390,11 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
     int is_ask, slot;
     dlock__hostport hp;
     if (dlock__cluster_parse_redirect(r->str, from->ep.host, &is_ask, &slot, &hp) == 0) {
+      if (hops++ >= MAX_REDIRECTS) return 0; /* the caller sees the redirect as an error */
       if (!(to = node_at(cl, hp.host, hp.port))) return DLOCK_ENOMEM;
       if (is_ask) {
-        if (asked++) return 0; /* ASK is followed once; the caller sees the error */
+        /* ASK is followed once: an ASK answered by another ASK is an error. */
+        if (asked++) return 0;
         asking = 1;
       } else {
         /* A second MOVED in a row: the nodes disagree for a moment (a slot
@@ -415,6 +419,7 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
       dlock__sleep_ms(backoff);
       backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
       if (is_error(r, "CLUSTERDOWN")) refresh(cl, 0);
+      asked = 0; /* after TRYAGAIN the source may send us to the target again */
       to = route_slot(cl, dlock__cluster_slot(key, keylen));
     } else {
       return 0; /* a real error reply */
@@ -432,7 +437,6 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
     *reply = again;
     from = to;
   }
-  return 0;
 }
 
 /* One pipeline to the node of keys[0]; redirected replies settled one by one. */
