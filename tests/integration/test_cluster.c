@@ -16,6 +16,7 @@
 #include "test.h"
 
 static th_cluster cl;
+static th_cluster fc; /* the failover test's own cluster (static: the harness keeps pointers to its nodes) */
 
 void test_setup(void) {
   if (th_cluster_start(&cl, 3, 0) != 0) {
@@ -24,7 +25,10 @@ void test_setup(void) {
   }
 }
 
-void test_teardown(void) { th_cluster_stop(&cl); }
+void test_teardown(void) {
+  th_cluster_stop(&fc);
+  th_cluster_stop(&cl);
+}
 
 static dlock_client *client_or_null(const char *url) {
   dlock_client_options o;
@@ -377,7 +381,7 @@ static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, 
 }
 
 TEST(a_master_failover_during_a_hold_is_followed_and_a_lost_hold_is_reported) {
-  th_cluster fc; /* its own cluster, with a replica per master */
+  /* Its own cluster, with a replica per master. */
   ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
@@ -461,7 +465,7 @@ TEST(a_master_failover_during_a_hold_is_followed_and_a_lost_hold_is_reported) {
 /* ---- Bad input ---- */
 
 TEST(a_cluster_url_naming_a_standalone_server_is_a_clear_error) {
-  th_redis plain;
+  static th_redis plain; /* static: the harness keeps a pointer to it */
   ASSERT_EQ(th_redis_start(&plain, NULL), 0);
   char url[128];
   snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", plain.port);
