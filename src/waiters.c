@@ -192,15 +192,21 @@ static void reroute(dlock__subscriber *s, const char *name, size_t len) {
 static int sync_subscriptions(dlock__subscriber *s) {
   dlock_client *c = s->client;
   int pending = 0;
-  /* Channels whose route must be looked up again, outside the lock. */
+  /* A channel whose slot moved or whose node failed: one routed command
+   * updates the router's map (MOVED, or a reload after a refused
+   * connection) for all of them. Outside the lock: it does I/O. */
   pthread_mutex_lock(&s->mu);
+  char name[512];
+  size_t len = 0;
   for (size_t i = 0; i < s->nchannels; i++) {
     channel *ch = &s->channels[i];
-    if (!ch->reroute || ch->refs == 0) continue;
+    if (ch->reroute && ch->refs > 0 && s->sharded && !len) {
+      len = ch->len < sizeof name ? ch->len : sizeof name - 1;
+      memcpy(name, ch->name, len);
+    }
     ch->reroute = 0;
-    char name[512];
-    size_t len = ch->len < sizeof name ? ch->len : sizeof name - 1;
-    memcpy(name, ch->name, len);
+  }
+  if (len) {
     pthread_mutex_unlock(&s->mu);
     reroute(s, name, len);
     pthread_mutex_lock(&s->mu);

@@ -189,12 +189,15 @@ static long read_counter(const char *path) {
 static char counter_path[512];
 static const char *counter_lock = "t:counter";
 
+static char stop_path[512]; /* when set: run until this file exists (at most 'rounds') */
+
 static int increment_unguarded(void *arg) {
   long rounds = (long)(intptr_t)arg;
   dlock_client *c = client_or_null(cl.url);
   dlock_mutex *m = NULL;
   if (!c || dlock_mutex_new(&m, c, counter_lock, NULL) != 0) return 10;
-  for (long i = 0; i < rounds; i++) {
+  long i;
+  for (i = 0; i < rounds && !(stop_path[0] && access(stop_path, F_OK) == 0); i++) {
     int rc = dlock_mutex_acquire(m, 60000);
     if (rc != 0) {
       fprintf(stderr, "acquire: %s\n", dlock_last_error());
@@ -211,6 +214,14 @@ static int increment_unguarded(void *arg) {
       fprintf(stderr, "release: %s\n", dlock_last_error());
       return 13;
     }
+  }
+  if (stop_path[0]) { /* tell the parent how many increments this child made */
+    char path[600];
+    snprintf(path, sizeof path, "%s.%d", stop_path, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f) return 14;
+    fprintf(f, "%ld\n", i);
+    fclose(f);
   }
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -282,8 +293,11 @@ TEST(four_processes_keep_the_counter_exact_while_the_lock_slot_moves) {
   counter_lock = "t:reshard";
   reset_counter();
   int slot = dlock__cluster_slot(counter_lock, strlen(counter_lock));
+  /* The contenders run until the slot has moved 8 times (bounded: 5000 rounds each). */
+  snprintf(stop_path, sizeof stop_path, "%s/stop", cl.node[0].dir);
+  unlink(stop_path);
   pid_t pids[PROCS];
-  for (int i = 0; i < PROCS; i++) pids[i] = th_spawn(increment_unguarded, (void *)(intptr_t)(ROUNDS * 2));
+  for (int i = 0; i < PROCS; i++) pids[i] = th_spawn(increment_unguarded, (void *)(intptr_t)5000);
   int moves = 0, keys_moved = 0, running = PROCS;
   int st[PROCS];
   for (int i = 0; i < PROCS; i++) st[i] = -2;
@@ -300,23 +314,33 @@ TEST(four_processes_keep_the_counter_exact_while_the_lock_slot_moves) {
       keys_moved += k;
       moves++;
     } else {
+      FILE *f = fopen(stop_path, "w");
+      if (f) fclose(f);
       th_sleep_ms(50);
     }
     for (int i = 0; i < PROCS; i++)
       if (st[i] == -2 && waitpid(pids[i], &st[i], WNOHANG) == pids[i]) running--;
-      else if (st[i] != -2 || 1) {}
-    for (int i = 0; i < PROCS; i++)
-      if (st[i] == -2) continue;
   }
+  FILE *stop = fopen(stop_path, "w");
+  if (stop) fclose(stop);
   for (int i = 0; i < PROCS; i++)
     if (st[i] == -2) st[i] = th_wait(pids[i], 60000);
   for (int i = 0; i < PROCS; i++) {
     ASSERT(st[i] != -1 && WIFEXITED(st[i]));
     ASSERT_EQ(WEXITSTATUS(st[i]), 0);
   }
-  ASSERT(moves >= 2);
+  long total = 0;
+  for (int i = 0; i < PROCS; i++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s.%d", stop_path, (int)pids[i]);
+    long n = read_counter(path);
+    ASSERT(n > 0); /* every contender got the lock */
+    total += n;
+  }
+  stop_path[0] = '\0';
+  ASSERT(moves >= 8); /* the contenders were still running during all moves */
   ASSERT(keys_moved > 0); /* the lock's keys travelled with the slot */
-  ASSERT_EQ(read_counter(counter_path), PROCS * ROUNDS * 2);
+  ASSERT_EQ(read_counter(counter_path), total);
   counter_lock = "t:counter";
 }
 
