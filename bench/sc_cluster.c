@@ -65,7 +65,7 @@ static int ping(int port)
   return ok;
 }
 
-static int start_node(int i, int cluster)
+static int start_node_once(int i, int cluster)
 {
   char dir[320], port_s[16], bus_s[16], log[360];
   snprintf(dir, sizeof dir, "%s/n%d", workdir, i);
@@ -99,8 +99,29 @@ static int start_node(int i, int cluster)
   bench_track_child(pid);
   for (int t = 0; t < 100; t++) {
     bench_sleep_ms(50);
+    if (waitpid(pid, NULL, WNOHANG) == pid) { /* exited: its port was taken */
+      bench_untrack_child(pid);
+      nodes[i].pid = 0;
+      return -1;
+    }
     if (ping(nodes[i].port))
       return 0;
+  }
+  return -1;
+}
+
+/* Ports found free may be taken before redis-server binds them: try a few. */
+static int start_node(int i, int cluster)
+{
+  for (int attempt = 0; attempt < 5; attempt++) {
+    if (start_node_once(i, cluster) == 0)
+      return 0;
+    if (nodes[i].pid > 0) {
+      kill(nodes[i].pid, SIGKILL);
+      waitpid(nodes[i].pid, NULL, 0);
+      bench_untrack_child(nodes[i].pid);
+      nodes[i].pid = 0;
+    }
   }
   return -1;
 }

@@ -20,11 +20,16 @@ int th_cluster_start(th_cluster *c, int masters, int replicas) {
   for (int i = 0; i < total; i++) {
     /* The bus port is chosen too: port + 10000 may be above 65535 or taken. */
     char conf[512];
-    snprintf(conf, sizeof conf,
-             "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout %ld\n"
-             "cluster-port %d\ncluster-replica-validity-factor 0\n",
-             1000 * th_time_factor(), th_free_port());
-    if (th_redis_start(&c->node[i], conf) != 0) {
+    int started = -1;
+    for (int attempt = 0; attempt < 3 && started != 0; attempt++) { /* a fresh bus port each time */
+      snprintf(conf, sizeof conf,
+               "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout %ld\n"
+               "cluster-port %d\ncluster-replica-validity-factor 0\n",
+               1000 * th_time_factor(), th_free_port());
+      started = th_redis_start(&c->node[i], conf);
+      if (started != 0) th_redis_stop(&c->node[i]);
+    }
+    if (started != 0) {
       fprintf(stderr, "harness: cluster node %d did not start\n", i);
       th_cluster_stop(c);
       return -1;
