@@ -342,6 +342,16 @@ static int refresh(cluster *cl, int force) {
   return rc;
 }
 
+/* refresh() for a command that failed: the caller reports the command's own
+ * error, not what the reload met on the way. */
+static int refresh_quietly(cluster *cl) {
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int rc = refresh(cl, 0);
+  dlock__error(0, "%s", saved);
+  return rc;
+}
+
 static dlock__node *route_slot(cluster *cl, int slot) {
   unsigned i = atomic_load(&cl->slot_node[slot]);
   if (i == NO_NODE) { /* unassigned: any master answers with MOVED or CLUSTERDOWN */
@@ -430,7 +440,7 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
     dlock__reply *again = NULL;
     int rc = resend(to, cmd, asking, &again, sent);
     if (rc) {
-      if (!*sent) refresh(cl, 0);
+      if (!*sent) refresh_quietly(cl);
       return rc;
     }
     dlock__reply_free(r);
@@ -449,12 +459,12 @@ static int exec_group(dlock__topology *t, const dlock__cmd *cmds, const char *co
   if (rc && !*sent) {
     /* Nothing reached the server (refused, reset before the write): the map
      * may be stale after a failover. Refresh and try the new owner once. */
-    if (refresh(cl, 0) == 0) {
+    if (refresh_quietly(cl) == 0) {
       dlock__node *now = cluster_route(t, keys[0], keylens[0]);
       if (now != node) rc = dlock__node_exec(node = now, cmds, n, replies, sent);
     }
   } else if (rc) {
-    refresh(cl, 0); /* for the next command; this one's outcome stays unknown */
+    refresh_quietly(cl); /* for the next command; this one's outcome stays unknown */
   }
   if (rc) return rc;
   for (size_t i = 0; i < n; i++) {
