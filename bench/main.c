@@ -44,6 +44,7 @@ static const scenario_entry scenarios[] = {
   {"contended", bench_scenario_contended, "K processes on one name: hand-off, fairness, cost"},
   {"watchdog", bench_scenario_watchdog, "N held locks renewed by the watchdog"},
   {"scheduler", bench_scenario_scheduler, "cron next-fire computations per second"},
+  {"cluster", bench_scenario_cluster, "3-master Redis Cluster vs one node: uncontended, contended"},
 };
 #define SCENARIO_COUNT ((int)(sizeof scenarios / sizeof scenarios[0]))
 

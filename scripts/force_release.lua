@@ -9,8 +9,10 @@ if bad then return bad end
 if ARGV[1] ~= '1' and redis.call('GET', KEYS[1]) and not redis.call('HGET', KEYS[3], 'fence') then
   return -1
 end
-local existed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[3])
+-- A hand-off overwrites the lock and meta keys; they are deleted only when
+-- nobody takes over (while a cluster slot migrates, a script must not touch a
+-- key it deleted).
+local existed = redis.call('EXISTS', KEYS[1])
 local now_ms, now_us = dlock_now()
-dlock_grant_next(KEYS, now_ms, now_us)
+if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
 return existed

@@ -165,10 +165,25 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
   rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
-  if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                               &c->topo);
-  else dlock__endpoint_clear(&ep);
-  if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
+  if (rc) {
+    dlock__endpoint_clear(&ep);
+  } else if (ep.cluster) {
+    /* WAIT counts the replicas of the connection's own writes: a pipeline
+     * that a cluster splits by slot owner has no one such connection. */
+    if (o.wait_replicas || o.wait_timeout_ms) {
+      dlock__endpoint_clear(&ep);
+      rc = dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms given with a redis-cluster:// URL: WAIT is "
+                        "offered on a single server and through Sentinel only (docs/topologies.md)");
+    } else {
+      snprintf(c->server, sizeof c->server, "cluster %s", ep.display);
+      rc = dlock__topology_cluster_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                       &c->topo);
+    }
+  } else {
+    rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                        &c->topo);
+    if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
+  }
   if (!rc) rc = dlock_client_ping(c);
   if (!rc) dlock__check_at_connect(c);
   if (rc) {
