@@ -106,6 +106,19 @@ static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_r
   return 0;
 }
 
+/* A prefix is a whole key segment: "app" is used as "app:", so that no name
+ * under "app" can spell a key of "app2:" (docs/keys.md). Whatever the
+ * topology. Also the client's random id. */
+static int set_prefix(dlock_client *c, const char *pre) {
+  if (!pre) pre = "";
+  size_t plen = strlen(pre);
+  int colon = plen > 0 && pre[plen - 1] != ':';
+  if (!(c->prefix = malloc(plen + 2))) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
+  c->prefix_len = plen + (size_t)colon;
+  return dlock__random_hex(c->id, 8);
+}
+
 int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_client_new: 'out' is NULL");
@@ -129,16 +142,15 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
     c->command_timeout_ms = u.master.command_timeout_ms;
-    c->prefix = strdup(o.key_prefix ? o.key_prefix : "");
-    c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
     pthread_mutex_init(&c->lazy_mu, NULL);
-    rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+    rc = set_prefix(c, o.key_prefix);
     int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
     if (!rc) rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
                                                &c->topo, c->server, sizeof c->server);
     else dlock__sentinel_url_clear(&u);
     if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
     if (!rc) rc = dlock_client_ping(c);
+    if (!rc) dlock__check_at_connect(c);
     if (rc) {
       dlock_client_free(c);
       return rc;
@@ -155,16 +167,8 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   }
   snprintf(c->server, sizeof c->server, "%s", ep.display);
   c->command_timeout_ms = ep.command_timeout_ms;
-  /* A prefix is a whole key segment: "app" is used as "app:", so that no
-   * name under "app" can spell a key of "app2:" (docs/keys.md). */
-  const char *pre = o.key_prefix ? o.key_prefix : "";
-  size_t plen = strlen(pre);
-  int colon = plen > 0 && pre[plen - 1] != ':';
-  c->prefix = malloc(plen + 2);
-  if (c->prefix) snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
-  c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
-  rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+  rc = set_prefix(c, o.key_prefix);
   if (rc) {
     dlock__endpoint_clear(&ep);
   } else if (ep.cluster) {
