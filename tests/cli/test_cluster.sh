@@ -105,6 +105,11 @@ assert_eq "every: each tick ran once" "$(sort "$TICKS" | uniq -d)" ""
 out=$("$DLOCK" cron --history cl:job)
 assert_match "cron --history reads the job's runs" "$out" "node-"
 
+# ---- doctor: the hand-off channel is checked as the waiters use it ----
+out=$("$DLOCK" doctor 2>&1)
+assert_match "doctor: scripts run through the router" "$out" "OK +scripts"
+assert_match "doctor: sharded pub/sub on the probe's slot" "$out" "OK +pubsub .*SPUBLISH and SSUBSCRIBE"
+
 # ---- bad input ----
 start_redis # a plain server
 err=$("$DLOCK" status x --url "redis-cluster://127.0.0.1:$REDIS_PORT" 2>&1)
