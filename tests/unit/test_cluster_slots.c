@@ -199,4 +199,21 @@ TEST(bad_cluster_urls_say_what_is_wrong) {
   }
 }
 
+/* WAIT needs one connection that carries every write it counts; a cluster
+ * splits pipelines by slot owner, so the option is refused before any
+ * connection is tried (the seed here does not exist). */
+TEST(wait_replicas_with_a_cluster_url_is_refused_before_connecting) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = "redis-cluster://127.0.0.1:1";
+  o.wait_replicas = 1;
+  dlock_client *c = NULL;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EINVAL);
+  ASSERT(c == NULL);
+  ASSERT_CONTAINS(dlock_last_error(), "redis-cluster://");
+  o.wait_replicas = 0;
+  o.wait_timeout_ms = 100;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EINVAL);
+}
+
 TEST_MAIN()
