@@ -45,6 +45,7 @@ static const scenario_entry scenarios[] = {
   {"watchdog", bench_scenario_watchdog, "N held locks renewed by the watchdog"},
   {"scheduler", bench_scenario_scheduler, "cron next-fire computations per second"},
   {"redlock", bench_scenario_redlock, "acquire+release on 3 and 5 Redlock nodes vs one node"},
+  {"cluster", bench_scenario_cluster, "3-master Redis Cluster vs one node: uncontended, contended"},
 };
 #define SCENARIO_COUNT ((int)(sizeof scenarios / sizeof scenarios[0]))
 

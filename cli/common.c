@@ -57,6 +57,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ETOPOLOGY:
   case DLOCK_EREPLICAS:
   case DLOCK_EQUORUM:
+  case DLOCK_ECLUSTER:
     return CLI_EXIT_UNAVAILABLE;
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:

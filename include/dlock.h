@@ -82,13 +82,14 @@ extern "C" {
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")                                           \
-  XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from") \
-  XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")         \
-  XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")          \
-  XX(EFOREIGN,   -33, "key is not a dlock lock (no dlock metadata)")           \
-  XX(EQUORUM,    -34, "no majority of the Redlock nodes confirmed in time")    \
-  XX(EDB,        -35, "the server has no such database (the URL's /db)")
+  XX(ETIME,      -27, "invalid time")                                              \
+  XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from")    \
+  XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")           \
+  XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")            \
+  XX(ECLUSTER,   -31, "Redis Cluster is not usable as the URL says")               \
+  XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
+  XX(EQUORUM,    -33, "no majority of the Redlock nodes confirmed in time")        \
+  XX(EDB,        -34, "the server has no such database (the URL's /db)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -151,6 +152,9 @@ typedef struct dlock_client_options {
    *   (Redis Sentinel: the userinfo authenticates to the sentinels, port
    *   26379 by default; the master's credentials are master_user and
    *   master_password, or 'username'/'password' below; no TLS)
+   * redis-cluster://[user[:password]@]host:port,host:port,...[?...] (Redis
+   *   Cluster seeds; rediss-cluster:// for TLS; no WAIT; see
+   *   docs/topologies.md)
    * redlock://[user:pass@]host1:port1,[user:pass@]host2:port2,...[/db][?...]
    *   (Redlock over 3 or more independent masters, 5 advised; each node
    *   takes the query options of redis://; see docs/redlock.md)
@@ -278,9 +282,11 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_UNREACHABLE = 3, /* renewals were sent but none succeeded before valid_until */
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
   DLOCK_LOST_DEADLINE = 5,    /* valid_until passed without a renewal (fixed leases) */
-  /* The master changed since the hold began (Sentinel failover) and the new
-   * master does not hold our token: the write was not replicated in time,
-   * or another owner took the lock on the new master. */
+  /* A failover moved the lock's key to another master since the hold began
+   * (Sentinel: the master changed; Cluster: the key's slot failed over to a
+   * replica) and the new master does not hold our token: the write was not
+   * replicated in time, or another owner took the lock on the new master
+   * (docs/topologies.md). */
   DLOCK_LOST_FAILOVER = 6,
   /* Another client deleted the key (dlock_lock_force_release(), "dlock
    * release --force"): told apart from EXPIRED by a tombstone the forced

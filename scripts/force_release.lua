@@ -13,13 +13,16 @@ if bad then return bad end
 if ARGV[1] ~= '1' and redis.call('GET', KEYS[1]) and not redis.call('HGET', KEYS[3], 'fence') then
   return -1
 end
+-- A hand-off overwrites the lock and meta keys; they are deleted only when
+-- nobody takes over (while a cluster slot migrates, a script must not touch a
+-- key it deleted). The tombstone tells the holder its key was deleted, not
+-- expired (DLOCK_LOST_DELETED), for as long as its lease had left.
 local cur, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
-local existed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[3])
+local existed = cur and 1 or 0
 if cur and pttl > 0 then
   redis.call('HSET', KEYS[5], 'deleted', cur)
   if redis.call('PTTL', KEYS[5]) < pttl then redis.call('PEXPIRE', KEYS[5], pttl) end
 end
 local now_ms, now_us = dlock_now()
-dlock_grant_next(KEYS, now_ms, now_us)
+if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
 return existed

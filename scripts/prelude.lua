@@ -105,11 +105,10 @@ end
 -- The lock is free: hand it to the first live waiter in arrival order and
 -- tell that waiter alone (its client's channel). Waiters whose registration
 -- ran out (crashed, gave up) are dropped on the way. Returns true if granted.
+-- The head is read once: a ZREM may delete the queue key, and while a cluster
+-- slot migrates a script must not touch a key it deleted.
 local function dlock_grant_next(keys, now_ms, now_us)
-  for _ = 1, 32 do
-    local head = redis.call('ZRANGE', keys[4], 0, 0)
-    local id = head[1]
-    if not id then return false end
+  for _, id in ipairs(redis.call('ZRANGE', keys[4], 0, 31)) do
     redis.call('ZREM', keys[4], id)
     local rec = redis.call('HGET', keys[5], id)
     redis.call('HDEL', keys[5], id)
@@ -124,7 +123,9 @@ local function dlock_grant_next(keys, now_ms, now_us)
         if not f then return false end
         -- pcall: without channel rights (ACL) the waiter still gets the lock by its
         -- re-check; the release itself must not fail after its writes.
-        redis.pcall('PUBLISH', '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f)
+        -- A waiter id "<client>:s<n>" listens with SSUBSCRIBE (cluster: sharded pub/sub).
+        local publish = string.find(id, ':s', 1, true) and 'SPUBLISH' or 'PUBLISH'
+        redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f)
         return true
       end
     end

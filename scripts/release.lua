@@ -10,9 +10,13 @@ if cur ~= ARGV[1] then
   if cur then return -1 end
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[3])
+-- A hand-off overwrites the lock and meta keys; they are deleted only when
+-- nobody takes over (while a cluster slot migrates, a script must not touch a
+-- key it deleted: the server aborts it half-way).
+local granted = false
 if redis.call('EXISTS', KEYS[4]) == 1 then
   local now_ms, now_us = dlock_now()
-  dlock_grant_next(KEYS, now_ms, now_us)
+  granted = dlock_grant_next(KEYS, now_ms, now_us)
 end
+if not granted then redis.call('DEL', KEYS[1], KEYS[3]) end
 return 1

@@ -39,8 +39,7 @@ if ARGV[9] ~= '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], keep)
     redis.call('PEXPIRE', KEYS[3], keep)
   else
-    redis.call('DEL', KEYS[1], KEYS[3])
-    dlock_grant_next(KEYS, now_ms, now_us)
+    if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
   end
 end
 return {dlock_num(duration), ours}

@@ -6,9 +6,8 @@ if bad then return bad end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
 if redis.call('GET', KEYS[1]) == ARGV[2] then
-  redis.call('DEL', KEYS[1], KEYS[3])
   local now_ms, now_us = dlock_now()
-  dlock_grant_next(KEYS, now_ms, now_us)
+  if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
   return 1
 end
 return 0

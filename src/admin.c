@@ -198,14 +198,26 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
     match[m++] = *p;
   }
   snprintf(match + m, sizeof match - m, "*}:meta");
-  int route_rc;
-  dlock__node *node = dlock__route(c, "", 0, &route_rc);
-  if (!node) {
-    dlock__error_prefix("list on %s: ", c->server);
-    return route_rc;
+  /* A cluster keeps each lock on its slot's master: scan every master.
+   * Elsewhere one node holds them all (Sentinel: the master it follows). */
+  dlock__node *one = NULL, **nodes = &one;
+  int nnodes = 0;
+  if (c->topo->masters) {
+    if (!(nodes = malloc(1024 * sizeof *nodes))) return dlock__error(DLOCK_ENOMEM, "out of memory");
+    nnodes = c->topo->masters(c->topo, nodes, 1024);
   }
-  char cursor[32] = "0";
+  if (nnodes == 0) {
+    int route_rc;
+    if (!(nodes[nnodes++] = dlock__route(c, "", 0, &route_rc))) {
+      if (nodes != &one) free(nodes);
+      dlock__error_prefix("list on %s: ", c->server);
+      return route_rc;
+    }
+  }
   int count = 0;
+  for (int ni = 0; ni < nnodes; ni++) {
+  dlock__node *node = nodes[ni];
+  char cursor[32] = "0";
   do {
     const char *argv[6] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
     size_t lens[6];
@@ -215,15 +227,16 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
     int rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
     if (!rc && r->type == DLOCK__REPLY_ERROR) {
       rc = dlock__reply_error_status(r);
-      dlock__error(rc, "list on %s: SCAN failed: %s", c->server, r->str);
+      dlock__error(rc, "list on %s: SCAN failed: %s", node->ep.display, r->str);
     } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2 ||
                        r->element[0]->type != DLOCK__REPLY_STRING || r->element[1]->type != DLOCK__REPLY_ARRAY)) {
-      rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected SCAN reply", c->server);
+      rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected SCAN reply", node->ep.display);
     } else if (rc) {
-      dlock__error_prefix("list on %s: ", c->server);
+      dlock__error_prefix("list on %s: ", node->ep.display);
     }
     if (rc) {
       dlock__reply_free(r);
+      if (nodes != &one) free(nodes);
       return rc;
     }
     snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
@@ -243,6 +256,8 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
     }
     dlock__reply_free(r);
   } while (strcmp(cursor, "0") != 0);
+  }
+  if (nodes != &one) free(nodes);
   return count;
 }
 

@@ -281,17 +281,24 @@ static void check_scripts(dlock_client *c, dlock_check *k, char *user, size_t ul
 }
 
 /* SUBSCRIBE needs a connection of its own: it turns the connection into a
- * subscriber. The pooled connections are left alone. */
+ * subscriber. The pooled connections are left alone. On a cluster, as the
+ * waiters do: SSUBSCRIBE on the master of the channel's slot. */
 static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t len) {
-  dlock__node *node = c->topo->route(c->topo, "", 0);
+  int sharded = dlock__sharded_pubsub(c), rc;
+  dlock__node *node = sharded ? c->topo->route(c->topo, channel, strlen(channel)) : dlock__route(c, "", 0, &rc);
+  if (!node) {
+    snprintf(why, len, "%s", dlock_last_error());
+    return rc;
+  }
   dlock__conn *conn = NULL;
-  int rc = dlock__conn_open(&node->ep, node->ssl_ctx, &conn);
+  rc = dlock__conn_open(&node->ep, node->ssl_ctx, &conn);
   if (rc) {
     snprintf(why, len, "%s", dlock_last_error());
     return rc;
   }
-  const char *argv[2] = {"SUBSCRIBE", channel};
-  size_t lens[2] = {9, strlen(channel)};
+  const char *verb = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+  const char *argv[2] = {verb, channel};
+  size_t lens[2] = {strlen(verb), strlen(channel)};
   dlock__cmd cmd = {2, argv, lens};
   dlock__reply *r = NULL;
   dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
@@ -301,10 +308,10 @@ static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t
   if (rc) {
     snprintf(why, len, "%s", dlock_last_error());
   } else if (r->type == DLOCK__REPLY_ERROR) {
-    snprintf(why, len, "SUBSCRIBE: %s", r->str);
+    snprintf(why, len, "%s: %s", verb, r->str);
     rc = dlock__reply_error_status(r);
   } else if (r->type != DLOCK__REPLY_ARRAY) {
-    snprintf(why, len, "SUBSCRIBE: unexpected reply");
+    snprintf(why, len, "%s: unexpected reply", verb);
     rc = DLOCK_EPROTO;
   }
   dlock__reply_free(r);
@@ -313,21 +320,28 @@ static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t
 }
 
 static void check_pubsub(dlock_client *c, dlock_check *k, const char *user) {
-  static const char fix[] = "grant the user +publish +subscribe +unsubscribe and the channels &{PREFIX* "
-                            "(docs/keys.md); without them waiters notice a release only at their re-check";
+  int sharded = dlock__sharded_pubsub(c);
+  const char *fix = sharded ? "grant the user +spublish +ssubscribe +sunsubscribe and the channels &{PREFIX* "
+                              "(docs/keys.md); without them waiters notice a release only at their re-check"
+                            : "grant the user +publish +subscribe +unsubscribe and the channels &{PREFIX* "
+                              "(docs/keys.md); without them waiters notice a release only at their re-check";
+  const char *pub = sharded ? "SPUBLISH" : "PUBLISH", *sub = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
   char channel[DLOCK_MAX_NAME_LEN + 64], why[512];
   snprintf(channel, sizeof channel, "{%s%s}:w:%s", c->prefix, PROBE_NAME, c->id);
-  const char *argv[3] = {"PUBLISH", channel, ""};
-  dlock__reply *r;
-  int rc = server_cmd(c, &r, 3, argv);
+  const char *argv[3] = {pub, channel, ""};
+  size_t lens[3] = {strlen(pub), strlen(channel), 0};
+  dlock__cmd cmd = {3, argv, lens};
+  dlock__reply *r = NULL;
+  /* To the channel's node: on a cluster SPUBLISH goes to the slot's master. */
+  int rc = dlock__topology_exec(c, channel, lens[1], &cmd, 1, &r, NULL, INT64_MAX);
   if (rc || r->type == DLOCK__REPLY_ERROR) {
-    set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot PUBLISH on '%s': %s", user, channel,
+    set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot %s on '%s': %s", user, pub, channel,
         rc ? dlock_last_error() : r->str);
   } else if (try_subscribe(c, channel, why, sizeof why) != 0) {
-    set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot SUBSCRIBE to '%s': %s", user, channel, why);
+    set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot %s to '%s': %s", user, sub, channel, why);
   } else {
-    set(k, "pubsub", DLOCK_CHECK_OK, NULL, "user '%s' may PUBLISH and SUBSCRIBE on the hand-off channels "
-        "(waiters are woken at once)", user);
+    set(k, "pubsub", DLOCK_CHECK_OK, NULL, "user '%s' may %s and %s on the hand-off channels "
+        "(waiters are woken at once)", user, pub, sub);
   }
   dlock__reply_free(r);
   dlock__error_clear();

@@ -106,6 +106,19 @@ static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_r
   return 0;
 }
 
+/* A prefix is a whole key segment: "app" is used as "app:", so that no name
+ * under "app" can spell a key of "app2:" (docs/keys.md). Whatever the
+ * topology. Also the client's random id. */
+static int set_prefix(dlock_client *c, const char *pre) {
+  if (!pre) pre = "";
+  size_t plen = strlen(pre);
+  int colon = plen > 0 && pre[plen - 1] != ':';
+  if (!(c->prefix = malloc(plen + 2))) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
+  c->prefix_len = plen + (size_t)colon;
+  return dlock__random_hex(c->id, 8);
+}
+
 /* Redlock (topo_redlock.c): one endpoint per node, each built as a
  * redis:// URL of its own with the options' overrides. */
 static int new_redlock(dlock_client **out, const dlock_client_options *o, const char *url) {
@@ -150,14 +163,8 @@ static int new_redlock(dlock_client **out, const dlock_client_options *o, const 
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   c->command_timeout_ms = eps[0].command_timeout_ms;
-  const char *pre = o->key_prefix ? o->key_prefix : "";
-  size_t plen = strlen(pre);
-  int colon = plen > 0 && pre[plen - 1] != ':';
-  c->prefix = malloc(plen + 2);
-  if (c->prefix) snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
-  c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
-  rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+  rc = set_prefix(c, o->key_prefix);
   if (!rc)
     rc = dlock__topology_redlock_new(eps, n, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
                                      &c->topo, c->server, sizeof c->server);
@@ -174,6 +181,7 @@ static int new_redlock(dlock_client **out, const dlock_client_options *o, const 
   *out = c;
   return 0;
 }
+
 
 int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock__error_clear();
@@ -201,16 +209,15 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
     c->command_timeout_ms = u.master.command_timeout_ms;
-    c->prefix = strdup(o.key_prefix ? o.key_prefix : "");
-    c->prefix_len = c->prefix ? strlen(c->prefix) : 0;
     pthread_mutex_init(&c->lazy_mu, NULL);
-    rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
+    rc = set_prefix(c, o.key_prefix);
     int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
     if (!rc) rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
                                                &c->topo, c->server, sizeof c->server);
     else dlock__sentinel_url_clear(&u);
     if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
     if (!rc) rc = dlock_client_ping(c);
+    if (!rc) dlock__check_at_connect(c);
     if (rc) {
       dlock_client_free(c);
       return rc;
@@ -227,20 +234,27 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   }
   snprintf(c->server, sizeof c->server, "%s", ep.display);
   c->command_timeout_ms = ep.command_timeout_ms;
-  /* A prefix is a whole key segment: "app" is used as "app:", so that no
-   * name under "app" can spell a key of "app2:" (docs/keys.md). */
-  const char *pre = o.key_prefix ? o.key_prefix : "";
-  size_t plen = strlen(pre);
-  int colon = plen > 0 && pre[plen - 1] != ':';
-  c->prefix = malloc(plen + 2);
-  if (c->prefix) snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
-  c->prefix_len = c->prefix ? plen + (size_t)colon : 0;
   pthread_mutex_init(&c->lazy_mu, NULL);
-  rc = c->prefix ? dlock__random_hex(c->id, 8) : dlock__error(DLOCK_ENOMEM, "out of memory");
-  if (!rc) rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                               &c->topo);
-  else dlock__endpoint_clear(&ep);
-  if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
+  rc = set_prefix(c, o.key_prefix);
+  if (rc) {
+    dlock__endpoint_clear(&ep);
+  } else if (ep.cluster) {
+    /* WAIT counts the replicas of the connection's own writes: a pipeline
+     * that a cluster splits by slot owner has no one such connection. */
+    if (o.wait_replicas || o.wait_timeout_ms) {
+      dlock__endpoint_clear(&ep);
+      rc = dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms given with a redis-cluster:// URL: WAIT is "
+                        "offered on a single server and through Sentinel only (docs/topologies.md)");
+    } else {
+      snprintf(c->server, sizeof c->server, "cluster %s", ep.display);
+      rc = dlock__topology_cluster_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                       &c->topo);
+    }
+  } else {
+    rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                        &c->topo);
+    if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
+  }
   if (!rc) rc = dlock_client_ping(c);
   if (!rc) dlock__check_at_connect(c);
   if (rc) {

@@ -62,7 +62,7 @@ const char *dlock_lost_reason_str(dlock_lost_reason reason) {
     case DLOCK_LOST_MAX_HOLD: return "the maximum hold time was reached";
     case DLOCK_LOST_DEADLINE: return "the lease ran out before a renewal";
     case DLOCK_LOST_DELETED: return "another client deleted the key with a forced release";
-    case DLOCK_LOST_FAILOVER: return "a failover moved the master and the new master does not hold the lock";
+    case DLOCK_LOST_FAILOVER: return "a failover replaced the Redis master, and the new master does not hold this lock";
   }
   return "unknown reason";
 }

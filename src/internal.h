@@ -89,6 +89,13 @@ typedef struct dlock__endpoint {
   int connect_timeout_ms;
   int command_timeout_ms;
   char display[300]; /* "127.0.0.1:6379", "unix:/path", "tls 127.0.0.1:6380" */
+  /* redis-cluster:// only: every seed (host/port above are seeds[0]). */
+  int cluster;
+  int nseeds;
+  struct dlock__seed {
+    char *host;
+    int port;
+  } *seeds;
 } dlock__endpoint;
 
 /* Parse 'url' into 'ep' (zeroed first). */
@@ -249,19 +256,36 @@ typedef struct dlock__topology dlock__topology;
 typedef struct dlock__script_call dlock__script_call;
 struct dlock__topology {
   const char *kind;
+  /* The node for 'key' ("" for any node). */
   dlock__node *(*route)(dlock__topology *t, const char *key, size_t keylen);
   void (*destroy)(dlock__topology *t);
   /* Optional (NULL for standalone). */
   /* route() that can fail: NULL with '*rc' and dlock__error set when no node
    * can be found (sentinels unreachable, ...). Use through dlock__route(). */
   dlock__node *(*route_rc)(dlock__topology *t, const char *key, size_t keylen, int *rc);
-  /* How many times the master changed since the client started: a hold
-   * that began at another value may have been lost to a failover. */
-  uint64_t (*epoch)(dlock__topology *t);
+  /* Run 'n' commands, command i for the key keys[i], as one pipeline to the
+   * node of keys[0], following redirects (cluster: MOVED, ASK, TRYAGAIN,
+   * CLUSTERDOWN). Same contract as dlock__node_exec_until, 'limit'
+   * included: a command that may have run is never sent again. A pipeline
+   * whose keys live on several nodes is split by node; when some nodes
+   * answer and others fail, the failed commands get an error reply that
+   * starts with "DLOCKIO" (outcome unknown) and the call returns 0. When
+   * set, every command goes through it; route() only names the owner. */
+  int (*exec)(dlock__topology *t, const dlock__cmd *cmds, const char *const *keys, const size_t *keylens,
+              size_t n, dlock__reply **replies, int *sent, dlock_mono_ms limit);
+  /* How many master failovers this client has seen that may have moved
+   * 'key' to another server: Sentinel counts every switch of its one
+   * master, Cluster the failovers of the key's slot. A hold that began at
+   * another count may have been lost to a failover (DLOCK_LOST_FAILOVER). */
+  uint64_t (*failovers)(dlock__topology *t, const char *key, size_t keylen);
+  /* The masters that own keys (for scans, cluster); returns the count.
+   * NULL: the one node of route(""). */
+  int (*masters)(dlock__topology *t, dlock__node **out, int max);
   /* Copy a warning about the deployment (sentinels that disagree) into
    * 'buf'; 1 when there is one. */
   int (*warning)(dlock__topology *t, char *buf, size_t len);
-  /* WAIT numreplicas timeout after acquire and renewal (0: none). */
+  /* WAIT numreplicas timeout after acquire and renewal (0: none). Sentinel
+   * and standalone only: a cluster topology leaves it 0. */
   int wait_replicas;
   int wait_timeout_ms;
   /* Redlock: run 'calls' on every node and answer for the quorum (one
@@ -296,6 +320,39 @@ void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed);
 int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out);
 /* Route with the error status: the node, or NULL and the status in '*rc'. */
 dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc);
+/* Run 'n' commands for 'key' on its node, before 'limit': through t->exec
+ * when set (cluster), else dlock__node_exec_until on dlock__route()'s node.
+ * Same contract as dlock__node_exec_until. */
+int dlock__topology_exec(dlock_client *c, const char *key, size_t keylen, const dlock__cmd *cmds, size_t n,
+                         dlock__reply **replies, int *sent, dlock_mono_ms limit);
+/* topo->failovers for 'key', 0 when the topology cannot fail over. */
+uint64_t dlock__failovers(dlock__topology *t, const char *key, size_t keylen);
+
+/* ---- Redis Cluster (topo_cluster.c) ---- */
+
+#define DLOCK__MAX_REPLICAS 4
+typedef struct dlock__hostport {
+  char host[256];
+  int port;
+} dlock__hostport;
+typedef struct dlock__slot_range {
+  int start, end;
+  dlock__hostport master;
+  int nreplicas;
+  dlock__hostport replica[DLOCK__MAX_REPLICAS];
+} dlock__slot_range;
+
+/* CRC16 (XMODEM) as Redis Cluster uses it; the key's slot (0..16383) honours
+ * a non-empty {hash tag}. */
+unsigned dlock__crc16(const char *buf, size_t len);
+int dlock__cluster_slot(const char *key, size_t len);
+/* Parse "MOVED <slot> <host>:<port>" / "ASK ..."; an empty host is 'self'.
+ * Returns 0, or -1 when 'err' is not a well-formed redirect. */
+int dlock__cluster_parse_redirect(const char *err, const char *self, int *is_ask, int *slot, dlock__hostport *to);
+/* Parse a CLUSTER SLOTS reply into a malloc'ed array; 0, -1 malformed, -2 no memory. */
+int dlock__cluster_parse_slots(const dlock__reply *r, const char *self, dlock__slot_range **out, size_t *n);
+/* Takes over 'ep' (a redis-cluster:// endpoint), loads the slot map. */
+int dlock__topology_cluster_new(dlock__endpoint *ep, int max_conns, dlock__topology **out);
 
 /* ---- Scripts (scripts.c) ---- */
 
@@ -374,6 +431,10 @@ struct dlock_client {
   char warnings[1024];           /* dlock_client_warnings(): set once at connect */
 };
 
+/* Hand-off messages use sharded pub/sub (SSUBSCRIBE/SPUBLISH on the slot's
+ * master) on a cluster; waiter ids then carry ":s" so that the scripts know. */
+static inline int dlock__sharded_pubsub(const dlock_client *c) { return c->topo->exec != NULL; }
+
 /* ---- Server checks (check.c) ---- */
 
 /* At connect: read maxmemory-policy (INFO memory) and note a policy that can
@@ -418,7 +479,7 @@ struct dlock_mutex {
   dlock_mono_ms valid_until;
   int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
   atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
-  uint64_t topo_epoch;    /* the topology's epoch when the hold began */
+  uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
   int lost_fd;            /* eventfd, -1 until asked for */
 
   /* Waiting (see waiters.c). */
@@ -459,7 +520,10 @@ dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now)
  * lost before (the deadline passed first). Caller holds m->mu. */
 int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now);
 /* Why a hold is gone when Redis says the key is gone (taken 0) or another
- * token's (taken 1): FAILOVER when the master changed since the hold began. */
+ * token's (taken 1), or the forced release's tombstone says it was deleted
+ * (-2): FAILOVER when the topology saw a failover that may have moved the
+ * lock key (Sentinel: the master; Cluster: the key's slot) since the hold
+ * began. 'reply' is the extend/release script's answer. Caller holds m->mu. */
 dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);

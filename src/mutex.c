@@ -324,8 +324,9 @@ static int undo_acquire(dlock_mutex *m) {
 }
 
 dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply) {
-  dlock__topology *t = m->client->topo;
-  if (t->epoch && t->epoch(t) != m->topo_epoch) return DLOCK_LOST_FAILOVER;
+  const dlock__lock_keys *k = &m->keys;
+  if (dlock__failovers(m->client->topo, k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK]) != m->failovers_at_acquire)
+    return DLOCK_LOST_FAILOVER;
   if (reply == -2) return DLOCK_LOST_DELETED;
   return reply != 0 ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
 }
@@ -338,7 +339,8 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
   m->renew_tried = 0;
-  m->topo_epoch = m->client->topo->epoch ? m->client->topo->epoch(m->client->topo) : 0;
+  m->failovers_at_acquire =
+      dlock__failovers(m->client->topo, m->keys.key[DLOCK__K_LOCK], m->keys.len[DLOCK__K_LOCK]);
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
 }
@@ -401,7 +403,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
   format_i64(claim_s, sizeof claim_s, lease < CLAIM_MAX_MS ? lease : CLAIM_MAX_MS);
   m->waiter_id[0] = '\0';
   if (queue)
-    snprintf(m->waiter_id, sizeof m->waiter_id, "%s:%" PRIu64, c->id,
+    snprintf(m->waiter_id, sizeof m->waiter_id, "%s:%s%" PRIu64, c->id, dlock__sharded_pubsub(c) ? "s" : "",
              (uint64_t)atomic_fetch_add(&c->waiter_seq, 1));
   int in_table = 0, queued = 0, rc;
 
@@ -728,12 +730,16 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   if (rc) return fail(m, rc, "extend");
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
-    dlock__mutex_mark_lost(m, dlock__lost_reason(m, v));
+    dlock_lost_reason why = dlock__lost_reason(m, v);
+    dlock__mutex_mark_lost(m, why);
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "%s; not extended (an expired lock is never re-created)",
-                                v == 0    ? "the key is gone"
+                                why == DLOCK_LOST_FAILOVER ? "the Redis master failed over and the new one does "
+                                "not hold this lock"
+                                : v == 0  ? "the key is gone"
                                 : v == -2 ? "another client deleted the key with a forced release"
-                                          : "another owner holds it now"), "extend");
+                                          : "another owner holds it now"),
+                "extend");
   }
   pthread_mutex_lock(&m->mu);
   int counts = dlock__mutex_renewed(m, sent, lease_ms, dlock_mono_now());

@@ -200,6 +200,41 @@ dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *
   return c->topo->route(c->topo, key, keylen);
 }
 
+int dlock__topology_exec(dlock_client *c, const char *key, size_t keylen, const dlock__cmd *cmds, size_t n,
+                         dlock__reply **replies, int *sent, dlock_mono_ms limit) {
+  dlock__topology *t = c->topo;
+  if (t->exec) {
+    const char *keys[1] = {key};
+    size_t keylens[1] = {keylen};
+    if (n == 1) return t->exec(t, cmds, keys, keylens, 1, replies, sent, limit);
+    /* Several commands for one key: the same key for each. */
+    const char **k = malloc(n * sizeof *k);
+    size_t *kl = malloc(n * sizeof *kl);
+    int rc;
+    if (!k || !kl) {
+      if (sent) *sent = 0;
+      rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    } else {
+      for (size_t i = 0; i < n; i++) k[i] = key, kl[i] = keylen;
+      rc = t->exec(t, cmds, k, kl, n, replies, sent, limit);
+    }
+    free(k);
+    free(kl);
+    return rc;
+  }
+  int rc;
+  dlock__node *node = dlock__route(c, key, keylen, &rc);
+  if (!node) {
+    if (sent) *sent = 0;
+    return rc;
+  }
+  return dlock__node_exec_until(node, cmds, n, replies, sent, limit);
+}
+
+uint64_t dlock__failovers(dlock__topology *t, const char *key, size_t keylen) {
+  return t->failovers ? t->failovers(t, key, keylen) : 0;
+}
+
 /* ---- Standalone topology ---- */
 
 typedef struct standalone {

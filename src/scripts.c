@@ -93,6 +93,35 @@ static int is_noscript(const dlock__reply *r) {
   return r && r->type == DLOCK__REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8);
 }
 
+/* Send cmds[0..n) (for calls[idx[i]], or calls[i] when idx is NULL) on
+ * 'node', or through the topology's router when it has one (cluster), all
+ * waits ending at 'limit' too. */
+static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, const dlock__script_call *calls,
+                      const size_t *idx, size_t n, dlock__reply **replies, int *sent, dlock_mono_ms limit) {
+  if (!c->topo->exec) return dlock__node_exec_until(node, cmds, n, replies, sent, limit);
+  const char *stack_k[4] = {0};
+  size_t stack_kl[4] = {0};
+  const char **k = n <= 4 ? stack_k : malloc(n * sizeof *k);
+  size_t *kl = n <= 4 ? stack_kl : malloc(n * sizeof *kl);
+  int rc;
+  if (!k || !kl) {
+    *sent = 0;
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      const dlock__script_call *call = &calls[idx ? idx[i] : i];
+      k[i] = call->keys[0];
+      kl[i] = call->keylens[0];
+    }
+    rc = c->topo->exec(c->topo, cmds, k, kl, n, replies, sent, limit);
+  }
+  if (n > 4) {
+    free(k);
+    free(kl);
+  }
+  return rc;
+}
+
 /* The topology's WAIT, when one of 'calls' takes or renews a lock. */
 static int wants_wait(const dlock_client *c, const dlock__script_call *calls, size_t n) {
   if (c->topo->wait_replicas <= 0) return 0;
@@ -101,13 +130,15 @@ static int wants_wait(const dlock_client *c, const dlock__script_call *calls, si
   return 0;
 }
 
-/* dlock__node_exec of 'k' commands, followed in the same pipeline (so on the
+/* exec_calls() of 'k' commands, followed in the same pipeline (so on the
  * same connection, whose writes WAIT counts) by WAIT when 'wait' is set:
- * '*acked' receives its answer (-1 when not asked or not an integer). */
-static int exec_with_wait(dlock_client *c, dlock__node *node, dlock__cmd *cmds, size_t k, dlock__reply **replies,
-                          int *sent, int wait, int *acked, dlock_mono_ms limit) {
+ * '*acked' receives its answer (-1 when not asked or not an integer). A
+ * cluster never asks for WAIT (dlock_client_new refuses it there). */
+static int exec_with_wait(dlock_client *c, dlock__node *node, dlock__cmd *cmds, const dlock__script_call *calls,
+                          const size_t *idx, size_t k, dlock__reply **replies, int *sent, int wait, int *acked,
+                          dlock_mono_ms limit) {
   *acked = -1;
-  if (!wait) return dlock__node_exec_until(node, cmds, k, replies, sent, limit);
+  if (!wait || c->topo->exec) return exec_calls(c, node, cmds, calls, idx, k, replies, sent, limit);
   char nrep[16], tmo[16];
   snprintf(nrep, sizeof nrep, "%d", c->topo->wait_replicas);
   snprintf(tmo, sizeof tmo, "%d", c->topo->wait_timeout_ms);
@@ -167,7 +198,7 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
   for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
   int sent = 0, wait = wants_wait(c, calls, n), acked = -1;
   for (size_t i = 0; i < n; i++) calls[i].replicas = -1;
-  rc = exec_with_wait(c, node, cmds, n, replies, &sent, wait, &acked, limit);
+  rc = exec_with_wait(c, node, cmds, calls, NULL, n, replies, &sent, wait, &acked, limit);
   for (size_t i = 0; i < n; i++) calls[i].replicas = acked;
   for (size_t i = 0; i < n; i++) calls[i].maybe_ran = rc && sent;
   if (rc) goto done;
@@ -180,7 +211,7 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     } else {
-      rc = exec_with_wait(c, node, cmds, nretry, again, &sent, wait, &acked, limit);
+      rc = exec_with_wait(c, node, cmds, calls, retry, nretry, again, &sent, wait, &acked, limit);
       for (size_t j = 0; j < nretry; j++) calls[retry[j]].replicas = acked;
       for (size_t j = 0; j < nretry; j++) calls[retry[j]].maybe_ran = rc && sent;
       for (size_t j = 0; j < nretry; j++) {

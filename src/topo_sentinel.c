@@ -309,7 +309,10 @@ static dlock__node *sentinel_route(dlock__topology *base, const char *key, size_
   return sentinel_route_rc(base, key, keylen, &rc);
 }
 
-static uint64_t sentinel_epoch(dlock__topology *base) {
+/* One master holds every key: each switch may have moved any of them. */
+static uint64_t sentinel_failovers(dlock__topology *base, const char *key, size_t keylen) {
+  (void)key;
+  (void)keylen;
   return atomic_load(&((sentinel_topo *)base)->epoch);
 }
 
@@ -422,7 +425,7 @@ int dlock__topology_sentinel_new(dlock__sentinel_url *u, int max_conns, dlock__t
   t->base.route = sentinel_route;
   t->base.route_rc = sentinel_route_rc;
   t->base.destroy = sentinel_destroy;
-  t->base.epoch = sentinel_epoch;
+  t->base.failovers = sentinel_failovers;
   t->base.warning = sentinel_warning;
   t->base.wait_replicas = t->u.wait_replicas;
   t->base.wait_timeout_ms = t->u.wait_timeout_ms;

@@ -4,6 +4,9 @@
  *   redis://[user[:password]@]host[:port][/db]
  *   rediss://...[?cacert=F&cert=F&key=F&sni=NAME&insecure=1]
  *   unix:///path/to/redis.sock[?db=N&user=U&password=P]
+ *   redis-cluster://[user[:password]@]host:port,host:port,...[?...]
+ *     (rediss-cluster:// for TLS): seeds of a Redis Cluster; the other
+ *     nodes are discovered. The credentials and parameters apply to all.
  * User and password may be percent-encoded. IPv6 hosts go in brackets.
  */
 #include <ctype.h>
@@ -146,7 +149,8 @@ static int bad_url(const char *url, const char *why) {
   dlock_url_redact(url, shown, sizeof shown);
   return dlock__error(DLOCK_EURL,
                       "bad Redis URL '%.200s': %s (expected redis://[user[:password]@]host[:port][/db], "
-                      "rediss://... or unix:///path/to/redis.sock)", shown, why);
+                      "rediss://..., unix:///path/to/redis.sock, redis-sentinel://host:port,.../SERVICE "
+                      "or redis-cluster://host:port,host:port,...)", shown, why);
 }
 
 /* Apply one ?key=value parameter. */
@@ -285,6 +289,64 @@ static int parse_tcp(dlock__endpoint *ep, const char *url, const char *rest) {
   return 0;
 }
 
+/* redis-cluster://[userinfo@]h1:p1,h2:p2[/0][?query]: seeds[0] is parsed with
+ * the userinfo and query into 'ep' itself; every seed also into ep->seeds. */
+static int parse_cluster(dlock__endpoint *ep, const char *url, const char *rest) {
+  const char *qm = strchr(rest, '?');
+  const char *end = qm ? qm : rest + strlen(rest);
+  const char *slash = memchr(rest, '/', (size_t)(end - rest));
+  const char *hosts_end = slash ? slash : end;
+  const char *hosts = rest;
+  for (const char *p = rest; p < hosts_end; p++)
+    if (*p == '@') hosts = p + 1;
+  if (hosts == hosts_end) return bad_url(url, "a cluster URL needs at least one seed host:port");
+  size_t n = 1;
+  for (const char *p = hosts; p < hosts_end; p++) n += *p == ',';
+  if (n > 64) return bad_url(url, "more than 64 cluster seeds");
+  if (!(ep->seeds = calloc(n, sizeof *ep->seeds))) return DLOCK_ENOMEM;
+  ep->cluster = 1;
+  for (const char *s = hosts; ep->nseeds < (int)n;) {
+    const char *comma = memchr(s, ',', (size_t)(hosts_end - s));
+    const char *e = comma ? comma : hosts_end;
+    if (e == s) return bad_url(url, "an empty seed between commas");
+    char *one = dup_range(s, (size_t)(e - s));
+    if (!one) return DLOCK_ENOMEM;
+    dlock__endpoint tmp;
+    memset(&tmp, 0, sizeof tmp);
+    int rc = parse_tcp(&tmp, url, one);
+    free(one);
+    if (rc) {
+      dlock__endpoint_clear(&tmp);
+      return rc;
+    }
+    for (int i = 0; i < ep->nseeds; i++)
+      if (ep->seeds[i].port == tmp.port && !strcmp(ep->seeds[i].host, tmp.host)) {
+        dlock__endpoint_clear(&tmp);
+        return bad_url(url, "a cluster seed is listed twice");
+      }
+    ep->seeds[ep->nseeds].host = tmp.host;
+    ep->seeds[ep->nseeds].port = tmp.port;
+    ep->nseeds++;
+    tmp.host = NULL;
+    dlock__endpoint_clear(&tmp);
+    s = e + 1;
+  }
+  /* The first seed with the userinfo, path and query: "userinfo@seed1/db?q". */
+  const char *first_end = memchr(hosts, ',', (size_t)(hosts_end - hosts));
+  if (!first_end) first_end = hosts_end;
+  size_t len = (size_t)(first_end - rest) + strlen(hosts_end);
+  char *one = malloc(len + 1);
+  if (!one) return DLOCK_ENOMEM;
+  memcpy(one, rest, (size_t)(first_end - rest));
+  strcpy(one + (first_end - rest), hosts_end);
+  int rc = parse_tcp(ep, url, one);
+  memset(one, 0, len); /* it holds the password */
+  free(one);
+  if (rc) return rc;
+  if (ep->db != 0) return bad_url(url, "Redis Cluster has only database 0");
+  return 0;
+}
+
 int dlock__url_parse(const char *url, dlock__endpoint *ep) {
   memset(ep, 0, sizeof *ep);
   if (!url) return bad_url("(null)", "no URL");
@@ -296,6 +358,11 @@ int dlock__url_parse(const char *url, dlock__endpoint *ep) {
   } else if (!strncmp(url, "rediss://", 9)) {
     ep->tls = 1;
     rc = parse_tcp(ep, url, url + 9);
+  } else if (!strncmp(url, "redis-cluster://", 16)) {
+    rc = parse_cluster(ep, url, url + 16);
+  } else if (!strncmp(url, "rediss-cluster://", 17)) {
+    ep->tls = 1;
+    rc = parse_cluster(ep, url, url + 17);
   } else if (!strncmp(url, "unix://", 7)) {
     rc = parse_unix(ep, url, url + 7);
   } else {
@@ -319,6 +386,8 @@ void dlock__endpoint_clear(dlock__endpoint *ep) {
   free(ep->tls_cert_file);
   free(ep->tls_key_file);
   free(ep->tls_server_name);
+  for (int i = 0; i < ep->nseeds; i++) free(ep->seeds[i].host);
+  free(ep->seeds);
   memset(ep, 0, sizeof *ep);
 }
 

@@ -6,6 +6,20 @@
  * "<waiter id> <fence>" on that waiter's client channel for the lock, so one
  * release wakes one waiter. After a reconnect every waiter is woken to look
  * again, since messages may have been missed meanwhile.
+ *
+ * Every channel has a home, the server its hand-offs are published on, and
+ * the subscriber keeps one pub/sub connection per home in use:
+ *  - a single server: that server, one connection;
+ *  - Sentinel: the master of the moment, asked again (dlock__route) on every
+ *    pass; when it changes (failover) every channel moves to the new master
+ *    and the old connection is closed;
+ *  - Cluster: the master of the channel's slot, which is the lock's slot,
+ *    with sharded pub/sub (SSUBSCRIBE; the scripts SPUBLISH there): one
+ *    connection per master. A slot that moves (reshard, failover) ends in a
+ *    server-sent sunsubscribe, a MOVED answer, a dropped connection or a new
+ *    owner in the router's map; the channel is then subscribed again where
+ *    the router finds the slot now.
+ * A channel that moves wakes every waiter, as a reconnect does.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +37,17 @@ typedef struct channel {
   int refs;
   int sent;      /* SUBSCRIBE written on the current connection */
   int confirmed; /* 1 subscribed, -1 refused by the server */
+  dlock__node *node; /* where it was sent (valid while 'sent') */
+  int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
 } channel;
+
+/* One pub/sub connection per node: on a cluster each channel lives on the
+ * master of its slot (sharded pub/sub), otherwise all on the one server. */
+#define MAX_SUB_CONNS 64
+typedef struct sub_conn {
+  dlock__node *node;
+  dlock__conn *conn;
+} sub_conn;
 
 struct dlock__subscriber {
   dlock_client *client;
@@ -36,7 +60,9 @@ struct dlock__subscriber {
   size_t nchannels, capchannels;
   dlock_mutex **waiters;
   size_t nwaiters, capwaiters;
-  int connected;
+  int sharded; /* SSUBSCRIBE on the slot's master (cluster) */
+  sub_conn conns[MAX_SUB_CONNS];
+  int nconns;  /* guarded by the subscriber thread alone */
   char last_error[256];
 };
 
@@ -74,13 +100,39 @@ static void deliver(dlock__subscriber *s, const char *payload) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static void handle_reply(dlock__subscriber *s, const dlock__reply *r) {
+static channel *find_channel(dlock__subscriber *s, const char *name, size_t len);
+
+/* Forget that the channels sent on 'node' are subscribed (connection lost,
+ * or the server moved them away): they are sent again. Caller holds s->mu. */
+static void unsend_on(dlock__subscriber *s, dlock__node *node, int reroute) {
+  for (size_t i = 0; i < s->nchannels; i++)
+    if (s->channels[i].sent && s->channels[i].node == node) {
+      s->channels[i].sent = s->channels[i].confirmed = 0;
+      s->channels[i].reroute |= reroute;
+    }
+}
+
+static void handle_reply(dlock__subscriber *s, dlock__node *node, const dlock__reply *r) {
   if (r->type == DLOCK__REPLY_ERROR) {
-    /* e.g. NOPERM for a channel outside the ACL: those waiters fall back to re-checks. */
     pthread_mutex_lock(&s->mu);
     snprintf(s->last_error, sizeof s->last_error, "%s", r->str);
-    for (size_t i = 0; i < s->nchannels; i++)
-      if (s->channels[i].sent && !s->channels[i].confirmed) s->channels[i].confirmed = -1;
+    int ask, slot;
+    dlock__hostport to;
+    if (s->sharded && dlock__cluster_parse_redirect(r->str, node->ep.host, &ask, &slot, &to) == 0) {
+      /* SSUBSCRIBE reached a node that does not own the slot: route again. */
+      for (size_t i = 0; i < s->nchannels; i++) {
+        channel *ch = &s->channels[i];
+        if (ch->sent && !ch->confirmed && ch->node == node && dlock__cluster_slot(ch->name, ch->len) == slot) {
+          ch->sent = 0;
+          ch->reroute = 1;
+        }
+      }
+    } else {
+      /* e.g. NOPERM for a channel outside the ACL: those waiters fall back to re-checks. */
+      for (size_t i = 0; i < s->nchannels; i++)
+        if (s->channels[i].sent && !s->channels[i].confirmed && s->channels[i].node == node)
+          s->channels[i].confirmed = -1;
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return;
@@ -89,111 +141,237 @@ static void handle_reply(dlock__subscriber *s, const dlock__reply *r) {
       r->element[1]->type != DLOCK__REPLY_STRING)
     return;
   const char *kind = r->element[0]->str;
-  if (!strcmp(kind, "message") && r->element[2]->type == DLOCK__REPLY_STRING) {
+  if ((!strcmp(kind, "message") || !strcmp(kind, "smessage")) && r->element[2]->type == DLOCK__REPLY_STRING) {
     deliver(s, r->element[2]->str);
-  } else if (!strcmp(kind, "subscribe")) {
+  } else if (!strcmp(kind, "subscribe") || !strcmp(kind, "ssubscribe")) {
     pthread_mutex_lock(&s->mu);
-    for (size_t i = 0; i < s->nchannels; i++)
-      if (s->channels[i].len == r->element[1]->len && !memcmp(s->channels[i].name, r->element[1]->str, r->element[1]->len))
-        s->channels[i].confirmed = 1;
+    channel *ch = find_channel(s, r->element[1]->str, r->element[1]->len);
+    if (ch && ch->sent && ch->node == node) ch->confirmed = 1;
     pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  } else if (!strcmp(kind, "sunsubscribe")) {
+    /* Unasked for: the slot moved to another master (reshard, failover).
+     * Subscribe again where the router says it lives now, and let the
+     * waiters look, since a hand-off may have been missed meanwhile. */
+    pthread_mutex_lock(&s->mu);
+    channel *ch = find_channel(s, r->element[1]->str, r->element[1]->len);
+    if (ch && ch->refs > 0 && ch->sent && ch->node == node) {
+      ch->sent = ch->confirmed = 0;
+      ch->reroute = 1;
+      wake_all_waiters(s);
+    }
     pthread_mutex_unlock(&s->mu);
   }
 }
 
-/* Queue SUBSCRIBE for new channels and UNSUBSCRIBE for unused ones. */
-static int sync_subscriptions(dlock__subscriber *s, dlock__conn *conn) {
-  int rc = 0;
+static sub_conn *conn_for(dlock__subscriber *s, dlock__node *node) {
+  for (int i = 0; i < s->nconns; i++)
+    if (s->conns[i].node == node) return &s->conns[i];
+  return NULL;
+}
+
+/* Drop a connection that failed; its channels are sent again, and every
+ * waiter looks, since a hand-off may have been missed. */
+static void drop_conn(dlock__subscriber *s, sub_conn *sc) {
+  atomic_store(&sc->node->suspect, 1); /* Sentinel: resolve the master again */
   pthread_mutex_lock(&s->mu);
-  for (size_t i = 0; i < s->nchannels && !rc;) {
+  snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
+  unsend_on(s, sc->node, 1);
+  wake_all_waiters(s);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  dlock__conn_close(sc->conn);
+  *sc = s->conns[--s->nconns];
+}
+
+/* Let the router learn where a channel's slot lives now: a routed command
+ * on the channel's own name follows MOVED and refreshes the map after a
+ * connection failure. */
+static void reroute(dlock__subscriber *s, const char *name, size_t len) {
+  const char *argv[2] = {"EXISTS", name};
+  size_t lens[2] = {6, len};
+  dlock__cmd cmd = {2, argv, lens};
+  dlock__reply *r = NULL;
+  if (dlock__topology_exec(s->client, name, len, &cmd, 1, &r, NULL, INT64_MAX) == 0) dlock__reply_free(r);
+}
+
+/* The home of a channel (see the top): the master 'master' (single server,
+ * Sentinel) or the router's owner of its slot (cluster). */
+static dlock__node *home_of(dlock__subscriber *s, const channel *ch, dlock__node *master) {
+  if (!s->sharded) return master;
+  dlock__topology *t = s->client->topo;
+  return t->route(t, ch->name, ch->len);
+}
+
+static void append_cmd(dlock__subscriber *s, dlock__node *node, const char *verb, const channel *ch) {
+  sub_conn *sc = conn_for(s, node);
+  const char *argv[2] = {verb, ch->name};
+  size_t lens[2] = {strlen(verb), ch->len};
+  dlock__cmd cmd = {2, argv, lens};
+  if (sc) dlock__conn_append(sc->conn, &cmd); /* a failure shows at the flush */
+}
+
+/* Open connections, move channels whose home changed, queue SUBSCRIBE for
+ * new channels and UNSUBSCRIBE for unused ones, close connections no home
+ * needs, and flush. Returns 1 when some channel could not be sent (its home
+ * unknown or unreachable): the caller retries soon. */
+static int sync_subscriptions(dlock__subscriber *s) {
+  dlock_client *c = s->client;
+  const char *sub = s->sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+  const char *unsub = s->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
+  int pending = 0;
+  /* Outside the lock, as these may do I/O: the master of the moment
+   * (Sentinel resolves it again after a failover), and for a cluster
+   * channel whose slot moved or whose node failed, one routed command that
+   * updates the router's map (MOVED, or a reload after a refused
+   * connection) for all of them. */
+  dlock__node *master = NULL;
+  if (!s->sharded) {
+    int rc;
+    master = dlock__route(c, "", 0, &rc);
+    if (!master) {
+      pthread_mutex_lock(&s->mu);
+      snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  pthread_mutex_lock(&s->mu);
+  char name[512];
+  size_t len = 0;
+  for (size_t i = 0; i < s->nchannels; i++) {
     channel *ch = &s->channels[i];
-    const char *argv[2] = {ch->refs > 0 ? "SUBSCRIBE" : "UNSUBSCRIBE", ch->name};
-    size_t lens[2] = {strlen(argv[0]), ch->len};
-    dlock__cmd cmd = {2, argv, lens};
-    if (ch->refs > 0 && !ch->sent) {
-      rc = dlock__conn_append(conn, &cmd);
-      ch->sent = 1;
-    } else if (ch->refs == 0) {
-      if (ch->sent) rc = dlock__conn_append(conn, &cmd);
+    if (ch->reroute && ch->refs > 0 && s->sharded && !len) {
+      len = ch->len < sizeof name ? ch->len : sizeof name - 1;
+      memcpy(name, ch->name, len);
+    }
+    ch->reroute = 0;
+  }
+  if (len) {
+    pthread_mutex_unlock(&s->mu);
+    reroute(s, name, len);
+    pthread_mutex_lock(&s->mu);
+  }
+  for (size_t i = 0; i < s->nchannels;) {
+    channel *ch = &s->channels[i];
+    if (ch->refs == 0) {
+      if (ch->sent) append_cmd(s, ch->node, unsub, ch);
       free(ch->name);
       s->channels[i] = s->channels[--s->nchannels];
       continue;
     }
     i++;
+    dlock__node *home = home_of(s, ch, master);
+    if (!home) { /* no master known now: keep what is subscribed, retry soon */
+      pending = 1;
+      continue;
+    }
+    if (ch->sent && ch->node != home) {
+      /* Its home moved (failover, reshard): hand-offs are published on the
+       * new one, maybe already. */
+      append_cmd(s, ch->node, unsub, ch);
+      ch->sent = ch->confirmed = 0;
+      wake_all_waiters(s);
+    }
+    if (ch->sent) continue;
+    sub_conn *sc = conn_for(s, home);
+    if (!sc && s->nconns < MAX_SUB_CONNS) {
+      char *keep = ch->name; /* 'ch' may move while the lock is let go */
+      pthread_mutex_unlock(&s->mu);
+      dlock__conn *conn = NULL;
+      int rc = dlock__conn_open(&home->ep, home->ssl_ctx, &conn);
+      if (rc) atomic_store(&home->suspect, 1); /* Sentinel: ask the sentinels again */
+      pthread_mutex_lock(&s->mu);
+      ch = find_channel(s, keep, strlen(keep));
+      if (rc) {
+        snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
+        if (ch && s->sharded) ch->reroute = 1;
+        pending = 1;
+        continue;
+      }
+      sc = &s->conns[s->nconns++];
+      sc->node = home;
+      sc->conn = conn;
+      /* A new connection: messages may have been missed while there was none. */
+      wake_all_waiters(s);
+    }
+    if (!sc || !ch) {
+      pending = 1;
+      continue;
+    }
+    const char *argv[2] = {sub, ch->name};
+    size_t lens[2] = {strlen(sub), ch->len};
+    dlock__cmd cmd = {2, argv, lens};
+    if (dlock__conn_append(sc->conn, &cmd) == 0) {
+      ch->sent = 1;
+      ch->node = home;
+    }
+  }
+  /* Close the connections no channel lives on, except the single server's
+   * (or current master's) own: the next wait would open it again. */
+  for (int i = 0; i < s->nconns;) {
+    int used = !s->sharded && s->conns[i].node == master;
+    for (size_t j = 0; j < s->nchannels && !used; j++)
+      used = s->channels[j].sent && s->channels[j].node == s->conns[i].node;
+    if (used) {
+      i++;
+      continue;
+    }
+    dlock__conn_close(s->conns[i].conn);
+    s->conns[i] = s->conns[--s->nconns];
   }
   pthread_mutex_unlock(&s->mu);
-  if (!rc) rc = dlock__conn_flush(conn, dlock_mono_now() + s->client->command_timeout_ms);
-  return rc;
+  for (int i = 0; i < s->nconns;) {
+    if (dlock__conn_flush(s->conns[i].conn, dlock_mono_now() + c->command_timeout_ms) != 0) {
+      drop_conn(s, &s->conns[i]);
+      pending = 1;
+      continue;
+    }
+    i++;
+  }
+  return pending;
 }
 
 static void *subscriber_main(void *arg) {
   dlock__subscriber *s = arg;
   dlock_client *c = s->client;
-  dlock__node *node = NULL; /* the node 'conn' is connected to */
-  dlock__conn *conn = NULL;
   int64_t backoff = 50;
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
-    if (!conn) {
-      pthread_mutex_unlock(&s->mu);
-      /* Asked on every reconnect: under Sentinel the master may have moved,
-       * and hand-offs are published on the master. */
-      int rc;
-      node = dlock__route(c, "", 0, &rc);
-      if (node) rc = dlock__conn_open(&node->ep, node->ssl_ctx, &conn);
-      if (node && rc) atomic_store(&node->suspect, 1); /* ask the topology again next time */
-      pthread_mutex_lock(&s->mu);
+    pthread_mutex_unlock(&s->mu);
+    int pending = sync_subscriptions(s);
+    struct pollfd p[MAX_SUB_CONNS + 1];
+    int buffered = 0;
+    for (int i = 0; i < s->nconns; i++) {
+      p[i] = (struct pollfd){dlock__conn_fd(s->conns[i].conn), POLLIN, 0};
+      buffered |= dlock__conn_has_buffered(s->conns[i].conn);
+    }
+    p[s->nconns] = (struct pollfd){s->wake[0], POLLIN, 0};
+    /* At most a second between passes: under Sentinel a pass is also how a
+     * failover is noticed (the master asked again). */
+    int n = buffered ? 1 : poll(p, (nfds_t)s->nconns + 1, pending ? (int)backoff : 1000);
+    if (!buffered && n > 0 && (p[s->nconns].revents & POLLIN)) {
+      char buf[64];
+      while (read(s->wake[0], buf, sizeof buf) > 0) {}
+    }
+    backoff = pending ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
+    for (int i = s->nconns - 1; n > 0 && i >= 0; i--) {
+      sub_conn *sc = &s->conns[i];
+      if (!dlock__conn_has_buffered(sc->conn) && (buffered || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))))
+        continue;
+      dlock__reply *r = NULL;
+      int rc = dlock__conn_read(sc->conn, dlock_mono_now() + c->command_timeout_ms, &r);
       if (rc) {
-        snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
-        conn = NULL;
-        struct timespec ts;
-        dlock__deadline_timespec(dlock_mono_now() + backoff, &ts);
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+        drop_conn(s, sc);
         continue;
       }
-      backoff = 50;
-      s->connected = 1;
-      for (size_t i = 0; i < s->nchannels; i++) s->channels[i].sent = s->channels[i].confirmed = 0;
-      wake_all_waiters(s);
-    }
-    pthread_mutex_unlock(&s->mu);
-
-    int rc = sync_subscriptions(s, conn);
-    if (!rc) {
-      struct pollfd p[2] = {{dlock__conn_fd(conn), POLLIN, 0}, {s->wake[0], POLLIN, 0}};
-      int n = dlock__conn_has_buffered(conn) ? 1 : poll(p, 2, 1000);
-      if (n > 0 && (p[1].revents & POLLIN)) {
-        char buf[64];
-        while (read(s->wake[0], buf, sizeof buf) > 0) {}
-      }
-      if (n > 0 && (dlock__conn_has_buffered(conn) || (p[0].revents & (POLLIN | POLLHUP | POLLERR)))) {
-        dlock__reply *r = NULL;
-        rc = dlock__conn_read(conn, dlock_mono_now() + c->command_timeout_ms, &r);
-        if (!rc) {
-          handle_reply(s, r);
-          dlock__reply_free(r);
-        }
-      }
-    }
-    if (!rc && c->topo->epoch) {
-      /* The master moved (failover): subscribe on the new one. */
-      int route_rc;
-      if (dlock__route(c, "", 0, &route_rc) != node)
-        rc = dlock__error(DLOCK_EIO, "the master moved; subscribing on the new one");
+      handle_reply(s, sc->node, r);
+      dlock__reply_free(r);
     }
     pthread_mutex_lock(&s->mu);
-    if (rc) {
-      snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
-      dlock__conn_close(conn);
-      conn = NULL;
-      s->connected = 0;
-      for (size_t i = 0; i < s->nchannels; i++) s->channels[i].sent = s->channels[i].confirmed = 0;
-      pthread_cond_broadcast(&s->cv);
-    }
   }
   pthread_mutex_unlock(&s->mu);
-  dlock__conn_close(conn);
+  for (int i = 0; i < s->nconns; i++) dlock__conn_close(s->conns[i].conn);
+  s->nconns = 0;
   return NULL;
 }
 
@@ -209,6 +387,7 @@ static int start(dlock_client *c) {
       rc = dlock__error(DLOCK_ESYS, "pipe: %s", strerror(errno));
     } else {
       s->client = c;
+      s->sharded = dlock__sharded_pubsub(c);
       pthread_mutex_init(&s->mu, NULL);
       dlock__cond_init(&s->cv);
       if (pthread_create(&s->thread, NULL, subscriber_main, s) != 0) {

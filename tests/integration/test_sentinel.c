@@ -83,6 +83,30 @@ TEST(a_client_finds_the_master_through_the_sentinels_and_locks_there) {
   dlock_client_free(c);
 }
 
+/* The rules of a client do not depend on the topology: a key prefix is a
+ * whole segment ("app" is "app:"), and the eviction policy is read at
+ * connect and warned about. */
+TEST(through_sentinel_a_key_prefix_is_a_whole_segment_and_eviction_is_checked) {
+  char out[256];
+  th_redis_cli(&set.master, out, sizeof out, "CONFIG SET maxmemory-policy allkeys-lru");
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = set.url;
+  o.key_prefix = "app";
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  th_redis_cli(&set.master, out, sizeof out, "CONFIG SET maxmemory-policy noeviction");
+  ASSERT_OK(rc);
+  ASSERT_CONTAINS(dlock_client_warnings(c), "allkeys-lru");
+  dlock_mutex *m = test_mutex(c, "s:pfx", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  th_redis_cli(&set.master, out, sizeof out, "EXISTS app:s:pfx");
+  ASSERT_STR_EQ(out, "1");
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST(an_unknown_service_name_is_a_clear_error_naming_the_sentinels) {
   char url[600];
   snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d/nosuchsvc", set.sentinel[0].port,

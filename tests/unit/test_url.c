@@ -85,6 +85,11 @@ TEST(no_url_error_message_shows_the_password) {
       "unix://relative?password=s3cret",    "http://u:s3cret@host",
       "redis://u:s3cret%zz@host",           "s3cret",
       "unix:///s?password=pw&s3cret=1",     "redis://h?password=pw&s3cret",
+      /* Cluster URLs: every error of the seed list goes through the same mask. */
+      "redis-cluster://u:s3cret@h1:7000,h2:0", "redis-cluster://u:s3cret@h1:7000,,h2:7001",
+      "redis-cluster://u:s3cret@h1:7000,h1:7000", "redis-cluster://u:s3cret@h1:7000/2",
+      "rediss-cluster://u:s3cret@h1:7000?bogus=1", "redis-cluster://u:s3cret@",
+      "redis-cluster://u:pa/s3cret@h1:7000",  "redis-cluster://h1:7000?password=s3cret&bogus=1",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__endpoint ep;
@@ -104,6 +109,7 @@ TEST(no_url_error_message_shows_the_password) {
       {"unix:///s?cacert=/a@b", "unix:///s?cacert=/a@b"},
       {"rediss://u:x@h?password=y", "rediss://u:***@h?password=***"},
       {"redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"},
+      {"redis-cluster://u:pw@h1:7000,h2:7001", "redis-cluster://u:***@h1:7000,h2:7001"},
   };
   for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
     char buf[128];
