@@ -262,15 +262,41 @@ static void quiet(void *arg, const char *message) {
   (void)message;
 }
 
-int dlock__pg_open(dlock__pg *pg, PGconn **out) {
+int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out) {
   char ct[16];
   int secs = (pg->opts.connect_timeout_ms + 999) / 1000;
   snprintf(ct, sizeof ct, "%d", secs < 2 ? 2 : secs);
   /* Ours first, so that the user's URL overrides them. */
   const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
   const char *vals[] = {ct, "dlock", pg->conninfo, NULL};
-  PGconn *conn = PQconnectdbParams(keys, vals, 1);
+  dlock_mono_ms start = dlock_mono_now();
+  dlock_mono_ms deadline = start + pg->opts.connect_timeout_ms;
+  if (limit > 0 && limit < deadline) deadline = limit;
+  /* Non-blocking, so that our deadline (a renewal's, bounded by the
+   * earliest validity deadline) holds through DNS, TCP, TLS and auth. */
+  PGconn *conn = PQconnectStartParams(keys, vals, 1);
   if (!conn) return dlock__error(DLOCK_ENOMEM, "PostgreSQL %s: out of memory connecting", pg->display);
+  PostgresPollingStatusType ps = PGRES_POLLING_WRITING;
+  int timed_out = 0;
+  while (PQstatus(conn) != CONNECTION_BAD && ps != PGRES_POLLING_OK && ps != PGRES_POLLING_FAILED) {
+    dlock_mono_ms left = deadline - dlock_mono_now();
+    if (left <= 0) {
+      timed_out = 1;
+      break;
+    }
+    struct pollfd p = {.fd = PQsocket(conn), .events = ps == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+    int r = p.fd >= 0 ? poll(&p, 1, left > 1000 ? 1000 : (int)left) : 1;
+    if (r == 0) continue;
+    if (r < 0 && errno == EINTR) continue;
+    ps = PQconnectPoll(conn);
+  }
+  if (timed_out) {
+    PQfinish(conn);
+    return dlock__error(DLOCK_ECONNECT,
+                        "PostgreSQL %s: cannot connect: no PostgreSQL handshake within %lld ms; is the server up "
+                        "(not frozen), and is this port a PostgreSQL server?",
+                        pg->display, (long long)(dlock_mono_now() - start));
+  }
   if (PQstatus(conn) != CONNECTION_OK) {
     char msg[400];
     snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
@@ -306,6 +332,8 @@ int dlock__pg_open(dlock__pg *pg, PGconn **out) {
   return 0;
 }
 
+int dlock__pg_open(dlock__pg *pg, PGconn **out) { return dlock__pg_open_until(pg, 0, out); }
+
 /* An idle connection has nothing to read unless the server closed it
  * (restart, pg_terminate_backend, idle timeout): 1 if so. */
 static int idle_closed(PGconn *conn) {
@@ -335,7 +363,7 @@ int dlock__pg_get(dlock__pg *pg, dlock_mono_ms deadline, PGconn **out) {
     if (pg->nopen < pg->opts.max_connections) {
       pg->nopen++;
       pthread_mutex_unlock(&pg->mu);
-      int rc = dlock__pg_open(pg, out);
+      int rc = dlock__pg_open_until(pg, deadline, out);
       if (rc != 0) {
         pthread_mutex_lock(&pg->mu);
         pg->nopen--;
@@ -436,20 +464,14 @@ int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const
   *out = first;
   return 0;
 timeout:
-  {
-    /* Ask the server to stop the statement; the connection is dropped
-     * either way, and whether the statement ran is unknown. */
-    PGcancel *cn = PQgetCancel(conn);
-    if (cn) {
-      char eb[256];
-      PQcancel(cn, eb, sizeof eb);
-      PQfreeCancel(cn);
-    }
-    return dlock__error(DLOCK_ETIMEDOUT,
-                        "PostgreSQL %s: no answer within the command timeout (%d ms); the statement was "
-                        "canceled; a transaction may hold the row (see pg_stat_activity)",
-                        pg->display, pg->opts.command_timeout_ms);
-  }
+  /* The connection is dropped (the caller does), and whether the statement
+   * ran is unknown. No PQcancel(): it waits for the server without a
+   * timeout, and a frozen server would hold us past our deadline. */
+  return dlock__error(DLOCK_ETIMEDOUT,
+                      "PostgreSQL %s: no answer within the command timeout (%d ms) or the caller's deadline; the "
+                      "connection was dropped; a slow server, or a transaction holding the row (see "
+                      "pg_stat_activity)",
+                      pg->display, pg->opts.command_timeout_ms);
 }
 
 int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit,
@@ -533,6 +555,12 @@ int dlock__pg_connect(const char *url, const dlock__pg_options *opts, dlock__pg 
                         shown, msg);
   }
   make_display(pg, co);
+  /* The URL's connect_timeout (seconds) wins over ours, as libpq's would:
+   * connections are made non-blocking, and we enforce it. */
+  for (PQconninfoOption *o = co; o->keyword; o++) {
+    if (strcmp(o->keyword, "connect_timeout") == 0 && o->val && atoi(o->val) > 0)
+      pg->opts.connect_timeout_ms = atoi(o->val) * 1000;
+  }
   PQconninfoFree(co);
   snprintf(pg->channel, sizeof pg->channel, "dlock.%s", pg->schema);
   dlock__pg_sql_build(pg);

@@ -63,6 +63,8 @@ struct dlock__pg {
 };
 
 int dlock__pg_open(dlock__pg *pg, PGconn **out);
+/* The same, given up at 'limit' (0: none) when that comes first. */
+int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out);
 int dlock__pg_get(dlock__pg *pg, dlock_mono_ms deadline, PGconn **out);
 void dlock__pg_put(dlock__pg *pg, PGconn *conn, int broken);
 int dlock__pg_result_error(dlock__pg *pg, const PGresult *res, PGconn *conn);
