@@ -494,7 +494,13 @@ TEST(the_fenced_stock_example_under_contention_is_exact) {
   char out[512];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "DROP TABLE IF EXISTS stock; CREATE TABLE stock (sku text PRIMARY KEY, n bigint, "
-                      "fence bigint NOT NULL DEFAULT 0); INSERT INTO stock VALUES ('sku1', 1000, 0);"),
+                      "fence bigint NOT NULL DEFAULT 0); INSERT INTO stock VALUES ('sku1', 1000, 0);"
+                      /* The property itself: no write ever lands with an older fence. */
+                      "CREATE OR REPLACE FUNCTION stock_fence_never_back() RETURNS trigger LANGUAGE plpgsql AS "
+                      "$f$ BEGIN IF NEW.fence < OLD.fence THEN RAISE EXCEPTION 'stale write: fence %% after %%', "
+                      "NEW.fence, OLD.fence; END IF; RETURN NEW; END $f$;"
+                      "CREATE TRIGGER stock_fence BEFORE UPDATE ON stock FOR EACH ROW EXECUTE FUNCTION "
+                      "stock_fence_never_back();"),
             0);
   /* 4 processes; some hold longer than their lease (paused holders), so
    * holds overlap and stale writes must be refused. */
