@@ -17,6 +17,7 @@
 
 #include "harness.h"
 #include "harness_pg.h"
+#include "pgproxy.h"
 #include "pg/pg.h"
 #include "test.h"
 
@@ -537,6 +538,79 @@ TEST(the_fenced_stock_example_under_contention_is_exact) {
             0);
   ASSERT_STR_EQ(out, "t");
   printf("  fenced stock: %d applied, %d stale writes refused\n", applied, rejected);
+}
+
+/* ---- Lost replies (a proxy drops the reply after the statement ran) ---- */
+
+TEST(lost_replies_are_answered_exactly_or_reported_unknown) {
+  NEED_PG();
+  dlock__pg *direct = client("lost", NULL);
+  ASSERT_OK(dlock__pg_init(direct));
+  pgp_proxy *px = NULL;
+  ASSERT_EQ(pgp_start(&px, srv.port), 0);
+  char url[300];
+  snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=lost",
+           pgp_port(px));
+  dlock__pg *pg = NULL;
+  ASSERT_OK(dlock__pg_connect(url, NULL, &pg));
+
+  /* Acquire: the second run finds the row its own and keeps the fence. */
+  pgp_drop_reply(px, "lost-acq", 1);
+  dlock__pg_hold h;
+  dlock_mono_ms t0 = dlock_mono_now();
+  ASSERT_OK(dlock__pg_acquire(pg, "lost-acq", 10000, NULL, 0, NULL, &h));
+  ASSERT_EQ(pgp_dropped(px), 1);
+  ASSERT_EQ(h.resent, 1);
+  ASSERT(h.valid_until <= t0 + 10000);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock__pg_info(direct, "lost-acq", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.fence, h.fence);
+
+  /* Renew: compare-and-extend, sent again. */
+  pgp_drop_reply(px, h.token, 1);
+  dlock__pg_renewal r = {.h = &h, .lease_ms = 10000};
+  ASSERT_OK(dlock__pg_renew(pg, &r, 1, 0));
+  ASSERT_EQ(r.status, 0);
+  ASSERT_EQ(pgp_dropped(px), 2);
+
+  /* Release: the tombstone makes the second run answer "released". */
+  pgp_drop_reply(px, h.token, 1);
+  ASSERT_OK(dlock__pg_release(pg, &h));
+  ASSERT_EQ(pgp_dropped(px), 3);
+  ASSERT_EQ(h.resent, 1);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock__pg_info(direct, "lost-acq", &info));
+  ASSERT_EQ(info.held, 0);
+
+  /* Force release is never sent twice: unknown. */
+  dlock__pg_hold h2;
+  ASSERT_OK(dlock__pg_acquire(direct, "lost-force", 10000, NULL, 0, NULL, &h2));
+  pgp_drop_reply(px, "lost-force", 1);
+  int was = -1;
+  ASSERT_STATUS(dlock__pg_force_release(pg, "lost-force", &was), DLOCK_EUNKNOWN);
+  ASSERT_EQ(pgp_dropped(px), 4);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock__pg_info(direct, "lost-force", &info));
+  ASSERT_EQ(info.held, 0); /* it did run */
+
+  /* A scheduler claim sent twice answers "yours" with the same fence. */
+  char out[64];
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"), 0);
+  const char *run = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+  pgp_drop_reply(px, run, 1);
+  int outcome;
+  uint64_t fence;
+  int64_t start, skew;
+  ASSERT_OK(dlock__pg_sched_claim(pg, "lost-job", atoll(out) - 10, run, "n", 60000, 5000, &outcome, &fence, &start,
+                                  &skew));
+  ASSERT_EQ(pgp_dropped(px), 5);
+  ASSERT_EQ(outcome, 1);
+  ASSERT(fence > 0);
+  dlock__pg_close(pg);
+  dlock__pg_close(direct);
+  pgp_stop(px);
 }
 
 /* ---- Advisory mode ---- */
