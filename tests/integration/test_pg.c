@@ -717,6 +717,19 @@ TEST(doctor_on_a_healthy_server_finds_nothing) {
   dlock__pg_close(a);
 }
 
+TEST(the_benchmark_runs_and_its_contended_counter_is_exact) {
+  NEED_PG();
+  char cmd[800], line[512], all[4096] = "";
+  snprintf(cmd, sizeof cmd, "'%s' '%s' --quick 2>&1", PG_BENCH, srv.url);
+  FILE *f = popen(cmd, "r");
+  ASSERT(f);
+  while (fgets(line, sizeof line, f)) strncat(all, line, sizeof all - strlen(all) - 1);
+  int st = pclose(f);
+  printf("%s", all);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("dlock-pg-bench failed: %s", all);
+  ASSERT_CONTAINS(all, "exact");
+}
+
 /* ---- Bad input ---- */
 
 TEST(bad_input_gets_clear_errors_and_no_password_is_shown) {
