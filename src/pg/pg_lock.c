@@ -310,6 +310,11 @@ int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const c
   rc = acquire_once(pg, h, owner_info, 0, &holder_ms);
   if (rc == 1) return 0;
   if (rc < 0) return rc;
+  if (wait_ms == 0 && holder_ms < 0)
+    return dlock__error(DLOCK_EBUSY,
+                        "lock '%s' on %s is free but other processes are waiting for it; a try does not go ahead "
+                        "of them (first come, first served)",
+                        name, pg->display);
   if (wait_ms == 0)
     return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another owner on %s (%lld ms left on its lease)", name,
                         pg->display, (long long)holder_ms);
@@ -463,7 +468,8 @@ static int renew_advisory(dlock__pg *pg, dlock__pg_renewal *r, size_t n) {
     int rc = conn ? dlock__pg_exec_on(pg, conn,
                                       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
                                       "pid = pg_backend_pid() AND granted AND "
-                                      "((classid::bigint << 32) | objid::bigint) = $1::bigint",
+                                      "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
+                                      "objid::bigint = ($1::bigint & 4294967295)",
                                       1, vals, dlock_mono_now() + pg->opts.command_timeout_ms, &res, &sent)
                   : DLOCK_EIO;
     if (rc != 0 || col_i64(res, 0, 0) < 1) {
@@ -581,7 +587,8 @@ int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
     PGresult *r = NULL;
     rc = dlock__pg_run(pg,
                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
-                       "((classid::bigint << 32) | objid::bigint) = $1::bigint",
+                       "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
+                                      "objid::bigint = ($1::bigint & 4294967295)",
                        1, vals, 0, 1, &r, NULL, NULL);
     if (rc != 0) return rc;
     out->held = col_i64(r, 0, 0) > 0;

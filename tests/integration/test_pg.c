@@ -644,6 +644,25 @@ TEST(advisory_mode_is_session_bound_and_has_no_fence) {
   ASSERT_OK(dlock__pg_acquire(b, "orders:1", 0, NULL, 2000, NULL, &h2));
   ASSERT_STATUS(dlock__pg_release(a, &h), DLOCK_ENOTHELD);
   ASSERT_OK(dlock__pg_release(b, &h2));
+  /* Keys of both signs are found in pg_locks (held) and renewed. */
+  int seen_neg = 0, seen_pos = 0;
+  for (int i = 0; i < 64 && !(seen_neg && seen_pos); i++) {
+    char name[32];
+    snprintf(name, sizeof name, "adv:%d", i);
+    int neg = dlock__pg_advisory_key(name) < 0;
+    if ((neg && seen_neg) || (!neg && seen_pos)) continue;
+    ASSERT_OK(dlock__pg_acquire(a, name, 0, NULL, 0, NULL, &h));
+    dlock_lock_info_init(&info);
+    ASSERT_OK(dlock__pg_info(b, name, &info));
+    ASSERT_EQ(info.held, 1);
+    dlock__pg_renewal rr = {.h = &h};
+    ASSERT_OK(dlock__pg_renew(a, &rr, 1, 0));
+    ASSERT_EQ(rr.status, 0);
+    ASSERT_OK(dlock__pg_release(a, &h));
+    if (neg) seen_neg = 1;
+    else seen_pos = 1;
+  }
+  ASSERT(seen_neg && seen_pos);
   dlock__pg_close(a);
   dlock__pg_close(b);
 }
