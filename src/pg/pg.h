@@ -122,10 +122,11 @@ int dlock__pg_guard_check(dlock__pg *pg, const char *resource, uint64_t fence);
 
 /* The scheduler. Claim tick 'tick_unix_ms' of 'job' for the run 'run_token'
  * (32 hex) on 'node', taking the job lock for 'lock_ms'. '*outcome':
- * 1 yours ('*fence', '*start_unix_ms' set), 0 claimed by another run or the
- * job lock is busy (skip), -1 the tick lies ahead of the database clock by
- * more than 'tolerance_ms' (this node's clock is wrong; '*skew_ms' says by
- * how much). Safe to run twice with the same run token. */
+ * 1 yours ('*fence', '*start_unix_ms' set), 0 the tick (or a later one) is
+ * claimed by another run, 2 the previous run still holds the job lock
+ * (skip), -1 the tick lies ahead of the database clock by more than
+ * 'tolerance_ms' (this node's clock is wrong; '*skew_ms' says by how much).
+ * Safe to run twice with the same run token. */
 int dlock__pg_sched_claim(dlock__pg *pg, const char *job, int64_t tick_unix_ms, const char *run_token,
                           const char *node, int64_t lock_ms, int64_t tolerance_ms, int *outcome, uint64_t *fence,
                           int64_t *start_unix_ms, int64_t *skew_ms);
