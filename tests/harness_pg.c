@@ -20,6 +20,8 @@
 
 #define THP_MAX 8
 static th_pg *live[THP_MAX];
+#define THB_MAX 4
+static th_pgbouncer *live_bouncers[THB_MAX];
 
 static void kill_live(void) {
   for (int i = 0; i < THP_MAX; i++) {
@@ -43,6 +45,8 @@ static void (*prev_handler[NSIG])(int);
 static void on_signal(int sig) {
   for (int i = 0; i < THP_MAX; i++)
     if (live[i] && live[i]->pid > 0) kill(live[i]->pid, SIGKILL);
+  for (int i = 0; i < THB_MAX; i++)
+    if (live_bouncers[i] && live_bouncers[i]->pid > 0) kill(live_bouncers[i]->pid, SIGKILL);
   /* Then whatever was there before (the Redis harness kills its servers). */
   void (*prev)(int) = prev_handler[sig];
   if (prev && prev != SIG_DFL && prev != SIG_IGN && prev != SIG_ERR) {
@@ -322,4 +326,112 @@ int th_pg_sql(const th_pg *p, const char *user, char *out, size_t outlen, const 
   int st = pclose(f);
   unlink(path);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---- PgBouncer ---- */
+
+static void kill_bouncers(void) {
+  for (int i = 0; i < THB_MAX; i++)
+    if (live_bouncers[i] && live_bouncers[i]->pid > 0) {
+      kill(live_bouncers[i]->pid, SIGKILL);
+      waitpid(live_bouncers[i]->pid, NULL, 0);
+      live_bouncers[i]->pid = 0;
+    }
+}
+
+static void track_bouncer(th_pgbouncer *b, int add) {
+  static int hooked;
+  if (!hooked) {
+    hooked = 1;
+    atexit(kill_bouncers);
+  }
+  for (int i = 0; i < THB_MAX; i++) {
+    if (add && !live_bouncers[i]) { live_bouncers[i] = b; return; }
+    if (!add && live_bouncers[i] == b) { live_bouncers[i] = NULL; return; }
+  }
+}
+
+int th_pgbouncer_available(char *why, size_t len) {
+  if (access("/usr/sbin/pgbouncer", X_OK) != 0) {
+    snprintf(why, len, "pgbouncer is not installed (Debian: pgbouncer)");
+    return 0;
+  }
+  return 1;
+}
+
+int th_pgbouncer_start(th_pgbouncer *b, const th_pg *pg, const char *pool_mode) {
+  memset(b, 0, sizeof *b);
+  snprintf(b->dir, sizeof b->dir, "/tmp/dlock-pgb-XXXXXX");
+  if (!mkdtemp(b->dir)) {
+    b->dir[0] = '\0';
+    return -1;
+  }
+  b->port = th_free_port();
+  char path[400];
+  snprintf(path, sizeof path, "%s/users.txt", b->dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "\"postgres\" \"\"\n");
+  fclose(f);
+  snprintf(path, sizeof path, "%s/pgbouncer.ini", b->dir);
+  f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "[databases]\npostgres = host=127.0.0.1 port=%d dbname=postgres\n"
+          "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = %d\nunix_socket_dir =\n"
+          "auth_type = trust\nauth_file = %s/users.txt\npool_mode = %s\nmax_client_conn = 200\n"
+          "default_pool_size = 4\nlogfile = %s/pgbouncer.log\npidfile =\n"
+          "ignore_startup_parameters = extra_float_digits,options\n",
+          pg->port, b->port, b->dir, pool_mode, b->dir);
+  fclose(f);
+  if (geteuid() == 0) {
+    struct passwd *pw = getpwnam("postgres");
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "chown -R %d:%d '%s'", pw ? (int)pw->pw_uid : 0, pw ? (int)pw->pw_gid : 0, b->dir);
+    if (!pw || system(cmd) != 0) return -1;
+  }
+  char logp[400];
+  snprintf(logp, sizeof logp, "%s/stdout.log", b->dir);
+  const char *argv[] = {"/usr/sbin/pgbouncer", path, NULL};
+  b->pid = spawn(argv, logp);
+  if (b->pid < 0) return -1;
+  track_bouncer(b, 1);
+  snprintf(b->url, sizeof b->url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable", b->port);
+  for (int i = 0; i < 100; i++) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "PGCONNECT_TIMEOUT=3 psql -X -q -A -t -h 127.0.0.1 -p %d -U postgres -d postgres -c 'SELECT 1' "
+             ">/dev/null 2>&1", b->port);
+    if (system(cmd) == 0) return 0;
+    if (waitpid(b->pid, NULL, WNOHANG) == b->pid) {
+      b->pid = 0;
+      break;
+    }
+    th_sleep_ms(100);
+  }
+  fprintf(stderr, "harness_pg: pgbouncer did not start, see %s\n", logp);
+  th_pgbouncer_stop(b);
+  return -1;
+}
+
+void th_pgbouncer_stop(th_pgbouncer *b) {
+  if (b->pid > 0) {
+    kill(b->pid, SIGTERM);
+    for (int i = 0; i < 250 && b->pid > 0; i++) {
+      if (waitpid(b->pid, NULL, WNOHANG) == b->pid) b->pid = 0;
+      else th_sleep_ms(20);
+    }
+    if (b->pid > 0) {
+      kill(b->pid, SIGKILL);
+      waitpid(b->pid, NULL, 0);
+      b->pid = 0;
+    }
+  }
+  track_bouncer(b, 0);
+  if (b->dir[0]) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", b->dir);
+    if (system(cmd) != 0) {}
+    b->dir[0] = '\0';
+  }
 }

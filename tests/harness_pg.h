@@ -39,4 +39,19 @@ int th_pg_restart(th_pg *p, int kill9, long down_ms);
 int th_pg_sql(const th_pg *p, const char *user, char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* A PgBouncer (Debian: pgbouncer) in front of 'pg', in 'pool_mode'
+ * ("transaction" or "session"), trust authentication, on a free loopback
+ * port; run as the postgres user when root; stopped by PID like the server. */
+typedef struct th_pgbouncer {
+  pid_t pid;
+  int port;
+  char dir[256];
+  char url[512]; /* postgresql://postgres@127.0.0.1:PORT/postgres?sslmode=disable */
+} th_pgbouncer;
+
+/* 1 when pgbouncer is installed, else 0 and why. */
+int th_pgbouncer_available(char *why, size_t len);
+int th_pgbouncer_start(th_pgbouncer *b, const th_pg *pg, const char *pool_mode);
+void th_pgbouncer_stop(th_pgbouncer *b);
+
 #endif

@@ -6,7 +6,7 @@ set -euo pipefail
 DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis-server redis-tools
                 python3 python3-redis tzdata valgrind faketime openssl iproute2 sqlite3
                 clang libclang-rt-14-dev groff-base man-db zsh abigail-tools
-                libpq-dev postgresql)
+                libpq-dev postgresql pgbouncer)
 
 dlock_install_packages() {
   local missing=()

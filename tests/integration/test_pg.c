@@ -749,6 +749,97 @@ TEST(the_benchmark_runs_and_its_contended_counter_is_exact) {
   ASSERT_CONTAINS(all, "exact");
 }
 
+/* ---- PgBouncer ---- */
+
+TEST(through_pgbouncer_in_transaction_mode_locks_work_and_listen_is_detected) {
+  NEED_PG();
+  char why[200];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pgbouncer bt;
+  if (th_pgbouncer_start(&bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
+  char url[700];
+  snprintf(url, sizeof url, "%s&dlock_schema=bouncer", bt.url);
+  dlock__pg_options o = {.command_timeout_ms = 5000, .poll_ms = 300};
+  dlock__pg *a = NULL, *b = NULL;
+  int ok = dlock__pg_connect(url, &o, &a) == 0 && dlock__pg_connect(url, &o, &b) == 0;
+  if (!ok) {
+    th_pgbouncer_stop(&bt);
+    TEST_FAIL("connect through pgbouncer: %s", dlock_last_error());
+  }
+  /* Statements carry no session state: each may run on another server
+   * connection. Many in a row, from two clients, with renewals. */
+  dlock__pg_hold h, h2;
+  int rc = 0;
+  for (int i = 0; i < 30 && rc == 0; i++) {
+    rc = dlock__pg_acquire(a, "pooled", 10000, NULL, 0, NULL, &h);
+    if (rc == 0) {
+      dlock__pg_renewal r = {.h = &h, .lease_ms = 10000};
+      rc = dlock__pg_renew(a, &r, 1, 0);
+      if (rc == 0 && r.status != 0) rc = r.status;
+      if (rc == 0 && dlock__pg_acquire(b, "pooled", 10000, NULL, 0, NULL, &h2) != DLOCK_EBUSY) rc = -1000;
+      if (rc == 0) rc = dlock__pg_release(a, &h);
+    }
+  }
+  char err[600];
+  snprintf(err, sizeof err, "%s", dlock_last_error());
+  /* A wait: LISTEN cannot work through a transaction pooler. The probe finds
+   * out, the waiter polls, and the warning says what to change. */
+  waiter_arg w = {.pg = b, .name = "pooled", .wait_ms = 20000};
+  int wrc = dlock__pg_acquire(a, "pooled", 10000, NULL, 0, NULL, &h);
+  pthread_t t;
+  pthread_create(&t, NULL, waiter, &w);
+  th_sleep_ms(3000);
+  if (wrc == 0) dlock__pg_release(a, &h);
+  pthread_join(t, NULL);
+  char warn[600];
+  snprintf(warn, sizeof warn, "%s", dlock__pg_warnings(b));
+  char report[2048];
+  int problems = dlock__pg_doctor(b, report, sizeof report);
+  dlock__pg_close(a);
+  dlock__pg_close(b);
+  th_pgbouncer_stop(&bt);
+  if (rc != 0) TEST_FAIL("through pgbouncer: %s (%s)", dlock_err_name(rc), err);
+  ASSERT_EQ(wrc, 0);
+  if (w.rc != 0) TEST_FAIL("waiter through pgbouncer: %s", w.err);
+  ASSERT_CONTAINS(warn, "transaction-mode pooler");
+  ASSERT(problems >= 1);
+  ASSERT_CONTAINS(report, "PgBouncer");
+}
+
+TEST(through_pgbouncer_in_session_mode_listen_works) {
+  NEED_PG();
+  char why[200];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pgbouncer bs;
+  if (th_pgbouncer_start(&bs, &srv, "session") != 0) TEST_FAIL("pgbouncer did not start");
+  char url[700];
+  snprintf(url, sizeof url, "%s&dlock_schema=bouncer", bs.url);
+  dlock__pg_options o = {.command_timeout_ms = 5000, .poll_ms = 8000};
+  dlock__pg *a = NULL, *b = NULL;
+  if (dlock__pg_connect(url, &o, &a) != 0 || dlock__pg_connect(url, &o, &b) != 0) {
+    th_pgbouncer_stop(&bs);
+    TEST_FAIL("connect through pgbouncer: %s", dlock_last_error());
+  }
+  dlock__pg_hold h;
+  int rc = dlock__pg_acquire(a, "sess", 30000, NULL, 0, NULL, &h);
+  waiter_arg w = {.pg = b, .name = "sess", .wait_ms = 20000};
+  pthread_t t;
+  pthread_create(&t, NULL, waiter, &w);
+  th_sleep_ms(2500);
+  long long released = th_now_ms();
+  if (rc == 0) dlock__pg_release(a, &h);
+  pthread_join(t, NULL);
+  char warn[600];
+  snprintf(warn, sizeof warn, "%s", dlock__pg_warnings(b));
+  dlock__pg_close(a);
+  dlock__pg_close(b);
+  th_pgbouncer_stop(&bs);
+  ASSERT_EQ(rc, 0);
+  if (w.rc != 0) TEST_FAIL("waiter: %s", w.err);
+  ASSERT(w.at - released < 1500 * tf()); /* woken by NOTIFY, not by the 8 s poll */
+  ASSERT_STR_EQ(warn, "");
+}
+
 /* ---- Bad input ---- */
 
 TEST(bad_input_gets_clear_errors_and_no_password_is_shown) {
