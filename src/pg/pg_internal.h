@@ -1,0 +1,85 @@
+/*
+ * pg_internal.h - what the PostgreSQL backend's files share: the client
+ * struct, the pool, one statement with a deadline, the SQL texts. Includes
+ * <libpq-fe.h>; only the files in src/pg/ include it.
+ */
+#ifndef DLOCK_PG_INTERNAL_H
+#define DLOCK_PG_INTERNAL_H
+
+#include <pthread.h>
+
+#include <libpq-fe.h>
+
+#include "pg/pg.h"
+
+#define DLOCK__PG_POOL_MAX 16
+#define DLOCK__PG_RING 64
+
+enum {
+  DLOCK__PG_SQL_ACQUIRE,
+  DLOCK__PG_SQL_WAITER_ADD,
+  DLOCK__PG_SQL_WAITER_DEL,
+  DLOCK__PG_SQL_RELEASE,
+  DLOCK__PG_SQL_RENEW,
+  DLOCK__PG_SQL_REMAINING,
+  DLOCK__PG_SQL_INFO,
+  DLOCK__PG_SQL_LIST,
+  DLOCK__PG_SQL_FORCE,
+  DLOCK__PG_SQL_GUARD,
+  DLOCK__PG_SQL_CLAIM,
+  DLOCK__PG_SQL_FINISH,
+  DLOCK__PG_SQL_HISTORY,
+  DLOCK__PG_SQL_INIT,
+  DLOCK__PG_SQL_COUNT
+};
+
+struct dlock__pg {
+  char display[400]; /* no password */
+  char schema[DLOCK__PG_SCHEMA_MAX + 1];
+  char channel[80]; /* NOTIFY channel: "dlock.<schema>" */
+  char *conninfo;   /* the URL without dlock's parameters */
+  int advisory;
+  int parse_rc;
+  dlock__pg_options opts;
+  char *sql[DLOCK__PG_SQL_COUNT];
+  atomic_int inited_flag; /* dlock__pg_init() succeeded */
+
+  pthread_mutex_t mu; /* the pool */
+  pthread_cond_t cv;
+  PGconn *idle[DLOCK__PG_POOL_MAX];
+  int nidle;
+  int nopen;
+
+  /* The LISTEN connection and the notifications it received. */
+  pthread_mutex_t ln_mu;
+  pthread_cond_t ln_cv;
+  PGconn *listen_conn;
+  int ln_state;  /* 0 not started, 1 listening, -1 unusable (polling only) */
+  int ln_reader; /* a thread is reading the socket */
+  dlock_mono_ms ln_retry_at;
+  uint64_t ln_gen; /* notifications received so far */
+  char ln_ring[DLOCK__PG_RING][DLOCK__PG_NAME_MAX + DLOCK__TOKEN_HEX + 4];
+  char warnings[512];
+};
+
+int dlock__pg_open(dlock__pg *pg, PGconn **out);
+/* The same, given up at 'limit' (0: none) when that comes first. */
+int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out);
+int dlock__pg_get(dlock__pg *pg, dlock_mono_ms deadline, PGconn **out);
+void dlock__pg_put(dlock__pg *pg, PGconn *conn, int broken);
+int dlock__pg_result_error(dlock__pg *pg, const PGresult *res, PGconn *conn);
+/* One statement on 'conn' ('n' < 0: a simple query, several statements). */
+int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const char *const *vals,
+                      dlock_mono_ms deadline, PGresult **out, int *sent);
+/* One statement on a pooled connection, by 'limit' (0: the command
+ * timeout). 'twice_safe': sent once more on a fresh connection when the
+ * connection broke after sending (*resent = 1). '*maybe_ran': the call
+ * failed after the statement may have run. Creates dlock's tables when they
+ * are missing, once. */
+int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit,
+                  int twice_safe, PGresult **out, int *resent, int *maybe_ran);
+
+void dlock__pg_sql_build(dlock__pg *pg);
+void dlock__pg_sql_free(dlock__pg *pg);
+
+#endif /* DLOCK_PG_INTERNAL_H */

@@ -1,0 +1,853 @@
+/*
+ * pg_lock.c - the PostgreSQL backend's operations: acquire (try, or wait
+ * with LISTEN/NOTIFY wake-ups and polling), release, batched renewal,
+ * remaining, info, list, force release, the guard, the scheduler's claim,
+ * finish and history, init and the doctor's checks; plus advisory mode.
+ *
+ * The outcome rules of docs/design.md "Lost replies" hold here too: a
+ * statement whose connection broke after it was sent is sent once more only
+ * when it is safe to run twice (acquire, release, renew, guard, sched); a
+ * release whose second answer cannot tell is reported DLOCK_EUNKNOWN; force
+ * release is never resent.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+#include "pg/pg_internal.h"
+
+#define NUM(buf, v) snprintf(buf, sizeof buf, "%lld", (long long)(v))
+
+static int64_t col_i64(const PGresult *r, int row, int col) {
+  if (PQgetisnull(r, row, col)) return -1;
+  return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+static int col_bool(const PGresult *r, int row, int col) {
+  return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+}
+
+static int check_name(dlock__pg *pg, const char *what, const char *name) {
+  int rc = dlock__check_name(what, name);
+  if (rc != 0) return rc;
+  size_t n = strlen(name);
+  if (n > DLOCK__PG_NAME_MAX)
+    return dlock__error(DLOCK_ENAME,
+                        "%s '%.40s...' is %zu bytes; the PostgreSQL backend's tables hold names of at most %d "
+                        "bytes (%s); use a shorter name",
+                        what, name, n, DLOCK__PG_NAME_MAX, pg->display);
+  return 0;
+}
+
+int dlock__pg_init(dlock__pg *pg) {
+  dlock_mono_ms deadline = dlock_mono_now() + pg->opts.command_timeout_ms * 2;
+  PGconn *conn = NULL;
+  int rc = dlock__pg_get(pg, deadline, &conn);
+  if (rc != 0) return rc;
+  PGresult *r = NULL;
+  int sent = 0;
+  rc = dlock__pg_exec_on(pg, conn, pg->sql[DLOCK__PG_SQL_INIT], -1, NULL, deadline, &r, &sent);
+  PQclear(r);
+  if (rc != 0 && PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    PGresult *rb = PQexec(conn, "ROLLBACK");
+    PQclear(rb);
+  }
+  dlock__pg_put(pg, conn, rc != 0 && PQstatus(conn) != CONNECTION_OK);
+  if (rc == DLOCK_ENOPERM || rc == DLOCK_EREADONLY) {
+    char prev[600];
+    snprintf(prev, sizeof prev, "%s", dlock_last_error());
+    return dlock__error(rc,
+                        "%s; dlock could not create its schema \"%s\" and tables: run `dlock init --url ...` "
+                        "once as a user with CREATE rights on the database (or the schema's owner)%s",
+                        prev, pg->schema, rc == DLOCK_EREADONLY ? ", on the primary" : "");
+  }
+  if (rc == 0) atomic_store(&pg->inited_flag, 1);
+  return rc;
+}
+
+int dlock__pg_ping(dlock__pg *pg) {
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(pg, "SELECT 1", 0, NULL, 0, 1, &r, NULL, NULL);
+  PQclear(r);
+  return rc;
+}
+
+int64_t dlock__pg_advisory_key(const char *name) {
+  unsigned char md[32];
+  unsigned int mdlen = 0;
+  EVP_Digest(name, strlen(name), md, &mdlen, EVP_sha256(), NULL);
+  uint64_t k = 0;
+  for (int i = 0; i < 8; i++) k = (k << 8) | md[i];
+  return (int64_t)k;
+}
+
+/* ---- LISTEN ---- */
+
+/* Start (or restart) the LISTEN connection and check that it hears a
+ * notification: through a transaction-mode pooler it would not. Called
+ * with ln_mu held. */
+static void listen_start(dlock__pg *pg) {
+  if (pg->ln_state == -1 && dlock_mono_now() < pg->ln_retry_at) return;
+  if (pg->listen_conn) {
+    PQfinish(pg->listen_conn);
+    pg->listen_conn = NULL;
+  }
+  pg->ln_state = -1;
+  pg->ln_retry_at = dlock_mono_now() + 5000;
+  PGconn *conn = NULL;
+  if (dlock__pg_open(pg, &conn) != 0) return;
+  char *ch = PQescapeIdentifier(conn, pg->channel, strlen(pg->channel));
+  char sql[200];
+  snprintf(sql, sizeof sql, "LISTEN %s", ch ? ch : "\"dlock\"");
+  PQfreemem(ch);
+  PGresult *r = PQexec(conn, sql);
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  PQclear(r);
+  if (!ok) {
+    PQfinish(conn);
+    return;
+  }
+  /* The probe: a notification sent on a command connection must arrive. */
+  char probe[64], token[17];
+  dlock__random_hex(token, 8);
+  snprintf(probe, sizeof probe, " probe-%s", token);
+  const char *vals[2] = {pg->channel, probe};
+  PGresult *pr = NULL;
+  if (dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, 0, 1, &pr, NULL, NULL) != 0) {
+    PQfinish(conn);
+    return;
+  }
+  PQclear(pr);
+  dlock_mono_ms until = dlock_mono_now() + 2000;
+  int heard = 0;
+  while (!heard && dlock_mono_now() < until) {
+    struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+    poll(&p, 1, 100);
+    if (!PQconsumeInput(conn)) break;
+    PGnotify *n;
+    while ((n = PQnotifies(conn)) != NULL) {
+      if (strcmp(n->extra, probe) == 0) heard = 1;
+      PQfreemem(n);
+    }
+  }
+  if (!heard) {
+    snprintf(pg->warnings, sizeof pg->warnings,
+             "PostgreSQL %s: the LISTEN connection received no notification: a transaction-mode pooler "
+             "(PgBouncer pool_mode=transaction) cannot carry LISTEN; waiters poll every %d ms instead. Point "
+             "the URL at the server or a session-mode pool for prompt wake-ups",
+             pg->display, pg->opts.poll_ms);
+    PQfinish(conn);
+    pg->ln_retry_at = INT64_MAX;
+    return;
+  }
+  pg->listen_conn = conn;
+  pg->ln_state = 1;
+}
+
+/* Wait until a notification for 'name' (addressed to 'token' or to no one
+ * in particular) arrived after 'gen', or 'until', or 'cancel'. */
+static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint64_t gen, dlock_mono_ms until,
+                        const atomic_int *cancel) {
+  size_t nlen = strlen(name);
+  pthread_mutex_lock(&pg->ln_mu);
+  for (;;) {
+    /* Anything for us since 'gen'? */
+    uint64_t from = pg->ln_gen > DLOCK__PG_RING && gen < pg->ln_gen - DLOCK__PG_RING ? pg->ln_gen - DLOCK__PG_RING
+                                                                                      : gen;
+    for (uint64_t g = from; g < pg->ln_gen; g++) {
+      const char *e = pg->ln_ring[g % DLOCK__PG_RING];
+      if (strncmp(e, name, nlen) == 0 && e[nlen] == ' ' && (e[nlen + 1] == '\0' || strcmp(e + nlen + 1, token) == 0)) {
+        pthread_mutex_unlock(&pg->ln_mu);
+        return;
+      }
+    }
+    gen = pg->ln_gen;
+    dlock_mono_ms now = dlock_mono_now();
+    if (now >= until || (cancel && atomic_load(cancel))) break;
+    dlock_mono_ms slice = until - now > 50 ? 50 : until - now;
+    if (pg->ln_state != 1) listen_start(pg);
+    if (pg->ln_state == 1 && !pg->ln_reader) {
+      pg->ln_reader = 1;
+      PGconn *conn = pg->listen_conn;
+      pthread_mutex_unlock(&pg->ln_mu);
+      struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+      poll(&p, 1, (int)slice);
+      int ok = PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK;
+      pthread_mutex_lock(&pg->ln_mu);
+      PGnotify *n;
+      while ((n = PQnotifies(conn)) != NULL) {
+        snprintf(pg->ln_ring[pg->ln_gen % DLOCK__PG_RING], sizeof pg->ln_ring[0], "%s", n->extra);
+        pg->ln_gen++;
+        PQfreemem(n);
+      }
+      if (!ok) pg->ln_state = 0; /* reconnect at the next wait; polling covers the gap */
+      pg->ln_reader = 0;
+      pthread_cond_broadcast(&pg->ln_cv);
+    } else {
+      struct timespec ts;
+      dlock__deadline_timespec(now + slice, &ts);
+      pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
+    }
+  }
+  pthread_mutex_unlock(&pg->ln_mu);
+}
+
+/* ---- Acquire ---- */
+
+/* One acquire statement. 1 acquired (h->fence, h->valid_until set), 0 busy
+ * ('*holder_ms' the holder's remaining lease, -1 unknown), <0 an error. */
+static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info, int64_t heartbeat_ms,
+                        int64_t *holder_ms) {
+  char lease[24], hb[24];
+  NUM(lease, h->lease_ms);
+  NUM(hb, heartbeat_ms);
+  const char *vals[5] = {h->name, h->token, lease, owner_info ? owner_info : "", hb};
+  dlock_mono_ms sent = dlock_mono_now();
+  PGresult *r = NULL;
+  int maybe_ran = 0;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_ACQUIRE], 5, vals, 0, 1, &r, &h->resent, &maybe_ran);
+  if (rc != 0) {
+    if (!maybe_ran) return rc;
+    /* It may have taken the row: give it back (safe to run twice: marks
+     * our token's row released, nothing else). */
+    char saved[700];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    char ch[80];
+    snprintf(ch, sizeof ch, "%s", pg->channel);
+    const char *rv[3] = {h->name, h->token, ch};
+    PGresult *rr = NULL;
+    int wrc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RELEASE], 3, rv, 0, 1, &rr, NULL, NULL);
+    PQclear(rr);
+    if (wrc != 0)
+      return dlock__error(DLOCK_EUNKNOWN,
+                          "%s; acquire '%s': the statement may have run and taking it back failed too: the lock "
+                          "may be held by this attempt until its lease (%lld ms) ends",
+                          saved, h->name, (long long)h->lease_ms);
+    return dlock__error(rc, "%s; acquire '%s' was taken back, the lock is not held", saved, h->name);
+  }
+  int got = !PQgetisnull(r, 0, 0);
+  if (got) {
+    h->fence = (uint64_t)col_i64(r, 0, 0);
+    h->valid_until = dlock__valid_until(sent, h->lease_ms);
+  }
+  if (holder_ms) *holder_ms = col_i64(r, 0, 1);
+  PQclear(r);
+  return got;
+}
+
+static int advisory_try(dlock__pg *pg, PGconn *conn, int64_t key, int *got) {
+  char k[24];
+  NUM(k, key);
+  const char *vals[1] = {k};
+  PGresult *r = NULL;
+  int sent = 0;
+  int rc = dlock__pg_exec_on(pg, conn, "SELECT pg_try_advisory_lock($1::bigint)", 1, vals,
+                             dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
+  if (rc != 0) return rc;
+  *got = col_bool(r, 0, 0);
+  PQclear(r);
+  return 0;
+}
+
+static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, const atomic_int *cancel) {
+  PGconn *conn = NULL;
+  int rc = dlock__pg_open(pg, &conn);
+  if (rc != 0) return rc;
+  int64_t key = dlock__pg_advisory_key(h->name);
+  dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
+  for (;;) {
+    int got = 0;
+    rc = advisory_try(pg, conn, key, &got);
+    if (rc != 0) {
+      /* A session lock lives and dies with its connection: nothing held. */
+      PQfinish(conn);
+      return rc;
+    }
+    if (got) {
+      h->session = conn;
+      h->fence = 0;
+      h->valid_until = INT64_MAX;
+      return 0;
+    }
+    dlock_mono_ms now = dlock_mono_now();
+    if (now >= deadline) break;
+    if (cancel && atomic_load(cancel)) {
+      PQfinish(conn);
+      return dlock__error(DLOCK_ECANCELED, "acquire '%s' on %s was canceled", h->name, pg->display);
+    }
+    dlock_mono_ms until = now + pg->opts.poll_ms < deadline ? now + pg->opts.poll_ms : deadline;
+    uint64_t gen;
+    pthread_mutex_lock(&pg->ln_mu);
+    gen = pg->ln_gen;
+    pthread_mutex_unlock(&pg->ln_mu);
+    listen_wait(pg, h->name, "", gen, until, cancel);
+  }
+  PQfinish(conn);
+  return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session on %s (advisory mode)", h->name,
+                      pg->display);
+}
+
+int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
+                      const atomic_int *cancel, dlock__pg_hold *h) {
+  memset(h, 0, sizeof *h);
+  int rc = check_name(pg, "lock name", name);
+  if (rc != 0) return rc;
+  snprintf(h->name, sizeof h->name, "%s", name);
+  rc = dlock__random_hex(h->token, DLOCK__TOKEN_HEX / 2);
+  if (rc != 0) return rc;
+  if (pg->advisory) return acquire_advisory(pg, h, wait_ms, cancel);
+  rc = dlock__check_duration("lease", lease_ms, 0);
+  if (rc != 0) return rc;
+  h->lease_ms = lease_ms;
+
+  int64_t holder_ms = -1;
+  rc = acquire_once(pg, h, owner_info, 0, &holder_ms);
+  if (rc == 1) return 0;
+  if (rc < 0) return rc;
+  if (wait_ms == 0 && holder_ms < 0)
+    return dlock__error(DLOCK_EBUSY,
+                        "lock '%s' on %s is free but other processes are waiting for it; a try does not go ahead "
+                        "of them (first come, first served)",
+                        name, pg->display);
+  if (wait_ms == 0)
+    return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another owner on %s (%lld ms left on its lease)", name,
+                        pg->display, (long long)holder_ms);
+
+  /* Wait: queue by arrival, wake on NOTIFY, re-check at least every poll_ms
+   * and when the holder's lease runs out. No transaction stays open. */
+  dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
+  int64_t hb = 3 * (int64_t)pg->opts.poll_ms + 2000;
+  char hbs[24];
+  NUM(hbs, hb);
+  const char *wv[3] = {h->name, h->token, hbs};
+  PGresult *r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_ADD], 3, wv, 0, 1, &r, NULL, NULL);
+  PQclear(r);
+  if (rc != 0) return rc;
+  int result;
+  for (;;) {
+    uint64_t gen;
+    pthread_mutex_lock(&pg->ln_mu);
+    gen = pg->ln_gen;
+    pthread_mutex_unlock(&pg->ln_mu);
+    rc = acquire_once(pg, h, owner_info, hb, &holder_ms);
+    if (rc == 1) {
+      result = 0;
+      break;
+    }
+    if (rc < 0) {
+      result = rc;
+      break;
+    }
+    dlock_mono_ms now = dlock_mono_now();
+    if (cancel && atomic_load(cancel)) {
+      result = dlock__error(DLOCK_ECANCELED, "waiting for lock '%s' on %s was canceled", name, pg->display);
+      break;
+    }
+    if (now >= deadline) {
+      result = dlock__error(DLOCK_EBUSY, "lock '%s' on %s stayed held by another owner for %lld ms", name,
+                            pg->display, (long long)wait_ms);
+      break;
+    }
+    dlock_mono_ms until = now + pg->opts.poll_ms;
+    if (holder_ms >= 0 && now + holder_ms + 5 < until) until = now + holder_ms + 5;
+    if (until > deadline) until = deadline;
+    listen_wait(pg, name, h->token, gen, until, cancel);
+  }
+  /* Leave the queue (after success too: the acquire does not delete it). */
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  const char *dv[2] = {h->name, h->token};
+  r = NULL;
+  int drc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_DEL], 2, dv, 0, 1, &r, NULL, NULL);
+  PQclear(r);
+  (void)drc; /* a row left behind expires after its heartbeat */
+  if (result != 0) dlock__error(result, "%s", saved);
+  else dlock__error_clear();
+  return result;
+}
+
+/* ---- Release ---- */
+
+int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
+  if (pg->advisory) {
+    PGconn *conn = h->session;
+    h->session = NULL;
+    if (!conn) return dlock__error(DLOCK_ENOTHELD, "lock '%s' is not held", h->name);
+    char k[24], ch[80];
+    NUM(k, dlock__pg_advisory_key(h->name));
+    snprintf(ch, sizeof ch, "%s", pg->channel);
+    const char *vals[3] = {k, ch, h->name};
+    PGresult *r = NULL;
+    int sent = 0;
+    int rc = dlock__pg_exec_on(pg, conn, "SELECT pg_advisory_unlock($1::bigint), pg_notify($2, $3 || ' ')", 3,
+                               vals, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
+    int held = rc == 0 && col_bool(r, 0, 0);
+    PQclear(r);
+    PQfinish(conn); /* the session ends: the lock is gone whatever happened */
+    if (rc != 0 || !held)
+      return dlock__error(DLOCK_ENOTHELD,
+                          "lock '%s' on %s was not held by its session any more (the connection was lost: "
+                          "advisory locks end with it)",
+                          h->name, pg->display);
+    return 0;
+  }
+  char ch[80];
+  snprintf(ch, sizeof ch, "%s", pg->channel);
+  const char *vals[3] = {h->name, h->token, ch};
+  PGresult *r = NULL;
+  int resent = 0;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RELEASE], 3, vals, 0, 1, &r, &resent, NULL);
+  dlock_mono_ms now = dlock_mono_now();
+  h->resent = resent;
+  if (rc != 0) {
+    if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT)
+      return dlock__error(DLOCK_EUNKNOWN, "%s; release of '%s': whether it ran is unknown; the lock is free at "
+                          "the latest when its lease ends", dlock_last_error(), h->name);
+    return rc;
+  }
+  int now_released = col_i64(r, 0, 0) > 0;
+  int ours = col_bool(r, 0, 1);
+  int released = col_bool(r, 0, 2);
+  PQclear(r);
+  if (now_released) return 0;
+  if (ours && released) return 0; /* our first run (before a lost reply) released it */
+  if (resent) {
+    /* The first run may have released it and another owner taken it since;
+     * that is certain while our lease could not have run out yet. */
+    if (now < h->valid_until) return 0;
+    return dlock__error(DLOCK_EUNKNOWN,
+                        "release of '%s' on %s: the reply was lost and the lock is no longer ours; whether our "
+                        "release or the end of the lease freed it cannot be told",
+                        h->name, pg->display);
+  }
+  return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s is not held by this owner (%s)", h->name, pg->display,
+                      ours ? "its lease ran out" : "the lease ran out and another owner has it, or it was freed");
+}
+
+/* ---- Renewal ---- */
+
+/* Append 's' to a PostgreSQL array literal element list. */
+static int arr_add(char **buf, size_t *len, size_t *cap, const char *s) {
+  size_t need = *len + 2 * strlen(s) + 4;
+  if (need > *cap) {
+    size_t nc = need * 2;
+    char *nb = realloc(*buf, nc);
+    if (!nb) return -1;
+    *buf = nb;
+    *cap = nc;
+  }
+  char *o = *buf + *len;
+  if (*len > 1) *o++ = ',';
+  *o++ = '"';
+  for (const char *p = s; *p; p++) {
+    if (*p == '"' || *p == '\\') *o++ = '\\';
+    *o++ = *p;
+  }
+  *o++ = '"';
+  *len = (size_t)(o - *buf);
+  return 0;
+}
+
+static int renew_advisory(dlock__pg *pg, dlock__pg_renewal *r, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    PGconn *conn = r[i].h->session;
+    r[i].status = 0;
+    r[i].lost = DLOCK_LOST_NONE;
+    PGresult *res = NULL;
+    int sent = 0;
+    char k[24];
+    NUM(k, dlock__pg_advisory_key(r[i].h->name));
+    const char *vals[1] = {k};
+    int rc = conn ? dlock__pg_exec_on(pg, conn,
+                                      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                                      "pid = pg_backend_pid() AND granted AND "
+                                      "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
+                                      "objid::bigint = ($1::bigint & 4294967295)",
+                                      1, vals, dlock_mono_now() + pg->opts.command_timeout_ms, &res, &sent)
+                  : DLOCK_EIO;
+    if (rc != 0 || col_i64(res, 0, 0) < 1) {
+      r[i].status = DLOCK_ELOST;
+      r[i].lost = DLOCK_LOST_EXPIRED;
+    }
+    PQclear(res);
+  }
+  return 0;
+}
+
+int dlock__pg_renew(dlock__pg *pg, dlock__pg_renewal *r, size_t n, dlock_mono_ms limit) {
+  if (n == 0) return 0;
+  if (pg->advisory) return renew_advisory(pg, r, n);
+  char *a[3] = {NULL, NULL, NULL};
+  size_t len[3] = {0, 0, 0}, cap[3] = {0, 0, 0};
+  int rc = 0;
+  for (int k = 0; k < 3 && rc == 0; k++) {
+    a[k] = malloc(64);
+    if (!a[k]) rc = DLOCK_ENOMEM;
+    else {
+      cap[k] = 64;
+      a[k][0] = '{';
+      len[k] = 1;
+    }
+  }
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    char lease[24];
+    NUM(lease, r[i].lease_ms);
+    if (arr_add(&a[0], &len[0], &cap[0], r[i].h->name) || arr_add(&a[1], &len[1], &cap[1], r[i].h->token) ||
+        arr_add(&a[2], &len[2], &cap[2], lease))
+      rc = DLOCK_ENOMEM;
+  }
+  for (int k = 0; k < 3 && rc == 0; k++) {
+    a[k][len[k]++] = '}';
+    a[k][len[k]] = '\0';
+  }
+  PGresult *res = NULL;
+  dlock_mono_ms sent = dlock_mono_now();
+  if (rc == 0) {
+    const char *vals[3] = {a[0], a[1], a[2]};
+    /* Compare-and-extend never revives a lost hold: safe to run twice. */
+    rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RENEW], 3, vals, limit, 1, &res, NULL, NULL);
+  } else {
+    dlock__error(rc, "out of memory");
+  }
+  for (int k = 0; k < 3; k++) free(a[k]);
+  if (rc != 0) {
+    for (size_t i = 0; i < n; i++) {
+      r[i].status = rc;
+      r[i].lost = DLOCK_LOST_NONE;
+    }
+    return rc;
+  }
+  for (size_t i = 0; i < n; i++) {
+    r[i].status = DLOCK_ELOST;
+    r[i].lost = DLOCK_LOST_EXPIRED;
+  }
+  for (int row = 0; row < PQntuples(res); row++) {
+    int64_t i = col_i64(res, row, 0) - 1;
+    if (i < 0 || (size_t)i >= n) continue;
+    if (col_bool(res, row, 1)) {
+      r[i].status = 0;
+      r[i].lost = DLOCK_LOST_NONE;
+      r[i].h->lease_ms = r[i].lease_ms;
+      r[i].h->valid_until = dlock__valid_until(sent, r[i].lease_ms);
+    } else if (col_bool(res, row, 2)) {
+      r[i].lost = DLOCK_LOST_TAKEN;
+    }
+  }
+  PQclear(res);
+  return 0;
+}
+
+int dlock__pg_remaining(dlock__pg *pg, const dlock__pg_hold *h, int64_t *remaining_ms, dlock_lost_reason *lost) {
+  *remaining_ms = 0;
+  *lost = DLOCK_LOST_NONE;
+  if (pg->advisory) {
+    dlock__pg_renewal one = {.h = (dlock__pg_hold *)h};
+    renew_advisory(pg, &one, 1);
+    *lost = one.lost;
+    *remaining_ms = -1;
+    if (one.status != 0)
+      return dlock__error(DLOCK_ELOST, "lock '%s' on %s: its session ended (advisory mode)", h->name, pg->display);
+    return 0;
+  }
+  const char *vals[2] = {h->name, h->token};
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_REMAINING], 2, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  int ours = PQntuples(r) > 0 && col_bool(r, 0, 0);
+  int other = PQntuples(r) > 0 && col_bool(r, 0, 2);
+  if (ours) *remaining_ms = col_i64(r, 0, 1);
+  PQclear(r);
+  if (ours) return 0;
+  *lost = other ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
+  return dlock__error(DLOCK_ELOST, "lock '%s' on %s is no longer held by this owner (%s)", h->name, pg->display,
+                      other ? "another owner has it" : "its lease ran out");
+}
+
+/* ---- Admin ---- */
+
+int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
+  int rc = check_name(pg, "lock name", name);
+  if (rc != 0) return rc;
+  rc = dlock__struct_check(out, DLOCK__LOCK_INFO_V1, sizeof *out, "dlock_lock_info");
+  if (rc != 0) return rc;
+  size_t sz = out->struct_size;
+  memset(out, 0, sz);
+  out->struct_size = sz;
+  if (pg->advisory) {
+    char k[24];
+    NUM(k, dlock__pg_advisory_key(name));
+    const char *vals[1] = {k};
+    PGresult *r = NULL;
+    rc = dlock__pg_run(pg,
+                       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
+                       "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
+                                      "objid::bigint = ($1::bigint & 4294967295)",
+                       1, vals, 0, 1, &r, NULL, NULL);
+    if (rc != 0) return rc;
+    out->held = col_i64(r, 0, 0) > 0;
+    out->ttl_ms = out->held ? -1 : 0;
+    PQclear(r);
+    return 0;
+  }
+  const char *vals[1] = {name};
+  PGresult *r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_INFO], 1, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  out->held = col_bool(r, 0, 0);
+  out->ttl_ms = out->held ? col_i64(r, 0, 1) : 0;
+  out->fence = PQgetisnull(r, 0, 2) ? 0 : (uint64_t)col_i64(r, 0, 2);
+  out->since_unix_ms = out->held ? col_i64(r, 0, 3) : 0;
+  out->waiters = col_i64(r, 0, 5);
+  if (out->held && !PQgetisnull(r, 0, 4)) snprintf(out->owner_info, sizeof out->owner_info, "%s", PQgetvalue(r, 0, 4));
+  PQclear(r);
+  return 0;
+}
+
+int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *name, void *arg), void *arg) {
+  if (pg->advisory)
+    return dlock__error(DLOCK_EINVAL,
+                        "%s: advisory locks have only 64-bit keys in pg_locks, not names; list needs lease mode",
+                        pg->display);
+  const char *pat = pattern ? pattern : "*";
+  size_t n = strlen(pat);
+  char *like = malloc(2 * n + 1);
+  if (!like) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  char *o = like;
+  for (const char *p = pat; *p; p++) {
+    if (*p == '*') *o++ = '%';
+    else if (*p == '?') *o++ = '_';
+    else {
+      if (*p == '%' || *p == '_' || *p == '\\') *o++ = '\\';
+      *o++ = *p;
+    }
+  }
+  *o = '\0';
+  const char *vals[1] = {like};
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_LIST], 1, vals, 0, 1, &r, NULL, NULL);
+  free(like);
+  if (rc != 0) return rc;
+  for (int i = 0; i < PQntuples(r); i++) fn(PQgetvalue(r, i, 0), arg);
+  PQclear(r);
+  return 0;
+}
+
+int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held) {
+  if (was_held) *was_held = 0;
+  int rc = check_name(pg, "lock name", name);
+  if (rc != 0) return rc;
+  if (pg->advisory)
+    return dlock__error(DLOCK_EINVAL,
+                        "%s: an advisory lock belongs to its session; end that session with "
+                        "pg_terminate_backend() to free it",
+                        pg->display);
+  char ch[80];
+  snprintf(ch, sizeof ch, "%s", pg->channel);
+  const char *vals[2] = {name, ch};
+  PGresult *r = NULL;
+  int maybe_ran = 0;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FORCE], 2, vals, 0, 0, &r, NULL, &maybe_ran);
+  if (rc != 0) {
+    if (maybe_ran)
+      return dlock__error(DLOCK_EUNKNOWN, "%s; force release of '%s' may have run; look (dlock status) before "
+                          "trying again", dlock_last_error(), name);
+    return rc;
+  }
+  if (was_held) *was_held = col_i64(r, 0, 0) > 0;
+  PQclear(r);
+  return 0;
+}
+
+int dlock__pg_guard_check(dlock__pg *pg, const char *resource, uint64_t fence) {
+  int rc = check_name(pg, "resource name", resource);
+  if (rc != 0) return rc;
+  if (fence == 0 || fence > (uint64_t)INT64_MAX)
+    return dlock__error(DLOCK_ERANGE, "fencing token %" PRIu64 " is out of range 1..2^63-1", fence);
+  char f[24];
+  snprintf(f, sizeof f, "%" PRIu64, fence);
+  const char *vals[2] = {resource, f};
+  PGresult *r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_GUARD], 2, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  int ok = col_i64(r, 0, 0) > 0;
+  int64_t seen = col_i64(r, 0, 1);
+  PQclear(r);
+  if (!ok)
+    return dlock__error(DLOCK_ESTALE, "guard '%s' on %s: token %" PRIu64 " is older than %lld, already admitted",
+                        resource, pg->display, fence, (long long)seen);
+  return 0;
+}
+
+/* ---- Scheduler ---- */
+
+int dlock__pg_sched_claim(dlock__pg *pg, const char *job, int64_t tick_unix_ms, const char *run_token,
+                          const char *node, int64_t lock_ms, int64_t tolerance_ms, int *outcome, uint64_t *fence,
+                          int64_t *start_unix_ms, int64_t *skew_ms) {
+  int rc = check_name(pg, "job name", job);
+  if (rc != 0) return rc;
+  char tick[24], lk[24], tol[24];
+  NUM(tick, tick_unix_ms);
+  NUM(lk, lock_ms);
+  NUM(tol, tolerance_ms);
+  const char *vals[6] = {job, tick, run_token, node ? node : "", lk, tol};
+  PGresult *r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_CLAIM], 6, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  *outcome = (int)col_i64(r, 0, 0);
+  *fence = PQgetisnull(r, 0, 1) ? 0 : (uint64_t)col_i64(r, 0, 1);
+  *start_unix_ms = col_i64(r, 0, 2);
+  *skew_ms = col_i64(r, 0, 3);
+  PQclear(r);
+  return 0;
+}
+
+int dlock__pg_sched_finish(dlock__pg *pg, const char *job, const char *run_token, const dlock_run_record *rec,
+                           int history_len) {
+  int rc = check_name(pg, "job name", job);
+  if (rc != 0) return rc;
+  char f[24], s[24], st[24], d[24], keep[24];
+  snprintf(f, sizeof f, "%" PRIu64, rec->fence);
+  NUM(s, rec->scheduled_unix_ms);
+  NUM(st, rec->start_unix_ms);
+  NUM(d, rec->duration_ms);
+  NUM(keep, history_len > 0 ? history_len : 100);
+  const char *vals[9] = {job, run_token, rec->node, f, s, st, d, rec->outcome, keep};
+  PGresult *r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FINISH], 9, vals, 0, 1, &r, NULL, NULL);
+  PQclear(r);
+  return rc;
+}
+
+int dlock__pg_sched_history(dlock__pg *pg, const char *job, dlock_run_record *out, int max) {
+  int rc = check_name(pg, "job name", job);
+  if (rc != 0) return rc;
+  if (max <= 0) return 0;
+  rc = dlock__struct_check(out, DLOCK__RUN_RECORD_V1, sizeof *out, "dlock_run_record");
+  if (rc != 0) return rc;
+  size_t step = out->struct_size;
+  char m[24];
+  NUM(m, max);
+  const char *vals[2] = {job, m};
+  PGresult *r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_HISTORY], 2, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  int n = PQntuples(r);
+  for (int i = 0; i < n && i < max; i++) {
+    dlock_run_record *rec = (dlock_run_record *)((char *)out + (size_t)i * step);
+    memset(rec, 0, step);
+    rec->struct_size = step;
+    snprintf(rec->node, sizeof rec->node, "%s", PQgetvalue(r, i, 0));
+    rec->fence = (uint64_t)col_i64(r, i, 1);
+    rec->scheduled_unix_ms = col_i64(r, i, 2);
+    rec->start_unix_ms = col_i64(r, i, 3);
+    rec->duration_ms = col_i64(r, i, 4);
+    snprintf(rec->outcome, sizeof rec->outcome, "%s", PQgetvalue(r, i, 5));
+  }
+  PQclear(r);
+  return n < max ? n : max;
+}
+
+/* ---- Doctor ---- */
+
+static void add_line(char *report, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_line(char *report, size_t len, const char *fmt, ...) {
+  size_t used = strlen(report);
+  if (used + 1 >= len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(report + used, len - used, fmt, ap);
+  va_end(ap);
+  used = strlen(report);
+  if (used + 1 < len) {
+    report[used] = '\n';
+    report[used + 1] = '\0';
+  }
+}
+
+int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
+  if (report && len) report[0] = '\0';
+  char qs[32];
+  snprintf(qs, sizeof qs, "%s", pg->schema);
+  const char *vals[1] = {qs};
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(
+      pg,
+      "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),\n"
+      "  floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, current_setting('server_version'),\n"
+      "  has_database_privilege(current_database(), 'CREATE'),\n"
+      "  EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),\n"
+      "  (SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = $1),\n"
+      "  (SELECT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE') FROM pg_class c\n"
+      "     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'locks'),\n"
+      "  current_user",
+      1, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t ours = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  int problems = 0;
+  int standby = col_bool(r, 0, 0);
+  int ro = strcmp(PQgetvalue(r, 0, 1), "on") == 0;
+  int64_t theirs = col_i64(r, 0, 2);
+  add_line(report, len, "ok: %s answers, PostgreSQL %s, user %s", pg->display, PQgetvalue(r, 0, 3),
+           PQgetvalue(r, 0, 8));
+  if (standby) {
+    problems++;
+    add_line(report, len, "problem: the server is a read-only standby (in recovery): locks need the primary");
+  } else if (ro) {
+    problems++;
+    add_line(report, len,
+             "problem: default_transaction_read_only is on for this user or database: dlock's writes fail; "
+             "turn it off for dlock's user (ALTER ROLE ... SET default_transaction_read_only = off)");
+  }
+  int has_schema = col_bool(r, 0, 5);
+  if (!has_schema) {
+    if (!col_bool(r, 0, 4)) {
+      problems++;
+      add_line(report, len,
+               "problem: schema \"%s\" does not exist and this user cannot create it: run `dlock init --url ...` "
+               "as a user with CREATE on the database",
+               pg->schema);
+    } else {
+      add_line(report, len, "ok: schema \"%s\" does not exist yet; it is created on first use", pg->schema);
+    }
+  } else if (!col_bool(r, 0, 6)) {
+    problems++;
+    add_line(report, len, "problem: this user has no USAGE on schema \"%s\": GRANT USAGE ON SCHEMA %s TO ...",
+             pg->schema, pg->schema);
+  } else if (PQgetisnull(r, 0, 7)) {
+    add_line(report, len, "ok: schema \"%s\" exists; its tables are created on first use", pg->schema);
+  } else if (!col_bool(r, 0, 7)) {
+    problems++;
+    add_line(report, len,
+             "problem: this user lacks SELECT, INSERT, UPDATE or DELETE on %s.locks: GRANT them (and USAGE on the "
+             "schema's sequences)",
+             pg->schema);
+  } else {
+    add_line(report, len, "ok: schema \"%s\" and its tables are usable", pg->schema);
+  }
+  int64_t skew = theirs - ours;
+  if (skew > 2000 || skew < -2000) {
+    add_line(report, len,
+             "warning: the database clock differs from this host's by %lld ms; leases use the database clock "
+             "alone, but scheduled ticks are planned on this host's",
+             (long long)skew);
+  } else {
+    add_line(report, len, "ok: the database clock is within %lld ms of this host's", (long long)(skew < 0 ? -skew : skew));
+  }
+  pthread_mutex_lock(&pg->ln_mu);
+  if (pg->warnings[0]) {
+    problems++;
+    add_line(report, len, "problem: %s", pg->warnings);
+  }
+  pthread_mutex_unlock(&pg->ln_mu);
+  PQclear(r);
+  return problems;
+}

@@ -1,0 +1,255 @@
+/*
+ * pg_sql.c - the SQL of the PostgreSQL backend, one statement per
+ * operation (docs/postgres.md explains each). "@S" stands for dlock's schema
+ * (a validated identifier, so it can be spliced into the text).
+ *
+ * Every decision is taken on the database's clock, clock_timestamp(), never
+ * on the client's. Each statement is safe to run twice with the same
+ * arguments unless noted (force release), so that a reply lost with its
+ * connection can be answered by sending it once more.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg/pg_internal.h"
+
+/* Schema objects. Created in one transaction, serialized by an advisory
+ * transaction lock so that two first users do not race in CREATE. */
+static const char sql_init[] =
+    "BEGIN;\n"
+    "SELECT pg_advisory_xact_lock(7161483726112374001);\n"
+    "CREATE SCHEMA IF NOT EXISTS @S;\n"
+    "CREATE SEQUENCE IF NOT EXISTS @S.fence_seq;\n"
+    "CREATE SEQUENCE IF NOT EXISTS @S.waiter_seq;\n"
+    "CREATE TABLE IF NOT EXISTS @S.locks (\n"
+    "  name varchar(255) PRIMARY KEY,\n"
+    "  token text NOT NULL,\n"
+    "  fence bigint NOT NULL,\n"
+    "  expires timestamptz NOT NULL,\n"
+    "  since timestamptz NOT NULL,\n"
+    "  released boolean NOT NULL DEFAULT false,\n"
+    "  owner_info text NOT NULL DEFAULT '');\n"
+    "CREATE TABLE IF NOT EXISTS @S.waiters (\n"
+    "  name varchar(255) NOT NULL,\n"
+    "  token text NOT NULL,\n"
+    "  seq bigint NOT NULL,\n"
+    "  expires timestamptz NOT NULL,\n"
+    "  PRIMARY KEY (name, token));\n"
+    "CREATE TABLE IF NOT EXISTS @S.guards (\n"
+    "  resource varchar(255) PRIMARY KEY,\n"
+    "  fence bigint NOT NULL,\n"
+    "  updated timestamptz NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS @S.sched_ticks (\n"
+    "  job varchar(255) PRIMARY KEY,\n"
+    "  tick bigint NOT NULL,\n"
+    "  run_token text NOT NULL,\n"
+    "  node text NOT NULL,\n"
+    "  fence bigint NOT NULL,\n"
+    "  start_ms bigint NOT NULL,\n"
+    "  lock_expires timestamptz NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS @S.sched_runs (\n"
+    "  id bigserial PRIMARY KEY,\n"
+    "  job varchar(255) NOT NULL,\n"
+    "  run_token text NOT NULL,\n"
+    "  node text NOT NULL,\n"
+    "  fence bigint NOT NULL,\n"
+    "  scheduled_ms bigint NOT NULL,\n"
+    "  start_ms bigint NOT NULL,\n"
+    "  duration_ms bigint NOT NULL,\n"
+    "  outcome text NOT NULL,\n"
+    "  UNIQUE (job, run_token));\n"
+    /* The scheduler's claim as one function call: a per-job row serializes
+     * claims; the run token makes a second call answer as the first. */
+    "CREATE OR REPLACE FUNCTION @S.sched_claim(p_job text, p_tick bigint, p_token text, p_node text,\n"
+    "    p_lock_ms bigint, p_tol_ms bigint,\n"
+    "    OUT outcome int, OUT fence bigint, OUT start_ms bigint, OUT skew_ms bigint)\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;\n"
+    "  t @S.sched_ticks%ROWTYPE;\n"
+    "BEGIN\n"
+    "  skew_ms := p_tick - now_ms;\n"
+    "  IF skew_ms > p_tol_ms THEN outcome := -1; RETURN; END IF;\n"
+    "  INSERT INTO @S.sched_ticks VALUES (p_job, -1, '', '', 0, 0, '-infinity') ON CONFLICT DO NOTHING;\n"
+    "  SELECT * INTO t FROM @S.sched_ticks s WHERE s.job = p_job FOR UPDATE;\n"
+    "  IF t.run_token = p_token THEN\n"
+    "    outcome := 1; fence := t.fence; start_ms := t.start_ms; RETURN;\n"
+    "  END IF;\n"
+    "  IF t.tick >= p_tick THEN outcome := 0; RETURN; END IF;\n"
+    "  IF t.lock_expires > clock_timestamp() THEN outcome := 2; RETURN; END IF;\n"
+    "  fence := nextval('@S.fence_seq');\n"
+    "  start_ms := now_ms;\n"
+    "  UPDATE @S.sched_ticks s SET tick = p_tick, run_token = p_token, node = p_node, fence = sched_claim.fence,\n"
+    "    start_ms = now_ms, lock_expires = clock_timestamp() + p_lock_ms * interval '1 millisecond'\n"
+    "    WHERE s.job = p_job;\n"
+    "  outcome := 1;\n"
+    "END $f$;\n"
+    "CREATE OR REPLACE FUNCTION @S.sched_finish(p_job text, p_token text, p_node text, p_fence bigint,\n"
+    "    p_sched bigint, p_start bigint, p_dur bigint, p_outcome text, p_keep int) RETURNS int\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "BEGIN\n"
+    "  UPDATE @S.sched_ticks s SET lock_expires = least(s.lock_expires, clock_timestamp())\n"
+    "    WHERE s.job = p_job AND s.run_token = p_token;\n"
+    "  INSERT INTO @S.sched_runs (job, run_token, node, fence, scheduled_ms, start_ms, duration_ms, outcome)\n"
+    "    VALUES (p_job, p_token, p_node, p_fence, p_sched, p_start, p_dur, p_outcome)\n"
+    "    ON CONFLICT (job, run_token) DO NOTHING;\n"
+    "  DELETE FROM @S.sched_runs r WHERE r.job = p_job AND r.id <= (SELECT x.id FROM @S.sched_runs x\n"
+    "    WHERE x.job = p_job ORDER BY x.id DESC OFFSET greatest(p_keep, 1) LIMIT 1);\n"
+    "  RETURN 1;\n"
+    "END $f$;\n"
+    "COMMIT;";
+
+/* $1 name, $2 token, $3 lease ms, $4 owner info, $5 waiter heartbeat ms.
+ * Takes the row when it is absent, released, expired, or already ours (a
+ * second run of the same acquire keeps the fence and start of the hold);
+ * a live waiter that arrived earlier than this caller (a try counts as
+ * arriving last) keeps it from barging. Returns the fence (NULL: busy) and
+ * the holder's remaining lease. A waiter's row is deleted by a separate
+ * statement after success (one statement must not modify a row twice). */
+static const char sql_acquire[] =
+    "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $5::bigint * interval '1 millisecond'\n"
+    "           WHERE name = $1 AND token = $2 RETURNING seq),\n"
+    "cur AS (SELECT token, expires, released FROM @S.locks WHERE name = $1),\n"
+    "ins AS (INSERT INTO @S.locks AS l (name, token, fence, expires, since, released, owner_info)\n"
+    "  SELECT $1, $2, nextval('@S.fence_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
+    "         clock_timestamp(), false, $4\n"
+    "  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.token <> $2 AND NOT cur.released\n"
+    "                    AND cur.expires > clock_timestamp())\n"
+    "    AND NOT EXISTS (SELECT 1 FROM @S.waiters x WHERE x.name = $1 AND x.token <> $2\n"
+    "                    AND x.expires > clock_timestamp()\n"
+    "                    AND x.seq < COALESCE((SELECT seq FROM w), 9223372036854775807))\n"
+    "  ON CONFLICT (name) DO UPDATE SET\n"
+    "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
+    "                 THEN l.fence ELSE EXCLUDED.fence END,\n"
+    "    since = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
+    "                 THEN l.since ELSE EXCLUDED.since END,\n"
+    "    token = EXCLUDED.token, expires = EXCLUDED.expires, released = false,\n"
+    "    owner_info = EXCLUDED.owner_info\n"
+    "  WHERE l.released OR l.expires <= clock_timestamp() OR l.token = EXCLUDED.token\n"
+    "  RETURNING l.fence)\n"
+    "SELECT (SELECT fence FROM ins),\n"
+    "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * 1000))::bigint\n"
+    "          FROM cur WHERE NOT cur.released)";
+
+/* $1 name, $2 token, $3 heartbeat ms: queue by arrival (waiter_seq); a
+ * second run finds the row and keeps its place. */
+static const char sql_waiter_add[] =
+    "WITH old AS (DELETE FROM @S.waiters WHERE name = $1 AND token <> $2\n"
+    "             AND expires < clock_timestamp() - interval '1 minute')\n"
+    "INSERT INTO @S.waiters (name, token, seq, expires)\n"
+    "  SELECT $1, $2, nextval('@S.waiter_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond'\n"
+    "ON CONFLICT (name, token) DO NOTHING";
+
+static const char sql_waiter_del[] = "DELETE FROM @S.waiters WHERE name = $1 AND token = $2";
+
+/* $1 name, $2 token, $3 channel. Marks the row released (a tombstone that
+ * keeps the token: a second run finds "released by us") and tells the first
+ * live waiter. Returns: released now, the row's token is ours, the row is
+ * released. */
+static const char sql_release[] =
+    "WITH cur AS (SELECT token, released FROM @S.locks WHERE name = $1),\n"
+    "upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp()\n"
+    "        WHERE name = $1 AND token = $2 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
+    "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
+    "n AS (SELECT pg_notify($3, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
+    "SELECT (SELECT count(*) FROM upd), COALESCE((SELECT token = $2 FROM cur), false),\n"
+    "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n)";
+
+/* $1 names, $2 tokens, $3 lease ms (arrays). Compare-and-extend: never
+ * revives an expired, released or re-taken row. Per item: renewed, taken by
+ * another owner. */
+static const char sql_renew[] =
+    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS v(name, token, lease, i)),\n"
+    "u AS (UPDATE @S.locks l SET expires = clock_timestamp() + v.lease * interval '1 millisecond' FROM v\n"
+    "      WHERE l.name = v.name AND l.token = v.token AND NOT l.released AND l.expires > clock_timestamp()\n"
+    "      RETURNING l.name, l.token)\n"
+    "SELECT v.i, (u.name IS NOT NULL),\n"
+    "       COALESCE(c.token <> v.token AND NOT c.released AND c.expires > clock_timestamp(), false)\n"
+    "FROM v LEFT JOIN u ON u.name = v.name AND u.token = v.token LEFT JOIN @S.locks c ON c.name = v.name\n"
+    "ORDER BY v.i";
+
+/* $1 name, $2 token: ours and live, remaining ms, another live owner. */
+static const char sql_remaining[] =
+    "SELECT token = $2 AND NOT released AND expires > clock_timestamp(),\n"
+    "       greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint,\n"
+    "       token <> $2 AND NOT released AND expires > clock_timestamp()\n"
+    "FROM @S.locks WHERE name = $1";
+
+/* $1 name: live, remaining ms, fence, since (unix ms), owner info, waiters. */
+static const char sql_info[] =
+    "SELECT l.live, l.ms, l.fence, l.since_ms, l.owner_info,\n"
+    "       (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp())\n"
+    "FROM (SELECT 1) one LEFT JOIN (\n"
+    "  SELECT NOT released AND expires > clock_timestamp() AS live,\n"
+    "         greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint AS ms,\n"
+    "         fence, floor(extract(epoch FROM since) * 1000)::bigint AS since_ms, owner_info\n"
+    "  FROM @S.locks WHERE name = $1) l ON true";
+
+/* $1 LIKE pattern. */
+static const char sql_list[] =
+    "SELECT name FROM @S.locks WHERE NOT released AND expires > clock_timestamp() AND name LIKE $1 ORDER BY name";
+
+/* $1 name, $2 channel. Not safe to run twice: between two runs a new holder
+ * may take the lock, and the second would end its hold. */
+static const char sql_force[] =
+    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp()\n"
+    "             WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
+    "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
+    "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
+    "SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM n)";
+
+/* $1 resource, $2 fence: admitted when not below the highest seen (an
+ * equal fence is admitted again, so a second run answers as the first). */
+static const char sql_guard[] =
+    "WITH g AS (INSERT INTO @S.guards AS g (resource, fence, updated) VALUES ($1, $2::bigint, clock_timestamp())\n"
+    "           ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, updated = EXCLUDED.updated\n"
+    "           WHERE g.fence <= EXCLUDED.fence RETURNING fence)\n"
+    "SELECT (SELECT count(*) FROM g), (SELECT fence FROM @S.guards WHERE resource = $1)";
+
+static const char sql_claim[] = "SELECT outcome, fence, start_ms, skew_ms FROM @S.sched_claim($1, $2::bigint, $3, $4, "
+                                "$5::bigint, $6::bigint)";
+static const char sql_finish[] = "SELECT @S.sched_finish($1, $2, $3, $4::bigint, $5::bigint, $6::bigint, $7::bigint, "
+                                 "$8, $9::int)";
+static const char sql_history[] = "SELECT node, fence, scheduled_ms, start_ms, duration_ms, outcome FROM "
+                                  "@S.sched_runs WHERE job = $1 ORDER BY id DESC LIMIT $2::int";
+
+static char *expand(const char *tmpl, const char *schema) {
+  size_t n = 0, sl = strlen(schema);
+  for (const char *p = tmpl; *p; p++) n += (p[0] == '@' && p[1] == 'S') ? sl + 2 : 1;
+  char *out = malloc(n + 1);
+  if (!out) return NULL;
+  char *o = out;
+  for (const char *p = tmpl; *p; p++) {
+    if (p[0] == '@' && p[1] == 'S') {
+      *o++ = '"';
+      memcpy(o, schema, sl);
+      o += sl;
+      *o++ = '"';
+      p++;
+    } else {
+      *o++ = *p;
+    }
+  }
+  *o = '\0';
+  return out;
+}
+
+void dlock__pg_sql_build(dlock__pg *pg) {
+  static const char *const tmpl[DLOCK__PG_SQL_COUNT] = {
+      [DLOCK__PG_SQL_ACQUIRE] = sql_acquire,     [DLOCK__PG_SQL_WAITER_ADD] = sql_waiter_add,
+      [DLOCK__PG_SQL_WAITER_DEL] = sql_waiter_del, [DLOCK__PG_SQL_RELEASE] = sql_release,
+      [DLOCK__PG_SQL_RENEW] = sql_renew,         [DLOCK__PG_SQL_REMAINING] = sql_remaining,
+      [DLOCK__PG_SQL_INFO] = sql_info,           [DLOCK__PG_SQL_LIST] = sql_list,
+      [DLOCK__PG_SQL_FORCE] = sql_force,         [DLOCK__PG_SQL_GUARD] = sql_guard,
+      [DLOCK__PG_SQL_CLAIM] = sql_claim,         [DLOCK__PG_SQL_FINISH] = sql_finish,
+      [DLOCK__PG_SQL_HISTORY] = sql_history,     [DLOCK__PG_SQL_INIT] = sql_init,
+  };
+  for (int i = 0; i < DLOCK__PG_SQL_COUNT; i++) pg->sql[i] = expand(tmpl[i], pg->schema);
+}
+
+void dlock__pg_sql_free(dlock__pg *pg) {
+  for (int i = 0; i < DLOCK__PG_SQL_COUNT; i++) {
+    free(pg->sql[i]);
+    pg->sql[i] = NULL;
+  }
+}

@@ -1,0 +1,187 @@
+/*
+ * pgproxy.c - the reply-losing proxy for PostgreSQL tests (see pgproxy.h).
+ */
+#include "pgproxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PGP_MAX_CONNS 64
+
+struct pgp_proxy {
+  int lfd;
+  int port;
+  int target;
+  pthread_t acceptor;
+  atomic_int stop;
+  pthread_mutex_t mu;
+  char pattern[256];
+  int count;
+  int dropped;
+  pthread_t threads[PGP_MAX_CONNS];
+  int nthreads;
+};
+
+typedef struct pgp_conn {
+  pgp_proxy *p;
+  int cfd, sfd;
+} pgp_conn;
+
+static int write_all(int fd, const char *b, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static void *conn_main(void *arg) {
+  pgp_conn *c = arg;
+  pgp_proxy *p = c->p;
+  int dropping = 0;
+  char *held = NULL;
+  size_t heldn = 0;
+  char buf[65536];
+  while (!atomic_load(&p->stop)) {
+    struct pollfd f[2] = {{.fd = c->cfd, .events = POLLIN}, {.fd = c->sfd, .events = POLLIN}};
+    int r = poll(f, 2, 100);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (f[0].revents) {
+      ssize_t n = read(c->cfd, buf, sizeof buf);
+      if (n <= 0) break;
+      pthread_mutex_lock(&p->mu);
+      if (!dropping && p->count > 0 && p->pattern[0] && memmem(buf, (size_t)n, p->pattern, strlen(p->pattern))) {
+        p->count--;
+        dropping = 1;
+      }
+      pthread_mutex_unlock(&p->mu);
+      if (write_all(c->sfd, buf, (size_t)n) != 0) break;
+    }
+    if (f[1].revents) {
+      ssize_t n = read(c->sfd, buf, sizeof buf);
+      if (n <= 0) break;
+      if (!dropping) {
+        if (write_all(c->cfd, buf, (size_t)n) != 0) break;
+        continue;
+      }
+      char *nh = realloc(held, heldn + (size_t)n);
+      if (!nh) break;
+      held = nh;
+      memcpy(held + heldn, buf, (size_t)n);
+      heldn += (size_t)n;
+      /* ReadyForQuery: 'Z', int32 5, status. The statement is over. */
+      static const char rfq[] = {'Z', 0, 0, 0, 5};
+      char *z = memmem(held, heldn, rfq, sizeof rfq);
+      if (z && (size_t)(z - held) + 6 <= heldn) {
+        pthread_mutex_lock(&p->mu);
+        p->dropped++;
+        pthread_mutex_unlock(&p->mu);
+        break; /* drop it: close both sides */
+      }
+    }
+  }
+  free(held);
+  close(c->cfd);
+  close(c->sfd);
+  free(c);
+  return NULL;
+}
+
+static void *accept_main(void *arg) {
+  pgp_proxy *p = arg;
+  while (!atomic_load(&p->stop)) {
+    struct pollfd f = {.fd = p->lfd, .events = POLLIN};
+    if (poll(&f, 1, 100) <= 0) continue;
+    int cfd = accept(p->lfd, NULL, NULL);
+    if (cfd < 0) continue;
+    int sfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->target)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (sfd < 0 || connect(sfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+      close(cfd);
+      if (sfd >= 0) close(sfd);
+      continue;
+    }
+    pgp_conn *c = malloc(sizeof *c);
+    if (!c) {
+      close(cfd);
+      close(sfd);
+      continue;
+    }
+    *c = (pgp_conn){.p = p, .cfd = cfd, .sfd = sfd};
+    pthread_mutex_lock(&p->mu);
+    int slot = p->nthreads < PGP_MAX_CONNS ? p->nthreads++ : -1;
+    pthread_mutex_unlock(&p->mu);
+    if (slot < 0 || pthread_create(&p->threads[slot], NULL, conn_main, c) != 0) {
+      close(cfd);
+      close(sfd);
+      free(c);
+    }
+  }
+  return NULL;
+}
+
+int pgp_start(pgp_proxy **out, int target_port) {
+  pgp_proxy *p = calloc(1, sizeof *p);
+  if (!p) return -1;
+  p->target = target_port;
+  pthread_mutex_init(&p->mu, NULL);
+  p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(p->lfd, 64) != 0 ||
+      getsockname(p->lfd, (struct sockaddr *)&sa, &sl) != 0) {
+    fprintf(stderr, "pgproxy: cannot listen: %s\n", strerror(errno));
+    if (p->lfd >= 0) close(p->lfd);
+    free(p);
+    return -1;
+  }
+  p->port = ntohs(sa.sin_port);
+  if (pthread_create(&p->acceptor, NULL, accept_main, p) != 0) {
+    close(p->lfd);
+    free(p);
+    return -1;
+  }
+  *out = p;
+  return 0;
+}
+
+void pgp_stop(pgp_proxy *p) {
+  if (!p) return;
+  atomic_store(&p->stop, 1);
+  pthread_join(p->acceptor, NULL);
+  for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
+  close(p->lfd);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+int pgp_port(const pgp_proxy *p) { return p->port; }
+
+void pgp_drop_reply(pgp_proxy *p, const char *pattern, int count) {
+  pthread_mutex_lock(&p->mu);
+  snprintf(p->pattern, sizeof p->pattern, "%s", pattern);
+  p->count = count;
+  pthread_mutex_unlock(&p->mu);
+}
+
+int pgp_dropped(pgp_proxy *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = p->dropped;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}

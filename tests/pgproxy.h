@@ -1,0 +1,26 @@
+/*
+ * pgproxy.h - a TCP proxy in front of the test PostgreSQL server that loses
+ * a statement's reply after the statement ran, for the lost-reply tests of
+ * the PostgreSQL backend (the Redis twin is faultproxy.h).
+ *
+ * Each accepted connection gets a thread that forwards bytes both ways.
+ * pgp_drop_reply(p, pat, n): the next n client writes that contain 'pat'
+ * (a lock name, a token) are forwarded; the server's answer is held back
+ * until its ReadyForQuery message ('Z', length 5) arrived, so the statement
+ * ran and committed, and then it is dropped and both sides are closed. Use
+ * sslmode=disable in URLs through the proxy (it reads the plain protocol).
+ */
+#ifndef DLOCK_TEST_PGPROXY_H
+#define DLOCK_TEST_PGPROXY_H
+
+typedef struct pgp_proxy pgp_proxy;
+
+/* 0, or -1 with a message on stderr. */
+int pgp_start(pgp_proxy **out, int target_port);
+void pgp_stop(pgp_proxy *p);
+int pgp_port(const pgp_proxy *p);
+void pgp_drop_reply(pgp_proxy *p, const char *pattern, int count);
+/* Replies dropped so far. */
+int pgp_dropped(pgp_proxy *p);
+
+#endif
