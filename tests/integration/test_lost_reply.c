@@ -423,4 +423,62 @@ TEST(a_fixed_delay_claim_whose_reply_is_lost_runs_and_leaves_no_orphan_lock) {
   sched_through_proxy("lr:delay", 'd', DLOCK__SCRIPT_SCHED_DELAY, &l, 3);
 }
 
+/* The claim's reply is lost, and before its resend arrives another node
+ * claims a later tick (it finds the job lock held by our first run, and
+ * records that tick as skipped). The resend must still see that the job lock
+ * is ours, run the tick and release it: reading "claimed" there would skip
+ * the tick and leave the job lock held by an orphan token for
+ * lock_at_most_for, so that every node skips every tick for a minute. */
+TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_orphan_lock) {
+  const char *name = "lr:claim-sup";
+  sched_log la, lb;
+  memset(&la, 0, sizeof la);
+  memset(&lb, 0, sizeof lb);
+  pthread_mutex_init(&la.mu, NULL);
+  pthread_mutex_init(&lb.mu, NULL);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = (int)(5000 * th_time_factor());
+  dlock_client *ca = NULL, *cb = test_client(srv.url);
+  if (dlock_client_new(&ca, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+  dlock_job_options jo;
+  dlock_job_options_init(&jo);
+  jo.lock_at_most_for_ms = 60000;
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.on_event = on_event;
+  so.on_event_arg = &la;
+  so.node_name = "lr-a";
+  dlock_sched *a = NULL, *b = NULL;
+  ASSERT_OK(dlock_sched_new(&a, ca, &so));
+  so.on_event_arg = &lb;
+  so.node_name = "lr-b";
+  ASSERT_OK(dlock_sched_new(&b, cb, &so));
+  ASSERT_OK(dlock_sched_add_fixed_rate(a, name, 300, &jo, job, &la));
+  ASSERT_OK(dlock_sched_add_fixed_rate(b, name, 300, &jo, job, &lb));
+  int before = arm(DLOCK__SCRIPT_SCHED_CLAIM);
+  fp_delay(fp, 800); /* the resend reaches the server 0.8 s after the drop */
+  ASSERT_OK(dlock_sched_start(a));
+  if (fp_wait_dropped(fp, before + 1, (long)(5000 * th_time_factor())) != before + 1)
+    TEST_FAIL("the proxy dropped no claim reply");
+  ASSERT_OK(dlock_sched_start(b)); /* claims the next tick directly, before A's resend arrives */
+  long long end = th_now_ms() + 8000 * th_time_factor();
+  while (atomic_load(&la.runs) + atomic_load(&lb.runs) < 3 && th_now_ms() < end) th_sleep_ms(20);
+  ASSERT_OK(dlock_sched_stop(b, 5000));
+  fp_pass(fp);
+  ASSERT_OK(dlock_sched_stop(a, 5000));
+  dlock_sched_free(a);
+  dlock_sched_free(b);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+  int runs = atomic_load(&la.runs) + atomic_load(&lb.runs);
+  if (runs < 3)
+    TEST_FAIL("%d runs in 8 s, want 3 (A: %d runs, %d skipped, %d busy; B: %d runs, %d busy)", runs,
+              atomic_load(&la.runs), atomic_load(&la.skipped), atomic_load(&la.busy), atomic_load(&lb.runs),
+              atomic_load(&lb.busy));
+  ASSERT(atomic_load(&la.runs) >= 1); /* A's tick, whose claim reply was lost, ran */
+  ASSERT_EQ(key_exists(name), 0);
+}
+
 TEST_MAIN()
