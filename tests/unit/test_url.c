@@ -85,6 +85,9 @@ TEST(no_url_error_message_shows_the_password) {
       "unix://relative?password=s3cret",    "http://u:s3cret@host",
       "redis://u:s3cret%zz@host",           "s3cret",
       "unix:///s?password=pw&s3cret=1",     "redis://h?password=pw&s3cret",
+      /* a mistyped parameter name: its value may be the password */
+      "unix:///s?PASSWORD=s3cret&db=1",     "redis://h?db=1&pass%77ord=s3cret&x=1",
+      "redis://h?pass=s3cret",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__endpoint ep;
@@ -104,6 +107,7 @@ TEST(no_url_error_message_shows_the_password) {
       {"unix:///s?cacert=/a@b", "unix:///s?cacert=/a@b"},
       {"rediss://u:x@h?password=y", "rediss://u:***@h?password=***"},
       {"redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"},
+      {"unix:///s?db=1&PASSWORD=p&sni=h", "unix:///s?db=1&PASSWORD=***&sni=h"},
   };
   for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
     char buf[128];
