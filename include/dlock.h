@@ -240,7 +240,9 @@ DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
 
 /* 'url' as it may be shown in a message or a log: the password replaced by
  * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user
- * name and the host; ?password=PASSWORD keeps the parameter's name), also
+ * name and the host; ?password=PASSWORD keeps the parameter's name, and so
+ * does any parameter other than db, user, cacert, cert, key, sni and
+ * insecure, since a mistyped name may carry a password), also
  * when the URL is malformed. Writes at most 'len'
  * bytes, always NUL-terminated (truncated if need be). Every message of
  * libdlock that quotes a URL masks it this way. */
