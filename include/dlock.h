@@ -335,7 +335,9 @@ DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
 /* Set the remaining lease to 'lease_ms', only while Redis still holds our
  * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
- * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. */
+ * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. An
+ * extend that fails otherwise may have run: valid_until then becomes the
+ * earlier of the old one and 'lease_ms' from the call. */
 DLOCK_API int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms);
 
 /* Ask Redis: 1 if it holds our token, 0 if not, negative on error. */

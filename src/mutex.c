@@ -698,7 +698,18 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   dlock_mono_ms sent = dlock_mono_now();
   long long v = 0;
   rc = extend_call(m, token, lease_s, &v);
-  if (rc) return fail(m, rc, "extend");
+  if (rc) {
+    /* The extend may have run (a lost reply, replicas short): Redis may then
+     * expire the key 'lease_ms' after it, sooner than our deadline if the
+     * lease was shortened. Count the hold as ending at the earlier of both. */
+    pthread_mutex_lock(&m->mu);
+    dlock_mono_ms until = dlock__valid_until(sent, lease_ms);
+    int moved = m->valid_until != 0 && until < m->valid_until;
+    if (moved) m->valid_until = until;
+    pthread_mutex_unlock(&m->mu);
+    if (moved) dlock__watchdog_rearm(m->client, m, sent, lease_ms);
+    return fail(m, rc, "extend");
+  }
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
     dlock__mutex_mark_lost(m, dlock__lost_reason(m, v != 0));

@@ -481,4 +481,42 @@ TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_o
   ASSERT_EQ(key_exists(name), 0);
 }
 
+/* An extend to a shorter lease whose reply is lost, and whose resend gets no
+ * answer either: it may have run, so Redis may expire the key at the shorter
+ * lease. The local deadline must not stay at the longer one, or the handle
+ * says "not lost" while another owner already holds the lock. */
+TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 300;
+  o.connect_timeout_ms = 300;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:shorten", 30000), *b = test_mutex(other, "lr:shorten", 30000);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_EXTEND);
+  fp_blackhole_after_drop(fp, 1);
+  int rc = dlock_mutex_extend(m, 500);
+  fp_blackhole_after_drop(fp, 0);
+  fp_pass(fp);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT(rc != 0); /* the outcome is not known */
+  char out[64];
+  cli(out, sizeof out, "PTTL lr:shorten");
+  ASSERT(atoll(out) <= 500); /* it did run */
+  th_sleep_ms(700);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  if (dlock_mutex_lost(m) == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)",
+              (long long)(dlock_mutex_valid_until(m) - dlock_mono_now()));
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
 TEST_MAIN()
