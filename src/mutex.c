@@ -436,7 +436,10 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     if (r->type == DLOCK__REPLY_ARRAY && r->elements == 2 && r->element[0]->type == DLOCK__REPLY_INTEGER) {
       got = r->element[0]->integer;
       const dlock__reply *v = r->element[1];
-      if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0))
+      /* 0: the key is ours but no fence is recorded for the hold (its meta
+       * hash was deleted): no hold without a fence a guard can order. */
+      if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0 ||
+                       fence == 0))
         got = -2;
       else if (got == 0 && v->type == DLOCK__REPLY_INTEGER)
         value = v->integer;

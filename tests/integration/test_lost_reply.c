@@ -519,4 +519,35 @@ TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
   dlock_client_free(other);
 }
 
+/* The acquire's reply is lost, and before the resend arrives someone deletes
+ * the lock's meta hash (where the fence of the hold is recorded). The resend
+ * finds the key ours but no fence: that is an error, never a hold with
+ * fence 0 (which a fresh guard would admit). */
+TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = (int)(5000 * th_time_factor());
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:nometa", 30000);
+  int before = arm(DLOCK__SCRIPT_ACQUIRE);
+  fp_delay(fp, 800);
+  th_waiter w = {.m = m, .wait_ms = 0};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &w);
+  if (fp_wait_dropped(fp, before + 1, (long)(5000 * th_time_factor())) != before + 1)
+    TEST_FAIL("the proxy dropped no acquire reply");
+  char out[64];
+  cli(out, sizeof out, "DEL {lr:nometa}:meta");
+  pthread_join(t, NULL);
+  fp_pass(fp);
+  if (w.rc == 0)
+    TEST_FAIL("acquired with fence %" PRIu64 " although no fence was recorded for the hold", w.fence);
+  ASSERT_STATUS(w.rc, DLOCK_EFENCE);
+  ASSERT_EQ(key_exists("lr:nometa"), 0); /* given back */
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
