@@ -258,8 +258,10 @@ DLOCK_API int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, 
 
 /* 'url' as it may be shown in a message or a log: the password replaced by
  * three stars (user:PASSWORD@host and a lone PASSWORD@host keep the user
- * name and the host; ?password=PASSWORD keeps the parameter's name; a
- * zk:// URL's ?digest=user:PASSWORD keeps the user), also
+ * name and the host; ?password=PASSWORD keeps the parameter's name, and so
+ * does any parameter other than db, user, cacert, cert, key, sni and
+ * insecure, since a mistyped name may carry a password; a zk:// URL's
+ * ?digest=user:PASSWORD keeps the user), also
  * when the URL is malformed. Writes at most 'len'
  * bytes, always NUL-terminated (truncated if need be). Every message of
  * libdlock that quotes a URL masks it this way. */
@@ -359,7 +361,9 @@ DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
 /* Set the remaining lease to 'lease_ms', only while Redis still holds our
  * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
- * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. */
+ * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. An
+ * extend that fails otherwise may have run: valid_until then becomes the
+ * earlier of the old one and 'lease_ms' from the call. */
 DLOCK_API int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms);
 
 /* Ask Redis: 1 if it holds our token, 0 if not, negative on error. */

@@ -41,7 +41,9 @@ local FENCE_LAST_COUNTER = '9223372036854775806'
 local function dlock_fence_ok(s, max)
   local n = #s
   if n < 19 then return n > 0 and (string.find(s, '^[1-9]%d*$') ~= nil or s == '0') end
-  return n == 19 and string.find(s, '^%d+$') ~= nil and s <= max
+  -- 19 digits: a leading zero is not canonical ('0000000000000000007' would
+  -- compare above every real token), so it is refused like any other junk.
+  return n == 19 and string.find(s, '^[1-9]%d*$') ~= nil and s <= max
 end
 
 local function dlock_fence_lt(a, b)

@@ -15,16 +15,19 @@ local tick, ahead = tonumber(ARGV[1]), tonumber(ARGV[7])
 local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
     or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[7], 'list')
 if bad then return bad end
+-- The job lock holding this run's token (fresh for every claim) means a first
+-- run of this same claim took it: ours, even if another node has claimed a
+-- later tick since (it found the lock held and skipped that tick).
+if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) == ARGV[2] then
+  local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
+  return {1, meta[1] or '0', meta[2] or '0'}
+end
 local now_ms, now_us = dlock_now()
 if tick > now_ms + ahead then return {0, 'ahead', dlock_num(now_ms)} end
 local last, who, owner = dlock_last_tick(KEYS[6])
 if last == tick and owner == ARGV[2] then
   if ARGV[5] == '1' then -- no job lock: the fence is the last one issued, the start is now
     return {1, redis.call('GET', KEYS[2]) or '0', dlock_num(now_ms)}
-  end
-  if redis.call('GET', KEYS[1]) == ARGV[2] then
-    local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
-    return {1, meta[1] or '0', meta[2] or '0'}
   end
   return {0, 'busy', redis.call('HGET', KEYS[3], 'info') or '?'}
 end

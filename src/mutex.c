@@ -462,7 +462,10 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     if (r->type == DLOCK__REPLY_ARRAY && r->elements == 2 && r->element[0]->type == DLOCK__REPLY_INTEGER) {
       got = r->element[0]->integer;
       const dlock__reply *v = r->element[1];
-      if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0))
+      /* 0: the key is ours but no fence is recorded for the hold (its meta
+       * hash was deleted): no hold without a fence a guard can order. */
+      if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0 ||
+                       fence == 0))
         got = -2;
       else if (got == 0 && v->type == DLOCK__REPLY_INTEGER)
         value = v->integer;
@@ -727,7 +730,18 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   dlock_mono_ms sent = dlock_mono_now();
   long long v = 0;
   rc = extend_call(m, token, lease_s, &v);
-  if (rc) return fail(m, rc, "extend");
+  if (rc) {
+    /* The extend may have run (a lost reply, replicas short): Redis may then
+     * expire the key 'lease_ms' after it, sooner than our deadline if the
+     * lease was shortened. Count the hold as ending at the earlier of both. */
+    pthread_mutex_lock(&m->mu);
+    dlock_mono_ms until = dlock__valid_until(sent, lease_ms);
+    int moved = m->valid_until != 0 && until < m->valid_until;
+    if (moved) m->valid_until = until;
+    pthread_mutex_unlock(&m->mu);
+    if (moved) dlock__watchdog_rearm(m->client, m, sent, lease_ms);
+    return fail(m, rc, "extend");
+  }
   if (v != 1) {
     pthread_mutex_lock(&m->mu);
     dlock_lost_reason why = dlock__lost_reason(m, v);

@@ -131,7 +131,26 @@ void dlock_url_redact(const char *url, char *buf, size_t len) {
     put(buf, len, &o, "***", 3);
     rest = at;
   }
+  /* In the query, only the values of known parameters that hold no secret
+   * are shown: a mistyped name ("PASSWORD=", "pass=") may carry one. */
+  static const char *const plain[] = {"db=", "user=", "cacert=", "cert=", "key=", "sni=", "insecure="};
+  const char *query = strchr(rest, '?');
   for (const char *p = rest; *p;) {
+    if (query && p > query && (p[-1] == '?' || p[-1] == '&') && strncmp(p, "password=", 9) != 0) {
+      int shown = 0;
+      for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (!strncmp(p, plain[i], strlen(plain[i]))) shown = 1;
+      const char *eq = strchr(p, '=');
+      const char *amp = strchr(p, '&');
+      if (!shown && eq && (!amp || eq < amp)) {
+        put(buf, len, &o, p, (size_t)(eq - p) + 1);
+        p = eq + 1;
+        size_t n = password_len(p);
+        if (n) put(buf, len, &o, "***", 3);
+        p += n;
+        continue;
+      }
+    }
     if (!strncmp(p, "password=", 9)) {
       put(buf, len, &o, p, 9);
       p += 9;
@@ -421,17 +440,28 @@ static void mask_sentinel_url(const char *url, char *out, size_t outlen) {
     PUT("****", 4);
     rest = at;
   }
-  /* Copy the rest, masking the value of master_password. */
+  /* Copy the rest. In the query, only the values of the parameters that
+   * hold no secret are shown: master_password's is masked, and so is that of
+   * a mistyped name ("MASTER_PASSWORD=", "master%5Fpassword="). */
+  static const char *const plain[] = {"db=", "master_user=", "wait_replicas=", "wait_timeout="};
+  const char *query = strchr(rest, '?');
+  if (!query) query = rest + strlen(rest);
+  PUT(rest, (size_t)(query - rest));
+  rest = query;
   while (*rest && o + 1 < outlen) {
-    const char *key = strstr(rest, "master_password=");
-    if (!key || (key != rest && key[-1] != '?' && key[-1] != '&')) {
-      PUT(rest, strlen(rest));
-      break;
+    PUT(rest, 1); /* '?' or '&' */
+    rest++;
+    size_t n = strcspn(rest, "&"), name = strcspn(rest, "=&");
+    int shown = rest[name] != '=';
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+      if (!strncmp(rest, plain[i], strlen(plain[i]))) shown = 1;
+    if (shown) {
+      PUT(rest, n);
+    } else {
+      PUT(rest, name + 1);
+      PUT("****", 4);
     }
-    PUT(rest, (size_t)(key - rest) + strlen("master_password="));
-    PUT("****", 4);
-    rest = key + strlen("master_password=");
-    while (*rest && *rest != '&') rest++;
+    rest += n;
   }
 #undef PUT
 }

@@ -423,4 +423,131 @@ TEST(a_fixed_delay_claim_whose_reply_is_lost_runs_and_leaves_no_orphan_lock) {
   sched_through_proxy("lr:delay", 'd', DLOCK__SCRIPT_SCHED_DELAY, &l, 3);
 }
 
+/* The claim's reply is lost, and before its resend arrives another node
+ * claims a later tick (it finds the job lock held by our first run, and
+ * records that tick as skipped). The resend must still see that the job lock
+ * is ours, run the tick and release it: reading "claimed" there would skip
+ * the tick and leave the job lock held by an orphan token for
+ * lock_at_most_for, so that every node skips every tick for a minute. */
+TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_orphan_lock) {
+  const char *name = "lr:claim-sup";
+  sched_log la, lb;
+  memset(&la, 0, sizeof la);
+  memset(&lb, 0, sizeof lb);
+  pthread_mutex_init(&la.mu, NULL);
+  pthread_mutex_init(&lb.mu, NULL);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = (int)(5000 * th_time_factor());
+  dlock_client *ca = NULL, *cb = test_client(srv.url);
+  if (dlock_client_new(&ca, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+  dlock_job_options jo;
+  dlock_job_options_init(&jo);
+  jo.lock_at_most_for_ms = 60000;
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.on_event = on_event;
+  so.on_event_arg = &la;
+  so.node_name = "lr-a";
+  dlock_sched *a = NULL, *b = NULL;
+  ASSERT_OK(dlock_sched_new(&a, ca, &so));
+  so.on_event_arg = &lb;
+  so.node_name = "lr-b";
+  ASSERT_OK(dlock_sched_new(&b, cb, &so));
+  ASSERT_OK(dlock_sched_add_fixed_rate(a, name, 300, &jo, job, &la));
+  ASSERT_OK(dlock_sched_add_fixed_rate(b, name, 300, &jo, job, &lb));
+  int before = arm(DLOCK__SCRIPT_SCHED_CLAIM);
+  fp_delay(fp, 800); /* the resend reaches the server 0.8 s after the drop */
+  ASSERT_OK(dlock_sched_start(a));
+  if (fp_wait_dropped(fp, before + 1, (long)(5000 * th_time_factor())) != before + 1)
+    TEST_FAIL("the proxy dropped no claim reply");
+  ASSERT_OK(dlock_sched_start(b)); /* claims the next tick directly, before A's resend arrives */
+  long long end = th_now_ms() + 8000 * th_time_factor();
+  while (atomic_load(&la.runs) + atomic_load(&lb.runs) < 3 && th_now_ms() < end) th_sleep_ms(20);
+  ASSERT_OK(dlock_sched_stop(b, 5000));
+  fp_pass(fp);
+  ASSERT_OK(dlock_sched_stop(a, 5000));
+  dlock_sched_free(a);
+  dlock_sched_free(b);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+  int runs = atomic_load(&la.runs) + atomic_load(&lb.runs);
+  if (runs < 3)
+    TEST_FAIL("%d runs in 8 s, want 3 (A: %d runs, %d skipped, %d busy; B: %d runs, %d busy)", runs,
+              atomic_load(&la.runs), atomic_load(&la.skipped), atomic_load(&la.busy), atomic_load(&lb.runs),
+              atomic_load(&lb.busy));
+  ASSERT(atomic_load(&la.runs) >= 1); /* A's tick, whose claim reply was lost, ran */
+  ASSERT_EQ(key_exists(name), 0);
+}
+
+/* An extend to a shorter lease whose reply is lost, and whose resend gets no
+ * answer either: it may have run, so Redis may expire the key at the shorter
+ * lease. The local deadline must not stay at the longer one, or the handle
+ * says "not lost" while another owner already holds the lock. */
+TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 300;
+  o.connect_timeout_ms = 300;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:shorten", 30000), *b = test_mutex(other, "lr:shorten", 30000);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int before = arm(DLOCK__SCRIPT_EXTEND);
+  fp_blackhole_after_drop(fp, 1);
+  int rc = dlock_mutex_extend(m, 500);
+  fp_blackhole_after_drop(fp, 0);
+  fp_pass(fp);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT(rc != 0); /* the outcome is not known */
+  char out[64];
+  cli(out, sizeof out, "PTTL lr:shorten");
+  ASSERT(atoll(out) <= 500); /* it did run */
+  th_sleep_ms(700);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  if (dlock_mutex_lost(m) == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)",
+              (long long)(dlock_mutex_valid_until(m) - dlock_mono_now()));
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
+/* The acquire's reply is lost, and before the resend arrives someone deletes
+ * the lock's meta hash (where the fence of the hold is recorded). The resend
+ * finds the key ours but no fence: that is an error, never a hold with
+ * fence 0 (which a fresh guard would admit). */
+TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = (int)(5000 * th_time_factor());
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:nometa", 30000);
+  int before = arm(DLOCK__SCRIPT_ACQUIRE);
+  fp_delay(fp, 800);
+  th_waiter w = {.m = m, .wait_ms = 0};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &w);
+  if (fp_wait_dropped(fp, before + 1, (long)(5000 * th_time_factor())) != before + 1)
+    TEST_FAIL("the proxy dropped no acquire reply");
+  char out[64];
+  cli(out, sizeof out, "DEL {lr:nometa}:meta");
+  pthread_join(t, NULL);
+  fp_pass(fp);
+  if (w.rc == 0)
+    TEST_FAIL("acquired with fence %" PRIu64 " although no fence was recorded for the hold", w.fence);
+  ASSERT_STATUS(w.rc, DLOCK_EFENCE);
+  ASSERT_EQ(key_exists("lr:nometa"), 0); /* given back */
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()

@@ -90,6 +90,9 @@ TEST(no_url_error_message_shows_the_password) {
       "redis-cluster://u:s3cret@h1:7000,h1:7000", "redis-cluster://u:s3cret@h1:7000/2",
       "rediss-cluster://u:s3cret@h1:7000?bogus=1", "redis-cluster://u:s3cret@",
       "redis-cluster://u:pa/s3cret@h1:7000",  "redis-cluster://h1:7000?password=s3cret&bogus=1",
+      /* a mistyped parameter name: its value may be the password */
+      "unix:///s?PASSWORD=s3cret&db=1",     "redis://h?db=1&pass%77ord=s3cret&x=1",
+      "redis://h?pass=s3cret",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__endpoint ep;
@@ -110,6 +113,7 @@ TEST(no_url_error_message_shows_the_password) {
       {"rediss://u:x@h?password=y", "rediss://u:***@h?password=***"},
       {"redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"},
       {"redis-cluster://u:pw@h1:7000,h2:7001", "redis-cluster://u:***@h1:7000,h2:7001"},
+      {"unix:///s?db=1&PASSWORD=p&sni=h", "unix:///s?db=1&PASSWORD=***&sni=h"},
   };
   for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
     char buf[128];

@@ -62,6 +62,10 @@ TEST(bad_sentinel_urls_say_what_is_wrong_without_the_password) {
       {"redis-sentinel://[::1/svc", "IPv6"},
       {"redis-sentinel://h!/svc", "bad character"},
       {"redis-sentinel://h/svc?master_password=pw&x=1", "unknown parameter 'x'"},
+      /* a mistyped parameter name: its value may be the password */
+      {"redis-sentinel://h/svc?MASTER_PASSWORD=pw", "unknown parameter"},
+      {"redis-sentinel://h/svc?db=1&master%5Fpassword=pw", "unknown parameter"},
+      {"redis-sentinel://h/svc?xmaster_password=a&master_password=pw", "unknown parameter 'xmaster_password'"},
       {"redis-sentinel://h/svc?wait_replicas=101", "wait_replicas must be"},
       {"redis-sentinel://h/svc?wait_timeout=abc", "wait_timeout must be"},
       {"redis-sentinel://h/svc?db", "has no '='"},
