@@ -1,7 +1,8 @@
 -- prelude.lua: helpers shared by the dlock scripts; prepended to each at build time.
 -- Lock scripts get KEYS: 1 lock, 2 fence, 3 meta, 4 queue, 5 waiters (see docs/keys.md).
 -- Every read that can fail (WRONGTYPE) runs before the first write: Redis does not roll
--- a script back when it stops half-way.
+-- a script back when it stops half-way. (acquire.lua's uncontended path takes the key
+-- first and undoes that one write itself when a later call fails.)
 
 local FENCE_TTL_MS = 2592000000 -- 30 days, the longest lease dlock accepts
 
@@ -68,10 +69,10 @@ end
 -- so that tokens keep rising even after the counter was lost (restart
 -- without persistence, FLUSHALL). Reads only. Returns the token, or nil and
 -- an error reply when the counter holds anything else: a repeated token
--- would let two holders past a guard.
-local function dlock_fence_next(fence_key, now_us)
+-- would let two holders past a guard. dlock_fence_after: the same from the
+-- counter's value 'cur' (nil: no counter) when the caller has read it.
+local function dlock_fence_after(fence_key, cur, now_us)
   local now = dlock_num(now_us)
-  local cur = redis.call('GET', fence_key)
   if not cur then return now end
   if not dlock_fence_ok(cur, FENCE_LAST_COUNTER) then
     return nil, redis.error_reply('EFENCE fence counter ' .. fence_key .. ' holds ' .. dlock_shown(cur) ..
@@ -84,9 +85,14 @@ local function dlock_fence_next(fence_key, now_us)
   return dlock_fence_incr(cur)
 end
 
+local function dlock_fence_next(fence_key, now_us)
+  return dlock_fence_after(fence_key, redis.call('GET', fence_key), now_us)
+end
+
 -- Make 'token' the owner for 'lease' ms and record who holds it since when.
 -- The fence read and the HSET come first: on a key of another type each fails
--- before anything is written. This is the hot path: no call here is spare.
+-- before anything is written. Used by hand-offs and acquire's queued path;
+-- an uncontended acquire has its own shorter path (acquire.lua).
 -- 'f' (optional): the fence, when the caller has read it already. Returns
 -- the fence, or nil and an error reply (nothing written).
 local function dlock_take(keys, token, lease, info, now_ms, now_us, f)
