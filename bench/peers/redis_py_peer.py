@@ -196,13 +196,17 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--layout", default="none")
+    ap.add_argument("--scenario", default="uncontended,contended",
+                    help="comma-separated: uncontended, contended (default: both)")
     args = ap.parse_args()
+    wanted = args.scenario.split(",")
     hostport = args.url.split("://", 1)[1].split("/", 1)[0].split("@")[-1]
     args.host, _, port = hostport.partition(":")
     args.port = int(port or 6379)
-    uncontended(args)
+    if "uncontended" in wanted:
+        uncontended(args)
     ok = True
-    for k in (2, 8):
+    for k in ((2, 8) if "contended" in wanted else ()):
         ok = contended(args, k) and ok
     return 0 if ok else 1
 
