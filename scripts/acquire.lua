@@ -8,20 +8,18 @@
 -- command. SET NX tests and takes the key in one (it writes nothing when a
 -- key of any type is there). SET .. GET writes the clock floor to the counter
 -- and reads what it held in one (it fails, writing nothing, on a key of
--- another type). Expiries are absolute (PXAT, PEXPIREAT, from the TIME read
--- here): Redis 7 rewrites a relative one into an absolute one for its
--- replication stream on every call. What fails after the key was taken (a
+-- another type). The clock's decimal strings are made without string.format,
+-- which costs about as much as a redis.call. What fails after the key was taken (a
 -- counter or meta key of another type, a corrupt counter) is undone before
 -- the error is returned, so a failed acquire leaves nothing behind (a corrupt
 -- counter is put back, with the counter's usual 30-day expiry). Servers
--- before Redis 7 (no REDIS_VERSION_NUM; PXAT and SET .. GET came in 6.2)
--- take the general path below.
+-- before Redis 7 (no REDIS_VERSION_NUM; SET .. GET came in 6.2) take the
+-- general path below.
 local token, lease, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now_ms, now_us, ms_s, us_s = dlock_clock()
 if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
-    and redis.call('SET', KEYS[1], token, 'NX', 'PXAT', now_ms + lease) then
-  local fence_at = now_ms + FENCE_TTL_MS
-  local last = redis.pcall('SET', KEYS[2], us_s, 'PXAT', fence_at, 'GET')
+    and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
+  local last = redis.pcall('SET', KEYS[2], us_s, 'PX', FENCE_TTL_MS, 'GET')
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return dlock_check_type(KEYS[2], 'string') or last
@@ -30,7 +28,7 @@ if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[
   if last then
     f, err = dlock_fence_after(KEYS[2], last, now_us)
     -- A counter at or above the clock, or a corrupt one: one more call.
-    if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PXAT', fence_at) end
+    if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PX', FENCE_TTL_MS) end
     if not f then
       redis.call('DEL', KEYS[1])
       return err
@@ -42,7 +40,7 @@ if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[
     redis.call('DEL', KEYS[1])
     return dlock_check_type(KEYS[3], 'hash') or ok
   end
-  redis.call('PEXPIREAT', KEYS[3], now_ms + lease)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
 local cur = redis.call('GET', KEYS[1])

@@ -69,7 +69,7 @@ TEST(an_uncontended_cycle_costs_redis_at_most_8_calls_inside_two_scripts) {
   long long scripts, inside;
   count_cycles(m, 0, 20, &scripts, &inside);
   ASSERT_EQ(scripts, 40); /* one script call per acquire and per release */
-  /* acquire: SET NX, TIME, SET .. GET of the counter, HSET and PEXPIREAT of
+  /* acquire: SET NX, TIME, SET .. GET of the counter, HSET and PEXPIRE of
    * the meta hash; release: GET, DEL, EXISTS of the queue. (It was 7 + 3.) */
   if (inside > 20 * 8)
     TEST_FAIL("%lld calls inside the scripts for 20 cycles, want at most %d", inside, 20 * 8);
