@@ -26,7 +26,7 @@ if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[
   end
   local f, err = us_s, nil
   if last then
-    f, err = dlock_fence_after(KEYS[2], last, now_us)
+    f, err = dlock_fence_after(KEYS[2], last, now_us, us_s)
     -- A counter at or above the clock, or a corrupt one: one more call.
     if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PX', FENCE_TTL_MS) end
     if not f then

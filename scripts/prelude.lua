@@ -80,9 +80,10 @@ end
 -- without persistence, FLUSHALL). Reads only. Returns the token, or nil and
 -- an error reply when the counter holds anything else: a repeated token
 -- would let two holders past a guard. dlock_fence_after: the same from the
--- counter's value 'cur' (nil: no counter) when the caller has read it.
-local function dlock_fence_after(fence_key, cur, now_us)
-  local now = dlock_num(now_us)
+-- counter's value 'cur' (nil: no counter) when the caller has read it, and
+-- 'now_s' (optional): now_us as a decimal string.
+local function dlock_fence_after(fence_key, cur, now_us, now_s)
+  local now = now_s or dlock_num(now_us)
   if not cur then return now end
   if not dlock_fence_ok(cur, FENCE_LAST_COUNTER) then
     return nil, redis.error_reply('EFENCE fence counter ' .. fence_key .. ' holds ' .. dlock_shown(cur) ..
