@@ -32,6 +32,8 @@ typedef struct bench_opts {
   int watchdog_locks;
   int64_t watchdog_lease_ms;
   int64_t watchdog_hold_ms;
+  int no_peers;          /* --no-peers: do not run redis-py / node-redlock */
+  const char *peers_dir; /* where redis_py_peer.py and redlock_peer.js are */
 } bench_opts;
 
 /* The server under test, as seen from the bench. */
@@ -72,6 +74,7 @@ typedef struct bench_cmdstats {
   int count;
   char name[BENCH_MAX_CMDS][32];
   long long calls[BENCH_MAX_CMDS];
+  double usec[BENCH_MAX_CMDS]; /* time inside the command; a script's includes its calls */
   double server_cpu_s; /* used_cpu_user + used_cpu_sys of redis-server */
 } bench_cmdstats;
 
@@ -79,6 +82,9 @@ int bench_cmdstats_read(redisContext *ctx, bench_cmdstats *out);
 /* Calls of 'cmd' ("evalsha") in after - before. */
 long long bench_cmdstats_delta(const bench_cmdstats *before, const bench_cmdstats *after,
                                const char *cmd);
+/* Microseconds Redis spent in 'cmd' in after - before. */
+double bench_cmdstats_usec_delta(const bench_cmdstats *before, const bench_cmdstats *after,
+                                 const char *cmd);
 /* Calls of every command except INFO (our own probes), including the
  * commands that scripts run inside Redis. */
 long long bench_cmdstats_delta_all(const bench_cmdstats *before, const bench_cmdstats *after);
@@ -110,6 +116,8 @@ double bench_samples_max_us(bench_samples *s);
 /* One figure. 'impl' says whose figure it is (dlock, hiredis-bare, ...). */
 void bench_row(const char *scenario, const char *impl, const char *metric, double value,
                const char *unit, const char *note);
+/* The value of a row reported earlier in this run; 0 with *found = 0 if none. */
+double bench_row_value(const char *scenario, const char *impl, const char *metric, int *found);
 /* A target from the issue: 'met' 1/0, 'detail' what was compared. */
 void bench_target(const char *scenario, const char *target, int met, const char *detail);
 /* Progress line on stderr. */
@@ -129,6 +137,7 @@ bench_status bench_scenario_floor(void);
 bench_status bench_scenario_uncontended(void);
 bench_status bench_scenario_throughput(void);
 bench_status bench_scenario_contended(void);
+bench_status bench_scenario_peers(void);
 bench_status bench_scenario_watchdog(void);
 bench_status bench_scenario_scheduler(void);
 bench_status bench_scenario_redlock(void);

@@ -42,6 +42,7 @@ static const scenario_entry scenarios[] = {
   {"uncontended", bench_scenario_uncontended, "acquire+release on one thread vs bare hiredis"},
   {"throughput", bench_scenario_throughput, "1/8/64 threads, one client, vs redis-benchmark"},
   {"contended", bench_scenario_contended, "K processes on one name: hand-off, fairness, cost"},
+  {"peers", bench_scenario_peers, "redis-py and node-redlock on the same server, ratios"},
   {"watchdog", bench_scenario_watchdog, "N held locks renewed by the watchdog"},
   {"scheduler", bench_scenario_scheduler, "cron next-fire computations per second"},
   {"redlock", bench_scenario_redlock, "acquire+release on 3 and 5 Redlock nodes vs one node"},
@@ -80,6 +81,21 @@ void bench_row(const char *scenario, const char *impl, const char *metric, doubl
   r->value = value;
   snprintf(r->unit, sizeof r->unit, "%s", unit ? unit : "");
   snprintf(r->note, sizeof r->note, "%s", note ? note : "");
+}
+
+double bench_row_value(const char *scenario, const char *impl, const char *metric, int *found)
+{
+  for (int i = 0; i < row_count; i++) {
+    const result_row *r = &rows[i];
+    if (!r->is_target && !strcmp(r->scenario, scenario) && !strcmp(r->impl, impl) && !strcmp(r->metric, metric)) {
+      if (found)
+        *found = 1;
+      return r->value;
+    }
+  }
+  if (found)
+    *found = 0;
+  return 0;
 }
 
 void bench_target(const char *scenario, const char *target, int met, const char *detail)
@@ -225,12 +241,17 @@ static void usage(FILE *out)
           "                   [--url redis://127.0.0.1:PORT | --sentinel]\n"
           "                   [--layout cross|same|none]\n"
           "                   [--watchdog-locks N] [--watchdog-lease MS] [--watchdog-hold MS]\n"
+          "                   [--no-peers] [--peers-dir DIR]\n"
           "\n"
           "Without --url a private redis-server is started (temp dir, free port, no\n"
           "persistence) and stopped on exit. --layout cross (default) pins redis-server to\n"
           "CPU 0 and the bench to CPU 1; same puts both on CPU 0. --sentinel adds a\n"
           "sentinel monitoring the private server: libdlock resolves it through the\n"
           "sentinel (redis-sentinel:// URL), the bare clients connect directly.\n"
+          "The peers scenario runs with uncontended or contended (unless --no-peers):\n"
+          "redis-py (/usr/bin/python3, or $DLOCK_BENCH_PYTHON) and node-redlock ('npm ci'\n"
+          "in the peers dir first) run the same loops against the same server, pinned\n"
+          "like the bench, and the ratios dlock / bare floor / peers are printed.\n"
           "Scenarios:\n");
   for (int s = 0; s < SCENARIO_COUNT; s++)
     fprintf(out, "  %-12s %s\n", scenarios[s].name, scenarios[s].what);
@@ -251,6 +272,15 @@ static int selected(const char *list, const char *name)
       p++;
   }
   return 0;
+}
+
+/* The peers run along with the scenarios they repeat, unless --no-peers. */
+static int want(const bench_opts *o, const char *name)
+{
+  if (strcmp(name, "peers") != 0)
+    return selected(o->scenario, name);
+  return !o->no_peers && (selected(o->scenario, "peers") || selected(o->scenario, "uncontended") ||
+                          selected(o->scenario, "contended"));
 }
 
 static int parse_long(const char *text, long long min, long long max, long long *out)
@@ -276,6 +306,10 @@ int main(int argc, char **argv)
       return 0;
     } else if (strcmp(a, "--quick") == 0) {
       o->quick = 1;
+    } else if (strcmp(a, "--no-peers") == 0) {
+      o->no_peers = 1;
+    } else if (v && strcmp(a, "--peers-dir") == 0) {
+      o->peers_dir = v, i++;
     } else if (strcmp(a, "--sentinel") == 0) {
       o->sentinel = 1;
     } else if (v && strcmp(a, "--url") == 0) {
@@ -316,9 +350,11 @@ int main(int argc, char **argv)
    * lease long enough that only a stall of seconds loses a lock. */
   o->watchdog_lease_ms = lease > 0 ? lease : o->quick ? 6000 : 30000;
   o->watchdog_hold_ms = hold > 0 ? hold : o->quick ? 3000 : 120000;
+  if (!o->peers_dir)
+    o->peers_dir = DLOCK_BENCH_PEERS_DIR;
   int any = 0;
   for (int s = 0; s < SCENARIO_COUNT; s++)
-    any |= selected(o->scenario, scenarios[s].name);
+    any |= want(o, scenarios[s].name);
   if (!any) {
     fprintf(stderr, "dlock-bench: no scenario matches '%s'; see 'dlock bench --help'\n", o->scenario);
     return 64;
@@ -332,7 +368,7 @@ int main(int argc, char **argv)
   const char *statuses[SCENARIO_COUNT] = {0};
   int failed = 0;
   for (int s = 0; s < SCENARIO_COUNT; s++) {
-    if (!selected(o->scenario, scenarios[s].name))
+    if (!want(o, scenarios[s].name))
       continue;
     fprintf(stderr, "[%s] %s\n", scenarios[s].name, scenarios[s].what);
     int64_t t0 = bench_now_ns();

@@ -87,8 +87,8 @@ def main(argv):
     lib = value("uncontended", "dlock", "cycles per second")
     for peer in PEERS:
         other = value("uncontended", peer, "cycles per second")
-        if lib is None:
-            continue
+        if lib is None or any(r["impl"] == "target" and r["metric"] == "cycles/s >= 3x %s" % peer for r in rows):
+            continue  # dlock-bench ran this peer itself and judged the target
         if other is None:
             rows.append({"scenario": "uncontended", "impl": "target", "met": False,
                          "metric": "cycles/s >= 3x %s" % peer, "layout": "",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# run-all.sh - build dlock-bench, start one private redis-server, run
-# dlock-bench and the redis-py and node-redlock peers against it, and print
-# one combined table (bench/merge.py). Results land in $OUT (default
+# run-all.sh - build dlock-bench, install the node peer's packages, start one
+# private redis-server, run dlock-bench against it (which runs the redis-py and
+# node-redlock peers in the same run, pinned like itself), and print one
+# combined table (bench/merge.py). Results land in $OUT (default
 # build-bench/results). Stops the server by PID on every exit.
 # usage: bash bench/run-all.sh [--quick] [--layout cross|same|none] [--markdown]
 set -euo pipefail
@@ -85,17 +86,7 @@ set +e
 "$BENCH" "${QUICK[@]}" --url "$URL" --layout "$LAYOUT" --json "$OUT/dlock.json" >"$OUT/dlock.txt"
 BENCH_RC=$?
 set -e
-: >"$OUT/peers.jsonl"
-if [ "$PY_OK" = 1 ]; then
-  echo "=== redis-py peer" >&2
-  "${CLIENT_CPU[@]}" timeout 300 "$PY" "$ROOT/bench/peers/redis_py_peer.py" --url "$URL" \
-    --layout "$PEER_LAYOUT" "${QUICK[@]}" >>"$OUT/peers.jsonl" || echo "redis-py peer failed" >&2
-fi
-if [ "$NODE_OK" = 1 ]; then
-  echo "=== node-redlock peer" >&2
-  "${CLIENT_CPU[@]}" timeout 300 node "$ROOT/bench/peers/redlock_peer.js" --url "$URL" \
-    --layout "$PEER_LAYOUT" "${QUICK[@]}" >>"$OUT/peers.jsonl" || echo "node-redlock peer failed" >&2
-fi
+: >"$OUT/peers.jsonl" # the peers now run inside dlock-bench (its peers scenario)
 if [ -s "$OUT/dlock.json" ]; then
   "$PY" "$ROOT/bench/merge.py" "$OUT/dlock.json" "$OUT/peers.jsonl" --out "$OUT/combined.json" \
     "${MARKDOWN[@]}" | tee "$OUT/table.txt"

@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <dlock.h>
 
@@ -45,6 +46,53 @@ static int bare_cycle(bare_client *b, const char *key)
   ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
   freeReplyObject(r);
   return ok ? 0 : -1;
+}
+
+/* What one client's blocks cost: Redis time and calls (INFO commandstats
+ * deltas around each block; a script's usec includes the calls it makes) and
+ * this thread's CPU (getrusage). */
+typedef struct cost {
+  double redis_us;       /* usec of the commands sent on the wire */
+  long long wire, all;   /* commands sent; all commands Redis ran */
+  double client_cpu_us;
+} cost;
+
+static double thread_cpu_us(void)
+{
+  struct rusage ru;
+  if (getrusage(RUSAGE_THREAD, &ru) != 0)
+    return 0;
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* 'bare': the bare client sends SET itself; dlock's SETs run inside its
+ * scripts, whose usec already include them. */
+static void cost_add(cost *c, redisContext *ctx, const bench_cmdstats *before, double cpu_before, int bare)
+{
+  double cpu = thread_cpu_us() - cpu_before;
+  bench_cmdstats after;
+  if (bench_cmdstats_read(ctx, &after) != 0)
+    return;
+  c->client_cpu_us += cpu;
+  c->redis_us += bench_cmdstats_usec_delta(before, &after, "evalsha");
+  c->wire += bench_cmdstats_delta(before, &after, "evalsha");
+  if (bare) {
+    c->redis_us += bench_cmdstats_usec_delta(before, &after, "set");
+    c->wire += bench_cmdstats_delta(before, &after, "set");
+  }
+  c->all += bench_cmdstats_delta_all(before, &after);
+}
+
+static void report_cost(const char *impl, const cost *c, size_t cycles)
+{
+  if (!cycles)
+    return;
+  double n = (double)cycles;
+  bench_row("uncontended", impl, "Redis us / cycle (commandstats)", c->redis_us / n, "us",
+            "time inside the commands sent, scripts' calls included");
+  bench_row("uncontended", impl, "Redis commands / cycle, sent", (double)c->wire / n, "", "");
+  bench_row("uncontended", impl, "Redis calls / cycle inside scripts", (double)(c->all - c->wire) / n, "", "");
+  bench_row("uncontended", impl, "client CPU us / cycle", c->client_cpu_us / n, "us", "getrusage, this thread");
 }
 
 static void report(const char *impl, bench_samples *s, double busy_s, double ping_p50,
@@ -98,10 +146,17 @@ bench_status bench_scenario_uncontended(void)
   }
   bench_progress("%zu cycles each: dlock, bare hiredis, PING, in blocks of %d", count, BLOCK);
   double lib_busy = 0, raw_busy = 0;
+  cost lib_cost = {0}, raw_cost = {0};
+  bench_cmdstats st0;
   int64_t start = bench_now_ns();
   for (int round = 0; status == BENCH_OK && lib.count < count && bench_now_ns() - start < max_ns &&
                       round < 100000;
        round++) {
+    if (bench_cmdstats_read(ping_ctx, &st0) != 0) {
+      status = BENCH_FAILED;
+      break;
+    }
+    double cpu0 = thread_cpu_us();
     int64_t b0 = bench_now_ns();
     for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
       int64_t t0 = bench_now_ns();
@@ -117,6 +172,13 @@ bench_status bench_scenario_uncontended(void)
       bench_samples_add(&lib, t1 - t0);
     }
     int64_t b1 = bench_now_ns();
+    cost_add(&lib_cost, ping_ctx, &st0, cpu0, 0);
+    if (bench_cmdstats_read(ping_ctx, &st0) != 0) {
+      status = BENCH_FAILED;
+      break;
+    }
+    cpu0 = thread_cpu_us();
+    b1 = bench_now_ns();
     for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
       int64_t t0 = bench_now_ns();
       if (bare_cycle(&bare, "bench:uncontended:bare") != 0) {
@@ -126,6 +188,7 @@ bench_status bench_scenario_uncontended(void)
       bench_samples_add(&raw, bench_now_ns() - t0);
     }
     int64_t b2 = bench_now_ns();
+    cost_add(&raw_cost, ping_ctx, &st0, cpu0, 1);
     lib_busy += (double)(b1 - b0) / 1e9;
     raw_busy += (double)(b2 - b1) / 1e9;
     if (bench_ping_samples(ping_ctx, &ping, BLOCK, max_ns) != 0)
@@ -140,10 +203,16 @@ bench_status bench_scenario_uncontended(void)
   report("dlock", &lib, lib_busy, ping_p50, &lib_rate, &lib_p50);
   report("hiredis-bare", &raw, raw_busy, ping_p50, &raw_rate, &raw_p50);
 
+  report_cost("dlock", &lib_cost, lib.count);
+  report_cost("hiredis-bare", &raw_cost, raw.count);
+  bench_row("uncontended", "ratio", "dlock / bare floor, cycles/s", raw_rate > 0 ? lib_rate / raw_rate : 0, "x",
+            "the floor: SET NX PX + compare-and-delete, no library");
+
+  /* Issue 15: at least 0.85x the two-round-trip floor of the bare client. */
   char detail[160];
-  snprintf(detail, sizeof detail, "dlock %.0f/s vs bare %.0f/s = %.0f%% (need >= 90%%)", lib_rate,
-           raw_rate, raw_rate > 0 ? 100 * lib_rate / raw_rate : 0);
-  bench_target("uncontended", "cycles/s >= 90% of bare C client", lib_rate >= 0.9 * raw_rate, detail);
+  snprintf(detail, sizeof detail, "dlock %.0f/s vs bare %.0f/s = %.2fx (need >= 0.85x)", lib_rate,
+           raw_rate, raw_rate > 0 ? lib_rate / raw_rate : 0);
+  bench_target("uncontended", "cycles/s >= 0.85x bare floor", lib_rate >= 0.85 * raw_rate, detail);
   snprintf(detail, sizeof detail, "%.1f us / %.1f us = %.2fx (need <= 2.3x)", lib_p50, ping_p50,
            ping_p50 > 0 ? lib_p50 / ping_p50 : 0);
   bench_target("uncontended", "cycle p50 <= 2.3 x PING p50", lib_p50 <= 2.3 * ping_p50, detail);

@@ -448,8 +448,10 @@ int bench_cmdstats_read(redisContext *ctx, bench_cmdstats *out)
     p += 8;
     char name[32];
     long long calls;
-    if (sscanf(p, "%31[^:]:calls=%lld", name, &calls) == 2 && out->count < BENCH_MAX_CMDS) {
+    double usec = 0;
+    if (sscanf(p, "%31[^:]:calls=%lld,usec=%lf", name, &calls, &usec) >= 2 && out->count < BENCH_MAX_CMDS) {
       snprintf(out->name[out->count], sizeof out->name[0], "%s", name);
+      out->usec[out->count] = usec;
       out->calls[out->count++] = calls;
     }
   }
@@ -477,6 +479,19 @@ long long bench_cmdstats_delta(const bench_cmdstats *before, const bench_cmdstat
                                const char *cmd)
 {
   return calls_of(after, cmd) - calls_of(before, cmd);
+}
+
+double bench_cmdstats_usec_delta(const bench_cmdstats *before, const bench_cmdstats *after,
+                                 const char *cmd)
+{
+  double a = 0, b = 0;
+  for (int i = 0; i < after->count; i++)
+    if (strcmp(after->name[i], cmd) == 0)
+      a = after->usec[i];
+  for (int i = 0; i < before->count; i++)
+    if (strcmp(before->name[i], cmd) == 0)
+      b = before->usec[i];
+  return a - b;
 }
 
 long long bench_cmdstats_delta_all(const bench_cmdstats *before, const bench_cmdstats *after)

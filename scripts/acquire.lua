@@ -3,8 +3,46 @@
 --       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info
 -- Returns {1, fence} when the caller owns the lock (the fence as a decimal
 -- string: exact to 2^63-1), {0, holder's pttl} when not.
--- The uncontended path (lock free, no queue) is kept to the fewest calls.
+-- The uncontended path (lock free, caller not queued) is kept to the fewest
+-- and cheapest calls; each redis.call costs Redis about as much as a whole
+-- command. SET NX tests and takes the key in one (it writes nothing when a
+-- key of any type is there). SET .. GET writes the clock floor to the counter
+-- and reads what it held in one (it fails, writing nothing, on a key of
+-- another type). The clock's decimal strings are made without string.format,
+-- which costs about as much as a redis.call. What fails after the key was taken (a
+-- counter or meta key of another type, a corrupt counter) is undone before
+-- the error is returned, so a failed acquire leaves nothing behind (a corrupt
+-- counter is put back, with the counter's usual 30-day expiry). Servers
+-- before Redis 7 (no REDIS_VERSION_NUM; SET .. GET came in 6.2) take the
+-- general path below.
 local token, lease, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now_ms, now_us, ms_s, us_s = dlock_clock()
+if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
+    and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
+  local last = redis.pcall('SET', KEYS[2], us_s, 'PX', FENCE_TTL_MS, 'GET')
+  if type(last) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return dlock_check_type(KEYS[2], 'string') or last
+  end
+  local f, err = us_s, nil
+  if last then
+    f, err = dlock_fence_after(KEYS[2], last, now_us, us_s)
+    -- A counter at or above the clock, or a corrupt one: one more call.
+    if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PX', FENCE_TTL_MS) end
+    if not f then
+      redis.call('DEL', KEYS[1])
+      return err
+    end
+  end
+  local ok = redis.pcall('HSET', KEYS[3], 'fence', f, 'since', ms_s, 'info', ARGV[6])
+  if type(ok) == 'table' then
+    -- The counter keeps its new value: a fence skipped is never repeated.
+    redis.call('DEL', KEYS[1])
+    return dlock_check_type(KEYS[3], 'hash') or ok
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return {1, f}
+end
 local cur = redis.call('GET', KEYS[1])
 local in_queue = wid ~= '' and redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
 if in_queue or (wid ~= '' and cur and cur ~= token) then
@@ -22,7 +60,6 @@ if cur == token then
   end
   return {1, redis.call('HGET', KEYS[3], 'fence') or '0'}
 end
-local now_ms, now_us = dlock_now()
 if not cur then
   local f, err = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
   if not f then return err end

@@ -1,7 +1,8 @@
 -- prelude.lua: helpers shared by the dlock scripts; prepended to each at build time.
 -- Lock scripts get KEYS: 1 lock, 2 fence, 3 meta, 4 queue, 5 waiters (see docs/keys.md).
 -- Every read that can fail (WRONGTYPE) runs before the first write: Redis does not roll
--- a script back when it stops half-way.
+-- a script back when it stops half-way. (acquire.lua's uncontended path takes the key
+-- first and undoes that one write itself when a later call fails.)
 
 local FENCE_TTL_MS = 2592000000 -- 30 days, the longest lease dlock accepts
 
@@ -9,6 +10,16 @@ local function dlock_now()
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- dlock_now() and the same two as decimal strings, made without
+-- string.format (which costs Redis more than a redis.call of GET).
+local function dlock_clock()
+  local t = redis.call('TIME')
+  local s, us = t[1], t[2]
+  local us6 = string.rep('0', 6 - #us) .. us
+  return tonumber(s) * 1000 + math.floor(tonumber(us) / 1000), tonumber(s) * 1000000 + tonumber(us),
+         s .. string.sub(us6, 1, 3), s .. us6
 end
 
 local function dlock_num(n)
@@ -70,10 +81,11 @@ end
 -- so that tokens keep rising even after the counter was lost (restart
 -- without persistence, FLUSHALL). Reads only. Returns the token, or nil and
 -- an error reply when the counter holds anything else: a repeated token
--- would let two holders past a guard.
-local function dlock_fence_next(fence_key, now_us)
-  local now = dlock_num(now_us)
-  local cur = redis.call('GET', fence_key)
+-- would let two holders past a guard. dlock_fence_after: the same from the
+-- counter's value 'cur' (nil: no counter) when the caller has read it, and
+-- 'now_s' (optional): now_us as a decimal string.
+local function dlock_fence_after(fence_key, cur, now_us, now_s)
+  local now = now_s or dlock_num(now_us)
   if not cur then return now end
   if not dlock_fence_ok(cur, FENCE_LAST_COUNTER) then
     return nil, redis.error_reply('EFENCE fence counter ' .. fence_key .. ' holds ' .. dlock_shown(cur) ..
@@ -86,9 +98,14 @@ local function dlock_fence_next(fence_key, now_us)
   return dlock_fence_incr(cur)
 end
 
+local function dlock_fence_next(fence_key, now_us)
+  return dlock_fence_after(fence_key, redis.call('GET', fence_key), now_us)
+end
+
 -- Make 'token' the owner for 'lease' ms and record who holds it since when.
 -- The fence read and the HSET come first: on a key of another type each fails
--- before anything is written. This is the hot path: no call here is spare.
+-- before anything is written. Used by hand-offs and acquire's queued path;
+-- an uncontended acquire has its own shorter path (acquire.lua).
 -- 'f' (optional): the fence, when the caller has read it already. Returns
 -- the fence, or nil and an error reply (nothing written).
 local function dlock_take(keys, token, lease, info, now_ms, now_us, f)

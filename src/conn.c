@@ -35,6 +35,7 @@ struct dlock__conn {
   char *out;
   size_t out_len;
   int broken;
+  int block_ms; /* plain sockets: SO_RCVTIMEO of blocking reads (0: never block) */
   const char *display; /* points into the endpoint, which outlives us */
 };
 
@@ -309,6 +310,20 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
   return 0;
 }
 
+/* A reply is waited for with one blocking recv(2) instead of recv, poll(2)
+ * and recv again: the socket becomes blocking with a receive timeout of half
+ * the command timeout, and a read blocks only while more than that is left
+ * before its deadline (so it never overruns it); sends and shorter waits pass
+ * MSG_DONTWAIT and poll as before. TLS keeps its non-blocking socket. */
+static void enable_blocking_reads(dlock__conn *c, int command_timeout_ms) {
+  int ms = command_timeout_ms / 2;
+  if (ms < 1) return;
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  int flags = fcntl(c->fd, F_GETFL);
+  if (flags < 0 || setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) return;
+  if (fcntl(c->fd, F_SETFL, flags & ~O_NONBLOCK) == 0) c->block_ms = ms;
+}
+
 int dlock__conn_open(const dlock__endpoint *ep, SSL_CTX *ctx, dlock__conn **out) {
   return dlock__conn_open_until(ep, ctx, INT64_MAX, out);
 }
@@ -330,6 +345,7 @@ int dlock__conn_open_until(const dlock__endpoint *ep, SSL_CTX *ctx, dlock_mono_m
     dlock__conn_close(c);
     return rc;
   }
+  if (!c->ssl) enable_blocking_reads(c, ep->command_timeout_ms);
   *out = c;
   return 0;
 }
@@ -404,7 +420,7 @@ int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline) {
       }
       return conn_fail(c, DLOCK_EIO, "TLS write failed: %s", tls_error_text());
     }
-    ssize_t n = send(c->fd, c->out + sent, left, MSG_NOSIGNAL);
+    ssize_t n = send(c->fd, c->out + sent, left, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) { sent += (size_t)n; continue; }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -462,10 +478,12 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
         return conn_fail(c, DLOCK_EIO, "TLS read failed: %s", tls_error_text());
       }
     } else {
-      n = recv(c->fd, buf, sizeof buf, 0);
+      int block = c->block_ms && deadline - dlock_mono_now() > c->block_ms;
+      n = recv(c->fd, buf, sizeof buf, block ? 0 : MSG_DONTWAIT);
       if (n == 0) return conn_fail(c, DLOCK_EIO, "server closed the connection");
       if (n < 0) {
         if (errno == EINTR) continue;
+        if (block && (errno == EAGAIN || errno == EWOULDBLOCK)) continue; /* SO_RCVTIMEO ran out */
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
           if (wait_fd(c->fd, POLLIN, deadline) != 0)
             return conn_fail(c, DLOCK_ETIMEDOUT, "no reply within the command timeout");

@@ -38,10 +38,10 @@ def uncontended(args):
     r = client(args)
     lock = r.lock("bench:peer:py:uncontended", timeout=30)
     count = 2000 if args.quick else 30000
-    limit = time.monotonic() + (1 if args.quick else 20)
     for _ in range(200):  # warm up: connection, script cache
         lock.acquire(blocking=False)
         lock.release()
+    limit = time.monotonic() + (1 if args.quick else 20)  # after the warm-up
     samples = []
     t_start = time.monotonic_ns()
     for _ in range(count):
@@ -196,13 +196,17 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--layout", default="none")
+    ap.add_argument("--scenario", default="uncontended,contended",
+                    help="comma-separated: uncontended, contended (default: both)")
     args = ap.parse_args()
+    wanted = args.scenario.split(",")
     hostport = args.url.split("://", 1)[1].split("/", 1)[0].split("@")[-1]
     args.host, _, port = hostport.partition(":")
     args.port = int(port or 6379)
-    uncontended(args)
+    if "uncontended" in wanted:
+        uncontended(args)
     ok = True
-    for k in (2, 8):
+    for k in ((2, 8) if "contended" in wanted else ()):
         ok = contended(args, k) and ok
     return 0 if ok else 1
 

@@ -156,12 +156,13 @@ async function main() {
   const args = process.argv.slice(2);
   const opt = (name, dflt) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : dflt; };
   const url = opt('--url');
-  if (!url) { console.error('usage: redlock_peer.js --url redis://127.0.0.1:PORT [--quick] [--layout L]'); process.exit(2); }
+  if (!url) { console.error('usage: redlock_peer.js --url redis://127.0.0.1:PORT [--quick] [--layout L] [--scenario uncontended,contended]'); process.exit(2); }
   const quick = args.includes('--quick');
   const layout = opt('--layout', 'none');
-  await uncontended(url, quick, layout);
+  const wanted = opt('--scenario', 'uncontended,contended').split(',');
+  if (wanted.includes('uncontended')) await uncontended(url, quick, layout);
   let ok = true;
-  for (const k of [2, 8]) ok = (await contended(url, quick, layout, k)) && ok;
+  for (const k of wanted.includes('contended') ? [2, 8] : []) ok = (await contended(url, quick, layout, k)) && ok;
   process.exit(ok ? 0 : 1);
 }
 

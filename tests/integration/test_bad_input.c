@@ -503,6 +503,32 @@ TEST(acquiring_a_hash_key_gives_ewrongtype_and_leaves_the_hash_alone) {
   dlock_client_free(c);
 }
 
+/* The uncontended acquire takes the key first (SET NX) and writes the meta
+ * hash after it: a meta key of another type must undo that, leaving neither
+ * a lock key nor a damaged meta key (and a later acquire still refuses). */
+TEST(a_meta_key_of_another_type_gives_ewrongtype_and_leaves_no_lock_key) {
+  char out[256];
+  cli(out, sizeof out, "DEL t:meta {t:meta}:fence {t:meta}:meta");
+  cli(out, sizeof out, "RPUSH {t:meta}:meta a b");
+  dlock_client *c = client();
+  dlock_mutex *m = mutex(c, "t:meta", 10000);
+  for (int i = 0; i < 2; i++) {
+    ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
+    ASSERT_CONTAINS(dlock_last_error(), "{t:meta}:meta");
+    ASSERT_EQ(dlock_mutex_fence(m), 0);
+    cli(out, sizeof out, "EXISTS t:meta");
+    ASSERT_STR_EQ(out, "0"); /* the key taken by SET NX was given back */
+    cli(out, sizeof out, "LRANGE {t:meta}:meta 0 -1");
+    ASSERT_STR_EQ(out, "a\nb");
+  }
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  cli(out, sizeof out, "DEL {t:meta}:meta {t:meta}:fence");
+  ASSERT_OK(dlock_mutex_acquire(m, 0)); /* repaired: an ordinary lock again */
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST(acquiring_a_list_key_gives_ewrongtype_and_leaves_the_list_alone) {
   char out[256];
   cli(out, sizeof out, "DEL t:list");
