@@ -399,6 +399,16 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
  * tests and the fault proxy match on the one and preload the other. */
 const char *dlock__script_sha(dlock__script_id id);
 const char *dlock__script_text(dlock__script_id id);
+/* The argv of EVALSHA ('by_sha') or EVAL for one call, in 'e' (which must
+ * outlive 'cmd'): command, sha or text, numkeys, keys, args. */
+typedef struct dlock__eval_argv {
+  const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
+  size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
+  char numkeys[8];
+} dlock__eval_argv;
+void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha);
+/* 1 when 'r' is a NOSCRIPT error reply (send the call again as EVAL). */
+int dlock__reply_is_noscript(const dlock__reply *r);
 /* One call of a script that is safe to run twice with the same arguments:
  * when its reply was lost after it may have run, it is sent once more and
  * call->resent is set (the answer then describes the state after both runs;

@@ -57,14 +57,7 @@ const char *dlock__script_sha(dlock__script_id id) {
   return shas[id];
 }
 
-/* argv for EVAL/EVALSHA: command, script-or-sha, numkeys, keys, args. */
-typedef struct eval_argv {
-  const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
-  size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
-  char numkeys[8];
-} eval_argv;
-
-static void build_eval(eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha) {
+void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha) {
   int n = 0;
   e->argv[n] = by_sha ? "EVALSHA" : "EVAL";
   e->lens[n] = strlen(e->argv[n]);
@@ -89,7 +82,7 @@ static void build_eval(eval_argv *e, dlock__cmd *cmd, const dlock__script_call *
   cmd->lens = e->lens;
 }
 
-static int is_noscript(const dlock__reply *r) {
+int dlock__reply_is_noscript(const dlock__reply *r) {
   return r && r->type == DLOCK__REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8);
 }
 
@@ -183,9 +176,9 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     return route_rc;
   }
   /* Small pipelines live on the stack; the watchdog's large ones on the heap. */
-  eval_argv stack_e[4];
+  dlock__eval_argv stack_e[4];
   dlock__cmd stack_cmds[4];
-  eval_argv *e = n <= 4 ? stack_e : malloc(n * sizeof *e);
+  dlock__eval_argv *e = n <= 4 ? stack_e : malloc(n * sizeof *e);
   dlock__cmd *cmds = n <= 4 ? stack_cmds : malloc(n * sizeof *cmds);
   size_t *retry = n <= 4 ? NULL : malloc(n * sizeof *retry);
   size_t stack_retry[4];
@@ -195,7 +188,7 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto done;
   }
-  for (size_t i = 0; i < n; i++) build_eval(&e[i], &cmds[i], &calls[i], 1);
+  for (size_t i = 0; i < n; i++) dlock__script_build_eval(&e[i], &cmds[i], &calls[i], 1);
   int sent = 0, wait = wants_wait(c, calls, n), acked = -1;
   for (size_t i = 0; i < n; i++) calls[i].replicas = -1;
   rc = exec_with_wait(c, node, cmds, calls, NULL, n, replies, &sent, wait, &acked, limit);
@@ -204,9 +197,9 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
   if (rc) goto done;
   size_t nretry = 0;
   for (size_t i = 0; i < n; i++)
-    if (is_noscript(replies[i])) retry[nretry++] = i;
+    if (dlock__reply_is_noscript(replies[i])) retry[nretry++] = i;
   if (nretry) {
-    for (size_t j = 0; j < nretry; j++) build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
+    for (size_t j = 0; j < nretry; j++) dlock__script_build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
     dlock__reply **again = n <= 4 ? (dlock__reply *[4]){0} : calloc(nretry, sizeof *again);
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");

@@ -424,42 +424,6 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline) {
   }
 }
 
-/* argv of EVALSHA/EVAL for one call. */
-typedef struct eval_argv {
-  const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
-  size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
-  char numkeys[8];
-} eval_argv;
-
-static void build_eval(eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha) {
-  int n = 0;
-  e->argv[n] = by_sha ? "EVALSHA" : "EVAL";
-  e->lens[n] = strlen(e->argv[n]);
-  n++;
-  e->argv[n] = by_sha ? dlock__script_sha(call->script) : dlock__script_text(call->script);
-  e->lens[n] = strlen(e->argv[n]);
-  n++;
-  snprintf(e->numkeys, sizeof e->numkeys, "%d", call->nkeys);
-  e->argv[n] = e->numkeys;
-  e->lens[n] = strlen(e->numkeys);
-  n++;
-  for (int i = 0; i < call->nkeys; i++, n++) {
-    e->argv[n] = call->keys[i];
-    e->lens[n] = call->keylens[i];
-  }
-  for (int i = 0; i < call->nargs; i++, n++) {
-    e->argv[n] = call->args[i];
-    e->lens[n] = call->arglens[i];
-  }
-  cmd->argc = n;
-  cmd->argv = e->argv;
-  cmd->lens = e->lens;
-}
-
-static int is_noscript(const dlock__reply *x) {
-  return x && x->type == DLOCK__REPLY_ERROR && !strncmp(x->str, "NOSCRIPT", 8);
-}
-
 /* The per-node result of running 'n' calls: res[i*n + j] is node i's reply
  * to call j (NULL when node i failed: s[i].rc, s[i].err). */
 typedef struct run {
@@ -482,7 +446,7 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
   memset(x->s, 0, sizeof x->s);
   x->n = n;
   x->res = calloc((size_t)r->n * n, sizeof *x->res);
-  eval_argv *e = calloc(n, sizeof *e);
+  dlock__eval_argv *e = calloc(n, sizeof *e);
   dlock__cmd *cmds = calloc(n, sizeof *cmds);
   if (!x->res || !e || !cmds) {
     free(e);
@@ -491,7 +455,7 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
     x->res = NULL;
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
-  for (size_t j = 0; j < n; j++) build_eval(&e[j], &cmds[j], &calls[j], 1);
+  for (size_t j = 0; j < n; j++) dlock__script_build_eval(&e[j], &cmds[j], &calls[j], 1);
   for (int i = 0; i < r->n; i++) {
     x->s[i].active = (mask >> i) & 1;
     x->s[i].k = n;
@@ -505,7 +469,7 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
     for (size_t j = 0; j < n; j++) {
       x->res[(size_t)i * n + j] = sl->rep[sl->extra + j];
       sl->rep[sl->extra + j] = NULL;
-      if (is_noscript(x->res[(size_t)i * n + j])) again |= 1u << i;
+      if (dlock__reply_is_noscript(x->res[(size_t)i * n + j])) again |= 1u << i;
     }
   }
   slots_free(x->s, r->n);
@@ -514,7 +478,7 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
     slot s2[DLOCK__REDLOCK_MAX];
     memset(s2, 0, sizeof s2);
     dlock__cmd *c2 = calloc((size_t)r->n * n, sizeof *c2);
-    eval_argv *e2 = calloc(n, sizeof *e2);
+    dlock__eval_argv *e2 = calloc(n, sizeof *e2);
     size_t *which = calloc((size_t)r->n * n, sizeof *which);
     if (!c2 || !e2 || !which) {
       free(c2);
@@ -524,13 +488,13 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
       free(cmds);
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
-    for (size_t j = 0; j < n; j++) build_eval(&e2[j], &cmds[j], &calls[j], 0);
+    for (size_t j = 0; j < n; j++) dlock__script_build_eval(&e2[j], &cmds[j], &calls[j], 0);
     for (int i = 0; i < r->n; i++) {
       if (!((again >> i) & 1)) continue;
       s2[i].active = 1;
       s2[i].cmds = &c2[(size_t)i * n];
       for (size_t j = 0; j < n; j++)
-        if (is_noscript(x->res[(size_t)i * n + j])) {
+        if (dlock__reply_is_noscript(x->res[(size_t)i * n + j])) {
           which[(size_t)i * n + s2[i].k] = j;
           s2[i].cmds[s2[i].k++] = cmds[j];
         }
