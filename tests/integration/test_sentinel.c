@@ -416,14 +416,12 @@ TEST(a_lock_acknowledged_by_a_replica_survives_the_failover) {
   ASSERT(after > before);
 }
 
-/* ---- REVIEW9 REPRODUCTION (fails on main): a frozen master delays the loss ----
- * design.md ("Watchdog and loss") promises that a renewal gives up no later
- * than the earliest deadline it watches, so that a server that does not
- * answer delays no loss by a command timeout. Through Sentinel, a renewal
- * that follows a failed one first calls route(), whose resolve() ignores that
- * limit: ROLE on the (frozen) master the sentinels still name waits for the
- * whole command timeout (dlock__node_exec, no limit), so the callback and the
- * fd come about a command timeout after valid_until. */
+/* design.md ("Watchdog and loss"): a renewal gives up no later than the
+ * earliest deadline it watches, so a server that does not answer delays no
+ * loss by a command timeout. Through Sentinel, a renewal that follows a
+ * failed one first resolves the master again (route); that resolve, ROLE on
+ * the frozen master the sentinels still name included, must end at the
+ * watchdog's limit too, so the callback and the fd come at valid_until. */
 static atomic_llong frozen_lost_at;
 
 static void on_lost_at(dlock_mutex *m, const char *name, dlock_lost_reason reason, void *arg) {
@@ -434,7 +432,7 @@ static void on_lost_at(dlock_mutex *m, const char *name, dlock_lost_reason reaso
   atomic_store(&frozen_lost_at, (long long)dlock_mono_now());
 }
 
-TEST(review9_a_frozen_master_is_reported_lost_at_valid_until_not_a_resolve_later) {
+TEST(a_frozen_master_is_reported_lost_at_valid_until_not_a_resolve_later) {
   if (th_sentinel_set_start(&fo, "fofrozen") != 0) TEST_FAIL("sentinel set");
   long f = th_time_factor();
   dlock_client_options o;
