@@ -208,7 +208,7 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
   }
   if (nnodes == 0) {
     int route_rc;
-    if (!(nodes[nnodes++] = dlock__route(c, "", 0, &route_rc))) {
+    if (!(nodes[nnodes++] = dlock__route(c, "", 0, INT64_MAX, &route_rc))) {
       if (nodes != &one) free(nodes);
       dlock__error_prefix("list on %s: ", c->server);
       return route_rc;

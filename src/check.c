@@ -285,7 +285,8 @@ static void check_scripts(dlock_client *c, dlock_check *k, char *user, size_t ul
  * waiters do: SSUBSCRIBE on the master of the channel's slot. */
 static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t len) {
   int sharded = dlock__sharded_pubsub(c), rc;
-  dlock__node *node = sharded ? c->topo->route(c->topo, channel, strlen(channel)) : dlock__route(c, "", 0, &rc);
+  dlock__node *node =
+      sharded ? c->topo->route(c->topo, channel, strlen(channel)) : dlock__route(c, "", 0, INT64_MAX, &rc);
   if (!node) {
     snprintf(why, len, "%s", dlock_last_error());
     return rc;

@@ -292,7 +292,7 @@ int dlock_client_ping(dlock_client *c) {
   dlock__cmd cmd = {1, argv, lens};
   dlock__reply *r = NULL;
   int rc;
-  dlock__node *node = dlock__route(c, "", 0, &rc);
+  dlock__node *node = dlock__route(c, "", 0, INT64_MAX, &rc);
   if (node) rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
   if (!rc && r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);

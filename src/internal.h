@@ -261,8 +261,9 @@ struct dlock__topology {
   void (*destroy)(dlock__topology *t);
   /* Optional (NULL for standalone). */
   /* route() that can fail: NULL with '*rc' and dlock__error set when no node
-   * can be found (sentinels unreachable, ...). Use through dlock__route(). */
-  dlock__node *(*route_rc)(dlock__topology *t, const char *key, size_t keylen, int *rc);
+   * can be found (sentinels unreachable, ...) or none by 'limit' (monotonic
+   * ms, INT64_MAX for none; DLOCK_ETIMEDOUT). Use through dlock__route(). */
+  dlock__node *(*route_rc)(dlock__topology *t, const char *key, size_t keylen, dlock_mono_ms limit, int *rc);
   /* Run 'n' commands, command i for the key keys[i], as one pipeline to the
    * node of keys[0], following redirects (cluster: MOVED, ASK, TRYAGAIN,
    * CLUSTERDOWN). Same contract as dlock__node_exec_until, 'limit'
@@ -318,8 +319,9 @@ void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed);
 /* An idle pooled connection that is still open, without waiting or
  * connecting: 1 and '*out', or 0. */
 int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out);
-/* Route with the error status: the node, or NULL and the status in '*rc'. */
-dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc);
+/* Route with the error status: the node, or NULL and the status in '*rc'.
+ * Gives up at 'limit' (INT64_MAX: none), e.g. while the master is resolved. */
+dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, dlock_mono_ms limit, int *rc);
 /* Run 'n' commands for 'key' on its node, before 'limit': through t->exec
  * when set (cluster), else dlock__node_exec_until on dlock__route()'s node.
  * Same contract as dlock__node_exec_until. */

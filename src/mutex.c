@@ -331,7 +331,9 @@ dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply) {
   return reply != 0 ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
 }
 
-static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start) {
+/* 'failovers': dlock__failovers() read before the acquire was sent, so a
+ * switch between the send and the reply counts as a failover of this hold. */
+static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_ms start, uint64_t failovers) {
   pthread_mutex_lock(&m->mu);
   m->fence = fence;
   m->lease_ms = lease;
@@ -339,8 +341,7 @@ static void set_held(dlock_mutex *m, uint64_t fence, int64_t lease, dlock_mono_m
   m->acquired_at = start;
   m->valid_until = dlock__valid_until(start, lease);
   m->renew_tried = 0;
-  m->failovers_at_acquire =
-      dlock__failovers(m->client->topo, m->keys.key[DLOCK__K_LOCK], m->keys.len[DLOCK__K_LOCK]);
+  m->failovers_at_acquire = failovers;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
 }
@@ -421,6 +422,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
     call_arg(&call, cap_s, strlen(cap_s));
     call_arg(&call, claim_s, strlen(claim_s));
     call_arg(&call, m->owner_info, strlen(m->owner_info));
+    uint64_t failovers = dlock__failovers(c->topo, m->keys.key[DLOCK__K_LOCK], m->keys.len[DLOCK__K_LOCK]);
     dlock_mono_ms sent = dlock_mono_now();
     /* Twice-safe: the same token finds the key ours on a second run and
      * answers {1, fence of this hold} after refreshing the lease; a queued
@@ -494,7 +496,7 @@ static int acquire_loop(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline)
       break;
     }
     if (got == 1) {
-      set_held(m, fence, lease, sent);
+      set_held(m, fence, lease, sent, failovers);
       rc = 0;
       break;
     }

@@ -61,6 +61,7 @@ static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline, dlo
       }
       n->nopen--;
       dlock__conn_close(conn);
+      atomic_store(&n->suspect, 1); /* Sentinel: the master may have moved; resolve again */
     }
     if (n->nopen < n->max_conns) break;
     struct timespec ts;
@@ -194,9 +195,9 @@ void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed) {
   pthread_mutex_unlock(&n->mu);
 }
 
-dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, int *rc) {
+dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, dlock_mono_ms limit, int *rc) {
   *rc = 0;
-  if (c->topo->route_rc) return c->topo->route_rc(c->topo, key, keylen, rc);
+  if (c->topo->route_rc) return c->topo->route_rc(c->topo, key, keylen, limit, rc);
   return c->topo->route(c->topo, key, keylen);
 }
 
@@ -223,7 +224,7 @@ int dlock__topology_exec(dlock_client *c, const char *key, size_t keylen, const 
     return rc;
   }
   int rc;
-  dlock__node *node = dlock__route(c, key, keylen, &rc);
+  dlock__node *node = dlock__route(c, key, keylen, limit, &rc);
   if (!node) {
     if (sent) *sent = 0;
     return rc;

@@ -170,7 +170,7 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     if (qrc != DLOCK__QUORUM_PASS) return qrc;
   }
   int route_rc;
-  dlock__node *node = dlock__route(c, calls[0].keys[0], calls[0].keylens[0], &route_rc);
+  dlock__node *node = dlock__route(c, calls[0].keys[0], calls[0].keylens[0], limit, &route_rc);
   if (!node) {
     for (size_t i = 0; i < n; i++) calls[i].maybe_ran = 0, calls[i].replicas = -1;
     return route_rc;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -53,6 +54,8 @@ typedef struct sentinel_topo {
 
 /* ---- Asking the sentinels ---- */
 
+static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 enum { ANS_ADDR, ANS_UNKNOWN, ANS_NOT_SENTINEL, ANS_FAILED };
 
 typedef struct answer {
@@ -69,6 +72,12 @@ static dlock__endpoint short_timeouts(const dlock__endpoint *ep) {
   return e;
 }
 
+/* "a:1, b:2": the sentinels, for messages. */
+static void sentinel_list(const sentinel_topo *t, char *buf, size_t len) {
+  buf[0] = '\0';
+  for (int i = 0; i < t->u.nsentinels; i++) append(buf, len, "%s%s", i ? ", " : "", t->u.sentinel[i].display);
+}
+
 /* The last error without the "host:port: " a connection error starts with
  * (the message names the sentinel already). */
 static void copy_detail(answer *a, const dlock__endpoint *ep) {
@@ -78,10 +87,18 @@ static void copy_detail(answer *a, const dlock__endpoint *ep) {
   snprintf(a->detail, sizeof a->detail, "%s", e);
 }
 
-static void ask_one(const dlock__endpoint *sentinel, const char *service, answer *a) {
+/* Asks before 'limit' (INT64_MAX: none): the watchdog's renewal waits on it. */
+static void ask_one(const dlock__endpoint *sentinel, const char *service, dlock_mono_ms limit, answer *a) {
   memset(a, 0, sizeof *a);
   a->kind = ANS_FAILED;
   dlock__endpoint ep = short_timeouts(sentinel);
+  dlock_mono_ms now = dlock_mono_now();
+  if (now >= limit) {
+    snprintf(a->detail, sizeof a->detail, "not asked: the deadline had passed");
+    return;
+  }
+  if (limit - now < ep.connect_timeout_ms) ep.connect_timeout_ms = (int)(limit - now);
+  if (limit - now < ep.command_timeout_ms) ep.command_timeout_ms = (int)(limit - now);
   dlock__conn *conn = NULL;
   if (dlock__conn_open(&ep, NULL, &conn) != 0) {
     copy_detail(a, sentinel);
@@ -117,7 +134,6 @@ static void ask_one(const dlock__endpoint *sentinel, const char *service, answer
   dlock__conn_close(conn);
 }
 
-static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t len, const char *fmt, ...) {
   size_t used = strlen(buf);
   if (used + 1 >= len) return;
@@ -130,11 +146,11 @@ static void append(char *buf, size_t len, const char *fmt, ...) {
 /* Ask every sentinel; the address named by a majority of those that answered
  * goes to host/port. Otherwise DLOCK_ETOPOLOGY saying which sentinels failed
  * how. A disagreement that still has a majority is kept as a warning. */
-static int ask_sentinels(sentinel_topo *t, char *host, size_t hostlen, int *port) {
+static int ask_sentinels(sentinel_topo *t, char *host, size_t hostlen, int *port, dlock_mono_ms limit) {
   answer a[DLOCK__SENTINEL_MAX];
   int n = t->u.nsentinels, answered = 0, best = -1, best_votes = 0;
   for (int i = 0; i < n; i++) {
-    ask_one(&t->u.sentinel[i], t->u.service, &a[i]);
+    ask_one(&t->u.sentinel[i], t->u.service, limit, &a[i]);
     if (a[i].kind == ANS_ADDR || a[i].kind == ANS_UNKNOWN) answered++;
   }
   for (int i = 0; i < n; i++) {
@@ -235,12 +251,12 @@ static dlock__node *node_for(sentinel_topo *t, const char *host, int port, int *
 }
 
 /* ROLE on 'n': 1 master, 0 something else (named in 'role'), <0 error. */
-static int check_role(dlock__node *n, char *role, size_t rolelen) {
+static int check_role(dlock__node *n, char *role, size_t rolelen, dlock_mono_ms limit) {
   const char *argv[1] = {"ROLE"};
   size_t lens[1] = {4};
   dlock__cmd cmd = {1, argv, lens};
   dlock__reply *r = NULL;
-  int rc = dlock__node_exec(n, &cmd, 1, &r, NULL);
+  int rc = dlock__node_exec_until(n, &cmd, 1, &r, NULL, limit);
   if (rc) return rc;
   if (r->type == DLOCK__REPLY_ARRAY && r->elements > 0 && r->element[0]->type == DLOCK__REPLY_STRING) {
     snprintf(role, rolelen, "%s", r->element[0]->str);
@@ -255,17 +271,34 @@ static int check_role(dlock__node *n, char *role, size_t rolelen) {
   return rc;
 }
 
-/* Find the master now (caller holds t->mu). */
-static dlock__node *resolve(sentinel_topo *t, int *rc) {
+/* At 'limit': DLOCK_ETIMEDOUT naming the sentinels, after what failed. */
+static int resolve_timed_out(sentinel_topo *t, const char *what) {
+  char list[600];
+  sentinel_list(t, list, sizeof list);
+  return dlock__error(DLOCK_ETIMEDOUT, "the master of '%.100s' was not resolved through the sentinels (%s) before "
+                      "the deadline: %.400s; the lock may be lost: check the master and the sentinels",
+                      t->u.service, list, what);
+}
+
+/* Find the master now, before 'limit' (caller holds t->mu). */
+static dlock__node *resolve(sentinel_topo *t, dlock_mono_ms limit, int *rc) {
   dlock_mono_ms deadline = dlock_mono_now() + t->u.master.command_timeout_ms;
+  if (limit < deadline) deadline = limit;
   atomic_store(&t->recheck, 0);
   for (;;) {
     char host[256], role[32] = "";
     int port = 0;
-    if ((*rc = ask_sentinels(t, host, sizeof host, &port))) return NULL;
+    if ((*rc = ask_sentinels(t, host, sizeof host, &port, limit))) {
+      if (dlock_mono_now() >= limit) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
+        *rc = resolve_timed_out(t, why);
+      }
+      return NULL;
+    }
     dlock__node *n = node_for(t, host, port, rc);
     if (!n) return NULL;
-    int is_master = check_role(n, role, sizeof role);
+    int is_master = check_role(n, role, sizeof role, limit);
     if (is_master == 1) {
       atomic_store(&n->suspect, 0);
       dlock__node *old = atomic_exchange(&t->current, n);
@@ -289,24 +322,44 @@ static dlock__node *resolve(sentinel_topo *t, int *rc) {
   }
 }
 
-static dlock__node *sentinel_route_rc(dlock__topology *base, const char *key, size_t keylen, int *rc) {
+static dlock__node *sentinel_route_rc(dlock__topology *base, const char *key, size_t keylen, dlock_mono_ms limit,
+                                      int *rc) {
   (void)key;
   (void)keylen;
   sentinel_topo *t = (sentinel_topo *)base;
   *rc = 0;
   dlock__node *n = atomic_load(&t->current);
   if (n && !atomic_load(&n->suspect) && !atomic_load(&t->recheck)) return n;
-  pthread_mutex_lock(&t->mu);
+  if (limit == INT64_MAX) {
+    pthread_mutex_lock(&t->mu);
+  } else {
+    /* Not queued behind another thread's resolve past 'limit'. The mutex
+     * waits on CLOCK_REALTIME: convert the time left. */
+    int64_t left = limit - dlock_mono_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (left < 0) left = 0;
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (pthread_mutex_timedlock(&t->mu, &ts) != 0) {
+      *rc = resolve_timed_out(t, "another thread was still resolving it");
+      return NULL;
+    }
+  }
   /* Another thread may have resolved while we waited for the mutex. */
   n = atomic_load(&t->current);
-  if (!n || atomic_load(&n->suspect) || atomic_load(&t->recheck)) n = resolve(t, rc);
+  if (!n || atomic_load(&n->suspect) || atomic_load(&t->recheck)) {
+    n = resolve(t, limit, rc);
+    if (!n) atomic_store(&t->recheck, 1); /* not resolved (e.g. cut short by 'limit'): the next route tries again */
+  }
   pthread_mutex_unlock(&t->mu);
   return n;
 }
 
 static dlock__node *sentinel_route(dlock__topology *base, const char *key, size_t keylen) {
   int rc;
-  return sentinel_route_rc(base, key, keylen, &rc);
+  return sentinel_route_rc(base, key, keylen, INT64_MAX, &rc);
 }
 
 /* One master holds every key: each switch may have moved any of them. */
@@ -372,7 +425,7 @@ static void *watcher_main(void *arg) {
     if (dlock_mono_now() >= next_poll) {
       char host[256];
       int port = 0;
-      if (ask_sentinels(t, host, sizeof host, &port) == 0) {
+      if (ask_sentinels(t, host, sizeof host, &port, INT64_MAX) == 0) {
         dlock__node *cur = atomic_load(&t->current);
         if (cur && (cur->ep.port != port || strcmp(cur->ep.host, host))) atomic_store(&t->recheck, 1);
       }

@@ -228,7 +228,7 @@ static int sync_subscriptions(dlock__subscriber *s) {
   dlock__node *master = NULL;
   if (!s->sharded) {
     int rc;
-    master = dlock__route(c, "", 0, &rc);
+    master = dlock__route(c, "", 0, INT64_MAX, &rc);
     if (!master) {
       pthread_mutex_lock(&s->mu);
       snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());

@@ -4,6 +4,7 @@
  * and its errors, exclusion across processes, sentinels that disagree, and
  * failovers (master killed with SIGKILL) while a lock is held.
  */
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -413,6 +414,66 @@ TEST(a_lock_acknowledged_by_a_replica_survives_the_failover) {
   failover_with_lock(1, 0, &reason, &before, &after);
   ASSERT_EQ(reason, DLOCK_LOST_NONE);
   ASSERT(after > before);
+}
+
+/* design.md ("Watchdog and loss"): a renewal gives up no later than the
+ * earliest deadline it watches, so a server that does not answer delays no
+ * loss by a command timeout. Through Sentinel, a renewal that follows a
+ * failed one first resolves the master again (route); that resolve, ROLE on
+ * the frozen master the sentinels still name included, must end at the
+ * watchdog's limit too, so the callback and the fd come at valid_until. */
+static atomic_llong frozen_lost_at;
+
+static void on_lost_at(dlock_mutex *m, const char *name, dlock_lost_reason reason, void *arg) {
+  (void)m;
+  (void)name;
+  (void)arg;
+  atomic_store(&lost_reason, (int)reason);
+  atomic_store(&frozen_lost_at, (long long)dlock_mono_now());
+}
+
+TEST(a_frozen_master_is_reported_lost_at_valid_until_not_a_resolve_later) {
+  if (th_sentinel_set_start(&fo, "fofrozen") != 0) TEST_FAIL("sentinel set");
+  long f = th_time_factor();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fo.url;
+  o.command_timeout_ms = (int)(1500 * f);
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000 * f; /* renewed at 1 s; that renewal times out at 2.5 s */
+  mo.on_lost = on_lost_at;
+  atomic_store(&lost_reason, 0);
+  atomic_store(&frozen_lost_at, 0);
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "s:frozen", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int fd = dlock_mutex_lost_fd(m);
+  ASSERT(fd >= 0);
+  dlock_mono_ms valid_until = dlock_mutex_valid_until(m);
+  /* Freeze the master and its replica: no failover can happen, so the
+   * sentinels keep naming the frozen master. */
+  kill(fo.replica.pid, SIGSTOP);
+  kill(fo.master.pid, SIGSTOP);
+  struct pollfd p = {fd, POLLIN, 0};
+  int n = poll(&p, 1, (int)(10000 * f));
+  dlock_mono_ms noticed = dlock_mono_now();
+  for (int i = 0; i < 400 && atomic_load(&frozen_lost_at) == 0; i++) th_sleep_ms(10);
+  kill(fo.master.pid, SIGCONT);
+  kill(fo.replica.pid, SIGCONT);
+  long long cb = atomic_load(&frozen_lost_at);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_sentinel_set_stop(&fo);
+  ASSERT_EQ(n, 1);
+  ASSERT(noticed >= valid_until);
+  if (noticed > valid_until + 300 * f)
+    TEST_FAIL("the lost fd became readable %lld ms after valid_until (callback %lld ms after)",
+              (long long)(noticed - valid_until), cb ? cb - (long long)valid_until : -1LL);
+  ASSERT(cb && cb <= valid_until + 300 * f);
 }
 
 TEST_MAIN()
