@@ -534,4 +534,33 @@ TEST(unreachable_seeds_are_named_and_a_later_seed_is_used) {
   dlock_client_free(c);
 }
 
+/* ---- REVIEW9 REPRODUCTION (fails on main): one seed out of the cluster
+ * stops every slot-map reload ----
+ * refresh() breaks out of its loop over the nodes at the first
+ * DLOCK_ECLUSTER ("not in cluster mode", "no slots assigned"), so a seed
+ * (or a known node) that is not, or no longer, part of the cluster (a node
+ * restarted with an empty nodes.conf, CLUSTER RESET) hides every other node:
+ * the connect fails here, and at run time the map is never reloaded again,
+ * so a failover is not followed while that node sits before the masters. */
+TEST(review9_a_seed_outside_the_cluster_does_not_hide_a_later_live_seed) {
+  static th_redis lone; /* static: the harness keeps a pointer to it */
+  ASSERT_EQ(th_redis_start(&lone, "cluster-enabled yes\n"), 0);
+  char url[256];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", lone.port, cl.node[1].port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  th_redis_stop(&lone);
+  if (rc != 0) TEST_FAIL("connect failed though the second seed is a live cluster node: %s", msg);
+  dlock_mutex *m = test_mutex(c, "t:lone-seed", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
