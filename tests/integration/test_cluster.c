@@ -563,4 +563,61 @@ TEST(review9_a_seed_outside_the_cluster_does_not_hide_a_later_live_seed) {
   dlock_client_free(c);
 }
 
+/* ---- REVIEW9 REPRODUCTION (fails on main): a frozen master's failover is
+ * never followed ----
+ * A command to a frozen (SIGSTOP, hung, blackholed) master is sent and times
+ * out; exec_group() then calls refresh_quietly(cl, deadline) with the
+ * deadline already passed, so refresh() asks nobody. Nothing else reloads the
+ * map for that slot (no MOVED comes from a node that does not answer), so
+ * every later command on the slot goes to the frozen node and times out,
+ * long after the cluster promoted its replica. */
+static th_cluster fz; /* static: the harness keeps pointers to its nodes */
+
+TEST(review9_a_frozen_masters_failover_is_followed) {
+  ASSERT_EQ(th_cluster_start(&fz, 3, 1), 0);
+  long f = th_time_factor();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fz.url;
+  o.command_timeout_ms = (int)(1000 * f);
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) {
+    th_cluster_stop(&fz);
+    TEST_FAIL("client: %s", dlock_last_error());
+  }
+  dlock_mutex *m = test_mutex(c, "t:frz", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  int owner = th_cluster_owner(&fz, "t:frz");
+  ASSERT(owner >= 0);
+  th_sleep_ms(300);
+  pid_t frozen = fz.node[owner].pid;
+  kill(frozen, SIGSTOP);
+  fz.node[owner].pid = 0; /* th_cluster_owner: do not ask the frozen node */
+  int promoted = -1;
+  for (long long end = th_now_ms() + 20000 * f; th_now_ms() < end && promoted < 0;) {
+    int o2 = th_cluster_owner(&fz, "t:frz");
+    if (o2 >= 0 && o2 != owner) promoted = o2;
+    else th_sleep_ms(100);
+  }
+  fz.node[owner].pid = frozen;
+  int ok = 0, tries = 0;
+  char last[512] = "";
+  if (promoted >= 0) {
+    for (long long end = th_now_ms() + 10000 * f; th_now_ms() < end && !ok; tries++) {
+      int rc = dlock_mutex_acquire(m, 0);
+      if (rc == 0) ok = 1;
+      else snprintf(last, sizeof last, "%s", dlock_last_error());
+      if (!ok) th_sleep_ms(100);
+    }
+  }
+  kill(frozen, SIGCONT);
+  if (ok) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_cluster_stop(&fz);
+  ASSERT(promoted >= 0);
+  if (!ok) TEST_FAIL("%d acquires in 10 s after the replica was promoted all failed; last: %s", tries, last);
+}
+
 TEST_MAIN()
