@@ -534,15 +534,11 @@ TEST(unreachable_seeds_are_named_and_a_later_seed_is_used) {
   dlock_client_free(c);
 }
 
-/* ---- REVIEW9 REPRODUCTION (fails on main): one seed out of the cluster
- * stops every slot-map reload ----
- * refresh() breaks out of its loop over the nodes at the first
- * DLOCK_ECLUSTER ("not in cluster mode", "no slots assigned"), so a seed
- * (or a known node) that is not, or no longer, part of the cluster (a node
- * restarted with an empty nodes.conf, CLUSTER RESET) hides every other node:
- * the connect fails here, and at run time the map is never reloaded again,
- * so a failover is not followed while that node sits before the masters. */
-TEST(review9_a_seed_outside_the_cluster_does_not_hide_a_later_live_seed) {
+/* A seed (or a known node) that is not, or no longer, part of the cluster
+ * (cluster mode on but no slots: a node restarted with an empty nodes.conf,
+ * CLUSTER RESET) is passed over like a dead one: a later live seed gives the
+ * map. Before, refresh() stopped at the first ECLUSTER and the connect failed. */
+TEST(a_seed_outside_the_cluster_does_not_hide_a_later_live_seed) {
   static th_redis lone; /* static: the harness keeps a pointer to it */
   ASSERT_EQ(th_redis_start(&lone, "cluster-enabled yes\n"), 0);
   char url[256];
@@ -563,17 +559,14 @@ TEST(review9_a_seed_outside_the_cluster_does_not_hide_a_later_live_seed) {
   dlock_client_free(c);
 }
 
-/* ---- REVIEW9 REPRODUCTION (fails on main): a frozen master's failover is
- * never followed ----
- * A command to a frozen (SIGSTOP, hung, blackholed) master is sent and times
- * out; exec_group() then calls refresh_quietly(cl, deadline) with the
- * deadline already passed, so refresh() asks nobody. Nothing else reloads the
- * map for that slot (no MOVED comes from a node that does not answer), so
- * every later command on the slot goes to the frozen node and times out,
- * long after the cluster promoted its replica. */
+/* A command to a frozen (SIGSTOP, hung, blackholed) master times out, and no
+ * MOVED ever comes from it: the node is marked suspect, and the next command
+ * for its slots reloads the map first (asking the other nodes first), so the
+ * promoted replica is found. Before, the reload after the timeout had no time
+ * left, asked nobody, and every command went to the frozen node forever. */
 static th_cluster fz; /* static: the harness keeps pointers to its nodes */
 
-TEST(review9_a_frozen_masters_failover_is_followed) {
+TEST(a_frozen_masters_failover_is_followed) {
   ASSERT_EQ(th_cluster_start(&fz, 3, 1), 0);
   long f = th_time_factor();
   dlock_client_options o;
