@@ -4,7 +4,8 @@
  * Keys map to one of 16384 slots (CRC16/XMODEM of the key, or of its {hash
  * tag}); the slot map comes from CLUSTER SLOTS at connect and again after a
  * MOVED, a CLUSTERDOWN or a connection error (at most every REFRESH_MIN_MS),
- * never per command. Redirect replies mean the command did not run, so they
+ * and before a command to a node whose last command failed in transport (a
+ * frozen master sends no MOVED), never per command. Redirect replies mean the command did not run, so they
  * are followed: MOVED (update the slot, resend), ASK (ASKING + resend once,
  * map unchanged), TRYAGAIN and CLUSTERDOWN (bounded back-off within the
  * command timeout). A command that may have run is never resent.
