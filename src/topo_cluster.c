@@ -5,10 +5,11 @@
  * tag}); the slot map comes from CLUSTER SLOTS at connect and again after a
  * MOVED, a CLUSTERDOWN or a connection error (at most every REFRESH_MIN_MS),
  * and before a command to a node whose last command failed in transport (a
- * frozen master sends no MOVED), never per command. Redirect replies mean the command did not run, so they
- * are followed: MOVED (update the slot, resend), ASK (ASKING + resend once,
- * map unchanged), TRYAGAIN and CLUSTERDOWN (bounded back-off within the
- * command timeout). A command that may have run is never resent.
+ * frozen master sends no MOVED), never per command. Redirect replies mean
+ * the command did not run, so they are followed: MOVED (update the slot,
+ * resend), ASK (ASKING + resend once, map unchanged), TRYAGAIN and
+ * CLUSTERDOWN (bounded back-off within the command timeout). A command that
+ * may have run is never resent.
  *
  * Nodes are created on first sight and live until the client is freed, so a
  * node pointer returned by route() stays valid; the slot map is an array of
