@@ -4,10 +4,12 @@
  * Keys map to one of 16384 slots (CRC16/XMODEM of the key, or of its {hash
  * tag}); the slot map comes from CLUSTER SLOTS at connect and again after a
  * MOVED, a CLUSTERDOWN or a connection error (at most every REFRESH_MIN_MS),
- * never per command. Redirect replies mean the command did not run, so they
- * are followed: MOVED (update the slot, resend), ASK (ASKING + resend once,
- * map unchanged), TRYAGAIN and CLUSTERDOWN (bounded back-off within the
- * command timeout). A command that may have run is never resent.
+ * and before a command to a node whose last command failed in transport (a
+ * frozen master sends no MOVED), never per command. Redirect replies mean
+ * the command did not run, so they are followed: MOVED (update the slot,
+ * resend), ASK (ASKING + resend once, map unchanged), TRYAGAIN and
+ * CLUSTERDOWN (bounded back-off within the command timeout). A command that
+ * may have run is never resent.
  *
  * Nodes are created on first sight and live until the client is freed, so a
  * node pointer returned by route() stays valid; the slot map is an array of
@@ -153,6 +155,10 @@ typedef struct cluster {
   atomic_uint_fast64_t slot_failovers[16384];
   pthread_mutex_t refresh_mu;
   dlock_mono_ms last_refresh;
+  /* A node whose last command or CLUSTER SLOTS failed in transport (it may be
+   * frozen or gone): the map is reloaded before a command is routed to it,
+   * and it is asked last. Cleared when it answers. */
+  atomic_uchar suspect[MAX_NODES];
 } cluster;
 
 static int ep_copy(const dlock__endpoint *src, const char *host, int port, dlock__endpoint *dst) {
@@ -278,6 +284,19 @@ static int apply_map(cluster *cl, const dlock__slot_range *v, size_t n) {
   return rc;
 }
 
+static int is_transport_error(int rc) {
+  return rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNECT;
+}
+
+/* Note how a command to 'node' ended: a transport failure makes it suspect,
+ * an answer clears that. */
+static void note_node_result(cluster *cl, const dlock__node *node, int rc) {
+  int i = index_of(cl, node);
+  if (i < 0) return;
+  if (!rc) atomic_store(&cl->suspect[i], 0);
+  else if (is_transport_error(rc)) atomic_store(&cl->suspect[i], 1);
+}
+
 /* Ask 'node' for CLUSTER SLOTS (before 'limit') and apply the answer. */
 static int refresh_from(cluster *cl, dlock__node *node, dlock_mono_ms limit) {
   const char *argv[2] = {"CLUSTER", "SLOTS"};
@@ -285,6 +304,7 @@ static int refresh_from(cluster *cl, dlock__node *node, dlock_mono_ms limit) {
   dlock__cmd cmd = {2, argv, lens};
   dlock__reply *r = NULL;
   int rc = dlock__node_exec_until(node, &cmd, 1, &r, NULL, limit);
+  note_node_result(cl, node, rc);
   if (rc) return rc;
   if (r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
@@ -314,10 +334,14 @@ static int refresh_from(cluster *cl, dlock__node *node, dlock_mono_ms limit) {
 }
 
 /* Reload the slot map from the first node that answers before 'limit':
- * masters we know, then any other node. 'force' (connect) waits for a
- * reload under way and skips the rate limit; otherwise a reload that
+ * masters we know, then any other node, suspect nodes (see above) last. A
+ * node that answers with an error (not in the cluster, no slots, refused
+ * credentials) is passed over like one that does not answer; that error is
+ * the result only when every node asked gave one. 'force' (connect) waits
+ * for a reload under way and skips the rate limit; otherwise a reload that
  * another thread is doing is left to it, so that no caller waits past its
- * own limit for another's. */
+ * own limit for another's. A reload that asked nobody (no time left) does
+ * not count for the rate limit. */
 static int refresh(cluster *cl, int force, dlock_mono_ms limit) {
   if (force) {
     pthread_mutex_lock(&cl->refresh_mu);
@@ -329,24 +353,37 @@ static int refresh(cluster *cl, int force, dlock_mono_ms limit) {
     pthread_mutex_unlock(&cl->refresh_mu);
     return 0;
   }
-  cl->last_refresh = now;
   int n = atomic_load(&cl->nnodes), rc = DLOCK_ECONNECT;
-  char tried[512] = "";
+  int asked = 0, refused = 0, first_rc = 0, auth = 0, perm = 0; /* refused: answered with an error */
+  char tried[900] = "";
   size_t off = 0;
-  for (int pass = 0; pass < 2 && rc; pass++)
-    for (int i = 0; i < n && rc && dlock_mono_now() < limit; i++) {
-      int is_master = cl->replica_of[i] < 0;
-      if (is_master != (pass == 0)) continue;
+  /* pass 0: masters, 1: other nodes, 2 and 3: the same among suspect nodes */
+  for (int pass = 0; pass < 4 && rc && rc != DLOCK_ENOMEM; pass++)
+    for (int i = 0; i < n && rc && rc != DLOCK_ENOMEM && dlock_mono_now() < limit; i++) {
+      int is_master = cl->replica_of[i] < 0, is_suspect = atomic_load(&cl->suspect[i]) != 0;
+      if (is_master != (pass % 2 == 0) || is_suspect != (pass >= 2)) continue;
       rc = refresh_from(cl, cl->nodes[i], limit);
-      if (rc == DLOCK_ECLUSTER || rc == DLOCK_ENOMEM || rc == DLOCK_EAUTH || rc == DLOCK_ENOPERM) break;
-      if (rc && off < sizeof tried - 1)
-        off += (size_t)snprintf(tried + off, sizeof tried - off, "%s%s (%.150s)", off ? ", " : "",
+      if (asked++ == 0) first_rc = rc;
+      refused += rc == DLOCK_ECLUSTER || rc == DLOCK_EAUTH || rc == DLOCK_ENOPERM;
+      auth |= rc == DLOCK_EAUTH;
+      perm |= rc == DLOCK_ENOPERM;
+      if (rc && rc != DLOCK_ENOMEM && off < sizeof tried - 1)
+        off += (size_t)snprintf(tried + off, sizeof tried - off, "%s%s (%.250s)", off ? "; " : "",
                                 cl->nodes[i]->ep.display, dlock_last_error());
     }
+  if (asked) cl->last_refresh = now;
   pthread_mutex_unlock(&cl->refresh_mu);
-  if (rc && rc != DLOCK_ECLUSTER && rc != DLOCK_ENOMEM && rc != DLOCK_EAUTH && rc != DLOCK_ENOPERM)
-    rc = dlock__error(DLOCK_ECONNECT, "no cluster node answered CLUSTER SLOTS: %.400s", tried);
-  return rc;
+  if (!rc || rc == DLOCK_ENOMEM) return rc;
+  if (asked == 1 && refused == 1) return first_rc; /* its own message says what to fix */
+  if (!asked)
+    return dlock__error(DLOCK_ETIMEDOUT, "no time left to reload the cluster slot map (%d nodes known)", n);
+  if (refused == asked) {
+    /* Every node answered, none with a map: a wrong credential is what to
+     * fix first, then permissions, then the cluster itself. */
+    rc = auth ? DLOCK_EAUTH : perm ? DLOCK_ENOPERM : DLOCK_ECLUSTER;
+    return dlock__error(rc, "no cluster node gave a slot map: %.1000s", tried);
+  }
+  return dlock__error(DLOCK_ECONNECT, "no cluster node answered CLUSTER SLOTS: %.1000s", tried);
 }
 
 /* refresh() for a command that failed: the caller reports the command's own
@@ -449,6 +486,7 @@ static int settle(cluster *cl, const dlock__cmd *cmd, const char *key, size_t ke
                           from->ep.display, r->str);
     dlock__reply *again = NULL;
     int rc = resend(to, cmd, asking, &again, sent, deadline);
+    note_node_result(cl, to, rc);
     if (rc) {
       if (!*sent) refresh_quietly(cl, deadline);
       return rc;
@@ -467,13 +505,25 @@ static int exec_group(dlock__topology *t, const dlock__cmd *cmds, const char *co
   dlock__node *node = cluster_route(t, keys[0], keylens[0]);
   dlock_mono_ms deadline = dlock_mono_now() + cl->tmpl.command_timeout_ms;
   if (limit < deadline) deadline = limit;
+  int ni = index_of(cl, node);
+  if (ni >= 0 && atomic_load(&cl->suspect[ni])) {
+    /* Its last command failed in transport: a frozen master sends no MOVED,
+     * so only a reload (asking the other nodes first) finds its successor.
+     * Within this command's own time, since the failed one had none left. */
+    refresh_quietly(cl, deadline);
+    node = cluster_route(t, keys[0], keylens[0]);
+  }
   int rc = dlock__node_exec_until(node, cmds, n, replies, sent, deadline);
+  note_node_result(cl, node, rc);
   if (rc && !*sent) {
     /* Nothing reached the server (refused, reset before the write): the map
      * may be stale after a failover. Refresh and try the new owner once. */
     if (refresh_quietly(cl, deadline) == 0 && dlock_mono_now() < deadline) {
       dlock__node *now = cluster_route(t, keys[0], keylens[0]);
-      if (now != node) rc = dlock__node_exec_until(node = now, cmds, n, replies, sent, deadline);
+      if (now != node) {
+        rc = dlock__node_exec_until(node = now, cmds, n, replies, sent, deadline);
+        note_node_result(cl, node, rc);
+      }
     }
   } else if (rc) {
     refresh_quietly(cl, deadline); /* for the next command; this one's outcome stays unknown */

@@ -534,4 +534,83 @@ TEST(unreachable_seeds_are_named_and_a_later_seed_is_used) {
   dlock_client_free(c);
 }
 
+/* A seed (or a known node) that is not, or no longer, part of the cluster
+ * (cluster mode on but no slots: a node restarted with an empty nodes.conf,
+ * CLUSTER RESET) is passed over like a dead one: a later live seed gives the
+ * map. Before, refresh() stopped at the first ECLUSTER and the connect failed. */
+TEST(a_seed_outside_the_cluster_does_not_hide_a_later_live_seed) {
+  static th_redis lone; /* static: the harness keeps a pointer to it */
+  ASSERT_EQ(th_redis_start(&lone, "cluster-enabled yes\n"), 0);
+  char url[256];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", lone.port, cl.node[1].port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  th_redis_stop(&lone);
+  if (rc != 0) TEST_FAIL("connect failed though the second seed is a live cluster node: %s", msg);
+  dlock_mutex *m = test_mutex(c, "t:lone-seed", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* A command to a frozen (SIGSTOP, hung, blackholed) master times out, and no
+ * MOVED ever comes from it: the node is marked suspect, and the next command
+ * for its slots reloads the map first (asking the other nodes first), so the
+ * promoted replica is found. Before, the reload after the timeout had no time
+ * left, asked nobody, and every command went to the frozen node forever. */
+static th_cluster fz; /* static: the harness keeps pointers to its nodes */
+
+TEST(a_frozen_masters_failover_is_followed) {
+  ASSERT_EQ(th_cluster_start(&fz, 3, 1), 0);
+  long f = th_time_factor();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fz.url;
+  o.command_timeout_ms = (int)(1000 * f);
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) {
+    th_cluster_stop(&fz);
+    TEST_FAIL("client: %s", dlock_last_error());
+  }
+  dlock_mutex *m = test_mutex(c, "t:frz", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  int owner = th_cluster_owner(&fz, "t:frz");
+  ASSERT(owner >= 0);
+  th_sleep_ms(300);
+  pid_t frozen = fz.node[owner].pid;
+  kill(frozen, SIGSTOP);
+  fz.node[owner].pid = 0; /* th_cluster_owner: do not ask the frozen node */
+  int promoted = -1;
+  for (long long end = th_now_ms() + 20000 * f; th_now_ms() < end && promoted < 0;) {
+    int o2 = th_cluster_owner(&fz, "t:frz");
+    if (o2 >= 0 && o2 != owner) promoted = o2;
+    else th_sleep_ms(100);
+  }
+  fz.node[owner].pid = frozen;
+  int ok = 0, tries = 0;
+  char last[512] = "";
+  if (promoted >= 0) {
+    for (long long end = th_now_ms() + 10000 * f; th_now_ms() < end && !ok; tries++) {
+      int rc = dlock_mutex_acquire(m, 0);
+      if (rc == 0) ok = 1;
+      else snprintf(last, sizeof last, "%s", dlock_last_error());
+      if (!ok) th_sleep_ms(100);
+    }
+  }
+  kill(frozen, SIGCONT);
+  if (ok) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_cluster_stop(&fz);
+  ASSERT(promoted >= 0);
+  if (!ok) TEST_FAIL("%d acquires in 10 s after the replica was promoted all failed; last: %s", tries, last);
+}
+
 TEST_MAIN()
