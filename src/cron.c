@@ -521,7 +521,23 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
   }
   int unknown_macro;
   const char *macro = cron_macro(expr, &unknown_macro);
-  if (macro) return dlock__cron_parse(macro, flags & ~DLOCK__CRON_UNIX5, out, err, err_len);
+  if (macro) {
+    /* Parsed as its Quartz expansion; the text stays what the caller wrote
+     * ("@daily"), for messages and the run history. */
+    int rc = dlock__cron_parse(macro, flags & ~DLOCK__CRON_UNIX5, out, err, err_len);
+    char *text = rc == 0 ? strdup(expr) : NULL;
+    if (rc == 0 && text == NULL) {
+      dlock__cron_free(*out);
+      *out = NULL;
+      if (err && err_len) snprintf(err, err_len, "out of memory");
+      return DLOCK_ENOMEM;
+    }
+    if (rc == 0) {
+      free((*out)->text);
+      (*out)->text = text;
+    }
+    return rc;
+  }
   if (unknown_macro) {
     if (err && err_len)
       snprintf(err, err_len, "unknown cron macro in \"%s\": dlock knows @yearly, @annually, @monthly, "

@@ -486,6 +486,19 @@ TEST(macros_expand_to_their_unix_meaning) {
   ASSERT_CONTAINS(err, "--unix");
 }
 
+/* Found by fuzz/fuzz_cron.c: a macro's text was its expansion, not what the
+ * caller wrote, so messages and the run history showed "0 0 0 1 1 ? *". */
+TEST(a_macro_keeps_the_text_the_caller_wrote) {
+  char err[DLOCK__CRON_ERR_MAX];
+  dlock__cron *cron;
+  ASSERT_EQ(dlock__cron_parse("@annually", 0, &cron, err, sizeof(err)), 0);
+  ASSERT_STR_EQ(dlock__cron_text(cron), "@annually");
+  dlock__cron_free(cron);
+  ASSERT_EQ(dlock__cron_parse(" @Daily ", DLOCK__CRON_UNIX5, &cron, err, sizeof(err)), 0);
+  ASSERT_STR_EQ(dlock__cron_text(cron), " @Daily ");
+  dlock__cron_free(cron);
+}
+
 TEST(bad_arguments_are_errors_not_crashes) {
   char err[8]; /* messages are cut to fit */
   dlock__cron *cron;
