@@ -119,6 +119,35 @@ static int set_prefix(dlock_client *c, const char *pre) {
   return dlock__random_hex(c->id, 8);
 }
 
+/* A new client for any topology: its lock, timeout and key prefix. */
+static int client_alloc(dlock_client **out, const char *prefix, int command_timeout_ms) {
+  dlock_client *c = calloc(1, sizeof *c);
+  if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  c->command_timeout_ms = command_timeout_ms;
+  pthread_mutex_init(&c->lazy_mu, NULL);
+  int rc = set_prefix(c, prefix);
+  if (rc) {
+    dlock_client_free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+/* The last steps of every dlock_client_new(): after 'rc' (the topology's
+ * set-up), a PING when 'ping' (Redlock starts while one node answers), the
+ * connect-time checks; the client is freed on any failure. */
+static int client_finish(dlock_client **out, dlock_client *c, int rc, int ping) {
+  if (!rc && ping) rc = dlock_client_ping(c);
+  if (!rc) dlock__check_at_connect(c);
+  if (rc) {
+    dlock_client_free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
 /* Redlock (topo_redlock.c): one endpoint per node, each built as a
  * redis:// URL of its own with the options' overrides. */
 static int new_redlock(dlock_client **out, const dlock_client_options *o, const char *url) {
@@ -157,29 +186,17 @@ static int new_redlock(dlock_client **out, const dlock_client_options *o, const 
     for (int i = 0; i < built; i++) dlock__endpoint_clear(&eps[i]);
     return rc;
   }
-  dlock_client *c = calloc(1, sizeof *c);
-  if (!c) {
+  dlock_client *c;
+  if ((rc = client_alloc(&c, o->key_prefix, eps[0].command_timeout_ms))) {
     for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
-    return dlock__error(DLOCK_ENOMEM, "out of memory");
+    return rc;
   }
-  c->command_timeout_ms = eps[0].command_timeout_ms;
-  pthread_mutex_init(&c->lazy_mu, NULL);
-  rc = set_prefix(c, o->key_prefix);
-  if (!rc)
-    rc = dlock__topology_redlock_new(eps, n, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
-                                     &c->topo, c->server, sizeof c->server);
-  else
-    for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
+  rc = dlock__topology_redlock_new(eps, n, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
+                                   &c->topo, c->server, sizeof c->server);
   if (!rc && (o->wait_replicas || o->wait_timeout_ms))
     rc = dlock__error(DLOCK_EINVAL, "wait_replicas with Redlock: its nodes are independent masters without "
                       "replicas; the quorum replaces WAIT");
-  if (!rc) dlock__check_at_connect(c);
-  if (rc) {
-    dlock_client_free(c);
-    return rc;
-  }
-  *out = c;
-  return 0;
+  return client_finish(out, c, rc, 0);
 }
 
 
@@ -203,42 +220,26 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   if (url && dlock__url_is_sentinel(url)) {
     dlock__sentinel_url u;
     if ((rc = build_sentinel(&o, url, &u))) return rc;
-    dlock_client *c = calloc(1, sizeof *c);
-    if (!c) {
+    dlock_client *c;
+    if ((rc = client_alloc(&c, o.key_prefix, u.master.command_timeout_ms))) {
       dlock__sentinel_url_clear(&u);
-      return dlock__error(DLOCK_ENOMEM, "out of memory");
-    }
-    c->command_timeout_ms = u.master.command_timeout_ms;
-    pthread_mutex_init(&c->lazy_mu, NULL);
-    rc = set_prefix(c, o.key_prefix);
-    int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
-    if (!rc) rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                               &c->topo, c->server, sizeof c->server);
-    else dlock__sentinel_url_clear(&u);
-    if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
-    if (!rc) rc = dlock_client_ping(c);
-    if (!rc) dlock__check_at_connect(c);
-    if (rc) {
-      dlock_client_free(c);
       return rc;
     }
-    *out = c;
-    return 0;
+    int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
+    rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
+                                      &c->topo, c->server, sizeof c->server);
+    if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
+    return client_finish(out, c, rc, 1);
   }
   dlock__endpoint ep;
   if ((rc = build_endpoint(&o, &ep))) return rc;
-  dlock_client *c = calloc(1, sizeof *c);
-  if (!c) {
+  dlock_client *c;
+  if ((rc = client_alloc(&c, o.key_prefix, ep.command_timeout_ms))) {
     dlock__endpoint_clear(&ep);
-    return dlock__error(DLOCK_ENOMEM, "out of memory");
+    return rc;
   }
   snprintf(c->server, sizeof c->server, "%s", ep.display);
-  c->command_timeout_ms = ep.command_timeout_ms;
-  pthread_mutex_init(&c->lazy_mu, NULL);
-  rc = set_prefix(c, o.key_prefix);
-  if (rc) {
-    dlock__endpoint_clear(&ep);
-  } else if (ep.cluster) {
+  if (ep.cluster) {
     /* WAIT counts the replicas of the connection's own writes: a pipeline
      * that a cluster splits by slot owner has no one such connection. */
     if (o.wait_replicas || o.wait_timeout_ms) {
@@ -255,14 +256,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
                                         &c->topo);
     if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
   }
-  if (!rc) rc = dlock_client_ping(c);
-  if (!rc) dlock__check_at_connect(c);
-  if (rc) {
-    dlock_client_free(c);
-    return rc;
-  }
-  *out = c;
-  return 0;
+  return client_finish(out, c, rc, 1);
 }
 
 void dlock_client_free(dlock_client *c) {
