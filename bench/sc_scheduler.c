@@ -1,6 +1,6 @@
 /*
  * sc_scheduler.c - cron next-fire computations per second for a mix of
- * expressions (src/cron.h, the engine the scheduler uses; internal to the
+ * expressions (src/sched/cron.h, the engine the scheduler uses; internal to the
  * library, reached here through dlock_static). Each run chains next() calls
  * so that every call starts from a fire time and has to find the next one.
  */

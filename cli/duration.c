@@ -13,7 +13,7 @@ static int is_digit(char c)
   return c >= '0' && c <= '9';
 }
 
-/* The library's parser (src/duration.c), so that the command and library
+/* The library's parser (src/core/duration.c), so that the command and library
  * option strings read durations alike. */
 int cli_parse_duration(const char *text, int64_t *ms)
 {

@@ -1,4 +1,4 @@
-# Turns scripts/*.lua into one C file of string constants:
+# Turns src/redis/lua/*.lua into one C file of string constants:
 cmake_policy(SET CMP0054 NEW)
 #   const char dlock__lua_<name>[] = "<prelude.lua, trimmed><name>.lua";
 # prelude.lua is not a script of its own; it is prepended to every other one,

@@ -1,5 +1,5 @@
 /*
- * fuzz_cron.c - the cron parser and next-fire search (src/cron.c, src/tz.c).
+ * fuzz_cron.c - the cron parser and next-fire search (src/sched/cron.c, src/sched/tz.c).
  *
  * Input: byte 0 picks a zone from a small fixed list, byte 1 the flags,
  * bytes 2-9 the instant to search from (any int64), the rest the expression.

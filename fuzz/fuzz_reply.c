@@ -1,5 +1,5 @@
 /*
- * fuzz_reply.c - the RESP reply reader (src/reader.c), the code conn.c runs
+ * fuzz_reply.c - the RESP reply reader (src/redis/reader.c), the code conn.c runs
  * on every byte a server sends.
  *
  * Byte 0 picks default or small limits and where to split the input; the

@@ -2,7 +2,7 @@
  * mutex.c - the exclusive lock: acquire with a lease, queue and wait for a
  * hand-off, reentrancy per thread, compare-and-delete release, extend.
  *
- * All Redis work is one script call per step (the scripts/ folder). Waiting is
+ * All Redis work is one script call per step (src/redis/lua/). Waiting is
  * driven by grant messages from waiters.c, with a bounded re-check so that a
  * lost message or a crashed holder never strands a waiter.
  */

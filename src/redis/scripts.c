@@ -1,5 +1,5 @@
 /*
- * scripts.c - the Lua scripts (scripts/ folder, embedded at build time) and
+ * scripts.c - the Lua scripts (src/redis/lua/, embedded at build time) and
  * running them: EVALSHA first; a NOSCRIPT answer (server restarted, SCRIPT
  * FLUSH) is answered by sending the same call as EVAL, which also caches it.
  */

@@ -1,5 +1,5 @@
 /*
- * test_cron.c - the Quartz cron engine (src/cron.c) and time zones (src/tz.c).
+ * test_cron.c - the Quartz cron engine (src/sched/cron.c) and time zones (src/sched/tz.c).
  *
  * Expected fire times were worked out by hand from the calendar and checked
  * against an independent brute-force evaluator (Python zoneinfo, fold=0), not

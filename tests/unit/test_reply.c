@@ -1,5 +1,5 @@
 /*
- * test_reply.c - the RESP reply reader (src/reader.c), fed byte buffers.
+ * test_reply.c - the RESP reply reader (src/redis/reader.c), fed byte buffers.
  *
  * The same reader parses every reply read from a socket (conn.c); here it is
  * driven through dlock__reply_parse() and the incremental feed/get calls.
