@@ -8,7 +8,7 @@
  * reply must respect the limits it was read under.
  */
 #include "fuzz.h"
-#include "internal.h"
+#include "redis.h"
 
 /* Replies as text, to compare the readings; returns the final status. */
 static int read_all(const char *buf, size_t len, size_t chunk, const dlock__reader_limits *l,

@@ -5,7 +5,7 @@
  * read past the string; a parsed endpoint is complete and consistent.
  */
 #include "fuzz.h"
-#include "internal.h"
+#include "redis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *url = fuzz_string(data, size);

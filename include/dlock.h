@@ -215,6 +215,16 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
+/* The backend the URL chose: "redis" (every Redis topology), "zookeeper"
+ * or "postgres". */
+DLOCK_API const char *dlock_client_backend(const dlock_client *c);
+
+/* Create what the backend keeps its locks in, for a deployment where the
+ * application's user may not do it at run time (PostgreSQL: dlock's schema,
+ * tables and sequence, IF NOT EXISTS; `dlock init`). Nothing to do on Redis
+ * and ZooKeeper (0). */
+DLOCK_API int dlock_client_setup(dlock_client *c);
+
 /* What dlock_client_new() found wrong with the server, one warning per line
  * (each names the server, the setting and the fix); "" when nothing. Today:
  * a maxmemory-policy other than noeviction, read with INFO memory. Every

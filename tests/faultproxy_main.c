@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "faultproxy.h"
-#include "internal.h"
+#include "redis.h"
 
 static const char *script_sha(const char *name) {
   for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++)

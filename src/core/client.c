@@ -1,6 +1,7 @@
 /*
- * client.c - dlock_client: parse the URL and options, set up the topology,
- * check that the server answers, and stop the background threads at free.
+ * client.c - dlock_client: pick the backend by the URL's scheme, let it
+ * connect, and stop the background threads at free. Backend-neutral: the
+ * backends are in backend.c's list.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,6 @@
 
 #include "internal.h"
 
-#define DEFAULT_URL "redis://127.0.0.1:6379"
-#define DEFAULT_TIMEOUT_MS 2000
 #define DEFAULT_MAX_CONNECTIONS 64
 #define MAX_CONNECTIONS 1024
 
@@ -17,93 +16,6 @@ void dlock_client_options_init(dlock_client_options *opts) {
   if (!opts) return;
   memset(opts, 0, sizeof *opts);
   opts->struct_size = sizeof *opts;
-}
-
-/* Replace *field with a copy of 'value' when given. */
-static int override(char **field, const char *value) {
-  if (!value) return 0;
-  char *copy = strdup(value);
-  if (!copy) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  free(*field);
-  *field = copy;
-  return 0;
-}
-
-static int check_timeout(const char *what, int ms) {
-  if (ms < 0 || ms > 3600 * 1000)
-    return dlock__error(DLOCK_ERANGE, "%s is %d ms; it must be 0 (default) or 1..3600000", what, ms);
-  return 0;
-}
-
-static int build_endpoint(const dlock_client_options *o, dlock__endpoint *ep) {
-  const char *url = o->url ? o->url : getenv("DLOCK_URL");
-  if (!url || !*url) url = DEFAULT_URL;
-  int rc;
-  if ((rc = check_timeout("connect_timeout_ms", o->connect_timeout_ms)) ||
-      (rc = check_timeout("command_timeout_ms", o->command_timeout_ms)))
-    return rc;
-  if ((rc = dlock__url_parse(url, ep))) return rc;
-  if ((rc = override(&ep->username, o->username)) || (rc = override(&ep->password, o->password)) ||
-      (rc = override(&ep->tls_ca_file, o->tls_ca_file)) || (rc = override(&ep->tls_cert_file, o->tls_cert_file)) ||
-      (rc = override(&ep->tls_key_file, o->tls_key_file)) ||
-      (rc = override(&ep->tls_server_name, o->tls_server_name))) {
-    dlock__endpoint_clear(ep);
-    return rc;
-  }
-  if (o->tls_skip_verify) ep->tls_skip_verify = 1;
-  if (!ep->tls && (ep->tls_ca_file || ep->tls_cert_file || ep->tls_key_file || ep->tls_server_name)) {
-    char shown[256];
-    dlock_url_redact(url, shown, sizeof shown);
-    dlock__endpoint_clear(ep);
-    return dlock__error(DLOCK_EINVAL, "TLS files or server name given, but the URL '%.200s' is not "
-                        "rediss://; use rediss:// for TLS", shown);
-  }
-  ep->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
-  ep->command_timeout_ms = o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
-  return 0;
-}
-
-/* A redis-sentinel:// URL: the options' credentials are the master's (the
- * sentinels' are in the URL's userinfo); TLS is not offered there yet. */
-static int build_sentinel(const dlock_client_options *o, const char *url, dlock__sentinel_url *u) {
-  int rc;
-  if ((rc = check_timeout("connect_timeout_ms", o->connect_timeout_ms)) ||
-      (rc = check_timeout("command_timeout_ms", o->command_timeout_ms)))
-    return rc;
-  if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
-    return dlock__error(DLOCK_EINVAL, "TLS options given with a redis-sentinel:// URL; dlock speaks to "
-                        "sentinels and their master without TLS only");
-  if ((rc = dlock__url_parse_sentinel(url, u))) return rc;
-  if ((rc = override(&u->master.username, o->username)) || (rc = override(&u->master.password, o->password))) {
-    dlock__sentinel_url_clear(u);
-    return rc;
-  }
-  int connect_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
-  int command_ms = o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
-  u->master.connect_timeout_ms = connect_ms;
-  u->master.command_timeout_ms = command_ms;
-  for (int i = 0; i < u->nsentinels; i++) {
-    u->sentinel[i].connect_timeout_ms = connect_ms;
-    u->sentinel[i].command_timeout_ms = command_ms;
-  }
-  return 0;
-}
-
-/* The WAIT options (the URL's unless the options say otherwise). */
-static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_replicas, int url_timeout_ms,
-                    int command_timeout_ms) {
-  if (o->wait_replicas < 0 || o->wait_replicas > 100)
-    return dlock__error(DLOCK_ERANGE, "wait_replicas is %d; it must be 0 (none) or 1..100", o->wait_replicas);
-  int replicas = o->wait_replicas ? o->wait_replicas : url_replicas;
-  int timeout = o->wait_timeout_ms ? o->wait_timeout_ms : url_timeout_ms;
-  if (!timeout) timeout = command_timeout_ms / 2;
-  if (replicas && (timeout <= 0 || timeout >= command_timeout_ms))
-    return dlock__error(DLOCK_ERANGE, "wait_timeout is %d ms; it must be 1 ms or more and shorter than the "
-                        "command timeout (%d ms), which bounds the pipeline that carries the WAIT",
-                        timeout, command_timeout_ms);
-  t->wait_replicas = replicas;
-  t->wait_timeout_ms = timeout;
-  return 0;
 }
 
 /* A prefix is a whole key segment: "app" is used as "app:", so that no name
@@ -117,86 +29,6 @@ static int set_prefix(dlock_client *c, const char *pre) {
   snprintf(c->prefix, plen + 2, "%s%s", pre, colon ? ":" : "");
   c->prefix_len = plen + (size_t)colon;
   return dlock__random_hex(c->id, 8);
-}
-
-/* A new client for any topology: its lock, timeout and key prefix. */
-static int client_alloc(dlock_client **out, const char *prefix, int command_timeout_ms) {
-  dlock_client *c = calloc(1, sizeof *c);
-  if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  c->command_timeout_ms = command_timeout_ms;
-  pthread_mutex_init(&c->lazy_mu, NULL);
-  int rc = set_prefix(c, prefix);
-  if (rc) {
-    dlock_client_free(c);
-    return rc;
-  }
-  *out = c;
-  return 0;
-}
-
-/* The last steps of every dlock_client_new(): after 'rc' (the topology's
- * set-up), a PING when 'ping' (Redlock starts while one node answers), the
- * connect-time checks; the client is freed on any failure. */
-static int client_finish(dlock_client **out, dlock_client *c, int rc, int ping) {
-  if (!rc && ping) rc = dlock_client_ping(c);
-  if (!rc) dlock__check_at_connect(c);
-  if (rc) {
-    dlock_client_free(c);
-    return rc;
-  }
-  *out = c;
-  return 0;
-}
-
-/* Redlock (topo_redlock.c): one endpoint per node, each built as a
- * redis:// URL of its own with the options' overrides. */
-static int new_redlock(dlock_client **out, const dlock_client_options *o, const char *url) {
-  char **urls = NULL;
-  int n = 0, rc = 0;
-  if (url) {
-    if ((rc = dlock__redlock_split(url, &urls, &n))) return rc;
-  } else {
-    if (o->url)
-      return dlock__error(DLOCK_EINVAL, "both 'url' and 'redlock_urls' are set; give the Redlock nodes one way");
-    if (!o->redlock_urls || o->redlock_nurls < 3 || o->redlock_nurls > DLOCK__REDLOCK_MAX)
-      return dlock__error(DLOCK_EINVAL, "redlock_urls has %d entries%s; Redlock needs 3 or more independent "
-                          "masters (5 advised), at most %d", o->redlock_nurls, o->redlock_urls ? "" : " (NULL)",
-                          DLOCK__REDLOCK_MAX);
-    n = o->redlock_nurls;
-  }
-  if (n < 3) {
-    dlock__redlock_urls_free(urls, n);
-    char shown[512];
-    dlock_url_redact(url, shown, sizeof shown);
-    return dlock__error(DLOCK_EURL, "bad Redlock URL '%s': %d node%s; Redlock needs 3 or more independent "
-                        "masters (5 advised)", shown, n, n == 1 ? "" : "s");
-  }
-  dlock__endpoint eps[DLOCK__REDLOCK_MAX];
-  int built = 0;
-  for (int i = 0; i < n && !rc; i++) {
-    dlock_client_options one = *o;
-    one.url = urls ? urls[i] : o->redlock_urls[i];
-    if (!one.url || (strncmp(one.url, "redis://", 8) && strncmp(one.url, "rediss://", 9)))
-      rc = dlock__error(DLOCK_EURL, "redlock_urls[%d] is not a redis:// or rediss:// URL", i);
-    else if (!(rc = build_endpoint(&one, &eps[i])))
-      built++;
-  }
-  dlock__redlock_urls_free(urls, urls ? n : 0);
-  if (rc) {
-    for (int i = 0; i < built; i++) dlock__endpoint_clear(&eps[i]);
-    return rc;
-  }
-  dlock_client *c;
-  if ((rc = client_alloc(&c, o->key_prefix, eps[0].command_timeout_ms))) {
-    for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
-    return rc;
-  }
-  rc = dlock__topology_redlock_new(eps, n, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
-                                   &c->topo, c->server, sizeof c->server);
-  if (!rc && (o->wait_replicas || o->wait_timeout_ms))
-    rc = dlock__error(DLOCK_EINVAL, "wait_replicas with Redlock: its nodes are independent masters without "
-                      "replicas; the quorum replaces WAIT");
-  return client_finish(out, c, rc, 0);
 }
 
 
@@ -214,84 +46,55 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
                         o.max_connections, DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS);
 
   const char *url = o.url ? o.url : getenv("DLOCK_URL");
-  if (o.redlock_nurls || o.redlock_urls || (o.url && dlock__url_is_redlock(o.url)) ||
-      (!o.url && !o.redlock_urls && url && dlock__url_is_redlock(url)))
-    return new_redlock(out, &o, o.redlock_urls || o.redlock_nurls ? NULL : url);
-  if (url && dlock__url_is_sentinel(url)) {
-    dlock__sentinel_url u;
-    if ((rc = build_sentinel(&o, url, &u))) return rc;
-    dlock_client *c;
-    if ((rc = client_alloc(&c, o.key_prefix, u.master.command_timeout_ms))) {
-      dlock__sentinel_url_clear(&u);
-      return rc;
-    }
-    int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
-    rc = dlock__topology_sentinel_new(&u, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                      &c->topo, c->server, sizeof c->server);
-    if (!rc) rc = set_wait(c->topo, &o, url_replicas, url_timeout, c->command_timeout_ms);
-    return client_finish(out, c, rc, 1);
-  }
-  dlock__endpoint ep;
-  if ((rc = build_endpoint(&o, &ep))) return rc;
-  dlock_client *c;
-  if ((rc = client_alloc(&c, o.key_prefix, ep.command_timeout_ms))) {
-    dlock__endpoint_clear(&ep);
+  if (url && !*url) url = NULL;
+  /* Redlock's node list in the options is Redis's. */
+  const dlock__backend_ops *ops = o.redlock_urls || o.redlock_nurls ? &dlock__redis_ops : dlock__backend_for(url, &rc);
+  if (!ops) return rc;
+  dlock_client *c = calloc(1, sizeof *c);
+  if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  c->ops = ops;
+  c->caps = ops->caps;
+  pthread_mutex_init(&c->lazy_mu, NULL);
+  rc = set_prefix(c, o.key_prefix);
+  if (!rc) rc = ops->open(c, &o, url);
+  if (!rc && ops->caps_of) c->caps = ops->caps_of(c);
+  if (rc) {
+    dlock_client_free(c);
     return rc;
   }
-  snprintf(c->server, sizeof c->server, "%s", ep.display);
-  if (ep.cluster) {
-    /* WAIT counts the replicas of the connection's own writes: a pipeline
-     * that a cluster splits by slot owner has no one such connection. */
-    if (o.wait_replicas || o.wait_timeout_ms) {
-      dlock__endpoint_clear(&ep);
-      rc = dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms given with a redis-cluster:// URL: WAIT is "
-                        "offered on a single server and through Sentinel only (docs/topologies.md)");
-    } else {
-      snprintf(c->server, sizeof c->server, "cluster %s", ep.display);
-      rc = dlock__topology_cluster_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                       &c->topo);
-    }
-  } else {
-    rc = dlock__topology_standalone_new(&ep, o.max_connections ? o.max_connections : DEFAULT_MAX_CONNECTIONS,
-                                        &c->topo);
-    if (!rc) rc = set_wait(c->topo, &o, 0, 0, c->command_timeout_ms);
-  }
-  return client_finish(out, c, rc, 1);
+  *out = c;
+  return 0;
 }
 
 void dlock_client_free(dlock_client *c) {
   if (!c) return;
   atomic_store(&c->closing, 1);
-  dlock__subscriber_stop(c);
   dlock__watchdog_stop(c);
-  if (c->topo) c->topo->destroy(c->topo);
+  if (c->ops) c->ops->close(c);
   pthread_mutex_destroy(&c->lazy_mu);
   free(c->prefix);
   free(c);
 }
 
 const char *dlock_client_server(const dlock_client *c) { return c ? c->server : ""; }
+const char *dlock_client_warnings(const dlock_client *c) { return c ? c->warnings : ""; }
 
 int dlock_client_topology_warning(dlock_client *c, char *buf, size_t len) {
   if (!buf || !len) return 0;
   buf[0] = '\0';
-  if (!c || !c->topo->warning) return 0;
-  return c->topo->warning(c->topo, buf, len);
+  if (!c || !c->ops->topology_warning) return 0;
+  return c->ops->topology_warning(c, buf, len);
 }
 
 int dlock_client_ping(dlock_client *c) {
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_ping: client is NULL");
-  const char *argv[1] = {"PING"};
-  size_t lens[1] = {4};
-  dlock__cmd cmd = {1, argv, lens};
-  dlock__reply *r = NULL;
-  int rc;
-  dlock__node *node = dlock__route(c, "", 0, INT64_MAX, &rc);
-  if (node) rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
-  if (!rc && r->type == DLOCK__REPLY_ERROR) {
-    rc = dlock__reply_error_status(r);
-    dlock__error(rc, "%s: PING failed: %s", c->server, r->str);
-  }
-  dlock__reply_free(r);
-  return rc;
+  return c->ops->ping(c);
 }
+
+int dlock_client_setup(dlock_client *c) {
+  dlock__error_clear();
+  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_setup: client is NULL");
+  return c->ops->setup ? c->ops->setup(c) : 0;
+}
+
+const char *dlock_client_backend(const dlock_client *c) { return c ? c->ops->name : ""; }

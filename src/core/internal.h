@@ -1,10 +1,11 @@
 /*
- * internal.h - declarations shared between libdlock's source files.
+ * internal.h - the backend-neutral core's declarations, shared by every
+ * source file of libdlock (the backends include it too).
  *
- * Layers, bottom up: errors/clock/token (no I/O) -> url (endpoint) -> conn
- * (one socket or TLS stream speaking RESP; the only hiredis user) -> node and
- * topology (pools of connections, routing by key) -> scripts (EVALSHA with
- * NOSCRIPT fallback) -> mutex, watchdog, waiters, admin.
+ * Layers, bottom up: errors/clock/token/validate (no I/O) -> the backend seam
+ * (backend.h: one table of operations per backend) -> client, mutex,
+ * watchdog (core/) and the scheduler (sched/). Each backend adds its own
+ * header: redis/redis.h, zk/zk.h, pg/pg.h.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -15,9 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "dlock.h"
-
-typedef struct ssl_ctx_st SSL_CTX;
 
 /* ---- Errors (errors.c) ---- */
 
@@ -73,408 +73,35 @@ int dlock__check_duration(const char *what, int64_t ms, int allow_zero);
  * error recorded) otherwise: no rounding, no silent overflow. */
 int dlock__parse_fence(const char *s, size_t len, uint64_t *out);
 
-/* ---- Endpoint (url.c) ---- */
-
-typedef struct dlock__endpoint {
-  int is_unix;
-  int tls;
-  char *host;      /* tcp */
-  int port;        /* tcp */
-  char *path;      /* unix */
-  int db;
-  char *username;
-  char *password;
-  char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
-  int tls_skip_verify;
-  int connect_timeout_ms;
-  int command_timeout_ms;
-  char display[300]; /* "127.0.0.1:6379", "unix:/path", "tls 127.0.0.1:6380" */
-  /* redis-cluster:// only: every seed (host/port above are seeds[0]). */
-  int cluster;
-  int nseeds;
-  struct dlock__seed {
-    char *host;
-    int port;
-  } *seeds;
-} dlock__endpoint;
-
-/* Parse 'url' into 'ep' (zeroed first). */
-int dlock__url_parse(const char *url, dlock__endpoint *ep);
-void dlock__endpoint_clear(dlock__endpoint *ep);
-
-/* A redis-sentinel:// URL (url.c): the sentinels to ask, the service name,
- * and the master's endpoint template (db, credentials; the host comes from
- * the sentinels). */
-#define DLOCK__SENTINEL_MAX 16
-typedef struct dlock__sentinel_url {
-  int nsentinels;
-  dlock__endpoint sentinel[DLOCK__SENTINEL_MAX];
-  char *service;
-  dlock__endpoint master;
-  int wait_replicas;   /* WAIT after acquire and renewal; 0: none */
-  int wait_timeout_ms; /* 0: default */
-  char shown[300];     /* the URL with passwords masked, for messages */
-} dlock__sentinel_url;
-
-int dlock__url_is_sentinel(const char *url);
-int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *u);
-void dlock__sentinel_url_clear(dlock__sentinel_url *u);
-
-/* ---- Replies (conn.c) ---- */
-
-typedef enum dlock__reply_type {
-  DLOCK__REPLY_STRING,
-  DLOCK__REPLY_ARRAY,
-  DLOCK__REPLY_INTEGER,
-  DLOCK__REPLY_NIL,
-  DLOCK__REPLY_STATUS,
-  DLOCK__REPLY_ERROR
-} dlock__reply_type;
-
-typedef struct dlock__reply {
-  dlock__reply_type type;
-  long long integer;
-  char *str; /* NUL-terminated; STRING, STATUS, ERROR */
-  size_t len;
-  size_t elements;
-  struct dlock__reply **element;
-} dlock__reply;
-
-void dlock__reply_free(dlock__reply *r);
-
-/* ---- Reply reader (reader.c) ---- */
-
-/* Bounds on one reply. Real replies to dlock's commands are far smaller
- * (the largest are INFO and SCAN pages); a reply that announces more is
- * refused with DLOCK_EPROTO before anything is allocated for it. */
-#define DLOCK__REPLY_MAX_ELEMENTS ((size_t)1 << 20)    /* array elements, all levels */
-#define DLOCK__REPLY_MAX_BULK ((size_t)64 << 20)       /* one bulk string */
-#define DLOCK__REPLY_MAX_BYTES ((size_t)256 << 20)     /* the whole reply */
-#define DLOCK__REPLY_MAX_LINE ((size_t)1 << 20)        /* status, error, length lines */
-
-typedef struct dlock__reader_limits {
-  size_t max_elements;
-  size_t max_bulk;
-  size_t max_reply;
-} dlock__reader_limits;
-
-typedef struct dlock__reader dlock__reader;
-
-void dlock__reader_default_limits(dlock__reader_limits *l);
-/* NULL limits: the defaults above. NULL when out of memory. */
-dlock__reader *dlock__reader_new(const dlock__reader_limits *limits);
-void dlock__reader_free(dlock__reader *rd);
-/* Append bytes. DLOCK_EPROTO when they cannot be part of a bounded reply. */
-int dlock__reader_feed(dlock__reader *rd, const char *data, size_t n);
-/* 0 and *out = the next whole reply, or *out = NULL when more bytes are
- * needed; DLOCK_EPROTO (sticky) with dlock__reader_error() saying why. */
-int dlock__reader_get(dlock__reader *rd, dlock__reply **out);
-const char *dlock__reader_error(const dlock__reader *rd);
-/* Bytes fed but not yet returned as replies. */
-size_t dlock__reader_pending(const dlock__reader *rd);
-/* One reply from a byte buffer, through the same reader (tests, fuzzing):
- * 0 with *out set (or NULL when 'buf' holds no whole reply) and *used the
- * bytes it took; DLOCK_EPROTO/DLOCK_ENOMEM with the reason in 'err'. */
-int dlock__reply_parse(const char *buf, size_t len, const dlock__reader_limits *limits,
-                       dlock__reply **out, size_t *used, char *err, size_t err_len);
-/* Map an error reply to a DLOCK_E* status (WRONGTYPE, NOPERM, NOAUTH, ...). */
-int dlock__reply_error_status(const dlock__reply *r);
-
-/* ---- Connection (conn.c) ---- */
-
-typedef struct dlock__conn dlock__conn;
-
-/* One command: argv with explicit lengths (binary safe). */
-typedef struct dlock__cmd {
-  int argc;
-  const char **argv;
-  const size_t *lens;
-} dlock__cmd;
-
-int dlock__tls_ctx_new(const dlock__endpoint *ep, SSL_CTX **out);
-void dlock__tls_ctx_free(SSL_CTX *ctx);
-
-/* Connect, handshake TLS, AUTH and SELECT; all before 'deadline'. */
-int dlock__conn_open(const dlock__endpoint *ep, SSL_CTX *ctx, dlock__conn **out);
-/* The same, given up at 'limit' too when that comes before the connect timeout. */
-int dlock__conn_open_until(const dlock__endpoint *ep, SSL_CTX *ctx, dlock_mono_ms limit, dlock__conn **out);
-void dlock__conn_close(dlock__conn *c);
-int dlock__conn_fd(const dlock__conn *c);
-/* Queue a command in the output buffer (no I/O). */
-int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd);
-/* Write the output buffer; read one reply. On any failure the connection is
- * marked broken and must be closed. */
-int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline);
-int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out);
-/* Read without waiting: 0 with '*out' a reply, or NULL when no whole reply
- * has arrived yet; failures as dlock__conn_read (the connection is broken). */
-int dlock__conn_try_read(dlock__conn *c, dlock__reply **out);
-/* 1 when a whole reply is already buffered (no I/O needed to read it). */
-int dlock__conn_has_buffered(dlock__conn *c);
-int dlock__conn_broken(const dlock__conn *c);
-/* For a pooled connection about to carry a command: 1 if the server closed
- * it (or sent something unasked) while it sat idle. No I/O beyond poll(0). */
-int dlock__conn_idle_closed(dlock__conn *c);
-
-/* ---- Nodes and topology (node.c) ---- */
-
-/* A Redis server with a pool of command connections. */
-typedef struct dlock__node {
-  dlock__endpoint ep;
-  SSL_CTX *ssl_ctx;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  dlock__conn **idle;
-  int nidle;
-  int nopen;
-  int max_conns;
-  /* Set when a command failed on the connection or was answered READONLY or
-   * MASTERDOWN: a topology that can move (Sentinel) re-resolves before the
-   * next command. */
-  atomic_int suspect;
-} dlock__node;
-
-int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns);
-void dlock__node_destroy(dlock__node *n);
-/* Send 'n' commands as one pipeline and read their replies (replies[i] may
- * be an error reply). A pooled connection the server has closed is noticed
- * before use (no round trip) and replaced; once the commands may have left,
- * they are never sent again here. On failure '*sent' (may be NULL) tells
- * whether the commands may have reached the server: if so, whether they ran
- * is unknown, and only the caller knows whether its script is safe to resend. */
-int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent);
-/* The same with every wait (pool, connect, I/O) also ending at 'limit': the
- * watchdog bounds renewals by the earliest validity deadline it watches. */
-int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent,
-                           dlock_mono_ms limit);
-
-/* The seam for deployments other than one standalone server: the lock code
- * asks the topology for the node that owns a key. Cluster routes by slot,
- * Sentinel follows the master; Redlock replaces the single node with a quorum
- * over several (see docs/design.md). */
-typedef struct dlock__topology dlock__topology;
-typedef struct dlock__script_call dlock__script_call;
-struct dlock__topology {
-  const char *kind;
-  /* The node for 'key' ("" for any node). */
-  dlock__node *(*route)(dlock__topology *t, const char *key, size_t keylen);
-  void (*destroy)(dlock__topology *t);
-  /* Optional (NULL for standalone). */
-  /* route() that can fail: NULL with '*rc' and dlock__error set when no node
-   * can be found (sentinels unreachable, ...) or none by 'limit' (monotonic
-   * ms, INT64_MAX for none; DLOCK_ETIMEDOUT). Use through dlock__route(). */
-  dlock__node *(*route_rc)(dlock__topology *t, const char *key, size_t keylen, dlock_mono_ms limit, int *rc);
-  /* Run 'n' commands, command i for the key keys[i], as one pipeline to the
-   * node of keys[0], following redirects (cluster: MOVED, ASK, TRYAGAIN,
-   * CLUSTERDOWN). Same contract as dlock__node_exec_until, 'limit'
-   * included: a command that may have run is never sent again. A pipeline
-   * whose keys live on several nodes is split by node; when some nodes
-   * answer and others fail, the failed commands get an error reply that
-   * starts with "DLOCKIO" (outcome unknown) and the call returns 0. When
-   * set, every command goes through it; route() only names the owner. */
-  int (*exec)(dlock__topology *t, const dlock__cmd *cmds, const char *const *keys, const size_t *keylens,
-              size_t n, dlock__reply **replies, int *sent, dlock_mono_ms limit);
-  /* How many master failovers this client has seen that may have moved
-   * 'key' to another server: Sentinel counts every switch of its one
-   * master, Cluster the failovers of the key's slot. A hold that began at
-   * another count may have been lost to a failover (DLOCK_LOST_FAILOVER). */
-  uint64_t (*failovers)(dlock__topology *t, const char *key, size_t keylen);
-  /* The masters that own keys (for scans, cluster); returns the count.
-   * NULL: the one node of route(""). */
-  int (*masters)(dlock__topology *t, dlock__node **out, int max);
-  /* Copy a warning about the deployment (sentinels that disagree) into
-   * 'buf'; 1 when there is one. */
-  int (*warning)(dlock__topology *t, char *buf, size_t len);
-  /* WAIT numreplicas timeout after acquire and renewal (0: none). Sentinel
-   * and standalone only: a cluster topology leaves it 0. */
-  int wait_replicas;
-  int wait_timeout_ms;
-  /* Redlock: run 'calls' on every node and answer for the quorum (one
-   * synthesized reply per call); DLOCK__QUORUM_PASS for the scripts it
-   * leaves to route() (guard, scheduler). NULL elsewhere. */
-  int (*quorum_run)(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
-                    dlock__reply **replies, dlock_mono_ms limit);
-};
-#define DLOCK__QUORUM_PASS 1
-
-int dlock__topology_standalone_new(const dlock__endpoint *ep, int max_conns, dlock__topology **out);
-/* Sentinel (topo_sentinel.c): resolves the master of 'u->service' through
- * the sentinels; takes over 'u'. '*display' receives a name for messages. */
-int dlock__topology_sentinel_new(dlock__sentinel_url *u, int max_conns, dlock__topology **out, char *display,
-                                 size_t displaylen);
-/* Redlock (topo_redlock.c): the node URLs of a redlock:// URL as redis://
- * URLs ('*out', '*n'; free with dlock__redlock_urls_free), and the topology
- * over their endpoints (takes them over; 'display' names it for messages). */
-#define DLOCK__REDLOCK_MAX 16
-int dlock__url_is_redlock(const char *url);
-int dlock__redlock_split(const char *url, char ***out, int *n);
-void dlock__redlock_urls_free(char **urls, int n);
-void dlock__redlock_redact(const char *url, char *buf, size_t len);
-int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dlock__topology **out, char *display,
-                                size_t displaylen);
-/* Borrow a pooled connection for I/O the caller drives itself ('*fresh' 1
- * when it was opened now), and give it back ('failed': close it). */
-int dlock__node_borrow(dlock__node *n, dlock_mono_ms limit, dlock__conn **out, int *fresh);
-void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed);
-/* An idle pooled connection that is still open, without waiting or
- * connecting: 1 and '*out', or 0. */
-int dlock__node_borrow_idle(dlock__node *n, dlock__conn **out);
-/* Route with the error status: the node, or NULL and the status in '*rc'.
- * Gives up at 'limit' (INT64_MAX: none), e.g. while the master is resolved. */
-dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, dlock_mono_ms limit, int *rc);
-/* Run 'n' commands for 'key' on its node, before 'limit': through t->exec
- * when set (cluster), else dlock__node_exec_until on dlock__route()'s node.
- * Same contract as dlock__node_exec_until. */
-int dlock__topology_exec(dlock_client *c, const char *key, size_t keylen, const dlock__cmd *cmds, size_t n,
-                         dlock__reply **replies, int *sent, dlock_mono_ms limit);
-/* topo->failovers for 'key', 0 when the topology cannot fail over. */
-uint64_t dlock__failovers(dlock__topology *t, const char *key, size_t keylen);
-
-/* ---- Redis Cluster (topo_cluster.c) ---- */
-
-#define DLOCK__MAX_REPLICAS 4
-typedef struct dlock__hostport {
-  char host[256];
-  int port;
-} dlock__hostport;
-typedef struct dlock__slot_range {
-  int start, end;
-  dlock__hostport master;
-  int nreplicas;
-  dlock__hostport replica[DLOCK__MAX_REPLICAS];
-} dlock__slot_range;
-
-/* CRC16 (XMODEM) as Redis Cluster uses it; the key's slot (0..16383) honours
- * a non-empty {hash tag}. */
-unsigned dlock__crc16(const char *buf, size_t len);
-int dlock__cluster_slot(const char *key, size_t len);
-/* Parse "MOVED <slot> <host>:<port>" / "ASK ..."; an empty host is 'self'.
- * Returns 0, or -1 when 'err' is not a well-formed redirect. */
-int dlock__cluster_parse_redirect(const char *err, const char *self, int *is_ask, int *slot, dlock__hostport *to);
-/* Parse a CLUSTER SLOTS reply into a malloc'ed array; 0, -1 malformed, -2 no memory. */
-int dlock__cluster_parse_slots(const dlock__reply *r, const char *self, dlock__slot_range **out, size_t *n);
-/* Takes over 'ep' (a redis-cluster:// endpoint), loads the slot map. */
-int dlock__topology_cluster_new(dlock__endpoint *ep, int max_conns, dlock__topology **out);
-
-/* ---- Scripts (scripts.c) ---- */
-
-typedef enum dlock__script_id {
-  DLOCK__SCRIPT_ACQUIRE,
-  DLOCK__SCRIPT_RELEASE,
-  DLOCK__SCRIPT_EXTEND,
-  DLOCK__SCRIPT_WITHDRAW,
-  DLOCK__SCRIPT_INFO,
-  DLOCK__SCRIPT_FORCE_RELEASE,
-  DLOCK__SCRIPT_GUARD,
-  DLOCK__SCRIPT_SCHED_CLAIM,
-  DLOCK__SCRIPT_SCHED_DELAY,
-  DLOCK__SCRIPT_SCHED_FINISH,
-  DLOCK__SCRIPT_SCHED_HISTORY,
-  DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
-  DLOCK__SCRIPT_RL_FENCE,
-  DLOCK__SCRIPT_COUNT
-} dlock__script_id;
-
-/* Up to this many KEYS and ARGV entries per script call. */
-#define DLOCK__SCRIPT_MAX_ARGS 16
-
-struct dlock__script_call {
-  dlock__script_id script;
-  int nkeys;
-  const char *keys[DLOCK__SCRIPT_MAX_ARGS];
-  size_t keylens[DLOCK__SCRIPT_MAX_ARGS];
-  int nargs;
-  const char *args[DLOCK__SCRIPT_MAX_ARGS];
-  size_t arglens[DLOCK__SCRIPT_MAX_ARGS];
-  int maybe_ran; /* out: the call failed after it may have reached the server */
-  int resent;    /* out: dlock__script_run_twice_safe sent it a second time */
-  /* out: replicas that acknowledged the pipeline's writes (WAIT after an
-   * acquire or extend, when the topology asks for it); -1 when not asked. */
-  int replicas;
-};
-
-const char *dlock__script_name(dlock__script_id id);
-/* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline
- * of EVALSHA; those answered NOSCRIPT are sent again as EVAL. */
-int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies);
-/* The SHA1 of a script as EVALSHA names it, and its text (with the prelude):
- * tests and the fault proxy match on the one and preload the other. */
-const char *dlock__script_sha(dlock__script_id id);
-const char *dlock__script_text(dlock__script_id id);
-/* The argv of EVALSHA ('by_sha') or EVAL for one call, in 'e' (which must
- * outlive 'cmd'): command, sha or text, numkeys, keys, args. */
-typedef struct dlock__eval_argv {
-  const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
-  size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
-  char numkeys[8];
-} dlock__eval_argv;
-void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha);
-/* 1 when 'r' is a NOSCRIPT error reply (send the call again as EVAL). */
-int dlock__reply_is_noscript(const dlock__reply *r);
-/* One call of a script that is safe to run twice with the same arguments:
- * when its reply was lost after it may have run, it is sent once more and
- * call->resent is set (the answer then describes the state after both runs;
- * each caller says what that means for its script). */
-int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dlock__reply **reply);
-/* The same, giving up at 'limit' when that comes before the command timeout. */
-int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                            dlock_mono_ms limit);
-/* 1 when 'call' (an acquire or extend) needed WAIT and too few replicas
- * acknowledged; the error detail says how many. */
-int dlock__replicas_short(dlock_client *c, const dlock__script_call *call);
-
 /* ---- Client (client.c) ---- */
 
 typedef struct dlock__watchdog dlock__watchdog;
-typedef struct dlock__subscriber dlock__subscriber;
 
 struct dlock_client {
-  char server[300];       /* display name of the server, for messages */
+  const dlock__backend_ops *ops;
+  void *be;               /* the backend's state */
+  unsigned caps;          /* DLOCK__CAP_* of this client */
+  char server[300];       /* display name of the server(s), for messages */
   int command_timeout_ms;
-  dlock__topology *topo;
-  char *prefix; /* "" when none */
+  char *prefix; /* "" when none; ends in ':' otherwise */
   size_t prefix_len;
-  char id[17]; /* random; names this client's wake-up channels */
-  atomic_uint_fast64_t waiter_seq;
+  char id[17]; /* random; names this client (wake-up channels, lock nodes) */
   atomic_int closing;
   dlock__watchdog *watchdog;     /* started on first hold */
-  dlock__subscriber *subscriber; /* started on first wait */
-  pthread_mutex_t lazy_mu;       /* guards starting the two above */
+  pthread_mutex_t lazy_mu;       /* guards starting lazy threads (watchdog, a backend's) */
   char warnings[1024];           /* dlock_client_warnings(): set once at connect */
 };
 
-/* Hand-off messages use sharded pub/sub (SSUBSCRIBE/SPUBLISH on the slot's
- * master) on a cluster; waiter ids then carry ":s" so that the scripts know. */
-static inline int dlock__sharded_pubsub(const dlock_client *c) { return c->topo->exec != NULL; }
+/* ---- Lock handles (mutex.c) ---- */
 
-/* ---- Server checks (check.c) ---- */
-
-/* At connect: read maxmemory-policy (INFO memory) and note a policy that can
- * evict lock keys in c->warnings. Never fails the connect. */
-void dlock__check_at_connect(dlock_client *c);
-
-/* ---- Lock keys (mutex.c) ---- */
-
-/* The Redis keys of one lock, see docs/keys.md. */
-enum { DLOCK__K_LOCK, DLOCK__K_FENCE, DLOCK__K_META, DLOCK__K_QUEUE, DLOCK__K_WAITERS, DLOCK__K_COUNT };
-
-typedef struct dlock__lock_keys {
-  char *key[DLOCK__K_COUNT];
-  size_t len[DLOCK__K_COUNT];
-} dlock__lock_keys;
-
-int dlock__lock_keys_init(dlock__lock_keys *k, const dlock_client *c, const char *name);
-void dlock__lock_keys_clear(dlock__lock_keys *k);
-void dlock__script_call_keys(dlock__script_call *call, const dlock__lock_keys *k);
-
-/* ---- Mutex state shared with the watchdog and subscriber ---- */
+/* The kind of lock a handle takes (issue 12 adds the family). */
+typedef enum dlock__kind { DLOCK__KIND_MUTEX } dlock__kind;
 
 struct dlock_mutex {
   dlock_client *client;
   char *name;
-  dlock__lock_keys keys;
-  char *channel; /* this client's wake-up channel for this lock */
-  size_t channel_len;
+  dlock__kind kind;
+  void *be; /* the backend's state for this handle */
   dlock_mutex_options opts;
   char *owner_info;
 
@@ -491,17 +118,13 @@ struct dlock_mutex {
   dlock_mono_ms valid_until;
   int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
   atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
-  uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
   int lost_fd;            /* eventfd, -1 until asked for */
 
-  /* Waiting (see waiters.c). */
-  char waiter_id[48];
-  int waiting;
-  int woken;              /* a grant message arrived */
+  /* Waiting. */
+  int woken;              /* a wake-up (grant message, release) arrived */
   unsigned cancel_gen;    /* bumped by dlock_mutex_cancel(): waits begun before end */
   unsigned wait_gen;      /* cancel_gen when the thread now acquiring began */
-  int watch_tried;        /* dlock__subscriber_watch() was called for this handle */
-  int subscribed;         /* ... and holds a reference on the channel */
+  atomic_int canceled;    /* the acquire in progress was canceled (for backends that poll) */
 
   /* Watchdog list membership (guarded by the watchdog's mutex). */
   struct dlock_mutex *wd_prev, *wd_next;
@@ -512,6 +135,21 @@ struct dlock_mutex {
   char errmsg[512];
 };
 
+/* ---- Loss (mutex.c) ---- */
+
+/* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */
+void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason);
+/* The loss rule (docs/design.md): a hold whose valid_until has passed is
+ * lost, whoever looks first. Marks it if so; returns the reason in force
+ * (DLOCK_LOST_NONE while the hold is valid). Caller holds m->mu. */
+dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now);
+/* A renewal succeeded, its reply handled at 'now', with the new deadline
+ * 'valid_until': 1 when it counts (valid_until moves), 0 when the hold was
+ * lost before (the deadline passed first). Caller holds m->mu. */
+int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms valid_until, dlock_mono_ms now);
+/* Local validity deadline for a lease that began at 'start'. */
+dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
+
 /* ---- Watchdog (watchdog.c) ---- */
 
 int dlock__watchdog_add(dlock_client *c, dlock_mutex *m);
@@ -521,35 +159,5 @@ void dlock__watchdog_stop(dlock_client *c);
 /* After an extend that may have shortened the lease ('lease_ms' from 'start'):
  * make the watchdog look at 'm' again in time. */
 void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start, int64_t lease_ms);
-/* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */
-void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason);
-/* The loss rule (docs/design.md): a hold whose valid_until has passed is
- * lost, whoever looks first. Marks it if so; returns the reason in force
- * (DLOCK_LOST_NONE while the hold is valid). Caller holds m->mu. */
-dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now);
-/* A renewal of the lease 'lease_ms' sent at 'sent' succeeded, its reply
- * handled at 'now': 1 when it counts (valid_until moves), 0 when the hold was
- * lost before (the deadline passed first). Caller holds m->mu. */
-int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms sent, int64_t lease_ms, dlock_mono_ms now);
-/* Why a hold is gone when Redis says the key is gone (taken 0) or another
- * token's (taken 1), or the forced release's tombstone says it was deleted
- * (-2): FAILOVER when the topology saw a failover that may have moved the
- * lock key (Sentinel: the master; Cluster: the key's slot) since the hold
- * began. 'reply' is the extend/release script's answer. Caller holds m->mu. */
-dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply);
-/* Local validity deadline for a lease that began at 'start'. */
-dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
-
-/* ---- Subscriber (waiters.c) ---- */
-
-/* Subscribe this client to 'm's wake-up channel (once per handle); waits up
- * to the command timeout for the confirmation. Failure is not fatal for the
- * caller: waits then fall back to re-checks. */
-int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m);
-void dlock__subscriber_unwatch(dlock_client *c, dlock_mutex *m);
-/* Make 'm' findable by its waiter_id for grant messages. */
-void dlock__subscriber_add_waiter(dlock_client *c, dlock_mutex *m);
-void dlock__subscriber_remove_waiter(dlock_client *c, dlock_mutex *m);
-void dlock__subscriber_stop(dlock_client *c);
 
 #endif /* DLOCK_INTERNAL_H */

@@ -3,8 +3,10 @@
  * when they are lost.
  *
  * Watchdog-mode locks are renewed every third of their lease, all that are
- * due in one pipeline of extend scripts (compare-and-pexpire: an expired or
- * re-taken lock is never revived). Fixed-lease locks are only watched. The
+ * due in one batch of the backend's renew() (Redis: one pipeline of
+ * compare-and-pexpire scripts; an expired or re-taken lock is never
+ * revived; a session backend reads the session's validity). Fixed-lease
+ * locks are only watched. The
  * loss rule (docs/design.md): a hold is lost when renewal finds it gone or
  * taken, and at the latest when its valid_until passes without a successful
  * renewal. The thread sleeps until the earliest renewal or deadline, and a
@@ -67,10 +69,7 @@ static void lose(dlock__watchdog *wd, dlock_mutex *m, dlock_lost_reason reason, 
 }
 
 typedef struct renewal {
-  dlock_mutex *m;
   char token[DLOCK__TOKEN_HEX + 1];
-  int64_t lease;
-  char lease_s[24];
 } renewal;
 
 /* Run the queued lost-callbacks, without the watchdog's lock. */
@@ -87,73 +86,53 @@ static void run_callbacks(dlock__watchdog *wd, pending_loss *losses, size_t nlos
   }
 }
 
-/* Send the renewals of 'batch' as one pipeline that gives up at 'limit' (the
- * earliest deadline watched), then apply the replies. Called and returns
- * with wd->mu held; drops it for the I/O. */
-static void renew(dlock__watchdog *wd, renewal *batch, size_t nbatch, dlock__script_call *calls,
-                  dlock__reply **replies, dlock_mono_ms limit, pending_loss *losses, size_t *nloss) {
+/* Renew the holds of 'batch' through the backend (Redis: one pipeline) that
+ * gives up at 'limit' (the earliest deadline watched), then apply the
+ * answers. Called and returns with wd->mu held; drops it for the I/O. */
+static void renew(dlock__watchdog *wd, dlock__renewal *batch, size_t nbatch, dlock_mono_ms limit,
+                  pending_loss *losses, size_t *nloss) {
   pthread_mutex_unlock(&wd->mu);
-  for (size_t i = 0; i < nbatch; i++) {
-    dlock__script_call *call = &calls[i];
-    memset(call, 0, sizeof *call);
-    call->script = DLOCK__SCRIPT_EXTEND;
-    dlock__script_call_keys(call, &batch[i].m->keys);
-    call->args[0] = batch[i].token;
-    call->arglens[0] = strlen(batch[i].token);
-    call->args[1] = batch[i].lease_s;
-    call->arglens[1] = strlen(batch[i].lease_s);
-    call->nargs = 2;
-  }
-  dlock_mono_ms sent = dlock_mono_now();
-  int rc = dlock__script_run_until(wd->client, calls, nbatch, replies, limit);
+  wd->client->ops->renew(wd->client, batch, nbatch, limit);
   pthread_mutex_lock(&wd->mu);
   dlock_mono_ms now = dlock_mono_now();
   for (size_t i = 0; i < nbatch; i++) {
-    dlock_mutex *m = batch[i].m;
-    int64_t lease = batch[i].lease;
+    dlock__renewal *r = &batch[i];
+    dlock_mutex *m = r->m;
+    int64_t lease = r->lease_ms;
     m->wd_in_callback = 0;
-    const dlock__reply *r = rc ? NULL : replies[i];
-    /* A renewal the required replicas did not acknowledge does not count:
-     * it is retried like an unreachable server (see docs/topologies.md). */
-    if (r && r->type == DLOCK__REPLY_INTEGER && r->integer == 1 && dlock__replicas_short(wd->client, &calls[i]))
-      r = NULL;
     int renewed = 0;
     pthread_mutex_lock(&m->mu);
-    if (r && r->type == DLOCK__REPLY_INTEGER) {
-      if (r->integer == 1)
-        renewed = dlock__mutex_renewed(m, sent, lease, now);
-      else /* unless the deadline was seen passing first */
-        dlock__mutex_mark_lost(m, dlock__lost_reason(m, r->integer));
-    }
+    if (r->status == 0)
+      renewed = dlock__mutex_renewed(m, r->valid_until, now);
+    else if (r->status == DLOCK_ELOST) /* unless the deadline was seen passing first */
+      dlock__mutex_mark_lost(m, r->lost);
     dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
     dlock_mono_ms valid_until = m->valid_until;
     pthread_mutex_unlock(&m->mu);
     if (lost != DLOCK_LOST_NONE) {
       lose(wd, m, lost, losses, nloss);
     } else if (renewed) {
-      m->wd_next_renew = sent + lease / 3;
+      m->wd_next_renew = r->sent + lease / 3;
       if (valid_until < wd->floor) wd->floor = valid_until; /* after an extend beyond the lease */
     } else {
-      /* Redis is unreachable or refused: try again soon, and more often as
-       * the deadline nears (at the deadline the scan marks the loss). */
+      /* The server is unreachable or refused: try again soon, and more often
+       * as the deadline nears (at the deadline the scan marks the loss). */
       int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
       if (retry > (valid_until - now) / 2) retry = (valid_until - now) / 2;
       m->wd_next_renew = now + (retry > 0 ? retry : 1);
     }
-    if (!rc) dlock__reply_free(replies[i]);
   }
   pthread_cond_broadcast(&wd->cv);
 }
 
 static void *watchdog_main(void *arg) {
   dlock__watchdog *wd = arg;
-  renewal *batch = malloc(BATCH_MAX * sizeof *batch);
-  dlock__script_call *calls = malloc(BATCH_MAX * sizeof *calls);
-  dlock__reply **replies = malloc(BATCH_MAX * sizeof *replies);
+  dlock__renewal *batch = malloc(BATCH_MAX * sizeof *batch);
+  renewal *tokens = malloc(BATCH_MAX * sizeof *tokens);
   pending_loss *losses = malloc(BATCH_MAX * sizeof *losses);
   pthread_mutex_lock(&wd->mu);
   while (!wd->stop) {
-    if (!batch || !calls || !replies || !losses) {
+    if (!batch || !tokens || !losses) {
       /* No memory for the loop: dlock_mutex_lost() still answers from the
        * deadline; try again a little later. */
       struct timespec ts;
@@ -201,10 +180,12 @@ static void *watchdog_main(void *arg) {
         continue;
       }
       if (nbatch == BATCH_MAX) continue; /* in the next pass, which follows at once */
-      renewal *rn = &batch[nbatch++];
+      dlock__renewal *rn = &batch[nbatch];
+      memset(rn, 0, sizeof *rn);
       rn->m = m;
-      rn->lease = lease;
-      snprintf(rn->lease_s, sizeof rn->lease_s, "%lld", (long long)lease);
+      rn->token = tokens[nbatch].token;
+      rn->lease_ms = lease;
+      nbatch++;
     }
     if (stopped) {
       if (wd->floor < earliest) earliest = wd->floor;
@@ -222,12 +203,12 @@ static void *watchdog_main(void *arg) {
       for (size_t i = 0; i < nbatch; i++) {
         dlock_mutex *m = batch[i].m;
         pthread_mutex_lock(&m->mu);
-        memcpy(batch[i].token, m->token, sizeof batch[i].token);
+        memcpy(tokens[i].token, m->token, sizeof tokens[i].token);
         m->renew_tried = 1;
         pthread_mutex_unlock(&m->mu);
         m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
       }
-      renew(wd, batch, nbatch, calls, replies, earliest, losses, &nloss);
+      renew(wd, batch, nbatch, earliest, losses, &nloss);
       run_callbacks(wd, losses, nloss);
       continue; /* more may be due */
     }
@@ -243,8 +224,7 @@ static void *watchdog_main(void *arg) {
   }
   pthread_mutex_unlock(&wd->mu);
   free(batch);
-  free(calls);
-  free(replies);
+  free(tokens);
   free(losses);
   return NULL;
 }
@@ -325,7 +305,10 @@ void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start,
 }
 
 void dlock__watchdog_stop(dlock_client *c) {
+  pthread_mutex_lock(&c->lazy_mu); /* a backend's session thread may poke it */
   dlock__watchdog *wd = c->watchdog;
+  c->watchdog = NULL;
+  pthread_mutex_unlock(&c->lazy_mu);
   if (!wd) return;
   pthread_mutex_lock(&wd->mu);
   wd->stop = 1;
@@ -335,5 +318,21 @@ void dlock__watchdog_stop(dlock_client *c) {
   pthread_mutex_destroy(&wd->mu);
   pthread_cond_destroy(&wd->cv);
   free(wd);
-  c->watchdog = NULL;
+}
+
+void dlock__watchdog_poke(dlock_client *c) {
+  pthread_mutex_lock(&c->lazy_mu); /* held throughout: dlock__watchdog_stop() waits */
+  dlock__watchdog *wd = c->watchdog;
+  if (!wd) {
+    pthread_mutex_unlock(&c->lazy_mu);
+    return;
+  }
+  pthread_mutex_lock(&wd->mu);
+  /* A session event (lost, suspended, back): every hold is looked at again
+   * at once, through renew(), which reads the session's state. */
+  for (dlock_mutex *m = wd->head; m; m = m->wd_next) m->wd_next_renew = 0;
+  wd->floor = 0;
+  pthread_cond_broadcast(&wd->cv);
+  pthread_mutex_unlock(&wd->mu);
+  pthread_mutex_unlock(&c->lazy_mu);
 }

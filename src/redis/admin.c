@@ -1,13 +1,14 @@
 /*
- * admin.c - looking at locks from outside: status, listing, forced release,
- * and the fencing guard that downstream writers call.
+ * admin.c - the Redis backend's view from outside: status, listing, forced
+ * release, and the fencing guard that downstream writers call (the public
+ * calls and their argument checks are in core/admin.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "redis.h"
 
 /* Run one lock-level script for 'name' with optional args. */
 static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, const char *arg,
@@ -55,32 +56,7 @@ static int64_t str_i64(const dlock__reply *r) {
   return r->type == DLOCK__REPLY_STRING && r->len ? strtoll(r->str, NULL, 10) : 0;
 }
 
-void dlock_lock_info_init(dlock_lock_info *info) {
-  if (!info) return;
-  memset(info, 0, sizeof *info);
-  info->struct_size = sizeof *info;
-}
-
-static int lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
-
-/* The caller's struct may be an older, smaller layout: fill the full one,
- * hand back the part the caller has. */
-int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out) {
-  dlock__error_clear();
-  if (!c || !out) return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get: NULL argument");
-  int rc = dlock__struct_check(out, DLOCK__LOCK_INFO_V1, sizeof *out, "dlock_lock_info");
-  if (rc) return rc;
-  size_t size;
-  memcpy(&size, out, sizeof size);
-  dlock_lock_info full;
-  dlock_lock_info_init(&full);
-  rc = lock_info_get(c, name, &full);
-  full.struct_size = size;
-  memcpy(out, &full, size);
-  return rc;
-}
-
-static int lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out) {
+int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
   if (rc) return rc;
@@ -118,12 +94,7 @@ static int lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out
   return 0;
 }
 
-int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags, int *was_held) {
-  dlock__error_clear();
-  if (was_held) *was_held = 0;
-  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_lock_force_release: client is NULL");
-  if (flags & ~DLOCK_FORCE_FOREIGN)
-    return dlock__error(DLOCK_EINVAL, "force release of '%s': unknown flags 0x%x", name ? name : "", flags);
+int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held) {
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
@@ -140,10 +111,6 @@ int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned f
   }
   dlock__reply_free(r);
   return rc;
-}
-
-int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
-  return dlock_lock_force_release_flags(c, name, 0, was_held);
 }
 
 /* Match 'name' against a glob with * ? and [...] (as Redis' MATCH does). */
@@ -182,11 +149,7 @@ static int glob_match(const char *p, const char *s) {
   return !*s;
 }
 
-int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
-  dlock__error_clear();
-  if (!c || !fn) return dlock__error(DLOCK_EINVAL, "dlock_lock_list: NULL argument");
-  if (pattern && strlen(pattern) > DLOCK_MAX_NAME_LEN)
-    return dlock__error(DLOCK_ENAME, "pattern is longer than %d bytes", DLOCK_MAX_NAME_LEN);
+int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
   /* Locks taken by dlock have a metadata hash "{<prefix><name>}:meta" that
    * lives exactly as long as the lock. Scan for those: the cheap part of the
    * key space, and no other application's keys are touched. */
@@ -202,9 +165,9 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
    * Elsewhere one node holds them all (Sentinel: the master it follows). */
   dlock__node *one = NULL, **nodes = &one;
   int nnodes = 0;
-  if (c->topo->masters) {
+  if (dlock__topo(c)->masters) {
     if (!(nodes = malloc(1024 * sizeof *nodes))) return dlock__error(DLOCK_ENOMEM, "out of memory");
-    nnodes = c->topo->masters(c->topo, nodes, 1024);
+    nnodes = dlock__topo(c)->masters(dlock__topo(c), nodes, 1024);
   }
   if (nnodes == 0) {
     int route_rc;
@@ -261,21 +224,9 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
   return count;
 }
 
-int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {
-  return dlock_guard_check_highest(c, resource, token, NULL);
-}
-
-int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
-  dlock__error_clear();
-  if (highest) *highest = 0;
-  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_guard_check: client is NULL");
-  int rc = dlock__check_name("resource name", resource);
-  if (rc) return rc;
-  if (token == 0) return dlock__error(DLOCK_ERANGE, "guard on '%s': token 0 is never issued", resource);
-  if (token > (uint64_t)INT64_MAX)
-    return dlock__error(DLOCK_ERANGE, "guard on '%s': token %" PRIu64 " is above 2^63-1, the largest fence dlock "
-                        "issues: it is no dlock fence (a wrapped or corrupted value?), so it is not admitted",
-                        resource, token);
+/* The core checked the arguments (core/admin.c). */
+int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
+  int rc;
   size_t klen = c->prefix_len + strlen(resource) + strlen("{}:guard");
   char *key = malloc(klen + 1);
   if (!key) return dlock__error(DLOCK_ENOMEM, "out of memory");

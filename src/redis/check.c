@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "redis.h"
 
 #define PROBE_NAME "dlock-doctor"
 #define NOEVICTION_FIX "run 'CONFIG SET maxmemory-policy noeviction' and put 'maxmemory-policy noeviction' in redis.conf"
@@ -26,7 +26,7 @@ static int server_cmd(dlock_client *c, dlock__reply **out, int argc, const char 
   for (int i = 0; i < argc && i < 8; i++) lens[i] = strlen(argv[i]);
   dlock__cmd cmd = {argc, argv, lens};
   *out = NULL;
-  return dlock__node_exec(c->topo->route(c->topo, "", 0), &cmd, 1, out, NULL);
+  return dlock__node_exec(dlock__topo(c)->route(dlock__topo(c), "", 0), &cmd, 1, out, NULL);
 }
 
 /* The value of 'field' in an INFO text, into 'buf'; 0 when found. */
@@ -124,7 +124,6 @@ void dlock__check_at_connect(dlock_client *c) {
   dlock__error_clear();
 }
 
-const char *dlock_client_warnings(const dlock_client *c) { return c ? c->warnings : ""; }
 
 static void check_eviction(dlock_client *c, dlock_check *k) {
   char policy[64], why[256];
@@ -286,7 +285,7 @@ static void check_scripts(dlock_client *c, dlock_check *k, char *user, size_t ul
 static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t len) {
   int sharded = dlock__sharded_pubsub(c), rc;
   dlock__node *node =
-      sharded ? c->topo->route(c->topo, channel, strlen(channel)) : dlock__route(c, "", 0, INT64_MAX, &rc);
+      sharded ? dlock__topo(c)->route(dlock__topo(c), channel, strlen(channel)) : dlock__route(c, "", 0, INT64_MAX, &rc);
   if (!node) {
     snprintf(why, len, "%s", dlock_last_error());
     return rc;
@@ -348,9 +347,7 @@ static void check_pubsub(dlock_client *c, dlock_check *k, const char *user) {
   dlock__error_clear();
 }
 
-int dlock_client_check(dlock_client *c, dlock_check *out, int max) {
-  dlock__error_clear();
-  if (!c || !out || max < 0) return dlock__error(DLOCK_EINVAL, "dlock_client_check: NULL argument");
+int dlock__redis_check(dlock_client *c, dlock_check *out, int max) {
   int rc = dlock_client_ping(c);
   if (rc) return rc;
   dlock_check all[DLOCK_CHECK_MAX];

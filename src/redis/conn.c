@@ -26,7 +26,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "internal.h"
+#include "redis.h"
 
 struct dlock__conn {
   int fd;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "redis.h"
 
 int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns) {
   memset(n, 0, sizeof *n);
@@ -197,13 +197,13 @@ void dlock__node_return(dlock__node *n, dlock__conn *conn, int failed) {
 
 dlock__node *dlock__route(dlock_client *c, const char *key, size_t keylen, dlock_mono_ms limit, int *rc) {
   *rc = 0;
-  if (c->topo->route_rc) return c->topo->route_rc(c->topo, key, keylen, limit, rc);
-  return c->topo->route(c->topo, key, keylen);
+  if (dlock__topo(c)->route_rc) return dlock__topo(c)->route_rc(dlock__topo(c), key, keylen, limit, rc);
+  return dlock__topo(c)->route(dlock__topo(c), key, keylen);
 }
 
 int dlock__topology_exec(dlock_client *c, const char *key, size_t keylen, const dlock__cmd *cmds, size_t n,
                          dlock__reply **replies, int *sent, dlock_mono_ms limit) {
-  dlock__topology *t = c->topo;
+  dlock__topology *t = dlock__topo(c);
   if (t->exec) {
     const char *keys[1] = {key};
     size_t keylens[1] = {keylen};

@@ -10,7 +10,7 @@
 
 #include <openssl/evp.h>
 
-#include "internal.h"
+#include "redis.h"
 
 extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
@@ -91,7 +91,7 @@ int dlock__reply_is_noscript(const dlock__reply *r) {
  * waits ending at 'limit' too. */
 static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, const dlock__script_call *calls,
                       const size_t *idx, size_t n, dlock__reply **replies, int *sent, dlock_mono_ms limit) {
-  if (!c->topo->exec) return dlock__node_exec_until(node, cmds, n, replies, sent, limit);
+  if (!dlock__topo(c)->exec) return dlock__node_exec_until(node, cmds, n, replies, sent, limit);
   const char *stack_k[4] = {0};
   size_t stack_kl[4] = {0};
   const char **k = n <= 4 ? stack_k : malloc(n * sizeof *k);
@@ -106,7 +106,7 @@ static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds
       k[i] = call->keys[0];
       kl[i] = call->keylens[0];
     }
-    rc = c->topo->exec(c->topo, cmds, k, kl, n, replies, sent, limit);
+    rc = dlock__topo(c)->exec(dlock__topo(c), cmds, k, kl, n, replies, sent, limit);
   }
   if (n > 4) {
     free(k);
@@ -117,7 +117,7 @@ static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds
 
 /* The topology's WAIT, when one of 'calls' takes or renews a lock. */
 static int wants_wait(const dlock_client *c, const dlock__script_call *calls, size_t n) {
-  if (c->topo->wait_replicas <= 0) return 0;
+  if (dlock__topo(c)->wait_replicas <= 0) return 0;
   for (size_t i = 0; i < n; i++)
     if (calls[i].script == DLOCK__SCRIPT_ACQUIRE || calls[i].script == DLOCK__SCRIPT_EXTEND) return 1;
   return 0;
@@ -131,10 +131,10 @@ static int exec_with_wait(dlock_client *c, dlock__node *node, dlock__cmd *cmds, 
                           const size_t *idx, size_t k, dlock__reply **replies, int *sent, int wait, int *acked,
                           dlock_mono_ms limit) {
   *acked = -1;
-  if (!wait || c->topo->exec) return exec_calls(c, node, cmds, calls, idx, k, replies, sent, limit);
+  if (!wait || dlock__topo(c)->exec) return exec_calls(c, node, cmds, calls, idx, k, replies, sent, limit);
   char nrep[16], tmo[16];
-  snprintf(nrep, sizeof nrep, "%d", c->topo->wait_replicas);
-  snprintf(tmo, sizeof tmo, "%d", c->topo->wait_timeout_ms);
+  snprintf(nrep, sizeof nrep, "%d", dlock__topo(c)->wait_replicas);
+  snprintf(tmo, sizeof tmo, "%d", dlock__topo(c)->wait_timeout_ms);
   const char *argv[3] = {"WAIT", nrep, tmo};
   size_t lens[3] = {4, strlen(nrep), strlen(tmo)};
   dlock__cmd *all = malloc((k + 1) * sizeof *all);
@@ -165,8 +165,8 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
 int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
                             dlock_mono_ms limit) {
   pthread_once(&shas_once, compute_shas);
-  if (c->topo->quorum_run) { /* Redlock: every node, counted (topo_redlock.c) */
-    int qrc = c->topo->quorum_run(c->topo, c, calls, n, replies, limit);
+  if (dlock__topo(c)->quorum_run) { /* Redlock: every node, counted (topo_redlock.c) */
+    int qrc = dlock__topo(c)->quorum_run(dlock__topo(c), c, calls, n, replies, limit);
     if (qrc != DLOCK__QUORUM_PASS) return qrc;
   }
   int route_rc;
@@ -248,10 +248,10 @@ int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dloc
 }
 
 int dlock__replicas_short(dlock_client *c, const dlock__script_call *call) {
-  int want = c->topo->wait_replicas;
+  int want = dlock__topo(c)->wait_replicas;
   if (want <= 0 || call->replicas >= want) return 0;
   dlock__error(DLOCK_EREPLICAS, "only %d of the %d replicas required acknowledged the write within %d ms "
                "(WAIT); check the replicas (INFO replication)", call->replicas < 0 ? 0 : call->replicas, want,
-               c->topo->wait_timeout_ms);
+               dlock__topo(c)->wait_timeout_ms);
   return 1;
 }

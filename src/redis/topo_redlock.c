@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "redis.h"
 
 #define SCHEME "redlock://"
 
@@ -1079,34 +1079,34 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
 
 /* ---- Public: each node's view ---- */
 
-int dlock_client_node_count(const dlock_client *c) {
-  if (!c || !c->topo || c->topo->quorum_run != rl_quorum_run) return 0;
-  return ((const redlock *)c->topo)->n;
+int dlock__redis_node_count(const dlock_client *c) {
+  if (!c || !dlock__rc(c) || !dlock__topo(c) || dlock__topo(c)->quorum_run != rl_quorum_run) return 0;
+  return ((const redlock *)dlock__topo(c))->n;
 }
 
-const char *dlock_client_node_name(const dlock_client *c, int i) {
-  if (i < 0 || i >= dlock_client_node_count(c)) return "";
-  return ((const redlock *)c->topo)->node[i].node.ep.display;
+const char *dlock__redis_node_name(const dlock_client *c, int i) {
+  if (i < 0 || i >= dlock__redis_node_count(c)) return "";
+  return ((const redlock *)dlock__topo(c))->node[i].node.ep.display;
 }
 
-int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out) {
+int dlock__redis_info_node(dlock_client *c, const char *name, int i, dlock_lock_info *out) {
   dlock__error_clear();
-  if (i < 0 || i >= dlock_client_node_count(c))
+  if (i < 0 || i >= dlock__redis_node_count(c))
     return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get_node: node %d of %d (a Redlock client has 3 or more)", i,
-                        dlock_client_node_count(c));
+                        dlock__redis_node_count(c));
   pin = i + 1;
-  int rc = dlock_lock_info_get(c, name, out);
+  int rc = dlock__redis_info(c, name, out);
   pin = 0;
   return rc;
 }
 
-int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max) {
+int dlock__redis_check_node(dlock_client *c, int i, dlock_check *out, int max) {
   dlock__error_clear();
-  if (i < 0 || i >= dlock_client_node_count(c))
+  if (i < 0 || i >= dlock__redis_node_count(c))
     return dlock__error(DLOCK_EINVAL, "dlock_client_check_node: node %d of %d (a Redlock client has 3 or more)", i,
-                        dlock_client_node_count(c));
+                        dlock__redis_node_count(c));
   pin = i + 1;
-  int rc = dlock_client_check(c, out, max);
+  int rc = dlock__redis_check(c, out, max);
   pin = 0;
   return rc;
 }

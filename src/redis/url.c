@@ -15,9 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "redis.h"
 #ifdef DLOCK_WITH_ZOOKEEPER
-#include "zk/zk.h"
 #endif
 
 static char *dup_range(const char *s, size_t n) {
@@ -92,22 +91,11 @@ static size_t password_len(const char *p) {
  * userinfo (a password may hold an unencoded '/', '?' or '@'), and every
  * "password=" value is masked up to the next known parameter. Over-masking
  * is the safe error. */
-void dlock_url_redact(const char *url, char *buf, size_t len) {
+void dlock__redis_redact(const char *url, char *buf, size_t len) {
   size_t o = 0;
   if (!buf || len == 0) return;
   buf[0] = '\0';
   if (!url) return;
-  if (!strncmp(url, "zk://", 5)) {
-    /* ZooKeeper's ?digest=user:password (docs/zookeeper.md). */
-#ifdef DLOCK_WITH_ZOOKEEPER
-    dlock__zk_url_redact(url, buf, len);
-#else
-    const char *d = strstr(url, "digest=");
-    put(buf, len, &o, url, d ? (size_t)(d - url) + 7 : strlen(url));
-    if (d) put(buf, len, &o, "***", 3);
-#endif
-    return;
-  }
   const char *start = strstr(url, "://");
   start = start ? start + 3 : url;
   const char *at = strrchr(start, '@');

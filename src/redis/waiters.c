@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "redis.h"
 
 typedef struct channel {
   char *name;
@@ -89,7 +89,7 @@ static void deliver(dlock__subscriber *s, const char *payload) {
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < s->nwaiters; i++) {
     dlock_mutex *m = s->waiters[i];
-    if (strlen(m->waiter_id) == idlen && !memcmp(m->waiter_id, payload, idlen)) {
+    if (strlen(dlock__rm(m)->waiter_id) == idlen && !memcmp(dlock__rm(m)->waiter_id, payload, idlen)) {
       pthread_mutex_lock(&m->mu);
       m->woken = 1; /* the fence after the id is not used: see acquire_loop() */
       pthread_cond_broadcast(&m->cv);
@@ -199,7 +199,7 @@ static void reroute(dlock__subscriber *s, const char *name, size_t len) {
  * Sentinel) or the router's owner of its slot (cluster). */
 static dlock__node *home_of(dlock__subscriber *s, const channel *ch, dlock__node *master) {
   if (!s->sharded) return master;
-  dlock__topology *t = s->client->topo;
+  dlock__topology *t = dlock__topo(s->client);
   return t->route(t, ch->name, ch->len);
 }
 
@@ -378,7 +378,7 @@ static void *subscriber_main(void *arg) {
 static int start(dlock_client *c) {
   pthread_mutex_lock(&c->lazy_mu);
   int rc = 0;
-  if (!c->subscriber) {
+  if (!dlock__rc(c)->subscriber) {
     dlock__subscriber *s = calloc(1, sizeof *s);
     if (!s) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
@@ -398,7 +398,7 @@ static int start(dlock_client *c) {
         free(s);
         rc = dlock__error(DLOCK_ESYS, "cannot start the subscriber thread");
       } else {
-        c->subscriber = s;
+        dlock__rc(c)->subscriber = s;
       }
     }
   }
@@ -408,7 +408,7 @@ static int start(dlock_client *c) {
 
 static dlock__subscriber *get(dlock_client *c) {
   pthread_mutex_lock(&c->lazy_mu);
-  dlock__subscriber *s = c->subscriber;
+  dlock__subscriber *s = dlock__rc(c)->subscriber;
   pthread_mutex_unlock(&c->lazy_mu);
   return s;
 }
@@ -421,12 +421,12 @@ static channel *find_channel(dlock__subscriber *s, const char *name, size_t len)
 
 int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
   /* Tried once per handle: if it fails, the waiter goes on with re-checks. */
-  m->watch_tried = 1;
+  dlock__rm(m)->watch_tried = 1;
   int rc = start(c);
   if (rc) return rc;
-  dlock__subscriber *s = c->subscriber;
+  dlock__subscriber *s = dlock__rc(c)->subscriber;
   pthread_mutex_lock(&s->mu);
-  channel *ch = find_channel(s, m->channel, m->channel_len);
+  channel *ch = find_channel(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len);
   if (!ch) {
     if (s->nchannels == s->capchannels) {
       size_t cap = s->capchannels ? s->capchannels * 2 : 16;
@@ -440,39 +440,39 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
     }
     ch = &s->channels[s->nchannels];
     memset(ch, 0, sizeof *ch);
-    if (!(ch->name = malloc(m->channel_len + 1))) {
+    if (!(ch->name = malloc(dlock__rm(m)->channel_len + 1))) {
       pthread_mutex_unlock(&s->mu);
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
-    memcpy(ch->name, m->channel, m->channel_len + 1);
-    ch->len = m->channel_len;
+    memcpy(ch->name, dlock__rm(m)->channel, dlock__rm(m)->channel_len + 1);
+    ch->len = dlock__rm(m)->channel_len;
     s->nchannels++;
   }
   ch->refs++;
-  m->subscribed = 1;
+  dlock__rm(m)->subscribed = 1;
   poke(s);
   dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   for (;;) {
-    ch = find_channel(s, m->channel, m->channel_len);
+    ch = find_channel(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len);
     if (!ch || ch->confirmed != 0) break;
     if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) break;
   }
   rc = ch && ch->confirmed == 1 ? 0 : DLOCK_EIO;
-  if (rc) dlock__error(rc, "subscribe to %s failed (%s); waiting falls back to re-checks", m->channel,
+  if (rc) dlock__error(rc, "subscribe to %s failed (%s); waiting falls back to re-checks", dlock__rm(m)->channel,
                        s->last_error[0] ? s->last_error : "no confirmation in time");
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
 
 void dlock__subscriber_unwatch(dlock_client *c, dlock_mutex *m) {
-  if (!m->subscribed) return;
-  m->subscribed = 0;
+  if (!dlock__rm(m)->subscribed) return;
+  dlock__rm(m)->subscribed = 0;
   dlock__subscriber *s = get(c);
   if (!s) return;
   pthread_mutex_lock(&s->mu);
-  channel *ch = find_channel(s, m->channel, m->channel_len);
+  channel *ch = find_channel(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len);
   if (ch && ch->refs > 0) ch->refs--;
   poke(s);
   pthread_mutex_unlock(&s->mu);
@@ -480,7 +480,7 @@ void dlock__subscriber_unwatch(dlock_client *c, dlock_mutex *m) {
 
 void dlock__subscriber_add_waiter(dlock_client *c, dlock_mutex *m) {
   if (start(c) != 0) return; /* no subscriber: re-checks only */
-  dlock__subscriber *s = c->subscriber;
+  dlock__subscriber *s = dlock__rc(c)->subscriber;
   pthread_mutex_lock(&s->mu);
   if (s->nwaiters == s->capwaiters) {
     size_t cap = s->capwaiters ? s->capwaiters * 2 : 16;
@@ -509,7 +509,7 @@ void dlock__subscriber_remove_waiter(dlock_client *c, dlock_mutex *m) {
 }
 
 void dlock__subscriber_stop(dlock_client *c) {
-  dlock__subscriber *s = c->subscriber;
+  dlock__subscriber *s = dlock__rc(c)->subscriber;
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
@@ -525,5 +525,5 @@ void dlock__subscriber_stop(dlock_client *c) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
-  c->subscriber = NULL;
+  dlock__rc(c)->subscriber = NULL;
 }

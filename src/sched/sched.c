@@ -4,8 +4,9 @@
  *
  * A timer thread fires ticks by the local wall clock (the only code besides
  * the cron engine that reads it) and hands them to a pool of workers. Each
- * worker claims its tick in Redis (scripts sched_*.lua): a tick claimed once
- * is never run again, and the job lock keeps runs from overlapping.
+ * worker claims its tick through the client's backend (Redis: the scripts
+ * sched_*.lua): a tick claimed once is never run again, and the job lock
+ * keeps runs from overlapping.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -30,13 +31,8 @@
 
 typedef enum trigger_kind { TRIGGER_CRON, TRIGGER_RATE, TRIGGER_DELAY } trigger_kind;
 
-enum { JK_TICK = DLOCK__K_COUNT, JK_HISTORY, JK_LASTEND, JK_COUNT };
-
 typedef struct job {
   char *name;
-  dlock__lock_keys keys;     /* the job lock: a dlock lock named like the job */
-  char *extra[3];            /* {K}:tick, {K}:history, {K}:lastend */
-  size_t extra_len[3];
   trigger_kind kind;
   dlock__cron *cron;
   dlock__tz *tz;
@@ -114,6 +110,9 @@ int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_option
   dlock_sched_options_init(&o);
   int rc = dlock__options_in(&o, sizeof o, opts, DLOCK__SCHED_OPTIONS_V1, "dlock_sched_options");
   if (rc) return rc;
+  if (!c->ops->sched_claim)
+    return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
+                        c->server);
   if (o.pool_size < 0 || o.pool_size > 256)
     return dlock__error(DLOCK_ERANGE, "pool_size is %d; it must be 0 (default 1) or 1..256", o.pool_size);
   dlock_sched *s = calloc(1, sizeof *s);
@@ -142,8 +141,6 @@ int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_option
 }
 
 static void job_free(job *j) {
-  dlock__lock_keys_clear(&j->keys);
-  for (int i = 0; i < 3; i++) free(j->extra[i]);
   dlock__cron_free(j->cron);
   dlock__tz_free(j->tz);
   free(j->name);
@@ -188,21 +185,6 @@ static int add_job(dlock_sched *s, const char *name, trigger_kind kind, const dl
   j->opts.time_zone = NULL;
   j->fn = fn;
   j->arg = arg;
-  if ((rc = dlock__lock_keys_init(&j->keys, s->client, name))) {
-    job_free(j);
-    return rc;
-  }
-  static const char *const suffix[3] = {"}:tick", "}:history", "}:lastend"};
-  for (int i = 0; i < 3; i++) {
-    const char *base = j->keys.key[DLOCK__K_LOCK];
-    size_t len = strlen(base) + strlen(suffix[i]) + 1;
-    if (!(j->extra[i] = malloc(len + 1))) {
-      job_free(j);
-      return dlock__error(DLOCK_ENOMEM, "out of memory");
-    }
-    snprintf(j->extra[i], len + 1, "{%s%s", base, suffix[i]);
-    j->extra_len[i] = len;
-  }
   *out = j;
   return 0;
 }
@@ -270,7 +252,7 @@ static int64_t next_tick(const job *j, int64_t after_ms) {
     if (dlock__cron_next(j->cron, j->tz, after_s, &next_s) != 0) return INT64_MAX;
     return next_s * 1000;
   }
-  return after_ms; /* delay jobs ask Redis when they are due */
+  return after_ms; /* delay jobs ask the server when they are due */
 }
 
 static int64_t misfire_ms(const job *j) {
@@ -279,244 +261,120 @@ static int64_t misfire_ms(const job *j) {
 
 /* ---- Running one tick (worker threads) ---- */
 
-static void job_call(dlock__script_call *call, dlock__script_id id, const job *j, int with_extra) {
-  memset(call, 0, sizeof *call);
-  call->script = id;
-  dlock__script_call_keys(call, &j->keys);
-  for (int i = 0; i < with_extra; i++) {
-    call->keys[call->nkeys] = j->extra[i];
-    call->keylens[call->nkeys] = j->extra_len[i];
-    call->nkeys++;
-  }
-}
-
-static void add_arg(dlock__script_call *call, const char *s) {
-  call->args[call->nargs] = s;
-  call->arglens[call->nargs] = strlen(s);
-  call->nargs++;
-}
-
-/* Run a script; map error replies; check the reply is an array of >= 'min'
- * elements. 'twice_safe': the script gives the same answer when it runs twice
- * with the same arguments, so a lost reply is answered by sending it again. */
-static int run_script(dlock_sched *s, const job *j, dlock__script_call *call, size_t min, dlock__reply **out,
-                      int twice_safe) {
-  int rc = twice_safe ? dlock__script_run_twice_safe(s->client, call, out)
-                      : dlock__script_run(s->client, call, 1, out);
-  if (rc) {
-    dlock__error_prefix("job '%s': ", j->name); /* transport errors name the server already */
-    return rc;
-  }
-  if ((*out)->type == DLOCK__REPLY_ERROR) {
-    rc = dlock__reply_error_status(*out);
-    dlock__error(rc, "job '%s' on %s: %s script: %s", j->name, s->client->server,
-                 dlock__script_name(call->script), (*out)->str);
-  } else if ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements < min) {
-    rc = dlock__error(DLOCK_EPROTO, "job '%s': unexpected reply from the %s script", j->name,
-                      dlock__script_name(call->script));
-  }
-  if (rc) {
-    dlock__reply_free(*out);
-    *out = NULL;
-  }
+/* A claim for 'j' with a fresh run token in 'token'. */
+static int claim_init(dlock__claim *cl, const dlock_sched *s, const job *j, int64_t tick, char *token) {
+  memset(cl, 0, sizeof *cl);
+  int rc = dlock__random_hex(token, DLOCK__TOKEN_HEX / 2);
+  cl->job = j->name;
+  cl->tick_ms = tick;
+  cl->delay_ms = j->kind == TRIGGER_DELAY ? j->period_ms : 0;
+  cl->token = token;
+  cl->node = s->node;
+  cl->at_most_ms = j->opts.lock_at_most_for_ms;
+  cl->at_least_ms = j->opts.lock_at_least_for_ms;
+  cl->allow_overlap = j->opts.allow_overlap;
+  cl->history_len = j->opts.history_len;
+  cl->ahead_ms = DLOCK_SCHED_CLOCK_TOLERANCE_MS;
   return rc;
-}
-
-static const char *el_str(const dlock__reply *r, size_t i) {
-  return i < r->elements && r->element[i]->type == DLOCK__REPLY_STRING ? r->element[i]->str : "";
-}
-
-/* Element 'i' of a claim's reply as a fencing token; -1 with an error. */
-static int el_fence(const dlock__reply *r, size_t i, const job *j, uint64_t *fence) {
-  const char *s = el_str(r, i);
-  if (dlock__parse_fence(s, strlen(s), fence) == 0 && *fence > 0) return 0;
-  return dlock__error(DLOCK_EFENCE, "job '%s': the claim gave fence '%.40s', not an integer in 1..2^63-1", j->name, s);
 }
 
 /* A claim refused because 'tick' lies ahead of the server's clock: this
  * node's clock is wrong. The skew is measured at the middle of the call. */
 static void report_skew(dlock_sched *s, const job *j, int64_t tick, int64_t sent, int64_t received,
-                        const char *server_now_s) {
-  int64_t server_now = strtoll(server_now_s, NULL, 10);
+                        int64_t server_now) {
   int64_t skew = sent + (received - sent) / 2 - server_now;
   char text[1024];
-  snprintf(text, sizeof text, "this node's clock is %.1f s ahead of the clock of the Redis server %s (measured "
+  snprintf(text, sizeof text, "this node's clock is %.1f s ahead of the clock of the %s server %s (measured "
            "over a %lld ms round trip); the tick is %.1f s in the server's future, beyond the %.1f s tolerance, "
            "so it was not claimed: claiming it would make every node skip the ticks before it. Fix this node's "
-           "clock (NTP)", (double)skew / 1000, s->client->server, (long long)(received - sent),
+           "clock (NTP)", (double)skew / 1000, s->client->ops->name, s->client->server, (long long)(received - sent),
            (double)(tick - server_now) / 1000, DLOCK_SCHED_CLOCK_TOLERANCE_MS / 1000.0);
   if (!s->opts.on_event) return;
   dlock_sched_event ev = {DLOCK_SCHED_CLOCK_SKEW, j->name, tick, s->node, 0, -1, 0, text, skew};
   s->opts.on_event(&ev, s->opts.on_event_arg);
 }
 
-/* After a claim or finish whose reply was lost: the job lock may hold our
- * token for lock_at_most_for. Delete it if so (withdraw.lua does exactly
- * delete-if-token), so that the next tick is not blocked. */
-static void undo_claim(dlock_sched *s, const job *j, const char *token) {
-  dlock__script_call call;
-  job_call(&call, DLOCK__SCRIPT_WITHDRAW, j, 0);
-  add_arg(&call, "");
-  add_arg(&call, token);
-  dlock__reply *r = NULL;
-  if (dlock__script_run_twice_safe(s->client, &call, &r) == 0) dlock__reply_free(r); /* delete-if-token */
+/* A claim failed: report it, and free the job lock if the claim may hold it. */
+static void claim_failed(dlock_sched *s, const job *j, const dlock__claim *cl, int64_t tick, int rc) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  if (cl->maybe_ran) s->client->ops->sched_undo(s->client, cl);
+  emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, msg);
 }
 
 /* Run the callback for a claimed tick and record its end. */
-static void run_claimed(dlock_sched *s, job *j, int64_t tick, const char *token, uint64_t fence,
-                        const char *start_ms) {
-  dlock_tick t = {j->name, tick, fence, s->node};
+static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
+  int64_t tick = cl->delay_ms ? cl->claimed_tick_ms : cl->tick_ms;
+  dlock_tick t = {j->name, tick, cl->fence, s->node};
+  dlock_mono_ms began = dlock_mono_now();
   int status = j->fn(&t, j->arg);
-  char tick_s[24], fence_s[24], atleast_s[24], atmost_s[24], hist_s[16], outcome[64];
-  snprintf(tick_s, sizeof tick_s, "%" PRId64, tick);
-  snprintf(fence_s, sizeof fence_s, "%" PRIu64, fence);
-  snprintf(atleast_s, sizeof atleast_s, "%" PRId64, j->opts.lock_at_least_for_ms);
-  snprintf(atmost_s, sizeof atmost_s, "%" PRId64, j->opts.lock_at_most_for_ms);
-  snprintf(hist_s, sizeof hist_s, "%d", j->opts.history_len);
-  if (status == 0) snprintf(outcome, sizeof outcome, "ok");
-  else snprintf(outcome, sizeof outcome, "failed: %d", status);
-  dlock__script_call call;
-  job_call(&call, DLOCK__SCRIPT_SCHED_FINISH, j, 3);
-  add_arg(&call, token);
-  add_arg(&call, tick_s);
-  add_arg(&call, start_ms);
-  add_arg(&call, atleast_s);
-  add_arg(&call, s->node);
-  add_arg(&call, fence_s);
-  add_arg(&call, outcome);
-  add_arg(&call, hist_s);
-  add_arg(&call, j->opts.allow_overlap && j->kind != TRIGGER_DELAY ? "1" : "0");
-  add_arg(&call, atmost_s);
-  add_arg(&call, "0");
-  dlock__reply *r = NULL;
-  int rc = run_script(s, j, &call, 2, &r, 0);
-  if (rc && call.maybe_ran) {
-    /* The reply was lost: send it again marked as a second send, which finds
-     * the first one's history entry if it ran and then writes nothing again. */
-    call.args[call.nargs - 1] = "1";
-    call.arglens[call.nargs - 1] = 1;
-    rc = run_script(s, j, &call, 2, &r, 0);
-    call.maybe_ran = 1;
-  }
-  int64_t duration = r ? strtoll(el_str(r, 0), NULL, 10) : -1;
-  int lock_was_ours = r && r->element[1]->type == DLOCK__REPLY_INTEGER && r->element[1]->integer == 1;
-  dlock__reply_free(r);
-  emit(s, DLOCK_SCHED_RAN, j, tick, s->node, fence, duration, status, NULL);
+  dlock_run_record rec;
+  dlock_run_record_init(&rec);
+  snprintf(rec.node, sizeof rec.node, "%s", s->node);
+  rec.fence = cl->fence;
+  rec.scheduled_unix_ms = tick;
+  rec.start_unix_ms = cl->start_ms;
+  rec.duration_ms = dlock_mono_now() - began;
+  if (status == 0) snprintf(rec.outcome, sizeof rec.outcome, "ok");
+  else snprintf(rec.outcome, sizeof rec.outcome, "failed: %d", status);
+  int lock_was_ours = 0;
+  int rc = s->client->ops->sched_finish(s->client, cl, &rec, &lock_was_ours);
+  emit(s, DLOCK_SCHED_RAN, j, tick, s->node, cl->fence, rc ? -1 : rec.duration_ms, status, NULL);
   if (rc) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
-    undo_claim(s, j, token); /* the lock holds our token unless the finish ran */
-    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, fence, -1, rc, msg);
+    s->client->ops->sched_undo(s->client, cl); /* the lock holds our token unless the finish ran */
+    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, cl->fence, -1, rc, msg);
   } else if (!lock_was_ours && !(j->opts.allow_overlap && j->kind != TRIGGER_DELAY)) {
-    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, fence, duration, DLOCK_ELOST,
+    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, cl->fence, rec.duration_ms, DLOCK_ELOST,
          "the run outlived its job lock (lock_at_most_for): a later tick may have overlapped it");
   }
 }
 
 static void run_tick(dlock_sched *s, job *j, int64_t tick) {
-  char token[DLOCK__TOKEN_HEX + 1], tick_s[24], atmost_s[24], hist_s[16], ahead_s[24];
-  int rc = dlock__random_hex(token, DLOCK__TOKEN_HEX / 2);
+  char token[DLOCK__TOKEN_HEX + 1];
+  dlock__claim cl;
+  int rc = claim_init(&cl, s, j, tick, token);
   if (rc) {
     emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, dlock_last_error());
     return;
   }
-  snprintf(tick_s, sizeof tick_s, "%" PRId64, tick);
-  snprintf(atmost_s, sizeof atmost_s, "%" PRId64, j->opts.lock_at_most_for_ms);
-  snprintf(hist_s, sizeof hist_s, "%d", j->opts.history_len);
-  dlock__script_call call;
-  job_call(&call, DLOCK__SCRIPT_SCHED_CLAIM, j, 2);
-  add_arg(&call, tick_s);
-  add_arg(&call, token);
-  add_arg(&call, atmost_s);
-  add_arg(&call, s->node);
-  add_arg(&call, j->opts.allow_overlap ? "1" : "0");
-  add_arg(&call, hist_s);
-  snprintf(ahead_s, sizeof ahead_s, "%d", DLOCK_SCHED_CLOCK_TOLERANCE_MS);
-  add_arg(&call, ahead_s);
-  dlock__reply *r = NULL;
   int64_t sent = wall_ms();
-  if ((rc = run_script(s, j, &call, 3, &r, 1))) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", dlock_last_error());
-    if (call.maybe_ran) undo_claim(s, j, token);
-    emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, msg);
+  if ((rc = s->client->ops->sched_claim(s->client, &cl))) {
+    claim_failed(s, j, &cl, tick, rc);
     return;
   }
-  long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
-  if (claimed == 1) {
-    uint64_t fence;
-    if (el_fence(r, 1, j, &fence) != 0) { /* never run without a valid fence */
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", dlock_last_error());
-      dlock__reply_free(r);
-      undo_claim(s, j, token);
-      emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, DLOCK_EFENCE, msg);
-      return;
-    }
-    char start[24];
-    snprintf(start, sizeof start, "%s", el_str(r, 2));
-    dlock__reply_free(r);
-    run_claimed(s, j, tick, token, fence, start);
-    return;
+  switch (cl.outcome) {
+  case DLOCK__CLAIM_YOURS:
+    run_claimed(s, j, &cl);
+    break;
+  case DLOCK__CLAIM_AHEAD:
+    report_skew(s, j, tick, sent, wall_ms(), cl.server_now_ms);
+    break;
+  default:
+    emit(s, cl.outcome == DLOCK__CLAIM_BUSY ? DLOCK_SCHED_SKIPPED_BUSY : DLOCK_SCHED_SKIPPED, j, tick, cl.by, 0, -1,
+         0, NULL);
   }
-  if (!strcmp(el_str(r, 1), "ahead")) {
-    report_skew(s, j, tick, sent, wall_ms(), el_str(r, 2));
-    dlock__reply_free(r);
-    return;
-  }
-  int busy = !strcmp(el_str(r, 1), "busy");
-  emit(s, busy ? DLOCK_SCHED_SKIPPED_BUSY : DLOCK_SCHED_SKIPPED, j, tick, el_str(r, 2), 0, -1, 0, NULL);
-  dlock__reply_free(r);
 }
 
 /* One step of a fixed-delay job: run it if due, else say when to look again. */
 static int64_t run_delay(dlock_sched *s, job *j) {
-  char token[DLOCK__TOKEN_HEX + 1], delay_s[24], atmost_s[24];
   int64_t poll = j->period_ms / 2 < 500 ? j->period_ms / 2 : 500;
   if (poll < 10) poll = 10;
-  int rc = dlock__random_hex(token, DLOCK__TOKEN_HEX / 2);
-  if (rc) return wall_ms() + poll;
-  snprintf(delay_s, sizeof delay_s, "%" PRId64, j->period_ms);
-  snprintf(atmost_s, sizeof atmost_s, "%" PRId64, j->opts.lock_at_most_for_ms);
-  dlock__script_call call;
-  job_call(&call, DLOCK__SCRIPT_SCHED_DELAY, j, 3);
-  add_arg(&call, delay_s);
-  add_arg(&call, token);
-  add_arg(&call, atmost_s);
-  add_arg(&call, s->node);
-  dlock__reply *r = NULL;
-  if ((rc = run_script(s, j, &call, 3, &r, 1))) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", dlock_last_error());
-    if (call.maybe_ran) undo_claim(s, j, token);
-    emit(s, DLOCK_SCHED_ERROR, j, wall_ms(), s->node, 0, -1, rc, msg);
+  char token[DLOCK__TOKEN_HEX + 1];
+  dlock__claim cl;
+  if (claim_init(&cl, s, j, 0, token) != 0) return wall_ms() + poll;
+  int rc = s->client->ops->sched_claim(s->client, &cl);
+  if (rc) {
+    claim_failed(s, j, &cl, wall_ms(), rc);
     return wall_ms() + poll;
   }
-  long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
-  if (claimed == 1 && r->elements >= 4) {
-    uint64_t fence;
-    int64_t tick = strtoll(el_str(r, 3), NULL, 10);
-    if (el_fence(r, 1, j, &fence) != 0) {
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", dlock_last_error());
-      dlock__reply_free(r);
-      undo_claim(s, j, token);
-      emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, DLOCK_EFENCE, msg);
-      return wall_ms() + poll;
-    }
-    char start[24];
-    snprintf(start, sizeof start, "%s", el_str(r, 2));
-    dlock__reply_free(r);
-    run_claimed(s, j, tick, token, fence, start);
-    return wall_ms(); /* ask again at once: Redis answers how long to wait */
+  if (cl.outcome == DLOCK__CLAIM_YOURS) {
+    run_claimed(s, j, &cl);
+    return wall_ms(); /* ask again at once: the server answers how long to wait */
   }
-  int64_t next = wall_ms() + poll;
-  if (!strcmp(el_str(r, 1), "wait")) {
-    int64_t wait = strtoll(el_str(r, 2), NULL, 10);
-    next = wall_ms() + (wait > 0 ? wait : 1);
-  }
-  dlock__reply_free(r);
-  return next;
+  if (cl.outcome == DLOCK__CLAIM_WAIT && cl.wait_ms >= 0) return wall_ms() + (cl.wait_ms > 0 ? cl.wait_ms : 1);
+  return wall_ms() + poll;
 }
 
 static void *worker_main(void *arg) {
@@ -691,65 +549,21 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   int rc = dlock__check_name("job name", name);
   if (rc) return rc;
   if (max == 0) return 0;
+  if (!c->ops->sched_history)
+    return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
+                        c->server);
   if ((rc = dlock__struct_check(out, DLOCK__RUN_RECORD_V1, sizeof *out, "dlock_run_record"))) return rc;
   /* The caller's element size: a program built against an older dlock.h
    * has smaller records, of which only the known part is written. */
   size_t stride;
   memcpy(&stride, out, sizeof stride);
-  dlock__lock_keys keys;
-  if ((rc = dlock__lock_keys_init(&keys, c, name))) return rc;
-  size_t len = keys.len[DLOCK__K_LOCK] + strlen("{}:history");
-  char *key = malloc(len + 1);
-  if (!key) {
-    dlock__lock_keys_clear(&keys);
-    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  dlock_run_record *full = calloc((size_t)max, sizeof *full);
+  if (!full) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int n = c->ops->sched_history(c, name, full, max);
+  for (int i = 0; i < n; i++) {
+    full[i].struct_size = stride;
+    memcpy((char *)out + (size_t)i * stride, &full[i], stride);
   }
-  snprintf(key, len + 1, "{%s}:history", keys.key[DLOCK__K_LOCK]);
-  dlock__lock_keys_clear(&keys);
-  char max_s[16];
-  snprintf(max_s, sizeof max_s, "%d", max);
-  dlock__script_call call;
-  memset(&call, 0, sizeof call);
-  call.script = DLOCK__SCRIPT_SCHED_HISTORY;
-  call.nkeys = 1;
-  call.keys[0] = key;
-  call.keylens[0] = len;
-  add_arg(&call, max_s);
-  dlock__reply *r = NULL;
-  rc = dlock__script_run_twice_safe(c, &call, &r); /* read-only */
-  if (!rc && r->type == DLOCK__REPLY_ERROR) {
-    rc = dlock__reply_error_status(r);
-    dlock__error(rc, "history of job '%s' on %s: %s", name, c->server, r->str);
-  } else if (!rc && r->type != DLOCK__REPLY_ARRAY) {
-    rc = dlock__error(DLOCK_EPROTO, "history of job '%s': unexpected reply", name);
-  } else if (rc) {
-    dlock__error_prefix("history of job '%s' on %s: ", name, c->server);
-  }
-  int n = 0;
-  for (size_t i = 0; !rc && i < r->elements && n < max; i++) {
-    const dlock__reply *e = r->element[i];
-    if (e->type != DLOCK__REPLY_STRING) continue;
-    /* node|fence|tick|start|duration|outcome; the outcome may hold '|' */
-    dlock_run_record full, *rec = &full;
-    dlock_run_record_init(rec);
-    const char *p = e->str;
-    const char *bar = strchr(p, '|');
-    if (!bar) continue;
-    snprintf(rec->node, sizeof rec->node, "%.*s", (int)(bar - p), p);
-    char *end = strchr(bar + 1, '|');
-    if (!end || dlock__parse_fence(bar + 1, (size_t)(end - bar - 1), &rec->fence) != 0) continue;
-    rec->scheduled_unix_ms = strtoll(end + 1, &end, 10);
-    if (*end != '|') continue;
-    rec->start_unix_ms = strtoll(end + 1, &end, 10);
-    if (*end != '|') continue;
-    rec->duration_ms = strtoll(end + 1, &end, 10);
-    if (*end != '|') continue;
-    snprintf(rec->outcome, sizeof rec->outcome, "%s", end + 1);
-    rec->struct_size = stride;
-    memcpy((char *)out + (size_t)n * stride, rec, stride);
-    n++;
-  }
-  dlock__reply_free(r);
-  free(key);
-  return rc ? rc : n;
+  free(full);
+  return n;
 }

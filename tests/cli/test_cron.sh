@@ -177,7 +177,7 @@ elif [ -n "$FAKELIB" ]; then
   wait_exit "$SKEW" 15
   assert_eq "skewed node: exits 143 after SIGTERM" "$EXIT_CODE" 143
   assert_match "skewed node: the log line gives the measured skew and the fix" "$(cat "$TEST_DIR/skew.log")" \
-    "S tick [0-9T:.+-]+: not claimed: this node's clock is 3[56][0-9][0-9]\.[0-9] s ahead of the clock of the Redis server 127\.0\.0\.1:[0-9]+ .*Fix this node's clock"
+    "S tick [0-9T:.+-]+: not claimed: this node's clock is 3[56][0-9][0-9]\.[0-9] s ahead of the clock of the redis server 127\.0\.0\.1:[0-9]+ .*Fix this node's clock"
   check "skewed node: ran nothing" test ! -s "$SK"
   check "skewed node: claimed nothing" key_gone "{S}:tick"
 else

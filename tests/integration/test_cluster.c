@@ -12,7 +12,7 @@
 
 #include "dlock.h"
 #include "harness_cluster.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 static th_cluster cl;

@@ -13,7 +13,7 @@
 #include "dlock.h"
 #include "faultproxy.h"
 #include "harness.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 static th_redis srv;

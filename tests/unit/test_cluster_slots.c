@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "dlock.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 static int slot(const char *key) { return dlock__cluster_slot(key, strlen(key)); }

@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 /* A reply tree written back as compact text, for comparing. */

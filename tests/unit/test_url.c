@@ -3,7 +3,7 @@
  * texts: the parts that need no server.
  */
 #include "dlock.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 TEST(a_full_redis_url_is_parsed_into_its_parts) {

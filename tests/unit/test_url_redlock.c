@@ -4,7 +4,7 @@
  * errors, and a redaction that masks every node's password.
  */
 #include "dlock.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 TEST(a_redlock_url_gives_one_redis_url_per_node_with_the_shared_db_and_query) {

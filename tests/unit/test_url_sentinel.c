@@ -4,7 +4,7 @@
  * and the errors, none of which may print a password.
  */
 #include "dlock.h"
-#include "internal.h"
+#include "redis.h"
 #include "test.h"
 
 TEST(a_sentinel_url_lists_the_sentinels_the_service_and_the_master_options) {
