@@ -32,6 +32,8 @@ typedef struct dlock__backend_ops dlock__backend_ops;
 #define DLOCK__CAP_FENCE 4u    /* every hold carries a fence (all but advisory mode) */
 #define DLOCK__CAP_SCHED 8u    /* the scheduler's claims */
 #define DLOCK__CAP_GUARD 16u   /* dlock_guard_check */
+#define DLOCK__CAP_SEMAPHORE 32u /* handles of kind DLOCK__KIND_SEMAPHORE (internal.h) */
+#define DLOCK__CAP_RWLOCK 64u  /* handles of kind DLOCK__KIND_READ and _WRITE */
 
 /* What an acquire answers on success. */
 typedef struct dlock__grant {

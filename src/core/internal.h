@@ -94,13 +94,22 @@ struct dlock_client {
 
 /* ---- Lock handles (mutex.c) ---- */
 
-/* The kind of lock a handle takes (issue 12 adds the family). */
-typedef enum dlock__kind { DLOCK__KIND_MUTEX } dlock__kind;
+/* The kind of lock a handle takes. Every kind is a dlock_mutex inside (the
+ * public dlock_semaphore and dlock_rwlock handles point to one), so that
+ * leases, the watchdog, waits, cancellation and loss are the same code;
+ * the backend's operations look at m->kind. */
+typedef enum dlock__kind {
+  DLOCK__KIND_MUTEX,
+  DLOCK__KIND_SEMAPHORE, /* one of m->permits permits */
+  DLOCK__KIND_READ,      /* the shared side of a read-write lock */
+  DLOCK__KIND_WRITE      /* its exclusive side */
+} dlock__kind;
 
 struct dlock_mutex {
   dlock_client *client;
   char *name;
   dlock__kind kind;
+  int permits; /* semaphore: the limit given to _new() */
   void *be; /* the backend's state for this handle */
   dlock_mutex_options opts;
   char *owner_info;
@@ -134,6 +143,13 @@ struct dlock_mutex {
 
   char errmsg[512];
 };
+
+/* A handle of any kind ('permits' for a semaphore, else 1); the mutex's
+ * checks of name and options, and the backend's lock_new(). A kind the
+ * backend does not offer (caps) is a clear error. */
+int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock__kind kind, int permits,
+                    const dlock_mutex_options *opts);
+const char *dlock__kind_name(dlock__kind kind);
 
 /* ---- Loss (mutex.c) ---- */
 

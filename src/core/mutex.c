@@ -42,13 +42,22 @@ void dlock_mutex_options_init(dlock_mutex_options *opts) {
   opts->struct_size = sizeof *opts;
 }
 
-int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const dlock_mutex_options *opts) {
-  dlock__error_clear();
-  if (!out) return dlock__error(DLOCK_EINVAL, "dlock_mutex_new: 'out' is NULL");
+static const char *const kind_names[] = {"mutex", "semaphore", "read lock", "write lock"};
+
+const char *dlock__kind_name(dlock__kind kind) { return kind_names[kind]; }
+
+int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock__kind kind, int permits,
+                    const dlock_mutex_options *opts) {
+  if (!out) return dlock__error(DLOCK_EINVAL, "new %s: 'out' is NULL", kind_names[kind]);
   *out = NULL;
-  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_mutex_new: client is NULL");
+  if (!c) return dlock__error(DLOCK_EINVAL, "new %s: client is NULL", kind_names[kind]);
   int rc = dlock__check_name("lock name", name);
   if (rc) return rc;
+  static const unsigned cap_of[] = {0, DLOCK__CAP_SEMAPHORE, DLOCK__CAP_RWLOCK, DLOCK__CAP_RWLOCK};
+  if (cap_of[kind] && !(c->caps & cap_of[kind]))
+    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s); use a mutex there, or a "
+                        "backend that has it (docs/)", kind_names[kind], c->server, c->ops->name,
+                        c->ops->node_count && c->ops->node_count(c) ? ", Redlock" : "");
   dlock_mutex_options o;
   dlock_mutex_options_init(&o);
   if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__MUTEX_OPTIONS_V1, "dlock_mutex_options")))
@@ -73,7 +82,8 @@ int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const 
   m->name = strdup(name);
   m->owner_info = strdup(o.owner_info ? o.owner_info : "");
   m->opts.owner_info = NULL;
-  m->kind = DLOCK__KIND_MUTEX;
+  m->kind = kind;
+  m->permits = permits;
   pthread_mutex_init(&m->mu, NULL);
   dlock__cond_init(&m->cv);
   rc = m->name && m->owner_info ? c->ops->lock_new(m) : dlock__error(DLOCK_ENOMEM, "out of memory");
@@ -87,6 +97,11 @@ int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const 
   }
   *out = m;
   return 0;
+}
+
+int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const dlock_mutex_options *opts) {
+  dlock__error_clear();
+  return dlock__lock_new(out, c, name, DLOCK__KIND_MUTEX, 1, opts);
 }
 
 void dlock_mutex_free(dlock_mutex *m) {
