@@ -609,6 +609,27 @@ static void release_all(redlock *r, const dlock__script_call *acq, unsigned mask
   run_free(r, &x);
 }
 
+/* After a waiter's acquire succeeded: leave the wait queues of the nodes
+ * in 'mask' (held by others when we asked, so the acquire queued us
+ * there), so that their next release does not hand the lock to a waiter
+ * that is gone. withdraw.lua with our id and no token: it takes nothing
+ * back. Best effort: a registration left behind expires within seconds. */
+static void leave_queues(redlock *r, const dlock__script_call *acq, unsigned mask, dlock_mono_ms deadline) {
+  dlock__script_call w;
+  memset(&w, 0, sizeof w);
+  w.script = DLOCK__SCRIPT_WITHDRAW;
+  w.nkeys = acq->nkeys;
+  memcpy(w.keys, acq->keys, sizeof w.keys);
+  memcpy(w.keylens, acq->keylens, sizeof w.keylens);
+  w.args[0] = acq->args[2];
+  w.arglens[0] = acq->arglens[2];
+  w.args[1] = "";
+  w.arglens[1] = 0;
+  w.nargs = 2;
+  run x;
+  if (run_calls(r, &w, 1, mask, deadline, &x) == 0) run_free(r, &x);
+}
+
 static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   *reply = NULL;
   call->maybe_ran = 0;
@@ -616,17 +637,19 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   note_lease(r, call, 1);
   int64_t lease = call->nargs > 1 ? strtoll(call->args[1], NULL, 10) : 0;
   int64_t per = pernode_ms(r, lease);
-  /* No wait queues: each node would hand the lock to its own first waiter.
-   * A waiter retries after a random delay instead (mutex.c). */
+  call->rl_tie = 0;
+  call->rl_pttl = -1;
+  /* A waiter (ARGV[3], its id, not empty) joins the wait queue of every
+   * node where the lock is held: each node's release hands the lock to its
+   * own first waiter and publishes to it, so where the nodes agree on the
+   * order, they all hand it to the same waiter (docs/redlock.md, "Waiting"). */
   dlock__script_call a = *call;
-  a.args[2] = "";
-  a.arglens[2] = 0;
   dlock_mono_ms t0 = dlock_mono_now();
   run x;
   int rc = run_calls(r, &a, 1, all_nodes(r), t0 + per, &x);
   if (rc) return rc;
   int ok = 0, busy = 0, down = 0, out = 0;
-  unsigned okmask = 0, maybe = 0;
+  unsigned okmask = 0, maybe = 0, busymask = 0;
   uint64_t fmax = 0;
   msg held, unreach, excl;
   memset(&held, 0, sizeof held);
@@ -668,6 +691,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       }
     } else if (got == 0) {
       busy++;
+      busymask |= 1u << i;
+      if (v->element[1]->type == DLOCK__REPLY_INTEGER && v->element[1]->integer >= 0 &&
+          (call->rl_pttl < 0 || v->element[1]->integer < call->rl_pttl))
+        call->rl_pttl = v->element[1]->integer;
       add(&held, "%s%s", held.o ? ", " : "", name);
     } else {
       down++;
@@ -724,6 +751,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
     dlock_mono_ms t1 = dlock_mono_now();
     int64_t validity = lease - (t1 - t0) - (lease / 100 + 2);
     if (confirmed >= r->quorum && validity > 0) {
+      if (busymask && call->arglens[2]) leave_queues(r, call, busymask, dlock_mono_now() + per);
       *reply = mk_pair(1, mk_str(DLOCK__REPLY_STRING, fs));
       return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
     }
@@ -741,6 +769,9 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   msg m;
   memset(&m, 0, sizeof m);
   int status = busy >= r->quorum ? DLOCK_EBUSY : DLOCK_EQUORUM;
+  /* Nobody else holds a majority: contenders split the nodes (or we were
+   * too slow). No release is coming to wake us; try again soon. */
+  call->rl_tie = busy < r->quorum && okmask != 0;
   if (ok >= r->quorum)
     add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
         fencemsg);
@@ -788,7 +819,7 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   int counted[DLOCK__REDLOCK_MAX];
   for (int i = 0; i < r->n; i++) counted[i] = counts(r, i, why[i], sizeof why[i]);
   for (size_t j = 0; j < n; j++) {
-    int conf = 0, neg = 0, failed = 0;
+    int conf = 0, neg = 0, failed = 0, tomb = 0;
     unsigned absent = 0;
     msg m;
     memset(&m, 0, sizeof m);
@@ -810,7 +841,9 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         add(&m, "%s%s: the key is gone", m.o ? "; " : "", r->node[i].node.ep.display);
       } else {
         neg++;
-        add(&m, "%s%s: held by another owner", m.o ? "; " : "", r->node[i].node.ep.display);
+        if (v->integer == -2) tomb++;
+        add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display,
+            v->integer == -2 ? "deleted by a forced release" : "held by another owner");
       }
     }
     if (conf >= r->quorum && dlock_mono_now() < limit) {
@@ -822,7 +855,9 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
       }
     } else if (conf + failed < r->quorum) {
-      replies[j] = mk_int(neg ? -1 : 0);
+      /* -2: a forced release deleted our hold (its tombstone names our
+       * token), as extend.lua says on one node: DLOCK_LOST_DELETED. */
+      replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
     } else {
       char text[2200];
       snprintf(text, sizeof text, "EQUORUM renewal confirmed by %d of %d Redlock nodes, %d needed: %s", conf, r->n,
@@ -844,7 +879,8 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
 
 /* Release, withdraw, force release: every node. Per call: 1 when a node
  * deleted our key (the rest expire with the lease) unless others hold a
- * majority (-1); when no node answered 1 and one may have run it without
+ * majority (-1, or -2 when a node holds the tombstone of a forced release
+ * of our token); when no node answered 1 and one may have run it without
  * answering, the outcome is unknown (an error with maybe_ran). */
 static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   for (size_t j = 0; j < n; j++) calls[j].maybe_ran = 0, calls[j].replicas = -1;
@@ -852,7 +888,7 @@ static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   int rc = run_calls(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
   if (rc) return rc;
   for (size_t j = 0; j < n && !rc; j++) {
-    int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0;
+    int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0, tomb = 0;
     const dlock__reply *errrep = NULL;
     msg m;
     memset(&m, 0, sizeof m);
@@ -868,18 +904,18 @@ static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
       } else {
         answered++;
         if (v->integer == 1) one++;
-        else if (v->integer < 0) neg++;
+        else if (v->integer < 0) neg++, tomb += v->integer == -2;
         else zero++;
       }
     }
-    if (neg >= r->quorum) replies[j] = mk_int(-1);
+    if (neg >= r->quorum) replies[j] = mk_int(tomb ? -2 : -1);
     else if (one) replies[j] = mk_int(1);
     else if (maybe || (!answered && !errrep)) {
       calls[j].maybe_ran = maybe > 0;
       rc = dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT, "%s on no Redlock node confirmed (%s)",
                         dlock__script_name(calls[j].script), m.buf);
     } else if (!answered) replies[j] = copy_reply(errrep);
-    else replies[j] = mk_int(neg ? -1 : 0);
+    else replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
     if (!rc && !replies[j]) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   run_free(r, &x);
@@ -1082,6 +1118,11 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
 int dlock__redis_node_count(const dlock_client *c) {
   if (!c || !dlock__rc(c) || !dlock__topo(c) || dlock__topo(c)->quorum_run != rl_quorum_run) return 0;
   return ((const redlock *)dlock__topo(c))->n;
+}
+
+dlock__node *dlock__redlock_node(dlock_client *c, int i) {
+  if (i < 0 || i >= dlock__redis_node_count(c)) return NULL;
+  return &((redlock *)dlock__topo(c))->node[i].node;
 }
 
 const char *dlock__redis_node_name(const dlock_client *c, int i) {

@@ -8,6 +8,7 @@
  * unguarded counter; a frozen node costs an acquire its per-node deadline.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -445,6 +446,238 @@ TEST(a_frozen_node_costs_an_acquire_no_more_than_its_per_node_deadline) {
   if (worst < 150 || worst > 200 + 600 * th_time_factor())
     TEST_FAIL("an acquire with a frozen node took %lld ms; the per-node deadline is 200 ms", worst);
   dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- Waits woken by a release on any node ---- */
+
+typedef struct waiter_arg {
+  dlock_client *c;
+  const char *name;
+  int64_t wait_ms;
+  int64_t hold_ms;
+  int rc;
+  char err[512];
+  long long got_at; /* th_now_ms() when the acquire returned */
+} waiter_arg;
+
+static void *waiter_thread(void *p) {
+  waiter_arg *a = p;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 10000;
+  dlock_mutex *m = NULL;
+  a->rc = dlock_mutex_new(&m, a->c, a->name, &mo);
+  if (a->rc) return NULL;
+  a->rc = dlock_mutex_acquire(m, a->wait_ms);
+  a->got_at = th_now_ms();
+  if (a->rc) snprintf(a->err, sizeof a->err, "%s", dlock_mutex_errmsg(m));
+  else {
+    if (a->hold_ms) th_sleep_ms(a->hold_ms);
+    int rc = dlock_mutex_release(m);
+    if (rc) {
+      a->rc = rc;
+      snprintf(a->err, sizeof a->err, "release: %s", dlock_mutex_errmsg(m));
+    }
+  }
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+/* Script calls node i has run since its statistics were reset. */
+static long evalsha_calls(int i) {
+  char out[8192];
+  cli(i, out, sizeof out, "INFO commandstats");
+  const char *p = strstr(out, "cmdstat_evalsha:calls=");
+  long n = p ? strtol(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+  p = strstr(out, "cmdstat_eval:calls=");
+  return n + (p ? strtol(p + strlen("cmdstat_eval:calls="), NULL, 10) : 0);
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return x < y ? -1 : x > y;
+}
+
+TEST(a_waiter_is_woken_by_the_release_not_by_polling) {
+  flush_all();
+  dlock_client *hc = test_client(url), *wc = test_client(url);
+  dlock_mutex *h = test_mutex(hc, "rl:wake", 10000);
+  enum { ROUNDS = 10 };
+  long long lat[ROUNDS];
+  char out[64];
+  for (int round = 0; round < ROUNDS; round++) {
+    ASSERT_OK(dlock_mutex_acquire(h, 0));
+    waiter_arg a = {wc, "rl:wake", 20000, 0, -1, "", 0};
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, waiter_thread, &a) == 0);
+    th_sleep_ms(200 * th_time_factor()); /* waiting, subscribed on every node */
+    if (round == 0) {
+      /* While the lock stays held (a 10 s lease, no release), the waiter
+       * sends nothing: it waits for a message (the old code tried again
+       * every 20..200 ms, about 9 times a second). */
+      cli(0, out, sizeof out, "CONFIG RESETSTAT");
+      th_sleep_ms(1000);
+      long calls = evalsha_calls(0);
+      printf("  script calls on node 0 during 1 s of waiting: %ld\n", calls);
+      if (calls > 2) TEST_FAIL("the waiter polled: %ld script calls on node 0 in 1 s of waiting", calls);
+    }
+    long long t0 = th_now_ms();
+    ASSERT_OK(dlock_mutex_release(h));
+    pthread_join(t, NULL);
+    if (a.rc) TEST_FAIL("round %d: waiter: %s: %s", round, dlock_err_name(a.rc), a.err);
+    lat[round] = a.got_at - t0;
+  }
+  qsort(lat, ROUNDS, sizeof lat[0], cmp_ll);
+  printf("  release -> waiter holds it (5 nodes): median %lld ms, max %lld ms\n", lat[ROUNDS / 2], lat[ROUNDS - 1]);
+  /* The fallback re-check would take 2 s; the old random retry 20..200 ms. */
+  if (lat[ROUNDS / 2] > 50 * th_time_factor())
+    TEST_FAIL("median wake-up latency %lld ms: the waiter was not woken by the release", lat[ROUNDS / 2]);
+  if (lat[ROUNDS - 1] > 1000 * th_time_factor()) TEST_FAIL("slowest wake-up %lld ms", lat[ROUNDS - 1]);
+  for (int i = 0; i < N; i++) expect_key(i, "rl:wake", "");
+  dlock_mutex_free(h);
+  dlock_client_free(wc);
+  dlock_client_free(hc);
+}
+
+TEST(waiters_are_served_in_arrival_order_where_the_nodes_agree) {
+  flush_all();
+  dlock_client *hc = test_client(url), *ac = test_client(url), *bc = test_client(url);
+  dlock_mutex *h = test_mutex(hc, "rl:fifo", 10000);
+  for (int round = 0; round < 4; round++) {
+    /* Round by round the other client arrives first: order, not identity. */
+    dlock_client *first = round % 2 ? bc : ac, *second = round % 2 ? ac : bc;
+    ASSERT_OK(dlock_mutex_acquire(h, 0));
+    waiter_arg a = {first, "rl:fifo", 20000, 100, -1, "", 0}, b = {second, "rl:fifo", 20000, 100, -1, "", 0};
+    pthread_t ta, tb;
+    ASSERT(pthread_create(&ta, NULL, waiter_thread, &a) == 0);
+    th_sleep_ms(300 * th_time_factor());
+    ASSERT(pthread_create(&tb, NULL, waiter_thread, &b) == 0);
+    th_sleep_ms(300 * th_time_factor());
+    long long t0 = th_now_ms();
+    ASSERT_OK(dlock_mutex_release(h));
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    if (a.rc || b.rc) TEST_FAIL("round %d: %s / %s", round, a.err, b.err);
+    if (!(a.got_at < b.got_at))
+      TEST_FAIL("round %d: the second waiter got the lock %lld ms after the release, before the first (%lld ms)",
+                round, b.got_at - t0, a.got_at - t0);
+    /* The second is handed the lock by the first's release (100 ms hold), not by a re-check. */
+    if (b.got_at - t0 > 100 + 500 * th_time_factor())
+      TEST_FAIL("round %d: the second waiter got it %lld ms after the first release", round, b.got_at - t0);
+  }
+  for (int i = 0; i < N; i++) expect_key(i, "rl:fifo", "");
+  dlock_mutex_free(h);
+  dlock_client_free(bc);
+  dlock_client_free(ac);
+  dlock_client_free(hc);
+}
+
+typedef struct looper_arg {
+  dlock_client *c;
+  int id;
+  int runs;
+  int *log; /* who held it, in order */
+  int *nlog;
+  pthread_mutex_t *mu;
+  int rc;
+  char err[512];
+} looper_arg;
+
+/* Take the lock 'runs' times, holding it 20 ms and asking again at once. */
+static void *looper_thread(void *p) {
+  looper_arg *a = p;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 10000;
+  dlock_mutex *m = NULL;
+  if ((a->rc = dlock_mutex_new(&m, a->c, "rl:fair", &mo))) return NULL;
+  for (int i = 0; i < a->runs && !a->rc; i++) {
+    if ((a->rc = dlock_mutex_acquire(m, 20000))) {
+      snprintf(a->err, sizeof a->err, "acquire %d: %s", i, dlock_mutex_errmsg(m));
+      break;
+    }
+    pthread_mutex_lock(a->mu);
+    a->log[(*a->nlog)++] = a->id;
+    pthread_mutex_unlock(a->mu);
+    th_sleep_ms(20);
+    if ((a->rc = dlock_mutex_release(m))) snprintf(a->err, sizeof a->err, "release %d: %s", i, dlock_mutex_errmsg(m));
+  }
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+TEST(two_waiters_that_ask_again_at_once_are_both_served_without_starvation) {
+  flush_all();
+  dlock_client *ac = test_client(url), *bc = test_client(url);
+  enum { RUNS = 10 };
+  int log[2 * RUNS], nlog = 0;
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  looper_arg a = {ac, 0, RUNS, log, &nlog, &mu, 0, ""}, b = {bc, 1, RUNS, log, &nlog, &mu, 0, ""};
+  pthread_t ta, tb;
+  long long t0 = th_now_ms();
+  ASSERT(pthread_create(&ta, NULL, looper_thread, &a) == 0);
+  ASSERT(pthread_create(&tb, NULL, looper_thread, &b) == 0);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  long long took = th_now_ms() - t0;
+  if (a.rc || b.rc) TEST_FAIL("a: %s; b: %s", a.err, b.err);
+  ASSERT_EQ(nlog, 2 * RUNS);
+  /* A release hands the lock to the queued waiter, so the one that asks
+   * again at once queues behind it: they alternate. Without hand-off the
+   * releaser wins again while the other sleeps (runs of several). */
+  char seq[2 * RUNS + 1];
+  int longest = 1, cur = 1;
+  for (int i = 0; i < nlog; i++) {
+    seq[i] = (char)('A' + log[i]);
+    if (i > 0) cur = log[i] == log[i - 1] ? cur + 1 : 1;
+    if (cur > longest) longest = cur;
+  }
+  seq[nlog] = '\0';
+  printf("  holders in order: %s (%lld ms for %d runs)\n", seq, took, 2 * RUNS);
+  /* One repeat is allowed around the start (the second may not be queued yet). */
+  if (longest > 2) TEST_FAIL("one waiter held the lock %d times in a row (%s): the other starved", longest, seq);
+  for (int i = 0; i < N; i++) expect_key(i, "rl:fair", "");
+  dlock_client_free(bc);
+  dlock_client_free(ac);
+}
+
+TEST(a_forced_release_is_reported_as_deleted_not_taken) {
+  flush_all();
+  dlock_client *c = test_client(url), *admin = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:forced", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(admin, "rl:forced", &was));
+  ASSERT_EQ(was, 1);
+  ASSERT_STATUS(dlock_mutex_extend(m, 10000), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "forced release");
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_DELETED);
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "forced release");
+  /* Also when another owner took it meanwhile, and by the watchdog. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "rl:forced", NULL));
+  dlock_mutex *other = test_mutex(admin, "rl:forced", 10000);
+  ASSERT_OK(dlock_mutex_acquire(other, 0));
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "forced release");
+  ASSERT_EQ(dlock_mutex_is_held(other), 1);
+  ASSERT_OK(dlock_mutex_release(other));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 900;
+  dlock_mutex *w = NULL;
+  ASSERT_OK(dlock_mutex_new(&w, c, "rl:forced-wd", &mo));
+  ASSERT_OK(dlock_mutex_acquire(w, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "rl:forced-wd", NULL));
+  for (int i = 0; i < 100 && dlock_mutex_lost(w) == DLOCK_LOST_NONE; i++) th_sleep_ms(50 * th_time_factor());
+  ASSERT_EQ(dlock_mutex_lost(w), DLOCK_LOST_DELETED);
+  dlock_mutex_release(w);
+  dlock_mutex_free(w);
+  dlock_mutex_free(other);
+  dlock_mutex_free(m);
+  dlock_client_free(admin);
   dlock_client_free(c);
 }
 
