@@ -314,6 +314,7 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SCHED_HISTORY,
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
+  DLOCK__SCRIPT_RL_SCHED_UNCLAIM,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 

@@ -68,6 +68,14 @@ struct dlock__subscriber {
   int sharded; /* SSUBSCRIBE on the slot's master (cluster) */
   sub_conn conns[MAX_SUB_CONNS];
   int nconns;  /* guarded by the subscriber thread alone */
+  /* Redlock nodes whose connect failed: not tried again before 'at', so
+   * that a node that is down or frozen seldom holds up this thread (and the
+   * other nodes' messages). Subscriber thread alone. */
+  struct {
+    dlock__node *node;
+    dlock_mono_ms at;
+  } retry[DLOCK__REDLOCK_MAX];
+  int nretry;
   char last_error[256];
 };
 
@@ -167,6 +175,21 @@ static void handle_reply(dlock__subscriber *s, dlock__node *node, const dlock__r
     }
     pthread_mutex_unlock(&s->mu);
   }
+}
+
+/* A Redlock node's connect: bounded by FIXED_CONNECT_MS, then spaced by
+ * FIXED_RETRY_MS after a failure (other nodes' messages wake the waiters
+ * meanwhile, and the re-check is the fallback). */
+#define FIXED_CONNECT_MS 500
+#define FIXED_RETRY_MS 2000
+
+static dlock_mono_ms *retry_at(dlock__subscriber *s, dlock__node *node) {
+  for (int i = 0; i < s->nretry; i++)
+    if (s->retry[i].node == node) return &s->retry[i].at;
+  if (s->nretry == DLOCK__REDLOCK_MAX) return NULL;
+  s->retry[s->nretry].node = node;
+  s->retry[s->nretry].at = 0;
+  return &s->retry[s->nretry++].at;
 }
 
 static sub_conn *conn_for(dlock__subscriber *s, dlock__node *node) {
@@ -284,6 +307,8 @@ static int sync_subscriptions(dlock__subscriber *s) {
     sub_conn *sc = conn_for(s, home);
     int failed_now = 0; /* one connect attempt per node and pass */
     for (int j = 0; j < nfailed && !failed_now; j++) failed_now = failed[j] == home;
+    dlock_mono_ms *next_try = ch->fixed ? retry_at(s, home) : NULL;
+    if (next_try && *next_try > dlock_mono_now()) failed_now = 1;
     if (!sc && failed_now) {
       if (ch->fixed && !ch->confirmed) ch->confirmed = -1;
       pending = 1;
@@ -293,8 +318,10 @@ static int sync_subscriptions(dlock__subscriber *s) {
       char *keep = ch->name; /* 'ch' may move while the lock is let go */
       pthread_mutex_unlock(&s->mu);
       dlock__conn *conn = NULL;
-      int rc = dlock__conn_open(&home->ep, home->ssl_ctx, &conn);
+      int rc = next_try ? dlock__conn_open_until(&home->ep, home->ssl_ctx, dlock_mono_now() + FIXED_CONNECT_MS, &conn)
+                        : dlock__conn_open(&home->ep, home->ssl_ctx, &conn);
       if (rc) atomic_store(&home->suspect, 1); /* Sentinel: ask the sentinels again */
+      if (next_try) *next_try = rc ? dlock_mono_now() + FIXED_RETRY_MS : 0;
       pthread_mutex_lock(&s->mu);
       ch = NULL; /* the same entry ('keep' is its own allocation) */
       for (size_t j = 0; j < s->nchannels && !ch; j++)
