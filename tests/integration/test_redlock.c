@@ -9,6 +9,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -678,6 +679,140 @@ TEST(a_forced_release_is_reported_as_deleted_not_taken) {
   dlock_mutex_free(other);
   dlock_mutex_free(m);
   dlock_client_free(admin);
+  dlock_client_free(c);
+}
+
+/* ---- The scheduler and the guard on a majority ---- */
+
+typedef struct sched_count {
+  atomic_int runs, busy, errors, nran;
+  int64_t ran[64];
+  pthread_mutex_t mu;
+} sched_count;
+
+static void sched_event(const dlock_sched_event *ev, void *arg) {
+  sched_count *k = arg;
+  if (ev->kind == DLOCK_SCHED_SKIPPED_BUSY) atomic_fetch_add(&k->busy, 1);
+  if (ev->kind == DLOCK_SCHED_ERROR) {
+    atomic_fetch_add(&k->errors, 1);
+    printf("  scheduler error: %s\n", ev->message ? ev->message : "?");
+  }
+  if (ev->kind == DLOCK_SCHED_RAN) {
+    pthread_mutex_lock(&k->mu);
+    int i = atomic_fetch_add(&k->nran, 1);
+    if (i < 64) k->ran[i] = ev->scheduled_unix_ms;
+    pthread_mutex_unlock(&k->mu);
+  }
+}
+
+static int sched_job(const dlock_tick *t, void *arg) {
+  (void)t;
+  atomic_fetch_add(&((sched_count *)arg)->runs, 1);
+  return 0;
+}
+
+static dlock_sched *sched_on(dlock_client *c, const char *node, const char *job, sched_count *k) {
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.node_name = node;
+  so.on_event = sched_event;
+  so.on_event_arg = k;
+  dlock_sched *s = NULL;
+  if (dlock_sched_new(&s, c, &so) != 0) TEST_FAIL("dlock_sched_new: %s", dlock_last_error());
+  if (dlock_sched_add_fixed_rate(s, job, 200, NULL, sched_job, k) != 0 || dlock_sched_start(s) != 0)
+    TEST_FAIL("scheduler: %s", dlock_last_error());
+  return s;
+}
+
+TEST(scheduler_ticks_are_claimed_on_a_majority_not_on_the_first_node) {
+  flush_all();
+  char out[128];
+  /* The previous run holds the job lock on nodes 1, 2, 3 (a majority), not
+   * on node 0, where the old code claimed every tick. */
+  for (int i = 1; i <= 3; i++) {
+    cli(i, out, sizeof out, "SET rl:job foreign PX 60000");
+    cli(i, out, sizeof out, "HSET {rl:job}:meta fence 1 info other-run");
+    cli(i, out, sizeof out, "PEXPIRE {rl:job}:meta 60000");
+  }
+  dlock_client *c = test_client(url);
+  static sched_count k;
+  memset(&k, 0, sizeof k);
+  pthread_mutex_init(&k.mu, NULL);
+  dlock_sched *s = sched_on(c, "n1", "rl:job", &k);
+  th_sleep_ms(1300);
+  dlock_sched_free(s);
+  printf("  with the job lock held on 3 of 5: %d runs, %d skipped busy, %d errors\n", atomic_load(&k.runs),
+         atomic_load(&k.busy), atomic_load(&k.errors));
+  ASSERT_EQ(atomic_load(&k.runs), 0);
+  ASSERT(atomic_load(&k.busy) >= 2);
+  /* The job lock taken on the free nodes was given back. */
+  expect_key(0, "rl:job", "");
+  expect_key(4, "rl:job", "");
+  for (int i = 1; i <= 3; i++) expect_key(i, "rl:job", "foreign");
+
+  /* Node 0 down: two schedulers run every tick exactly once, and the tick
+   * records live on the majority. */
+  down(0);
+  static sched_count ka, kb;
+  memset(&ka, 0, sizeof ka);
+  memset(&kb, 0, sizeof kb);
+  pthread_mutex_init(&ka.mu, NULL);
+  pthread_mutex_init(&kb.mu, NULL);
+  dlock_client *c2 = test_client(url);
+  dlock_sched *sa = sched_on(c, "a", "rl:job2", &ka), *sb = sched_on(c2, "b", "rl:job2", &kb);
+  th_sleep_ms(1500);
+  dlock_sched_free(sa);
+  dlock_sched_free(sb);
+  int na = atomic_load(&ka.nran), nb = atomic_load(&kb.nran);
+  printf("  node 0 down, two schedulers: %d + %d runs\n", na, nb);
+  ASSERT(na + nb >= 3);
+  for (int i = 0; i < na && i < 64; i++)
+    for (int j = 0; j < nb && j < 64; j++)
+      if (ka.ran[i] == kb.ran[j]) TEST_FAIL("tick %lld ran on both schedulers", (long long)ka.ran[i]);
+  int have = 0;
+  for (int i = 1; i < N; i++) {
+    cli(i, out, sizeof out, "EXISTS {rl:job2}:tick");
+    have += !strcmp(out, "1");
+  }
+  ASSERT(have >= N / 2 + 1);
+  dlock_run_record rec[8];
+  for (int i = 0; i < 8; i++) dlock_run_record_init(&rec[i]);
+  int got = dlock_sched_history(c, "rl:job2", rec, 8);
+  if (got < 3) TEST_FAIL("history with node 0 down: %d (%s)", got, dlock_last_error());
+  up(0);
+  dlock_client_free(c2);
+  dlock_client_free(c);
+}
+
+TEST(the_guard_admits_on_a_majority_and_is_stale_if_any_node_knows_better) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  char out[64];
+  ASSERT_OK(dlock_guard_check(c, "rl:res", 100));
+  ASSERT_OK(dlock_guard_check(c, "rl:res", 200));
+  int have = 0;
+  for (int i = 0; i < N; i++) {
+    cli(i, out, sizeof out, "GET {rl:res}:guard");
+    have += !strcmp(out, "200");
+  }
+  ASSERT(have >= N / 2 + 1);
+  /* The first node (where the old code kept the guard alone) goes down, and
+   * another loses its data: the older writer is still refused. */
+  down(0);
+  uint64_t high = 0;
+  ASSERT_STATUS(dlock_guard_check_highest(c, "rl:res", 150, &high), DLOCK_ESTALE);
+  ASSERT_EQ(high, 200);
+  cli(1, out, sizeof out, "FLUSHALL");
+  ASSERT_STATUS(dlock_guard_check(c, "rl:res", 150), DLOCK_ESTALE);
+  ASSERT_OK(dlock_guard_check(c, "rl:res", 200)); /* the same token again */
+  /* 3 of 5 down: no majority can admit a new token. */
+  down(2);
+  down(3);
+  ASSERT_STATUS(dlock_guard_check(c, "rl:res", 300), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_last_error(), "admitted by 2 of 5 Redlock nodes, 3 needed");
+  up(0);
+  up(2);
+  up(3);
   dlock_client_free(c);
 }
 
