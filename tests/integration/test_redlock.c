@@ -816,4 +816,37 @@ TEST(the_guard_admits_on_a_majority_and_is_stale_if_any_node_knows_better) {
   dlock_client_free(c);
 }
 
+TEST(a_tick_claim_split_between_claimers_is_given_back_and_not_run) {
+  flush_all();
+  char out[128], cmd[200];
+  /* Another scheduler claimed every tick of the next 1.5 s on nodes 1 and
+   * 2, and node 3 is down: ours can get 0 and 4 only, 2 of 5. Nobody has a
+   * majority: the tick must not run, and what we claimed is given back. */
+  down(3);
+  cli(0, out, sizeof out, "TIME");
+  long long now_ms = atoll(out) * 1000 + atoll(strchr(out, '\n') ? strchr(out, '\n') + 1 : "0") / 1000;
+  for (int i = 1; i <= 2; i++) {
+    snprintf(cmd, sizeof cmd, "SET {rl:split}:tick '%lld|other|0123456789abcdef0123456789abcdef' PX 60000",
+             now_ms + 1500);
+    cli(i, out, sizeof out, cmd);
+  }
+  dlock_client *c = test_client(url);
+  static sched_count k;
+  memset(&k, 0, sizeof k);
+  pthread_mutex_init(&k.mu, NULL);
+  dlock_sched *s = sched_on(c, "n1", "rl:split", &k);
+  th_sleep_ms(1000);
+  dlock_sched_free(s);
+  printf("  split claims: %d runs, %d errors\n", atomic_load(&k.runs), atomic_load(&k.errors));
+  ASSERT_EQ(atomic_load(&k.runs), 0);
+  ASSERT(atomic_load(&k.errors) >= 1);
+  for (int i = 0; i <= 4; i += 4) {
+    expect_key(i, "rl:split", ""); /* the job lock we took there was given back */
+    cli(i, out, sizeof out, "GET {rl:split}:tick");
+    if (*out && !strstr(out, "||")) TEST_FAIL("node %d: tick record '%s' was not given back", i, out);
+  }
+  up(3);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
