@@ -16,9 +16,18 @@
  *    majority, else DLOCK_EQUORUM;
  *  - extend: counted only when a majority confirms (rl_extend.lua re-seeds
  *    a node that lost the key, never overwriting another owner);
- *  - release, withdraw, force release: every node;
- *  - info: the view of the majority.
- * Scripts of other kinds (guard, scheduler) run on the first reachable node.
+ *    A waiter is queued on every node held by another owner (each node's
+ *    release hands over to its first waiter and publishes; waiters.c
+ *    listens on every node);
+ *  - release, withdraw, force release: every node (a forced release's
+ *    tombstone answers -2, DLOCK_LOST_DELETED, as on one node);
+ *  - info: the view of the majority;
+ *  - tick claims: a majority of "yours", the fence written back, else
+ *    given back everywhere (rl_sched_unclaim.lua) and, after a split
+ *    between claimers, tried again; run ends on every node; history from
+ *    the first node that answers;
+ *  - guard: stale when any node knows a higher token, admitted by a majority.
+ * Other commands (PING, SCAN) run on the first reachable node.
  *
  * Restarts: each node's run_id is read (INFO server) whenever a connection
  * to it is opened, which a restart always forces. A node whose run_id
