@@ -849,4 +849,43 @@ TEST(a_tick_claim_split_between_claimers_is_given_back_and_not_run) {
   dlock_client_free(c);
 }
 
+TEST(a_fixed_delay_job_runs_on_the_majority_with_a_node_down) {
+  flush_all();
+  down(0);
+  dlock_client *c = test_client(url), *c2 = test_client(url);
+  static sched_count ka, kb;
+  memset(&ka, 0, sizeof ka);
+  memset(&kb, 0, sizeof kb);
+  pthread_mutex_init(&ka.mu, NULL);
+  pthread_mutex_init(&kb.mu, NULL);
+  dlock_sched *s[2] = {NULL, NULL};
+  sched_count *k[2] = {&ka, &kb};
+  dlock_client *cl[2] = {c, c2};
+  for (int i = 0; i < 2; i++) {
+    dlock_sched_options so;
+    dlock_sched_options_init(&so);
+    so.node_name = i ? "b" : "a";
+    so.on_event = sched_event;
+    so.on_event_arg = k[i];
+    ASSERT_OK(dlock_sched_new(&s[i], cl[i], &so));
+    ASSERT_OK(dlock_sched_add_fixed_delay(s[i], "rl:delay", 100, NULL, sched_job, k[i]));
+    ASSERT_OK(dlock_sched_start(s[i]));
+  }
+  th_sleep_ms(1500);
+  dlock_sched_free(s[0]);
+  dlock_sched_free(s[1]);
+  int runs = atomic_load(&ka.runs) + atomic_load(&kb.runs);
+  printf("  fixed delay 100 ms for 1.5 s, node 0 down: %d runs, %d errors\n", runs,
+         atomic_load(&ka.errors) + atomic_load(&kb.errors));
+  ASSERT(runs >= 3);
+  /* At least 100 ms between the end of one run and the start of the next,
+   * on either node: never two runs per slot. */
+  ASSERT(runs <= 1500 / 100 + 2);
+  ASSERT_EQ(atomic_load(&ka.errors) + atomic_load(&kb.errors), 0);
+  for (int i = 1; i < N; i++) expect_key(i, "rl:delay", "");
+  up(0);
+  dlock_client_free(c2);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
