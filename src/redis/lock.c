@@ -252,20 +252,30 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
      * first send, which is earlier than either run. */
     rc = run_one(m, &call, &r);
     if ((rc == DLOCK_EBUSY || rc == DLOCK_EQUORUM) && dlock__topo(c)->quorum_run && !call.maybe_ran) {
-      /* Redlock (topo_redlock.c) answers for the quorum and has cleaned up
-       * every node: independent nodes keep no shared wait queue, so a
-       * waiter tries again after a random delay (20..200 ms) within its wait. */
-      dlock_mono_ms now = dlock_mono_now();
+      /* Redlock (topo_redlock.c) answers for the quorum, has taken our
+       * token back everywhere and queued a waiter on the nodes held by
+       * others; their releases hand over and publish there. Wait for the
+       * first message from any node (or the re-check); after a split
+       * between contenders no release is coming: retry after a random
+       * delay (20..200 ms) to break the tie. */
       if (!queue) break;
+      queued = 1;
+      if (!dlock__rm(m)->watch_tried) {
+        dlock__subscriber_watch(c, m);
+        continue;
+      }
+      dlock_mono_ms now = dlock_mono_now();
       if (now >= deadline) {
         dlock__error_prefix("for the whole wait (%lld ms): ", (long long)wait_ms);
+        rc = give_up(m, lease, rc);
         break;
       }
+      int64_t delay = call.rl_pttl >= 0 && call.rl_pttl < RECHECK_CAP_MS ? call.rl_pttl + 1 : RECHECK_CAP_MS;
       char rnd[5];
-      int64_t delay = 20;
-      if (dlock__random_hex(rnd, 2) == 0) delay += strtol(rnd, NULL, 16) % 181;
+      if (call.rl_tie) delay = 20 + (dlock__random_hex(rnd, 2) == 0 ? strtol(rnd, NULL, 16) % 181 : 0);
       if (dlock__mutex_wait(m, now + delay < deadline ? now + delay : deadline)) {
-        rc = dlock__error(DLOCK_ECANCELED, "wait canceled");
+        dlock__error(DLOCK_ECANCELED, "wait canceled");
+        rc = give_up(m, lease, DLOCK_ECANCELED);
         break;
       }
       continue;

@@ -314,6 +314,7 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SCHED_HISTORY,
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
+  DLOCK__SCRIPT_RL_SCHED_UNCLAIM,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 
@@ -333,6 +334,12 @@ struct dlock__script_call {
   /* out: replicas that acknowledged the pipeline's writes (WAIT after an
    * acquire or extend, when the topology asks for it); -1 when not asked. */
   int replicas;
+  /* out, Redlock acquire that failed: 1 when no other owner held a majority
+   * (a split between contenders, or too slow): the waiter retries after a
+   * random delay, not at a wake-up; and the shortest lease left (ms) on a
+   * node held by another owner, -1 when none (when to look again). */
+  int rl_tie;
+  long long rl_pttl;
 };
 
 const char *dlock__script_name(dlock__script_id id);
@@ -409,7 +416,7 @@ typedef struct dlock__rmutex {
   size_t channel_len;
   char waiter_id[48];
   int watch_tried;   /* dlock__subscriber_watch() was called for this handle */
-  int subscribed;    /* ... and holds a reference on the channel */
+  int subscribed;    /* ... and holds a reference on this many entries of the channel (Redlock: one per node) */
   uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
 } dlock__rmutex;
 
@@ -454,6 +461,7 @@ int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t tok
 int dlock__redis_check(dlock_client *c, dlock_check *out, int max);        /* check.c */
 int dlock__redis_node_count(const dlock_client *c);                        /* topo_redlock.c */
 const char *dlock__redis_node_name(const dlock_client *c, int i);
+dlock__node *dlock__redlock_node(dlock_client *c, int i); /* the subscriber's homes (waiters.c) */
 int dlock__redis_info_node(dlock_client *c, const char *name, int i, dlock_lock_info *out);
 int dlock__redis_check_node(dlock_client *c, int i, dlock_check *out, int max);
 int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl);           /* sched.c */

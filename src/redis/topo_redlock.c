@@ -16,9 +16,18 @@
  *    majority, else DLOCK_EQUORUM;
  *  - extend: counted only when a majority confirms (rl_extend.lua re-seeds
  *    a node that lost the key, never overwriting another owner);
- *  - release, withdraw, force release: every node;
- *  - info: the view of the majority.
- * Scripts of other kinds (guard, scheduler) run on the first reachable node.
+ *    A waiter is queued on every node held by another owner (each node's
+ *    release hands over to its first waiter and publishes; waiters.c
+ *    listens on every node);
+ *  - release, withdraw, force release: every node (a forced release's
+ *    tombstone answers -2, DLOCK_LOST_DELETED, as on one node);
+ *  - info: the view of the majority;
+ *  - tick claims: a majority of "yours", the fence written back, else
+ *    given back everywhere (rl_sched_unclaim.lua) and, after a split
+ *    between claimers, tried again; run ends on every node; history from
+ *    the first node that answers;
+ *  - guard: stale when any node knows a higher token, admitted by a majority.
+ * Other commands (PING, SCAN) run on the first reachable node.
  *
  * Restarts: each node's run_id is read (INFO server) whenever a connection
  * to it is opened, which a restart always forces. A node whose run_id
@@ -32,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "redis.h"
 
@@ -609,6 +619,27 @@ static void release_all(redlock *r, const dlock__script_call *acq, unsigned mask
   run_free(r, &x);
 }
 
+/* After a waiter's acquire succeeded: leave the wait queues of the nodes
+ * in 'mask' (held by others when we asked, so the acquire queued us
+ * there), so that their next release does not hand the lock to a waiter
+ * that is gone. withdraw.lua with our id and no token: it takes nothing
+ * back. Best effort: a registration left behind expires within seconds. */
+static void leave_queues(redlock *r, const dlock__script_call *acq, unsigned mask, dlock_mono_ms deadline) {
+  dlock__script_call w;
+  memset(&w, 0, sizeof w);
+  w.script = DLOCK__SCRIPT_WITHDRAW;
+  w.nkeys = acq->nkeys;
+  memcpy(w.keys, acq->keys, sizeof w.keys);
+  memcpy(w.keylens, acq->keylens, sizeof w.keylens);
+  w.args[0] = acq->args[2];
+  w.arglens[0] = acq->arglens[2];
+  w.args[1] = "";
+  w.arglens[1] = 0;
+  w.nargs = 2;
+  run x;
+  if (run_calls(r, &w, 1, mask, deadline, &x) == 0) run_free(r, &x);
+}
+
 static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   *reply = NULL;
   call->maybe_ran = 0;
@@ -616,17 +647,19 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   note_lease(r, call, 1);
   int64_t lease = call->nargs > 1 ? strtoll(call->args[1], NULL, 10) : 0;
   int64_t per = pernode_ms(r, lease);
-  /* No wait queues: each node would hand the lock to its own first waiter.
-   * A waiter retries after a random delay instead (mutex.c). */
+  call->rl_tie = 0;
+  call->rl_pttl = -1;
+  /* A waiter (ARGV[3], its id, not empty) joins the wait queue of every
+   * node where the lock is held: each node's release hands the lock to its
+   * own first waiter and publishes to it, so where the nodes agree on the
+   * order, they all hand it to the same waiter (docs/redlock.md, "Waiting"). */
   dlock__script_call a = *call;
-  a.args[2] = "";
-  a.arglens[2] = 0;
   dlock_mono_ms t0 = dlock_mono_now();
   run x;
   int rc = run_calls(r, &a, 1, all_nodes(r), t0 + per, &x);
   if (rc) return rc;
   int ok = 0, busy = 0, down = 0, out = 0;
-  unsigned okmask = 0, maybe = 0;
+  unsigned okmask = 0, maybe = 0, busymask = 0;
   uint64_t fmax = 0;
   msg held, unreach, excl;
   memset(&held, 0, sizeof held);
@@ -668,6 +701,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       }
     } else if (got == 0) {
       busy++;
+      busymask |= 1u << i;
+      if (v->element[1]->type == DLOCK__REPLY_INTEGER && v->element[1]->integer >= 0 &&
+          (call->rl_pttl < 0 || v->element[1]->integer < call->rl_pttl))
+        call->rl_pttl = v->element[1]->integer;
       add(&held, "%s%s", held.o ? ", " : "", name);
     } else {
       down++;
@@ -724,6 +761,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
     dlock_mono_ms t1 = dlock_mono_now();
     int64_t validity = lease - (t1 - t0) - (lease / 100 + 2);
     if (confirmed >= r->quorum && validity > 0) {
+      if (busymask && call->arglens[2]) leave_queues(r, call, busymask, dlock_mono_now() + per);
       *reply = mk_pair(1, mk_str(DLOCK__REPLY_STRING, fs));
       return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
     }
@@ -741,6 +779,9 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   msg m;
   memset(&m, 0, sizeof m);
   int status = busy >= r->quorum ? DLOCK_EBUSY : DLOCK_EQUORUM;
+  /* Nobody else holds a majority: contenders split the nodes (or we were
+   * too slow). No release is coming to wake us; try again soon. */
+  call->rl_tie = busy < r->quorum && okmask != 0;
   if (ok >= r->quorum)
     add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
         fencemsg);
@@ -788,7 +829,7 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   int counted[DLOCK__REDLOCK_MAX];
   for (int i = 0; i < r->n; i++) counted[i] = counts(r, i, why[i], sizeof why[i]);
   for (size_t j = 0; j < n; j++) {
-    int conf = 0, neg = 0, failed = 0;
+    int conf = 0, neg = 0, failed = 0, tomb = 0;
     unsigned absent = 0;
     msg m;
     memset(&m, 0, sizeof m);
@@ -810,7 +851,9 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         add(&m, "%s%s: the key is gone", m.o ? "; " : "", r->node[i].node.ep.display);
       } else {
         neg++;
-        add(&m, "%s%s: held by another owner", m.o ? "; " : "", r->node[i].node.ep.display);
+        if (v->integer == -2) tomb++;
+        add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display,
+            v->integer == -2 ? "deleted by a forced release" : "held by another owner");
       }
     }
     if (conf >= r->quorum && dlock_mono_now() < limit) {
@@ -822,7 +865,9 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
       }
     } else if (conf + failed < r->quorum) {
-      replies[j] = mk_int(neg ? -1 : 0);
+      /* -2: a forced release deleted our hold (its tombstone names our
+       * token), as extend.lua says on one node: DLOCK_LOST_DELETED. */
+      replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
     } else {
       char text[2200];
       snprintf(text, sizeof text, "EQUORUM renewal confirmed by %d of %d Redlock nodes, %d needed: %s", conf, r->n,
@@ -844,7 +889,8 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
 
 /* Release, withdraw, force release: every node. Per call: 1 when a node
  * deleted our key (the rest expire with the lease) unless others hold a
- * majority (-1); when no node answered 1 and one may have run it without
+ * majority (-1, or -2 when a node holds the tombstone of a forced release
+ * of our token); when no node answered 1 and one may have run it without
  * answering, the outcome is unknown (an error with maybe_ran). */
 static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   for (size_t j = 0; j < n; j++) calls[j].maybe_ran = 0, calls[j].replicas = -1;
@@ -852,7 +898,7 @@ static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   int rc = run_calls(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
   if (rc) return rc;
   for (size_t j = 0; j < n && !rc; j++) {
-    int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0;
+    int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0, tomb = 0;
     const dlock__reply *errrep = NULL;
     msg m;
     memset(&m, 0, sizeof m);
@@ -868,18 +914,18 @@ static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
       } else {
         answered++;
         if (v->integer == 1) one++;
-        else if (v->integer < 0) neg++;
+        else if (v->integer < 0) neg++, tomb += v->integer == -2;
         else zero++;
       }
     }
-    if (neg >= r->quorum) replies[j] = mk_int(-1);
+    if (neg >= r->quorum) replies[j] = mk_int(tomb ? -2 : -1);
     else if (one) replies[j] = mk_int(1);
     else if (maybe || (!answered && !errrep)) {
       calls[j].maybe_ran = maybe > 0;
       rc = dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT, "%s on no Redlock node confirmed (%s)",
                         dlock__script_name(calls[j].script), m.buf);
     } else if (!answered) replies[j] = copy_reply(errrep);
-    else replies[j] = mk_int(neg ? -1 : 0);
+    else replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
     if (!rc && !replies[j]) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   run_free(r, &x);
@@ -960,6 +1006,348 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   return 0;
 }
 
+/* ---- Scheduler and guard ---- */
+
+/* Raise the fence counters of the nodes in 'mask' to 'fs' (rl_fence.lua,
+ * the acquire's write-back); how many counted nodes confirmed. */
+static int fence_back(redlock *r, const dlock__script_call *call, const char *fs, unsigned mask,
+                      dlock_mono_ms deadline, msg *why) {
+  dlock__script_call fc;
+  memset(&fc, 0, sizeof fc);
+  fc.script = DLOCK__SCRIPT_RL_FENCE;
+  fc.nkeys = DLOCK__K_COUNT;
+  memcpy(fc.keys, call->keys, sizeof fc.keys);
+  memcpy(fc.keylens, call->keylens, sizeof fc.keylens);
+  fc.args[0] = fs;
+  fc.arglens[0] = strlen(fs);
+  fc.args[1] = call->args[1]; /* the run token (claim and delay scripts) */
+  fc.arglens[1] = call->arglens[1];
+  fc.nargs = 2;
+  run x;
+  int confirmed = 0;
+  if (run_calls(r, &fc, 1, mask, deadline, &x) != 0) {
+    add(why, "%s%s", why->o ? "; " : "", dlock_last_error());
+    return 0;
+  }
+  for (int i = 0; i < r->n; i++) {
+    if (!((mask >> i) & 1)) continue;
+    const dlock__reply *v = x.res[i];
+    char no[300];
+    if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1 && counts(r, i, no, sizeof no))
+      confirmed++;
+    else if (x.s[i].rc)
+      add(why, "%s%s", why->o ? "; " : "", x.s[i].err);
+    else
+      add(why, "%s%s: fence write-back %s", why->o ? "; " : "", r->node[i].node.ep.display,
+          v && v->type == DLOCK__REPLY_ERROR ? v->str : "not counted");
+  }
+  run_free(r, &x);
+  return confirmed;
+}
+
+/* Give back our part of a claim on every node (rl_sched_unclaim.lua): the
+ * job lock, and unless 'keep_tick' the tick record too. */
+static void unclaim_all(redlock *r, const dlock__script_call *call, int keep_tick, dlock_mono_ms deadline) {
+  dlock__script_call u;
+  memset(&u, 0, sizeof u);
+  u.script = DLOCK__SCRIPT_RL_SCHED_UNCLAIM;
+  u.nkeys = DLOCK__K_COUNT + 1;
+  memcpy(u.keys, call->keys, sizeof u.keys);
+  memcpy(u.keylens, call->keylens, sizeof u.keylens);
+  u.args[0] = call->args[1];
+  u.arglens[0] = call->arglens[1];
+  u.args[1] = call->script == DLOCK__SCRIPT_SCHED_DELAY ? "1" : "0";
+  u.arglens[1] = 1;
+  u.args[2] = keep_tick ? "1" : "0";
+  u.arglens[2] = 1;
+  u.nargs = 3;
+  run x;
+  if (run_calls(r, &u, 1, all_nodes(r), deadline, &x) == 0) run_free(r, &x);
+}
+
+static const char *el_s(const dlock__reply *v, size_t i) {
+  return v && v->type == DLOCK__REPLY_ARRAY && i < v->elements && v->element[i]->type == DLOCK__REPLY_STRING
+             ? v->element[i]->str
+             : "";
+}
+
+/* A tick claim (sched_claim.lua, sched_delay.lua) counts only when a
+ * majority of the counted nodes answered "yours" for our run token, and the
+ * highest of their fences was written back to a majority (as for an
+ * acquire). Otherwise our part is given back on every node; when no other
+ * claimer holds a majority either (claimers split the nodes), the claim is
+ * tried again after a random delay, at most 3 times. The answer is then the
+ * majority's: ahead, wait, busy (running), or claimed by another node. */
+static int rl_sched_claim(redlock *r, dlock__script_call *call, dlock__reply **reply) {
+  *reply = NULL;
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  note_lease(r, call, 2); /* lock_at_most_for is the job lock's lease */
+  for (int attempt = 0;; attempt++) {
+    dlock_mono_ms t0 = dlock_mono_now();
+    run x;
+    int rc = run_calls(r, call, 1, all_nodes(r), t0 + r->command_timeout_ms, &x);
+    if (rc) return rc;
+    int yours = 0, claimed = 0, busy = 0, ahead = 0, wait = 0, down = 0, failed = 0;
+    unsigned yoursmask = 0;
+    int first_yours = -1, first_claimed = -1, first_busy = -1, first_ahead = -1, first_wait = -1;
+    uint64_t fmax = 0;
+    const dlock__reply *errrep = NULL;
+    msg m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < r->n; i++) {
+      const char *name = r->node[i].node.ep.display;
+      const dlock__reply *v = x.res[i];
+      if (x.s[i].rc || !v) {
+        down++;
+        add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+        continue;
+      }
+      if (v->type == DLOCK__REPLY_ERROR) {
+        failed++;
+        if (!errrep) errrep = v;
+        add(&m, "%s%s: %s", m.o ? "; " : "", name, v->str);
+        continue;
+      }
+      if (v->type != DLOCK__REPLY_ARRAY || v->elements < 3 || v->element[0]->type != DLOCK__REPLY_INTEGER) {
+        failed++;
+        add(&m, "%s%s: unexpected reply", m.o ? "; " : "", name);
+        continue;
+      }
+      const char *what = el_s(v, 1);
+      uint64_t f = 0;
+      char why[300];
+      if (v->element[0]->integer == 1) {
+        if (dlock__parse_fence(what, strlen(what), &f) != 0 || f == 0) {
+          failed++;
+          add(&m, "%s%s: the claim gave fence '%.40s'", m.o ? "; " : "", name, what);
+        } else if (!counts(r, i, why, sizeof why)) {
+          failed++;
+          yoursmask |= 1u << i; /* given back below if the claim fails */
+          add(&m, "%s%s", m.o ? "; " : "", why);
+        } else {
+          yours++;
+          yoursmask |= 1u << i;
+          if (f > fmax) fmax = f;
+          if (first_yours < 0) first_yours = i;
+        }
+      } else if (!strcmp(what, "ahead")) {
+        ahead++;
+        if (first_ahead < 0) first_ahead = i;
+      } else if (!strcmp(what, "wait")) {
+        wait++;
+        if (first_wait < 0) first_wait = i;
+      } else if (!strcmp(what, "busy") || !strcmp(what, "running")) {
+        busy++;
+        if (first_busy < 0) first_busy = i;
+        add(&m, "%s%s: the previous run still holds the job lock", m.o ? "; " : "", name);
+      } else {
+        claimed++;
+        if (first_claimed < 0) first_claimed = i;
+        add(&m, "%s%s: claimed by %s", m.o ? "; " : "", name, el_s(v, 2));
+      }
+    }
+    if (yours >= r->quorum) {
+      char fs[24];
+      snprintf(fs, sizeof fs, "%" PRIu64, fmax);
+      msg fm;
+      memset(&fm, 0, sizeof fm);
+      int confirmed = fence_back(r, call, fs, yoursmask, dlock_mono_now() + r->command_timeout_ms, &fm);
+      if (confirmed >= r->quorum) {
+        dlock__reply *out = copy_reply(x.res[first_yours]);
+        run_free(r, &x);
+        if (out) {
+          dlock__reply_free(out->element[1]);
+          out->element[1] = mk_str(DLOCK__REPLY_STRING, fs);
+        }
+        if (!out || !out->element[1]) {
+          dlock__reply_free(out);
+          unclaim_all(r, call, 0, dlock_mono_now() + r->command_timeout_ms);
+          return dlock__error(DLOCK_ENOMEM, "out of memory");
+        }
+        *reply = out;
+        return 0;
+      }
+      add(&m, "%sthe fence write-back was confirmed by only %d (%s)", m.o ? "; " : "", confirmed,
+          fm.o ? fm.buf : "nodes not counted");
+      yours = 0; /* not counted: give it back */
+    }
+    /* Not ours: give back what we claimed, everywhere (also where no reply
+     * came). When the previous run still holds the job lock on a majority,
+     * the tick stays consumed (skipped, as on one node): only the job lock
+     * is given back where we took it. */
+    unclaim_all(r, call, busy >= r->quorum, dlock_mono_now() + r->command_timeout_ms);
+    int others = claimed + busy;
+    /* Claimers split the nodes and none has a majority, though enough
+     * nodes answer for one: try again (each claimer gave its part back). */
+    int tie = yoursmask && others < r->quorum && ahead < r->quorum && wait < r->quorum &&
+              r->n - down - failed >= r->quorum;
+    if (tie && attempt < 3) {
+      run_free(r, &x);
+      char rnd[5];
+      int64_t delay = 20 + (dlock__random_hex(rnd, 2) == 0 ? strtol(rnd, NULL, 16) % 181 : 0);
+      struct timespec ts = {0, (long)delay * 1000000L};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    int pick = ahead >= r->quorum  ? first_ahead
+               : wait >= r->quorum ? first_wait
+               : busy >= r->quorum ? first_busy
+               : others >= r->quorum ? (first_claimed >= 0 ? first_claimed : first_busy)
+                                     : -1;
+    if (pick < 0 && errrep && failed == r->n) pick = -2; /* the same script error everywhere: the caller's to map */
+    if (pick != -1) {
+      *reply = copy_reply(pick >= 0 ? x.res[pick] : errrep);
+      run_free(r, &x);
+      return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+    run_free(r, &x);
+    return dlock__error(DLOCK_EQUORUM, "tick claim: no majority of the %d Redlock nodes (%d needed) answered "
+                        "for one claimer: ours on %d, another node's or the previous run's on %d, unreachable or "
+                        "failing on %d (%s); our part was given back", r->n, r->quorum, yours, others,
+                        down + failed, m.buf);
+  }
+}
+
+/* The end of a run (sched_finish.lua) on every node: the job lock was ours
+ * when a majority says so; the duration is the first answer's. When no node
+ * answered and one may have run it, the outcome is unknown (maybe_ran: the
+ * caller sends it again marked as a second send). */
+static int rl_sched_finish(redlock *r, dlock__script_call *call, dlock__reply **reply) {
+  *reply = NULL;
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  run x;
+  int rc = run_calls(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  if (rc) return rc;
+  int first = -1, ours = 0, maybe = 0;
+  const dlock__reply *errrep = NULL;
+  msg m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < r->n; i++) {
+    const dlock__reply *v = x.res[i];
+    if (!v) {
+      maybe += x.s[i].sent;
+      add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+    } else if (v->type == DLOCK__REPLY_ARRAY && v->elements >= 2) {
+      if (first < 0) first = i;
+      ours += v->element[1]->type == DLOCK__REPLY_INTEGER && v->element[1]->integer == 1;
+    } else if (!errrep) {
+      errrep = v;
+    }
+  }
+  if (first >= 0) {
+    dlock__reply *out = copy_reply(x.res[first]);
+    run_free(r, &x);
+    if (!out) return dlock__error(DLOCK_ENOMEM, "out of memory");
+    if (out->element[1]->type == DLOCK__REPLY_INTEGER) out->element[1]->integer = ours >= r->quorum;
+    *reply = out;
+    return 0;
+  }
+  if (errrep && !maybe) {
+    *reply = copy_reply(errrep);
+    run_free(r, &x);
+    return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  call->maybe_ran = maybe > 0;
+  run_free(r, &x);
+  return dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT, "the end of the run was confirmed by no Redlock "
+                      "node (%s)", m.buf);
+}
+
+/* Read-only scripts (the run history): the first node, in the order of the
+ * URL, that answers. */
+static int rl_first(redlock *r, dlock__script_call *call, dlock__reply **reply) {
+  *reply = NULL;
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  run x;
+  int rc = run_calls(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  if (rc) return rc;
+  const dlock__reply *pick = NULL;
+  msg m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < r->n; i++) {
+    const dlock__reply *v = x.res[i];
+    if (!v) add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+    else if (!pick || (pick->type == DLOCK__REPLY_ERROR && v->type != DLOCK__REPLY_ERROR)) pick = v;
+  }
+  if (!pick) {
+    run_free(r, &x);
+    return dlock__error(DLOCK_ECONNECT, "no Redlock node answered (%s)", m.buf);
+  }
+  *reply = copy_reply(pick);
+  run_free(r, &x);
+  return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+}
+
+/* The guard (guard.lua) on every node: stale when any node knows a higher
+ * token; admitted only when a majority of the counted nodes admitted (each
+ * of them recorded the token); otherwise a quorum error. Since two
+ * majorities share a node, once a token was admitted no lower one is, for
+ * as long as one node that recorded it keeps its data and answers
+ * (docs/redlock.md, "The guard"). */
+static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) {
+  *reply = NULL;
+  call->maybe_ran = 0;
+  call->replicas = -1;
+  run x;
+  int rc = run_calls(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  if (rc) return rc;
+  int admitted = 0, stale = -1, answered = 0, maybe = 0;
+  uint64_t high = 0, prev = 0;
+  const dlock__reply *errrep = NULL;
+  msg m;
+  memset(&m, 0, sizeof m);
+  for (int i = 0; i < r->n; i++) {
+    const char *name = r->node[i].node.ep.display;
+    const dlock__reply *v = x.res[i];
+    if (!v) {
+      maybe += x.s[i].sent;
+      add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+      continue;
+    }
+    if (v->type != DLOCK__REPLY_ARRAY || v->elements != 2 || v->element[0]->type != DLOCK__REPLY_INTEGER) {
+      if (!errrep) errrep = v;
+      add(&m, "%s%s: %s", m.o ? "; " : "", name, v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
+      continue;
+    }
+    answered++;
+    const char *t = el_s(v, 1);
+    uint64_t f = 0;
+    int parsed = *t && dlock__parse_fence(t, strlen(t), &f) == 0;
+    char why[300];
+    if (v->element[0]->integer == 1) {
+      if (parsed && f > prev) prev = f;
+      if (counts(r, i, why, sizeof why)) admitted++;
+      else add(&m, "%s%s", m.o ? "; " : "", why);
+    } else {
+      if (stale < 0 || (parsed && f > high)) stale = i;
+      if (parsed && f > high) high = f;
+    }
+  }
+  char fs[24];
+  if (stale >= 0 || admitted >= r->quorum) {
+    run_free(r, &x);
+    if (stale >= 0) snprintf(fs, sizeof fs, "%" PRIu64, high);
+    else if (prev) snprintf(fs, sizeof fs, "%" PRIu64, prev);
+    else fs[0] = '\0';
+    *reply = mk_pair(stale >= 0 ? 0 : 1, mk_str(DLOCK__REPLY_STRING, fs));
+    return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  if (errrep && !answered && !maybe) {
+    *reply = copy_reply(errrep);
+    run_free(r, &x);
+    return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  /* Twice-safe (an equal token is admitted again): with no answer at all,
+   * the caller may send it once more. */
+  call->maybe_ran = !answered && maybe;
+  run_free(r, &x);
+  return dlock__error(DLOCK_EQUORUM, "admitted by %d of %d Redlock nodes, %d needed, and none knows a higher "
+                      "token (%s); the write must not proceed", admitted, r->n, r->quorum, m.buf);
+}
+
 /* dlock_lock_info_get_node, dlock_client_check_node: while set, this
  * thread talks to node pin-1 alone, as to a single server. */
 static _Thread_local int pin;
@@ -979,6 +1367,11 @@ static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call
   if (id == DLOCK__SCRIPT_RELEASE || id == DLOCK__SCRIPT_WITHDRAW || id == DLOCK__SCRIPT_FORCE_RELEASE)
     return rl_delete(r, calls, n, replies);
   if (id == DLOCK__SCRIPT_INFO && n == 1) return rl_info(r, &calls[0], &replies[0]);
+  if ((id == DLOCK__SCRIPT_SCHED_CLAIM || id == DLOCK__SCRIPT_SCHED_DELAY) && n == 1)
+    return rl_sched_claim(r, &calls[0], &replies[0]);
+  if (id == DLOCK__SCRIPT_SCHED_FINISH && n == 1) return rl_sched_finish(r, &calls[0], &replies[0]);
+  if (id == DLOCK__SCRIPT_SCHED_HISTORY && n == 1) return rl_first(r, &calls[0], &replies[0]);
+  if (id == DLOCK__SCRIPT_GUARD && n == 1) return rl_guard(r, &calls[0], &replies[0]);
   return DLOCK__QUORUM_PASS;
 }
 
@@ -1082,6 +1475,11 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
 int dlock__redis_node_count(const dlock_client *c) {
   if (!c || !dlock__rc(c) || !dlock__topo(c) || dlock__topo(c)->quorum_run != rl_quorum_run) return 0;
   return ((const redlock *)dlock__topo(c))->n;
+}
+
+dlock__node *dlock__redlock_node(dlock_client *c, int i) {
+  if (i < 0 || i >= dlock__redis_node_count(c)) return NULL;
+  return &((redlock *)dlock__topo(c))->node[i].node;
 }
 
 const char *dlock__redis_node_name(const dlock_client *c, int i) {

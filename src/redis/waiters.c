@@ -19,6 +19,10 @@
  *    server-sent sunsubscribe, a MOVED answer, a dropped connection or a new
  *    owner in the router's map; the channel is then subscribed again where
  *    the router finds the slot now.
+ *  - Redlock: every node is a home. A handle's channel has one entry per
+ *    node, pinned there ('fixed'), since each node's release publishes its
+ *    own hand-off: the first message from any node wakes the waiter, which
+ *    then tries the quorum acquire (docs/redlock.md, "Waiting").
  * A channel that moves wakes every waiter, as a reconnect does.
  */
 #include <errno.h>
@@ -39,6 +43,7 @@ typedef struct channel {
   int confirmed; /* 1 subscribed, -1 refused by the server */
   dlock__node *node; /* where it was sent (valid while 'sent') */
   int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
+  dlock__node *fixed; /* Redlock: this entry's home, one of the nodes; NULL: routed */
 } channel;
 
 /* One pub/sub connection per node: on a cluster each channel lives on the
@@ -63,6 +68,14 @@ struct dlock__subscriber {
   int sharded; /* SSUBSCRIBE on the slot's master (cluster) */
   sub_conn conns[MAX_SUB_CONNS];
   int nconns;  /* guarded by the subscriber thread alone */
+  /* Redlock nodes whose connect failed: not tried again before 'at', so
+   * that a node that is down or frozen seldom holds up this thread (and the
+   * other nodes' messages). Subscriber thread alone. */
+  struct {
+    dlock__node *node;
+    dlock_mono_ms at;
+  } retry[DLOCK__REDLOCK_MAX];
+  int nretry;
   char last_error[256];
 };
 
@@ -100,7 +113,7 @@ static void deliver(dlock__subscriber *s, const char *payload) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static channel *find_channel(dlock__subscriber *s, const char *name, size_t len);
+static channel *find_sent(dlock__subscriber *s, const char *name, size_t len, dlock__node *node);
 
 /* Forget that the channels sent on 'node' are subscribed (connection lost,
  * or the server moved them away): they are sent again. Caller holds s->mu. */
@@ -145,8 +158,8 @@ static void handle_reply(dlock__subscriber *s, dlock__node *node, const dlock__r
     deliver(s, r->element[2]->str);
   } else if (!strcmp(kind, "subscribe") || !strcmp(kind, "ssubscribe")) {
     pthread_mutex_lock(&s->mu);
-    channel *ch = find_channel(s, r->element[1]->str, r->element[1]->len);
-    if (ch && ch->sent && ch->node == node) ch->confirmed = 1;
+    channel *ch = find_sent(s, r->element[1]->str, r->element[1]->len, node);
+    if (ch) ch->confirmed = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
   } else if (!strcmp(kind, "sunsubscribe")) {
@@ -154,14 +167,29 @@ static void handle_reply(dlock__subscriber *s, dlock__node *node, const dlock__r
      * Subscribe again where the router says it lives now, and let the
      * waiters look, since a hand-off may have been missed meanwhile. */
     pthread_mutex_lock(&s->mu);
-    channel *ch = find_channel(s, r->element[1]->str, r->element[1]->len);
-    if (ch && ch->refs > 0 && ch->sent && ch->node == node) {
+    channel *ch = find_sent(s, r->element[1]->str, r->element[1]->len, node);
+    if (ch && ch->refs > 0) {
       ch->sent = ch->confirmed = 0;
       ch->reroute = 1;
       wake_all_waiters(s);
     }
     pthread_mutex_unlock(&s->mu);
   }
+}
+
+/* A Redlock node's connect: bounded by FIXED_CONNECT_MS, then spaced by
+ * FIXED_RETRY_MS after a failure (other nodes' messages wake the waiters
+ * meanwhile, and the re-check is the fallback). */
+#define FIXED_CONNECT_MS 500
+#define FIXED_RETRY_MS 2000
+
+static dlock_mono_ms *retry_at(dlock__subscriber *s, dlock__node *node) {
+  for (int i = 0; i < s->nretry; i++)
+    if (s->retry[i].node == node) return &s->retry[i].at;
+  if (s->nretry == DLOCK__REDLOCK_MAX) return NULL;
+  s->retry[s->nretry].node = node;
+  s->retry[s->nretry].at = 0;
+  return &s->retry[s->nretry++].at;
 }
 
 static sub_conn *conn_for(dlock__subscriber *s, dlock__node *node) {
@@ -198,6 +226,7 @@ static void reroute(dlock__subscriber *s, const char *name, size_t len) {
 /* The home of a channel (see the top): the master 'master' (single server,
  * Sentinel) or the router's owner of its slot (cluster). */
 static dlock__node *home_of(dlock__subscriber *s, const channel *ch, dlock__node *master) {
+  if (ch->fixed) return ch->fixed;
   if (!s->sharded) return master;
   dlock__topology *t = dlock__topo(s->client);
   return t->route(t, ch->name, ch->len);
@@ -235,6 +264,8 @@ static int sync_subscriptions(dlock__subscriber *s) {
       pthread_mutex_unlock(&s->mu);
     }
   }
+  dlock__node *failed[MAX_SUB_CONNS];
+  int nfailed = 0;
   pthread_mutex_lock(&s->mu);
   char name[512];
   size_t len = 0;
@@ -274,17 +305,34 @@ static int sync_subscriptions(dlock__subscriber *s) {
     }
     if (ch->sent) continue;
     sub_conn *sc = conn_for(s, home);
+    int failed_now = 0; /* one connect attempt per node and pass */
+    for (int j = 0; j < nfailed && !failed_now; j++) failed_now = failed[j] == home;
+    dlock_mono_ms *next_try = ch->fixed ? retry_at(s, home) : NULL;
+    if (next_try && *next_try > dlock_mono_now()) failed_now = 1;
+    if (!sc && failed_now) {
+      if (ch->fixed && !ch->confirmed) ch->confirmed = -1;
+      pending = 1;
+      continue;
+    }
     if (!sc && s->nconns < MAX_SUB_CONNS) {
       char *keep = ch->name; /* 'ch' may move while the lock is let go */
       pthread_mutex_unlock(&s->mu);
       dlock__conn *conn = NULL;
-      int rc = dlock__conn_open(&home->ep, home->ssl_ctx, &conn);
+      int rc = next_try ? dlock__conn_open_until(&home->ep, home->ssl_ctx, dlock_mono_now() + FIXED_CONNECT_MS, &conn)
+                        : dlock__conn_open(&home->ep, home->ssl_ctx, &conn);
       if (rc) atomic_store(&home->suspect, 1); /* Sentinel: ask the sentinels again */
+      if (next_try) *next_try = rc ? dlock_mono_now() + FIXED_RETRY_MS : 0;
       pthread_mutex_lock(&s->mu);
-      ch = find_channel(s, keep, strlen(keep));
+      ch = NULL; /* the same entry ('keep' is its own allocation) */
+      for (size_t j = 0; j < s->nchannels && !ch; j++)
+        if (s->channels[j].name == keep) ch = &s->channels[j];
       if (rc) {
         snprintf(s->last_error, sizeof s->last_error, "%s", dlock_last_error());
+        if (nfailed < MAX_SUB_CONNS) failed[nfailed++] = home;
         if (ch && s->sharded) ch->reroute = 1;
+        /* A Redlock node that is down: its entry is settled as failed, so
+         * that a watch does not wait for it (the other nodes wake us). */
+        if (ch && ch->fixed && !ch->confirmed) ch->confirmed = -1;
         pending = 1;
         continue;
       }
@@ -413,10 +461,32 @@ static dlock__subscriber *get(dlock_client *c) {
   return s;
 }
 
-static channel *find_channel(dlock__subscriber *s, const char *name, size_t len) {
+/* The entry of channel 'name' pinned to 'fixed' (NULL: the routed one). */
+static channel *find_entry(dlock__subscriber *s, const char *name, size_t len, dlock__node *fixed) {
   for (size_t i = 0; i < s->nchannels; i++)
-    if (s->channels[i].len == len && !memcmp(s->channels[i].name, name, len)) return &s->channels[i];
+    if (s->channels[i].fixed == fixed && s->channels[i].len == len && !memcmp(s->channels[i].name, name, len))
+      return &s->channels[i];
   return NULL;
+}
+
+/* The entry of 'name' subscribed (or being subscribed) on 'node'. */
+static channel *find_sent(dlock__subscriber *s, const char *name, size_t len, dlock__node *node) {
+  for (size_t i = 0; i < s->nchannels; i++)
+    if (s->channels[i].sent && s->channels[i].node == node && s->channels[i].len == len &&
+        !memcmp(s->channels[i].name, name, len))
+      return &s->channels[i];
+  return NULL;
+}
+
+/* The homes of a handle's channel: the Redlock nodes, or one routed entry. */
+static int homes(dlock_client *c, dlock__node **out) {
+  int n = dlock__redis_node_count(c);
+  if (n <= 0) {
+    out[0] = NULL;
+    return 1;
+  }
+  for (int i = 0; i < n; i++) out[i] = dlock__redlock_node(c, i);
+  return n;
 }
 
 int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
@@ -425,55 +495,76 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
   int rc = start(c);
   if (rc) return rc;
   dlock__subscriber *s = dlock__rc(c)->subscriber;
+  dlock__node *home[DLOCK__REDLOCK_MAX];
+  int nh = homes(c, home);
+  const char *name = dlock__rm(m)->channel;
+  size_t len = dlock__rm(m)->channel_len;
   pthread_mutex_lock(&s->mu);
-  channel *ch = find_channel(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len);
-  if (!ch) {
-    if (s->nchannels == s->capchannels) {
-      size_t cap = s->capchannels ? s->capchannels * 2 : 16;
-      channel *grown = realloc(s->channels, cap * sizeof *grown);
-      if (!grown) {
-        pthread_mutex_unlock(&s->mu);
-        return dlock__error(DLOCK_ENOMEM, "out of memory");
+  for (int h = 0; h < nh; h++) {
+    channel *ch = find_entry(s, name, len, home[h]);
+    if (!ch) {
+      if (s->nchannels == s->capchannels) {
+        size_t cap = s->capchannels ? s->capchannels * 2 : 16;
+        channel *grown = realloc(s->channels, cap * sizeof *grown);
+        if (!grown) break;
+        s->channels = grown;
+        s->capchannels = cap;
       }
-      s->channels = grown;
-      s->capchannels = cap;
+      ch = &s->channels[s->nchannels];
+      memset(ch, 0, sizeof *ch);
+      if (!(ch->name = malloc(len + 1))) break;
+      memcpy(ch->name, name, len + 1);
+      ch->len = len;
+      ch->fixed = home[h];
+      s->nchannels++;
     }
-    ch = &s->channels[s->nchannels];
-    memset(ch, 0, sizeof *ch);
-    if (!(ch->name = malloc(dlock__rm(m)->channel_len + 1))) {
-      pthread_mutex_unlock(&s->mu);
-      return dlock__error(DLOCK_ENOMEM, "out of memory");
-    }
-    memcpy(ch->name, dlock__rm(m)->channel, dlock__rm(m)->channel_len + 1);
-    ch->len = dlock__rm(m)->channel_len;
-    s->nchannels++;
+    ch->refs++;
+    dlock__rm(m)->subscribed = h + 1; /* entries referenced */
   }
-  ch->refs++;
-  dlock__rm(m)->subscribed = 1;
+  if (!dlock__rm(m)->subscribed) {
+    pthread_mutex_unlock(&s->mu);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
   poke(s);
+  /* Wait until every home settled, or (Redlock) a majority confirmed: a
+   * release publishes on every node, so any one subscribed node wakes us;
+   * a node that is down or frozen must not hold up the wait. */
+  int want = nh > 1 ? nh / 2 + 1 : 1;
   dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
+  int ok = 0;
   for (;;) {
-    ch = find_channel(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len);
-    if (!ch || ch->confirmed != 0) break;
+    int settled = 0;
+    ok = 0;
+    for (int h = 0; h < dlock__rm(m)->subscribed; h++) {
+      channel *ch = find_entry(s, name, len, home[h]);
+      if (!ch || ch->confirmed != 0) settled++;
+      if (ch && ch->confirmed == 1) ok++;
+    }
+    if (settled == dlock__rm(m)->subscribed || ok >= want) break;
     if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) break;
   }
-  rc = ch && ch->confirmed == 1 ? 0 : DLOCK_EIO;
-  if (rc) dlock__error(rc, "subscribe to %s failed (%s); waiting falls back to re-checks", dlock__rm(m)->channel,
+  rc = ok > 0 ? 0 : DLOCK_EIO;
+  if (rc) dlock__error(rc, "subscribe to %s failed (%s); waiting falls back to re-checks", name,
                        s->last_error[0] ? s->last_error : "no confirmation in time");
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
 
 void dlock__subscriber_unwatch(dlock_client *c, dlock_mutex *m) {
-  if (!dlock__rm(m)->subscribed) return;
+  int n = dlock__rm(m)->subscribed;
+  if (!n) return;
   dlock__rm(m)->subscribed = 0;
   dlock__subscriber *s = get(c);
   if (!s) return;
+  dlock__node *home[DLOCK__REDLOCK_MAX];
+  homes(c, home);
   pthread_mutex_lock(&s->mu);
-  channel *ch = find_channel(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len);
-  if (ch && ch->refs > 0) ch->refs--;
+  for (int h = 0; h < n; h++) {
+    channel *ch = find_entry(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len, home[h]);
+    if (ch && ch->refs > 0) ch->refs--;
+  }
   poke(s);
   pthread_mutex_unlock(&s->mu);
 }

@@ -8,6 +8,8 @@
  * unguarded counter; a frozen node costs an acquire its per-node deadline.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -445,6 +447,444 @@ TEST(a_frozen_node_costs_an_acquire_no_more_than_its_per_node_deadline) {
   if (worst < 150 || worst > 200 + 600 * th_time_factor())
     TEST_FAIL("an acquire with a frozen node took %lld ms; the per-node deadline is 200 ms", worst);
   dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- Waits woken by a release on any node ---- */
+
+typedef struct waiter_arg {
+  dlock_client *c;
+  const char *name;
+  int64_t wait_ms;
+  int64_t hold_ms;
+  int rc;
+  char err[512];
+  long long got_at; /* th_now_ms() when the acquire returned */
+} waiter_arg;
+
+static void *waiter_thread(void *p) {
+  waiter_arg *a = p;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 10000;
+  dlock_mutex *m = NULL;
+  a->rc = dlock_mutex_new(&m, a->c, a->name, &mo);
+  if (a->rc) return NULL;
+  a->rc = dlock_mutex_acquire(m, a->wait_ms);
+  a->got_at = th_now_ms();
+  if (a->rc) snprintf(a->err, sizeof a->err, "%s", dlock_mutex_errmsg(m));
+  else {
+    if (a->hold_ms) th_sleep_ms(a->hold_ms);
+    int rc = dlock_mutex_release(m);
+    if (rc) {
+      a->rc = rc;
+      snprintf(a->err, sizeof a->err, "release: %s", dlock_mutex_errmsg(m));
+    }
+  }
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+/* Script calls node i has run since its statistics were reset. */
+static long evalsha_calls(int i) {
+  char out[8192];
+  cli(i, out, sizeof out, "INFO commandstats");
+  const char *p = strstr(out, "cmdstat_evalsha:calls=");
+  long n = p ? strtol(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+  p = strstr(out, "cmdstat_eval:calls=");
+  return n + (p ? strtol(p + strlen("cmdstat_eval:calls="), NULL, 10) : 0);
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return x < y ? -1 : x > y;
+}
+
+TEST(a_waiter_is_woken_by_the_release_not_by_polling) {
+  flush_all();
+  dlock_client *hc = test_client(url), *wc = test_client(url);
+  dlock_mutex *h = test_mutex(hc, "rl:wake", 10000);
+  enum { ROUNDS = 10 };
+  long long lat[ROUNDS];
+  char out[64];
+  for (int round = 0; round < ROUNDS; round++) {
+    ASSERT_OK(dlock_mutex_acquire(h, 0));
+    waiter_arg a = {wc, "rl:wake", 20000, 0, -1, "", 0};
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, waiter_thread, &a) == 0);
+    th_sleep_ms(200 * th_time_factor()); /* waiting, subscribed on every node */
+    if (round == 0) {
+      /* While the lock stays held (a 10 s lease, no release), the waiter
+       * sends nothing: it waits for a message (the old code tried again
+       * every 20..200 ms, about 9 times a second). */
+      cli(0, out, sizeof out, "CONFIG RESETSTAT");
+      th_sleep_ms(1000);
+      long calls = evalsha_calls(0);
+      printf("  script calls on node 0 during 1 s of waiting: %ld\n", calls);
+      if (calls > 2) TEST_FAIL("the waiter polled: %ld script calls on node 0 in 1 s of waiting", calls);
+    }
+    long long t0 = th_now_ms();
+    ASSERT_OK(dlock_mutex_release(h));
+    pthread_join(t, NULL);
+    if (a.rc) TEST_FAIL("round %d: waiter: %s: %s", round, dlock_err_name(a.rc), a.err);
+    lat[round] = a.got_at - t0;
+  }
+  qsort(lat, ROUNDS, sizeof lat[0], cmp_ll);
+  printf("  release -> waiter holds it (5 nodes): median %lld ms, max %lld ms\n", lat[ROUNDS / 2], lat[ROUNDS - 1]);
+  /* The fallback re-check would take 2 s; the old random retry 20..200 ms. */
+  if (lat[ROUNDS / 2] > 50 * th_time_factor())
+    TEST_FAIL("median wake-up latency %lld ms: the waiter was not woken by the release", lat[ROUNDS / 2]);
+  if (lat[ROUNDS - 1] > 1000 * th_time_factor()) TEST_FAIL("slowest wake-up %lld ms", lat[ROUNDS - 1]);
+  for (int i = 0; i < N; i++) expect_key(i, "rl:wake", "");
+  dlock_mutex_free(h);
+  dlock_client_free(wc);
+  dlock_client_free(hc);
+}
+
+TEST(waiters_are_served_in_arrival_order_where_the_nodes_agree) {
+  flush_all();
+  dlock_client *hc = test_client(url), *ac = test_client(url), *bc = test_client(url);
+  dlock_mutex *h = test_mutex(hc, "rl:fifo", 10000);
+  for (int round = 0; round < 4; round++) {
+    /* Round by round the other client arrives first: order, not identity. */
+    dlock_client *first = round % 2 ? bc : ac, *second = round % 2 ? ac : bc;
+    ASSERT_OK(dlock_mutex_acquire(h, 0));
+    waiter_arg a = {first, "rl:fifo", 20000, 100, -1, "", 0}, b = {second, "rl:fifo", 20000, 100, -1, "", 0};
+    pthread_t ta, tb;
+    ASSERT(pthread_create(&ta, NULL, waiter_thread, &a) == 0);
+    th_sleep_ms(300 * th_time_factor());
+    ASSERT(pthread_create(&tb, NULL, waiter_thread, &b) == 0);
+    th_sleep_ms(300 * th_time_factor());
+    long long t0 = th_now_ms();
+    ASSERT_OK(dlock_mutex_release(h));
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    if (a.rc || b.rc) TEST_FAIL("round %d: %s / %s", round, a.err, b.err);
+    if (!(a.got_at < b.got_at))
+      TEST_FAIL("round %d: the second waiter got the lock %lld ms after the release, before the first (%lld ms)",
+                round, b.got_at - t0, a.got_at - t0);
+    /* The second is handed the lock by the first's release (100 ms hold), not by a re-check. */
+    if (b.got_at - t0 > 100 + 500 * th_time_factor())
+      TEST_FAIL("round %d: the second waiter got it %lld ms after the first release", round, b.got_at - t0);
+  }
+  for (int i = 0; i < N; i++) expect_key(i, "rl:fifo", "");
+  dlock_mutex_free(h);
+  dlock_client_free(bc);
+  dlock_client_free(ac);
+  dlock_client_free(hc);
+}
+
+typedef struct looper_arg {
+  dlock_client *c;
+  int id;
+  int runs;
+  int *log; /* who held it, in order */
+  int *nlog;
+  pthread_mutex_t *mu;
+  int rc;
+  char err[512];
+} looper_arg;
+
+/* Take the lock 'runs' times, holding it 20 ms and asking again at once. */
+static void *looper_thread(void *p) {
+  looper_arg *a = p;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 10000;
+  dlock_mutex *m = NULL;
+  if ((a->rc = dlock_mutex_new(&m, a->c, "rl:fair", &mo))) return NULL;
+  for (int i = 0; i < a->runs && !a->rc; i++) {
+    if ((a->rc = dlock_mutex_acquire(m, 20000))) {
+      snprintf(a->err, sizeof a->err, "acquire %d: %s", i, dlock_mutex_errmsg(m));
+      break;
+    }
+    pthread_mutex_lock(a->mu);
+    a->log[(*a->nlog)++] = a->id;
+    pthread_mutex_unlock(a->mu);
+    th_sleep_ms(20);
+    if ((a->rc = dlock_mutex_release(m))) snprintf(a->err, sizeof a->err, "release %d: %s", i, dlock_mutex_errmsg(m));
+  }
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+TEST(two_waiters_that_ask_again_at_once_are_both_served_without_starvation) {
+  flush_all();
+  dlock_client *ac = test_client(url), *bc = test_client(url);
+  enum { RUNS = 10 };
+  int log[2 * RUNS], nlog = 0;
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  looper_arg a = {ac, 0, RUNS, log, &nlog, &mu, 0, ""}, b = {bc, 1, RUNS, log, &nlog, &mu, 0, ""};
+  pthread_t ta, tb;
+  long long t0 = th_now_ms();
+  ASSERT(pthread_create(&ta, NULL, looper_thread, &a) == 0);
+  ASSERT(pthread_create(&tb, NULL, looper_thread, &b) == 0);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  long long took = th_now_ms() - t0;
+  if (a.rc || b.rc) TEST_FAIL("a: %s; b: %s", a.err, b.err);
+  ASSERT_EQ(nlog, 2 * RUNS);
+  /* A release hands the lock to the queued waiter, so the one that asks
+   * again at once queues behind it: they alternate. Without hand-off the
+   * releaser wins again while the other sleeps (runs of several). */
+  char seq[2 * RUNS + 1];
+  int longest = 1, cur = 1;
+  for (int i = 0; i < nlog; i++) {
+    seq[i] = (char)('A' + log[i]);
+    if (i > 0) cur = log[i] == log[i - 1] ? cur + 1 : 1;
+    if (cur > longest) longest = cur;
+  }
+  seq[nlog] = '\0';
+  printf("  holders in order: %s (%lld ms for %d runs)\n", seq, took, 2 * RUNS);
+  /* One repeat is allowed around the start (the second may not be queued yet). */
+  if (longest > 2) TEST_FAIL("one waiter held the lock %d times in a row (%s): the other starved", longest, seq);
+  for (int i = 0; i < N; i++) expect_key(i, "rl:fair", "");
+  dlock_client_free(bc);
+  dlock_client_free(ac);
+}
+
+TEST(a_forced_release_is_reported_as_deleted_not_taken) {
+  flush_all();
+  dlock_client *c = test_client(url), *admin = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rl:forced", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(admin, "rl:forced", &was));
+  ASSERT_EQ(was, 1);
+  ASSERT_STATUS(dlock_mutex_extend(m, 10000), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "forced release");
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_DELETED);
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "forced release");
+  /* Also when another owner took it meanwhile, and by the watchdog. */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "rl:forced", NULL));
+  dlock_mutex *other = test_mutex(admin, "rl:forced", 10000);
+  ASSERT_OK(dlock_mutex_acquire(other, 0));
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "forced release");
+  ASSERT_EQ(dlock_mutex_is_held(other), 1);
+  ASSERT_OK(dlock_mutex_release(other));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 900;
+  dlock_mutex *w = NULL;
+  ASSERT_OK(dlock_mutex_new(&w, c, "rl:forced-wd", &mo));
+  ASSERT_OK(dlock_mutex_acquire(w, 0));
+  ASSERT_OK(dlock_lock_force_release(admin, "rl:forced-wd", NULL));
+  for (int i = 0; i < 100 && dlock_mutex_lost(w) == DLOCK_LOST_NONE; i++) th_sleep_ms(50 * th_time_factor());
+  ASSERT_EQ(dlock_mutex_lost(w), DLOCK_LOST_DELETED);
+  dlock_mutex_release(w);
+  dlock_mutex_free(w);
+  dlock_mutex_free(other);
+  dlock_mutex_free(m);
+  dlock_client_free(admin);
+  dlock_client_free(c);
+}
+
+/* ---- The scheduler and the guard on a majority ---- */
+
+typedef struct sched_count {
+  atomic_int runs, busy, errors, nran;
+  int64_t ran[64];
+  pthread_mutex_t mu;
+} sched_count;
+
+static void sched_event(const dlock_sched_event *ev, void *arg) {
+  sched_count *k = arg;
+  if (ev->kind == DLOCK_SCHED_SKIPPED_BUSY) atomic_fetch_add(&k->busy, 1);
+  if (ev->kind == DLOCK_SCHED_ERROR) {
+    atomic_fetch_add(&k->errors, 1);
+    printf("  scheduler error: %s\n", ev->message ? ev->message : "?");
+  }
+  if (ev->kind == DLOCK_SCHED_RAN) {
+    pthread_mutex_lock(&k->mu);
+    int i = atomic_fetch_add(&k->nran, 1);
+    if (i < 64) k->ran[i] = ev->scheduled_unix_ms;
+    pthread_mutex_unlock(&k->mu);
+  }
+}
+
+static int sched_job(const dlock_tick *t, void *arg) {
+  (void)t;
+  atomic_fetch_add(&((sched_count *)arg)->runs, 1);
+  return 0;
+}
+
+static dlock_sched *sched_on(dlock_client *c, const char *node, const char *job, sched_count *k) {
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.node_name = node;
+  so.on_event = sched_event;
+  so.on_event_arg = k;
+  dlock_sched *s = NULL;
+  if (dlock_sched_new(&s, c, &so) != 0) TEST_FAIL("dlock_sched_new: %s", dlock_last_error());
+  if (dlock_sched_add_fixed_rate(s, job, 200, NULL, sched_job, k) != 0 || dlock_sched_start(s) != 0)
+    TEST_FAIL("scheduler: %s", dlock_last_error());
+  return s;
+}
+
+TEST(scheduler_ticks_are_claimed_on_a_majority_not_on_the_first_node) {
+  flush_all();
+  char out[128];
+  /* The previous run holds the job lock on nodes 1, 2, 3 (a majority), not
+   * on node 0, where the old code claimed every tick. */
+  for (int i = 1; i <= 3; i++) {
+    cli(i, out, sizeof out, "SET rl:job foreign PX 60000");
+    cli(i, out, sizeof out, "HSET {rl:job}:meta fence 1 info other-run");
+    cli(i, out, sizeof out, "PEXPIRE {rl:job}:meta 60000");
+  }
+  dlock_client *c = test_client(url);
+  static sched_count k;
+  memset(&k, 0, sizeof k);
+  pthread_mutex_init(&k.mu, NULL);
+  dlock_sched *s = sched_on(c, "n1", "rl:job", &k);
+  th_sleep_ms(1300);
+  dlock_sched_free(s);
+  printf("  with the job lock held on 3 of 5: %d runs, %d skipped busy, %d errors\n", atomic_load(&k.runs),
+         atomic_load(&k.busy), atomic_load(&k.errors));
+  ASSERT_EQ(atomic_load(&k.runs), 0);
+  ASSERT(atomic_load(&k.busy) >= 2);
+  /* The job lock taken on the free nodes was given back. */
+  expect_key(0, "rl:job", "");
+  expect_key(4, "rl:job", "");
+  for (int i = 1; i <= 3; i++) expect_key(i, "rl:job", "foreign");
+
+  /* Node 0 down: two schedulers run every tick exactly once, and the tick
+   * records live on the majority. */
+  down(0);
+  static sched_count ka, kb;
+  memset(&ka, 0, sizeof ka);
+  memset(&kb, 0, sizeof kb);
+  pthread_mutex_init(&ka.mu, NULL);
+  pthread_mutex_init(&kb.mu, NULL);
+  dlock_client *c2 = test_client(url);
+  dlock_sched *sa = sched_on(c, "a", "rl:job2", &ka), *sb = sched_on(c2, "b", "rl:job2", &kb);
+  th_sleep_ms(1500);
+  dlock_sched_free(sa);
+  dlock_sched_free(sb);
+  int na = atomic_load(&ka.nran), nb = atomic_load(&kb.nran);
+  printf("  node 0 down, two schedulers: %d + %d runs\n", na, nb);
+  ASSERT(na + nb >= 3);
+  for (int i = 0; i < na && i < 64; i++)
+    for (int j = 0; j < nb && j < 64; j++)
+      if (ka.ran[i] == kb.ran[j]) TEST_FAIL("tick %lld ran on both schedulers", (long long)ka.ran[i]);
+  int have = 0;
+  for (int i = 1; i < N; i++) {
+    cli(i, out, sizeof out, "EXISTS {rl:job2}:tick");
+    have += !strcmp(out, "1");
+  }
+  ASSERT(have >= N / 2 + 1);
+  dlock_run_record rec[8];
+  for (int i = 0; i < 8; i++) dlock_run_record_init(&rec[i]);
+  int got = dlock_sched_history(c, "rl:job2", rec, 8);
+  if (got < 3) TEST_FAIL("history with node 0 down: %d (%s)", got, dlock_last_error());
+  up(0);
+  dlock_client_free(c2);
+  dlock_client_free(c);
+}
+
+TEST(the_guard_admits_on_a_majority_and_is_stale_if_any_node_knows_better) {
+  flush_all();
+  dlock_client *c = test_client(url);
+  char out[64];
+  ASSERT_OK(dlock_guard_check(c, "rl:res", 100));
+  ASSERT_OK(dlock_guard_check(c, "rl:res", 200));
+  int have = 0;
+  for (int i = 0; i < N; i++) {
+    cli(i, out, sizeof out, "GET {rl:res}:guard");
+    have += !strcmp(out, "200");
+  }
+  ASSERT(have >= N / 2 + 1);
+  /* The first node (where the old code kept the guard alone) goes down, and
+   * another loses its data: the older writer is still refused. */
+  down(0);
+  uint64_t high = 0;
+  ASSERT_STATUS(dlock_guard_check_highest(c, "rl:res", 150, &high), DLOCK_ESTALE);
+  ASSERT_EQ(high, 200);
+  cli(1, out, sizeof out, "FLUSHALL");
+  ASSERT_STATUS(dlock_guard_check(c, "rl:res", 150), DLOCK_ESTALE);
+  ASSERT_OK(dlock_guard_check(c, "rl:res", 200)); /* the same token again */
+  /* 3 of 5 down: no majority can admit a new token. */
+  down(2);
+  down(3);
+  ASSERT_STATUS(dlock_guard_check(c, "rl:res", 300), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_last_error(), "admitted by 2 of 5 Redlock nodes, 3 needed");
+  up(0);
+  up(2);
+  up(3);
+  dlock_client_free(c);
+}
+
+TEST(a_tick_claim_split_between_claimers_is_given_back_and_not_run) {
+  flush_all();
+  char out[128], cmd[200];
+  /* Another scheduler claimed every tick of the next 1.5 s on nodes 1 and
+   * 2, and node 3 is down: ours can get 0 and 4 only, 2 of 5. Nobody has a
+   * majority: the tick must not run, and what we claimed is given back. */
+  down(3);
+  cli(0, out, sizeof out, "TIME");
+  long long now_ms = atoll(out) * 1000 + atoll(strchr(out, '\n') ? strchr(out, '\n') + 1 : "0") / 1000;
+  for (int i = 1; i <= 2; i++) {
+    snprintf(cmd, sizeof cmd, "SET {rl:split}:tick '%lld|other|0123456789abcdef0123456789abcdef' PX 60000",
+             now_ms + 1500);
+    cli(i, out, sizeof out, cmd);
+  }
+  dlock_client *c = test_client(url);
+  static sched_count k;
+  memset(&k, 0, sizeof k);
+  pthread_mutex_init(&k.mu, NULL);
+  dlock_sched *s = sched_on(c, "n1", "rl:split", &k);
+  th_sleep_ms(1000);
+  dlock_sched_free(s);
+  printf("  split claims: %d runs, %d errors\n", atomic_load(&k.runs), atomic_load(&k.errors));
+  ASSERT_EQ(atomic_load(&k.runs), 0);
+  ASSERT(atomic_load(&k.errors) >= 1);
+  for (int i = 0; i <= 4; i += 4) {
+    expect_key(i, "rl:split", ""); /* the job lock we took there was given back */
+    cli(i, out, sizeof out, "GET {rl:split}:tick");
+    if (*out && !strstr(out, "||")) TEST_FAIL("node %d: tick record '%s' was not given back", i, out);
+  }
+  up(3);
+  dlock_client_free(c);
+}
+
+TEST(a_fixed_delay_job_runs_on_the_majority_with_a_node_down) {
+  flush_all();
+  down(0);
+  dlock_client *c = test_client(url), *c2 = test_client(url);
+  static sched_count ka, kb;
+  memset(&ka, 0, sizeof ka);
+  memset(&kb, 0, sizeof kb);
+  pthread_mutex_init(&ka.mu, NULL);
+  pthread_mutex_init(&kb.mu, NULL);
+  dlock_sched *s[2] = {NULL, NULL};
+  sched_count *k[2] = {&ka, &kb};
+  dlock_client *cl[2] = {c, c2};
+  for (int i = 0; i < 2; i++) {
+    dlock_sched_options so;
+    dlock_sched_options_init(&so);
+    so.node_name = i ? "b" : "a";
+    so.on_event = sched_event;
+    so.on_event_arg = k[i];
+    ASSERT_OK(dlock_sched_new(&s[i], cl[i], &so));
+    ASSERT_OK(dlock_sched_add_fixed_delay(s[i], "rl:delay", 100, NULL, sched_job, k[i]));
+    ASSERT_OK(dlock_sched_start(s[i]));
+  }
+  th_sleep_ms(1500);
+  dlock_sched_free(s[0]);
+  dlock_sched_free(s[1]);
+  int runs = atomic_load(&ka.runs) + atomic_load(&kb.runs);
+  printf("  fixed delay 100 ms for 1.5 s, node 0 down: %d runs, %d errors\n", runs,
+         atomic_load(&ka.errors) + atomic_load(&kb.errors));
+  ASSERT(runs >= 3);
+  /* At least 100 ms between the end of one run and the start of the next,
+   * on either node: never two runs per slot. */
+  ASSERT(runs <= 1500 / 100 + 2);
+  ASSERT_EQ(atomic_load(&ka.errors) + atomic_load(&kb.errors), 0);
+  for (int i = 1; i < N; i++) expect_key(i, "rl:delay", "");
+  up(0);
+  dlock_client_free(c2);
   dlock_client_free(c);
 }
 
