@@ -200,7 +200,8 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
 static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, long long *result) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  call_init(&call, DLOCK__SCRIPT_EXTEND, m);
+  /* rw_extend answers as extend does (1, 0, -2; never -1). */
+  call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_EXTEND : DLOCK__SCRIPT_EXTEND, m);
   call_arg(&call, token, strlen(token));
   call_arg(&call, lease_s, strlen(lease_s));
   /* Twice-safe: compare-and-pexpire. A second run sets the same lease from a
@@ -218,6 +219,7 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
 
 int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
                           dlock__grant *grant) {
+  if (dlock__is_rw(m)) return dlock__redis_rw_acquire(m, lease, wait_ms, deadline, grant);
   dlock_client *c = m->client;
   int queue = wait_ms != 0;
   char lease_s[24], cap_s[24], claim_s[24];
@@ -365,14 +367,18 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
   return rc;
 }
 
-void dlock__redis_undo(dlock_mutex *m) { undo_acquire(m); }
+void dlock__redis_undo(dlock_mutex *m) {
+  if (dlock__is_rw(m)) dlock__redis_rw_undo(m);
+  else undo_acquire(m);
+}
 
 /* ---- Release, extend, renew, queries ---- */
 
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  call_init(&call, DLOCK__SCRIPT_RELEASE, m);
+  /* rw_release answers as release does (1, 0, -2; never -1). */
+  call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_RELEASE : DLOCK__SCRIPT_RELEASE, m);
   call_arg(&call, m->token, strlen(m->token));
   /* Twice-safe with one question: if the first run's reply was lost, a second
    * run that finds the key gone (0) or handed on (-1) cannot tell whether our
@@ -450,7 +456,7 @@ void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mon
   }
   for (size_t i = 0; i < n; i++) {
     format_i64(lease_s[i], sizeof lease_s[i], rn[i].lease_ms);
-    call_init(&calls[i], DLOCK__SCRIPT_EXTEND, rn[i].m);
+    call_init(&calls[i], dlock__is_rw(rn[i].m) ? DLOCK__SCRIPT_RW_EXTEND : DLOCK__SCRIPT_EXTEND, rn[i].m);
     call_arg(&calls[i], rn[i].token, strlen(rn[i].token));
     call_arg(&calls[i], lease_s[i], strlen(lease_s[i]));
   }
@@ -492,6 +498,7 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
 }
 
 int dlock__redis_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
+  if (dlock__is_rw(m)) return dlock__redis_rw_held(m, token, ttl_ms);
   dlock__reply *r;
   int rc = info_call(m, token, &r);
   if (rc) return rc;
