@@ -161,6 +161,8 @@ int dlock__rw_own_token(const dlock_mutex *m, char *token);
 /* Before a write handle's acquire: DLOCK_EUPGRADE when this thread holds the
  * read side of the name (the upgrade deadlocks), else 0. */
 int dlock__rw_check_upgrade(dlock_mutex *m);
+/* dlock_mutex_free() of a read or write handle: take it off the list first. */
+void dlock__rw_forget(dlock_mutex *m);
 
 /* ---- Loss (mutex.c) ---- */
 

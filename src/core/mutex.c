@@ -106,6 +106,7 @@ int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const 
 
 void dlock_mutex_free(dlock_mutex *m) {
   if (!m) return;
+  if (m->kind == DLOCK__KIND_READ || m->kind == DLOCK__KIND_WRITE) dlock__rw_forget(m); /* rwlock.c */
   pthread_mutex_lock(&m->mu);
   int held = m->busy && m->hold_count > 0;
   if (held) { /* release every hold, as the owner would */

@@ -39,7 +39,7 @@ static int handles_add(dlock_mutex *m) {
   return 0;
 }
 
-static void handles_remove(dlock_mutex *m) {
+void dlock__rw_forget(dlock_mutex *m) {
   pthread_mutex_lock(&handles_mu);
   for (size_t i = 0; i < nhandles; i++)
     if (handles[i] == m) {
@@ -122,8 +122,7 @@ int dlock_rwlock_new(dlock_rwlock **out, dlock_client *c, const char *name, int 
 
 void dlock_rwlock_free(dlock_rwlock *rw) {
   if (!rw) return;
-  handles_remove(M(rw)); /* first: nobody may look at it once freed */
-  dlock_mutex_free(M(rw));
+  dlock_mutex_free(M(rw)); /* takes it off the list first (dlock__rw_forget) */
 }
 
 int dlock_rwlock_acquire(dlock_rwlock *rw, int64_t wait_ms) {

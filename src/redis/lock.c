@@ -94,7 +94,13 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
   if (rc) return rc;
   if ((*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
-    if (rc == DLOCK_EWRONGTYPE)
+    dlock_lock_info rw; /* a read-write lock's name (rwlock.c): say so */
+    dlock_lock_info_init(&rw);
+    if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
+      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a mutex: the same "
+                        "name cannot be both; take a side of it (dlock_rwlock_*, 'dlock run -s/-x') or pick "
+                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no");
+    else if (rc == DLOCK_EWRONGTYPE)
       rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
                         "does not use (%s); it belongs to something else and was left alone: pick another lock "
                         "name", dlock__script_name(call->script), dlock__rm(m)->keys.key[DLOCK__K_LOCK],

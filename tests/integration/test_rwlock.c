@@ -336,8 +336,8 @@ TEST(a_name_is_one_kind_a_mutex_and_an_rwlock_refuse_each_other) {
   ASSERT_STATUS(dlock_rwlock_acquire(r, 1000), DLOCK_EWRONGTYPE);
   ASSERT_OK(dlock_mutex_release(m));
   ASSERT_OK(dlock_rwlock_acquire(r, 0));
-  int rc = dlock_mutex_acquire(m, 0);
-  ASSERT(rc == DLOCK_EWRONGTYPE);
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "in use as a read-write lock");
   ASSERT_OK(dlock_rwlock_release(r));
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT_OK(dlock_mutex_release(m));
