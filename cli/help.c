@@ -64,12 +64,15 @@ static const cli_help_page pages[] = {
    "  --lost-exit-code N     exit status when the lock was lost (default 79)\n"
    "  -q, --quiet            no messages but errors\n"
    "  -v, --verbose          report the wait (the holder, every 10s), fence\n"
+   "  -s, --shared           take the read side of the read-write lock NAME\n"
+   "  -x, --exclusive        take its write side (no -s/-x: NAME is a mutex)\n"
    "\n"
    "DURATION: 250ms, 10s, 1.5s, 1m30s, 2d; a bare number counts seconds.\n"
-   "COMMAND gets DLOCK_NAME, DLOCK_FENCE and DLOCK_URL in its environment and\n"
-   "runs in its own process group; SIGINT, SIGTERM and SIGHUP are passed on to\n"
-   "it. Exit: COMMAND's status (128+N if killed by signal N), 75 busy, 79 lost,\n"
-   "64 usage, 69 Redis unreachable, 70 internal, 126/127 cannot run COMMAND.\n",
+   "COMMAND gets DLOCK_NAME, DLOCK_FENCE, DLOCK_URL and DLOCK_KIND (mutex,\n"
+   "read, write) in its environment and runs in its own process group;\n"
+   "SIGINT, SIGTERM and SIGHUP are passed on to it. Exit: COMMAND's status\n"
+   "(128+N if killed by signal N), 75 busy, 79 lost, 64 usage, 69 Redis\n"
+   "unreachable, 70 internal, 126/127 cannot run COMMAND.\n",
    "Busy: dlock names the holder, as far as Redis knows it (host, pid, user\n"
    "and command of a `dlock run`, since when, lease left, waiters). A name\n"
    "that is another key (a string without expiry and without dlock's\n"
@@ -111,7 +114,15 @@ static const cli_help_page pages[] = {
    "lock. `--shell` passes the single COMMAND string to `/bin/sh -c`.\n"
    "\n"
    "What `dlock status` shows of the holder is stored with the lock as\n"
-   "`dlock-run host=H pid=P user=U cmd=COMMAND...`.\n"},
+   "`dlock-run host=H pid=P user=U cmd=COMMAND...`.\n"
+   "\n"
+   "Shared and exclusive (as flock -s/-x): `-s` runs COMMAND while holding\n"
+   "the read side of NAME, a read-write lock, alongside any number of other\n"
+   "`-s` runs; `-x` holds its write side alone. A waiting `-x` blocks `-s`\n"
+   "runs that come after it, so writers are not starved; each hold has its\n"
+   "own lease. Without `-s` or `-x`, NAME is a plain mutex, as before, and\n"
+   "a name is one kind: `dlock run NAME` on a name held with `-s`/`-x` (or\n"
+   "the other way round) is refused, exit 64. See docs/rwlock.md.\n"},
 
   {"status",
    "Usage: dlock status [OPTIONS] NAME\n"
