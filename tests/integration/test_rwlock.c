@@ -385,17 +385,25 @@ TEST(the_watchdog_renews_a_read_hold_and_an_expired_hold_is_never_revived) {
   th_sleep_ms(1500);
   ASSERT_EQ(dlock_rwlock_lost(r), DLOCK_LOST_NONE);
   ASSERT_EQ(dlock_mutex_is_held(dlock_rwlock_mutex(r)), 1);
-  ASSERT_OK(dlock_rwlock_extend(r, 5000));
-  int64_t ttl = 0;
-  ASSERT_OK(dlock_mutex_remaining(dlock_rwlock_mutex(r), &ttl));
-  ASSERT(ttl > 4000 && ttl <= 5000);
   ASSERT_OK(dlock_rwlock_release(r));
-  /* A fixed lease that ran out: extend finds it gone and does not bring it back. */
-  dlock_rwlock *f = side(c, "rw:renew", DLOCK_RW_READ, 200), *keep = side(c, "rw:renew", DLOCK_RW_READ, 10000);
-  ASSERT_OK(dlock_rwlock_acquire(keep, 0)); /* keeps the key, so the stale member is still there */
+  /* A fixed lease: extend sets it (the watchdog would renew a watchdog-mode
+   * hold to its own lease at any moment). */
+  dlock_rwlock *f = side(c, "rw:renew", DLOCK_RW_READ, 10000), *keep = side(c, "rw:renew", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_rwlock_acquire(f, 0));
-  th_sleep_ms(400);
+  char token[64];
+  th_redis_cli(&srv, token, sizeof token, "ZRANGE rw:renew 0 0");
+  ASSERT_EQ(strlen(token), 32);
+  ASSERT_OK(dlock_rwlock_acquire(keep, 0)); /* keeps the key, so the stale member is still there */
+  ASSERT_OK(dlock_rwlock_extend(keep, 5000));
+  int64_t ttl = 0;
+  ASSERT_OK(dlock_mutex_remaining(dlock_rwlock_mutex(keep), &ttl));
+  ASSERT(ttl > 4000 && ttl <= 5000);
+  /* Redis says f's lease ended (its score is in the past) though our local
+   * deadline has not passed: the extend must not bring it back. */
+  char out[64];
+  th_redis_cli(&srv, out, sizeof out, "ZADD rw:renew XX 1 %s", token);
   ASSERT_STATUS(dlock_rwlock_extend(f, 5000), DLOCK_ENOTHELD);
+  ASSERT_EQ(dlock_rwlock_lost(f), DLOCK_LOST_EXPIRED);
   ASSERT_EQ(info(c, "rw:renew").readers, 1);
   ASSERT_STATUS(dlock_rwlock_release(f), DLOCK_ENOTHELD);
   ASSERT_OK(dlock_rwlock_release(keep));
@@ -447,6 +455,7 @@ TEST(redlock_refuses_a_read_write_lock) {
   int rc = dlock_rwlock_new(&rw, c, "rw:redlock", DLOCK_RW_READ, NULL);
   char err[1024];
   snprintf(err, sizeof err, "%s", dlock_last_error());
+  dlock_rwlock_free(rw);
   dlock_client_free(c);
   th_redis_stop_n(nodes, 3);
   ASSERT_STATUS(rc, DLOCK_EINVAL);
