@@ -303,6 +303,12 @@ TEST(the_writer_thread_may_read_but_a_reader_is_refused_the_upgrade) {
   ASSERT_OK(dlock_rwlock_release(w));
   ASSERT_OK(dlock_rwlock_release(w));    /* write side released: still reading */
   ASSERT_EQ(dlock_mutex_is_held(dlock_rwlock_mutex(r)), 1);
+  /* A second read handle of a thread that reads goes at once too, past the
+   * waiting writer (which waits for this thread's read). */
+  dlock_rwlock *r_again = side(c, "rw:re", DLOCK_RW_READ, 10000);
+  ASSERT_OK(dlock_rwlock_acquire(r_again, 0));
+  ASSERT_OK(dlock_rwlock_release(r_again));
+  dlock_rwlock_free(r_again);
   /* Holding the read side, the write side would wait for itself. */
   ASSERT_STATUS(dlock_rwlock_acquire(w, 0), DLOCK_EUPGRADE);
   ASSERT_CONTAINS(dlock_rwlock_errmsg(w), "release the read side first");

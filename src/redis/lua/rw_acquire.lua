@@ -1,12 +1,12 @@
 -- rw_acquire.lua: take one side of a read-write lock, or (optionally) queue for it.
 -- ARGV: 1 token, 2 lease_ms, 3 side ('r' or 'w'), 4 waiter id ('' = try only),
---       5 re-check cap ms, 6 owner info, 7 this thread's write token on the name ('' none)
+--       5 re-check cap ms, 6 owner info, 7 the token of a hold this thread has on the name ('' none)
 -- Returns {1, fence} (a decimal string) when granted, {0, ms until the
 -- earliest holder's lease ends (-1 none)} when not, EKIND for a name of
 -- another kind. Order (docs/rwlock.md): a writer goes when nobody holds and
 -- it is first in the queue; a reader goes when no writer holds and no live
--- writer waits ahead of it; a reader whose thread holds the write side goes
--- at once.
+-- writer waits ahead of it; a reader whose thread holds the name already
+-- (either side, ARGV 7: a live holder's token) goes at once.
 local bad = rw_check(KEYS)
 if bad then return bad end
 local tok, lease, side, wid, wtok = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[7]
@@ -29,8 +29,8 @@ if redis.call('ZSCORE', KEYS[1], tok) then
 end
 local q = rw_queue(KEYS, now_ms)
 local go
-if side == 'r' and wtok ~= '' and writer == wtok then
-  go = true -- the writer's own thread: no wait behind its own write hold
+if side == 'r' and wtok ~= '' and redis.call('ZSCORE', KEYS[1], wtok) then
+  go = true -- a thread that holds the name already: no wait behind its own hold
 elseif side == 'w' then
   go = redis.call('EXISTS', KEYS[1]) == 0 and (#q == 0 or q[1][1] == wid)
 else
