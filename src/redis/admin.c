@@ -100,6 +100,10 @@ int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
+  dlock_lock_info rw; /* a read-write lock's name: end all its holds (rw_force_release.lua) */
+  dlock_lock_info_init(&rw);
+  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock)
+    rc = run_for_name(c, name, DLOCK__SCRIPT_RW_FORCE_RELEASE, NULL, &r, "force release of");
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);

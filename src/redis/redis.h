@@ -319,6 +319,7 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_RW_EXTEND,
   DLOCK__SCRIPT_RW_WITHDRAW,
   DLOCK__SCRIPT_RW_INFO,
+  DLOCK__SCRIPT_RW_FORCE_RELEASE,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 

@@ -419,6 +419,35 @@ TEST(the_watchdog_renews_a_read_hold_and_an_expired_hold_is_never_revived) {
   dlock_client_free(c);
 }
 
+TEST(a_forced_release_ends_every_hold_and_the_holders_learn_it_was_deleted) {
+  dlock_client *c = client(), *c2 = client();
+  dlock_rwlock *r1 = side(c, "rw:force", DLOCK_RW_READ, 10000), *r2 = side(c2, "rw:force", DLOCK_RW_READ, 10000),
+               *w = side(c2, "rw:force", DLOCK_RW_WRITE, 10000);
+  ASSERT_OK(dlock_rwlock_acquire(r1, 0));
+  ASSERT_OK(dlock_rwlock_acquire(r2, 0));
+  holder h = {.rw = w, .wait_ms = 20000, .hold_ms = 0};
+  pthread_t t;
+  pthread_create(&t, NULL, hold_for, &h);
+  ASSERT(wait_for_waiting_writers(c, "rw:force", 1));
+  int was_held = 0;
+  ASSERT_OK(dlock_lock_force_release(c, "rw:force", &was_held));
+  ASSERT_EQ(was_held, 1);
+  pthread_join(t, NULL); /* the waiting writer was woken and took it */
+  ASSERT_OK(h.rc);
+  ASSERT_STATUS(dlock_rwlock_extend(r1, 5000), DLOCK_ENOTHELD);
+  ASSERT_EQ(dlock_rwlock_lost(r1), DLOCK_LOST_DELETED);
+  ASSERT_STATUS(dlock_rwlock_release(r2), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_rwlock_errmsg(r2), "forced release");
+  ASSERT_STATUS(dlock_rwlock_release(r1), DLOCK_ENOTHELD);
+  ASSERT_OK(dlock_lock_force_release(c, "rw:force", &was_held));
+  ASSERT_EQ(was_held, 0);
+  dlock_rwlock_free(r1);
+  dlock_rwlock_free(r2);
+  dlock_rwlock_free(w);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
 TEST(cancel_ends_a_readers_wait_and_it_leaves_the_queue) {
   dlock_client *c = client(), *c2 = client();
   dlock_rwlock *w = side(c, "rw:cancel", DLOCK_RW_WRITE, 10000), *r = side(c2, "rw:cancel", DLOCK_RW_READ, 10000);
