@@ -261,19 +261,20 @@ static int crash_reading(void *arg) {
   dlock_rwlock *r = NULL;
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
-  mo.lease_ms = 1500;
+  mo.lease_ms = 3000 * th_time_factor();
   if (dlock_rwlock_new(&r, c, "rw:crash", DLOCK_RW_READ, &mo) || dlock_rwlock_acquire(r, 0)) return 1;
   raise(SIGKILL);
   return 2;
 }
 
 TEST(a_reader_killed_with_sigkill_gives_its_share_back_after_its_lease) {
-  dlock_client *c = client();
-  dlock_rwlock *other = side(c, "rw:crash", DLOCK_RW_READ, 30000), *w = side(c, "rw:crash", DLOCK_RW_WRITE, 10000);
-  ASSERT_OK(dlock_rwlock_acquire(other, 0)); /* a live reader, so the key stays */
+  /* Forked before this process has threads of its own (a client's). */
   pid_t pid = th_spawn(crash_reading, NULL);
   int st = th_wait(pid, 20000);
   ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  dlock_client *c = client();
+  dlock_rwlock *other = side(c, "rw:crash", DLOCK_RW_READ, 30000), *w = side(c, "rw:crash", DLOCK_RW_WRITE, 10000);
+  ASSERT_OK(dlock_rwlock_acquire(other, 0)); /* a live reader: the key outlives the crashed one's lease */
   ASSERT_EQ(info(c, "rw:crash").readers, 2);
   ASSERT_OK(dlock_rwlock_release(other));
   ASSERT_STATUS(dlock_rwlock_acquire(w, 0), DLOCK_EBUSY);
