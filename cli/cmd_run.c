@@ -34,13 +34,15 @@ typedef struct run_opts {
   int verbose;
   int conflict_code;
   int lost_code;
+  int side; /* -s: DLOCK_RW_READ, -x: DLOCK_RW_WRITE, 0: a mutex */
   char **cmd; /* NULL-terminated, from argv */
   int ncmd;
 } run_opts;
 
 enum {
   OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
-  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE
+  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE,
+  OPT_SHARED, OPT_EXCLUSIVE
 };
 
 static const cli_opt run_table[] = {
@@ -55,6 +57,8 @@ static const cli_opt run_table[] = {
   {"lost-exit-code", 0, 1, OPT_LOST_CODE},
   {"quiet", 'q', 0, OPT_QUIET},
   {"verbose", 'v', 0, OPT_VERBOSE},
+  {"shared", 's', 0, OPT_SHARED},
+  {"exclusive", 'x', 0, OPT_EXCLUSIVE},
   {NULL, 0, 0, 0},
 };
 
@@ -151,6 +155,13 @@ static int parse_run(int argc, char **argv, run_opts *o)
     case OPT_VERBOSE:
       o->verbose = 1;
       break;
+    case OPT_SHARED:
+    case OPT_EXCLUSIVE:
+      /* The two sides of one read-write lock (docs/rwlock.md), as flock's -s/-x. */
+      if (o->side != 0 && o->side != (id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE))
+        rc = cli_usage_error("run", "-s/--shared and -x/--exclusive exclude each other");
+      o->side = id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE;
+      break;
     default:
       /* ids are ints from run_table, not an enum */
       rc = cli_usage_error("run", "internal: unhandled option");
@@ -191,7 +202,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
 
 /* ---- What the child gets ---- */
 
-/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL and DLOCK_PREFIX replaced or added. */
+/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL, DLOCK_PREFIX and DLOCK_KIND replaced or added. */
 static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence)
 {
   const char *url = cli_effective_url(o->url);
@@ -209,7 +220,11 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   snprintf(env_url, urllen, "DLOCK_URL=%s", url);
   /* The prefix too, so that a nested 'dlock fence check' finds our keys. */
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
-  const char *env[] = {env_name, env_fence, env_url, env_prefix, NULL};
+  /* What was taken: -s read, -x write, else a mutex. */
+  const char *env_kind = o->side == DLOCK_RW_READ    ? "DLOCK_KIND=read"
+                         : o->side == DLOCK_RW_WRITE ? "DLOCK_KIND=write"
+                                                     : "DLOCK_KIND=mutex";
+  const char *env[] = {env_name, env_fence, env_url, env_prefix, env_kind, NULL};
   int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   return rc;
@@ -607,7 +622,15 @@ int cmd_run(int argc, char **argv)
   mo.lease_ms = 0; /* watchdog mode: renewed for as long as we run */
   mo.watchdog_lease_ms = o.lease_ms;
   mo.owner_info = owner;
-  int st = dlock_mutex_new(&m, c, o.name, &mo);
+  int st;
+  if (o.side != 0) {
+    /* One side of a read-write lock; its mutex view serves the rest. */
+    dlock_rwlock *rw = NULL;
+    st = dlock_rwlock_new(&rw, c, o.name, o.side, &mo);
+    m = dlock_rwlock_mutex(rw);
+  } else {
+    st = dlock_mutex_new(&m, c, o.name, &mo);
+  }
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "lock '%s'", o.name);
     goto out;

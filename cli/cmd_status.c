@@ -86,7 +86,23 @@ static void print_json(const char *name, const dlock_lock_info *info)
     cli_json_string(stdout, h.cmd != NULL ? h.cmd : "");
     fputc('}', stdout);
   }
+  if (info->rwlock)
+    printf(", \"kind\": \"rwlock\", \"readers\": %lld, \"writer\": %s, \"waiting_writers\": %lld",
+           (long long)info->readers, info->writer ? "true" : "false", (long long)info->waiting_writers);
   fputc('}', stdout);
+}
+
+/* A read-write lock's sides (docs/rwlock.md): who holds which, who waits. */
+static void print_rw_text(const dlock_lock_info *info)
+{
+  printf("kind:     read-write lock\n");
+  if (info->writer)
+    printf("writer:   holds it (the holder below)\n");
+  else
+    printf("readers:  %lld\n", (long long)info->readers);
+  printf("waiting:  %lld writer%s, %lld reader%s\n", (long long)info->waiting_writers,
+         info->waiting_writers == 1 ? "" : "s", (long long)(info->waiters - info->waiting_writers),
+         info->waiters - info->waiting_writers == 1 ? "" : "s");
 }
 
 static void print_since(int64_t since_unix_ms)
@@ -134,6 +150,8 @@ static void print_text(const char *name, const dlock_lock_info *info)
   } else {
     printf("state:    held\n");
   }
+  if (info->rwlock)
+    print_rw_text(info);
   if (info->ttl_ms < 0) {
     printf("lease:    none (the key never expires)\n");
   } else {
@@ -202,7 +220,9 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
     ADD("a key that is not a dlock lock: no dlock metadata and no expiry");
     return;
   }
-  if (info->foreign)
+  if (info->rwlock && !info->writer)
+    ADD("%lld reader%s", (long long)info->readers, info->readers == 1 ? "" : "s");
+  else if (info->foreign)
     ADD("a client other than dlock (no dlock metadata)");
   else if (holder_parse(info->owner_info, &h) == 0)
     ADD("pid %s on %s%s%s, command: %s", h.pid, h.host, h.user != NULL ? " user " : "",

@@ -89,7 +89,8 @@ extern "C" {
   XX(ECLUSTER,   -31, "Redis Cluster is not usable as the URL says")               \
   XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
   XX(EQUORUM,    -33, "no majority of the Redlock nodes confirmed in time")        \
-  XX(EDB,        -34, "the server has no such database (the URL's /db)")
+  XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
+  XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -420,6 +421,53 @@ DLOCK_API const char *dlock_mutex_errmsg(const dlock_mutex *m);
 DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms,
                               int (*fn)(uint64_t fence, void *arg), void *arg);
 
+/* ---- Read-write lock (docs/rwlock.md) ---- */
+
+/* Many readers or one writer on a name. A handle takes one side of it
+ * (DLOCK_RW_READ or DLOCK_RW_WRITE), so that every call has the mutex's
+ * shape and meaning: leases renewed by the watchdog (a crashed holder's
+ * share returns when its lease ends), waits, cancel, loss, a fence per
+ * acquisition (one rising counter per name: a writer's fence is above every
+ * earlier reader's and writer's), reentrancy per handle and thread.
+ * Order: a waiting writer blocks readers that come after it (no writer
+ * starvation); waiters go in arrival order. A thread that holds either side
+ * of a name may take its read side through another handle of the same
+ * client at once (a writer reads its own data); a thread that holds the read
+ * side is refused the write side with DLOCK_EUPGRADE (it would wait for
+ * itself). A name is one kind: a mutex's name is refused (DLOCK_EWRONGTYPE)
+ * and the other way round. Redis (not Redlock) only. The lost callback's
+ * 'm' is the rwlock handle: cast it with (dlock_rwlock *). */
+typedef struct dlock_rwlock dlock_rwlock;
+
+#define DLOCK_RW_READ 1  /* the shared side */
+#define DLOCK_RW_WRITE 2 /* the exclusive side */
+
+/* A handle on side 'side' of the read-write lock 'name' (names as for
+ * dlock_mutex_new). No I/O. 'opts' may be NULL. */
+DLOCK_API int dlock_rwlock_new(dlock_rwlock **out, dlock_client *c, const char *name, int side,
+                               const dlock_mutex_options *opts);
+/* Releases the hold if held (best effort), then frees. NULL is a no-op. */
+DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
+/* As dlock_mutex_acquire; DLOCK_EUPGRADE for the write side while this
+ * thread holds the read side of the name through another handle. */
+DLOCK_API int dlock_rwlock_acquire(dlock_rwlock *rw, int64_t wait_ms);
+DLOCK_API void dlock_rwlock_cancel(dlock_rwlock *rw);
+/* As dlock_mutex_release; the last hold's release wakes the waiters that
+ * may go now (the next writer, or the readers ahead of the next writer). */
+DLOCK_API int dlock_rwlock_release(dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_extend(dlock_rwlock *rw, int64_t lease_ms);
+DLOCK_API uint64_t dlock_rwlock_fence(const dlock_rwlock *rw);
+DLOCK_API dlock_lost_reason dlock_rwlock_lost(const dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_lost_fd(dlock_rwlock *rw);
+DLOCK_API dlock_mono_ms dlock_rwlock_valid_until(const dlock_rwlock *rw);
+DLOCK_API const char *dlock_rwlock_errmsg(const dlock_rwlock *rw);
+/* DLOCK_RW_READ or DLOCK_RW_WRITE (0 for NULL). */
+DLOCK_API int dlock_rwlock_side(const dlock_rwlock *rw);
+/* The handle as a dlock_mutex, for code written against the mutex calls
+ * (is_held, remaining, the lost callback's argument): every dlock_mutex_*
+ * call on it acts on this side, with the rules above. */
+DLOCK_API dlock_mutex *dlock_rwlock_mutex(dlock_rwlock *rw);
+
 /* ---- Inspection and admin ---- */
 
 typedef struct dlock_lock_info {
@@ -431,6 +479,11 @@ typedef struct dlock_lock_info {
   int64_t since_unix_ms;  /* when the current hold began (server clock), 0 if unknown */
   int64_t waiters;        /* processes registered as waiting */
   char owner_info[1025];  /* owner_info of the holder, "" if none */
+  /* Read-write locks (added after the first layout): */
+  int rwlock;             /* 1 when the name is held as a read-write lock */
+  int64_t readers;        /* live read holds */
+  int writer;             /* 1 when the write side is held (held, fence, since and owner_info are its) */
+  int64_t waiting_writers; /* waiters for the write side (the rest of 'waiters' wait to read) */
 } dlock_lock_info;
 
 /* Zero 'info' and set its struct_size: call before dlock_lock_info_get(). */

@@ -151,6 +151,19 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
                     const dlock_mutex_options *opts);
 const char *dlock__kind_name(dlock__kind kind);
 
+/* ---- Read-write locks (rwlock.c) ---- */
+
+/* A read handle's acquire: the token of a live hold this thread has on the
+ * same name and client (its write side first, else another read handle),
+ * into 'token' (DLOCK__TOKEN_HEX + 1 bytes; "" none). 1 when there is one:
+ * the backend then grants the read at once (no wait behind its own hold). */
+int dlock__rw_own_token(const dlock_mutex *m, char *token);
+/* Before a write handle's acquire: DLOCK_EUPGRADE when this thread holds the
+ * read side of the name (the upgrade deadlocks), else 0. */
+int dlock__rw_check_upgrade(dlock_mutex *m);
+/* dlock_mutex_free() of a read or write handle: take it off the list first. */
+void dlock__rw_forget(dlock_mutex *m);
+
 /* ---- Loss (mutex.c) ---- */
 
 /* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */

@@ -106,6 +106,7 @@ int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const 
 
 void dlock_mutex_free(dlock_mutex *m) {
   if (!m) return;
+  if (m->kind == DLOCK__KIND_READ || m->kind == DLOCK__KIND_WRITE) dlock__rw_forget(m); /* rwlock.c */
   pthread_mutex_lock(&m->mu);
   int held = m->busy && m->hold_count > 0;
   if (held) { /* release every hold, as the owner would */
@@ -256,6 +257,10 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
   if (atomic_load(&m->client->closing)) return fail(m, dlock__error(DLOCK_ECLOSED, "client is closing"), "acquire");
   pthread_t self = pthread_self();
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
+  if (m->kind == DLOCK__KIND_WRITE) { /* read-write lock: refuse an upgrade (rwlock.c) */
+    int rc = dlock__rw_check_upgrade(m);
+    if (rc) return fail(m, rc, "acquire the write side of");
+  }
 
   pthread_mutex_lock(&m->mu);
   if (m->busy && pthread_equal(m->owner, self)) {

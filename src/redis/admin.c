@@ -59,6 +59,8 @@ static int64_t str_i64(const dlock__reply *r) {
 int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
+  /* A read-write lock keeps a ZSET at the name, where a mutex keeps a string. */
+  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, out) == 0 && out->rwlock) return 0;
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_ARRAY || r->elements != 8) {
     dlock__reply_free(r);
@@ -98,6 +100,10 @@ int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
+  dlock_lock_info rw; /* a read-write lock's name: end all its holds (rw_force_release.lua) */
+  dlock_lock_info_init(&rw);
+  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock)
+    rc = run_for_name(c, name, DLOCK__SCRIPT_RW_FORCE_RELEASE, NULL, &r, "force release of");
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);

@@ -94,7 +94,13 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
   if (rc) return rc;
   if ((*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
-    if (rc == DLOCK_EWRONGTYPE)
+    dlock_lock_info rw; /* a read-write lock's name (rwlock.c): say so */
+    dlock_lock_info_init(&rw);
+    if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
+      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a mutex: the same "
+                        "name cannot be both; take a side of it (dlock_rwlock_*, 'dlock run -s/-x') or pick "
+                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no");
+    else if (rc == DLOCK_EWRONGTYPE)
       rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
                         "does not use (%s); it belongs to something else and was left alone: pick another lock "
                         "name", dlock__script_name(call->script), dlock__rm(m)->keys.key[DLOCK__K_LOCK],
@@ -200,7 +206,8 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
 static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, long long *result) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  call_init(&call, DLOCK__SCRIPT_EXTEND, m);
+  /* rw_extend answers as extend does (1, 0, -2; never -1). */
+  call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_EXTEND : DLOCK__SCRIPT_EXTEND, m);
   call_arg(&call, token, strlen(token));
   call_arg(&call, lease_s, strlen(lease_s));
   /* Twice-safe: compare-and-pexpire. A second run sets the same lease from a
@@ -218,6 +225,7 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
 
 int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
                           dlock__grant *grant) {
+  if (dlock__is_rw(m)) return dlock__redis_rw_acquire(m, lease, wait_ms, deadline, grant);
   dlock_client *c = m->client;
   int queue = wait_ms != 0;
   char lease_s[24], cap_s[24], claim_s[24];
@@ -375,14 +383,18 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
   return rc;
 }
 
-void dlock__redis_undo(dlock_mutex *m) { undo_acquire(m); }
+void dlock__redis_undo(dlock_mutex *m) {
+  if (dlock__is_rw(m)) dlock__redis_rw_undo(m);
+  else undo_acquire(m);
+}
 
 /* ---- Release, extend, renew, queries ---- */
 
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  call_init(&call, DLOCK__SCRIPT_RELEASE, m);
+  /* rw_release answers as release does (1, 0, -2; never -1). */
+  call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_RELEASE : DLOCK__SCRIPT_RELEASE, m);
   call_arg(&call, m->token, strlen(m->token));
   /* Twice-safe with one question: if the first run's reply was lost, a second
    * run that finds the key gone (0) or handed on (-1) cannot tell whether our
@@ -460,7 +472,7 @@ void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mon
   }
   for (size_t i = 0; i < n; i++) {
     format_i64(lease_s[i], sizeof lease_s[i], rn[i].lease_ms);
-    call_init(&calls[i], DLOCK__SCRIPT_EXTEND, rn[i].m);
+    call_init(&calls[i], dlock__is_rw(rn[i].m) ? DLOCK__SCRIPT_RW_EXTEND : DLOCK__SCRIPT_EXTEND, rn[i].m);
     call_arg(&calls[i], rn[i].token, strlen(rn[i].token));
     call_arg(&calls[i], lease_s[i], strlen(lease_s[i]));
   }
@@ -502,6 +514,7 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
 }
 
 int dlock__redis_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
+  if (dlock__is_rw(m)) return dlock__redis_rw_held(m, token, ttl_ms);
   dlock__reply *r;
   int rc = info_call(m, token, &r);
   if (rc) return rc;

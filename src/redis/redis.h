@@ -315,6 +315,12 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
   DLOCK__SCRIPT_RL_SCHED_UNCLAIM,
+  DLOCK__SCRIPT_RW_ACQUIRE, /* read-write locks (rwlock.c) */
+  DLOCK__SCRIPT_RW_RELEASE,
+  DLOCK__SCRIPT_RW_EXTEND,
+  DLOCK__SCRIPT_RW_WITHDRAW,
+  DLOCK__SCRIPT_RW_INFO,
+  DLOCK__SCRIPT_RW_FORCE_RELEASE,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 
@@ -469,5 +475,17 @@ int dlock__redis_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run
                               int *lock_was_ours);
 void dlock__redis_sched_undo(dlock_client *c, const dlock__claim *cl);
 int dlock__redis_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
+
+/* ---- Read-write locks (rwlock.c): handles of kind READ and WRITE ---- */
+
+static inline int dlock__is_rw(const dlock_mutex *m) {
+  return m->kind == DLOCK__KIND_READ || m->kind == DLOCK__KIND_WRITE;
+}
+int dlock__redis_rw_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
+                            dlock__grant *grant);
+void dlock__redis_rw_undo(dlock_mutex *m);
+int dlock__redis_rw_held(dlock_mutex *m, const char *token, int64_t *ttl_ms);
+/* dlock_lock_info for a name whose holders key is a read-write lock's. */
+int dlock__redis_rw_info(dlock_client *c, const char *name, dlock_lock_info *out);
 
 #endif /* DLOCK_REDIS_H */

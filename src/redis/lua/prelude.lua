@@ -168,3 +168,96 @@ local function dlock_last_tick(key)
   return tonumber(tick) or 0, node or '', token or ''
 end
 
+
+-- ---- Read-write locks (rw_*.lua, docs/rwlock.md) ----
+-- KEYS as for a mutex: 1 the holders (a ZSET: token -> lease expiry in server ms),
+-- 2 the fence counter, 3 meta (a HASH: kind=rwlock, writer=<token>,
+-- h:<token> = "side|fence|since_ms|info"), 4 the queue (ZSET: waiter id -> arrival us),
+-- 5 the waiters (HASH: waiter id -> "expiry_ms|side|token|info").
+-- A mutex keeps a STRING at KEYS[1]; the 'kind' field tells an rwlock's ZSET
+-- from another kind's.
+
+-- Refuse (before any write) keys of another kind or type.
+local function rw_check(keys)
+  local t = redis.call('TYPE', keys[1])['ok']
+  if t == 'string' then
+    return redis.error_reply('EKIND ' .. keys[1] .. ' is in use as a mutex, not a read-write lock: ' ..
+      'the same name cannot be both; pick another name')
+  end
+  if t ~= 'none' and t ~= 'zset' then
+    return redis.error_reply('WRONGTYPE dlock key ' .. keys[1] .. ' holds a ' .. t .. ', expected a zset')
+  end
+  local bad = dlock_check_type(keys[2], 'string') or dlock_check_type(keys[3], 'hash')
+      or dlock_check_type(keys[4], 'zset') or dlock_check_type(keys[5], 'hash')
+  if bad then return bad end
+  if t == 'zset' then
+    local kind = redis.call('HGET', keys[3], 'kind')
+    if kind ~= 'rwlock' then
+      return redis.error_reply('EKIND ' .. keys[1] .. ' is in use as a ' .. (kind or 'semaphore') ..
+        ', not a read-write lock: the same name cannot be both; pick another name')
+    end
+  end
+  return nil
+end
+
+-- Drop holders whose lease ended (score <= now): a crashed holder's share
+-- returns here. Returns the live writer's token or nil.
+local function rw_prune(keys, now_ms)
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms)) do
+    redis.call('ZREM', keys[1], h)
+    redis.call('HDEL', keys[3], 'h:' .. h)
+  end
+  local w = redis.call('HGET', keys[3], 'writer')
+  if w and not redis.call('ZSCORE', keys[1], w) then
+    redis.call('HDEL', keys[3], 'writer')
+    w = nil
+  end
+  return w
+end
+
+-- The live waiters in arrival order, as {id, side}; dead ones are dropped.
+local function rw_queue(keys, now_ms)
+  local q = {}
+  if redis.call('EXISTS', keys[4]) == 0 then return q end
+  for _, id in ipairs(redis.call('ZRANGE', keys[4], 0, -1)) do
+    local rec = redis.call('HGET', keys[5], id)
+    local exp, side
+    if rec then exp, side = string.match(rec, '^(%d+)|([rw])|') end
+    if exp and tonumber(exp) > now_ms then
+      q[#q + 1] = {id, side}
+    else
+      redis.call('ZREM', keys[4], id)
+      redis.call('HDEL', keys[5], id)
+    end
+  end
+  return q
+end
+
+-- Keep 'key' alive for at least 'ms' (never shortens it).
+local function rw_keep(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+-- Wake the waiters that may go now (no writer holds): the first waiter if
+-- it is a writer and nobody holds, else every reader ahead of the first
+-- waiting writer. A message only wakes; the waiter's acquire decides.
+local function rw_wake(keys, now_ms, writer)
+  if writer then return end
+  local holders = redis.call('ZCARD', keys[1])
+  for i, e in ipairs(rw_queue(keys, now_ms)) do
+    if e[2] == 'w' and (i > 1 or holders > 0) then return end
+    local cid = string.match(e[1], '^(%x+):')
+    if cid then
+      local publish = string.find(e[1], ':s', 1, true) and 'SPUBLISH' or 'PUBLISH'
+      redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, e[1] .. ' 0')
+    end
+    if e[2] == 'w' then return end
+  end
+end
+
+-- Remove holder 'tok' (known to be one). Deletes meta when nobody holds.
+local function rw_drop(keys, tok)
+  redis.call('ZREM', keys[1], tok)
+  redis.call('HDEL', keys[3], 'h:' .. tok)
+  if redis.call('HGET', keys[3], 'writer') == tok then redis.call('HDEL', keys[3], 'writer') end
+end

@@ -1,0 +1,18 @@
+-- rw_release.lua: end one hold of a read-write lock and wake who may go now.
+-- ARGV: 1 token. Returns 1 released, 0 not held (gone, or its lease had
+-- ended), -2 deleted by a forced release (its tombstone, see rw_force_release.lua).
+local bad = rw_check(KEYS)
+if bad then return bad end
+local tok = ARGV[1]
+local now_ms = dlock_now()
+local s = redis.call('ZSCORE', KEYS[1], tok)
+if not s or tonumber(s) <= now_ms then
+  if redis.call('HEXISTS', KEYS[5], 'deleted:' .. tok) == 1 then return -2 end
+  rw_wake(KEYS, now_ms, rw_prune(KEYS, now_ms))
+  return 0
+end
+rw_drop(KEYS, tok)
+local writer = rw_prune(KEYS, now_ms)
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
+rw_wake(KEYS, now_ms, writer)
+return 1
