@@ -531,6 +531,8 @@ static void pg_sched_undo(dlock_client *c, const dlock__claim *cl) {
 static int pg_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max) {
   char full[FULL_MAX];
   full_name(c, job, full);
+  /* The core hands zeroed full records; the module reads their size. */
+  for (int i = 0; i < max; i++) dlock_run_record_init(&out[i]);
   return dlock__pg_sched_history(pgc(c), full, out, max);
 }
 

@@ -190,9 +190,11 @@ static const char sql_list[] =
     "SELECT name FROM @S.locks WHERE NOT released AND expires > clock_timestamp() AND name LIKE $1 ORDER BY name";
 
 /* $1 name, $2 channel. Not safe to run twice: between two runs a new holder
- * may take the lock, and the second would end its hold. */
+ * may take the lock, and the second would end its hold. The token is
+ * replaced, so that the holder's release answers "not held" rather than
+ * taking the row for its own earlier release. */
 static const char sql_force[] =
-    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp()\n"
+    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp(), token = 'forced'\n"
     "             WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
