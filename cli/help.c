@@ -14,7 +14,7 @@
 static const cli_help_page pages[] = {
   {NULL,
    "Usage: dlock COMMAND [OPTIONS] [ARGS]\n"
-   "Distributed locks on Redis, from the shell.\n"
+   "Distributed locks on Redis or PostgreSQL, from the shell.\n"
    "\n"
    "Commands:\n"
    "  run NAME -- CMD [ARGS]  run a command while holding the lock NAME\n"
@@ -26,16 +26,16 @@ static const cli_help_page pages[] = {
    "  every DUR ... -- CMD    the same at a fixed rate or delay (DUR: 10s, 5m)\n"
    "  demo                    races, locks, fences and the scheduler, locally\n"
    "  bench                   measure latency, throughput, hand-off, renewal\n"
-   "  doctor                  is the Redis server fit for locks (eviction...)\n"
+   "  doctor                  is the server fit for locks (eviction, rights...)\n"
+   "  init                    create dlock's tables ahead of time (PostgreSQL)\n"
    "  config [show]           the settings in use and where each comes from\n"
    "  version                 the versions of dlock and libdlock\n"
    "\n"
-   "Redis: --url URL, else $DLOCK_URL, else the config files, else local;\n"
+   "Server: --url URL, else $DLOCK_URL, else the config files, else local;\n"
    "  key prefix: --prefix P, else $DLOCK_PREFIX, else the config files.\n"
-   "  redis://[user[:password]@]host[:port][/db], rediss://... (TLS),\n"
-   "  unix:///path/redis.sock[?db=N&...], redis-cluster://H1:P1,H2:P2,...,\n"
-   "  redlock://H1,H2,H3[,...], redis-sentinel://S1[,S2...]/SERVICE\n"
-   "Exit status: 0 ok, 64 usage, 69 no Redis, 70 bug, 75 busy, 79 lost: dlock(1)\n"
+   "  redis://[user[:password]@]host[:port][/db], rediss://, unix://, redlock://,\n"
+   "  redis-cluster://, redis-sentinel://, postgresql://user@host/db, postgres://\n"
+   "Exit status: 0 ok, 64 usage, 69 no server, 70 bug, 75 busy, 79 lost: dlock(1)\n"
    "Help: 'dlock help COMMAND' or 'dlock COMMAND --help', dlock(1), --version.\n",
    "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
    "is one Redis key named exactly like the lock; it expires when its lease\n"
@@ -347,8 +347,10 @@ static const cli_help_page pages[] = {
    "  scripts      EVALSHA/EVAL: takes and releases the lock 'dlock-doctor'\n"
    "  pubsub       PUBLISH and SUBSCRIBE on the hand-off channels (a cluster:\n"
    "               SPUBLISH and SSUBSCRIBE on the master of the probe's slot)\n"
+   "PostgreSQL: server (version, user), read-only (a standby), rights (schema,\n"
+   "tables: dlock init, GRANT), clock, notifications (LISTEN via a pooler).\n"
    "\n"
-   "  --url URL    Redis to check (default $DLOCK_URL, then local)\n"
+   "  --url URL    server to check (default $DLOCK_URL, then local Redis)\n"
    "  --json       one JSON object: server, ok, checks [{name, level, found,\n"
    "               fix}], skew_ms on the clock check\n"
    "\n"
@@ -359,6 +361,27 @@ static const cli_help_page pages[] = {
    "once, when the server's maxmemory-policy can evict lock keys:\n"
    "`CONFIG SET maxmemory-policy noeviction` and the same line in\n"
    "redis.conf fix it.\n"},
+
+  {"init",
+   "Usage: dlock init [--url URL]\n"
+   "Create what dlock needs on the server, ahead of time. On PostgreSQL:\n"
+   "dlock's schema (dlock_schema=NAME in the URL, default dlock), its tables,\n"
+   "sequences and functions, created IF NOT EXISTS, so running it again is\n"
+   "safe. dlock creates them on first use too; run init once as a user with\n"
+   "CREATE rights on the database when the users that take locks have none,\n"
+   "then grant those users (docs/postgres.md):\n"
+   "\n"
+   "  GRANT USAGE ON SCHEMA dlock TO app;\n"
+   "  GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dlock TO app;\n"
+   "  GRANT USAGE ON ALL SEQUENCES IN SCHEMA dlock TO app;\n"
+   "\n"
+   "Redis needs nothing: init says so and exits 0.\n"
+   "\n"
+   "  --url URL    the server (default $DLOCK_URL, then the config files)\n"
+   "\n"
+   "Exit status: 0 done, 64 usage, 69 the server cannot be used (no rights:\n"
+   "the message says which), 70 bug.\n",
+   NULL},
 
   {"demo",
    "Usage: dlock demo [OPTIONS]\n"
