@@ -298,7 +298,7 @@ static void renew_advisory(dlock_client *c, dlock__renewal *r, size_t n) {
     dlock__pg_renew(pg, &one, 1, 0);
     pthread_mutex_unlock(&l->mu);
     r[i].status = one.status;
-    r[i].lost = one.status == DLOCK_ELOST ? DLOCK_LOST_UNREACHABLE : DLOCK_LOST_NONE;
+    r[i].lost = one.status == DLOCK_ELOST ? one.lost : DLOCK_LOST_NONE; /* the session ended: EXPIRED */
     r[i].valid_until = INT64_MAX;
   }
 }
