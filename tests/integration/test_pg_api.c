@@ -382,6 +382,42 @@ TEST(a_tick_is_claimed_once_across_two_schedulers) {
   dlock_client_free(b);
 }
 
+static atomic_int busy_skips;
+static void on_event(const dlock_sched_event *ev, void *arg) {
+  (void)arg;
+  if (ev->kind == DLOCK_SCHED_SKIPPED_BUSY) atomic_fetch_add(&busy_skips, 1);
+}
+
+TEST(lock_at_least_for_keeps_later_ticks_out) {
+  NEED_PG();
+  dlock_client *a = client("sched", NULL);
+  runs r;
+  memset(&r, 0, sizeof r);
+  atomic_store(&busy_skips, 0);
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.on_event = on_event;
+  dlock_sched *s = NULL;
+  ASSERT_OK(dlock_sched_new(&s, a, &so));
+  dlock_job_options jo;
+  dlock_job_options_init(&jo);
+  jo.lock_at_least_for_ms = 1800;
+  ASSERT_OK(dlock_sched_add_fixed_rate(s, "at-least", 500, &jo, count_job, &r));
+  ASSERT_OK(dlock_sched_start(s));
+  th_sleep_ms(3000);
+  ASSERT_OK(dlock_sched_stop(s, 5000));
+  dlock_sched_free(s);
+  int n = atomic_load(&r.n);
+  /* One run per 1.8 s at most (not one per 500 ms tick); the ticks between are busy. */
+  if (n < 1 || n > 3) TEST_FAIL("%d runs in 3 s with lock_at_least_for 1.8 s", n);
+  ASSERT(atomic_load(&busy_skips) >= 2);
+  dlock_run_record hist[8];
+  for (int i = 0; i < 8; i++) dlock_run_record_init(&hist[i]);
+  int h = dlock_sched_history(a, "at-least", hist, 8);
+  ASSERT(h >= n - 1 && h <= n);
+  dlock_client_free(a);
+}
+
 TEST(guard_admits_rising_fences_and_refuses_a_stale_one) {
   NEED_PG();
   dlock_client *a = client("guard", NULL);
