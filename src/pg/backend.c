@@ -410,15 +410,55 @@ static int pg_guard_check(dlock_client *c, const char *resource, uint64_t token,
 
 /* ---- Scheduler ---- */
 
+/* A fixed-delay job: the backend names the tick (sched_claim_delay() in
+ * pg_sql.c); not due is WAIT with how long. */
+static int claim_delay(dlock_client *c, dlock__claim *cl, const char *full) {
+  dlock__pg *pg = pgc(c);
+  if (strlen(full) > DLOCK__PG_NAME_MAX)
+    return dlock__error(DLOCK_ENAME, "job name '%.40s...' is %zu bytes; the PostgreSQL backend's tables hold at "
+                        "most %d (%s)", full, strlen(full), DLOCK__PG_NAME_MAX, c->server);
+  char sql[300], delay[24], lock[24];
+  snprintf(sql, sizeof sql,
+           "SELECT outcome, fence, start_ms, tick, wait_ms FROM \"%s\".sched_claim_delay($1, $2::bigint, $3, $4, "
+           "$5::bigint)", pg->schema);
+  snprintf(delay, sizeof delay, "%" PRId64, cl->delay_ms);
+  snprintf(lock, sizeof lock, "%" PRId64, cl->at_most_ms);
+  const char *vals[5] = {full, delay, cl->token, cl->node ? cl->node : "", lock};
+  PGresult *r = NULL;
+  /* Twice-safe: the run token makes a second call answer as the first. */
+  int rc = dlock__pg_run(pg, sql, 5, vals, 0, 1, &r, NULL, NULL);
+  if (rc) {
+    cl->maybe_ran = 1;
+    dlock__error_prefix("job '%s': ", cl->job);
+    return rc;
+  }
+  int outcome = atoi(PQgetvalue(r, 0, 0));
+  if (outcome == 1) {
+    uint64_t fence = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+    if (fence == 0 || fence > (uint64_t)INT64_MAX) {
+      PQclear(r);
+      cl->maybe_ran = 1;
+      return dlock__error(DLOCK_EFENCE, "job '%s' on %s: the claim gave no valid fence", cl->job, c->server);
+    }
+    cl->outcome = DLOCK__CLAIM_YOURS;
+    cl->fence = fence;
+    cl->start_ms = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+    cl->claimed_tick_ms = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+  } else {
+    cl->outcome = DLOCK__CLAIM_WAIT;
+    cl->wait_ms = PQgetisnull(r, 0, 4) ? -1 : strtoll(PQgetvalue(r, 0, 4), NULL, 10);
+  }
+  PQclear(r);
+  return 0;
+}
+
 static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
   cl->maybe_ran = 0;
   if (!(c->caps & DLOCK__CAP_SCHED)) return no_fence(c, "the scheduler");
   dlock__pg *pg = pgc(c);
-  if (cl->delay_ms)
-    return dlock__error(DLOCK_EINVAL, "job '%s': fixed-delay jobs are not offered on PostgreSQL yet (%s); use a "
-                        "cron expression or a fixed rate (docs/postgres.md)", cl->job, c->server);
   char full[FULL_MAX];
   full_name(c, cl->job, full);
+  if (cl->delay_ms) return claim_delay(c, cl, full);
   /* With allow_overlap no job lock keeps the next tick out: a 1 ms lock. */
   int64_t lock_ms = cl->allow_overlap ? 1 : cl->at_most_ms;
   int outcome = 0;
@@ -464,23 +504,28 @@ static int pg_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run_re
   /* The job lock: kept until lock_at_least_for after the start, ended
    * otherwise; ours only while it has not run out. Twice-safe: a second run
    * sets the same end (or finds it past, answering "not ours" below). */
-  char sql[600], atleast[24];
+  /* A fixed-delay job's row keeps the end of its last run (the database
+   * clock) in 'tick': the next run is due 'delay' after it. */
+  char sql[900], atleast[24];
   snprintf(atleast, sizeof atleast, "%" PRId64, cl->at_least_ms);
   snprintf(sql, sizeof sql,
-           "UPDATE \"%s\".sched_ticks s SET lock_expires = least(s.lock_expires, greatest(clock_timestamp(), "
-           "to_timestamp((s.start_ms + $3::bigint) / 1000.0))) WHERE s.job = $1 AND s.run_token = $2 AND "
-           "s.lock_expires > clock_timestamp() RETURNING 1",
-           pg->schema);
-  const char *vals[3] = {full, cl->token, atleast};
+           "UPDATE \"%s\".sched_ticks s SET lock_expires = CASE WHEN o.live THEN least(s.lock_expires, "
+           "greatest(clock_timestamp(), to_timestamp((s.start_ms + $3::bigint) / 1000.0))) ELSE s.lock_expires END, "
+           "tick = CASE WHEN $4::boolean THEN floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+           "ELSE s.tick END "
+           "FROM (SELECT lock_expires > clock_timestamp() AS live FROM \"%s\".sched_ticks WHERE job = $1) o "
+           "WHERE s.job = $1 AND s.run_token = $2 RETURNING o.live",
+           pg->schema, pg->schema);
+  const char *vals[4] = {full, cl->token, atleast, cl->delay_ms ? "true" : "false"};
   PGresult *r = NULL;
   int resent = 0;
-  int rc = dlock__pg_run(pg, sql, 3, vals, 0, 1, &r, &resent, NULL);
+  int rc = dlock__pg_run(pg, sql, 4, vals, 0, 1, &r, &resent, NULL);
   if (rc) {
     dlock__error_prefix("job '%s': ", cl->job);
     return rc;
   }
   /* A resent statement may find the lock ended by its first run. */
-  *lock_was_ours = PQntuples(r) > 0 || resent;
+  *lock_was_ours = (PQntuples(r) > 0 && PQgetvalue(r, 0, 0)[0] == 't') || resent;
   PQclear(r);
   /* The history (its function also ends a job lock it still finds ours:
    * after the update above that is only one kept for lock_at_least_for, so
