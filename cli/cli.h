@@ -45,6 +45,7 @@ int cmd_cron(int argc, char **argv);
 int cmd_every(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_init(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -140,6 +141,9 @@ int cmd_version(int argc, char **argv);
 int cli_connect(const char *url, dlock_client **out);
 /* Print dlock_client_warnings(c) on stderr, one "dlock: warning:" line each. */
 void cli_print_warnings(const dlock_client *c);
+/* "PostgreSQL" for a postgres://, postgresql:// or libpq keyword/value URL,
+ * else "Redis": the server's kind in messages. */
+const char *cli_server_kind(const char *url);
 /* The URL that applies, for DLOCK_URL in a child's environment. */
 const char *cli_effective_url(const char *url);
 /* 'url' with any password replaced by "***", into 'buf'. */

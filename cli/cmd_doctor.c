@@ -137,7 +137,7 @@ int cmd_doctor(int argc, char **argv)
   dlock_client *c = NULL;
   int st = dlock_client_new(&c, &opts);
   if (st == DLOCK_EURL || st == DLOCK_EINVAL)
-    return cli_report(st, dlock_last_error(), "cannot use Redis at %s", shown);
+    return cli_report(st, dlock_last_error(), "cannot use %s at %s", cli_server_kind(shown), shown);
 
   if (st == 0 && dlock_client_node_count(c) > 0)
     return doctor_nodes(c, shown, json);
@@ -148,11 +148,13 @@ int cmd_doctor(int argc, char **argv)
     memset(checks, 0, sizeof checks);
     checks[0].name = "connect";
     checks[0].level = DLOCK_CHECK_FAIL;
-    snprintf(checks[0].found, sizeof checks[0].found, "cannot use Redis at %s: %s: %s", shown,
+    snprintf(checks[0].found, sizeof checks[0].found, "cannot use %s at %s: %s: %s", cli_server_kind(shown), shown,
              dlock_strerror(n), dlock_last_error());
     snprintf(checks[0].fix, sizeof checks[0].fix, "%s",
              n == DLOCK_EAUTH ? "check the user and password in the URL"
-                              : "check that redis-server runs there and the URL (--url, $DLOCK_URL)");
+                              : strcmp(cli_server_kind(shown), "Redis") == 0
+                                  ? "check that redis-server runs there and the URL (--url, $DLOCK_URL)"
+                                  : "check that PostgreSQL runs there and the URL (--url, $DLOCK_URL)");
     n = 1;
   }
   int failed = 0;

@@ -17,6 +17,16 @@ const char *cli_effective_url(const char *url)
   return cli_config_url();
 }
 
+const char *cli_server_kind(const char *url)
+{
+  if (url == NULL)
+    return "Redis";
+  if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0 ||
+      (strstr(url, "://") == NULL && strchr(url, '=') != NULL))
+    return "PostgreSQL";
+  return "Redis";
+}
+
 void cli_redact_url(const char *url, char *buf, size_t len)
 {
   dlock_url_redact(url, buf, len);
@@ -121,7 +131,7 @@ int cli_connect(const char *url, dlock_client **out)
     return 0;
   }
   cli_redact_url(cli_effective_url(url), shown, sizeof shown);
-  return cli_report(rc, dlock_last_error(), "cannot use Redis at %s", shown);
+  return cli_report(rc, dlock_last_error(), "cannot use %s at %s", cli_server_kind(shown), shown);
 }
 
 /* Length of the well-formed UTF-8 sequence at 'p' (1..4), or 0. */

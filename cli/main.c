@@ -27,6 +27,7 @@ static const cli_command commands[] = {
   {"every", cmd_every},
   {"bench", cmd_bench},
   {"doctor", cmd_doctor},
+  {"init", cmd_init},
   {"config", cmd_config},
   {"version", cmd_version},
 };
@@ -72,7 +73,7 @@ int main(int argc, char **argv)
   }
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, cron, every, demo, bench, doctor, config, version)");
+                                 "fence, cron, every, demo, bench, doctor, init, config, version)");
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {

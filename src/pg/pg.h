@@ -85,6 +85,10 @@ int dlock__pg_init(dlock__pg *pg);
  * (table mode). DLOCK_EBUSY when not acquired in time. */
 int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const char *owner_info,
                       int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h);
+/* The same for the hold of 'token' (32 hex: the core's token for the
+ * handle; NULL: chosen here). */
+int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
+                         const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h);
 /* Release: 0, DLOCK_ENOTHELD (the lease ran out or another owner has it),
  * DLOCK_EUNKNOWN when that cannot be told after a lost reply. */
 int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h);
@@ -119,6 +123,8 @@ int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held);
 /* The guard: admit 'fence' for 'resource' if no higher one was seen
  * (DLOCK_ESTALE otherwise). */
 int dlock__pg_guard_check(dlock__pg *pg, const char *resource, uint64_t fence);
+/* The same; when stale, '*highest' (may be NULL) is the fence admitted before. */
+int dlock__pg_guard_check_highest(dlock__pg *pg, const char *resource, uint64_t fence, uint64_t *highest);
 
 /* The scheduler. Claim tick 'tick_unix_ms' of 'job' for the run 'run_token'
  * (32 hex) on 'node', taking the job lock for 'lock_ms'. '*outcome':

@@ -295,12 +295,19 @@ static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, c
 
 int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
                       const atomic_int *cancel, dlock__pg_hold *h) {
+  return dlock__pg_acquire_as(pg, name, NULL, lease_ms, owner_info, wait_ms, cancel, h);
+}
+
+int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
+                         const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h) {
   memset(h, 0, sizeof *h);
   int rc = check_name(pg, "lock name", name);
   if (rc != 0) return rc;
   snprintf(h->name, sizeof h->name, "%s", name);
-  rc = dlock__random_hex(h->token, DLOCK__TOKEN_HEX / 2);
-  if (rc != 0) return rc;
+  if (token && strlen(token) == DLOCK__TOKEN_HEX)
+    memcpy(h->token, token, DLOCK__TOKEN_HEX + 1);
+  else if ((rc = dlock__random_hex(h->token, DLOCK__TOKEN_HEX / 2)) != 0)
+    return rc;
   if (pg->advisory) return acquire_advisory(pg, h, wait_ms, cancel);
   rc = dlock__check_duration("lease", lease_ms, 0);
   if (rc != 0) return rc;
@@ -666,6 +673,11 @@ int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held) {
 }
 
 int dlock__pg_guard_check(dlock__pg *pg, const char *resource, uint64_t fence) {
+  return dlock__pg_guard_check_highest(pg, resource, fence, NULL);
+}
+
+int dlock__pg_guard_check_highest(dlock__pg *pg, const char *resource, uint64_t fence, uint64_t *highest) {
+  if (highest) *highest = 0;
   int rc = check_name(pg, "resource name", resource);
   if (rc != 0) return rc;
   if (fence == 0 || fence > (uint64_t)INT64_MAX)
@@ -679,6 +691,7 @@ int dlock__pg_guard_check(dlock__pg *pg, const char *resource, uint64_t fence) {
   int ok = col_i64(r, 0, 0) > 0;
   int64_t seen = col_i64(r, 0, 1);
   PQclear(r);
+  if (!ok && highest && seen > 0) *highest = (uint64_t)seen;
   if (!ok)
     return dlock__error(DLOCK_ESTALE, "guard '%s' on %s: token %" PRIu64 " is older than %lld, already admitted",
                         resource, pg->display, fence, (long long)seen);

@@ -84,6 +84,35 @@ static const char sql_init[] =
     "    WHERE s.job = p_job;\n"
     "  outcome := 1;\n"
     "END $f$;\n"
+    /* A fixed-delay job's claim: due 'p_delay_ms' after the last run ended
+     * (its row's tick holds that end once the run finished; a run's start
+     * while it goes on), and only while no run holds the job lock. Not due:
+     * outcome 0 and how long until it is (-1: a run holds the lock). */
+    "CREATE OR REPLACE FUNCTION @S.sched_claim_delay(p_job text, p_delay_ms bigint, p_token text, p_node text,\n"
+    "    p_lock_ms bigint, OUT outcome int, OUT fence bigint, OUT start_ms bigint, OUT tick bigint,\n"
+    "    OUT wait_ms bigint)\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;\n"
+    "  t @S.sched_ticks%ROWTYPE;\n"
+    "BEGIN\n"
+    "  INSERT INTO @S.sched_ticks VALUES (p_job, -1, '', '', 0, 0, '-infinity') ON CONFLICT DO NOTHING;\n"
+    "  SELECT * INTO t FROM @S.sched_ticks s WHERE s.job = p_job FOR UPDATE;\n"
+    "  IF t.run_token = p_token THEN\n"
+    "    outcome := 1; fence := t.fence; start_ms := t.start_ms; tick := t.tick; RETURN;\n"
+    "  END IF;\n"
+    "  IF t.lock_expires > clock_timestamp() THEN outcome := 0; wait_ms := -1; RETURN; END IF;\n"
+    "  IF t.tick >= 0 AND now_ms < t.tick + p_delay_ms THEN\n"
+    "    outcome := 0; wait_ms := t.tick + p_delay_ms - now_ms; RETURN;\n"
+    "  END IF;\n"
+    "  fence := nextval('@S.fence_seq');\n"
+    "  start_ms := now_ms;\n"
+    "  tick := CASE WHEN t.tick >= 0 THEN t.tick + p_delay_ms ELSE now_ms END;\n"
+    "  UPDATE @S.sched_ticks s SET tick = now_ms, run_token = p_token, node = p_node,\n"
+    "    fence = sched_claim_delay.fence, start_ms = now_ms,\n"
+    "    lock_expires = clock_timestamp() + p_lock_ms * interval '1 millisecond' WHERE s.job = p_job;\n"
+    "  outcome := 1;\n"
+    "END $f$;\n"
     "CREATE OR REPLACE FUNCTION @S.sched_finish(p_job text, p_token text, p_node text, p_fence bigint,\n"
     "    p_sched bigint, p_start bigint, p_dur bigint, p_outcome text, p_keep int) RETURNS int\n"
     "LANGUAGE plpgsql AS $f$\n"
@@ -190,9 +219,11 @@ static const char sql_list[] =
     "SELECT name FROM @S.locks WHERE NOT released AND expires > clock_timestamp() AND name LIKE $1 ORDER BY name";
 
 /* $1 name, $2 channel. Not safe to run twice: between two runs a new holder
- * may take the lock, and the second would end its hold. */
+ * may take the lock, and the second would end its hold. The token is
+ * replaced, so that the holder's release answers "not held" rather than
+ * taking the row for its own earlier release. */
 static const char sql_force[] =
-    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp()\n"
+    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp(), token = 'forced'\n"
     "             WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"

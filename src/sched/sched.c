@@ -110,7 +110,7 @@ int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_option
   dlock_sched_options_init(&o);
   int rc = dlock__options_in(&o, sizeof o, opts, DLOCK__SCHED_OPTIONS_V1, "dlock_sched_options");
   if (rc) return rc;
-  if (!c->ops->sched_claim)
+  if (!c->ops->sched_claim || !(c->caps & DLOCK__CAP_SCHED))
     return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
                         c->server);
   if (o.pool_size < 0 || o.pool_size > 256)

@@ -28,7 +28,7 @@ reply() {
 }
 
 assert_eq "first word: every command" "$(reply dlock '')" \
-  "bench config cron demo doctor every fence help list release run status version"
+  "bench config cron demo doctor every fence help init list release run status version"
 assert_eq "first word: commands by prefix" "$(reply dlock re)" "release"
 assert_eq "global options" "$(reply dlock --)" "--help --version"
 out=$(reply dlock run --)
@@ -38,7 +38,7 @@ done
 assert_eq "run: short options" "$(reply dlock run -w 5s -q)" "-q"
 assert_eq "run: no option of another command" "$(reply dlock run --js)" ""
 assert_eq "status: its options" "$(reply dlock status --)" "--help --json --prefix --url"
-assert_eq "run --url: the schemes" "$(reply dlock run --url '')" "redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix://"
+assert_eq "run --url: the schemes" "$(reply dlock run --url '')" "postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix://"
 assert_eq "run --url: a scheme by prefix" "$(reply dlock run --url redis)" "redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss://"
 assert_eq "status --url=: the schemes" "$(reply dlock status --url = u)" "unix://"
 assert_eq "--url after a ':' split: only what follows the colon" \
@@ -75,9 +75,9 @@ if command -v zsh >/dev/null; then
       source "$f"  # as autoload runs it: defines _dlock and calls it' zsh "$zscript" "$@" 2>&1 | sort -u | tr '\n' ' ' | sed 's/ $//'
   }
   assert_eq "zsh: commands" "$(zreply dlock '')" \
-    "bench config cron demo doctor every fence help list release run status version"
+    "bench config cron demo doctor every fence help init list release run status version"
   assert_match "zsh: run options" " $(zreply dlock run --) " " --on-lost "
-  assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix://"
+  assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix://"
   assert_eq "zsh: after --" "$(zreply dlock run x -- '')" "NORMAL"
 else
   echo "SKIP zsh checks: zsh is not installed (tools/setup.sh installs it)"
