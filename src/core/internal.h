@@ -151,6 +151,17 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
                     const dlock_mutex_options *opts);
 const char *dlock__kind_name(dlock__kind kind);
 
+/* ---- Countdown latches (latch.c) ---- */
+
+struct dlock_latch {
+  dlock_client *client;
+  char *name;
+  void *be;            /* the backend's state */
+  pthread_mutex_t mu;  /* guards what follows */
+  int waiting;         /* a thread is in dlock_latch_wait() on this handle */
+  char errmsg[512];
+};
+
 /* ---- Loss (mutex.c) ---- */
 
 /* Mark 'm' lost (once): set reason, signal the fd. Caller holds m->mu. */

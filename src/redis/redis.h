@@ -314,6 +314,9 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SCHED_HISTORY,
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
+  DLOCK__SCRIPT_LATCH_SET, /* countdown latches (latch.c) */
+  DLOCK__SCRIPT_LATCH_DOWN,
+  DLOCK__SCRIPT_LATCH_GET,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 
@@ -461,5 +464,14 @@ int dlock__redis_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run
                               int *lock_was_ours);
 void dlock__redis_sched_undo(dlock_client *c, const dlock__claim *cl);
 int dlock__redis_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
+
+/* Countdown latches (latch.c). */
+int dlock__redis_latch_new(dlock_latch *l);
+void dlock__redis_latch_free(dlock_latch *l);
+int dlock__redis_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms);
+int dlock__redis_latch_count_down(dlock_latch *l, int64_t *left);
+int dlock__redis_latch_get(dlock_latch *l, int64_t *count);
+int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
+void dlock__redis_latch_cancel(dlock_latch *l);
 
 #endif /* DLOCK_REDIS_H */

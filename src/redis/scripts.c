@@ -16,6 +16,7 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
     dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[],
     dlock__lua_rl_extend[], dlock__lua_rl_fence[];
+extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 
 static const struct {
   const char *name;
@@ -34,6 +35,9 @@ static const struct {
     [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history},
     [DLOCK__SCRIPT_RL_EXTEND] = {"rl_extend", dlock__lua_rl_extend},
     [DLOCK__SCRIPT_RL_FENCE] = {"rl_fence", dlock__lua_rl_fence},
+    [DLOCK__SCRIPT_LATCH_SET] = {"latch_set", dlock__lua_latch_set},
+    [DLOCK__SCRIPT_LATCH_DOWN] = {"latch_down", dlock__lua_latch_down},
+    [DLOCK__SCRIPT_LATCH_GET] = {"latch_get", dlock__lua_latch_get},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];
