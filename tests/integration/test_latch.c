@@ -234,4 +234,31 @@ TEST(cancel_ends_a_wait) {
   dlock_client_free(c);
 }
 
+TEST(redlock_has_no_latches_and_says_so) {
+  th_redis rl[3];
+  if (th_redis_start_n(rl, 3, NULL) != 0) TEST_FAIL("cannot start 3 redis-servers");
+  char url[1024];
+  th_redlock_url(rl, 3, url, sizeof url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  if (rc == 0) {
+    dlock_latch *l = NULL;
+    rc = dlock_latch_new(&l, c, "lt:rl");
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_last_error());
+    dlock_latch_free(l);
+    dlock_client_free(c);
+    th_redis_stop_n(rl, 3);
+    ASSERT_EQ(rc, DLOCK_EINVAL);
+    ASSERT(l == NULL);
+    ASSERT_CONTAINS(msg, "not supported on redlock");
+    return;
+  }
+  th_redis_stop_n(rl, 3);
+  TEST_FAIL("redlock client: %s", dlock_last_error());
+}
+
 TEST_MAIN()

@@ -250,4 +250,41 @@ TEST(cancel_ends_a_waiting_acquire_with_nothing_held) {
   dlock_client_free(c);
 }
 
+TEST(a_multi_lock_works_on_redlock_too) {
+  th_redis rl[3];
+  if (th_redis_start_n(rl, 3, NULL) != 0) TEST_FAIL("cannot start 3 redis-servers");
+  char url[1024];
+  th_redlock_url(rl, 3, url, sizeof url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL, *other = NULL;
+  static const char *const names[] = {"rl:b", "rl:a"};
+  dlock_multi *mm = NULL;
+  dlock_mutex *busy = NULL;
+  int ok = dlock_client_new(&c, &o) == 0 && dlock_client_new(&other, &o) == 0 &&
+           dlock_multi_new(&mm, c, names, 2, NULL) == 0 && dlock_mutex_new(&busy, other, "rl:b", NULL) == 0;
+  int r1 = ok ? dlock_multi_acquire(mm, 0) : -100;
+  uint64_t f0 = dlock_multi_fence(mm, 0), f1 = dlock_multi_fence(mm, 1);
+  int r2 = ok ? dlock_multi_release(mm) : -100;
+  int r3 = ok ? dlock_mutex_acquire(busy, 0) : -100;
+  int r4 = ok ? dlock_multi_acquire(mm, 0) : -100; /* rl:a taken, rl:b busy: rl:a given back */
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  int r5 = ok ? dlock_lock_info_get(other, "rl:a", &info) : -100;
+  dlock_mutex_free(busy);
+  dlock_multi_free(mm);
+  dlock_client_free(other);
+  dlock_client_free(c);
+  th_redis_stop_n(rl, 3);
+  if (!ok) TEST_FAIL("setup on redlock: %s", dlock_last_error());
+  ASSERT_EQ(r1, 0);
+  ASSERT(f0 > 0 && f1 > 0);
+  ASSERT_EQ(r2, 0);
+  ASSERT_EQ(r3, 0);
+  ASSERT_EQ(r4, DLOCK_EBUSY);
+  ASSERT_EQ(r5, 0);
+  ASSERT_EQ(info.held, 0);
+}
+
 TEST_MAIN()
