@@ -39,6 +39,7 @@ int cmd_status(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_release(int argc, char **argv);
 int cmd_fence(int argc, char **argv);
+int cmd_latch(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 int cmd_cron(int argc, char **argv);

@@ -37,12 +37,18 @@ typedef struct run_opts {
   int side; /* -s: DLOCK_RW_READ, -x: DLOCK_RW_WRITE, 0: a mutex */
   char **cmd; /* NULL-terminated, from argv */
   int ncmd;
+  /* flock's habits: -c COMMAND (one string for the shell) and --multi. */
+  char *c_argv[2];
+  char *multi_buf;          /* --multi names, each NUL-terminated */
+  char *multi_joined;       /* the same joined with commas (o->name then points here) */
+  const char *multi[DLOCK_MULTI_MAX];
+  size_t nmulti;
 } run_opts;
 
 enum {
   OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
   OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE,
-  OPT_SHARED, OPT_EXCLUSIVE
+  OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI
 };
 
 static const cli_opt run_table[] = {
@@ -59,6 +65,9 @@ static const cli_opt run_table[] = {
   {"verbose", 'v', 0, OPT_VERBOSE},
   {"shared", 's', 0, OPT_SHARED},
   {"exclusive", 'x', 0, OPT_EXCLUSIVE},
+  {"nonblock", 'n', 0, OPT_NONBLOCK},
+  {"command", 'c', 1, OPT_COMMAND},
+  {"multi", 0, 1, OPT_MULTI},
   {NULL, 0, 0, 0},
 };
 
@@ -74,6 +83,38 @@ static int duration_arg(const char *opt, const char *text, int zero_ok, int64_t 
   return 0;
 }
 
+/* --multi a,b,c (repeatable): add each name; the names are joined with
+ * commas into o->name for messages and DLOCK_NAME. */
+static int add_multi(run_opts *o, const char *list)
+{
+  size_t old = o->multi_buf ? strlen(o->multi_buf) : 0;
+  char *buf = realloc(o->multi_buf, old + strlen(list) + 2);
+  if (buf == NULL)
+    return cli_usage_error("run", "out of memory");
+  /* The pointers into the old buffer move with it. */
+  for (size_t i = 0; i < o->nmulti; i++)
+    o->multi[i] = buf + (o->multi[i] - o->multi_buf);
+  o->multi_buf = buf;
+  char *start = buf + old;
+  if (old > 0)
+    *start++ = '\0';
+  strcpy(start, list);
+  for (char *p = start;;) {
+    char *comma = strchr(p, ',');
+    if (comma != NULL)
+      *comma = '\0';
+    if (*p == '\0')
+      return cli_usage_error("run", "--multi '%s': an empty name", list);
+    if (o->nmulti == DLOCK_MULTI_MAX)
+      return cli_usage_error("run", "--multi: at most %d names", DLOCK_MULTI_MAX);
+    o->multi[o->nmulti++] = p;
+    if (comma == NULL)
+      break;
+    p = comma + 1;
+  }
+  return 0;
+}
+
 static int parse_run(int argc, char **argv, run_opts *o)
 {
   cli_args args;
@@ -81,6 +122,8 @@ static int parse_run(int argc, char **argv, run_opts *o)
   int id;
   int dashdash = 0;
   int grace_given = 0;
+  int cmd_at = 0;        /* argv index of a COMMAND given without '--' */
+  const char *c_cmd = NULL;
 
   memset(o, 0, sizeof *o);
   o->wait_ms = DLOCK_WAIT_FOREVER;
@@ -91,7 +134,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
   o->lost_code = CLI_EXIT_LOST;
 
   cli_args_init(&args, argc, argv, "run");
-  while (!dashdash && (id = cli_next_opt(&args, run_table, &arg)) != CLI_OPT_DONE) {
+  while (!dashdash && !cmd_at && (id = cli_next_opt(&args, run_table, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
     switch (id) {
@@ -101,10 +144,22 @@ static int parse_run(int argc, char **argv, run_opts *o)
       dashdash = 1;
       break;
     case CLI_OPT_POSITIONAL:
-      if (o->name != NULL) {
-        return cli_usage_error("run", "missing '--' before the command '%s'", arg);
+      if (o->name == NULL && o->nmulti == 0) {
+        o->name = arg;
+      } else {
+        /* As flock: "dlock run NAME CMD ARGS..." needs no '--' when CMD
+         * does not start with '-'; everything from CMD on is the command's. */
+        cmd_at = args.index - 1;
       }
-      o->name = arg;
+      break;
+    case OPT_NONBLOCK:
+      o->wait_ms = 0;
+      break;
+    case OPT_COMMAND:
+      c_cmd = arg;
+      break;
+    case OPT_MULTI:
+      rc = add_multi(o, arg);
       break;
     case OPT_URL:
       o->url = arg;
@@ -185,12 +240,46 @@ static int parse_run(int argc, char **argv, run_opts *o)
   }
   if (!grace_given && o->grace_ms >= o->lease_ms)
     o->grace_ms = o->lease_ms / 2;
+  if (o->nmulti > 0 && o->name != NULL)
+    return cli_usage_error("run", "give the lock as NAME or the names with --multi, not both");
+  if (o->nmulti > 0 && o->side != 0)
+    return cli_usage_error("run", "--multi takes mutexes; -s/-x (a read-write lock) work on one NAME");
+  if (o->nmulti > 0) {
+    /* The joined list names the set in messages and DLOCK_NAME. */
+    size_t len = 1;
+    for (size_t i = 0; i < o->nmulti; i++)
+      len += strlen(o->multi[i]) + 1;
+    if ((o->multi_joined = malloc(len)) == NULL)
+      return cli_usage_error("run", "out of memory");
+    o->multi_joined[0] = '\0';
+    for (size_t i = 0; i < o->nmulti; i++) {
+      if (i > 0)
+        strcat(o->multi_joined, ",");
+      strcat(o->multi_joined, o->multi[i]);
+    }
+    o->name = o->multi_joined;
+  }
   if (o->name == NULL)
     return cli_usage_error("run", "missing lock NAME");
-  if (!dashdash)
-    return cli_usage_error("run", "missing '--' and COMMAND after NAME");
-  o->cmd = argv + args.index;
-  o->ncmd = argc - args.index;
+  if (c_cmd != NULL) {
+    /* -c COMMAND, as flock: one string for the shell, nothing after it. */
+    if (dashdash || cmd_at)
+      return cli_usage_error("run", "-c takes the whole command as one string; "
+                                    "give no other COMMAND (unexpected '%s')",
+                             argv[cmd_at ? cmd_at : args.index < argc ? args.index : argc - 1]);
+    o->c_argv[0] = (char *)c_cmd;
+    o->c_argv[1] = NULL;
+    o->cmd = o->c_argv;
+    o->ncmd = 1;
+    o->shell = 1;
+    return 0;
+  }
+  if (!dashdash && !cmd_at)
+    return cli_usage_error("run", "missing COMMAND after NAME (dlock run NAME -- COMMAND, "
+                                  "or -c 'COMMAND')");
+  int first = cmd_at ? cmd_at : args.index;
+  o->cmd = argv + first;
+  o->ncmd = argc - first;
   if (o->ncmd == 0)
     return cli_usage_error("run", "missing COMMAND after '--'");
   if (o->shell && o->ncmd != 1) {
@@ -202,8 +291,12 @@ static int parse_run(int argc, char **argv, run_opts *o)
 
 /* ---- What the child gets ---- */
 
-/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL, DLOCK_PREFIX and DLOCK_KIND replaced or added. */
-static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence)
+/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL, DLOCK_PREFIX and DLOCK_KIND replaced
+ * or added. With --multi: DLOCK_KIND=multi and DLOCK_FENCES=name=fence,...
+ * (one fence per name, in the order given) instead of DLOCK_FENCE, since
+ * fences of different names are not comparable. */
+static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence,
+                      dlock_multi *mm)
 {
   const char *url = cli_effective_url(o->url);
   size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
@@ -211,6 +304,7 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   char env_fence[64];
   char env_prefix[DLOCK_MAX_NAME_LEN + 16];
   char *env_url = malloc(urllen);
+  char *env_fences = NULL;
 
   memset(p, 0, sizeof *p);
   if (env_url == NULL)
@@ -225,8 +319,24 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
                          : o->side == DLOCK_RW_WRITE ? "DLOCK_KIND=write"
                                                      : "DLOCK_KIND=mutex";
   const char *env[] = {env_name, env_fence, env_url, env_prefix, env_kind, NULL};
+  if (mm != NULL) {
+    size_t len = strlen("DLOCK_FENCES=") + 1;
+    for (size_t i = 0; i < dlock_multi_count(mm); i++)
+      len += strlen(dlock_multi_name(mm, i)) + 24;
+    if ((env_fences = malloc(len)) == NULL) {
+      free(env_url);
+      return -1;
+    }
+    size_t used = (size_t)snprintf(env_fences, len, "DLOCK_FENCES=");
+    for (size_t i = 0; i < dlock_multi_count(mm); i++)
+      used += (size_t)snprintf(env_fences + used, len - used, "%s%s=%llu", i ? "," : "",
+                               dlock_multi_name(mm, i), (unsigned long long)dlock_multi_fence(mm, i));
+    env[1] = env_fences;
+    env[4] = "DLOCK_KIND=multi";
+  }
   int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
+  free(env_fences);
   return rc;
 }
 
@@ -269,11 +379,56 @@ static void owner_info_format(const run_opts *o, char *buf, size_t len)
   buf[used] = '\0';
 }
 
+/* ---- What is held: one mutex, or the names of --multi ---- */
+
+typedef struct run_hold {
+  dlock_mutex *m;   /* NAME */
+  dlock_multi *mm;  /* --multi: all the names, or none */
+} run_hold;
+
+static int hold_acquire(run_hold *h, int64_t wait_ms)
+{
+  return h->mm ? dlock_multi_acquire(h->mm, wait_ms) : dlock_mutex_acquire(h->m, wait_ms);
+}
+
+static int hold_release(run_hold *h)
+{
+  return h->mm ? dlock_multi_release(h->mm) : dlock_mutex_release(h->m);
+}
+
+static void hold_cancel(run_hold *h)
+{
+  if (h->mm)
+    dlock_multi_cancel(h->mm);
+  else
+    dlock_mutex_cancel(h->m);
+}
+
+static int hold_lost_fd(run_hold *h)
+{
+  return h->mm ? dlock_multi_lost_fd(h->mm) : dlock_mutex_lost_fd(h->m);
+}
+
+static dlock_lost_reason hold_lost(run_hold *h)
+{
+  return h->mm ? dlock_multi_lost(h->mm) : dlock_mutex_lost(h->m);
+}
+
+static dlock_mono_ms hold_valid_until(run_hold *h)
+{
+  return h->mm ? dlock_multi_valid_until(h->mm) : dlock_mutex_valid_until(h->m);
+}
+
+static const char *hold_errmsg(run_hold *h)
+{
+  return h->mm ? dlock_multi_errmsg(h->mm) : dlock_mutex_errmsg(h->m);
+}
+
 /* ---- The lock thread ---- */
 
 typedef struct lock_thread {
   pthread_t tid;
-  dlock_mutex *m;
+  run_hold *h;
   int64_t wait_ms;
   int notify_r, notify_w; /* one byte per finished step */
   pthread_mutex_t mu;
@@ -288,7 +443,7 @@ static void *lock_thread_main(void *arg)
 {
   lock_thread *t = arg;
   dlock_mono_ms t0 = dlock_mono_now();
-  int rc = dlock_mutex_acquire(t->m, t->wait_ms);
+  int rc = hold_acquire(t->h, t->wait_ms);
   dlock_mono_ms t1 = dlock_mono_now();
 
   pthread_mutex_lock(&t->mu);
@@ -304,7 +459,7 @@ static void *lock_thread_main(void *arg)
 
   int rel = 0;
   if (rc == 0)
-    rel = dlock_mutex_release(t->m);
+    rel = hold_release(t->h);
   pthread_mutex_lock(&t->mu);
   t->release_rc = rel;
   pthread_mutex_unlock(&t->mu);
@@ -448,12 +603,12 @@ typedef struct run_state {
 } run_state;
 
 /* Supervise the child until it has ended; returns its wait status. */
-static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, int tty,
+static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int tty,
                      run_state *rs)
 {
   int done = 0, status = 0, last = 0;
   sigset_t got;
-  int lost_fd = dlock_mutex_lost_fd(m);
+  int lost_fd = hold_lost_fd(h);
   dlock_mono_ms kill_at = 0;
 
   while (!done) {
@@ -467,7 +622,7 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
       timeout = ms_until(kill_at);
     /* Backstop: past the validity deadline the hold must be taken as gone
      * even if no news came from the watchdog. */
-    dlock_mono_ms valid_until = rs->lost ? 0 : dlock_mutex_valid_until(m);
+    dlock_mono_ms valid_until = rs->lost ? 0 : hold_valid_until(h);
     if (valid_until != 0 && (timeout < 0 || ms_until(valid_until) < timeout))
       timeout = ms_until(valid_until) + 1;
     if (timeout > 60000)
@@ -507,9 +662,9 @@ static int supervise(pid_t pid, dlock_mutex *m, const run_opts *o, int sigfd, in
     dlock_lost_reason reason = DLOCK_LOST_NONE;
     if (!rs->lost && n > 1 && (pfd[1].revents & POLLIN) != 0) {
       lost_now = 1;
-      reason = dlock_mutex_lost(m);
+      reason = hold_lost(h);
     }
-    valid_until = rs->lost ? 0 : dlock_mutex_valid_until(m);
+    valid_until = rs->lost ? 0 : hold_valid_until(h);
     if (!rs->lost && !lost_now && valid_until != 0 && dlock_mono_now() > valid_until) {
       lost_now = 1;
       reason = DLOCK_LOST_DEADLINE;
@@ -595,15 +750,18 @@ int cmd_run(int argc, char **argv)
   sig_setup sig = {.fd = -1, .tty = -1};
   dlock_client *c = NULL;
   dlock_mutex *m = NULL;
+  run_hold hold = {NULL, NULL};
   lock_thread t;
   int thread_started = 0;
   int rc = parse_run(argc, argv, &o);
 
-  if (rc != 0)
+  if (rc == 0)
+    rc = cli_resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
+  if (rc != 0) {
+    free(o.multi_buf);
+    free(o.multi_joined);
     return rc;
-  rc = cli_resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
-  if (rc != 0)
-    return rc;
+  }
   owner_info_format(&o, owner, sizeof owner);
 
   if (signals_start(&sig) != 0) {
@@ -623,7 +781,9 @@ int cmd_run(int argc, char **argv)
   mo.watchdog_lease_ms = o.lease_ms;
   mo.owner_info = owner;
   int st;
-  if (o.side != 0) {
+  if (o.nmulti > 0) {
+    st = dlock_multi_new(&hold.mm, c, o.multi, o.nmulti, &mo);
+  } else if (o.side != 0) {
     /* One side of a read-write lock; its mutex view serves the rest. */
     dlock_rwlock *rw = NULL;
     st = dlock_rwlock_new(&rw, c, o.name, o.side, &mo);
@@ -635,6 +795,7 @@ int cmd_run(int argc, char **argv)
     rc = cli_report(st, dlock_last_error(), "lock '%s'", o.name);
     goto out;
   }
+  hold.m = m;
 
   int fds[2];
   memset(&t, 0, sizeof t);
@@ -645,7 +806,7 @@ int cmd_run(int argc, char **argv)
   }
   t.notify_r = fds[0];
   t.notify_w = fds[1];
-  t.m = m;
+  t.h = &hold;
   t.wait_ms = o.wait_ms;
   pthread_mutex_init(&t.mu, NULL);
   pthread_cond_init(&t.cv, NULL);
@@ -662,7 +823,7 @@ int cmd_run(int argc, char **argv)
    * ask who holds the lock on the side, through the same client. */
   int got_signal = 0;
   dlock_mono_ms wait_start = dlock_mono_now();
-  dlock_mono_ms report_at = o.verbose && o.wait_ms != 0 ? wait_start + WAIT_FIRST_REPORT_MS : 0;
+  dlock_mono_ms report_at = o.verbose && o.wait_ms != 0 && !hold.mm ? wait_start + WAIT_FIRST_REPORT_MS : 0;
   for (;;) {
     struct pollfd pfd[2] = {{sig.fd, POLLIN, 0}, {t.notify_r, POLLIN, 0}};
     int done = 0, status = 0, last = 0;
@@ -676,13 +837,13 @@ int cmd_run(int argc, char **argv)
     }
     if (pr < 0 && errno != EINTR) {
       perror("dlock: poll");
-      dlock_mutex_cancel(m);
+      hold_cancel(&hold);
     }
     drain_signals(sig.fd, 0, &done, &status, &got, &last);
     if (last != 0 && got_signal == 0) {
       got_signal = last;
       report_at = 0; /* no more wait reports: the wait is ending */
-      dlock_mutex_cancel(m);
+      hold_cancel(&hold);
     }
     if ((pfd[1].revents & POLLIN) != 0) {
       lock_thread_wait(&t);
@@ -704,6 +865,12 @@ int cmd_run(int argc, char **argv)
     rc = 128 + got_signal;
     goto out_thread;
   }
+  if (st == DLOCK_EBUSY && hold.mm != NULL) {
+    if (!o.quiet) /* the message names the busy name and what was given back */
+      fprintf(stderr, "dlock: %s\n", dlock_multi_errmsg(hold.mm));
+    rc = o.conflict_code;
+    goto out_thread;
+  }
   if (st == DLOCK_EBUSY) {
     if (!o.quiet) {
       char who[1600];
@@ -722,17 +889,19 @@ int cmd_run(int argc, char **argv)
     goto out_thread;
   }
   if (st != 0) {
-    rc = cli_report(st, dlock_mutex_errmsg(m), "acquiring '%s'", o.name);
+    rc = cli_report(st, hold_errmsg(&hold), "acquiring '%s'", o.name);
     goto out_thread;
   }
-  uint64_t fence = dlock_mutex_fence(m);
-  if (o.verbose) {
+  uint64_t fence = hold.mm ? 0 : dlock_mutex_fence(m);
+  if (o.verbose && hold.mm) {
+    fprintf(stderr, "dlock: acquired '%s' after %s\n", o.name, waited_text);
+  } else if (o.verbose) {
     fprintf(stderr, "dlock: acquired '%s' after %s, fence %llu\n", o.name, waited_text,
             (unsigned long long)fence);
   }
 
   cli_child plan;
-  if (plan_build(&plan, program, &o, fence) != 0) {
+  if (plan_build(&plan, program, &o, fence, hold.mm) != 0) {
     fprintf(stderr, "dlock: out of memory\n");
     cli_child_free(&plan);
     rc = CLI_EXIT_SOFTWARE;
@@ -748,7 +917,7 @@ int cmd_run(int argc, char **argv)
   cli_guard guard;
   cli_guard_start(&guard, pid, o.grace_ms);
   run_state rs = {0, 0};
-  int status = supervise(pid, m, &o, sig.fd, sig.tty, &rs);
+  int status = supervise(pid, &hold, &o, sig.fd, sig.tty, &rs);
   if (sig.tty >= 0)
     tcsetpgrp(sig.tty, getpgrp());
   cli_stop_group(pid, o.grace_ms, o.quiet, sig.fd);
@@ -762,11 +931,11 @@ int cmd_run(int argc, char **argv)
      * the command may have run its last moments without the lock. */
     rs.lost = 1;
     fprintf(stderr, "dlock: lock '%s' was lost before the command ended: %s\n", o.name,
-            dlock_mutex_errmsg(m));
+            hold_errmsg(&hold));
   } else if (rel != 0 && rel != DLOCK_ENOTHELD && !rs.lost) {
     char lease[64];
     cli_format_duration(o.lease_ms, lease, sizeof lease);
-    cli_report(rel, dlock_mutex_errmsg(m), "releasing '%s' (it expires within %s)",
+    cli_report(rel, hold_errmsg(&hold), "releasing '%s' (it expires within %s)",
                o.name, lease);
   } else if (rel == 0 && o.verbose) {
     fprintf(stderr, "dlock: released '%s'\n", o.name);
@@ -784,7 +953,10 @@ out_pipe:
   close(t.notify_w);
 out:
   dlock_mutex_free(m);
+  dlock_multi_free(hold.mm);
   dlock_client_free(c);
+  free(o.multi_buf);
+  free(o.multi_joined);
   if (sig.fd >= 0)
     close(sig.fd);
   return rc;

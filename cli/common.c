@@ -41,6 +41,7 @@ int cli_exit_for_status(int status)
     return CLI_EXIT_BUSY;
   case DLOCK_ELOST:
   case DLOCK_ENOTHELD:
+  case DLOCK_ENOLATCH: /* the latch is gone (expired) or was never set */
     return CLI_EXIT_LOST;
   case DLOCK_ESTALE:
     return CLI_EXIT_STALE;

@@ -21,6 +21,7 @@ static const cli_command commands[] = {
   {"list", cmd_list},
   {"release", cmd_release},
   {"fence", cmd_fence},
+  {"latch", cmd_latch},
   {"demo", cmd_demo},
   {"help", cmd_help},
   {"cron", cmd_cron},
@@ -73,7 +74,7 @@ int main(int argc, char **argv)
   }
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, cron, every, demo, bench, doctor, init, config, version)");
+                                 "fence, latch, cron, every, demo, bench, doctor, init, config, version)");
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {

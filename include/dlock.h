@@ -90,7 +90,8 @@ extern "C" {
   XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
   XX(EQUORUM,    -33, "no majority of the Redlock nodes confirmed in time")        \
   XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
-  XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")
+  XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
+  XX(ENOLATCH,   -37, "no such latch: never set, or expired")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -536,6 +537,94 @@ DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t 
  * (0 on other errors). 'highest' may be NULL. */
 DLOCK_API int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token,
                                         uint64_t *highest);
+
+/* ---- Multi-lock: several names, all or nothing (docs/multilock.md) ---- */
+
+typedef struct dlock_multi dlock_multi;
+
+/* A handle on the 'n' locks 'names' (1..DLOCK_MULTI_MAX, each a lock name
+ * as for dlock_mutex_new; a name given twice is DLOCK_EINVAL), each taken
+ * as a mutex with 'opts' (may be NULL; on_lost is called per name, with the
+ * name's own mutex handle). No I/O. Works on every backend with mutexes;
+ * on a Redis Cluster each name lives in its own slot. */
+#define DLOCK_MULTI_MAX 64
+DLOCK_API int dlock_multi_new(dlock_multi **out, dlock_client *c, const char *const *names, size_t n,
+                              const dlock_mutex_options *opts);
+/* Releases what is held (best effort), then frees. NULL is a no-op. */
+DLOCK_API void dlock_multi_free(dlock_multi *mm);
+/* Take every name, or none: the names are taken one by one in a canonical
+ * order (sorted by bytes, whatever order they were given in), so two
+ * callers listing the same names in different orders never deadlock.
+ * 'wait_ms' (0: try once; DLOCK_WAIT_FOREVER) bounds the whole call. When a
+ * name cannot be taken, every name taken so far is released again before
+ * the call returns that name's status (DLOCK_EBUSY, ...), and the error
+ * names it and says why. DLOCK_EUNKNOWN when a name may still be held by us
+ * (its acquire or its rollback had no certain outcome) until its lease
+ * ends. Acquire, release and extend from the same thread, as for a mutex. */
+DLOCK_API int dlock_multi_acquire(dlock_multi *mm, int64_t wait_ms);
+/* Make a dlock_multi_acquire() waiting in another thread return
+ * DLOCK_ECANCELED soon, with nothing held. Safe from any thread. */
+DLOCK_API void dlock_multi_cancel(dlock_multi *mm);
+/* Release every name (all are tried); the first failure is returned and
+ * names its lock (DLOCK_ENOTHELD: that hold had been lost). */
+DLOCK_API int dlock_multi_release(dlock_multi *mm);
+/* Set the remaining lease of every name to 'lease_ms' (see
+ * dlock_mutex_extend); the first failure is returned and names its lock. */
+DLOCK_API int dlock_multi_extend(dlock_multi *mm, int64_t lease_ms);
+/* The number of names, and name 'i' in the order given to _new(). */
+DLOCK_API size_t dlock_multi_count(const dlock_multi *mm);
+DLOCK_API const char *dlock_multi_name(const dlock_multi *mm, size_t i);
+/* The fence of name 'i' (the order given to _new()); 0 when not held or
+ * 'i' is out of range. One fence per name, each from that name's own
+ * counter: fences of different names are not comparable, so there is no
+ * single fence for the whole set. Guard each resource with its own name's
+ * fence. */
+DLOCK_API uint64_t dlock_multi_fence(const dlock_multi *mm, size_t i);
+/* The loss of the first name found lost (DLOCK_LOST_NONE while all hold):
+ * losing any one name loses the set. */
+DLOCK_API dlock_lost_reason dlock_multi_lost(const dlock_multi *mm);
+/* An fd readable as soon as any name's hold is lost (an epoll fd over the
+ * names' dlock_mutex_lost_fd()s, for poll()). Valid until _free(). */
+DLOCK_API int dlock_multi_lost_fd(dlock_multi *mm);
+/* The earliest dlock_mutex_valid_until() of the names; 0 when not held. */
+DLOCK_API dlock_mono_ms dlock_multi_valid_until(const dlock_multi *mm);
+/* Detail of this handle's last failure. Empty string when none. */
+DLOCK_API const char *dlock_multi_errmsg(const dlock_multi *mm);
+
+/* ---- Countdown latch (docs/latch.md) ---- */
+
+typedef struct dlock_latch dlock_latch;
+
+/* A handle on the latch 'name' (a lock name's rules). No I/O. Redis only
+ * (not Redlock); other backends answer DLOCK_EINVAL saying so. A latch has
+ * no fence, lease or loss: it guards nothing exclusive, it only counts. */
+DLOCK_API int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name);
+DLOCK_API void dlock_latch_free(dlock_latch *l);
+/* Start the latch at 'count' (1..DLOCK_LATCH_MAX_COUNT); it expires
+ * 'expire_ms' (1 ms..DLOCK_MAX_DURATION_MS) from now whatever its count, so
+ * an abandoned latch does not live forever. DLOCK_EBUSY when it is already
+ * counting (count > 0; the error says how many are left); a latch at zero
+ * may be set again. */
+#define DLOCK_LATCH_MAX_COUNT 1000000000
+DLOCK_API int dlock_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms);
+/* Count down by one (not below zero); at zero every waiter is woken.
+ * '*left' (may be NULL): the count after it. DLOCK_ENOLATCH when the latch
+ * was never set or has expired. DLOCK_EUNKNOWN when the reply was lost (the
+ * count-down may have counted; it is not resent). */
+DLOCK_API int dlock_latch_count_down(dlock_latch *l, int64_t *left);
+/* The current count into '*count'; DLOCK_ENOLATCH as above. */
+DLOCK_API int dlock_latch_count(dlock_latch *l, int64_t *count);
+/* Wait until the count is zero: 0 then; 'wait_ms' 0 looks once,
+ * DLOCK_WAIT_FOREVER waits without limit. DLOCK_EBUSY when the count was
+ * not zero for the whole wait, DLOCK_ENOLATCH when the latch does not exist
+ * or expired (an abandoned latch never opens), DLOCK_ECANCELED. */
+DLOCK_API int dlock_latch_wait(dlock_latch *l, int64_t wait_ms);
+/* Make a dlock_latch_wait() in progress in another thread return
+ * DLOCK_ECANCELED soon. */
+DLOCK_API void dlock_latch_cancel(dlock_latch *l);
+DLOCK_API const char *dlock_latch_name(const dlock_latch *l);
+/* Detail of this handle's last failure. Empty string when none. */
+DLOCK_API const char *dlock_latch_errmsg(const dlock_latch *l);
 
 /* ---- Cron and time (pure, no I/O but zoneinfo files) ---- */
 

@@ -151,6 +151,21 @@ struct dlock__backend_ops {
   int (*force_release)(dlock_client *c, const char *name, unsigned flags, int *was_held);
   int (*guard_check)(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
 
+  /* ---- Countdown latches (optional: NULL where not offered; the core
+   * then answers a clear error). l->be is the backend's state. ---- */
+  int (*latch_new)(dlock_latch *l);   /* check the name, set up l->be (no I/O) */
+  void (*latch_free)(dlock_latch *l);
+  /* Start at 'count' expiring 'expire_ms' from now; DLOCK_EBUSY while counting. */
+  int (*latch_set)(dlock_latch *l, int64_t count, int64_t expire_ms);
+  /* Count down once ('*left' the count after); DLOCK_ENOLATCH; never resent. */
+  int (*latch_count_down)(dlock_latch *l, int64_t *left);
+  int (*latch_get)(dlock_latch *l, int64_t *count);  /* DLOCK_ENOLATCH when absent */
+  /* Until zero (0), 'deadline' (DLOCK_EBUSY), absent (DLOCK_ENOLATCH) or a
+   * cancel (DLOCK_ECANCELED): woken by the backend's notification, and
+   * re-checking at least every 2 s so that a lost one strands no waiter. */
+  int (*latch_wait)(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
+  void (*latch_cancel)(dlock_latch *l); /* end a latch_wait() in progress */
+
   /* ---- Scheduler ---- */
   /* Claim 'cl' (see dlock__claim). Safe to send twice with the same token. */
   int (*sched_claim)(dlock_client *c, dlock__claim *cl);

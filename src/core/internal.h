@@ -163,6 +163,16 @@ int dlock__rw_own_token(const dlock_mutex *m, char *token);
 int dlock__rw_check_upgrade(dlock_mutex *m);
 /* dlock_mutex_free() of a read or write handle: take it off the list first. */
 void dlock__rw_forget(dlock_mutex *m);
+/* ---- Countdown latches (latch.c) ---- */
+
+struct dlock_latch {
+  dlock_client *client;
+  char *name;
+  void *be;            /* the backend's state */
+  pthread_mutex_t mu;  /* guards what follows */
+  int waiting;         /* a thread is in dlock_latch_wait() on this handle */
+  char errmsg[512];
+};
 
 /* ---- Loss (mutex.c) ---- */
 

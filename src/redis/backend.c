@@ -266,4 +266,11 @@ const dlock__backend_ops dlock__redis_ops = {
   .sched_finish = dlock__redis_sched_finish,
   .sched_undo = dlock__redis_sched_undo,
   .sched_history = dlock__redis_sched_history,
+  .latch_new = dlock__redis_latch_new,
+  .latch_free = dlock__redis_latch_free,
+  .latch_set = dlock__redis_latch_set,
+  .latch_count_down = dlock__redis_latch_count_down,
+  .latch_get = dlock__redis_latch_get,
+  .latch_wait = dlock__redis_latch_wait,
+  .latch_cancel = dlock__redis_latch_cancel,
 };

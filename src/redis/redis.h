@@ -321,6 +321,9 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_RW_WITHDRAW,
   DLOCK__SCRIPT_RW_INFO,
   DLOCK__SCRIPT_RW_FORCE_RELEASE,
+  DLOCK__SCRIPT_LATCH_SET, /* countdown latches (latch.c) */
+  DLOCK__SCRIPT_LATCH_DOWN,
+  DLOCK__SCRIPT_LATCH_GET,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 
@@ -487,5 +490,13 @@ void dlock__redis_rw_undo(dlock_mutex *m);
 int dlock__redis_rw_held(dlock_mutex *m, const char *token, int64_t *ttl_ms);
 /* dlock_lock_info for a name whose holders key is a read-write lock's. */
 int dlock__redis_rw_info(dlock_client *c, const char *name, dlock_lock_info *out);
+/* Countdown latches (latch.c). */
+int dlock__redis_latch_new(dlock_latch *l);
+void dlock__redis_latch_free(dlock_latch *l);
+int dlock__redis_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms);
+int dlock__redis_latch_count_down(dlock_latch *l, int64_t *left);
+int dlock__redis_latch_get(dlock_latch *l, int64_t *count);
+int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
+void dlock__redis_latch_cancel(dlock_latch *l);
 
 #endif /* DLOCK_REDIS_H */

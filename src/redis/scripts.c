@@ -18,6 +18,7 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
     dlock__lua_rl_extend[], dlock__lua_rl_fence[], dlock__lua_rl_sched_unclaim[], dlock__lua_rw_acquire[], dlock__lua_rw_release[],
     dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[],
     dlock__lua_rw_force_release[];
+extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 
 static const struct {
   const char *name;
@@ -43,6 +44,9 @@ static const struct {
     [DLOCK__SCRIPT_RW_WITHDRAW] = {"rw_withdraw", dlock__lua_rw_withdraw},
     [DLOCK__SCRIPT_RW_INFO] = {"rw_info", dlock__lua_rw_info},
     [DLOCK__SCRIPT_RW_FORCE_RELEASE] = {"rw_force_release", dlock__lua_rw_force_release},
+    [DLOCK__SCRIPT_LATCH_SET] = {"latch_set", dlock__lua_latch_set},
+    [DLOCK__SCRIPT_LATCH_DOWN] = {"latch_down", dlock__lua_latch_down},
+    [DLOCK__SCRIPT_LATCH_GET] = {"latch_get", dlock__lua_latch_get},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];

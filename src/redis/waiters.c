@@ -107,7 +107,8 @@ static void deliver(dlock__subscriber *s, const char *payload) {
       m->woken = 1; /* the fence after the id is not used: see acquire_loop() */
       pthread_cond_broadcast(&m->cv);
       pthread_mutex_unlock(&m->mu);
-      break;
+      /* No break: a mutex waiter's id is unique, but every latch waiter of
+       * this client answers to "latch" (latch.c). */
     }
   }
   pthread_mutex_unlock(&s->mu);

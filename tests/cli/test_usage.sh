@@ -18,7 +18,7 @@ help_fits() { # help_fits ARGS...: at most 24 lines of at most 80 columns
 }
 check "dlock --help fits a terminal" help_fits --help
 check "dlock -h fits a terminal" help_fits -h
-for cmd in run status list release fence cron every demo bench help; do
+for cmd in run status list release fence latch cron every demo bench help; do
   check "dlock $cmd --help fits a terminal" help_fits "$cmd" --help
 done
 check "dlock help run prints the run page" sh -c "'$DLOCK' help run | grep -q 'Usage: dlock run'"
@@ -53,8 +53,19 @@ usage_error "run: longer than 30 days" "bad duration '721h'" run --lease 721h na
 usage_error "run: empty duration" "bad duration ''" run --wait= name -- true
 usage_error "run: zero lease" "--lease: must be more than 0" run --lease 0 name -- true
 usage_error "run: option without its value" "--wait needs a value" run name --wait
-usage_error "run: missing --" "missing '--'" run name true
-usage_error "run: missing -- after name" "missing '--' and COMMAND" run name
+usage_error "run: missing command after name" "missing COMMAND after NAME" run name
+usage_error "run: -c and another command" "-c takes the whole command as one string" run name -c 'echo a' -- true
+usage_error "run: -c and a command without --" "-c takes the whole command as one string" run name -c 'echo a' echo
+usage_error "run: -c without its value" "-c needs a value" run name -c
+usage_error "run: NAME and --multi" "as NAME or the names with --multi, not both" run a --multi b,c -- true
+usage_error "run: --multi with an empty name" "--multi 'a,,b': an empty name" run --multi a,,b -- true
+usage_error "latch: missing action" "missing action" latch
+usage_error "latch: unknown action" "unknown action 'frob'" latch frob x
+usage_error "latch: missing name" "missing latch NAME" latch wait
+usage_error "latch: missing count" "missing COUNT" latch set x
+usage_error "latch: zero count" "COUNT '0' is not 1..1000000000" latch set x 0
+usage_error "latch: --expire without set" "--expire goes with 'set'" latch down x --expire 5s
+usage_error "latch: --wait without wait" "--wait goes with 'wait'" latch down x --wait 5s
 usage_error "run: missing command" "missing COMMAND" run name --
 usage_error "run: missing name" "missing lock NAME" run -- true
 usage_error "run: bad --on-lost" "--on-lost: 'maybe'" run --on-lost maybe name -- true
