@@ -1,0 +1,178 @@
+/*
+ * review_pg.c - the adversarial review of the PostgreSQL backend (src/pg/):
+ * one test per finding, each expected to FAIL on the code as reviewed
+ * (branch review-pg). Registered as ctest "review/review_pg" with the label
+ * "review"; it skips (77) unless DLOCK_REVIEW=1, so the default run stays
+ * green: `DLOCK_REVIEW=1 ctest -L review --output-on-failure`.
+ * Real PostgreSQL through harness_pg.h, public API only (dlock.h).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "harness_pg.h"
+#include "test.h"
+
+static th_pg srv;
+static int srv_up;
+static char skip_why[256];
+
+void test_setup(void) {
+  const char *on = getenv("DLOCK_REVIEW");
+  if (!on || strcmp(on, "1") != 0) {
+    snprintf(skip_why, sizeof skip_why, "review findings: run with DLOCK_REVIEW=1");
+    return;
+  }
+  if (!th_pg_available(skip_why, sizeof skip_why)) return;
+  if (th_pg_start(&srv, NULL) != 0) {
+    snprintf(skip_why, sizeof skip_why, "the PostgreSQL server did not start");
+    return;
+  }
+  srv_up = 1;
+}
+
+void test_teardown(void) {
+  if (srv_up) th_pg_stop(&srv);
+}
+
+#define NEED_PG() \
+  do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
+
+static long tf(void) { return th_time_factor(); }
+
+static dlock_client *client_url(const char *url, int command_timeout_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = command_timeout_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("connect %s: %s", url, dlock_last_error());
+  return c;
+}
+
+/* Finding 1: dlock__pg_init() (pg_lock.c:57) answers a statement that timed
+ * out with PQexec("ROLLBACK") on the still-busy connection; PQexec first
+ * waits, without any timeout, for the pending result. While another session
+ * holds dlock's init lock (a concurrent or stuck `dlock init`, the advisory
+ * xact lock 7161483726112374001), setup with a 500 ms command timeout must
+ * give up in about a second; it hangs until the other session ends. */
+TEST(review_init_gives_up_at_its_timeout_while_another_init_holds_the_lock) {
+  NEED_PG();
+  long hold_s = 8 * tf();
+  pid_t kid = fork();
+  if (kid == 0) {
+    char out[64];
+    int rc = th_pg_sql(&srv, NULL, out, sizeof out,
+                       "BEGIN; SELECT pg_advisory_xact_lock(7161483726112374001); SELECT pg_sleep(%ld); COMMIT;",
+                       hold_s);
+    _exit(rc == 0 ? 0 : 1);
+  }
+  ASSERT(kid > 0);
+  usleep((useconds_t)(700 * 1000 * tf())); /* the other session takes the lock */
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=rv_init", srv.url);
+  dlock_client *c = client_url(url, 500);
+  dlock_mono_ms t0 = dlock_mono_now();
+  int rc = dlock_client_setup(c);
+  dlock_mono_ms took = dlock_mono_now() - t0;
+  printf("  setup: rc %d after %lld ms: %s\n", rc, (long long)took, dlock_last_error());
+  dlock_client_free(c);
+  int st = 0;
+  waitpid(kid, &st, 0);
+  ASSERT(rc != 0);
+  /* 2 x 500 ms is the init's own deadline; 3 s leaves a wide margin. */
+  if (took > 3000 * tf())
+    TEST_FAIL("setup took %lld ms with a 500 ms command timeout: it waited for the other session (%ld s)",
+              (long long)took, hold_s);
+}
+
+/* Finding 2: dlock__pg_doctor() (pg_lock.c:789) copies the schema name into
+ * char qs[32], so a schema of 32..63 bytes (valid: dlock_schema allows 63)
+ * is looked up truncated and the doctor says it "does not exist yet" right
+ * after dlock_client_setup() created it. */
+TEST(review_doctor_finds_a_schema_of_40_bytes) {
+  NEED_PG();
+  const char *schema = "rv_doctor_schema_name_of_forty_bytes_xx"; /* 39 */
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=%s", srv.url, schema);
+  dlock_client *c = client_url(url, 0);
+  ASSERT_OK(dlock_client_setup(c));
+  dlock_check chk[16];
+  int n = dlock_client_check(c, chk, 16);
+  dlock_client_free(c);
+  ASSERT(n > 0);
+  int seen = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(chk[i].name, "rights") != 0) continue;
+    seen = 1;
+    printf("  rights: %s\n", chk[i].found);
+    if (strstr(chk[i].found, "does not exist"))
+      TEST_FAIL("the doctor says schema %s does not exist right after setup created it: %s", schema,
+                chk[i].found);
+  }
+  ASSERT(seen);
+}
+
+/* Finding 3: dlock__pg_mask_url() (pg_conn.c:41) looks for the '@' only
+ * before the first '/' or '?', but libpq's URI parser takes everything up to
+ * '@' or '/' as user:password, so a password with '?' is printed in clear
+ * by dlock_url_redact() (and so by the CLI), and strip_url() (pg_conn.c:124)
+ * splits the query at that '?', so ?dlock_schema= reaches libpq, whose
+ * rejection prints the unmasked URL. */
+TEST(review_redact_hides_a_password_that_contains_a_question_mark) {
+  char buf[512];
+  dlock_url_redact("postgresql://app:se?cret@db.example:5432/shop", buf, sizeof buf);
+  printf("  redacted: %s\n", buf);
+  if (strstr(buf, "cret")) TEST_FAIL("the password shows in the redacted URL: %s", buf);
+}
+
+TEST(review_a_question_mark_in_the_password_neither_leaks_nor_breaks_dlock_schema) {
+  NEED_PG();
+  char url[900];
+  /* Trust authentication: the password is not checked, only carried. */
+  snprintf(url, sizeof url, "postgresql://postgres:se?cret@127.0.0.1:%d/postgres?dlock_schema=rv_q", srv.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  const char *err = dlock_last_error();
+  printf("  client_new: rc %d: %s\n", rc, rc ? err : "(connected)");
+  if (rc != 0 && strstr(err, "cret")) TEST_FAIL("the error prints the password: %s", err);
+  if (rc == 0) dlock_client_free(c);
+  ASSERT_OK(rc);
+}
+
+/* Finding 4: advisory mode's info (pg_lock.c:595) counts advisory locks of
+ * EVERY database in pg_locks (advisory locks are per database): a lock of
+ * the same name held through another database shows as held here. */
+TEST(review_advisory_info_ignores_locks_of_another_database) {
+  NEED_PG();
+  char out[256];
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "CREATE DATABASE rv_other"), 0);
+  char url_other[900], url_here[900];
+  snprintf(url_other, sizeof url_other, "postgresql://postgres@127.0.0.1:%d/rv_other?mode=advisory", srv.port);
+  snprintf(url_here, sizeof url_here, "%s?mode=advisory", srv.url);
+  dlock_client *other = client_url(url_other, 0);
+  dlock_client *here = client_url(url_here, 0);
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, other, "rv-adv", NULL));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  int rc = dlock_lock_info_get(here, "rv-adv", &info);
+  printf("  info in database postgres: rc %d held %d\n", rc, info.held);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(other);
+  dlock_client_free(here);
+  ASSERT_OK(rc);
+  if (info.held) TEST_FAIL("'rv-adv' is held in database rv_other only, yet info on database postgres says held");
+}
+
+TEST_MAIN()
