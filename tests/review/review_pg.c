@@ -175,4 +175,71 @@ TEST(review_advisory_info_ignores_locks_of_another_database) {
   if (info.held) TEST_FAIL("'rv-adv' is held in database rv_other only, yet info on database postgres says held");
 }
 
+/* Finding 5: advisory mode through a transaction-mode pooler lets two
+ * holders in. The session lock stays on the server connection that ran
+ * pg_try_advisory_lock; the pooler hands that connection to the next
+ * client, whose pg_try_advisory_lock re-enters it (session advisory locks
+ * are reentrant) and answers true. docs/postgres.md says "a session-pooled
+ * or direct connection only", but nothing detects it (the LISTEN probe only
+ * runs for waits, and only warns). Two clients, one lock, both must not hold. */
+TEST(review_advisory_mode_through_transaction_pgbouncer_admits_one_holder) {
+  NEED_PG();
+  char why[256];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pgbouncer bt;
+  if (th_pgbouncer_start(&bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
+  char url[900];
+  snprintf(url, sizeof url, "%s&mode=advisory", bt.url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *a = NULL, *b = NULL;
+  int rc = dlock_client_new(&a, &o);
+  if (rc == 0) rc = dlock_client_new(&b, &o);
+  if (rc != 0) {
+    char err[600];
+    snprintf(err, sizeof err, "%s", dlock_last_error());
+    if (a) dlock_client_free(a);
+    th_pgbouncer_stop(&bt);
+    TEST_FAIL("connect through pgbouncer: %s", err);
+  }
+  dlock_mutex *ma = NULL, *mb = NULL;
+  dlock_mutex_new(&ma, a, "rv-bouncer", NULL);
+  dlock_mutex_new(&mb, b, "rv-bouncer", NULL);
+  int ra = dlock_mutex_acquire(ma, 0);
+  int rb = dlock_mutex_acquire(mb, 0);
+  printf("  first: %s, second: %s (%s)\n", dlock_err_name(ra), dlock_err_name(rb), rb ? dlock_last_error() : "");
+  if (ra == 0) dlock_mutex_release(ma);
+  if (rb == 0) dlock_mutex_release(mb);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_pgbouncer_stop(&bt);
+  ASSERT_OK(ra);
+  if (rb == 0) TEST_FAIL("two clients hold advisory lock 'rv-bouncer' at once through a transaction-mode pooler");
+}
+
+/* Finding 6 (bad input): a lock name that is not valid UTF-8 (the core
+ * allows any bytes but CR, LF and braces) is refused by the server with
+ * SQLSTATE 22021 and reported as DLOCK_ESERVER "see the server's log",
+ * not as a bad name (DLOCK_ENAME) saying what to do. */
+TEST(review_a_name_that_is_not_utf8_is_a_clear_name_error) {
+  NEED_PG();
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=rv_utf8", srv.url);
+  dlock_client *c = client_url(url, 0);
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "caf\xe9", NULL));
+  int rc = dlock_mutex_acquire(m, 0);
+  char err[600];
+  snprintf(err, sizeof err, "%s", dlock_last_error());
+  printf("  acquire: %s: %s\n", dlock_err_name(rc), err);
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  ASSERT(rc != 0);
+  if (rc != DLOCK_ENAME) TEST_FAIL("a non-UTF-8 name answers %s, not DLOCK_ENAME: %s", dlock_err_name(rc), err);
+}
+
 TEST_MAIN()
