@@ -16,6 +16,7 @@
 #include "dlock.h"
 #include "harness.h"
 #include "harness_pg.h"
+#include "pgproxy.h"
 #include "test.h"
 
 static th_pg srv;
@@ -240,6 +241,82 @@ TEST(review_a_name_that_is_not_utf8_is_a_clear_name_error) {
   dlock_client_free(c);
   ASSERT(rc != 0);
   if (rc != DLOCK_ENAME) TEST_FAIL("a non-UTF-8 name answers %s, not DLOCK_ENAME: %s", dlock_err_name(rc), err);
+}
+
+/* Finding 7: pg_release (backend.c:243) ignores the loss the core saw.
+ * docs/design.md: "a lost hold stays lost until the next acquire ...
+ * release answers DLOCK_ENOTHELD (it still deletes the key if Redis has our
+ * token)"; Redis does so (redis/lock.c:431). On PostgreSQL a hold marked
+ * lost at its local deadline, while the row still had a few ms of lease
+ * (the drift margin: lease/100 + 2 ms), releases with 0, as if it had been
+ * held throughout. 10 s lease: a 102 ms window. */
+TEST(review_release_of_a_hold_lost_at_its_deadline_answers_not_held) {
+  NEED_PG();
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=rv_lost", srv.url);
+  dlock_client *c = client_url(url, 0);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 10000; /* a fixed lease: no renewal */
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-lost", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  dlock_mono_ms vu = dlock_mutex_valid_until(m);
+  while (dlock_mono_now() < vu + 5) usleep(1000);
+  dlock_lost_reason why = dlock_mutex_lost(m);
+  int rc = dlock_mutex_release(m);
+  printf("  lost: %s; release: %s %s\n", dlock_lost_reason_str(why), dlock_err_name(rc), rc ? dlock_last_error() : "");
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  ASSERT(why != DLOCK_LOST_NONE);
+  if (rc == 0) TEST_FAIL("a hold reported lost (%s) released with 0, not DLOCK_ENOTHELD", dlock_lost_reason_str(why));
+}
+
+/* Finding 8: a release whose reply was lost is sent again (twice-safe), but
+ * when the second attempt cannot even connect, dlock__pg_release
+ * (pg_lock.c:413-420, maybe_ran not asked for) returns that error
+ * (DLOCK_ECONNECT) instead of DLOCK_EUNKNOWN, although the first send ran and
+ * released the lock. Set-up: a role with CONNECTION LIMIT 0 set after its one
+ * pooled connection opened, and pgproxy losing the release's reply. */
+TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
+  NEED_PG();
+  char out[256];
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "CREATE ROLE rv_rel LOGIN; GRANT CREATE ON DATABASE postgres TO rv_rel"), 0);
+  pgp_proxy *px = NULL;
+  ASSERT_EQ(pgp_start(&px, srv.port), 0);
+  char url[900];
+  snprintf(url, sizeof url, "postgresql://rv_rel@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=rv_rel",
+           pgp_port(px));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.max_connections = 1;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) {
+    pgp_stop(px);
+    TEST_FAIL("connect: %s", dlock_last_error());
+  }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 60000; /* fixed: no renewal traffic */
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-rel-lock", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "ALTER ROLE rv_rel CONNECTION LIMIT 0"), 0);
+  pgp_drop_reply(px, "rv-rel-lock", 1);
+  int rc = dlock_mutex_release(m);
+  char err[700];
+  snprintf(err, sizeof err, "%s", dlock_last_error());
+  printf("  release: %s: %s (replies dropped: %d)\n", dlock_err_name(rc), err, pgp_dropped(px));
+  th_pg_sql(&srv, NULL, out, sizeof out, "SELECT released FROM rv_rel.locks WHERE name = 'rv-rel-lock'");
+  printf("  row released on the server: %s\n", out);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  pgp_stop(px);
+  ASSERT_STR_EQ(out, "t"); /* the first send ran */
+  if (rc != DLOCK_EUNKNOWN && rc != 0)
+    TEST_FAIL("the release ran, yet it answered %s (not DLOCK_EUNKNOWN): %s", dlock_err_name(rc), err);
 }
 
 TEST_MAIN()
