@@ -6,6 +6,7 @@
  * green: `DLOCK_REVIEW=1 ctest -L review --output-on-failure`.
  * Real PostgreSQL through harness_pg.h, public API only (dlock.h).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +318,81 @@ TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
   ASSERT_STR_EQ(out, "t"); /* the first send ran */
   if (rc != DLOCK_EUNKNOWN && rc != 0)
     TEST_FAIL("the release ran, yet it answered %s (not DLOCK_EUNKNOWN): %s", dlock_err_name(rc), err);
+}
+
+/* Finding 3b: sslpassword (the client key's passphrase, libpq 13+) is a
+ * secret too; mask_url only masks a keyword spelled exactly "password". */
+TEST(review_redact_hides_sslpassword) {
+  char buf[512];
+  dlock_url_redact("host=db.example dbname=shop sslpassword=topsecret", buf, sizeof buf);
+  printf("  redacted: %s\n", buf);
+  if (strstr(buf, "topsecret")) TEST_FAIL("sslpassword shows in the redacted URL: %s", buf);
+  dlock_url_redact("postgresql://app@db.example/shop?sslpassword=topsecret", buf, sizeof buf);
+  printf("  redacted: %s\n", buf);
+  if (strstr(buf, "topsecret")) TEST_FAIL("sslpassword shows in the redacted URL: %s", buf);
+}
+
+typedef struct waiter_arg {
+  dlock_mutex *m;
+  int rc;
+} waiter_arg;
+
+static void *wait_forever(void *arg) {
+  waiter_arg *w = arg;
+  w->rc = dlock_mutex_acquire(w->m, DLOCK_WAIT_FOREVER);
+  return NULL;
+}
+
+/* Finding 9: docs/postgres.md says a cancel "is seen within 50 ms", but the
+ * waiting thread runs listen_start() (pg_lock.c:95) with ln_mu held: a
+ * connect, LISTEN and up to 2 s waiting for the probe (which never arrives
+ * through a transaction-mode pooler), all without looking at the cancel
+ * flag; other waiters of the client block on ln_mu meanwhile. A cancel
+ * 300 ms into the first wait takes about 1.7 s. */
+TEST(review_cancel_of_a_first_wait_through_transaction_pgbouncer_is_prompt) {
+  NEED_PG();
+  char why[256];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pgbouncer bt;
+  if (th_pgbouncer_start(&bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
+  char url[900];
+  snprintf(url, sizeof url, "%s&dlock_schema=rv_cancel", bt.url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *a = NULL, *b = NULL;
+  int rc = dlock_client_new(&a, &o);
+  if (rc == 0) rc = dlock_client_new(&b, &o);
+  if (rc != 0) {
+    char err[600];
+    snprintf(err, sizeof err, "%s", dlock_last_error());
+    if (a) dlock_client_free(a);
+    th_pgbouncer_stop(&bt);
+    TEST_FAIL("connect through pgbouncer: %s", err);
+  }
+  dlock_mutex *ma = NULL, *mb = NULL;
+  dlock_mutex_new(&ma, a, "rv-cancel", NULL);
+  dlock_mutex_new(&mb, b, "rv-cancel", NULL);
+  int ra = dlock_mutex_acquire(ma, 0);
+  waiter_arg w = {mb, -1};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_forever, &w);
+  usleep(300 * 1000);
+  dlock_mono_ms t0 = dlock_mono_now();
+  dlock_mutex_cancel(mb);
+  pthread_join(t, NULL);
+  dlock_mono_ms took = dlock_mono_now() - t0;
+  printf("  holder: %s; waiter: %s after a cancel %lld ms ago\n", dlock_err_name(ra), dlock_err_name(w.rc),
+         (long long)took);
+  if (ra == 0) dlock_mutex_release(ma);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_pgbouncer_stop(&bt);
+  ASSERT_OK(ra);
+  ASSERT_EQ(w.rc, DLOCK_ECANCELED);
+  if (took > 1000 * tf()) TEST_FAIL("the cancel took %lld ms (docs: within 50 ms)", (long long)took);
 }
 
 TEST_MAIN()
