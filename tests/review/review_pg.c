@@ -449,4 +449,64 @@ TEST(review_a_skipped_tick_names_the_node_that_claimed_it) {
   if (atomic_load(&k.empty) > 0) TEST_FAIL("%d SKIPPED events name no node", atomic_load(&k.empty));
 }
 
+/* Finding 11: listen_start() (pg_lock.c:109) sends LISTEN with a blocking
+ * PQexec(), no deadline, while holding ln_mu. Through a session-mode
+ * PgBouncer (the mode docs/postgres.md recommends for LISTEN) whose server
+ * connections are all in use, LISTEN queues in the pooler (up to its
+ * query_wait_timeout, 120 s by default): a wait of 1.5 s, and every other
+ * waiter of the client, and its cancel, hang until a server connection
+ * frees. Here 3 sessions sleep 12 s on the pooler's other 3 connections
+ * (default_pool_size = 4 in the harness). */
+TEST(review_a_wait_through_a_busy_session_pgbouncer_ends_at_its_deadline) {
+  NEED_PG();
+  char why[256];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=rv_listen", srv.url);
+  dlock_client *a = client_url(url, 0);
+  dlock_mutex *ma = NULL;
+  ASSERT_OK(dlock_mutex_new(&ma, a, "rv-listen", NULL));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  th_pgbouncer bt;
+  if (th_pgbouncer_start(&bt, &srv, "session") != 0) TEST_FAIL("pgbouncer did not start");
+  char burl[900];
+  snprintf(burl, sizeof burl, "%s&dlock_schema=rv_listen", bt.url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = burl;
+  dlock_client *b = NULL;
+  if (dlock_client_new(&b, &o) != 0) {
+    th_pgbouncer_stop(&bt);
+    TEST_FAIL("connect through pgbouncer: %s", dlock_last_error());
+  }
+  ASSERT_OK(dlock_client_ping(b)); /* its command connection has its server connection */
+  th_pg via = srv;
+  snprintf(via.dir, sizeof via.dir, "127.0.0.1");
+  via.port = bt.port;
+  pid_t kids[3];
+  for (int i = 0; i < 3; i++) {
+    kids[i] = fork();
+    if (kids[i] == 0) {
+      char out[64];
+      _exit(th_pg_sql(&via, NULL, out, sizeof out, "SELECT pg_sleep(12)") == 0 ? 0 : 1);
+    }
+  }
+  usleep(1500 * 1000); /* the sleepers take the pooler's other server connections */
+  dlock_mutex *mb = NULL;
+  ASSERT_OK(dlock_mutex_new(&mb, b, "rv-listen", NULL));
+  dlock_mono_ms t0 = dlock_mono_now();
+  int rb = dlock_mutex_acquire(mb, 1500);
+  dlock_mono_ms took = dlock_mono_now() - t0;
+  printf("  wait 1500 ms: %s after %lld ms\n", dlock_err_name(rb), (long long)took);
+  for (int i = 0; i < 3; i++) waitpid(kids[i], NULL, 0);
+  dlock_mutex_free(mb);
+  dlock_client_free(b);
+  th_pgbouncer_stop(&bt);
+  dlock_mutex_release(ma);
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+  ASSERT_EQ(rb, DLOCK_EBUSY);
+  if (took > 5000 * tf()) TEST_FAIL("a 1500 ms wait took %lld ms: LISTEN blocked in the pooler", (long long)took);
+}
+
 TEST_MAIN()
