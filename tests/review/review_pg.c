@@ -509,4 +509,56 @@ TEST(review_a_wait_through_a_busy_session_pgbouncer_ends_at_its_deadline) {
   if (took > 5000 * tf()) TEST_FAIL("a 1500 ms wait took %lld ms: LISTEN blocked in the pooler", (long long)took);
 }
 
+/* Finding 12: with synchronous_commit = off (a common tuning; per role or
+ * database too), a crash loses the last commits, and with them the WAL
+ * record of the fence sequence's advance: after recovery the sequence hands
+ * out fences it already gave. docs/postgres.md says "after a crash a
+ * sequence may skip ahead, never back", and nothing checks the setting (the
+ * doctor does not, the statements do not SET LOCAL synchronous_commit = on).
+ * The same fence twice means the guard (which admits an equal fence) lets
+ * both holders write. wal_writer_delay = 10 s keeps the WAL unflushed. */
+TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
+  NEED_PG();
+  th_pg s2;
+  if (th_pg_start(&s2, "synchronous_commit=off wal_writer_delay=10000") != 0)
+    TEST_FAIL("the second server did not start");
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=rv_crash", s2.url);
+  dlock_client *c = client_url(url, 0);
+  ASSERT_OK(dlock_client_setup(c));
+  char out[128];
+  th_pg_sql(&s2, NULL, out, sizeof out, "CHECKPOINT");
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 60000;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-crash", &mo));
+  uint64_t before = 0;
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    before = dlock_mutex_fence(m);
+    ASSERT_OK(dlock_mutex_release(m));
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  if (th_pg_restart(&s2, 1, 200) != 0) {
+    th_pg_stop(&s2);
+    TEST_FAIL("restart after the crash failed");
+  }
+  c = client_url(url, 0);
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-crash", &mo));
+  int rc = dlock_mutex_acquire(m, 0);
+  uint64_t after = rc == 0 ? dlock_mutex_fence(m) : 0;
+  printf("  last fence before the crash: %llu; first after: %llu (%s)\n", (unsigned long long)before,
+         (unsigned long long)after, dlock_err_name(rc));
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_pg_stop(&s2);
+  ASSERT_OK(rc);
+  if (after <= before)
+    TEST_FAIL("fence went back from %llu to %llu across a crash (synchronous_commit = off)",
+              (unsigned long long)before, (unsigned long long)after);
+}
+
 TEST_MAIN()
