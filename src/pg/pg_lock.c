@@ -414,9 +414,13 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   dlock_mono_ms now = dlock_mono_now();
   h->resent = resent;
   if (rc != 0) {
-    if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT)
+    if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT) {
+      /* A copy: dlock__error() writes the buffer dlock_last_error() reads. */
+      char saved[700];
+      snprintf(saved, sizeof saved, "%s", dlock_last_error());
       return dlock__error(DLOCK_EUNKNOWN, "%s; release of '%s': whether it ran is unknown; the lock is free at "
-                          "the latest when its lease ends", dlock_last_error(), h->name);
+                          "the latest when its lease ends", saved, h->name);
+    }
     return rc;
   }
   int now_released = col_i64(r, 0, 0) > 0;
@@ -662,9 +666,12 @@ int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held) {
   int maybe_ran = 0;
   rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FORCE], 2, vals, 0, 0, &r, NULL, &maybe_ran);
   if (rc != 0) {
-    if (maybe_ran)
+    if (maybe_ran) {
+      char saved[700]; /* a copy: dlock__error() writes the buffer dlock_last_error() reads */
+      snprintf(saved, sizeof saved, "%s", dlock_last_error());
       return dlock__error(DLOCK_EUNKNOWN, "%s; force release of '%s' may have run; look (dlock status) before "
-                          "trying again", dlock_last_error(), name);
+                          "trying again", saved, name);
+    }
     return rc;
   }
   if (was_held) *was_held = col_i64(r, 0, 0) > 0;
