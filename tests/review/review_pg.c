@@ -567,4 +567,45 @@ TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
               (unsigned long long)before, (unsigned long long)after);
 }
 
+/* Finding 13: docs/postgres.md ("Lost replies"): "A server-side
+ * statement_timeout (SQLSTATE 57014) is exact: the statement was rolled back
+ * (DLOCK_ETIMEDOUT)". dlock__pg_run (pg_conn.c:504) counts every
+ * DLOCK_ETIMEDOUT as "may have run", the server's 57014 included, so a
+ * release cut by statement_timeout answers DLOCK_EUNKNOWN (and the healthy
+ * connection is dropped). Set-up: a role with statement_timeout = 300 ms and
+ * another session holding the lock's row (SELECT ... FOR UPDATE) for 3 s. */
+TEST(review_a_release_cut_by_statement_timeout_is_exact) {
+  NEED_PG();
+  char out[256];
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "CREATE ROLE rv_st LOGIN; GRANT CREATE ON DATABASE postgres TO rv_st; "
+                      "ALTER ROLE rv_st SET statement_timeout = 300"), 0);
+  char url[900];
+  snprintf(url, sizeof url, "postgresql://rv_st@127.0.0.1:%d/postgres?dlock_schema=rv_st", srv.port);
+  dlock_client *c = client_url(url, 0);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 60000;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-st", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  pid_t kid = fork();
+  if (kid == 0) {
+    char o2[64];
+    _exit(th_pg_sql(&srv, NULL, o2, sizeof o2,
+                    "BEGIN; SELECT 1 FROM rv_st.locks WHERE name = 'rv-st' FOR UPDATE; SELECT pg_sleep(3); COMMIT;") == 0
+              ? 0 : 1);
+  }
+  usleep(700 * 1000);
+  int rc = dlock_mutex_release(m);
+  char err[700];
+  snprintf(err, sizeof err, "%s", dlock_last_error());
+  printf("  release: %s: %s\n", dlock_err_name(rc), err);
+  waitpid(kid, NULL, 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  if (rc != DLOCK_ETIMEDOUT)
+    TEST_FAIL("a release the server cancelled (57014, rolled back) answered %s, not DLOCK_ETIMEDOUT", dlock_err_name(rc));
+}
+
 TEST_MAIN()
