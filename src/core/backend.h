@@ -41,6 +41,8 @@ typedef struct dlock__grant {
   int64_t lease_ms;          /* the lease in force (session backends: the session timeout) */
   dlock_mono_ms start;       /* the moment the hold counts from (before the request left) */
   dlock_mono_ms valid_until; /* the local deadline (dlock__valid_until(start, lease) for leases) */
+  int64_t claim_ms;          /* 0, or the hold runs on this shorter lease (a hand-off's claim, counted
+                                from 'start') until the watchdog's first renewal sets 'lease_ms' */
 } dlock__grant;
 
 /* One hold in a watchdog batch. */

@@ -126,6 +126,7 @@ struct dlock_mutex {
   dlock_mono_ms acquired_at;
   dlock_mono_ms valid_until;
   int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
+  int64_t claim_ms;       /* dlock__grant.claim_ms: renew once to lease_ms, even a fixed lease */
   atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
   int lost_fd;            /* eventfd, -1 until asked for */
 

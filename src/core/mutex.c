@@ -241,6 +241,7 @@ static void set_held(dlock_mutex *m, const dlock__grant *g) {
   m->watchdog_mode = m->opts.lease_ms == 0 || (m->client->caps & DLOCK__CAP_SESSION);
   m->acquired_at = g->start;
   m->valid_until = g->valid_until;
+  m->claim_ms = g->claim_ms;
   m->renew_tried = 0;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
@@ -434,6 +435,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   pthread_mutex_lock(&m->mu);
   int counts = dlock__mutex_renewed(m, dlock__valid_until(sent, lease_ms), dlock_mono_now());
   if (counts && !m->watchdog_mode) m->lease_ms = lease_ms;
+  if (counts) m->claim_ms = 0; /* the hold's lease is set now */
   lost = (dlock_lost_reason)atomic_load(&m->lost);
   pthread_mutex_unlock(&m->mu);
   if (!counts)

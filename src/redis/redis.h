@@ -411,6 +411,12 @@ typedef struct dlock__rmutex {
   int watch_tried;   /* dlock__subscriber_watch() was called for this handle */
   int subscribed;    /* ... and holds a reference on the channel */
   uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
+  /* Hand-off without a confirming call (guarded by m->mu): the nonce of the
+   * acquire call in flight or last answered, and the fence of a grant
+   * message that named it (0: none came). waiters.c fills grant_fence. */
+  uint64_t nonce_seq;
+  uint64_t grant_nonce;
+  uint64_t grant_fence;
 } dlock__rmutex;
 
 static inline dlock__rmutex *dlock__rm(const dlock_mutex *m) { return (dlock__rmutex *)m->be; }
