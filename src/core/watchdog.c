@@ -6,7 +6,8 @@
  * due in one batch of the backend's renew() (Redis: one pipeline of
  * compare-and-pexpire scripts; an expired or re-taken lock is never
  * revived; a session backend reads the session's validity). Fixed-lease
- * locks are only watched. The
+ * locks are only watched, except that a hold taken on a hand-off's shorter
+ * claim lease (dlock__grant.claim_ms) is renewed once to its lease. The
  * loss rule (docs/design.md): a hold is lost when renewal finds it gone or
  * taken, and at the latest when its valid_until passes without a successful
  * renewal. The thread sleeps until the earliest renewal or deadline, and a
