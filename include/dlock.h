@@ -405,9 +405,12 @@ DLOCK_API int dlock_mutex_lost_fd(dlock_mutex *m);
 
 /* The monotonic time after which the holder must assume the lock is gone,
  * even without news from Redis: start of the last successful acquire or
- * renewal + lease - clock drift allowance. A renewal counts only if its reply
- * arrives before this moment; when it passes, the hold is lost. 0 when not
- * held. */
+ * renewal + lease - clock drift allowance. A hold handed over by a release
+ * (a waiting acquire) starts on the shorter claim lease (3 s at most) from
+ * the waiter's last call, until the watchdog's first renewal, due at a third
+ * of it, sets the full lease (docs/design.md). A renewal counts only if its
+ * reply arrives before this moment; when it passes, the hold is lost. 0 when
+ * not held. */
 DLOCK_API dlock_mono_ms dlock_mutex_valid_until(const dlock_mutex *m);
 
 DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);
