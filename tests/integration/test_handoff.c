@@ -187,6 +187,14 @@ TEST(a_watchdog_hold_taken_by_hand_off_is_renewed_past_the_claim) { hold_past_th
 
 static int take_and_die(void *arg) {
   (void)arg;
+  /* Forked before the parent started any thread (TSan refuses threads after
+   * a multi-threaded fork): wait until the parent holds the lock. */
+  char out[64] = "";
+  for (int i = 0; i < 2000 && strcmp(out, "1") != 0; i++) {
+    th_redis_cli(&srv, out, sizeof out, "EXISTS h:kill");
+    if (strcmp(out, "1") != 0) th_sleep_ms(5);
+  }
+  if (strcmp(out, "1") != 0) return 1;
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
@@ -200,10 +208,10 @@ static int take_and_die(void *arg) {
 }
 
 TEST(a_waiter_killed_right_after_its_hand_off_frees_the_lock_when_the_claim_ends) {
+  pid_t pid = th_spawn(take_and_die, NULL);
   dlock_client *c = test_client(srv.url);
   dlock_mutex *holder = test_mutex(c, "h:kill", 20000);
   ASSERT_OK(dlock_mutex_acquire(holder, 0));
-  pid_t pid = th_spawn(take_and_die, NULL);
   until_queued("h:kill");
   ASSERT_OK(dlock_mutex_release(holder));
   int st = th_wait(pid, 20000);
