@@ -34,6 +34,8 @@ int dlock__mutex_fail(dlock_mutex *m, int rc, const char *op) {
 }
 #define fail dlock__mutex_fail
 
+static void rel_collect(dlock_mutex *m);
+
 /* ---- Handle lifecycle ---- */
 
 void dlock_mutex_options_init(dlock_mutex_options *opts) {
@@ -114,6 +116,7 @@ void dlock_mutex_free(dlock_mutex *m) {
   }
   pthread_mutex_unlock(&m->mu);
   if (held) dlock_mutex_release(m);
+  rel_collect(m); /* the backend forgets 'm' once its reply is read */
   dlock__watchdog_remove(m->client, m);
   m->client->ops->lock_free(m);
   if (m->lost_fd >= 0) close(m->lost_fd);
@@ -230,6 +233,45 @@ void dlock__mutex_wake(dlock_mutex *m) {
 int dlock__mutex_canceled(dlock_mutex *m) { return atomic_load(&m->canceled); }
 const atomic_int *dlock__mutex_cancel_flag(dlock_mutex *m) { return &m->canceled; }
 
+/* ---- Pipelined release (dlock_mutex_release_async) ---- */
+
+void dlock__mutex_release_done(dlock_mutex *m, int rc, const char *msg) {
+  pthread_mutex_lock(&m->mu);
+  m->rel_rc = rc;
+  snprintf(m->rel_msg, sizeof m->rel_msg, "%s", msg ? msg : "");
+  m->rel_state = DLOCK__REL_DONE;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Read the reply of a pipelined release pending on 'm', if any. */
+static void rel_collect(dlock_mutex *m) {
+  pthread_mutex_lock(&m->mu);
+  int pending = m->rel_state == DLOCK__REL_PENDING;
+  pthread_mutex_unlock(&m->mu);
+  if (pending && m->client->ops->release_collect) m->client->ops->release_collect(m);
+}
+
+/* Take the outcome of the pipelined release on 'm' (its reply read first):
+ * 1 and '*rc' (the error recorded) when there was one, 0 when none. */
+static int rel_take(dlock_mutex *m, int *rc) {
+  rel_collect(m);
+  char msg[sizeof m->rel_msg];
+  pthread_mutex_lock(&m->mu);
+  int had = m->rel_state != DLOCK__REL_NONE;
+  if (m->rel_state == DLOCK__REL_PENDING) { /* not read: the backend could not */
+    m->rel_rc = DLOCK_EUNKNOWN;
+    snprintf(m->rel_msg, sizeof m->rel_msg, "the release was sent, but its reply could not be read; it is not "
+             "sent again: if it did not run, the key expires with its lease");
+  }
+  *rc = m->rel_rc;
+  memcpy(msg, m->rel_msg, sizeof msg);
+  m->rel_state = DLOCK__REL_NONE;
+  pthread_mutex_unlock(&m->mu);
+  if (had && *rc) dlock__error(*rc, "%s", msg);
+  return had;
+}
+
 /* ---- Acquire ---- */
 
 static void set_held(dlock_mutex *m, const dlock__grant *g) {
@@ -255,6 +297,11 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
     if (rc) return fail(m, rc, "acquire");
   }
   if (atomic_load(&m->client->closing)) return fail(m, dlock__error(DLOCK_ECLOSED, "client is closing"), "acquire");
+  int prev = 0;
+  if (rel_take(m, &prev) && prev) { /* an outcome is never dropped */
+    dlock__error_prefix("not acquired: the previous pipelined release (dlock_mutex_release_async): ");
+    return fail(m, prev, "acquire");
+  }
   pthread_t self = pthread_self();
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
 
@@ -380,6 +427,61 @@ int dlock_mutex_release(dlock_mutex *m) {
   m->valid_until = 0;
   pthread_cond_broadcast(&m->cv);
   pthread_mutex_unlock(&m->mu);
+  return rc ? fail(m, rc, "release") : 0;
+}
+
+int dlock_mutex_release_async(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release_async: handle is NULL");
+  pthread_mutex_lock(&m->mu);
+  if (!m->busy || m->hold_count == 0 || !pthread_equal(m->owner, pthread_self())) {
+    pthread_mutex_unlock(&m->mu);
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
+  }
+  dlock__mutex_check_deadline(m, dlock_mono_now());
+  if (--m->hold_count > 0) {
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+
+  /* As dlock_mutex_release: stop renewal first. */
+  dlock__watchdog_remove(m->client, m);
+  pthread_mutex_lock(&m->mu);
+  dlock_mono_ms valid_until = m->valid_until;
+  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&m->lost);
+  m->rel_state = DLOCK__REL_PENDING;
+  pthread_mutex_unlock(&m->mu);
+  const dlock__backend_ops *ops = m->client->ops;
+  int rc;
+  if (ops->release_async) {
+    rc = ops->release_async(m, valid_until, lost);
+    if (rc) { /* not sent: the answer is now, nothing is pending */
+      pthread_mutex_lock(&m->mu);
+      m->rel_state = DLOCK__REL_NONE;
+      pthread_mutex_unlock(&m->mu);
+    }
+  } else { /* a backend without pipelining: the outcome waits all the same */
+    int out = ops->release(m, valid_until, lost);
+    dlock__mutex_release_done(m, out, out ? dlock_last_error() : "");
+    rc = 0;
+  }
+  pthread_mutex_lock(&m->mu);
+  m->busy = 0;
+  m->fence = 0;
+  m->valid_until = 0;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  return rc ? fail(m, rc, "release") : 0;
+}
+
+int dlock_mutex_release_result(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release_result: handle is NULL");
+  int rc = 0;
+  if (!rel_take(m, &rc))
+    return fail(m, dlock__error(DLOCK_EINVAL, "no pipelined release (dlock_mutex_release_async) to report"),
+                "release_result");
   return rc ? fail(m, rc, "release") : 0;
 }
 

@@ -368,11 +368,13 @@ int dlock__replicas_short(dlock_client *c, const dlock__script_call *call);
 /* ---- The backend's client and handle state (backend.c) ---- */
 
 typedef struct dlock__subscriber dlock__subscriber;
+typedef struct dlock__pipeline dlock__pipeline;
 
 typedef struct dlock__redis {
   dlock__topology *topo;
   atomic_uint_fast64_t waiter_seq;
   dlock__subscriber *subscriber; /* started on first wait (under c->lazy_mu) */
+  dlock__pipeline *pipeline;     /* pipeline.c: made on the first release_async (under c->lazy_mu) */
 } dlock__redis;
 
 static inline dlock__redis *dlock__rc(const dlock_client *c) { return (dlock__redis *)c->be; }
@@ -449,6 +451,10 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
                          dlock__grant *grant);
 void dlock__redis_undo(dlock_mutex *m);
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
+int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost); /* pipeline.c */
+void dlock__redis_release_collect(dlock_mutex *m);
+/* At close: read every pending reply (outcomes to their handles), free. */
+void dlock__pipeline_free(dlock_client *c);
 int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
                         dlock_lost_reason *lost);
 void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mono_ms limit);
