@@ -371,6 +371,24 @@ DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
  * expires with its lease. */
 DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
+/* Release like dlock_mutex_release(), but send the release and return
+ * without waiting for its reply (back-to-back cycles on one thread: the
+ * next acquire's round trip overlaps it). The handle is released at once.
+ * The outcome is never dropped: dlock_mutex_release_result() gives it
+ * (waiting for the reply if needed), and until then the next acquire on 'm'
+ * first reads it and, if it is a failure, returns that failure ("the
+ * previous pipelined release: ...") without acquiring.
+ * A lost reply is DLOCK_EUNKNOWN, never sent again. 0 when sent (or when an
+ * inner hold of a reentrant count was released); a status when it could not
+ * be sent (the handle is released and the key expires with its lease).
+ * On Redis Cluster and Redlock the release runs synchronously and its
+ * outcome waits for dlock_mutex_release_result() all the same. */
+DLOCK_API int dlock_mutex_release_async(dlock_mutex *m);
+/* The outcome of the last dlock_mutex_release_async() on 'm', as
+ * dlock_mutex_release() would have answered; reads the reply first if it
+ * has not come yet. Once per release: DLOCK_EINVAL when none is pending. */
+DLOCK_API int dlock_mutex_release_result(dlock_mutex *m);
+
 /* Set the remaining lease to 'lease_ms', only while Redis still holds our
  * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
  * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. An
@@ -407,9 +425,12 @@ DLOCK_API int dlock_mutex_lost_fd(dlock_mutex *m);
 
 /* The monotonic time after which the holder must assume the lock is gone,
  * even without news from Redis: start of the last successful acquire or
- * renewal + lease - clock drift allowance. A renewal counts only if its reply
- * arrives before this moment; when it passes, the hold is lost. 0 when not
- * held. */
+ * renewal + lease - clock drift allowance. A hold handed over by a release
+ * (a waiting acquire) starts on the shorter claim lease (3 s at most) from
+ * the waiter's last call, until the watchdog's first renewal, due at a third
+ * of it, sets the full lease (docs/design.md). A renewal counts only if its
+ * reply arrives before this moment; when it passes, the hold is lost. 0 when
+ * not held. */
 DLOCK_API dlock_mono_ms dlock_mutex_valid_until(const dlock_mutex *m);
 
 DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);

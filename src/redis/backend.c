@@ -210,6 +210,7 @@ static void redis_close(dlock_client *c) {
   dlock__redis *r = dlock__rc(c);
   if (!r) return;
   dlock__subscriber_stop(c);
+  dlock__pipeline_free(c);
   if (r->topo) r->topo->destroy(r->topo);
   free(r);
   c->be = NULL;
@@ -255,6 +256,8 @@ const dlock__backend_ops dlock__redis_ops = {
   .acquire = dlock__redis_acquire,
   .undo = dlock__redis_undo,
   .release = dlock__redis_release,
+  .release_async = dlock__redis_release_async,
+  .release_collect = dlock__redis_release_collect,
   .extend = dlock__redis_extend,
   .renew = dlock__redis_renew,
   .held = dlock__redis_held,

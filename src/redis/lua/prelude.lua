@@ -132,8 +132,12 @@ local function dlock_grant_next(keys, now_ms, now_us)
     local rec = redis.call('HGET', keys[5], id)
     redis.call('HDEL', keys[5], id)
     if rec then
-      -- expiry_ms|claim_ms|token|owner info
-      local exp, claim, token, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|(.*)$')
+      -- expiry_ms|claim_ms|token|n<nonce>|owner info (before the nonce: without it)
+      local exp, claim, token, nonce, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|n(%d+)|(.*)$')
+      if not exp then
+        exp, claim, token, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|(.*)$')
+        nonce = nil
+      end
       local cid = string.match(id, '^(%x+):')
       if exp and cid and tonumber(exp) > now_ms then
         local f = dlock_take(keys, token, tonumber(claim), info, now_ms, now_us)
@@ -144,7 +148,10 @@ local function dlock_grant_next(keys, now_ms, now_us)
         -- re-check; the release itself must not fail after its writes.
         -- A waiter id "<client>:s<n>" listens with SSUBSCRIBE (cluster: sharded pub/sub).
         local publish = string.find(id, ':s', 1, true) and 'SPUBLISH' or 'PUBLISH'
-        redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f)
+        -- "<id> <fence> <nonce>": the nonce names the waiter's acquire call that
+        -- wrote the record, so that the waiter can tell this grant from an
+        -- older one and take the fence from the message (docs/design.md).
+        redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f .. (nonce and (' ' .. nonce) or ''))
         return true
       end
     end
