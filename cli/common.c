@@ -43,6 +43,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ETIME:
   case DLOCK_EFOREIGN: /* release --force without --foreign; run on an application key */
   case DLOCK_EDB:
+  case DLOCK_ELIMIT: /* run --limit N with another limit than the holders gave */
   case DLOCK_EWRONGTYPE: /* the name is another key's: pick another name or --prefix */
     return CLI_EXIT_USAGE;
   /* The service is not there for us: sysexits' EX_UNAVAILABLE. */

@@ -30,11 +30,11 @@ static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, 
   /* info only reads, so a lost reply is answered by asking again. A force
    * release is not sent twice: between the two sends a new holder may have
    * taken the lock, and the second would delete its key. */
-  if (id == DLOCK__SCRIPT_INFO)
+  if (id == DLOCK__SCRIPT_INFO || id == DLOCK__SCRIPT_SEM_INFO)
     rc = dlock__script_run_twice_safe(c, &call, out);
   else
     rc = dlock__script_run(c, &call, 1, out);
-  if (rc && call.maybe_ran && id != DLOCK__SCRIPT_INFO) {
+  if (rc && call.maybe_ran && id != DLOCK__SCRIPT_INFO && id != DLOCK__SCRIPT_SEM_INFO) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     rc = dlock__error(DLOCK_EUNKNOWN, "%s; the command may have run: look with 'dlock status' before "
@@ -59,8 +59,18 @@ static int64_t str_i64(const dlock__reply *r) {
 int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
+  if (rc == DLOCK_EWRONGTYPE) {
+    /* Not a mutex's string key: a semaphore's permits (sem_info.lua answers
+     * the same reply with the permits at the end), or another key. */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    if (run_for_name(c, name, DLOCK__SCRIPT_SEM_INFO, "", &r, "status of") == 0)
+      rc = 0;
+    else
+      rc = dlock__error(DLOCK_EWRONGTYPE, "%s", saved);
+  }
   if (rc) return rc;
-  if (r->type != DLOCK__REPLY_ARRAY || r->elements != 8) {
+  if (r->type != DLOCK__REPLY_ARRAY || (r->elements != 8 && r->elements != 10)) {
     dlock__reply_free(r);
     return dlock__error(DLOCK_EPROTO, "status of '%s': unexpected reply from %s", name, c->server);
   }
@@ -90,6 +100,11 @@ int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   if (out->held && r->element[4]->type == DLOCK__REPLY_STRING)
     snprintf(out->owner_info, sizeof out->owner_info, "%s", r->element[4]->str);
   out->waiters = r->element[6]->integer;
+  if (r->elements == 10) { /* a semaphore */
+    out->permits_used = r->element[8]->integer;
+    out->permits = str_i64(r->element[9]);
+    if (out->permits == 0) out->permits = -1; /* permits held, the limit not recorded */
+  }
   dlock__reply_free(r);
   return 0;
 }

@@ -314,6 +314,11 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SCHED_HISTORY,
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
+  DLOCK__SCRIPT_SEM_ACQUIRE, /* semaphores (semaphore.c, lua/sem_*.lua) */
+  DLOCK__SCRIPT_SEM_RELEASE,
+  DLOCK__SCRIPT_SEM_EXTEND,
+  DLOCK__SCRIPT_SEM_WITHDRAW,
+  DLOCK__SCRIPT_SEM_INFO,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 

@@ -16,6 +16,8 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
     dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[],
     dlock__lua_rl_extend[], dlock__lua_rl_fence[];
+extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
+    dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
 
 static const struct {
   const char *name;
@@ -34,6 +36,11 @@ static const struct {
     [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history},
     [DLOCK__SCRIPT_RL_EXTEND] = {"rl_extend", dlock__lua_rl_extend},
     [DLOCK__SCRIPT_RL_FENCE] = {"rl_fence", dlock__lua_rl_fence},
+    [DLOCK__SCRIPT_SEM_ACQUIRE] = {"sem_acquire", dlock__lua_sem_acquire},
+    [DLOCK__SCRIPT_SEM_RELEASE] = {"sem_release", dlock__lua_sem_release},
+    [DLOCK__SCRIPT_SEM_EXTEND] = {"sem_extend", dlock__lua_sem_extend},
+    [DLOCK__SCRIPT_SEM_WITHDRAW] = {"sem_withdraw", dlock__lua_sem_withdraw},
+    [DLOCK__SCRIPT_SEM_INFO] = {"sem_info", dlock__lua_sem_info},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];
