@@ -34,13 +34,14 @@ typedef struct run_opts {
   int verbose;
   int conflict_code;
   int lost_code;
+  int limit; /* --limit N: a permit of a semaphore of N; 0: a mutex */
   char **cmd; /* NULL-terminated, from argv */
   int ncmd;
 } run_opts;
 
 enum {
   OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
-  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE
+  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE, OPT_LIMIT
 };
 
 static const cli_opt run_table[] = {
@@ -55,6 +56,7 @@ static const cli_opt run_table[] = {
   {"lost-exit-code", 0, 1, OPT_LOST_CODE},
   {"quiet", 'q', 0, OPT_QUIET},
   {"verbose", 'v', 0, OPT_VERBOSE},
+  {"limit", 0, 1, OPT_LIMIT},
   {NULL, 0, 0, 0},
 };
 
@@ -151,6 +153,13 @@ static int parse_run(int argc, char **argv, run_opts *o)
     case OPT_VERBOSE:
       o->verbose = 1;
       break;
+    case OPT_LIMIT: /* consul lock -n N */
+      if (cli_parse_u64(arg, DLOCK_SEMAPHORE_MAX_PERMITS, &n) != 0 || n == 0)
+        rc = cli_usage_error("run", "--limit: '%s' is not a number of permits in 1..%d", arg,
+                             DLOCK_SEMAPHORE_MAX_PERMITS);
+      else
+        o->limit = (int)n;
+      break;
     default:
       /* ids are ints from run_table, not an enum */
       rc = cli_usage_error("run", "internal: unhandled option");
@@ -191,7 +200,9 @@ static int parse_run(int argc, char **argv, run_opts *o)
 
 /* ---- What the child gets ---- */
 
-/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL and DLOCK_PREFIX replaced or added. */
+/* DLOCK_NAME, DLOCK_FENCE, DLOCK_URL, DLOCK_PREFIX, DLOCK_KIND and
+ * DLOCK_PERMIT replaced or added (DLOCK_PERMIT empty for a mutex, so that
+ * an outer run's value does not leak into a nested one). */
 static int plan_build(cli_child *p, const char *program, const run_opts *o, uint64_t fence)
 {
   const char *url = cli_effective_url(o->url);
@@ -209,7 +220,13 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   snprintf(env_url, urllen, "DLOCK_URL=%s", url);
   /* The prefix too, so that a nested 'dlock fence check' finds our keys. */
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
-  const char *env[] = {env_name, env_fence, env_url, env_prefix, NULL};
+  char env_permit[64];
+  if (o->limit > 0)
+    snprintf(env_permit, sizeof env_permit, "DLOCK_PERMIT=%llu", (unsigned long long)fence);
+  else
+    snprintf(env_permit, sizeof env_permit, "DLOCK_PERMIT=");
+  const char *env[] = {env_name, env_fence, env_url, env_prefix,
+                       o->limit > 0 ? "DLOCK_KIND=semaphore" : "DLOCK_KIND=mutex", env_permit, NULL};
   int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   return rc;
@@ -607,7 +624,14 @@ int cmd_run(int argc, char **argv)
   mo.lease_ms = 0; /* watchdog mode: renewed for as long as we run */
   mo.watchdog_lease_ms = o.lease_ms;
   mo.owner_info = owner;
-  int st = dlock_mutex_new(&m, c, o.name, &mo);
+  int st;
+  if (o.limit > 0) { /* a semaphore, driven through its lock handle */
+    dlock_semaphore *s = NULL;
+    st = dlock_semaphore_new(&s, c, o.name, o.limit, &mo);
+    m = st == 0 ? dlock_semaphore_mutex(s) : NULL;
+  } else {
+    st = dlock_mutex_new(&m, c, o.name, &mo);
+  }
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "lock '%s'", o.name);
     goto out;
@@ -685,7 +709,13 @@ int cmd_run(int argc, char **argv)
     if (!o.quiet) {
       char who[1600];
       holder_now(c, o.name, who, sizeof who);
-      if (o.wait_ms == 0)
+      if (o.limit > 0 && o.wait_ms == 0)
+        fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s)\n", o.limit, o.name,
+                who);
+      else if (o.limit > 0)
+        fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s); gave up after %s\n",
+                o.limit, o.name, who, waited_text);
+      else if (o.wait_ms == 0)
         fprintf(stderr, "dlock: '%s' is held by %s\n", o.name, who);
       else
         fprintf(stderr, "dlock: '%s' is held by %s; gave up after %s\n", o.name, who,

@@ -462,6 +462,12 @@ DLOCK_API dlock_lost_reason dlock_semaphore_lost(const dlock_semaphore *s);
 DLOCK_API int dlock_semaphore_lost_fd(dlock_semaphore *s);
 DLOCK_API dlock_mono_ms dlock_semaphore_valid_until(const dlock_semaphore *s);
 DLOCK_API int dlock_semaphore_permits(const dlock_semaphore *s); /* the limit given to _new */
+/* The semaphore as a lock handle (the same pointer the on_lost callback
+ * gets): every dlock_mutex_* call works on it as the dlock_semaphore_* call
+ * of the same verb (acquire takes a permit), so code written for a mutex
+ * (a supervisor, "dlock run") serves both. It stays the semaphore's: free
+ * it once, with either _free. */
+DLOCK_API dlock_mutex *dlock_semaphore_mutex(dlock_semaphore *s);
 DLOCK_API const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
 
 /* ---- Inspection and admin ---- */

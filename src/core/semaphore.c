@@ -50,5 +50,6 @@ int dlock_semaphore_lost_fd(dlock_semaphore *s) {
 }
 
 dlock_mono_ms dlock_semaphore_valid_until(const dlock_semaphore *s) { return dlock_mutex_valid_until(M(s)); }
+dlock_mutex *dlock_semaphore_mutex(dlock_semaphore *s) { return M(s); }
 int dlock_semaphore_permits(const dlock_semaphore *s) { return s ? M(s)->permits : 0; }
 const char *dlock_semaphore_errmsg(const dlock_semaphore *s) { return dlock_mutex_errmsg(M(s)); }
