@@ -64,9 +64,12 @@ static const cli_help_page pages[] = {
    "  --lost-exit-code N     exit status when the lock was lost (default 79)\n"
    "  -q, --quiet            no messages but errors\n"
    "  -v, --verbose          report the wait (the holder, every 10s), fence\n"
+   "  --limit N              take one of N permits of the semaphore NAME (up to\n"
+   "                         N commands at once, as consul lock -n N)\n"
    "\n"
    "DURATION: 250ms, 10s, 1.5s, 1m30s, 2d; a bare number counts seconds.\n"
-   "COMMAND gets DLOCK_NAME, DLOCK_FENCE and DLOCK_URL in its environment and\n"
+   "COMMAND gets DLOCK_NAME, DLOCK_FENCE, DLOCK_URL, DLOCK_KIND (mutex or\n"
+   "semaphore) and DLOCK_PERMIT (with --limit) in its environment and\n"
    "runs in its own process group; SIGINT, SIGTERM and SIGHUP are passed on to\n"
    "it. Exit: COMMAND's status (128+N if killed by signal N), 75 busy, 79 lost,\n"
    "64 usage, 69 Redis unreachable, 70 internal, 126/127 cannot run COMMAND.\n",
@@ -111,7 +114,18 @@ static const cli_help_page pages[] = {
    "lock. `--shell` passes the single COMMAND string to `/bin/sh -c`.\n"
    "\n"
    "What `dlock status` shows of the holder is stored with the lock as\n"
-   "`dlock-run host=H pid=P user=U cmd=COMMAND...`.\n"},
+   "`dlock-run host=H pid=P user=U cmd=COMMAND...`.\n"
+   "\n"
+   "Semaphore: with `--limit N`, NAME is a semaphore of N permits and dlock\n"
+   "takes one (docs/semaphore.md): up to N commands run at once under NAME,\n"
+   "each permit under its own lease, renewed, lost and released as the lock\n"
+   "above; a waiter gets the first permit given back (arrival order).\n"
+   "`DLOCK_PERMIT` (and `DLOCK_FENCE`) is the permit's fence, rising per\n"
+   "acquisition; without `--limit` DLOCK_PERMIT is empty and DLOCK_KIND is\n"
+   "`mutex`. Every caller of NAME must give the same N: the limit is stored\n"
+   "with the permits, and another one is refused (exit 64) naming both. A\n"
+   "name is one kind of lock at a time: `--limit` on a mutex's name, or no\n"
+   "`--limit` on a semaphore's, exits 64. Not offered on Redlock.\n"},
 
   {"status",
    "Usage: dlock status [OPTIONS] NAME\n"
@@ -128,7 +142,10 @@ static const cli_help_page pages[] = {
    "JSON fields: `name`, `held` (bool), `foreign` (bool: a key dlock did not\n"
    "write), `ttl_ms`, `fence`, `since_unix_ms` (0 if unknown), `waiters`,\n"
    "`owner_info` (string) and, when the holder is `dlock run`, `holder` with\n"
-   "`host`, `pid`, `user` and `command`.\n"},
+   "`host`, `pid`, `user` and `command`. A semaphore adds `kind`\n"
+   "(\"semaphore\"), `permits` (its limit) and `permits_used`; its `fence`,\n"
+   "`owner_info` and `holder` are the newest holder's and `ttl_ms` runs until\n"
+   "its last permit ends.\n"},
 
   {"list",
    "Usage: dlock list [OPTIONS] [PATTERN]\n"
