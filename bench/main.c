@@ -47,6 +47,7 @@ static const scenario_entry scenarios[] = {
   {"scheduler", bench_scenario_scheduler, "cron next-fire computations per second"},
   {"redlock", bench_scenario_redlock, "acquire+release on 3 and 5 Redlock nodes vs one node"},
   {"cluster", bench_scenario_cluster, "3-master Redis Cluster vs one node: uncontended, contended"},
+  {"semaphore", bench_scenario_semaphore, "semaphore vs mutex: uncontended cycle, hand-off latency"},
 };
 #define SCENARIO_COUNT ((int)(sizeof scenarios / sizeof scenarios[0]))
 

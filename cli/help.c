@@ -336,6 +336,7 @@ static const cli_help_page pages[] = {
    "  watchdog     thousands of held locks renewed by one watchdog\n"
    "  scheduler    cron next-fire computations per second\n"
    "  peers        redis-py and node-redlock beside dlock, and the ratios\n"
+   "  semaphore    semaphore vs mutex: uncontended cycle, hand-off latency\n"
    "\n"
    "  --quick      about a second per scenario (a smoke run)\n"
    "  --layout L   cross: Redis on CPU 0, the bench on CPU 1 (default);\n"
