@@ -296,6 +296,9 @@ TEST(a_release_wakes_the_first_waiter_and_waiters_go_in_arrival_order) {
   dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(c, "t:sem:fifo", &info));
   ASSERT_EQ(info.waiters, 3);
+  /* Release just after the first waiter's re-check (2 s after it began to
+   * wait): without the wake-up message it would sleep ~2 s more. */
+  th_sleep_ms(1400);
   long long released = th_now_ms();
   ASSERT_OK(dlock_semaphore_release(h));
   for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);

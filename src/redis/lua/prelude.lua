@@ -187,7 +187,10 @@ local function dlock_sem_check(keys, limit)
       'application\'s string key), not a semaphore: a name is one kind of lock at a time; take it with ' ..
       'dlock_mutex_* (dlock run without --limit), or pick another name for the semaphore')
   end
-  local bad = dlock_check_type(keys[1], 'zset') or dlock_check_lock_keys(keys)
+  if t ~= 'none' and t ~= 'zset' then
+    return redis.error_reply('WRONGTYPE dlock key ' .. keys[1] .. ' holds a ' .. t .. ', expected a zset')
+  end
+  local bad = dlock_check_lock_keys(keys)
   if bad then return bad end
   if limit then
     local have = redis.call('HGET', keys[3], 'limit')
