@@ -314,7 +314,9 @@ DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
  * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is
  * reported at valid_until, also while Redis does not answer. Keep it short:
  * other handles' callbacks and fds wait for it. Do not call
- * dlock_mutex_free() on 'm' from it. */
+ * dlock_mutex_free() on 'm' from it. For a semaphore 'm' is the
+ * semaphore's own pointer (dlock_semaphore_mutex()): cast it back to
+ * dlock_semaphore *. */
 typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
                               dlock_lost_reason reason, void *arg);
 
