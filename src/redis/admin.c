@@ -113,6 +113,13 @@ int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
+  if (rc == DLOCK_EWRONGTYPE && strstr(dlock_last_error(), "holds a zset")) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    return dlock__error(rc, "%s: it is a semaphore (docs/semaphore.md), which a forced release does not take "
+                        "apart; nothing was deleted. Its permits return when their holders release them or "
+                        "their leases end", saved);
+  }
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);

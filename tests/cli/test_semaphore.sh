@@ -62,6 +62,10 @@ out=$("$DLOCK" status --json busy)
 assert_match "status --json shows the permits" "$out" '"kind": "semaphore", "permits": 2, "permits_used": 2'
 out=$("$DLOCK" list)
 assert_match "list names the semaphore" "$out" "^busy$"
+out=$("$DLOCK" release --force busy 2>&1)
+assert_eq "release --force of a semaphore exits 64" "$?" 64
+assert_match "... saying it is a semaphore and nothing was deleted" "$out" "it is a semaphore.*nothing was deleted"
+assert_eq "... and both permits are still held" "$(rcli ZCARD busy)" 2
 kill -TERM $H1 $H2
 wait_exit $H1 20
 wait_exit $H2 20
