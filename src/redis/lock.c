@@ -108,7 +108,8 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
     rc = dlock__reply_error_status(*out);
     /* A name taken as another kind of lock, a semaphore's limit: the
      * script's own words say both sides. */
-    if ((rc == DLOCK_EWRONGTYPE && !strncmp((*out)->str, "WRONGTYPE dlock lock ", 21)) || rc == DLOCK_ELIMIT)
+    if ((rc == DLOCK_EWRONGTYPE && !strncmp((*out)->str, "WRONGTYPE dlock lock ", 21)) ||
+        (rc == DLOCK_ELIMIT && strchr((*out)->str, ' ')))
       rc = dlock__error(rc, "%s", strchr((*out)->str, ' ') + 1);
     else if (rc == DLOCK_EWRONGTYPE)
       rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
