@@ -146,12 +146,13 @@ static int crash_holding(void *arg) {
 }
 
 TEST(a_holder_killed_with_sigkill_gives_its_permit_back_after_its_lease) {
-  dlock_client *c = client();
-  dlock_semaphore *a = sem(c, "t:sem:crash", 2, 30000, 0), *b = sem(c, "t:sem:crash", 2, 30000, 0);
-  ASSERT_OK(dlock_semaphore_acquire(a, 0));
+  /* Forked before this process starts threads of its own (a client's). */
   pid_t pid = th_spawn(crash_holding, NULL);
   int st = th_wait(pid, 20000);
   ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  dlock_client *c = client();
+  dlock_semaphore *a = sem(c, "t:sem:crash", 2, 30000, 0), *b = sem(c, "t:sem:crash", 2, 30000, 0);
+  ASSERT_OK(dlock_semaphore_acquire(a, 0));
   ASSERT_STATUS(dlock_semaphore_acquire(b, 0), DLOCK_EBUSY);
   long long t0 = th_now_ms();
   ASSERT_OK(dlock_semaphore_acquire(b, 10000 * th_time_factor()));
@@ -193,16 +194,33 @@ static int paused_holder(void *arg) {
 TEST(a_paused_holder_is_reported_lost_and_its_late_release_touches_nothing) {
   ASSERT(pipe(stop_pipe) == 0 && pipe(go_pipe) == 0);
   pid_t pid = th_spawn(paused_holder, NULL);
+  /* Only the child writes to stop_pipe and reads go_pipe: if it dies, the
+   * read below ends (EOF) instead of waiting forever. */
+  close(stop_pipe[1]);
+  close(go_pipe[0]);
   char b;
-  ASSERT_EQ(read(stop_pipe[0], &b, 1), 1);
+  if (read(stop_pipe[0], &b, 1) != 1) {
+    kill(pid, SIGKILL);
+    th_wait(pid, 5000);
+    close(stop_pipe[0]);
+    close(go_pipe[1]);
+    TEST_FAIL("the holder ended before it held a permit");
+  }
   kill(pid, SIGSTOP);
   dlock_client *c = client();
   dlock_semaphore *x = sem(c, "t:sem:pause", 2, 30000, 0), *y = sem(c, "t:sem:pause", 2, 30000, 0);
-  ASSERT_OK(dlock_semaphore_acquire(x, 0));
-  ASSERT_STATUS(dlock_semaphore_acquire(y, 0), DLOCK_EBUSY);
+  int rx = dlock_semaphore_acquire(x, 0);
+  int busy = dlock_semaphore_acquire(y, 0);
   /* The stopped holder's permit returns when its lease ends. */
-  ASSERT_OK(dlock_semaphore_acquire(y, 10000 * th_time_factor()));
-  kill(pid, SIGCONT);
+  int ry = dlock_semaphore_acquire(y, 10000 * th_time_factor());
+  kill(pid, SIGCONT); /* before any assertion: never leave it stopped */
+  if (rx != 0 || busy != DLOCK_EBUSY || ry != 0) {
+    kill(pid, SIGKILL);
+    th_wait(pid, 5000);
+  }
+  ASSERT_OK(rx);
+  ASSERT_EQ(busy, DLOCK_EBUSY);
+  ASSERT_OK(ry);
   th_sleep_ms(200);
   ASSERT_EQ(write(go_pipe[1], "g", 1), 1);
   int st = th_wait(pid, 20000);
@@ -219,8 +237,6 @@ TEST(a_paused_holder_is_reported_lost_and_its_late_release_touches_nothing) {
   dlock_semaphore_free(y);
   dlock_client_free(c);
   close(stop_pipe[0]);
-  close(stop_pipe[1]);
-  close(go_pipe[0]);
   close(go_pipe[1]);
 }
 
