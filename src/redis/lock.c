@@ -76,9 +76,21 @@ static void call_arg(dlock__script_call *call, const char *s, size_t len) {
   call->nargs++;
 }
 
+/* The script of a handle's kind for the mutex's script 'id': a semaphore
+ * has its own (lua/sem_*.lua) with the same arguments and answers. */
+static dlock__script_id script_of_kind(dlock__script_id id, const dlock_mutex *m) {
+  if (m->kind != DLOCK__KIND_SEMAPHORE) return id;
+  if (id == DLOCK__SCRIPT_ACQUIRE) return DLOCK__SCRIPT_SEM_ACQUIRE;
+  if (id == DLOCK__SCRIPT_RELEASE) return DLOCK__SCRIPT_SEM_RELEASE;
+  if (id == DLOCK__SCRIPT_EXTEND) return DLOCK__SCRIPT_SEM_EXTEND;
+  if (id == DLOCK__SCRIPT_WITHDRAW) return DLOCK__SCRIPT_SEM_WITHDRAW;
+  if (id == DLOCK__SCRIPT_INFO) return DLOCK__SCRIPT_SEM_INFO;
+  return id;
+}
+
 static void call_init(dlock__script_call *call, dlock__script_id id, const dlock_mutex *m) {
   memset(call, 0, sizeof *call);
-  call->script = id;
+  call->script = script_of_kind(id, m);
   dlock__script_call_keys(call, &dlock__rm(m)->keys);
 }
 
@@ -96,10 +108,16 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
     rc = dlock__reply_error_status(*out);
     dlock_lock_info rw; /* a read-write lock's name (rwlock.c): say so */
     dlock_lock_info_init(&rw);
-    if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
-      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a mutex: the same "
+    /* A name taken as another kind of lock, a semaphore's limit: the
+     * script's own words say both sides. */
+    if ((rc == DLOCK_EWRONGTYPE && !strncmp((*out)->str, "WRONGTYPE dlock lock ", 21)) ||
+        (rc == DLOCK_ELIMIT && strchr((*out)->str, ' ')))
+      rc = dlock__error(rc, "%s", strchr((*out)->str, ' ') + 1);
+    else if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
+      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a %s: the same "
                         "name cannot be both; take a side of it (dlock_rwlock_*, 'dlock run -s/-x') or pick "
-                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no");
+                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no",
+                        dlock__kind_name(m->kind));
     else if (rc == DLOCK_EWRONGTYPE)
       rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
                         "does not use (%s); it belongs to something else and was left alone: pick another lock "
@@ -293,7 +311,13 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     call_arg(&call, cap_s, strlen(cap_s));
     call_arg(&call, claim_s, strlen(claim_s));
     call_arg(&call, m->owner_info, strlen(m->owner_info));
-    call_arg(&call, nonce_s, strlen(nonce_s));
+    char limit_s[24];
+    if (m->kind == DLOCK__KIND_MUTEX) { /* acquire.lua: the nonce (sem_acquire.lua has none) */
+      call_arg(&call, nonce_s, strlen(nonce_s));
+    } else if (m->kind == DLOCK__KIND_SEMAPHORE) { /* sem_acquire.lua: the limit */
+      format_i64(limit_s, sizeof limit_s, m->permits);
+      call_arg(&call, limit_s, strlen(limit_s));
+    }
     uint64_t failovers = dlock__failovers(dlock__topo(c), dlock__rm(m)->keys.key[DLOCK__K_LOCK], dlock__rm(m)->keys.len[DLOCK__K_LOCK]);
     dlock_mono_ms sent = dlock_mono_now();
     /* Twice-safe: the same token finds the key ours on a second run and
@@ -470,6 +494,8 @@ int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_r
   } else if (!rc && v == -2)
     rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key with a forced release; nothing was "
                       "deleted");
+  else if (!rc && v == 0 && m->kind == DLOCK__KIND_SEMAPHORE)
+    rc = dlock__error(DLOCK_ENOTHELD, "our permit was gone or its lease had run out; no permit was touched");
   else if (!rc && v == 0)
     rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
   else if (!rc && v < 0)
@@ -552,7 +578,7 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
   call_init(&call, DLOCK__SCRIPT_INFO, m);
   call_arg(&call, token, strlen(token));
   int rc = run_one(m, &call, out); /* read only: asking again is safe */
-  if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != 8)) {
+  if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements < 8)) { /* sem_info: 10 */
     dlock__reply_free(*out);
     *out = NULL;
     rc = dlock__error(DLOCK_EPROTO, "info script gave an unexpected reply");

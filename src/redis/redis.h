@@ -324,6 +324,11 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_LATCH_SET, /* countdown latches (latch.c) */
   DLOCK__SCRIPT_LATCH_DOWN,
   DLOCK__SCRIPT_LATCH_GET,
+  DLOCK__SCRIPT_SEM_ACQUIRE, /* semaphores (semaphore.c, lua/sem_*.lua) */
+  DLOCK__SCRIPT_SEM_RELEASE,
+  DLOCK__SCRIPT_SEM_EXTEND,
+  DLOCK__SCRIPT_SEM_WITHDRAW,
+  DLOCK__SCRIPT_SEM_INFO,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 

@@ -44,7 +44,16 @@ if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
-local cur = redis.call('GET', KEYS[1])
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then
+  -- Not a string: a semaphore's permits (sem_acquire.lua), or another key.
+  if redis.pcall('HGET', KEYS[3], 'kind') == 'semaphore' then
+    return redis.error_reply('WRONGTYPE dlock lock ' .. KEYS[1] .. ' is a semaphore, not a mutex: a name ' ..
+      'is one kind of lock at a time; take a permit with dlock_semaphore_* (dlock run --limit N), or ' ..
+      'pick another name for the mutex')
+  end
+  return cur
+end
 local in_queue = wid ~= '' and redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
 if in_queue or (wid ~= '' and cur and cur ~= token) then
   -- The queue will be written: check its types before any write.
