@@ -183,10 +183,9 @@ static int zk_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
                       "(%s)", m->client->server);
 }
 
-/* No I/O: a hold is valid as long as its session, whose validity the zk
- * module keeps moving while the connection lives. */
+/* A hold is valid as long as its session, whose validity the zk module
+ * keeps moving while the connection lives, and its node exists. */
 static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms limit) {
-  (void)limit;
   dlock__zk *z = ZZ(c);
   dlock_mono_ms now = dlock_mono_now();
   dlock_lost_reason lost = dlock__zk_lost(z);
@@ -202,8 +201,18 @@ static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms
       r[i].status = DLOCK_ELOST;
       r[i].lost = DLOCK_LOST_EXPIRED;
     } else {
-      r[i].status = 0;
-      r[i].valid_until = valid_until;
+      /* One read per hold: the session keeps the node, but a force release
+       * (dlock release --force) deletes it, and the holder must learn. */
+      int held = dlock_mono_now() < limit ? dlock__zk_is_held(z, &l->hold) : 1;
+      if (held == 0) {
+        r[i].status = DLOCK_ELOST;
+        r[i].lost = DLOCK_LOST_DELETED;
+      } else if (held < 0) {
+        r[i].status = held; /* not known this time: the session's deadline stands */
+      } else {
+        r[i].status = 0;
+        r[i].valid_until = valid_until;
+      }
     }
   }
 }
@@ -276,16 +285,6 @@ static int zk_guard_check(dlock_client *c, const char *resource, uint64_t token,
 
 /* ---- Scheduler ---- */
 
-/* The job lock that keeps runs of one job from overlapping: a lock in
- * Curator's layout at <ns>/_dlock_sched/<job>/run, held by the session from
- * the claim to the finish. */
-static char *job_lock_name(const char *job) {
-  size_t n = strlen(job) + 32;
-  char *s = malloc(n);
-  if (s) snprintf(s, n, "_dlock_sched/%s/run", job);
-  return s;
-}
-
 static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
   zk_client *zc = ZC(c);
   int rc = dlock__zk_check_name("job name", cl->job);
@@ -312,15 +311,11 @@ static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
     cl->outcome = DLOCK__CLAIM_YOURS;
     return 0;
   }
+  /* The job lock keeps runs of one job from overlapping: held by this
+   * session from the claim to the finish (or the session's end). */
   zk_run *run = calloc(1, sizeof *run);
-  char *lname = job_lock_name(cl->job);
-  if (!run || !lname) {
-    free(run);
-    free(lname);
-    return dlock__error(DLOCK_ENOMEM, "out of memory");
-  }
-  rc = dlock__zk_acquire(zc->z, lname, cl->node, 0, NULL, &run->hold);
-  free(lname);
+  if (!run) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  rc = dlock__zk_job_lock_try(zc->z, cl->job, cl->node, &run->hold);
   if (rc == DLOCK_EBUSY) {
     free(run);
     cl->outcome = DLOCK__CLAIM_BUSY;
@@ -371,6 +366,8 @@ static void zk_sched_undo(dlock_client *c, const dlock__claim *cl) { (void)relea
 static int zk_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max) {
   int rc = dlock__zk_check_name("job name", job);
   if (rc) return rc;
+  /* The seam hands over full records; the module steps by struct_size. */
+  for (int i = 0; i < max; i++) dlock_run_record_init(&out[i]);
   return dlock__zk_sched_history(ZZ(c), job, out, max);
 }
 
