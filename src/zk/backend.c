@@ -191,6 +191,9 @@ static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms
   dlock_lost_reason lost = dlock__zk_lost(z);
   int64_t session = dlock__zk_session_id(z);
   dlock_mono_ms valid_until = dlock__zk_valid_until(z);
+  /* While disconnected a read would wait for the reconnect and hold up the
+   * watchdog: the session's deadline, which no longer moves, decides. */
+  int uncertain = dlock__zk_uncertain(z);
   for (size_t i = 0; i < n; i++) {
     zk_lock *l = ZL(r[i].m);
     r[i].sent = now;
@@ -203,7 +206,7 @@ static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms
     } else {
       /* One read per hold: the session keeps the node, but a force release
        * (dlock release --force) deletes it, and the holder must learn. */
-      int held = dlock_mono_now() < limit ? dlock__zk_is_held(z, &l->hold) : 1;
+      int held = !uncertain && dlock_mono_now() < limit ? dlock__zk_is_held(z, &l->hold) : 1;
       if (held == 0) {
         r[i].status = DLOCK_ELOST;
         r[i].lost = DLOCK_LOST_DELETED;
