@@ -143,6 +143,7 @@ bench_status bench_scenario_scheduler(void);
 bench_status bench_scenario_redlock(void);
 bench_status bench_scenario_cluster(void);
 bench_status bench_scenario_rwlock(void);
+bench_status bench_scenario_semaphore(void);
 
 /* PING round trips on one connection into 's' (bounded by count and time). */
 int bench_ping_samples(redisContext *ctx, bench_samples *s, size_t count, int64_t max_ns);

@@ -48,6 +48,7 @@ static const scenario_entry scenarios[] = {
   {"redlock", bench_scenario_redlock, "acquire+release on 3 and 5 Redlock nodes vs one node"},
   {"cluster", bench_scenario_cluster, "3-master Redis Cluster vs one node: uncontended, contended"},
   {"rwlock", bench_scenario_rwlock, "read-write lock vs mutex: uncontended cycles, hand-off"},
+  {"semaphore", bench_scenario_semaphore, "semaphore vs mutex: uncontended cycle, hand-off latency"},
 };
 #define SCENARIO_COUNT ((int)(sizeof scenarios / sizeof scenarios[0]))
 

@@ -35,6 +35,7 @@ typedef struct run_opts {
   int conflict_code;
   int lost_code;
   int side; /* -s: DLOCK_RW_READ, -x: DLOCK_RW_WRITE, 0: a mutex */
+  int limit; /* --limit N: a permit of a semaphore of N; 0: a mutex */
   char **cmd; /* NULL-terminated, from argv */
   int ncmd;
   /* flock's habits: -c COMMAND (one string for the shell) and --multi. */
@@ -48,7 +49,7 @@ typedef struct run_opts {
 enum {
   OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
   OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE,
-  OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI
+  OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI, OPT_LIMIT
 };
 
 static const cli_opt run_table[] = {
@@ -68,6 +69,7 @@ static const cli_opt run_table[] = {
   {"nonblock", 'n', 0, OPT_NONBLOCK},
   {"command", 'c', 1, OPT_COMMAND},
   {"multi", 0, 1, OPT_MULTI},
+  {"limit", 0, 1, OPT_LIMIT},
   {NULL, 0, 0, 0},
 };
 
@@ -217,6 +219,13 @@ static int parse_run(int argc, char **argv, run_opts *o)
         rc = cli_usage_error("run", "-s/--shared and -x/--exclusive exclude each other");
       o->side = id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE;
       break;
+    case OPT_LIMIT: /* consul lock -n N */
+      if (cli_parse_u64(arg, DLOCK_SEMAPHORE_MAX_PERMITS, &n) != 0 || n == 0)
+        rc = cli_usage_error("run", "--limit: '%s' is not a number of permits in 1..%d", arg,
+                             DLOCK_SEMAPHORE_MAX_PERMITS);
+      else
+        o->limit = (int)n;
+      break;
     default:
       /* ids are ints from run_table, not an enum */
       rc = cli_usage_error("run", "internal: unhandled option");
@@ -242,8 +251,11 @@ static int parse_run(int argc, char **argv, run_opts *o)
     o->grace_ms = o->lease_ms / 2;
   if (o->nmulti > 0 && o->name != NULL)
     return cli_usage_error("run", "give the lock as NAME or the names with --multi, not both");
-  if (o->nmulti > 0 && o->side != 0)
-    return cli_usage_error("run", "--multi takes mutexes; -s/-x (a read-write lock) work on one NAME");
+  if (o->nmulti > 0 && (o->side != 0 || o->limit > 0))
+    return cli_usage_error("run", "--multi takes mutexes; -s/-x (a read-write lock) and --limit (a semaphore) "
+                           "work on one NAME");
+  if (o->side != 0 && o->limit > 0)
+    return cli_usage_error("run", "-s/-x (a read-write lock) and --limit (a semaphore) exclude each other");
   if (o->nmulti > 0) {
     /* The joined list names the set in messages and DLOCK_NAME. */
     size_t len = 1;
@@ -317,8 +329,16 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   /* What was taken: -s read, -x write, else a mutex. */
   const char *env_kind = o->side == DLOCK_RW_READ    ? "DLOCK_KIND=read"
                          : o->side == DLOCK_RW_WRITE ? "DLOCK_KIND=write"
+                         : o->limit > 0              ? "DLOCK_KIND=semaphore"
                                                      : "DLOCK_KIND=mutex";
-  const char *env[] = {env_name, env_fence, env_url, env_prefix, env_kind, NULL};
+  /* DLOCK_PERMIT: the permit's fence; empty otherwise, so that an outer
+   * run's value does not leak into a nested one. */
+  char env_permit[64];
+  if (o->limit > 0)
+    snprintf(env_permit, sizeof env_permit, "DLOCK_PERMIT=%llu", (unsigned long long)fence);
+  else
+    snprintf(env_permit, sizeof env_permit, "DLOCK_PERMIT=");
+  const char *env[] = {env_name, env_fence, env_url, env_prefix, env_kind, env_permit, NULL};
   if (mm != NULL) {
     size_t len = strlen("DLOCK_FENCES=") + 1;
     for (size_t i = 0; i < dlock_multi_count(mm); i++)
@@ -788,6 +808,10 @@ int cmd_run(int argc, char **argv)
     dlock_rwlock *rw = NULL;
     st = dlock_rwlock_new(&rw, c, o.name, o.side, &mo);
     m = dlock_rwlock_mutex(rw);
+  } else if (o.limit > 0) { /* a semaphore, driven through its lock handle */
+    dlock_semaphore *s = NULL;
+    st = dlock_semaphore_new(&s, c, o.name, o.limit, &mo);
+    m = st == 0 ? dlock_semaphore_mutex(s) : NULL;
   } else {
     st = dlock_mutex_new(&m, c, o.name, &mo);
   }
@@ -875,7 +899,13 @@ int cmd_run(int argc, char **argv)
     if (!o.quiet) {
       char who[1600];
       holder_now(c, o.name, who, sizeof who);
-      if (o.wait_ms == 0)
+      if (o.limit > 0 && o.wait_ms == 0)
+        fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s)\n", o.limit, o.name,
+                who);
+      else if (o.limit > 0)
+        fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s); gave up after %s\n",
+                o.limit, o.name, who, waited_text);
+      else if (o.wait_ms == 0)
         fprintf(stderr, "dlock: '%s' is held by %s\n", o.name, who);
       else
         fprintf(stderr, "dlock: '%s' is held by %s; gave up after %s\n", o.name, who,

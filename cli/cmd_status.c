@@ -69,6 +69,9 @@ static void print_json(const char *name, const dlock_lock_info *info)
          (long long)(info->held ? info->ttl_ms : 0), (unsigned long long)info->fence,
          (long long)info->since_unix_ms, (long long)info->waiters);
   cli_json_string(stdout, info->owner_info);
+  if (info->permits != 0) /* a semaphore: fence and holder are its newest holder's */
+    printf(", \"kind\": \"semaphore\", \"permits\": %lld, \"permits_used\": %lld",
+           (long long)info->permits, (long long)info->permits_used);
   if (info->held && holder_parse(info->owner_info, &h) == 0) {
     fputs(", \"holder\": {\"host\": ", stdout);
     cli_json_string(stdout, h.host);
@@ -134,6 +137,14 @@ static void print_text(const char *name, const dlock_lock_info *info)
   holder h;
 
   printf("lock:     %s\n", name);
+  if (info->permits != 0) {
+    printf("kind:     semaphore\n");
+    if (info->permits > 0)
+      printf("permits:  %lld of %lld held, %lld free\n", (long long)info->permits_used,
+             (long long)info->permits, (long long)(info->permits - info->permits_used));
+    else
+      printf("permits:  %lld held (limit not recorded)\n", (long long)info->permits_used);
+  }
   if (!info->held) {
     printf("state:    free\n");
     if (info->fence > 0)
@@ -156,10 +167,12 @@ static void print_text(const char *name, const dlock_lock_info *info)
     printf("lease:    none (the key never expires)\n");
   } else {
     cli_format_duration(info->ttl_ms, ttl, sizeof ttl);
-    printf("lease:    %s left\n", ttl);
+    printf(info->permits != 0 ? "lease:    %s left (the last permit)\n" : "lease:    %s left\n", ttl);
   }
   if (!info->foreign)
     printf("fence:    %llu\n", (unsigned long long)info->fence);
+  if (info->permits != 0 && info->owner_info[0] != '\0')
+    printf("newest holder of a permit:\n");
   if (holder_parse(info->owner_info, &h) == 0) {
     printf("holder:   pid %s on %s", h.pid, h.host);
     if (h.user != NULL && h.user[0] != '\0')

@@ -54,6 +54,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ETIME:
   case DLOCK_EFOREIGN: /* release --force without --foreign; run on an application key */
   case DLOCK_EDB:
+  case DLOCK_ELIMIT: /* run --limit N with another limit than the holders gave */
   case DLOCK_EWRONGTYPE: /* the name is another key's: pick another name or --prefix */
   case DLOCK_EUPGRADE:
     return CLI_EXIT_USAGE;

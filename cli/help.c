@@ -63,12 +63,13 @@ static const cli_help_page pages[] = {
    "  --lost-exit-code N     exit status when the lock was lost (default 79)\n"
    "  -q/--quiet, -v/--verbose  errors only; report the wait (every 10s), fence\n"
    "  -s/--shared, -x/--exclusive  the read / write side of the rwlock NAME\n"
+   "  --limit N              take one of N permits of the semaphore NAME\n"
    "\n"
    "DURATION: 250ms, 10s, 1.5s, 1m30s, 2d; a bare number counts seconds.\n"
-   "COMMAND gets DLOCK_NAME, DLOCK_FENCE, DLOCK_URL and DLOCK_KIND (mutex, read,\n"
-   "write, multi); SIGINT, SIGTERM and SIGHUP reach its own process group. Exit:\n"
-   "its status (128+N if killed by signal N), 75 busy, 79 lost, 64 usage, 69 server\n"
-   "unreachable, 70 internal, 126/127 cannot run COMMAND.\n",
+   "COMMAND gets DLOCK_NAME, DLOCK_FENCE, DLOCK_URL, DLOCK_PERMIT and DLOCK_KIND\n"
+   "(mutex, read, write, semaphore, multi) in its own process group; SIGINT,\n"
+   "SIGTERM and SIGHUP reach it. Exit: its status (128+N if killed by signal N),\n"
+   "75 busy, 79 lost, 64 usage, 69 unreachable, 70 internal, 126/127 no COMMAND.\n",
    "Busy: dlock names the holder, as far as Redis knows it (host, pid, user\n"
    "and command of a `dlock run`, since when, lease left, waiters). A name\n"
    "that is another key (a string without expiry and without dlock's\n"
@@ -132,7 +133,18 @@ static const cli_help_page pages[] = {
    "runs that come after it, so writers are not starved; each hold has its\n"
    "own lease. Without `-s` or `-x`, NAME is a plain mutex, as before, and\n"
    "a name is one kind: `dlock run NAME` on a name held with `-s`/`-x` (or\n"
-   "the other way round) is refused, exit 64. See docs/rwlock.md.\n"},
+   "the other way round) is refused, exit 64. See docs/rwlock.md.\n"
+   "\n"
+   "Semaphore: with `--limit N`, NAME is a semaphore of N permits and dlock\n"
+   "takes one (docs/semaphore.md): up to N commands run at once under NAME,\n"
+   "each permit under its own lease, renewed, lost and released as the lock\n"
+   "above; a waiter gets the first permit given back (arrival order).\n"
+   "`DLOCK_PERMIT` (and `DLOCK_FENCE`) is the permit's fence, rising per\n"
+   "acquisition; without `--limit` DLOCK_PERMIT is empty and DLOCK_KIND is\n"
+   "`mutex`. Every caller of NAME must give the same N: the limit is stored\n"
+   "with the permits, and another one is refused (exit 64) naming both. A\n"
+   "name is one kind of lock at a time: `--limit` on a mutex's name, or no\n"
+   "`--limit` on a semaphore's, exits 64. Not offered on Redlock.\n"},
 
   {"status",
    "Usage: dlock status [OPTIONS] NAME\n"
@@ -149,7 +161,10 @@ static const cli_help_page pages[] = {
    "JSON fields: `name`, `held` (bool), `foreign` (bool: a key dlock did not\n"
    "write), `ttl_ms`, `fence`, `since_unix_ms` (0 if unknown), `waiters`,\n"
    "`owner_info` (string) and, when the holder is `dlock run`, `holder` with\n"
-   "`host`, `pid`, `user` and `command`.\n"},
+   "`host`, `pid`, `user` and `command`. A semaphore adds `kind`\n"
+   "(\"semaphore\"), `permits` (its limit) and `permits_used`; its `fence`,\n"
+   "`owner_info` and `holder` are the newest holder's and `ttl_ms` runs until\n"
+   "its last permit ends.\n"},
 
   {"list",
    "Usage: dlock list [OPTIONS] [PATTERN]\n"
@@ -368,12 +383,12 @@ static const cli_help_page pages[] = {
    "  watchdog     thousands of held locks renewed by one watchdog\n"
    "  scheduler    cron next-fire computations per second\n"
    "  peers        redis-py and node-redlock beside dlock, and the ratios\n"
+   "  semaphore, rwlock  each beside the mutex: uncontended cycle, hand-off\n"
    "\n"
    "  --quick      about a second per scenario (a smoke run)\n"
    "  --layout L   cross: Redis on CPU 0, the bench on CPU 1 (default);\n"
    "               same: both on CPU 0; none: no pinning\n"
-   "  --no-peers   skip the peers; --peers-dir DIR: where they are (default\n"
-   "               bench/peers; node-redlock needs 'npm ci' there first)\n"
+   "  --no-peers   skip the peers; --peers-dir DIR: where (default bench/peers)\n"
    "PostgreSQL --url: floor (advisory locks), uncontended, contended; only\n"
    "--quick applies. Results, machine and targets: docs/PERFORMANCE.md.\n",
    "With a PostgreSQL `--url` (`postgresql://`, `postgres://` or libpq's\n"

@@ -90,6 +90,7 @@ extern "C" {
   XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
   XX(EQUORUM,    -33, "no majority of the Redlock nodes confirmed in time")        \
   XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
+  XX(ELIMIT,     -35, "semaphore's stored limit differs from the caller's")         \
   XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
   XX(ENOLATCH,   -37, "no such latch: never set, or expired")
 
@@ -315,7 +316,9 @@ DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
  * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is
  * reported at valid_until, also while Redis does not answer. Keep it short:
  * other handles' callbacks and fds wait for it. Do not call
- * dlock_mutex_free() on 'm' from it. */
+ * dlock_mutex_free() on 'm' from it. For a semaphore 'm' is the
+ * semaphore's own pointer (dlock_semaphore_mutex()): cast it back to
+ * dlock_semaphore *. */
 typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
                               dlock_lost_reason reason, void *arg);
 
@@ -371,6 +374,24 @@ DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
  * expires with its lease. */
 DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
+/* Release like dlock_mutex_release(), but send the release and return
+ * without waiting for its reply (back-to-back cycles on one thread: the
+ * next acquire's round trip overlaps it). The handle is released at once.
+ * The outcome is never dropped: dlock_mutex_release_result() gives it
+ * (waiting for the reply if needed), and until then the next acquire on 'm'
+ * first reads it and, if it is a failure, returns that failure ("the
+ * previous pipelined release: ...") without acquiring.
+ * A lost reply is DLOCK_EUNKNOWN, never sent again. 0 when sent (or when an
+ * inner hold of a reentrant count was released); a status when it could not
+ * be sent (the handle is released and the key expires with its lease).
+ * On Redis Cluster and Redlock the release runs synchronously and its
+ * outcome waits for dlock_mutex_release_result() all the same. */
+DLOCK_API int dlock_mutex_release_async(dlock_mutex *m);
+/* The outcome of the last dlock_mutex_release_async() on 'm', as
+ * dlock_mutex_release() would have answered; reads the reply first if it
+ * has not come yet. Once per release: DLOCK_EINVAL when none is pending. */
+DLOCK_API int dlock_mutex_release_result(dlock_mutex *m);
+
 /* Set the remaining lease to 'lease_ms', only while Redis still holds our
  * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
  * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. An
@@ -407,9 +428,12 @@ DLOCK_API int dlock_mutex_lost_fd(dlock_mutex *m);
 
 /* The monotonic time after which the holder must assume the lock is gone,
  * even without news from Redis: start of the last successful acquire or
- * renewal + lease - clock drift allowance. A renewal counts only if its reply
- * arrives before this moment; when it passes, the hold is lost. 0 when not
- * held. */
+ * renewal + lease - clock drift allowance. A hold handed over by a release
+ * (a waiting acquire) starts on the shorter claim lease (3 s at most) from
+ * the waiter's last call, until the watchdog's first renewal, due at a third
+ * of it, sets the full lease (docs/design.md). A renewal counts only if its
+ * reply arrives before this moment; when it passes, the hold is lost. 0 when
+ * not held. */
 DLOCK_API dlock_mono_ms dlock_mutex_valid_until(const dlock_mutex *m);
 
 DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);
@@ -421,6 +445,55 @@ DLOCK_API const char *dlock_mutex_errmsg(const dlock_mutex *m);
  * of the acquire. If the lock was lost while fn ran, returns DLOCK_ELOST. */
 DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms,
                               int (*fn)(uint64_t fence, void *arg), void *arg);
+
+/* ---- Semaphore (docs/semaphore.md) ---- */
+
+/* N permits on one name: up to N holders at once, each permit held under a
+ * lease of its own that the watchdog renews, so a crashed holder's permit
+ * returns when its lease ends. Waiters are woken by a release in arrival
+ * order (FIFO). Every acquisition gets a fence, rising per name. Offered on
+ * Redis (single server, Sentinel, Cluster); not on Redlock (a clear
+ * DLOCK_EINVAL from dlock_semaphore_new).
+ *
+ * The verbs and their semantics are the mutex's, with the same
+ * dlock_mutex_options (leases, watchdog, max_hold_ms, owner_info); one
+ * handle holds at most one permit, reentrant for its holding thread (take
+ * several permits with several handles). The on_lost callback receives the
+ * semaphore's handle as its 'm' argument: cast it back to dlock_semaphore *. */
+typedef struct dlock_semaphore dlock_semaphore;
+
+/* The limit of a name is stored with it while a permit is held: a caller
+ * giving another one gets DLOCK_ELIMIT naming both. */
+#define DLOCK_SEMAPHORE_MAX_PERMITS 1000000
+
+/* A handle on the semaphore 'name' with 'permits' permits in all
+ * (1..DLOCK_SEMAPHORE_MAX_PERMITS). No I/O. 'opts' may be NULL. A name is
+ * one kind of lock at a time: a name held as a mutex answers
+ * DLOCK_EWRONGTYPE to a semaphore's acquire, and the other way round. */
+DLOCK_API int dlock_semaphore_new(dlock_semaphore **out, dlock_client *c, const char *name, int permits,
+                                  const dlock_mutex_options *opts);
+DLOCK_API void dlock_semaphore_free(dlock_semaphore *s);
+/* Take one permit (as dlock_mutex_acquire: 'wait_ms' 0 tries once,
+ * DLOCK_WAIT_FOREVER waits; DLOCK_EBUSY when all permits stayed taken). */
+DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int64_t wait_ms);
+DLOCK_API void dlock_semaphore_cancel(dlock_semaphore *s);
+/* Give the permit back; the first waiter gets it. DLOCK_ENOTHELD when its
+ * lease had run out (no other holder's permit is touched). */
+DLOCK_API int dlock_semaphore_release(dlock_semaphore *s);
+DLOCK_API int dlock_semaphore_extend(dlock_semaphore *s, int64_t lease_ms);
+/* The fence of this handle's permit (0 when none). */
+DLOCK_API uint64_t dlock_semaphore_fence(const dlock_semaphore *s);
+DLOCK_API dlock_lost_reason dlock_semaphore_lost(const dlock_semaphore *s);
+DLOCK_API int dlock_semaphore_lost_fd(dlock_semaphore *s);
+DLOCK_API dlock_mono_ms dlock_semaphore_valid_until(const dlock_semaphore *s);
+DLOCK_API int dlock_semaphore_permits(const dlock_semaphore *s); /* the limit given to _new */
+/* The semaphore as a lock handle (the same pointer the on_lost callback
+ * gets): every dlock_mutex_* call works on it as the dlock_semaphore_* call
+ * of the same verb (acquire takes a permit), so code written for a mutex
+ * (a supervisor, "dlock run") serves both. It stays the semaphore's: free
+ * it once, with either _free. */
+DLOCK_API dlock_mutex *dlock_semaphore_mutex(dlock_semaphore *s);
+DLOCK_API const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
 
 /* ---- Read-write lock (docs/rwlock.md) ---- */
 
@@ -480,7 +553,13 @@ typedef struct dlock_lock_info {
   int64_t since_unix_ms;  /* when the current hold began (server clock), 0 if unknown */
   int64_t waiters;        /* processes registered as waiting */
   char owner_info[1025];  /* owner_info of the holder, "" if none */
-  /* Read-write locks (added after the first layout): */
+  /* Added after the first layout (see the top): */
+  /* A semaphore: its limit (0: not a semaphore) and the permits held now.
+   * 'held' is 1 while one is held; fence, since_unix_ms and owner_info are
+   * the newest holder's; ttl_ms runs until the last permit ends. */
+  int64_t permits;
+  int64_t permits_used;
+  /* Read-write locks: */
   int rwlock;             /* 1 when the name is held as a read-write lock */
   int64_t readers;        /* live read holds */
   int writer;             /* 1 when the write side is held (held, fence, since and owner_info are its) */

@@ -41,6 +41,8 @@ typedef struct dlock__grant {
   int64_t lease_ms;          /* the lease in force (session backends: the session timeout) */
   dlock_mono_ms start;       /* the moment the hold counts from (before the request left) */
   dlock_mono_ms valid_until; /* the local deadline (dlock__valid_until(start, lease) for leases) */
+  int64_t claim_ms;          /* 0, or the hold runs on this shorter lease (a hand-off's claim, counted
+                                from 'start') until the watchdog's first renewal sets 'lease_ms' */
 } dlock__grant;
 
 /* One hold in a watchdog batch. */
@@ -132,6 +134,13 @@ struct dlock__backend_ops {
    * force; 'lost' the loss the core saw. 0 released; DLOCK_ENOTHELD (the
    * hold was gone: say why); DLOCK_EUNKNOWN when that cannot be told. */
   int (*release)(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
+  /* Optional: send the release of m->token without waiting for its reply.
+   * 0 when sent: the outcome comes later through dlock__mutex_release_done()
+   * (as release() would answer, with its message); a status when not sent
+   * (nothing pending then). */
+  int (*release_async)(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
+  /* With release_async: read replies until the outcome for 'm' has come. */
+  void (*release_collect)(dlock_mutex *m);
   /* Set the lease of the hold of 'token' (m->token, copied under m->mu) to
    * 'lease_ms' from now: 0; DLOCK_ELOST with '*lost' when
    * the hold is gone; another status when it is not known (the core then
@@ -200,6 +209,9 @@ extern const dlock__backend_ops dlock__pg_ops;
 /* Wait on m->cv for a wake-up (dlock__mutex_wake), a cancel, or 'until'.
  * 1 when canceled. */
 int dlock__mutex_wait(dlock_mutex *m, dlock_mono_ms until);
+/* The outcome of the pipelined release pending on 'm' (release_async):
+ * 'rc' and its message (without the handle's context). */
+void dlock__mutex_release_done(dlock_mutex *m, int rc, const char *msg);
 /* Wake the thread waiting in dlock__mutex_wait() on 'm' (a grant arrived). */
 void dlock__mutex_wake(dlock_mutex *m);
 /* 1 when the acquire in progress on 'm' was canceled. */

@@ -105,6 +105,8 @@ typedef enum dlock__kind {
   DLOCK__KIND_WRITE      /* its exclusive side */
 } dlock__kind;
 
+enum { DLOCK__REL_NONE, DLOCK__REL_PENDING, DLOCK__REL_DONE };
+
 struct dlock_mutex {
   dlock_client *client;
   char *name;
@@ -126,8 +128,15 @@ struct dlock_mutex {
   dlock_mono_ms acquired_at;
   dlock_mono_ms valid_until;
   int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
+  int64_t claim_ms;       /* dlock__grant.claim_ms: renew once to lease_ms, even a fixed lease */
   atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
   int lost_fd;            /* eventfd, -1 until asked for */
+
+  /* A pipelined release (dlock_mutex_release_async): its reply is awaited
+   * (PENDING) or its outcome not yet read (DONE). */
+  int rel_state;          /* DLOCK__REL_NONE, _PENDING, _DONE */
+  int rel_rc;
+  char rel_msg[512];
 
   /* Waiting. */
   int woken;              /* a wake-up (grant message, release) arrived */

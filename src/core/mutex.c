@@ -34,6 +34,8 @@ int dlock__mutex_fail(dlock_mutex *m, int rc, const char *op) {
 }
 #define fail dlock__mutex_fail
 
+static void rel_collect(dlock_mutex *m);
+
 /* ---- Handle lifecycle ---- */
 
 void dlock_mutex_options_init(dlock_mutex_options *opts) {
@@ -115,6 +117,7 @@ void dlock_mutex_free(dlock_mutex *m) {
   }
   pthread_mutex_unlock(&m->mu);
   if (held) dlock_mutex_release(m);
+  rel_collect(m); /* the backend forgets 'm' once its reply is read */
   dlock__watchdog_remove(m->client, m);
   m->client->ops->lock_free(m);
   if (m->lost_fd >= 0) close(m->lost_fd);
@@ -231,6 +234,45 @@ void dlock__mutex_wake(dlock_mutex *m) {
 int dlock__mutex_canceled(dlock_mutex *m) { return atomic_load(&m->canceled); }
 const atomic_int *dlock__mutex_cancel_flag(dlock_mutex *m) { return &m->canceled; }
 
+/* ---- Pipelined release (dlock_mutex_release_async) ---- */
+
+void dlock__mutex_release_done(dlock_mutex *m, int rc, const char *msg) {
+  pthread_mutex_lock(&m->mu);
+  m->rel_rc = rc;
+  snprintf(m->rel_msg, sizeof m->rel_msg, "%s", msg ? msg : "");
+  m->rel_state = DLOCK__REL_DONE;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Read the reply of a pipelined release pending on 'm', if any. */
+static void rel_collect(dlock_mutex *m) {
+  pthread_mutex_lock(&m->mu);
+  int pending = m->rel_state == DLOCK__REL_PENDING;
+  pthread_mutex_unlock(&m->mu);
+  if (pending && m->client->ops->release_collect) m->client->ops->release_collect(m);
+}
+
+/* Take the outcome of the pipelined release on 'm' (its reply read first):
+ * 1 and '*rc' (the error recorded) when there was one, 0 when none. */
+static int rel_take(dlock_mutex *m, int *rc) {
+  rel_collect(m);
+  char msg[sizeof m->rel_msg];
+  pthread_mutex_lock(&m->mu);
+  int had = m->rel_state != DLOCK__REL_NONE;
+  if (m->rel_state == DLOCK__REL_PENDING) { /* not read: the backend could not */
+    m->rel_rc = DLOCK_EUNKNOWN;
+    snprintf(m->rel_msg, sizeof m->rel_msg, "the release was sent, but its reply could not be read; it is not "
+             "sent again: if it did not run, the key expires with its lease");
+  }
+  *rc = m->rel_rc;
+  memcpy(msg, m->rel_msg, sizeof msg);
+  m->rel_state = DLOCK__REL_NONE;
+  pthread_mutex_unlock(&m->mu);
+  if (had && *rc) dlock__error(*rc, "%s", msg);
+  return had;
+}
+
 /* ---- Acquire ---- */
 
 static void set_held(dlock_mutex *m, const dlock__grant *g) {
@@ -242,6 +284,7 @@ static void set_held(dlock_mutex *m, const dlock__grant *g) {
   m->watchdog_mode = m->opts.lease_ms == 0 || (m->client->caps & DLOCK__CAP_SESSION);
   m->acquired_at = g->start;
   m->valid_until = g->valid_until;
+  m->claim_ms = g->claim_ms;
   m->renew_tried = 0;
   m->hold_count = 1;
   pthread_mutex_unlock(&m->mu);
@@ -255,6 +298,11 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
     if (rc) return fail(m, rc, "acquire");
   }
   if (atomic_load(&m->client->closing)) return fail(m, dlock__error(DLOCK_ECLOSED, "client is closing"), "acquire");
+  int prev = 0;
+  if (rel_take(m, &prev) && prev) { /* an outcome is never dropped */
+    dlock__error_prefix("not acquired: the previous pipelined release (dlock_mutex_release_async): ");
+    return fail(m, prev, "acquire");
+  }
   pthread_t self = pthread_self();
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
   if (m->kind == DLOCK__KIND_WRITE) { /* read-write lock: refuse an upgrade (rwlock.c) */
@@ -387,6 +435,61 @@ int dlock_mutex_release(dlock_mutex *m) {
   return rc ? fail(m, rc, "release") : 0;
 }
 
+int dlock_mutex_release_async(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release_async: handle is NULL");
+  pthread_mutex_lock(&m->mu);
+  if (!m->busy || m->hold_count == 0 || !pthread_equal(m->owner, pthread_self())) {
+    pthread_mutex_unlock(&m->mu);
+    return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
+  }
+  dlock__mutex_check_deadline(m, dlock_mono_now());
+  if (--m->hold_count > 0) {
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+
+  /* As dlock_mutex_release: stop renewal first. */
+  dlock__watchdog_remove(m->client, m);
+  pthread_mutex_lock(&m->mu);
+  dlock_mono_ms valid_until = m->valid_until;
+  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&m->lost);
+  m->rel_state = DLOCK__REL_PENDING;
+  pthread_mutex_unlock(&m->mu);
+  const dlock__backend_ops *ops = m->client->ops;
+  int rc;
+  if (ops->release_async) {
+    rc = ops->release_async(m, valid_until, lost);
+    if (rc) { /* not sent: the answer is now, nothing is pending */
+      pthread_mutex_lock(&m->mu);
+      m->rel_state = DLOCK__REL_NONE;
+      pthread_mutex_unlock(&m->mu);
+    }
+  } else { /* a backend without pipelining: the outcome waits all the same */
+    int out = ops->release(m, valid_until, lost);
+    dlock__mutex_release_done(m, out, out ? dlock_last_error() : "");
+    rc = 0;
+  }
+  pthread_mutex_lock(&m->mu);
+  m->busy = 0;
+  m->fence = 0;
+  m->valid_until = 0;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  return rc ? fail(m, rc, "release") : 0;
+}
+
+int dlock_mutex_release_result(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release_result: handle is NULL");
+  int rc = 0;
+  if (!rel_take(m, &rc))
+    return fail(m, dlock__error(DLOCK_EINVAL, "no pipelined release (dlock_mutex_release_async) to report"),
+                "release_result");
+  return rc ? fail(m, rc, "release") : 0;
+}
+
 /* Snapshot the token if held; ENOTHELD otherwise. */
 static int held_token(dlock_mutex *m, char *token) {
   pthread_mutex_lock(&m->mu);
@@ -439,6 +542,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   pthread_mutex_lock(&m->mu);
   int counts = dlock__mutex_renewed(m, dlock__valid_until(sent, lease_ms), dlock_mono_now());
   if (counts && !m->watchdog_mode) m->lease_ms = lease_ms;
+  if (counts) m->claim_ms = 0; /* the hold's lease is set now */
   lost = (dlock_lost_reason)atomic_load(&m->lost);
   pthread_mutex_unlock(&m->mu);
   if (!counts)

@@ -6,7 +6,8 @@
  * due in one batch of the backend's renew() (Redis: one pipeline of
  * compare-and-pexpire scripts; an expired or re-taken lock is never
  * revived; a session backend reads the session's validity). Fixed-lease
- * locks are only watched. The
+ * locks are only watched, except that a hold taken on a hand-off's shorter
+ * claim lease (dlock__grant.claim_ms) is renewed once to its lease. The
  * loss rule (docs/design.md): a hold is lost when renewal finds it gone or
  * taken, and at the latest when its valid_until passes without a successful
  * renewal. The thread sleeps until the earliest renewal or deadline, and a
@@ -102,8 +103,8 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, size_t nbatch, dlo
     m->wd_in_callback = 0;
     int renewed = 0;
     pthread_mutex_lock(&m->mu);
-    if (r->status == 0)
-      renewed = dlock__mutex_renewed(m, r->valid_until, now);
+    if (r->status == 0 && (renewed = dlock__mutex_renewed(m, r->valid_until, now)))
+      m->claim_ms = 0; /* a hand-off's claim: the full lease is set now */
     else if (r->status == DLOCK_ELOST) /* unless the deadline was seen passing first */
       dlock__mutex_mark_lost(m, r->lost);
     dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
@@ -159,7 +160,7 @@ static void *watchdog_main(void *arg) {
       dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
       int held = m->hold_count > 0, watchdog_mode = m->watchdog_mode;
       dlock_mono_ms valid_until = m->valid_until, acquired_at = m->acquired_at;
-      int64_t lease = m->lease_ms;
+      int64_t lease = m->lease_ms, claim = m->claim_ms;
       pthread_mutex_unlock(&m->mu);
       if (lost != DLOCK_LOST_NONE) {
         if (nloss < BATCH_MAX)
@@ -172,10 +173,12 @@ static void *watchdog_main(void *arg) {
       if (valid_until < earliest) earliest = valid_until;
       if (valid_until < next) next = valid_until;
       int capped = watchdog_mode && m->opts.max_hold_ms && now >= acquired_at + m->opts.max_hold_ms;
-      if (!watchdog_mode || capped) continue; /* only watched: lost at the deadline */
-      /* Renew up to a twelfth of the lease early, so that locks taken at
-       * different moments share pipelines instead of waking us one by one. */
-      if (now + lease / 12 < m->wd_next_renew) {
+      /* Only watched, lost at the deadline; but a hold on a hand-off's claim
+       * lease is renewed once to its full lease, even a fixed one. */
+      if ((!watchdog_mode && !claim) || capped) continue;
+      /* Renew up to a twelfth of the lease in force early, so that locks taken
+       * at different moments share pipelines instead of waking us one by one. */
+      if (now + (claim ? claim : lease) / 12 < m->wd_next_renew) {
         if (m->wd_next_renew < next) next = m->wd_next_renew;
         continue;
       }
@@ -260,9 +263,12 @@ int dlock__watchdog_add(dlock_client *c, dlock_mutex *m) {
   dlock__watchdog *wd = c->watchdog;
   pthread_mutex_lock(&wd->mu);
   pthread_mutex_lock(&m->mu);
-  m->wd_next_renew = m->acquired_at + m->lease_ms / 3;
+  /* A hold on a hand-off's claim lease: its first renewal (to the full
+   * lease) is due at a third of the claim, as any renewal is. */
+  int64_t in_force = m->claim_ms ? m->claim_ms : m->lease_ms;
+  m->wd_next_renew = m->acquired_at + in_force / 3;
   /* The first moment the watchdog must act on 'm' (see watchdog_main). */
-  dlock_mono_ms due = m->watchdog_mode ? m->wd_next_renew - m->lease_ms / 12 : m->valid_until;
+  dlock_mono_ms due = m->watchdog_mode || m->claim_ms ? m->wd_next_renew - in_force / 12 : m->valid_until;
   if (m->valid_until < wd->floor) wd->floor = m->valid_until;
   pthread_mutex_unlock(&m->mu);
   m->wd_prev = NULL;

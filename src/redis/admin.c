@@ -30,11 +30,11 @@ static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, 
   /* info only reads, so a lost reply is answered by asking again. A force
    * release is not sent twice: between the two sends a new holder may have
    * taken the lock, and the second would delete its key. */
-  if (id == DLOCK__SCRIPT_INFO)
+  if (id == DLOCK__SCRIPT_INFO || id == DLOCK__SCRIPT_SEM_INFO)
     rc = dlock__script_run_twice_safe(c, &call, out);
   else
     rc = dlock__script_run(c, &call, 1, out);
-  if (rc && call.maybe_ran && id != DLOCK__SCRIPT_INFO) {
+  if (rc && call.maybe_ran && id != DLOCK__SCRIPT_INFO && id != DLOCK__SCRIPT_SEM_INFO) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     rc = dlock__error(DLOCK_EUNKNOWN, "%s; the command may have run: look with 'dlock status' before "
@@ -60,9 +60,27 @@ int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
   /* A read-write lock keeps a ZSET at the name, where a mutex keeps a string. */
-  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, out) == 0 && out->rwlock) return 0;
+  if (rc == DLOCK_EWRONGTYPE) {
+    dlock_lock_info rw;
+    dlock_lock_info_init(&rw);
+    if (dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock) {
+      *out = rw;
+      return 0;
+    }
+  }
+  /* ... and so does a semaphore, with its permits. */
+  if (rc == DLOCK_EWRONGTYPE) {
+    /* Not a mutex's string key: a semaphore's permits (sem_info.lua answers
+     * the same reply with the permits at the end), or another key. */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    if (run_for_name(c, name, DLOCK__SCRIPT_SEM_INFO, "", &r, "status of") == 0)
+      rc = 0;
+    else
+      rc = dlock__error(DLOCK_EWRONGTYPE, "%s", saved);
+  }
   if (rc) return rc;
-  if (r->type != DLOCK__REPLY_ARRAY || r->elements != 8) {
+  if (r->type != DLOCK__REPLY_ARRAY || (r->elements != 8 && r->elements != 10)) {
     dlock__reply_free(r);
     return dlock__error(DLOCK_EPROTO, "status of '%s': unexpected reply from %s", name, c->server);
   }
@@ -92,6 +110,11 @@ int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   if (out->held && r->element[4]->type == DLOCK__REPLY_STRING)
     snprintf(out->owner_info, sizeof out->owner_info, "%s", r->element[4]->str);
   out->waiters = r->element[6]->integer;
+  if (r->elements == 10) { /* a semaphore */
+    out->permits_used = r->element[8]->integer;
+    out->permits = str_i64(r->element[9]);
+    if (out->permits == 0) out->permits = -1; /* permits held, the limit not recorded */
+  }
   dlock__reply_free(r);
   return 0;
 }
@@ -100,10 +123,18 @@ int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
+  char saved[1024]; /* the mutex script's answer, before the read-write probe */
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
   dlock_lock_info rw; /* a read-write lock's name: end all its holds (rw_force_release.lua) */
   dlock_lock_info_init(&rw);
-  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock)
+  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock) {
     rc = run_for_name(c, name, DLOCK__SCRIPT_RW_FORCE_RELEASE, NULL, &r, "force release of");
+  } else if (rc == DLOCK_EWRONGTYPE && strstr(saved, "holds a zset")) {
+    return dlock__error(rc, "%s: it is a semaphore (docs/semaphore.md), which a forced release does not take "
+                        "apart; nothing was deleted. Its permits return when their holders release them or "
+                        "their leases end", saved);
+  }
+  if (rc == DLOCK_EWRONGTYPE && !rw.rwlock) return dlock__error(rc, "%s", saved);
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);

@@ -210,6 +210,7 @@ static void redis_close(dlock_client *c) {
   dlock__redis *r = dlock__rc(c);
   if (!r) return;
   dlock__subscriber_stop(c);
+  dlock__pipeline_free(c);
   if (r->topo) r->topo->destroy(r->topo);
   free(r);
   c->be = NULL;
@@ -228,16 +229,18 @@ static int redis_topology_warning(dlock_client *c, char *buf, size_t len) {
   return t->warning ? t->warning(t, buf, len) : 0;
 }
 
-/* Redlock's independent nodes keep no shared holders set or queue: mutex only. */
+/* Redlock's nodes are independent masters with no shared holders set, permit
+ * set or wait queue: it offers the mutex only (docs/redlock.md). */
 static unsigned redis_caps_of(dlock_client *c) {
   unsigned caps = dlock__redis_ops.caps;
-  if (dlock__redis_node_count(c) > 0) caps &= ~DLOCK__CAP_RWLOCK;
+  if (dlock__redis_node_count(c) > 0) caps &= ~(unsigned)(DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK);
   return caps;
 }
 
 const dlock__backend_ops dlock__redis_ops = {
   .name = "redis",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_RWLOCK,
+  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_RWLOCK |
+          DLOCK__CAP_SEMAPHORE,
   .url_is = redis_url_is,
   .redact = dlock__redis_redact,
   .open = redis_open,
@@ -255,6 +258,8 @@ const dlock__backend_ops dlock__redis_ops = {
   .acquire = dlock__redis_acquire,
   .undo = dlock__redis_undo,
   .release = dlock__redis_release,
+  .release_async = dlock__redis_release_async,
+  .release_collect = dlock__redis_release_collect,
   .extend = dlock__redis_extend,
   .renew = dlock__redis_renew,
   .held = dlock__redis_held,

@@ -61,6 +61,7 @@ int dlock__reply_error_status(const dlock__reply *r) {
   if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE; /* dlock's scripts */
   if (!strncmp(s, "EQUORUM", 7)) return DLOCK_EQUORUM; /* Redlock's per-call answers */
   if (!strncmp(s, "EFOREIGN", 8)) return DLOCK_EFOREIGN;
+  if (!strncmp(s, "ELIMIT", 6)) return DLOCK_ELIMIT; /* sem_acquire.lua */
   return DLOCK_ESERVER;
 }
 

@@ -76,9 +76,21 @@ static void call_arg(dlock__script_call *call, const char *s, size_t len) {
   call->nargs++;
 }
 
+/* The script of a handle's kind for the mutex's script 'id': a semaphore
+ * has its own (lua/sem_*.lua) with the same arguments and answers. */
+static dlock__script_id script_of_kind(dlock__script_id id, const dlock_mutex *m) {
+  if (m->kind != DLOCK__KIND_SEMAPHORE) return id;
+  if (id == DLOCK__SCRIPT_ACQUIRE) return DLOCK__SCRIPT_SEM_ACQUIRE;
+  if (id == DLOCK__SCRIPT_RELEASE) return DLOCK__SCRIPT_SEM_RELEASE;
+  if (id == DLOCK__SCRIPT_EXTEND) return DLOCK__SCRIPT_SEM_EXTEND;
+  if (id == DLOCK__SCRIPT_WITHDRAW) return DLOCK__SCRIPT_SEM_WITHDRAW;
+  if (id == DLOCK__SCRIPT_INFO) return DLOCK__SCRIPT_SEM_INFO;
+  return id;
+}
+
 static void call_init(dlock__script_call *call, dlock__script_id id, const dlock_mutex *m) {
   memset(call, 0, sizeof *call);
-  call->script = id;
+  call->script = script_of_kind(id, m);
   dlock__script_call_keys(call, &dlock__rm(m)->keys);
 }
 
@@ -96,10 +108,16 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
     rc = dlock__reply_error_status(*out);
     dlock_lock_info rw; /* a read-write lock's name (rwlock.c): say so */
     dlock_lock_info_init(&rw);
-    if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
-      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a mutex: the same "
+    /* A name taken as another kind of lock, a semaphore's limit: the
+     * script's own words say both sides. */
+    if ((rc == DLOCK_EWRONGTYPE && !strncmp((*out)->str, "WRONGTYPE dlock lock ", 21)) ||
+        (rc == DLOCK_ELIMIT && strchr((*out)->str, ' ')))
+      rc = dlock__error(rc, "%s", strchr((*out)->str, ' ') + 1);
+    else if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
+      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a %s: the same "
                         "name cannot be both; take a side of it (dlock_rwlock_*, 'dlock run -s/-x') or pick "
-                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no");
+                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no",
+                        dlock__kind_name(m->kind));
     else if (rc == DLOCK_EWRONGTYPE)
       rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
                         "does not use (%s); it belongs to something else and was left alone: pick another lock "
@@ -223,6 +241,37 @@ static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, l
   return rc;
 }
 
+/* Woken by a grant message that names the acquire call sent at 'sent' (its
+ * nonce; waiters.c records the fence only then): the lock is already ours,
+ * under the claim lease the release set, so return without a confirming
+ * call. The grant ran after that call wrote our queue record, so after
+ * 'sent': a deadline counted from 'sent' ends before the claim does. The
+ * watchdog sets the full lease at a third of the claim (it renews a claim
+ * even of a fixed lease once). 1 when taken; 0: confirm with a call (no
+ * such message; replicas must acknowledge the hold; a failover since the
+ * call; or too little of the claim left to be of use). See docs/design.md,
+ * "Hand-off without a confirming call". */
+static int take_handoff(dlock_mutex *m, int64_t lease, dlock_mono_ms sent, uint64_t failovers, dlock__grant *grant) {
+  dlock_client *c = m->client;
+  dlock__rmutex *rm = dlock__rm(m);
+  pthread_mutex_lock(&m->mu);
+  uint64_t fence = rm->grant_fence;
+  pthread_mutex_unlock(&m->mu);
+  if (!fence || dlock__topo(c)->wait_replicas > 0 || dlock__topo(c)->quorum_run ||
+      dlock__failovers(dlock__topo(c), rm->keys.key[DLOCK__K_LOCK], rm->keys.len[DLOCK__K_LOCK]) != failovers)
+    return 0;
+  int64_t claim = lease < CLAIM_MAX_MS ? lease : CLAIM_MAX_MS;
+  dlock_mono_ms valid_until = dlock__valid_until(sent, claim);
+  if (valid_until - dlock_mono_now() < claim / 3) return 0;
+  rm->failovers_at_acquire = failovers;
+  grant->fence = fence;
+  grant->lease_ms = lease;
+  grant->start = sent;
+  grant->valid_until = valid_until;
+  grant->claim_ms = claim < lease ? claim : 0;
+  return 1;
+}
+
 int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
                           dlock__grant *grant) {
   if (dlock__is_rw(m)) return dlock__redis_rw_acquire(m, lease, wait_ms, deadline, grant);
@@ -245,6 +294,16 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     }
     dlock__script_call call;
     dlock__reply *r = NULL;
+    char nonce_s[24] = "";
+    if (queue) {
+      /* A new nonce per call: a grant message that names it answers this
+       * call and no earlier one (take_handoff). */
+      pthread_mutex_lock(&m->mu);
+      dlock__rm(m)->grant_nonce = ++dlock__rm(m)->nonce_seq;
+      dlock__rm(m)->grant_fence = 0;
+      format_i64(nonce_s, sizeof nonce_s, (int64_t)dlock__rm(m)->grant_nonce);
+      pthread_mutex_unlock(&m->mu);
+    }
     call_init(&call, DLOCK__SCRIPT_ACQUIRE, m);
     call_arg(&call, m->token, strlen(m->token));
     call_arg(&call, lease_s, strlen(lease_s));
@@ -252,6 +311,13 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     call_arg(&call, cap_s, strlen(cap_s));
     call_arg(&call, claim_s, strlen(claim_s));
     call_arg(&call, m->owner_info, strlen(m->owner_info));
+    char limit_s[24];
+    if (m->kind == DLOCK__KIND_MUTEX) { /* acquire.lua: the nonce (sem_acquire.lua has none) */
+      call_arg(&call, nonce_s, strlen(nonce_s));
+    } else if (m->kind == DLOCK__KIND_SEMAPHORE) { /* sem_acquire.lua: the limit */
+      format_i64(limit_s, sizeof limit_s, m->permits);
+      call_arg(&call, limit_s, strlen(limit_s));
+    }
     uint64_t failovers = dlock__failovers(dlock__topo(c), dlock__rm(m)->keys.key[DLOCK__K_LOCK], dlock__rm(m)->keys.len[DLOCK__K_LOCK]);
     dlock_mono_ms sent = dlock_mono_now();
     /* Twice-safe: the same token finds the key ours on a second run and
@@ -372,12 +438,17 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       break;
     }
     /* Woken by a grant message (or the re-check time): a release may have
-     * handed the lock to us with a short claim lease. The acquire script
-     * confirms it (it finds our token and sets the full lease) and answers
-     * the fence Redis recorded for this hold. Not the fence in the message:
-     * a waiter handed the lock twice in one acquire (the first claim ran out
-     * before it confirmed) may read the older message's fence. If the claim
+     * handed the lock to us with a short claim lease. A message that names
+     * this call (its nonce) completes the acquire at once. Otherwise the
+     * acquire script confirms (it finds our token and sets the full lease)
+     * and answers the fence Redis recorded for this hold, never an older
+     * message's: a waiter handed the lock twice in one acquire (the first
+     * claim ran out before it confirmed) may read that one. If the claim
      * ran out, the same call takes the lock or queues us again. */
+    if (take_handoff(m, lease, sent, failovers, grant)) {
+      rc = 0;
+      break;
+    }
   }
   if (in_table) dlock__subscriber_remove_waiter(c, m);
   return rc;
@@ -423,6 +494,8 @@ int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_r
   } else if (!rc && v == -2)
     rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key with a forced release; nothing was "
                       "deleted");
+  else if (!rc && v == 0 && m->kind == DLOCK__KIND_SEMAPHORE)
+    rc = dlock__error(DLOCK_ENOTHELD, "our permit was gone or its lease had run out; no permit was touched");
   else if (!rc && v == 0)
     rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
   else if (!rc && v < 0)
@@ -505,7 +578,7 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
   call_init(&call, DLOCK__SCRIPT_INFO, m);
   call_arg(&call, token, strlen(token));
   int rc = run_one(m, &call, out); /* read only: asking again is safe */
-  if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != 8)) {
+  if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements < 8)) { /* sem_info: 10 */
     dlock__reply_free(*out);
     *out = NULL;
     rc = dlock__error(DLOCK_EPROTO, "info script gave an unexpected reply");

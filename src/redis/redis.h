@@ -324,6 +324,11 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_LATCH_SET, /* countdown latches (latch.c) */
   DLOCK__SCRIPT_LATCH_DOWN,
   DLOCK__SCRIPT_LATCH_GET,
+  DLOCK__SCRIPT_SEM_ACQUIRE, /* semaphores (semaphore.c, lua/sem_*.lua) */
+  DLOCK__SCRIPT_SEM_RELEASE,
+  DLOCK__SCRIPT_SEM_EXTEND,
+  DLOCK__SCRIPT_SEM_WITHDRAW,
+  DLOCK__SCRIPT_SEM_INFO,
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 
@@ -384,11 +389,13 @@ int dlock__replicas_short(dlock_client *c, const dlock__script_call *call);
 /* ---- The backend's client and handle state (backend.c) ---- */
 
 typedef struct dlock__subscriber dlock__subscriber;
+typedef struct dlock__pipeline dlock__pipeline;
 
 typedef struct dlock__redis {
   dlock__topology *topo;
   atomic_uint_fast64_t waiter_seq;
   dlock__subscriber *subscriber; /* started on first wait (under c->lazy_mu) */
+  dlock__pipeline *pipeline;     /* pipeline.c: made on the first release_async (under c->lazy_mu) */
 } dlock__redis;
 
 static inline dlock__redis *dlock__rc(const dlock_client *c) { return (dlock__redis *)c->be; }
@@ -427,6 +434,12 @@ typedef struct dlock__rmutex {
   int watch_tried;   /* dlock__subscriber_watch() was called for this handle */
   int subscribed;    /* ... and holds a reference on this many entries of the channel (Redlock: one per node) */
   uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
+  /* Hand-off without a confirming call (guarded by m->mu): the nonce of the
+   * acquire call in flight or last answered, and the fence of a grant
+   * message that named it (0: none came). waiters.c fills grant_fence. */
+  uint64_t nonce_seq;
+  uint64_t grant_nonce;
+  uint64_t grant_fence;
 } dlock__rmutex;
 
 static inline dlock__rmutex *dlock__rm(const dlock_mutex *m) { return (dlock__rmutex *)m->be; }
@@ -459,6 +472,10 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
                          dlock__grant *grant);
 void dlock__redis_undo(dlock_mutex *m);
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
+int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost); /* pipeline.c */
+void dlock__redis_release_collect(dlock_mutex *m);
+/* At close: read every pending reply (outcomes to their handles), free. */
+void dlock__pipeline_free(dlock_client *c);
 int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
                         dlock_lost_reason *lost);
 void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mono_ms limit);

@@ -19,6 +19,8 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
     dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[],
     dlock__lua_rw_force_release[];
 extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
+extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
+    dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
 
 static const struct {
   const char *name;
@@ -47,6 +49,11 @@ static const struct {
     [DLOCK__SCRIPT_LATCH_SET] = {"latch_set", dlock__lua_latch_set},
     [DLOCK__SCRIPT_LATCH_DOWN] = {"latch_down", dlock__lua_latch_down},
     [DLOCK__SCRIPT_LATCH_GET] = {"latch_get", dlock__lua_latch_get},
+    [DLOCK__SCRIPT_SEM_ACQUIRE] = {"sem_acquire", dlock__lua_sem_acquire},
+    [DLOCK__SCRIPT_SEM_RELEASE] = {"sem_release", dlock__lua_sem_release},
+    [DLOCK__SCRIPT_SEM_EXTEND] = {"sem_extend", dlock__lua_sem_extend},
+    [DLOCK__SCRIPT_SEM_WITHDRAW] = {"sem_withdraw", dlock__lua_sem_withdraw},
+    [DLOCK__SCRIPT_SEM_INFO] = {"sem_info", dlock__lua_sem_info},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];

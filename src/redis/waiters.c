@@ -3,8 +3,9 @@
  * that delivers hand-off messages to the waiting handle they name.
  *
  * A release hands the lock to the first live waiter in Redis and publishes
- * "<waiter id> <fence>" on that waiter's client channel for the lock, so one
- * release wakes one waiter. After a reconnect every waiter is woken to look
+ * "<waiter id> <fence> <nonce>" on that waiter's client channel for the lock,
+ * so one release wakes one waiter (the nonce names the waiter's acquire call
+ * the grant answers; see deliver()). After a reconnect every waiter is woken to look
  * again, since messages may have been missed meanwhile.
  *
  * Every channel has a home, the server its hand-offs are published on, and
@@ -95,16 +96,36 @@ static void wake_all_waiters(dlock__subscriber *s) {
   }
 }
 
-/* "id fence" on a channel: wake that waiter if it is ours and still waiting. */
+/* "<id> <fence> <nonce>" ("<id> <fence>" from scripts before the nonce):
+ * the fence and the nonce as numbers, 0 when absent or malformed. */
+static void parse_grant(const char *rest, uint64_t *fence, uint64_t *nonce) {
+  *fence = *nonce = 0;
+  const char *sp = rest ? strchr(rest, ' ') : NULL;
+  if (!rest || !sp) return;
+  uint64_t f = 0, n = 0;
+  if (dlock__parse_fence(rest, (size_t)(sp - rest), &f) != 0 ||
+      dlock__parse_fence(sp + 1, strlen(sp + 1), &n) != 0)
+    return;
+  *fence = f;
+  *nonce = n;
+}
+
+/* A grant message on a channel: wake that waiter if it is ours and still
+ * waiting. When it names the waiter's acquire call now answered (the nonce),
+ * record its fence: the waiter may then return without a confirming call
+ * (dlock__redis_acquire). An older grant's message wakes it only. */
 static void deliver(dlock__subscriber *s, const char *payload) {
   const char *space = strchr(payload, ' ');
   size_t idlen = space ? (size_t)(space - payload) : strlen(payload);
+  uint64_t fence, nonce;
+  parse_grant(space ? space + 1 : NULL, &fence, &nonce);
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < s->nwaiters; i++) {
     dlock_mutex *m = s->waiters[i];
     if (strlen(dlock__rm(m)->waiter_id) == idlen && !memcmp(dlock__rm(m)->waiter_id, payload, idlen)) {
       pthread_mutex_lock(&m->mu);
-      m->woken = 1; /* the fence after the id is not used: see acquire_loop() */
+      if (nonce != 0 && fence != 0 && nonce == dlock__rm(m)->grant_nonce) dlock__rm(m)->grant_fence = fence;
+      m->woken = 1;
       pthread_cond_broadcast(&m->cv);
       pthread_mutex_unlock(&m->mu);
       /* No break: a mutex waiter's id is unique, but every latch waiter of

@@ -185,11 +185,33 @@ static int wait_for_wake(dlock__zk *z, unsigned gen, dlock_mono_ms deadline, con
   return 0;
 }
 
+static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
+                   const atomic_int *cancel, dlock__zk_hold *out);
+
 int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
                       const atomic_int *cancel, dlock__zk_hold *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("lock name", name);
   if (rc) return rc;
+  return acquire(z, name, owner_info, wait_ms, cancel, out);
+}
+
+int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info, dlock__zk_hold *out) {
+  memset(out, 0, sizeof *out);
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  size_t n = strlen(job) + sizeof "_dlock_sched//run";
+  char *name = malloc(n);
+  if (!name) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(name, n, "_dlock_sched/%s/run", job);
+  rc = acquire(z, name, owner_info, 0, NULL, out);
+  free(name);
+  return rc;
+}
+
+static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
+                   const atomic_int *cancel, dlock__zk_hold *out) {
+  int rc;
   if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
     return dlock__error(DLOCK_EINVAL, "acquire '%s': wait must be >= 0 or DLOCK_WAIT_FOREVER", name);
   dlock_mono_ms start = dlock_mono_now();

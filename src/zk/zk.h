@@ -121,6 +121,9 @@ void dlock__zk_hold_clear(dlock__zk_hold *h);
  * session), connection errors. */
 int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
                       const atomic_int *cancel, dlock__zk_hold *out);
+/* The scheduler's job lock of 'job': a lock in the same layout at
+ * /ns/_dlock_sched/<job>/run, tried once (wait 0). As dlock__zk_acquire(). */
+int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info, dlock__zk_hold *out);
 /* Delete our node. 0 (also when a lost reply's resend finds it gone in the
  * same session: only we or a force-release delete it), DLOCK_ENOTHELD when it
  * was already gone at the first try, DLOCK_EUNKNOWN when no answer came

@@ -57,7 +57,7 @@ trap 'exit 143' TERM
 
 # The lock name, DLOCK_URL and the settings a test gets must not come from
 # the caller: no DLOCK_PREFIX, and config files only where the test puts them.
-unset DLOCK_URL DLOCK_NAME DLOCK_FENCE DLOCK_PREFIX
+unset DLOCK_URL DLOCK_NAME DLOCK_FENCE DLOCK_PREFIX DLOCK_KIND DLOCK_PERMIT
 export XDG_CONFIG_HOME="$TEST_DIR/xdg" DLOCK_SYSTEM_CONFIG="$TEST_DIR/system.conf"
 
 # ---- Redis ----

@@ -685,7 +685,7 @@ TEST(a_forced_release_is_reported_as_deleted_not_taken) {
 /* ---- The scheduler and the guard on a majority ---- */
 
 typedef struct sched_count {
-  atomic_int runs, busy, errors, nran;
+  atomic_int runs, busy, errors, splits, nran;
   int64_t ran[64];
   pthread_mutex_t mu;
 } sched_count;
@@ -695,6 +695,9 @@ static void sched_event(const dlock_sched_event *ev, void *arg) {
   if (ev->kind == DLOCK_SCHED_SKIPPED_BUSY) atomic_fetch_add(&k->busy, 1);
   if (ev->kind == DLOCK_SCHED_ERROR) {
     atomic_fetch_add(&k->errors, 1);
+    /* Two claimers that split the nodes between them, three times over: the
+     * tick is not run (at most once), and said so. Timing decides how often. */
+    if (ev->status == DLOCK_EQUORUM) atomic_fetch_add(&k->splits, 1);
     printf("  scheduler error: %s\n", ev->message ? ev->message : "?");
   }
   if (ev->kind == DLOCK_SCHED_RAN) {
@@ -881,7 +884,9 @@ TEST(a_fixed_delay_job_runs_on_the_majority_with_a_node_down) {
   /* At least 100 ms between the end of one run and the start of the next,
    * on either node: never two runs per slot. */
   ASSERT(runs <= 1500 / 100 + 2);
-  ASSERT_EQ(atomic_load(&ka.errors) + atomic_load(&kb.errors), 0);
+  /* Errors other than split claims (a node that is up failing, a claim left
+   * behind) are bugs; a split is the rule working (docs/redlock.md). */
+  ASSERT_EQ(atomic_load(&ka.errors) + atomic_load(&kb.errors) - atomic_load(&ka.splits) - atomic_load(&kb.splits), 0);
   for (int i = 1; i < N; i++) expect_key(i, "rl:delay", "");
   up(0);
   dlock_client_free(c2);

@@ -1,6 +1,7 @@
 -- acquire.lua: take the lock if free; otherwise (optionally) join the wait queue.
 -- ARGV: 1 token, 2 lease_ms, 3 waiter id ('' = try only, do not queue),
---       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info
+--       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info,
+--       7 nonce of this call (digits; '' = none): a hand-off's message repeats it
 -- Returns {1, fence} when the caller owns the lock (the fence as a decimal
 -- string: exact to 2^63-1), {0, holder's pttl} when not.
 -- The uncontended path (lock free, caller not queued) is kept to the fewest
@@ -43,7 +44,16 @@ if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
-local cur = redis.call('GET', KEYS[1])
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then
+  -- Not a string: a semaphore's permits (sem_acquire.lua), or another key.
+  if redis.pcall('HGET', KEYS[3], 'kind') == 'semaphore' then
+    return redis.error_reply('WRONGTYPE dlock lock ' .. KEYS[1] .. ' is a semaphore, not a mutex: a name ' ..
+      'is one kind of lock at a time; take a permit with dlock_semaphore_* (dlock run --limit N), or ' ..
+      'pick another name for the mutex')
+  end
+  return cur
+end
 local in_queue = wid ~= '' and redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
 if in_queue or (wid ~= '' and cur and cur ~= token) then
   -- The queue will be written: check its types before any write.
@@ -83,7 +93,8 @@ if wid ~= '' then
   if pttl > 0 and pttl < wait then wait = pttl end
   local ttl = wait + 2000
   redis.call('ZADD', KEYS[4], 'NX', now_us, wid)
-  redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|' .. ARGV[5] .. '|' .. token .. '|' .. ARGV[6])
+  local nonce = ARGV[7] and ARGV[7] ~= '' and ('n' .. ARGV[7] .. '|') or ''
+  redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|' .. ARGV[5] .. '|' .. token .. '|' .. nonce .. ARGV[6])
   if redis.call('PTTL', KEYS[4]) < ttl then redis.call('PEXPIRE', KEYS[4], ttl) end
   if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
 end

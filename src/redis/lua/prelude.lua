@@ -132,8 +132,12 @@ local function dlock_grant_next(keys, now_ms, now_us)
     local rec = redis.call('HGET', keys[5], id)
     redis.call('HDEL', keys[5], id)
     if rec then
-      -- expiry_ms|claim_ms|token|owner info
-      local exp, claim, token, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|(.*)$')
+      -- expiry_ms|claim_ms|token|n<nonce>|owner info (before the nonce: without it)
+      local exp, claim, token, nonce, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|n(%d+)|(.*)$')
+      if not exp then
+        exp, claim, token, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|(.*)$')
+        nonce = nil
+      end
       local cid = string.match(id, '^(%x+):')
       if exp and cid and tonumber(exp) > now_ms then
         local f = dlock_take(keys, token, tonumber(claim), info, now_ms, now_us)
@@ -144,7 +148,10 @@ local function dlock_grant_next(keys, now_ms, now_us)
         -- re-check; the release itself must not fail after its writes.
         -- A waiter id "<client>:s<n>" listens with SSUBSCRIBE (cluster: sharded pub/sub).
         local publish = string.find(id, ':s', 1, true) and 'SPUBLISH' or 'PUBLISH'
-        redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f)
+        -- "<id> <fence> <nonce>": the nonce names the waiter's acquire call that
+        -- wrote the record, so that the waiter can tell this grant from an
+        -- older one and take the fence from the message (docs/design.md).
+        redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f .. (nonce and (' ' .. nonce) or ''))
         return true
       end
     end
@@ -260,4 +267,124 @@ local function rw_drop(keys, tok)
   redis.call('ZREM', keys[1], tok)
   redis.call('HDEL', keys[3], 'h:' .. tok)
   if redis.call('HGET', keys[3], 'writer') == tok then redis.call('HDEL', keys[3], 'writer') end
+end
+
+-- ---- Semaphores (sem_*.lua, docs/semaphore.md) ----
+-- A semaphore keeps its permits in the lock key itself, a ZSET token -> the
+-- permit's expiry (server clock, ms): a permit whose lease ran out no longer
+-- counts and is removed by the next script that writes. {K}:meta holds
+-- 'kind' ('semaphore'), 'limit' and one field 'p:<token>' per permit
+-- ("fence|since_ms|owner info"). Queue, waiters and fence counter are the
+-- mutex's. No script deletes the lock key and then touches it again (while a
+-- cluster slot migrates, the server would abort the script half-way).
+
+-- Types of a semaphore's keys, and the limit stored with it ('limit' nil:
+-- not compared). Reads only; an error reply, or nil.
+local function dlock_sem_check(keys, limit)
+  local t = redis.call('TYPE', keys[1])['ok']
+  if t == 'string' then
+    return redis.error_reply('WRONGTYPE dlock lock ' .. keys[1] .. ' is a mutex (or another ' ..
+      'application\'s string key), not a semaphore: a name is one kind of lock at a time; take it with ' ..
+      'dlock_mutex_* (dlock run without --limit), or pick another name for the semaphore')
+  end
+  if t ~= 'none' and t ~= 'zset' then
+    return redis.error_reply('WRONGTYPE dlock key ' .. keys[1] .. ' holds a ' .. t .. ', expected a zset')
+  end
+  if t == 'zset' then
+    -- A read-write lock keeps a ZSET at its name too; its meta says so.
+    local kind = redis.call('HGET', keys[3], 'kind')
+    if kind and kind ~= 'semaphore' then
+      return redis.error_reply('WRONGTYPE dlock lock ' .. keys[1] .. ' is a ' .. kind .. ', not a semaphore: a ' ..
+        'name is one kind of lock at a time; pick another name for the semaphore')
+    end
+  end
+  local bad = dlock_check_lock_keys(keys)
+  if bad then return bad end
+  if limit then
+    local have = redis.call('HGET', keys[3], 'limit')
+    if have and have ~= limit then
+      return redis.error_reply('ELIMIT semaphore ' .. keys[1] .. ' has the limit ' .. have .. ' (stored by ' ..
+        'its holders), but this caller asked for ' .. limit .. ' permits: every caller must give the same ' ..
+        'limit; change it once no permit is held and nobody waits')
+    end
+  end
+  return nil
+end
+
+-- Permits held now (unexpired), and the tokens of the expired ones.
+local function dlock_sem_count(keys, now_ms)
+  return redis.call('ZCOUNT', keys[1], '(' .. now_ms, '+inf'),
+         redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms)
+end
+
+-- Give 'token' a permit for 'lease' ms with the next fence. Returns the
+-- fence, or nil and an error reply (nothing written).
+local function dlock_sem_take(keys, token, lease, info, limit, now_ms, now_us)
+  local f, err = dlock_fence_next(keys[2], now_us)
+  if not f then return nil, err end
+  redis.call('SET', keys[2], f, 'PX', FENCE_TTL_MS)
+  redis.call('ZADD', keys[1], now_ms + lease, token)
+  redis.call('HSET', keys[3], 'kind', 'semaphore', 'limit', limit,
+             'p:' .. token, f .. '|' .. dlock_num(now_ms) .. '|' .. info)
+  return f
+end
+
+-- Hand up to 'n' free permits to the first live waiters in arrival order,
+-- each told alone on its client's channel (as dlock_grant_next does).
+-- Returns how many were granted.
+local function dlock_sem_grant(keys, n, limit, now_ms, now_us)
+  local granted = 0
+  if n <= 0 then return 0 end
+  for _, id in ipairs(redis.call('ZRANGE', keys[4], 0, 31)) do
+    redis.call('ZREM', keys[4], id)
+    local rec = redis.call('HGET', keys[5], id)
+    redis.call('HDEL', keys[5], id)
+    if rec then
+      local exp, claim, token, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|(.*)$')
+      local cid = string.match(id, '^(%x+):')
+      if exp and cid and tonumber(exp) > now_ms then
+        local f = dlock_sem_take(keys, token, tonumber(claim), info, limit, now_ms, now_us)
+        if not f then return granted end
+        local publish = string.find(id, ':s', 1, true) and 'SPUBLISH' or 'PUBLISH'
+        redis.pcall(publish, '{' .. keys[1] .. '}:w:' .. cid, id .. ' ' .. f)
+        granted = granted + 1
+        if granted >= n then return granted end
+      end
+    end
+  end
+  return granted
+end
+
+-- Drop the expired permits 'expired' (their fields too), then let the lock
+-- and meta keys live as long as the last permit. 'left': permits that remain
+-- unexpired; with none the keys go (the lock key by the removals themselves).
+local function dlock_sem_tidy(keys, expired, left, now_ms)
+  for _, t in ipairs(expired) do redis.call('HDEL', keys[3], 'p:' .. t) end
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', keys[1], '-inf', now_ms) end
+  if left <= 0 then
+    redis.call('DEL', keys[3])
+    return
+  end
+  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', keys[1], last)
+  redis.call('PEXPIREAT', keys[3], last)
+end
+
+-- Give back the unexpired permit of 'token' (release, withdraw): free
+-- permits go to the waiters first. Returns 1, or 0 when the permit was not
+-- ours any more (nothing written).
+local function dlock_sem_give_back(keys, token, now_ms, now_us)
+  local s = redis.call('ZSCORE', keys[1], token)
+  if not s or tonumber(s) <= now_ms then return 0 end
+  local used, expired = dlock_sem_count(keys, now_ms)
+  local limit = redis.call('HGET', keys[3], 'limit')
+  local granted = 0
+  if redis.call('EXISTS', keys[4]) == 1 then
+    local free = limit and (tonumber(limit) - used + 1) or 1
+    granted = dlock_sem_grant(keys, free, limit or '1', now_ms, now_us)
+  end
+  redis.call('ZREM', keys[1], token)
+  redis.call('HDEL', keys[3], 'p:' .. token)
+  dlock_sem_tidy(keys, expired, used - 1 + granted, now_ms)
+  return 1
 end

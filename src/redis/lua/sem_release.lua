@@ -1,0 +1,8 @@
+-- sem_release.lua: give back our permit; free permits go to the first
+-- waiters (dlock_sem_give_back). ARGV: 1 token. Returns 1 released, 0 our
+-- permit was gone or its lease had run out (nothing is written then: a late
+-- release touches no other holder's permit).
+local bad = dlock_sem_check(KEYS, nil)
+if bad then return bad end
+local now_ms, now_us = dlock_now()
+return dlock_sem_give_back(KEYS, ARGV[1], now_ms, now_us)

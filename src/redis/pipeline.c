@@ -1,0 +1,216 @@
+/*
+ * pipeline.c - the pipelined release (dlock_mutex_release_async): the
+ * release script is sent on the client's pipeline connection and its reply
+ * is read later, so that a thread's next acquire does not wait for it.
+ *
+ * One pipeline connection per client, opened on its own (not from the pool:
+ * kept out of the pool while replies are pending, it would make the next
+ * acquire wait for the pool when max_connections is 1), with a bounded FIFO
+ * of the handles whose replies are pending. A send first reads every older
+ * reply that has already arrived (without waiting); a handle's outcome is
+ * read at the latest by dlock_mutex_release_result(), its next acquire, its
+ * free, or the client's close. A reply that cannot be read (connection
+ * failed, timeout) makes every pending outcome DLOCK_EUNKNOWN: a release
+ * whose reply was lost is never sent again (docs/PERFORMANCE.md).
+ * Cluster and Redlock release synchronously (a slot can move; a quorum).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+#define PIPE_MAX 64
+
+typedef struct pending {
+  dlock_mutex *m;
+  dlock_mono_ms valid_until;
+  dlock_lost_reason lost;
+} pending;
+
+struct dlock__pipeline {
+  pthread_mutex_t mu;
+  dlock__node *node;
+  dlock__conn *conn;
+  pending q[PIPE_MAX];
+  int head, n;
+};
+
+static dlock__pipeline *get(dlock_client *c) {
+  pthread_mutex_lock(&c->lazy_mu);
+  dlock__pipeline *p = dlock__rc(c)->pipeline;
+  if (!p && (p = calloc(1, sizeof *p))) {
+    pthread_mutex_init(&p->mu, NULL);
+    dlock__rc(c)->pipeline = p;
+  }
+  pthread_mutex_unlock(&c->lazy_mu);
+  return p;
+}
+
+/* The release script's answer 'r' for 'e', as dlock__redis_release says it
+ * (no resend here: the reply came). */
+static void deliver(const pending *e, const dlock__reply *r) {
+  dlock_mutex *m = e->m;
+  const char *key = dlock__rm(m)->keys.key[DLOCK__K_LOCK];
+  char msg[512];
+  int rc = 0;
+  msg[0] = '\0';
+  if (r->type == DLOCK__REPLY_ERROR) {
+    rc = dlock__reply_error_status(r);
+    snprintf(msg, sizeof msg, "release script failed on key '%s': %s; release not confirmed, the key expires "
+             "with its lease", key, r->str);
+  } else if (r->type != DLOCK__REPLY_INTEGER) {
+    rc = DLOCK_EPROTO;
+    snprintf(msg, sizeof msg, "release script gave an unexpected reply for key '%s'", key);
+  } else if (r->integer == -2) {
+    rc = DLOCK_ENOTHELD;
+    snprintf(msg, sizeof msg, "another client had deleted the key with a forced release; nothing was deleted");
+  } else if (r->integer == 0) {
+    rc = DLOCK_ENOTHELD;
+    snprintf(msg, sizeof msg, "the key was gone (the lease had expired); nothing was deleted");
+  } else if (r->integer < 0) {
+    rc = DLOCK_ENOTHELD;
+    snprintf(msg, sizeof msg, "another owner holds it now (our lease had expired); their key was left untouched");
+  } else if (e->lost != DLOCK_LOST_NONE) {
+    rc = DLOCK_ENOTHELD;
+    snprintf(msg, sizeof msg, "the hold had been lost before this release (%s); the key still held our token "
+             "and was deleted", dlock_lost_reason_str(e->lost));
+  }
+  dlock__mutex_release_done(m, rc, msg);
+}
+
+/* The connection failed: every pending outcome is unknown; close it. */
+static void fail_all(dlock__pipeline *p, const char *why) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "the release was sent, but its reply was lost (%s); it is not sent again: if it did "
+           "not run, the key expires with its lease", why);
+  for (; p->n > 0; p->n--, p->head = (p->head + 1) % PIPE_MAX) dlock__mutex_release_done(p->q[p->head].m, DLOCK_EUNKNOWN, msg);
+  if (p->conn) {
+    atomic_store(&p->node->suspect, 1); /* Sentinel: resolve the master again */
+    dlock__conn_close(p->conn);
+  }
+  p->conn = NULL;
+  p->node = NULL;
+}
+
+/* Read the oldest pending reply: waiting up to the command timeout
+ * ('wait'), or only if it has arrived. 1 read, 0 not there yet, -1 failed
+ * (fail_all done). Caller holds p->mu. */
+static int read_one(dlock_client *c, dlock__pipeline *p, int wait) {
+  dlock__reply *r = NULL;
+  int rc = wait ? dlock__conn_read(p->conn, dlock_mono_now() + c->command_timeout_ms, &r)
+                : dlock__conn_try_read(p->conn, &r);
+  if (rc) {
+    fail_all(p, dlock_last_error());
+    return -1;
+  }
+  if (!r) return 0;
+  const pending *e = &p->q[p->head];
+  if (dlock__reply_is_noscript(r)) {
+    /* It did not run (the script cache was flushed): run it now, at once. */
+    dlock__reply_free(r);
+    int out = dlock__redis_release(e->m, e->valid_until, e->lost);
+    dlock__mutex_release_done(e->m, out, out ? dlock_last_error() : "");
+  } else {
+    deliver(e, r);
+    dlock__reply_free(r);
+  }
+  p->head = (p->head + 1) % PIPE_MAX;
+  p->n--;
+  return 1;
+}
+
+static int drain(dlock_client *c, dlock__pipeline *p) {
+  while (p->n > 0)
+    if (read_one(c, p, 1) < 0) return -1;
+  return 0;
+}
+
+int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
+  dlock_client *c = m->client;
+  dlock__topology *t = dlock__topo(c);
+  dlock__pipeline *p = t->exec || t->quorum_run ? NULL : get(c);
+  if (!p) { /* synchronous; the outcome waits for _result all the same */
+    int out = dlock__redis_release(m, valid_until, lost);
+    dlock__mutex_release_done(m, out, out ? dlock_last_error() : "");
+    return 0;
+  }
+  const dlock__lock_keys *k = &dlock__rm(m)->keys;
+  int rc = 0;
+  dlock__node *node = dlock__route(c, k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK],
+                                   dlock_mono_now() + c->command_timeout_ms, &rc);
+  if (!node) return rc;
+  pthread_mutex_lock(&p->mu);
+  if (p->conn && (p->node != node || dlock__conn_broken(p->conn))) {
+    /* The master moved (Sentinel): read what is pending there first. */
+    if (drain(c, p) == 0) {
+      dlock__conn_close(p->conn);
+      p->conn = NULL;
+    }
+  }
+  if (!p->conn) {
+    if ((rc = dlock__conn_open(&node->ep, node->ssl_ctx, &p->conn)) != 0) {
+      p->conn = NULL;
+      pthread_mutex_unlock(&p->mu);
+      return dlock__error(rc, "%s; not sent, the key expires with its lease", dlock_last_error());
+    }
+    p->node = node;
+  }
+  if (p->n == PIPE_MAX && read_one(c, p, 1) < 0) {
+    pthread_mutex_unlock(&p->mu);
+    return dlock__error(DLOCK_EIO, "the pipeline connection failed; not sent, the key expires with its lease");
+  }
+  dlock__script_call call;
+  memset(&call, 0, sizeof call);
+  call.script = DLOCK__SCRIPT_RELEASE;
+  dlock__script_call_keys(&call, k);
+  call.args[0] = m->token;
+  call.arglens[0] = strlen(m->token);
+  call.nargs = 1;
+  dlock__eval_argv e;
+  dlock__cmd cmd;
+  dlock__script_build_eval(&e, &cmd, &call, 1);
+  rc = dlock__conn_append(p->conn, &cmd);
+  if (!rc) rc = dlock__conn_flush(p->conn, dlock_mono_now() + c->command_timeout_ms);
+  if (rc) {
+    /* Part of it may have left: its outcome, and every pending one, is unknown. */
+    char why[256];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    fail_all(p, why);
+    pthread_mutex_unlock(&p->mu);
+    return dlock__error(DLOCK_EUNKNOWN, "the release may have been sent (%s); it is not sent again: if it did "
+                        "not run, the key expires with its lease", why);
+  }
+  p->q[(p->head + p->n) % PIPE_MAX] = (pending){m, valid_until, lost};
+  p->n++;
+  /* The older replies came while the caller's last acquire made its round
+   * trip: read those that are here, without waiting. */
+  while (p->n > 1 && read_one(c, p, 0) > 0) {}
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+void dlock__redis_release_collect(dlock_mutex *m) {
+  dlock_client *c = m->client;
+  dlock__pipeline *p = dlock__rc(c)->pipeline;
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    int found = 0;
+    for (int i = 0; i < p->n && !found; i++) found = p->q[(p->head + i) % PIPE_MAX].m == m;
+    if (!found || read_one(c, p, 1) < 0) break;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void dlock__pipeline_free(dlock_client *c) {
+  dlock__pipeline *p = dlock__rc(c)->pipeline;
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  if (p->conn) drain(c, p);
+  if (p->conn) dlock__conn_close(p->conn);
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+  dlock__rc(c)->pipeline = NULL;
+}

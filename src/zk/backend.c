@@ -1,0 +1,402 @@
+/*
+ * backend.c - the ZooKeeper backend's table of operations (backend.h): the
+ * seam's calls mapped onto the zk module (zk.h). One dlock__zk session per
+ * client (c->be), one dlock__zk_hold per handle (m->be). Holds live as long
+ * as the session: the watchdog's renew() only reads the session's validity,
+ * and a session event pokes the watchdog so that a SUSPENDED or LOST session
+ * is looked at at once. See docs/zookeeper.md, "Wiring".
+ */
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "zk/zk.h"
+
+/* Per client: the session, and the scheduler's job locks held between a
+ * claim and its finish (keyed by the run's token). */
+typedef struct zk_run {
+  struct zk_run *next;
+  char token[DLOCK__TOKEN_HEX + 1];
+  dlock__zk_hold hold;
+} zk_run;
+
+typedef struct zk_client {
+  dlock__zk *z;
+  pthread_mutex_t mu; /* guards runs */
+  zk_run *runs;
+} zk_client;
+
+/* Per handle. */
+typedef struct zk_lock {
+  dlock__zk_hold hold;
+} zk_lock;
+
+#define ZC(c) ((zk_client *)(c)->be)
+#define ZZ(c) (ZC(c)->z)
+#define ZL(m) ((zk_lock *)(m)->be)
+
+#define TICKS_KEPT 16
+
+/* ---- Client ---- */
+
+static void on_event(dlock__zk *z, dlock__zk_event ev, dlock_lost_reason reason, void *arg) {
+  (void)z, (void)ev, (void)reason;
+  dlock_client *c = arg;
+  if (!atomic_load(&c->closing)) dlock__watchdog_poke(c);
+}
+
+static int zk_open(dlock_client *c, const dlock_client_options *o, const char *url) {
+  if (!url)
+    return dlock__error(DLOCK_EINVAL, "the ZooKeeper backend needs a zk:// URL (redlock_urls are Redis only)");
+  char shown[512];
+  dlock__zk_url_redact(url, shown, sizeof shown);
+  if (c->prefix && *c->prefix)
+    return dlock__error(DLOCK_EINVAL, "key_prefix ('%.*s') is not used with ZooKeeper: put the namespace in the "
+                        "URL's path instead (zk://host:2181/%.*s), '%s' has its own",
+                        (int)(c->prefix_len ? c->prefix_len - 1 : 0), c->prefix,
+                        (int)(c->prefix_len ? c->prefix_len - 1 : 0), c->prefix, shown);
+  if (o->username || o->password)
+    return dlock__error(DLOCK_EINVAL, "username/password given for the ZooKeeper URL '%s': ZooKeeper takes "
+                        "digest credentials in the URL (?digest=user:pass)", shown);
+  if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
+    return dlock__error(DLOCK_EINVAL, "TLS options given for the ZooKeeper URL '%s': dlock speaks to ZooKeeper "
+                        "without TLS only", shown);
+  if (o->wait_replicas || o->wait_timeout_ms)
+    return dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms given for the ZooKeeper URL '%s': they are "
+                        "Redis options (ZooKeeper writes are acknowledged by a quorum already)", shown);
+  if (o->connect_timeout_ms || o->command_timeout_ms)
+    return dlock__error(DLOCK_EINVAL, "connect_timeout_ms/command_timeout_ms given for the ZooKeeper URL '%s': "
+                        "give them in the URL (?connect_timeout=5s&session_timeout=10s)", shown);
+  dlock__zk_url u;
+  int rc = dlock__zk_url_parse(url, &u);
+  if (rc) return rc;
+  int connect_ms = u.connect_timeout_ms;
+  dlock__zk_url_clear(&u);
+
+  zk_client *zc = calloc(1, sizeof *zc);
+  if (!zc) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  pthread_mutex_init(&zc->mu, NULL);
+  c->be = zc;
+  if ((rc = dlock__zk_connect(url, &zc->z))) return rc;
+  snprintf(c->server, sizeof c->server, "%s", dlock__zk_server(zc->z));
+  c->command_timeout_ms = connect_ms;
+  dlock__zk_on_event(zc->z, on_event, c);
+  return 0;
+}
+
+static void zk_close(dlock_client *c) {
+  zk_client *zc = ZC(c);
+  if (!zc) return;
+  if (zc->z) {
+    dlock__zk_on_event(zc->z, NULL, NULL);
+    /* Job locks still held end with the session. */
+    dlock__zk_free(zc->z);
+  }
+  for (zk_run *r = zc->runs, *next; r; r = next) {
+    next = r->next;
+    dlock__zk_hold_clear(&r->hold);
+    free(r);
+  }
+  pthread_mutex_destroy(&zc->mu);
+  free(zc);
+  c->be = NULL;
+}
+
+static int zk_ping(dlock_client *c) { return dlock__zk_ping(ZZ(c)); }
+
+/* ---- Lock handles ---- */
+
+static int zk_lock_new(dlock_mutex *m) {
+  int rc = dlock__zk_check_name("lock name", m->name);
+  if (rc) return rc;
+  if (!(m->be = calloc(1, sizeof(zk_lock)))) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  return 0;
+}
+
+static void zk_lock_free(dlock_mutex *m) {
+  if (!m->be) return;
+  dlock__zk_hold_clear(&ZL(m)->hold);
+  free(m->be);
+  m->be = NULL;
+}
+
+static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
+  (void)lease_ms; /* the session's timeout is the "lease" */
+  dlock__zk *z = ZZ(m->client);
+  zk_lock *l = ZL(m);
+  dlock__zk_hold_clear(&l->hold);
+  dlock_mono_ms start = dlock_mono_now();
+  int64_t wait = wait_ms;
+  if (wait_ms > 0 && deadline != INT64_MAX) {
+    wait = deadline - start;
+    if (wait < 1) wait = 1;
+  }
+  int rc = dlock__zk_acquire(z, m->name, m->owner_info, wait, dlock__mutex_cancel_flag(m), &l->hold);
+  if (rc) return rc;
+  out->fence = l->hold.fence;
+  out->lease_ms = dlock__zk_session_timeout_ms(z);
+  out->start = start;
+  out->valid_until = dlock__zk_valid_until(z);
+  return 0;
+}
+
+static void zk_wake(dlock_mutex *m) { dlock__zk_wake(ZZ(m->client)); }
+
+static void zk_undo(dlock_mutex *m) {
+  zk_lock *l = ZL(m);
+  if (l->hold.node_path) (void)dlock__zk_release(ZZ(m->client), &l->hold);
+  dlock__zk_hold_clear(&l->hold);
+}
+
+static int zk_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
+  (void)valid_until;
+  dlock__zk *z = ZZ(m->client);
+  zk_lock *l = ZL(m);
+  int rc;
+  if (!l->hold.node_path) {
+    rc = dlock__error(DLOCK_ENOTHELD, "no lock node is recorded for this hold");
+  } else if (l->hold.session != dlock__zk_session_id(z)) {
+    rc = dlock__error(DLOCK_ENOTHELD, "the ZooKeeper session that held %s has ended (%s); its lock node went "
+                      "with it", l->hold.node_path, dlock_lost_reason_str(lost != DLOCK_LOST_NONE ? lost
+                                                                           : DLOCK_LOST_EXPIRED));
+  } else {
+    rc = dlock__zk_release(z, &l->hold);
+    if (rc == DLOCK_ENOTHELD && lost != DLOCK_LOST_NONE)
+      dlock__error_prefix("the hold was lost before (%s): ", dlock_lost_reason_str(lost));
+    else if (rc == DLOCK_EUNKNOWN)
+      dlock__error_prefix("the lock node may still exist until the session ends (%d ms session timeout): ",
+                          dlock__zk_session_timeout_ms(z));
+  }
+  dlock__zk_hold_clear(&l->hold);
+  return rc;
+}
+
+static int zk_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
+                     dlock_lost_reason *lost) {
+  (void)token, (void)lease_ms, (void)sent, (void)lost; /* the core refuses before calling */
+  return dlock__error(DLOCK_EINVAL, "ZooKeeper holds live as long as the session; there is no lease to extend "
+                      "(%s)", m->client->server);
+}
+
+/* A hold is valid as long as its session, whose validity the zk module
+ * keeps moving while the connection lives, and its node exists. */
+static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms limit) {
+  dlock__zk *z = ZZ(c);
+  dlock_mono_ms now = dlock_mono_now();
+  dlock_lost_reason lost = dlock__zk_lost(z);
+  int64_t session = dlock__zk_session_id(z);
+  dlock_mono_ms valid_until = dlock__zk_valid_until(z);
+  /* While disconnected a read would wait for the reconnect and hold up the
+   * watchdog: the session's deadline, which no longer moves, decides. */
+  int uncertain = dlock__zk_uncertain(z);
+  for (size_t i = 0; i < n; i++) {
+    zk_lock *l = ZL(r[i].m);
+    r[i].sent = now;
+    if (lost != DLOCK_LOST_NONE) {
+      r[i].status = DLOCK_ELOST;
+      r[i].lost = lost;
+    } else if (l->hold.session != session) { /* a new session replaced the one that held it */
+      r[i].status = DLOCK_ELOST;
+      r[i].lost = DLOCK_LOST_EXPIRED;
+    } else {
+      /* One read per hold: the session keeps the node, but a force release
+       * (dlock release --force) deletes it, and the holder must learn. */
+      int held = !uncertain && dlock_mono_now() < limit ? dlock__zk_is_held(z, &l->hold) : 1;
+      if (held == 0) {
+        r[i].status = DLOCK_ELOST;
+        r[i].lost = DLOCK_LOST_DELETED;
+      } else if (held < 0) {
+        r[i].status = held; /* not known this time: the session's deadline stands */
+      } else {
+        r[i].status = 0;
+        r[i].valid_until = valid_until;
+      }
+    }
+  }
+}
+
+static int zk_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
+  (void)token;
+  dlock__zk *z = ZZ(m->client);
+  zk_lock *l = ZL(m);
+  if (ttl_ms) *ttl_ms = 0;
+  if (!l->hold.node_path || l->hold.session != dlock__zk_session_id(z)) return 0;
+  int rc = dlock__zk_is_held(z, &l->hold);
+  if (rc == 1 && ttl_ms) *ttl_ms = -1;
+  return rc;
+}
+
+/* ---- Admin ---- */
+
+static int zk_info(dlock_client *c, const char *name, dlock_lock_info *out) {
+  int rc = dlock__zk_check_name("lock name", name);
+  if (rc) return rc;
+  dlock__zk_info zi;
+  memset(&zi, 0, sizeof zi);
+  if ((rc = dlock__zk_info_get(ZZ(c), name, &zi))) return rc;
+  out->held = zi.held;
+  out->foreign = 0;
+  out->ttl_ms = zi.held ? -1 : 0;
+  out->fence = zi.fence;
+  out->since_unix_ms = zi.since_unix_ms;
+  out->waiters = zi.waiters;
+  snprintf(out->owner_info, sizeof out->owner_info, "%s", zi.owner_info);
+  return 0;
+}
+
+typedef struct list_ctx {
+  const char *pattern;
+  void (*fn)(const char *, void *);
+  void *arg;
+  int n;
+} list_ctx;
+
+static void list_one(const char *name, void *arg) {
+  list_ctx *x = arg;
+  if (x->pattern && fnmatch(x->pattern, name, 0) != 0) return;
+  x->n++;
+  x->fn(name, x->arg);
+}
+
+static int zk_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  list_ctx x = {pattern && *pattern ? pattern : NULL, fn, arg, 0};
+  int rc = dlock__zk_list(ZZ(c), list_one, &x);
+  return rc < 0 ? rc : x.n;
+}
+
+static int zk_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held) {
+  (void)flags; /* nothing but a lock node is ever deleted: "foreign" has no meaning here */
+  int rc = dlock__zk_check_name("lock name", name);
+  if (rc) return rc;
+  rc = dlock__zk_force_release(ZZ(c), name);
+  if (rc < 0) return rc;
+  if (was_held) *was_held = rc;
+  return 0;
+}
+
+static int zk_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
+  (void)highest; /* the module does not report the stored token: stays 0 */
+  int rc = dlock__zk_check_name("resource name", resource);
+  if (rc) return rc;
+  return dlock__zk_guard_check(ZZ(c), resource, token);
+}
+
+/* ---- Scheduler ---- */
+
+static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
+  zk_client *zc = ZC(c);
+  int rc = dlock__zk_check_name("job name", cl->job);
+  if (rc) return rc;
+  if (cl->delay_ms)
+    return dlock__error(DLOCK_EINVAL, "job '%s': fixed-delay jobs (dlock_sched_every_delay, 'dlock every "
+                        "--delay') are not offered by the ZooKeeper backend (%s); use a fixed rate or a cron "
+                        "expression", cl->job, c->server);
+  uint64_t fence = 0;
+  char by[128] = "";
+  rc = dlock__zk_sched_claim(zc->z, cl->job, cl->tick_ms, cl->token, cl->node, cl->ahead_ms, TICKS_KEPT, &fence,
+                             by, sizeof by);
+  if (rc < 0) return rc;
+  if (rc == 0) {
+    cl->outcome = DLOCK__CLAIM_TAKEN;
+    snprintf(cl->by, sizeof cl->by, "%s", by);
+    return 0;
+  }
+  cl->fence = fence;
+  cl->start_ms = (int64_t)time(NULL) * 1000; /* refined below */
+  struct timespec ts;
+  if (clock_gettime(CLOCK_REALTIME, &ts) == 0) cl->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  if (cl->allow_overlap) {
+    cl->outcome = DLOCK__CLAIM_YOURS;
+    return 0;
+  }
+  /* The job lock keeps runs of one job from overlapping: held by this
+   * session from the claim to the finish (or the session's end). */
+  zk_run *run = calloc(1, sizeof *run);
+  if (!run) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  rc = dlock__zk_job_lock_try(zc->z, cl->job, cl->node, &run->hold);
+  if (rc == DLOCK_EBUSY) {
+    free(run);
+    cl->outcome = DLOCK__CLAIM_BUSY;
+    snprintf(cl->by, sizeof cl->by, "%s", "a previous run");
+    return 0;
+  }
+  if (rc) {
+    free(run);
+    return rc; /* EUNKNOWN: a node that may exist ends with the session */
+  }
+  snprintf(run->token, sizeof run->token, "%s", cl->token);
+  pthread_mutex_lock(&zc->mu);
+  run->next = zc->runs;
+  zc->runs = run;
+  pthread_mutex_unlock(&zc->mu);
+  cl->outcome = DLOCK__CLAIM_YOURS;
+  return 0;
+}
+
+static zk_run *take_run(zk_client *zc, const char *token) {
+  pthread_mutex_lock(&zc->mu);
+  zk_run **p = &zc->runs;
+  while (*p && strcmp((*p)->token, token)) p = &(*p)->next;
+  zk_run *r = *p;
+  if (r) *p = r->next;
+  pthread_mutex_unlock(&zc->mu);
+  return r;
+}
+
+/* Release the job lock of the run 'token': 1 it was ours and is released, 0 not. */
+static int release_run(dlock_client *c, const char *token) {
+  zk_client *zc = ZC(c);
+  zk_run *r = take_run(zc, token);
+  if (!r) return 0;
+  int ours = r->hold.session == dlock__zk_session_id(zc->z) && dlock__zk_release(zc->z, &r->hold) == 0;
+  dlock__zk_hold_clear(&r->hold);
+  free(r);
+  return ours;
+}
+
+static int zk_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run_record *rec, int *lock_was_ours) {
+  *lock_was_ours = cl->allow_overlap ? 1 : release_run(c, cl->token);
+  return dlock__zk_sched_finish(ZZ(c), cl->job, rec, cl->history_len > 0 ? cl->history_len : 100);
+}
+
+static void zk_sched_undo(dlock_client *c, const dlock__claim *cl) { (void)release_run(c, cl->token); }
+
+static int zk_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  /* The seam hands over full records; the module steps by struct_size. */
+  for (int i = 0; i < max; i++) dlock_run_record_init(&out[i]);
+  return dlock__zk_sched_history(ZZ(c), job, out, max);
+}
+
+const dlock__backend_ops dlock__zk_ops = {
+  .name = "zookeeper",
+  .caps = DLOCK__CAP_SESSION | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD,
+  .url_is = dlock__zk_url_is,
+  .redact = dlock__zk_url_redact,
+  .open = zk_open,
+  .close = zk_close,
+  .ping = zk_ping,
+  .lock_new = zk_lock_new,
+  .lock_free = zk_lock_free,
+  .acquire = zk_acquire,
+  .wake = zk_wake,
+  .undo = zk_undo,
+  .release = zk_release,
+  .extend = zk_extend,
+  .renew = zk_renew,
+  .held = zk_held,
+  .info = zk_info,
+  .list = zk_list,
+  .force_release = zk_force_release,
+  .guard_check = zk_guard_check,
+  .sched_claim = zk_sched_claim,
+  .sched_finish = zk_sched_finish,
+  .sched_undo = zk_sched_undo,
+  .sched_history = zk_sched_history,
+};

@@ -1,0 +1,93 @@
+# test_zk.sh - the dlock command on ZooKeeper (zk://) against a real server
+# started by tests/zk_server_main.c: "dlock run" exclusion of 4 processes,
+# status, list, release --force (the holder notices), doctor. Skips (77)
+# when java or ZooKeeper is not installed.
+. "$DLOCK_TEST_LIB"
+: "${DLOCK_ZK_SERVER:?DLOCK_ZK_SERVER must point to the zk_server helper}"
+
+"$DLOCK_ZK_SERVER" "$TEST_DIR/zk.addr" >"$TEST_DIR/zk.log" 2>&1 &
+ZK_PID=$!
+bg_track $ZK_PID
+for i in $(seq 1 1200); do
+  [ -s "$TEST_DIR/zk.addr" ] && break
+  if ! kill -0 "$ZK_PID" 2>/dev/null; then
+    wait "$ZK_PID"
+    rc=$?
+    cat "$TEST_DIR/zk.log"
+    [ "$rc" = 77 ] && exit 77
+    echo "the ZooKeeper server did not start"
+    exit 1
+  fi
+  sleep 0.1
+done
+[ -s "$TEST_DIR/zk.addr" ] || { echo "the ZooKeeper server did not start in 120 s"; exit 1; }
+export DLOCK_URL="zk://$(cat "$TEST_DIR/zk.addr")/clitest"
+
+# ---- mutual exclusion ----
+
+incr='n=$(cat "$1"); sleep 0.05; echo $((n + 1)) >"$1"'
+echo 0 >"$TEST_DIR/unguarded"
+pids=""
+for i in 1 2 3 4; do
+  sh -c "for k in 1 2 3; do $incr; done" sh "$TEST_DIR/unguarded" &
+  pids="$pids $!"
+done
+wait $pids
+if [ "$(cat "$TEST_DIR/unguarded")" -lt 12 ]; then
+  pass "control: without a lock the counter loses updates ($(cat "$TEST_DIR/unguarded")/12)"
+else
+  fail "control: without a lock the counter loses updates" "got 12/12: the race did not show"
+fi
+
+echo 0 >"$TEST_DIR/counter"
+pids=""
+for i in 1 2 3 4; do
+  "$DLOCK" run --wait 120s counter -- sh -c "for k in \$(seq 1 15); do $incr; done" sh "$TEST_DIR/counter" &
+  pids="$pids $!"
+  bg_track $!
+done
+codes=""
+for p in $pids; do
+  wait_exit "$p" 180
+  codes="$codes$EXIT_CODE "
+done
+assert_eq "4 concurrent 'dlock run' on zk:// all exit 0" "$codes" "0 0 0 0 "
+assert_eq "4 x 15 locked read-sleep-write increments end exact" "$(cat "$TEST_DIR/counter")" 60
+assert_match "the fence reaches the command" "$("$DLOCK" run fenced -- sh -c 'echo $DLOCK_FENCE')" '^[1-9][0-9]*$'
+
+# ---- status, list, release --force ----
+
+out=$("$DLOCK" status counter)
+assert_match "status of a free lock says free" "$out" "state: +free"
+"$DLOCK" run jobs/report -- sleep 60 &
+H1=$!
+bg_track $H1
+check "the holder took its lock" wait_for 20 sh -c "[ \"\$('$DLOCK' list)\" = jobs/report ]"
+out=$("$DLOCK" status jobs/report)
+assert_match "status: held" "$out" "state: +held"
+assert_match "status: the fence" "$out" "fence: +[1-9][0-9]*"
+assert_match "status: holder pid" "$out" "holder: +pid $H1 "
+"$DLOCK" run --wait 0 jobs/report -- true 2>/dev/null
+assert_eq "a second run is busy (75)" "$?" 75
+out=$("$DLOCK" release --force jobs/report)
+assert_eq "release --force of a held lock" "$?:$out" "0:released 'jobs/report'"
+wait_exit "$H1" 30
+assert_eq "its holder notices and exits 79" "$EXIT_CODE" 79
+out=$("$DLOCK" release --force jobs/report)
+assert_eq "release --force of a free lock says so" "$?:$out" "0:'jobs/report' was not held"
+assert_eq "list is empty again" "$("$DLOCK" list)" ""
+
+# ---- doctor, bad URLs ----
+
+"$DLOCK" doctor >"$TEST_DIR/out" 2>&1
+assert_eq "doctor on a live server exits 0" "$?" 0
+port=$(free_port)
+"$DLOCK" doctor --url "zk://127.0.0.1:$port/x?connect_timeout=1s" >"$TEST_DIR/out" 2>&1
+rc=$?
+check "doctor on an unreachable ensemble fails ($rc)" test "$rc" -ne 0
+assert_match "it names the server" "$(cat "$TEST_DIR/out")" "127.0.0.1:$port"
+"$DLOCK" run --url "zk://127.0.0.1:$port/a//b" x -- true 2>"$TEST_DIR/err"
+check "a bad namespace fails" test "$?" -ne 0
+assert_match "it names the path" "$(cat "$TEST_DIR/err")" "/a//b"
+
+finish

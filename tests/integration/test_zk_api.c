@@ -1,0 +1,533 @@
+/*
+ * test_zk_api.c - the ZooKeeper backend through the PUBLIC API (dlock.h
+ * only): zk:// clients, dlock_mutex_*, admin calls, the guard and the
+ * scheduler, against real ZooKeeper servers (tests/harness_zk.*) and Apache
+ * Curator's InterProcessMutex. Label "zk": plain and ASan builds.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "harness_zk.h"
+#include "test.h"
+
+#ifndef CURATOR_SRC
+#error "CURATOR_SRC (the path of tests/interop/CuratorLock.java) must be defined"
+#endif
+
+static th_zk srv;
+static int srv_up;
+static char skip_why[256];
+
+void test_setup(void) {
+  if (!th_zk_available(skip_why, sizeof skip_why)) return;
+  if (th_zk_start(&srv, 200) == 0)
+    srv_up = 1;
+  else
+    snprintf(skip_why, sizeof skip_why, "the ZooKeeper server did not start (see above)");
+}
+
+void test_teardown(void) {
+  if (srv_up) th_zk_stop(&srv);
+}
+
+#define NEED_SERVER()                       \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
+  } while (0)
+
+static dlock_client *client_at(const char *hostport, const char *ns, const char *params) {
+  char url[512];
+  snprintf(url, sizeof url, "zk://%s%s%s%s", hostport, ns, params ? "?" : "", params ? params : "");
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client %s: %s", url, dlock_last_error());
+  return c;
+}
+
+static dlock_client *client(const char *ns) { return client_at(srv.hostport, ns, NULL); }
+
+static dlock_mutex *mutex(dlock_client *c, const char *name) {
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, name, NULL) != 0) TEST_FAIL("mutex %s: %s", name, dlock_last_error());
+  return m;
+}
+
+TEST(acquire_release_fence_reentrancy_and_busy_through_the_api) {
+  NEED_SERVER();
+  dlock_client *a = client("/api1"), *b = client("/api1");
+  ASSERT_STR_EQ(dlock_client_backend(a), "zookeeper");
+  dlock_mutex *ma = mutex(a, "orders/42"), *mb = mutex(b, "orders/42");
+  uint64_t last = 0;
+  for (int i = 0; i < 3; i++) {
+    ASSERT_OK(dlock_mutex_acquire(ma, 0));
+    uint64_t f = dlock_mutex_fence(ma);
+    ASSERT(f > last);
+    last = f;
+    ASSERT(dlock_mutex_valid_until(ma) > dlock_mono_now());
+    ASSERT_EQ(dlock_mutex_is_held(ma), 1);
+    ASSERT_OK(dlock_mutex_acquire(ma, 0)); /* reentrant */
+    ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+    ASSERT_OK(dlock_mutex_release(ma));
+    ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY); /* still held once */
+    ASSERT_OK(dlock_mutex_release(ma));
+    ASSERT_EQ(dlock_mutex_is_held(ma), 0);
+  }
+  /* The other client's fence rises above too. */
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT(dlock_mutex_fence(mb) > last);
+  /* No lease to extend: the session holds it. */
+  ASSERT_STATUS(dlock_mutex_extend(mb, 5000), DLOCK_EINVAL);
+  ASSERT_CONTAINS(dlock_last_error(), "session");
+  ASSERT_OK(dlock_mutex_release(mb));
+  ASSERT_STATUS(dlock_mutex_release(mb), DLOCK_ENOTHELD);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+typedef struct order_log {
+  pthread_mutex_t mu;
+  char seq[8];
+  int n;
+} order_log;
+
+typedef struct waiter {
+  dlock_mutex *m;
+  order_log *log;
+  char id;
+  int rc;
+} waiter;
+
+static void *wait_then_log(void *arg) {
+  waiter *w = arg;
+  w->rc = dlock_mutex_acquire(w->m, 30000L * th_time_factor());
+  if (w->rc == 0) {
+    pthread_mutex_lock(&w->log->mu);
+    w->log->seq[w->log->n++] = w->id;
+    pthread_mutex_unlock(&w->log->mu);
+    th_sleep_ms(100);
+    dlock_mutex_release(w->m);
+  }
+  return NULL;
+}
+
+static int64_t waiters_of(dlock_client *c, const char *name) {
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  if (dlock_lock_info_get(c, name, &info) != 0) return -1;
+  return info.waiters;
+}
+
+TEST(waiters_are_woken_by_the_release_in_fifo_order) {
+  NEED_SERVER();
+  dlock_client *c0 = client("/api2"), *c1 = client("/api2"), *c2 = client("/api2");
+  dlock_mutex *m0 = mutex(c0, "q"), *m1 = mutex(c1, "q"), *m2 = mutex(c2, "q");
+  ASSERT_OK(dlock_mutex_acquire(m0, 0));
+  order_log log = {PTHREAD_MUTEX_INITIALIZER, "", 0};
+  waiter w1 = {m1, &log, '1', -1}, w2 = {m2, &log, '2', -1};
+  pthread_t t1, t2;
+  pthread_create(&t1, NULL, wait_then_log, &w1);
+  for (int i = 0; i < 200 && waiters_of(c0, "q") < 1; i++) th_sleep_ms(25);
+  ASSERT_EQ(waiters_of(c0, "q"), 1);
+  pthread_create(&t2, NULL, wait_then_log, &w2);
+  for (int i = 0; i < 200 && waiters_of(c0, "q") < 2; i++) th_sleep_ms(25);
+  ASSERT_EQ(waiters_of(c0, "q"), 2);
+  th_sleep_ms(300);
+  ASSERT_EQ(log.n, 0); /* nobody got in while held */
+  long long t0 = th_now_ms();
+  ASSERT_OK(dlock_mutex_release(m0));
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  ASSERT_OK(w1.rc);
+  ASSERT_OK(w2.rc);
+  ASSERT_EQ(log.n, 2);
+  ASSERT(log.seq[0] == '1' && log.seq[1] == '2');
+  ASSERT(th_now_ms() - t0 < 5000L * th_time_factor()); /* woken, not polled out */
+  dlock_mutex_free(m0);
+  dlock_mutex_free(m1);
+  dlock_mutex_free(m2);
+  dlock_client_free(c0);
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+}
+
+typedef struct acq_arg {
+  dlock_mutex *m;
+  int64_t wait_ms;
+  int rc;
+} acq_arg;
+
+static void *acquire_thread(void *arg) {
+  acq_arg *a = arg;
+  a->rc = dlock_mutex_acquire(a->m, a->wait_ms);
+  return NULL;
+}
+
+TEST(a_waiting_acquire_is_canceled_and_leaves_no_node) {
+  NEED_SERVER();
+  dlock_client *a = client("/api3"), *b = client("/api3");
+  dlock_mutex *ma = mutex(a, "c"), *mb = mutex(b, "c");
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  acq_arg arg = {mb, DLOCK_WAIT_FOREVER, -1};
+  pthread_t t;
+  pthread_create(&t, NULL, acquire_thread, &arg);
+  for (int i = 0; i < 200 && waiters_of(a, "c") < 1; i++) th_sleep_ms(25);
+  ASSERT_EQ(waiters_of(a, "c"), 1);
+  long long t0 = th_now_ms();
+  dlock_mutex_cancel(mb);
+  pthread_join(t, NULL);
+  ASSERT_STATUS(arg.rc, DLOCK_ECANCELED);
+  ASSERT(th_now_ms() - t0 < 5000L * th_time_factor());
+  ASSERT_EQ(waiters_of(a, "c"), 0);
+  /* A timed wait ends busy, also leaving nothing. */
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 300), DLOCK_EBUSY);
+  ASSERT_EQ(waiters_of(a, "c"), 0);
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* A child that holds "k9" through the public API until killed. */
+static int hold_forever(void *arg) {
+  int fd = *(int *)arg;
+  dlock_client *c = client_at(srv.hostport, "/api4", "session_timeout=2s");
+  dlock_mutex *m = mutex(c, "k9");
+  if (dlock_mutex_acquire(m, 0) != 0) return 3;
+  if (write(fd, "A", 1) != 1) return 4;
+  for (;;) pause();
+}
+
+TEST(a_holder_killed_with_sigkill_frees_the_lock_at_its_session_end) {
+  NEED_SERVER();
+  int p[2];
+  ASSERT_OK(pipe(p));
+  pid_t pid = th_spawn(hold_forever, &p[1]);
+  ASSERT(pid > 0);
+  struct pollfd pf = {p[0], POLLIN, 0};
+  char ch = 0;
+  if (poll(&pf, 1, (int)(30000L * th_time_factor())) != 1 || read(p[0], &ch, 1) != 1 || ch != 'A') {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    TEST_FAIL("the child did not acquire");
+  }
+  dlock_client *c = client("/api4");
+  dlock_mutex *m = mutex(c, "k9");
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EBUSY);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  long long t0 = th_now_ms();
+  ASSERT_OK(dlock_mutex_acquire(m, 30000L * th_time_factor()));
+  long long took = th_now_ms() - t0;
+  ASSERT(took < 15000L * th_time_factor()); /* the 2 s session, plus the server's expiry tick */
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  close(p[0]);
+  close(p[1]);
+}
+
+typedef struct lost_note {
+  atomic_int calls;
+  atomic_int reason;
+  atomic_llong at;
+} lost_note;
+
+static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, void *arg) {
+  (void)m, (void)name;
+  lost_note *n = arg;
+  atomic_store(&n->reason, (int)reason);
+  atomic_store(&n->at, (long long)dlock_mono_now());
+  atomic_fetch_add(&n->calls, 1);
+}
+
+TEST(a_frozen_server_makes_the_hold_lost_by_its_valid_until) {
+  char why[256];
+  if (!th_zk_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_zk own;
+  if (th_zk_start(&own, 200) != 0) TEST_FAIL("a second ZooKeeper server did not start");
+  dlock_client *c = client_at(own.hostport, "/api5", "session_timeout=2s");
+  lost_note note = {0, 0, 0};
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.on_lost = on_lost;
+  mo.on_lost_arg = &note;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "frozen", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int fd = dlock_mutex_lost_fd(m);
+  ASSERT(fd >= 0);
+  th_sleep_ms(1000); /* a few pings: valid_until moves with the session */
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  th_zk_freeze(&own);
+  dlock_mono_ms before = dlock_mutex_valid_until(m);
+  struct pollfd pf = {fd, POLLIN, 0};
+  int ready = poll(&pf, 1, (int)(10000L * th_time_factor()));
+  dlock_mono_ms seen = dlock_mono_now();
+  dlock_mono_ms vu = dlock_mutex_valid_until(m);
+  th_zk_thaw(&own);
+  ASSERT_EQ(ready, 1);
+  ASSERT(dlock_mutex_lost(m) != DLOCK_LOST_NONE);
+  /* By the deadline: the last valid_until before the freeze, plus what an
+   * answer in flight may have added, plus the watchdog's reaction. */
+  ASSERT(vu <= before + 1000);
+  ASSERT(seen <= vu + 500L * th_time_factor());
+  for (int i = 0; i < 200 && atomic_load(&note.calls) == 0; i++) th_sleep_ms(10);
+  ASSERT_EQ(atomic_load(&note.calls), 1);
+  ASSERT_EQ(atomic_load(&note.reason), (int)dlock_mutex_lost(m));
+  ASSERT(atomic_load(&note.at) <= vu + 500L * th_time_factor());
+  dlock_mutex_release(m); /* whatever it says: lost */
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_zk_stop(&own);
+}
+
+/* ---- Scheduler ---- */
+
+#define MAX_TICKS 64
+
+typedef struct tick_log {
+  pthread_mutex_t mu;
+  int64_t tick[MAX_TICKS];
+  int runs[MAX_TICKS];
+  int n;
+  int errors;
+  char last_error[512];
+} tick_log;
+
+static int note_tick(const dlock_tick *t, void *arg) {
+  tick_log *l = arg;
+  pthread_mutex_lock(&l->mu);
+  int i = 0;
+  while (i < l->n && l->tick[i] != t->scheduled_unix_ms) i++;
+  if (i == l->n && l->n < MAX_TICKS) l->tick[l->n++] = t->scheduled_unix_ms;
+  if (i < MAX_TICKS) l->runs[i]++;
+  pthread_mutex_unlock(&l->mu);
+  return 0;
+}
+
+static void note_event(const dlock_sched_event *ev, void *arg) {
+  tick_log *l = arg;
+  if (ev->kind != DLOCK_SCHED_ERROR) return;
+  pthread_mutex_lock(&l->mu);
+  l->errors++;
+  snprintf(l->last_error, sizeof l->last_error, "%s", ev->message ? ev->message : "");
+  pthread_mutex_unlock(&l->mu);
+}
+
+TEST(a_tick_is_claimed_once_across_two_schedulers) {
+  NEED_SERVER();
+  dlock_client *c1 = client("/api6"), *c2 = client("/api6");
+  tick_log log;
+  memset(&log, 0, sizeof log);
+  pthread_mutex_init(&log.mu, NULL);
+  dlock_sched *s[2];
+  dlock_client *cs[2] = {c1, c2};
+  for (int i = 0; i < 2; i++) {
+    dlock_sched_options so;
+    dlock_sched_options_init(&so);
+    so.node_name = i ? "node-b" : "node-a";
+    so.on_event = note_event;
+    so.on_event_arg = &log;
+    ASSERT_OK(dlock_sched_new(&s[i], cs[i], &so));
+    ASSERT_OK(dlock_sched_add_fixed_rate(s[i], "reports/daily", 300, NULL, note_tick, &log));
+  }
+  ASSERT_OK(dlock_sched_start(s[0]));
+  ASSERT_OK(dlock_sched_start(s[1]));
+  th_sleep_ms(3000);
+  dlock_sched_stop(s[0], 10000);
+  dlock_sched_stop(s[1], 10000);
+  dlock_sched_free(s[0]);
+  dlock_sched_free(s[1]);
+  pthread_mutex_lock(&log.mu);
+  if (log.errors) TEST_FAIL("scheduler error: %s", log.last_error);
+  ASSERT(log.n >= 3);
+  for (int i = 0; i < log.n; i++) ASSERT_EQ(log.runs[i], 1);
+  pthread_mutex_unlock(&log.mu);
+  dlock_run_record rec[4];
+  for (int i = 0; i < 4; i++) dlock_run_record_init(&rec[i]);
+  int n = dlock_sched_history(c1, "reports/daily", rec, 4);
+  if (n < 1) TEST_FAIL("history: %d: %s", n, dlock_last_error());
+  ASSERT(rec[0].fence > 0);
+  ASSERT_STR_EQ(rec[0].outcome, "ok");
+  /* Fixed delay is not offered: a clear error event. */
+  dlock_sched *sd = NULL;
+  dlock_sched_options so;
+  dlock_sched_options_init(&so);
+  so.on_event = note_event;
+  so.on_event_arg = &log;
+  ASSERT_OK(dlock_sched_new(&sd, c1, &so));
+  ASSERT_OK(dlock_sched_add_fixed_delay(sd, "delayed", 200, NULL, note_tick, &log));
+  ASSERT_OK(dlock_sched_start(sd));
+  for (int i = 0; i < 200 && !log.errors; i++) th_sleep_ms(25);
+  dlock_sched_stop(sd, 10000);
+  dlock_sched_free(sd);
+  ASSERT(log.errors > 0);
+  ASSERT_CONTAINS(log.last_error, "fixed-delay");
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+}
+
+TEST(the_guard_rejects_a_stale_token) {
+  NEED_SERVER();
+  dlock_client *c = client("/api7");
+  dlock_mutex *m = mutex(c, "g");
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t f1 = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t f2 = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT(f2 > f1);
+  ASSERT_OK(dlock_guard_check(c, "db/table", f2));
+  ASSERT_OK(dlock_guard_check(c, "db/table", f2)); /* the same holder again */
+  ASSERT_STATUS(dlock_guard_check(c, "db/table", f1), DLOCK_ESTALE);
+  ASSERT_CONTAINS(dlock_last_error(), "db/table");
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+static void collect(const char *name, void *arg) {
+  char *out = arg;
+  strncat(out, name, 255 - strlen(out));
+  strncat(out, ";", 255 - strlen(out));
+}
+
+TEST(status_list_and_force_release) {
+  NEED_SERVER();
+  dlock_client *a = client("/api8"), *b = client("/api8");
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.owner_info = "worker 7";
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, a, "jobs/x", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "jobs/x", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.fence, dlock_mutex_fence(m));
+  ASSERT_EQ(info.ttl_ms, -1);
+  ASSERT_STR_EQ(info.owner_info, "worker 7");
+  ASSERT(info.since_unix_ms > 0);
+  char names[256] = "";
+  ASSERT_EQ(dlock_lock_list(b, NULL, collect, names), 1);
+  ASSERT_STR_EQ(names, "jobs/x;");
+  names[0] = '\0';
+  ASSERT_EQ(dlock_lock_list(b, "other*", collect, names), 0);
+  int was = -1;
+  ASSERT_OK(dlock_lock_force_release(b, "jobs/x", &was));
+  ASSERT_EQ(was, 1);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "jobs/x", &info));
+  ASSERT_EQ(info.held, 0);
+  ASSERT_EQ(dlock_mutex_is_held(m), 0);
+  ASSERT_OK(dlock_lock_force_release(b, "jobs/x", &was));
+  ASSERT_EQ(was, 0);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TEST(bad_input_is_a_clear_error_naming_server_and_path) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  dlock_client *c = NULL;
+  char url[256];
+  /* Unreachable. */
+  int port = th_free_port();
+  snprintf(url, sizeof url, "zk://127.0.0.1:%d/ns?connect_timeout=1s", port);
+  o.url = url;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_ECONNECT);
+  char p[32];
+  snprintf(p, sizeof p, "127.0.0.1:%d", port);
+  ASSERT_CONTAINS(dlock_last_error(), p);
+  /* A bad namespace path. */
+  snprintf(url, sizeof url, "zk://127.0.0.1:%d/a//b", port);
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EURL);
+  ASSERT_CONTAINS(dlock_last_error(), "/a//b");
+  /* A key prefix: the namespace is the URL's path. */
+  snprintf(url, sizeof url, "zk://127.0.0.1:%d/ns", port);
+  o.key_prefix = "app";
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EINVAL);
+  ASSERT_CONTAINS(dlock_last_error(), "namespace");
+  o.key_prefix = NULL;
+  /* Not ZooKeeper: a Redis server. */
+  th_redis r;
+  if (th_redis_start(&r, NULL) == 0) {
+    snprintf(url, sizeof url, "zk://127.0.0.1:%d/x?connect_timeout=1500ms", r.port);
+    int rc = dlock_client_new(&c, &o);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dlock_last_error());
+    th_redis_stop(&r);
+    ASSERT_STATUS(rc, DLOCK_ECONNECT);
+    snprintf(p, sizeof p, "127.0.0.1:%d", r.port);
+    ASSERT_CONTAINS(msg, p);
+  }
+  /* A bad lock name. */
+  if (srv_up) {
+    dlock_client *ok = client("/api9");
+    dlock_mutex *m = NULL;
+    ASSERT_STATUS(dlock_mutex_new(&m, ok, "a/../b", NULL), DLOCK_ENAME);
+    ASSERT_CONTAINS(dlock_last_error(), "a/../b");
+    ASSERT_STATUS(dlock_mutex_new(&m, ok, "_dlock_guard/x", NULL), DLOCK_ENAME);
+    dlock_client_free(ok);
+  }
+}
+
+/* ---- Curator interop through the public API ---- */
+
+static char curator_why[256];
+static int curator_ok = -1;
+
+TEST(curator_and_the_public_api_exclude_each_other) {
+  NEED_SERVER();
+  if (curator_ok < 0) curator_ok = th_curator_build(CURATOR_SRC, curator_why, sizeof curator_why) == 0;
+  if (!curator_ok) TEST_SKIP("%s", curator_why);
+  int fd;
+  pid_t pid = th_curator_spawn(&fd, srv.hostport, "/api10/shared", "hold", "3");
+  ASSERT(pid > 0);
+  char line[256] = "";
+  if (th_read_line(fd, line, sizeof line, 30000L * th_time_factor()) != 0 || strncmp(line, "ACQUIRED", 8)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    TEST_FAIL("Curator did not acquire: '%s'", line);
+  }
+  dlock_client *c = client("/api10");
+  dlock_mutex *m = mutex(c, "shared");
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EBUSY);
+  ASSERT_OK(dlock_mutex_acquire(m, 30000L * th_time_factor()));
+  ASSERT_EQ(th_read_line(fd, line, sizeof line, 5000), 0);
+  ASSERT_STR_EQ(line, "RELEASED");
+  close(fd);
+  int st = th_wait(pid, 30000L * th_time_factor());
+  ASSERT(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char out[256];
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/api10/shared", "try", "300"),
+            3);
+  ASSERT_STR_EQ(out, "BUSY");
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/api10/shared", "try", "300"),
+            0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST_MAIN()
