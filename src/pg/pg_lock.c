@@ -54,11 +54,10 @@ int dlock__pg_init(dlock__pg *pg) {
   int sent = 0;
   rc = dlock__pg_exec_on(pg, conn, pg->sql[DLOCK__PG_SQL_INIT], -1, NULL, deadline, &r, &sent);
   PQclear(r);
-  if (rc != 0 && PQtransactionStatus(conn) != PQTRANS_IDLE) {
-    PGresult *rb = PQexec(conn, "ROLLBACK");
-    PQclear(rb);
-  }
-  dlock__pg_put(pg, conn, rc != 0 && PQstatus(conn) != CONNECTION_OK);
+  /* A failed init drops its connection: after a timeout the statement is
+   * still running there, and PQexec("ROLLBACK") would first wait, without
+   * any timeout, for it to end. Closing the connection rolls it back. */
+  dlock__pg_put(pg, conn, rc != 0);
   if (rc == DLOCK_ENOPERM || rc == DLOCK_EREADONLY) {
     char prev[600];
     snprintf(prev, sizeof prev, "%s", dlock_last_error());

@@ -1,9 +1,10 @@
 /*
  * review_pg.c - the adversarial review of the PostgreSQL backend (src/pg/):
- * one test per finding, each expected to FAIL on the code as reviewed
- * (branch review-pg). Registered as ctest "review/review_pg" with the label
- * "review"; it skips (77) unless DLOCK_REVIEW=1, so the default run stays
- * green: `DLOCK_REVIEW=1 ctest -L review --output-on-failure`.
+ * one test per finding, each FAILED on the code as reviewed (branch
+ * review-pg). Registered as ctest "review/review_pg" with the label "review".
+ * The findings fixed since run by default (NEED_PG / no gate); those still
+ * open skip unless DLOCK_REVIEW=1 (OPEN_PG / OPEN_REVIEW), so the default run
+ * stays green: `DLOCK_REVIEW=1 ctest -L review --output-on-failure`.
  * Real PostgreSQL through harness_pg.h, public API only (dlock.h).
  */
 #include <pthread.h>
@@ -25,12 +26,12 @@ static th_pg srv;
 static int srv_up;
 static char skip_why[256];
 
-void test_setup(void) {
+static int review_on(void) {
   const char *on = getenv("DLOCK_REVIEW");
-  if (!on || strcmp(on, "1") != 0) {
-    snprintf(skip_why, sizeof skip_why, "review findings: run with DLOCK_REVIEW=1");
-    return;
-  }
+  return on && strcmp(on, "1") == 0;
+}
+
+void test_setup(void) {
   if (!th_pg_available(skip_why, sizeof skip_why)) return;
   if (th_pg_start(&srv, NULL) != 0) {
     snprintf(skip_why, sizeof skip_why, "the PostgreSQL server did not start");
@@ -43,12 +44,14 @@ void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
 }
 
+/* A fixed finding: runs by default. */
 #define NEED_PG() \
   do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
-/* The tests that need no server: gated the same way. */
-#define NEED_REVIEW() \
-  do { const char *on_ = getenv("DLOCK_REVIEW"); \
-       if (!on_ || strcmp(on_, "1") != 0) TEST_SKIP("review findings: run with DLOCK_REVIEW=1"); } while (0)
+/* A finding still open: runs only with DLOCK_REVIEW=1. */
+#define OPEN_REVIEW() \
+  do { if (!review_on()) TEST_SKIP("open review finding: run with DLOCK_REVIEW=1"); } while (0)
+#define OPEN_PG() \
+  do { OPEN_REVIEW(); NEED_PG(); } while (0)
 
 static long tf(void) { return th_time_factor(); }
 
@@ -103,7 +106,7 @@ TEST(review_init_gives_up_at_its_timeout_while_another_init_holds_the_lock) {
  * is looked up truncated and the doctor says it "does not exist yet" right
  * after dlock_client_setup() created it. */
 TEST(review_doctor_finds_a_schema_of_40_bytes) {
-  NEED_PG();
+  OPEN_PG();
   const char *schema = "rv_doctor_schema_name_of_forty_bytes_xx"; /* 39 */
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=%s", srv.url, schema);
@@ -132,7 +135,7 @@ TEST(review_doctor_finds_a_schema_of_40_bytes) {
  * splits the query at that '?', so ?dlock_schema= reaches libpq, whose
  * rejection prints the unmasked URL. */
 TEST(review_redact_hides_a_password_that_contains_a_question_mark) {
-  NEED_REVIEW();
+  OPEN_REVIEW();
   char buf[512];
   dlock_url_redact("postgresql://app:se?cret@db.example:5432/shop", buf, sizeof buf);
   printf("  redacted: %s\n", buf);
@@ -140,7 +143,7 @@ TEST(review_redact_hides_a_password_that_contains_a_question_mark) {
 }
 
 TEST(review_a_question_mark_in_the_password_neither_leaks_nor_breaks_dlock_schema) {
-  NEED_PG();
+  OPEN_PG();
   char url[900];
   /* Trust authentication: the password is not checked, only carried. */
   snprintf(url, sizeof url, "postgresql://postgres:se?cret@127.0.0.1:%d/postgres?dlock_schema=rv_q", srv.port);
@@ -160,7 +163,7 @@ TEST(review_a_question_mark_in_the_password_neither_leaks_nor_breaks_dlock_schem
  * EVERY database in pg_locks (advisory locks are per database): a lock of
  * the same name held through another database shows as held here. */
 TEST(review_advisory_info_ignores_locks_of_another_database) {
-  NEED_PG();
+  OPEN_PG();
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "CREATE DATABASE rv_other"), 0);
   char url_other[900], url_here[900];
@@ -191,7 +194,7 @@ TEST(review_advisory_info_ignores_locks_of_another_database) {
  * or direct connection only", but nothing detects it (the LISTEN probe only
  * runs for waits, and only warns). Two clients, one lock, both must not hold. */
 TEST(review_advisory_mode_through_transaction_pgbouncer_admits_one_holder) {
-  NEED_PG();
+  OPEN_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_pgbouncer bt;
@@ -233,7 +236,7 @@ TEST(review_advisory_mode_through_transaction_pgbouncer_admits_one_holder) {
  * SQLSTATE 22021 and reported as DLOCK_ESERVER "see the server's log",
  * not as a bad name (DLOCK_ENAME) saying what to do. */
 TEST(review_a_name_that_is_not_utf8_is_a_clear_name_error) {
-  NEED_PG();
+  OPEN_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_utf8", srv.url);
   dlock_client *c = client_url(url, 0);
@@ -258,7 +261,7 @@ TEST(review_a_name_that_is_not_utf8_is_a_clear_name_error) {
  * (the drift margin: lease/100 + 2 ms), releases with 0, as if it had been
  * held throughout. 10 s lease: a 102 ms window. */
 TEST(review_release_of_a_hold_lost_at_its_deadline_answers_not_held) {
-  NEED_PG();
+  OPEN_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_lost", srv.url);
   dlock_client *c = client_url(url, 0);
@@ -286,7 +289,7 @@ TEST(review_release_of_a_hold_lost_at_its_deadline_answers_not_held) {
  * released the lock. Set-up: a role with CONNECTION LIMIT 0 set after its one
  * pooled connection opened, and pgproxy losing the release's reply. */
 TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
-  NEED_PG();
+  OPEN_PG();
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "CREATE ROLE rv_rel LOGIN; GRANT CREATE ON DATABASE postgres TO rv_rel"), 0);
@@ -329,7 +332,7 @@ TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
 /* Finding 3b: sslpassword (the client key's passphrase, libpq 13+) is a
  * secret too; mask_url only masks a keyword spelled exactly "password". */
 TEST(review_redact_hides_sslpassword) {
-  NEED_REVIEW();
+  OPEN_REVIEW();
   char buf[512];
   dlock_url_redact("host=db.example dbname=shop sslpassword=topsecret", buf, sizeof buf);
   printf("  redacted: %s\n", buf);
@@ -357,7 +360,7 @@ static void *wait_forever(void *arg) {
  * flag; other waiters of the client block on ln_mu meanwhile. A cancel
  * 300 ms into the first wait takes about 1.7 s. */
 TEST(review_cancel_of_a_first_wait_through_transaction_pgbouncer_is_prompt) {
-  NEED_PG();
+  OPEN_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_pgbouncer bt;
@@ -426,7 +429,7 @@ static int noop_job(const dlock_tick *t, void *arg) {
 }
 
 TEST(review_a_skipped_tick_names_the_node_that_claimed_it) {
-  NEED_PG();
+  OPEN_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_sched", srv.url);
   dlock_client *cs[2] = {client_url(url, 0), client_url(url, 0)};
@@ -464,7 +467,7 @@ TEST(review_a_skipped_tick_names_the_node_that_claimed_it) {
  * frees. Here 3 sessions sleep 12 s on the pooler's other 3 connections
  * (default_pool_size = 4 in the harness). */
 TEST(review_a_wait_through_a_busy_session_pgbouncer_ends_at_its_deadline) {
-  NEED_PG();
+  OPEN_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   char url[900];
@@ -524,7 +527,7 @@ TEST(review_a_wait_through_a_busy_session_pgbouncer_ends_at_its_deadline) {
  * The same fence twice means the guard (which admits an equal fence) lets
  * both holders write. wal_writer_delay = 10 s keeps the WAL unflushed. */
 TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
-  NEED_PG();
+  OPEN_PG();
   th_pg s2;
   if (th_pg_start(&s2, "synchronous_commit=off wal_writer_delay=10000") != 0)
     TEST_FAIL("the second server did not start");
@@ -575,7 +578,7 @@ TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
  * connection is dropped). Set-up: a role with statement_timeout = 300 ms and
  * another session holding the lock's row (SELECT ... FOR UPDATE) for 3 s. */
 TEST(review_a_release_cut_by_statement_timeout_is_exact) {
-  NEED_PG();
+  OPEN_PG();
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "CREATE ROLE rv_st LOGIN; GRANT CREATE ON DATABASE postgres TO rv_st; "
