@@ -240,17 +240,19 @@ static int pg_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
 }
 
 static int pg_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
-  (void)lost;
   dlock__pg *pg = pgc(m->client);
   pg_lock *l = pgl(m);
   pthread_mutex_lock(&l->mu);
   int rc;
   if (dlock__pg_is_advisory(pg)) {
+    l->hold.lost = (int)lost;
     rc = dlock__pg_release(pg, &l->hold); /* ends the hold's session either way */
+    l->hold.lost = DLOCK_LOST_NONE;
   } else {
     dlock__pg_hold h = l->hold;
     pthread_mutex_unlock(&l->mu);
     h.valid_until = valid_until;
+    h.lost = (int)lost;
     return dlock__pg_release(pg, &h);
   }
   pthread_mutex_unlock(&l->mu);

@@ -46,6 +46,7 @@ typedef struct dlock__pg_hold {
   dlock_mono_ms valid_until; /* local deadline; INT64_MAX in advisory mode */
   void *session;           /* advisory mode: the connection that holds it */
   int resent;              /* out: the last statement was sent twice */
+  int lost;                /* in (release): the core saw the hold lost (dlock_lost_reason) */
 } dlock__pg_hold;
 
 /* 1 when 'url' names PostgreSQL: postgres:// or postgresql://, or a libpq

@@ -233,10 +233,15 @@ static const char *advice(int status) {
 /* Set by the last failed statement of this thread: dlock's tables (or
  * functions) do not exist. */
 static _Thread_local int missing_tables;
+/* Set by the last failed statement of this thread: the server answered it
+ * with an error (a SQLSTATE, the session still up), so it was rolled back:
+ * e.g. statement_timeout (57014) or lock_timeout (55P03) is exact. */
+static _Thread_local int server_refused;
 
 int dlock__pg_result_error(dlock__pg *pg, const PGresult *res, PGconn *conn) {
   const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
   missing_tables = missing_object(st);
+  server_refused = st != NULL && conn && PQstatus(conn) == CONNECTION_OK;
   char msg[400];
   snprintf(msg, sizeof msg, "%s", res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
   trim(msg);
@@ -415,6 +420,7 @@ int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const
   *out = NULL;
   *sent = 0;
   missing_tables = 0;
+  server_refused = 0;
   int ok = n < 0 ? PQsendQuery(conn, sql) : PQsendQueryParams(conn, sql, n, NULL, vals, NULL, NULL, 0);
   if (!ok) {
     /* Nothing left: the connection was already unusable. */
@@ -501,7 +507,7 @@ int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals
       attempt = -1;
       continue;
     }
-    int may_have_run = sent && (conn_lost || rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT);
+    int may_have_run = sent && !server_refused && (conn_lost || rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT);
     if (!may_have_run) {
       if (attempt > 0 && maybe_ran) *maybe_ran = 1;
       return rc;

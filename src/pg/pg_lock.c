@@ -402,30 +402,44 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
                           "lock '%s' on %s was not held by its session any more (the connection was lost: "
                           "advisory locks end with it)",
                           h->name, pg->display);
+    if (h->lost != DLOCK_LOST_NONE)
+      return dlock__error(DLOCK_ENOTHELD,
+                          "lock '%s' on %s: the hold had been lost before this release (%s); its session still "
+                          "held it and unlocked it",
+                          h->name, pg->display, dlock_lost_reason_str((dlock_lost_reason)h->lost));
     return 0;
   }
   char ch[80];
   snprintf(ch, sizeof ch, "%s", pg->channel);
   const char *vals[3] = {h->name, h->token, ch};
   PGresult *r = NULL;
-  int resent = 0;
-  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RELEASE], 3, vals, 0, 1, &r, &resent, NULL);
+  int resent = 0, maybe_ran = 0;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RELEASE], 3, vals, 0, 1, &r, &resent, &maybe_ran);
   dlock_mono_ms now = dlock_mono_now();
   h->resent = resent;
   if (rc != 0) {
-    if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT) {
+    if (maybe_ran) {
       /* A copy: dlock__error() writes the buffer dlock_last_error() reads. */
       char saved[700];
       snprintf(saved, sizeof saved, "%s", dlock_last_error());
-      return dlock__error(DLOCK_EUNKNOWN, "%s; release of '%s': whether it ran is unknown; the lock is free at "
-                          "the latest when its lease ends", saved, h->name);
+      return dlock__error(DLOCK_EUNKNOWN, "%s; release of '%s': it may have run, whether it did is unknown; the "
+                          "lock is free at the latest when its lease ends", saved, h->name);
     }
-    return rc;
+    return rc; /* exact: the statement did not run, or the server refused it (rolled back) */
   }
   int now_released = col_i64(r, 0, 0) > 0;
   int ours = col_bool(r, 0, 1);
   int released = col_bool(r, 0, 2);
   PQclear(r);
+  if (h->lost != DLOCK_LOST_NONE) {
+    /* The core saw the hold lost (e.g. at its local deadline): the row may
+     * still have carried our token and been deleted, but the hold was not
+     * ours to trust any more; the caller learns it. */
+    return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: the hold had been lost before this release (%s)%s",
+                        h->name, pg->display, dlock_lost_reason_str((dlock_lost_reason)h->lost),
+                        now_released || (ours && released) ? "; the row still held our token and was deleted"
+                                                          : "; nothing was deleted");
+  }
   if (now_released) return 0;
   if (ours && released) return 0; /* our first run (before a lost reply) released it */
   if (resent) {

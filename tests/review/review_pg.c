@@ -261,7 +261,7 @@ TEST(review_a_name_that_is_not_utf8_is_a_clear_name_error) {
  * (the drift margin: lease/100 + 2 ms), releases with 0, as if it had been
  * held throughout. 10 s lease: a 102 ms window. */
 TEST(review_release_of_a_hold_lost_at_its_deadline_answers_not_held) {
-  OPEN_PG();
+  NEED_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_lost", srv.url);
   dlock_client *c = client_url(url, 0);
@@ -289,7 +289,7 @@ TEST(review_release_of_a_hold_lost_at_its_deadline_answers_not_held) {
  * released the lock. Set-up: a role with CONNECTION LIMIT 0 set after its one
  * pooled connection opened, and pgproxy losing the release's reply. */
 TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
-  OPEN_PG();
+  NEED_PG();
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "CREATE ROLE rv_rel LOGIN; GRANT CREATE ON DATABASE postgres TO rv_rel"), 0);
@@ -578,7 +578,7 @@ TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
  * connection is dropped). Set-up: a role with statement_timeout = 300 ms and
  * another session holding the lock's row (SELECT ... FOR UPDATE) for 3 s. */
 TEST(review_a_release_cut_by_statement_timeout_is_exact) {
-  OPEN_PG();
+  NEED_PG();
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "CREATE ROLE rv_st LOGIN; GRANT CREATE ON DATABASE postgres TO rv_st; "
