@@ -28,50 +28,91 @@ int dlock__pg_url_is_pg(const char *url) {
   return strstr(url, "://") == NULL && strchr(url, '=') != NULL;
 }
 
+/* libpq's URI: scheme://[userinfo@]host[:port][/dbname][?query]. libpq
+ * takes everything up to the first '@' or '/' as the userinfo, so a password
+ * may hold '?' or ':'; the query starts at the first '?' after it. Returns
+ * the host part; '*query' the '?' (or NULL), '*at' the '@' (or NULL). */
+static const char *uri_parts(const char *url, const char **at, const char **query) {
+  const char *host = strstr(url, "://") + 3;
+  const char *u = host + strcspn(host, "@/");
+  *at = *u == '@' ? u : NULL;
+  if (*at) host = u + 1;
+  *query = strchr(host, '?');
+  return host;
+}
+
+/* 1 when a parameter's key names a secret: password, sslpassword, ... */
+static int secret_key(const char *k, size_t klen) {
+  return klen >= 8 && memcmp(k + klen - 8, "password", 8) == 0;
+}
+
+static void put_n(char *out, size_t len, size_t *o, const char *s, size_t n) {
+  for (size_t i = 0; i < n && *o + 1 < len; i++) out[(*o)++] = s[i];
+}
+
 void dlock__pg_mask_url(const char *url, char *out, size_t len) {
   if (!out || len == 0) return;
   out[0] = '\0';
   if (!url) return;
   size_t o = 0;
-  const char *p = url;
-  const char *scheme = strstr(url, "://");
-  const char *at = NULL;
-  if (scheme) {
-    const char *hostpart = scheme + 3;
-    const char *end = hostpart + strcspn(hostpart, "/?");
-    for (const char *q = hostpart; q < end; q++)
-      if (*q == '@') at = q;
-  }
-  while (*p && o + 1 < len) {
-    if (scheme && at && p > scheme + 2 && p < at && *p == ':') {
-      /* user:password@ -> user:***@ */
-      const char *mask = ":***";
-      for (const char *m = mask; *m && o + 1 < len; m++) out[o++] = *m;
-      p = at;
-      continue;
+  if (strstr(url, "://")) {
+    const char *at, *query;
+    const char *host = uri_parts(url, &at, &query);
+    const char *userinfo = strstr(url, "://") + 3;
+    put_n(out, len, &o, url, (size_t)(userinfo - url));
+    if (at) {
+      const char *colon = memchr(userinfo, ':', (size_t)(at - userinfo));
+      put_n(out, len, &o, userinfo, (size_t)((colon ? colon : at) - userinfo));
+      if (colon) put_n(out, len, &o, ":***", 4);
+      put_n(out, len, &o, "@", 1);
     }
-    /* password=... in a query string or a keyword/value string */
-    if ((p == url || p[-1] == '?' || p[-1] == '&' || p[-1] == ' ' || p[-1] == '\t') &&
-        strncmp(p, "password", 8) == 0) {
-      const char *q = p + 8;
-      while (*q == ' ') q++;
-      if (*q == '=') {
-        const char *mask = "password=***";
-        for (const char *m = mask; *m && o + 1 < len; m++) out[o++] = *m;
-        q++;
-        while (*q == ' ') q++;
-        if (*q == '\'') {
-          q++;
-          while (*q && *q != '\'') q += (*q == '\\' && q[1]) ? 2 : 1;
-          if (*q) q++;
-        } else {
-          while (*q && *q != '&' && *q != ' ' && *q != '\t') q++;
-        }
-        p = q;
+    size_t hlen = query ? (size_t)(query - host) : strlen(host);
+    put_n(out, len, &o, host, hlen);
+    const char *p = query;
+    while (p && *p) {
+      put_n(out, len, &o, p, 1); /* '?' or '&' */
+      p++;
+      size_t plen = strcspn(p, "&");
+      const char *eq = memchr(p, '=', plen);
+      if (eq && secret_key(p, (size_t)(eq - p))) {
+        put_n(out, len, &o, p, (size_t)(eq - p) + 1);
+        put_n(out, len, &o, "***", 3);
+      } else {
+        put_n(out, len, &o, p, plen);
+      }
+      p += plen;
+    }
+  } else {
+    /* keyword/value: key = value, value optionally 'quoted' */
+    const char *p = url;
+    while (*p) {
+      if (*p == ' ' || *p == '\t' || *p == '\n') {
+        put_n(out, len, &o, p++, 1);
         continue;
       }
+      const char *k = p;
+      while (*p && *p != '=' && *p != ' ' && *p != '\t' && *p != '\n') p++;
+      size_t klen = (size_t)(p - k);
+      while (*p == ' ' || *p == '\t') p++;
+      if (*p != '=') {
+        put_n(out, len, &o, k, (size_t)(p - k));
+        continue;
+      }
+      p++;
+      while (*p == ' ' || *p == '\t') p++;
+      const char *v = p;
+      if (*p == '\'') {
+        p++;
+        while (*p && *p != '\'') p += (*p == '\\' && p[1]) ? 2 : 1;
+        if (*p) p++;
+      } else {
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n') p++;
+      }
+      put_n(out, len, &o, k, klen);
+      put_n(out, len, &o, "=", 1);
+      if (secret_key(k, klen)) put_n(out, len, &o, "***", 3);
+      else put_n(out, len, &o, v, (size_t)(p - v));
     }
-    out[o++] = *p++;
   }
   out[o] = '\0';
 }
@@ -121,7 +162,8 @@ static int strip_url(dlock__pg *pg, const char *url, const char *shown) {
   if (!out) return dlock__error(DLOCK_ENOMEM, "out of memory");
   size_t o = 0;
   if (strstr(url, "://")) {
-    const char *q = strchr(url, '?');
+    const char *at, *q;
+    (void)uri_parts(url, &at, &q);
     size_t head = q ? (size_t)(q - url) : n;
     memcpy(out, url, head);
     o = head;

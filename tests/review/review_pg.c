@@ -135,7 +135,7 @@ TEST(review_doctor_finds_a_schema_of_40_bytes) {
  * splits the query at that '?', so ?dlock_schema= reaches libpq, whose
  * rejection prints the unmasked URL. */
 TEST(review_redact_hides_a_password_that_contains_a_question_mark) {
-  OPEN_REVIEW();
+  
   char buf[512];
   dlock_url_redact("postgresql://app:se?cret@db.example:5432/shop", buf, sizeof buf);
   printf("  redacted: %s\n", buf);
@@ -143,7 +143,7 @@ TEST(review_redact_hides_a_password_that_contains_a_question_mark) {
 }
 
 TEST(review_a_question_mark_in_the_password_neither_leaks_nor_breaks_dlock_schema) {
-  OPEN_PG();
+  NEED_PG();
   char url[900];
   /* Trust authentication: the password is not checked, only carried. */
   snprintf(url, sizeof url, "postgresql://postgres:se?cret@127.0.0.1:%d/postgres?dlock_schema=rv_q", srv.port);
@@ -332,7 +332,7 @@ TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
 /* Finding 3b: sslpassword (the client key's passphrase, libpq 13+) is a
  * secret too; mask_url only masks a keyword spelled exactly "password". */
 TEST(review_redact_hides_sslpassword) {
-  OPEN_REVIEW();
+  
   char buf[512];
   dlock_url_redact("host=db.example dbname=shop sslpassword=topsecret", buf, sizeof buf);
   printf("  redacted: %s\n", buf);
