@@ -101,6 +101,7 @@ static int pg_topology_warning(dlock_client *c, char *buf, size_t len) {
 static const char *check_name_of(const char *line) {
   if (strstr(line, " answers, PostgreSQL ")) return "server";
   if (strstr(line, "standby") || strstr(line, "read_only")) return "read-only";
+  if (strstr(line, "synchronous_commit")) return "durability";
   if (strstr(line, "clock")) return "clock";
   if (strstr(line, "LISTEN")) return "notifications";
   return "rights";
@@ -419,10 +420,12 @@ static int claim_delay(dlock_client *c, dlock__claim *cl, const char *full) {
   if (strlen(full) > DLOCK__PG_NAME_MAX)
     return dlock__error(DLOCK_ENAME, "job name '%.40s...' is %zu bytes; the PostgreSQL backend's tables hold at "
                         "most %d (%s)", full, strlen(full), DLOCK__PG_NAME_MAX, c->server);
-  char sql[300], delay[24], lock[24];
+  char sql[400], delay[24], lock[24];
+  /* set_config(..., true): this transaction commits synchronously, so a
+   * crash cannot lose a fence already handed out (works through poolers). */
   snprintf(sql, sizeof sql,
-           "SELECT outcome, fence, start_ms, tick, wait_ms FROM \"%s\".sched_claim_delay($1, $2::bigint, $3, $4, "
-           "$5::bigint)", pg->schema);
+           "SELECT outcome, fence, start_ms, tick, wait_ms, set_config('synchronous_commit', 'on', true) FROM "
+           "\"%s\".sched_claim_delay($1, $2::bigint, $3, $4, $5::bigint)", pg->schema);
   snprintf(delay, sizeof delay, "%" PRId64, cl->delay_ms);
   snprintf(lock, sizeof lock, "%" PRId64, cl->at_most_ms);
   const char *vals[5] = {full, delay, cl->token, cl->node ? cl->node : "", lock};

@@ -806,7 +806,7 @@ static void add_line(char *report, size_t len, const char *fmt, ...) {
 
 int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
   if (report && len) report[0] = '\0';
-  char qs[32];
+  char qs[DLOCK__PG_SCHEMA_MAX + 1];
   snprintf(qs, sizeof qs, "%s", pg->schema);
   const char *vals[1] = {qs};
   PGresult *r = NULL;
@@ -819,7 +819,7 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
       "  (SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = $1),\n"
       "  (SELECT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE') FROM pg_class c\n"
       "     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'locks'),\n"
-      "  current_user",
+      "  current_user, current_setting('synchronous_commit')",
       1, vals, 0, 1, &r, NULL, NULL);
   if (rc != 0) return rc;
   struct timespec ts;
@@ -865,6 +865,16 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
              pg->schema);
   } else {
     add_line(report, len, "ok: schema \"%s\" and its tables are usable", pg->schema);
+  }
+  const char *sync = PQgetvalue(r, 0, 9);
+  if (strcmp(sync, "off") == 0 || strcmp(sync, "local") == 0) {
+    add_line(report, len,
+             "warning: synchronous_commit is %s for this user or database: a crash can lose commits; dlock's "
+             "acquire, release and tick claim turn it on for their own transactions (fences never go back), "
+             "but set it to on (ALTER ROLE/DATABASE ... SET synchronous_commit = on) if other writers rely on it",
+             sync);
+  } else {
+    add_line(report, len, "ok: synchronous_commit is %s", sync);
   }
   int64_t skew = theirs - ours;
   if (skew > 2000 || skew < -2000) {

@@ -134,7 +134,10 @@ static const char sql_init[] =
  * a live waiter that arrived earlier than this caller (a try counts as
  * arriving last) keeps it from barging. Returns the fence (NULL: busy) and
  * the holder's remaining lease. A waiter's row is deleted by a separate
- * statement after success (one statement must not modify a row twice). */
+ * statement after success (one statement must not modify a row twice).
+ * set_config('synchronous_commit', 'on', true) makes this transaction commit
+ * synchronously whatever the server's default, so a crash cannot lose a fence
+ * already handed out (and no session SET: poolers stay fine). */
 static const char sql_acquire[] =
     "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $5::bigint * interval '1 millisecond'\n"
     "           WHERE name = $1 AND token = $2 RETURNING seq),\n"
@@ -158,7 +161,8 @@ static const char sql_acquire[] =
     "  RETURNING l.fence)\n"
     "SELECT (SELECT fence FROM ins),\n"
     "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * 1000))::bigint\n"
-    "          FROM cur WHERE NOT cur.released)";
+    "          FROM cur WHERE NOT cur.released),\n"
+    "       set_config('synchronous_commit', 'on', true)";
 
 /* $1 name, $2 token, $3 heartbeat ms: queue by arrival (waiter_seq); a
  * second run finds the row and keeps its place. */
@@ -182,7 +186,8 @@ static const char sql_release[] =
     "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($3, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
     "SELECT (SELECT count(*) FROM upd), COALESCE((SELECT token = $2 FROM cur), false),\n"
-    "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n)";
+    "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
+    "       set_config('synchronous_commit', 'on', true)";
 
 /* $1 names, $2 tokens, $3 lease ms (arrays). Compare-and-extend: never
  * revives an expired, released or re-taken row. Per item: renewed, taken by
@@ -237,8 +242,8 @@ static const char sql_guard[] =
     "           WHERE g.fence <= EXCLUDED.fence RETURNING fence)\n"
     "SELECT (SELECT count(*) FROM g), (SELECT fence FROM @S.guards WHERE resource = $1)";
 
-static const char sql_claim[] = "SELECT outcome, fence, start_ms, skew_ms FROM @S.sched_claim($1, $2::bigint, $3, $4, "
-                                "$5::bigint, $6::bigint)";
+static const char sql_claim[] = "SELECT outcome, fence, start_ms, skew_ms, set_config('synchronous_commit', 'on', true) "
+                                "FROM @S.sched_claim($1, $2::bigint, $3, $4, $5::bigint, $6::bigint)";
 static const char sql_finish[] = "SELECT @S.sched_finish($1, $2, $3, $4::bigint, $5::bigint, $6::bigint, $7::bigint, "
                                  "$8, $9::int)";
 static const char sql_history[] = "SELECT node, fence, scheduled_ms, start_ms, duration_ms, outcome FROM "

@@ -106,7 +106,7 @@ TEST(review_init_gives_up_at_its_timeout_while_another_init_holds_the_lock) {
  * is looked up truncated and the doctor says it "does not exist yet" right
  * after dlock_client_setup() created it. */
 TEST(review_doctor_finds_a_schema_of_40_bytes) {
-  OPEN_PG();
+  NEED_PG();
   const char *schema = "rv_doctor_schema_name_of_forty_bytes_xx"; /* 39 */
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=%s", srv.url, schema);
@@ -527,7 +527,7 @@ TEST(review_a_wait_through_a_busy_session_pgbouncer_ends_at_its_deadline) {
  * The same fence twice means the guard (which admits an equal fence) lets
  * both holders write. wal_writer_delay = 10 s keeps the WAL unflushed. */
 TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
-  OPEN_PG();
+  NEED_PG();
   th_pg s2;
   if (th_pg_start(&s2, "synchronous_commit=off wal_writer_delay=10000") != 0)
     TEST_FAIL("the second server did not start");
