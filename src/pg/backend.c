@@ -457,6 +457,21 @@ static int claim_delay(dlock_client *c, dlock__claim *cl, const char *full) {
   return 0;
 }
 
+/* A skipped tick names the node that has the job (best effort: a read after
+ * the claim; left empty if it fails). */
+static void claimed_by(dlock_client *c, const char *full, dlock__claim *cl) {
+  dlock__pg *pg = pgc(c);
+  char sql[200];
+  snprintf(sql, sizeof sql, "SELECT node FROM \"%s\".sched_ticks WHERE job = $1", dlock__pg_schema(pg));
+  const char *vals[1] = {full};
+  PGresult *r = NULL;
+  if (dlock__pg_run(pg, sql, 1, vals, 0, 1, &r, NULL, NULL) == 0 && PQntuples(r) == 1)
+    snprintf(cl->by, sizeof cl->by, "%s", PQgetvalue(r, 0, 0));
+  else
+    dlock__error_clear();
+  PQclear(r);
+}
+
 static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
   cl->maybe_ran = 0;
   if (!(c->caps & DLOCK__CAP_SCHED)) return no_fence(c, "the scheduler");
@@ -488,8 +503,8 @@ static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
     cl->start_ms = start;
     cl->claimed_tick_ms = cl->tick_ms;
     break;
-  case 0: cl->outcome = DLOCK__CLAIM_TAKEN; break;
-  case 2: cl->outcome = DLOCK__CLAIM_BUSY; break;
+  case 0: cl->outcome = DLOCK__CLAIM_TAKEN; claimed_by(c, full, cl); break;
+  case 2: cl->outcome = DLOCK__CLAIM_BUSY; claimed_by(c, full, cl); break;
   case -1:
     cl->outcome = DLOCK__CLAIM_AHEAD;
     cl->server_now_ms = cl->tick_ms - skew;

@@ -429,7 +429,7 @@ static int noop_job(const dlock_tick *t, void *arg) {
 }
 
 TEST(review_a_skipped_tick_names_the_node_that_claimed_it) {
-  OPEN_PG();
+  NEED_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_sched", srv.url);
   dlock_client *cs[2] = {client_url(url, 0), client_url(url, 0)};
