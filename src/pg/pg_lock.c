@@ -33,9 +33,31 @@ static int col_bool(const PGresult *r, int row, int col) {
   return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
 }
 
+/* 1 when 's' is well-formed UTF-8 (no overlong forms, no surrogates). */
+static int utf8_ok(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s;
+    int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+    if (n < 0 || (n == 1 && c < 0xC2) || c > 0xF4) return 0;
+    unsigned cp = n == 0 ? c : c & (0x3F >> n);
+    for (int i = 1; i <= n; i++) {
+      if ((s[i] & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return 0;
+    s += n + 1;
+  }
+  return 1;
+}
+
 static int check_name(dlock__pg *pg, const char *what, const char *name) {
   int rc = dlock__check_name(what, name);
   if (rc != 0) return rc;
+  if (!utf8_ok((const unsigned char *)name))
+    return dlock__error(DLOCK_ENAME,
+                        "%s is not valid UTF-8; the PostgreSQL backend stores names as text (%s); use a UTF-8 name",
+                        what, pg->display);
   size_t n = strlen(name);
   if (n > DLOCK__PG_NAME_MAX)
     return dlock__error(DLOCK_ENAME,
@@ -611,6 +633,7 @@ int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
     PGresult *r = NULL;
     rc = dlock__pg_run(pg,
                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
+                       "database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "
                        "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
                                       "objid::bigint = ($1::bigint & 4294967295)",
                        1, vals, 0, 1, &r, NULL, NULL);

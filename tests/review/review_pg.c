@@ -163,7 +163,7 @@ TEST(review_a_question_mark_in_the_password_neither_leaks_nor_breaks_dlock_schem
  * EVERY database in pg_locks (advisory locks are per database): a lock of
  * the same name held through another database shows as held here. */
 TEST(review_advisory_info_ignores_locks_of_another_database) {
-  OPEN_PG();
+  NEED_PG();
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "CREATE DATABASE rv_other"), 0);
   char url_other[900], url_here[900];
@@ -236,7 +236,7 @@ TEST(review_advisory_mode_through_transaction_pgbouncer_admits_one_holder) {
  * SQLSTATE 22021 and reported as DLOCK_ESERVER "see the server's log",
  * not as a bad name (DLOCK_ENAME) saying what to do. */
 TEST(review_a_name_that_is_not_utf8_is_a_clear_name_error) {
-  OPEN_PG();
+  NEED_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_utf8", srv.url);
   dlock_client *c = client_url(url, 0);
