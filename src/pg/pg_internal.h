@@ -43,6 +43,7 @@ struct dlock__pg {
   dlock__pg_options opts;
   char *sql[DLOCK__PG_SQL_COUNT];
   atomic_int inited_flag; /* dlock__pg_init() succeeded */
+  atomic_int direct_flag; /* advisory mode: the session was seen to keep its server backend */
 
   pthread_mutex_t mu; /* the pool */
   pthread_cond_t cv;

@@ -276,10 +276,54 @@ static int advisory_try(dlock__pg *pg, PGconn *conn, int64_t key, int *got) {
   return 0;
 }
 
+static int backend_pid(dlock__pg *pg, PGconn *conn, const char *sql, long *pid) {
+  PGresult *r = NULL;
+  int sent = 0;
+  int rc = dlock__pg_exec_on(pg, conn, sql, -1, NULL, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
+  if (rc == 0) *pid = (long)col_i64(r, 0, 0);
+  PQclear(r);
+  return rc;
+}
+
+/* Advisory locks belong to a server session; behind a transaction-mode
+ * pooler (PgBouncer pool_mode=transaction) each transaction may run on
+ * another server session, so the lock outlives or escapes ours and two
+ * holders get in. Detect it once per client: our connection's backend pid
+ * must stay the same while another connection holds a transaction open (a
+ * pooler hands that one the server we just used, LIFO). */
+static int advisory_session_check(dlock__pg *pg, PGconn *conn) {
+  if (atomic_load(&pg->direct_flag)) return 0;
+  long p1 = 0, p2 = 0, pb = 0;
+  int rc = backend_pid(pg, conn, "SELECT pg_backend_pid()", &p1);
+  if (rc != 0) return rc;
+  PGconn *other = NULL;
+  rc = dlock__pg_open(pg, &other);
+  if (rc != 0) return rc;
+  rc = backend_pid(pg, other, "BEGIN; SELECT pg_backend_pid()", &pb);
+  if (rc == 0) rc = backend_pid(pg, conn, "SELECT pg_backend_pid()", &p2);
+  PQfinish(other); /* ends its transaction */
+  if (rc != 0) return rc;
+  if (pb == p1 || p2 != p1)
+    return dlock__error(DLOCK_EURL,
+                        "%s: advisory mode needs one server session per connection, but this connection's "
+                        "statements ran on different server backends (pid %ld, then %ld): a transaction-mode "
+                        "pooler (PgBouncer pool_mode=transaction) sits in between, and advisory locks would admit "
+                        "two holders; connect directly to PostgreSQL or through a session-mode pool for "
+                        "mode=advisory, or use lease mode (the default), which works through any pooler",
+                        pg->display, p1, pb == p1 ? pb : p2);
+  atomic_store(&pg->direct_flag, 1);
+  return 0;
+}
+
 static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, const atomic_int *cancel) {
   PGconn *conn = NULL;
   int rc = dlock__pg_open(pg, &conn);
   if (rc != 0) return rc;
+  rc = advisory_session_check(pg, conn);
+  if (rc != 0) {
+    PQfinish(conn);
+    return rc;
+  }
   int64_t key = dlock__pg_advisory_key(h->name);
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
   for (;;) {
