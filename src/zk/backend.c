@@ -141,7 +141,7 @@ static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
   out->fence = l->hold.fence;
   out->lease_ms = dlock__zk_session_timeout_ms(z);
   out->start = start;
-  out->valid_until = dlock__zk_valid_until(z);
+  out->valid_until = l->hold.valid_until; /* the deadline of the session that holds it */
   return 0;
 }
 
@@ -188,9 +188,11 @@ static int zk_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
 static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms limit) {
   dlock__zk *z = ZZ(c);
   dlock_mono_ms now = dlock_mono_now();
-  dlock_lost_reason lost = dlock__zk_lost(z);
-  int64_t session = dlock__zk_session_id(z);
-  dlock_mono_ms valid_until = dlock__zk_valid_until(z);
+  int64_t session;
+  dlock_mono_ms valid_until;
+  /* One look at the session: its id, its deadline and whether it is over
+   * belong together (a reconnect may replace it between separate reads). */
+  dlock_lost_reason lost = dlock__zk_session_view(z, &session, &valid_until);
   /* While disconnected a read would wait for the reconnect and hold up the
    * watchdog: the session's deadline, which no longer moves, decides. */
   int uncertain = dlock__zk_uncertain(z);

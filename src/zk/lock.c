@@ -339,10 +339,24 @@ static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64
         rc = dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
         goto fail_delete;
       }
+      /* The hold is valid as long as the session that created our node:
+       * its own deadline, read now (not the client's current session, which
+       * a reconnect may have replaced). */
+      pthread_mutex_lock(&z->mu);
+      dlock_mono_ms valid_until = s->valid_until;
+      dlock_lost_reason gone = s->lost;
+      pthread_mutex_unlock(&z->mu);
+      if (gone != DLOCK_LOST_NONE || dlock_mono_now() >= valid_until) {
+        rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the session that holds our lock node %s ended (or may "
+                          "have) before the lock came to us; its node goes with it: try again", lock_path,
+                          z->server, node);
+        goto out;
+      }
       out->lock_path = lock_path;
       out->node_path = strdup(node);
       out->fence = (uint64_t)st.czxid;
       out->session = s->id;
+      out->valid_until = valid_until;
       lock_path = NULL;
       if (!out->node_path) {
         rc = dlock__error(DLOCK_ENOMEM, "out of memory");

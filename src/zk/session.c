@@ -522,6 +522,26 @@ dlock_mono_ms dlock__zk_valid_until(dlock__zk *z) {
   return v;
 }
 
+dlock_lost_reason dlock__zk_session_view(dlock__zk *z, int64_t *id, dlock_mono_ms *valid_until) {
+  pthread_mutex_lock(&z->mu);
+  dlock__zk_sess *s = z->cur;
+  dlock_lost_reason r = DLOCK_LOST_EXPIRED;
+  *id = 0;
+  *valid_until = 0;
+  if (s) {
+    if (!s->lost && dlock_mono_now() >= s->valid_until) {
+      s->lost = DLOCK_LOST_UNREACHABLE;
+      queue_event(s, DLOCK__ZK_LOST);
+      pthread_cond_broadcast(&z->cv);
+    }
+    r = s->lost;
+    *id = s->id;
+    *valid_until = s->valid_until;
+  }
+  pthread_mutex_unlock(&z->mu);
+  return r;
+}
+
 dlock_lost_reason dlock__zk_lost(dlock__zk *z) {
   pthread_mutex_lock(&z->mu);
   dlock__zk_sess *s = z->cur;

@@ -90,6 +90,9 @@ dlock_mono_ms dlock__zk_valid_until(dlock__zk *z);
 /* DLOCK_LOST_NONE while the session may still be alive, else why not. Also
  * answers from valid_until itself. */
 dlock_lost_reason dlock__zk_lost(dlock__zk *z);
+/* The current session in one look: its id and validity (0 and 0 when
+ * there is none), and DLOCK_LOST_NONE or why it is over. */
+dlock_lost_reason dlock__zk_session_view(dlock__zk *z, int64_t *id, dlock_mono_ms *valid_until);
 /* 1 while disconnected (SUSPENDED) and not yet lost. */
 int dlock__zk_uncertain(dlock__zk *z);
 /* The negotiated session timeout and the session id (0 before connect). */
@@ -107,6 +110,7 @@ typedef struct dlock__zk_hold {
   char *node_path;   /* "/ns/name/_c_<uuid>-lock-0000000007" */
   uint64_t fence;    /* czxid of node_path */
   int64_t session;   /* the session that owns the node */
+  dlock_mono_ms valid_until; /* that session's validity when the lock was ours */
 } dlock__zk_hold;
 
 void dlock__zk_hold_clear(dlock__zk_hold *h);
