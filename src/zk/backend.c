@@ -25,15 +25,31 @@ typedef struct zk_run {
   dlock__zk_hold hold;
 } zk_run;
 
+/* A read-write lock's node held by this client, with how many holds of
+ * its handles stand on it: a thread that holds either side takes the read
+ * side at once (core/rwlock.c) by sharing that hold's node, which goes when
+ * the last of them is released. (A node of its own would queue behind a
+ * waiting writer, and a writer queued between the two would get in while
+ * the second read hold lasts.) */
+typedef struct zk_shared {
+  struct zk_shared *next;
+  char token[DLOCK__TOKEN_HEX + 1]; /* the token of the hold that created it */
+  char *node_path, *lock_path;
+  uint64_t fence;
+  int refs;
+} zk_shared;
+
 typedef struct zk_client {
   dlock__zk *z;
-  pthread_mutex_t mu; /* guards runs */
+  pthread_mutex_t mu; /* guards runs and shared */
   zk_run *runs;
+  zk_shared *shared;
 } zk_client;
 
 /* Per handle. */
 typedef struct zk_lock {
   dlock__zk_hold hold;
+  zk_shared *shared; /* read-write locks: the node's entry */
 } zk_lock;
 
 #define ZC(c) ((zk_client *)(c)->be)
@@ -102,6 +118,12 @@ static void zk_close(dlock_client *c) {
     dlock__zk_hold_clear(&r->hold);
     free(r);
   }
+  for (zk_shared *e = zc->shared, *next; e; e = next) {
+    next = e->next;
+    free(e->node_path);
+    free(e->lock_path);
+    free(e);
+  }
   pthread_mutex_destroy(&zc->mu);
   free(zc);
   c->be = NULL;
@@ -110,6 +132,8 @@ static void zk_close(dlock_client *c) {
 static int zk_ping(dlock_client *c) { return dlock__zk_ping(ZZ(c)); }
 
 /* ---- Lock handles ---- */
+
+static int rw_unshare(dlock_client *c, zk_lock *l);
 
 static int zk_lock_new(dlock_mutex *m) {
   int rc = dlock__zk_check_name("lock name", m->name);
@@ -120,9 +144,75 @@ static int zk_lock_new(dlock_mutex *m) {
 
 static void zk_lock_free(dlock_mutex *m) {
   if (!m->be) return;
+  rw_unshare(m->client, ZL(m));
   dlock__zk_hold_clear(&ZL(m)->hold);
   free(m->be);
   m->be = NULL;
+}
+
+/* Drop this handle's share of a read-write lock's node: 1 when it was the
+ * last (the node is to be deleted), 0 when another hold still stands on it. */
+static int rw_unshare(dlock_client *c, zk_lock *l) {
+  zk_client *zc = ZC(c);
+  zk_shared *e = l->shared;
+  if (!e) return 1;
+  l->shared = NULL;
+  pthread_mutex_lock(&zc->mu);
+  int last = --e->refs == 0;
+  if (last) {
+    zk_shared **p = &zc->shared;
+    while (*p && *p != e) p = &(*p)->next;
+    if (*p) *p = e->next;
+  }
+  pthread_mutex_unlock(&zc->mu);
+  if (last) {
+    free(e->node_path);
+    free(e->lock_path);
+    free(e);
+  }
+  return last;
+}
+
+/* A read hold in the shadow of this thread's other hold 'token' of the same
+ * name: share its node. 1 shared, 0 not found (that hold ended meanwhile). */
+static int rw_share(dlock_mutex *m, const char *token) {
+  zk_client *zc = ZC(m->client);
+  zk_lock *l = ZL(m);
+  int found = 0;
+  pthread_mutex_lock(&zc->mu);
+  for (zk_shared *e = zc->shared; e && !found; e = e->next) {
+    if (strcmp(e->token, token)) continue;
+    l->hold.node_path = strdup(e->node_path);
+    l->hold.lock_path = strdup(e->lock_path);
+    l->hold.fence = e->fence;
+    if (!l->hold.node_path || !l->hold.lock_path) break;
+    e->refs++;
+    l->shared = e;
+    found = 1;
+  }
+  pthread_mutex_unlock(&zc->mu);
+  if (!found) dlock__zk_hold_clear(&l->hold);
+  return found;
+}
+
+static int register_shared(dlock_mutex *m) {
+  zk_client *zc = ZC(m->client);
+  zk_lock *l = ZL(m);
+  zk_shared *e = calloc(1, sizeof *e);
+  if (!e || !(e->node_path = strdup(l->hold.node_path)) || !(e->lock_path = strdup(l->hold.lock_path))) {
+    if (e) free(e->node_path);
+    free(e);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  snprintf(e->token, sizeof e->token, "%s", m->token);
+  e->fence = l->hold.fence;
+  e->refs = 1;
+  pthread_mutex_lock(&zc->mu);
+  e->next = zc->shared;
+  zc->shared = e;
+  pthread_mutex_unlock(&zc->mu);
+  l->shared = e;
+  return 0;
 }
 
 static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
@@ -136,7 +226,38 @@ static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     wait = deadline - start;
     if (wait < 1) wait = 1;
   }
-  int rc = dlock__zk_acquire(z, m->name, m->owner_info, wait, dlock__mutex_cancel_flag(m), &l->hold);
+  const atomic_int *cancel = dlock__mutex_cancel_flag(m);
+  int rc;
+  char own[DLOCK__TOKEN_HEX + 1];
+  if (m->kind == DLOCK__KIND_SEMAPHORE) {
+    rc = dlock__zk_sem_acquire(z, m->name, m->permits, m->owner_info, wait, cancel, &l->hold);
+  } else if (m->kind == DLOCK__KIND_MUTEX) {
+    rc = dlock__zk_acquire(z, m->name, m->owner_info, wait, cancel, &l->hold);
+  } else if (dlock__rw_own_token(m, own) && rw_share(m, own)) {
+    /* This thread holds the name already: its node is ours too. */
+    int64_t session;
+    dlock_mono_ms valid_until;
+    dlock_lost_reason lost = dlock__zk_session_view(z, &session, &valid_until);
+    int held = lost == DLOCK_LOST_NONE ? dlock__zk_is_held(z, &(dlock__zk_hold){.node_path = l->hold.node_path,
+                                                                                  .session = session})
+                                       : 0;
+    if (held != 1) {
+      rw_unshare(m->client, l);
+      dlock__zk_hold_clear(&l->hold);
+      return held < 0 ? held : dlock__error(DLOCK_ELOST, "read lock '%s' on %s: the hold it would share ended",
+                                            m->name, m->client->server);
+    }
+    l->hold.session = session;
+    l->hold.valid_until = valid_until;
+    rc = 0;
+  } else {
+    rc = dlock__zk_acquire_side(z, m->name, m->kind == DLOCK__KIND_READ ? DLOCK__ZK_READ : DLOCK__ZK_WRITE,
+                                m->owner_info, wait, cancel, &l->hold);
+    if (!rc && (rc = register_shared(m))) {
+      (void)dlock__zk_release(z, &l->hold);
+      dlock__zk_hold_clear(&l->hold);
+    }
+  }
   if (rc) return rc;
   out->fence = l->hold.fence;
   out->lease_ms = dlock__zk_session_timeout_ms(z);
@@ -149,7 +270,7 @@ static void zk_wake(dlock_mutex *m) { dlock__zk_wake(ZZ(m->client)); }
 
 static void zk_undo(dlock_mutex *m) {
   zk_lock *l = ZL(m);
-  if (l->hold.node_path) (void)dlock__zk_release(ZZ(m->client), &l->hold);
+  if (rw_unshare(m->client, l) && l->hold.node_path) (void)dlock__zk_release(ZZ(m->client), &l->hold);
   dlock__zk_hold_clear(&l->hold);
 }
 
@@ -158,8 +279,11 @@ static int zk_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
   dlock__zk *z = ZZ(m->client);
   zk_lock *l = ZL(m);
   int rc;
+  int last = rw_unshare(m->client, l);
   if (!l->hold.node_path) {
     rc = dlock__error(DLOCK_ENOTHELD, "no lock node is recorded for this hold");
+  } else if (!last) {
+    rc = 0; /* another hold of this thread stands on the node: it stays until that one's release */
   } else if (l->hold.session != dlock__zk_session_id(z)) {
     rc = dlock__error(DLOCK_ENOTHELD, "the ZooKeeper session that held %s has ended (%s); its lock node went "
                       "with it", l->hold.node_path, dlock_lost_reason_str(lost != DLOCK_LOST_NONE ? lost
@@ -248,6 +372,15 @@ static int zk_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   out->since_unix_ms = zi.since_unix_ms;
   out->waiters = zi.waiters;
   snprintf(out->owner_info, sizeof out->owner_info, "%s", zi.owner_info);
+  if (zi.kind == 2) {
+    out->rwlock = 1;
+    out->readers = zi.readers;
+    out->writer = zi.writer;
+    out->waiting_writers = zi.waiting_writers;
+  } else if (zi.kind == 3) {
+    out->permits = zi.permits ? zi.permits : zi.permits_used; /* a limit Curator set is not stored */
+    out->permits_used = zi.permits_used;
+  }
   return 0;
 }
 
@@ -378,7 +511,8 @@ static int zk_sched_history(dlock_client *c, const char *job, dlock_run_record *
 
 const dlock__backend_ops dlock__zk_ops = {
   .name = "zookeeper",
-  .caps = DLOCK__CAP_SESSION | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD,
+  .caps = DLOCK__CAP_SESSION | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
+          DLOCK__CAP_RWLOCK,
   .url_is = dlock__zk_url_is,
   .redact = dlock__zk_url_redact,
   .open = zk_open,

@@ -16,10 +16,15 @@
 
 #include "zk/zk_int.h"
 
-#define LOCK_NAME "lock-"
 #define SEQ_DIGITS 10
 /* "_c_" + 36-char uuid + "-": Curator's protected prefix. */
 #define PROTECTED_LEN (3 + 36 + 1)
+
+/* The text before the sequence number, per side: Curator's lock names
+ * (InterProcessMutex "lock-"; InterProcessReadWriteLock "__READ__" and
+ * "__WRIT__"; InterProcessSemaphoreV2's leases "lease-"). */
+static const char *const MARK[] = {"lock-", "__READ__", "__WRIT__", "lease-"};
+#define LEASE_MARK 3
 
 void dlock__zk_hold_clear(dlock__zk_hold *h) {
   if (!h) return;
@@ -28,29 +33,49 @@ void dlock__zk_hold_clear(dlock__zk_hold *h) {
   memset(h, 0, sizeof *h);
 }
 
-/* A child name that is a lock node: ends with "lock-" and 10 digits (what
- * Curator's sort key reads). */
-static int is_lock_node(const char *child) {
-  const char *l = NULL;
-  for (const char *p = strstr(child, LOCK_NAME); p; p = strstr(p + 1, LOCK_NAME)) l = p;
-  if (!l) return 0;
-  const char *d = l + strlen(LOCK_NAME);
-  if (strlen(d) != SEQ_DIGITS) return 0;
+/* The side (dlock__zk_side, or LEASE_MARK) a child's name ends in: its mark
+ * and 10 digits (what Curator's sort key reads); -1 when none. */
+static int node_side(const char *child) {
+  size_t n = strlen(child);
+  if (n < SEQ_DIGITS) return -1;
+  const char *d = child + n - SEQ_DIGITS;
   for (int i = 0; i < SEQ_DIGITS; i++)
-    if (d[i] < '0' || d[i] > '9') return 0;
-  return 1;
+    if (d[i] < '0' || d[i] > '9') return -1;
+  for (int k = 0; k < 4; k++) {
+    size_t m = strlen(MARK[k]);
+    if ((size_t)(d - child) >= m && !memcmp(d - m, MARK[k], m)) return k;
+  }
+  return -1;
 }
 
-/* The sort key: the text after the last "lock-". */
-static const char *seq_of(const char *child) {
-  const char *l = NULL;
-  for (const char *p = strstr(child, LOCK_NAME); p; p = strstr(p + 1, LOCK_NAME)) l = p;
-  return l ? l + strlen(LOCK_NAME) : child;
+/* 1 when 'child' is a node of the lock kind that 'side' belongs to: a
+ * mutex's, or either side of a read-write lock's. */
+static int is_lock_node(const char *child, dlock__zk_side side) {
+  int k = node_side(child);
+  if (side == DLOCK__ZK_MUTEX) return k == DLOCK__ZK_MUTEX;
+  return k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE;
 }
+
+/* The sort key: the sequence number (Curator strips the lock names). */
+static const char *seq_of(const char *child) { return child + strlen(child) - SEQ_DIGITS; }
 
 static int cmp_seq(const void *a, const void *b) {
   const char *x = *(char *const *)a, *y = *(char *const *)b;
   return strcmp(seq_of(x), seq_of(y));
+}
+
+static const char *kind_of_side(dlock__zk_side side) {
+  return side == DLOCK__ZK_MUTEX ? "a mutex" : "a read-write lock";
+}
+
+/* What a child of a lock path says the name is, for the error when a
+ * caller takes it as another kind. */
+static const char *kind_of_child(const char *child) {
+  int k = node_side(child);
+  if (k == DLOCK__ZK_MUTEX) return "a mutex";
+  if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) return "a read-write lock";
+  if (!strcmp(child, "locks") || !strcmp(child, "leases")) return "a semaphore";
+  return NULL;
 }
 
 /* A random UUID (version 4) as Java's UUID.toString() writes it. */
@@ -66,7 +91,8 @@ static int make_uuid(char out[37]) {
 }
 
 /* The sorted lock nodes among the children of 'lock_path' (which may not
- * exist: then none). DLOCK_EFOREIGN when a child is not a lock node. */
+ * exist: then none). DLOCK_EWRONGTYPE when a child belongs to another kind
+ * of lock, DLOCK_EFOREIGN when a child is no lock's. */
 typedef struct children {
   struct String_vector v;
   char **sorted; /* points into v */
@@ -80,7 +106,8 @@ static void children_free(children *c) {
   memset(c, 0, sizeof *c);
 }
 
-static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, children *out, int *zrc_out) {
+static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, dlock__zk_side side,
+                           children *out, int *zrc_out) {
   memset(out, 0, sizeof *out);
   int zrc = zoo_get_children(s->zh, lock_path, 0, &out->v);
   *zrc_out = zrc;
@@ -93,12 +120,18 @@ static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_pat
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   for (int i = 0; i < out->v.count; i++) {
-    if (!is_lock_node(out->v.data[i])) {
-      int rc = dlock__error(DLOCK_EFOREIGN,
-                            "lock path '%s' on %s holds the child '%.200s', which is not a lock node "
-                            "(_c_<uuid>-lock-<10 digits>): the path belongs to something else; choose another "
-                            "lock name (dlock deletes nothing there)",
-                            lock_path, z->server, out->v.data[i]);
+    const char *c = out->v.data[i];
+    if (!is_lock_node(c, side)) {
+      const char *other = kind_of_child(c);
+      int rc = other ? dlock__error(DLOCK_EWRONGTYPE,
+                                    "lock path '%s' on %s is held as %s (child '%.200s'), not as %s: a name is one "
+                                    "kind of lock at a time; use that kind's calls, or another name",
+                                    lock_path, z->server, other, c, kind_of_side(side))
+                     : dlock__error(DLOCK_EFOREIGN,
+                                    "lock path '%s' on %s holds the child '%.200s', which is not a lock node "
+                                    "(_c_<uuid>-%s<10 digits>): the path belongs to something else; choose another "
+                                    "lock name (dlock deletes nothing there)",
+                                    lock_path, z->server, c, MARK[side]);
       children_free(out);
       return rc;
     }
@@ -108,7 +141,7 @@ static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_pat
   return 0;
 }
 
-/* Create every missing parent of 'path' (exclusive) as a container node. */
+/* Create 'path' and every missing parent of it as container nodes. */
 static int create_parents(dlock__zk *z, dlock__zk_sess *s, const char *path) {
   char *buf = strdup(path);
   if (!buf) return dlock__error(DLOCK_ENOMEM, "out of memory");
@@ -185,15 +218,20 @@ static int wait_for_wake(dlock__zk *z, unsigned gen, dlock_mono_ms deadline, con
   return 0;
 }
 
-static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
+static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info, int64_t wait_ms,
                    const atomic_int *cancel, dlock__zk_hold *out);
 
 int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
                       const atomic_int *cancel, dlock__zk_hold *out) {
+  return dlock__zk_acquire_side(z, name, DLOCK__ZK_MUTEX, owner_info, wait_ms, cancel, out);
+}
+
+int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info,
+                           int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("lock name", name);
   if (rc) return rc;
-  return acquire(z, name, owner_info, wait_ms, cancel, out);
+  return acquire(z, name, side, owner_info, wait_ms, cancel, out);
 }
 
 int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info, dlock__zk_hold *out) {
@@ -204,12 +242,101 @@ int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info
   char *name = malloc(n);
   if (!name) return dlock__error(DLOCK_ENOMEM, "out of memory");
   snprintf(name, n, "_dlock_sched/%s/run", job);
-  rc = acquire(z, name, owner_info, 0, NULL, out);
+  rc = acquire(z, name, DLOCK__ZK_MUTEX, owner_info, 0, NULL, out);
   free(name);
   return rc;
 }
 
-static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
+/* Create our EPHEMERAL_SEQUENTIAL node "<parent>/_c_<uuid>-<mark><seq>"
+ * with 'data', its full path into 'node'. A create whose reply was lost is
+ * resolved by looking for our protected prefix (Curator's protection mode)
+ * instead of creating a second node; missing parents are created. */
+static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, const char *mark, const char *data,
+                       char *node, size_t nodelen) {
+  char uuid[37], prefix[PROTECTED_LEN + 1];
+  int rc = make_uuid(uuid);
+  if (rc) return rc;
+  snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
+  size_t cpn = strlen(parent) + 1 + strlen(prefix) + strlen(mark) + 1;
+  char *create_path = malloc(cpn);
+  if (!create_path) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(create_path, cpn, "%s/%s%s", parent, prefix, mark);
+  int tries = 0;
+  while (1) {
+    int zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                         node, (int)nodelen - 1);
+    if (zrc == ZOK) break;
+    if (zrc == ZNONODE && tries++ < 8) {
+      rc = create_parents(z, s, parent);
+      if (rc) break;
+      continue;
+    }
+    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED) {
+      /* The create may have run: find it by our prefix before creating again. */
+      if (!dlock__zk_wait_connected(s, dlock__zk_retry_limit(s))) {
+        rc = dlock__error(DLOCK_EUNKNOWN,
+                          "create our node in '%s' on %s: no answer, and the session ended; if it was created "
+                          "it went with the session",
+                          parent, z->server);
+        break;
+      }
+      char found[1200];
+      int f, finds = 0;
+      do {
+        f = find_protected(z, s, parent, prefix, found, sizeof found);
+      } while (f < 0 && ++finds < 8 && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)));
+      if (f < 0) {
+        /* A node we cannot find nor rule out would block the lock for
+         * everyone until our session ends: say so. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
+        rc = dlock__error(DLOCK_EUNKNOWN,
+                          "create our node in '%s' on %s: no answer, and looking for it failed (%s); if it was "
+                          "created it holds or queues until this session ends",
+                          parent, z->server, why);
+        break;
+      }
+      if (f == 1) {
+        /* zoo_create returns the path relative to the chroot: we use none. */
+        snprintf(node, nodelen, "%s", found);
+        break;
+      }
+      if (tries++ < 8) continue;
+    }
+    rc = dlock__zk_fail(z, zrc, "create our node in", parent);
+    break;
+  }
+  free(create_path);
+  return rc;
+}
+
+/* Fill 'out' for our node 'node' once it holds: its fence (czxid) and the
+ * deadline of the session that created it. */
+static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const char *node, dlock__zk_hold *out) {
+  struct Stat st;
+  int zrc = zoo_exists(s->zh, node, 0, &st);
+  if (zrc != ZOK) return dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
+  /* The hold is valid as long as the session that created our node: its
+   * own deadline, read now (not the client's current session, which a
+   * reconnect may have replaced). */
+  pthread_mutex_lock(&z->mu);
+  dlock_mono_ms valid_until = s->valid_until;
+  dlock_lost_reason gone = s->lost;
+  pthread_mutex_unlock(&z->mu);
+  if (gone != DLOCK_LOST_NONE || dlock_mono_now() >= valid_until)
+    return dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the session that holds our node %s ended (or may have) "
+                        "before the lock came to us; its node goes with it: try again", *lock_path, z->server, node);
+  out->node_path = strdup(node);
+  if (!out->node_path) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  out->lock_path = *lock_path;
+  *lock_path = NULL;
+  out->fence = (uint64_t)st.czxid;
+  out->session = s->id;
+  out->valid_until = valid_until;
+  return 0;
+}
+
+static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info, int64_t wait_ms,
                    const atomic_int *cancel, dlock__zk_hold *out) {
   int rc;
   if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
@@ -219,79 +346,22 @@ static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
   char *lock_path = dlock__zk_path(z, name, NULL);
-  char uuid[37], prefix[PROTECTED_LEN + 1];
-  char *create_path = NULL;
   char node[1200] = "";
   children ch = {0};
   if (!lock_path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
-  rc = make_uuid(uuid);
-  if (rc) goto out;
-  snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
-  size_t cpn = strlen(lock_path) + 1 + strlen(prefix) + strlen(LOCK_NAME) + 1;
-  create_path = malloc(cpn);
-  if (!create_path) {
-    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-    goto out;
-  }
-  snprintf(create_path, cpn, "%s/%s%s", lock_path, prefix, LOCK_NAME);
 
-  /* A lock path that already holds foreign children is refused before we
-   * add a node to it. */
+  /* A lock path that already holds foreign children, or another kind's,
+   * is refused before we add a node to it. */
   int zrc;
-  rc = list_lock_nodes(z, s, lock_path, &ch, &zrc);
+  rc = list_lock_nodes(z, s, lock_path, side, &ch, &zrc);
   children_free(&ch);
   if (rc) goto out;
 
-  /* Create our node (protection mode on a lost reply). */
-  const char *data = owner_info ? owner_info : "";
-  int tries = 0;
-  while (1) {
-    zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
-                     node, (int)sizeof node - 1);
-    if (zrc == ZOK) break;
-    if (zrc == ZNONODE && tries++ < 8) {
-      rc = create_parents(z, s, lock_path);
-      if (rc) goto out;
-      continue;
-    }
-    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED) {
-      /* The create may have run: find it by our prefix before creating again. */
-      if (!dlock__zk_wait_connected(s, dlock__zk_retry_limit(s))) {
-        rc = dlock__error(DLOCK_EUNKNOWN,
-                          "acquire '%s' on %s: the create of our lock node got no answer and the session ended; "
-                          "if it was created it went with the session",
-                          lock_path, z->server);
-        goto out;
-      }
-      char found[1200];
-      int f, finds = 0;
-      do {
-        f = find_protected(z, s, lock_path, prefix, found, sizeof found);
-      } while (f < 0 && ++finds < 8 && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)));
-      if (f < 0) {
-        /* A node we cannot find nor rule out would block the lock for
-         * everyone until our session ends: say so. */
-        char why[512];
-        snprintf(why, sizeof why, "%s", dlock_last_error());
-        rc = dlock__error(DLOCK_EUNKNOWN,
-                          "acquire '%s' on %s: the create of our lock node got no answer, and looking for it "
-                          "failed (%s); if it was created it holds or queues for the lock until this session ends",
-                          lock_path, z->server, why);
-        goto out;
-      }
-      if (f == 1) {
-        /* zoo_create returns the path relative to the chroot: we use none. */
-        snprintf(node, sizeof node, "%s", found);
-        break;
-      }
-      if (tries++ < 8) continue;
-    }
-    rc = dlock__zk_fail(z, zrc, "create our lock node in", lock_path);
-    goto out;
-  }
+  rc = create_node(z, s, lock_path, MARK[side], owner_info ? owner_info : "", node, sizeof node);
+  if (rc) goto out;
   const char *own = strrchr(node, '/') + 1;
 
   /* Wait our turn. */
@@ -309,8 +379,8 @@ static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64
       delete_own(z, s, node);
       goto out;
     }
-    rc = list_lock_nodes(z, s, lock_path, &ch, &zrc);
-    if (rc == DLOCK_EFOREIGN) {
+    rc = list_lock_nodes(z, s, lock_path, side, &ch, &zrc);
+    if (rc == DLOCK_EFOREIGN || rc == DLOCK_EWRONGTYPE) {
       delete_own(z, s, node);
       goto out;
     }
@@ -331,45 +401,29 @@ static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64
                         lock_path, z->server, own);
       goto out;
     }
-    if (idx == 0) {
+    /* Curator's rules: a mutex's or a writer's node holds when it is the
+     * first of all and watches its predecessor; a reader's holds when no
+     * writer's node comes before it and watches the first that does (so a
+     * waiting writer keeps later readers out). */
+    int watch = idx - 1;
+    if (side == DLOCK__ZK_READ) {
+      watch = -1;
+      for (int i = 0; i < idx && watch < 0; i++)
+        if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) watch = i;
+    }
+    if (watch < 0) {
       children_free(&ch);
-      struct Stat st;
-      zrc = zoo_exists(s->zh, node, 0, &st);
-      if (zrc != ZOK) {
-        rc = dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
-        goto fail_delete;
-      }
-      /* The hold is valid as long as the session that created our node:
-       * its own deadline, read now (not the client's current session, which
-       * a reconnect may have replaced). */
-      pthread_mutex_lock(&z->mu);
-      dlock_mono_ms valid_until = s->valid_until;
-      dlock_lost_reason gone = s->lost;
-      pthread_mutex_unlock(&z->mu);
-      if (gone != DLOCK_LOST_NONE || dlock_mono_now() >= valid_until) {
-        rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the session that holds our lock node %s ended (or may "
-                          "have) before the lock came to us; its node goes with it: try again", lock_path,
-                          z->server, node);
-        goto out;
-      }
-      out->lock_path = lock_path;
-      out->node_path = strdup(node);
-      out->fence = (uint64_t)st.czxid;
-      out->session = s->id;
-      out->valid_until = valid_until;
-      lock_path = NULL;
-      if (!out->node_path) {
-        rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-        delete_own(z, s, node);
-        dlock__zk_hold_clear(out);
-        goto out;
-      }
-      rc = 0;
+      rc = take_hold(z, s, &lock_path, node, out);
+      if (rc == DLOCK_ELOST) goto out;
+      if (rc) goto fail_delete;
       goto out;
     }
     if (deadline >= 0 && dlock_mono_now() >= deadline) {
-      rc = dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", lock_path, z->server,
-                        ch.sorted[0]);
+      rc = side == DLOCK__ZK_READ
+               ? dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held for writing or a writer waits ahead (node %s)",
+                              lock_path, z->server, ch.sorted[watch])
+               : dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", lock_path, z->server,
+                              ch.sorted[0]);
       children_free(&ch);
       goto give_up;
     }
@@ -378,9 +432,9 @@ static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64
       rc = dlock__error(DLOCK_ECANCELED, "acquire '%s' on %s: canceled", lock_path, z->server);
       goto give_up;
     }
-    /* Watch only the predecessor: no herd when the holder leaves. */
+    /* Watch one node only: no herd when the holder leaves. */
     char pred[1200];
-    snprintf(pred, sizeof pred, "%s/%s", lock_path, ch.sorted[idx - 1]);
+    snprintf(pred, sizeof pred, "%s/%s", lock_path, ch.sorted[watch]);
     children_free(&ch);
     char buf[1];
     int blen = (int)sizeof buf;
@@ -390,7 +444,7 @@ static int acquire(dlock__zk *z, const char *name, const char *owner_info, int64
       if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
           dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
         continue;
-      rc = dlock__zk_fail(z, zrc, "watch the predecessor", pred);
+      rc = dlock__zk_fail(z, zrc, "watch the node ahead", pred);
       goto fail_delete;
     }
     wait_for_wake(z, gen, deadline, cancel);
@@ -413,7 +467,194 @@ fail_delete: {
 out:
   children_free(&ch);
   free(lock_path);
-  free(create_path);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+/* ---- Semaphores: Curator's InterProcessSemaphoreV2 ----
+ *
+ *   <name>/locks/_c_<uuid>-lock-<seq>    a mutex: one caller at a time adds
+ *                                        a lease and waits for it to count
+ *   <name>/leases/_c_<uuid>-lease-<seq>  one per permit held (ephemeral)
+ *
+ * A lease holds while the leases number at most the limit; the caller
+ * holding "locks" is the only one adding a lease, so the others queue on
+ * that mutex in order (FIFO). The limit is dlock's addition, kept as the
+ * data of "leases" ("dlock-limit=N"), which Curator never reads; the
+ * container goes (with the limit) once its last lease is gone. */
+
+#define LIMIT_TAG "dlock-limit="
+
+/* Parse "dlock-limit=N": N, or 0 when the data is not ours (Curator's
+ * default data is the client's address). */
+static int64_t parse_limit(const char *data, int len) {
+  size_t tl = strlen(LIMIT_TAG);
+  if (len <= (int)tl || memcmp(data, LIMIT_TAG, tl)) return 0;
+  int64_t v = 0;
+  for (int i = (int)tl; i < len; i++) {
+    if (data[i] < '0' || data[i] > '9' || v > 100000000) return 0;
+    v = v * 10 + (data[i] - '0');
+  }
+  return v;
+}
+
+/* Record or check the limit on "leases" (called holding "locks"). */
+static int sem_limit(dlock__zk *z, dlock__zk_sess *s, const char *name, const char *leases, int permits) {
+  char want[64];
+  snprintf(want, sizeof want, LIMIT_TAG "%d", permits);
+  for (int attempt = 0; attempt < 8; attempt++) {
+    char data[64];
+    int len = (int)sizeof data - 1;
+    struct Stat st;
+    int zrc = zoo_get(s->zh, leases, 0, data, &len, &st);
+    if (zrc == ZNONODE) {
+      char *up = strdup(leases);
+      if (!up) return dlock__error(DLOCK_ENOMEM, "out of memory");
+      *strrchr(up, '/') = '\0';
+      int rc = create_parents(z, s, up);
+      free(up);
+      if (rc) return rc;
+      zrc = zoo_create(s->zh, leases, want, (int)strlen(want), &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+      if (zrc == ZOK || zrc == ZNODEEXISTS) continue; /* read it back */
+      return dlock__zk_fail(z, zrc, "create the leases node", leases);
+    }
+    if (zrc != ZOK) return dlock__zk_fail(z, zrc, "read the limit of", leases);
+    int64_t have = parse_limit(data, len < 0 ? 0 : len);
+    if (have == permits) return 0;
+    if (have != 0 && st.numChildren > 0)
+      return dlock__error(DLOCK_ELIMIT,
+                          "semaphore '%s' on %s has %lld permits (stored by its holders), but this caller asks for "
+                          "%d: all callers must give the same number; the stored limit goes with the last permit",
+                          name, z->server, (long long)have, permits);
+    /* Not ours yet (Curator made it), or left by holders all gone: ours. */
+    zrc = zoo_set(s->zh, leases, want, (int)strlen(want), st.version);
+    if (zrc == ZOK) return 0;
+    if (zrc != ZBADVERSION && zrc != ZNONODE) return dlock__zk_fail(z, zrc, "record the limit on", leases);
+  }
+  return dlock__error(DLOCK_EUNKNOWN, "semaphore '%s' on %s: the limit on %s kept changing; try again", name,
+                      z->server, leases);
+}
+
+/* The children of the semaphore's path must be "locks" and "leases" only. */
+static int sem_check_path(dlock__zk *z, dlock__zk_sess *s, const char *path) {
+  struct String_vector v;
+  int zrc = zoo_get_children(s->zh, path, 0, &v);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the children of", path);
+  int rc = 0;
+  for (int i = 0; i < v.count && !rc; i++) {
+    const char *c = v.data[i];
+    if (!strcmp(c, "locks") || !strcmp(c, "leases")) continue;
+    const char *other = kind_of_child(c);
+    rc = other ? dlock__error(DLOCK_EWRONGTYPE,
+                              "lock path '%s' on %s is held as %s (child '%.200s'), not as a semaphore: a name is "
+                              "one kind of lock at a time; use that kind's calls, or another name",
+                              path, z->server, other, c)
+               : dlock__error(DLOCK_EFOREIGN,
+                              "lock path '%s' on %s holds the child '%.200s', which is not a semaphore's (locks, "
+                              "leases): the path belongs to something else; choose another name",
+                              path, z->server, c);
+  }
+  deallocate_String_vector(&v);
+  return rc;
+}
+
+int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const char *owner_info, int64_t wait_ms,
+                          const atomic_int *cancel, dlock__zk_hold *out) {
+  memset(out, 0, sizeof *out);
+  int rc = dlock__zk_check_name("semaphore name", name);
+  if (rc) return rc;
+  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
+    return dlock__error(DLOCK_EINVAL, "acquire '%s': wait must be >= 0 or DLOCK_WAIT_FOREVER", name);
+  dlock_mono_ms deadline = wait_ms == DLOCK_WAIT_FOREVER ? -1 : dlock_mono_now() + wait_ms;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *path = dlock__zk_path(z, name, NULL), *leases = dlock__zk_path(z, name, "leases");
+  size_t ln = strlen(name) + sizeof "/locks";
+  char *locks = malloc(ln);
+  dlock__zk_hold mx = {0};
+  char node[1200] = "";
+  if (!path || !leases || !locks) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  snprintf(locks, ln, "%s/locks", name);
+  if ((rc = sem_check_path(z, s, path))) goto out;
+
+  /* Our turn to add a lease: the "locks" mutex, within the caller's wait. */
+  rc = acquire(z, locks, DLOCK__ZK_MUTEX, owner_info, wait_ms, cancel, &mx);
+  if (rc == DLOCK_EBUSY) {
+    rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all permits are taken and others wait ahead", path,
+                      z->server);
+    goto out;
+  }
+  if (rc) goto out;
+  if ((rc = sem_limit(z, s, name, leases, permits))) goto out;
+  if ((rc = create_node(z, s, leases, MARK[LEASE_MARK], owner_info ? owner_info : "", node, sizeof node)))
+    goto out;
+  const char *own = strrchr(node, '/') + 1;
+  while (1) {
+    pthread_mutex_lock(&z->mu);
+    unsigned gen = z->wake_gen;
+    dlock_lost_reason lost = s->lost;
+    pthread_mutex_unlock(&z->mu);
+    if (lost) {
+      rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the ZooKeeper session was lost (%s) while waiting", path,
+                        z->server, dlock_lost_reason_str(lost));
+      break;
+    }
+    struct String_vector v;
+    int zrc = zoo_wget_children(s->zh, leases, dlock__zk_node_watcher, z, &v);
+    if (zrc != ZOK) {
+      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
+          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+        continue;
+      rc = dlock__zk_fail(z, zrc, "list the leases of", leases);
+      break;
+    }
+    int mine = 0, count = v.count;
+    for (int i = 0; i < v.count; i++)
+      if (!strcmp(v.data[i], own)) mine = 1;
+    deallocate_String_vector(&v);
+    if (!mine) {
+      rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: our lease node %s disappeared while waiting (session "
+                        "expired, or a force-release)", path, z->server, own);
+      break;
+    }
+    if (count <= permits) {
+      rc = take_hold(z, s, &path, node, out);
+      break;
+    }
+    if (deadline >= 0 && dlock_mono_now() >= deadline) {
+      rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all %d permits stayed taken", path, z->server,
+                        permits);
+      break;
+    }
+    if (cancel && atomic_load(cancel)) {
+      rc = dlock__error(DLOCK_ECANCELED, "acquire '%s' on %s: canceled", path, z->server);
+      break;
+    }
+    wait_for_wake(z, gen, deadline, cancel);
+  }
+  if (rc && node[0]) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    int drc = delete_own(z, s, node);
+    if (drc == DLOCK_EUNKNOWN) rc = drc;
+    else dlock__error(rc, "%s", saved);
+  }
+out:
+  if (mx.node_path) {
+    /* Let the next caller add its lease; keep our outcome's message. */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    (void)dlock__zk_release(z, &mx);
+    if (rc) dlock__error(rc, "%s", saved);
+  }
+  dlock__zk_hold_clear(&mx);
+  free(path);
+  free(leases);
+  free(locks);
   dlock__zk_sess_put(s);
   return rc;
 }
@@ -476,6 +717,91 @@ int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) {
   return rc;
 }
 
+/* What kind of lock the children of 'lock_path' say it is, into '*side':
+ * the side to list with, -1 for a semaphore ("locks"/"leases"), -2 when
+ * the path does not exist. 0 or the error. */
+static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int *side) {
+  struct String_vector v;
+  int zrc = zoo_get_children(s->zh, lock_path, 0, &v);
+  *side = -2;
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the lock nodes of", lock_path);
+  *side = DLOCK__ZK_MUTEX;
+  for (int i = 0; i < v.count && *side != -1; i++) {
+    const char *c = v.data[i];
+    int k = node_side(c);
+    if (!strcmp(c, "leases") || !strcmp(c, "locks")) *side = -1;
+    else if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) *side = DLOCK__ZK_READ;
+  }
+  deallocate_String_vector(&v);
+  return 0;
+}
+
+/* A semaphore's state: the leases (permits used), the limit on "leases",
+ * the newest lease's data, and the callers queued on "locks". */
+static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, dlock__zk_info *out) {
+  char *leases = malloc(strlen(path) + sizeof "/leases"), *locks = malloc(strlen(path) + sizeof "/locks");
+  struct String_vector v = {0};
+  int rc = 0, have_v = 0;
+  if (!leases || !locks) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  sprintf(leases, "%s/leases", path);
+  sprintf(locks, "%s/locks", path);
+  out->kind = 3;
+  char data[64];
+  int len = (int)sizeof data - 1;
+  struct Stat st;
+  int zrc = zoo_get(s->zh, leases, 0, data, &len, &st);
+  if (zrc == ZNONODE) goto queue;
+  if (zrc != ZOK) {
+    rc = dlock__zk_fail(z, zrc, "read the limit of", leases);
+    goto out;
+  }
+  out->permits = parse_limit(data, len < 0 ? 0 : len);
+  zrc = zoo_get_children(s->zh, leases, 0, &v);
+  if (zrc == ZNONODE) goto queue;
+  if (zrc != ZOK) {
+    rc = dlock__zk_fail(z, zrc, "list the leases of", leases);
+    goto out;
+  }
+  have_v = 1;
+  const char *newest = NULL;
+  for (int i = 0; i < v.count; i++) {
+    if (node_side(v.data[i]) != LEASE_MARK) continue;
+    out->permits_used++;
+    if (!newest || strcmp(seq_of(v.data[i]), seq_of(newest)) > 0) newest = v.data[i];
+  }
+  if (newest) {
+    char node[1200];
+    snprintf(node, sizeof node, "%s/%s", leases, newest);
+    len = (int)sizeof out->owner_info - 1;
+    zrc = zoo_get(s->zh, node, 0, out->owner_info, &len, &st);
+    if (zrc == ZOK) {
+      out->owner_info[len > 0 ? len : 0] = '\0';
+      out->held = 1;
+      out->fence = (uint64_t)st.czxid;
+      out->since_unix_ms = st.ctime;
+      out->owner_session = st.ephemeralOwner;
+      snprintf(out->holder, sizeof out->holder, "%s", newest);
+    } else if (zrc != ZNONODE) {
+      rc = dlock__zk_fail(z, zrc, "read the lease node", node);
+      goto out;
+    }
+    out->held = out->permits_used > 0;
+  }
+queue:
+  /* Each caller queued for a permit has a node under "locks" (the first
+   * of them is adding its lease, or waiting for one to end). */
+  if (zoo_exists(s->zh, locks, 0, &st) == ZOK) out->waiters = st.numChildren;
+out:
+  if (have_v) deallocate_String_vector(&v);
+  free(leases);
+  free(locks);
+  return rc;
+}
+
 int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("lock name", name);
@@ -489,17 +815,40 @@ int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
     goto out;
   }
   for (int attempt = 0; attempt < 5; attempt++) {
-    int zrc;
-    rc = list_lock_nodes(z, s, lock_path, &ch, &zrc);
+    int side, zrc;
+    if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
+    if (side < 0) {
+      rc = sem_info(z, s, lock_path, out);
+      goto out;
+    }
+    rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)side, &ch, &zrc);
     if (rc) goto out;
     if (ch.n == 0) goto out;
+    /* The holder: the first node; for a read-write lock the writer, or
+     * the newest of the readers ahead of the first writer. */
+    int holding = 1;
+    if (side == DLOCK__ZK_READ) {
+      out->kind = 2;
+      if (node_side(ch.sorted[0]) == DLOCK__ZK_WRITE) {
+        out->writer = 1;
+      } else {
+        holding = 0;
+        while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
+        out->readers = holding;
+      }
+      for (int i = holding; i < ch.n; i++)
+        if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) out->waiting_writers++;
+    } else {
+      out->kind = 1;
+    }
     char holder[1200];
-    snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[0]);
+    snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[holding - 1]);
     struct Stat st;
     int len = (int)sizeof out->owner_info - 1;
     zrc = zoo_get(s->zh, holder, 0, out->owner_info, &len, &st);
     if (zrc == ZNONODE) {
       children_free(&ch);
+      memset(out, 0, sizeof *out);
       continue; /* released meanwhile: look again */
     }
     if (zrc != ZOK) {
@@ -511,8 +860,8 @@ int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
     out->fence = (uint64_t)st.czxid;
     out->since_unix_ms = st.ctime;
     out->owner_session = st.ephemeralOwner;
-    out->waiters = ch.n - 1;
-    snprintf(out->holder, sizeof out->holder, "%s", ch.sorted[0]);
+    out->waiters = ch.n - holding;
+    snprintf(out->holder, sizeof out->holder, "%s", ch.sorted[holding - 1]);
     goto out;
   }
 out:
@@ -528,16 +877,18 @@ static int list_rec(dlock__zk *z, dlock__zk_sess *s, const char *path, const cha
   int zrc = zoo_get_children(s->zh, path[0] ? path : "/", 0, &v);
   if (zrc == ZNONODE) return 0;
   if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the children of", path[0] ? path : "/");
-  int count = 0, locks = 0;
-  for (int i = 0; i < v.count; i++)
-    if (is_lock_node(v.data[i])) locks++;
-  if (locks && rel[0]) {
+  int count = 0, locks = 0, semaphore = 0;
+  for (int i = 0; i < v.count; i++) {
+    if (node_side(v.data[i]) >= 0 && node_side(v.data[i]) != LEASE_MARK) locks++;
+    if (!strcmp(v.data[i], "leases")) semaphore = 1;
+  }
+  if ((locks || semaphore) && rel[0]) {
     if (fn) fn(rel, arg);
     count++;
   }
-  for (int i = 0; i < v.count && depth < 16; i++) {
+  for (int i = 0; i < v.count && depth < 16 && !semaphore; i++) {
     const char *c = v.data[i];
-    if (is_lock_node(c)) continue;
+    if (node_side(c) >= 0) continue;
     if (!rel[0] && (!strncmp(c, "_dlock_", 7) || (!path[0] && !strcmp(c, "zookeeper")))) continue;
     size_t pn = strlen(path) + strlen(c) + 2, rn = strlen(rel) + strlen(c) + 2;
     char *cp = malloc(pn), *cr = malloc(rn);
@@ -571,6 +922,23 @@ int dlock__zk_list(dlock__zk *z, void (*fn)(const char *name, void *arg), void *
   return rc;
 }
 
+/* Delete one holder's node. 1 deleted, 0 already gone, or < 0. A node name
+ * is never reused, so a resend after a lost reply can delete only it. */
+static int force_delete(dlock__zk *z, dlock__zk_sess *s, const char *node) {
+  int resent = 0;
+  while (1) {
+    int zrc = zoo_delete(s->zh, node, -1);
+    if (zrc == ZOK) return 1;
+    if (zrc == ZNONODE) return resent ? 1 : 0;
+    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED && !resent &&
+        dlock__zk_wait_connected(s, dlock__zk_retry_limit(s))) {
+      resent = 1;
+      continue;
+    }
+    return dlock__zk_fail(z, zrc, "force-release (delete the holder node)", node);
+  }
+}
+
 int dlock__zk_force_release(dlock__zk *z, const char *name) {
   int rc = dlock__zk_check_name("lock name", name);
   if (rc) return rc;
@@ -582,33 +950,45 @@ int dlock__zk_force_release(dlock__zk *z, const char *name) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
-  int zrc;
-  rc = list_lock_nodes(z, s, lock_path, &ch, &zrc);
+  int side, zrc;
+  if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
+  struct String_vector v;
+  char node[1200];
+  if (side < 0) {
+    /* A semaphore: every permit (lease node); the queue stays. */
+    snprintf(node, sizeof node, "%s/leases", lock_path);
+    zrc = zoo_get_children(s->zh, node, 0, &v);
+    if (zrc == ZNONODE) goto out;
+    if (zrc != ZOK) {
+      rc = dlock__zk_fail(z, zrc, "list the leases of", node);
+      goto out;
+    }
+    int any = 0;
+    for (int i = 0; i < v.count && rc >= 0; i++) {
+      if (node_side(v.data[i]) != LEASE_MARK) continue;
+      char lease[1400];
+      snprintf(lease, sizeof lease, "%s/%s", node, v.data[i]);
+      rc = force_delete(z, s, lease);
+      if (rc > 0) any = 1;
+    }
+    deallocate_String_vector(&v);
+    if (rc >= 0) rc = any;
+    goto out;
+  }
+  rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)side, &ch, &zrc);
   if (rc) goto out;
   if (ch.n == 0) goto out;
-  char holder[1200];
-  snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[0]);
-  int resent = 0;
-  while (1) {
-    /* A sequential node's name is never reused, so resending this delete
-     * after a lost reply can only delete this holder's node. */
-    zrc = zoo_delete(s->zh, holder, -1);
-    if (zrc == ZOK) {
-      rc = 1;
-      break;
-    }
-    if (zrc == ZNONODE) {
-      rc = resent ? 1 : 0;
-      break;
-    }
-    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED && !resent &&
-        dlock__zk_wait_connected(s, dlock__zk_retry_limit(s))) {
-      resent = 1;
-      continue;
-    }
-    rc = dlock__zk_fail(z, zrc, "force-release (delete the holder node)", holder);
-    break;
+  /* The holders: the first node, or every reader ahead of the first writer. */
+  int holding = 1;
+  if (side == DLOCK__ZK_READ && node_side(ch.sorted[0]) == DLOCK__ZK_READ)
+    while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
+  int any = 0;
+  for (int i = 0; i < holding && rc >= 0; i++) {
+    snprintf(node, sizeof node, "%s/%s", lock_path, ch.sorted[i]);
+    rc = force_delete(z, s, node);
+    if (rc > 0) any = 1;
   }
+  if (rc >= 0) rc = any;
 out:
   children_free(&ch);
   free(lock_path);

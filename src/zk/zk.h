@@ -104,6 +104,13 @@ void dlock__zk_wake(dlock__zk *z);
 
 /* ---- Locks (zk/lock.c) ---- */
 
+/* The side of a lock a node stands for (Curator's lock names). */
+typedef enum dlock__zk_side {
+  DLOCK__ZK_MUTEX = 0, /* InterProcessMutex: "lock-" */
+  DLOCK__ZK_READ = 1,  /* InterProcessReadWriteLock: "__READ__" */
+  DLOCK__ZK_WRITE = 2  /* and "__WRIT__" */
+} dlock__zk_side;
+
 /* One hold: our lock node. */
 typedef struct dlock__zk_hold {
   char *lock_path;   /* "/ns/name" */
@@ -125,6 +132,18 @@ void dlock__zk_hold_clear(dlock__zk_hold *h);
  * session), connection errors. */
 int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
                       const atomic_int *cancel, dlock__zk_hold *out);
+/* As dlock__zk_acquire(), for one side of a read-write lock (or the mutex):
+ * a writer holds when its node is the first of all, a reader when no
+ * writer's node comes before it (a waiting writer keeps later readers out).
+ * DLOCK_EWRONGTYPE when the name is held as another kind. */
+int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info,
+                           int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out);
+/* One permit of the semaphore 'name' (Curator's InterProcessSemaphoreV2
+ * layout, see lock.c) with 'permits' in all: DLOCK_ELIMIT when its holders
+ * stored another limit; otherwise as dlock__zk_acquire(). The hold is the
+ * lease node (release with dlock__zk_release()). */
+int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const char *owner_info, int64_t wait_ms,
+                          const atomic_int *cancel, dlock__zk_hold *out);
 /* The scheduler's job lock of 'job': a lock in the same layout at
  * /ns/_dlock_sched/<job>/run, tried once (wait 0). As dlock__zk_acquire(). */
 int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info, dlock__zk_hold *out);
@@ -144,6 +163,10 @@ typedef struct dlock__zk_info {
   int64_t waiters;          /* lock nodes after the holder's */
   char holder[256];         /* the holder's node name */
   char owner_info[1025];    /* its data (Curator writes the holder's IP) */
+  int kind;                 /* 0 nothing there, 1 mutex, 2 read-write lock, 3 semaphore */
+  int64_t readers, waiting_writers; /* a read-write lock's read holders and waiting writers */
+  int writer;               /* 1 when its write side is held */
+  int64_t permits, permits_used; /* a semaphore's stored limit (0: unknown) and leases */
 } dlock__zk_info;
 
 int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out);
@@ -151,9 +174,10 @@ int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out);
  * among its children, searched down to 16 levels; 'fn' may be NULL);
  * returns how many. */
 int dlock__zk_list(dlock__zk *z, void (*fn)(const char *name, void *arg), void *arg);
-/* Delete the holder's node of 'name' (only a lock node, never the path
- * itself or anything else). 1 deleted, 0 not held, or < 0. Safe to resend:
- * a node name is never reused. */
+/* Delete the holders' nodes of 'name' (only lock nodes, never the path
+ * itself or anything else): a mutex's holder, a read-write lock's writer or
+ * every reader ahead of the first writer, every permit of a semaphore. 1
+ * deleted, 0 not held, or < 0. Safe to resend: a node name is never reused. */
 int dlock__zk_force_release(dlock__zk *z, const char *name);
 
 /* ---- Guard and scheduler (zk/sched.c) ---- */

@@ -1,6 +1,7 @@
 # test_zk.sh - the dlock command on ZooKeeper (zk://) against a real server
 # started by tests/zk_server_main.c: "dlock run" exclusion of 4 processes,
-# status, list, release --force (the holder notices), doctor. Skips (77)
+# status, list, release --force (the holder notices), --limit and -s/-x,
+# doctor. Skips (77)
 # when java or ZooKeeper is not installed.
 . "$DLOCK_TEST_LIB"
 : "${DLOCK_ZK_SERVER:?DLOCK_ZK_SERVER must point to the zk_server helper}"
@@ -76,6 +77,32 @@ assert_eq "its holder notices and exits 79" "$EXIT_CODE" 79
 out=$("$DLOCK" release --force jobs/report)
 assert_eq "release --force of a free lock says so" "$?:$out" "0:'jobs/report' was not held"
 assert_eq "list is empty again" "$("$DLOCK" list)" ""
+
+# ---- semaphore (--limit) and read-write lock (-s/-x) ----
+
+"$DLOCK" run --limit 2 pool -- sleep 60 &
+S1=$!
+bg_track $S1
+"$DLOCK" run --limit 2 pool -- sleep 60 &
+S2=$!
+bg_track $S2
+check "two holders take the two permits" wait_for 20 sh -c "'$DLOCK' status pool | grep -Eq 'permits: +2 of 2|2/2'"
+"$DLOCK" run --limit 2 --wait 0 pool -- true 2>/dev/null
+assert_eq "a third --limit 2 run is busy (75)" "$?" 75
+assert_eq "the child sees DLOCK_KIND" "$("$DLOCK" run --limit 3 other -- sh -c 'echo $DLOCK_KIND')" semaphore
+kill $S1 $S2 2>/dev/null
+wait_exit "$S1" 30
+wait_exit "$S2" 30
+"$DLOCK" run -s shared -- sleep 60 &
+R1=$!
+bg_track $R1
+check "a shared holder took its side" wait_for 20 sh -c "'$DLOCK' status shared | grep -q reader"
+"$DLOCK" run -s --wait 0 shared -- true
+assert_eq "a second -s run shares (0)" "$?" 0
+"$DLOCK" run -x --wait 0 shared -- true 2>/dev/null
+assert_eq "an -x run is busy while a reader holds (75)" "$?" 75
+kill $R1 2>/dev/null
+wait_exit "$R1" 30
 
 # ---- doctor, bad URLs ----
 

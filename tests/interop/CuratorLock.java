@@ -1,10 +1,15 @@
-// CuratorLock - Apache Curator's InterProcessMutex from the command line, for
-// dlock's interop tests (tests/integration/test_zk.c). Compiled at test time
-// with javac against Debian's curator and zookeeper jars.
+// CuratorLock - Apache Curator's InterProcessMutex, InterProcessReadWriteLock
+// and InterProcessSemaphoreV2 from the command line, for dlock's interop tests
+// (tests/integration/test_zk*.c). Compiled at test time with javac against
+// Debian's curator and zookeeper jars.
 //
 //   CuratorLock CONNECT PATH hold SECONDS   acquire (waiting up to 30 s), print
 //                                            "ACQUIRED <node>", hold, release, exit 0
 //   CuratorLock CONNECT PATH try MILLIS      "ACQUIRED" exit 0, or "BUSY" exit 3
+//   readhold, writehold, readtry, writetry   the same with one side of an
+//                                            InterProcessReadWriteLock
+//   semhold:N, semtry:N                      the same with one lease of an
+//                                            InterProcessSemaphoreV2 of N leases
 //   CuratorLock CONNECT PATH create [user:pass]
 //                                            create PATH (and parents) as a plain
 //                                            node; with user:pass, readable by all
@@ -16,7 +21,11 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryOneTime;
 import org.apache.zookeeper.ZooDefs;
 import org.apache.zookeeper.data.ACL;
@@ -40,7 +49,43 @@ public class CuratorLock {
     try {
       client.start();
       if (!client.blockUntilConnected(10, TimeUnit.SECONDS)) throw new Exception("no connection to " + connect);
-      if (mode.equals("hold")) {
+      if (mode.startsWith("sem")) {
+        int n = Integer.parseInt(mode.substring(mode.indexOf(':') + 1));
+        InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(client, path, n);
+        boolean hold = mode.startsWith("semhold");
+        Lease lease = hold ? sem.acquire(30, TimeUnit.SECONDS)
+                           : sem.acquire(Long.parseLong(args[3]), TimeUnit.MILLISECONDS);
+        if (lease == null) {
+          if (hold) throw new Exception("no lease in 30 s");
+          System.out.println("BUSY");
+          status = 3;
+        } else {
+          System.out.println("ACQUIRED");
+          System.out.flush();
+          if (hold) Thread.sleep((long) (Double.parseDouble(args[3]) * 1000));
+          sem.returnLease(lease);
+          if (hold) System.out.println("RELEASED");
+          status = 0;
+        }
+      } else if (mode.startsWith("read") || mode.startsWith("write")) {
+        InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, path);
+        InterProcessLock m = mode.startsWith("read") ? rw.readLock() : rw.writeLock();
+        boolean hold = mode.endsWith("hold");
+        boolean got = hold ? m.acquire(30, TimeUnit.SECONDS)
+                           : m.acquire(Long.parseLong(args[3]), TimeUnit.MILLISECONDS);
+        if (!got) {
+          if (hold) throw new Exception("not acquired in 30 s");
+          System.out.println("BUSY");
+          status = 3;
+        } else {
+          System.out.println("ACQUIRED");
+          System.out.flush();
+          if (hold) Thread.sleep((long) (Double.parseDouble(args[3]) * 1000));
+          m.release();
+          if (hold) System.out.println("RELEASED");
+          status = 0;
+        }
+      } else if (mode.equals("hold")) {
         InterProcessMutex m = new InterProcessMutex(client, path);
         if (!m.acquire(30, TimeUnit.SECONDS)) throw new Exception("not acquired in 30 s");
         System.out.println("ACQUIRED");
