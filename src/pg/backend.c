@@ -81,7 +81,8 @@ static void pg_close(dlock_client *c) {
 static unsigned pg_caps_of(dlock_client *c) {
   unsigned caps = dlock__pg_caps(pgc(c));
   if (caps & DLOCK__PG_CAP_SESSION) return DLOCK__CAP_SESSION;
-  return DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD;
+  return DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
+         DLOCK__CAP_RWLOCK;
 }
 
 static int pg_ping(dlock_client *c) { return dlock__pg_ping(pgc(c)); }
@@ -219,7 +220,14 @@ static int pg_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
   dlock_mono_ms start = dlock_mono_now();
   /* Cancel: the module's waits look at the flag every 50 ms at most (its
    * LISTEN wait slices), so no wake() is needed. */
-  int rc = dlock__pg_acquire_as(pg, name, token, lease_ms, m->owner_info, wait, dlock__mutex_cancel_flag(m), &h);
+  const char *side = m->kind == DLOCK__KIND_SEMAPHORE ? "p" : m->kind == DLOCK__KIND_READ ? "r"
+                     : m->kind == DLOCK__KIND_WRITE   ? "w" : "";
+  /* A read side taken by a thread that holds the name already goes at once
+   * (docs/rwlock.md): looked up at every acquire. */
+  char own[DLOCK__TOKEN_HEX + 1];
+  int shadow = dlock__rw_own_token(m, own);
+  int rc = dlock__pg_acquire_kind(pg, name, token, side, m->permits, shadow, lease_ms, m->owner_info, wait,
+                                  dlock__mutex_cancel_flag(m), &h);
   if (rc) return rc;
   pthread_mutex_lock(&l->mu);
   l->hold = h;
@@ -603,7 +611,8 @@ static int pg_sched_history(dlock_client *c, const char *job, dlock_run_record *
 
 const dlock__backend_ops dlock__pg_ops = {
   .name = "postgres",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD,
+  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
+          DLOCK__CAP_RWLOCK,
   .url_is = dlock__pg_url_is_pg,
   .redact = pg_redact,
   .open = pg_open,

@@ -250,7 +250,10 @@ static int sqlstate_status(const char *st) {
 }
 
 static int missing_object(const char *st) {
-  return st && (strcmp(st, "42P01") == 0 || strcmp(st, "3F000") == 0 || strcmp(st, "42883") == 0);
+  /* A table, schema or function, or a column added later (waiters.side):
+   * an older schema that `dlock init` brings up to date. */
+  return st && (strcmp(st, "42P01") == 0 || strcmp(st, "3F000") == 0 || strcmp(st, "42883") == 0 ||
+                strcmp(st, "42703") == 0);
 }
 
 static void trim(char *s) {

@@ -221,18 +221,46 @@ static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint
 
 /* ---- Acquire ---- */
 
+static const char *kind_word(const dlock__pg_hold *h) {
+  return h->side[0] == 'p' ? "semaphore" : h->side[0] ? "read-write lock" : "mutex";
+}
+
+/* The error of a family acquire that found the name held as another kind
+ * ("mutex", "kind <kind>") or with another limit ("limit <n>"). */
+static int family_refused(dlock__pg *pg, const dlock__pg_hold *h, const char *err) {
+  if (!strncmp(err, "limit ", 6))
+    return dlock__error(DLOCK_ELIMIT,
+                        "semaphore '%s' on %s has %s permits (stored by its holders), but this caller asks for %d: "
+                        "all callers must give the same number; the stored limit goes with the last permit",
+                        h->name, pg->display, err + 6, h->permits);
+  const char *other = !strcmp(err, "mutex") ? "mutex" : !strcmp(err, "kind semaphore") ? "semaphore"
+                                                                                        : "read-write lock";
+  return dlock__error(DLOCK_EWRONGTYPE,
+                      "'%s' on %s is held as a %s, not as a %s: a name is one kind of lock at a time; use that "
+                      "kind's calls, or another name",
+                      h->name, pg->display, other, kind_word(h));
+}
+
 /* One acquire statement. 1 acquired (h->fence, h->valid_until set), 0 busy
  * ('*holder_ms' the holder's remaining lease, -1 unknown), <0 an error. */
 static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info, int64_t heartbeat_ms,
                         int64_t *holder_ms) {
-  char lease[24], hb[24];
+  char lease[24], hb[24], permits[16];
   NUM(lease, h->lease_ms);
   NUM(hb, heartbeat_ms);
-  const char *vals[5] = {h->name, h->token, lease, owner_info ? owner_info : "", hb};
+  NUM(permits, h->permits);
+  int fam = h->side[0] != '\0';
+  const char *vals[8] = {h->name, h->token, lease, owner_info ? owner_info : "", hb};
+  if (fam) {
+    const char *fv[8] = {h->name, h->token, h->side, permits, lease, owner_info ? owner_info : "",
+                         h->shadow ? "true" : "false", hb};
+    memcpy(vals, fv, sizeof vals);
+  }
   dlock_mono_ms sent = dlock_mono_now();
   PGresult *r = NULL;
   int maybe_ran = 0;
-  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_ACQUIRE], 5, vals, 0, 1, &r, &h->resent, &maybe_ran);
+  int rc = dlock__pg_run(pg, pg->sql[fam ? DLOCK__PG_SQL_FAM_ACQUIRE : DLOCK__PG_SQL_ACQUIRE], fam ? 8 : 5, vals, 0,
+                         1, &r, &h->resent, &maybe_ran);
   if (rc != 0) {
     if (!maybe_ran) return rc;
     /* It may have taken the row: give it back (safe to run twice: marks
@@ -243,7 +271,8 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
     snprintf(ch, sizeof ch, "%s", pg->channel);
     const char *rv[3] = {h->name, h->token, ch};
     PGresult *rr = NULL;
-    int wrc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RELEASE], 3, rv, 0, 1, &rr, NULL, NULL);
+    int wrc = dlock__pg_run(pg, pg->sql[fam ? DLOCK__PG_SQL_FAM_RELEASE : DLOCK__PG_SQL_RELEASE], 3, rv, 0, 1, &rr,
+                            NULL, NULL);
     PQclear(rr);
     if (wrc != 0)
       return dlock__error(DLOCK_EUNKNOWN,
@@ -256,8 +285,18 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
   if (got) {
     h->fence = (uint64_t)col_i64(r, 0, 0);
     h->valid_until = dlock__valid_until(sent, h->lease_ms);
+  } else if (fam && !PQgetisnull(r, 0, 2)) {
+    char err[64];
+    snprintf(err, sizeof err, "%s", PQgetvalue(r, 0, 2));
+    PQclear(r);
+    return family_refused(pg, h, err);
+  } else if (!fam && !PQgetisnull(r, 0, 3)) {
+    char err[64];
+    snprintf(err, sizeof err, "kind %s", PQgetvalue(r, 0, 3));
+    PQclear(r);
+    return family_refused(pg, h, err);
   }
-  if (holder_ms) *holder_ms = col_i64(r, 0, 1);
+  if (holder_ms) *holder_ms = PQgetisnull(r, 0, 1) ? -1 : col_i64(r, 0, 1);
   PQclear(r);
   return got;
 }
@@ -365,6 +404,12 @@ int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const c
 
 int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
                          const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h) {
+  return dlock__pg_acquire_kind(pg, name, token, "", 0, 0, lease_ms, owner_info, wait_ms, cancel, h);
+}
+
+int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, const char *side, int permits,
+                           int shadow, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
+                           const atomic_int *cancel, dlock__pg_hold *h) {
   memset(h, 0, sizeof *h);
   int rc = check_name(pg, "lock name", name);
   if (rc != 0) return rc;
@@ -373,6 +418,12 @@ int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int
     memcpy(h->token, token, DLOCK__TOKEN_HEX + 1);
   else if ((rc = dlock__random_hex(h->token, DLOCK__TOKEN_HEX / 2)) != 0)
     return rc;
+  h->side[0] = side && (side[0] == 'p' || side[0] == 'r' || side[0] == 'w') ? side[0] : '\0';
+  h->permits = permits;
+  h->shadow = shadow;
+  if (pg->advisory && h->side[0])
+    return dlock__error(DLOCK_EINVAL, "a %s is not offered in advisory mode (%s): drop ?mode=advisory from the "
+                        "URL to use the lease tables", kind_word(h), pg->display);
   if (pg->advisory) return acquire_advisory(pg, h, wait_ms, cancel);
   rc = dlock__check_duration("lease", lease_ms, 0);
   if (rc != 0) return rc;
@@ -384,9 +435,17 @@ int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int
   if (rc < 0) return rc;
   if (wait_ms == 0 && holder_ms < 0)
     return dlock__error(DLOCK_EBUSY,
-                        "lock '%s' on %s is free but other processes are waiting for it; a try does not go ahead "
+                        "%s '%s' on %s is free but other processes are waiting for it; a try does not go ahead "
                         "of them (first come, first served)",
-                        name, pg->display);
+                        kind_word(h), name, pg->display);
+  if (wait_ms == 0 && h->side[0] == 'p')
+    return dlock__error(DLOCK_EBUSY, "all %d permits of semaphore '%s' on %s are held (or promised to waiters "
+                        "ahead; the first lease ends in %lld ms)", h->permits, name, pg->display,
+                        (long long)holder_ms);
+  if (wait_ms == 0 && h->side[0])
+    return dlock__error(DLOCK_EBUSY, "read-write lock '%s' on %s is held %s (the first lease ends in %lld ms)", name,
+                        pg->display, h->side[0] == 'r' ? "for writing, or a writer waits ahead" : "by others",
+                        (long long)holder_ms);
   if (wait_ms == 0)
     return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another owner on %s (%lld ms left on its lease)", name,
                         pg->display, (long long)holder_ms);
@@ -397,9 +456,9 @@ int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int
   int64_t hb = 3 * (int64_t)pg->opts.poll_ms + 2000;
   char hbs[24];
   NUM(hbs, hb);
-  const char *wv[3] = {h->name, h->token, hbs};
+  const char *wv[4] = {h->name, h->token, hbs, h->side};
   PGresult *r = NULL;
-  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_ADD], 3, wv, 0, 1, &r, NULL, NULL);
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_ADD], 4, wv, 0, 1, &r, NULL, NULL);
   PQclear(r);
   if (rc != 0) return rc;
   int result;
@@ -423,7 +482,7 @@ int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int
       break;
     }
     if (now >= deadline) {
-      result = dlock__error(DLOCK_EBUSY, "lock '%s' on %s stayed held by another owner for %lld ms", name,
+      result = dlock__error(DLOCK_EBUSY, "%s '%s' on %s stayed held by others for %lld ms", kind_word(h), name,
                             pg->display, (long long)wait_ms);
       break;
     }
@@ -480,7 +539,8 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   const char *vals[3] = {h->name, h->token, ch};
   PGresult *r = NULL;
   int resent = 0, maybe_ran = 0;
-  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_RELEASE], 3, vals, 0, 1, &r, &resent, &maybe_ran);
+  int rc = dlock__pg_run(pg, pg->sql[h->side[0] ? DLOCK__PG_SQL_FAM_RELEASE : DLOCK__PG_SQL_RELEASE], 3, vals, 0,
+                         1, &r, &resent, &maybe_ran);
   dlock_mono_ms now = dlock_mono_now();
   h->resent = resent;
   if (rc != 0) {
@@ -697,6 +757,33 @@ int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
   out->since_unix_ms = out->held ? col_i64(r, 0, 3) : 0;
   out->waiters = col_i64(r, 0, 5);
   if (out->held && !PQgetisnull(r, 0, 4)) snprintf(out->owner_info, sizeof out->owner_info, "%s", PQgetvalue(r, 0, 4));
+  PQclear(r);
+  if (out->held) return 0; /* (the core hands over a whole dlock_lock_info) */
+  /* Not a held mutex: a semaphore or a read-write lock? */
+  r = NULL;
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FAM_INFO], 1, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  if (PQntuples(r) > 0) {
+    int semaphore = !strcmp(PQgetvalue(r, 0, 0), "semaphore");
+    int64_t holds = col_i64(r, 0, 2);
+    out->held = holds > 0;
+    if (semaphore) {
+      out->permits = col_i64(r, 0, 1);
+      out->permits_used = holds;
+    } else if (holds > 0 || col_i64(r, 0, 9) > 0) {
+      out->rwlock = 1;
+      out->readers = col_i64(r, 0, 3);
+      out->writer = col_bool(r, 0, 4);
+      out->waiting_writers = col_i64(r, 0, 10);
+    }
+    if (out->held) {
+      out->fence = (uint64_t)col_i64(r, 0, 5);
+      out->since_unix_ms = col_i64(r, 0, 6);
+      snprintf(out->owner_info, sizeof out->owner_info, "%s", PQgetvalue(r, 0, 7));
+      out->ttl_ms = col_i64(r, 0, 8);
+    }
+    out->waiters = col_i64(r, 0, 9);
+  }
   PQclear(r);
   return 0;
 }

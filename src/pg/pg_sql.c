@@ -126,6 +126,98 @@ static const char sql_init[] =
     "    WHERE x.job = p_job ORDER BY x.id DESC OFFSET greatest(p_keep, 1) LIMIT 1);\n"
     "  RETURN 1;\n"
     "END $f$;\n"
+    /* The lock family (semaphores, read-write locks): one row per name
+     * (its kind and limit, and the row every acquire of the name locks),
+     * one row per hold (a permit, a reader, the writer). Waiters share the
+     * mutex's queue table, with the side they wait for. */
+    "ALTER TABLE @S.waiters ADD COLUMN IF NOT EXISTS side text NOT NULL DEFAULT '';\n"
+    "CREATE TABLE IF NOT EXISTS @S.families (\n"
+    "  name varchar(255) PRIMARY KEY,\n"
+    "  kind text NOT NULL,\n"
+    "  permits int NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS @S.holds (\n"
+    "  name varchar(255) NOT NULL,\n"
+    "  token text NOT NULL,\n"
+    "  side text NOT NULL,\n"
+    "  fence bigint NOT NULL,\n"
+    "  expires timestamptz NOT NULL,\n"
+    "  since timestamptz NOT NULL,\n"
+    "  released boolean NOT NULL DEFAULT false,\n"
+    "  owner_info text NOT NULL DEFAULT '',\n"
+    "  PRIMARY KEY (name, token));\n"
+    /* One acquire of a permit ('p'), a read ('r') or the write ('w') side.
+     * The name's row is locked first, so the holds counted next are exact
+     * (each statement of a function sees the commits before it). A second
+     * call with the same token answers as the first (its hold, its fence).
+     * A waiter ahead (queued earlier, alive) goes first: for a permit, the
+     * free permits go to the first waiters; a writer waits for every hold
+     * and every waiter ahead; a reader waits for the writer and for writers
+     * queued ahead ('p_shadow': this thread holds the name already, so it
+     * goes at once). err: 'mutex', 'kind <kind>', 'limit <n>'. */
+    "CREATE OR REPLACE FUNCTION @S.fam_acquire(p_name text, p_token text, p_side text, p_permits int,\n"
+    "    p_lease_ms bigint, p_info text, p_shadow boolean,\n"
+    "    OUT fence bigint, OUT wait_ms bigint, OUT err text)\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  k text := CASE WHEN p_side = 'p' THEN 'semaphore' ELSE 'rwlock' END;\n"
+    "  f @S.families%ROWTYPE;\n"
+    "  h @S.holds%ROWTYPE;\n"
+    "  my_seq bigint;\n"
+    "  live bigint;\n"
+    "  ok boolean;\n"
+    "BEGIN\n"
+    "  INSERT INTO @S.families VALUES (p_name, k, p_permits) ON CONFLICT DO NOTHING;\n"
+    "  SELECT * INTO f FROM @S.families x WHERE x.name = p_name FOR UPDATE;\n"
+    "  IF EXISTS (SELECT 1 FROM @S.locks l WHERE l.name = p_name AND NOT l.released\n"
+    "             AND l.expires > clock_timestamp()) THEN\n"
+    "    err := 'mutex'; RETURN;\n"
+    "  END IF;\n"
+    "  DELETE FROM @S.holds x WHERE x.name = p_name AND x.expires < clock_timestamp() - interval '1 minute';\n"
+    "  SELECT * INTO h FROM @S.holds x WHERE x.name = p_name AND x.token = p_token;\n"
+    "  IF FOUND AND NOT h.released AND h.expires > clock_timestamp() THEN\n"
+    "    UPDATE @S.holds x SET expires = clock_timestamp() + p_lease_ms * interval '1 millisecond'\n"
+    "      WHERE x.name = p_name AND x.token = p_token;\n"
+    "    fence := h.fence; RETURN;\n"
+    "  END IF;\n"
+    "  SELECT count(*) INTO live FROM @S.holds x WHERE x.name = p_name AND NOT x.released\n"
+    "    AND x.expires > clock_timestamp();\n"
+    "  IF live = 0 THEN\n"
+    "    UPDATE @S.families x SET kind = k, permits = p_permits WHERE x.name = p_name;\n"
+    "    f.kind := k; f.permits := p_permits;\n"
+    "  ELSIF f.kind <> k THEN\n"
+    "    err := 'kind ' || f.kind; RETURN;\n"
+    "  ELSIF k = 'semaphore' AND f.permits <> p_permits THEN\n"
+    "    err := 'limit ' || f.permits; RETURN;\n"
+    "  END IF;\n"
+    "  SELECT w.seq INTO my_seq FROM @S.waiters w WHERE w.name = p_name AND w.token = p_token;\n"
+    "  my_seq := COALESCE(my_seq, 9223372036854775807);\n"
+    "  IF p_shadow THEN\n"
+    "    ok := true;\n"
+    "  ELSIF p_side = 'p' THEN\n"
+    "    ok := live + (SELECT count(*) FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
+    "                  AND w.expires > clock_timestamp() AND w.seq < my_seq) < f.permits;\n"
+    "  ELSIF p_side = 'w' THEN\n"
+    "    ok := live = 0 AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
+    "                                   AND w.expires > clock_timestamp() AND w.seq < my_seq);\n"
+    "  ELSE\n"
+    "    ok := NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.side = 'w' AND NOT x.released\n"
+    "                      AND x.expires > clock_timestamp())\n"
+    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
+    "                      AND w.side = 'w' AND w.expires > clock_timestamp() AND w.seq < my_seq);\n"
+    "  END IF;\n"
+    "  IF NOT ok THEN\n"
+    "    SELECT greatest(0, ceil(extract(epoch FROM (min(x.expires) - clock_timestamp())) * 1000))::bigint\n"
+    "      INTO wait_ms FROM @S.holds x WHERE x.name = p_name AND NOT x.released\n"
+    "      AND x.expires > clock_timestamp();\n"
+    "    wait_ms := COALESCE(wait_ms, -1);\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  fence := nextval('@S.fence_seq');\n"
+    "  INSERT INTO @S.holds AS x VALUES (p_name, p_token, p_side, fence,\n"
+    "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, p_info)\n"
+    "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
+    "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = EXCLUDED.owner_info;\n"
+    "END $f$;\n"
     "COMMIT;";
 
 /* $1 name, $2 token, $3 lease ms, $4 owner info, $5 waiter heartbeat ms.
@@ -133,7 +225,8 @@ static const char sql_init[] =
  * second run of the same acquire keeps the fence and start of the hold);
  * a live waiter that arrived earlier than this caller (a try counts as
  * arriving last) keeps it from barging. Returns the fence (NULL: busy) and
- * the holder's remaining lease. A waiter's row is deleted by a separate
+ * the holder's remaining lease, and the kind when the name is held as a
+ * semaphore or read-write lock (then nothing is taken). A waiter's row is deleted by a separate
  * statement after success (one statement must not modify a row twice).
  * set_config('synchronous_commit', 'on', true) makes this transaction commit
  * synchronously whatever the server's default, so a crash cannot lose a fence
@@ -142,6 +235,8 @@ static const char sql_acquire[] =
     "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $5::bigint * interval '1 millisecond'\n"
     "           WHERE name = $1 AND token = $2 RETURNING seq),\n"
     "cur AS (SELECT token, expires, released FROM @S.locks WHERE name = $1),\n"
+    "fam AS (SELECT 1 FROM @S.holds h WHERE h.name = $1 AND NOT h.released AND h.expires > clock_timestamp()\n"
+    "        LIMIT 1),\n"
     "ins AS (INSERT INTO @S.locks AS l (name, token, fence, expires, since, released, owner_info)\n"
     "  SELECT $1, $2, nextval('@S.fence_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
     "         clock_timestamp(), false, $4\n"
@@ -150,6 +245,7 @@ static const char sql_acquire[] =
     "    AND NOT EXISTS (SELECT 1 FROM @S.waiters x WHERE x.name = $1 AND x.token <> $2\n"
     "                    AND x.expires > clock_timestamp()\n"
     "                    AND x.seq < COALESCE((SELECT seq FROM w), 9223372036854775807))\n"
+    "    AND NOT EXISTS (SELECT 1 FROM fam)\n"
     "  ON CONFLICT (name) DO UPDATE SET\n"
     "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
     "                 THEN l.fence ELSE EXCLUDED.fence END,\n"
@@ -162,16 +258,59 @@ static const char sql_acquire[] =
     "SELECT (SELECT fence FROM ins),\n"
     "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * 1000))::bigint\n"
     "          FROM cur WHERE NOT cur.released),\n"
-    "       set_config('synchronous_commit', 'on', true)";
+    "       set_config('synchronous_commit', 'on', true),\n"
+    "       (SELECT f.kind FROM @S.families f WHERE f.name = $1 AND EXISTS (SELECT 1 FROM fam))";
 
-/* $1 name, $2 token, $3 heartbeat ms: queue by arrival (waiter_seq); a
- * second run finds the row and keeps its place. */
+/* $1 name, $2 token, $3 heartbeat ms, $4 side ('' for a mutex, else as
+ * fam_acquire): queue by arrival (waiter_seq); a second run finds the row
+ * and keeps its place. */
 static const char sql_waiter_add[] =
     "WITH old AS (DELETE FROM @S.waiters WHERE name = $1 AND token <> $2\n"
     "             AND expires < clock_timestamp() - interval '1 minute')\n"
-    "INSERT INTO @S.waiters (name, token, seq, expires)\n"
-    "  SELECT $1, $2, nextval('@S.waiter_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond'\n"
+    "INSERT INTO @S.waiters (name, token, seq, expires, side)\n"
+    "  SELECT $1, $2, nextval('@S.waiter_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond', $4\n"
     "ON CONFLICT (name, token) DO NOTHING";
+
+/* $1 name, $2 token, $3 side, $4 permits, $5 lease ms, $6 owner info,
+ * $7 shadow, $8 heartbeat ms: the waiter's heartbeat, then fam_acquire.
+ * Returns the fence (NULL: not now), ms until the first hold's lease ends
+ * (-1: none), the error word (NULL: none). */
+static const char sql_fam_acquire[] =
+    "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $8::bigint * interval '1 millisecond'\n"
+    "           WHERE name = $1 AND token = $2 RETURNING seq)\n"
+    "SELECT a.fence, a.wait_ms, a.err, set_config('synchronous_commit', 'on', true), (SELECT count(*) FROM w)\n"
+    "FROM @S.fam_acquire($1, $2, $3, $4::int, $5::bigint, $6, $7::boolean) a";
+
+/* $1 name, $2 token, $3 channel: a family hold's release, answering as
+ * sql_release does. Every waiter of the name is told (each looks again;
+ * the order among them is kept by fam_acquire). */
+static const char sql_fam_release[] =
+    "WITH cur AS (SELECT released FROM @S.holds WHERE name = $1 AND token = $2),\n"
+    "upd AS (UPDATE @S.holds SET released = true, expires = clock_timestamp()\n"
+    "        WHERE name = $1 AND token = $2 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
+    "n AS (SELECT pg_notify($3, $1 || ' ') FROM upd)\n"
+    "SELECT (SELECT count(*) FROM upd), EXISTS (SELECT 1 FROM cur),\n"
+    "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
+    "       set_config('synchronous_commit', 'on', true)";
+
+/* $1 name: a family name's kind, limit, holds (all, readers, writer), the
+ * newest hold's fence, start and owner info, the ms until the last hold's
+ * lease ends, waiters (all, writers). No row: not a family name. */
+static const char sql_fam_info[] =
+    "SELECT f.kind, f.permits,\n"
+    "  (SELECT count(*) FROM @S.holds x WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp()),\n"
+    "  (SELECT count(*) FROM @S.holds x WHERE x.name = $1 AND x.side = 'r' AND NOT x.released\n"
+    "     AND x.expires > clock_timestamp()),\n"
+    "  EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = $1 AND x.side = 'w' AND NOT x.released\n"
+    "     AND x.expires > clock_timestamp()),\n"
+    "  n.fence, floor(extract(epoch FROM n.since) * 1000)::bigint, n.owner_info,\n"
+    "  (SELECT greatest(0, floor(extract(epoch FROM (max(x.expires) - clock_timestamp())) * 1000))::bigint\n"
+    "     FROM @S.holds x WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp()),\n"
+    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()),\n"
+    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.side = 'w' AND w.expires > clock_timestamp())\n"
+    "FROM @S.families f LEFT JOIN LATERAL (SELECT x.fence, x.since, x.owner_info FROM @S.holds x\n"
+    "  WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence DESC LIMIT 1) n\n"
+    "  ON true WHERE f.name = $1";
 
 static const char sql_waiter_del[] = "DELETE FROM @S.waiters WHERE name = $1 AND token = $2";
 
@@ -196,18 +335,28 @@ static const char sql_renew[] =
     "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS v(name, token, lease, i)),\n"
     "u AS (UPDATE @S.locks l SET expires = clock_timestamp() + v.lease * interval '1 millisecond' FROM v\n"
     "      WHERE l.name = v.name AND l.token = v.token AND NOT l.released AND l.expires > clock_timestamp()\n"
+    "      RETURNING l.name, l.token),\n"
+    /* A family hold (semaphore, read-write lock): its own row, by token. */
+    "uf AS (UPDATE @S.holds l SET expires = clock_timestamp() + v.lease * interval '1 millisecond' FROM v\n"
+    "      WHERE l.name = v.name AND l.token = v.token AND NOT l.released AND l.expires > clock_timestamp()\n"
     "      RETURNING l.name, l.token)\n"
-    "SELECT v.i, (u.name IS NOT NULL),\n"
+    "SELECT v.i, (u.name IS NOT NULL OR uf.name IS NOT NULL),\n"
     "       COALESCE(c.token <> v.token AND NOT c.released AND c.expires > clock_timestamp(), false)\n"
-    "FROM v LEFT JOIN u ON u.name = v.name AND u.token = v.token LEFT JOIN @S.locks c ON c.name = v.name\n"
+    "FROM v LEFT JOIN u ON u.name = v.name AND u.token = v.token\n"
+    "  LEFT JOIN uf ON uf.name = v.name AND uf.token = v.token LEFT JOIN @S.locks c ON c.name = v.name\n"
     "ORDER BY v.i";
 
 /* $1 name, $2 token: ours and live, remaining ms, another live owner. */
 static const char sql_remaining[] =
-    "SELECT token = $2 AND NOT released AND expires > clock_timestamp(),\n"
-    "       greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint,\n"
-    "       token <> $2 AND NOT released AND expires > clock_timestamp()\n"
-    "FROM @S.locks WHERE name = $1";
+    "SELECT * FROM (\n"
+    "  SELECT token = $2 AND NOT released AND expires > clock_timestamp() AS ours,\n"
+    "         greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint,\n"
+    "         token <> $2 AND NOT released AND expires > clock_timestamp()\n"
+    "  FROM @S.locks WHERE name = $1\n"
+    "  UNION ALL\n"
+    "  SELECT NOT released AND expires > clock_timestamp(),\n"
+    "         greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint, false\n"
+    "  FROM @S.holds WHERE name = $1 AND token = $2) r ORDER BY ours DESC LIMIT 1";
 
 /* $1 name: live, remaining ms, fence, since (unix ms), owner info, waiters. */
 static const char sql_info[] =
@@ -221,7 +370,9 @@ static const char sql_info[] =
 
 /* $1 LIKE pattern. */
 static const char sql_list[] =
-    "SELECT name FROM @S.locks WHERE NOT released AND expires > clock_timestamp() AND name LIKE $1 ORDER BY name";
+    "SELECT name FROM @S.locks WHERE NOT released AND expires > clock_timestamp() AND name LIKE $1\n"
+    "UNION SELECT name FROM @S.holds WHERE NOT released AND expires > clock_timestamp() AND name LIKE $1\n"
+    "ORDER BY name";
 
 /* $1 name, $2 channel. Not safe to run twice: between two runs a new holder
  * may take the lock, and the second would end its hold. The token is
@@ -230,9 +381,13 @@ static const char sql_list[] =
 static const char sql_force[] =
     "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp(), token = 'forced'\n"
     "             WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
+    /* Every hold of a family name (each permit, the readers or the writer). */
+    "updf AS (UPDATE @S.holds SET released = true, expires = clock_timestamp(), token = 'forced:' || token\n"
+    "         WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
-    "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
-    "SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM n)";
+    "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"
+    "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf))\n"
+    "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM updf), (SELECT count(*) FROM n) + (SELECT count(*) FROM nf)";
 
 /* $1 resource, $2 fence: admitted when not below the highest seen (an
  * equal fence is admitted again, so a second run answers as the first). */
@@ -279,6 +434,8 @@ void dlock__pg_sql_build(dlock__pg *pg) {
       [DLOCK__PG_SQL_FORCE] = sql_force,         [DLOCK__PG_SQL_GUARD] = sql_guard,
       [DLOCK__PG_SQL_CLAIM] = sql_claim,         [DLOCK__PG_SQL_FINISH] = sql_finish,
       [DLOCK__PG_SQL_HISTORY] = sql_history,     [DLOCK__PG_SQL_INIT] = sql_init,
+      [DLOCK__PG_SQL_FAM_ACQUIRE] = sql_fam_acquire, [DLOCK__PG_SQL_FAM_RELEASE] = sql_fam_release,
+      [DLOCK__PG_SQL_FAM_INFO] = sql_fam_info,
   };
   for (int i = 0; i < DLOCK__PG_SQL_COUNT; i++) pg->sql[i] = expand(tmpl[i], pg->schema);
 }

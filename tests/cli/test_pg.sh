@@ -99,6 +99,35 @@ wait_exit "$HOLDER" 20
 assert_eq "the holder finds out and exits 79 (lost)" "$EXIT_CODE" 79
 assert_eq "list is empty afterwards" "$("$DLOCK" list --url "$URL")" ""
 
+# ---- semaphore (--limit) and read-write lock (-s/-x) ----
+
+"$DLOCK" run --url "$URL" --limit 2 pool -- sleep 60 &
+S1=$!
+bg_track $S1
+"$DLOCK" run --url "$URL" --limit 2 pool -- sleep 60 &
+S2=$!
+bg_track $S2
+check "two holders take the two permits" wait_for 20 sh -c "'$DLOCK' status --url '$URL' pool | grep -q 'permits: *2 of 2'"
+"$DLOCK" run --url "$URL" --limit 2 --wait 0 pool -- true 2>/dev/null
+assert_eq "a third --limit 2 run is busy (75)" "$?" 75
+"$DLOCK" run --url "$URL" --limit 3 --wait 0 pool -- true 2>"$TEST_DIR/err"
+check "another limit is refused ($?)" test "$?" -ne 0
+assert_match "it names both limits" "$(cat "$TEST_DIR/err")" "2 permits.*asks for 3"
+assert_match "list shows the semaphore" "$("$DLOCK" list --url "$URL")" "^pool$"
+kill $S1 $S2 2>/dev/null
+wait_exit "$S1" 30
+wait_exit "$S2" 30
+"$DLOCK" run --url "$URL" -s shared -- sleep 60 &
+R1=$!
+bg_track $R1
+check "a shared holder took its side" wait_for 20 sh -c "'$DLOCK' status --url '$URL' shared | grep -q 'readers: *1'"
+"$DLOCK" run --url "$URL" -s --wait 0 shared -- true
+assert_eq "a second -s run shares (0)" "$?" 0
+"$DLOCK" run --url "$URL" -x --wait 0 shared -- true 2>/dev/null
+assert_eq "an -x run is busy while a reader holds (75)" "$?" 75
+kill $R1 2>/dev/null
+wait_exit "$R1" 30
+
 # ---- doctor ----
 
 "$DLOCK" doctor --url "$URL" >"$TEST_DIR/out" 2>&1
