@@ -92,6 +92,9 @@ static void print_json(const char *name, const dlock_lock_info *info)
   if (info->rwlock)
     printf(", \"kind\": \"rwlock\", \"readers\": %lld, \"writer\": %s, \"waiting_writers\": %lld",
            (long long)info->readers, info->writer ? "true" : "false", (long long)info->waiting_writers);
+  if (info->latch)
+    printf(", \"latch\": {\"count\": %lld, \"ttl_ms\": %lld}", (long long)info->latch_count,
+           (long long)info->latch_ttl_ms);
   fputc('}', stdout);
 }
 
@@ -137,6 +140,13 @@ static void print_text(const char *name, const dlock_lock_info *info)
   holder h;
 
   printf("lock:     %s\n", name);
+  if (info->latch) {
+    cli_format_duration(info->latch_ttl_ms < 0 ? 0 : info->latch_ttl_ms, ttl, sizeof ttl);
+    if (info->latch_count > 0)
+      printf("latch:    %lld left to count down, expires in %s\n", (long long)info->latch_count, ttl);
+    else
+      printf("latch:    open (counted down to 0), expires in %s\n", ttl);
+  }
   if (info->permits != 0) {
     printf("kind:     semaphore\n");
     if (info->permits > 0)
@@ -371,8 +381,8 @@ static int list_json(dlock_client *c, const name_list *l)
       fputs("]\n", stdout);
       return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
     }
-    if (!info.held)
-      continue; /* released since the SCAN */
+    if (!info.held && !info.latch)
+      continue; /* released (or expired) since the SCAN */
     fputs(first ? "\n  " : ",\n  ", stdout);
     first = 0;
     print_json(l->names[i], &info);

@@ -564,6 +564,11 @@ typedef struct dlock_lock_info {
   int64_t readers;        /* live read holds */
   int writer;             /* 1 when the write side is held (held, fence, since and owner_info are its) */
   int64_t waiting_writers; /* waiters for the write side (the rest of 'waiters' wait to read) */
+  /* A countdown latch of the same name (dlock_latch_*: a name may be a lock
+   * and a latch at once; 'held' and the rest above are the lock's): */
+  int latch;              /* 1 when one is set and has not expired */
+  int64_t latch_count;    /* what is left to count down (0: open) */
+  int64_t latch_ttl_ms;   /* until it expires */
 } dlock_lock_info;
 
 /* Zero 'info' and set its struct_size: call before dlock_lock_info_get(). */
@@ -598,8 +603,9 @@ DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *w
 DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags,
                                              int *was_held);
 
-/* Call fn(name, arg) for each lock currently held whose name matches the
- * glob 'pattern' (NULL: all). Uses SCAN; returns the number listed. */
+/* Call fn(name, arg) for each lock currently held, and each countdown latch
+ * set, whose name matches the glob 'pattern' (NULL: all); a name that is
+ * both is listed once. Uses SCAN; returns the number listed. */
 DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
                               void (*fn)(const char *name, void *arg), void *arg);
 

@@ -4,7 +4,9 @@
  * checks and the ABI rule here, the work in the client's backend.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -20,6 +22,24 @@ void dlock_lock_info_init(dlock_lock_info *info) {
   info->struct_size = sizeof *info;
 }
 
+/* The latch of the same name, if there is one (a failure to read it leaves
+ * the lock's answer as it is: the latch fields stay 0). */
+static void latch_info(dlock_client *c, const char *name, dlock_lock_info *out) {
+  dlock_latch *l = NULL;
+  if (!c->ops->latch_new || !c->ops->latch_get || dlock_latch_new(&l, c, name) != 0) {
+    dlock__error_clear();
+    return;
+  }
+  int64_t n = 0, ttl = 0;
+  if (c->ops->latch_get(l, &n, &ttl) == 0) {
+    out->latch = 1;
+    out->latch_count = n;
+    out->latch_ttl_ms = ttl;
+  }
+  dlock_latch_free(l);
+  dlock__error_clear();
+}
+
 /* The caller's struct may be an older, smaller layout: fill the full one,
  * hand back the part the caller has. 'node' < 0: the backend's own answer. */
 static int info_get(dlock_client *c, const char *name, int node, dlock_lock_info *out) {
@@ -33,6 +53,7 @@ static int info_get(dlock_client *c, const char *name, int node, dlock_lock_info
   dlock_lock_info full;
   dlock_lock_info_init(&full);
   rc = node < 0 ? c->ops->info(c, name, &full) : c->ops->info_node(c, name, node, &full);
+  if (!rc && node < 0 && size > offsetof(dlock_lock_info, latch)) latch_info(c, name, &full);
   full.struct_size = size;
   memcpy(out, &full, size);
   return rc;
@@ -73,12 +94,61 @@ int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
   return dlock_lock_force_release_flags(c, name, 0, was_held);
 }
 
+/* dlock_lock_list's two passes: the names seen in the first, to list a
+ * latch's name only once. */
+typedef struct list_seen {
+  char **names;
+  size_t n, cap;
+  int oom, count;
+  void (*fn)(const char *, void *);
+  void *arg;
+} list_seen;
+
+static void seen_add(const char *name, void *arg) {
+  list_seen *s = arg;
+  s->fn(name, s->arg);
+  s->count++;
+  if (s->oom) return;
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    char **p = realloc(s->names, cap * sizeof *p);
+    if (!p) {
+      s->oom = 1;
+      return;
+    }
+    s->names = p;
+    s->cap = cap;
+  }
+  if (!(s->names[s->n] = strdup(name))) s->oom = 1;
+  else s->n++;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void latch_one(const char *name, void *arg) {
+  list_seen *s = arg;
+  if (s->n && bsearch(&name, s->names, s->n, sizeof *s->names, cmp_names)) return;
+  s->fn(name, s->arg);
+  s->count++;
+}
+
 int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
   dlock__error_clear();
   if (!c || !fn) return dlock__error(DLOCK_EINVAL, "dlock_lock_list: NULL argument");
   if (pattern && strlen(pattern) > DLOCK_MAX_NAME_LEN)
     return dlock__error(DLOCK_ENAME, "pattern is longer than %d bytes", DLOCK_MAX_NAME_LEN);
-  return c->ops->list(c, pattern, fn, arg);
+  if (!c->ops->latch_list) return c->ops->list(c, pattern, fn, arg);
+  /* The held locks, then the latches whose name is not among them. */
+  list_seen s = {NULL, 0, 0, 0, 0, fn, arg};
+  int rc = c->ops->list(c, pattern, seen_add, &s);
+  if (rc >= 0 && !s.oom) {
+    qsort(s.names, s.n, sizeof *s.names, cmp_names);
+    rc = c->ops->latch_list(c, pattern, latch_one, &s);
+  }
+  if (rc >= 0) rc = s.oom ? dlock__error(DLOCK_ENOMEM, "out of memory while listing") : s.count;
+  for (size_t i = 0; i < s.n; i++) free(s.names[i]);
+  free(s.names);
+  return rc;
 }
 
 int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token) {

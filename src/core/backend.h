@@ -168,7 +168,10 @@ struct dlock__backend_ops {
   int (*latch_set)(dlock_latch *l, int64_t count, int64_t expire_ms);
   /* Count down once ('*left' the count after); DLOCK_ENOLATCH; never resent. */
   int (*latch_count_down)(dlock_latch *l, int64_t *left);
-  int (*latch_get)(dlock_latch *l, int64_t *count);  /* DLOCK_ENOLATCH when absent */
+  int (*latch_get)(dlock_latch *l, int64_t *count, int64_t *ttl_ms); /* DLOCK_ENOLATCH when absent;
+                                                                         ttl_ms may be NULL */
+  /* The names with a latch, as list() gives the held locks' (optional). */
+  int (*latch_list)(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
   /* Until zero (0), 'deadline' (DLOCK_EBUSY), absent (DLOCK_ENOLATCH) or a
    * cancel (DLOCK_ECANCELED): woken by the backend's notification, and
    * re-checking at least every 2 s so that a lost one strands no waiter. */

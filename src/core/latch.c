@@ -85,7 +85,7 @@ int dlock_latch_count_down(dlock_latch *l, int64_t *left) {
 int dlock_latch_count(dlock_latch *l, int64_t *count) {
   dlock__error_clear();
   if (!l || !count) return dlock__error(DLOCK_EINVAL, "dlock_latch_count: NULL argument");
-  int rc = l->client->ops->latch_get(l, count);
+  int rc = l->client->ops->latch_get(l, count, NULL);
   return rc ? latch_fail(l, rc, "count") : 0;
 }
 

@@ -186,10 +186,10 @@ static int glob_match(const char *p, const char *s) {
   return !*s;
 }
 
-int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
-  /* Locks taken by dlock have a metadata hash "{<prefix><name>}:meta" that
-   * lives exactly as long as the lock. Scan for those: the cheap part of the
-   * key space, and no other application's keys are touched. */
+/* Call 'fn' with the name of each key "{<prefix><name>}<suffix>" on every
+ * master that matches 'pattern'. */
+static int scan_names(dlock_client *c, const char *pattern, const char *suffix, void (*fn)(const char *, void *),
+                      void *arg) {
   char match[DLOCK_MAX_NAME_LEN * 2 + 32];
   size_t m = 0;
   match[m++] = '{';
@@ -197,7 +197,7 @@ int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const cha
     if (strchr("*?[]\\", *p)) match[m++] = '\\';
     match[m++] = *p;
   }
-  snprintf(match + m, sizeof match - m, "*}:meta");
+  snprintf(match + m, sizeof match - m, "*}%s", suffix);
   /* A cluster keeps each lock on its slot's master: scan every master.
    * Elsewhere one node holds them all (Sentinel: the master it follows). */
   dlock__node *one = NULL, **nodes = &one;
@@ -243,7 +243,7 @@ int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const cha
     const dlock__reply *keys = r->element[1];
     for (size_t i = 0; i < keys->elements; i++) {
       const dlock__reply *k = keys->element[i];
-      size_t skip = 1 + c->prefix_len, tail = strlen("}:meta");
+      size_t skip = 1 + c->prefix_len, tail = 1 + strlen(suffix);
       if (k->type != DLOCK__REPLY_STRING || k->len < skip + tail + 1) continue;
       char name[DLOCK_MAX_NAME_LEN + 1];
       size_t nlen = k->len - skip - tail;
@@ -259,6 +259,17 @@ int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const cha
   }
   if (nodes != &one) free(nodes);
   return count;
+}
+
+int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  /* Locks taken by dlock have a metadata hash "{<prefix><name>}:meta" that
+   * lives exactly as long as the lock. Scan for those: the cheap part of the
+   * key space, and no other application's keys are touched. */
+  return scan_names(c, pattern, ":meta", fn, arg);
+}
+
+int dlock__redis_latch_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  return scan_names(c, pattern, ":latch", fn, arg);
 }
 
 /* The core checked the arguments (core/admin.c). */

@@ -276,6 +276,7 @@ const dlock__backend_ops dlock__redis_ops = {
   .latch_set = dlock__redis_latch_set,
   .latch_count_down = dlock__redis_latch_count_down,
   .latch_get = dlock__redis_latch_get,
+  .latch_list = dlock__redis_latch_list,
   .latch_wait = dlock__redis_latch_wait,
   .latch_cancel = dlock__redis_latch_cancel,
 };

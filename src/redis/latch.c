@@ -158,7 +158,7 @@ int dlock__redis_latch_count_down(dlock_latch *l, int64_t *left) {
   return rc;
 }
 
-int dlock__redis_latch_get(dlock_latch *l, int64_t *count) {
+int dlock__redis_latch_get(dlock_latch *l, int64_t *count, int64_t *ttl_ms) {
   rlatch *r = rl(l);
   dlock__script_call call;
   latch_call(&call, DLOCK__SCRIPT_LATCH_GET, r);
@@ -166,10 +166,15 @@ int dlock__redis_latch_get(dlock_latch *l, int64_t *count) {
   int rc = dlock__script_run_twice_safe(l->client, &call, &reply); /* read-only */
   if (rc) return rc;
   if (reply->type == DLOCK__REPLY_ERROR) rc = reply_error(r, reply);
-  else if (reply->type != DLOCK__REPLY_INTEGER)
+  else if (reply->type == DLOCK__REPLY_INTEGER && reply->integer < 0)
+    rc = no_latch(r);
+  else if (reply->type != DLOCK__REPLY_ARRAY || reply->elements != 2 ||
+           reply->element[0]->type != DLOCK__REPLY_INTEGER || reply->element[1]->type != DLOCK__REPLY_INTEGER)
     rc = dlock__error(DLOCK_EPROTO, "latch_get script on '%s' gave an unexpected reply", r->key);
-  else if (reply->integer < 0) rc = no_latch(r);
-  else *count = reply->integer;
+  else {
+    *count = reply->element[0]->integer;
+    if (ttl_ms) *ttl_ms = reply->element[1]->integer;
+  }
   dlock__reply_free(reply);
   return rc;
 }
@@ -192,7 +197,7 @@ int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadl
   int rc;
   for (;;) {
     int64_t n = 0;
-    if ((rc = dlock__redis_latch_get(l, &n))) {
+    if ((rc = dlock__redis_latch_get(l, &n, NULL))) {
       if (rc == DLOCK_ENOLATCH && wait_ms != 0) dlock__error_prefix("while waiting: ");
       break;
     }

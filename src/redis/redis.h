@@ -512,7 +512,8 @@ int dlock__redis_latch_new(dlock_latch *l);
 void dlock__redis_latch_free(dlock_latch *l);
 int dlock__redis_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms);
 int dlock__redis_latch_count_down(dlock_latch *l, int64_t *left);
-int dlock__redis_latch_get(dlock_latch *l, int64_t *count);
+int dlock__redis_latch_get(dlock_latch *l, int64_t *count, int64_t *ttl_ms);
+int dlock__redis_latch_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
 int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
 void dlock__redis_latch_cancel(dlock_latch *l);
 

@@ -125,6 +125,10 @@ check "the waiter still waits" pid_alive $waiter
 assert_eq "latch down" "$("$DLOCK" latch down job)" "latch 'job': 2 left"
 "$DLOCK" latch down job -q
 assert_eq "latch count" "$("$DLOCK" latch count job)" 1
+assert_match "status shows the latch's count and expiry" "$("$DLOCK" status job)" \
+  "latch: +1 left to count down, expires in [0-9]"
+assert_match "list shows the latch's name" "$("$DLOCK" list 'j*')" "^job$"
+assert_match "list --json gives its count" "$("$DLOCK" list --json 'j*')" '"latch": \{"count": 1, "ttl_ms": [0-9]+\}'
 check "the waiter still waits at 1" pid_alive $waiter
 "$DLOCK" latch down job >/dev/null
 wait_exit $waiter 10

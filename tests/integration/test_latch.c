@@ -170,6 +170,44 @@ TEST(an_abandoned_latch_expires_and_never_opens) {
   dlock_client_free(c);
 }
 
+static void count_name(const char *name, void *arg) {
+  if (!strncmp(name, "lt:seen", 7)) (*(int *)arg)++;
+}
+
+TEST(status_and_list_show_a_latch_and_list_a_latched_lock_once) {
+  dlock_client *c = test_client(srv.url);
+  dlock_latch *l = test_latch(c, "lt:seen");
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "lt:seen", &info));
+  ASSERT_EQ(info.latch, 0);
+  ASSERT_OK(dlock_latch_set(l, 3, 60000));
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "lt:seen", &info));
+  ASSERT_EQ(info.held, 0);
+  ASSERT_EQ(info.latch, 1);
+  ASSERT_EQ(info.latch_count, 3);
+  ASSERT(info.latch_ttl_ms > 50000 && info.latch_ttl_ms <= 60000);
+  int seen = 0;
+  ASSERT_EQ(dlock_lock_list(c, "lt:seen*", count_name, &seen), 1);
+  ASSERT_EQ(seen, 1);
+  /* A mutex of the same name, held: one name, listed once. */
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "lt:seen", NULL));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  seen = 0;
+  ASSERT_EQ(dlock_lock_list(c, "lt:seen*", count_name, &seen), 1);
+  ASSERT_EQ(seen, 1);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "lt:seen", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.latch_count, 3);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_latch_free(l);
+  dlock_client_free(c);
+}
+
 TEST(set_while_counting_and_bad_input_are_refused) {
   dlock_client *c = test_client(srv.url);
   char out[64];
