@@ -283,7 +283,10 @@ static int zk_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
   if (!l->hold.node_path) {
     rc = dlock__error(DLOCK_ENOTHELD, "no lock node is recorded for this hold");
   } else if (!last) {
-    rc = 0; /* another hold of this thread stands on the node: it stays until that one's release */
+    /* Another hold of this thread stands on the node: it stays until that
+     * one's release. */
+    rc = lost == DLOCK_LOST_NONE ? 0 : dlock__error(DLOCK_ENOTHELD, "the hold was lost before (%s)",
+                                                    dlock_lost_reason_str(lost));
   } else if (l->hold.session != dlock__zk_session_id(z)) {
     rc = dlock__error(DLOCK_ENOTHELD, "the ZooKeeper session that held %s has ended (%s); its lock node went "
                       "with it", l->hold.node_path, dlock_lost_reason_str(lost != DLOCK_LOST_NONE ? lost

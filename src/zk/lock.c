@@ -581,8 +581,24 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
   snprintf(locks, ln, "%s/locks", name);
   if ((rc = sem_check_path(z, s, path))) goto out;
 
-  /* Our turn to add a lease: the "locks" mutex, within the caller's wait. */
-  rc = acquire(z, locks, DLOCK__ZK_MUTEX, owner_info, wait_ms, cancel, &mx);
+  /* Our turn to add a lease: the "locks" mutex, within the caller's wait.
+   * A try (wait 0) with a permit free waits a moment for it: its holder
+   * may just be adding a lease of its own; with none free it is busy. */
+  int64_t mx_wait = wait_ms;
+  if (wait_ms == 0) {
+    struct Stat st;
+    int zrc = zoo_exists(s->zh, leases, 0, &st);
+    if (zrc != ZOK && zrc != ZNONODE) {
+      rc = dlock__zk_fail(z, zrc, "count the leases of", leases);
+      goto out;
+    }
+    if (zrc == ZOK && st.numChildren >= permits) {
+      rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all %d permits are taken", path, z->server, permits);
+      goto out;
+    }
+    mx_wait = 2000;
+  }
+  rc = acquire(z, locks, DLOCK__ZK_MUTEX, owner_info, mx_wait, cancel, &mx);
   if (rc == DLOCK_EBUSY) {
     rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all permits are taken and others wait ahead", path,
                       z->server);
@@ -592,6 +608,9 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
   if ((rc = sem_limit(z, s, name, leases, permits))) goto out;
   if ((rc = create_node(z, s, leases, MARK[LEASE_MARK], owner_info ? owner_info : "", node, sizeof node)))
     goto out;
+  /* Once more: had the server reaped the empty "leases" container in the
+   * meantime, the create made it again, without the limit. */
+  if ((rc = sem_limit(z, s, name, leases, permits))) goto fail;
   const char *own = strrchr(node, '/') + 1;
   while (1) {
     pthread_mutex_lock(&z->mu);
@@ -636,6 +655,7 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
     }
     wait_for_wake(z, gen, deadline, cancel);
   }
+fail:
   if (rc && node[0]) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
