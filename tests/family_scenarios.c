@@ -311,3 +311,50 @@ void fam_mixed_readers_and_writers_keep_a_writers_only_counter_exact(void) {
   munmap(mix, sizeof *mix);
 }
 
+
+/* A semaphore waiter that gives up (its wait ends, or it is canceled)
+ * leaves nothing queued, and the permit goes on as if it never came. */
+typedef struct sem_waiter {
+  dlock_semaphore *s;
+  int rc;
+  atomic_int done;
+} sem_waiter;
+
+static void *sem_wait_forever(void *arg) {
+  sem_waiter *w = arg;
+  w->rc = dlock_semaphore_acquire(w->s, DLOCK_WAIT_FOREVER);
+  atomic_store(&w->done, 1);
+  if (w->rc == 0) dlock_semaphore_release(w->s);
+  return NULL;
+}
+
+void fam_a_waiter_that_gives_up_or_is_canceled_leaves_nothing_queued(void) {
+  dlock_client *a = fam_client("fam11"), *b = fam_client("fam11");
+  dlock_semaphore *held = fam_sem(a, "giveup", 1), *late = fam_sem(b, "giveup", 1);
+  ASSERT_OK(dlock_semaphore_acquire(held, 0));
+  ASSERT_STATUS(dlock_semaphore_acquire(late, 400), DLOCK_EBUSY);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "giveup", &info));
+  ASSERT_EQ(info.permits_used, 1);
+  ASSERT_EQ(info.waiters, 0);
+  sem_waiter w = {.s = late};
+  pthread_t t;
+  pthread_create(&t, NULL, sem_wait_forever, &w);
+  for (int i = 0; i < 400 && waiters_of(a, "giveup") < 1; i++) th_sleep_ms(25);
+  ASSERT_EQ(waiters_of(a, "giveup"), 1);
+  dlock_semaphore_cancel(late);
+  pthread_join(t, NULL);
+  ASSERT_STATUS(w.rc, DLOCK_ECANCELED);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "giveup", &info));
+  ASSERT_EQ(info.waiters, 0);
+  ASSERT_EQ(info.permits_used, 1);
+  ASSERT_OK(dlock_semaphore_release(held));
+  ASSERT_OK(dlock_semaphore_acquire(late, 0)); /* nobody queued ahead any more */
+  ASSERT_OK(dlock_semaphore_release(late));
+  dlock_semaphore_free(held);
+  dlock_semaphore_free(late);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}

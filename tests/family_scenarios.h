@@ -20,6 +20,7 @@ void fam_eight_processes_on_three_permits_hold_at_most_three_and_reach_three(voi
 void fam_readers_overlap_a_writer_holds_alone_and_a_waiting_writer_keeps_later_readers_out(void);
 void fam_upgrade_is_refused_and_a_read_taken_under_a_write_keeps_others_out_until_it_ends(void);
 void fam_mixed_readers_and_writers_keep_a_writers_only_counter_exact(void);
+void fam_a_waiter_that_gives_up_or_is_canceled_leaves_nothing_queued(void);
 
 /* A semaphore and one side of a read-write lock with the default options. */
 dlock_semaphore *fam_sem(dlock_client *c, const char *name, int permits);
@@ -38,6 +39,7 @@ dlock_rwlock *fam_rw(dlock_client *c, const char *name, int side);
   FAM_SCENARIO_TEST(eight_processes_on_three_permits_hold_at_most_three_and_reach_three) \
   FAM_SCENARIO_TEST(readers_overlap_a_writer_holds_alone_and_a_waiting_writer_keeps_later_readers_out) \
   FAM_SCENARIO_TEST(upgrade_is_refused_and_a_read_taken_under_a_write_keeps_others_out_until_it_ends) \
-  FAM_SCENARIO_TEST(mixed_readers_and_writers_keep_a_writers_only_counter_exact)
+  FAM_SCENARIO_TEST(mixed_readers_and_writers_keep_a_writers_only_counter_exact) \
+  FAM_SCENARIO_TEST(a_waiter_that_gives_up_or_is_canceled_leaves_nothing_queued)
 
 #endif

@@ -615,6 +615,43 @@ TEST(lost_replies_are_answered_exactly_or_reported_unknown) {
 
 /* ---- Advisory mode ---- */
 
+/* The same for a semaphore's permit: a resent acquire takes one permit,
+ * with one fence; a resent release answers released. */
+TEST(lost_replies_of_a_permit_take_one_permit_and_release_it_once) {
+  dlock__pg *direct = client("lostfam", NULL);
+  ASSERT_OK(dlock__pg_init(direct));
+  pgp_proxy *px = NULL;
+  ASSERT_EQ(pgp_start(&px, srv.port), 0);
+  char url[300];
+  snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=lostfam",
+           pgp_port(px));
+  dlock__pg *pg = NULL;
+  ASSERT_OK(dlock__pg_connect(url, NULL, &pg));
+  pgp_drop_reply(px, "lost-sem", 1);
+  dlock__pg_hold h, other;
+  ASSERT_OK(dlock__pg_acquire_kind(pg, "lost-sem", NULL, "p", 1, 0, 10000, NULL, 0, NULL, &h));
+  ASSERT_EQ(pgp_dropped(px), 1);
+  ASSERT_EQ(h.resent, 1);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock__pg_info(direct, "lost-sem", &info));
+  ASSERT_EQ(info.permits, 1);
+  ASSERT_EQ(info.permits_used, 1); /* one permit, not two */
+  ASSERT_EQ(info.fence, h.fence);
+  ASSERT_STATUS(dlock__pg_acquire_kind(direct, "lost-sem", NULL, "p", 1, 0, 10000, NULL, 0, NULL, &other),
+                DLOCK_EBUSY);
+  pgp_drop_reply(px, h.token, 1);
+  ASSERT_OK(dlock__pg_release(pg, &h));
+  ASSERT_EQ(pgp_dropped(px), 2);
+  ASSERT_EQ(h.resent, 1);
+  ASSERT_OK(dlock__pg_acquire_kind(direct, "lost-sem", NULL, "p", 1, 0, 10000, NULL, 0, NULL, &other));
+  ASSERT(other.fence > h.fence);
+  ASSERT_OK(dlock__pg_release(direct, &other));
+  dlock__pg_close(pg);
+  dlock__pg_close(direct);
+  pgp_stop(px);
+}
+
 TEST(advisory_mode_is_session_bound_and_has_no_fence) {
   NEED_PG();
   /* The key: the first 8 bytes of SHA-256("orders:1"), big-endian. */
