@@ -358,3 +358,80 @@ void fam_a_waiter_that_gives_up_or_is_canceled_leaves_nothing_queued(void) {
   dlock_client_free(a);
   dlock_client_free(b);
 }
+
+/* ---- Every kind on one name of a deployment (Sentinel, Cluster) ---- */
+
+/* The test files of the family scenarios define it; others get none. */
+__attribute__((weak)) dlock_client *fam_client_or_null(const char *space) {
+  (void)space;
+  return NULL;
+}
+
+static void *sem_wait_then_keep(void *arg) {
+  sem_waiter *w = arg;
+  w->rc = dlock_semaphore_acquire(w->s, 30000L * th_time_factor());
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+void fam_every_kind_on(dlock_client *a, dlock_client *b, const char *name) {
+  char sem_name[64], rw_name[64], latch_name[64];
+  snprintf(sem_name, sizeof sem_name, "%s:sem", name);
+  snprintf(rw_name, sizeof rw_name, "%s:rw", name);
+  snprintf(latch_name, sizeof latch_name, "%s:latch", name);
+  /* Semaphore: two permits, a third caller waits and is woken by a release. */
+  dlock_semaphore *s1 = fam_sem(a, sem_name, 2), *s2 = fam_sem(a, sem_name, 2), *s3 = fam_sem(b, sem_name, 2);
+  ASSERT_OK(dlock_semaphore_acquire(s1, 0));
+  ASSERT_OK(dlock_semaphore_acquire(s2, 0));
+  ASSERT_STATUS(dlock_semaphore_acquire(s3, 0), DLOCK_EBUSY);
+  sem_waiter w = {.s = s3};
+  pthread_t t;
+  pthread_create(&t, NULL, sem_wait_then_keep, &w);
+  for (int i = 0; i < 400 && waiters_of(a, sem_name) < 1; i++) th_sleep_ms(25);
+  ASSERT_OK(dlock_semaphore_release(s1));
+  pthread_join(t, NULL);
+  ASSERT_OK(w.rc);
+  ASSERT(dlock_semaphore_fence(s3) > dlock_semaphore_fence(s2));
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, sem_name, &info));
+  ASSERT_EQ(info.permits, 2);
+  ASSERT_EQ(info.permits_used, 2);
+  ASSERT_OK(dlock_semaphore_release(s2));
+  dlock_semaphore_free(s1);
+  dlock_semaphore_free(s2);
+  dlock_semaphore_free(s3); /* releases its permit */
+  /* Read-write lock: readers share, a writer waits for them (the writer on
+   * the other client: on the readers' own, this thread's read would make
+   * its write an upgrade, refused). */
+  dlock_rwlock *r1 = fam_rw(a, rw_name, DLOCK_RW_READ), *r2 = fam_rw(a, rw_name, DLOCK_RW_READ);
+  dlock_rwlock *wr = fam_rw(b, rw_name, DLOCK_RW_WRITE);
+  ASSERT_OK(dlock_rwlock_acquire(r1, 0));
+  ASSERT_OK(dlock_rwlock_acquire(r2, 0));
+  ASSERT_STATUS(dlock_rwlock_acquire(wr, 0), DLOCK_EBUSY);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, rw_name, &info));
+  ASSERT_EQ(info.rwlock, 1);
+  ASSERT_EQ(info.readers, 2);
+  uint64_t reads = dlock_rwlock_fence(r1) > dlock_rwlock_fence(r2) ? dlock_rwlock_fence(r1) : dlock_rwlock_fence(r2);
+  ASSERT_OK(dlock_rwlock_release(r1));
+  ASSERT_OK(dlock_rwlock_release(r2));
+  ASSERT_OK(dlock_rwlock_acquire(wr, 0));
+  ASSERT(dlock_rwlock_fence(wr) > reads);
+  ASSERT_STATUS(dlock_rwlock_acquire(r1, 0), DLOCK_EBUSY);
+  ASSERT_OK(dlock_rwlock_release(wr));
+  dlock_rwlock_free(r1);
+  dlock_rwlock_free(r2);
+  dlock_rwlock_free(wr);
+  /* Latch: counted down to zero, a wait returns at once. */
+  dlock_latch *l = NULL;
+  ASSERT_OK(dlock_latch_new(&l, a, latch_name));
+  ASSERT_OK(dlock_latch_set(l, 2, 60000));
+  int64_t left = -1;
+  ASSERT_OK(dlock_latch_count_down(l, &left));
+  ASSERT_EQ(left, 1);
+  ASSERT_OK(dlock_latch_count_down(l, &left));
+  ASSERT_EQ(left, 0);
+  ASSERT_OK(dlock_latch_wait(l, 1000));
+  dlock_latch_free(l);
+}

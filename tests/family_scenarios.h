@@ -22,6 +22,11 @@ void fam_upgrade_is_refused_and_a_read_taken_under_a_write_keeps_others_out_unti
 void fam_mixed_readers_and_writers_keep_a_writers_only_counter_exact(void);
 void fam_a_waiter_that_gives_up_or_is_canceled_leaves_nothing_queued(void);
 
+/* A semaphore (2 permits, a waiter woken by a release), a read-write lock
+ * and a countdown latch on names starting with 'name', through clients 'a'
+ * and 'b' of any topology. */
+void fam_every_kind_on(dlock_client *a, dlock_client *b, const char *name);
+
 /* A semaphore and one side of a read-write lock with the default options. */
 dlock_semaphore *fam_sem(dlock_client *c, const char *name, int permits);
 dlock_rwlock *fam_rw(dlock_client *c, const char *name, int side);
