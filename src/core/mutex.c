@@ -403,29 +403,33 @@ void dlock_mutex_cancel(dlock_mutex *m) {
 
 /* ---- Release, extend, queries ---- */
 
-int dlock_mutex_release(dlock_mutex *m) {
-  dlock__error_clear();
-  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release: handle is NULL");
+/* The first half of a release, shared by the synchronous and the pipelined
+ * one: the owner check, one hold count less, and for the last hold the
+ * watchdog stopped (so that no renewal is in flight past the delete) and
+ * what the backend's release needs. 1: the last hold, go on; 0: an inner
+ * hold of a reentrant acquire, done; < 0: not this thread's. */
+static int release_begin(dlock_mutex *m, dlock_mono_ms *valid_until, dlock_lost_reason *lost) {
   pthread_mutex_lock(&m->mu);
   if (!m->busy || m->hold_count == 0 || !pthread_equal(m->owner, pthread_self())) {
     pthread_mutex_unlock(&m->mu);
     return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
   }
   /* A hold lost at its deadline stays lost, even if the server still had it. */
-  dlock_lost_reason lost = dlock__mutex_check_deadline(m, dlock_mono_now());
+  dlock__mutex_check_deadline(m, dlock_mono_now());
   if (--m->hold_count > 0) {
     pthread_mutex_unlock(&m->mu);
     return 0;
   }
   pthread_mutex_unlock(&m->mu);
-
-  /* Stop renewal first, so that no renewal is in flight past the delete. */
   dlock__watchdog_remove(m->client, m);
   pthread_mutex_lock(&m->mu);
-  dlock_mono_ms valid_until = m->valid_until;
-  lost = (dlock_lost_reason)atomic_load(&m->lost);
-  pthread_mutex_unlock(&m->mu);
-  int rc = m->client->ops->release(m, valid_until, lost);
+  *valid_until = m->valid_until;
+  *lost = (dlock_lost_reason)atomic_load(&m->lost);
+  return 1; /* with m->mu held */
+}
+
+/* The end of a release: the handle is free for its next acquire. */
+static int release_end(dlock_mutex *m, int rc) {
   pthread_mutex_lock(&m->mu);
   m->busy = 0;
   m->fence = 0;
@@ -435,26 +439,24 @@ int dlock_mutex_release(dlock_mutex *m) {
   return rc ? fail(m, rc, "release") : 0;
 }
 
+int dlock_mutex_release(dlock_mutex *m) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release: handle is NULL");
+  dlock_mono_ms valid_until;
+  dlock_lost_reason lost;
+  int last = release_begin(m, &valid_until, &lost);
+  if (last <= 0) return last;
+  pthread_mutex_unlock(&m->mu);
+  return release_end(m, m->client->ops->release(m, valid_until, lost));
+}
+
 int dlock_mutex_release_async(dlock_mutex *m) {
   dlock__error_clear();
   if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_release_async: handle is NULL");
-  pthread_mutex_lock(&m->mu);
-  if (!m->busy || m->hold_count == 0 || !pthread_equal(m->owner, pthread_self())) {
-    pthread_mutex_unlock(&m->mu);
-    return fail(m, dlock__error(DLOCK_ENOTHELD, "this thread does not hold it"), "release");
-  }
-  dlock__mutex_check_deadline(m, dlock_mono_now());
-  if (--m->hold_count > 0) {
-    pthread_mutex_unlock(&m->mu);
-    return 0;
-  }
-  pthread_mutex_unlock(&m->mu);
-
-  /* As dlock_mutex_release: stop renewal first. */
-  dlock__watchdog_remove(m->client, m);
-  pthread_mutex_lock(&m->mu);
-  dlock_mono_ms valid_until = m->valid_until;
-  dlock_lost_reason lost = (dlock_lost_reason)atomic_load(&m->lost);
+  dlock_mono_ms valid_until;
+  dlock_lost_reason lost;
+  int last = release_begin(m, &valid_until, &lost);
+  if (last <= 0) return last;
   m->rel_state = DLOCK__REL_PENDING;
   pthread_mutex_unlock(&m->mu);
   const dlock__backend_ops *ops = m->client->ops;
@@ -471,13 +473,7 @@ int dlock_mutex_release_async(dlock_mutex *m) {
     dlock__mutex_release_done(m, out, out ? dlock_last_error() : "");
     rc = 0;
   }
-  pthread_mutex_lock(&m->mu);
-  m->busy = 0;
-  m->fence = 0;
-  m->valid_until = 0;
-  pthread_cond_broadcast(&m->cv);
-  pthread_mutex_unlock(&m->mu);
-  return rc ? fail(m, rc, "release") : 0;
+  return release_end(m, rc);
 }
 
 int dlock_mutex_release_result(dlock_mutex *m) {
