@@ -58,28 +58,16 @@ static int64_t str_i64(const dlock__reply *r) {
 
 int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
+  /* One script for every kind: info.lua answers a read-write lock's name as
+   * rw_info.lua does (12 elements), a semaphore's as sem_info.lua (10). */
   int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
-  /* A read-write lock keeps a ZSET at the name, where a mutex keeps a string. */
-  if (rc == DLOCK_EWRONGTYPE) {
-    dlock_lock_info rw;
-    dlock_lock_info_init(&rw);
-    if (dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock) {
-      *out = rw;
-      return 0;
-    }
-  }
-  /* ... and so does a semaphore, with its permits. */
-  if (rc == DLOCK_EWRONGTYPE) {
-    /* Not a mutex's string key: a semaphore's permits (sem_info.lua answers
-     * the same reply with the permits at the end), or another key. */
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    if (run_for_name(c, name, DLOCK__SCRIPT_SEM_INFO, "", &r, "status of") == 0)
-      rc = 0;
-    else
-      rc = dlock__error(DLOCK_EWRONGTYPE, "%s", saved);
-  }
   if (rc) return rc;
+  if (r->type == DLOCK__REPLY_ARRAY && r->elements == 12) {
+    rc = dlock__redis_rw_parse(r, out);
+    dlock__reply_free(r);
+    if (rc) dlock__error_prefix("status of '%s' on %s: ", name, c->server);
+    return rc;
+  }
   if (r->type != DLOCK__REPLY_ARRAY || (r->elements != 8 && r->elements != 10)) {
     dlock__reply_free(r);
     return dlock__error(DLOCK_EPROTO, "status of '%s': unexpected reply from %s", name, c->server);

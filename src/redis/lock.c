@@ -578,10 +578,21 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
   call_init(&call, DLOCK__SCRIPT_INFO, m);
   call_arg(&call, token, strlen(token));
   int rc = run_one(m, &call, out); /* read only: asking again is safe */
-  if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements < 8)) { /* sem_info: 10 */
+  /* A mutex's answer has 8 elements, a semaphore's 10 (sem_info.lua); the
+   * other kind's answer (info.lua answers for every kind) means the name is
+   * no longer this handle's kind. */
+  size_t want = m->kind == DLOCK__KIND_SEMAPHORE ? 10 : 8;
+  if (!rc && (*out)->type == DLOCK__REPLY_ARRAY && ((*out)->elements == 10 || (*out)->elements == 12) &&
+      (*out)->elements != want) {
+    rc = dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s now, not as a %s: a name is one kind of lock "
+                      "at a time", m->name, m->client->server, (*out)->elements == 10 ? "semaphore" : "read-write lock",
+                      m->kind == DLOCK__KIND_SEMAPHORE ? "semaphore" : "mutex");
+  } else if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != want)) {
+    rc = dlock__error(DLOCK_EPROTO, "info script gave an unexpected reply");
+  }
+  if (rc && *out) {
     dlock__reply_free(*out);
     *out = NULL;
-    rc = dlock__error(DLOCK_EPROTO, "info script gave an unexpected reply");
   }
   return rc;
 }

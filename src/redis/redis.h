@@ -506,6 +506,9 @@ int dlock__redis_rw_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dloc
 void dlock__redis_rw_undo(dlock_mutex *m);
 int dlock__redis_rw_held(dlock_mutex *m, const char *token, int64_t *ttl_ms);
 /* dlock_lock_info for a name whose holders key is a read-write lock's. */
+/* An rw_info.lua reply (12 elements; info.lua gives it for a read-write
+ * lock's name) into 'out'. DLOCK_EPROTO when it is not one. */
+int dlock__redis_rw_parse(const dlock__reply *r, dlock_lock_info *out);
 int dlock__redis_rw_info(dlock_client *c, const char *name, dlock_lock_info *out);
 /* Countdown latches (latch.c). */
 int dlock__redis_latch_new(dlock_latch *l);

@@ -216,6 +216,29 @@ int dlock__redis_rw_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
   return mine;
 }
 
+int dlock__redis_rw_parse(const dlock__reply *r, dlock_lock_info *out) {
+  if (r->type != DLOCK__REPLY_ARRAY || r->elements != 12)
+    return dlock__error(DLOCK_EPROTO, "rw_info script gave an unexpected reply");
+  const dlock__reply *const *e = (const dlock__reply *const *)r->element;
+  for (int i = 0; i < 12; i++)
+    if (e[i]->type != ((i >= 3 && i <= 5) || i == 8 ? DLOCK__REPLY_STRING : DLOCK__REPLY_INTEGER))
+      return dlock__error(DLOCK_EPROTO, "rw_info script gave an unexpected reply (element %d)", i);
+  uint64_t wf = 0, last = 0;
+  if (e[3]->len) dlock__parse_fence(e[3]->str, e[3]->len, &wf);
+  if (e[8]->len) dlock__parse_fence(e[8]->str, e[8]->len, &last);
+  out->rwlock = e[0]->integer == 1;
+  out->readers = e[1]->integer;
+  out->writer = e[2]->integer == 1;
+  out->held = out->readers > 0 || out->writer;
+  out->ttl_ms = out->held ? e[9]->integer : 0;
+  out->fence = out->writer ? wf : last;
+  out->since_unix_ms = out->writer && e[4]->len ? strtoll(e[4]->str, NULL, 10) : 0;
+  if (out->writer) snprintf(out->owner_info, sizeof out->owner_info, "%s", e[5]->str);
+  out->waiting_writers = e[6]->integer;
+  out->waiters = e[6]->integer + e[7]->integer;
+  return 0;
+}
+
 int dlock__redis_rw_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock__lock_keys keys;
   int rc = dlock__lock_keys_init(&keys, c, name);
@@ -227,25 +250,7 @@ int dlock__redis_rw_info(dlock_client *c, const char *name, dlock_lock_info *out
   call_arg(&call, "", 0);
   dlock__reply *r = NULL;
   rc = rw_run(c, &keys, &call, &r); /* read only */
-  if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 12))
-    rc = dlock__error(DLOCK_EPROTO, "rw_info script gave an unexpected reply");
-  if (!rc) {
-    const dlock__reply *const *e = (const dlock__reply *const *)r->element;
-    uint64_t wf = 0, last = 0;
-    if (e[3]->type == DLOCK__REPLY_STRING && e[3]->len) dlock__parse_fence(e[3]->str, e[3]->len, &wf);
-    if (e[8]->type == DLOCK__REPLY_STRING && e[8]->len) dlock__parse_fence(e[8]->str, e[8]->len, &last);
-    out->rwlock = e[0]->integer == 1;
-    out->readers = e[1]->integer;
-    out->writer = e[2]->integer == 1;
-    out->held = out->readers > 0 || out->writer;
-    out->ttl_ms = out->held ? e[9]->integer : 0;
-    out->fence = out->writer ? wf : last;
-    out->since_unix_ms = out->writer && e[4]->len ? strtoll(e[4]->str, NULL, 10) : 0;
-    if (out->writer && e[5]->type == DLOCK__REPLY_STRING)
-      snprintf(out->owner_info, sizeof out->owner_info, "%s", e[5]->str);
-    out->waiting_writers = e[6]->integer;
-    out->waiters = e[6]->integer + e[7]->integer;
-  }
+  if (!rc) rc = dlock__redis_rw_parse(r, out);
   if (rc) dlock__error_prefix("status of '%s' on %s: ", name, c->server);
   dlock__reply_free(r);
   dlock__lock_keys_clear(&keys);

@@ -136,4 +136,35 @@ TEST(the_short_path_keeps_fence_metadata_and_expiries) {
   dlock_client_free(c);
 }
 
+/* dlock status of a name of each kind: one script for the lock (info.lua
+ * answers for every kind; before, a semaphore's name cost three scripts, a
+ * read-write lock's two), and one for a latch of the same name. */
+TEST(status_of_a_semaphore_or_a_read_write_lock_is_one_script_for_the_lock) {
+  dlock_client *c = test_client(srv.url);
+  dlock_semaphore *s = NULL;
+  dlock_rwlock *r = NULL;
+  ASSERT_OK(dlock_semaphore_new(&s, c, "cost:sem", 2, NULL));
+  ASSERT_OK(dlock_rwlock_new(&r, c, "cost:rw", DLOCK_RW_READ, NULL));
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  ASSERT_OK(dlock_rwlock_acquire(r, 0));
+  const char *names[2] = {"cost:sem", "cost:rw"};
+  for (int i = 0; i < 2; i++) {
+    char out[8192];
+    th_redis_cli(&srv, out, sizeof out, "CONFIG RESETSTAT");
+    dlock_lock_info info;
+    dlock_lock_info_init(&info);
+    ASSERT_OK(dlock_lock_info_get(c, names[i], &info));
+    ASSERT_EQ(info.held, 1);
+    ASSERT_EQ(i == 0 ? info.permits : info.readers, i == 0 ? 2 : 1);
+    th_redis_cli(&srv, out, sizeof out, "INFO commandstats");
+    /* One for the lock, one for a latch of the same name (latch_get.lua). */
+    ASSERT_EQ(calls_of(out, "evalsha"), 2);
+  }
+  ASSERT_OK(dlock_semaphore_release(s));
+  ASSERT_OK(dlock_rwlock_release(r));
+  dlock_semaphore_free(s);
+  dlock_rwlock_free(r);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()

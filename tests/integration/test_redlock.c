@@ -541,6 +541,19 @@ TEST(a_waiter_is_woken_by_the_release_not_by_polling) {
   dlock_client_free(hc);
 }
 
+/* Until 'name' has 'n' waiters queued on a majority (dlock_lock_info_get),
+ * or 10 s (scaled) have passed: then the test goes on and its order checks
+ * say what went wrong. */
+static void wait_for_waiters(dlock_client *c, const char *name, int64_t n) {
+  for (int i = 0; i < 400 * th_time_factor(); i++) {
+    dlock_lock_info info;
+    dlock_lock_info_init(&info);
+    if (dlock_lock_info_get(c, name, &info) == 0 && info.waiters >= n) break;
+    th_sleep_ms(25);
+  }
+  th_sleep_ms(50); /* its queue entry is on every node by now, not only a majority */
+}
+
 TEST(waiters_are_served_in_arrival_order_where_the_nodes_agree) {
   flush_all();
   dlock_client *hc = test_client(url), *ac = test_client(url), *bc = test_client(url);
@@ -551,10 +564,12 @@ TEST(waiters_are_served_in_arrival_order_where_the_nodes_agree) {
     ASSERT_OK(dlock_mutex_acquire(h, 0));
     waiter_arg a = {first, "rl:fifo", 20000, 100, -1, "", 0}, b = {second, "rl:fifo", 20000, 100, -1, "", 0};
     pthread_t ta, tb;
+    /* Each waiter in the queue before the next comes (not a fixed sleep: a
+     * loaded machine may take longer to get a thread that far). */
     ASSERT(pthread_create(&ta, NULL, waiter_thread, &a) == 0);
-    th_sleep_ms(300 * th_time_factor());
+    wait_for_waiters(hc, "rl:fifo", 1);
     ASSERT(pthread_create(&tb, NULL, waiter_thread, &b) == 0);
-    th_sleep_ms(300 * th_time_factor());
+    wait_for_waiters(hc, "rl:fifo", 2);
     long long t0 = th_now_ms();
     ASSERT_OK(dlock_mutex_release(h));
     pthread_join(ta, NULL);

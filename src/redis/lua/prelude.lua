@@ -388,3 +388,63 @@ local function dlock_sem_give_back(keys, token, now_ms, now_us)
   dlock_sem_tidy(keys, expired, used - 1 + granted, now_ms)
   return 1
 end
+
+-- sem_info.lua's answer (info.lua gives it too, for a semaphore's name).
+local function dlock_sem_info(KEYS, ARGV)
+  local bad = dlock_sem_check(KEYS, nil)
+  if bad then return bad end
+  local now_ms = dlock_now()
+  local held = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES')
+  local fence, since, info, pttl, mine = '', '', '', -2, 0
+  for i = 1, #held, 2 do
+    local left = tonumber(held[i + 1]) - now_ms
+    if held[i] == ARGV[1] then mine = 1 end
+    if mine == 0 and left > pttl then pttl = left end
+    local rec = redis.call('HGET', KEYS[3], 'p:' .. held[i])
+    local f, s, o = string.match(rec or '', '^(%d+)|(%d*)|(.*)$')
+    if f and (fence == '' or dlock_fence_lt(fence, f)) then fence, since, info = f, s, o end
+  end
+  if mine == 1 then pttl = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) - now_ms end
+  return {#held > 0 and 1 or 0, pttl, fence, since, info, redis.call('GET', KEYS[2]) or '',
+          redis.call('ZCARD', KEYS[4]), mine, #held / 2, redis.call('HGET', KEYS[3], 'limit') or ''}
+end
+
+-- rw_info.lua's answer (info.lua gives it too, for a read-write lock's name).
+local function dlock_rw_info(KEYS, ARGV)
+  local bad = rw_check(KEYS)
+  if bad then return bad end
+  local now_ms = dlock_now()
+  local readers, writer, wfence, wsince, winfo = 0, 0, '', '', ''
+  local w = redis.call('HGET', KEYS[3], 'writer')
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf')) do
+    if h == w then
+      writer = 1
+      local rec = redis.call('HGET', KEYS[3], 'h:' .. h) or ''
+      local f, since, info = string.match(rec, '^w|(%d+)|(%d+)|(.*)$')
+      wfence, wsince, winfo = f or '', since or '', info or ''
+    else
+      readers = readers + 1
+    end
+  end
+  local ww, wr = 0, 0
+  if redis.call('EXISTS', KEYS[4]) == 1 then
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+      local rec = redis.call('HGET', KEYS[5], id)
+      local exp, side
+      if rec then exp, side = string.match(rec, '^(%d+)|([rw])|') end
+      if exp and tonumber(exp) > now_ms then
+        if side == 'w' then ww = ww + 1 else wr = wr + 1 end
+      end
+    end
+  end
+  local mine, myttl = 0, -2
+  if ARGV[1] ~= '' then
+    local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+    if s and tonumber(s) > now_ms then
+      mine = 1
+      myttl = tonumber(s) - now_ms
+    end
+  end
+  return {redis.call('EXISTS', KEYS[1]), readers, writer, wfence, wsince, winfo, ww, wr,
+          redis.call('GET', KEYS[2]) or '', redis.call('PTTL', KEYS[1]), mine, myttl}
+end
