@@ -111,18 +111,15 @@ int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags
   dlock__reply *r;
   int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
-  char saved[1024]; /* the mutex script's answer, before the read-write probe */
-  snprintf(saved, sizeof saved, "%s", dlock_last_error());
-  dlock_lock_info rw; /* a read-write lock's name: end all its holds (rw_force_release.lua) */
-  dlock_lock_info_init(&rw);
-  if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock) {
-    rc = run_for_name(c, name, DLOCK__SCRIPT_RW_FORCE_RELEASE, NULL, &r, "force release of");
-  } else if (rc == DLOCK_EWRONGTYPE && strstr(saved, "holds a zset")) {
+  /* One script for every kind: force_release.lua ends a read-write lock's
+   * holds itself, and refuses a semaphore's ZSET with WRONGTYPE. */
+  if (rc == DLOCK_EWRONGTYPE && strstr(dlock_last_error(), "holds a zset")) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
     return dlock__error(rc, "%s: it is a semaphore (docs/semaphore.md), which a forced release does not take "
                         "apart; nothing was deleted. Its permits return when their holders release them or "
                         "their leases end", saved);
   }
-  if (rc == DLOCK_EWRONGTYPE && !rw.rwlock) return dlock__error(rc, "%s", saved);
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);

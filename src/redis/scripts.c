@@ -16,8 +16,7 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
     dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[],
     dlock__lua_rl_extend[], dlock__lua_rl_fence[], dlock__lua_rl_sched_unclaim[], dlock__lua_rw_acquire[], dlock__lua_rw_release[],
-    dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[],
-    dlock__lua_rw_force_release[];
+    dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[];
 extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
     dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
@@ -45,7 +44,6 @@ static const struct {
     [DLOCK__SCRIPT_RW_EXTEND] = {"rw_extend", dlock__lua_rw_extend},
     [DLOCK__SCRIPT_RW_WITHDRAW] = {"rw_withdraw", dlock__lua_rw_withdraw},
     [DLOCK__SCRIPT_RW_INFO] = {"rw_info", dlock__lua_rw_info},
-    [DLOCK__SCRIPT_RW_FORCE_RELEASE] = {"rw_force_release", dlock__lua_rw_force_release},
     [DLOCK__SCRIPT_LATCH_SET] = {"latch_set", dlock__lua_latch_set},
     [DLOCK__SCRIPT_LATCH_DOWN] = {"latch_down", dlock__lua_latch_down},
     [DLOCK__SCRIPT_LATCH_GET] = {"latch_get", dlock__lua_latch_get},

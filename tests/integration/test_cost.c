@@ -160,8 +160,16 @@ TEST(status_of_a_semaphore_or_a_read_write_lock_is_one_script_for_the_lock) {
     /* One for the lock, one for a latch of the same name (latch_get.lua). */
     ASSERT_EQ(calls_of(out, "evalsha"), 2);
   }
+  /* A forced release of the read-write lock: one script too. */
+  char out[8192];
+  th_redis_cli(&srv, out, sizeof out, "CONFIG RESETSTAT");
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(c, "cost:rw", &was));
+  ASSERT_EQ(was, 1);
+  th_redis_cli(&srv, out, sizeof out, "INFO commandstats");
+  ASSERT_EQ(calls_of(out, "evalsha"), 1);
   ASSERT_OK(dlock_semaphore_release(s));
-  ASSERT_OK(dlock_rwlock_release(r));
+  ASSERT_STATUS(dlock_rwlock_release(r), DLOCK_ENOTHELD);
   dlock_semaphore_free(s);
   dlock_rwlock_free(r);
   dlock_client_free(c);

@@ -6,6 +6,11 @@
 -- waiters hash {K}:waiters (never a waiter id, and not in {K}:meta, which
 -- 'dlock list' scans), for as long as the lease had left. The holder's next
 -- extend or release finds it and learns "deleted", not "expired".
+-- A read-write lock's name (a ZSET, meta kind 'rwlock') ends every hold, as
+-- dlock_rw_force (prelude.lua) does; a semaphore's is refused (WRONGTYPE, below).
+if redis.call('TYPE', KEYS[1])['ok'] == 'zset' and redis.call('HGET', KEYS[3], 'kind') == 'rwlock' then
+  return dlock_rw_force(KEYS)
+end
 local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
 if bad then return bad end
 -- Every hold dlock takes writes {K}:meta with the key and gives it the same

@@ -1,7 +1,7 @@
 -- rw_extend.lua: set the lease of one hold of a read-write lock. Never
 -- revives a hold whose lease ended (score <= now), even if not yet pruned.
 -- ARGV: 1 token, 2 lease_ms. Returns 1 extended, 0 not held, -2 deleted by a
--- forced release (rw_force_release.lua; the codes of extend.lua).
+-- forced release (force_release.lua, dlock_rw_force; the codes of extend.lua).
 local bad = rw_check(KEYS)
 if bad then return bad end
 local tok, lease = ARGV[1], tonumber(ARGV[2])

@@ -1,6 +1,6 @@
 -- rw_release.lua: end one hold of a read-write lock and wake who may go now.
 -- ARGV: 1 token. Returns 1 released, 0 not held (gone, or its lease had
--- ended), -2 deleted by a forced release (its tombstone, see rw_force_release.lua).
+-- ended), -2 deleted by a forced release (its tombstone, see dlock_rw_force in prelude.lua).
 local bad = rw_check(KEYS)
 if bad then return bad end
 local tok = ARGV[1]
