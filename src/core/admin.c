@@ -142,7 +142,7 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
   list_seen s = {NULL, 0, 0, 0, 0, fn, arg};
   int rc = c->ops->list(c, pattern, seen_add, &s);
   if (rc >= 0 && !s.oom) {
-    qsort(s.names, s.n, sizeof *s.names, cmp_names);
+    if (s.n) qsort(s.names, s.n, sizeof *s.names, cmp_names); /* NULL with none: qsort's base must not be */
     rc = c->ops->latch_list(c, pattern, latch_one, &s);
   }
   if (rc >= 0) rc = s.oom ? dlock__error(DLOCK_ENOMEM, "out of memory while listing") : s.count;
