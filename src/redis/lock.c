@@ -301,6 +301,7 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       pthread_mutex_lock(&m->mu);
       dlock__rm(m)->grant_nonce = ++dlock__rm(m)->nonce_seq;
       dlock__rm(m)->grant_fence = 0;
+      dlock__rm(m)->grants = 0;
       format_i64(nonce_s, sizeof nonce_s, (int64_t)dlock__rm(m)->grant_nonce);
       pthread_mutex_unlock(&m->mu);
     }
@@ -329,11 +330,16 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       /* Redlock (topo_redlock.c) answers for the quorum, has taken our
        * token back everywhere and queued a waiter on the nodes held by
        * others; their releases hand over and publish there. Wait for the
-       * first message from any node (or the re-check); after a split
+       * messages of enough nodes to make a majority (call.rl_need), or the
+       * re-check; after a split
        * between contenders no release is coming: retry after a random
        * delay (20..200 ms) to break the tie. */
       if (!queue) break;
       queued = 1;
+      pthread_mutex_lock(&m->mu);
+      dlock__rm(m)->grants_needed = call.rl_need;
+      if (call.rl_need > 0 && dlock__rm(m)->grants >= call.rl_need) m->woken = 1; /* they came during the call */
+      pthread_mutex_unlock(&m->mu);
       if (!dlock__rm(m)->watch_tried) {
         dlock__subscriber_watch(c, m);
         continue;

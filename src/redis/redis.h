@@ -350,9 +350,11 @@ struct dlock__script_call {
   /* out, Redlock acquire that failed: 1 when no other owner held a majority
    * (a split between contenders, or too slow): the waiter retries after a
    * random delay, not at a wake-up; and the shortest lease left (ms) on a
-   * node held by another owner, -1 when none (when to look again). */
+   * node held by another owner, -1 when none (when to look again); and
+   * how many nodes' grant messages wake the waiter (rl_need, below). */
   int rl_tie;
   long long rl_pttl;
+  int rl_need;
 };
 
 const char *dlock__script_name(dlock__script_id id);
@@ -439,6 +441,13 @@ typedef struct dlock__rmutex {
   uint64_t nonce_seq;
   uint64_t grant_nonce;
   uint64_t grant_fence;
+  /* Redlock (guarded by m->mu): grant messages since the last acquire call
+   * was sent, and how many wake the waiter (0 or 1: the first). A waiter
+   * woken by one node's hand-off while the others still hold would fail its
+   * quorum try, and giving that node back passes it to the next waiter in
+   * its queue: the order of arrival would be lost. */
+  int grants;
+  int grants_needed;
 } dlock__rmutex;
 
 static inline dlock__rmutex *dlock__rm(const dlock_mutex *m) { return (dlock__rmutex *)m->be; }

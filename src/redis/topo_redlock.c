@@ -619,6 +619,12 @@ static void release_all(redlock *r, const dlock__script_call *acq, unsigned mask
   run_free(r, &x);
 }
 
+static int popcount(unsigned mask) {
+  int n = 0;
+  for (; mask; mask &= mask - 1) n++;
+  return n;
+}
+
 /* After a waiter's acquire succeeded: leave the wait queues of the nodes
  * in 'mask' (held by others when we asked, so the acquire queued us
  * there), so that their next release does not hand the lock to a waiter
@@ -649,6 +655,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   int64_t per = pernode_ms(r, lease);
   call->rl_tie = 0;
   call->rl_pttl = -1;
+  call->rl_need = 1;
   /* A waiter (ARGV[3], its id, not empty) joins the wait queue of every
    * node where the lock is held: each node's release hands the lock to its
    * own first waiter and publishes to it, so where the nodes agree on the
@@ -782,6 +789,11 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   /* Nobody else holds a majority: contenders split the nodes (or we were
    * too slow). No release is coming to wake us; try again soon. */
   call->rl_tie = busy < r->quorum && okmask != 0;
+  /* Wake at the hand-offs of a majority, not at the first: the nodes that
+   * were free for us count without one; no more than the nodes we queued on. */
+  int need = r->quorum - popcount(okmask), queued_on = popcount(busymask);
+  if (need > queued_on) need = queued_on;
+  call->rl_need = need < 1 ? 1 : need;
   if (ok >= r->quorum)
     add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
         fencemsg);

@@ -22,7 +22,7 @@
  *    the router finds the slot now.
  *  - Redlock: every node is a home. A handle's channel has one entry per
  *    node, pinned there ('fixed'), since each node's release publishes its
- *    own hand-off: the first message from any node wakes the waiter, which
+ *    own hand-off: the messages of a majority wake the waiter (rl_need), which
  *    then tries the quorum acquire (docs/redlock.md, "Waiting").
  * A channel that moves wakes every waiter, as a reconnect does.
  */
@@ -124,9 +124,12 @@ static void deliver(dlock__subscriber *s, const char *payload) {
     dlock_mutex *m = s->waiters[i];
     if (strlen(dlock__rm(m)->waiter_id) == idlen && !memcmp(dlock__rm(m)->waiter_id, payload, idlen)) {
       pthread_mutex_lock(&m->mu);
-      if (nonce != 0 && fence != 0 && nonce == dlock__rm(m)->grant_nonce) dlock__rm(m)->grant_fence = fence;
-      m->woken = 1;
-      pthread_cond_broadcast(&m->cv);
+      dlock__rmutex *rm = dlock__rm(m);
+      if (++rm->grants >= rm->grants_needed) {
+        if (nonce != 0 && fence != 0 && nonce == rm->grant_nonce) rm->grant_fence = fence;
+        m->woken = 1;
+        pthread_cond_broadcast(&m->cv);
+      }
       pthread_mutex_unlock(&m->mu);
       /* No break: a mutex waiter's id is unique, but every latch waiter of
        * this client answers to "latch" (latch.c). */
