@@ -21,8 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "faultproxy.h"
-#include "redis.h"
+#include "harness_proxy.h"
 
 static const char *script_sha(const char *name) {
   for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++)
@@ -72,11 +71,7 @@ int main(int argc, char **argv) {
   if (fp_start(&p, target)) return 1;
   /* Cache every dlock script in the server, so that an EVALSHA matched by
    * SHA1 runs at once rather than being answered NOSCRIPT and sent as EVAL. */
-  for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++) {
-    const char *cmd[3] = {"SCRIPT", "LOAD", dlock__script_text((dlock__script_id)i)};
-    size_t lens[3] = {6, 4, strlen(cmd[2])};
-    if (fp_server_command(p, 3, cmd, lens) != 0) fprintf(stderr, "faultproxy: SCRIPT LOAD failed\n");
-  }
+  if (th_proxy_cache_scripts(p) != 0) fprintf(stderr, "faultproxy: SCRIPT LOAD failed\n");
   if (pattern) fp_drop_reply(p, pattern, count);
   if (delay) fp_delay(p, delay);
   if (then_black) fp_blackhole_after_drop(p, 1);

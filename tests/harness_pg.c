@@ -435,3 +435,12 @@ void th_pgbouncer_stop(th_pgbouncer *b) {
     b->dir[0] = '\0';
   }
 }
+
+int th_pg_suite_start(th_pg *p, char *why, size_t len) {
+  if (!th_pg_available(why, len)) return 0;
+  if (th_pg_start(p, NULL) != 0) {
+    snprintf(why, len, "the PostgreSQL server did not start");
+    return 0;
+  }
+  return 1;
+}

@@ -28,6 +28,9 @@ int th_pg_available(char *why, size_t len);
 /* initdb and start. 'extra' (may be NULL): more "-c name=value" arguments.
  * 0, or -1 with a message on stderr. */
 int th_pg_start(th_pg *p, const char *extra);
+/* A test file's server: th_pg_available() and th_pg_start(p, NULL). 1 when
+ * it runs; else 0, with why in 'why' (for TEST_SKIP). */
+int th_pg_suite_start(th_pg *p, char *why, size_t len);
 /* Stop by PID and remove the temp dir. */
 void th_pg_stop(th_pg *p);
 /* Stop (SIGINT, fast shutdown; kill9: SIGKILL, a crash) and start again on

@@ -26,14 +26,7 @@ static th_pg srv;
 static int srv_up;
 static char skip_why[256];
 
-void test_setup(void) {
-  if (!th_pg_available(skip_why, sizeof skip_why)) return;
-  if (th_pg_start(&srv, NULL) != 0) {
-    snprintf(skip_why, sizeof skip_why, "the PostgreSQL server did not start");
-    return;
-  }
-  srv_up = 1;
-}
+void test_setup(void) { srv_up = th_pg_suite_start(&srv, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);

@@ -9,45 +9,25 @@
 #include <string.h>
 
 #include "dlock.h"
-#include "faultproxy.h"
-#include "harness.h"
-#include "redis.h"
+#include "harness_proxy.h"
 #include "test.h"
 
 static th_redis srv;
 static fp_proxy *fp;
 
 void test_setup(void) {
-  if (th_redis_start(&srv, NULL) != 0) exit(1);
-  if (fp_start(&fp, srv.port) != 0) exit(1);
-  for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++) {
-    const char *argv[3] = {"SCRIPT", "LOAD", dlock__script_text((dlock__script_id)i)};
-    size_t lens[3] = {6, 4, strlen(argv[2])};
-    if (fp_server_command(fp, 3, argv, lens) != 0) exit(1);
-  }
+  if (th_proxy_start(&srv, &fp) != 0) exit(1);
 }
 
-void test_teardown(void) {
-  fp_stop(fp);
-  th_redis_stop(&srv);
-}
+void test_teardown(void) { th_proxy_stop(&srv, fp); }
 
 static void cli(char *out, size_t len, const char *cmd) { th_redis_cli(&srv, out, len, "%s", cmd); }
 
-static int arm(dlock__script_id script) {
-  fp_pass(fp);
-  int before = fp_dropped(fp);
-  fp_drop_reply(fp, dlock__script_sha(script), 1);
-  return before;
-}
+static int arm(dlock__script_id script) { return th_proxy_arm(fp, script); }
 
 static dlock_client *proxied_client(void) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = (int)(2000 * th_time_factor());
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+  dlock_client *c = th_proxy_client(fp);
+  if (!c) TEST_FAIL("client through the proxy: %s", dlock_last_error());
   return c;
 }
 

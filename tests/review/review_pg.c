@@ -31,14 +31,7 @@ static int review_on(void) {
   return on && strcmp(on, "1") == 0;
 }
 
-void test_setup(void) {
-  if (!th_pg_available(skip_why, sizeof skip_why)) return;
-  if (th_pg_start(&srv, NULL) != 0) {
-    snprintf(skip_why, sizeof skip_why, "the PostgreSQL server did not start");
-    return;
-  }
-  srv_up = 1;
-}
+void test_setup(void) { srv_up = th_pg_suite_start(&srv, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
