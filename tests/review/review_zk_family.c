@@ -221,4 +221,28 @@ TEST(review_a_mutex_and_a_semaphore_racing_on_a_fresh_name_never_both_hold) {
   dlock_client_free(b);
 }
 
+/* ---- Finding 4: a semaphore's name stays "a semaphore" after its use ----
+ *
+ * After the last permit of a semaphore is released, its (empty) container
+ * nodes <name>/locks and <name>/leases stay until the server's container
+ * reaper runs (znode.container.checkIntervalMs, 60 s by default).
+ * list_lock_nodes() (src/zk/lock.c) takes the mere child "locks" or
+ * "leases" for "held as a semaphore": a mutex or read-write lock on the
+ * name, free for a minute, is refused with DLOCK_EWRONGTYPE ("held as a
+ * semaphore") though nobody holds anything. */
+TEST(review_a_released_semaphores_name_is_free_for_a_mutex_at_once) {
+  NEED_SERVER();
+  dlock_client *c = client("rzf4");
+  dlock_semaphore *s = sem(c, "reuse", 2);
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  ASSERT_OK(dlock_semaphore_release(s));
+  dlock_semaphore_free(s);
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "reuse", NULL));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
