@@ -106,6 +106,21 @@ static void children_free(children *c) {
   memset(c, 0, sizeof *c);
 }
 
+/* 1 when the child "locks" or "leases" of 'lock_path' is an empty container:
+ * what a semaphore leaves behind once its last caller is gone, until the
+ * server reaps it (60 s by default). It holds nothing: the name is free for
+ * another kind. A semaphore in use has a node below one of them (its lease
+ * while it holds, its "locks" node while it queues or adds one), and checks
+ * the name's children again after adding them (dlock__zk_sem_acquire). */
+static int sem_leftover(dlock__zk_sess *s, const char *lock_path, const char *child) {
+  if (strcmp(child, "locks") && strcmp(child, "leases")) return 0;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s", lock_path, child);
+  struct Stat st;
+  int zrc = zoo_exists(s->zh, path, 0, &st);
+  return zrc == ZNONODE || (zrc == ZOK && st.numChildren == 0);
+}
+
 static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, dlock__zk_side side,
                            children *out, int *zrc_out) {
   memset(out, 0, sizeof *out);
@@ -121,6 +136,7 @@ static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_pat
   }
   for (int i = 0; i < out->v.count; i++) {
     const char *c = out->v.data[i];
+    if (!is_lock_node(c, side) && sem_leftover(s, lock_path, c)) continue;
     if (!is_lock_node(c, side)) {
       const char *other = kind_of_child(c);
       int rc = other ? dlock__error(DLOCK_EWRONGTYPE,
@@ -768,7 +784,7 @@ static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int
   for (int i = 0; i < v.count && *side != -1; i++) {
     const char *c = v.data[i];
     int k = node_side(c);
-    if (!strcmp(c, "leases") || !strcmp(c, "locks")) *side = -1;
+    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *side = -1;
     else if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) *side = DLOCK__ZK_READ;
   }
   deallocate_String_vector(&v);
