@@ -229,7 +229,8 @@ TEST(review_a_mutex_and_a_semaphore_racing_on_a_fresh_name_never_both_hold) {
  * list_lock_nodes() (src/zk/lock.c) takes the mere child "locks" or
  * "leases" for "held as a semaphore": a mutex or read-write lock on the
  * name, free for a minute, is refused with DLOCK_EWRONGTYPE ("held as a
- * semaphore") though nobody holds anything. */
+ * semaphore") though nobody holds anything; and path_kind() reports a mutex
+ * held there as an empty semaphore. */
 TEST(review_a_released_semaphores_name_is_free_for_a_mutex_at_once) {
   NEED_SERVER();
   dlock_client *c = client("rzf4");
@@ -240,6 +241,11 @@ TEST(review_a_released_semaphores_name_is_free_for_a_mutex_at_once) {
   dlock_mutex *m = NULL;
   ASSERT_OK(dlock_mutex_new(&m, c, "reuse", NULL));
   ASSERT_OK(dlock_mutex_acquire(m, 0));
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "reuse", &info));
+  ASSERT_EQ(info.held, 1); /* the mutex, not an empty semaphore */
+  ASSERT_EQ(info.permits, 0);
   ASSERT_OK(dlock_mutex_release(m));
   dlock_mutex_free(m);
   dlock_client_free(c);
