@@ -251,4 +251,43 @@ TEST(review_a_released_semaphores_name_is_free_for_a_mutex_at_once) {
   dlock_client_free(c);
 }
 
+/* ---- Finding 5: status counts the waiting caller's lease as a permit ----
+ *
+ * sem_info() (src/zk/lock.c) counts every lease node as a permit used and
+ * shows the newest as the holder. The caller holding "locks" and waiting
+ * over the limit has a lease node too: with 1 permit held and one caller
+ * waiting, status says 2 permits used of 1, and its fence and owner are
+ * the waiter's, who holds nothing. */
+TEST(review_status_of_a_full_semaphore_with_a_waiter_shows_the_limit_and_the_holder) {
+  NEED_SERVER();
+  dlock_client *a = client("rzf5"), *b = client("rzf5");
+  dlock_semaphore *held = sem(a, "pool", 1), *next = sem(b, "pool", 1);
+  ASSERT_OK(dlock_semaphore_acquire(held, 0));
+  waiter w = {.s = next, .wait_ms = 3000L * tf()};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, wait_thread, &w), 0);
+  /* The waiter holds "locks" (one waiter), then adds its lease. */
+  dlock_lock_info info;
+  long long until = th_now_ms() + 10000L * tf();
+  do {
+    th_sleep_ms(20);
+    dlock_lock_info_init(&info);
+    ASSERT_OK(dlock_lock_info_get(a, "pool", &info));
+  } while (info.waiters < 1 && th_now_ms() < until && !atomic_load(&w.done));
+  ASSERT_EQ(info.waiters, 1);
+  th_sleep_ms(500); /* its lease is there by now */
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "pool", &info));
+  pthread_join(t, NULL);
+  ASSERT_STATUS(w.rc, DLOCK_EBUSY);
+  ASSERT_EQ(info.permits, 1);
+  ASSERT_EQ(info.permits_used, 1);
+  ASSERT_EQ(info.fence, dlock_semaphore_fence(held));
+  ASSERT_OK(dlock_semaphore_release(held));
+  dlock_semaphore_free(held);
+  dlock_semaphore_free(next);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 TEST_MAIN()
