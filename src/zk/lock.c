@@ -821,11 +821,23 @@ static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, dlock__zk
     goto out;
   }
   have_v = 1;
-  const char *newest = NULL;
+  /* The newest two leases: with more leases than the limit the newest is
+   * the caller holding "locks" and waiting for a permit (only it adds a
+   * lease), neither a permit used nor the holder to show. */
+  const char *newest = NULL, *second = NULL;
   for (int i = 0; i < v.count; i++) {
     if (node_side(v.data[i]) != LEASE_MARK) continue;
     out->permits_used++;
-    if (!newest || strcmp(seq_of(v.data[i]), seq_of(newest)) > 0) newest = v.data[i];
+    if (!newest || strcmp(seq_of(v.data[i]), seq_of(newest)) > 0) {
+      second = newest;
+      newest = v.data[i];
+    } else if (!second || strcmp(seq_of(v.data[i]), seq_of(second)) > 0) {
+      second = v.data[i];
+    }
+  }
+  if (out->permits > 0 && out->permits_used > out->permits) {
+    out->permits_used--;
+    newest = second;
   }
   if (newest) {
     char node[1200];
