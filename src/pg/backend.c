@@ -225,7 +225,9 @@ static int pg_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
   /* A read side taken by a thread that holds the name already goes at once
    * (docs/rwlock.md): looked up at every acquire. */
   char own[DLOCK__TOKEN_HEX + 1];
-  int shadow = dlock__rw_own_token(m, own);
+  /* The server checks that hold is still live (a loss the watchdog has not
+   * seen yet must not let the read in beside another writer). */
+  const char *shadow = dlock__rw_own_token(m, own) ? own : NULL;
   int rc = dlock__pg_acquire_kind(pg, name, token, side, m->permits, shadow, lease_ms, m->owner_info, wait,
                                   dlock__mutex_cancel_flag(m), &h);
   if (rc) return rc;

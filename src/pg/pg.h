@@ -48,11 +48,12 @@ typedef struct dlock__pg_hold {
   int resent;              /* out: the last statement was sent twice */
   int lost;                /* in (release): the core saw the hold lost (dlock_lost_reason) */
   /* The lock family (table mode): "" a mutex, "p" a semaphore's permit of
-   * 'permits', "r" or "w" a read-write lock's side; 'shadow': this thread
-   * holds the name already (a read taken at once, docs/rwlock.md). */
+   * 'permits', "r" or "w" a read-write lock's side; 'shadow': the token of
+   * this thread's other hold of the name ("" none): while that hold is live
+   * on the server, a read goes at once (docs/rwlock.md). */
   char side[2];
   int permits;
-  int shadow;
+  char shadow[DLOCK__TOKEN_HEX + 1];
 } dlock__pg_hold;
 
 /* 1 when 'url' names PostgreSQL: postgres:// or postgresql://, or a libpq
@@ -97,11 +98,11 @@ int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const c
 int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
                          const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h);
 /* The same for a semaphore's permit or a read-write lock's side ('side'
- * "p", "r" or "w", with 'permits' and 'shadow' as dlock__pg_hold has them;
+ * "p", "r" or "w", with 'permits' and 'shadow' (NULL: none) as dlock__pg_hold has them;
  * "" is the mutex). DLOCK_EWRONGTYPE when the name is held as another kind,
  * DLOCK_ELIMIT when a semaphore's holders gave another limit. */
 int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, const char *side, int permits,
-                           int shadow, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
+                           const char *shadow, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
                            const atomic_int *cancel, dlock__pg_hold *h);
 /* Release: 0, DLOCK_ENOTHELD (the lease ran out or another owner has it),
  * DLOCK_EUNKNOWN when that cannot be told after a lost reply. */

@@ -253,7 +253,7 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
   const char *vals[8] = {h->name, h->token, lease, owner_info ? owner_info : "", hb};
   if (fam) {
     const char *fv[8] = {h->name, h->token, h->side, permits, lease, owner_info ? owner_info : "",
-                         h->shadow ? "true" : "false", hb};
+                         h->shadow, hb};
     memcpy(vals, fv, sizeof vals);
   }
   dlock_mono_ms sent = dlock_mono_now();
@@ -404,11 +404,11 @@ int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const c
 
 int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
                          const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h) {
-  return dlock__pg_acquire_kind(pg, name, token, "", 0, 0, lease_ms, owner_info, wait_ms, cancel, h);
+  return dlock__pg_acquire_kind(pg, name, token, "", 0, NULL, lease_ms, owner_info, wait_ms, cancel, h);
 }
 
 int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, const char *side, int permits,
-                           int shadow, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
+                           const char *shadow, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
                            const atomic_int *cancel, dlock__pg_hold *h) {
   memset(h, 0, sizeof *h);
   int rc = check_name(pg, "lock name", name);
@@ -420,7 +420,7 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
     return rc;
   h->side[0] = side && (side[0] == 'p' || side[0] == 'r' || side[0] == 'w') ? side[0] : '\0';
   h->permits = permits;
-  h->shadow = shadow;
+  snprintf(h->shadow, sizeof h->shadow, "%s", shadow ? shadow : "");
   if (pg->advisory && h->side[0])
     return dlock__error(DLOCK_EINVAL, "a %s is not offered in advisory mode (%s): drop ?mode=advisory from the "
                         "URL to use the lease tables", kind_word(h), pg->display);

@@ -152,10 +152,14 @@ static const char sql_init[] =
      * A waiter ahead (queued earlier, alive) goes first: for a permit, the
      * free permits go to the first waiters; a writer waits for every hold
      * and every waiter ahead; a reader waits for the writer and for writers
-     * queued ahead ('p_shadow': this thread holds the name already, so it
-     * goes at once). err: 'mutex', 'kind <kind>', 'limit <n>'. */
+     * queued ahead ('p_shadow': the token of this thread's other hold of
+     * the name, '' none; while that hold is live the read goes at once, once
+     * it ended the read waits its turn like any). err: 'mutex', 'kind
+     * <kind>', 'limit <n>'. The version with a boolean 'p_shadow' trusted the
+     * caller's word that its hold still stood: dropped. */
+    "DROP FUNCTION IF EXISTS @S.fam_acquire(text, text, text, int, bigint, text, boolean);\n"
     "CREATE OR REPLACE FUNCTION @S.fam_acquire(p_name text, p_token text, p_side text, p_permits int,\n"
-    "    p_lease_ms bigint, p_info text, p_shadow boolean,\n"
+    "    p_lease_ms bigint, p_info text, p_shadow text,\n"
     "    OUT fence bigint, OUT wait_ms bigint, OUT err text)\n"
     "LANGUAGE plpgsql AS $f$\n"
     "DECLARE\n"
@@ -191,7 +195,8 @@ static const char sql_init[] =
     "  END IF;\n"
     "  SELECT w.seq INTO my_seq FROM @S.waiters w WHERE w.name = p_name AND w.token = p_token;\n"
     "  my_seq := COALESCE(my_seq, 9223372036854775807);\n"
-    "  IF p_shadow THEN\n"
+    "  IF p_shadow <> '' AND EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.token = p_shadow\n"
+    "                                AND NOT x.released AND x.expires > clock_timestamp()) THEN\n"
     "    ok := true;\n"
     "  ELSIF p_side = 'p' THEN\n"
     "    ok := live + (SELECT count(*) FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
@@ -272,14 +277,14 @@ static const char sql_waiter_add[] =
     "ON CONFLICT (name, token) DO NOTHING";
 
 /* $1 name, $2 token, $3 side, $4 permits, $5 lease ms, $6 owner info,
- * $7 shadow, $8 heartbeat ms: the waiter's heartbeat, then fam_acquire.
+ * $7 shadow token ('' none), $8 heartbeat ms: the waiter's heartbeat, then fam_acquire.
  * Returns the fence (NULL: not now), ms until the first hold's lease ends
  * (-1: none), the error word (NULL: none). */
 static const char sql_fam_acquire[] =
     "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $8::bigint * interval '1 millisecond'\n"
     "           WHERE name = $1 AND token = $2 RETURNING seq)\n"
     "SELECT a.fence, a.wait_ms, a.err, set_config('synchronous_commit', 'on', true), (SELECT count(*) FROM w)\n"
-    "FROM @S.fam_acquire($1, $2, $3, $4::int, $5::bigint, $6, $7::boolean) a";
+    "FROM @S.fam_acquire($1, $2, $3, $4::int, $5::bigint, $6, $7) a";
 
 /* $1 name, $2 token, $3 channel: a family hold's release, answering as
  * sql_release does. Every waiter of the name is told (each looks again;

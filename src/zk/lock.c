@@ -106,6 +106,21 @@ static void children_free(children *c) {
   memset(c, 0, sizeof *c);
 }
 
+/* 1 when the child "locks" or "leases" of 'lock_path' is an empty container:
+ * what a semaphore leaves behind once its last caller is gone, until the
+ * server reaps it (60 s by default). It holds nothing: the name is free for
+ * another kind. A semaphore in use has a node below one of them (its lease
+ * while it holds, its "locks" node while it queues or adds one), and checks
+ * the name's children again after adding them (dlock__zk_sem_acquire). */
+static int sem_leftover(dlock__zk_sess *s, const char *lock_path, const char *child) {
+  if (strcmp(child, "locks") && strcmp(child, "leases")) return 0;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s", lock_path, child);
+  struct Stat st;
+  int zrc = zoo_exists(s->zh, path, 0, &st);
+  return zrc == ZNONODE || (zrc == ZOK && st.numChildren == 0);
+}
+
 static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, dlock__zk_side side,
                            children *out, int *zrc_out) {
   memset(out, 0, sizeof *out);
@@ -121,6 +136,7 @@ static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_pat
   }
   for (int i = 0; i < out->v.count; i++) {
     const char *c = out->v.data[i];
+    if (!is_lock_node(c, side) && sem_leftover(s, lock_path, c)) continue;
     if (!is_lock_node(c, side)) {
       const char *other = kind_of_child(c);
       int rc = other ? dlock__error(DLOCK_EWRONGTYPE,
@@ -498,6 +514,14 @@ static int64_t parse_limit(const char *data, int len) {
   return v;
 }
 
+/* The error for a caller whose limit is not the stored one. */
+static int limit_mismatch(dlock__zk *z, const char *name, int64_t have, int permits) {
+  return dlock__error(DLOCK_ELIMIT,
+                      "semaphore '%s' on %s has %lld permits (stored by its holders), but this caller asks for %d: "
+                      "all callers must give the same number; the stored limit goes with the last permit",
+                      name, z->server, (long long)have, permits);
+}
+
 /* Record or check the limit on "leases" (called holding "locks"). */
 static int sem_limit(dlock__zk *z, dlock__zk_sess *s, const char *name, const char *leases, int permits) {
   char want[64];
@@ -521,11 +545,7 @@ static int sem_limit(dlock__zk *z, dlock__zk_sess *s, const char *name, const ch
     if (zrc != ZOK) return dlock__zk_fail(z, zrc, "read the limit of", leases);
     int64_t have = parse_limit(data, len < 0 ? 0 : len);
     if (have == permits) return 0;
-    if (have != 0 && st.numChildren > 0)
-      return dlock__error(DLOCK_ELIMIT,
-                          "semaphore '%s' on %s has %lld permits (stored by its holders), but this caller asks for "
-                          "%d: all callers must give the same number; the stored limit goes with the last permit",
-                          name, z->server, (long long)have, permits);
+    if (have != 0 && st.numChildren > 0) return limit_mismatch(z, name, have, permits);
     /* Not ours yet (Curator made it), or left by holders all gone: ours. */
     zrc = zoo_set(s->zh, leases, want, (int)strlen(want), st.version);
     if (zrc == ZOK) return 0;
@@ -587,9 +607,18 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
   int64_t mx_wait = wait_ms;
   if (wait_ms == 0) {
     struct Stat st;
-    int zrc = zoo_exists(s->zh, leases, 0, &st);
+    char data[64];
+    int len = (int)sizeof data - 1;
+    int zrc = zoo_get(s->zh, leases, 0, data, &len, &st);
     if (zrc != ZOK && zrc != ZNONODE) {
       rc = dlock__zk_fail(z, zrc, "count the leases of", leases);
+      goto out;
+    }
+    /* Another limit than the stored one is an error, not "busy" (as
+     * sem_limit answers it under "locks"). */
+    int64_t have = zrc == ZOK ? parse_limit(data, len < 0 ? 0 : len) : 0;
+    if (zrc == ZOK && have != 0 && have != permits && st.numChildren > 0) {
+      rc = limit_mismatch(z, name, have, permits);
       goto out;
     }
     if (zrc == ZOK && st.numChildren >= permits) {
@@ -611,6 +640,11 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
   /* Once more: had the server reaped the empty "leases" container in the
    * meantime, the create made it again, without the limit. */
   if ((rc = sem_limit(z, s, name, leases, permits))) goto fail;
+  /* And the name's children once more, now that "locks" and our lease
+   * exist: a mutex or read-write lock node created after our first look
+   * (its acquire listed the children before "locks" was there) would hold
+   * alongside us. Either its look sees "locks", or this one sees its node. */
+  if ((rc = sem_check_path(z, s, path))) goto fail;
   const char *own = strrchr(node, '/') + 1;
   while (1) {
     pthread_mutex_lock(&z->mu);
@@ -750,7 +784,7 @@ static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int
   for (int i = 0; i < v.count && *side != -1; i++) {
     const char *c = v.data[i];
     int k = node_side(c);
-    if (!strcmp(c, "leases") || !strcmp(c, "locks")) *side = -1;
+    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *side = -1;
     else if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) *side = DLOCK__ZK_READ;
   }
   deallocate_String_vector(&v);
@@ -787,11 +821,23 @@ static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, dlock__zk
     goto out;
   }
   have_v = 1;
-  const char *newest = NULL;
+  /* The newest two leases: with more leases than the limit the newest is
+   * the caller holding "locks" and waiting for a permit (only it adds a
+   * lease), neither a permit used nor the holder to show. */
+  const char *newest = NULL, *second = NULL;
   for (int i = 0; i < v.count; i++) {
     if (node_side(v.data[i]) != LEASE_MARK) continue;
     out->permits_used++;
-    if (!newest || strcmp(seq_of(v.data[i]), seq_of(newest)) > 0) newest = v.data[i];
+    if (!newest || strcmp(seq_of(v.data[i]), seq_of(newest)) > 0) {
+      second = newest;
+      newest = v.data[i];
+    } else if (!second || strcmp(seq_of(v.data[i]), seq_of(second)) > 0) {
+      second = v.data[i];
+    }
+  }
+  if (out->permits > 0 && out->permits_used > out->permits) {
+    out->permits_used--;
+    newest = second;
   }
   if (newest) {
     char node[1200];
@@ -977,15 +1023,31 @@ int dlock__zk_force_release(dlock__zk *z, const char *name) {
   if (side < 0) {
     /* A semaphore: every permit (lease node); the queue stays. */
     snprintf(node, sizeof node, "%s/leases", lock_path);
-    zrc = zoo_get_children(s->zh, node, 0, &v);
+    char data[64];
+    int len = (int)sizeof data - 1;
+    struct Stat st;
+    zrc = zoo_get(s->zh, node, 0, data, &len, &st);
+    if (zrc == ZOK) zrc = zoo_get_children(s->zh, node, 0, &v);
     if (zrc == ZNONODE) goto out;
     if (zrc != ZOK) {
       rc = dlock__zk_fail(z, zrc, "list the leases of", node);
       goto out;
     }
+    /* More leases than the stored limit: the newest is the caller that
+     * holds "locks" and waits for a permit (only it adds a lease), not a
+     * holder. It stays, and gets a permit now. */
+    int64_t limit = parse_limit(data, len < 0 ? 0 : len);
+    const char *waiting = NULL;
+    int leases = 0;
+    for (int i = 0; i < v.count; i++) {
+      if (node_side(v.data[i]) != LEASE_MARK) continue;
+      leases++;
+      if (!waiting || strcmp(seq_of(v.data[i]), seq_of(waiting)) > 0) waiting = v.data[i];
+    }
+    if (limit == 0 || leases <= limit) waiting = NULL;
     int any = 0;
     for (int i = 0; i < v.count && rc >= 0; i++) {
-      if (node_side(v.data[i]) != LEASE_MARK) continue;
+      if (node_side(v.data[i]) != LEASE_MARK || v.data[i] == waiting) continue;
       char lease[1400];
       snprintf(lease, sizeof lease, "%s/%s", node, v.data[i]);
       rc = force_delete(z, s, lease);

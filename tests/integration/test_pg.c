@@ -622,7 +622,7 @@ TEST(lost_replies_of_a_permit_take_one_permit_and_release_it_once) {
   ASSERT_OK(dlock__pg_connect(url, NULL, &pg));
   pgp_drop_reply(px, "lost-sem", 1);
   dlock__pg_hold h, other;
-  ASSERT_OK(dlock__pg_acquire_kind(pg, "lost-sem", NULL, "p", 1, 0, 10000, NULL, 0, NULL, &h));
+  ASSERT_OK(dlock__pg_acquire_kind(pg, "lost-sem", NULL, "p", 1, NULL, 10000, NULL, 0, NULL, &h));
   ASSERT_EQ(pgp_dropped(px), 1);
   ASSERT_EQ(h.resent, 1);
   dlock_lock_info info;
@@ -631,13 +631,13 @@ TEST(lost_replies_of_a_permit_take_one_permit_and_release_it_once) {
   ASSERT_EQ(info.permits, 1);
   ASSERT_EQ(info.permits_used, 1); /* one permit, not two */
   ASSERT_EQ(info.fence, h.fence);
-  ASSERT_STATUS(dlock__pg_acquire_kind(direct, "lost-sem", NULL, "p", 1, 0, 10000, NULL, 0, NULL, &other),
+  ASSERT_STATUS(dlock__pg_acquire_kind(direct, "lost-sem", NULL, "p", 1, NULL, 10000, NULL, 0, NULL, &other),
                 DLOCK_EBUSY);
   pgp_drop_reply(px, h.token, 1);
   ASSERT_OK(dlock__pg_release(pg, &h));
   ASSERT_EQ(pgp_dropped(px), 2);
   ASSERT_EQ(h.resent, 1);
-  ASSERT_OK(dlock__pg_acquire_kind(direct, "lost-sem", NULL, "p", 1, 0, 10000, NULL, 0, NULL, &other));
+  ASSERT_OK(dlock__pg_acquire_kind(direct, "lost-sem", NULL, "p", 1, NULL, 10000, NULL, 0, NULL, &other));
   ASSERT(other.fence > h.fence);
   ASSERT_OK(dlock__pg_release(direct, &other));
   dlock__pg_close(pg);
