@@ -131,6 +131,16 @@ static const char sql_init[] =
      * one row per hold (a permit, a reader, the writer). Waiters share the
      * mutex's queue table, with the side they wait for. */
     "ALTER TABLE @S.waiters ADD COLUMN IF NOT EXISTS side text NOT NULL DEFAULT '';\n"
+    /* Where a mutex and the family meet (one kind per name, whatever the
+     * interleaving): a family grant marks the name's locks row until its
+     * lease's end ('family_until', and 'family_since' its moment), and a
+     * mutex does not take a row so marked. A mutex's statement sees the
+     * family's holds only if they committed before it began; the mark on
+     * the row it writes is seen in any case (ON CONFLICT ... WHERE reads
+     * the row's latest version, after waiting for the granting
+     * transaction). */
+    "ALTER TABLE @S.locks ADD COLUMN IF NOT EXISTS family_until timestamptz;\n"
+    "ALTER TABLE @S.locks ADD COLUMN IF NOT EXISTS family_since timestamptz;\n"
     "CREATE TABLE IF NOT EXISTS @S.families (\n"
     "  name varchar(255) PRIMARY KEY,\n"
     "  kind text NOT NULL,\n"
@@ -172,6 +182,11 @@ static const char sql_init[] =
     "BEGIN\n"
     "  INSERT INTO @S.families VALUES (p_name, k, p_permits) ON CONFLICT DO NOTHING;\n"
     "  SELECT * INTO f FROM @S.families x WHERE x.name = p_name FOR UPDATE;\n"
+    /* The name's locks row, locked: a mutex's acquire in flight (an insert
+     * or an update of that row) is waited for, and seen by the next look. */
+    "  INSERT INTO @S.locks (name, token, fence, expires, since, released, owner_info)\n"
+    "    VALUES (p_name, '', 0, clock_timestamp(), clock_timestamp(), true, '') ON CONFLICT (name) DO NOTHING;\n"
+    "  PERFORM 1 FROM @S.locks l WHERE l.name = p_name FOR UPDATE;\n"
     "  IF EXISTS (SELECT 1 FROM @S.locks l WHERE l.name = p_name AND NOT l.released\n"
     "             AND l.expires > clock_timestamp()) THEN\n"
     "    err := 'mutex'; RETURN;\n"
@@ -222,6 +237,8 @@ static const char sql_init[] =
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, p_info)\n"
     "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
     "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = EXCLUDED.owner_info;\n"
+    "  UPDATE @S.locks l SET family_since = clock_timestamp(), family_until = greatest(l.family_until,\n"
+    "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
     "END $f$;\n"
     "COMMIT;";
 
@@ -258,7 +275,8 @@ static const char sql_acquire[] =
     "                 THEN l.since ELSE EXCLUDED.since END,\n"
     "    token = EXCLUDED.token, expires = EXCLUDED.expires, released = false,\n"
     "    owner_info = EXCLUDED.owner_info\n"
-    "  WHERE l.released OR l.expires <= clock_timestamp() OR l.token = EXCLUDED.token\n"
+    "  WHERE (l.released OR l.expires <= clock_timestamp() OR l.token = EXCLUDED.token)\n"
+    "    AND (l.family_until IS NULL OR l.family_until <= clock_timestamp())\n"
     "  RETURNING l.fence)\n"
     "SELECT (SELECT fence FROM ins),\n"
     "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * 1000))::bigint\n"
@@ -290,10 +308,15 @@ static const char sql_fam_acquire[] =
  * sql_release does. Every waiter of the name is told (each looks again;
  * the order among them is kept by fam_acquire). */
 static const char sql_fam_release[] =
-    "WITH cur AS (SELECT released FROM @S.holds WHERE name = $1 AND token = $2),\n"
+    "WITH cur AS (SELECT released, since FROM @S.holds WHERE name = $1 AND token = $2),\n"
     "upd AS (UPDATE @S.holds SET released = true, expires = clock_timestamp()\n"
     "        WHERE name = $1 AND token = $2 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
-    "n AS (SELECT pg_notify($3, $1 || ' ') FROM upd)\n"
+    "n AS (SELECT pg_notify($3, $1 || ' ') FROM upd),\n"
+    /* The mark ends with the hold that made it (a later grant's mark stays,
+     * a mutex may be waiting on that grant's transaction). */
+    "clr AS (UPDATE @S.locks l SET family_until = clock_timestamp()\n"
+    "        WHERE l.name = $1 AND EXISTS (SELECT 1 FROM upd) AND l.family_until > clock_timestamp()\n"
+    "          AND l.family_since <= (SELECT since FROM cur))\n"
     "SELECT (SELECT count(*) FROM upd), EXISTS (SELECT 1 FROM cur),\n"
     "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
     "       set_config('synchronous_commit', 'on', true)";
@@ -391,7 +414,9 @@ static const char sql_force[] =
     "         WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"
-    "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf))\n"
+    "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf)),\n"
+    "clr AS (UPDATE @S.locks SET family_until = clock_timestamp()\n"
+    "        WHERE name = $1 AND EXISTS (SELECT 1 FROM updf) AND family_until > clock_timestamp())\n"
     "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM updf), (SELECT count(*) FROM n) + (SELECT count(*) FROM nf)";
 
 /* $1 resource, $2 fence: admitted when not below the highest seen (an

@@ -27,14 +27,7 @@ __attribute__((unused)) static int review_on(void) {
   return on && strcmp(on, "1") == 0;
 }
 
-void test_setup(void) {
-  if (!th_pg_available(skip_why, sizeof skip_why)) return;
-  if (th_pg_start(&srv, NULL) != 0) {
-    snprintf(skip_why, sizeof skip_why, "the PostgreSQL server did not start");
-    return;
-  }
-  srv_up = 1;
-}
+void test_setup(void) { srv_up = th_pg_suite_start(&srv, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
@@ -162,7 +155,7 @@ static void *race_sem(void *arg) {
 }
 
 TEST(review_a_mutex_and_a_semaphore_racing_on_a_fresh_name_never_both_hold) {
-  OPEN_PG();
+  NEED_PG();
   dlock_client *a = client("rpf2"), *b = client("rpf2");
   long long until = th_now_ms() + 40000L * th_time_factor();
   int both = -1, rounds = 0;
