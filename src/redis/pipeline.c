@@ -47,6 +47,13 @@ static dlock__pipeline *get(dlock_client *c) {
   return p;
 }
 
+/* The release script of the handle's kind, as dlock__redis_release sends it:
+ * a semaphore's permit or a read-write lock's hold is not a mutex's key. */
+static dlock__script_id release_script(const dlock_mutex *m) {
+  if (dlock__is_rw(m)) return DLOCK__SCRIPT_RW_RELEASE;
+  return m->kind == DLOCK__KIND_SEMAPHORE ? DLOCK__SCRIPT_SEM_RELEASE : DLOCK__SCRIPT_RELEASE;
+}
+
 /* The release script's answer 'r' for 'e', as dlock__redis_release says it
  * (no resend here: the reply came). */
 static void deliver(const pending *e, const dlock__reply *r) {
@@ -65,6 +72,9 @@ static void deliver(const pending *e, const dlock__reply *r) {
   } else if (r->integer == -2) {
     rc = DLOCK_ENOTHELD;
     snprintf(msg, sizeof msg, "another client had deleted the key with a forced release; nothing was deleted");
+  } else if (r->integer == 0 && m->kind == DLOCK__KIND_SEMAPHORE) {
+    rc = DLOCK_ENOTHELD;
+    snprintf(msg, sizeof msg, "our permit was gone or its lease had run out; no permit was touched");
   } else if (r->integer == 0) {
     rc = DLOCK_ENOTHELD;
     snprintf(msg, sizeof msg, "the key was gone (the lease had expired); nothing was deleted");
@@ -162,7 +172,7 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   }
   dlock__script_call call;
   memset(&call, 0, sizeof call);
-  call.script = DLOCK__SCRIPT_RELEASE;
+  call.script = release_script(m);
   dlock__script_call_keys(&call, k);
   call.args[0] = m->token;
   call.arglens[0] = strlen(m->token);

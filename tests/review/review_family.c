@@ -1,0 +1,141 @@
+/*
+ * review_family.c - the adversarial review of the Redis lock family
+ * (semaphore, read-write lock, latch, multi-lock) and of the pipelined
+ * release (branch revfam): one test per finding, each FAILED on the code as
+ * reviewed. Registered as ctest "review/review_family" with the label
+ * "review". Real redis-server through harness.h, public API only (dlock.h).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "test.h"
+
+static th_redis srv;
+
+void test_setup(void) {
+  if (th_redis_start(&srv, NULL) != 0) {
+    fprintf(stderr, "cannot start redis-server\n");
+    exit(1);
+  }
+}
+
+void test_teardown(void) { th_redis_stop(&srv); }
+
+static dlock_client *client(void) { return test_client(srv.url); }
+
+static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
+
+/* Run one mutex cycle so that the server's script cache has release.lua
+ * (a pipelined EVALSHA of an unknown script falls back to the synchronous
+ * release, which would hide the first finding). */
+static void load_release_script(dlock_client *c) {
+  dlock_mutex *m = test_mutex(c, "rv:load", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+}
+
+static dlock_semaphore *sem(dlock_client *c, const char *name, int permits, int64_t lease_ms) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  dlock_semaphore *s = NULL;
+  if (dlock_semaphore_new(&s, c, name, permits, &mo) != 0) TEST_FAIL("semaphore '%s': %s", name, dlock_last_error());
+  return s;
+}
+
+static dlock_rwlock *side(dlock_client *c, const char *name, int s, int64_t lease_ms) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  dlock_rwlock *rw = NULL;
+  if (dlock_rwlock_new(&rw, c, name, s, &mo) != 0) TEST_FAIL("rwlock '%s': %s", name, dlock_last_error());
+  return rw;
+}
+
+/* Finding 1: dlock__redis_release_async (src/redis/pipeline.c) always sends
+ * the mutex's release.lua, whatever the handle's kind. dlock.h and
+ * docs/semaphore.md say every dlock_mutex_* call works on
+ * dlock_semaphore_mutex(s) as the semaphore call of the same verb; a
+ * pipelined release of a permit runs release.lua on the permits' ZSET, which
+ * fails (WRONGTYPE), and the permit stays taken until its lease ends. */
+TEST(review_a_pipelined_release_of_a_semaphore_permit_gives_the_permit_back) {
+  dlock_client *c = client();
+  load_release_script(c);
+  dlock_semaphore *a = sem(c, "rv:sem:async", 1, 20000), *b = sem(c, "rv:sem:async", 1, 20000);
+  ASSERT_OK(dlock_semaphore_acquire(a, 0));
+  ASSERT_OK(dlock_mutex_release_async(dlock_semaphore_mutex(a)));
+  int rc = dlock_mutex_release_result(dlock_semaphore_mutex(a));
+  if (rc) TEST_FAIL("pipelined release of a permit: %s", dlock_last_error());
+  ASSERT_OK(dlock_semaphore_acquire(b, 0)); /* the only permit is free again */
+  ASSERT_OK(dlock_semaphore_release(b));
+  dlock_semaphore_free(a);
+  dlock_semaphore_free(b);
+  dlock_client_free(c);
+}
+
+/* Finding 1, the read-write lock: dlock_rwlock_mutex()'s "every
+ * dlock_mutex_* call on it acts on this side"; a pipelined release of the
+ * write side leaves the writer in place until its lease ends. */
+TEST(review_a_pipelined_release_of_a_write_hold_frees_the_name) {
+  dlock_client *c = client();
+  load_release_script(c);
+  dlock_rwlock *w = side(c, "rv:rw:async", DLOCK_RW_WRITE, 20000);
+  dlock_rwlock *r = side(c, "rv:rw:async", DLOCK_RW_READ, 20000);
+  ASSERT_OK(dlock_rwlock_acquire(w, 0));
+  ASSERT_OK(dlock_mutex_release_async(dlock_rwlock_mutex(w)));
+  int rc = dlock_mutex_release_result(dlock_rwlock_mutex(w));
+  if (rc) TEST_FAIL("pipelined release of a write hold: %s", dlock_last_error());
+  ASSERT_OK(dlock_rwlock_acquire(r, 0));
+  ASSERT_OK(dlock_rwlock_release(r));
+  char out[64];
+  cli(out, sizeof out, "EXISTS rv:rw:async {rv:rw:async}:meta");
+  ASSERT_STR_EQ(out, "0");
+  dlock_rwlock_free(w);
+  dlock_rwlock_free(r);
+  dlock_client_free(c);
+}
+
+/* Run fn in a child process; 1 if it exited normally with status 0. */
+static int survives(void (*fn)(void)) {
+  pid_t kid = fork();
+  if (kid == 0) {
+    fn();
+    _exit(0);
+  }
+  int st = 0;
+  if (waitpid(kid, &st, 0) != kid) return 0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void sem_new_null_out(void) {
+  dlock_client *c = client();
+  int rc = dlock_semaphore_new(NULL, c, "rv:sem:nullout", 2, NULL);
+  dlock_client_free(c);
+  _exit(rc == DLOCK_EINVAL ? 0 : 3);
+}
+
+static void rw_new_null_out(void) {
+  dlock_client *c = client();
+  int rc = dlock_rwlock_new(NULL, c, "rv:rw:nullout", DLOCK_RW_READ, NULL);
+  dlock_client_free(c);
+  _exit(rc == DLOCK_EINVAL ? 0 : 3);
+}
+
+/* Finding 2: dlock_semaphore_new(NULL, ...) and dlock_rwlock_new(NULL, ...)
+ * (src/core/semaphore.c, src/core/rwlock.c) build the handle through a local
+ * pointer and then store it through 'out' unchecked: a NULL 'out' crashes
+ * (SIGSEGV) where dlock_mutex_new() and dlock_latch_new() answer EINVAL. */
+TEST(review_new_semaphore_or_rwlock_with_a_null_out_is_einval_not_a_crash) {
+  ASSERT(survives(sem_new_null_out));
+  ASSERT(survives(rw_new_null_out));
+}
+
+TEST_MAIN()
