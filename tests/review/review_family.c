@@ -138,4 +138,70 @@ TEST(review_new_semaphore_or_rwlock_with_a_null_out_is_einval_not_a_crash) {
   ASSERT(survives(rw_new_null_out));
 }
 
+static dlock_lock_info info_of(dlock_client *c, const char *name) {
+  dlock_lock_info i;
+  dlock_lock_info_init(&i);
+  if (dlock_lock_info_get(c, name, &i) != 0) TEST_FAIL("status of '%s': %s", name, dlock_last_error());
+  return i;
+}
+
+/* A child that waits for a permit of 'name' (limit 1, lease 1000 ms) until
+ * it is killed. */
+static void wait_for_permit_forever(const char *name) {
+  dlock_client *c = client();
+  dlock_semaphore *s = sem(c, name, 1, 1000);
+  dlock_semaphore_acquire(s, DLOCK_WAIT_FOREVER);
+  _exit(0);
+}
+
+/* Finding 3: sem_acquire.lua hands free permits to queued waiters first
+ * (dlock_sem_grant); when the caller itself gets none and no expired permit
+ * was pruned, it returns without dlock_sem_tidy, so the permits' ZSET and
+ * {K}:meta just created by the grant have no expiry. If the granted waiter
+ * has crashed (it never confirms), both stay forever, and with them the
+ * stored limit: docs/semaphore.md says "the stored limit goes with the last
+ * permit", yet every caller with another limit gets DLOCK_ELIMIT from then
+ * on although no permit is held. Here: the holder's lease ends (its keys
+ * expire whole), the first waiter was SIGKILLed, a try-only caller runs the
+ * grant. */
+TEST(review_a_grant_to_a_crashed_waiter_leaves_no_key_without_expiry) {
+  const char *name = "rv:sem:leak";
+  dlock_client *c = client();
+  dlock_semaphore *a = sem(c, name, 1, 800);
+  ASSERT_OK(dlock_semaphore_acquire(a, 0));
+  pid_t kid = fork();
+  if (kid == 0) wait_for_permit_forever(name);
+  int queued = 0;
+  for (int i = 0; i < 300 && !queued; i++) {
+    queued = info_of(c, name).waiters == 1;
+    if (!queued) th_sleep_ms(10);
+  }
+  kill(kid, SIGKILL);
+  waitpid(kid, NULL, 0);
+  ASSERT(queued);
+  /* The holder's lease ends: its keys expire (no release). */
+  th_sleep_ms(1000);
+  char out[64];
+  cli(out, sizeof out, "EXISTS rv:sem:leak");
+  ASSERT_STR_EQ(out, "0");
+  dlock_semaphore *b = sem(c, name, 1, 800);
+  ASSERT_STATUS(dlock_semaphore_acquire(b, 0), DLOCK_EBUSY); /* FIFO: the dead waiter is granted */
+  cli(out, sizeof out, "PTTL rv:sem:leak");
+  if (strcmp(out, "-1") == 0) TEST_FAIL("the permits' key %s has no expiry after the grant", name);
+  cli(out, sizeof out, "PTTL {rv:sem:leak}:meta");
+  if (strcmp(out, "-1") == 0) TEST_FAIL("{%s}:meta has no expiry after the grant", name);
+  /* Once the dead waiter's claim has run out, nothing is held, so any
+   * limit may be stored anew. */
+  th_sleep_ms(1500);
+  dlock_semaphore *three = sem(c, name, 3, 800);
+  int rc = dlock_semaphore_acquire(three, 0);
+  if (rc) TEST_FAIL("no permit is held, yet a limit of 3 is refused: %s", dlock_last_error());
+  ASSERT_OK(dlock_semaphore_release(three));
+  dlock_semaphore_release(a); /* lost long ago: ENOTHELD */
+  dlock_semaphore_free(three);
+  dlock_semaphore_free(b);
+  dlock_semaphore_free(a);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
