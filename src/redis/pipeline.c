@@ -26,6 +26,9 @@ typedef struct pending {
   dlock_mutex *m;
   dlock_mono_ms valid_until;
   dlock_lost_reason lost;
+  /* The token released: another thread may acquire the handle (a new
+   * token) before this reply is read. */
+  char token[DLOCK__TOKEN_HEX + 1];
 } pending;
 
 struct dlock__pipeline {
@@ -119,7 +122,7 @@ static int read_one(dlock_client *c, dlock__pipeline *p, int wait) {
   if (dlock__reply_is_noscript(r)) {
     /* It did not run (the script cache was flushed): run it now, at once. */
     dlock__reply_free(r);
-    int out = dlock__redis_release(e->m, e->valid_until, e->lost);
+    int out = dlock__redis_release_token(e->m, e->token, e->valid_until, e->lost);
     dlock__mutex_release_done(e->m, out, out ? dlock_last_error() : "");
   } else {
     deliver(e, r);
@@ -191,7 +194,9 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
     return dlock__error(DLOCK_EUNKNOWN, "the release may have been sent (%s); it is not sent again: if it did "
                         "not run, the key expires with its lease", why);
   }
-  p->q[(p->head + p->n) % PIPE_MAX] = (pending){m, valid_until, lost};
+  pending *slot = &p->q[(p->head + p->n) % PIPE_MAX];
+  *slot = (pending){m, valid_until, lost, ""};
+  snprintf(slot->token, sizeof slot->token, "%s", m->token);
   p->n++;
   /* The older replies came while the caller's last acquire made its round
    * trip: read those that are here, without waiting. */

@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,48 @@ TEST(review_a_grant_to_a_crashed_waiter_leaves_no_key_without_expiry) {
   dlock_semaphore_free(three);
   dlock_semaphore_free(b);
   dlock_semaphore_free(a);
+  dlock_client_free(c);
+}
+
+/* The second thread of the next test: acquire the shared handle (it waits
+ * locally while the first thread holds it). */
+static void *take_shared(void *arg) {
+  dlock_mutex *m = arg;
+  intptr_t rc = dlock_mutex_acquire(m, 5000);
+  return (void *)rc;
+}
+
+/* Finding 4: a pipelined release whose reply is NOSCRIPT is run again by
+ * read_one() (src/redis/pipeline.c) through dlock__redis_release(e->m),
+ * which sends the handle's token as it is when the reply is read, not the
+ * token that was released. A handle is shared by threads (acquire waits
+ * locally for another thread's hold): thread 2 waits on the handle, thread 1
+ * releases with dlock_mutex_release_async after the script cache was
+ * flushed, thread 2 acquires with a new token, and reading thread 1's
+ * outcome deletes thread 2's key: thread 2 believes it holds the lock while
+ * anyone may take it. */
+TEST(review_a_resent_pipelined_release_never_deletes_the_next_holders_key) {
+  dlock_client *c = client();
+  load_release_script(c);
+  dlock_mutex *m = test_mutex(c, "rv:pipe:noscript", 1500);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, take_shared, m), 0);
+  /* Our lease ends (the key expires) while the other thread waits. */
+  th_sleep_ms(1700);
+  char out[64];
+  cli(out, sizeof out, "SCRIPT FLUSH");
+  dlock_mutex_release_async(m); /* its EVALSHA answers NOSCRIPT */
+  void *trc = NULL;
+  pthread_join(t, &trc);
+  ASSERT_EQ((intptr_t)trc, 0); /* the other thread holds it now, with its own token */
+  dlock_mutex_release_result(m); /* our outcome (ENOTHELD: the lease had run out) */
+  cli(out, sizeof out, "EXISTS rv:pipe:noscript");
+  if (strcmp(out, "1") != 0) TEST_FAIL("the key of the thread that holds the lock now was deleted");
+  dlock_mutex *other = test_mutex(c, "rv:pipe:noscript", 1500);
+  ASSERT_STATUS(dlock_mutex_acquire(other, 0), DLOCK_EBUSY);
+  dlock_mutex_free(other);
+  dlock_mutex_free(m);
   dlock_client_free(c);
 }
 
