@@ -247,4 +247,44 @@ TEST(review_a_resent_pipelined_release_never_deletes_the_next_holders_key) {
   dlock_client_free(c);
 }
 
+typedef struct latch_wait_arg {
+  dlock_latch *l;
+  int rc;
+  long long took_ms;
+} latch_wait_arg;
+
+static void *latch_wait_thread(void *arg) {
+  latch_wait_arg *w = arg;
+  long long t0 = th_now_ms();
+  w->rc = dlock_latch_wait(w->l, 6000);
+  w->took_ms = th_now_ms() - t0;
+  return NULL;
+}
+
+/* Finding 5: dlock__redis_latch_wait (src/redis/latch.c) subscribes first
+ * (waiting for the server to confirm) and only then takes the cancel
+ * generation (m->wait_gen = m->cancel_gen): a dlock_latch_cancel() made
+ * while the wait is subscribing is forgotten, and the wait runs its whole
+ * wait_ms. The server is paused (CLIENT PAUSE) so that the subscription of
+ * the wait's first look takes a second; the cancel comes in that second. */
+TEST(review_a_latch_cancel_during_the_waits_subscription_ends_the_wait) {
+  dlock_client *c = client();
+  dlock_latch *l = NULL;
+  ASSERT_OK(dlock_latch_new(&l, c, "rv:latch:cancel"));
+  ASSERT_OK(dlock_latch_set(l, 1, 60000));
+  char out[64];
+  cli(out, sizeof out, "CLIENT PAUSE 1200 ALL");
+  latch_wait_arg w = {l, 0, 0};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, latch_wait_thread, &w), 0);
+  th_sleep_ms(300);
+  dlock_latch_cancel(l); /* the wait is in progress: it must end */
+  pthread_join(t, NULL);
+  if (w.rc != DLOCK_ECANCELED)
+    TEST_FAIL("canceled during its subscription, the wait answered %d after %lld ms", w.rc, w.took_ms);
+  ASSERT(w.took_ms < 3000);
+  dlock_latch_free(l);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
