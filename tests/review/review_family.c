@@ -219,9 +219,11 @@ static void *take_shared(void *arg) {
  * token that was released. A handle is shared by threads (acquire waits
  * locally for another thread's hold): thread 2 waits on the handle, thread 1
  * releases with dlock_mutex_release_async after the script cache was
- * flushed, thread 2 acquires with a new token, and reading thread 1's
- * outcome deletes thread 2's key: thread 2 believes it holds the lock while
- * anyone may take it. */
+ * flushed (so its release did not run), thread 2 acquires with a new token
+ * once thread 1's lease ends, and reading thread 1's outcome deletes thread
+ * 2's key: thread 2 believes it holds the lock while anyone may take it.
+ * (Since finding 6's fix, thread 2's acquire reads thread 1's outcome
+ * first; the resend carries the released token either way.) */
 TEST(review_a_resent_pipelined_release_never_deletes_the_next_holders_key) {
   dlock_client *c = client();
   load_release_script(c);
@@ -229,15 +231,14 @@ TEST(review_a_resent_pipelined_release_never_deletes_the_next_holders_key) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   pthread_t t;
   ASSERT_EQ(pthread_create(&t, NULL, take_shared, m), 0);
-  /* Our lease ends (the key expires) while the other thread waits. */
-  th_sleep_ms(1700);
+  th_sleep_ms(200); /* the other thread waits locally for our hold */
   char out[64];
   cli(out, sizeof out, "SCRIPT FLUSH");
-  dlock_mutex_release_async(m); /* its EVALSHA answers NOSCRIPT */
+  ASSERT_OK(dlock_mutex_release_async(m)); /* its EVALSHA answers NOSCRIPT: it did not run */
   void *trc = NULL;
   pthread_join(t, &trc);
   ASSERT_EQ((intptr_t)trc, 0); /* the other thread holds it now, with its own token */
-  dlock_mutex_release_result(m); /* our outcome (ENOTHELD: the lease had run out) */
+  dlock_mutex_release_result(m); /* our outcome, if the other thread's acquire did not read it */
   cli(out, sizeof out, "EXISTS rv:pipe:noscript");
   if (strcmp(out, "1") != 0) TEST_FAIL("the key of the thread that holds the lock now was deleted");
   dlock_mutex *other = test_mutex(c, "rv:pipe:noscript", 1500);
@@ -284,6 +285,54 @@ TEST(review_a_latch_cancel_during_the_waits_subscription_ends_the_wait) {
     TEST_FAIL("canceled during its subscription, the wait answered %d after %lld ms", w.rc, w.took_ms);
   ASSERT(w.took_ms < 3000);
   dlock_latch_free(l);
+  dlock_client_free(c);
+}
+
+typedef struct cycle_arg {
+  dlock_mutex *m;
+  int acquire_rc, result_rc;
+} cycle_arg;
+
+/* Acquire the shared handle (waiting locally for the other thread), then
+ * release it pipelined and read that outcome. */
+static void *cycle_shared(void *arg) {
+  cycle_arg *a = arg;
+  a->acquire_rc = dlock_mutex_acquire(a->m, 5000);
+  a->result_rc = -999;
+  if (a->acquire_rc == 0 && dlock_mutex_release_async(a->m) == 0) a->result_rc = dlock_mutex_release_result(a->m);
+  return NULL;
+}
+
+/* Finding 6: dlock.h: "The outcome is never dropped: ... until then the
+ * next acquire on 'm' first reads it and, if it is a failure, returns that
+ * failure". dlock_mutex_acquire (src/core/mutex.c) reads a pending outcome
+ * before it waits locally for another thread's hold on the same handle; when
+ * that thread then releases with dlock_mutex_release_async, the waiting
+ * acquire goes on without reading it, and its own pipelined release
+ * mixes it with its own: its _result answers the first thread's failure
+ * (rel_state is DONE with that one, so its own reply is not awaited), and
+ * the first thread's _result finds nothing (DLOCK_EINVAL). Here the first
+ * thread's release fails (its lease had run out: ENOTHELD); the second
+ * thread, whose release did delete its key, is told ENOTHELD. */
+TEST(review_a_failed_pipelined_release_is_reported_even_when_another_thread_takes_the_handle) {
+  dlock_client *c = client();
+  dlock_mutex *m = test_mutex(c, "rv:pipe:drop", 600);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  cycle_arg a = {m, -999, -999};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, cycle_shared, &a), 0);
+  th_sleep_ms(900); /* our lease ends: the release below finds nothing */
+  ASSERT_OK(dlock_mutex_release_async(m));
+  pthread_join(t, NULL);
+  int ours = dlock_mutex_release_result(m);
+  /* The second thread held the key: its own release cannot have failed. */
+  if (a.acquire_rc == 0 && a.result_rc != 0)
+    TEST_FAIL("the second thread's release, which held the key, answered %d (the first thread's outcome?); "
+              "the first thread's _result answered %d", a.result_rc, ours);
+  if (a.acquire_rc != DLOCK_ENOTHELD && ours != DLOCK_ENOTHELD)
+    TEST_FAIL("the failed release (ENOTHELD) was dropped: the other thread's acquire answered %d, its own "
+              "release %d, and our _result %d", a.acquire_rc, a.result_rc, ours);
+  dlock_mutex_free(m);
   dlock_client_free(c);
 }
 
