@@ -31,6 +31,14 @@ void test_teardown(void) { th_redis_stop(&srv); }
 
 static dlock_client *client(void) { return test_client(srv.url); }
 
+/* A finding still open (not fixed on this branch): runs only with
+ * DLOCK_REVIEW=1, so that the default run stays green. */
+#define OPEN_REVIEW() \
+  do { \
+    const char *on_ = getenv("DLOCK_REVIEW"); \
+    if (!on_ || strcmp(on_, "1") != 0) TEST_SKIP("open review finding: run with DLOCK_REVIEW=1"); \
+  } while (0)
+
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 
 /* Run one mutex cycle so that the server's script cache has release.lua
@@ -333,6 +341,61 @@ TEST(review_a_failed_pipelined_release_is_reported_even_when_another_thread_take
     TEST_FAIL("the failed release (ENOTHELD) was dropped: the other thread's acquire answered %d, its own "
               "release %d, and our _result %d", a.acquire_rc, a.result_rc, ours);
   dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+typedef struct mutex_wait_arg {
+  dlock_mutex *m;
+  int rc;
+} mutex_wait_arg;
+
+static void *mutex_wait_thread(void *arg) {
+  mutex_wait_arg *w = arg;
+  w->rc = dlock_mutex_acquire(w->m, 6000);
+  if (w->rc == 0) dlock_mutex_release(w->m);
+  return NULL;
+}
+
+/* Finding 7 (open): the kinds share the wait queue {K}:queue/{K}:waiters,
+ * and dlock_sem_grant (prelude.lua) reads a mutex waiter's record
+ * ("exp|claim|token|n<nonce>|info") as a semaphore waiter's
+ * ("exp|claim|token|info"): a semaphore's acquire on a name whose mutex has
+ * just ended (here: its keys deleted, as by expiry) hands a permit to the
+ * waiting mutex's token. That token never confirms it (the mutex waiter then
+ * fails with WRONGTYPE), so the permit is held by nobody until its claim
+ * ends, and the semaphore's caller is told "all permits held" while none
+ * is. (dlock_grant_next reads a semaphore waiter's record as a mutex
+ * waiter's the same way.) */
+TEST(review_a_semaphore_never_grants_a_permit_to_a_waiting_mutex) {
+  OPEN_REVIEW();
+  const char *name = "rv:kind:grant";
+  dlock_client *c = client(), *c2 = client();
+  dlock_mutex *h = test_mutex(c, name, 10000);
+  ASSERT_OK(dlock_mutex_acquire(h, 0));
+  mutex_wait_arg w = {test_mutex(c2, name, 10000), 0};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, mutex_wait_thread, &w), 0);
+  int queued = 0;
+  for (int i = 0; i < 300 && !queued; i++) {
+    queued = info_of(c, name).waiters == 1;
+    if (!queued) th_sleep_ms(10);
+  }
+  ASSERT(queued);
+  char out[64];
+  cli(out, sizeof out, "DEL rv:kind:grant {rv:kind:grant}:meta"); /* the mutex's hold ends */
+  dlock_semaphore *s = sem(c, name, 1, 5000);
+  int rc = dlock_semaphore_acquire(s, 0);
+  cli(out, sizeof out, "ZCARD rv:kind:grant");
+  pthread_join(t, NULL);
+  if (rc != 0)
+    TEST_FAIL("no permit was held, yet the semaphore answered %d (permits held: %s, granted to the mutex waiter)",
+              rc, out);
+  ASSERT_OK(dlock_semaphore_release(s));
+  dlock_semaphore_free(s);
+  dlock_mutex_release(h);
+  dlock_mutex_free(h);
+  dlock_mutex_free(w.m);
+  dlock_client_free(c2);
   dlock_client_free(c);
 }
 
