@@ -15,19 +15,25 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "faultproxy.h"
 #include "harness.h"
 #include "test.h"
 
 static th_redis srv;
+static fp_proxy *fp;
 
 void test_setup(void) {
   if (th_redis_start(&srv, NULL) != 0) {
     fprintf(stderr, "cannot start redis-server\n");
     exit(1);
   }
+  if (fp_start(&fp, srv.port) != 0) exit(1);
 }
 
-void test_teardown(void) { th_redis_stop(&srv); }
+void test_teardown(void) {
+  fp_stop(fp);
+  th_redis_stop(&srv);
+}
 
 static dlock_client *client(void) { return test_client(srv.url); }
 
@@ -397,6 +403,62 @@ TEST(review_a_semaphore_never_grants_a_permit_to_a_waiting_mutex) {
   dlock_mutex_free(w.m);
   dlock_client_free(c2);
   dlock_client_free(c);
+}
+
+typedef struct latch_set_arg {
+  dlock_latch *l;
+  int rc;
+} latch_set_arg;
+
+static void *latch_set_thread(void *arg) {
+  latch_set_arg *a = arg;
+  a->rc = dlock_latch_set(a->l, 1, 60000);
+  return NULL;
+}
+
+/* Finding 8: dlock__redis_latch_set resends latch_set.lua after a lost
+ * reply, "twice-safe: a second run with the same token finds the latch set
+ * by it and answers 'set' again (even when counted down meanwhile)"; but
+ * latch_set.lua recognises its own token only while the count is above
+ * zero. A latch counted down to zero between the two runs is set again to
+ * the full count by the resend: it opened, woke its waiters, and closes
+ * again, so every later waiter waits for count-downs that never come (until
+ * the expiry, then DLOCK_ENOLATCH: "never opens"). The fault proxy drops
+ * the first reply and delays the resend; the count-down goes straight to
+ * the server in between. */
+TEST(review_a_resent_latch_set_does_not_close_a_latch_that_opened_meanwhile) {
+  dlock_client *direct = client();
+  dlock_latch *down = NULL;
+  ASSERT_OK(dlock_latch_new(&down, direct, "rv:latch:resend"));
+  dlock_client *c = test_client(fp_url(fp));
+  dlock_latch *l = NULL;
+  ASSERT_OK(dlock_latch_new(&l, c, "rv:latch:resend"));
+  fp_pass(fp);
+  int before = fp_dropped(fp);
+  fp_delay(fp, 400);
+  fp_drop_reply(fp, "{rv:latch:resend}:latch", 1);
+  latch_set_arg a = {l, -999};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, latch_set_thread, &a), 0);
+  int dropped = fp_wait_dropped(fp, before + 1, 5000) > before;
+  int64_t left = -1;
+  int down_rc = dropped ? dlock_latch_count_down(down, &left) : -999; /* before the resend arrives */
+  pthread_join(t, NULL);
+  fp_delay(fp, 0);
+  fp_pass(fp);
+  ASSERT(dropped);
+  ASSERT_OK(down_rc);
+  ASSERT_EQ(left, 0); /* the first run had set it: it is open now */
+  ASSERT_OK(a.rc);    /* the resend answered "set" */
+  int64_t n = -1;
+  ASSERT_OK(dlock_latch_count(down, &n));
+  if (n != 0) TEST_FAIL("the latch opened (counted down to 0), and the resent set closed it again: count %lld",
+                        (long long)n);
+  ASSERT_OK(dlock_latch_wait(down, 0));
+  dlock_latch_free(l);
+  dlock_latch_free(down);
+  dlock_client_free(c);
+  dlock_client_free(direct);
 }
 
 TEST_MAIN()
