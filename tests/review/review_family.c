@@ -461,4 +461,54 @@ TEST(review_a_resent_latch_set_does_not_close_a_latch_that_opened_meanwhile) {
   dlock_client_free(direct);
 }
 
+/* Finding 9: a permit or read-write hold whose lease ran out, on a name that
+ * is a mutex's since (a name is one kind at a time, and free for any kind
+ * once its holds are gone), is answered with DLOCK_EWRONGTYPE instead of
+ * DLOCK_ENOTHELD: sem_release.lua and rw_release.lua run their kind checks
+ * (dlock_sem_check, rw_check) before looking for the token, and
+ * sem_extend.lua's ZSCORE fails on the mutex's string. dlock.h: "DLOCK_
+ * ENOTHELD when ... Redis no longer has our token"; an extend or a renewal
+ * that finds the hold gone marks it lost (DLOCK_LOST_EXPIRED), but the
+ * WRONGTYPE error leaves the handle "not lost" (the watchdog retries it as
+ * unreachable until the deadline, then says DLOCK_LOST_UNREACHABLE). */
+TEST(review_a_hold_whose_name_became_a_mutex_is_not_held_not_wrongtype) {
+  dlock_client *c = client();
+  char out[64];
+  /* A late release of a permit. */
+  dlock_semaphore *s = sem(c, "rv:kind:late", 2, 400);
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  th_sleep_ms(600);
+  dlock_mutex *m = test_mutex(c, "rv:kind:late", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int rc = dlock_semaphore_release(s);
+  if (rc != DLOCK_ENOTHELD) TEST_FAIL("late release of a permit: %d (%s), not ENOTHELD", rc, dlock_last_error());
+  ASSERT_EQ(dlock_mutex_is_held(m), 1); /* touched nothing */
+  /* An extend of a permit the server no longer has (its keys went, as by
+   * expiry, while our deadline had not passed yet). */
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_semaphore *s2 = sem(c, "rv:kind:late", 2, 10000);
+  ASSERT_OK(dlock_semaphore_acquire(s2, 0));
+  cli(out, sizeof out, "DEL rv:kind:late {rv:kind:late}:meta");
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  rc = dlock_semaphore_extend(s2, 10000);
+  if (rc != DLOCK_ENOTHELD) TEST_FAIL("extend of a permit gone: %d (%s), not ENOTHELD", rc, dlock_last_error());
+  ASSERT_EQ(dlock_semaphore_lost(s2), DLOCK_LOST_EXPIRED);
+  dlock_semaphore_release(s2);
+  ASSERT_OK(dlock_mutex_release(m));
+  /* A late release of a read hold. */
+  dlock_rwlock *r = side(c, "rv:kind:late", DLOCK_RW_READ, 400);
+  ASSERT_OK(dlock_rwlock_acquire(r, 0));
+  th_sleep_ms(600);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  rc = dlock_rwlock_release(r);
+  if (rc != DLOCK_ENOTHELD) TEST_FAIL("late release of a read hold: %d (%s), not ENOTHELD", rc, dlock_last_error());
+  ASSERT_EQ(dlock_mutex_is_held(m), 1);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_rwlock_free(r);
+  dlock_semaphore_free(s2);
+  dlock_semaphore_free(s);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
