@@ -511,4 +511,35 @@ TEST(review_a_hold_whose_name_became_a_mutex_is_not_held_not_wrongtype) {
   dlock_client_free(c);
 }
 
+/* Finding 9, the mutex's side: release.lua and extend.lua GET the key, which
+ * fails (WRONGTYPE) once the name is a semaphore's or read-write lock's
+ * ZSET: a late release of an expired mutex hold answers EWRONGTYPE, not
+ * ENOTHELD, and an extend (or renewal) does not mark the hold lost. */
+TEST(review_a_mutex_hold_whose_name_became_a_semaphore_is_not_held_not_wrongtype) {
+  dlock_client *c = client();
+  char out[64];
+  load_release_script(c);
+  dlock_mutex *m = test_mutex(c, "rv:kind:late2", 400);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  th_sleep_ms(600);
+  dlock_semaphore *s = sem(c, "rv:kind:late2", 2, 10000);
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  int rc = dlock_mutex_release(m);
+  if (rc != DLOCK_ENOTHELD) TEST_FAIL("late release of a mutex hold: %d (%s), not ENOTHELD", rc, dlock_last_error());
+  ASSERT_OK(dlock_semaphore_release(s));
+  dlock_mutex *m2 = test_mutex(c, "rv:kind:late2", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m2, 0));
+  cli(out, sizeof out, "DEL rv:kind:late2 {rv:kind:late2}:meta");
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  rc = dlock_mutex_extend(m2, 10000);
+  if (rc != DLOCK_ENOTHELD) TEST_FAIL("extend of a mutex hold gone: %d (%s), not ENOTHELD", rc, dlock_last_error());
+  ASSERT(dlock_mutex_lost(m2) != DLOCK_LOST_NONE);
+  dlock_mutex_release(m2);
+  ASSERT_OK(dlock_semaphore_release(s));
+  dlock_mutex_free(m2);
+  dlock_mutex_free(m);
+  dlock_semaphore_free(s);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
