@@ -298,13 +298,16 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
     if (rc) return fail(m, rc, "acquire");
   }
   if (atomic_load(&m->client->closing)) return fail(m, dlock__error(DLOCK_ECLOSED, "client is closing"), "acquire");
+  pthread_t self = pthread_self();
+  dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
+  int have_gen = 0;
+  unsigned gen = 0;
+again:;
   int prev = 0;
   if (rel_take(m, &prev) && prev) { /* an outcome is never dropped */
     dlock__error_prefix("not acquired: the previous pipelined release (dlock_mutex_release_async): ");
     return fail(m, prev, "acquire");
   }
-  pthread_t self = pthread_self();
-  dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
   if (m->kind == DLOCK__KIND_WRITE) { /* read-write lock: refuse an upgrade (rwlock.c) */
     int rc = dlock__rw_check_upgrade(m);
     if (rc) return fail(m, rc, "acquire the write side of");
@@ -328,7 +331,10 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
     return 0;
   }
   /* Another thread of ours holds it through this handle: wait for it locally. */
-  unsigned gen = m->cancel_gen;
+  if (!have_gen) { /* once: a cancel from here on ends this acquire */
+    gen = m->cancel_gen;
+    have_gen = 1;
+  }
   while (m->busy) {
     struct timespec ts;
     dlock__deadline_timespec(deadline, &ts);
@@ -341,6 +347,15 @@ int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
       pthread_mutex_unlock(&m->mu);
       return fail(m, dlock__error(DLOCK_EBUSY, "held by another thread of this process"), "acquire");
     }
+  }
+  if (m->rel_state != DLOCK__REL_NONE) {
+    /* Another thread released through this handle with
+     * dlock_mutex_release_async since rel_take() above (while we waited for
+     * it): its outcome is read (and a failure returned) before this acquire,
+     * as by that thread's own next acquire, so that it is never dropped nor
+     * taken for the outcome of a later release. */
+    pthread_mutex_unlock(&m->mu);
+    goto again;
   }
   m->busy = 1;
   m->owner = self;

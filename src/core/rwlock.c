@@ -105,7 +105,8 @@ static dlock_mutex *M(const dlock_rwlock *rw) { return (dlock_mutex *)rw; }
 int dlock_rwlock_new(dlock_rwlock **out, dlock_client *c, const char *name, int side,
                      const dlock_mutex_options *opts) {
   dlock__error_clear();
-  if (out) *out = NULL;
+  if (!out) return dlock__error(DLOCK_EINVAL, "new read-write lock: 'out' is NULL");
+  *out = NULL;
   if (side != DLOCK_RW_READ && side != DLOCK_RW_WRITE)
     return dlock__error(DLOCK_EINVAL, "new read-write lock: side is %d; it must be DLOCK_RW_READ (%d) or "
                         "DLOCK_RW_WRITE (%d)", side, DLOCK_RW_READ, DLOCK_RW_WRITE);

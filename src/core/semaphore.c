@@ -12,7 +12,8 @@ static dlock_mutex *M(const dlock_semaphore *s) { return (dlock_mutex *)s; }
 int dlock_semaphore_new(dlock_semaphore **out, dlock_client *c, const char *name, int permits,
                         const dlock_mutex_options *opts) {
   dlock__error_clear();
-  if (out) *out = NULL;
+  if (!out) return dlock__error(DLOCK_EINVAL, "new semaphore: 'out' is NULL");
+  *out = NULL;
   if (permits < 1 || permits > DLOCK_SEMAPHORE_MAX_PERMITS)
     return dlock__error(DLOCK_ERANGE, "new semaphore '%s': %d permits; give 1..%d",
                         name ? name : "(null)", permits, DLOCK_SEMAPHORE_MAX_PERMITS);

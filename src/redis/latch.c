@@ -183,6 +183,11 @@ int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadl
   rlatch *r = rl(l);
   dlock_client *c = l->client;
   dlock_mutex *m = r->carrier;
+  /* The wait begins now: a cancel from here on ends it, also one made while
+   * the subscription below waits for the server. */
+  pthread_mutex_lock(&m->mu);
+  unsigned gen = m->cancel_gen;
+  pthread_mutex_unlock(&m->mu);
   if (wait_ms != 0) {
     /* Subscribe before the first look, so that a zero reached between the
      * look and the wait still wakes us (the carrier's 'woken' keeps it). A
@@ -191,7 +196,7 @@ int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadl
     dlock__subscriber_add_waiter(c, m);
   }
   pthread_mutex_lock(&m->mu);
-  m->wait_gen = m->cancel_gen;
+  m->wait_gen = gen;
   m->woken = 0;
   pthread_mutex_unlock(&m->mu);
   int rc;

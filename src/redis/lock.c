@@ -468,11 +468,16 @@ void dlock__redis_undo(dlock_mutex *m) {
 /* ---- Release, extend, renew, queries ---- */
 
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
+  return dlock__redis_release_token(m, m->token, valid_until, lost);
+}
+
+int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until,
+                               dlock_lost_reason lost) {
   dlock__script_call call;
   dlock__reply *r = NULL;
   /* rw_release answers as release does (1, 0, -2; never -1). */
   call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_RELEASE : DLOCK__SCRIPT_RELEASE, m);
-  call_arg(&call, m->token, strlen(m->token));
+  call_arg(&call, token, strlen(token));
   /* Twice-safe with one question: if the first run's reply was lost, a second
    * run that finds the key gone (0) or handed on (-1) cannot tell whether our
    * first run deleted it or the lease ran out. Answered without any extra

@@ -26,6 +26,9 @@ typedef struct pending {
   dlock_mutex *m;
   dlock_mono_ms valid_until;
   dlock_lost_reason lost;
+  /* The token released: another thread may acquire the handle (a new
+   * token) before this reply is read. */
+  char token[DLOCK__TOKEN_HEX + 1];
 } pending;
 
 struct dlock__pipeline {
@@ -47,6 +50,13 @@ static dlock__pipeline *get(dlock_client *c) {
   return p;
 }
 
+/* The release script of the handle's kind, as dlock__redis_release sends it:
+ * a semaphore's permit or a read-write lock's hold is not a mutex's key. */
+static dlock__script_id release_script(const dlock_mutex *m) {
+  if (dlock__is_rw(m)) return DLOCK__SCRIPT_RW_RELEASE;
+  return m->kind == DLOCK__KIND_SEMAPHORE ? DLOCK__SCRIPT_SEM_RELEASE : DLOCK__SCRIPT_RELEASE;
+}
+
 /* The release script's answer 'r' for 'e', as dlock__redis_release says it
  * (no resend here: the reply came). */
 static void deliver(const pending *e, const dlock__reply *r) {
@@ -65,6 +75,9 @@ static void deliver(const pending *e, const dlock__reply *r) {
   } else if (r->integer == -2) {
     rc = DLOCK_ENOTHELD;
     snprintf(msg, sizeof msg, "another client had deleted the key with a forced release; nothing was deleted");
+  } else if (r->integer == 0 && m->kind == DLOCK__KIND_SEMAPHORE) {
+    rc = DLOCK_ENOTHELD;
+    snprintf(msg, sizeof msg, "our permit was gone or its lease had run out; no permit was touched");
   } else if (r->integer == 0) {
     rc = DLOCK_ENOTHELD;
     snprintf(msg, sizeof msg, "the key was gone (the lease had expired); nothing was deleted");
@@ -109,7 +122,7 @@ static int read_one(dlock_client *c, dlock__pipeline *p, int wait) {
   if (dlock__reply_is_noscript(r)) {
     /* It did not run (the script cache was flushed): run it now, at once. */
     dlock__reply_free(r);
-    int out = dlock__redis_release(e->m, e->valid_until, e->lost);
+    int out = dlock__redis_release_token(e->m, e->token, e->valid_until, e->lost);
     dlock__mutex_release_done(e->m, out, out ? dlock_last_error() : "");
   } else {
     deliver(e, r);
@@ -162,7 +175,7 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   }
   dlock__script_call call;
   memset(&call, 0, sizeof call);
-  call.script = DLOCK__SCRIPT_RELEASE;
+  call.script = release_script(m);
   dlock__script_call_keys(&call, k);
   call.args[0] = m->token;
   call.arglens[0] = strlen(m->token);
@@ -181,7 +194,9 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
     return dlock__error(DLOCK_EUNKNOWN, "the release may have been sent (%s); it is not sent again: if it did "
                         "not run, the key expires with its lease", why);
   }
-  p->q[(p->head + p->n) % PIPE_MAX] = (pending){m, valid_until, lost};
+  pending *slot = &p->q[(p->head + p->n) % PIPE_MAX];
+  *slot = (pending){m, valid_until, lost, ""};
+  snprintf(slot->token, sizeof slot->token, "%s", m->token);
   p->n++;
   /* The older replies came while the caller's last acquire made its round
    * trip: read those that are here, without waiting. */

@@ -480,6 +480,10 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
                          dlock__grant *grant);
 void dlock__redis_undo(dlock_mutex *m);
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
+/* The same for the hold of 'token' (a pipelined release resent after
+ * NOSCRIPT: the handle may have been acquired again since, by another thread). */
+int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until,
+                               dlock_lost_reason lost);
 int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost); /* pipeline.c */
 void dlock__redis_release_collect(dlock_mutex *m);
 /* At close: read every pending reply (outcomes to their handles), free. */

@@ -1,7 +1,8 @@
 -- extend.lua: compare-and-pexpire. Never re-creates an expired key.
 -- ARGV: 1 token, 2 lease_ms. Returns 1 extended, 0 no such key, -1 another owner,
 -- -2 our hold was deleted by a forced release (its tombstone, see force_release.lua).
-local cur = redis.call('GET', KEYS[1])
+-- pcall: another kind's ZSET at the name is another owner's (-1), not an error.
+local cur = redis.pcall('GET', KEYS[1])
 if cur ~= ARGV[1] then
   -- Not the hot path: only a hold already lost looks for the tombstone.
   if redis.pcall('HGET', KEYS[5], 'deleted') == ARGV[1] then return -2 end

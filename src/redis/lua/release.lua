@@ -3,7 +3,9 @@
 -- -2 our hold was deleted by a forced release (its tombstone, see force_release.lua).
 -- The meta hash is ours (acquire's HSET would have failed on another type),
 -- so it is deleted without a type check; the queue is looked at only if it exists.
-local cur = redis.call('GET', KEYS[1])
+-- pcall: a name that is another kind's now (a semaphore's or read-write
+-- lock's ZSET) is not ours either: -1, another owner, not a WRONGTYPE error.
+local cur = redis.pcall('GET', KEYS[1])
 if cur ~= ARGV[1] then
   -- Not the hot path: only a hold already lost looks for the tombstone.
   if redis.pcall('HGET', KEYS[5], 'deleted') == ARGV[1] then return -2 end

@@ -2,7 +2,12 @@
 -- ARGV: 1 token. Returns 1 released, 0 not held (gone, or its lease had
 -- ended), -2 deleted by a forced release (its tombstone, see dlock_rw_force in prelude.lua).
 local bad = rw_check(KEYS)
-if bad then return bad end
+if bad then
+  -- The name is another kind's now (its holds ended): our hold is not
+  -- there either, which is the answer (0) for a hold that is gone.
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+  return bad
+end
 local tok = ARGV[1]
 local now_ms = dlock_now()
 local s = redis.call('ZSCORE', KEYS[1], tok)

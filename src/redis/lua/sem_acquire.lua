@@ -31,8 +31,10 @@ if mine and tonumber(mine) > now_ms then
 end
 local n = tonumber(limit)
 local free = n - used
+-- Permits handed to waiters here: their keys' expiry must cover them.
+local granted = 0
 if free > 0 and queued then
-  local granted = dlock_sem_grant(KEYS, free, limit, now_ms, now_us)
+  granted = dlock_sem_grant(KEYS, free, limit, now_ms, now_us)
   used = used + granted
   free = free - granted
   mine = redis.call('ZSCORE', KEYS[1], token)
@@ -66,5 +68,7 @@ if wid ~= '' then
   if redis.call('PTTL', KEYS[4]) < ttl then redis.call('PEXPIRE', KEYS[4], ttl) end
   if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
 end
-if #expired > 0 then dlock_sem_tidy(KEYS, expired, used, now_ms) end
+-- A grant just made (to waiters ahead of us) created or lengthened permits:
+-- without this the keys would keep no expiry, or one shorter than theirs.
+if #expired > 0 or granted > 0 then dlock_sem_tidy(KEYS, expired, used, now_ms) end
 return {0, wait}
