@@ -3,9 +3,7 @@
  * (semaphore, read-write lock, latch, multi-lock) and of the pipelined
  * release (branch revfam): one test per finding, each FAILED on the code as
  * reviewed (base 2911b24). Registered as ctest "review/review_family" with
- * the label "review". The findings fixed on the branch run by default; one
- * still open (finding 7) skips unless DLOCK_REVIEW=1 (OPEN_REVIEW), so the
- * default run stays green. Real redis-server through harness.h (and the
+ * the label "review". Every finding is fixed and its test runs by default. Real redis-server through harness.h (and the
  * fault proxy, faultproxy.h), public API only (dlock.h).
  */
 #include <pthread.h>
@@ -39,14 +37,6 @@ void test_teardown(void) {
 }
 
 static dlock_client *client(void) { return test_client(srv.url); }
-
-/* A finding still open (not fixed on this branch): runs only with
- * DLOCK_REVIEW=1, so that the default run stays green. */
-#define OPEN_REVIEW() \
-  do { \
-    const char *on_ = getenv("DLOCK_REVIEW"); \
-    if (!on_ || strcmp(on_, "1") != 0) TEST_SKIP("open review finding: run with DLOCK_REVIEW=1"); \
-  } while (0)
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 
@@ -365,7 +355,8 @@ static void *mutex_wait_thread(void *arg) {
   return NULL;
 }
 
-/* Finding 7 (open): the kinds share the wait queue {K}:queue/{K}:waiters,
+/* Finding 7 (fixed since: each kind's record has its own shape and a
+ * hand-off grants only its own kind's, docs/keys.md): the kinds share the wait queue {K}:queue/{K}:waiters,
  * and dlock_sem_grant (prelude.lua) reads a mutex waiter's record
  * ("exp|claim|token|n<nonce>|info") as a semaphore waiter's
  * ("exp|claim|token|info"): a semaphore's acquire on a name whose mutex has
@@ -376,7 +367,6 @@ static void *mutex_wait_thread(void *arg) {
  * is. (dlock_grant_next reads a semaphore waiter's record as a mutex
  * waiter's the same way.) */
 TEST(review_a_semaphore_never_grants_a_permit_to_a_waiting_mutex) {
-  OPEN_REVIEW();
   const char *name = "rv:kind:grant";
   dlock_client *c = client(), *c2 = client();
   dlock_mutex *h = test_mutex(c, name, 10000);

@@ -64,7 +64,7 @@ if wid ~= '' then
   if wait > 0 and wait < cap then cap = wait end
   local ttl = cap + 2000
   redis.call('ZADD', KEYS[4], 'NX', now_us, wid)
-  redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|' .. ARGV[5] .. '|' .. token .. '|' .. ARGV[6])
+  redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|p' .. ARGV[5] .. '|' .. token .. '|' .. ARGV[6])
   if redis.call('PTTL', KEYS[4]) < ttl then redis.call('PEXPIRE', KEYS[4], ttl) end
   if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end
 end
