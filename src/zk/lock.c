@@ -340,8 +340,8 @@ static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const ch
   dlock_lost_reason gone = s->lost;
   pthread_mutex_unlock(&z->mu);
   if (gone != DLOCK_LOST_NONE || dlock_mono_now() >= valid_until)
-    return dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the session that holds our node %s ended (or may have) "
-                        "before the lock came to us; its node goes with it: try again", *lock_path, z->server, node);
+    return dlock__error(DLOCK_ELOST, "the session that holds our node %s ended (or may have) before the lock "
+                        "came to us; its node goes with it: try again", node);
   out->node_path = strdup(node);
   if (!out->node_path) return dlock__error(DLOCK_ENOMEM, "out of memory");
   out->lock_path = *lock_path;
@@ -390,8 +390,8 @@ static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const ch
     if (lost) {
       /* The session may be over: a hold taken now could already be
        * another's. Our node, if it still exists, goes with the session. */
-      rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the ZooKeeper session was lost (%s) while waiting",
-                        lock_path, z->server, dlock_lost_reason_str(lost));
+      rc = dlock__error(DLOCK_ELOST, "the ZooKeeper session was lost (%s) while waiting at %s",
+                        dlock_lost_reason_str(lost), lock_path);
       delete_own(z, s, node);
       goto out;
     }
@@ -412,9 +412,9 @@ static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const ch
     if (idx < 0) {
       children_free(&ch);
       rc = dlock__error(DLOCK_ELOST,
-                        "acquire '%s' on %s: our lock node %s disappeared while waiting (session expired, or a "
+                        "our lock node %s/%s disappeared while waiting (session expired, or a "
                         "force-release)",
-                        lock_path, z->server, own);
+                        lock_path, own);
       goto out;
     }
     /* Curator's rules: a mutex's or a writer's node holds when it is the
@@ -445,7 +445,7 @@ static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const ch
     }
     if (cancel && atomic_load(cancel)) {
       children_free(&ch);
-      rc = dlock__error(DLOCK_ECANCELED, "acquire '%s' on %s: canceled", lock_path, z->server);
+      rc = dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", lock_path);
       goto give_up;
     }
     /* Watch one node only: no herd when the holder leaves. */
@@ -652,8 +652,8 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
     dlock_lost_reason lost = s->lost;
     pthread_mutex_unlock(&z->mu);
     if (lost) {
-      rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: the ZooKeeper session was lost (%s) while waiting", path,
-                        z->server, dlock_lost_reason_str(lost));
+      rc = dlock__error(DLOCK_ELOST, "the ZooKeeper session was lost (%s) while waiting at %s",
+                        dlock_lost_reason_str(lost), path);
       break;
     }
     struct String_vector v;
@@ -670,8 +670,8 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
       if (!strcmp(v.data[i], own)) mine = 1;
     deallocate_String_vector(&v);
     if (!mine) {
-      rc = dlock__error(DLOCK_ELOST, "acquire '%s' on %s: our lease node %s disappeared while waiting (session "
-                        "expired, or a force-release)", path, z->server, own);
+      rc = dlock__error(DLOCK_ELOST, "our lease node %s disappeared while waiting at %s (session expired, or a "
+                        "force-release)", own, path);
       break;
     }
     if (count <= permits) {
@@ -684,7 +684,7 @@ int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const cha
       break;
     }
     if (cancel && atomic_load(cancel)) {
-      rc = dlock__error(DLOCK_ECANCELED, "acquire '%s' on %s: canceled", path, z->server);
+      rc = dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", path);
       break;
     }
     wait_for_wake(z, gen, deadline, cancel);
