@@ -237,7 +237,11 @@ static const char sql_init[] =
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, p_info)\n"
     "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
     "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = EXCLUDED.owner_info;\n"
-    "  UPDATE @S.locks l SET family_since = clock_timestamp(), family_until = greatest(l.family_until,\n"
+    /* family_since is the hold's own since (not a later clock_timestamp():
+     * the clock moves within the transaction), so that its release, which
+     * clears the mark where family_since <= its since, does clear it. */
+    "  UPDATE @S.locks l SET family_since = (SELECT x.since FROM @S.holds x WHERE x.name = p_name\n"
+    "      AND x.token = p_token), family_until = greatest(l.family_until,\n"
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
     "END $f$;\n"
     "COMMIT;";
