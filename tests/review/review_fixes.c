@@ -221,6 +221,33 @@ TEST(review_pg_a_mutex_takes_the_name_once_the_permit_is_released) {
   dlock_semaphore_free(s);
   dlock_client_free(c);
 }
+
+/* ---- d9e4c88, finding: the mark outlives the family when the latest grant
+ * ended by its lease, not by a release ----
+ *
+ * sql_fam_release clears the mark only when the releasing hold is the
+ * latest grant (family_since <= its since). A later grant whose hold then
+ * ran out (its owner crashed, or a short fixed lease) leaves family_since
+ * ahead of every hold still to be released: the last release of the family
+ * clears nothing, and a mutex is refused until the longest lease granted
+ * would have ended (here 20 s after the family is gone). */
+TEST(review_pg_a_mutex_takes_the_name_after_a_later_permit_ran_out) {
+  need_pg();
+  dlock_client *c = pg_client("rv2b");
+  dlock_semaphore *p1 = sem(c, "rv2:pgmark3", 2, 20000), *p2 = sem(c, "rv2:pgmark3", 2, 500);
+  dlock_mutex *m = test_mutex(c, "rv2:pgmark3", 30000);
+  ASSERT_OK(dlock_semaphore_acquire(p1, 0));
+  ASSERT_OK(dlock_semaphore_acquire(p2, 0));
+  th_sleep_ms(900); /* p2's lease runs out (never released) */
+  ASSERT_OK(dlock_semaphore_release(p1));
+  int rc = dlock_mutex_acquire(m, 0);
+  if (rc) TEST_FAIL("no permit is held any more, yet the mutex is refused: %s", dlock_last_error());
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_semaphore_free(p1);
+  dlock_semaphore_free(p2);
+  dlock_client_free(c);
+}
 #endif
 
 TEST_MAIN()
