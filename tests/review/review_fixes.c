@@ -77,10 +77,14 @@ static dlock_semaphore *sem(dlock_client *c, const char *name, int permits, int6
 struct crowd {
   const char *url;
   const char *name;
+  int go[2]; /* a pipe: the child starts once the parent holds the name */
 };
 
 static int crowd_child(void *arg) {
   struct crowd *cr = arg;
+  char b;
+  close(cr->go[1]);
+  if (read(cr->go[0], &b, 1) != 1) return 1;
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = cr->url;
@@ -104,13 +108,18 @@ static int crowd_child(void *arg) {
 TEST(review_dead_waiters_of_another_kind_do_not_stop_the_hand_offs) {
   need_redis();
   const char *name = "rv2:kinds";
+  /* The child is forked before this process has a client (and threads). */
+  struct crowd cr = {srv.url, name, {-1, -1}};
+  ASSERT(pipe(cr.go) == 0);
+  pid_t kid = th_spawn(crowd_child, &cr);
+  close(cr.go[0]);
   dlock_client *c = test_client(srv.url);
   /* The name is a mutex, held for 1.5 s; 32 waiters of a client that then
    * crashes (SIGKILL) are queued for it. */
-  dlock_mutex *h = test_mutex(c, name, 1500);
+  dlock_mutex *h = test_mutex(c, name, 1500L * th_time_factor());
   ASSERT_OK(dlock_mutex_acquire(h, 0));
-  struct crowd cr = {srv.url, name};
-  pid_t kid = th_spawn(crowd_child, &cr);
+  ASSERT(write(cr.go[1], "g", 1) == 1);
+  close(cr.go[1]);
   char out[256];
   long long until = th_now_ms() + 10000L * th_time_factor();
   for (;;) {
