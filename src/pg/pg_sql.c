@@ -237,7 +237,11 @@ static const char sql_init[] =
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, p_info)\n"
     "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
     "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = EXCLUDED.owner_info;\n"
-    "  UPDATE @S.locks l SET family_since = clock_timestamp(), family_until = greatest(l.family_until,\n"
+    /* family_since is the hold's own since (not a later clock_timestamp():
+     * the clock moves within the transaction), so that its release, which
+     * clears the mark where family_since <= its since, does clear it. */
+    "  UPDATE @S.locks l SET family_since = (SELECT x.since FROM @S.holds x WHERE x.name = p_name\n"
+    "      AND x.token = p_token), family_until = greatest(l.family_until,\n"
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
     "END $f$;\n"
     "COMMIT;";
@@ -313,10 +317,17 @@ static const char sql_fam_release[] =
     "        WHERE name = $1 AND token = $2 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "n AS (SELECT pg_notify($3, $1 || ' ') FROM upd),\n"
     /* The mark ends with the hold that made it (a later grant's mark stays,
-     * a mutex may be waiting on that grant's transaction). */
+     * a mutex may be waiting on that grant's transaction), or with the last
+     * live hold of the family, when the latest grant is one this statement
+     * sees (its hold ran out unreleased): a grant in flight holds the row
+     * and writes a later family_since (grants are serialized by the
+     * families row), which the re-check after the wait compares. */
     "clr AS (UPDATE @S.locks l SET family_until = clock_timestamp()\n"
     "        WHERE l.name = $1 AND EXISTS (SELECT 1 FROM upd) AND l.family_until > clock_timestamp()\n"
-    "          AND l.family_since <= (SELECT since FROM cur))\n"
+    "          AND (l.family_since <= (SELECT since FROM cur)\n"
+    "               OR (l.family_since <= (SELECT max(x.since) FROM @S.holds x WHERE x.name = $1)\n"
+    "                   AND NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = $1 AND x.token <> $2\n"
+    "                                   AND NOT x.released AND x.expires > clock_timestamp()))))\n"
     "SELECT (SELECT count(*) FROM upd), EXISTS (SELECT 1 FROM cur),\n"
     "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
     "       set_config('synchronous_commit', 'on', true)";

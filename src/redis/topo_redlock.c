@@ -790,8 +790,11 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
    * too slow). No release is coming to wake us; try again soon. */
   call->rl_tie = busy < r->quorum && okmask != 0;
   /* Wake at the hand-offs of a majority, not at the first: the nodes that
-   * were free for us count without one; no more than the nodes we queued on. */
-  int need = r->quorum - popcount(okmask), queued_on = popcount(busymask);
+   * were free for us and count toward a quorum count without one (a node
+   * that took the try but does not count, restarted recently, does not:
+   * waking without a majority is the early try this avoids); no more than
+   * the nodes we queued on. */
+  int need = r->quorum - ok, queued_on = popcount(busymask);
   if (need > queued_on) need = queued_on;
   call->rl_need = need < 1 ? 1 : need;
   if (ok >= r->quorum)

@@ -121,38 +121,44 @@ local function dlock_take(keys, token, lease, info, now_ms, now_us, f)
   return f
 end
 
--- The lock is free: hand it to the first live waiter in arrival order and
--- tell that waiter alone (its client's channel). Waiters whose registration
--- ran out (crashed, gave up) are dropped on the way. Returns true if granted.
--- The head is read once: a ZREM may delete the queue key, and while a cluster
--- slot migrates a script must not touch a key it deleted.
 -- A wait-queue record ({K}:waiters) of another kind of lock than 'kind':
 -- a mutex's "expiry|claim|token|n<nonce>|info", a semaphore's
 -- "expiry|p<claim>|token|info", a read-write lock's "expiry|r or w|token|info".
 -- A name is one kind at a time, but a waiter of the kind it was may still be
 -- queued when it changed (that holder's lease ran out): such a record is
--- neither granted nor dropped here; its waiter learns the new kind at its
--- next look, which withdraws it.
-local function dlock_rec_foreign(rec, kind)
+-- neither granted nor dropped here while it is live; its waiter learns the
+-- new kind at its next look, which withdraws it. Once its expiry passed (the
+-- waiter crashed, or gave up) it is no longer "foreign": it is dropped like
+-- a dead record of the own kind. Else the records of a crashed client would
+-- stay as long as the queue keys live (each new waiter lengthens them), and
+-- 32 of them at the head would stop every hand-off (the grants read 32).
+local function dlock_rec_foreign(rec, kind, now_ms)
   if not rec then return false end
   local k = (string.find(rec, '^%d+|p%d+|') and 'semaphore') or (string.find(rec, '^%d+|[rw]|') and 'rwlock')
     or (string.find(rec, '^%d+|%d+|%x+|') and 'mutex')
-  return k ~= nil and k ~= kind
+  if k == nil or k == kind then return false end
+  return tonumber(string.match(rec, '^(%d+)|')) > now_ms
 end
 
 -- The record of waiter 'id', taken out of the queue, when it is of 'kind'
--- (nil when there is none); nil, and left in place, when another kind's.
-local function dlock_queue_pop(keys, id, kind)
+-- or dead (nil when there is none); nil, and left in place, when another
+-- kind's live one.
+local function dlock_queue_pop(keys, id, kind, now_ms)
   local rec = redis.call('HGET', keys[5], id)
-  if dlock_rec_foreign(rec, kind) then return nil end
+  if dlock_rec_foreign(rec, kind, now_ms) then return nil end
   redis.call('ZREM', keys[4], id)
   redis.call('HDEL', keys[5], id)
   return rec
 end
 
+-- The lock is free: hand it to the first live waiter in arrival order and
+-- tell that waiter alone (its client's channel). Waiters whose registration
+-- ran out (crashed, gave up) are dropped on the way. Returns true if granted.
+-- The head is read once: a ZREM may delete the queue key, and while a cluster
+-- slot migrates a script must not touch a key it deleted.
 local function dlock_grant_next(keys, now_ms, now_us)
   for _, id in ipairs(redis.call('ZRANGE', keys[4], 0, 31)) do
-    local rec = dlock_queue_pop(keys, id, 'mutex')
+    local rec = dlock_queue_pop(keys, id, 'mutex', now_ms)
     if rec then
       -- expiry_ms|claim_ms|token|n<nonce>|owner info (before the nonce: without it)
       local exp, claim, token, nonce, info = string.match(rec, '^(%d+)|(%d+)|(%x+)|n(%d+)|(.*)$')
@@ -254,8 +260,8 @@ local function rw_queue(keys, now_ms)
     if rec then exp, side = string.match(rec, '^(%d+)|([rw])|') end
     if exp and tonumber(exp) > now_ms then
       q[#q + 1] = {id, side}
-    elseif not exp and dlock_rec_foreign(rec, 'rwlock') then
-      -- another kind's waiter: left for it to withdraw
+    elseif not exp and dlock_rec_foreign(rec, 'rwlock', now_ms) then
+      -- another kind's live waiter: left for it to withdraw
     else
       redis.call('ZREM', keys[4], id)
       redis.call('HDEL', keys[5], id)
@@ -360,7 +366,7 @@ local function dlock_sem_grant(keys, n, limit, now_ms, now_us)
   local granted = 0
   if n <= 0 then return 0 end
   for _, id in ipairs(redis.call('ZRANGE', keys[4], 0, 31)) do
-    local rec = dlock_queue_pop(keys, id, 'semaphore')
+    local rec = dlock_queue_pop(keys, id, 'semaphore', now_ms)
     if rec then
       local exp, claim, token, info = string.match(rec, '^(%d+)|p(%d+)|(%x+)|(.*)$')
       local cid = string.match(id, '^(%x+):')
