@@ -130,7 +130,16 @@ static const char sql_init[] =
      * (its kind and limit, and the row every acquire of the name locks),
      * one row per hold (a permit, a reader, the writer). Waiters share the
      * mutex's queue table, with the side they wait for. */
-    "ALTER TABLE @S.waiters ADD COLUMN IF NOT EXISTS side text NOT NULL DEFAULT '';\n"
+    /* Each ALTER only when its column is missing (an upgrade): even with IF
+     * NOT EXISTS an ALTER takes its table's ACCESS EXCLUSIVE lock, and a
+     * second first user's init would then deadlock with the first user's
+     * releases, which lock locks and then waiters. */
+    "DO $a$ BEGIN\n"
+    "  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '@S.waiters'::regclass\n"
+    "                 AND attname = 'side' AND NOT attisdropped) THEN\n"
+    "    ALTER TABLE @S.waiters ADD COLUMN side text NOT NULL DEFAULT '';\n"
+    "  END IF;\n"
+    "END $a$;\n"
     /* Where a mutex and the family meet (one kind per name, whatever the
      * interleaving): a family grant marks the name's locks row until its
      * lease's end ('family_until', and 'family_since' its moment), and a
@@ -139,8 +148,13 @@ static const char sql_init[] =
      * the row it writes is seen in any case (ON CONFLICT ... WHERE reads
      * the row's latest version, after waiting for the granting
      * transaction). */
-    "ALTER TABLE @S.locks ADD COLUMN IF NOT EXISTS family_until timestamptz;\n"
-    "ALTER TABLE @S.locks ADD COLUMN IF NOT EXISTS family_since timestamptz;\n"
+    "DO $a$ BEGIN\n"
+    "  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '@S.locks'::regclass\n"
+    "                 AND attname = 'family_since' AND NOT attisdropped) THEN\n"
+    "    ALTER TABLE @S.locks ADD COLUMN IF NOT EXISTS family_until timestamptz,\n"
+    "      ADD COLUMN IF NOT EXISTS family_since timestamptz;\n"
+    "  END IF;\n"
+    "END $a$;\n"
     "CREATE TABLE IF NOT EXISTS @S.families (\n"
     "  name varchar(255) PRIMARY KEY,\n"
     "  kind text NOT NULL,\n"
