@@ -60,6 +60,7 @@ struct dlock__pg {
   PGconn *listen_conn;
   int ln_state;  /* 0 not started, 1 listening, -1 unusable (polling only) */
   int ln_reader; /* a thread is reading the socket */
+  int ln_starting; /* a thread is opening it (without ln_mu: connect, LISTEN, the probe) */
   dlock_mono_ms ln_retry_at;
   uint64_t ln_gen; /* notifications received so far */
   char ln_ring[DLOCK__PG_RING][DLOCK__PG_NAME_MAX + DLOCK__TOKEN_HEX + 4];

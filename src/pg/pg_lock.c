@@ -110,71 +110,111 @@ int64_t dlock__pg_advisory_key(const char *name) {
 
 /* ---- LISTEN ---- */
 
+/* Wait for the reply to what was sent on 'conn' until 'until' or 'cancel':
+ * 1 the command completed, 0 not (failed, cut short). */
+static int command_done(PGconn *conn, dlock_mono_ms until, const atomic_int *cancel) {
+  int ok = 1;
+  for (;;) {
+    while (PQisBusy(conn)) {
+      dlock_mono_ms now = dlock_mono_now();
+      if (now >= until || (cancel && atomic_load(cancel))) return 0;
+      struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+      poll(&p, 1, until - now > 50 ? 50 : (int)(until - now));
+      if (!PQconsumeInput(conn)) return 0;
+    }
+    PGresult *r = PQgetResult(conn);
+    if (!r) return ok;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) ok = 0;
+    PQclear(r);
+  }
+}
+
 /* Start (or restart) the LISTEN connection and check that it hears a
  * notification: through a transaction-mode pooler it would not. Called
- * with ln_mu held. */
-static void listen_start(dlock__pg *pg) {
-  if (pg->ln_state == -1 && dlock_mono_now() < pg->ln_retry_at) return;
+ * with ln_mu held, which it lets go while it connects, sends LISTEN and
+ * waits for the probe (ln_starting keeps other waiters from starting too;
+ * they wait on ln_cv, seeing their deadlines and cancels). The waiter's
+ * deadline ('until': the end of its whole wait) and 'cancel' bound it: cut short, it is tried again at the next
+ * wait, and no verdict on the pooler is drawn. 1 when it tried (and let
+ * ln_mu go), 0 when a failure is still too recent to try again. */
+static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *cancel) {
+  if (pg->ln_state == -1 && dlock_mono_now() < pg->ln_retry_at) return 0;
   if (pg->listen_conn) {
     PQfinish(pg->listen_conn);
     pg->listen_conn = NULL;
   }
   pg->ln_state = -1;
   pg->ln_retry_at = dlock_mono_now() + 5000;
+  pg->ln_starting = 1;
+  pthread_mutex_unlock(&pg->ln_mu);
   PGconn *conn = NULL;
-  if (dlock__pg_open(pg, &conn) != 0) return;
-  char *ch = PQescapeIdentifier(conn, pg->channel, strlen(pg->channel));
-  char sql[200];
-  snprintf(sql, sizeof sql, "LISTEN %s", ch ? ch : "\"dlock\"");
-  PQfreemem(ch);
-  PGresult *r = PQexec(conn, sql);
-  int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-  PQclear(r);
-  if (!ok) {
-    PQfinish(conn);
-    return;
-  }
-  /* The probe: a notification sent on a command connection must arrive. */
-  char probe[64], token[17];
-  dlock__random_hex(token, 8);
-  snprintf(probe, sizeof probe, " probe-%s", token);
-  const char *vals[2] = {pg->channel, probe};
-  PGresult *pr = NULL;
-  if (dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, 0, 1, &pr, NULL, NULL) != 0) {
-    PQfinish(conn);
-    return;
-  }
-  PQclear(pr);
-  dlock_mono_ms until = dlock_mono_now() + 2000;
-  int heard = 0;
-  while (!heard && dlock_mono_now() < until) {
-    struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
-    poll(&p, 1, 100);
-    if (!PQconsumeInput(conn)) break;
-    PGnotify *n;
-    while ((n = PQnotifies(conn)) != NULL) {
-      if (strcmp(n->extra, probe) == 0) heard = 1;
-      PQfreemem(n);
+  int heard = 0, cut = 0;
+  if (dlock__pg_open_until(pg, until == INT64_MAX ? 0 : until, &conn) == 0) {
+    char *ch = PQescapeIdentifier(conn, pg->channel, strlen(pg->channel));
+    char sql[200];
+    snprintf(sql, sizeof sql, "LISTEN %s", ch ? ch : "\"dlock\"");
+    PQfreemem(ch);
+    /* Not PQexec: through a busy session-mode pooler LISTEN may queue for
+     * minutes, and this waiter's deadline and cancel must hold. */
+    int listening = PQsendQuery(conn, sql) && command_done(conn, until, cancel);
+    cut = !listening && (dlock_mono_now() >= until || (cancel && atomic_load(cancel)));
+    /* The probe: a notification sent on a command connection must arrive. */
+    char probe[64], token[17];
+    dlock__random_hex(token, 8);
+    snprintf(probe, sizeof probe, " probe-%s", token);
+    const char *vals[2] = {pg->channel, probe};
+    PGresult *pr = NULL;
+    if (listening && dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, 0, 1, &pr, NULL, NULL) == 0) {
+      PQclear(pr);
+      dlock_mono_ms probe_until = dlock_mono_now() + 2000;
+      while (!heard) {
+        dlock_mono_ms now = dlock_mono_now();
+        if (now >= probe_until) break;
+        if (now >= until || (cancel && atomic_load(cancel))) {
+          cut = 1;
+          break;
+        }
+        struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+        poll(&p, 1, 50);
+        if (!PQconsumeInput(conn)) break;
+        PGnotify *n;
+        while ((n = PQnotifies(conn)) != NULL) {
+          if (strcmp(n->extra, probe) == 0) heard = 1;
+          PQfreemem(n);
+        }
+      }
+      if (!heard && !cut) {
+        /* The full 2 s without it: a transaction-mode pooler. */
+        pthread_mutex_lock(&pg->ln_mu);
+        snprintf(pg->warnings, sizeof pg->warnings,
+                 "PostgreSQL %s: the LISTEN connection received no notification: a transaction-mode pooler "
+                 "(PgBouncer pool_mode=transaction) cannot carry LISTEN; waiters poll every %d ms instead. Point "
+                 "the URL at the server or a session-mode pool for prompt wake-ups",
+                 pg->display, pg->opts.poll_ms);
+        pg->ln_retry_at = INT64_MAX;
+        pthread_mutex_unlock(&pg->ln_mu);
+      }
     }
   }
-  if (!heard) {
-    snprintf(pg->warnings, sizeof pg->warnings,
-             "PostgreSQL %s: the LISTEN connection received no notification: a transaction-mode pooler "
-             "(PgBouncer pool_mode=transaction) cannot carry LISTEN; waiters poll every %d ms instead. Point "
-             "the URL at the server or a session-mode pool for prompt wake-ups",
-             pg->display, pg->opts.poll_ms);
-    PQfinish(conn);
-    pg->ln_retry_at = INT64_MAX;
-    return;
+  if (!heard && conn) PQfinish(conn);
+  pthread_mutex_lock(&pg->ln_mu);
+  pg->ln_starting = 0;
+  if (heard) {
+    pg->listen_conn = conn;
+    pg->ln_state = 1;
+  } else if (cut) {
+    pg->ln_state = 0; /* not a verdict: the next wait tries again */
   }
-  pg->listen_conn = conn;
-  pg->ln_state = 1;
+  pthread_cond_broadcast(&pg->ln_cv);
+  return 1;
 }
 
 /* Wait until a notification for 'name' (addressed to 'token' or to no one
- * in particular) arrived after 'gen', or 'until', or 'cancel'. */
+ * in particular) arrived after 'gen', or 'until', or 'cancel'. 'deadline':
+ * the end of the whole wait (until is the next re-check), which bounds
+ * (re)starting the LISTEN connection. */
 static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint64_t gen, dlock_mono_ms until,
-                        const atomic_int *cancel) {
+                        dlock_mono_ms deadline, const atomic_int *cancel) {
   size_t nlen = strlen(name);
   pthread_mutex_lock(&pg->ln_mu);
   for (;;) {
@@ -192,7 +232,7 @@ static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint
     dlock_mono_ms now = dlock_mono_now();
     if (now >= until || (cancel && atomic_load(cancel))) break;
     dlock_mono_ms slice = until - now > 50 ? 50 : until - now;
-    if (pg->ln_state != 1) listen_start(pg);
+    if (pg->ln_state != 1 && !pg->ln_starting && listen_start(pg, deadline, cancel)) continue; /* ln_mu was let go */
     if (pg->ln_state == 1 && !pg->ln_reader) {
       pg->ln_reader = 1;
       PGconn *conn = pg->listen_conn;
@@ -390,7 +430,7 @@ static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, c
     pthread_mutex_lock(&pg->ln_mu);
     gen = pg->ln_gen;
     pthread_mutex_unlock(&pg->ln_mu);
-    listen_wait(pg, h->name, "", gen, until, cancel);
+    listen_wait(pg, h->name, "", gen, until, deadline, cancel);
   }
   PQfinish(conn);
   return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session on %s (advisory mode)", h->name,
@@ -489,7 +529,7 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
     dlock_mono_ms until = now + pg->opts.poll_ms;
     if (holder_ms >= 0 && now + holder_ms + 5 < until) until = now + holder_ms + 5;
     if (until > deadline) until = deadline;
-    listen_wait(pg, name, h->token, gen, until, cancel);
+    listen_wait(pg, name, h->token, gen, until, deadline, cancel);
   }
   /* Leave the queue (after success too: the acquire does not delete it). */
   char saved[1024];

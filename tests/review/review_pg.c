@@ -2,9 +2,7 @@
  * review_pg.c - the adversarial review of the PostgreSQL backend (src/pg/):
  * one test per finding, each FAILED on the code as reviewed (branch
  * review-pg). Registered as ctest "review/review_pg" with the label "review".
- * The findings fixed since run by default (NEED_PG / no gate); those still
- * open skip unless DLOCK_REVIEW=1 (OPEN_PG / OPEN_REVIEW), so the default run
- * stays green: `DLOCK_REVIEW=1 ctest -L review --output-on-failure`.
+ * Every finding is fixed since, and its test runs by default (NEED_PG).
  * Real PostgreSQL through harness_pg.h, public API only (dlock.h).
  */
 #include <pthread.h>
@@ -26,25 +24,14 @@ static th_pg srv;
 static int srv_up;
 static char skip_why[256];
 
-static int review_on(void) {
-  const char *on = getenv("DLOCK_REVIEW");
-  return on && strcmp(on, "1") == 0;
-}
-
 void test_setup(void) { srv_up = th_pg_suite_start(&srv, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
 }
 
-/* A fixed finding: runs by default. */
 #define NEED_PG() \
   do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
-/* A finding still open: runs only with DLOCK_REVIEW=1. */
-#define OPEN_REVIEW() \
-  do { if (!review_on()) TEST_SKIP("open review finding: run with DLOCK_REVIEW=1"); } while (0)
-#define OPEN_PG() \
-  do { OPEN_REVIEW(); NEED_PG(); } while (0)
 
 static long tf(void) { return th_time_factor(); }
 
@@ -360,7 +347,7 @@ static void *wait_forever(void *arg) {
  * flag; other waiters of the client block on ln_mu meanwhile. A cancel
  * 300 ms into the first wait takes about 1.7 s. */
 TEST(review_cancel_of_a_first_wait_through_transaction_pgbouncer_is_prompt) {
-  OPEN_PG();
+  NEED_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_pgbouncer bt;
@@ -467,7 +454,7 @@ TEST(review_a_skipped_tick_names_the_node_that_claimed_it) {
  * frees. Here 3 sessions sleep 12 s on the pooler's other 3 connections
  * (default_pool_size = 4 in the harness). */
 TEST(review_a_wait_through_a_busy_session_pgbouncer_ends_at_its_deadline) {
-  OPEN_PG();
+  NEED_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   char url[900];
