@@ -134,9 +134,11 @@ static int command_done(PGconn *conn, dlock_mono_ms until, const atomic_int *can
  * with ln_mu held, which it lets go while it connects, sends LISTEN and
  * waits for the probe (ln_starting keeps other waiters from starting too;
  * they wait on ln_cv, seeing their deadlines and cancels). The waiter's
- * deadline ('until': the end of its whole wait) and 'cancel' bound it: cut short, it is tried again at the next
- * wait, and no verdict on the pooler is drawn. 1 when it tried (and let
- * ln_mu go), 0 when a failure is still too recent to try again. */
+ * deadline ('until': the end of its whole wait) and 'cancel' bound it: cut
+ * short, it is tried again at the next wait, and no verdict on the pooler
+ * is drawn. Notifications heard meanwhile go to the ring as the reader's
+ * do. 1 when it tried (and let ln_mu go), 0 when a failure is still too
+ * recent to try again. */
 static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *cancel) {
   if (pg->ln_state == -1 && dlock_mono_now() < pg->ln_retry_at) return 0;
   if (pg->listen_conn) {
@@ -179,7 +181,14 @@ static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *ca
         if (!PQconsumeInput(conn)) break;
         PGnotify *n;
         while ((n = PQnotifies(conn)) != NULL) {
-          if (strcmp(n->extra, probe) == 0) heard = 1;
+          if (strcmp(n->extra, probe) == 0) {
+            heard = 1;
+          } else {
+            pthread_mutex_lock(&pg->ln_mu);
+            snprintf(pg->ln_ring[pg->ln_gen % DLOCK__PG_RING], sizeof pg->ln_ring[0], "%s", n->extra);
+            pg->ln_gen++;
+            pthread_mutex_unlock(&pg->ln_mu);
+          }
           PQfreemem(n);
         }
       }
