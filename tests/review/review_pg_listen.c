@@ -306,4 +306,129 @@ TEST(review_concurrent_users_upgrading_a_schema_all_succeed) {
   }
 }
 
+
+/* A run-time user without DDL rights on a schema its owner initialized:
+ * no init runs (nothing is missing), so the DO blocks never matter; with
+ * a column missing, ENOPERM naming `dlock init` (docs/postgres.md). */
+TEST(review_a_user_without_ddl_rights_works_and_is_told_to_run_init_after_a_drop) {
+  NEED_PG();
+  char out[256];
+  run_users("rvl_app", 1); /* the owner (postgres) initializes */
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "DROP ROLE IF EXISTS rvl_app; CREATE ROLE rvl_app LOGIN; GRANT USAGE ON SCHEMA rvl_app TO rvl_app; "
+                      "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rvl_app TO rvl_app; "
+                      "GRANT USAGE ON ALL SEQUENCES IN SCHEMA rvl_app TO rvl_app; "
+                      "REVOKE CREATE ON DATABASE postgres FROM PUBLIC; REVOKE CREATE ON SCHEMA public FROM PUBLIC"),
+            0);
+  char url[900];
+  const char *at = strstr(srv.url, "postgres@");
+  ASSERT(at != NULL);
+  snprintf(url, sizeof url, "postgresql://rvl_app@%s?dlock_schema=rvl_app", at + strlen("postgres@"));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client as rvl_app: %s", dlock_last_error());
+  dlock_mutex *m = NULL;
+  dlock_semaphore *s = NULL;
+  dlock_mutex_new(&m, c, "rvl-app-m", NULL);
+  dlock_semaphore_new(&s, c, "rvl-app-s", 2, NULL);
+  ASSERT_OK(dlock_mutex_acquire(m, 1000));
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_semaphore_acquire(s, 1000));
+  ASSERT_OK(dlock_semaphore_release(s));
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "ALTER TABLE rvl_app.locks DROP COLUMN family_until, DROP COLUMN family_since"), 0);
+  int rc = dlock_mutex_acquire(m, 1000);
+  char err[600];
+  snprintf(err, sizeof err, "%s", dlock_last_error());
+  printf("  after the drop: %s: %s\n", dlock_err_name(rc), err);
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_semaphore_free(s);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_pg_sql(&srv, NULL, out, sizeof out, "GRANT CREATE ON DATABASE postgres TO PUBLIC");
+  ASSERT_EQ(rc, DLOCK_ENOPERM);
+  ASSERT_CONTAINS(err, "dlock init");
+}
+
+
+/* An upgrade while the schema is in use: the columns are dropped (as a
+ * schema of an older version lacks them) while users take and release;
+ * their next statements fail with 42703 and the first init adds them
+ * back, ALTERing waiters and then locks while the others' statements hold
+ * and take those tables' locks. Every call must succeed. */
+typedef struct loop_arg {
+  const char *schema;
+  atomic_int *stop;
+  int fails, calls;
+  char err[400];
+} loop_arg;
+
+static void *loop_user(void *arg) {
+  loop_arg *u = arg;
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=%s", srv.url, u->schema);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) {
+    u->fails++;
+    snprintf(u->err, sizeof u->err, "client: %s", dlock_last_error());
+    return NULL;
+  }
+  dlock_mutex *m = NULL;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 5000;
+  dlock_mutex_new(&m, c, "rvl-live", &mo);
+  while (!atomic_load(u->stop)) {
+    int rc = dlock_mutex_acquire(m, 8000 * tf());
+    if (rc == 0) {
+      usleep(2000);
+      rc = dlock_mutex_release(m);
+    }
+    u->calls++;
+    if (rc != 0 && !u->fails++) snprintf(u->err, sizeof u->err, "%s", dlock_last_error());
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return NULL;
+}
+
+TEST(review_an_upgrade_while_the_schema_is_in_use_fails_no_call) {
+  NEED_PG();
+  char out[256];
+  int fails = 0;
+  for (int round = 0; round < 5; round++) {
+    char schema[32];
+    snprintf(schema, sizeof schema, "rvl_live%d", round);
+    run_users(schema, 1);
+    atomic_int stop = 0;
+    loop_arg u[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+      u[i] = (loop_arg){.schema = schema, .stop = &stop};
+      pthread_create(&t[i], NULL, loop_user, &u[i]);
+    }
+    usleep(300 * 1000);
+    /* Both at once (a schema from before 'side'), locks and then waiters as
+     * a release takes them, so that this drop itself deadlocks with none. */
+    th_pg_sql(&srv, NULL, out, sizeof out,
+              "LOCK TABLE %s.locks, %s.waiters IN ACCESS EXCLUSIVE MODE; "
+              "ALTER TABLE %s.locks DROP COLUMN family_until, DROP COLUMN family_since; "
+              "ALTER TABLE %s.waiters DROP COLUMN side",
+              schema, schema, schema, schema);
+    usleep(1500 * 1000);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 3; i++) {
+      pthread_join(t[i], NULL);
+      if (u[i].fails) printf("  %s user %d: %d of %d calls failed, first: %s\n", schema, i, u[i].fails, u[i].calls, u[i].err);
+      fails += u[i].fails;
+    }
+  }
+  if (fails) TEST_FAIL("%d calls failed across the upgrades", fails);
+}
+
 TEST_MAIN()
