@@ -431,4 +431,41 @@ TEST(review_an_upgrade_while_the_schema_is_in_use_fails_no_call) {
   if (fails) TEST_FAIL("%d calls failed across the upgrades", fails);
 }
 
+
+/* The fix of finding 1 keeps a start cut short (ln_pend): a client freed
+ * then closes it (ASan's leak check; valgrind). */
+TEST(review_a_client_freed_with_a_start_cut_short_closes_its_connection) {
+  NEED_PG();
+  pgp_proxy *px = NULL;
+  if (pgp_start(&px, srv.port) != 0) TEST_FAIL("proxy did not start");
+  char url[900];
+  snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=rvl4",
+           pgp_port(px));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *a = client("rvl4");
+  dlock_mutex *ma = NULL;
+  ASSERT_OK(dlock_mutex_new(&ma, a, "rvl-free", NULL));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  /* One wait per fresh client, of lengths that end it during the connect,
+   * the LISTEN or the probe (with 20 ms of latency). */
+  for (int w = 40; w <= 160; w += 10) {
+    pgp_set_delay(px, 0);
+    dlock_client *b = NULL;
+    if (dlock_client_new(&b, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+    dlock_mutex *mb = NULL;
+    ASSERT_OK(dlock_mutex_new(&mb, b, "rvl-free", NULL));
+    ASSERT_EQ(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+    pgp_set_delay(px, 20);
+    ASSERT_EQ(dlock_mutex_acquire(mb, w), DLOCK_EBUSY);
+    dlock_mutex_free(mb);
+    dlock_client_free(b);
+  }
+  dlock_mutex_release(ma);
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+  pgp_stop(px);
+}
+
 TEST_MAIN()
