@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define PGP_MAX_CONNS 64
+#define PGP_MAX_CONNS 256
 
 struct pgp_proxy {
   int lfd;
@@ -27,6 +27,8 @@ struct pgp_proxy {
   char pattern[256];
   int count;
   int dropped;
+  atomic_int delay_ms; /* each reply chunk waits this long (latency) */
+  atomic_int accepted;
   pthread_t threads[PGP_MAX_CONNS];
   int nthreads;
 };
@@ -73,6 +75,8 @@ static void *conn_main(void *arg) {
     if (f[1].revents) {
       ssize_t n = read(c->sfd, buf, sizeof buf);
       if (n <= 0) break;
+      int d = atomic_load(&p->delay_ms);
+      if (d > 0) usleep((useconds_t)d * 1000);
       if (!dropping) {
         if (write_all(c->cfd, buf, (size_t)n) != 0) break;
         continue;
@@ -107,6 +111,7 @@ static void *accept_main(void *arg) {
     if (poll(&f, 1, 100) <= 0) continue;
     int cfd = accept(p->lfd, NULL, NULL);
     if (cfd < 0) continue;
+    atomic_fetch_add(&p->accepted, 1);
     int sfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->target)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -185,3 +190,7 @@ int pgp_dropped(pgp_proxy *p) {
   pthread_mutex_unlock(&p->mu);
   return n;
 }
+
+void pgp_set_delay(pgp_proxy *p, int ms) { atomic_store(&p->delay_ms, ms); }
+
+int pgp_accepted(pgp_proxy *p) { return atomic_load(&p->accepted); }

@@ -22,5 +22,9 @@ int pgp_port(const pgp_proxy *p);
 void pgp_drop_reply(pgp_proxy *p, const char *pattern, int count);
 /* Replies dropped so far. */
 int pgp_dropped(pgp_proxy *p);
+/* Latency: each chunk of a server's reply is held 'ms' before it is passed on. */
+void pgp_set_delay(pgp_proxy *p, int ms);
+/* Connections accepted so far. */
+int pgp_accepted(pgp_proxy *p);
 
 #endif

@@ -313,6 +313,10 @@ static void quiet(void *arg, const char *message) {
 }
 
 int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out) {
+  return dlock__pg_open_cancel(pg, limit, NULL, out);
+}
+
+int dlock__pg_open_cancel(dlock__pg *pg, dlock_mono_ms limit, const atomic_int *cancel, PGconn **out) {
   char ct[16];
   int secs = (pg->opts.connect_timeout_ms + 999) / 1000;
   snprintf(ct, sizeof ct, "%d", secs < 2 ? 2 : secs);
@@ -334,8 +338,13 @@ int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out) {
       timed_out = 1;
       break;
     }
+    if (cancel && atomic_load(cancel)) {
+      PQfinish(conn);
+      return dlock__error(DLOCK_ECANCELED, "PostgreSQL %s: connecting was canceled", pg->display);
+    }
+    dlock_mono_ms slice = cancel ? 50 : 1000;
     struct pollfd p = {.fd = PQsocket(conn), .events = ps == PGRES_POLLING_READING ? POLLIN : POLLOUT};
-    int r = p.fd >= 0 ? poll(&p, 1, left > 1000 ? 1000 : (int)left) : 1;
+    int r = p.fd >= 0 ? poll(&p, 1, left > slice ? (int)slice : (int)left) : 1;
     if (r == 0) continue;
     if (r < 0 && errno == EINTR) continue;
     ps = PQconnectPoll(conn);
@@ -631,6 +640,7 @@ void dlock__pg_close(dlock__pg *pg) {
   if (!pg) return;
   for (int i = 0; i < pg->nidle; i++) PQfinish(pg->idle[i]);
   if (pg->listen_conn) PQfinish(pg->listen_conn);
+  if (pg->ln_pend) PQfinish(pg->ln_pend);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
   pthread_mutex_destroy(&pg->ln_mu);

@@ -61,6 +61,13 @@ struct dlock__pg {
   int ln_state;  /* 0 not started, 1 listening, -1 unusable (polling only) */
   int ln_reader; /* a thread is reading the socket */
   int ln_starting; /* a thread is opening it (without ln_mu: connect, LISTEN, the probe) */
+  /* A start cut short by its waiter's deadline or cancel once connected:
+   * the connection, kept for the next start to go on with, and where it
+   * was (1 LISTEN sent, 2 the probe sent, ln_probe, heard by ln_probe_until). */
+  PGconn *ln_pend;
+  int ln_phase;
+  char ln_probe[64];
+  dlock_mono_ms ln_probe_until;
   dlock_mono_ms ln_retry_at;
   uint64_t ln_gen; /* notifications received so far */
   char ln_ring[DLOCK__PG_RING][DLOCK__PG_NAME_MAX + DLOCK__TOKEN_HEX + 4];
@@ -70,6 +77,8 @@ struct dlock__pg {
 int dlock__pg_open(dlock__pg *pg, PGconn **out);
 /* The same, given up at 'limit' (0: none) when that comes first. */
 int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out);
+/* The same, given up also when '*cancel' is set (DLOCK_ECANCELED). */
+int dlock__pg_open_cancel(dlock__pg *pg, dlock_mono_ms limit, const atomic_int *cancel, PGconn **out);
 int dlock__pg_get(dlock__pg *pg, dlock_mono_ms deadline, PGconn **out);
 void dlock__pg_put(dlock__pg *pg, PGconn *conn, int broken);
 int dlock__pg_result_error(dlock__pg *pg, const PGresult *res, PGconn *conn);

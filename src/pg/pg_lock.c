@@ -111,19 +111,20 @@ int64_t dlock__pg_advisory_key(const char *name) {
 /* ---- LISTEN ---- */
 
 /* Wait for the reply to what was sent on 'conn' until 'until' or 'cancel':
- * 1 the command completed, 0 not (failed, cut short). */
+ * 1 the command completed, 0 cut short (still in flight: call again to go
+ * on), -1 failed. */
 static int command_done(PGconn *conn, dlock_mono_ms until, const atomic_int *cancel) {
   int ok = 1;
   for (;;) {
     while (PQisBusy(conn)) {
       dlock_mono_ms now = dlock_mono_now();
-      if (now >= until || (cancel && atomic_load(cancel))) return 0;
+      if (now >= until || (cancel && atomic_load(cancel))) return ok ? 0 : -1;
       struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
       poll(&p, 1, until - now > 50 ? 50 : (int)(until - now));
-      if (!PQconsumeInput(conn)) return 0;
+      if (!PQconsumeInput(conn)) return -1;
     }
     PGresult *r = PQgetResult(conn);
-    if (!r) return ok;
+    if (!r) return ok ? 1 : -1;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) ok = 0;
     PQclear(r);
   }
@@ -135,84 +136,140 @@ static int command_done(PGconn *conn, dlock_mono_ms until, const atomic_int *can
  * waits for the probe (ln_starting keeps other waiters from starting too;
  * they wait on ln_cv, seeing their deadlines and cancels). The waiter's
  * deadline ('until': the end of its whole wait) and 'cancel' bound it: cut
- * short, it is tried again at the next wait, and no verdict on the pooler
- * is drawn. Notifications heard meanwhile go to the ring as the reader's
- * do. 1 when it tried (and let ln_mu go), 0 when a failure is still too
- * recent to try again. */
+ * short once connected, the connection is kept where it was (ln_pend: the
+ * LISTEN or the probe in flight) and the next start goes on with it, so
+ * that short waits do not open a connection each; no verdict on the pooler
+ * is drawn then. A connect cut short by the deadline counts as a failure
+ * (tried again in 5 s: waits shorter than a connect would otherwise open
+ * one each); by a cancel, not. Notifications heard meanwhile go to the ring
+ * as the reader's do. 1 when it tried (and let ln_mu go), 0 when a failure
+ * is still too recent to try again. */
 static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *cancel) {
   if (pg->ln_state == -1 && dlock_mono_now() < pg->ln_retry_at) return 0;
   if (pg->listen_conn) {
     PQfinish(pg->listen_conn);
     pg->listen_conn = NULL;
   }
+  PGconn *conn = pg->ln_pend;
+  int phase = conn ? pg->ln_phase : 0;
+  char probe[64];
+  snprintf(probe, sizeof probe, "%s", pg->ln_probe);
+  dlock_mono_ms probe_until = pg->ln_probe_until;
+  pg->ln_pend = NULL;
   pg->ln_state = -1;
   pg->ln_retry_at = dlock_mono_now() + 5000;
   pg->ln_starting = 1;
   pthread_mutex_unlock(&pg->ln_mu);
-  PGconn *conn = NULL;
-  int heard = 0, cut = 0;
-  if (dlock__pg_open_until(pg, until == INT64_MAX ? 0 : until, &conn) == 0) {
+  int heard = 0, cut = 0, keep = 0;
+#define LN_CUT() (dlock_mono_now() >= until || (cancel && atomic_load(cancel)))
+  if (!conn) {
+    if (dlock__pg_open_cancel(pg, until == INT64_MAX ? 0 : until, cancel, &conn) != 0) {
+      conn = NULL;
+      cut = cancel && atomic_load(cancel);
+    }
+  }
+  if (conn && phase == 0) {
     char *ch = PQescapeIdentifier(conn, pg->channel, strlen(pg->channel));
     char sql[200];
     snprintf(sql, sizeof sql, "LISTEN %s", ch ? ch : "\"dlock\"");
     PQfreemem(ch);
     /* Not PQexec: through a busy session-mode pooler LISTEN may queue for
      * minutes, and this waiter's deadline and cancel must hold. */
-    int listening = PQsendQuery(conn, sql) && command_done(conn, until, cancel);
-    cut = !listening && (dlock_mono_now() >= until || (cancel && atomic_load(cancel)));
-    /* The probe: a notification sent on a command connection must arrive. */
-    char probe[64], token[17];
-    dlock__random_hex(token, 8);
-    snprintf(probe, sizeof probe, " probe-%s", token);
-    const char *vals[2] = {pg->channel, probe};
-    PGresult *pr = NULL;
-    if (listening && dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, 0, 1, &pr, NULL, NULL) == 0) {
-      PQclear(pr);
-      dlock_mono_ms probe_until = dlock_mono_now() + 2000;
-      while (!heard) {
-        dlock_mono_ms now = dlock_mono_now();
-        if (now >= probe_until) break;
-        if (now >= until || (cancel && atomic_load(cancel))) {
-          cut = 1;
-          break;
-        }
-        struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
-        poll(&p, 1, 50);
-        if (!PQconsumeInput(conn)) break;
-        PGnotify *n;
-        while ((n = PQnotifies(conn)) != NULL) {
-          if (strcmp(n->extra, probe) == 0) {
-            heard = 1;
-          } else {
-            pthread_mutex_lock(&pg->ln_mu);
-            snprintf(pg->ln_ring[pg->ln_gen % DLOCK__PG_RING], sizeof pg->ln_ring[0], "%s", n->extra);
-            pg->ln_gen++;
-            pthread_mutex_unlock(&pg->ln_mu);
-          }
-          PQfreemem(n);
-        }
-      }
-      if (!heard && !cut) {
-        /* The full 2 s without it: a transaction-mode pooler. */
-        pthread_mutex_lock(&pg->ln_mu);
-        snprintf(pg->warnings, sizeof pg->warnings,
-                 "PostgreSQL %s: the LISTEN connection received no notification: a transaction-mode pooler "
-                 "(PgBouncer pool_mode=transaction) cannot carry LISTEN; waiters poll every %d ms instead. Point "
-                 "the URL at the server or a session-mode pool for prompt wake-ups",
-                 pg->display, pg->opts.poll_ms);
-        pg->ln_retry_at = INT64_MAX;
-        pthread_mutex_unlock(&pg->ln_mu);
-      }
+    phase = PQsendQuery(conn, sql) ? 1 : -1;
+  }
+  if (conn && phase == 1) {
+    int done = command_done(conn, until, cancel);
+    if (done == 1) {
+      phase = 2;
+      probe[0] = '\0';
+    } else if (done == 0) {
+      cut = keep = 1; /* LISTEN still in flight: the next start waits on */
+    } else {
+      phase = -1;
     }
   }
-  if (!heard && conn) PQfinish(conn);
+  if (conn && phase == 2 && !probe[0]) {
+    /* The probe: a notification sent on a command connection must arrive. */
+    char token[17], p[64];
+    dlock__random_hex(token, 8);
+    snprintf(p, sizeof p, " probe-%s", token);
+    const char *vals[2] = {pg->channel, p};
+    PGresult *pr = NULL;
+    if (dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, until == INT64_MAX ? 0 : until, 1, &pr, NULL,
+                      NULL) == 0) {
+      PQclear(pr);
+      snprintf(probe, sizeof probe, "%s", p);
+      probe_until = dlock_mono_now() + 2000;
+    } else if (LN_CUT()) {
+      cut = keep = 1; /* listening, the probe not sent: the next start sends it */
+    } else {
+      phase = -1;
+    }
+  }
+  if (conn && phase == 2 && probe[0] && !cut) {
+    int lost = 0;
+    for (;;) {
+      /* What arrived first (also after a cut: the probe may be waiting). */
+      if (!PQconsumeInput(conn) || PQstatus(conn) != CONNECTION_OK) {
+        lost = 1; /* the connection died: no verdict either */
+        break;
+      }
+      PGnotify *n;
+      while ((n = PQnotifies(conn)) != NULL) {
+        if (strcmp(n->extra, probe) == 0) {
+          heard = 1;
+        } else {
+          pthread_mutex_lock(&pg->ln_mu);
+          snprintf(pg->ln_ring[pg->ln_gen % DLOCK__PG_RING], sizeof pg->ln_ring[0], "%s", n->extra);
+          pg->ln_gen++;
+          pthread_cond_broadcast(&pg->ln_cv);
+          pthread_mutex_unlock(&pg->ln_mu);
+        }
+        PQfreemem(n);
+      }
+      if (heard) break;
+      dlock_mono_ms now = dlock_mono_now();
+      if (now >= probe_until) break;
+      if (LN_CUT()) {
+        cut = keep = 1;
+        break;
+      }
+      dlock_mono_ms slice = probe_until - now;
+      if (until - now < slice) slice = until - now;
+      if (slice > 50) slice = 50;
+      struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+      poll(&p, 1, (int)slice);
+    }
+    if (!heard && !cut && !lost) {
+      /* The full 2 s without it: a transaction-mode pooler. */
+      pthread_mutex_lock(&pg->ln_mu);
+      snprintf(pg->warnings, sizeof pg->warnings,
+               "PostgreSQL %s: the LISTEN connection received no notification: a transaction-mode pooler "
+               "(PgBouncer pool_mode=transaction) cannot carry LISTEN; waiters poll every %d ms instead. Point "
+               "the URL at the server or a session-mode pool for prompt wake-ups",
+               pg->display, pg->opts.poll_ms);
+      pg->ln_retry_at = INT64_MAX;
+      pthread_mutex_unlock(&pg->ln_mu);
+    }
+  }
+#undef LN_CUT
+  if (conn && !heard && !keep) {
+    PQfinish(conn);
+    conn = NULL;
+  }
   pthread_mutex_lock(&pg->ln_mu);
   pg->ln_starting = 0;
   if (heard) {
     pg->listen_conn = conn;
     pg->ln_state = 1;
   } else if (cut) {
-    pg->ln_state = 0; /* not a verdict: the next wait tries again */
+    pg->ln_state = 0; /* not a verdict: the next wait goes on */
+    if (keep) {
+      pg->ln_pend = conn;
+      pg->ln_phase = phase;
+      snprintf(pg->ln_probe, sizeof pg->ln_probe, "%s", probe);
+      pg->ln_probe_until = probe_until;
+    }
   }
   pthread_cond_broadcast(&pg->ln_cv);
   return 1;
