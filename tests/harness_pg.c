@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dlock.h"
 #include "harness.h"
 
 #define THP_MAX 8
@@ -443,4 +444,14 @@ int th_pg_suite_start(th_pg *p, char *why, size_t len) {
     return 0;
   }
   return 1;
+}
+
+struct dlock_client *th_pg_client(const th_pg *p, const char *schema, const char *more) {
+  char url[900];
+  snprintf(url, sizeof url, "%s?dlock_schema=%s%s", p->url, schema, more ? more : "");
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  return dlock_client_new(&c, &o) == 0 ? c : NULL;
 }

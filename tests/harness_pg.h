@@ -31,6 +31,10 @@ int th_pg_start(th_pg *p, const char *extra);
 /* A test file's server: th_pg_available() and th_pg_start(p, NULL). 1 when
  * it runs; else 0, with why in 'why' (for TEST_SKIP). */
 int th_pg_suite_start(th_pg *p, char *why, size_t len);
+/* A dlock client of 'p' on dlock's schema 'schema', 'more' (may be NULL)
+ * appended to its URL ("&name=value..."). NULL on failure, with
+ * dlock_last_error(). */
+struct dlock_client *th_pg_client(const th_pg *p, const char *schema, const char *more);
 /* Stop by PID and remove the temp dir. */
 void th_pg_stop(th_pg *p);
 /* Stop (SIGINT, fast shutdown; kill9: SIGKILL, a crash) and start again on

@@ -42,13 +42,8 @@ static void url_of(char *url, size_t len, const char *schema, const char *more) 
 }
 
 static dlock_client *client(const char *schema, const char *more) {
-  char url[900];
-  url_of(url, sizeof url, schema, more);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("connect %s: %s", url, dlock_last_error());
+  dlock_client *c = th_pg_client(&srv, schema, more);
+  if (!c) TEST_FAIL("client on schema %s: %s", schema, dlock_last_error());
   return c;
 }
 

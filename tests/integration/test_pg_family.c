@@ -40,16 +40,7 @@ void test_teardown(void) {
   } while (0)
 
 /* A client on the schema 'schema'; NULL on failure (usable in a child). */
-dlock_client *fam_client_or_null(const char *schema) {
-  char url[900];
-  snprintf(url, sizeof url, "%s?dlock_schema=%s", srv.url, schema);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) return NULL;
-  return c;
-}
+dlock_client *fam_client_or_null(const char *schema) { return th_pg_client(&srv, schema, NULL); }
 
 static dlock_client *client(const char *schema) {
   dlock_client *c = fam_client_or_null(schema);

@@ -46,13 +46,8 @@ void test_teardown(void) {
   } while (0)
 
 static dlock_client *client(const char *schema) {
-  char url[900];
-  snprintf(url, sizeof url, "%s?dlock_schema=%s", srv.url, schema);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client on %s: %s", url, dlock_last_error());
+  dlock_client *c = th_pg_client(&srv, schema, NULL);
+  if (!c) TEST_FAIL("client on schema %s: %s", schema, dlock_last_error());
   return c;
 }
 
