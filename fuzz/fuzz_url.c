@@ -21,12 +21,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_CHECK(ep.port >= 1 && ep.port <= 65535);
     }
     FUZZ_CHECK(ep.db >= 0);
-    /* The display form never carries the password (unless the host, the
-     * port or the path happens to contain the same text: "user:6380@h:6380",
-     * or "u:t:6380@host:6380", whose password "t:6380" is in "host:6380"). */
+    /* The display form never carries the password (unless the display's
+     * own text happens to contain the same: "user:6380@h:6380", whose
+     * password "6380" is in "h:6380", or "unix:///?password=nix:/", whose
+     * password "nix:/" is in "unix:/"). 'bare' is every form the display
+     * takes, built from the parsed fields. */
     const char *where = ep.is_unix ? ep.path : ep.host;
-    char bare[1100];
-    snprintf(bare, sizeof bare, "%.1000s:%d", where, ep.port);
+    char bare[2200];
+    snprintf(bare, sizeof bare, "unix:%.1000s tls [%.500s]:%d tls %.500s:%d", where, where, ep.port, where, ep.port);
     if (ep.password && strlen(ep.password) >= 4 && !strstr(bare, ep.password) &&
         !(ep.username && strstr(ep.username, ep.password)) &&
         !(ep.tls_server_name && strstr(ep.tls_server_name, ep.password)))
