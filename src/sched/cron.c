@@ -873,7 +873,9 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
         break;
     }
   }
-  if (best == INT64_MAX) return DLOCK__CRON_NO_NEXT;
+  /* A wall time late on 31 December 9999 west of Greenwich is already in
+   * the year 10000 in UTC: past the last instant dlock reads or writes. */
+  if (best == INT64_MAX || best > DLOCK__CRON_LAST_INSTANT) return DLOCK__CRON_NO_NEXT;
   *next = best;
   return 0;
 }

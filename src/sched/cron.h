@@ -34,6 +34,8 @@ typedef struct dlock__cron dlock__cron;
 /* Without a year field an expression fires in every year, as in Quartz, up
  * to the last four-digit year (ISO 8601 output stays four digits). */
 #define DLOCK__CRON_END_YEAR 9999
+/* The last fire time: 9999-12-31T23:59:59Z (what tz.c formats and reads). */
+#define DLOCK__CRON_LAST_INSTANT INT64_C(253402300799)
 /* ...and dlock__cron_next() searches at most this many years past 'after':
  * whether a wall time fires depends only on the calendar, which repeats
  * every 400 years, so an expression with no fire time in that window has

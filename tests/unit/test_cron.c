@@ -521,6 +521,19 @@ TEST(bad_arguments_are_errors_not_crashes) {
   ASSERT_EQ(next, 253402300799);
   ASSERT_EQ(dlock__cron_next(cron, NULL, 253402300799, &next), DLOCK__CRON_NO_NEXT);
   dlock__cron_free(cron);
+  /* West of Greenwich, 21:00 on 31 December 9999 is already 10000 in UTC:
+   * no fire time (found by fuzz_cron; it could not be formatted). */
+  dlock__tz *stj = NULL;
+  char tzerr[DLOCK__TZ_ERR_MAX];
+  if (dlock__tz_load("America/St_Johns", &stj, tzerr, sizeof tzerr) == 0) {
+    ASSERT_EQ(dlock__cron_parse("0 0 21 ? * *", 0, &cron, NULL, 0), 0);
+    ASSERT_EQ(dlock__cron_next(cron, stj, 253402294719, &next), DLOCK__CRON_NO_NEXT);
+    ASSERT_EQ(dlock__cron_next(cron, stj, 253402294719 - 86400, &next), 0); /* the day before still fires */
+    char iso[DLOCK__TZ_ISO_MAX];
+    ASSERT_EQ(dlock__tz_format_iso8601(stj, next, iso, sizeof iso), 0);
+    dlock__cron_free(cron);
+    dlock__tz_free(stj);
+  }
   /* A year field ends where its years end. */
   ASSERT_EQ(dlock__cron_parse("* * * ? * * 2099", 0, &cron, NULL, 0), 0);
   ASSERT_EQ(dlock__cron_next(cron, NULL, 4102444799 - 1, &next), 0);
