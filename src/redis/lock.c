@@ -331,9 +331,8 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
        * token back everywhere and queued a waiter on the nodes held by
        * others; their releases hand over and publish there. Wait for the
        * messages of enough nodes to make a majority (call.rl_need), or the
-       * re-check; after a split
-       * between contenders no release is coming: retry after a random
-       * delay (20..200 ms) to break the tie. */
+       * re-check; after a split between contenders no release is coming:
+       * retry after a random delay (20..200 ms) to break the tie. */
       if (!queue) break;
       queued = 1;
       pthread_mutex_lock(&m->mu);
