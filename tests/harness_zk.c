@@ -422,3 +422,10 @@ int th_curator_run(char *out, size_t len, long timeout_ms, const char *connect, 
   track_helper(pid, 0);
   return (st >= 0 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
 }
+
+int th_zk_suite_start(th_zk *z, int tick_ms, char *why, size_t len) {
+  if (!th_zk_available(why, len)) return 0;
+  if (th_zk_start(z, tick_ms) == 0) return 1;
+  snprintf(why, len, "the ZooKeeper server did not start (see above)");
+  return 0;
+}

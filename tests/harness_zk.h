@@ -40,6 +40,9 @@ int th_zk_start(th_zk *z, int tick_ms);
 int th_zk_ensemble_start(th_zk_ensemble *e, int tick_ms);
 /* Stop by PID (SIGCONT first if frozen, SIGTERM, SIGKILL after 5 s) and
  * remove the temp dir. */
+/* A test file's server: th_zk_available() and th_zk_start(z, tick_ms). 1
+ * when it runs; else 0, with why in 'why' (for TEST_SKIP). */
+int th_zk_suite_start(th_zk *z, int tick_ms, char *why, size_t len);
 void th_zk_stop(th_zk *z);
 void th_zk_ensemble_stop(th_zk_ensemble *e);
 /* kill -9, keeping the temp dir (th_zk_stop cleans up). */

@@ -112,6 +112,26 @@ static inline dlock_mutex *test_mutex(dlock_client *c, const char *name, int64_t
   return m;
 }
 
+/* A semaphore handle of 'permits' with a fixed lease ('lease_ms' 0: watchdog mode). */
+static inline dlock_semaphore *test_semaphore(dlock_client *c, const char *name, int permits, int64_t lease_ms) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  dlock_semaphore *s = NULL;
+  if (dlock_semaphore_new(&s, c, name, permits, &mo) != 0) TEST_FAIL("semaphore '%s': %s", name, dlock_last_error());
+  return s;
+}
+
+/* A read-write lock handle on 'side' (DLOCK_RW_READ or _WRITE), likewise. */
+static inline dlock_rwlock *test_rwlock(dlock_client *c, const char *name, int side, int64_t lease_ms) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  dlock_rwlock *rw = NULL;
+  if (dlock_rwlock_new(&rw, c, name, side, &mo) != 0) TEST_FAIL("rwlock '%s': %s", name, dlock_last_error());
+  return rw;
+}
+
 /* Hooks a test file may define (weak): run once around all tests. */
 void test_setup(void) __attribute__((weak));
 void test_teardown(void) __attribute__((weak));

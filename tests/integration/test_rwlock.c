@@ -30,15 +30,6 @@ void test_teardown(void) { th_redis_stop(&srv); }
 static dlock_client *client(void) { return test_client(srv.url); }
 
 /* One side of 'name' with a fixed lease ('lease_ms' 0: watchdog mode). */
-static dlock_rwlock *side(dlock_client *c, const char *name, int s, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_rwlock *rw = NULL;
-  if (dlock_rwlock_new(&rw, c, name, s, &mo) != 0) TEST_FAIL("rwlock '%s': %s", name, dlock_last_error());
-  return rw;
-}
-
 static dlock_lock_info info(dlock_client *c, const char *name) {
   dlock_lock_info i;
   dlock_lock_info_init(&i);
@@ -83,8 +74,10 @@ TEST(readers_overlap_and_a_writer_is_kept_out_while_they_hold) {
   dlock_client *c1 = client(), *c2 = client(), *c3 = client();
   /* The writer on its own client: this thread's reads through c1 or c2
    * would make its write an upgrade (refused, see below). */
-  dlock_rwlock *r1 = side(c1, "rw:share", DLOCK_RW_READ, 10000), *r2 = side(c2, "rw:share", DLOCK_RW_READ, 10000),
-               *r3 = side(c2, "rw:share", DLOCK_RW_READ, 10000), *w = side(c3, "rw:share", DLOCK_RW_WRITE, 10000);
+  dlock_rwlock *r1 = test_rwlock(c1, "rw:share", DLOCK_RW_READ, 10000),
+               *r2 = test_rwlock(c2, "rw:share", DLOCK_RW_READ, 10000),
+               *r3 = test_rwlock(c2, "rw:share", DLOCK_RW_READ, 10000),
+               *w = test_rwlock(c3, "rw:share", DLOCK_RW_WRITE, 10000);
   ASSERT_OK(dlock_rwlock_acquire(r1, 0));
   ASSERT_OK(dlock_rwlock_acquire(r2, 0));
   ASSERT_OK(dlock_rwlock_acquire(r3, 0));
@@ -112,8 +105,9 @@ TEST(readers_overlap_and_a_writer_is_kept_out_while_they_hold) {
 
 TEST(a_writer_holds_alone) {
   dlock_client *c1 = client(), *c2 = client();
-  dlock_rwlock *w = side(c1, "rw:alone", DLOCK_RW_WRITE, 10000), *w2 = side(c2, "rw:alone", DLOCK_RW_WRITE, 10000),
-               *r = side(c2, "rw:alone", DLOCK_RW_READ, 10000);
+  dlock_rwlock *w = test_rwlock(c1, "rw:alone", DLOCK_RW_WRITE, 10000),
+               *w2 = test_rwlock(c2, "rw:alone", DLOCK_RW_WRITE, 10000),
+               *r = test_rwlock(c2, "rw:alone", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_rwlock_acquire(w, 0));
   ASSERT_STATUS(dlock_rwlock_acquire(r, 0), DLOCK_EBUSY);
   ASSERT_STATUS(dlock_rwlock_acquire(w2, 0), DLOCK_EBUSY);
@@ -140,8 +134,9 @@ TEST(a_writer_holds_alone) {
 
 TEST(a_reader_arriving_while_a_writer_waits_waits_behind_it) {
   dlock_client *c1 = client(), *c2 = client(), *c3 = client();
-  dlock_rwlock *r1 = side(c1, "rw:order", DLOCK_RW_READ, 10000), *w = side(c2, "rw:order", DLOCK_RW_WRITE, 10000),
-               *r2 = side(c3, "rw:order", DLOCK_RW_READ, 10000);
+  dlock_rwlock *r1 = test_rwlock(c1, "rw:order", DLOCK_RW_READ, 10000),
+               *w = test_rwlock(c2, "rw:order", DLOCK_RW_WRITE, 10000),
+               *r2 = test_rwlock(c3, "rw:order", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_rwlock_acquire(r1, 0));
   holder hw = {.rw = w, .wait_ms = 20000, .hold_ms = 400};
   pthread_t tw, tr;
@@ -225,8 +220,9 @@ TEST(mixed_readers_and_writers_keep_a_writers_only_counter_exact) {
 
 TEST(a_writers_fence_is_above_every_earlier_readers_and_writers) {
   dlock_client *c = client();
-  dlock_rwlock *r1 = side(c, "rw:fence", DLOCK_RW_READ, 10000), *r2 = side(c, "rw:fence", DLOCK_RW_READ, 10000),
-               *w = side(c, "rw:fence", DLOCK_RW_WRITE, 10000);
+  dlock_rwlock *r1 = test_rwlock(c, "rw:fence", DLOCK_RW_READ, 10000),
+               *r2 = test_rwlock(c, "rw:fence", DLOCK_RW_READ, 10000),
+               *w = test_rwlock(c, "rw:fence", DLOCK_RW_WRITE, 10000);
   uint64_t last = 0;
   for (int round = 0; round < 3; round++) {
     ASSERT_OK(dlock_rwlock_acquire(r1, 0));
@@ -273,7 +269,8 @@ TEST(a_reader_killed_with_sigkill_gives_its_share_back_after_its_lease) {
   int st = th_wait(pid, 20000);
   ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
   dlock_client *c = client();
-  dlock_rwlock *other = side(c, "rw:crash", DLOCK_RW_READ, 30000), *w = side(c, "rw:crash", DLOCK_RW_WRITE, 10000);
+  dlock_rwlock *other = test_rwlock(c, "rw:crash", DLOCK_RW_READ, 30000),
+               *w = test_rwlock(c, "rw:crash", DLOCK_RW_WRITE, 10000);
   ASSERT_OK(dlock_rwlock_acquire(other, 0)); /* a live reader: the key outlives the crashed one's lease */
   ASSERT_EQ(info(c, "rw:crash").readers, 2);
   ASSERT_OK(dlock_rwlock_release(other));
@@ -290,8 +287,8 @@ TEST(a_reader_killed_with_sigkill_gives_its_share_back_after_its_lease) {
 
 TEST(the_writer_thread_may_read_but_a_reader_is_refused_the_upgrade) {
   dlock_client *c = client(), *c2 = client();
-  dlock_rwlock *w = side(c, "rw:re", DLOCK_RW_WRITE, 10000), *r = side(c, "rw:re", DLOCK_RW_READ, 10000),
-               *w2 = side(c2, "rw:re", DLOCK_RW_WRITE, 10000);
+  dlock_rwlock *w = test_rwlock(c, "rw:re", DLOCK_RW_WRITE, 10000), *r = test_rwlock(c, "rw:re", DLOCK_RW_READ, 10000),
+               *w2 = test_rwlock(c2, "rw:re", DLOCK_RW_WRITE, 10000);
   ASSERT_OK(dlock_rwlock_acquire(w, 0));
   /* Another writer waits: the holder's own read still goes at once. */
   holder h = {.rw = w2, .wait_ms = 20000, .hold_ms = 0};
@@ -306,7 +303,7 @@ TEST(the_writer_thread_may_read_but_a_reader_is_refused_the_upgrade) {
   ASSERT_EQ(dlock_mutex_is_held(dlock_rwlock_mutex(r)), 1);
   /* A second read handle of a thread that reads goes at once too, past the
    * waiting writer (which waits for this thread's read). */
-  dlock_rwlock *r_again = side(c, "rw:re", DLOCK_RW_READ, 10000);
+  dlock_rwlock *r_again = test_rwlock(c, "rw:re", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_rwlock_acquire(r_again, 0));
   ASSERT_OK(dlock_rwlock_release(r_again));
   dlock_rwlock_free(r_again);
@@ -336,7 +333,7 @@ TEST(the_writer_thread_may_read_but_a_reader_is_refused_the_upgrade) {
 TEST(a_name_is_one_kind_a_mutex_and_an_rwlock_refuse_each_other) {
   dlock_client *c = client();
   dlock_mutex *m = test_mutex(c, "rw:kind", 10000);
-  dlock_rwlock *r = side(c, "rw:kind", DLOCK_RW_READ, 10000);
+  dlock_rwlock *r = test_rwlock(c, "rw:kind", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT_STATUS(dlock_rwlock_acquire(r, 0), DLOCK_EWRONGTYPE);
   ASSERT_CONTAINS(dlock_rwlock_errmsg(r), "in use as a mutex");
@@ -355,8 +352,9 @@ TEST(a_name_is_one_kind_a_mutex_and_an_rwlock_refuse_each_other) {
 
 TEST(status_shows_readers_the_writer_and_waiting_writers) {
   dlock_client *c = client(), *c2 = client();
-  dlock_rwlock *r1 = side(c, "rw:status", DLOCK_RW_READ, 10000), *r2 = side(c2, "rw:status", DLOCK_RW_READ, 10000),
-               *w = side(c2, "rw:status", DLOCK_RW_WRITE, 10000);
+  dlock_rwlock *r1 = test_rwlock(c, "rw:status", DLOCK_RW_READ, 10000),
+               *r2 = test_rwlock(c2, "rw:status", DLOCK_RW_READ, 10000),
+               *w = test_rwlock(c2, "rw:status", DLOCK_RW_WRITE, 10000);
   ASSERT_OK(dlock_rwlock_acquire(r1, 0));
   ASSERT_OK(dlock_rwlock_acquire(r2, 0));
   holder h = {.rw = w, .wait_ms = 20000, .hold_ms = 0};
@@ -395,7 +393,8 @@ TEST(the_watchdog_renews_a_read_hold_and_an_expired_hold_is_never_revived) {
   ASSERT_OK(dlock_rwlock_release(r));
   /* A fixed lease: extend sets it (the watchdog would renew a watchdog-mode
    * hold to its own lease at any moment). */
-  dlock_rwlock *f = side(c, "rw:renew", DLOCK_RW_READ, 10000), *keep = side(c, "rw:renew", DLOCK_RW_READ, 10000);
+  dlock_rwlock *f = test_rwlock(c, "rw:renew", DLOCK_RW_READ, 10000),
+               *keep = test_rwlock(c, "rw:renew", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_rwlock_acquire(f, 0));
   char token[64];
   th_redis_cli(&srv, token, sizeof token, "ZRANGE rw:renew 0 0");
@@ -422,8 +421,9 @@ TEST(the_watchdog_renews_a_read_hold_and_an_expired_hold_is_never_revived) {
 
 TEST(a_forced_release_ends_every_hold_and_the_holders_learn_it_was_deleted) {
   dlock_client *c = client(), *c2 = client();
-  dlock_rwlock *r1 = side(c, "rw:force", DLOCK_RW_READ, 10000), *r2 = side(c2, "rw:force", DLOCK_RW_READ, 10000),
-               *w = side(c2, "rw:force", DLOCK_RW_WRITE, 10000);
+  dlock_rwlock *r1 = test_rwlock(c, "rw:force", DLOCK_RW_READ, 10000),
+               *r2 = test_rwlock(c2, "rw:force", DLOCK_RW_READ, 10000),
+               *w = test_rwlock(c2, "rw:force", DLOCK_RW_WRITE, 10000);
   ASSERT_OK(dlock_rwlock_acquire(r1, 0));
   ASSERT_OK(dlock_rwlock_acquire(r2, 0));
   holder h = {.rw = w, .wait_ms = 20000, .hold_ms = 0};
@@ -451,7 +451,8 @@ TEST(a_forced_release_ends_every_hold_and_the_holders_learn_it_was_deleted) {
 
 TEST(cancel_ends_a_readers_wait_and_it_leaves_the_queue) {
   dlock_client *c = client(), *c2 = client();
-  dlock_rwlock *w = side(c, "rw:cancel", DLOCK_RW_WRITE, 10000), *r = side(c2, "rw:cancel", DLOCK_RW_READ, 10000);
+  dlock_rwlock *w = test_rwlock(c, "rw:cancel", DLOCK_RW_WRITE, 10000),
+               *r = test_rwlock(c2, "rw:cancel", DLOCK_RW_READ, 10000);
   ASSERT_OK(dlock_rwlock_acquire(w, 0));
   holder h = {.rw = r, .wait_ms = DLOCK_WAIT_FOREVER, .hold_ms = 0};
   pthread_t t;

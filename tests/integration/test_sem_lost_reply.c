@@ -31,20 +31,11 @@ static dlock_client *proxied_client(void) {
   return c;
 }
 
-static dlock_semaphore *sem(dlock_client *c, const char *name, int permits, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_semaphore *s = NULL;
-  if (dlock_semaphore_new(&s, c, name, permits, &mo) != 0) TEST_FAIL("semaphore '%s': %s", name, dlock_last_error());
-  return s;
-}
-
 TEST(an_acquire_whose_reply_is_lost_holds_one_permit_with_its_fence) {
   dlock_client *c = proxied_client();
   /* One permit: a resend that did not know the permit as ours would find
    * none free and answer "busy" for a permit we hold. */
-  dlock_semaphore *s = sem(c, "slr:acq", 1, 30000);
+  dlock_semaphore *s = test_semaphore(c, "slr:acq", 1, 30000);
   int before = arm(DLOCK__SCRIPT_SEM_ACQUIRE);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
   ASSERT_EQ(fp_dropped(fp), before + 1);
@@ -66,7 +57,7 @@ TEST(an_acquire_whose_reply_is_lost_holds_one_permit_with_its_fence) {
 
 TEST(a_release_whose_reply_is_lost_reports_released) {
   dlock_client *c = proxied_client();
-  dlock_semaphore *s = sem(c, "slr:rel", 2, 30000), *t = sem(c, "slr:rel", 2, 30000);
+  dlock_semaphore *s = test_semaphore(c, "slr:rel", 2, 30000), *t = test_semaphore(c, "slr:rel", 2, 30000);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
   ASSERT_OK(dlock_semaphore_acquire(t, 0));
   int before = arm(DLOCK__SCRIPT_SEM_RELEASE);
@@ -85,7 +76,7 @@ TEST(a_release_whose_reply_is_lost_reports_released) {
 
 TEST(an_extend_whose_reply_is_lost_extends) {
   dlock_client *c = proxied_client();
-  dlock_semaphore *s = sem(c, "slr:ext", 2, 5000);
+  dlock_semaphore *s = test_semaphore(c, "slr:ext", 2, 5000);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
   int before = arm(DLOCK__SCRIPT_SEM_EXTEND);
   ASSERT_OK(dlock_semaphore_extend(s, 60000));
@@ -102,7 +93,7 @@ TEST(an_extend_whose_reply_is_lost_extends) {
 TEST(a_withdraw_whose_reply_is_lost_leaves_the_queue_and_reports_busy) {
   dlock_client *c = proxied_client();
   dlock_client *c2 = test_client(srv.url);
-  dlock_semaphore *h = sem(c2, "slr:wd", 1, 30000), *s = sem(c, "slr:wd", 1, 30000);
+  dlock_semaphore *h = test_semaphore(c2, "slr:wd", 1, 30000), *s = test_semaphore(c, "slr:wd", 1, 30000);
   ASSERT_OK(dlock_semaphore_acquire(h, 0));
   int before = arm(DLOCK__SCRIPT_SEM_WITHDRAW);
   int rc = dlock_semaphore_acquire(s, 300);

@@ -31,13 +31,7 @@ static th_zk srv;
 static int srv_up;
 static char skip_why[256];
 
-void test_setup(void) {
-  if (!th_zk_available(skip_why, sizeof skip_why)) return;
-  if (th_zk_start(&srv, 200) == 0)
-    srv_up = 1;
-  else
-    snprintf(skip_why, sizeof skip_why, "the ZooKeeper server did not start (see above)");
-}
+void test_setup(void) { srv_up = th_zk_suite_start(&srv, 200, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_zk_stop(&srv);

@@ -50,24 +50,6 @@ static void load_release_script(dlock_client *c) {
   dlock_mutex_free(m);
 }
 
-static dlock_semaphore *sem(dlock_client *c, const char *name, int permits, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_semaphore *s = NULL;
-  if (dlock_semaphore_new(&s, c, name, permits, &mo) != 0) TEST_FAIL("semaphore '%s': %s", name, dlock_last_error());
-  return s;
-}
-
-static dlock_rwlock *side(dlock_client *c, const char *name, int s, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_rwlock *rw = NULL;
-  if (dlock_rwlock_new(&rw, c, name, s, &mo) != 0) TEST_FAIL("rwlock '%s': %s", name, dlock_last_error());
-  return rw;
-}
-
 /* Finding 1: dlock__redis_release_async (src/redis/pipeline.c) always sends
  * the mutex's release.lua, whatever the handle's kind. dlock.h and
  * docs/semaphore.md say every dlock_mutex_* call works on
@@ -77,7 +59,7 @@ static dlock_rwlock *side(dlock_client *c, const char *name, int s, int64_t leas
 TEST(review_a_pipelined_release_of_a_semaphore_permit_gives_the_permit_back) {
   dlock_client *c = client();
   load_release_script(c);
-  dlock_semaphore *a = sem(c, "rv:sem:async", 1, 20000), *b = sem(c, "rv:sem:async", 1, 20000);
+  dlock_semaphore *a = test_semaphore(c, "rv:sem:async", 1, 20000), *b = test_semaphore(c, "rv:sem:async", 1, 20000);
   ASSERT_OK(dlock_semaphore_acquire(a, 0));
   ASSERT_OK(dlock_mutex_release_async(dlock_semaphore_mutex(a)));
   int rc = dlock_mutex_release_result(dlock_semaphore_mutex(a));
@@ -95,8 +77,8 @@ TEST(review_a_pipelined_release_of_a_semaphore_permit_gives_the_permit_back) {
 TEST(review_a_pipelined_release_of_a_write_hold_frees_the_name) {
   dlock_client *c = client();
   load_release_script(c);
-  dlock_rwlock *w = side(c, "rv:rw:async", DLOCK_RW_WRITE, 20000);
-  dlock_rwlock *r = side(c, "rv:rw:async", DLOCK_RW_READ, 20000);
+  dlock_rwlock *w = test_rwlock(c, "rv:rw:async", DLOCK_RW_WRITE, 20000);
+  dlock_rwlock *r = test_rwlock(c, "rv:rw:async", DLOCK_RW_READ, 20000);
   ASSERT_OK(dlock_rwlock_acquire(w, 0));
   ASSERT_OK(dlock_mutex_release_async(dlock_rwlock_mutex(w)));
   int rc = dlock_mutex_release_result(dlock_rwlock_mutex(w));
@@ -157,7 +139,7 @@ static dlock_lock_info info_of(dlock_client *c, const char *name) {
  * it is killed. */
 static void wait_for_permit_forever(const char *name) {
   dlock_client *c = client();
-  dlock_semaphore *s = sem(c, name, 1, 1000);
+  dlock_semaphore *s = test_semaphore(c, name, 1, 1000);
   dlock_semaphore_acquire(s, DLOCK_WAIT_FOREVER);
   _exit(0);
 }
@@ -175,7 +157,7 @@ static void wait_for_permit_forever(const char *name) {
 TEST(review_a_grant_to_a_crashed_waiter_leaves_no_key_without_expiry) {
   const char *name = "rv:sem:leak";
   dlock_client *c = client();
-  dlock_semaphore *a = sem(c, name, 1, 800);
+  dlock_semaphore *a = test_semaphore(c, name, 1, 800);
   ASSERT_OK(dlock_semaphore_acquire(a, 0));
   pid_t kid = fork();
   if (kid == 0) wait_for_permit_forever(name);
@@ -192,7 +174,7 @@ TEST(review_a_grant_to_a_crashed_waiter_leaves_no_key_without_expiry) {
   char out[64];
   cli(out, sizeof out, "EXISTS rv:sem:leak");
   ASSERT_STR_EQ(out, "0");
-  dlock_semaphore *b = sem(c, name, 1, 800);
+  dlock_semaphore *b = test_semaphore(c, name, 1, 800);
   ASSERT_STATUS(dlock_semaphore_acquire(b, 0), DLOCK_EBUSY); /* FIFO: the dead waiter is granted */
   cli(out, sizeof out, "PTTL rv:sem:leak");
   if (strcmp(out, "-1") == 0) TEST_FAIL("the permits' key %s has no expiry after the grant", name);
@@ -201,7 +183,7 @@ TEST(review_a_grant_to_a_crashed_waiter_leaves_no_key_without_expiry) {
   /* Once the dead waiter's claim has run out, nothing is held, so any
    * limit may be stored anew. */
   th_sleep_ms(1500);
-  dlock_semaphore *three = sem(c, name, 3, 800);
+  dlock_semaphore *three = test_semaphore(c, name, 3, 800);
   int rc = dlock_semaphore_acquire(three, 0);
   if (rc) TEST_FAIL("no permit is held, yet a limit of 3 is refused: %s", dlock_last_error());
   ASSERT_OK(dlock_semaphore_release(three));
@@ -382,7 +364,7 @@ TEST(review_a_semaphore_never_grants_a_permit_to_a_waiting_mutex) {
   ASSERT(queued);
   char out[64];
   cli(out, sizeof out, "DEL rv:kind:grant {rv:kind:grant}:meta"); /* the mutex's hold ends */
-  dlock_semaphore *s = sem(c, name, 1, 5000);
+  dlock_semaphore *s = test_semaphore(c, name, 1, 5000);
   int rc = dlock_semaphore_acquire(s, 0);
   cli(out, sizeof out, "ZCARD rv:kind:grant");
   pthread_join(t, NULL);
@@ -468,7 +450,7 @@ TEST(review_a_hold_whose_name_became_a_mutex_is_not_held_not_wrongtype) {
   dlock_client *c = client();
   char out[64];
   /* A late release of a permit. */
-  dlock_semaphore *s = sem(c, "rv:kind:late", 2, 400);
+  dlock_semaphore *s = test_semaphore(c, "rv:kind:late", 2, 400);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
   th_sleep_ms(600);
   dlock_mutex *m = test_mutex(c, "rv:kind:late", 10000);
@@ -479,7 +461,7 @@ TEST(review_a_hold_whose_name_became_a_mutex_is_not_held_not_wrongtype) {
   /* An extend of a permit the server no longer has (its keys went, as by
    * expiry, while our deadline had not passed yet). */
   ASSERT_OK(dlock_mutex_release(m));
-  dlock_semaphore *s2 = sem(c, "rv:kind:late", 2, 10000);
+  dlock_semaphore *s2 = test_semaphore(c, "rv:kind:late", 2, 10000);
   ASSERT_OK(dlock_semaphore_acquire(s2, 0));
   cli(out, sizeof out, "DEL rv:kind:late {rv:kind:late}:meta");
   ASSERT_OK(dlock_mutex_acquire(m, 0));
@@ -489,7 +471,7 @@ TEST(review_a_hold_whose_name_became_a_mutex_is_not_held_not_wrongtype) {
   dlock_semaphore_release(s2);
   ASSERT_OK(dlock_mutex_release(m));
   /* A late release of a read hold. */
-  dlock_rwlock *r = side(c, "rv:kind:late", DLOCK_RW_READ, 400);
+  dlock_rwlock *r = test_rwlock(c, "rv:kind:late", DLOCK_RW_READ, 400);
   ASSERT_OK(dlock_rwlock_acquire(r, 0));
   th_sleep_ms(600);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
@@ -515,7 +497,7 @@ TEST(review_a_mutex_hold_whose_name_became_a_semaphore_is_not_held_not_wrongtype
   dlock_mutex *m = test_mutex(c, "rv:kind:late2", 400);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   th_sleep_ms(600);
-  dlock_semaphore *s = sem(c, "rv:kind:late2", 2, 10000);
+  dlock_semaphore *s = test_semaphore(c, "rv:kind:late2", 2, 10000);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
   int rc = dlock_mutex_release(m);
   if (rc != DLOCK_ENOTHELD) TEST_FAIL("late release of a mutex hold: %d (%s), not ENOTHELD", rc, dlock_last_error());

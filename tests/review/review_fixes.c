@@ -4,8 +4,8 @@
  * (PostgreSQL: a mutex and the family meet on the name's locks row) and
  * d3f4d89 (Redis: each kind's wait-queue record has its own shape). One test
  * per finding, each FAILED on the code as reviewed. Registered as ctest
- * "review/review_fixes" (label "review"). The findings fixed run by default;
- * a finding still open skips unless DLOCK_REVIEW=1. The PostgreSQL tests
+ * "review/review_fixes" (label "review"). Every finding is fixed and its
+ * test runs by default. The PostgreSQL tests
  * skip when PostgreSQL is not built in or not installed.
  * Real redis-server (harness.h) and PostgreSQL (harness_pg.h), public API
  * only (dlock.h).
@@ -27,11 +27,6 @@
 #endif
 #include "test.h"
 
-__attribute__((unused)) static int review_on(void) {
-  const char *on = getenv("DLOCK_REVIEW");
-  return on && strcmp(on, "1") == 0;
-}
-
 /* Servers are started by the first test that needs them. */
 static th_redis srv;
 static int redis_up;
@@ -52,15 +47,6 @@ void test_teardown(void) {
 #ifdef DLOCK_REVIEW_PG
   if (pg_up) th_pg_stop(&pg);
 #endif
-}
-
-static dlock_semaphore *sem(dlock_client *c, const char *name, int permits, int64_t lease_ms) {
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = lease_ms;
-  dlock_semaphore *s = NULL;
-  if (dlock_semaphore_new(&s, c, name, permits, &mo) != 0) TEST_FAIL("semaphore '%s': %s", name, dlock_last_error());
-  return s;
 }
 
 /* ---- d3f4d89, finding: a crashed waiter's record of another kind is never
@@ -145,7 +131,7 @@ TEST(review_dead_waiters_of_another_kind_do_not_stop_the_hand_offs) {
   }
   /* The name is now a semaphore of one permit: A holds it, B waits (its
    * re-checks keep the queue keys alive). */
-  dlock_semaphore *a = sem(c, name, 1, 20000), *b = sem(c, name, 1, 20000);
+  dlock_semaphore *a = test_semaphore(c, name, 1, 20000), *b = test_semaphore(c, name, 1, 20000);
   ASSERT_OK(dlock_semaphore_acquire(a, 0));
   th_waiter w = {.m = dlock_semaphore_mutex(b), .wait_ms = 20000};
   pthread_t t;
@@ -316,7 +302,7 @@ static dlock_client *pg_client(const char *schema) {
 TEST(review_pg_a_mutex_takes_the_name_once_the_permit_is_released) {
   need_pg();
   dlock_client *c = pg_client("rv2a");
-  dlock_semaphore *s = sem(c, "rv2:pgmark", 1, 30000);
+  dlock_semaphore *s = test_semaphore(c, "rv2:pgmark", 1, 30000);
   dlock_mutex *m = test_mutex(c, "rv2:pgmark", 30000);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
   ASSERT_OK(dlock_semaphore_release(s));
@@ -354,7 +340,7 @@ TEST(review_pg_a_mutex_takes_the_name_once_the_permit_is_released) {
 TEST(review_pg_a_mutex_takes_the_name_after_a_later_permit_ran_out) {
   need_pg();
   dlock_client *c = pg_client("rv2b");
-  dlock_semaphore *p1 = sem(c, "rv2:pgmark3", 2, 20000), *p2 = sem(c, "rv2:pgmark3", 2, 500);
+  dlock_semaphore *p1 = test_semaphore(c, "rv2:pgmark3", 2, 20000), *p2 = test_semaphore(c, "rv2:pgmark3", 2, 500);
   dlock_mutex *m = test_mutex(c, "rv2:pgmark3", 30000);
   ASSERT_OK(dlock_semaphore_acquire(p1, 0));
   ASSERT_OK(dlock_semaphore_acquire(p2, 0));

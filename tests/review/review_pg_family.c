@@ -2,9 +2,8 @@
  * review_pg_family.c - the adversarial review of the PostgreSQL semaphore
  * and read-write lock (src/pg/, the lease tables; branch revzkpg): one test
  * per finding, each FAILED on the code as reviewed. Registered as ctest
- * "review/review_pg_family" with the labels "review" and "pg". The findings
- * fixed since run by default (NEED_PG); those still open skip unless
- * DLOCK_REVIEW=1 (OPEN_PG), so the default run stays green.
+ * "review/review_pg_family" with the labels "review" and "pg". Every finding
+ * is fixed since, and its test runs by default (NEED_PG).
  * Real PostgreSQL through harness_pg.h, public API only (dlock.h).
  */
 #include <pthread.h>
@@ -22,27 +21,15 @@ static th_pg srv;
 static int srv_up;
 static char skip_why[256];
 
-__attribute__((unused)) static int review_on(void) {
-  const char *on = getenv("DLOCK_REVIEW");
-  return on && strcmp(on, "1") == 0;
-}
-
 void test_setup(void) { srv_up = th_pg_suite_start(&srv, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
 }
 
-/* A fixed finding: runs by default. */
 #define NEED_PG()                           \
   do {                                      \
     if (!srv_up) TEST_SKIP("%s", skip_why); \
-  } while (0)
-/* A finding still open: runs only with DLOCK_REVIEW=1. */
-#define OPEN_PG()                                                                \
-  do {                                                                           \
-    if (!review_on()) TEST_SKIP("open review finding: run with DLOCK_REVIEW=1"); \
-    NEED_PG();                                                                   \
   } while (0)
 
 static dlock_client *client(const char *schema) {

@@ -44,6 +44,48 @@ static dlock_client *client(const char *schema) {
   return c;
 }
 
+/* A holder 'a' on the server, and (with_waiter) a waiter 'b' through the
+ * proxy 'px' (no delay yet), both on 'name' in 'schema': a holds it, and b
+ * found it busy once, so that b's command pool is warm. */
+typedef struct proxied_pair {
+  pgp_proxy *px;
+  char url[900]; /* through the proxy */
+  dlock_client *a, *b;
+  dlock_mutex *ma, *mb;
+} proxied_pair;
+
+static dlock_client *proxied_client(const proxied_pair *p) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = p->url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+  return c;
+}
+
+static void pair_start(proxied_pair *p, const char *schema, const char *name, int with_waiter) {
+  memset(p, 0, sizeof *p);
+  if (pgp_start(&p->px, srv.port) != 0) TEST_FAIL("proxy did not start");
+  snprintf(p->url, sizeof p->url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=%s",
+           pgp_port(p->px), schema);
+  p->a = client(schema);
+  ASSERT_OK(dlock_mutex_new(&p->ma, p->a, name, NULL));
+  ASSERT_OK(dlock_mutex_acquire(p->ma, 0));
+  if (!with_waiter) return;
+  p->b = proxied_client(p);
+  ASSERT_OK(dlock_mutex_new(&p->mb, p->b, name, NULL));
+  ASSERT_EQ(dlock_mutex_acquire(p->mb, 0), DLOCK_EBUSY);
+}
+
+static void pair_stop(proxied_pair *p) {
+  dlock_mutex_release(p->ma);
+  dlock_mutex_free(p->ma);
+  dlock_mutex_free(p->mb);
+  dlock_client_free(p->a);
+  dlock_client_free(p->b);
+  pgp_stop(p->px);
+}
+
 /* ---- Finding 1: short waits open a LISTEN connection each ----
  *
  * listen_start() (pg_lock.c) is bounded by the waiter's whole-wait deadline;
@@ -57,34 +99,16 @@ static dlock_client *client(const char *schema) {
  * ran to its end (past the deadline) and stayed. */
 TEST(review_short_waits_do_not_open_a_listen_connection_each) {
   NEED_PG();
-  pgp_proxy *px = NULL;
-  if (pgp_start(&px, srv.port) != 0) TEST_FAIL("proxy did not start");
-  char url[900];
-  snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=rvl1",
-           pgp_port(px));
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *a = client("rvl1"), *b = NULL;
-  if (dlock_client_new(&b, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
-  dlock_mutex *ma = NULL, *mb = NULL;
-  ASSERT_OK(dlock_mutex_new(&ma, a, "rvl-storm", NULL));
-  ASSERT_OK(dlock_mutex_new(&mb, b, "rvl-storm", NULL));
-  ASSERT_OK(dlock_mutex_acquire(ma, 0));
-  ASSERT_EQ(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY); /* b's pool is warm */
-  pgp_set_delay(px, 10);
-  int before = pgp_accepted(px), busy = 0;
+  proxied_pair p;
+  pair_start(&p, "rvl1", "rvl-storm", 1);
+  pgp_set_delay(p.px, 10);
+  int before = pgp_accepted(p.px), busy = 0;
   const int n = 30;
   for (int i = 0; i < n; i++)
-    if (dlock_mutex_acquire(mb, 40) == DLOCK_EBUSY) busy++;
-  int opened = pgp_accepted(px) - before;
+    if (dlock_mutex_acquire(p.mb, 40) == DLOCK_EBUSY) busy++;
+  int opened = pgp_accepted(p.px) - before;
   printf("  %d of %d 40 ms waits busy; %d connections opened meanwhile\n", busy, n, opened);
-  dlock_mutex_release(ma);
-  dlock_mutex_free(ma);
-  dlock_mutex_free(mb);
-  dlock_client_free(a);
-  dlock_client_free(b);
-  pgp_stop(px);
+  pair_stop(&p);
   ASSERT_EQ(busy, n);
   if (opened > 3) TEST_FAIL("%d short waits opened %d connections (one LISTEN connection is enough)", n, opened);
 }
@@ -162,39 +186,21 @@ static void *terminate_listener(void *arg) {
 
 TEST(review_a_listen_connection_lost_during_the_probe_is_not_taken_for_a_pooler) {
   NEED_PG();
-  pgp_proxy *px = NULL;
-  if (pgp_start(&px, srv.port) != 0) TEST_FAIL("proxy did not start");
-  char url[900];
-  snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=rvl3",
-           pgp_port(px));
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *a = client("rvl3"), *b = NULL;
-  if (dlock_client_new(&b, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
-  dlock_mutex *ma = NULL, *mb = NULL;
-  ASSERT_OK(dlock_mutex_new(&ma, a, "rvl-lost", NULL));
-  ASSERT_OK(dlock_mutex_new(&mb, b, "rvl-lost", NULL));
-  ASSERT_OK(dlock_mutex_acquire(ma, 0));
-  ASSERT_EQ(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
-  pgp_set_delay(px, 400);
+  proxied_pair p;
+  pair_start(&p, "rvl3", "rvl-lost", 1);
+  pgp_set_delay(p.px, 400);
   atomic_int done = 0;
   pthread_t t;
   pthread_create(&t, NULL, terminate_listener, &done);
-  int rc = dlock_mutex_acquire(mb, 6000 * tf());
+  int rc = dlock_mutex_acquire(p.mb, 6000 * tf());
   atomic_store(&done, done ? done : 1);
   pthread_join(t, NULL);
   int killed = atomic_load(&done) == 2;
   char warn[600] = "";
-  dlock_client_topology_warning(b, warn, sizeof warn);
+  dlock_client_topology_warning(p.b, warn, sizeof warn);
   printf("  wait: %s; LISTEN backend terminated: %s; warning: \"%s\"\n", dlock_err_name(rc), killed ? "yes" : "no",
          warn);
-  dlock_mutex_release(ma);
-  dlock_mutex_free(ma);
-  dlock_mutex_free(mb);
-  dlock_client_free(a);
-  dlock_client_free(b);
-  pgp_stop(px);
+  pair_stop(&p);
   if (!killed) TEST_SKIP("the LISTEN backend was not seen in time");
   if (strstr(warn, "pooler")) TEST_FAIL("a terminated LISTEN session drew the verdict: %s", warn);
 }
@@ -431,36 +437,22 @@ TEST(review_an_upgrade_while_the_schema_is_in_use_fails_no_call) {
  * then closes it (ASan's leak check; valgrind). */
 TEST(review_a_client_freed_with_a_start_cut_short_closes_its_connection) {
   NEED_PG();
-  pgp_proxy *px = NULL;
-  if (pgp_start(&px, srv.port) != 0) TEST_FAIL("proxy did not start");
-  char url[900];
-  snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable&dlock_schema=rvl4",
-           pgp_port(px));
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *a = client("rvl4");
-  dlock_mutex *ma = NULL;
-  ASSERT_OK(dlock_mutex_new(&ma, a, "rvl-free", NULL));
-  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  proxied_pair p;
+  pair_start(&p, "rvl4", "rvl-free", 0);
   /* One wait per fresh client, of lengths that end it during the connect,
    * the LISTEN or the probe (with 20 ms of latency). */
   for (int w = 40; w <= 160; w += 10) {
-    pgp_set_delay(px, 0);
-    dlock_client *b = NULL;
-    if (dlock_client_new(&b, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+    pgp_set_delay(p.px, 0);
+    dlock_client *b = proxied_client(&p);
     dlock_mutex *mb = NULL;
     ASSERT_OK(dlock_mutex_new(&mb, b, "rvl-free", NULL));
     ASSERT_EQ(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
-    pgp_set_delay(px, 20);
+    pgp_set_delay(p.px, 20);
     ASSERT_EQ(dlock_mutex_acquire(mb, w), DLOCK_EBUSY);
     dlock_mutex_free(mb);
     dlock_client_free(b);
   }
-  dlock_mutex_release(ma);
-  dlock_mutex_free(ma);
-  dlock_client_free(a);
-  pgp_stop(px);
+  pair_stop(&p);
 }
 
 TEST_MAIN()

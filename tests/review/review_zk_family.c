@@ -2,9 +2,8 @@
  * review_zk_family.c - the adversarial review of the ZooKeeper semaphore and
  * read-write lock (src/zk/lock.c, src/zk/backend.c; branch revzkpg): one
  * test per finding, each FAILED on the code as reviewed. Registered as ctest
- * "review/review_zk_family" with the labels "review" and "zk". The findings
- * fixed since run by default (NEED_SERVER); those still open skip unless
- * DLOCK_REVIEW=1 (OPEN_SERVER), so the default run stays green.
+ * "review/review_zk_family" with the labels "review" and "zk". Every finding
+ * is fixed since, and its test runs by default (NEED_SERVER).
  * A real ZooKeeper server through harness_zk.h, public API only (dlock.h).
  */
 #include <pthread.h>
@@ -22,33 +21,15 @@ static th_zk srv;
 static int srv_up;
 static char skip_why[256];
 
-__attribute__((unused)) static int review_on(void) {
-  const char *on = getenv("DLOCK_REVIEW");
-  return on && strcmp(on, "1") == 0;
-}
-
-void test_setup(void) {
-  if (!th_zk_available(skip_why, sizeof skip_why)) return;
-  if (th_zk_start(&srv, 200) == 0)
-    srv_up = 1;
-  else
-    snprintf(skip_why, sizeof skip_why, "the ZooKeeper server did not start (see above)");
-}
+void test_setup(void) { srv_up = th_zk_suite_start(&srv, 200, skip_why, sizeof skip_why); }
 
 void test_teardown(void) {
   if (srv_up) th_zk_stop(&srv);
 }
 
-/* A fixed finding: runs by default. */
 #define NEED_SERVER()                       \
   do {                                      \
     if (!srv_up) TEST_SKIP("%s", skip_why); \
-  } while (0)
-/* A finding still open: runs only with DLOCK_REVIEW=1. */
-#define OPEN_SERVER()                                                                             \
-  do {                                                                                            \
-    if (!review_on()) TEST_SKIP("open review finding: run with DLOCK_REVIEW=1");                  \
-    NEED_SERVER();                                                                                \
   } while (0)
 
 static long tf(void) { return th_time_factor(); }
