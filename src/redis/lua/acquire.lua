@@ -44,6 +44,7 @@ if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
+-- @cold
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then
   -- Not a string: a semaphore's permits (sem_acquire.lua), or another key.

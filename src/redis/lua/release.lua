@@ -15,10 +15,11 @@ end
 -- A hand-off overwrites the lock and meta keys; they are deleted only when
 -- nobody takes over (while a cluster slot migrates, a script must not touch a
 -- key it deleted: the server aborts it half-way).
-local granted = false
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  local now_ms, now_us = dlock_now()
-  granted = dlock_grant_next(KEYS, now_ms, now_us)
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[3])
+  return 1
 end
-if not granted then redis.call('DEL', KEYS[1], KEYS[3]) end
+-- @cold
+local now_ms, now_us = dlock_now()
+if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
 return 1
