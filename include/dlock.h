@@ -374,14 +374,19 @@ DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
  * expires with its lease. */
 DLOCK_API int dlock_mutex_release(dlock_mutex *m);
 
-/* Release like dlock_mutex_release(), but send the release and return
- * without waiting for its reply (back-to-back cycles on one thread: the
- * next acquire's round trip overlaps it). The handle is released at once.
+/* Release like dlock_mutex_release(), but return without waiting for the
+ * reply (back-to-back cycles on one thread). The handle is released at once.
+ * The release waits, queued, for the client's next command to the same
+ * server (the next acquire, typically), which carries it ahead of itself
+ * in the same write: one round trip per cycle, not two, and the thread's
+ * order is kept. When no command follows, it is sent 1 ms later (so a
+ * waiter on another client may see the lock free up to about 2 ms late).
  * The outcome is never dropped: dlock_mutex_release_result() gives it
  * (waiting for the reply if needed), and until then the next acquire on 'm'
  * first reads it and, if it is a failure, returns that failure ("the
  * previous pipelined release: ...") without acquiring.
- * A lost reply is DLOCK_EUNKNOWN, never sent again. 0 when sent (or when an
+ * A lost reply is DLOCK_EUNKNOWN, never sent again; a queued release that
+ * never left (its connection failed first) is DLOCK_EIO. 0 when queued (or when an
  * inner hold of a reentrant count was released); a status when it could not
  * be sent (the handle is released and the key expires with its lease).
  * On Redis Cluster and Redlock the release runs synchronously and its

@@ -117,7 +117,7 @@ static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__r
 }
 
 /* Remember on the node what a failover looks like from here (see 'suspect'). */
-static int note_outcome(dlock__node *node, int rc, dlock__reply **replies, size_t n) {
+int dlock__node_note_outcome(dlock__node *node, int rc, dlock__reply **replies, size_t n) {
   if (rc == DLOCK_EIO || rc == DLOCK_ECONNECT || rc == DLOCK_ETIMEDOUT) atomic_store(&node->suspect, 1);
   for (size_t i = 0; !rc && i < n; i++)
     if (replies[i] && replies[i]->type == DLOCK__REPLY_ERROR &&
@@ -142,11 +142,11 @@ int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, 
   dlock__conn *conn;
   int fresh;
   int rc = borrow(node, &conn, deadline, limit, &fresh);
-  if (rc) return note_outcome(node, rc, replies, n);
+  if (rc) return dlock__node_note_outcome(node, rc, replies, n);
   size_t nread;
   rc = exec_on(conn, cmds, n, replies, deadline, &nread, sent);
   give_back(node, conn);
-  if (!rc) return note_outcome(node, 0, replies, n);
+  if (!rc) return dlock__node_note_outcome(node, 0, replies, n);
   for (size_t i = 0; i < n; i++) {
     dlock__reply_free(replies[i]);
     replies[i] = NULL;
@@ -155,7 +155,7 @@ int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, 
    * have run the commands even if the connection then failed before any
    * reply (a proxy, a failover, CLIENT KILL). Whether a resend is safe is
    * the caller's decision, per script (docs/design.md, "Lost replies"). */
-  return note_outcome(node, rc, replies, n);
+  return dlock__node_note_outcome(node, rc, replies, n);
 }
 
 int dlock__node_borrow(dlock__node *n, dlock_mono_ms limit, dlock__conn **out, int *fresh) {

@@ -1,17 +1,28 @@
 /*
  * pipeline.c - the pipelined release (dlock_mutex_release_async): the
- * release script is sent on the client's pipeline connection and its reply
- * is read later, so that a thread's next acquire does not wait for it.
+ * release script is queued on the client's pipeline connection and its
+ * reply is read later, so that a thread's next acquire does not wait for it.
  *
  * One pipeline connection per client, opened on its own (not from the pool:
  * kept out of the pool while replies are pending, it would make the next
  * acquire wait for the pool when max_connections is 1), with a bounded FIFO
- * of the handles whose replies are pending. A send first reads every older
- * reply that has already arrived (without waiting); a handle's outcome is
- * read at the latest by dlock_mutex_release_result(), its next acquire, its
- * free, or the client's close. A reply that cannot be read (connection
- * failed, timeout) makes every pending outcome DLOCK_EUNKNOWN: a release
- * whose reply was lost is never sent again (docs/PERFORMANCE.md).
+ * of the handles whose replies are pending.
+ *
+ * A release is corked: appended to the connection's output, not written.
+ * The client's next script call for the same server (the next acquire,
+ * typically) is then sent on this connection in the same write, and reads
+ * the releases' replies before its own: a cycle of acquire + pipelined
+ * release costs one round trip, one write and one wake-up of Redis, not
+ * two (docs/PERFORMANCE.md). When no such call follows, the flusher thread
+ * writes the corked releases CORK_MS after the first of them (a release is
+ * late by at most about twice that), and anything that waits for a reply
+ * (dlock_mutex_release_result(), the next acquire on the same handle, the
+ * client's close) writes them first.
+ *
+ * A handle's outcome is read at the latest by dlock_mutex_release_result(),
+ * its next acquire, its free, or the client's close. A reply that cannot be
+ * read (connection failed, timeout) makes every pending outcome
+ * DLOCK_EUNKNOWN: a release whose reply was lost is never sent again.
  * Cluster and Redlock release synchronously (a slot can move; a quorum).
  */
 #include <stdio.h>
@@ -21,6 +32,10 @@
 #include "redis.h"
 
 #define PIPE_MAX 64
+/* How long a corked release may wait for a command to ride with. */
+#define CORK_MS 1
+/* The flusher sleeps without a timeout after this long without a cork. */
+#define FLUSHER_IDLE_MS 200
 
 typedef struct pending {
   dlock_mutex *m;
@@ -33,18 +48,46 @@ typedef struct pending {
 
 struct dlock__pipeline {
   pthread_mutex_t mu;
+  dlock_client *client;
   dlock__node *node;
   dlock__conn *conn;
   pending q[PIPE_MAX];
   int head, n;
+  /* The last 'corked' of the n pending releases are appended to conn's
+   * output but not written yet; the first of them since 'corked_at'.
+   * Atomic: dlock__pipeline_exec() looks without the lock. */
+  atomic_int corked;
+  dlock_mono_ms corked_at, last_cork;
+  /* The flusher thread (started with the first cork). */
+  pthread_t flusher;
+  pthread_cond_t cv;
+  int flusher_started, flusher_asleep, stop;
 };
 
+static void *flusher_main(void *arg);
+
+/* The client's pipeline, made (with its flusher thread) on first use. NULL
+ * when out of memory or no thread could be started: the caller releases
+ * synchronously instead. */
 static dlock__pipeline *get(dlock_client *c) {
   pthread_mutex_lock(&c->lazy_mu);
-  dlock__pipeline *p = dlock__rc(c)->pipeline;
+  dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
   if (!p && (p = calloc(1, sizeof *p))) {
     pthread_mutex_init(&p->mu, NULL);
-    dlock__rc(c)->pipeline = p;
+    p->client = c;
+    if (dlock__cond_init(&p->cv) != 0) {
+      pthread_mutex_destroy(&p->mu);
+      free(p);
+      p = NULL;
+    } else if (pthread_create(&p->flusher, NULL, flusher_main, p) != 0) {
+      pthread_cond_destroy(&p->cv);
+      pthread_mutex_destroy(&p->mu);
+      free(p);
+      p = NULL;
+    } else {
+      p->flusher_started = 1;
+      atomic_store(&dlock__rc(c)->pipeline, p);
+    }
   }
   pthread_mutex_unlock(&c->lazy_mu);
   return p;
@@ -92,18 +135,67 @@ static void deliver(const pending *e, const dlock__reply *r) {
   dlock__mutex_release_done(m, rc, msg);
 }
 
-/* The connection failed: every pending outcome is unknown; close it. */
-static void fail_all(dlock__pipeline *p, const char *why) {
-  char msg[512];
+/* The connection failed: every pending outcome is unknown, except that of
+ * corked releases when 'unsent' says none of them left (DLOCK_EIO: not
+ * sent); close it. */
+static void fail_all(dlock__pipeline *p, const char *why, int unsent) {
+  char msg[512], never[512];
   snprintf(msg, sizeof msg, "the release was sent, but its reply was lost (%s); it is not sent again: if it did "
            "not run, the key expires with its lease", why);
-  for (; p->n > 0; p->n--, p->head = (p->head + 1) % PIPE_MAX) dlock__mutex_release_done(p->q[p->head].m, DLOCK_EUNKNOWN, msg);
+  snprintf(never, sizeof never, "the release was never sent (%s); the key expires with its lease", why);
+  int written = p->n - (unsent ? atomic_load(&p->corked) : 0);
+  for (; p->n > 0; p->n--, p->head = (p->head + 1) % PIPE_MAX, written--)
+    dlock__mutex_release_done(p->q[p->head].m, written > 0 ? DLOCK_EUNKNOWN : DLOCK_EIO, written > 0 ? msg : never);
   if (p->conn) {
     atomic_store(&p->node->suspect, 1); /* Sentinel: resolve the master again */
     dlock__conn_close(p->conn);
   }
   p->conn = NULL;
   p->node = NULL;
+  atomic_store(&p->corked, 0);
+}
+
+/* Write the corked releases. 0, or -1 when the connection failed (every
+ * pending outcome is then unknown: part of the output may have left).
+ * Caller holds p->mu. */
+static int uncork(dlock_client *c, dlock__pipeline *p) {
+  if (!atomic_load(&p->corked)) return 0;
+  if (dlock__conn_flush(p->conn, dlock_mono_now() + c->command_timeout_ms) != 0) {
+    fail_all(p, dlock_last_error(), 0);
+    return -1;
+  }
+  atomic_store(&p->corked, 0);
+  return 0;
+}
+
+/* Writes corked releases that waited CORK_MS for a command to ride with. */
+static void *flusher_main(void *arg) {
+  dlock__pipeline *p = arg;
+  pthread_mutex_lock(&p->mu);
+  while (!p->stop) {
+    dlock_mono_ms now = dlock_mono_now(), until;
+    if (atomic_load(&p->corked)) {
+      until = p->corked_at + CORK_MS;
+      if (now >= until) {
+        uncork(p->client, p);
+        continue;
+      }
+    } else if (now < p->last_cork + FLUSHER_IDLE_MS) {
+      /* Back-to-back cycles: a cork is likely soon; look again then rather
+       * than make every cork wake us. */
+      until = now + CORK_MS;
+    } else {
+      p->flusher_asleep = 1;
+      pthread_cond_wait(&p->cv, &p->mu);
+      p->flusher_asleep = 0;
+      continue;
+    }
+    struct timespec ts;
+    dlock__deadline_timespec(until, &ts);
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
 }
 
 /* Read the oldest pending reply: waiting up to the command timeout
@@ -111,10 +203,11 @@ static void fail_all(dlock__pipeline *p, const char *why) {
  * (fail_all done). Caller holds p->mu. */
 static int read_one(dlock_client *c, dlock__pipeline *p, int wait) {
   dlock__reply *r = NULL;
+  if (wait && uncork(c, p) < 0) return -1;
   int rc = wait ? dlock__conn_read(p->conn, dlock_mono_now() + c->command_timeout_ms, &r)
                 : dlock__conn_try_read(p->conn, &r);
   if (rc) {
-    fail_all(p, dlock_last_error());
+    fail_all(p, dlock_last_error(), 1);
     return -1;
   }
   if (!r) return 0;
@@ -184,30 +277,85 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   dlock__cmd cmd;
   dlock__script_build_eval(&e, &cmd, &call, 1);
   rc = dlock__conn_append(p->conn, &cmd);
-  if (!rc) rc = dlock__conn_flush(p->conn, dlock_mono_now() + c->command_timeout_ms);
   if (rc) {
-    /* Part of it may have left: its outcome, and every pending one, is unknown. */
+    /* Nothing of it left, but the output may hold part of it: the
+     * connection goes, and with it the corked releases before it. */
     char why[256];
     snprintf(why, sizeof why, "%s", dlock_last_error());
-    fail_all(p, why);
+    fail_all(p, why, 1);
     pthread_mutex_unlock(&p->mu);
-    return dlock__error(DLOCK_EUNKNOWN, "the release may have been sent (%s); it is not sent again: if it did "
-                        "not run, the key expires with its lease", why);
+    return dlock__error(rc, "%s; not sent, the key expires with its lease", why);
   }
   pending *slot = &p->q[(p->head + p->n) % PIPE_MAX];
   *slot = (pending){m, valid_until, lost, ""};
   snprintf(slot->token, sizeof slot->token, "%s", m->token);
   p->n++;
-  /* The older replies came while the caller's last acquire made its round
-   * trip: read those that are here, without waiting. */
-  while (p->n > 1 && read_one(c, p, 0) > 0) {}
+  dlock_mono_ms now = dlock_mono_now();
+  if (atomic_fetch_add(&p->corked, 1) == 0) p->corked_at = now;
+  p->last_cork = now;
+  if (p->flusher_asleep) pthread_cond_signal(&p->cv);
+  /* Replies of releases written earlier (not through a later command, or
+   * the flusher's) may be here: read those, without waiting. */
+  while (p->n > atomic_load(&p->corked) && read_one(c, p, 0) > 0) {}
   pthread_mutex_unlock(&p->mu);
   return 0;
 }
 
+int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
+                         dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out) {
+  dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
+  if (!p || !atomic_load(&p->corked)) return 0;
+  pthread_mutex_lock(&p->mu);
+  if (!atomic_load(&p->corked) || p->node != node || !p->conn) {
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  if (dlock__conn_broken(p->conn)) { /* the corked releases cannot leave; ours go the usual way */
+    fail_all(p, "the pipeline connection had failed before it was written", 1);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  *sent = 0;
+  for (size_t i = 0; i < n; i++) replies[i] = NULL;
+  dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
+  if (limit < deadline) deadline = limit;
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) rc = dlock__conn_append(p->conn, &cmds[i]);
+  char why[256];
+  if (rc) { /* none of ours left; the connection goes (the output may hold part of one) */
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    fail_all(p, why, 1);
+    pthread_mutex_unlock(&p->mu);
+    *out = dlock__node_note_outcome(node, dlock__error(rc, "%s", why), NULL, 0);
+    return 1;
+  }
+  *sent = 1;
+  /* The releases ahead of ours, in the same write, and their replies
+   * first; then ours. */
+  if (uncork(c, p) < 0 || drain(c, p) < 0) {
+    pthread_mutex_unlock(&p->mu);
+    *out = dlock__node_note_outcome(node, dlock__error(DLOCK_EIO, "%s: the connection failed before the reply "
+                                                       "came", node->ep.display), NULL, 0);
+    return 1;
+  }
+  for (size_t i = 0; i < n && !rc; i++) rc = dlock__conn_read(p->conn, deadline, &replies[i]);
+  if (rc) {
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    for (size_t i = 0; i < n; i++) {
+      dlock__reply_free(replies[i]);
+      replies[i] = NULL;
+    }
+    fail_all(p, why, 0);
+    rc = dlock__error(rc, "%s", why);
+  }
+  pthread_mutex_unlock(&p->mu);
+  *out = dlock__node_note_outcome(node, rc, replies, n);
+  return 1;
+}
+
 void dlock__redis_release_collect(dlock_mutex *m) {
   dlock_client *c = m->client;
-  dlock__pipeline *p = dlock__rc(c)->pipeline;
+  dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
   if (!p) return;
   pthread_mutex_lock(&p->mu);
   for (;;) {
@@ -219,13 +367,19 @@ void dlock__redis_release_collect(dlock_mutex *m) {
 }
 
 void dlock__pipeline_free(dlock_client *c) {
-  dlock__pipeline *p = dlock__rc(c)->pipeline;
+  dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
   if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  if (p->flusher_started) pthread_join(p->flusher, NULL);
   pthread_mutex_lock(&p->mu);
   if (p->conn) drain(c, p);
   if (p->conn) dlock__conn_close(p->conn);
   pthread_mutex_unlock(&p->mu);
+  pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
   free(p);
-  dlock__rc(c)->pipeline = NULL;
+  atomic_store(&dlock__rc(c)->pipeline, NULL);
 }

@@ -187,6 +187,10 @@ void dlock__node_destroy(dlock__node *n);
 int dlock__node_exec(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent);
 /* The same with every wait (pool, connect, I/O) also ending at 'limit': the
  * watchdog bounds renewals by the earliest validity deadline it watches. */
+/* Mark the node suspect (Sentinel: resolve the master again) when 'rc' is a
+ * connection failure or a reply says the server is no longer a writable
+ * master; returns 'rc'. */
+int dlock__node_note_outcome(dlock__node *node, int rc, dlock__reply **replies, size_t n);
 int dlock__node_exec_until(dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies, int *sent,
                            dlock_mono_ms limit);
 
@@ -396,7 +400,9 @@ typedef struct dlock__redis {
   dlock__topology *topo;
   atomic_uint_fast64_t waiter_seq;
   dlock__subscriber *subscriber; /* started on first wait (under c->lazy_mu) */
-  dlock__pipeline *pipeline;     /* pipeline.c: made on the first release_async (under c->lazy_mu) */
+  /* pipeline.c: made on the first release_async (under c->lazy_mu); read
+   * without it by every script call (dlock__pipeline_exec) */
+  _Atomic(dlock__pipeline *) pipeline;
 } dlock__redis;
 
 static inline dlock__redis *dlock__rc(const dlock_client *c) { return (dlock__redis *)c->be; }
@@ -488,6 +494,12 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
 void dlock__redis_release_collect(dlock_mutex *m);
 /* At close: read every pending reply (outcomes to their handles), free. */
 void dlock__pipeline_free(dlock_client *c);
+/* When pipelined releases for 'node' are corked (pipeline.c), send 'cmds'
+ * after them on the pipeline connection, in the same write, and read their
+ * replies, as dlock__node_exec_until would: returns 1 with the status in
+ * '*out'. 0 when nothing is corked there: the caller sends them itself. */
+int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
+                         dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out);
 int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
                         dlock_lost_reason *lost);
 void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mono_ms limit);

@@ -109,7 +109,12 @@ int dlock__reply_is_noscript(const dlock__reply *r) {
  * waits ending at 'limit' too. */
 static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, const dlock__script_call *calls,
                       const size_t *idx, size_t n, dlock__reply **replies, int *sent, dlock_mono_ms limit) {
-  if (!dlock__topo(c)->exec) return dlock__node_exec_until(node, cmds, n, replies, sent, limit);
+  if (!dlock__topo(c)->exec) {
+    int rc;
+    /* Pipelined releases waiting for a command to ride with: this one. */
+    if (dlock__pipeline_exec(c, node, cmds, n, replies, sent, limit, &rc)) return rc;
+    return dlock__node_exec_until(node, cmds, n, replies, sent, limit);
+  }
   const char *stack_k[4] = {0};
   size_t stack_kl[4] = {0};
   const char **k = n <= 4 ? stack_k : malloc(n * sizeof *k);

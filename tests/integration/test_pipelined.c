@@ -4,7 +4,9 @@
  * still delivered: by dlock_mutex_release_result() or by the next acquire on
  * the handle. A lost reply is unknown and the release is never resent.
  * Back-to-back cycles on distinct names send each release once; two threads
- * pipelining on one client each get their own outcomes.
+ * pipelining on one client each get their own outcomes. A release waits
+ * (corked) for the client's next script call, which carries it in the same
+ * write and after it, or for the flusher when none comes.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -170,6 +172,66 @@ TEST(two_threads_pipelining_on_one_client_each_get_their_own_outcomes) {
   char out[64];
   th_redis_cli(&srv, out, sizeof out, "EVAL \"return #redis.call('KEYS', 'p:t?:*')\" 0");
   ASSERT_STR_EQ(out, "0");
+  dlock_client_free(c);
+}
+
+TEST(a_corked_release_runs_before_the_clients_next_command) {
+  /* The release rides in front of the next acquire on the same connection,
+   * so a second handle on the same name finds it free at once (not busy
+   * for the moment the release waits for company). */
+  dlock_client *c = test_client(srv.url);
+  dlock_mutex *a = test_mutex(c, "p:order", 10000);
+  dlock_mutex *b = test_mutex(c, "p:order", 10000);
+  for (int i = 0; i < 50; i++) {
+    ASSERT_OK(dlock_mutex_acquire(a, 0));
+    ASSERT_OK(dlock_mutex_release_async(a));
+    ASSERT_OK(dlock_mutex_acquire(b, 0));
+    ASSERT_OK(dlock_mutex_release_async(b));
+  }
+  ASSERT_OK(dlock_mutex_release_result(a));
+  ASSERT_OK(dlock_mutex_release_result(b));
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+}
+
+TEST(a_corked_release_with_no_command_after_it_is_sent_by_the_flusher) {
+  dlock_client *c = test_client(srv.url);
+  dlock_mutex *m = test_mutex(c, "p:alone", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release_async(m));
+  /* Nothing more from this client: the key goes all the same, long before
+   * its 60 s lease. */
+  char out[64] = "1";
+  long until = 5000 * th_time_factor();
+  for (long waited = 0; strcmp(out, "0") != 0 && waited < until; waited += 10) {
+    th_sleep_ms(10);
+    th_redis_cli(&srv, out, sizeof out, "EXISTS p:alone");
+  }
+  ASSERT_STR_EQ(out, "0");
+  ASSERT_OK(dlock_mutex_release_result(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TEST(a_script_cache_flushed_under_corked_releases_runs_each_release_and_acquire_once) {
+  dlock_client *c = test_client(srv.url);
+  dlock_mutex *a = test_mutex(c, "p:flush:a", 10000);
+  dlock_mutex *b = test_mutex(c, "p:flush:b", 10000);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  ASSERT_OK(dlock_mutex_release_async(a));
+  char out[64];
+  th_redis_cli(&srv, out, sizeof out, "SCRIPT FLUSH");
+  /* a's release (NOSCRIPT) and b's acquire (NOSCRIPT) leave in one write. */
+  ASSERT_OK(dlock_mutex_acquire(b, 0));
+  ASSERT_OK(dlock_mutex_release_result(a));
+  th_redis_cli(&srv, out, sizeof out, "EXISTS p:flush:a");
+  ASSERT_STR_EQ(out, "0");
+  th_redis_cli(&srv, out, sizeof out, "EXISTS p:flush:b");
+  ASSERT_STR_EQ(out, "1");
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
   dlock_client_free(c);
 }
 
