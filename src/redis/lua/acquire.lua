@@ -1,7 +1,9 @@
 -- acquire.lua: take the lock if free; otherwise (optionally) join the wait queue.
 -- ARGV: 1 token, 2 lease_ms, 3 waiter id ('' = try only, do not queue),
 --       4 re-check cap ms, 5 claim ms (lease of a hand-off), 6 owner info,
---       7 nonce of this call (digits; '' = none): a hand-off's message repeats it
+--       7 nonce of this call (digits; '' = none): a hand-off's message repeats it.
+-- A try (ARGV[3] '') never reads KEYS[4], KEYS[5] or ARGV[7]: the client
+-- leaves them out.
 -- Returns {1, fence} when the caller owns the lock (the fence as a decimal
 -- string: exact to 2^63-1), {0, holder's pttl} when not.
 -- The uncontended path (lock free, caller not queued) is kept to the fewest
@@ -10,41 +12,65 @@
 -- key of any type is there). SET .. GET writes the clock floor to the counter
 -- and reads what it held in one (it fails, writing nothing, on a key of
 -- another type). The clock's decimal strings are made without string.format,
--- which costs about as much as a redis.call. What fails after the key was taken (a
--- counter or meta key of another type, a corrupt counter) is undone before
--- the error is returned, so a failed acquire leaves nothing behind (a corrupt
--- counter is put back, with the counter's usual 30-day expiry). Servers
--- before Redis 7 (no REDIS_VERSION_NUM; SET .. GET came in 6.2) take the
--- general path below.
-local token, lease, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local now_ms, now_us, ms_s, us_s = dlock_clock()
-if redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
-    and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
-  local last = redis.pcall('SET', KEYS[2], us_s, 'PX', FENCE_TTL_MS, 'GET')
+-- which costs about as much as a redis.call. That path builds no helper: its
+-- usual case (a counter of canonical digits below the clock, or none, and a
+-- meta key that takes the HSET) is written out here, and everything else
+-- (a counter at or above the clock, a corrupt counter, a key of another
+-- type) continues below the '-- @cold' line with what was read. What fails
+-- after the key was taken is undone before the error is returned, so a
+-- failed acquire leaves nothing behind (a corrupt counter is put back, with
+-- the counter's usual 30-day expiry). Servers before Redis 7 (no
+-- REDIS_VERSION_NUM; SET .. GET came in 6.2) take the general path below.
+local wid = ARGV[3]
+local t = redis.call('TIME')
+local s, us = t[1], t[2]
+if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+local ms_s, us_s = s .. string.sub(us, 1, 3), s .. us
+local taken = redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
+    and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+local last, ok
+if taken then
+  last = redis.pcall('SET', KEYS[2], us_s, 'PX', FENCE_TTL_MS, 'GET')
+  if not last or (type(last) == 'string' and (#last < #us_s or (#last == #us_s and last < us_s))
+      and string.find(last, '^[1-9]%d*$')) then
+    ok = redis.pcall('HSET', KEYS[3], 'fence', us_s, 'since', ms_s, 'info', ARGV[6])
+    if type(ok) ~= 'table' then
+      redis.call('PEXPIRE', KEYS[3], ARGV[2])
+      return {1, us_s}
+    end
+  end
+end
+-- @cold
+local token, lease = ARGV[1], tonumber(ARGV[2])
+local now_ms, now_us = tonumber(s) * 1000 + math.floor(tonumber(us) / 1000), tonumber(s) * 1000000 + tonumber(us)
+if taken then
+  -- The uncontended path's other cases, with the key taken and the counter
+  -- read (and already set to the clock floor).
+  if type(ok) == 'table' then
+    -- The meta key is of another type. The counter keeps its new value:
+    -- a fence skipped is never repeated.
+    redis.call('DEL', KEYS[1])
+    return dlock_check_type(KEYS[3], 'hash') or ok
+  end
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return dlock_check_type(KEYS[2], 'string') or last
   end
-  local f, err = us_s, nil
-  if last then
-    f, err = dlock_fence_after(KEYS[2], last, now_us, us_s)
-    -- A counter at or above the clock, or a corrupt one: one more call.
-    if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PX', FENCE_TTL_MS) end
-    if not f then
-      redis.call('DEL', KEYS[1])
-      return err
-    end
+  local f, err = dlock_fence_after(KEYS[2], last, now_us, us_s)
+  -- A counter at or above the clock, or a corrupt one: one more call.
+  if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PX', FENCE_TTL_MS) end
+  if not f then
+    redis.call('DEL', KEYS[1])
+    return err
   end
-  local ok = redis.pcall('HSET', KEYS[3], 'fence', f, 'since', ms_s, 'info', ARGV[6])
+  ok = redis.pcall('HSET', KEYS[3], 'fence', f, 'since', ms_s, 'info', ARGV[6])
   if type(ok) == 'table' then
-    -- The counter keeps its new value: a fence skipped is never repeated.
     redis.call('DEL', KEYS[1])
     return dlock_check_type(KEYS[3], 'hash') or ok
   end
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
--- @cold
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then
   -- Not a string: a semaphore's permits (sem_acquire.lua), or another key.

@@ -12,16 +12,6 @@ local function dlock_now()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
--- dlock_now() and the same two as decimal strings, made without
--- string.format (which costs Redis more than a redis.call of GET).
-local function dlock_clock()
-  local t = redis.call('TIME')
-  local s, us = t[1], t[2]
-  local us6 = string.rep('0', 6 - #us) .. us
-  return tonumber(s) * 1000 + math.floor(tonumber(us) / 1000), tonumber(s) * 1000000 + tonumber(us),
-         s .. string.sub(us6, 1, 3), s .. us6
-end
-
 local function dlock_num(n)
   return string.format('%.0f', n)
 end
