@@ -2,6 +2,10 @@
  * test_url.c - URL parsing, name and duration checks, tokens and error
  * texts: the parts that need no server.
  */
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "dlock.h"
 #include "redis.h"
 #include "test.h"
@@ -160,6 +164,31 @@ TEST(tokens_are_128_bit_hex_and_do_not_repeat) {
   ASSERT_EQ(strlen(a), 32);
   ASSERT_EQ(strspn(a, "0123456789abcdef"), 32);
   ASSERT(strcmp(a, b) != 0);
+}
+
+TEST(a_forked_child_never_hands_out_the_parents_next_tokens) {
+  /* Tokens come from a pool of random bytes (token.c): a child that kept a
+   * copy of it would draw the very token the parent draws next. */
+  char parent[DLOCK__TOKEN_HEX + 1], child[DLOCK__TOKEN_HEX + 1] = "";
+  ASSERT_OK(dlock__random_hex(parent, DLOCK__TOKEN_HEX / 2)); /* the pool is filled */
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    char t[DLOCK__TOKEN_HEX + 1];
+    int ok = dlock__random_hex(t, DLOCK__TOKEN_HEX / 2) == 0 && write(fds[1], t, DLOCK__TOKEN_HEX) == DLOCK__TOKEN_HEX;
+    _exit(ok ? 0 : 1);
+  }
+  close(fds[1]);
+  ssize_t got = read(fds[0], child, DLOCK__TOKEN_HEX);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_EQ(got, DLOCK__TOKEN_HEX);
+  ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_OK(dlock__random_hex(parent, DLOCK__TOKEN_HEX / 2));
+  ASSERT(strcmp(parent, child) != 0);
 }
 
 TEST(every_status_has_its_own_name_and_text) {
