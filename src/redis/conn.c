@@ -33,7 +33,7 @@ struct dlock__conn {
   SSL *ssl;
   dlock__reader *reader;
   char *out;
-  size_t out_len;
+  size_t out_len, out_cap;
   int broken;
   int block_ms; /* plain sockets: SO_RCVTIMEO of blocking reads (0: never block) */
   const char *display; /* points into the endpoint, which outlives us */
@@ -365,24 +365,46 @@ int dlock__conn_broken(const dlock__conn *c) { return c->broken; }
 
 /* ---- Commands ---- */
 
+/* 'v' in decimal at 'p' (no terminator); returns the digits written. */
+static size_t put_decimal(char *p, size_t v) {
+  char tmp[24];
+  size_t n = 0;
+  do tmp[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+  for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
+  return n;
+}
+
+/* RESP: *<argc>\r\n, then $<len>\r\n<bytes>\r\n for each argument; written
+ * here (snprintf per argument cost more than the rest of the encoding). */
 int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd) {
-  char *buf = NULL;
-  int n = redisFormatCommandArgv(&buf, cmd->argc, cmd->argv, cmd->lens);
-  /* On failure the output buffer may hold part of a pipeline: never reuse it. */
-  if (n < 0) {
-    c->broken = 1;
-    return dlock__error(DLOCK_ENOMEM, "out of memory formatting a command");
+  size_t need = 1 + 20 + 2;
+  for (int i = 0; i < cmd->argc; i++) need += 1 + 20 + 2 + cmd->lens[i] + 2;
+  if (c->out_len + need > c->out_cap) {
+    char *grown = realloc(c->out, c->out_len + need);
+    if (!grown) {
+      /* On failure the output buffer may hold part of a pipeline: never reuse it. */
+      c->broken = 1;
+      return dlock__error(DLOCK_ENOMEM, "out of memory formatting a command");
+    }
+    c->out = grown;
+    c->out_cap = c->out_len + need;
   }
-  char *grown = realloc(c->out, c->out_len + (size_t)n);
-  if (!grown) {
-    c->broken = 1;
-    redisFreeCommand(buf);
-    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  char *p = c->out + c->out_len;
+  *p++ = '*';
+  p += put_decimal(p, (size_t)cmd->argc);
+  *p++ = '\r';
+  *p++ = '\n';
+  for (int i = 0; i < cmd->argc; i++) {
+    *p++ = '$';
+    p += put_decimal(p, cmd->lens[i]);
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, cmd->argv[i], cmd->lens[i]);
+    p += cmd->lens[i];
+    *p++ = '\r';
+    *p++ = '\n';
   }
-  memcpy(grown + c->out_len, buf, (size_t)n);
-  c->out = grown;
-  c->out_len += (size_t)n;
-  redisFreeCommand(buf);
+  c->out_len = (size_t)(p - c->out);
   return 0;
 }
 
