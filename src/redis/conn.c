@@ -1,10 +1,10 @@
 /*
  * conn.c - one connection to Redis: TCP, unix socket or TLS, speaking RESP.
  *
- * The only file that includes hiredis. hiredis 0.14 has no TLS, so we do the
- * I/O ourselves on a non-blocking socket (poll() gives every call a deadline)
- * and use hiredis only to encode (redisFormatCommandArgv()). Replies are
- * parsed by reader.c, which bounds what a server may announce.
+ * hiredis 0.14 has no TLS, so we do the I/O ourselves on a non-blocking
+ * socket (poll() gives every call a deadline), encode commands in RESP here
+ * and parse replies with reader.c, which bounds what a server may announce:
+ * the library needs no Redis client library at all.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>

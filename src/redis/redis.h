@@ -3,7 +3,7 @@
  * (and the tests of its parts).
  *
  * Layers, bottom up: url (endpoint) -> conn (one socket or TLS stream
- * speaking RESP; the only hiredis user) -> node and topology (pools of
+ * speaking RESP, encoded and parsed here: no Redis client library) -> node and topology (pools of
  * connections, routing by key: standalone, Sentinel, Cluster, Redlock) ->
  * scripts (EVALSHA with NOSCRIPT fallback) -> lock, waiters, admin, sched,
  * check: the operations of dlock__redis_ops (backend.h).

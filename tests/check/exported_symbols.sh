@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every symbol the shared library exports must start with dlock_ (and the
-# internal dlock__ helpers must stay hidden): hiredis 0.14 already exports
-# unprefixed names, so we must not add any.
+# internal dlock__ helpers must stay hidden): a program that links us with
+# other libraries must never meet a name of ours it did not ask for.
 set -u
 lib=$1
 syms=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}')

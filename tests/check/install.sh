@@ -24,14 +24,16 @@ MANPATH=$tmp/prefix/share/man man -w dlock 2>/dev/null | grep -q "^$tmp/prefix/s
 [ -f "$tmp/prefix/share/man/man3/libdlock.3" ] || fail "share/man/man3/libdlock.3 not installed"
 [ -f "$tmp/prefix/share/bash-completion/completions/dlock" ] || fail "bash completion not installed"
 [ -f "$tmp/prefix/share/zsh/vendor-completions/_dlock" ] || fail "zsh completion not installed"
-# A consumer gets our include directory and nothing else: hiredis' Cflags
-# (-I.../hiredis, -D_FILE_OFFSET_BITS=64) must not leak into its build.
+# A consumer gets our include directory and nothing else: no dependency's
+# Cflags leak into its build.
 incdir=$(pkg-config --variable=includedir dlock)
 cflags=$(pkg-config --cflags dlock)
 [ "$(echo $cflags)" = "-I$incdir" ] || fail "pkg-config --cflags dlock gives '$cflags', want '-I$incdir'"
 cflags=$(pkg-config --cflags --static dlock)
 [ "$(echo $cflags)" = "-I$incdir" ] || fail "pkg-config --cflags --static dlock gives '$cflags'"
-pkg-config --libs --static dlock | grep -q -- '-lhiredis' || fail "pkg-config --static --libs lacks -lhiredis"
+pkg-config --libs --static dlock | grep -q -- '-lssl' || fail "pkg-config --static --libs lacks -lssl"
+# The library encodes and parses RESP itself: no hiredis for its users.
+! pkg-config --libs --static dlock | grep -q -- '-lhiredis' || fail "pkg-config --static --libs still names hiredis"
 libdir=$(pkg-config --variable=libdir dlock)
 for ex in "$src"/examples/*.c; do
   name=$(basename "$ex" .c)
