@@ -373,22 +373,16 @@ static size_t put_decimal(char *p, size_t v) {
   return n;
 }
 
-/* RESP: *<argc>\r\n, then $<len>\r\n<bytes>\r\n for each argument; written
- * here (snprintf per argument cost more than the rest of the encoding). */
-int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd) {
+size_t dlock__resp_size(const dlock__cmd *cmd) {
   size_t need = 1 + 20 + 2;
   for (int i = 0; i < cmd->argc; i++) need += 1 + 20 + 2 + cmd->lens[i] + 2;
-  if (c->out_len + need > c->out_cap) {
-    char *grown = realloc(c->out, c->out_len + need);
-    if (!grown) {
-      /* On failure the output buffer may hold part of a pipeline: never reuse it. */
-      c->broken = 1;
-      return dlock__error(DLOCK_ENOMEM, "out of memory formatting a command");
-    }
-    c->out = grown;
-    c->out_cap = c->out_len + need;
-  }
-  char *p = c->out + c->out_len;
+  return need;
+}
+
+/* RESP: *<argc>\r\n, then $<len>\r\n<bytes>\r\n for each argument; written
+ * here (snprintf per argument cost more than the rest of the encoding). */
+size_t dlock__resp_encode(char *out, const dlock__cmd *cmd) {
+  char *p = out;
   *p++ = '*';
   p += put_decimal(p, (size_t)cmd->argc);
   *p++ = '\r';
@@ -403,7 +397,22 @@ int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd) {
     *p++ = '\r';
     *p++ = '\n';
   }
-  c->out_len = (size_t)(p - c->out);
+  return (size_t)(p - out);
+}
+
+int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd) {
+  size_t need = dlock__resp_size(cmd);
+  if (c->out_len + need > c->out_cap) {
+    char *grown = realloc(c->out, c->out_len + need);
+    if (!grown) {
+      /* On failure the output buffer may hold part of a pipeline: never reuse it. */
+      c->broken = 1;
+      return dlock__error(DLOCK_ENOMEM, "out of memory formatting a command");
+    }
+    c->out = grown;
+    c->out_cap = c->out_len + need;
+  }
+  c->out_len += dlock__resp_encode(c->out + c->out_len, cmd);
   return 0;
 }
 

@@ -144,6 +144,10 @@ void dlock__conn_close(dlock__conn *c);
 int dlock__conn_fd(const dlock__conn *c);
 /* Queue a command in the output buffer (no I/O). */
 int dlock__conn_append(dlock__conn *c, const dlock__cmd *cmd);
+/* RESP encoding of 'cmd': at most dlock__resp_size() bytes, written by
+ * dlock__resp_encode(), which returns how many it wrote. */
+size_t dlock__resp_size(const dlock__cmd *cmd);
+size_t dlock__resp_encode(char *out, const dlock__cmd *cmd);
 /* Write the output buffer; read one reply. On any failure the connection is
  * marked broken and must be closed. */
 int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline);

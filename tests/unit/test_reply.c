@@ -2,7 +2,8 @@
  * test_reply.c - the RESP reply reader (src/redis/reader.c), fed byte buffers.
  *
  * The same reader parses every reply read from a socket (conn.c); here it is
- * driven through dlock__reply_parse() and the incremental feed/get calls.
+ * driven through dlock__reply_parse() and the incremental feed/get calls;
+ * the command encoder (dlock__resp_encode) is checked byte for byte.
  * Hostile rows are the replies of issue 14 (a 2^31-element array, a 1 TB
  * bulk) and the malformed inputs a fuzzer would try first.
  */
@@ -231,6 +232,20 @@ TEST(a_failed_reader_stays_failed) {
   ASSERT_EQ(rc3, DLOCK_EPROTO);
   ASSERT(r == NULL);
   ASSERT_CONTAINS(msg, "bad bulk length in reply: \"$-5\"");
+}
+
+TEST(commands_are_encoded_in_resp_byte_for_byte) {
+  /* An empty argument, one with CR LF and NUL inside, and one of ten bytes. */
+  const char *argv[] = {"EVALSHA", "", "a\r\nb\0c", "0123456789"};
+  size_t lens[] = {7, 0, 6, 10};
+  dlock__cmd cmd = {4, argv, lens};
+  static const char want[] = "*4\r\n$7\r\nEVALSHA\r\n$0\r\n\r\n$6\r\na\r\nb\0c\r\n$10\r\n0123456789\r\n";
+  char out[256];
+  ASSERT(dlock__resp_size(&cmd) <= sizeof out);
+  size_t n = dlock__resp_encode(out, &cmd);
+  ASSERT_EQ(n, sizeof want - 1);
+  ASSERT(dlock__resp_size(&cmd) >= n);
+  ASSERT(memcmp(out, want, n) == 0);
 }
 
 TEST_MAIN()
