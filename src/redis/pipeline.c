@@ -66,6 +66,20 @@ struct dlock__pipeline {
 
 static void *flusher_main(void *arg);
 
+/* The pipeline whose lock this thread holds: a release that must run again
+ * (NOSCRIPT) while we read replies goes through the pool, not back here. */
+static _Thread_local dlock__pipeline *locked_here;
+
+static void lock(dlock__pipeline *p) {
+  pthread_mutex_lock(&p->mu);
+  locked_here = p;
+}
+
+static void unlock(dlock__pipeline *p) {
+  locked_here = NULL;
+  pthread_mutex_unlock(&p->mu);
+}
+
 /* The client's pipeline, made (with its flusher thread) on first use. NULL
  * when out of memory or no thread could be started: the caller releases
  * synchronously instead. */
@@ -246,7 +260,7 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   dlock__node *node = dlock__route(c, k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK],
                                    dlock_mono_now() + c->command_timeout_ms, &rc);
   if (!node) return rc;
-  pthread_mutex_lock(&p->mu);
+  lock(p);
   if (p->conn && (p->node != node || dlock__conn_broken(p->conn))) {
     /* The master moved (Sentinel): read what is pending there first. */
     if (drain(c, p) == 0) {
@@ -257,13 +271,13 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   if (!p->conn) {
     if ((rc = dlock__conn_open(&node->ep, node->ssl_ctx, &p->conn)) != 0) {
       p->conn = NULL;
-      pthread_mutex_unlock(&p->mu);
+      unlock(p);
       return dlock__error(rc, "%s; not sent, the key expires with its lease", dlock_last_error());
     }
     p->node = node;
   }
   if (p->n == PIPE_MAX && read_one(c, p, 1) < 0) {
-    pthread_mutex_unlock(&p->mu);
+    unlock(p);
     return dlock__error(DLOCK_EIO, "the pipeline connection failed; not sent, the key expires with its lease");
   }
   dlock__script_call call;
@@ -283,7 +297,7 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
     char why[256];
     snprintf(why, sizeof why, "%s", dlock_last_error());
     fail_all(p, why, 1);
-    pthread_mutex_unlock(&p->mu);
+    unlock(p);
     return dlock__error(rc, "%s; not sent, the key expires with its lease", why);
   }
   pending *slot = &p->q[(p->head + p->n) % PIPE_MAX];
@@ -297,22 +311,22 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   /* Replies of releases written earlier (not through a later command, or
    * the flusher's) may be here: read those, without waiting. */
   while (p->n > atomic_load(&p->corked) && read_one(c, p, 0) > 0) {}
-  pthread_mutex_unlock(&p->mu);
+  unlock(p);
   return 0;
 }
 
 int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
                          dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out) {
   dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
-  if (!p || !atomic_load(&p->corked)) return 0;
-  pthread_mutex_lock(&p->mu);
+  if (!p || !atomic_load(&p->corked) || locked_here == p) return 0;
+  lock(p);
   if (!atomic_load(&p->corked) || p->node != node || !p->conn) {
-    pthread_mutex_unlock(&p->mu);
+    unlock(p);
     return 0;
   }
   if (dlock__conn_broken(p->conn)) { /* the corked releases cannot leave; ours go the usual way */
     fail_all(p, "the pipeline connection had failed before it was written", 1);
-    pthread_mutex_unlock(&p->mu);
+    unlock(p);
     return 0;
   }
   *sent = 0;
@@ -325,7 +339,7 @@ int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *c
   if (rc) { /* none of ours left; the connection goes (the output may hold part of one) */
     snprintf(why, sizeof why, "%s", dlock_last_error());
     fail_all(p, why, 1);
-    pthread_mutex_unlock(&p->mu);
+    unlock(p);
     *out = dlock__node_note_outcome(node, dlock__error(rc, "%s", why), NULL, 0);
     return 1;
   }
@@ -333,7 +347,7 @@ int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *c
   /* The releases ahead of ours, in the same write, and their replies
    * first; then ours. */
   if (uncork(c, p) < 0 || drain(c, p) < 0) {
-    pthread_mutex_unlock(&p->mu);
+    unlock(p);
     *out = dlock__node_note_outcome(node, dlock__error(DLOCK_EIO, "%s: the connection failed before the reply "
                                                        "came", node->ep.display), NULL, 0);
     return 1;
@@ -348,7 +362,7 @@ int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *c
     fail_all(p, why, 0);
     rc = dlock__error(rc, "%s", why);
   }
-  pthread_mutex_unlock(&p->mu);
+  unlock(p);
   *out = dlock__node_note_outcome(node, rc, replies, n);
   return 1;
 }
@@ -357,27 +371,27 @@ void dlock__redis_release_collect(dlock_mutex *m) {
   dlock_client *c = m->client;
   dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
   if (!p) return;
-  pthread_mutex_lock(&p->mu);
+  lock(p);
   for (;;) {
     int found = 0;
     for (int i = 0; i < p->n && !found; i++) found = p->q[(p->head + i) % PIPE_MAX].m == m;
     if (!found || read_one(c, p, 1) < 0) break;
   }
-  pthread_mutex_unlock(&p->mu);
+  unlock(p);
 }
 
 void dlock__pipeline_free(dlock_client *c) {
   dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
   if (!p) return;
-  pthread_mutex_lock(&p->mu);
+  lock(p);
   p->stop = 1;
   pthread_cond_signal(&p->cv);
-  pthread_mutex_unlock(&p->mu);
+  unlock(p);
   if (p->flusher_started) pthread_join(p->flusher, NULL);
-  pthread_mutex_lock(&p->mu);
+  lock(p);
   if (p->conn) drain(c, p);
   if (p->conn) dlock__conn_close(p->conn);
-  pthread_mutex_unlock(&p->mu);
+  unlock(p);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
   free(p);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dlock.h"
 #include "faultproxy.h"
@@ -230,6 +231,32 @@ TEST(a_script_cache_flushed_under_corked_releases_runs_each_release_and_acquire_
   th_redis_cli(&srv, out, sizeof out, "EXISTS p:flush:b");
   ASSERT_STR_EQ(out, "1");
   ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+}
+
+TEST(a_noscript_reply_read_while_a_release_is_corked_runs_that_release_again) {
+  /* a's release leaves (the flusher) after the script cache was flushed:
+   * NOSCRIPT. b's release_async reads that reply while b's own release is
+   * corked, and runs a's release again through the pool: no deadlock on the
+   * pipeline, and both releases happen. alarm(): a hang fails the test. */
+  dlock_client *c = test_client(srv.url);
+  dlock_mutex *a = test_mutex(c, "p:ns:a", 60000);
+  dlock_mutex *b = test_mutex(c, "p:ns:b", 60000);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  char out[64];
+  th_redis_cli(&srv, out, sizeof out, "SCRIPT FLUSH");
+  ASSERT_OK(dlock_mutex_release_async(a));
+  th_sleep_ms(200 * th_time_factor()); /* the flusher writes it; NOSCRIPT comes back */
+  ASSERT_OK(dlock_mutex_acquire(b, 0));
+  alarm((unsigned)(60 * th_time_factor()));
+  ASSERT_OK(dlock_mutex_release_async(b));
+  ASSERT_OK(dlock_mutex_release_result(a));
+  ASSERT_OK(dlock_mutex_release_result(b));
+  alarm(0);
+  th_redis_cli(&srv, out, sizeof out, "EXISTS p:ns:a p:ns:b");
+  ASSERT_STR_EQ(out, "0");
   dlock_mutex_free(a);
   dlock_mutex_free(b);
   dlock_client_free(c);
