@@ -11,7 +11,9 @@
  * A release is corked: appended to the connection's output, not written.
  * The client's next script call for the same server (the next acquire,
  * typically) is then sent on this connection in the same write, and reads
- * the releases' replies before its own: a cycle of acquire + pipelined
+ * the releases' replies before its own (so does any call made while a
+ * written release's reply is unread, and one followed by WAIT: on another
+ * connection it could run before the release): a cycle of acquire + pipelined
  * release costs one round trip, one write and one wake-up of Redis, not
  * two (docs/PERFORMANCE.md). When no such call follows, the flusher thread
  * writes the corked releases CORK_MS after the first of them (a release is
@@ -52,7 +54,9 @@ struct dlock__pipeline {
   dlock__node *node;
   dlock__conn *conn;
   pending q[PIPE_MAX];
-  int head, n;
+  /* Atomic: dlock__pipeline_exec() looks at n without the lock. */
+  int head;
+  atomic_int n;
   /* The last 'corked' of the n pending releases are appended to conn's
    * output but not written yet; the first of them since 'corked_at'.
    * Atomic: dlock__pipeline_exec() looks without the lock. */
@@ -158,7 +162,7 @@ static void fail_all(dlock__pipeline *p, const char *why, int unsent) {
            "not run, the key expires with its lease", why);
   snprintf(never, sizeof never, "the release was never sent (%s); the key expires with its lease", why);
   int written = p->n - (unsent ? atomic_load(&p->corked) : 0);
-  for (; p->n > 0; p->n--, p->head = (p->head + 1) % PIPE_MAX, written--)
+  for (; p->n > 0; atomic_fetch_sub(&p->n, 1), p->head = (p->head + 1) % PIPE_MAX, written--)
     dlock__mutex_release_done(p->q[p->head].m, written > 0 ? DLOCK_EUNKNOWN : DLOCK_EIO, written > 0 ? msg : never);
   if (p->conn) {
     atomic_store(&p->node->suspect, 1); /* Sentinel: resolve the master again */
@@ -318,9 +322,11 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
 int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
                          dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out) {
   dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
-  if (!p || !atomic_load(&p->corked) || locked_here == p) return 0;
+  /* Any pending release, corked or written with its reply not read yet:
+   * sent on another connection, this call could run before it. */
+  if (!p || !atomic_load(&p->n) || locked_here == p) return 0;
   lock(p);
-  if (!atomic_load(&p->corked) || p->node != node || !p->conn) {
+  if (!p->n || p->node != node || !p->conn) {
     unlock(p);
     return 0;
   }
