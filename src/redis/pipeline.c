@@ -265,6 +265,13 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
                                    dlock_mono_now() + c->command_timeout_ms, &rc);
   if (!node) return rc;
   lock(p);
+  if (p->conn && !p->n && dlock_mono_now() >= p->last_cork + FLUSHER_IDLE_MS && dlock__conn_idle_closed(p->conn)) {
+    /* Idle, nothing pending, yet readable: the server closed it (its idle
+     * timeout, a restart, CLIENT KILL), as the pool checks its idle ones.
+     * Corked onto it, this release would never run. */
+    dlock__conn_close(p->conn);
+    p->conn = NULL;
+  }
   if (p->conn && (p->node != node || dlock__conn_broken(p->conn))) {
     /* The master moved (Sentinel): read what is pending there first. */
     if (drain(c, p) == 0) {

@@ -329,4 +329,39 @@ TEST(held_more_releases_than_the_pipeline_holds_and_close_while_corked) {
   alarm(0);
 }
 
+/* Finding 3: the pipeline connection is reused without the check the pool
+ * makes of an idle connection (dlock__conn_idle_closed: readable means the
+ * server closed it). With the server's idle 'timeout' set, the first
+ * pipelined release after an idle spell is corked onto a connection the
+ * server has closed: the release never runs (the lock stays held to the end
+ * of its lease; its outcome is DLOCK_EUNKNOWN), and the acquire that rides
+ * behind it fails as a lost reply. */
+TEST(review_finding_3_a_pipelined_release_after_the_servers_idle_timeout) {
+  alarm(60);
+  th_redis idle;
+  ASSERT_OK(th_redis_start(&idle, "timeout 1\n"));
+  dlock_client *c = test_client(idle.url);
+  dlock_mutex *a = test_mutex(c, "rp:idle", 30000), *b = test_mutex(c, "rp:idle", 30000);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  ASSERT_OK(dlock_mutex_release_async(a)); /* the pipeline connection opens */
+  ASSERT_OK(dlock_mutex_release_result(a));
+  th_sleep_ms(3500); /* the server closes its idle connections */
+  ASSERT_OK(dlock_mutex_acquire(a, 0)); /* the pool notices its closed one */
+  ASSERT_OK(dlock_mutex_release_async(a));
+  int brc = dlock_mutex_acquire(b, 0);
+  char why[512];
+  snprintf(why, sizeof why, "%s", dlock_last_error());
+  if (brc == 0) dlock_mutex_release(b);
+  int arc = dlock_mutex_release_result(a);
+  char awhy[512];
+  snprintf(awhy, sizeof awhy, "%s", dlock_last_error());
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  th_redis_stop(&idle);
+  alarm(0);
+  if (arc) TEST_FAIL("the release after an idle spell: %d %s", arc, awhy);
+  if (brc) TEST_FAIL("the acquire after it: %d %s", brc, why);
+}
+
 TEST_MAIN()
