@@ -250,6 +250,38 @@ static int drain(dlock_client *c, dlock__pipeline *p) {
   return 0;
 }
 
+/* The release scripts into the server's cache, on a new pipeline
+ * connection: a corked EVALSHA that answered NOSCRIPT would run again only
+ * after the calls that rode behind it (a fresh or restarted server, a
+ * failover). A refusal (ACL without SCRIPT) is ignored: EVALSHA's NOSCRIPT
+ * path remains. 0, or a status when the connection failed. */
+static int load_release_scripts(dlock_client *c, dlock__conn *conn) {
+  static const dlock__script_id ids[] = {DLOCK__SCRIPT_RELEASE, DLOCK__SCRIPT_SEM_RELEASE,
+                                         DLOCK__SCRIPT_RW_RELEASE};
+  enum { N = sizeof ids / sizeof ids[0] };
+  const char *argv[N][3];
+  size_t lens[N][3];
+  int rc = 0;
+  for (int i = 0; i < N && !rc; i++) {
+    argv[i][0] = "SCRIPT";
+    argv[i][1] = "LOAD";
+    argv[i][2] = dlock__script_text(ids[i]);
+    lens[i][0] = 6;
+    lens[i][1] = 4;
+    lens[i][2] = strlen(argv[i][2]);
+    dlock__cmd cmd = {3, argv[i], lens[i]};
+    rc = dlock__conn_append(conn, &cmd);
+  }
+  dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
+  if (!rc) rc = dlock__conn_flush(conn, deadline);
+  for (int i = 0; i < N && !rc; i++) {
+    dlock__reply *r = NULL;
+    rc = dlock__conn_read(conn, deadline, &r);
+    dlock__reply_free(r);
+  }
+  return rc;
+}
+
 int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   dlock_client *c = m->client;
   dlock__topology *t = dlock__topo(c);
@@ -282,6 +314,11 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   if (!p->conn) {
     if ((rc = dlock__conn_open(&node->ep, node->ssl_ctx, &p->conn)) != 0) {
       p->conn = NULL;
+    } else if ((rc = load_release_scripts(c, p->conn)) != 0) {
+      dlock__conn_close(p->conn);
+      p->conn = NULL;
+    }
+    if (rc) {
       unlock(p);
       return dlock__error(rc, "%s; not sent, the key expires with its lease", dlock_last_error());
     }

@@ -364,4 +364,94 @@ TEST(review_finding_3_a_pipelined_release_after_the_servers_idle_timeout) {
   if (brc) TEST_FAIL("the acquire after it: %d %s", brc, why);
 }
 
+/* Finding 4: on a server whose script cache lacks release.lua (a fresh or
+ * restarted server, SCRIPT FLUSH), the corked EVALSHA of the release
+ * answers NOSCRIPT; read_one() then runs it again through the pool, but the
+ * acquire that rode behind it in the same write has already run: the same
+ * thread's try acquire of the name it has just released answers
+ * DLOCK_EBUSY. The first cycle on every new server does this. */
+TEST(review_finding_4_the_first_pipelined_release_on_a_fresh_server_keeps_the_order) {
+  alarm(60);
+  th_redis fresh;
+  ASSERT_OK(th_redis_start(&fresh, NULL));
+  dlock_client *c = test_client(fresh.url);
+  dlock_mutex *a = test_mutex(c, "rp:fresh", 30000), *b = test_mutex(c, "rp:fresh", 30000);
+  int brc = 0, rrc = 0;
+  char why[512] = "";
+  for (int round = 0; round < 2 && !brc; round++) {
+    if (round == 1) { /* restarted: an empty cache */
+      ASSERT_OK(th_redis_restart(&fresh));
+      th_sleep_ms(300);
+    }
+    ASSERT_OK(dlock_mutex_acquire(a, 0));
+    ASSERT_OK(dlock_mutex_release_async(a));
+    brc = dlock_mutex_acquire(b, 0);
+    if (brc) snprintf(why, sizeof why, "round %d: %s", round, dlock_last_error());
+    else ASSERT_OK(dlock_mutex_release(b));
+    rrc = dlock_mutex_release_result(a);
+  }
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  th_redis_stop(&fresh);
+  alarm(0);
+  if (brc) TEST_FAIL("the try acquire after this thread's pipelined release: %d %s", brc, why);
+  ASSERT_OK(rrc);
+}
+
+/* TLS: threads cycling with pipelined releases, then the finding 3 case
+ * over TLS (its idle check peeks through OpenSSL). */
+TEST(held_pipelined_releases_over_tls_and_after_an_idle_spell) {
+  alarm(120);
+  char certs[512];
+  snprintf(certs, sizeof certs, "%s/rp-certs-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  ASSERT(mkdtemp(certs) != NULL);
+  ASSERT_OK(th_make_certs(certs));
+  th_redis t;
+  char extra[1500];
+  int port = 0, started = -1;
+  for (int attempt = 0; attempt < 5 && started != 0; attempt++) {
+    port = th_free_port();
+    snprintf(extra, sizeof extra,
+             "tls-port %d\ntls-cert-file %s/server.crt\ntls-key-file %s/server.key\n"
+             "tls-ca-cert-file %s/ca.crt\ntls-auth-clients optional\ntimeout 1\n", port, certs, certs, certs);
+    started = th_redis_start(&t, extra);
+  }
+  ASSERT_OK(started);
+  char url[128], ca[600];
+  snprintf(url, sizeof url, "rediss://127.0.0.1:%d", port);
+  snprintf(ca, sizeof ca, "%s/ca.crt", certs);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.tls_ca_file = ca;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  worker w[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (worker){c, 100 + i, 0, ""};
+    pthread_create(&th[i], NULL, cycle, &w[i]);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 4; i++)
+    if (w[i].failures) TEST_FAIL("TLS thread %d: %d failures, first %s", i, w[i].failures, w[i].why);
+  dlock_mutex *a = test_mutex(c, "rp:tls:idle", 30000), *b = test_mutex(c, "rp:tls:idle", 30000);
+  th_sleep_ms(3500);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  ASSERT_OK(dlock_mutex_release_async(a));
+  ASSERT_OK(dlock_mutex_acquire(b, 0));
+  ASSERT_OK(dlock_mutex_release_async(b));
+  ASSERT_OK(dlock_mutex_release_result(a));
+  ASSERT_OK(dlock_mutex_release_result(b));
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  th_redis_stop(&t);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", certs);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", certs);
+  alarm(0);
+}
+
 TEST_MAIN()
