@@ -173,17 +173,21 @@ static void fail_all(dlock__pipeline *p, const char *why, int unsent) {
   atomic_store(&p->corked, 0);
 }
 
-/* Write the corked releases. 0, or -1 when the connection failed (every
- * pending outcome is then unknown: part of the output may have left).
+/* Write the output (the corked releases, and what rides behind them). 0,
+ * or -1 when the connection failed (every pending outcome is then unknown:
+ * part of the output may have left).
  * Caller holds p->mu. */
-static int uncork(dlock_client *c, dlock__pipeline *p) {
-  if (!atomic_load(&p->corked)) return 0;
+static int write_out(dlock_client *c, dlock__pipeline *p) {
   if (dlock__conn_flush(p->conn, dlock_mono_now() + c->command_timeout_ms) != 0) {
     fail_all(p, dlock_last_error(), 0);
     return -1;
   }
   atomic_store(&p->corked, 0);
   return 0;
+}
+
+static int uncork(dlock_client *c, dlock__pipeline *p) {
+  return atomic_load(&p->corked) ? write_out(c, p) : 0;
 }
 
 /* Writes corked releases that waited CORK_MS for a command to ride with. */
@@ -396,7 +400,7 @@ int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *c
   *sent = 1;
   /* The releases ahead of ours, in the same write, and their replies
    * first; then ours. */
-  if (uncork(c, p) < 0 || drain(c, p) < 0) {
+  if (write_out(c, p) < 0 || drain(c, p) < 0) {
     unlock(p);
     *out = dlock__node_note_outcome(node, dlock__error(DLOCK_EIO, "%s: the connection failed before the reply "
                                                        "came", node->ep.display), NULL, 0);

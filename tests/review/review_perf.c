@@ -329,6 +329,35 @@ TEST(held_more_releases_than_the_pipeline_holds_and_close_while_corked) {
   alarm(0);
 }
 
+/* Releases written by the flusher, their replies not read yet: the next
+ * call rides the pipeline connection behind them (finding 2's fix) and must
+ * be written itself, promptly. */
+TEST(held_a_call_behind_written_unanswered_releases_is_sent_at_once) {
+  alarm(60);
+  dlock_client *c = test_client(srv.url);
+  dlock_mutex *a = test_mutex(c, "rp:behind:a", 10000), *b = test_mutex(c, "rp:behind:b", 10000),
+              *x = test_mutex(c, "rp:behind:x", 10000);
+  for (int i = 0; i < 20; i++) {
+    ASSERT_OK(dlock_mutex_acquire(a, 0));
+    ASSERT_OK(dlock_mutex_acquire(b, 0));
+    ASSERT_OK(dlock_mutex_release_async(a));
+    ASSERT_OK(dlock_mutex_release_async(b));
+    th_sleep_ms(20); /* the flusher writes them; nobody reads the replies */
+    long long t0 = th_now_ms();
+    ASSERT_OK(dlock_mutex_acquire(x, 0));
+    long long took = th_now_ms() - t0;
+    if (took > 500) TEST_FAIL("round %d: the acquire behind written releases took %lld ms", i, took);
+    ASSERT_OK(dlock_mutex_release(x));
+    ASSERT_OK(dlock_mutex_release_result(a));
+    ASSERT_OK(dlock_mutex_release_result(b));
+  }
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_mutex_free(x);
+  dlock_client_free(c);
+  alarm(0);
+}
+
 /* Finding 3: the pipeline connection is reused without the check the pool
  * makes of an idle connection (dlock__conn_idle_closed: readable means the
  * server closed it). With the server's idle 'timeout' set, the first
