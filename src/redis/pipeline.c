@@ -11,7 +11,9 @@
  * A release is corked: appended to the connection's output, not written.
  * The client's next script call for the same server (the next acquire,
  * typically) is then sent on this connection in the same write, and reads
- * the releases' replies before its own: a cycle of acquire + pipelined
+ * the releases' replies before its own (so does any call made while a
+ * written release's reply is unread, and one followed by WAIT: on another
+ * connection it could run before the release): a cycle of acquire + pipelined
  * release costs one round trip, one write and one wake-up of Redis, not
  * two (docs/PERFORMANCE.md). When no such call follows, the flusher thread
  * writes the corked releases CORK_MS after the first of them (a release is
@@ -52,7 +54,9 @@ struct dlock__pipeline {
   dlock__node *node;
   dlock__conn *conn;
   pending q[PIPE_MAX];
-  int head, n;
+  /* Atomic: dlock__pipeline_exec() looks at n without the lock. */
+  int head;
+  atomic_int n;
   /* The last 'corked' of the n pending releases are appended to conn's
    * output but not written yet; the first of them since 'corked_at'.
    * Atomic: dlock__pipeline_exec() looks without the lock. */
@@ -158,7 +162,7 @@ static void fail_all(dlock__pipeline *p, const char *why, int unsent) {
            "not run, the key expires with its lease", why);
   snprintf(never, sizeof never, "the release was never sent (%s); the key expires with its lease", why);
   int written = p->n - (unsent ? atomic_load(&p->corked) : 0);
-  for (; p->n > 0; p->n--, p->head = (p->head + 1) % PIPE_MAX, written--)
+  for (; p->n > 0; atomic_fetch_sub(&p->n, 1), p->head = (p->head + 1) % PIPE_MAX, written--)
     dlock__mutex_release_done(p->q[p->head].m, written > 0 ? DLOCK_EUNKNOWN : DLOCK_EIO, written > 0 ? msg : never);
   if (p->conn) {
     atomic_store(&p->node->suspect, 1); /* Sentinel: resolve the master again */
@@ -169,17 +173,21 @@ static void fail_all(dlock__pipeline *p, const char *why, int unsent) {
   atomic_store(&p->corked, 0);
 }
 
-/* Write the corked releases. 0, or -1 when the connection failed (every
- * pending outcome is then unknown: part of the output may have left).
+/* Write the output (the corked releases, and what rides behind them). 0,
+ * or -1 when the connection failed (every pending outcome is then unknown:
+ * part of the output may have left).
  * Caller holds p->mu. */
-static int uncork(dlock_client *c, dlock__pipeline *p) {
-  if (!atomic_load(&p->corked)) return 0;
+static int write_out(dlock_client *c, dlock__pipeline *p) {
   if (dlock__conn_flush(p->conn, dlock_mono_now() + c->command_timeout_ms) != 0) {
     fail_all(p, dlock_last_error(), 0);
     return -1;
   }
   atomic_store(&p->corked, 0);
   return 0;
+}
+
+static int uncork(dlock_client *c, dlock__pipeline *p) {
+  return atomic_load(&p->corked) ? write_out(c, p) : 0;
 }
 
 /* Writes corked releases that waited CORK_MS for a command to ride with. */
@@ -246,6 +254,38 @@ static int drain(dlock_client *c, dlock__pipeline *p) {
   return 0;
 }
 
+/* The release scripts into the server's cache, on a new pipeline
+ * connection: a corked EVALSHA that answered NOSCRIPT would run again only
+ * after the calls that rode behind it (a fresh or restarted server, a
+ * failover). A refusal (ACL without SCRIPT) is ignored: EVALSHA's NOSCRIPT
+ * path remains. 0, or a status when the connection failed. */
+static int load_release_scripts(dlock_client *c, dlock__conn *conn) {
+  static const dlock__script_id ids[] = {DLOCK__SCRIPT_RELEASE, DLOCK__SCRIPT_SEM_RELEASE,
+                                         DLOCK__SCRIPT_RW_RELEASE};
+  enum { N = sizeof ids / sizeof ids[0] };
+  const char *argv[N][3];
+  size_t lens[N][3];
+  int rc = 0;
+  for (int i = 0; i < N && !rc; i++) {
+    argv[i][0] = "SCRIPT";
+    argv[i][1] = "LOAD";
+    argv[i][2] = dlock__script_text(ids[i]);
+    lens[i][0] = 6;
+    lens[i][1] = 4;
+    lens[i][2] = strlen(argv[i][2]);
+    dlock__cmd cmd = {3, argv[i], lens[i]};
+    rc = dlock__conn_append(conn, &cmd);
+  }
+  dlock_mono_ms deadline = dlock_mono_now() + c->command_timeout_ms;
+  if (!rc) rc = dlock__conn_flush(conn, deadline);
+  for (int i = 0; i < N && !rc; i++) {
+    dlock__reply *r = NULL;
+    rc = dlock__conn_read(conn, deadline, &r);
+    dlock__reply_free(r);
+  }
+  return rc;
+}
+
 int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   dlock_client *c = m->client;
   dlock__topology *t = dlock__topo(c);
@@ -261,6 +301,13 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
                                    dlock_mono_now() + c->command_timeout_ms, &rc);
   if (!node) return rc;
   lock(p);
+  if (p->conn && !p->n && dlock_mono_now() >= p->last_cork + FLUSHER_IDLE_MS && dlock__conn_idle_closed(p->conn)) {
+    /* Idle, nothing pending, yet readable: the server closed it (its idle
+     * timeout, a restart, CLIENT KILL), as the pool checks its idle ones.
+     * Corked onto it, this release would never run. */
+    dlock__conn_close(p->conn);
+    p->conn = NULL;
+  }
   if (p->conn && (p->node != node || dlock__conn_broken(p->conn))) {
     /* The master moved (Sentinel): read what is pending there first. */
     if (drain(c, p) == 0) {
@@ -271,6 +318,11 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   if (!p->conn) {
     if ((rc = dlock__conn_open(&node->ep, node->ssl_ctx, &p->conn)) != 0) {
       p->conn = NULL;
+    } else if ((rc = load_release_scripts(c, p->conn)) != 0) {
+      dlock__conn_close(p->conn);
+      p->conn = NULL;
+    }
+    if (rc) {
       unlock(p);
       return dlock__error(rc, "%s; not sent, the key expires with its lease", dlock_last_error());
     }
@@ -318,9 +370,11 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
 int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
                          dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out) {
   dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
-  if (!p || !atomic_load(&p->corked) || locked_here == p) return 0;
+  /* Any pending release, corked or written with its reply not read yet:
+   * sent on another connection, this call could run before it. */
+  if (!p || !atomic_load(&p->n) || locked_here == p) return 0;
   lock(p);
-  if (!atomic_load(&p->corked) || p->node != node || !p->conn) {
+  if (!p->n || p->node != node || !p->conn) {
     unlock(p);
     return 0;
   }
@@ -346,7 +400,7 @@ int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *c
   *sent = 1;
   /* The releases ahead of ours, in the same write, and their replies
    * first; then ours. */
-  if (uncork(c, p) < 0 || drain(c, p) < 0) {
+  if (write_out(c, p) < 0 || drain(c, p) < 0) {
     unlock(p);
     *out = dlock__node_note_outcome(node, dlock__error(DLOCK_EIO, "%s: the connection failed before the reply "
                                                        "came", node->ep.display), NULL, 0);

@@ -170,7 +170,10 @@ static int exec_with_wait(dlock_client *c, dlock__node *node, dlock__cmd *cmds, 
   }
   memcpy(all, cmds, k * sizeof *all);
   all[k] = (dlock__cmd){3, argv, lens};
-  int rc = dlock__node_exec_until(node, all, k + 1, rall, sent, limit);
+  /* Behind the pending pipelined releases, as exec_calls() sends. */
+  int rc;
+  if (!dlock__pipeline_exec(c, node, all, k + 1, rall, sent, limit, &rc))
+    rc = dlock__node_exec_until(node, all, k + 1, rall, sent, limit);
   if (!rc) {
     memcpy(replies, rall, k * sizeof *replies);
     if (rall[k]->type == DLOCK__REPLY_INTEGER) *acked = (int)rall[k]->integer;
