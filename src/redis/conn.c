@@ -33,10 +33,21 @@ struct dlock__conn {
   dlock__reader *reader;
   char *out;
   size_t out_len, out_cap;
+  int64_t last_reply_ns; /* CLOCK_MONOTONIC when the last whole reply was read */
   int broken;
   int block_ms; /* plain sockets: SO_RCVTIMEO of blocking reads (0: never block) */
   const char *display; /* points into the endpoint, which outlives us */
 };
+
+/* A pooled connection whose last reply came less than this long ago is
+ * not polled before reuse (dlock__conn_idle_closed). */
+#define JUST_USED_NS 20000
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* ---- Reply objects ---- */
 
@@ -480,6 +491,7 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
                        dlock__reader_error(c->reader));
     if (reply) {
       *out = reply;
+      c->last_reply_ns = mono_ns();
       return 0;
     }
     /* A server that keeps sending must not keep us past the deadline (a
@@ -567,6 +579,12 @@ int dlock__conn_try_read(dlock__conn *c, dlock__reply **out) {
 
 int dlock__conn_idle_closed(dlock__conn *c) {
   if (c->broken || dlock__conn_has_buffered(c)) return 1;
+  /* Handed back a moment ago (the release after an acquire, back-to-back
+   * cycles): the poll would only cover a close in these microseconds, no
+   * likelier than one just after the poll, which it cannot cover either
+   * (the reply is then lost, and handled as any lost reply). It is for
+   * connections that sat idle: an idle timeout, a restart, CLIENT KILL. */
+  if (mono_ns() - c->last_reply_ns < JUST_USED_NS) return 0;
   struct pollfd p = {.fd = c->fd, .events = POLLIN};
   int n = poll(&p, 1, 0);
   if (n == 0) return 0;
