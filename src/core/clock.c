@@ -13,6 +13,12 @@ dlock_mono_ms dlock_mono_now(void) {
   return (dlock_mono_ms)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t dlock__mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 void dlock__sleep_ms(int64_t ms) {
   if (ms <= 0) return;
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};

@@ -52,6 +52,8 @@ int dlock__options_in(void *dst, size_t full, const void *src, size_t min, const
 
 /* ---- Clock and sleep (clock.c) ---- */
 
+/* The same monotonic clock in nanoseconds (for spans too short for ms). */
+int64_t dlock__mono_ns(void);
 void dlock__sleep_ms(int64_t ms);
 /* Fill 'ts' with the CLOCK_MONOTONIC time 'deadline' (for pthread_cond_timedwait
  * on a condvar created with dlock__cond_init). */

@@ -43,12 +43,6 @@ struct dlock__conn {
  * not polled before reuse (dlock__conn_idle_closed). */
 #define JUST_USED_NS 20000
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* ---- Reply objects ---- */
 
 void dlock__reply_free(dlock__reply *r) {
@@ -491,7 +485,7 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
                        dlock__reader_error(c->reader));
     if (reply) {
       *out = reply;
-      c->last_reply_ns = mono_ns();
+      c->last_reply_ns = dlock__mono_ns();
       return 0;
     }
     /* A server that keeps sending must not keep us past the deadline (a
@@ -584,7 +578,7 @@ int dlock__conn_idle_closed(dlock__conn *c) {
    * likelier than one just after the poll, which it cannot cover either
    * (the reply is then lost, and handled as any lost reply). It is for
    * connections that sat idle: an idle timeout, a restart, CLIENT KILL. */
-  if (mono_ns() - c->last_reply_ns < JUST_USED_NS) return 0;
+  if (dlock__mono_ns() - c->last_reply_ns < JUST_USED_NS) return 0;
   struct pollfd p = {.fd = c->fd, .events = POLLIN};
   int n = poll(&p, 1, 0);
   if (n == 0) return 0;
