@@ -200,8 +200,8 @@ static const cli_help_page pages[] = {
    "dlock did not take (without --foreign), 69 Redis unreachable or\n"
    "authentication failed, 70 internal error.\n",
    "There is no release without `--force`: a lock belongs to its holder,\n"
-   "which releases it when its command ends. A key without dlock's metadata\n"
-   "(`{NAME}:meta`) may be an application's own data under a mistyped name,\n"
+   "which releases it when its command ends. A key without dlock's record of\n"
+   "its hold (in `{NAME}:fence`) may be an application's own data under a mistyped name,\n"
    "so it is deleted only with `--foreign`; check it with `dlock status`\n"
    "(\"held by something other than dlock\") first.\n"},
 

@@ -86,8 +86,8 @@ int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
       int krc = dlock__lock_keys_init(&keys, c, name);
       dlock__error(DLOCK_EFENCE, "status of '%s' on %s: %s '%s' holds '%.40s', not a fencing token (an integer in "
                    "0..2^63-1); acquiring this lock fails until it is repaired (see docs/errors.md, DLOCK_EFENCE)",
-                   name, c->server, i == 2 ? "the fence field of" : "the fence counter",
-                   krc ? "?" : keys.key[i == 2 ? DLOCK__K_META : DLOCK__K_FENCE], f->str);
+                   name, c->server, i == 2 ? "the hold's record in" : "the fence counter",
+                   krc ? "?" : keys.key[DLOCK__K_FENCE], f->str);
       if (!krc) dlock__lock_keys_clear(&keys);
       dlock__reply_free(r);
       return DLOCK_EFENCE;
@@ -171,10 +171,54 @@ static int glob_match(const char *p, const char *s) {
   return !*s;
 }
 
+/* Of the names[0..n) found on 'node' (lock keys "<prefix><name>"), keep in
+ * place those whose key exists, and return how many: one pipelined EXISTS
+ * each, on the node that holds the name's slot (its counter's). */
+static int keep_held(dlock_client *c, dlock__node *node, char (*names)[DLOCK_MAX_NAME_LEN + 1], size_t n) {
+  if (n == 0) return 0;
+  dlock__cmd *cmds = calloc(n, sizeof *cmds);
+  dlock__reply **replies = calloc(n, sizeof *replies);
+  const char **argv = calloc(2 * n, sizeof *argv);
+  size_t *lens = calloc(2 * n, sizeof *lens);
+  char *keys = malloc(n * (c->prefix_len + DLOCK_MAX_NAME_LEN + 1));
+  int rc = 0;
+  if (!cmds || !replies || !argv || !lens || !keys) {
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char *k = keys + i * (c->prefix_len + DLOCK_MAX_NAME_LEN + 1);
+    lens[2 * i + 1] = (size_t)sprintf(k, "%s%s", c->prefix, names[i]);
+    argv[2 * i] = "EXISTS";
+    lens[2 * i] = 6;
+    argv[2 * i + 1] = k;
+    cmds[i] = (dlock__cmd){2, argv + 2 * i, lens + 2 * i};
+  }
+  if ((rc = dlock__node_exec(node, cmds, n, replies, NULL)) != 0) {
+    dlock__error_prefix("list on %s: ", node->ep.display);
+    goto out;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++)
+    if (replies[i]->type == DLOCK__REPLY_INTEGER && replies[i]->integer == 1 && kept++ != i)
+      memcpy(names[kept - 1], names[i], sizeof names[i]);
+  rc = (int)kept;
+out:
+  if (replies)
+    for (size_t i = 0; i < n; i++) dlock__reply_free(replies[i]);
+  free(cmds);
+  free(replies);
+  free(argv);
+  free(lens);
+  free(keys);
+  return rc;
+}
+
 /* Call 'fn' with the name of each key "{<prefix><name>}<suffix>" on every
- * master that matches 'pattern'. */
-static int scan_names(dlock_client *c, const char *pattern, const char *suffix, void (*fn)(const char *, void *),
-                      void *arg) {
+ * master that matches 'pattern' ('held': only those whose lock key
+ * "<prefix><name>" exists). */
+static int scan_names(dlock_client *c, const char *pattern, const char *suffix, int held,
+                      void (*fn)(const char *, void *), void *arg) {
   char match[DLOCK_MAX_NAME_LEN * 2 + 32];
   size_t m = 0;
   match[m++] = '{';
@@ -226,20 +270,30 @@ static int scan_names(dlock_client *c, const char *pattern, const char *suffix, 
     }
     snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
     const dlock__reply *keys = r->element[1];
-    for (size_t i = 0; i < keys->elements; i++) {
+    char (*names)[DLOCK_MAX_NAME_LEN + 1] = keys->elements ? malloc(keys->elements * sizeof *names) : NULL;
+    size_t n = 0;
+    if (keys->elements && !names) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < keys->elements; i++) {
       const dlock__reply *k = keys->element[i];
       size_t skip = 1 + c->prefix_len, tail = 1 + strlen(suffix);
       if (k->type != DLOCK__REPLY_STRING || k->len < skip + tail + 1) continue;
-      char name[DLOCK_MAX_NAME_LEN + 1];
       size_t nlen = k->len - skip - tail;
       if (nlen > DLOCK_MAX_NAME_LEN) continue;
-      memcpy(name, k->str + skip, nlen);
-      name[nlen] = '\0';
-      if (pattern && !glob_match(pattern, name)) continue;
-      fn(name, arg);
-      count++;
+      memcpy(names[n], k->str + skip, nlen);
+      names[n][nlen] = '\0';
+      if (pattern && !glob_match(pattern, names[n])) continue;
+      n++;
     }
     dlock__reply_free(r);
+    int kept = rc ? rc : held ? keep_held(c, node, names, n) : (int)n;
+    if (kept < 0) {
+      free(names);
+      if (nodes != &one) free(nodes);
+      return kept;
+    }
+    for (int i = 0; i < kept; i++) fn(names[i], arg);
+    count += kept;
+    free(names);
   } while (strcmp(cursor, "0") != 0);
   }
   if (nodes != &one) free(nodes);
@@ -247,14 +301,15 @@ static int scan_names(dlock_client *c, const char *pattern, const char *suffix, 
 }
 
 int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
-  /* Locks taken by dlock have a metadata hash "{<prefix><name>}:meta" that
-   * lives exactly as long as the lock. Scan for those: the cheap part of the
-   * key space, and no other application's keys are touched. */
-  return scan_names(c, pattern, ":meta", fn, arg);
+  /* Every lock dlock takes, of every kind, has a fence counter
+   * "{<prefix><name>}:fence" (for 30 days after its last acquisition): scan
+   * for those, and keep the names whose lock key exists. No other
+   * application's key is read, and only counters are matched. */
+  return scan_names(c, pattern, ":fence", 1, fn, arg);
 }
 
 int dlock__redis_latch_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
-  return scan_names(c, pattern, ":latch", fn, arg);
+  return scan_names(c, pattern, ":latch", 0, fn, arg);
 }
 
 /* The core checked the arguments (core/admin.c). */

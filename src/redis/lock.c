@@ -380,8 +380,9 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     if (r->type == DLOCK__REPLY_ARRAY && r->elements == 2 && r->element[0]->type == DLOCK__REPLY_INTEGER) {
       got = r->element[0]->integer;
       const dlock__reply *v = r->element[1];
-      /* 0: the key is ours but no fence is recorded for the hold (its meta
-       * hash was deleted): no hold without a fence a guard can order. */
+      /* 0: the key is ours but no fence is recorded for the hold (its
+       * record in the counter was overwritten or deleted): no hold without a
+       * fence a guard can order. */
       if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0 ||
                        fence == 0))
         got = -2;
@@ -394,7 +395,7 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       if (got == -2)
         dlock__error(DLOCK_EFENCE, "acquire script: the lock is ours, but its fence in '%s' is %.40s, not an "
                      "integer in 1..2^63-1; so it is given back. Delete that key once the lock is free",
-                     dlock__rm(m)->keys.key[DLOCK__K_META], r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+                     dlock__rm(m)->keys.key[DLOCK__K_FENCE], r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
       dlock__reply_free(r);
       if (got == -2) {
         rc = give_up(m, lease, DLOCK_EFENCE);

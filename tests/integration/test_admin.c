@@ -165,6 +165,83 @@ TEST(info_of_a_key_set_by_someone_else_shows_foreign) {
   dlock_client_free(c);
 }
 
+/* The hold's record stays in the counter after the release: it describes a
+ * key only while that key holds the record's token. Someone else's key on
+ * the name later is foreign, not the last dlock holder's. */
+TEST(a_key_set_by_someone_else_after_a_dlock_hold_is_foreign_not_the_old_holders) {
+  dlock_client *c = client();
+  dlock_mutex *m = mutex_info(c, "adm:after", 10000, "old holder");
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  char out[256];
+  cli(out, sizeof out, "GET {adm:after}:fence");
+  ASSERT_CONTAINS(out, "|old holder"); /* the record outlives the hold */
+  cli(out, sizeof out, "SET adm:after 0123456789abcdef0123456789abcdef PX 10000");
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "adm:after", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.foreign, 1);
+  ASSERT_STR_EQ(info.owner_info, "");
+  ASSERT_STATUS(dlock_lock_force_release(c, "adm:after", NULL), DLOCK_EFOREIGN);
+  cli(out, sizeof out, "EXISTS adm:after");
+  ASSERT_STR_EQ(out, "1");
+  cli(out, sizeof out, "DEL adm:after");
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* A hold taken or granted by a client before the hold's record (its fence,
+ * since and owner info in a meta hash {K}:meta, the counter a bare number)
+ * is still dlock's: status shows it, a forced release ends it. */
+TEST(a_hold_recorded_by_an_older_client_in_the_meta_hash_is_shown_and_forced) {
+  dlock_client *c = client();
+  char out[256];
+  cli(out, sizeof out, "SET {adm:old}:fence 1795000000000000 PX 60000");
+  cli(out, sizeof out, "SET adm:old 00112233445566778899aabbccddeeff PX 10000");
+  cli(out, sizeof out, "HSET {adm:old}:meta fence 1795000000000000 since 1795000000000 info 'old client'");
+  cli(out, sizeof out, "PEXPIRE {adm:old}:meta 10000");
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "adm:old", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.foreign, 0);
+  ASSERT_EQ(info.fence == 1795000000000000ULL, 1);
+  ASSERT_EQ(info.since_unix_ms, 1795000000000LL);
+  ASSERT_STR_EQ(info.owner_info, "old client");
+  /* A new client's acquire waits for it (it is a lock, not an application's
+   * key) and issues a fence above it. */
+  dlock_mutex *m = mutex(c, "adm:old", 10000);
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EBUSY);
+  int was_held = 0;
+  ASSERT_OK(dlock_lock_force_release(c, "adm:old", &was_held));
+  ASSERT_EQ(was_held, 1);
+  cli(out, sizeof out, "EXISTS adm:old {adm:old}:meta");
+  ASSERT_STR_EQ(out, "0");
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT(dlock_mutex_fence(m) > 1795000000000000ULL);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The counter holds the hold's record and outlives it by 30 days from the
+ * acquire; a renewal starts those 30 days again, so that a hold kept longer
+ * by renewals keeps its record (status, and force release's "is it dlock's"). */
+TEST(a_renewal_keeps_the_holds_record_as_long_as_the_hold) {
+  dlock_client *c = client();
+  dlock_mutex *m = mutex(c, "adm:renew", 10000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  char out[256];
+  cli(out, sizeof out, "PEXPIRE {adm:renew}:fence 5000"); /* as if 30 days had nearly passed */
+  ASSERT_OK(dlock_mutex_extend(m, 10000));
+  cli(out, sizeof out, "PTTL {adm:renew}:fence");
+  if (atoll(out) < 2591000000LL) TEST_FAIL("counter PTTL %s after a renewal, want 30 days", out);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST(info_after_a_lock_was_taken_over_shows_the_new_holder) {
   dlock_client *c = client();
   dlock_mutex *a = mutex_info(c, "adm:over", 300, "first"), *b = mutex_info(c, "adm:over", 10000, "second");
@@ -317,6 +394,28 @@ TEST(a_prefix_is_a_whole_segment_so_app_never_reaches_the_locks_of_app2) {
   dlock_client_free(app);
   dlock_client_free(app2);
   dlock_client_free(app2c);
+}
+
+/* Every kind is listed: the list scans the fence counters, which every kind
+ * keeps, and keeps the names whose key exists. */
+TEST(list_shows_semaphores_and_read_write_locks_too) {
+  dlock_client *c = client_with_prefix("lsk:");
+  dlock_semaphore *s = NULL;
+  dlock_rwlock *rw = NULL;
+  ASSERT_OK(dlock_semaphore_new(&s, c, "sem", 3, NULL));
+  ASSERT_OK(dlock_rwlock_new(&rw, c, "rw", DLOCK_RW_READ, NULL));
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  ASSERT_OK(dlock_rwlock_acquire(rw, 0));
+  struct names ns = {0};
+  ASSERT_EQ(dlock_lock_list(c, NULL, collect, &ns), 2);
+  ASSERT(has(&ns, "sem") && has(&ns, "rw"));
+  ASSERT_OK(dlock_semaphore_release(s));
+  ASSERT_OK(dlock_rwlock_release(rw));
+  memset(&ns, 0, sizeof ns);
+  ASSERT_EQ(dlock_lock_list(c, NULL, collect, &ns), 0);
+  dlock_semaphore_free(s);
+  dlock_rwlock_free(rw);
+  dlock_client_free(c);
 }
 
 TEST(list_scans_many_locks) {

@@ -54,7 +54,7 @@ TEST(thirty_names_spread_over_all_masters_lock_and_release) {
     int owner = th_cluster_owner(&cl, name);
     ASSERT(owner >= 0);
     char out[128];
-    ASSERT_EQ(th_redis_cli(&cl.node[owner], out, sizeof out, "EXISTS '%s' '{%s}:meta'", name, name), 0);
+    ASSERT_EQ(th_redis_cli(&cl.node[owner], out, sizeof out, "EXISTS '%s' '{%s}:fence'", name, name), 0);
     per_node[owner]++;
     dlock_lock_info info;
     dlock_lock_info_init(&info);

@@ -318,7 +318,7 @@ typedef struct holder_thread {
   dlock_mutex *m;
   int rc;
   uint64_t fence;
-  char meta_fence[64]; /* {K}:meta 'fence' while we held it */
+  char meta_fence[256]; /* {K}:fence, the hold's record, while we held it */
 } holder_thread;
 
 static void *acquire_and_read_meta(void *arg) {
@@ -326,7 +326,7 @@ static void *acquire_and_read_meta(void *arg) {
   h->rc = dlock_mutex_acquire(h->m, 15000 * th_time_factor());
   if (h->rc == 0) {
     h->fence = dlock_mutex_fence(h->m);
-    th_redis_cli(&srv, h->meta_fence, sizeof h->meta_fence, "HGET '{t:handoff}:meta' fence");
+    th_redis_cli(&srv, h->meta_fence, sizeof h->meta_fence, "GET '{t:handoff}:fence'");
     dlock_mutex_release(h->m);
   }
   return NULL;
@@ -335,7 +335,7 @@ static void *acquire_and_read_meta(void *arg) {
 /* What Redis holds after a waiter was handed the lock twice in one acquire
  * (a first grant whose claim ran out, then a second grant) at the moment the
  * waiter reads the first grant's message: the key has the waiter's token, the
- * meta hash the second grant's fence, and the message names an older fence.
+ * counter's record the second grant's fence, and the message names an older fence.
  * One script does it atomically: grant to the first waiter with the next
  * fence, but publish the holder's (older) fence. Returns "stale new". */
 static const char double_grant_lua[] =
@@ -345,13 +345,12 @@ static const char double_grant_lua[] =
     "local cid = string.match(id, \"^(%x+):\") "
     "redis.call(\"ZREM\", KEYS[4], id) "
     "redis.call(\"HDEL\", KEYS[5], id) "
-    "local stale = redis.call(\"HGET\", KEYS[3], \"fence\") "
-    "local f = redis.call(\"INCR\", KEYS[2]) "
+    "local stale = string.match(redis.call(\"GET\", KEYS[2]), \"^(%d+)\") "
+    "local f = string.format(\"%.0f\", tonumber(stale) + 1) "
+    "redis.call(\"SET\", KEYS[2], f .. \"|0|\" .. token .. \"|\", \"PX\", 60000) "
     "redis.call(\"SET\", KEYS[1], token, \"PX\", 3000) "
-    "redis.call(\"HSET\", KEYS[3], \"fence\", f) "
-    "redis.call(\"PEXPIRE\", KEYS[3], 3000) "
     "redis.call(\"PUBLISH\", \"{\" .. KEYS[1] .. \"}:w:\" .. cid, id .. \" \" .. stale) "
-    "return stale .. \" \" .. string.format(\"%.0f\", f)";
+    "return stale .. \" \" .. f";
 
 TEST(a_waiter_handed_the_lock_twice_reports_the_fence_redis_recorded_for_its_hold) {
   dlock_client *c1 = test_client(srv.url), *c2 = test_client(srv.url);
@@ -386,7 +385,7 @@ TEST(a_waiter_handed_the_lock_twice_reports_the_fence_redis_recorded_for_its_hol
   ASSERT_EQ(h.fence, recorded);
   ASSERT_EQ(strtoull(h.meta_fence, NULL, 10), h.fence);
 
-  /* An ordinary hand-off: the fence is again the one in the meta hash. */
+  /* An ordinary hand-off: the fence is again the one in the hold's record. */
   ASSERT_STATUS(dlock_mutex_release(holder), DLOCK_ENOTHELD); /* its key was replaced above */
   ASSERT_OK(dlock_mutex_acquire(holder, 0));
   holder_thread h2 = {waiter, -99, 0, ""};

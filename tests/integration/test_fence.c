@@ -105,9 +105,13 @@ static void check_exact(dlock_client *c, const char *value, uint64_t want1, int 
   uint64_t f1 = dlock_mutex_fence(a);
   if (f1 != want1) TEST_FAIL("counter %s: fence %" PRIu64 ", want %" PRIu64, value, f1, want1);
   ASSERT(f1 > f0);
-  char out[64], want[32];
+  char out[256], want[32];
   snprintf(want, sizeof want, "%" PRIu64, f1);
-  th_redis_cli(&srv, out, sizeof out, "HGET {%s}:meta fence", name);
+  /* The counter holds the hold's record, "fence|since|token|owner info". */
+  th_redis_cli(&srv, out, sizeof out, "GET {%s}:fence", name);
+  char *bar = strchr(out, '|');
+  if (!bar) TEST_FAIL("counter %s after the acquire: '%s', want the hold's record", value, out);
+  *bar = '\0';
   ASSERT_STR_EQ(out, want);
   dlock_lock_info info;
   dlock_lock_info_init(&info);

@@ -45,7 +45,7 @@ typedef struct waiter {
   long long returned_at;       /* th_now_ms() */
   dlock_mono_ms valid_until;   /* right after the acquire */
   dlock_mono_ms mono_returned; /* dlock_mono_now() right after the acquire */
-  char meta_fence[64];         /* {K}:meta 'fence' right after the acquire */
+  char meta_fence[256];        /* {K}:fence (the hold's record) right after the acquire */
   char key[64];
   atomic_int done, release;
   int release_rc;
@@ -59,7 +59,7 @@ static void *wait_hold(void *arg) {
   if (w->rc == 0) {
     w->fence = dlock_mutex_fence(w->m);
     w->valid_until = dlock_mutex_valid_until(w->m);
-    th_redis_cli(&srv, w->meta_fence, sizeof w->meta_fence, "HGET '{%s}:meta' fence", w->key);
+    th_redis_cli(&srv, w->meta_fence, sizeof w->meta_fence, "GET '{%s}:fence'", w->key);
   }
   atomic_store(&w->done, 1);
   if (w->rc == 0) {

@@ -113,7 +113,7 @@ static void set_counter(const char *name, const char *value) {
   snprintf(cmd, sizeof cmd, "DEL %s {%s}:meta {%s}:fence", name, name, name);
   cli(&srv, out, sizeof out, cmd);
   if (value) {
-    snprintf(cmd, sizeof cmd, "SET {%s}:fence %s", name, value);
+    snprintf(cmd, sizeof cmd, "SET {%s}:fence '%s'", name, value);
     cli(&srv, out, sizeof out, cmd);
   }
 }
@@ -152,6 +152,10 @@ static uint64_t taken(dlock_client *c, const char *value) {
   uint64_t f = dlock_mutex_fence(m);
   char out[256], want[32];
   get_key("{rp:f}:fence", out, sizeof out);
+  /* The hold's record: "fence|since|token|owner info". */
+  char *bar = strchr(out, '|');
+  if (!bar) TEST_FAIL("counter '%s' after the acquire: '%s', want the hold's record", value ? value : "", out);
+  *bar = '\0';
   snprintf(want, sizeof want, "%llu", (unsigned long long)f);
   ASSERT_STR_EQ(out, want);
   ASSERT_OK(dlock_mutex_release(m));
@@ -169,6 +173,13 @@ TEST(held_acquire_fences_match_the_previous_script) {
   ASSERT(taken(c, "99999999999999999") == 100000000000000000ULL); /* above the clock: +1 */
   ASSERT(taken(c, "9223372036854775806") == 9223372036854775807ULL);
   ASSERT(taken(c, "9999999999999999") > 9999999999999999ULL); /* 16 digits, carries */
+  /* A counter holding a hold's record counts by the fence before its '|'. */
+  ASSERT(taken(c, "5|1|ab|x") > clock_floor);
+  ASSERT(taken(c, "99999999999999999|1|ab|x|y") == 100000000000000000ULL);
+  refused(c, "9223372036854775807|1|ab|x");
+  refused(c, "007|1|ab|x");
+  refused(c, "|1|ab|x");
+  refused(c, "abc|5");
   refused(c, "9223372036854775807");
   refused(c, "9223372036854775808");
   refused(c, "0000000000000000007");
@@ -185,11 +196,13 @@ TEST(held_acquire_fences_match_the_previous_script) {
   ASSERT(!exists("rp:f") && !exists("{rp:f}:meta"));
   cli(&srv, out, sizeof out, "LLEN {rp:f}:fence");
   ASSERT_STR_EQ(out, "1");
-  /* A meta key of another type: nothing left but the counter's new value. */
+  /* A meta key of another type: a mutex neither reads nor writes it. */
   set_counter("rp:f", NULL);
   cli(&srv, out, sizeof out, "RPUSH {rp:f}:meta x");
-  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
-  ASSERT(!exists("rp:f"));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  cli(&srv, out, sizeof out, "LRANGE {rp:f}:meta 0 -1");
+  ASSERT_STR_EQ(out, "x");
   cli(&srv, out, sizeof out, "DEL {rp:f}:meta");
   uint64_t after = taken(c, NULL);
   ASSERT(after > clock_floor);

@@ -9,18 +9,20 @@
 -- The uncontended path (lock free, caller not queued) is kept to the fewest
 -- and cheapest calls; each redis.call costs Redis about as much as a whole
 -- command. SET NX tests and takes the key in one (it writes nothing when a
--- key of any type is there). SET .. GET writes the clock floor to the counter
--- and reads what it held in one (it fails, writing nothing, on a key of
+-- key of any type is there). SET .. GET writes the clock floor to the counter,
+-- with the hold's record (since, token, owner info: what status shows), and
+-- reads what it held, in one call (it fails, writing nothing, on a key of
 -- another type). The clock's decimal strings are made without string.format,
 -- which costs about as much as a redis.call. That path builds no helper: its
--- usual case (a counter of canonical digits below the clock, or none, and a
--- meta key that takes the HSET) is written out here, and everything else
--- (a counter at or above the clock, a corrupt counter, a key of another
--- type) continues below the '-- @cold' line with what was read. What fails
--- after the key was taken is undone before the error is returned, so a
--- failed acquire leaves nothing behind (a corrupt counter is put back, with
--- the counter's usual 30-day expiry). Servers before Redis 7 (no
--- REDIS_VERSION_NUM; SET .. GET came in 6.2) take the general path below.
+-- usual case (a counter whose fence is canonical digits below the clock, or
+-- none) is written out here, and everything else (a counter at or above the
+-- clock, a corrupt counter, a key of another type) continues below the
+-- '-- @cold' line with what was read. What fails after the key was taken is
+-- undone before the error is returned, so a failed acquire leaves nothing
+-- behind (a corrupt counter is put back, with the counter's usual 30-day
+-- expiry). The meta key {K}:meta is neither read nor written here (semaphores
+-- and read-write locks use it). Servers before Redis 7 (no REDIS_VERSION_NUM;
+-- SET .. GET came in 6.2) take the general path below.
 local wid = ARGV[3]
 local t = redis.call('TIME')
 local s, us = t[1], t[2]
@@ -28,16 +30,14 @@ if #us < 6 then us = string.rep('0', 6 - #us) .. us end
 local ms_s, us_s = s .. string.sub(us, 1, 3), s .. us
 local taken = redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-local last, ok
+local last
 if taken then
-  last = redis.pcall('SET', KEYS[2], us_s, 'PX', FENCE_TTL_MS, 'GET')
-  if not last or (type(last) == 'string' and (#last < #us_s or (#last == #us_s and last < us_s))
-      and string.find(last, '^[1-9]%d*$')) then
-    ok = redis.pcall('HSET', KEYS[3], 'fence', us_s, 'since', ms_s, 'info', ARGV[6])
-    if type(ok) ~= 'table' then
-      redis.call('PEXPIRE', KEYS[3], ARGV[2])
-      return {1, us_s}
-    end
+  -- The record as dlock_hold_record (prelude) writes it.
+  last = redis.pcall('SET', KEYS[2], us_s .. '|' .. ms_s .. '|' .. ARGV[1] .. '|' .. ARGV[6], 'PX', FENCE_TTL_MS, 'GET')
+  if not last then return {1, us_s} end
+  if type(last) == 'string' then
+    local lf = string.match(last, '^([1-9]%d*)|') or (string.find(last, '^[1-9]%d*$') and last)
+    if lf and (#lf < #us_s or (#lf == #us_s and lf < us_s)) then return {1, us_s} end
   end
 end
 -- @cold
@@ -45,30 +45,19 @@ local token, lease = ARGV[1], tonumber(ARGV[2])
 local now_ms, now_us = tonumber(s) * 1000 + math.floor(tonumber(us) / 1000), tonumber(s) * 1000000 + tonumber(us)
 if taken then
   -- The uncontended path's other cases, with the key taken and the counter
-  -- read (and already set to the clock floor).
-  if type(ok) == 'table' then
-    -- The meta key is of another type. The counter keeps its new value:
-    -- a fence skipped is never repeated.
-    redis.call('DEL', KEYS[1])
-    return dlock_check_type(KEYS[3], 'hash') or ok
-  end
+  -- read (and already set to the clock floor with this hold's record).
   if type(last) == 'table' then
     redis.call('DEL', KEYS[1])
     return dlock_check_type(KEYS[2], 'string') or last
   end
   local f, err = dlock_fence_after(KEYS[2], last, now_us, us_s)
   -- A counter at or above the clock, or a corrupt one: one more call.
-  if f ~= us_s then redis.call('SET', KEYS[2], f or last, 'PX', FENCE_TTL_MS) end
   if not f then
+    redis.call('SET', KEYS[2], last, 'PX', FENCE_TTL_MS)
     redis.call('DEL', KEYS[1])
     return err
   end
-  ok = redis.pcall('HSET', KEYS[3], 'fence', f, 'since', ms_s, 'info', ARGV[6])
-  if type(ok) == 'table' then
-    redis.call('DEL', KEYS[1])
-    return dlock_check_type(KEYS[3], 'hash') or ok
-  end
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  redis.call('SET', KEYS[2], dlock_hold_record(f, ms_s, token, ARGV[6]), 'PX', FENCE_TTL_MS)
   return {1, f}
 end
 local cur = redis.pcall('GET', KEYS[1])
@@ -89,13 +78,13 @@ if in_queue or (wid ~= '' and cur and cur ~= token) then
 end
 if cur == token then
   -- Ours already: a hand-off not yet confirmed, or a retry after a lost reply.
+  local f = dlock_hold_of(KEYS, token)
   redis.call('PEXPIRE', KEYS[1], lease)
-  redis.call('PEXPIRE', KEYS[3], lease)
   if in_queue then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)
   end
-  return {1, redis.call('HGET', KEYS[3], 'fence') or '0'}
+  return {1, f or '0'}
 end
 if not cur then
   local f, err = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
@@ -107,9 +96,9 @@ if not cur then
   return {1, f}
 end
 local pttl = redis.call('PTTL', KEYS[1])
--- Every key dlock sets has a lease and {K}:meta: a key without either is an
--- application's (or was PERSISTed); waiting for it would never end.
-if pttl == -1 and redis.call('EXISTS', KEYS[3]) == 0 then
+-- Every key dlock sets has a lease and a record (dlock_hold_of): a key without
+-- either is an application's (or was PERSISTed); waiting for it would never end.
+if pttl == -1 and not dlock_hold_of(KEYS, cur) then
   return redis.error_reply('EFOREIGN key ' .. KEYS[1] .. ' exists without an expiry and without dlock ' ..
     'metadata: it is not a dlock lock (an application key?), so it would never be released')
 end

@@ -10,5 +10,7 @@ if cur ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
+-- The counter holds the hold's record: it lives at least as long as the hold
+-- (30 days from the last acquire or renewal), however long renewals keep it.
+redis.call('PEXPIRE', KEYS[2], FENCE_TTL_MS)
 return 1

@@ -3,8 +3,7 @@
 -- Returns 1 if a lock key was deleted, 0 if there was none, -1 (nothing done)
 -- when the key has no dlock metadata and ARGV[1] is not '1'.
 -- A deleted dlock hold leaves a tombstone: field 'deleted' = its token in the
--- waiters hash {K}:waiters (never a waiter id, and not in {K}:meta, which
--- 'dlock list' scans), for as long as the lease had left. The holder's next
+-- waiters hash {K}:waiters (never a waiter id), for as long as the lease had left. The holder's next
 -- extend or release finds it and learns "deleted", not "expired".
 -- A read-write lock's name (a ZSET, meta kind 'rwlock') ends every hold, as
 -- dlock_rw_force (prelude.lua) does; a semaphore's is refused (WRONGTYPE, below).
@@ -13,16 +12,18 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'zset' and redis.call('HGET', KEYS[3], '
 end
 local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
 if bad then return bad end
--- Every hold dlock takes writes {K}:meta with the key and gives it the same
--- lease: a key without it was set by someone else, maybe an application's data.
-if ARGV[1] ~= '1' and redis.call('GET', KEYS[1]) and not redis.call('HGET', KEYS[3], 'fence') then
+-- Every hold dlock takes has a record (dlock_hold_of: the counter's, or an
+-- older client's {K}:meta): a key without one was set by someone else, maybe
+-- an application's data.
+local cur, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
+if ARGV[1] ~= '1' and cur and not dlock_hold_of(KEYS, cur) then
   return -1
 end
--- A hand-off overwrites the lock and meta keys; they are deleted only when
--- nobody takes over (while a cluster slot migrates, a script must not touch a
--- key it deleted). The tombstone tells the holder its key was deleted, not
--- expired (DLOCK_LOST_DELETED), for as long as its lease had left.
-local cur, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
+-- A hand-off overwrites the lock key; it is deleted only when nobody takes
+-- over (while a cluster slot migrates, a script must not touch a key it
+-- deleted). The tombstone tells the holder its key was deleted, not
+-- expired (DLOCK_LOST_DELETED), for as long as its lease had left. An older
+-- client's {K}:meta goes with the key.
 local existed = cur and 1 or 0
 if cur and pttl > 0 then
   redis.call('HSET', KEYS[5], 'deleted', cur)

@@ -11,8 +11,8 @@ end
 local cur = redis.call('GET', KEYS[1])
 local bad = dlock_check_lock_keys(KEYS)
 if bad then return bad end
-local meta = redis.call('HMGET', KEYS[3], 'fence', 'since', 'info')
+local f, since, info = dlock_hold_of(KEYS, cur)
 local mine = 0
 if cur and cur == ARGV[1] then mine = 1 end
-return {cur and 1 or 0, redis.call('PTTL', KEYS[1]), meta[1] or '', meta[2] or '', meta[3] or '',
-        redis.call('GET', KEYS[2]) or '', redis.call('ZCARD', KEYS[4]), mine}
+return {cur and 1 or 0, redis.call('PTTL', KEYS[1]), f or '', since or '', info or '',
+        dlock_fence_of(redis.call('GET', KEYS[2]) or ''), redis.call('ZCARD', KEYS[4]), mine}

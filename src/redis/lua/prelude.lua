@@ -1,5 +1,7 @@
 -- prelude.lua: helpers shared by the dlock scripts; prepended to each at build time.
 -- Lock scripts get KEYS: 1 lock, 2 fence, 3 meta, 4 queue, 5 waiters (see docs/keys.md).
+-- A mutex hold's record (fence, since, owner info) is not in the meta hash but
+-- in the fence counter, written with the fence in one call (dlock_hold_of).
 -- Every read that can fail (WRONGTYPE) runs before the first write: Redis does not roll
 -- a script back when it stops half-way. (acquire.lua's uncontended path takes the key
 -- first and undoes that one write itself when a later call fails.)
@@ -74,11 +76,21 @@ end
 -- would let two holders past a guard. dlock_fence_after: the same from the
 -- counter's value 'cur' (nil: no counter) when the caller has read it, and
 -- 'now_s' (optional): now_us as a decimal string.
+-- The fence counter holds the last fence issued, alone (semaphores, read-write
+-- locks, the scheduler without a job lock, clients before the mutex's record)
+-- or followed by the record of the mutex hold that it was issued to:
+-- "fence|since_ms|token|owner info". The fence is the part before the first '|'.
+local function dlock_fence_of(v)
+  return string.match(v, '^([^|]*)|') or v
+end
+
 local function dlock_fence_after(fence_key, cur, now_us, now_s)
   local now = now_s or dlock_num(now_us)
   if not cur then return now end
+  local shown = cur
+  cur = dlock_fence_of(cur)
   if not dlock_fence_ok(cur, FENCE_LAST_COUNTER) then
-    return nil, redis.error_reply('EFENCE fence counter ' .. fence_key .. ' holds ' .. dlock_shown(cur) ..
+    return nil, redis.error_reply('EFENCE fence counter ' .. fence_key .. ' holds ' .. dlock_shown(shown) ..
       ', not an integer in 0..' .. FENCE_LAST_COUNTER .. ', so no fence above it can be issued. ' ..
       'Set it to the highest fence really issued for this lock, or delete it if none was above the ' ..
       'server clock in microseconds; at ' .. FENCE_MAX .. ' it is used up: take a new lock name. ' ..
@@ -92,22 +104,44 @@ local function dlock_fence_next(fence_key, now_us)
   return dlock_fence_after(fence_key, redis.call('GET', fence_key), now_us)
 end
 
--- Make 'token' the owner for 'lease' ms and record who holds it since when.
--- The fence read and the HSET come first: on a key of another type each fails
--- before anything is written. Used by hand-offs and acquire's queued path;
--- an uncontended acquire has its own shorter path (acquire.lua).
--- 'f' (optional): the fence, when the caller has read it already. Returns
--- the fence, or nil and an error reply (nothing written).
+-- The counter's record of a mutex hold: its fence, since when, whose, and
+-- the holder's owner info. The counter outlives the hold; the record
+-- describes the key's current hold only while that key holds its token.
+local function dlock_hold_record(f, since_ms, token, info)
+  return f .. '|' .. since_ms .. '|' .. token .. '|' .. info
+end
+
+-- The fence, since (server ms) and owner info of the mutex hold 'token' (nil
+-- each when unknown): from the counter's record when that hold was the last
+-- to be issued a fence, else from the meta hash that clients before the
+-- record wrote (docs/keys.md, "Upgrading"). The caller has checked the types.
+local function dlock_hold_of(keys, token)
+  if not token then return nil end
+  local v = redis.call('GET', keys[2])
+  if v then
+    local f, since, tok, info = string.match(v, '^(%d+)|(%d+)|(%x+)|(.*)$')
+    if tok == token then return f, since, info end
+  end
+  -- pcall: a meta key of another type (not dlock's) is no record either.
+  local m = redis.pcall('HMGET', keys[3], 'fence', 'since', 'info')
+  if m.err then return nil end
+  return m[1] or nil, m[2] or nil, m[3] or nil
+end
+
+-- Make 'token' the owner for 'lease' ms and record who holds it since when
+-- (the counter's record). The fence read comes first: on a key of another
+-- type it fails before anything is written. Used by hand-offs, acquire's
+-- queued path and the scheduler; an uncontended acquire has its own shorter
+-- path (acquire.lua). 'f' (optional): the fence, when the caller has read it
+-- already. Returns the fence, or nil and an error reply (nothing written).
 local function dlock_take(keys, token, lease, info, now_ms, now_us, f)
   local err
   if not f then
     f, err = dlock_fence_next(keys[2], now_us)
     if not f then return nil, err end
   end
-  redis.call('HSET', keys[3], 'fence', f, 'since', dlock_num(now_ms), 'info', info)
-  redis.call('SET', keys[2], f, 'PX', FENCE_TTL_MS)
+  redis.call('SET', keys[2], dlock_hold_record(f, dlock_num(now_ms), token, info), 'PX', FENCE_TTL_MS)
   redis.call('SET', keys[1], token, 'PX', lease)
-  redis.call('PEXPIRE', keys[3], lease)
   return f
 end
 
@@ -423,7 +457,7 @@ local function dlock_sem_info(KEYS, ARGV)
     if f and (fence == '' or dlock_fence_lt(fence, f)) then fence, since, info = f, s, o end
   end
   if mine == 1 then pttl = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) - now_ms end
-  return {#held > 0 and 1 or 0, pttl, fence, since, info, redis.call('GET', KEYS[2]) or '',
+  return {#held > 0 and 1 or 0, pttl, fence, since, info, dlock_fence_of(redis.call('GET', KEYS[2]) or ''),
           redis.call('ZCARD', KEYS[4]), mine, #held / 2, redis.call('HGET', KEYS[3], 'limit') or ''}
 end
 
@@ -464,7 +498,7 @@ local function dlock_rw_info(KEYS, ARGV)
     end
   end
   return {redis.call('EXISTS', KEYS[1]), readers, writer, wfence, wsince, winfo, ww, wr,
-          redis.call('GET', KEYS[2]) or '', redis.call('PTTL', KEYS[1]), mine, myttl}
+          dlock_fence_of(redis.call('GET', KEYS[2]) or ''), redis.call('PTTL', KEYS[1]), mine, myttl}
 end
 
 -- dlock_rw_force: admin end of every hold of a read-write lock, whatever

@@ -1,8 +1,9 @@
 -- release.lua: compare-and-delete, then hand the lock to the next waiter.
 -- ARGV: 1 token. Returns 1 released, 0 no such key, -1 held by another owner,
 -- -2 our hold was deleted by a forced release (its tombstone, see force_release.lua).
--- The meta hash is ours (acquire's HSET would have failed on another type),
--- so it is deleted without a type check; the queue is looked at only if it exists.
+-- The hold's record is in the fence counter, which outlives the hold: only
+-- the key is deleted (not {K}:meta, which a mutex does not write); the queue
+-- is looked at only if it exists.
 -- pcall: a name that is another kind's now (a semaphore's or read-write
 -- lock's ZSET) is not ours either: -1, another owner, not a WRONGTYPE error.
 local cur = redis.pcall('GET', KEYS[1])
@@ -12,14 +13,14 @@ if cur ~= ARGV[1] then
   if cur then return -1 end
   return 0
 end
--- A hand-off overwrites the lock and meta keys; they are deleted only when
--- nobody takes over (while a cluster slot migrates, a script must not touch a
--- key it deleted: the server aborts it half-way).
+-- A hand-off overwrites the key; it is deleted only when nobody takes over
+-- (while a cluster slot migrates, a script must not touch a key it deleted:
+-- the server aborts it half-way).
 if redis.call('EXISTS', KEYS[4]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[3])
+  redis.call('DEL', KEYS[1])
   return 1
 end
 -- @cold
 local now_ms, now_us = dlock_now()
-if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
+if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1]) end
 return 1

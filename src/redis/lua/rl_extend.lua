@@ -6,7 +6,7 @@
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], FENCE_TTL_MS) -- the hold's record (extend.lua)
   return 1
 end
 if cur then return -1 end

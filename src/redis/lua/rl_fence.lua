@@ -9,10 +9,19 @@ end
 local bad = dlock_check_type(KEYS[2], 'string') or dlock_check_type(KEYS[3], 'hash')
 if bad then return bad end
 local cur = redis.call('GET', KEYS[2])
-if cur and not dlock_fence_ok(cur, FENCE_MAX) then
+local last = cur and dlock_fence_of(cur)
+if cur and not dlock_fence_ok(last, FENCE_MAX) then
   return redis.error_reply('EFENCE fence counter ' .. KEYS[2] .. ' holds ' .. dlock_shown(cur) ..
     ', not an integer in 0..' .. FENCE_MAX .. '; see docs/errors.md')
 end
-if not cur or dlock_fence_lt(cur, ARGV[1]) then redis.call('SET', KEYS[2], ARGV[1], 'PX', FENCE_TTL_MS) end
-if redis.call('GET', KEYS[1]) == ARGV[2] then redis.call('HSET', KEYS[3], 'fence', ARGV[1]) end
+if not cur or dlock_fence_lt(last, ARGV[1]) then
+  -- While the key is ours, the counter holds our hold's record (this node's
+  -- acquire wrote it): it keeps it, with F as the hold's fence.
+  local since, tok, info = string.match(cur or '', '^%d+|(%d+)|(%x+)|(.*)$')
+  if tok == ARGV[2] and redis.call('GET', KEYS[1]) == ARGV[2] then
+    redis.call('SET', KEYS[2], dlock_hold_record(ARGV[1], since, tok, info), 'PX', FENCE_TTL_MS)
+  else
+    redis.call('SET', KEYS[2], ARGV[1], 'PX', FENCE_TTL_MS)
+  end
+end
 return 1

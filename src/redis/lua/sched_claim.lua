@@ -19,17 +19,17 @@ if bad then return bad end
 -- run of this same claim took it: ours, even if another node has claimed a
 -- later tick since (it found the lock held and skipped that tick).
 if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) == ARGV[2] then
-  local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
-  return {1, meta[1] or '0', meta[2] or '0'}
+  local f, since = dlock_hold_of(KEYS, ARGV[2])
+  return {1, f or '0', since or '0'}
 end
 local now_ms, now_us = dlock_now()
 if tick > now_ms + ahead then return {0, 'ahead', dlock_num(now_ms)} end
 local last, who, owner = dlock_last_tick(KEYS[6])
 if last == tick and owner == ARGV[2] then
   if ARGV[5] == '1' then -- no job lock: the fence is the last one issued, the start is now
-    return {1, redis.call('GET', KEYS[2]) or '0', dlock_num(now_ms)}
+    return {1, dlock_fence_of(redis.call('GET', KEYS[2]) or '0'), dlock_num(now_ms)}
   end
-  return {0, 'busy', redis.call('HGET', KEYS[3], 'info') or '?'}
+  return {0, 'busy', select(3, dlock_hold_of(KEYS, redis.call('GET', KEYS[1]))) or '?'}
 end
 if last > now_ms + ahead then
   -- Claimed by a node whose clock ran ahead (a dlock without this check).
@@ -45,7 +45,7 @@ local f, err = dlock_fence_next(KEYS[2], now_us)
 if not f then return err end
 redis.call('SET', KEYS[6], dlock_num(tick) .. '|' .. ARGV[4] .. '|' .. ARGV[2], 'PX', FENCE_TTL_MS)
 if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
-  local holder = redis.call('HGET', KEYS[3], 'info') or '?'
+  local holder = select(3, dlock_hold_of(KEYS, redis.call('GET', KEYS[1]))) or '?'
   dlock_history(KEYS[7], ARGV[4], '0', dlock_num(tick), dlock_num(now_ms), '-1',
                 'skipped: previous run still going', ARGV[6])
   return {0, 'busy', holder}

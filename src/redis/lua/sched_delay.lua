@@ -10,11 +10,11 @@ local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
 if bad then return bad end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[2] then
-  local meta = redis.call('HMGET', KEYS[3], 'fence', 'since')
-  return {1, meta[1] or '0', meta[2] or '0', dlock_num(dlock_last_tick(KEYS[6]))}
+  local f, since = dlock_hold_of(KEYS, cur)
+  return {1, f or '0', since or '0', dlock_num(dlock_last_tick(KEYS[6]))}
 end
 if cur then
-  return {0, 'running', redis.call('HGET', KEYS[3], 'info') or '?'}
+  return {0, 'running', select(3, dlock_hold_of(KEYS, cur)) or '?'}
 end
 local now_ms, now_us = dlock_now()
 local last = dlock_last_tick(KEYS[6])
