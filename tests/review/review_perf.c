@@ -45,7 +45,8 @@ TEST(review_finding_1_wait_replicas_keeps_the_threads_order) {
   snprintf(conf, sizeof conf, "replicaof 127.0.0.1 %d\n", srv.port);
   ASSERT_OK(th_redis_start(&replica, conf));
   char out[256] = "";
-  for (int i = 0; i < 100 && !strstr(out, "master_link_status:up"); i++) {
+  /* Up to 30 s: a master syncs a new replica after repl-diskless-sync-delay (5 s by default). */
+  for (int i = 0; i < 600 && !strstr(out, "master_link_status:up"); i++) {
     cli(&replica, out, sizeof out, "INFO replication");
     th_sleep_ms(50);
   }
