@@ -215,6 +215,47 @@ TEST(a_corked_release_with_no_command_after_it_is_sent_by_the_flusher) {
   dlock_client_free(c);
 }
 
+/* A corked release whose connection is closed under it (the proxy drops
+ * every connection right after the release was queued, before or after the
+ * flusher wrote it): the outcome must match what Redis did. Released (0):
+ * the key is gone. "Never sent" (DLOCK_EIO): the key is still there, held
+ * with its lease. A lost reply (DLOCK_EUNKNOWN) may be either. Nothing else,
+ * and the client goes on. Each round lands where the close falls. */
+TEST(a_corked_release_whose_connection_closes_reports_what_redis_did) {
+  dlock_client *c = test_client(fp_url(fp));
+  int seen[3] = {0, 0, 0}; /* released, never sent, unknown */
+  for (int i = 0; i < 30; i++) {
+    char name[32], out[64];
+    snprintf(name, sizeof name, "p:closed:%d", i);
+    dlock_mutex *m = test_mutex(c, name, 60000);
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    ASSERT_OK(dlock_mutex_release_async(m));
+    if (i % 3) th_sleep_ms(i % 3 == 1 ? 0 : 2);
+    fp_close_all(fp);
+    int rc = dlock_mutex_release_result(m);
+    th_redis_cli(&srv, out, sizeof out, "EXISTS %s", name);
+    if (rc == 0) {
+      seen[0]++;
+      if (strcmp(out, "0") != 0) TEST_FAIL("round %d: released, but the key is still there", i);
+    } else if (rc == DLOCK_EIO) {
+      seen[1]++;
+      if (strcmp(out, "1") != 0) TEST_FAIL("round %d: 'never sent', but the key is gone", i);
+      ASSERT_CONTAINS(dlock_mutex_errmsg(m), name);
+    } else if (rc == DLOCK_EUNKNOWN) {
+      seen[2]++;
+    } else {
+      TEST_FAIL("round %d: %s: %s", i, dlock_err_name(rc), dlock_mutex_errmsg(m));
+    }
+    th_redis_cli(&srv, out, sizeof out, "DEL %s", name);
+    /* The client goes on, on new connections. */
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    ASSERT_OK(dlock_mutex_release(m));
+    dlock_mutex_free(m);
+  }
+  printf("  30 rounds: %d released, %d never sent, %d unknown\n", seen[0], seen[1], seen[2]);
+  dlock_client_free(c);
+}
+
 TEST(a_script_cache_flushed_under_corked_releases_runs_each_release_and_acquire_once) {
   dlock_client *c = test_client(srv.url);
   dlock_mutex *a = test_mutex(c, "p:flush:a", 10000);
