@@ -198,10 +198,23 @@ static int keep_held(dlock_client *c, dlock__node *node, char (*names)[DLOCK_MAX
     dlock__error_prefix("list on %s: ", node->ep.display);
     goto out;
   }
+  /* An error reply (NOPERM, -ASK or -TRYAGAIN while the slot migrates,
+   * LOADING) is the list's error, not "not held": a list that leaves out a
+   * held lock must not look complete. */
+  for (size_t i = 0; i < n; i++) {
+    if (replies[i]->type == DLOCK__REPLY_ERROR) {
+      rc = dlock__error(dlock__reply_error_status(replies[i]), "list on %s: EXISTS %s%s failed: %s",
+                        node->ep.display, c->prefix, names[i], replies[i]->str);
+      goto out;
+    }
+    if (replies[i]->type != DLOCK__REPLY_INTEGER) {
+      rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected EXISTS reply", node->ep.display);
+      goto out;
+    }
+  }
   size_t kept = 0;
   for (size_t i = 0; i < n; i++)
-    if (replies[i]->type == DLOCK__REPLY_INTEGER && replies[i]->integer == 1 && kept++ != i)
-      memcpy(names[kept - 1], names[i], sizeof names[i]);
+    if (replies[i]->integer == 1 && kept++ != i) memcpy(names[kept - 1], names[i], sizeof names[i]);
   rc = (int)kept;
 out:
   if (replies)
