@@ -91,4 +91,56 @@ TEST(corrupt_and_record_shaped_counters) {
   dlock_client_free(c);
 }
 
+static int overlap_job(const dlock_tick *tick, void *arg) {
+  (void)tick;
+  (*(volatile int *)arg)++;
+  return 0;
+}
+
+/* Finding 2: a fence issued while a mutex hold is live overwrites the
+ * hold's record with a bare fence. A scheduled job with allow_overlap
+ * (sched_claim.lua, ARGV[5] '1') issues fences under its name without
+ * taking the job lock, so a mutex of that name held meanwhile (dlock run
+ * JOB, or a node still running the job without overlap during a rolling
+ * change) loses its record: status shows the hold as foreign, with no fence
+ * or owner, a forced release refuses it (DLOCK_EFOREIGN), and a resent
+ * acquire or claim of that hold gets fence 0 (DLOCK_EFENCE, given back).
+ * Before 29bda51 the hold's {K}:meta was not touched by such a claim. */
+TEST(review_finding_2_an_overlap_claim_keeps_a_live_holds_record) {
+  dlock_client *c = test_client(srv.url);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 30000;
+  mo.owner_info = "the holder";
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rr:job", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t fence = dlock_mutex_fence(m);
+  volatile int ran = 0;
+  dlock_sched *s = NULL;
+  dlock_job_options jo;
+  dlock_job_options_init(&jo);
+  jo.allow_overlap = 1;
+  ASSERT_OK(dlock_sched_new(&s, c, NULL));
+  ASSERT_OK(dlock_sched_add_fixed_rate(s, "rr:job", 100, &jo, overlap_job, (void *)&ran));
+  ASSERT_OK(dlock_sched_start(s));
+  for (int i = 0; i < 100 && ran < 2; i++) th_sleep_ms(20);
+  ASSERT_OK(dlock_sched_stop(s, 10000));
+  dlock_sched_free(s);
+  ASSERT(ran >= 2);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "rr:job", &info));
+  ASSERT_EQ(info.held, 1);
+  if (info.foreign) TEST_FAIL("the live dlock hold of rr:job shows as foreign after overlap claims");
+  ASSERT(info.fence == fence);
+  ASSERT_STR_EQ(info.owner_info, "the holder");
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(c, "rr:job", &was));
+  ASSERT_EQ(was, 1);
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD); /* deleted by the forced release */
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()
