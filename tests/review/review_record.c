@@ -83,6 +83,12 @@ TEST(corrupt_and_record_shaped_counters) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT(dlock_mutex_fence(m) == UINT64_C(9223372036854775807));
   ASSERT_OK(dlock_mutex_release(m));
+  cli(out, sizeof out, "%s", "SET {rr:c}:fence '05|x'");
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EFENCE);
+  cli(out, sizeof out, "%s", "SET {rr:c}:fence '5|junk'");
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT(dlock_mutex_fence(m) > 5);
+  ASSERT_OK(dlock_mutex_release(m));
   cli(out, sizeof out, "%s", "SET {rr:c}:fence '99999999999999999|'");
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT(dlock_mutex_fence(m) == UINT64_C(100000000000000000));
