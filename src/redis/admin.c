@@ -198,6 +198,25 @@ static int keep_held(dlock_client *c, dlock__node *node, char (*names)[DLOCK_MAX
     dlock__error_prefix("list on %s: ", node->ep.display);
     goto out;
   }
+  /* An error reply (NOPERM, LOADING, ...) is the list's error, not "not
+   * held": a list that leaves out a held lock must not look complete. A
+   * redirection (-ASK, -MOVED, -TRYAGAIN: the slot migrates) says the key is
+   * not on this node, as a SCAN snapshot may miss a lock anyway. */
+  for (size_t i = 0; i < n; i++) {
+    const dlock__reply *e = replies[i];
+    if (e->type == DLOCK__REPLY_ERROR && (!strncmp(e->str, "ASK ", 4) || !strncmp(e->str, "MOVED ", 6) ||
+                                          !strncmp(e->str, "TRYAGAIN", 8)))
+      continue;
+    if (replies[i]->type == DLOCK__REPLY_ERROR) {
+      rc = dlock__error(dlock__reply_error_status(replies[i]), "list on %s: EXISTS %s%s failed: %s",
+                        node->ep.display, c->prefix, names[i], replies[i]->str);
+      goto out;
+    }
+    if (replies[i]->type != DLOCK__REPLY_INTEGER) {
+      rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected EXISTS reply", node->ep.display);
+      goto out;
+    }
+  }
   size_t kept = 0;
   for (size_t i = 0; i < n; i++)
     if (replies[i]->type == DLOCK__REPLY_INTEGER && replies[i]->integer == 1 && kept++ != i)

@@ -123,9 +123,29 @@ local function dlock_hold_of(keys, token)
     if tok == token then return f, since, info end
   end
   -- pcall: a meta key of another type (not dlock's) is no record either.
-  local m = redis.pcall('HMGET', keys[3], 'fence', 'since', 'info')
-  if m.err then return nil end
+  -- A record moved there by dlock_hold_park names its hold's token (an
+  -- older client's names none): another hold's is not this one's.
+  local m = redis.pcall('HMGET', keys[3], 'fence', 'since', 'info', 'token')
+  if m.err or (m[4] and m[4] ~= token) then return nil end
   return m[1] or nil, m[2] or nil, m[3] or nil
+end
+
+-- Before the counter is overwritten with a bare fence that was not issued to
+-- a mutex hold (a scheduled job's claim with overlap, Redlock's write-back
+-- for another token): if the counter holds the record of the hold that the
+-- lock key holds now, move that record to {K}:meta with its token, where
+-- dlock_hold_of finds it; else status, a forced release and a resent
+-- acquire would take a live dlock hold for a foreign one (fence 0). The
+-- caller has checked the types of keys[2] and keys[3]. Rare: not on an
+-- acquire's or release's path.
+local function dlock_hold_park(keys)
+  local v = redis.call('GET', keys[2])
+  if not v then return end
+  local f, since, tok, info = string.match(v, '^(%d+)|(%d+)|(%x+)|(.*)$')
+  if tok and redis.pcall('GET', keys[1]) == tok then
+    redis.call('HSET', keys[3], 'fence', f, 'since', since, 'info', info, 'token', tok)
+    redis.call('PEXPIRE', keys[3], FENCE_TTL_MS)
+  end
 end
 
 -- Make 'token' the owner for 'lease' ms and record who holds it since when

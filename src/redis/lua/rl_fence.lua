@@ -21,6 +21,8 @@ if not cur or dlock_fence_lt(last, ARGV[1]) then
   if tok == ARGV[2] and redis.call('GET', KEYS[1]) == ARGV[2] then
     redis.call('SET', KEYS[2], dlock_hold_record(ARGV[1], since, tok, info), 'PX', FENCE_TTL_MS)
   else
+    -- Our hold here ended and another took the key meanwhile: keep its record.
+    if tok then dlock_hold_park(KEYS) end
     redis.call('SET', KEYS[2], ARGV[1], 'PX', FENCE_TTL_MS)
   end
 end

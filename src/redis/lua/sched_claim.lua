@@ -51,6 +51,9 @@ if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) then
   return {0, 'busy', holder}
 end
 if ARGV[5] == '1' then
+  -- No job lock taken: a mutex of this name may be held meanwhile (dlock run
+  -- JOB, a node still running the job without overlap); keep its record.
+  dlock_hold_park(KEYS)
   redis.call('SET', KEYS[2], f, 'PX', FENCE_TTL_MS)
 else
   dlock_take(KEYS, ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms, now_us, f)
