@@ -109,6 +109,14 @@ typedef enum dlock__kind {
 
 enum { DLOCK__REL_NONE, DLOCK__REL_PENDING, DLOCK__REL_DONE };
 
+/* A renewal or extend of one hold that is in flight (dlock__lease_op_begin):
+ * the caller's own, on its stack, or one of the watchdog's batch. */
+typedef struct dlock__lease_op {
+  dlock_mono_ms until;          /* the deadline it sets if it ran, counted from before it left */
+  dlock_mono_ms others;         /* the earliest 'until' of the calls in flight with it */
+  struct dlock__lease_op *next; /* the handle's list */
+} dlock__lease_op;
+
 struct dlock_mutex {
   dlock_client *client;
   char *name;
@@ -130,6 +138,7 @@ struct dlock_mutex {
   dlock_mono_ms acquired_at;
   dlock_mono_ms valid_until;
   int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
+  dlock__lease_op *lease_ops; /* renewals and extends in flight */
   int64_t claim_ms;       /* dlock__grant.claim_ms: renew once to lease_ms, even a fixed lease */
   atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
   int lost_fd;            /* eventfd, -1 until asked for */
@@ -197,6 +206,16 @@ dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now)
  * 'valid_until': 1 when it counts (valid_until moves), 0 when the hold was
  * lost before (the deadline passed first). Caller holds m->mu. */
 int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms valid_until, dlock_mono_ms now);
+/* Renewals (the watchdog's) and extends (the caller's) of one hold can be in
+ * flight at once on different connections: Redis may run them in either
+ * order, whatever order their replies come in, and the last to run sets the
+ * expiry. So a call that succeeds may set the deadline only to the earliest
+ * 'until' among itself and the calls in flight with it at any moment of its
+ * flight. begin: before the call leaves ('until' from a time before it
+ * leaves). end: after its answer; returns min(until, that earliest). Both
+ * under m->mu; every begun op is ended. */
+void dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until);
+dlock_mono_ms dlock__lease_op_end(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);
 

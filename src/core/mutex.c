@@ -176,6 +176,26 @@ int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms valid_until, dlock_mono_m
   return 1;
 }
 
+void dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until) {
+  op->until = until;
+  op->others = INT64_MAX;
+  for (dlock__lease_op *o = m->lease_ops; o; o = o->next) {
+    if (o->until < op->others) op->others = o->until;
+    if (until < o->others) o->others = until;
+  }
+  op->next = m->lease_ops;
+  m->lease_ops = op;
+}
+
+dlock_mono_ms dlock__lease_op_end(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until) {
+  for (dlock__lease_op **p = &m->lease_ops; *p; p = &(*p)->next)
+    if (*p == op) {
+      *p = op->next;
+      break;
+    }
+  return until < op->others ? until : op->others;
+}
+
 dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m) {
   if (!m) return DLOCK_LOST_NONE;
   /* The handle is never const underneath (dlock_mutex_new allocates it);
@@ -528,7 +548,14 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
                                 "there is no lease to extend", m->client->ops->name), "extend");
   dlock_mono_ms sent = dlock_mono_now();
   dlock_lost_reason why = DLOCK_LOST_NONE;
+  dlock__lease_op op;
+  pthread_mutex_lock(&m->mu);
+  dlock__lease_op_begin(m, &op, dlock__valid_until(sent, lease_ms));
+  pthread_mutex_unlock(&m->mu);
   rc = m->client->ops->extend(m, token, lease_ms, &sent, &why);
+  pthread_mutex_lock(&m->mu);
+  dlock_mono_ms safe_until = dlock__lease_op_end(m, &op, dlock__valid_until(sent, lease_ms));
+  pthread_mutex_unlock(&m->mu);
   if (rc == DLOCK_ELOST) {
     pthread_mutex_lock(&m->mu);
     dlock__mutex_mark_lost(m, why);
@@ -551,7 +578,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
     return fail(m, rc, "extend");
   }
   pthread_mutex_lock(&m->mu);
-  int counts = dlock__mutex_renewed(m, dlock__valid_until(sent, lease_ms), dlock_mono_now());
+  int counts = dlock__mutex_renewed(m, safe_until, dlock_mono_now());
   if (counts && !m->watchdog_mode) m->lease_ms = lease_ms;
   if (counts) m->claim_ms = 0; /* the hold's lease is set now */
   lost = (dlock_lost_reason)atomic_load(&m->lost);

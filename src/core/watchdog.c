@@ -90,8 +90,8 @@ static void run_callbacks(dlock__watchdog *wd, pending_loss *losses, size_t nlos
 /* Renew the holds of 'batch' through the backend (Redis: one pipeline) that
  * gives up at 'limit' (the earliest deadline watched), then apply the
  * answers. Called and returns with wd->mu held; drops it for the I/O. */
-static void renew(dlock__watchdog *wd, dlock__renewal *batch, size_t nbatch, dlock_mono_ms limit,
-                  pending_loss *losses, size_t *nloss) {
+static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *ops, size_t nbatch,
+                  dlock_mono_ms limit, pending_loss *losses, size_t *nloss) {
   pthread_mutex_unlock(&wd->mu);
   wd->client->ops->renew(wd->client, batch, nbatch, limit);
   pthread_mutex_lock(&wd->mu);
@@ -103,10 +103,18 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, size_t nbatch, dlo
     m->wd_in_callback = 0;
     int renewed = 0;
     pthread_mutex_lock(&m->mu);
-    if (r->status == 0 && (renewed = dlock__mutex_renewed(m, r->valid_until, now)))
+    dlock_mono_ms safe = dlock__lease_op_end(m, &ops[i], r->status == 0 ? r->valid_until : INT64_MAX);
+    if (r->status == 0 && (renewed = dlock__mutex_renewed(m, safe, now))) {
       m->claim_ms = 0; /* a hand-off's claim: the full lease is set now */
-    else if (r->status == DLOCK_ELOST) /* unless the deadline was seen passing first */
+    } else if (r->status == DLOCK_ELOST) { /* unless the deadline was seen passing first */
       dlock__mutex_mark_lost(m, r->lost);
+    } else if (r->sent && m->valid_until) {
+      /* Not renewed, but it may have run (a lost reply, replicas short): the
+       * server may then end the hold 'lease' after it, sooner than our
+       * deadline when the caller's extend had set a longer one. */
+      dlock_mono_ms own = dlock__valid_until(r->sent, lease);
+      if (own < m->valid_until) m->valid_until = own;
+    }
     dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
     dlock_mono_ms valid_until = m->valid_until;
     pthread_mutex_unlock(&m->mu);
@@ -118,6 +126,7 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, size_t nbatch, dlo
     } else {
       /* The server is unreachable or refused: try again soon, and more often
        * as the deadline nears (at the deadline the scan marks the loss). */
+      if (valid_until < wd->floor) wd->floor = valid_until;
       int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
       if (retry > (valid_until - now) / 2) retry = (valid_until - now) / 2;
       m->wd_next_renew = now + (retry > 0 ? retry : 1);
@@ -130,10 +139,11 @@ static void *watchdog_main(void *arg) {
   dlock__watchdog *wd = arg;
   dlock__renewal *batch = malloc(BATCH_MAX * sizeof *batch);
   renewal *tokens = malloc(BATCH_MAX * sizeof *tokens);
+  dlock__lease_op *ops = malloc(BATCH_MAX * sizeof *ops);
   pending_loss *losses = malloc(BATCH_MAX * sizeof *losses);
   pthread_mutex_lock(&wd->mu);
   while (!wd->stop) {
-    if (!batch || !tokens || !losses) {
+    if (!batch || !tokens || !ops || !losses) {
       /* No memory for the loop: dlock_mutex_lost() still answers from the
        * deadline; try again a little later. */
       struct timespec ts;
@@ -208,10 +218,11 @@ static void *watchdog_main(void *arg) {
         pthread_mutex_lock(&m->mu);
         memcpy(tokens[i].token, m->token, sizeof tokens[i].token);
         m->renew_tried = 1;
+        dlock__lease_op_begin(m, &ops[i], dlock__valid_until(dlock_mono_now(), batch[i].lease_ms));
         pthread_mutex_unlock(&m->mu);
         m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
       }
-      renew(wd, batch, nbatch, earliest, losses, &nloss);
+      renew(wd, batch, ops, nbatch, earliest, losses, &nloss);
       run_callbacks(wd, losses, nloss);
       continue; /* more may be due */
     }
@@ -228,6 +239,7 @@ static void *watchdog_main(void *arg) {
   pthread_mutex_unlock(&wd->mu);
   free(batch);
   free(tokens);
+  free(ops);
   free(losses);
   return NULL;
 }

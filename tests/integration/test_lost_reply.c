@@ -498,6 +498,52 @@ TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
   dlock_client_free(other);
 }
 
+/* The same for the watchdog. After the caller's extend to a lease longer
+ * than the watchdog's, a renewal (at the watchdog's lease) whose reply is
+ * lost, and whose retries get no answer, may have run: Redis may then expire
+ * the key one watchdog lease after it. The local deadline must come down to
+ * that, or the handle says "not lost" while another owner holds the lock. */
+TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadline_in) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 300;
+  o.connect_timeout_ms = 300;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* the watchdog */
+  mo.watchdog_lease_ms = 1500;
+  dlock_mutex *m = NULL, *b = test_mutex(other, "lr:wdext", 30000);
+  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdext", &mo));
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  ASSERT(dlock_mutex_valid_until(m) - dlock_mono_now() > 30000); /* the extend's lease counts */
+  int before = arm(DLOCK__SCRIPT_EXTEND);
+  fp_blackhole_after_drop(fp, 1);
+  /* The watchdog renews within a third of its lease: that renewal runs, its
+   * reply is dropped, and nothing after it gets through. */
+  ASSERT_EQ(fp_wait_dropped(fp, before + 1, (long)(5000 * th_time_factor())), before + 1);
+  char out[64];
+  cli(out, sizeof out, "PTTL lr:wdext");
+  ASSERT(atoll(out) <= 1500); /* it did run, with the watchdog's lease */
+  for (int i = 0; i < 500 && key_exists("lr:wdext"); i++) th_sleep_ms(10);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  if (dlock_mutex_lost(m) == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)",
+              (long long)(dlock_mutex_valid_until(m) - dlock_mono_now()));
+  fp_blackhole_after_drop(fp, 0);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
 /* The acquire's reply is lost, and before the resend arrives someone deletes
  * the lock's fence counter (where the fence of the hold is recorded). The resend
  * finds the key ours but no fence: that is an error, never a hold with
