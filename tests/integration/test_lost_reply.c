@@ -460,18 +460,24 @@ TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_o
   ASSERT_EQ(key_exists(name), 0);
 }
 
-/* An extend to a shorter lease whose reply is lost, and whose resend gets no
- * answer either: it may have run, so Redis may expire the key at the shorter
- * lease. The local deadline must not stay at the longer one, or the handle
- * says "not lost" while another owner already holds the lock. */
-TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
+/* A client through the proxy that gives up on a command after 300 ms. */
+static dlock_client *impatient_client(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = fp_url(fp);
   o.command_timeout_ms = 300;
   o.connect_timeout_ms = 300;
-  dlock_client *c = NULL, *other = test_client(srv.url);
+  dlock_client *c = NULL;
   ASSERT_OK(dlock_client_new(&c, &o));
+  return c;
+}
+
+/* An extend to a shorter lease whose reply is lost, and whose resend gets no
+ * answer either: it may have run, so Redis may expire the key at the shorter
+ * lease. The local deadline must not stay at the longer one, or the handle
+ * says "not lost" while another owner already holds the lock. */
+TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
+  dlock_client *c = impatient_client(), *other = test_client(srv.url);
   dlock_mutex *m = test_mutex(c, "lr:shorten", 30000), *b = test_mutex(other, "lr:shorten", 30000);
   fp_pass(fp);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
@@ -504,13 +510,7 @@ TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
  * the key one watchdog lease after it. The local deadline must come down to
  * that, or the handle says "not lost" while another owner holds the lock. */
 TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadline_in) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = 300;
-  o.connect_timeout_ms = 300;
-  dlock_client *c = NULL, *other = test_client(srv.url);
-  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client *c = impatient_client(), *other = test_client(srv.url);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 0; /* the watchdog */
