@@ -218,7 +218,14 @@ static void *watchdog_main(void *arg) {
         pthread_mutex_lock(&m->mu);
         memcpy(tokens[i].token, m->token, sizeof tokens[i].token);
         m->renew_tried = 1;
-        dlock__lease_op_begin(m, &ops[i], dlock__valid_until(dlock_mono_now(), batch[i].lease_ms));
+        /* A session backend's renewal sets no lease: it bounds nothing. */
+        dlock_mono_ms until = m->client->caps & DLOCK__CAP_SESSION
+                                  ? INT64_MAX : dlock__valid_until(dlock_mono_now(), batch[i].lease_ms);
+        dlock__lease_op_begin(m, &ops[i], until);
+        /* It may run before its answer comes: its deadline (when earlier,
+         * after a longer extend) bounds the pipeline and the floor too. */
+        if (m->valid_until && m->valid_until < earliest) earliest = m->valid_until;
+        if (m->valid_until && m->valid_until < wd->floor) wd->floor = m->valid_until;
         pthread_mutex_unlock(&m->mu);
         m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
       }

@@ -544,6 +544,50 @@ TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadl
   dlock_client_free(other);
 }
 
+/* As above, but the renewal is still in flight: the proxy holds every chunk
+ * 3 s each way, so the renewal runs (setting the watchdog's 1.5 s lease) 3 s
+ * after it left and its reply comes 3 s later still; the client waits up to
+ * 10 s. A call in flight may have run already, so it must bound the local
+ * deadline from the moment it leaves, not only once its failure is known. */
+TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadline) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 10000;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* the watchdog */
+  mo.watchdog_lease_ms = 1500;
+  dlock_mutex *m = NULL, *b = test_mutex(other, "lr:wdinflight", 30000);
+  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdinflight", &mo));
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  fp_delay(fp, 3000); /* before the first renewal, due 500 ms after the acquire */
+  char out[64];
+  for (int i = 0; i < 1000; i++) { /* the renewal ran: the key has the watchdog's lease */
+    cli(out, sizeof out, "PTTL lr:wdinflight");
+    if (atoll(out) <= 1500) break;
+    th_sleep_ms(10);
+  }
+  ASSERT(atoll(out) <= 1500);
+  for (int i = 0; i < 500 && key_exists("lr:wdinflight"); i++) th_sleep_ms(10);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  if (dlock_mutex_lost(m) == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)",
+              (long long)(dlock_mutex_valid_until(m) - dlock_mono_now()));
+  fp_delay(fp, 0);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
 /* The acquire's reply is lost, and before the resend arrives someone deletes
  * the lock's fence counter (where the fence of the hold is recorded). The resend
  * finds the key ours but no fence: that is an error, never a hold with
