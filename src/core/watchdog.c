@@ -122,6 +122,13 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
       lose(wd, m, lost, losses, nloss);
     } else if (renewed) {
       m->wd_next_renew = r->sent + lease / 3;
+      if (valid_until < r->valid_until) {
+        /* It counts only on the deadline of a shorter call it overlapped (the
+         * caller's extend), which may have run last: renew again before that
+         * deadline, not a third of our lease on. */
+        int64_t half = (valid_until - now) / 2;
+        if (now + half < m->wd_next_renew) m->wd_next_renew = now + (half > 0 ? half : 1);
+      }
       if (valid_until < wd->floor) wd->floor = valid_until; /* after an extend beyond the lease */
     } else {
       /* The server is unreachable or refused: try again soon, and more often

@@ -588,6 +588,46 @@ TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadlin
   dlock_client_free(other);
 }
 
+/* The caller shortens the lease (watchdog mode) while the proxy holds every
+ * chunk 100 ms each way: a renewal overlaps the extend and its reply comes
+ * last. The hold then counts on the extend's short deadline (either may run
+ * last in Redis), so the watchdog must renew again before that deadline, not
+ * a third of its own lease after the renewal, or a healthy hold is lost. */
+TEST(a_renewal_that_overlapped_a_shortening_extend_renews_again_before_its_deadline) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* the watchdog */
+  mo.watchdog_lease_ms = 6000;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdshort", &mo));
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  fp_delay(fp, 100);
+  /* Which reply comes last is a race: try a few times. Each time, wait past
+   * the extend's deadline (1.2 s): the watchdog must have renewed by then. */
+  for (int i = 0; i < 8; i++) {
+    ASSERT_OK(dlock_mutex_extend(m, 1200));
+    th_sleep_ms(1400);
+    dlock_lost_reason lost = dlock_mutex_lost(m);
+    if (lost != DLOCK_LOST_NONE) {
+      fp_delay(fp, 0);
+      TEST_FAIL("extend %d: the hold was lost (%s)", i, dlock_lost_reason_str(lost));
+    }
+  }
+  fp_delay(fp, 0);
+  char out[64];
+  cli(out, sizeof out, "EXISTS lr:wdshort");
+  ASSERT_EQ(atoi(out), 1);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* The acquire's reply is lost, and before the resend arrives someone deletes
  * the lock's fence counter (where the fence of the hold is recorded). The resend
  * finds the key ours but no fence: that is an error, never a hold with
