@@ -6,6 +6,7 @@
  * is replaced before use, and the scheduler neither skips a tick nor leaves
  * an orphan job lock when a claim, delay or finish reply is lost.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,10 +576,11 @@ TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadlin
   ASSERT(atoll(out) <= 1500);
   for (int i = 0; i < 500 && key_exists("lr:wdinflight"); i++) th_sleep_ms(10);
   ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
-  if (dlock_mutex_lost(m) == DLOCK_LOST_NONE)
-    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)",
-              (long long)(dlock_mutex_valid_until(m) - dlock_mono_now()));
+  dlock_lost_reason lost = dlock_mutex_lost(m);
+  long long left = (long long)(dlock_mutex_valid_until(m) - dlock_mono_now());
   fp_delay(fp, 0);
+  if (lost == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)", left);
   fp_pass(fp);
   ASSERT_OK(dlock_mutex_release(b));
   dlock_mutex_release(m);
@@ -626,6 +628,50 @@ TEST(a_renewal_that_overlapped_a_shortening_extend_renews_again_before_its_deadl
   ASSERT_OK(dlock_mutex_release(m));
   dlock_mutex_free(m);
   dlock_client_free(c);
+}
+
+static void *extend_500(void *arg) {
+  dlock_mutex_extend(arg, 500);
+  return NULL;
+}
+
+/* The caller's extend to a shorter lease, slow to answer (the proxy holds
+ * every chunk 1.5 s each way): it runs 1.5 s after it left, the key expires
+ * 0.5 s later, and its reply comes 1 s after that. From the moment it left,
+ * the hold may end at the shorter lease. */
+TEST(a_shortening_extend_still_in_flight_bounds_the_deadline) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 10000;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:shortflight", 30000), *b = test_mutex(other, "lr:shortflight", 30000);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  fp_delay(fp, 1500);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, extend_500, m), 0);
+  char out[64];
+  for (int i = 0; i < 1000; i++) { /* the extend ran */
+    cli(out, sizeof out, "PTTL lr:shortflight");
+    if (atoll(out) <= 500) break;
+    th_sleep_ms(10);
+  }
+  for (int i = 0; i < 500 && key_exists("lr:shortflight"); i++) th_sleep_ms(10);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  dlock_lost_reason lost = dlock_mutex_lost(m);
+  long long left = (long long)(dlock_mutex_valid_until(m) - dlock_mono_now());
+  pthread_join(t, NULL);
+  fp_delay(fp, 0);
+  if (lost == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still said not lost (valid for %lld ms more)", left);
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
 }
 
 /* The acquire's reply is lost, and before the resend arrives someone deletes
