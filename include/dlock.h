@@ -401,10 +401,11 @@ DLOCK_API int dlock_mutex_release_result(dlock_mutex *m);
  * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
  * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. An
  * extend that fails otherwise may have run: valid_until then becomes the
- * earlier of the old one and 'lease_ms' from the call. In watchdog mode the
- * renewals go on with the watchdog's lease; an extend that overlapped a
- * renewal (either may run last in Redis) sets valid_until to the earlier of
- * the two deadlines. */
+ * earlier of the old one and 'lease_ms' from the call (and is that already
+ * while the call waits for its reply, which may come after it ran). In
+ * watchdog mode the renewals go on with the watchdog's lease; an extend that
+ * overlapped a renewal (either may run last in Redis) sets valid_until to
+ * the earlier of the two deadlines. */
 DLOCK_API int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms);
 
 /* Ask Redis: 1 if it holds our token, 0 if not, negative on error. */

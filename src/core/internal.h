@@ -212,9 +212,11 @@ int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms valid_until, dlock_mono_m
  * expiry. So a call that succeeds may set the deadline only to the earliest
  * 'until' among itself and the calls in flight with it at any moment of its
  * flight. begin: before the call leaves ('until' from a time before it
- * leaves). end: after its answer; returns min(until, that earliest). Both
- * under m->mu; every begun op is ended. */
-void dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until);
+ * leaves); as the call may run before its answer comes, it also brings
+ * valid_until down to 'until' when that is earlier (1 when it did). end:
+ * after its answer; returns min(until, that earliest). Both under m->mu;
+ * every begun op is ended. */
+int dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until);
 dlock_mono_ms dlock__lease_op_end(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until);
 /* Local validity deadline for a lease that began at 'start'. */
 dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms);

@@ -176,7 +176,11 @@ int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms valid_until, dlock_mono_m
   return 1;
 }
 
-void dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until) {
+int dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until) {
+  /* It may run at any moment from now on, before its answer comes (if one
+   * comes): the key may then end at 'until'. */
+  int lowered = m->valid_until != 0 && until < m->valid_until;
+  if (lowered) m->valid_until = until;
   op->until = until;
   op->others = INT64_MAX;
   for (dlock__lease_op *o = m->lease_ops; o; o = o->next) {
@@ -185,6 +189,7 @@ void dlock__lease_op_begin(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms un
   }
   op->next = m->lease_ops;
   m->lease_ops = op;
+  return lowered;
 }
 
 dlock_mono_ms dlock__lease_op_end(dlock_mutex *m, dlock__lease_op *op, dlock_mono_ms until) {
@@ -550,8 +555,9 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   dlock_lost_reason why = DLOCK_LOST_NONE;
   dlock__lease_op op;
   pthread_mutex_lock(&m->mu);
-  dlock__lease_op_begin(m, &op, dlock__valid_until(sent, lease_ms));
+  int lowered = dlock__lease_op_begin(m, &op, dlock__valid_until(sent, lease_ms));
   pthread_mutex_unlock(&m->mu);
+  if (lowered) dlock__watchdog_rearm(m->client, m, sent, lease_ms); /* a shortening extend: watch the new deadline */
   rc = m->client->ops->extend(m, token, lease_ms, &sent, &why);
   pthread_mutex_lock(&m->mu);
   dlock_mono_ms safe_until = dlock__lease_op_end(m, &op, dlock__valid_until(sent, lease_ms));

@@ -122,6 +122,13 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
       lose(wd, m, lost, losses, nloss);
     } else if (renewed) {
       m->wd_next_renew = r->sent + lease / 3;
+      if (valid_until < r->valid_until) {
+        /* It counts only on the deadline of a shorter call it overlapped (the
+         * caller's extend), which may have run last: renew again before that
+         * deadline, not a third of our lease on. */
+        int64_t half = (valid_until - now) / 2;
+        if (now + half < m->wd_next_renew) m->wd_next_renew = now + (half > 0 ? half : 1);
+      }
       if (valid_until < wd->floor) wd->floor = valid_until; /* after an extend beyond the lease */
     } else {
       /* The server is unreachable or refused: try again soon, and more often
@@ -218,7 +225,14 @@ static void *watchdog_main(void *arg) {
         pthread_mutex_lock(&m->mu);
         memcpy(tokens[i].token, m->token, sizeof tokens[i].token);
         m->renew_tried = 1;
-        dlock__lease_op_begin(m, &ops[i], dlock__valid_until(dlock_mono_now(), batch[i].lease_ms));
+        /* A session backend's renewal sets no lease: it bounds nothing. */
+        dlock_mono_ms until = m->client->caps & DLOCK__CAP_SESSION
+                                  ? INT64_MAX : dlock__valid_until(dlock_mono_now(), batch[i].lease_ms);
+        dlock__lease_op_begin(m, &ops[i], until);
+        /* It may run before its answer comes: its deadline (when earlier,
+         * after a longer extend) bounds the pipeline and the floor too. */
+        if (m->valid_until && m->valid_until < earliest) earliest = m->valid_until;
+        if (m->valid_until && m->valid_until < wd->floor) wd->floor = m->valid_until;
         pthread_mutex_unlock(&m->mu);
         m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
       }

@@ -6,6 +6,7 @@
  * is replaced before use, and the scheduler neither skips a tick nor leaves
  * an orphan job lock when a claim, delay or finish reply is lost.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +537,135 @@ TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadl
               (long long)(dlock_mutex_valid_until(m) - dlock_mono_now()));
   fp_blackhole_after_drop(fp, 0);
   fp_pass(fp);
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
+/* As above, but the renewal is still in flight: the proxy holds every chunk
+ * 3 s each way, so the renewal runs (setting the watchdog's 1.5 s lease) 3 s
+ * after it left and its reply comes 3 s later still; the client waits up to
+ * 10 s. A call in flight may have run already, so it must bound the local
+ * deadline from the moment it leaves, not only once its failure is known. */
+TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadline) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 10000;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* the watchdog */
+  mo.watchdog_lease_ms = 1500;
+  dlock_mutex *m = NULL, *b = test_mutex(other, "lr:wdinflight", 30000);
+  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdinflight", &mo));
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  fp_delay(fp, 3000); /* before the first renewal, due 500 ms after the acquire */
+  char out[64];
+  for (int i = 0; i < 1000; i++) { /* the renewal ran: the key has the watchdog's lease */
+    cli(out, sizeof out, "PTTL lr:wdinflight");
+    if (atoll(out) <= 1500) break;
+    th_sleep_ms(10);
+  }
+  ASSERT(atoll(out) <= 1500);
+  for (int i = 0; i < 500 && key_exists("lr:wdinflight"); i++) th_sleep_ms(10);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  dlock_lost_reason lost = dlock_mutex_lost(m);
+  long long left = (long long)(dlock_mutex_valid_until(m) - dlock_mono_now());
+  fp_delay(fp, 0);
+  if (lost == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still says not lost (valid for %lld ms more)", left);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_release(b));
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
+/* The caller shortens the lease (watchdog mode) while the proxy holds every
+ * chunk 100 ms each way: a renewal overlaps the extend and its reply comes
+ * last. The hold then counts on the extend's short deadline (either may run
+ * last in Redis), so the watchdog must renew again before that deadline, not
+ * a third of its own lease after the renewal, or a healthy hold is lost. */
+TEST(a_renewal_that_overlapped_a_shortening_extend_renews_again_before_its_deadline) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* the watchdog */
+  mo.watchdog_lease_ms = 6000;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdshort", &mo));
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  fp_delay(fp, 100);
+  /* Which reply comes last is a race: try a few times. Each time, wait past
+   * the extend's deadline (1.2 s): the watchdog must have renewed by then. */
+  for (int i = 0; i < 8; i++) {
+    ASSERT_OK(dlock_mutex_extend(m, 1200));
+    th_sleep_ms(1400);
+    dlock_lost_reason lost = dlock_mutex_lost(m);
+    if (lost != DLOCK_LOST_NONE) {
+      fp_delay(fp, 0);
+      TEST_FAIL("extend %d: the hold was lost (%s)", i, dlock_lost_reason_str(lost));
+    }
+  }
+  fp_delay(fp, 0);
+  char out[64];
+  cli(out, sizeof out, "EXISTS lr:wdshort");
+  ASSERT_EQ(atoi(out), 1);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+static void *extend_500(void *arg) {
+  dlock_mutex_extend(arg, 500);
+  return NULL;
+}
+
+/* The caller's extend to a shorter lease, slow to answer (the proxy holds
+ * every chunk 1.5 s each way): it runs 1.5 s after it left, the key expires
+ * 0.5 s later, and its reply comes 1 s after that. From the moment it left,
+ * the hold may end at the shorter lease. */
+TEST(a_shortening_extend_still_in_flight_bounds_the_deadline) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  o.command_timeout_ms = 10000;
+  dlock_client *c = NULL, *other = test_client(srv.url);
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_mutex *m = test_mutex(c, "lr:shortflight", 30000), *b = test_mutex(other, "lr:shortflight", 30000);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  fp_delay(fp, 1500);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, extend_500, m), 0);
+  char out[64];
+  for (int i = 0; i < 1000; i++) { /* the extend ran */
+    cli(out, sizeof out, "PTTL lr:shortflight");
+    if (atoll(out) <= 500) break;
+    th_sleep_ms(10);
+  }
+  for (int i = 0; i < 500 && key_exists("lr:shortflight"); i++) th_sleep_ms(10);
+  ASSERT_OK(dlock_mutex_acquire(b, 0)); /* the key expired: another owner holds the lock */
+  dlock_lost_reason lost = dlock_mutex_lost(m);
+  long long left = (long long)(dlock_mutex_valid_until(m) - dlock_mono_now());
+  pthread_join(t, NULL);
+  fp_delay(fp, 0);
+  if (lost == DLOCK_LOST_NONE)
+    TEST_FAIL("another owner holds the lock, and ours still said not lost (valid for %lld ms more)", left);
   ASSERT_OK(dlock_mutex_release(b));
   dlock_mutex_release(m);
   dlock_mutex_free(m);

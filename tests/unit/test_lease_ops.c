@@ -70,4 +70,25 @@ TEST(a_chain_of_overlaps_does_not_carry_an_old_deadline_forward) {
   free(m);
 }
 
+/* A call may run before its answer comes (or without one): from the moment
+ * it leaves, the key may end at its deadline, so valid_until comes down to
+ * it at once when it is earlier; a later one leaves valid_until alone. */
+TEST(a_call_in_flight_bounds_the_deadline_from_when_it_leaves) {
+  dlock_mutex *m = handle();
+  m->valid_until = 60000; /* after an extend to a long lease */
+  dlock__lease_op renewal, extend;
+  ASSERT_EQ(dlock__lease_op_begin(m, &renewal, 1500), 1);
+  ASSERT_EQ(m->valid_until, 1500);
+  ASSERT_EQ(dlock__lease_op_begin(m, &extend, 90000), 0);
+  ASSERT_EQ(m->valid_until, 1500);
+  dlock__lease_op_end(m, &renewal, INT64_MAX);
+  dlock__lease_op_end(m, &extend, INT64_MAX);
+  m->valid_until = 0; /* not held: no deadline to lower */
+  ASSERT_EQ(dlock__lease_op_begin(m, &renewal, 1500), 0);
+  ASSERT_EQ(m->valid_until, 0);
+  dlock__lease_op_end(m, &renewal, INT64_MAX);
+  ASSERT(m->lease_ops == NULL);
+  free(m);
+}
+
 TEST_MAIN()
