@@ -108,10 +108,11 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
       m->claim_ms = 0; /* a hand-off's claim: the full lease is set now */
     } else if (r->status == DLOCK_ELOST) { /* unless the deadline was seen passing first */
       dlock__mutex_mark_lost(m, r->lost);
-    } else if (r->sent && m->valid_until) {
+    } else if (r->sent && m->valid_until && !(wd->client->caps & DLOCK__CAP_SESSION)) {
       /* Not renewed, but it may have run (a lost reply, replicas short): the
        * server may then end the hold 'lease' after it, sooner than our
-       * deadline when the caller's extend had set a longer one. */
+       * deadline when the caller's extend had set a longer one. A session
+       * backend's renewal (ZooKeeper) sets no lease: the session's deadline stands. */
       dlock_mono_ms own = dlock__valid_until(r->sent, lease);
       if (own < m->valid_until) m->valid_until = own;
     }
