@@ -393,8 +393,9 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     }
     if (got < 0) {
       if (got == -2)
-        dlock__error(DLOCK_EFENCE, "acquire script: the lock is ours, but its fence in '%s' is %.40s, not an "
-                     "integer in 1..2^63-1; so it is given back. Delete that key once the lock is free",
+        dlock__error(DLOCK_EFENCE, "acquire script: the lock is ours, but no fence is recorded for the hold in "
+                     "'%s' (the answer was '%.40s', not an integer in 1..2^63-1), so it is given back. Acquire "
+                     "it again: a new hold records its fence",
                      dlock__rm(m)->keys.key[DLOCK__K_FENCE], r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
       dlock__reply_free(r);
       if (got == -2) {
