@@ -36,6 +36,18 @@ static dlock_client *proxied_client(void) {
   return c;
 }
 
+/* A client through the proxy with these timeouts (0: the default). */
+static dlock_client *client_via_proxy(int command_timeout_ms, int connect_timeout_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = fp_url(fp);
+  if (command_timeout_ms) o.command_timeout_ms = command_timeout_ms;
+  if (connect_timeout_ms) o.connect_timeout_ms = connect_timeout_ms;
+  dlock_client *c = NULL;
+  ASSERT_OK(dlock_client_new(&c, &o));
+  return c;
+}
+
 /* The fence of the hold's record, "fence|since|token|owner info" in the
  * counter (docs/keys.md). */
 static long long meta_fence(const char *name) {
@@ -255,13 +267,7 @@ TEST(through_a_delaying_proxy_commands_are_slower_but_exact) {
 }
 
 TEST(through_a_blackhole_an_acquire_is_unknown_never_success_or_busy) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = 200;
-  o.connect_timeout_ms = 200;
-  dlock_client *c = NULL;
-  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client *c = client_via_proxy(200, 200);
   dlock_mutex *m = test_mutex(c, "lr:hole", 30000);
   fp_pass(fp);
   fp_blackhole(fp, 1);
@@ -416,12 +422,7 @@ TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_o
   memset(&lb, 0, sizeof lb);
   pthread_mutex_init(&la.mu, NULL);
   pthread_mutex_init(&lb.mu, NULL);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = (int)(5000 * th_time_factor());
-  dlock_client *ca = NULL, *cb = test_client(srv.url);
-  if (dlock_client_new(&ca, &o) != 0) TEST_FAIL("client through the proxy: %s", dlock_last_error());
+  dlock_client *ca = client_via_proxy((int)(5000 * th_time_factor()), 0), *cb = test_client(srv.url);
   dlock_job_options jo;
   dlock_job_options_init(&jo);
   jo.lock_at_most_for_ms = 60000;
@@ -461,24 +462,13 @@ TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_o
   ASSERT_EQ(key_exists(name), 0);
 }
 
-/* A client through the proxy that gives up on a command after 300 ms. */
-static dlock_client *impatient_client(void) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = 300;
-  o.connect_timeout_ms = 300;
-  dlock_client *c = NULL;
-  ASSERT_OK(dlock_client_new(&c, &o));
-  return c;
-}
 
 /* An extend to a shorter lease whose reply is lost, and whose resend gets no
  * answer either: it may have run, so Redis may expire the key at the shorter
  * lease. The local deadline must not stay at the longer one, or the handle
  * says "not lost" while another owner already holds the lock. */
 TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
-  dlock_client *c = impatient_client(), *other = test_client(srv.url);
+  dlock_client *c = client_via_proxy(300, 300), *other = test_client(srv.url);
   dlock_mutex *m = test_mutex(c, "lr:shorten", 30000), *b = test_mutex(other, "lr:shorten", 30000);
   fp_pass(fp);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
@@ -511,7 +501,7 @@ TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
  * the key one watchdog lease after it. The local deadline must come down to
  * that, or the handle says "not lost" while another owner holds the lock. */
 TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadline_in) {
-  dlock_client *c = impatient_client(), *other = test_client(srv.url);
+  dlock_client *c = client_via_proxy(300, 300), *other = test_client(srv.url);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 0; /* the watchdog */
@@ -551,12 +541,7 @@ TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadl
  * 10 s. A call in flight may have run already, so it must bound the local
  * deadline from the moment it leaves, not only once its failure is known. */
 TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadline) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = 10000;
-  dlock_client *c = NULL, *other = test_client(srv.url);
-  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client *c = client_via_proxy(10000, 0), *other = test_client(srv.url);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 0; /* the watchdog */
@@ -596,11 +581,7 @@ TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadlin
  * last in Redis), so the watchdog must renew again before that deadline, not
  * a third of its own lease after the renewal, or a healthy hold is lost. */
 TEST(a_renewal_that_overlapped_a_shortening_extend_renews_again_before_its_deadline) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  dlock_client *c = NULL;
-  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client *c = client_via_proxy(0, 0);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 0; /* the watchdog */
@@ -640,12 +621,7 @@ static void *extend_500(void *arg) {
  * 0.5 s later, and its reply comes 1 s after that. From the moment it left,
  * the hold may end at the shorter lease. */
 TEST(a_shortening_extend_still_in_flight_bounds_the_deadline) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = 10000;
-  dlock_client *c = NULL, *other = test_client(srv.url);
-  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client *c = client_via_proxy(10000, 0), *other = test_client(srv.url);
   dlock_mutex *m = test_mutex(c, "lr:shortflight", 30000), *b = test_mutex(other, "lr:shortflight", 30000);
   fp_pass(fp);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
@@ -679,12 +655,7 @@ TEST(a_shortening_extend_still_in_flight_bounds_the_deadline) {
  * finds the key ours but no fence: that is an error, never a hold with
  * fence 0 (which a fresh guard would admit). */
 TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = fp_url(fp);
-  o.command_timeout_ms = (int)(5000 * th_time_factor());
-  dlock_client *c = NULL;
-  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client *c = client_via_proxy((int)(5000 * th_time_factor()), 0);
   dlock_mutex *m = test_mutex(c, "lr:nometa", 30000);
   int before = arm(DLOCK__SCRIPT_ACQUIRE);
   fp_delay(fp, 800);
