@@ -495,6 +495,21 @@ TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
   dlock_client_free(other);
 }
 
+/* A watchdog-mode hold of 'name' through 'c' (the watchdog's lease: 1.5 s),
+ * which the caller then extends to 60 s. */
+static dlock_mutex *held_with_a_longer_extend(dlock_client *c, const char *name) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0; /* the watchdog */
+  mo.watchdog_lease_ms = 1500;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, name, &mo));
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  return m;
+}
+
 /* The same for the watchdog. After the caller's extend to a lease longer
  * than the watchdog's, a renewal (at the watchdog's lease) whose reply is
  * lost, and whose retries get no answer, may have run: Redis may then expire
@@ -502,15 +517,7 @@ TEST(a_shortening_extend_of_unknown_outcome_moves_the_local_deadline_in) {
  * that, or the handle says "not lost" while another owner holds the lock. */
 TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadline_in) {
   dlock_client *c = client_via_proxy(300, 300), *other = test_client(srv.url);
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 0; /* the watchdog */
-  mo.watchdog_lease_ms = 1500;
-  dlock_mutex *m = NULL, *b = test_mutex(other, "lr:wdext", 30000);
-  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdext", &mo));
-  fp_pass(fp);
-  ASSERT_OK(dlock_mutex_acquire(m, 0));
-  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  dlock_mutex *b = test_mutex(other, "lr:wdext", 30000), *m = held_with_a_longer_extend(c, "lr:wdext");
   ASSERT(dlock_mutex_valid_until(m) - dlock_mono_now() > 30000); /* the extend's lease counts */
   int before = arm(DLOCK__SCRIPT_EXTEND);
   fp_blackhole_after_drop(fp, 1);
@@ -542,15 +549,7 @@ TEST(a_watchdog_renewal_of_unknown_outcome_after_a_longer_extend_moves_the_deadl
  * deadline from the moment it leaves, not only once its failure is known. */
 TEST(a_watchdog_renewal_still_in_flight_after_a_longer_extend_bounds_the_deadline) {
   dlock_client *c = client_via_proxy(10000, 0), *other = test_client(srv.url);
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 0; /* the watchdog */
-  mo.watchdog_lease_ms = 1500;
-  dlock_mutex *m = NULL, *b = test_mutex(other, "lr:wdinflight", 30000);
-  ASSERT_OK(dlock_mutex_new(&m, c, "lr:wdinflight", &mo));
-  fp_pass(fp);
-  ASSERT_OK(dlock_mutex_acquire(m, 0));
-  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  dlock_mutex *b = test_mutex(other, "lr:wdinflight", 30000), *m = held_with_a_longer_extend(c, "lr:wdinflight");
   fp_delay(fp, 3000); /* before the first renewal, due 500 ms after the acquire */
   char out[64];
   for (int i = 0; i < 1000; i++) { /* the renewal ran: the key has the watchdog's lease */
