@@ -47,6 +47,7 @@ struct fp_proxy {
   int delay_ms;
   int blackhole;
   int blackhole_after_drop;
+  int raw; /* fp_raw(): forward bytes as they come, no RESP framing */
   int close_all;
   int dropped;
   pair pairs[FP_MAX_PAIRS];
@@ -181,9 +182,13 @@ static int from_client(fp_proxy *p, pair *pr) {
   ssize_t n = recv(pr->cfd, tmp, sizeof tmp, 0);
   if (n <= 0) return (n < 0 && errno == EINTR) ? 0 : -1;
   pthread_mutex_lock(&p->mu);
-  int black = p->blackhole;
+  int black = p->blackhole, raw = p->raw;
   pthread_mutex_unlock(&p->mu);
   if (black) return 0;
+  if (raw) {
+    hold(p);
+    return send_all(pr->sfd, tmp, (size_t)n);
+  }
   if (buf_add(&pr->in_c, tmp, (size_t)n)) return -1;
   size_t off = 0;
   for (;;) {
@@ -212,9 +217,13 @@ static int from_server(fp_proxy *p, pair *pr) {
   ssize_t n = recv(pr->sfd, tmp, sizeof tmp, 0);
   if (n <= 0) return (n < 0 && errno == EINTR) ? 0 : -1;
   pthread_mutex_lock(&p->mu);
-  int black = p->blackhole;
+  int black = p->blackhole, raw = p->raw;
   pthread_mutex_unlock(&p->mu);
   if (black) return 0;
+  if (raw) {
+    hold(p);
+    return send_all(pr->cfd, tmp, (size_t)n);
+  }
   if (buf_add(&pr->in_s, tmp, (size_t)n)) return -1;
   size_t off = 0;
   int drop = 0;
@@ -393,6 +402,12 @@ void fp_drop_reply(fp_proxy *p, const char *pattern, int count) {
 void fp_delay(fp_proxy *p, int ms) {
   pthread_mutex_lock(&p->mu);
   p->delay_ms = ms;
+  pthread_mutex_unlock(&p->mu);
+}
+
+void fp_raw(fp_proxy *p, int on) {
+  pthread_mutex_lock(&p->mu);
+  p->raw = on;
   pthread_mutex_unlock(&p->mu);
 }
 

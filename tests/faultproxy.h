@@ -29,6 +29,10 @@
  *                           (one thread: this slows every connection)
  *   fp_blackhole(p, on)     accept and read, forward nothing in either direction
  *   fp_close_all(p)         close every open connection now (like CLIENT KILL)
+ *   fp_raw(p, on)           forward bytes as they come, without RESP framing,
+ *                           for any TCP protocol (ZooKeeper's quorum links);
+ *                           the drop rule then matches nothing, blackhole,
+ *                           delay and close_all work as above
  *
  * fp_dropped() counts the replies dropped so far, fp_wait_dropped() waits for
  * a count. Pub/sub connections pass through, but a rule should not match a
@@ -57,6 +61,7 @@ void fp_delay(fp_proxy *p, int ms);
 void fp_blackhole(fp_proxy *p, int on);
 void fp_blackhole_after_drop(fp_proxy *p, int on);
 void fp_close_all(fp_proxy *p);
+void fp_raw(fp_proxy *p, int on);
 
 /* Send one command straight to the target server (not through the proxy)
  * and read its reply: 0 unless the reply is an error or I/O failed. For

@@ -429,3 +429,73 @@ int th_zk_suite_start(th_zk *z, int tick_ms, char *why, size_t len) {
   snprintf(why, len, "the ZooKeeper server did not start (see above)");
   return 0;
 }
+
+/* ---- An ensemble with its quorum links routed (review: partitioned follower) ---- */
+
+int th_zk_ensemble_start_via(th_zk_ensemble *e, int tick_ms, int sync_limit, const int quorum_port[TH_ZK_ENSEMBLE],
+                             const int quorum_via[TH_ZK_ENSEMBLE][TH_ZK_ENSEMBLE]) {
+  memset(e, 0, sizeof *e);
+  int election[TH_ZK_ENSEMBLE];
+  for (int i = 0; i < TH_ZK_ENSEMBLE; i++) {
+    th_zk *z = &e->node[i];
+    if (make_dir(z) != 0) return -1;
+    z->myid = i + 1;
+    z->port = th_free_port();
+    election[i] = th_free_port();
+    size_t h = strlen(e->hosts);
+    snprintf(e->hosts + h, sizeof e->hosts - h, "%s127.0.0.1:%d", i ? "," : "", z->port);
+  }
+  for (int i = 0; i < TH_ZK_ENSEMBLE; i++) {
+    th_zk *z = &e->node[i];
+    /* Server i's own view: the others' quorum ports through quorum_via[i]. */
+    char servers[512] = "";
+    for (int j = 0; j < TH_ZK_ENSEMBLE; j++) {
+      int q = i != j && quorum_via[i][j] ? quorum_via[i][j] : quorum_port[j];
+      size_t o = strlen(servers);
+      snprintf(servers + o, sizeof servers - o, "server.%d=127.0.0.1:%d:%d\n", j + 1, q, election[j]);
+    }
+    char path[400];
+    snprintf(path, sizeof path, "%s/data", z->dir);
+    FILE *f = NULL;
+    if (mkdir(path, 0755) == 0) {
+      snprintf(path, sizeof path, "%s/data/myid", z->dir);
+      if ((f = fopen(path, "w"))) {
+        fprintf(f, "%d\n", z->myid);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/zoo.cfg", z->dir);
+        f = fopen(path, "w");
+      }
+    }
+    if (!f) {
+      th_zk_ensemble_stop(e);
+      return -1;
+    }
+    fprintf(f,
+            "tickTime=%d\ninitLimit=%d\nsyncLimit=%d\ndataDir=%s/data\nclientPort=%d\nclientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\nminSessionTimeout=%d\nmaxSessionTimeout=60000\n"
+            "4lw.commands.whitelist=srvr\nsnapCount=1000000\nautopurge.purgeInterval=0\n%s",
+            tick_ms, sync_limit > 10 ? sync_limit : 10, sync_limit, z->dir, z->port, 2 * tick_ms, servers);
+    fclose(f);
+    snprintf(z->hostport, sizeof z->hostport, "127.0.0.1:%d", z->port);
+    if (start_node(z, "org.apache.zookeeper.server.quorum.QuorumPeerMain") != 0) {
+      th_zk_ensemble_stop(e);
+      return -1;
+    }
+  }
+  long long until = th_now_ms() + 90000 * th_time_factor();
+  while (th_now_ms() < until) {
+    int leaders = 0, followers = 0;
+    char mode[64];
+    for (int i = 0; i < TH_ZK_ENSEMBLE; i++) {
+      th_zk_mode(&e->node[i], mode, sizeof mode);
+      if (!strcmp(mode, "leader")) leaders++;
+      if (!strcmp(mode, "follower")) followers++;
+    }
+    if (leaders == 1 && followers == TH_ZK_ENSEMBLE - 1) return 0;
+    th_sleep_ms(200);
+  }
+  fprintf(stderr, "harness_zk: the ensemble (quorum links routed) did not form; logs:\n");
+  for (int i = 0; i < TH_ZK_ENSEMBLE; i++) dump_log(&e->node[i]);
+  th_zk_ensemble_stop(e);
+  return -1;
+}

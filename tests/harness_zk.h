@@ -38,6 +38,13 @@ int th_zk_available(char *why, size_t len);
 int th_zk_start(th_zk *z, int tick_ms);
 /* Start three servers as one ensemble; waits until one leads and two follow. */
 int th_zk_ensemble_start(th_zk_ensemble *e, int tick_ms);
+/* As th_zk_ensemble_start(), with 'sync_limit' ticks (how long a follower
+ * serves without hearing from its leader) and server i reaching server j's
+ * quorum port (listening on quorum_port[j]) at quorum_via[i][j] (0: directly),
+ * so that a test can route each quorum link through a fault proxy and cut a
+ * follower off while its client port stays up. Election ports are direct. */
+int th_zk_ensemble_start_via(th_zk_ensemble *e, int tick_ms, int sync_limit, const int quorum_port[TH_ZK_ENSEMBLE],
+                             const int quorum_via[TH_ZK_ENSEMBLE][TH_ZK_ENSEMBLE]);
 /* Stop by PID (SIGCONT first if frozen, SIGTERM, SIGKILL after 5 s) and
  * remove the temp dir. */
 /* A test file's server: th_zk_available() and th_zk_start(z, tick_ms). 1

@@ -58,7 +58,9 @@ const char *dlock_lost_reason_str(dlock_lost_reason reason) {
     case DLOCK_LOST_NONE: return "not lost";
     case DLOCK_LOST_EXPIRED: return "the key is gone: its lease expired, or it was deleted without dlock";
     case DLOCK_LOST_TAKEN: return "another owner holds the lock now";
-    case DLOCK_LOST_UNREACHABLE: return "Redis could not be reached to renew the lease in time";
+    case DLOCK_LOST_UNREACHABLE:
+      return "the lock's servers could not be reached in time to renew the hold (on ZooKeeper: no ping was "
+             "answered through the ensemble's leader)";
     case DLOCK_LOST_MAX_HOLD: return "the maximum hold time was reached";
     case DLOCK_LOST_DEADLINE: return "the lease ran out before a renewal";
     case DLOCK_LOST_DELETED: return "another client deleted the key with a forced release";

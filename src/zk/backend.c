@@ -335,7 +335,7 @@ static void zk_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms
     } else {
       /* One read per hold: the session keeps the node, but a force release
        * (dlock release --force) deletes it, and the holder must learn. */
-      int held = !uncertain && dlock_mono_now() < limit ? dlock__zk_is_held(z, &l->hold) : 1;
+      int held = !uncertain && dlock_mono_now() < limit ? dlock__zk_is_held_until(z, &l->hold, limit) : 1;
       if (held == 0) {
         r[i].status = DLOCK_ELOST;
         r[i].lost = DLOCK_LOST_DELETED;

@@ -754,22 +754,78 @@ int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h) {
   return rc;
 }
 
-int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) {
+/* An exists whose caller may stop waiting: the last of the two (caller,
+ * completion) frees it. */
+typedef struct held_call {
+  dlock__zk *z;
+  int done, abandoned, zrc;
+  int64_t owner;
+} held_call;
+
+static void held_done(int rc, const struct Stat *st, const void *data) {
+  held_call *c = (held_call *)data;
+  dlock__zk *z = c->z;
+  pthread_mutex_lock(&z->mu);
+  c->zrc = rc;
+  if (rc == ZOK && st) c->owner = st->ephemeralOwner;
+  c->done = 1;
+  int mine = c->abandoned;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  if (mine) free(c);
+}
+
+int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms deadline) {
   if (!h || !h->node_path) return 0;
   int rc;
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
-  struct Stat st;
-  int zrc = zoo_exists(s->zh, h->node_path, 0, &st);
-  if (zrc == ZOK)
-    rc = st.ephemeralOwner == h->session && s->id == h->session;
-  else if (zrc == ZNONODE)
-    rc = 0;
-  else
+  /* No answer matters after the session's deadline, and a server cut off
+   * from its leader answers only when the connection ends (our read queues
+   * behind the validity ping's sync): wait no longer than that. */
+  dlock_mono_ms limit = dlock__zk_retry_limit(s);
+  if (deadline < limit) limit = deadline;
+  held_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    dlock__zk_sess_put(s);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  c->z = z;
+  int zrc = zoo_aexists(s->zh, h->node_path, 0, held_done, c);
+  if (zrc != ZOK) {
+    free(c);
     rc = dlock__zk_fail(z, zrc, "check our lock node", h->node_path);
+    dlock__zk_sess_put(s);
+    return rc;
+  }
+  pthread_mutex_lock(&z->mu);
+  while (!c->done && dlock_mono_now() < limit) {
+    struct timespec ts;
+    dlock__deadline_timespec(limit, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  int done = c->done;
+  zrc = c->zrc;
+  int64_t owner = c->owner;
+  if (!done) c->abandoned = 1;
+  pthread_mutex_unlock(&z->mu);
+  if (!done) {
+    rc = dlock__error(DLOCK_ETIMEDOUT, "check our lock node '%s' on %s: no answer before the session's deadline "
+                      "(is the server cut off from the ensemble's leader?)", h->node_path, z->server);
+  } else {
+    free(c);
+    if (zrc == ZOK)
+      rc = owner == h->session && s->id == h->session;
+    else if (zrc == ZNONODE)
+      rc = 0;
+    else
+      rc = dlock__zk_fail(z, zrc, "check our lock node", h->node_path);
+  }
   dlock__zk_sess_put(s);
   return rc;
 }
+
+int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) { return dlock__zk_is_held_until(z, h, INT64_MAX); }
 
 /* What kind of lock the children of 'lock_path' say it is, into '*side':
  * the side to list with, -1 for a semaphore ("locks"/"leases"), -2 when

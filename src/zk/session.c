@@ -7,14 +7,20 @@
  * watcher; our monitor thread calls the core's callback.
  *
  * Loss rule (docs/zookeeper.md): the ensemble expires a session no sooner
- * than its timeout after its leader last heard of us, and our server heard
- * from us no sooner than we sent a request it answered. The leader hears of
- * a follower's sessions only at its pings, every half tick, and a tick is
- * at most half the session timeout (ZooKeeper's minimum session timeout is
- * two ticks): so the leader's record may be up to a quarter of the timeout
- * older than our contact. valid_until = send time of the last answered
- * request + 3/4 of the negotiated timeout, less the drift allowance, is a
- * moment before which nobody else can have been given our lock.
+ * than its timeout after its leader last heard of us. Only an answer that
+ * went through the leader counts as contact: the validity ping is a sync,
+ * which a follower answers only once its leader answered it (a read such as
+ * exists is served by the follower alone, also by one cut off from the
+ * leader, which serves on for syncLimit ticks). The leader hears of a
+ * follower's sessions only at its pings, every half tick, and a tick is at
+ * most half the session timeout (ZooKeeper's minimum session timeout is two
+ * ticks): so the leader's record may be up to a quarter of the timeout
+ * older than our contact, and no older than our previous contact (pings are
+ * a quarter of the timeout apart, and the leader pinged our server in
+ * between). valid_until = the earlier of (send time of the last answered
+ * sync + 3/4 of the negotiated timeout) and (send time of the one before +
+ * the timeout), less the drift allowance, is a moment before which nobody
+ * else can have been given our lock.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -95,10 +101,13 @@ int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path) {
 
 static void queue_event(dlock__zk_sess *s, dlock__zk_event ev) { s->ev_pending |= 1 << ev; }
 
-/* How long after a contact sent at 'sent' the session surely lives. */
-static dlock_mono_ms valid_after(dlock_mono_ms sent, int timeout_ms) {
+/* How long after a contact sent at 'sent' (the one before it sent at
+ * 'prev') the session surely lives. */
+static dlock_mono_ms valid_after(dlock_mono_ms sent, dlock_mono_ms prev, int timeout_ms) {
   int64_t t = timeout_ms;
-  return sent + t - t / 4 - (t / 100 + 2);
+  dlock_mono_ms v = sent + t - t / 4;
+  if (prev + t < v) v = prev + t; /* our ping came late: the leader's record may be that old */
+  return v - (t / 100 + 2);
 }
 
 static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
@@ -116,7 +125,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         s->id = cid ? cid->client_id : 0;
         s->timeout_ms = zoo_recv_timeout(s->zh);
         /* last_contact was set to the connect start; the first ping moves it. */
-        s->valid_until = valid_after(s->last_contact, s->timeout_ms);
+        s->valid_until = valid_after(s->last_contact, s->last_contact, s->timeout_ms);
       } else if (s->uncertain && !s->lost) {
         queue_event(s, DLOCK__ZK_RECONNECTED);
       }
@@ -164,29 +173,36 @@ static void note_contact(dlock__zk_sess *s, dlock_mono_ms sent) {
    * holds were declared lost and others may act on it. */
   if (s->lost || !s->connected_once) return;
   if (sent > s->last_contact) {
+    dlock_mono_ms v = valid_after(sent, s->last_contact, s->timeout_ms);
     s->last_contact = sent;
-    s->valid_until = valid_after(sent, s->timeout_ms);
+    if (v > s->valid_until) s->valid_until = v;
   }
 }
 
-static void ping_done(int rc, const struct Stat *stat, const void *data) {
+static void ping_done(int rc, const char *value, const void *data) {
   ping_ctx *p = (ping_ctx *)data;
   dlock__zk *z = p->s->z;
-  (void)stat;
+  (void)value;
   pthread_mutex_lock(&z->mu);
-  if (rc == ZOK || rc == ZNONODE) note_contact(p->s, p->sent);
+  /* A sync's answer: our server heard from the leader after we sent it. */
+  if (rc == ZOK) note_contact(p->s, p->sent);
+  if (p->s->pings_out > 0) p->s->pings_out--;
   pthread_cond_broadcast(&z->cv);
   pthread_mutex_unlock(&z->mu);
   free(p);
 }
 
-/* Send an asynchronous ping on 's' (caller holds z->mu). */
+/* Send an asynchronous ping on 's' (caller holds z->mu): a sync, which our
+ * server answers only after its leader did (see the loss rule above). */
 static void send_ping(dlock__zk_sess *s, dlock_mono_ms now) {
   ping_ctx *p = malloc(sizeof *p);
   if (!p) return;
   p->s = s;
   p->sent = now;
-  if (zoo_aexists(s->zh, "/", 0, ping_done, p) != ZOK) free(p);
+  if (zoo_async(s->zh, "/", ping_done, p) != ZOK)
+    free(p);
+  else
+    s->pings_out++;
 }
 
 /* ---- Monitor thread ---- */
@@ -203,13 +219,16 @@ static void *monitor_main(void *arg) {
         s->lost = DLOCK_LOST_UNREACHABLE;
         queue_event(s, DLOCK__ZK_LOST);
       }
-      if (!s->lost && s->state == ZOO_CONNECTED_STATE && now >= s->next_ping) {
+      /* One ping at a time: while a sync waits (our server cannot reach its
+       * leader), later ones would queue behind it on the same session. */
+      if (!s->lost && s->state == ZOO_CONNECTED_STATE && now >= s->next_ping && !s->pings_out) {
         send_ping(s, now);
         s->next_ping = now + (s->timeout_ms / 4 > 20 ? s->timeout_ms / 4 : 20);
       }
       if (!s->lost) {
         if (s->valid_until < wake) wake = s->valid_until;
-        if (s->state == ZOO_CONNECTED_STATE && s->next_ping < wake) wake = s->next_ping;
+        /* A ping out wakes us when answered (ping_done). */
+        if (s->state == ZOO_CONNECTED_STATE && !s->pings_out && s->next_ping < wake) wake = s->next_ping;
       }
       if (s->ev_pending && z->fn) {
         dlock__zk_event_fn fn = z->fn;
@@ -501,12 +520,14 @@ int dlock__zk_ping(dlock__zk *z) {
   if (!s) return rc;
   const char *path = z->url.ns[0] ? z->url.ns : "/";
   struct Stat st;
-  dlock_mono_ms sent = dlock_mono_now();
+  /* A sync first: the session answers in order, so the exists returns
+   * after it, and only the sync's answer (through the leader) moves
+   * valid_until; the exists checks that the namespace is readable. */
+  pthread_mutex_lock(&z->mu);
+  if (!s->lost && s->connected_once) send_ping(s, dlock_mono_now());
+  pthread_mutex_unlock(&z->mu);
   int zrc = zoo_exists(s->zh, path, 0, &st);
   if (zrc == ZOK || zrc == ZNONODE) {
-    pthread_mutex_lock(&z->mu);
-    note_contact(s, sent);
-    pthread_mutex_unlock(&z->mu);
     rc = 0;
   } else {
     rc = dlock__zk_fail(z, zrc, "ping (exists)", path);

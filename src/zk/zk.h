@@ -152,8 +152,11 @@ int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info
  * was already gone at the first try, DLOCK_EUNKNOWN when no answer came
  * (the node then ends with the session). */
 int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h);
-/* 1 while our node exists and belongs to this session, 0 if not, or < 0. */
+/* 1 while our node exists and belongs to this session, 0 if not, or < 0
+ * (DLOCK_ETIMEDOUT when no answer came before the session's deadline). */
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h);
+/* The same, waiting for the answer no later than 'deadline' either. */
+int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms deadline);
 
 typedef struct dlock__zk_info {
   int held;                 /* a lock node exists */

@@ -29,9 +29,10 @@ typedef struct dlock__zk_sess {
   int auth_failed;
   int64_t id;                /* session id, 0 until connected */
   int timeout_ms;            /* negotiated */
-  dlock_mono_ms last_contact; /* send time of the last answered request */
-  dlock_mono_ms valid_until;  /* last_contact + timeout_ms */
+  dlock_mono_ms last_contact; /* send time of the last answered sync (through the leader) */
+  dlock_mono_ms valid_until;  /* see the loss rule in session.c */
   dlock_mono_ms next_ping;
+  int pings_out;             /* syncs sent and not yet answered */
   int uncertain;
   dlock_lost_reason lost;
   int ev_pending;            /* bit (1 << dlock__zk_event) to deliver */
