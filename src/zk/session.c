@@ -129,19 +129,27 @@ static int world_beyond_read(const struct ACL_vector *acl) {
 int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int *closed_now) {
   if (closed_now) *closed_now = 0;
   if (!z->url.digest) return 0;
+  int resent = 0; /* a setAcl whose reply was lost: it may be what closed it */
   for (int attempt = 0; attempt < 20; attempt++) {
     struct ACL_vector acl;
     struct Stat st;
     int zrc = zoo_get_acl(s->zh, path, &acl, &st);
-    if (zrc == ZNONODE) return 0;
+    if (zrc == ZNONODE) {
+      if (closed_now) *closed_now = resent;
+      return 0;
+    }
     if (zrc != ZOK) {
-      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
+          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
         continue;
       return dlock__zk_fail(z, zrc, "read the ACL of", path);
     }
     int open = world_beyond_read(&acl);
     deallocate_ACL_vector(&acl);
-    if (!open) return 0;
+    if (!open) {
+      if (closed_now) *closed_now = resent;
+      return 0;
+    }
     /* Only if nobody changed it since we read it (its ACL version); a
      * resend after a lost reply is decided by reading it again. */
     zrc = zoo_set_acl(s->zh, path, st.aversion, dlock__zk_acl(z));
@@ -150,8 +158,11 @@ int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int 
       return 0;
     }
     if (zrc == ZBADVERSION || zrc == ZNONODE) continue;
-    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
+        dlock__zk_wait_connected(s, dlock__zk_retry_limit(s))) {
+      resent = 1;
       continue;
+    }
     if (zrc == ZNOAUTH)
       return dlock__error(DLOCK_EAUTH,
                           "'%s' on %s lets every client, also one without credentials, create, delete or write "

@@ -314,4 +314,33 @@ TEST(review_a_digest_client_closes_a_lock_path_and_a_guard_left_open_by_a_client
   dlock__zk_free(z);
 }
 
+/* An open path we may not close (world:anyone may create, delete and
+ * write, but not change the ACL): refused with DLOCK_EAUTH naming it and
+ * what to do, and our node is not left there; a guard is not trusted. */
+TEST(review_a_digest_client_refuses_an_open_lock_path_it_may_not_close) {
+  NEED_SERVER();
+  zhandle_t *raw = raw_connect();
+  struct ACL open_no_admin[1];
+  open_no_admin[0].perms = ZOO_PERM_ALL & ~ZOO_PERM_ADMIN;
+  open_no_admin[0].id = ZOO_ANYONE_ID_UNSAFE;
+  struct ACL_vector acl = {1, open_no_admin};
+  ASSERT_EQ(zoo_create(raw, "/acl5", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_EQ(zoo_create(raw, "/acl5/stuck", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
+  dlock__zk *z = zk_connect(url_of("/acl5", DIGEST));
+  dlock__zk_hold h;
+  ASSERT_STATUS(dlock__zk_acquire(z, "stuck", NULL, 0, NULL, &h), DLOCK_EAUTH);
+  ASSERT_CONTAINS(dlock_last_error(), "/acl5/stuck");
+  ASSERT_CONTAINS(dlock_last_error(), "setAcl");
+  ASSERT(!strstr(dlock_last_error(), "s3cret"));
+  struct Stat st;
+  ASSERT_EQ(zoo_exists(raw, "/acl5/stuck", 0, &st), ZOK);
+  ASSERT_EQ(st.numChildren, 0);
+  /* The same for a guard whose parent is open that way. */
+  ASSERT_EQ(zoo_create(raw, "/acl5/_dlock_guard", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 5), DLOCK_EAUTH);
+  ASSERT_CONTAINS(dlock_last_error(), "/acl5/_dlock_guard");
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+}
+
 TEST_MAIN()
