@@ -162,11 +162,13 @@ static int create_parents(dlock__zk *z, dlock__zk_sess *s, const char *path) {
   char *buf = strdup(path);
   if (!buf) return dlock__error(DLOCK_ENOMEM, "out of memory");
   int rc = 0;
-  /* Open ACLs, as Curator's default: a namespace protected by ACLs is set
-   * up by its owner, and our digest then gives the rights it grants. */
+  /* Our ACL (dlock__zk_acl()): open without a digest, as Curator's
+   * default; with one, only our identity may change them. An existing
+   * parent keeps its ACL: the one our nodes go into is checked once they
+   * are there (create_node()). */
   for (char *p = strchr(buf + 1, '/');; p = strchr(p + 1, '/')) {
     if (p) *p = '\0';
-    int zrc = zoo_create(s->zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+    int zrc = zoo_create(s->zh, buf, NULL, -1, dlock__zk_acl(z), ZOO_CONTAINER, NULL, 0);
     if (zrc != ZOK && zrc != ZNODEEXISTS) {
       rc = dlock__zk_fail(z, zrc, "create the parent node", buf);
       break;
@@ -279,7 +281,7 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
   snprintf(create_path, cpn, "%s/%s%s", parent, prefix, mark);
   int tries = 0;
   while (1) {
-    int zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+    int zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), dlock__zk_acl(z), ZOO_EPHEMERAL_SEQUENTIAL,
                          node, (int)nodelen - 1);
     if (zrc == ZOK) break;
     if (zrc == ZNONODE && tries++ < 8) {
@@ -323,6 +325,19 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
     break;
   }
   free(create_path);
+  /* With a digest, the parent our node is in must not let clients without
+   * credentials delete it or queue ahead of it: one left open (by a client
+   * without a digest) is closed now. Checked after the create, as the
+   * parent cannot be replaced while our node is in it. Closed just now:
+   * the caller's next look at the children finds our node or its loss. */
+  if (!rc && (rc = dlock__zk_close_path(z, s, parent, NULL)) != 0) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    int drc = delete_own(z, s, node);
+    if (drc == DLOCK_EUNKNOWN) rc = drc;
+    else dlock__error(rc, "%s", saved);
+    node[0] = '\0';
+  }
   return rc;
 }
 
@@ -538,7 +553,7 @@ static int sem_limit(dlock__zk *z, dlock__zk_sess *s, const char *name, const ch
       int rc = create_parents(z, s, up);
       free(up);
       if (rc) return rc;
-      zrc = zoo_create(s->zh, leases, want, (int)strlen(want), &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+      zrc = zoo_create(s->zh, leases, want, (int)strlen(want), dlock__zk_acl(z), ZOO_CONTAINER, NULL, 0);
       if (zrc == ZOK || zrc == ZNODEEXISTS) continue; /* read it back */
       return dlock__zk_fail(z, zrc, "create the leases node", leases);
     }

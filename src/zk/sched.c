@@ -18,14 +18,30 @@
 
 #define MAX_RETRIES 20
 
+/* dlock__zk_close_path() on the parent of 'path'. */
+static int close_parent(dlock__zk *z, dlock__zk_sess *s, const char *path, int *closed_now) {
+  *closed_now = 0;
+  char *up = strdup(path);
+  if (!up) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  char *slash = strrchr(up, '/');
+  int rc = 0;
+  if (slash && slash != up) {
+    *slash = '\0';
+    rc = dlock__zk_close_path(z, s, up, closed_now);
+  }
+  free(up);
+  return rc;
+}
+
 /* Create 'path' and, on NONODE, its parents (containers, so that ZooKeeper
- * removes them once empty). */
+ * removes them once empty), all with our ACL (dlock__zk_acl()). The caller
+ * closes the parent once created (close_parent()): one left open by a
+ * client without credentials existed before. */
 static int create_with_parents(dlock__zk *z, dlock__zk_sess *s, const char *path, const char *data, int len,
                                int mode, struct Stat *st, int *zrc_out) {
-  (void)z;
   for (int attempt = 0; attempt < 2; attempt++) {
-    int zrc = st ? zoo_create2(s->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, mode, NULL, 0, st)
-                 : zoo_create(s->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, mode, NULL, 0);
+    int zrc = st ? zoo_create2(s->zh, path, data, len, dlock__zk_acl(z), mode, NULL, 0, st)
+                 : zoo_create(s->zh, path, data, len, dlock__zk_acl(z), mode, NULL, 0);
     *zrc_out = zrc;
     if (zrc != ZNONODE || attempt) return zrc;
     char *buf = strdup(path);
@@ -33,7 +49,7 @@ static int create_with_parents(dlock__zk *z, dlock__zk_sess *s, const char *path
     char *last = strrchr(buf, '/');
     for (char *p = strchr(buf + 1, '/'); p && p <= last; p = strchr(p + 1, '/')) {
       *p = '\0';
-      int prc = zoo_create(s->zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+      int prc = zoo_create(s->zh, buf, NULL, -1, dlock__zk_acl(z), ZOO_CONTAINER, NULL, 0);
       *p = '/';
       if (prc != ZOK && prc != ZNODEEXISTS) {
         free(buf);
@@ -72,14 +88,29 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
+  /* With a digest, the guard and its parent must be closed to clients
+   * without credentials before its token is trusted: one that could write
+   * the node, or delete it and create it anew, could lower it. */
+  int closed_checked = 0, closed;
   for (int round = 0; round < 1000; round++) {
     char buf[64];
     int len = (int)sizeof buf - 1;
     struct Stat st;
+    if (!closed_checked) {
+      if ((rc = close_parent(z, s, path, &closed)) || (rc = dlock__zk_close_path(z, s, path, &closed))) goto out;
+      closed_checked = 1;
+    }
     int zrc = zoo_get(s->zh, path, 0, buf, &len, &st);
     if (zrc == ZNONODE) {
       zrc = create_with_parents(z, s, path, want, (int)strlen(want), ZOO_PERSISTENT, NULL, &zrc);
       if (zrc == ZOK) {
+        /* A parent closed only now may have let the node be replaced
+         * meanwhile: check both again and re-read. */
+        if ((rc = close_parent(z, s, path, &closed))) goto out;
+        if (closed) {
+          closed_checked = 0;
+          continue;
+        }
         rc = 0;
         goto out;
       }
@@ -235,6 +266,15 @@ int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, c
                           tick_unix_ms, job, z->server, tick_unix_ms - st.ctime, ahead_ms);
         goto out;
       }
+      /* A parent closed only now may have let our tick node be deleted
+       * meanwhile: read it back (ours, or another's claim). One we may not
+       * close is withdrawn: a claim anyone could delete claims nothing. */
+      int closed;
+      if ((rc = close_parent(z, s, path, &closed))) {
+        zoo_delete(s->zh, path, st.version);
+        goto out;
+      }
+      if (closed) continue;
       *fence = (uint64_t)st.czxid;
       rc = 1;
       break;
@@ -318,7 +358,11 @@ int dlock__zk_sched_finish(dlock__zk *z, const char *job, const dlock_run_record
     int zrc;
     create_with_parents(z, s, path, data, (int)strlen(data), ZOO_PERSISTENT, NULL, &zrc);
     /* The name is this run's own: NODEEXISTS is our first create. */
-    if (zrc == ZOK || zrc == ZNODEEXISTS) break;
+    if (zrc == ZOK || zrc == ZNODEEXISTS) {
+      int closed;
+      if ((rc = close_parent(z, s, path, &closed))) goto out;
+      break;
+    }
     if (may_retry(s, zrc, &tries)) continue;
     rc = dlock__zk_fail(z, zrc, "record the run (create)", path);
     goto out;

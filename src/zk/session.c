@@ -61,8 +61,9 @@ int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path) {
   switch (zrc) {
   case ZNOAUTH:
     return dlock__error(DLOCK_EAUTH,
-                        "%s '%s' on %s: not allowed by the node's ACL (give ?digest=user:password of a user the "
-                        "ACL admits)",
+                        "%s '%s' on %s: not allowed by the ACL (the node's, or its parent's for a create or "
+                        "delete): give ?digest=user:password of the user the ACL admits (with a digest, dlock's "
+                        "nodes admit only the digest that created them: all clients of a lock use the same one)",
                         op, p, z->server);
   case ZAUTHFAILED:
     return dlock__error(DLOCK_EAUTH, "%s '%s' on %s: the ensemble refused our digest credentials", op, p,
@@ -95,6 +96,90 @@ int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path) {
     return dlock__error(DLOCK_ESERVER, "%s '%s' on %s: %s (ZooKeeper error %d)", op, p, z->server, zerror(zrc),
                         zrc);
   }
+}
+
+/* ---- ACLs ---- */
+
+static char scheme_auth[] = "auth", id_empty[] = "", scheme_world[] = "world", id_anyone[] = "anyone";
+/* The client's ZOO_PERM_* are variables, not constants: filled once. */
+static struct ACL closed_acl[2];
+static struct ACL_vector closed_acl_vector = {2, closed_acl};
+static pthread_once_t closed_acl_once = PTHREAD_ONCE_INIT;
+
+static void closed_acl_init(void) {
+  closed_acl[0].perms = ZOO_PERM_ALL;
+  closed_acl[0].id.scheme = scheme_auth;
+  closed_acl[0].id.id = id_empty;
+  closed_acl[1].perms = ZOO_PERM_READ;
+  closed_acl[1].id.scheme = scheme_world;
+  closed_acl[1].id.id = id_anyone;
+}
+
+const struct ACL_vector *dlock__zk_acl(const dlock__zk *z) {
+  if (!z->url.digest) return &ZOO_OPEN_ACL_UNSAFE;
+  pthread_once(&closed_acl_once, closed_acl_init);
+  return &closed_acl_vector;
+}
+
+/* The rights world:anyone has in 'acl' beyond read. */
+static int world_beyond_read(const struct ACL_vector *acl) {
+  int perms = 0;
+  for (int i = 0; i < acl->count; i++) {
+    const struct ACL *a = &acl->data[i];
+    if (a->id.scheme && a->id.id && !strcmp(a->id.scheme, "world") && !strcmp(a->id.id, "anyone"))
+      perms |= a->perms & ~ZOO_PERM_READ;
+  }
+  return perms;
+}
+
+int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int *closed_now) {
+  if (closed_now) *closed_now = 0;
+  if (!z->url.digest) return 0;
+  int resent = 0; /* a setAcl whose reply was lost: it may be what closed it */
+  for (int attempt = 0; attempt < 20; attempt++) {
+    struct ACL_vector acl;
+    struct Stat st;
+    int zrc = zoo_get_acl(s->zh, path, &acl, &st);
+    if (zrc == ZNONODE) {
+      if (closed_now) *closed_now = resent;
+      return 0;
+    }
+    if (zrc != ZOK) {
+      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
+          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+        continue;
+      return dlock__zk_fail(z, zrc, "read the ACL of", path);
+    }
+    int open = world_beyond_read(&acl);
+    deallocate_ACL_vector(&acl);
+    if (!open) {
+      if (closed_now) *closed_now = resent;
+      return 0;
+    }
+    /* Only if nobody changed it since we read it (its ACL version); a
+     * resend after a lost reply is decided by reading it again. */
+    zrc = zoo_set_acl(s->zh, path, st.aversion, dlock__zk_acl(z));
+    if (zrc == ZOK) {
+      if (closed_now) *closed_now = 1;
+      return 0;
+    }
+    if (zrc == ZBADVERSION || zrc == ZNONODE) continue;
+    if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
+        dlock__zk_wait_connected(s, dlock__zk_retry_limit(s))) {
+      resent = 1;
+      continue;
+    }
+    if (zrc == ZNOAUTH)
+      return dlock__error(DLOCK_EAUTH,
+                          "'%s' on %s lets every client, also one without credentials, create, delete or write "
+                          "nodes there (ACL world:anyone), and our digest may not change its ACL: such a client "
+                          "could delete a holder's node or lower a guard. Have its owner restrict it (zkCli: "
+                          "setAcl %s auth::cdrwa,world:anyone:r, as the digest user), or use another namespace",
+                          path, z->server, path);
+    return dlock__zk_fail(z, zrc, "restrict the ACL of", path);
+  }
+  return dlock__error(DLOCK_EUNKNOWN, "'%s' on %s: its ACL kept changing while we restricted it; try again", path,
+                      z->server);
 }
 
 /* ---- Watcher and pings ---- */

@@ -71,6 +71,19 @@ void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path
 int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path);
 /* 1 for return codes after which the request may or may not have run. */
 int dlock__zk_rc_uncertain(int zrc);
+/* The ACL of every node we create. Without a digest: open (world:anyone
+ * all rights), as Curator's default. With one: all rights for the identity
+ * that creates it (ZooKeeper's "auth" scheme, i.e. our digest) and read for
+ * everyone (docs/zookeeper.md, "ACLs"). */
+const struct ACL_vector *dlock__zk_acl(const dlock__zk *z);
+/* With a digest: make sure that world:anyone may at most read 'path' (a
+ * node we put a node into, or the guard): a path left open by a client
+ * without credentials is given our ACL (dlock__zk_acl()), if its ACL lets
+ * us. 0 (also without a digest, or when 'path' does not exist), with
+ * '*closed_now' (may be NULL) 1 when we closed it just now (what was read
+ * or created there before may have been touched: read it again);
+ * DLOCK_EAUTH when it is open and we may not change that; other errors. */
+int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int *closed_now);
 /* "/ns" + "/" + name. */
 char *dlock__zk_path(dlock__zk *z, const char *a, const char *b);
 
