@@ -353,8 +353,9 @@ static const cli_help_page pages[] = {
    "  --tz ZONE              show times in this zone (default UTC)\n"
    "  --shell, --url URL, --prefix P, -q/--quiet, -v/--verbose: as for run\n"
    "\n"
-   "DURATION, D: 250ms, 10s, 1m30s, 1h. COMMAND's environment, signals and\n"
-   "exit status: as for 'dlock cron'. 'dlock cron --history JOB' shows the runs.\n",
+   "DURATION, D: 250ms, 10s, 1m30s, 1h; DURATION at least 100ms. COMMAND's\n"
+   "environment, signals and exit status: as for 'dlock cron'.\n"
+   "'dlock cron --history JOB' shows the runs.\n",
    "Fixed rate: a tick is a multiple of DURATION since the epoch, fired by\n"
    "each node's clock and claimed once in Redis, so nodes need not talk to\n"
    "each other and a node whose clock lags finds its ticks taken (one more\n"

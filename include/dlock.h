@@ -819,6 +819,9 @@ DLOCK_API int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sc
 /* Add a job named 'job' (a lock name) fired by a Quartz cron expression. */
 DLOCK_API int dlock_sched_add_cron(dlock_sched *s, const char *job, const char *expr,
                                    const dlock_job_options *opts, dlock_job_fn fn, void *arg);
+/* The shortest period of a fixed rate or delay: every tick is claimed on the
+ * server, so a shorter one cannot be kept (DLOCK_ERANGE). */
+#define DLOCK_SCHED_MIN_PERIOD_MS 100
 /* Fixed rate: ticks every 'period_ms' on the epoch-aligned grid, so all nodes
  * agree on them. Ticks missed while nothing could run are skipped. */
 DLOCK_API int dlock_sched_add_fixed_rate(dlock_sched *s, const char *job, int64_t period_ms,
