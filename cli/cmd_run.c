@@ -696,8 +696,14 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
       const char *what = o->lost_action == ON_LOST_TERM   ? "sending SIGTERM to the command"
                          : o->lost_action == ON_LOST_KILL ? "sending SIGKILL to the command"
                                                           : "letting the command run on";
-      fprintf(stderr, "dlock: lock '%s' lost: %s; %s\n", o->name,
-              dlock_lost_reason_str(reason), what);
+      /* The library's text cannot know the server; the URL does. */
+      char why[160];
+      if (reason == DLOCK_LOST_UNREACHABLE)
+        snprintf(why, sizeof why, "%s could not be reached in time to renew the lease or keep the session",
+                 cli_server_kind(cli_config_url()));
+      else
+        snprintf(why, sizeof why, "%s", dlock_lost_reason_str(reason));
+      fprintf(stderr, "dlock: lock '%s' lost: %s; %s\n", o->name, why, what);
       switch (o->lost_action) {
       case ON_LOST_TERM:
         kill(-pid, SIGTERM);

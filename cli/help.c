@@ -588,7 +588,7 @@ static const char man_tail[] =
   "| 0 | success; for `run`, COMMAND's own status is passed through; `doctor`: no check failed |\n"
   "| 1 | `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used |\n"
   "| 64 | usage error (a one-line hint is printed); a bad config file (FILE:LINE); `cron`: a bad expression or zone; the URL's database does not exist (`/99`); the lock name is another key (wrong type, or a string without expiry and without dlock metadata); `release --force` of such a key without `--foreign` |\n"
-  "| 69 | Redis unreachable or timed out, authentication or ACL failure, a read-only replica, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
+  "| 69 | the server (Redis, ZooKeeper, PostgreSQL) unreachable or timed out, authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
   "| 70 | internal or unexpected error (a bug: please report it) |\n"
   "| 75 | `run`: the lock was not acquired within `--wait` (`--multi`: one of the names); `-E N` (`--conflict-exit-code`) replaces it; `latch set`: the latch is still counting; `latch wait`: not zero within `--wait` |\n"
   "| 79 | `run`: the lock was lost while COMMAND ran; `--lost-exit-code N` replaces it; `latch`: no such latch (never set, or expired) |\n"

@@ -61,23 +61,23 @@ extern "C" {
   XX(EINVAL,     -3, "invalid argument")                                           \
   XX(ENAME,      -4, "invalid lock or resource name")                              \
   XX(ERANGE,     -5, "duration or number out of range")                            \
-  XX(EURL,       -6, "malformed Redis URL")                                        \
-  XX(ECONNECT,   -7, "cannot connect to Redis")                                    \
-  XX(EAUTH,      -8, "Redis authentication failed")                                \
-  XX(ETIMEDOUT,  -9, "Redis did not answer in time")                               \
-  XX(EIO,        -10, "connection to Redis lost")                                  \
+  XX(EURL,       -6, "malformed server URL")                                       \
+  XX(ECONNECT,   -7, "cannot connect to the server")                               \
+  XX(EAUTH,      -8, "authentication to the server failed")                        \
+  XX(ETIMEDOUT,  -9, "the server did not answer in time")                          \
+  XX(EIO,        -10, "connection to the server lost")                             \
   XX(ETLS,       -11, "TLS failure")                                               \
-  XX(EPROTO,     -12, "unexpected reply from Redis")                               \
-  XX(ESERVER,    -13, "Redis returned an error")                                   \
+  XX(EPROTO,     -12, "unexpected reply from the server")                          \
+  XX(ESERVER,    -13, "the server returned an error")                              \
   XX(EWRONGTYPE, -14, "key exists with a type dlock does not use")                 \
-  XX(ENOPERM,    -15, "Redis ACL denied the command or key")                       \
+  XX(ENOPERM,    -15, "the server's ACL denied the command or key")                \
   XX(ELOST,      -16, "lock was lost")                                             \
   XX(ESTALE,     -17, "fencing token is stale")                                    \
   XX(ENOMEM,     -18, "out of memory")                                             \
   XX(EUNKNOWN,   -19, "outcome unknown: the lock may be held until its lease ends") \
   XX(ESYS,       -20, "operating system error")                                    \
   XX(ECLOSED,    -21, "client is shutting down")                                   \
-  XX(EREADONLY,  -22, "Redis is a read-only replica")                              \
+  XX(EREADONLY,  -22, "the server is read-only (a replica or standby)")            \
   XX(ESERVEROOM, -23, "Redis is out of memory (maxmemory)")                        \
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
