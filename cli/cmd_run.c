@@ -753,7 +753,8 @@ static void report_wait(dlock_client *c, const run_opts *o, const char *owner, i
 
   dlock_lock_info_init(&info);
   if (dlock_lock_info_get(c, o->name, &info) != 0)
-    snprintf(who, sizeof who, "an owner Redis could not name: %s", dlock_last_error());
+    snprintf(who, sizeof who, "an owner %s could not name: %s", cli_server_kind(cli_config_url()),
+             dlock_last_error());
   else if (!info.held || strcmp(info.owner_info, owner) == 0)
     return; /* free, or ours by now: the acquire is about to return */
   else

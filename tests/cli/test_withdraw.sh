@@ -15,8 +15,16 @@
 # 4 lanes of -x (read-write lock, write side) and 2 lanes of a plain mutex
 # run at once, each 6 rounds on its own name: 36 rounds, about 20 s
 # (100 s at a load average of 24 on 2 cores).
+#
+# WITHDRAW_URL=URL runs the same against another server instead of a Redis
+# of its own (by hand: a PostgreSQL of tests/pg_server_main.c, a ZooKeeper
+# of tests/zk_server_main.c).
 . "$DLOCK_TEST_LIB"
-start_redis
+if [ -n "${WITHDRAW_URL:-}" ]; then
+  export DLOCK_URL="$WITHDRAW_URL"
+else
+  start_redis
+fi
 
 ROUNDS=${ROUNDS:-6}
 
