@@ -854,13 +854,13 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
           if (r.first < best) best = r.first;
           done = 1;
         } else {
-          /* Not after 'after' (the search started back in a spring-forward
-           * gap): jump to the wall time of 'after' + 1 s in this wall time's
-           * offset, not to the next match, or a 2 h gap's worth of matches
-           * (every 7 minutes in Antarctica/Troll) would use up the rounds and
-           * answer "never" (issue 22 item 10). Wall times skipped over are
-           * not after 'after' either: past a gap they are the skipped ones
-           * still to look at, past a fall-back the second pass. */
+          /* Only a search started back in a spring-forward gap (above) gets
+           * here: a wall time past the gap, in the offset of 'from', whose
+           * instant is not after 'after'. Neither is any wall time up to that
+           * of 'after' + 1 s in this offset, so jump there, not to the next
+           * match: a 2 h gap's worth of matches (every 7 minutes in
+           * Antarctica/Troll) used up the rounds and answered "never"
+           * (issue 22 item 10). */
           wall_from = local + (after - r.first) + 1;
         }
         break;
