@@ -136,6 +136,11 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       a->d.job = arg;
       break;
     case OPT_TZ:
+      /* The library reads "" as UTC; on the command line it is a mistake
+       * (an unset variable), not a choice (issue 22 item 10). */
+      if (arg[0] == '\0')
+        return cli_usage_error(cmd, "--tz: empty time zone name; give an IANA zone such as "
+                                    "Europe/Berlin or UTC, or leave --tz out for UTC");
       a->d.tz = arg;
       break;
     case OPT_UNIX:
@@ -449,6 +454,10 @@ int cmd_every(int argc, char **argv)
   }
   if (a.d.period_ms == 0)
     return cli_usage_error("every", "DURATION must be more than 0");
+  if (a.d.period_ms < DLOCK_SCHED_MIN_PERIOD_MS)
+    return cli_usage_error("every", "DURATION must be at least %dms: each tick is claimed on the "
+                           "server, so a shorter period cannot be kept (for a busy loop, use 'dlock run')",
+                           DLOCK_SCHED_MIN_PERIOD_MS);
   rc = daemon_checks("every", &a);
   if (rc != 0)
     return rc;

@@ -696,8 +696,14 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
       const char *what = o->lost_action == ON_LOST_TERM   ? "sending SIGTERM to the command"
                          : o->lost_action == ON_LOST_KILL ? "sending SIGKILL to the command"
                                                           : "letting the command run on";
-      fprintf(stderr, "dlock: lock '%s' lost: %s; %s\n", o->name,
-              dlock_lost_reason_str(reason), what);
+      /* The library's text cannot know the server; the URL does. */
+      char why[160];
+      if (reason == DLOCK_LOST_UNREACHABLE)
+        snprintf(why, sizeof why, "%s could not be reached in time to renew the lease or keep the session",
+                 cli_server_kind(cli_config_url()));
+      else
+        snprintf(why, sizeof why, "%s", dlock_lost_reason_str(reason));
+      fprintf(stderr, "dlock: lock '%s' lost: %s; %s\n", o->name, why, what);
       switch (o->lost_action) {
       case ON_LOST_TERM:
         kill(-pid, SIGTERM);
@@ -747,7 +753,8 @@ static void report_wait(dlock_client *c, const run_opts *o, const char *owner, i
 
   dlock_lock_info_init(&info);
   if (dlock_lock_info_get(c, o->name, &info) != 0)
-    snprintf(who, sizeof who, "an owner Redis could not name: %s", dlock_last_error());
+    snprintf(who, sizeof who, "an owner %s could not name: %s", cli_server_kind(cli_config_url()),
+             dlock_last_error());
   else if (!info.held || strcmp(info.owner_info, owner) == 0)
     return; /* free, or ours by now: the acquire is about to return */
   else

@@ -1,5 +1,5 @@
 /*
- * common.c - what every subcommand that talks to Redis needs: connecting,
+ * common.c - what every subcommand that talks to the server needs: connecting,
  * mapping library statuses to exit codes, reporting errors with the
  * library's detail, and writing JSON strings. URLs are shown with the
  * password masked, since error messages end up in logs.
@@ -21,6 +21,8 @@ const char *cli_server_kind(const char *url)
 {
   if (url == NULL)
     return "Redis";
+  if (strncmp(url, "zk://", 5) == 0)
+    return "ZooKeeper";
   if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0 ||
       (strstr(url, "://") == NULL && strchr(url, '=') != NULL))
     return "PostgreSQL";

@@ -353,8 +353,9 @@ static const cli_help_page pages[] = {
    "  --tz ZONE              show times in this zone (default UTC)\n"
    "  --shell, --url URL, --prefix P, -q/--quiet, -v/--verbose: as for run\n"
    "\n"
-   "DURATION, D: 250ms, 10s, 1m30s, 1h. COMMAND's environment, signals and\n"
-   "exit status: as for 'dlock cron'. 'dlock cron --history JOB' shows the runs.\n",
+   "DURATION, D: 250ms, 10s, 1m30s, 1h; DURATION at least 100ms. COMMAND's\n"
+   "environment, signals and exit status: as for 'dlock cron'.\n"
+   "'dlock cron --history JOB' shows the runs.\n",
    "Fixed rate: a tick is a multiple of DURATION since the epoch, fired by\n"
    "each node's clock and claimed once in Redis, so nodes need not talk to\n"
    "each other and a node whose clock lags finds its ticks taken (one more\n"
@@ -587,7 +588,7 @@ static const char man_tail[] =
   "| 0 | success; for `run`, COMMAND's own status is passed through; `doctor`: no check failed |\n"
   "| 1 | `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used |\n"
   "| 64 | usage error (a one-line hint is printed); a bad config file (FILE:LINE); `cron`: a bad expression or zone; the URL's database does not exist (`/99`); the lock name is another key (wrong type, or a string without expiry and without dlock metadata); `release --force` of such a key without `--foreign` |\n"
-  "| 69 | Redis unreachable or timed out, authentication or ACL failure, a read-only replica, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
+  "| 69 | the server (Redis, ZooKeeper, PostgreSQL) unreachable or timed out, authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
   "| 70 | internal or unexpected error (a bug: please report it) |\n"
   "| 75 | `run`: the lock was not acquired within `--wait` (`--multi`: one of the names); `-E N` (`--conflict-exit-code`) replaces it; `latch set`: the latch is still counting; `latch wait`: not zero within `--wait` |\n"
   "| 79 | `run`: the lock was lost while COMMAND ran; `--lost-exit-code N` replaces it; `latch`: no such latch (never set, or expired) |\n"

@@ -61,23 +61,23 @@ extern "C" {
   XX(EINVAL,     -3, "invalid argument")                                           \
   XX(ENAME,      -4, "invalid lock or resource name")                              \
   XX(ERANGE,     -5, "duration or number out of range")                            \
-  XX(EURL,       -6, "malformed Redis URL")                                        \
-  XX(ECONNECT,   -7, "cannot connect to Redis")                                    \
-  XX(EAUTH,      -8, "Redis authentication failed")                                \
-  XX(ETIMEDOUT,  -9, "Redis did not answer in time")                               \
-  XX(EIO,        -10, "connection to Redis lost")                                  \
+  XX(EURL,       -6, "malformed server URL")                                       \
+  XX(ECONNECT,   -7, "cannot connect to the server")                               \
+  XX(EAUTH,      -8, "authentication to the server failed")                        \
+  XX(ETIMEDOUT,  -9, "the server did not answer in time")                          \
+  XX(EIO,        -10, "connection to the server lost")                             \
   XX(ETLS,       -11, "TLS failure")                                               \
-  XX(EPROTO,     -12, "unexpected reply from Redis")                               \
-  XX(ESERVER,    -13, "Redis returned an error")                                   \
+  XX(EPROTO,     -12, "unexpected reply from the server")                          \
+  XX(ESERVER,    -13, "the server returned an error")                              \
   XX(EWRONGTYPE, -14, "key exists with a type dlock does not use")                 \
-  XX(ENOPERM,    -15, "Redis ACL denied the command or key")                       \
+  XX(ENOPERM,    -15, "the server's ACL denied the command or key")                \
   XX(ELOST,      -16, "lock was lost")                                             \
   XX(ESTALE,     -17, "fencing token is stale")                                    \
   XX(ENOMEM,     -18, "out of memory")                                             \
   XX(EUNKNOWN,   -19, "outcome unknown: the lock may be held until its lease ends") \
   XX(ESYS,       -20, "operating system error")                                    \
   XX(ECLOSED,    -21, "client is shutting down")                                   \
-  XX(EREADONLY,  -22, "Redis is a read-only replica")                              \
+  XX(EREADONLY,  -22, "the server is read-only (a replica or standby)")            \
   XX(ESERVEROOM, -23, "Redis is out of memory (maxmemory)")                        \
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
@@ -819,6 +819,9 @@ DLOCK_API int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sc
 /* Add a job named 'job' (a lock name) fired by a Quartz cron expression. */
 DLOCK_API int dlock_sched_add_cron(dlock_sched *s, const char *job, const char *expr,
                                    const dlock_job_options *opts, dlock_job_fn fn, void *arg);
+/* The shortest period of a fixed rate or delay: every tick is claimed on the
+ * server, so a shorter one cannot be kept (DLOCK_ERANGE). */
+#define DLOCK_SCHED_MIN_PERIOD_MS 100
 /* Fixed rate: ticks every 'period_ms' on the epoch-aligned grid, so all nodes
  * agree on them. Ticks missed while nothing could run are skipped. */
 DLOCK_API int dlock_sched_add_fixed_rate(dlock_sched *s, const char *job, int64_t period_ms,

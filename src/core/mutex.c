@@ -349,7 +349,7 @@ again:;
     if (why != DLOCK_LOST_NONE) {
       pthread_mutex_unlock(&m->mu);
       return fail(m, dlock__error(DLOCK_ELOST, "re-entry refused: the lock was lost (%s); release it and "
-                                  "acquire again", dlock_lost_reason_str(why)), "acquire");
+                                  "acquire again", dlock__lost_reason_on(m->client, why)), "acquire");
     }
     m->hold_count++;
     pthread_mutex_unlock(&m->mu);
@@ -547,7 +547,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   pthread_mutex_unlock(&m->mu);
   if (lost != DLOCK_LOST_NONE)
     return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) and a lost hold stays lost; not "
-                                "extended: release it and acquire again", dlock_lost_reason_str(lost)), "extend");
+                                "extended: release it and acquire again", dlock__lost_reason_on(m->client, lost)), "extend");
   if (m->client->caps & DLOCK__CAP_SESSION)
     return fail(m, dlock__error(DLOCK_EINVAL, "this backend (%s) holds locks for as long as the session lives; "
                                 "there is no lease to extend", m->client->ops->name), "extend");
@@ -591,7 +591,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   pthread_mutex_unlock(&m->mu);
   if (!counts)
     return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) before the extend's reply came; "
-                                "release it and acquire again", dlock_lost_reason_str(lost)), "extend");
+                                "release it and acquire again", dlock__lost_reason_on(m->client, lost)), "extend");
   dlock__watchdog_rearm(m->client, m, sent, lease_ms);
   return 0;
 }
@@ -657,7 +657,7 @@ int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms, int (*fn
   dlock_mutex_free(m);
   if (lost != DLOCK_LOST_NONE)
     return dlock__error(DLOCK_ELOST, "lock '%s' was lost while the function ran: %s", name,
-                        dlock_lost_reason_str(lost));
+                        dlock__lost_reason_on(c, lost));
   if (rel == DLOCK_ENOTHELD)
     return dlock__error(DLOCK_ELOST, "lock '%s' was no longer held at release: its lease ran out while "
                         "the function ran", name);

@@ -605,7 +605,10 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
     for (size_t f = 0; f < nfields && rc == 0; f++)
       rc = parse_field(&p, c, (field_id)f, starts[f], ends[f]);
   }
-  c->any_year = nfields < 7;
+  /* A year field '*' is every year, with no last one, as no year field:
+   * '@yearly' ("0 0 0 1 1 ? *") must not stop in 2099 (issue 22 item 10).
+   * Ranges, lists and steps name years, so they end in 2099 at the latest. */
+  c->any_year = nfields < 7 || (ends[6] - starts[6] == 1 && expr[starts[6]] == '*');
 
   if (rc == 0 && !p.unix_mode) {
     /* Quartz needs '?' in exactly one of the two day fields. */
@@ -851,7 +854,14 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
           if (r.first < best) best = r.first;
           done = 1;
         } else {
-          wall_from = local + 1;
+          /* Only a search started back in a spring-forward gap (above) gets
+           * here: a wall time past the gap, in the offset of 'from', whose
+           * instant is not after 'after'. Neither is any wall time up to that
+           * of 'after' + 1 s in this offset, so jump there, not to the next
+           * match: a 2 h gap's worth of matches (every 7 minutes in
+           * Antarctica/Troll) used up the rounds and answered "never"
+           * (issue 22 item 10). */
+          wall_from = local + (after - r.first) + 1;
         }
         break;
       case DLOCK__TZ_LOCAL_REPEATED:

@@ -222,8 +222,13 @@ int dlock_sched_add_cron(dlock_sched *s, const char *name, const char *expr, con
 
 static int add_periodic(dlock_sched *s, const char *name, trigger_kind kind, int64_t period_ms,
                         const dlock_job_options *opts, dlock_job_fn fn, void *arg) {
-  int rc = dlock__check_duration(kind == TRIGGER_RATE ? "period_ms" : "delay_ms", period_ms, 0);
+  const char *what = kind == TRIGGER_RATE ? "period_ms" : "delay_ms";
+  int rc = dlock__check_duration(what, period_ms, 0);
   if (rc) return rc;
+  if (period_ms < DLOCK_SCHED_MIN_PERIOD_MS)
+    return dlock__error(DLOCK_ERANGE, "job '%s': %s is %lld ms; it must be at least %d ms, since every tick "
+                        "is claimed on the server", name ? name : "(null)", what, (long long)period_ms,
+                        DLOCK_SCHED_MIN_PERIOD_MS);
   job *j;
   if ((rc = add_job(s, name, kind, opts, fn, arg, &j))) return rc;
   j->period_ms = period_ms;

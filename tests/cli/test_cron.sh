@@ -35,6 +35,14 @@ assert_eq "--next -n 1000 is allowed" "$("$DLOCK" cron --next '* * * * * ?' -n 1
 "$DLOCK" cron --next '0 0 0 1 1 ? 2001' >"$TEST_DIR/out" 2>"$TEST_DIR/err"
 assert_eq "--next of an expression that no longer fires exits 0" "$?" 0
 assert_match "... and says so" "$(cat "$TEST_DIR/err")" "never fires"
+# Issue 22 item 10: a year field '*' (what @yearly stands for) has no last
+# year, as no year field has none; an explicit range keeps its end.
+out=$("$DLOCK" cron --next '0 0 0 1 1 ? *' -n 2 --from 2099-06-01T00:00:00Z --tz UTC)
+assert_eq "--next: year '*' goes past 2099" "$out" "2100-01-01T00:00:00+00:00
+2101-01-01T00:00:00+00:00"
+out=$("$DLOCK" cron --next '@yearly' -n 2 --from 2099-06-01T00:00:00Z --tz UTC)
+assert_eq "--next: @yearly goes past 2099" "$out" "2100-01-01T00:00:00+00:00
+2101-01-01T00:00:00+00:00"
 
 # ---- usage errors: exit 64 and exactly one line on stderr with a hint ----
 
@@ -88,6 +96,14 @@ usage_error "every: --next is for cron" "unknown option '--next'" every 1s --nex
 usage_error "every: missing --name" "missing --name JOB" every 1s -- true
 usage_error "every: missing COMMAND" "missing COMMAND" every 1s --name J --
 usage_error "every: unknown zone" "unknown time zone" every 1s --tz Nowhere/Town --name J -- true
+# Issue 22 item 10: an empty --tz is no zone (not UTC by accident), and a
+# period below 100ms is refused (each tick is a claim round trip to the server).
+usage_error "every: empty --tz" "--tz: empty time zone name" every 1s --tz '' --name J -- true
+usage_error "cron: empty --tz" "--tz: empty time zone name" cron '* * * * * ?' --tz '' --name J -- true
+usage_error "--next: empty --tz" "--tz: empty time zone name" cron --next '* * * * * ?' --tz ''
+usage_error "--history: empty --tz" "--tz: empty time zone name" cron --history J --tz ''
+usage_error "every: 1ms is below the minimum" "DURATION must be at least 100ms" every 1ms --name J -- true
+usage_error "every: 99ms is below the minimum" "DURATION must be at least 100ms" every 99ms --fixed-delay --name J -- true
 
 # Not runnable, or no Redis: checked at start, before any tick.
 "$DLOCK" every 1s --name J --url "$DEAD" -- "$TEST_DIR/no-such-command" 2>/dev/null

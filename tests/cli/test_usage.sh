@@ -130,4 +130,17 @@ fi
 "$DLOCK" status --url "nonsense://x" name 2>/dev/null
 assert_eq "a malformed URL is a usage error" "$?" 64
 
+# Issue 22 item 10: an unreachable ZooKeeper or PostgreSQL server is named
+# as what it is; no message says Redis.
+for u in "zk://127.0.0.1:1/ns ZooKeeper" "postgres://127.0.0.1:1/db PostgreSQL"; do
+  url=${u% *}
+  kind=${u#* }
+  "$DLOCK" status --url "$url" name 2>"$TEST_DIR/err"
+  rc=$?
+  err=$(cat "$TEST_DIR/err")
+  assert_eq "unreachable $kind: exit 69" "$rc" 69
+  assert_match "unreachable $kind: the message names $kind" "$err" "cannot use $kind at "
+  check "unreachable $kind: no message says Redis" sh -c "! grep -q Redis '$TEST_DIR/err'"
+done
+
 finish

@@ -464,6 +464,11 @@ TEST(bad_jobs_are_refused_with_a_reason) {
   jo.time_zone = "Mars/Olympus";
   ASSERT_STATUS(dlock_sched_add_cron(s, "t:bad", "0 0 12 * * ?", &jo, quick_job, NULL), DLOCK_ETZ);
   ASSERT_STATUS(dlock_sched_add_fixed_rate(s, "t:bad", 0, NULL, quick_job, NULL), DLOCK_ERANGE);
+  /* Issue 22 item 10: a period no claim round trip can keep is refused. */
+  ASSERT_STATUS(dlock_sched_add_fixed_rate(s, "t:bad", 1, NULL, quick_job, NULL), DLOCK_ERANGE);
+  ASSERT_CONTAINS(dlock_last_error(), "at least 100 ms");
+  ASSERT_STATUS(dlock_sched_add_fixed_delay(s, "t:bad", 99, NULL, quick_job, NULL), DLOCK_ERANGE);
+  ASSERT_CONTAINS(dlock_last_error(), "t:bad");
   ASSERT_STATUS(dlock_sched_add_fixed_delay(s, "t:{bad}", 1000, NULL, quick_job, NULL), DLOCK_ENAME);
   jo.time_zone = NULL;
   jo.lock_at_least_for_ms = 5000;

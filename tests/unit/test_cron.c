@@ -235,6 +235,13 @@ static const next_case next_cases[] = {
     {0, "0 0 12 31 12 ? 2098-2099", "UTC", "2098-12-31T12:00:00Z",
      {"2099-12-31T12:00:00+00:00", "none"}},
     {0, "0 0 0 ? 2 MON#5 2030", "UTC", "2026-01-01T00:00:00Z", {"none"}},
+    /* Issue 22 item 10: a year field '*' is every year, with no last one,
+     * like no year field; '@yearly' is "0 0 0 1 1 ? *". */
+    {0, "0 0 0 1 1 ? *", "UTC", "2099-06-01T00:00:00Z",
+     {"2100-01-01T00:00:00+00:00", "2101-01-01T00:00:00+00:00"}},
+    {0, "@yearly", "UTC", "2099-06-01T00:00:00Z",
+     {"2100-01-01T00:00:00+00:00", "2101-01-01T00:00:00+00:00"}},
+    {0, "0 0 12 31 12 ? 2099,*", "UTC", "2099-12-31T12:00:00Z", {"none"}},
     {0, "0 0 0 31 4 ?", "UTC", "2026-01-01T00:00:00Z", {"none"}},
     /* L-3W: the weekday nearest the third-to-last day. Mar 28 and Jun 27
      * 2026 are Saturdays (-> Friday), Sep 27 a Sunday (-> Monday 28th). */
@@ -767,6 +774,127 @@ TEST(wall_times_resolve_with_the_documented_rule) {
   ASSERT_EQ(kind2, DLOCK__TZ_LOCAL_REPEATED);
   ASSERT(ok2);
   ASSERT_EQ(kind3, DLOCK__TZ_LOCAL_UNIQUE);
+}
+
+/* ---- The DST rule, against an oracle that does not use tz.c ----
+ *
+ * Issue 22 item 10: docs/cron.md states dlock's own rule for wall times that
+ * a DST change skips or repeats. It is not Quartz 2.3.2's (which skips a
+ * time in the spring gap and fires a repeated one in the second pass) nor
+ * Spring's CronExpression's (which also skips a time in the gap). Here each
+ * wall time is resolved by that rule with glibc's localtime_r() as the only
+ * source of offsets: a wall time that exists once is that instant; one that
+ * exists twice is its first occurrence; one that is skipped is read with the
+ * offset in force before the change (shifted forward by the gap). The fire
+ * times are those instants, once each, and next(after) must be the least of
+ * them after 'after', for every minute of two days around each change. */
+
+static int oracle_gmtoff(int64_t t, long *off) {
+  time_t tt = (time_t)t;
+  struct tm tm;
+  if (localtime_r(&tt, &tm) == NULL) return -1;
+  *off = tm.tm_gmtoff;
+  return 0;
+}
+
+/* The instant of wall time 'wall' (seconds of a UTC-like calendar) by the rule. */
+static int64_t oracle_resolve(int64_t wall) {
+  long before = 0, after = 0, o1 = 0, o2 = 0;
+  /* The offsets a day before and after: one change per day in these zones. */
+  oracle_gmtoff(wall - 86400, &before);
+  oracle_gmtoff(wall + 86400, &after);
+  int64_t c1 = wall - before, c2 = wall - after;
+  int ok1 = oracle_gmtoff(c1, &o1) == 0 && o1 == before;
+  int ok2 = oracle_gmtoff(c2, &o2) == 0 && o2 == after;
+  if (ok1 && ok2) return c1 < c2 ? c1 : c2; /* repeated: the first occurrence */
+  if (ok1) return c1;
+  if (ok2) return c2;
+  return wall - before; /* skipped: the offset before the change */
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+TEST(dst_rule_matches_an_independent_oracle) {
+  static const struct {
+    const char *zone;
+    int y, m, d; /* the day of a change, wall time */
+  } days[] = {
+      {"Europe/Berlin", 2026, 3, 29},    {"Europe/Berlin", 2026, 10, 25},
+      {"America/New_York", 2026, 3, 8},  {"America/New_York", 2026, 11, 1},
+      {"Australia/Lord_Howe", 2026, 10, 4}, {"Australia/Lord_Howe", 2026, 4, 5},
+      {"Antarctica/Troll", 2026, 3, 29}, {"Antarctica/Troll", 2026, 10, 25},
+  };
+  /* Minute-level expressions (seconds 0), so minutes of wall time suffice. */
+  static const char *const exprs[] = {"0 30 2 * * ?", "0 0/30 * * * ?", "0 0 * * * ?",
+                                      "0 15 1,2 * * ?", "0 */7 * * * ?", "0 59 1 * * ?"};
+  enum { WINDOW_MIN = 3 * 1440 }; /* from the day before to the day after */
+  static int64_t fires[WINDOW_MIN];
+  const char *old_tz = getenv("TZ");
+  char saved[256] = "";
+  if (old_tz) snprintf(saved, sizeof saved, "%s", old_tz);
+  int failures = 0;
+  for (size_t z = 0; z < sizeof(days) / sizeof(days[0]) && failures < 5; z++) {
+    char tzenv[128];
+    snprintf(tzenv, sizeof tzenv, ":%s", days[z].zone);
+    setenv("TZ", tzenv, 1);
+    tzset();
+    char err[DLOCK__CRON_ERR_MAX];
+    dlock__tz *tz;
+    ASSERT_EQ(dlock__tz_load(days[z].zone, &tz, err, sizeof(err)), 0);
+    int64_t day0 = (dlock__tz_days_from_civil(days[z].y, days[z].m, days[z].d) - 1) * 86400;
+    for (size_t e = 0; e < sizeof(exprs) / sizeof(exprs[0]); e++) {
+      dlock__cron *cron;
+      ASSERT_EQ(dlock__cron_parse(exprs[e], 0, &cron, err, sizeof(err)), 0);
+      /* The fire instants of the window by the rule (matching is plain wall
+       * arithmetic: these expressions name only minutes and hours). */
+      int n = 0;
+      for (int i = 0; i < WINDOW_MIN; i++) {
+        int64_t wall = day0 + (int64_t)i * 60;
+        int hh = (int)((wall / 3600) % 24), mm = (int)((wall / 60) % 60), hit;
+        switch (e) {
+          case 0: hit = hh == 2 && mm == 30; break;
+          case 1: hit = mm % 30 == 0; break;
+          case 2: hit = mm == 0; break;
+          case 3: hit = (hh == 1 || hh == 2) && mm == 15; break;
+          case 4: hit = mm % 7 == 0; break;
+          default: hit = hh == 1 && mm == 59; break;
+        }
+        if (hit) fires[n++] = oracle_resolve(wall);
+      }
+      qsort(fires, (size_t)n, sizeof fires[0], cmp_i64);
+      /* Ask from every minute (and the second before each fire) of the
+       * window, up to the last fire: the answer is the least fire after it. */
+      int64_t first = fires[0], last = fires[n - 1];
+      for (int64_t after = first; after < last && failures < 5; after += 60) {
+        for (int k = 0; k < 2; k++) {
+          int64_t a = after - k; /* also one second earlier */
+          int64_t want = 0, got = 0;
+          for (int i = 0; i < n; i++)
+            if (fires[i] > a) { want = fires[i]; break; }
+          if (want == 0) continue;
+          int rc = dlock__cron_next(cron, tz, a, &got);
+          if (rc != 0 || got != want) {
+            char wa[DLOCK__TZ_ISO_MAX], wg[DLOCK__TZ_ISO_MAX], wf[DLOCK__TZ_ISO_MAX];
+            dlock__tz_format_iso8601(tz, a, wf, sizeof wf);
+            dlock__tz_format_iso8601(tz, want, wa, sizeof wa);
+            dlock__tz_format_iso8601(tz, got, wg, sizeof wg);
+            printf("  \"%s\" in %s after %s: got %s (rc %d), the rule says %s\n", exprs[e],
+                   days[z].zone, wf, wg, rc, wa);
+            failures++;
+          }
+        }
+      }
+      dlock__cron_free(cron);
+    }
+    dlock__tz_free(tz);
+  }
+  if (old_tz) setenv("TZ", saved, 1);
+  else unsetenv("TZ");
+  tzset();
+  ASSERT_EQ(failures, 0);
 }
 
 TEST(offsets_match_zoneinfo_in_both_hemispheres_and_past_2037) {

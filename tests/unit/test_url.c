@@ -219,4 +219,35 @@ TEST(the_lost_reasons_read_as_sentences) {
     ASSERT(strcmp(dlock_lost_reason_str((dlock_lost_reason)r), "unknown reason") != 0);
 }
 
+/* Issue 22 item 10: the texts every backend shows do not say Redis (a
+ * PostgreSQL standby said "Redis is a read-only replica"), and a hold lost
+ * because its server could not be reached names the backend its client
+ * uses. */
+TEST(texts_shared_by_every_backend_do_not_say_redis) {
+  static const int shared[] = {DLOCK_EURL,  DLOCK_ECONNECT, DLOCK_EAUTH,   DLOCK_ETIMEDOUT,
+                               DLOCK_EIO,   DLOCK_EPROTO,   DLOCK_ESERVER, DLOCK_ENOPERM,
+                               DLOCK_EREADONLY};
+  for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++)
+    if (strstr(dlock_strerror(shared[i]), "Redis"))
+      TEST_FAIL("%s: \"%s\" names Redis", dlock_err_name(shared[i]), dlock_strerror(shared[i]));
+  for (int r = DLOCK_LOST_NONE; r <= DLOCK_LOST_DELETED; r++)
+    if (r != DLOCK_LOST_FAILOVER && strstr(dlock_lost_reason_str((dlock_lost_reason)r), "Redis"))
+      TEST_FAIL("lost reason %d: \"%s\" names Redis", r, dlock_lost_reason_str((dlock_lost_reason)r));
+  static const struct {
+    const char *url, *kind;
+  } backends[] = {{"redis://127.0.0.1:1", "Redis"}, {"zk://127.0.0.1:1/ns", "ZooKeeper"},
+                  {"postgres://127.0.0.1:1/db", "PostgreSQL"}};
+  for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+    int rc = 0;
+    dlock_client c;
+    memset(&c, 0, sizeof c);
+    c.ops = dlock__backend_for(backends[i].url, &rc);
+    if (!c.ops) continue; /* not built in */
+    const char *text = dlock__lost_reason_on(&c, DLOCK_LOST_UNREACHABLE);
+    if (!strstr(text, backends[i].kind) || (strcmp(backends[i].kind, "Redis") && strstr(text, "Redis")))
+      TEST_FAIL("%s: the unreachable reason \"%s\" does not name %s alone", backends[i].url, text,
+                backends[i].kind);
+  }
+}
+
 TEST_MAIN()
