@@ -124,6 +124,26 @@ TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lower_tok
   th_sentinel_set_stop(&fo);
 }
 
+/* Issue 22 item 5: the guard tells a change of master by the master's
+ * replication id (INFO, in @dangerous). A user without INFO is refused
+ * with DLOCK_ENOPERM and told what to grant, never admitted blindly. */
+TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_grant) {
+  char out[256], url[800];
+  th_redis_cli(&set.master, out, sizeof out,
+               "ACL SETUSER rvnoinfo on '>rvpw' '~*' '&*' +@all -@dangerous +role");
+  snprintf(url, sizeof url, "%s?master_user=rvnoinfo&master_password=rvpw", set.url);
+  dlock_client *c = client_of(url);
+  ASSERT_STATUS(dlock_guard_check(c, "rv:acl", 5), DLOCK_ENOPERM);
+  ASSERT_CONTAINS(dlock_last_error(), "+info");
+  th_redis_cli(&set.master, out, sizeof out, "EXISTS {rv:acl}:guard");
+  ASSERT_STR_EQ(out, "0");
+  th_redis_cli(&set.master, out, sizeof out, "ACL SETUSER rvnoinfo +info");
+  ASSERT_OK(dlock_guard_check(c, "rv:acl", 5));
+  ASSERT_STATUS(dlock_guard_check(c, "rv:acl", 4), DLOCK_ESTALE);
+  dlock_client_free(c);
+  th_redis_cli(&set.master, out, sizeof out, "ACL DELUSER rvnoinfo");
+}
+
 /* Issue 22 item 6: a frozen old master. A holds a lock (a fixed lease, no
  * renewal) whose write had not reached the replica; the master is frozen
  * (SIGSTOP), the sentinels promote the replica, B takes the lock there, the

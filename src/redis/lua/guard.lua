@@ -11,6 +11,7 @@
 -- the floor rises to the server clock in microseconds: a fence is never
 -- below its master's clock when issued, so a token issued before the
 -- failover is below it and one issued after is not (clocks agreeing).
+-- Without the right to call INFO the check fails (NOPERM): unsure, no admission.
 -- Returns {1, previous} when admitted, {0, highest} when stale, {0, floor, 1}
 -- when stale under the floor.
 local bad = dlock_check_type(KEYS[1], 'string')
@@ -30,7 +31,13 @@ local floor = nil
 if KEYS[2] then
   local bad2 = dlock_check_type(KEYS[2], 'string')
   if bad2 then return bad2 end
-  local id = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or '?'
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) == 'table' then
+    -- Refused (an ACL without @dangerous): unsure, so no admission.
+    return redis.error_reply('NOPERM the guard needs INFO (replication) to tell a change of master (' ..
+      tostring(info.err) .. '); grant it: ACL SETUSER <user> +info (see docs/keys.md), or use wait_replicas')
+  end
+  local id = string.match(info, 'master_replid:(%w+)') or '?'
   local rec = redis.call('GET', KEYS[2])
   local was
   if rec then was, floor = string.match(rec, '^(%S+) (%d+)$') end
