@@ -183,9 +183,10 @@ typedef struct dlock_client_options {
   const char *tls_server_name; /* name checked in the server certificate; NULL: the host */
   int tls_skip_verify;         /* 1: do not verify the server (tests only) */
   int max_connections;         /* pooled command connections; 0: 64 */
-  /* After every acquire and renewal, `WAIT wait_replicas wait_timeout_ms` in
-   * the same pipeline: fewer acknowledging replicas fail closed with
-   * DLOCK_EREPLICAS (an acquire is undone; a renewal does not count, see
+  /* After every acquire, renewal and guard check, `WAIT wait_replicas
+   * wait_timeout_ms` in the same pipeline: fewer acknowledging replicas fail
+   * closed with DLOCK_EREPLICAS (an acquire is undone; a renewal does not
+   * count; a guard admission must not be written on, see
    * docs/topologies.md). 0: no WAIT (or what the URL says). Costs one
    * replication round trip per acquire and renewal. */
   int wait_replicas;
@@ -624,7 +625,11 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
  * and record it if not lower. 0: admitted (token >= highest seen);
  * DLOCK_ESTALE: a newer holder has written since, reject the write.
  * DLOCK_ERANGE: 'token' is 0 or above 2^63-1 (never issued by dlock);
- * DLOCK_EFENCE: the recorded value is no such integer (the key is named). */
+ * DLOCK_EFENCE: the recorded value is no such integer (the key is named).
+ * With wait_replicas, DLOCK_EREPLICAS: recorded on the master, but too few
+ * replicas acknowledged it; do not write. Under Sentinel or Cluster without
+ * it, a token issued before the master last changed is DLOCK_ESTALE too
+ * (docs/topologies.md, "The guard across a failover"). */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);
 /* dlock_guard_check() that also gives the highest token seen for 'resource'
  * after the check: 'token' when admitted, the newer one when DLOCK_ESTALE

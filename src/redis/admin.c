@@ -331,46 +331,78 @@ int dlock__redis_latch_list(dlock_client *c, const char *pattern, void (*fn)(con
   return scan_names(c, pattern, ":latch", 0, fn, arg);
 }
 
-/* The core checked the arguments (core/admin.c). */
+/* The core checked the arguments (core/admin.c). Where a failover may
+ * promote a replica that missed the last admissions (issue 22 item 5): with
+ * WAIT, an admission the replicas did not acknowledge is refused
+ * (DLOCK_EREPLICAS); without (Sentinel, Cluster), the guard keeps the
+ * master's replication id in {R}:guard:epoch and, when it changed, admits
+ * no token issued before the change (guard.lua, docs/topologies.md). */
 int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
   int rc;
   size_t klen = c->prefix_len + strlen(resource) + strlen("{}:guard");
-  char *key = malloc(klen + 1);
-  if (!key) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  size_t elen = klen + strlen(":epoch");
+  char *key = malloc(klen + 1), *epoch = malloc(elen + 1);
+  if (!key || !epoch) {
+    free(key);
+    free(epoch);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
   snprintf(key, klen + 1, "{%s%s}:guard", c->prefix, resource);
+  snprintf(epoch, elen + 1, "%s:epoch", key);
+  const dlock__topology *t = dlock__topo(c);
+  int floor = t->wait_replicas <= 0 && (!strcmp(t->kind, "sentinel") || !strcmp(t->kind, "cluster"));
   char tok[24];
   snprintf(tok, sizeof tok, "%" PRIu64, token);
   dlock__script_call call;
   memset(&call, 0, sizeof call);
   call.script = DLOCK__SCRIPT_GUARD;
-  call.nkeys = 1;
+  call.nkeys = floor ? 2 : 1;
   call.keys[0] = key;
   call.keylens[0] = klen;
+  call.keys[1] = epoch;
+  call.keylens[1] = elen;
   call.nargs = 1;
   call.args[0] = tok;
   call.arglens[0] = strlen(tok);
   dlock__reply *r = NULL;
   /* Twice-safe: the guard admits a token equal to the highest seen, so a
    * second run of an admitted check admits again; if a newer token came in
-   * between, "stale" is the true answer by then. */
+   * between, "stale" is the true answer by then. The floor is set once per
+   * change of master, so a second run meets the same one. */
   rc = dlock__script_run_twice_safe(c, &call, &r);
   if (!rc && r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     dlock__error(rc, "guard on '%s' (key '%s') at %s: %s", resource, key, c->server, r->str);
-  } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2)) {
+  } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements < 2 || r->elements > 3)) {
     rc = dlock__error(DLOCK_EPROTO, "guard on '%s': unexpected reply from %s", resource, c->server);
   } else if (!rc && r->element[0]->integer != 1) {
     if (highest && r->element[1]->type == DLOCK__REPLY_STRING)
       dlock__parse_fence(r->element[1]->str, r->element[1]->len, highest);
-    rc = dlock__error(DLOCK_ESTALE, "guard on '%s': token %s is stale; a newer holder wrote with %s. "
-                      "Reject this write: the lock was lost", resource, tok,
-                      r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+    if (r->elements == 3)
+      rc = dlock__error(DLOCK_ESTALE, "guard on '%s' at %s: token %s is stale: it was issued before the Redis "
+                        "master changed (a failover or a restart), and admissions made on the old master may "
+                        "have been lost, so only tokens issued since (at least %s) are admitted. Reject this "
+                        "write; acquire the lock again for a new token", resource, c->server, tok,
+                        r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+    else
+      rc = dlock__error(DLOCK_ESTALE, "guard on '%s': token %s is stale; a newer holder wrote with %s. "
+                        "Reject this write: the lock was lost", resource, tok,
+                        r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
   } else if (rc) {
     dlock__error_prefix("guard on '%s' at %s: ", resource, c->server);
+  } else if (dlock__replicas_short(c, &call)) {
+    /* Admitted on the master only: a failover to a replica could forget it
+     * and admit a lower token. Not a clean admission. */
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    rc = dlock__error(DLOCK_EREPLICAS, "guard on '%s' at %s: token %s was recorded on the master, but %s: do "
+                      "not write (a failover could forget this admission and admit a lower token); check the "
+                      "replicas, then check the token again", resource, c->server, tok, why);
   } else if (highest) {
     *highest = token; /* admitted: recorded, and no higher one was */
   }
   dlock__reply_free(r);
   free(key);
+  free(epoch);
   return rc;
 }

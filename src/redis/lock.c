@@ -474,11 +474,27 @@ void dlock__redis_undo(dlock_mutex *m) {
 /* ---- Release, extend, renew, queries ---- */
 
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
-  return dlock__redis_release_token(m, m->token, valid_until, lost);
+  dlock_lost_reason found = DLOCK_LOST_NONE;
+  int rc = dlock__redis_release_token(m, m->token, valid_until, lost, dlock__rm(m)->failovers_at_acquire, &found);
+  if (found != DLOCK_LOST_NONE) { /* the hold is still this handle's: keep the loss (dlock_mutex_lost) */
+    pthread_mutex_lock(&m->mu);
+    dlock__mutex_mark_lost(m, found);
+    pthread_mutex_unlock(&m->mu);
+  }
+  return rc;
+}
+
+const char *dlock__release_failover_msg(long long v) {
+  return v == 0 ? "the Redis master failed over since the lock was acquired, and the new master does not hold "
+                  "it (the key is gone): the hold was lost at the failover (lost: failover), and another "
+                  "holder may have overlapped it; nothing was deleted"
+                : "the Redis master failed over since the lock was acquired, and the new master does not hold "
+                  "it (another owner holds it now): the hold was lost at the failover (lost: failover), and "
+                  "that holder may have overlapped it; their key was left untouched";
 }
 
 int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until,
-                               dlock_lost_reason lost) {
+                               dlock_lost_reason lost, uint64_t failovers_at_acquire, dlock_lost_reason *found) {
   dlock__script_call call;
   dlock__reply *r = NULL;
   /* rw_release answers as release does (1, 0, -2; never -1). */
@@ -511,7 +527,15 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
   } else if (!rc && v == -2)
     rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key with a forced release; nothing was "
                       "deleted");
-  else if (!rc && v == 0 && m->kind == DLOCK__KIND_SEMAPHORE)
+  else if (!rc && (v == 0 || v == -1) && lost == DLOCK_LOST_NONE &&
+           dlock__failovers(dlock__topo(m->client), dlock__rm(m)->keys.key[DLOCK__K_LOCK],
+                            dlock__rm(m)->keys.len[DLOCK__K_LOCK]) != failovers_at_acquire) {
+    /* Not the lease: the master changed since the acquire (issue 22 item 6,
+     * a frozen old master whose hold the promoted replica never had), said
+     * as the deployments' table says (docs/topologies.md). */
+    rc = dlock__error(DLOCK_ENOTHELD, "%s", dlock__release_failover_msg(v));
+    if (found) *found = DLOCK_LOST_FAILOVER;
+  } else if (!rc && v == 0 && m->kind == DLOCK__KIND_SEMAPHORE)
     rc = dlock__error(DLOCK_ENOTHELD, "our permit was gone or its lease had run out; no permit was touched");
   else if (!rc && v == 0)
     rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");

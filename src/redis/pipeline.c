@@ -43,6 +43,7 @@ typedef struct pending {
   dlock_mutex *m;
   dlock_mono_ms valid_until;
   dlock_lost_reason lost;
+  uint64_t failovers_at_acquire; /* the hold's, for a loss at a failover */
   /* The token released: another thread may acquire the handle (a new
    * token) before this reply is read. */
   char token[DLOCK__TOKEN_HEX + 1];
@@ -136,6 +137,11 @@ static void deliver(const pending *e, const dlock__reply *r) {
   } else if (r->integer == -2) {
     rc = DLOCK_ENOTHELD;
     snprintf(msg, sizeof msg, "another client had deleted the key with a forced release; nothing was deleted");
+  } else if ((r->integer == 0 || r->integer == -1) && e->lost == DLOCK_LOST_NONE &&
+             dlock__failovers(dlock__topo(m->client), key, dlock__rm(m)->keys.len[DLOCK__K_LOCK]) !=
+                 e->failovers_at_acquire) {
+    rc = DLOCK_ENOTHELD; /* issue 22 item 6: as dlock__redis_release_token says it */
+    snprintf(msg, sizeof msg, "%s", dlock__release_failover_msg(r->integer));
   } else if (r->integer == 0 && m->kind == DLOCK__KIND_SEMAPHORE) {
     rc = DLOCK_ENOTHELD;
     snprintf(msg, sizeof msg, "our permit was gone or its lease had run out; no permit was touched");
@@ -237,7 +243,7 @@ static int read_one(dlock_client *c, dlock__pipeline *p, int wait) {
   if (dlock__reply_is_noscript(r)) {
     /* It did not run (the script cache was flushed): run it now, at once. */
     dlock__reply_free(r);
-    int out = dlock__redis_release_token(e->m, e->token, e->valid_until, e->lost);
+    int out = dlock__redis_release_token(e->m, e->token, e->valid_until, e->lost, e->failovers_at_acquire, NULL);
     dlock__mutex_release_done(e->m, out, out ? dlock_last_error() : "");
   } else {
     deliver(e, r);
@@ -353,7 +359,7 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
     return dlock__error(rc, "%s; not sent, the key expires with its lease", why);
   }
   pending *slot = &p->q[(p->head + p->n) % PIPE_MAX];
-  *slot = (pending){m, valid_until, lost, ""};
+  *slot = (pending){m, valid_until, lost, dlock__rm(m)->failovers_at_acquire, ""};
   snprintf(slot->token, sizeof slot->token, "%s", m->token);
   p->n++;
   dlock_mono_ms now = dlock_mono_now();

@@ -491,9 +491,14 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
 void dlock__redis_undo(dlock_mutex *m);
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
 /* The same for the hold of 'token' (a pipelined release resent after
- * NOSCRIPT: the handle may have been acquired again since, by another thread). */
+ * NOSCRIPT: the handle may have been acquired again since, by another thread),
+ * acquired when dlock__failovers() was 'failovers_at_acquire': a hold the
+ * master no longer has after a failover since then is reported as lost at
+ * the failover, and '*found' (may be NULL) set to DLOCK_LOST_FAILOVER. */
 int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until,
-                               dlock_lost_reason lost);
+                               dlock_lost_reason lost, uint64_t failovers_at_acquire, dlock_lost_reason *found);
+/* The release's message for a hold lost at a failover; 'v' as release.lua answers (0 or -1). */
+const char *dlock__release_failover_msg(long long v);
 int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost); /* pipeline.c */
 void dlock__redis_release_collect(dlock_mutex *m);
 /* At close: read every pending reply (outcomes to their handles), free. */

@@ -138,11 +138,14 @@ static int exec_calls(dlock_client *c, dlock__node *node, const dlock__cmd *cmds
   return rc;
 }
 
-/* The topology's WAIT, when one of 'calls' takes or renews a lock. */
+/* The topology's WAIT, when one of 'calls' takes or renews a lock, or is
+ * the guard's admission. */
 static int wants_wait(const dlock_client *c, const dlock__script_call *calls, size_t n) {
   if (dlock__topo(c)->wait_replicas <= 0) return 0;
   for (size_t i = 0; i < n; i++)
-    if (calls[i].script == DLOCK__SCRIPT_ACQUIRE || calls[i].script == DLOCK__SCRIPT_EXTEND) return 1;
+    if (calls[i].script == DLOCK__SCRIPT_ACQUIRE || calls[i].script == DLOCK__SCRIPT_EXTEND ||
+        calls[i].script == DLOCK__SCRIPT_GUARD) /* an admission is a write a failover could forget */
+      return 1;
   return 0;
 }
 

@@ -515,19 +515,26 @@ static int exec_group(dlock__topology *t, const dlock__cmd *cmds, const char *co
   }
   int rc = dlock__node_exec_until(node, cmds, n, replies, sent, deadline);
   note_node_result(cl, node, rc);
-  if (rc && !*sent) {
-    /* Nothing reached the server (refused, reset before the write): the map
-     * may be stale after a failover. Refresh and try the new owner once. */
-    if (refresh_quietly(cl, deadline) == 0 && dlock_mono_now() < deadline) {
-      dlock__node *now = cluster_route(t, keys[0], keylens[0]);
-      if (now != node) {
-        rc = dlock__node_exec_until(node = now, cmds, n, replies, sent, deadline);
-        note_node_result(cl, node, rc);
-      }
+  /* Nothing reached the server (refused, reset before the write): the map
+   * may be stale, or the slot's master is down and its replica not promoted
+   * yet (the other nodes answer CLUSTERDOWN meanwhile). Nothing ran, so the
+   * command is sent again, to the owner a reloaded map names, with the
+   * back-off of CLUSTERDOWN, until it reaches a server or the deadline
+   * (issue 22 item 10: a release failed at once here). */
+  int64_t backoff = BACKOFF_FIRST_MS;
+  for (int tries = 0; rc && !*sent && is_transport_error(rc) && tries < 1000; tries++) {
+    if (tries > 0) {
+      if (dlock_mono_now() + backoff >= deadline) break;
+      dlock__sleep_ms(backoff);
+      backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
-  } else if (rc) {
-    refresh_quietly(cl, deadline); /* for the next command; this one's outcome stays unknown */
+    refresh_quietly(cl, deadline);
+    if (dlock_mono_now() >= deadline) break;
+    node = cluster_route(t, keys[0], keylens[0]);
+    rc = dlock__node_exec_until(node, cmds, n, replies, sent, deadline);
+    note_node_result(cl, node, rc);
   }
+  if (rc && *sent) refresh_quietly(cl, deadline); /* for the next command; this one's outcome stays unknown */
   if (rc) return rc;
   for (size_t i = 0; i < n; i++) {
     if (replies[i]->type != DLOCK__REPLY_ERROR) continue;
