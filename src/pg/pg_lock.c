@@ -1212,7 +1212,10 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
       "  (SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = $1),\n"
       "  (SELECT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE') FROM pg_class c\n"
       "     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'locks'),\n"
-      "  current_user, current_setting('synchronous_commit')",
+      "  current_user, current_setting('synchronous_commit'),\n"
+      "  (SELECT count(*) FROM pg_stat_replication),\n"
+      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('async', 'potential')),\n"
+      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL)",
       1, vals, 0, 1, &r, NULL, NULL);
   if (rc != 0) return rc;
   struct timespec ts;
@@ -1269,11 +1272,36 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
   } else {
     add_line(report, len, "ok: synchronous_commit is %s", sync);
   }
+  /* Issue 22 item 8: a failover to an asynchronous standby loses the last
+   * commits: holds, releases and guard rows roll back (fences still rise,
+   * floored at the database clock). */
+  long standbys = (long)col_i64(r, 0, 10), async = (long)col_i64(r, 0, 11), hidden = (long)col_i64(r, 0, 12);
+  if (async > 0) {
+    add_line(report, len,
+             "warning: replication: %ld asynchronous standby%s (pg_stat_replication sync_state async or "
+             "potential) stream%s from this server: after a failover to one the last commits are lost (a lock "
+             "taken or released just before may be free or held again, guard rows roll back, fences still rise "
+             "as they are floored at the database clock unless the new primary's clock is behind); make them "
+             "synchronous (synchronous_standby_names, synchronous_commit on) or fail over only to a synchronous "
+             "one",
+             async, async == 1 ? "" : "s", async == 1 ? "s" : "");
+  } else if (hidden > 0) {
+    add_line(report, len,
+             "warning: replication: %ld standby%s stream%s from this server but this user cannot see whether they "
+             "are synchronous (a failover to an asynchronous one loses the last commits, locks and guard rows roll "
+             "back); grant this user pg_monitor (or pg_read_all_stats), or ask the DBA",
+             hidden, hidden == 1 ? "" : "s", hidden == 1 ? "s" : "");
+  } else if (standbys > 0) {
+    add_line(report, len, "ok: replication: %ld standby%s, all synchronous", standbys, standbys == 1 ? "" : "s");
+  } else {
+    add_line(report, len, "ok: replication: no standby streams from this server");
+  }
   int64_t skew = theirs - ours;
   if (skew > 2000 || skew < -2000) {
     add_line(report, len,
              "warning: the database clock differs from this host's by %lld ms; leases use the database clock "
-             "alone, but scheduled ticks are planned on this host's",
+             "alone (a step of it ends or stretches every lease at once), but scheduled ticks are planned on "
+             "this host's: run NTP on both",
              (long long)skew);
   } else {
     add_line(report, len, "ok: the database clock is within %lld ms of this host's", (long long)(skew < 0 ? -skew : skew));

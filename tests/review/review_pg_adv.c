@@ -311,7 +311,8 @@ TEST(review_a_fence_is_at_least_the_database_clock_in_microseconds) {
  * primary hands out 60 more fences and crashes; the standby starts alone,
  * is promoted, and the next fence must be above every fence the old
  * primary handed out. On the way the doctor, on the primary with the async
- * standby attached, warns about it ("replication"). */
+ * standby attached, warns about it ("replication"), also to a user who
+ * cannot read pg_stat_replication's sync_state (saying so). */
 TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
   NEED_PG();
   th_pg pri, sb;
@@ -347,6 +348,23 @@ TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
         warned = 1;
     }
     if (!warned) snprintf(fail, sizeof fail, "the doctor did not warn about the asynchronous standby");
+    /* A user who cannot read pg_stat_replication's sync_state is told so. */
+    char lurl[900];
+    snprintf(lurl, sizeof lurl, "postgresql://rvlow@127.0.0.1:%d/postgres?dlock_schema=rv_fo", pri.port);
+    th_pg_sql(&pri, NULL, out, sizeof out, "CREATE ROLE rvlow LOGIN");
+    dlock_client *low = client_url(lurl);
+    warned = 0;
+    n = low ? dlock_client_check(low, ck, DLOCK_CHECK_MAX) : 0;
+    for (int i = 0; i < n; i++) {
+      if (strcmp(ck[i].name, "replication") == 0)
+        printf("  doctor (rvlow): %d %s; %s\n", ck[i].level, ck[i].found, ck[i].fix);
+      if (strcmp(ck[i].name, "replication") == 0 && ck[i].level == DLOCK_CHECK_WARN &&
+          strstr(ck[i].found, "cannot see") && strstr(ck[i].fix, "pg_monitor"))
+        warned = 1;
+    }
+    if (low) dlock_client_free(low);
+    if (!warned && !fail[0])
+      snprintf(fail, sizeof fail, "the doctor did not say that user rvlow cannot see the standby's sync state");
   }
   /* The standby falls behind: it stops, the primary goes on. */
   th_pg_halt(&sb, 0);
