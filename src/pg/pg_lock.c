@@ -753,8 +753,18 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
                         "SELECT CASE WHEN " ADV_GUARD " THEN pg_advisory_unlock($1::bigint) END, "
                         "pg_notify($4, $5 || ' ')",
                         5, vals, &r);
-    int held = rc == 0 && !PQgetisnull(r, 0, 0) && col_bool(r, 0, 0);
+    int elsewhere = rc == 0 && PQgetisnull(r, 0, 0);
+    int held = rc == 0 && !elsewhere && col_bool(r, 0, 0);
     PQclear(r);
+    if (elsewhere) {
+      hconn_put(pg, hc, 0);
+      return dlock__error(DLOCK_EUNKNOWN,
+                          "release of '%s' on %s: the unlock ran in another server session than the one holding the "
+                          "lock, so it did nothing: a transaction-mode pooler sits in between; the lock stays held "
+                          "by the pooler's server session until that session ends; use a direct or session-pooled "
+                          "URL for mode=advisory, or lease mode",
+                          h->name, pg->display);
+    }
     /* Unlocked: the session holds nothing now (one lock per hold
      * connection), and the connection serves the next acquire. Else the
      * session ends: the lock is gone whatever happened. */
