@@ -1213,6 +1213,9 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
   snprintf(qs, sizeof qs, "%s", pg->schema);
   const char *vals[1] = {qs};
   PGresult *r = NULL;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t sent_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   int rc = dlock__pg_run(
       pg,
       "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),\n"
@@ -1228,9 +1231,9 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
       "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL)",
       1, vals, 0, 1, &r, NULL, NULL);
   if (rc != 0) return rc;
-  struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t ours = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  /* Our clock at the middle of the round trip: the drift, not the latency. */
+  int64_t ours = (sent_ms + (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) / 2;
   int problems = 0;
   int standby = col_bool(r, 0, 0);
   int ro = strcmp(PQgetvalue(r, 0, 1), "on") == 0;
