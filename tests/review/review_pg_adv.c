@@ -332,9 +332,9 @@ TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
       highest = dlock_mutex_fence(m);
       dlock_mutex_release(m);
     }
-    /* The standby streams: wait (bounded) until it is attached. */
+    /* The standby streams: wait (up to 30 s) until it is attached. */
     char out[64] = "";
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 300; i++) {
       th_pg_sql(&pri, NULL, out, sizeof out, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'");
       if (strcmp(out, "1") == 0) break;
       th_sleep_ms(100);
@@ -387,7 +387,7 @@ TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
   } else {
     char out[64] = "";
     th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_promote(true, 30)");
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 300; i++) {
       th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_is_in_recovery()");
       if (strcmp(out, "f") == 0) break;
       th_sleep_ms(100);
