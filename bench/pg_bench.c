@@ -6,6 +6,9 @@
  *                connection: two round trips, no table, no fence
  *   uncontended  the lease table: acquire (one upsert) + release (one
  *                update + notify) through the module, one thread
+ *   advisory     advisory mode (?mode=advisory): acquire + release through
+ *                the module, one thread (hold connections are pooled:
+ *                one round trip each)
  *   contended    4 processes on one name: acquire (waiting) + an unguarded
  *                counter increment + release; the counter must be exact
  *
@@ -88,6 +91,32 @@ static int uncontended(const char *url, int n) {
   return rc ? 1 : 0;
 }
 
+static int advisory(const char *url, int n) {
+  char adv[1200];
+  int uri = strstr(url, "://") != NULL;
+  snprintf(adv, sizeof adv, "%s%smode=advisory", url, !uri ? " " : strchr(url, '?') ? "&" : "?");
+  dlock__pg *pg;
+  if (dlock__pg_connect(adv, NULL, &pg) != 0) {
+    fprintf(stderr, "dlock-pg-bench: %s\n", dlock_last_error());
+    return 69;
+  }
+  double *lat = malloc(sizeof *lat * (size_t)n);
+  double t0 = now_us();
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    double s = now_us();
+    dlock__pg_hold h;
+    rc = dlock__pg_acquire(pg, "bench:advisory", 30000, NULL, 0, NULL, &h);
+    if (rc == 0) rc = dlock__pg_release(pg, &h);
+    lat[i] = now_us() - s;
+  }
+  if (rc != 0) fprintf(stderr, "dlock-pg-bench: advisory: %s\n", dlock_last_error());
+  else report("advisory", lat, n, now_us() - t0);
+  free(lat);
+  dlock__pg_close(pg);
+  return rc ? 1 : 0;
+}
+
 static int contended_child(const char *url, const char *path, int n) {
   dlock__pg *pg;
   dlock__pg_options o = {.poll_ms = 200};
@@ -153,6 +182,8 @@ int main(int argc, char **argv) {
   int rc = floor_loop(url, quick ? 200 : 5000);
   if (rc) return rc;
   rc = uncontended(url, quick ? 200 : 5000);
+  if (rc) return rc;
+  rc = advisory(url, quick ? 200 : 5000);
   if (rc) return rc;
   return contended(url, 4, quick ? 10 : 250);
 }

@@ -273,6 +273,80 @@ void th_pg_stop(th_pg *p) {
   track(p, 0);
 }
 
+void th_pg_halt(th_pg *p, int kill9) { stop_pid(p, kill9 ? SIGKILL : SIGINT); }
+
+int th_pg_relaunch(th_pg *p) {
+  for (int i = 0; i < 20; i++) {
+    if (launch(p) == 0) return 0;
+    if (p->pid > 0) {
+      kill(p->pid, SIGKILL);
+      waitpid(p->pid, NULL, 0);
+      p->pid = 0;
+    }
+    th_sleep_ms(200);
+  }
+  return -1;
+}
+
+int th_pg_start_standby(th_pg *s, const th_pg *primary) {
+  memset(s, 0, sizeof *s);
+  snprintf(s->bindir, sizeof s->bindir, "%s", primary->bindir);
+  snprintf(s->extra, sizeof s->extra, "%s", primary->extra);
+  snprintf(s->dir, sizeof s->dir, "/tmp/dlock-pgs-XXXXXX");
+  if (!mkdtemp(s->dir)) {
+    fprintf(stderr, "harness_pg: mkdtemp: %s\n", strerror(errno));
+    s->dir[0] = '\0';
+    return -1;
+  }
+  track(s, 1);
+  if (geteuid() == 0) {
+    struct passwd *pw = getpwnam("postgres");
+    if (!pw || chown(s->dir, pw->pw_uid, pw->pw_gid) != 0) {
+      fprintf(stderr, "harness_pg: cannot hand %s to the postgres user\n", s->dir);
+      th_pg_stop(s);
+      return -1;
+    }
+  }
+  chmod(s->dir, 0700);
+  char bb[300], data[300], log[300], port[16];
+  snprintf(bb, sizeof bb, "%s/pg_basebackup", s->bindir);
+  snprintf(data, sizeof data, "%s/data", s->dir);
+  snprintf(log, sizeof log, "%s/basebackup.log", s->dir);
+  snprintf(port, sizeof port, "%d", primary->port);
+  const char *argv[] = {bb, "-D", data, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-R", "-X", "stream",
+                        "--no-sync", NULL};
+  pid_t pid = spawn(argv, log);
+  int st = -1;
+  if (pid > 0) {
+    for (int i = 0; i < 1200; i++) { /* up to 60 s */
+      if (waitpid(pid, &st, WNOHANG) == pid) break;
+      if (i == 1199) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+      }
+      th_sleep_ms(50);
+    }
+  }
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    fprintf(stderr, "harness_pg: pg_basebackup failed, see %s\n", log);
+    th_pg_stop(s);
+    return -1;
+  }
+  for (int tries = 0; tries < 20; tries++) {
+    s->port = th_free_port();
+    snprintf(s->url, sizeof s->url, "postgresql://postgres@127.0.0.1:%d/postgres", s->port);
+    if (launch(s) == 0) return 0;
+    if (s->pid > 0) {
+      kill(s->pid, SIGKILL);
+      waitpid(s->pid, NULL, 0);
+      s->pid = 0;
+    }
+  }
+  fprintf(stderr, "harness_pg: the standby did not start, see %s/server.log\n", s->dir);
+  th_pg_stop(s);
+  return -1;
+}
+
 int th_pg_restart(th_pg *p, int kill9, long down_ms) {
   stop_pid(p, kill9 ? SIGKILL : SIGINT);
   if (kill9) th_sleep_ms(300); /* the backends notice the postmaster's death */

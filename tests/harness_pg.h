@@ -37,6 +37,14 @@ int th_pg_suite_start(th_pg *p, char *why, size_t len);
 struct dlock_client *th_pg_client(const th_pg *p, const char *schema, const char *more);
 /* Stop by PID and remove the temp dir. */
 void th_pg_stop(th_pg *p);
+/* An asynchronous streaming standby of 'primary' (pg_basebackup -R into a
+ * temp dir, started on a free port; read-only until promoted). Stopped and
+ * removed by th_pg_stop(). 0, or -1 with a message on stderr. */
+int th_pg_start_standby(th_pg *standby, const th_pg *primary);
+/* Stop the server by PID (fast shutdown; kill9: SIGKILL), keeping its data
+ * dir; th_pg_relaunch() starts it again on the same port. */
+void th_pg_halt(th_pg *p, int kill9);
+int th_pg_relaunch(th_pg *p);
 /* Stop (SIGINT, fast shutdown; kill9: SIGKILL, a crash) and start again on
  * the same port and data. 'down_ms': how long it stays down. */
 int th_pg_restart(th_pg *p, int kill9, long down_ms);

@@ -101,6 +101,7 @@ static int pg_topology_warning(dlock_client *c, char *buf, size_t len) {
  * as dlock_check entries named after what they look at. */
 static const char *check_name_of(const char *line) {
   if (strstr(line, " answers, PostgreSQL ")) return "server";
+  if (!strncmp(line, "replication: ", 13)) return "replication";
   if (strstr(line, "standby") || strstr(line, "read_only")) return "read-only";
   if (strstr(line, "synchronous_commit")) return "durability";
   if (strstr(line, "clock")) return "clock";

@@ -159,7 +159,8 @@ int dlock__pg_sched_finish(dlock__pg *pg, const char *job, const char *run_token
 int dlock__pg_sched_history(dlock__pg *pg, const char *job, dlock_run_record *out, int max);
 
 /* `dlock doctor` checks: read-only server (standby or
- * default_transaction_read_only), the rights on dlock's schema, the
+ * default_transaction_read_only), the rights on dlock's schema,
+ * synchronous_commit, asynchronous standbys (pg_stat_replication), the
  * database clock against ours. One line per finding into 'report';
  * returns how many problems were found (0: all fine) or a DLOCK_E* status
  * when the server could not be asked. */

@@ -395,7 +395,7 @@ int dlock__pg_open(dlock__pg *pg, PGconn **out) { return dlock__pg_open_until(pg
 
 /* An idle connection has nothing to read unless the server closed it
  * (restart, pg_terminate_backend, idle timeout): 1 if so. */
-static int idle_closed(PGconn *conn) {
+int dlock__pg_idle_closed(PGconn *conn) {
   if (PQstatus(conn) != CONNECTION_OK) return 1;
   struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
   if (p.fd < 0) return 1;
@@ -411,7 +411,7 @@ int dlock__pg_get(dlock__pg *pg, dlock_mono_ms deadline, PGconn **out) {
   for (;;) {
     while (pg->nidle > 0) {
       PGconn *c = pg->idle[--pg->nidle];
-      if (!idle_closed(c)) {
+      if (!dlock__pg_idle_closed(c)) {
         pthread_mutex_unlock(&pg->mu);
         *out = c;
         return 0;
@@ -639,6 +639,10 @@ int dlock__pg_connect(const char *url, const dlock__pg_options *opts, dlock__pg 
 void dlock__pg_close(dlock__pg *pg) {
   if (!pg) return;
   for (int i = 0; i < pg->nidle; i++) PQfinish(pg->idle[i]);
+  for (int i = 0; i < pg->nhidle; i++) {
+    PQfinish(pg->hidle[i]->conn);
+    free(pg->hidle[i]);
+  }
   if (pg->listen_conn) PQfinish(pg->listen_conn);
   if (pg->ln_pend) PQfinish(pg->ln_pend);
   pthread_mutex_destroy(&pg->mu);

@@ -36,6 +36,17 @@ enum {
   DLOCK__PG_SQL_COUNT
 };
 
+/* Advisory mode: a hold's connection. 'pid' is the server backend that
+ * runs its statements and 'mark' the random value it set in that backend's
+ * session (dlock.hold): every advisory statement runs only where both still
+ * match, so a pooler that hands the statement to another server session
+ * cannot make it take, keep or free a lock there. */
+typedef struct dlock__pg_hconn {
+  PGconn *conn;
+  long pid;
+  char mark[DLOCK__TOKEN_HEX + 1];
+} dlock__pg_hconn;
+
 struct dlock__pg {
   char display[400]; /* no password */
   char schema[DLOCK__PG_SCHEMA_MAX + 1];
@@ -46,13 +57,16 @@ struct dlock__pg {
   dlock__pg_options opts;
   char *sql[DLOCK__PG_SQL_COUNT];
   atomic_int inited_flag; /* dlock__pg_init() succeeded */
-  atomic_int direct_flag; /* advisory mode: the session was seen to keep its server backend */
 
   pthread_mutex_t mu; /* the pool */
   pthread_cond_t cv;
   PGconn *idle[DLOCK__PG_POOL_MAX];
   int nidle;
   int nopen;
+  /* Advisory mode: hold connections whose lock was released, for the next
+   * acquire (at most opts.max_connections). */
+  dlock__pg_hconn *hidle[DLOCK__PG_POOL_MAX];
+  int nhidle;
 
   /* The LISTEN connection and the notifications it received. */
   pthread_mutex_t ln_mu;
@@ -81,6 +95,8 @@ int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out);
 int dlock__pg_open_cancel(dlock__pg *pg, dlock_mono_ms limit, const atomic_int *cancel, PGconn **out);
 int dlock__pg_get(dlock__pg *pg, dlock_mono_ms deadline, PGconn **out);
 void dlock__pg_put(dlock__pg *pg, PGconn *conn, int broken);
+/* 1 when an idle connection was closed by the server (no round trip). */
+int dlock__pg_idle_closed(PGconn *conn);
 int dlock__pg_result_error(dlock__pg *pg, const PGresult *res, PGconn *conn);
 /* One statement on 'conn' ('n' < 0: a simple query, several statements). */
 int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const char *const *vals,

@@ -407,80 +407,206 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
   return got;
 }
 
-static int advisory_try(dlock__pg *pg, PGconn *conn, int64_t key, int *got) {
-  char k[24];
-  NUM(k, key);
-  const char *vals[1] = {k};
-  PGresult *r = NULL;
+/* Every advisory statement runs its work only where the hold connection's
+ * server session is the one it marked ($2 its pid, $3 its mark): else it
+ * answers NULL and does nothing. */
+#define ADV_GUARD "pg_backend_pid() = $2::int AND coalesce(current_setting('dlock.hold', true), '') = $3"
+
+static int pooler_refused(dlock__pg *pg, const char *what) {
+  return dlock__error(DLOCK_EURL,
+                      "%s: advisory mode needs one server session per connection, but %s: a transaction-mode "
+                      "pooler (PgBouncer pool_mode=transaction) sits in between, and advisory locks would admit "
+                      "two holders; connect directly to PostgreSQL or through a session-mode pool (which resets "
+                      "sessions between clients) for mode=advisory, or use lease mode (the default), which works "
+                      "through any pooler",
+                      pg->display, what);
+}
+
+static int hconn_exec(dlock__pg *pg, dlock__pg_hconn *hc, const char *sql, int n, const char *const *vals,
+                      PGresult **r) {
   int sent = 0;
-  int rc = dlock__pg_exec_on(pg, conn, "SELECT pg_try_advisory_lock($1::bigint)", 1, vals,
-                             dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
+  return dlock__pg_exec_on(pg, hc->conn, sql, n, vals, dlock_mono_now() + pg->opts.command_timeout_ms, r, &sent);
+}
+
+static void hconn_free(dlock__pg_hconn *hc) {
+  if (!hc) return;
+  if (hc->conn) PQfinish(hc->conn);
+  free(hc);
+}
+
+/* Back to the pool when 'reusable' (its lock released, nothing open), else
+ * closed. */
+static void hconn_put(dlock__pg *pg, dlock__pg_hconn *hc, int reusable) {
+  if (!hc) return;
+  if (reusable && PQstatus(hc->conn) == CONNECTION_OK && PQtransactionStatus(hc->conn) == PQTRANS_IDLE) {
+    pthread_mutex_lock(&pg->mu);
+    if (pg->nhidle < pg->opts.max_connections) {
+      pg->hidle[pg->nhidle++] = hc;
+      hc = NULL;
+    }
+    pthread_mutex_unlock(&pg->mu);
+  }
+  hconn_free(hc);
+}
+
+/* A new hold connection: mark its server session, and make sure that its
+ * statements run in that session alone. Directly connected, the backend
+ * pid from the connection's start-up (PQbackendPID) is the session's own
+ * pg_backend_pid(). Through a pooler the start-up pid is the pooler's, and
+ * the session is checked: a session already marked by another connection,
+ * or a second connection in a transaction seeing our mark or pid, or our
+ * next statement running elsewhere, is a transaction-mode pooler. Whatever
+ * this sample says, every advisory statement checks the mark again (the
+ * guard), so no sample can be fooled into a second holder. */
+static int hconn_open(dlock__pg *pg, dlock__pg_hconn **out) {
+  *out = NULL;
+  dlock__pg_hconn *hc = calloc(1, sizeof *hc);
+  if (!hc) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int rc = dlock__random_hex(hc->mark, DLOCK__TOKEN_HEX / 2);
+  if (rc == 0) rc = dlock__pg_open(pg, &hc->conn);
+  if (rc != 0) {
+    hconn_free(hc);
+    return rc;
+  }
+  const char *vals[1] = {hc->mark};
+  PGresult *r = NULL;
+  rc = hconn_exec(pg, hc,
+                  "SELECT pg_backend_pid(), CASE WHEN coalesce(current_setting('dlock.hold', true), '') = '' "
+                  "THEN set_config('dlock.hold', $1, false) ELSE current_setting('dlock.hold', true) END",
+                  1, vals, &r);
+  if (rc != 0) {
+    hconn_free(hc);
+    return rc;
+  }
+  hc->pid = (long)col_i64(r, 0, 0);
+  int marked = strcmp(PQgetvalue(r, 0, 1), hc->mark) == 0;
+  PQclear(r);
+  if (!marked) {
+    hconn_free(hc);
+    return pooler_refused(pg, "this connection's server session was already in use by another dlock connection");
+  }
+  if (PQbackendPID(hc->conn) == (int)hc->pid) {
+    *out = hc; /* direct: the start-up's backend is the one that answers */
+    return 0;
+  }
+  /* A pooler. Another connection, inside a transaction (a transaction-mode
+   * pooler keeps its server for it), must not land in our session, and our
+   * next statement must still run in it. */
+  PGconn *other = NULL;
+  rc = dlock__pg_open(pg, &other);
+  if (rc != 0) {
+    hconn_free(hc);
+    return rc;
+  }
+  int sent = 0;
+  rc = dlock__pg_exec_on(pg, other, "BEGIN", -1, NULL, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
+  PQclear(r);
+  r = NULL;
+  if (rc == 0)
+    rc = dlock__pg_exec_on(pg, other, "SELECT pg_backend_pid(), coalesce(current_setting('dlock.hold', true), '')",
+                           -1, NULL, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
+  long opid = 0;
+  int omark = 0;
+  if (rc == 0) {
+    opid = (long)col_i64(r, 0, 0);
+    omark = strcmp(PQgetvalue(r, 0, 1), hc->mark) == 0;
+    PQclear(r);
+    r = NULL;
+    char pid[24];
+    NUM(pid, hc->pid);
+    const char *gv[3] = {"0", pid, hc->mark};
+    rc = hconn_exec(pg, hc, "SELECT ($1::bigint = 0 AND " ADV_GUARD "), pg_backend_pid()", 3, gv, &r);
+  }
+  PQfinish(other); /* ends its transaction */
+  if (rc != 0) {
+    hconn_free(hc);
+    return rc;
+  }
+  int same = col_bool(r, 0, 0);
+  long now_pid = (long)col_i64(r, 0, 1);
+  PQclear(r);
+  if (omark || opid == hc->pid || !same) {
+    char what[200];
+    snprintf(what, sizeof what, "this connection's statements ran on different server backends (pid %ld, then %ld)",
+             hc->pid, omark || opid == hc->pid ? opid : now_pid);
+    hconn_free(hc);
+    return pooler_refused(pg, what);
+  }
+  *out = hc;
+  return 0;
+}
+
+/* A hold connection: an idle one of the pool (still up), else a new one. */
+static int hconn_get(dlock__pg *pg, dlock__pg_hconn **out, int *reused) {
+  *reused = 0;
+  pthread_mutex_lock(&pg->mu);
+  while (pg->nhidle > 0) {
+    dlock__pg_hconn *hc = pg->hidle[--pg->nhidle];
+    if (!dlock__pg_idle_closed(hc->conn)) {
+      pthread_mutex_unlock(&pg->mu);
+      *out = hc;
+      *reused = 1;
+      return 0;
+    }
+    hconn_free(hc);
+  }
+  pthread_mutex_unlock(&pg->mu);
+  return hconn_open(pg, out);
+}
+
+/* One try: 0 with '*got', or an error (DLOCK_EURL when the statement ran
+ * in another server session than the connection's: a pooler). */
+static int advisory_try(dlock__pg *pg, dlock__pg_hconn *hc, int64_t key, int *got) {
+  char k[24], pid[24];
+  NUM(k, key);
+  NUM(pid, hc->pid);
+  const char *vals[3] = {k, pid, hc->mark};
+  PGresult *r = NULL;
+  int rc = hconn_exec(pg, hc,
+                      "SELECT CASE WHEN " ADV_GUARD " THEN pg_try_advisory_lock($1::bigint) END, pg_backend_pid()",
+                      3, vals, &r);
   if (rc != 0) return rc;
+  if (PQgetisnull(r, 0, 0)) {
+    char what[200];
+    snprintf(what, sizeof what, "this connection's statements ran on different server backends (pid %ld, then %s)",
+             hc->pid, PQgetvalue(r, 0, 1));
+    PQclear(r);
+    return pooler_refused(pg, what);
+  }
   *got = col_bool(r, 0, 0);
   PQclear(r);
   return 0;
 }
 
-static int backend_pid(dlock__pg *pg, PGconn *conn, const char *sql, long *pid) {
-  PGresult *r = NULL;
-  int sent = 0;
-  int rc = dlock__pg_exec_on(pg, conn, sql, -1, NULL, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
-  if (rc == 0) *pid = (long)col_i64(r, 0, 0);
-  PQclear(r);
-  return rc;
-}
-
-/* Advisory locks belong to a server session; behind a transaction-mode
- * pooler (PgBouncer pool_mode=transaction) each transaction may run on
- * another server session, so the lock outlives or escapes ours and two
- * holders get in. Detect it once per client: our connection's backend pid
- * must stay the same while another connection holds a transaction open (a
- * pooler hands that one the server we just used, LIFO). */
-static int advisory_session_check(dlock__pg *pg, PGconn *conn) {
-  if (atomic_load(&pg->direct_flag)) return 0;
-  long p1 = 0, p2 = 0, pb = 0;
-  int rc = backend_pid(pg, conn, "SELECT pg_backend_pid()", &p1);
-  if (rc != 0) return rc;
-  PGconn *other = NULL;
-  rc = dlock__pg_open(pg, &other);
-  if (rc != 0) return rc;
-  rc = backend_pid(pg, other, "BEGIN; SELECT pg_backend_pid()", &pb);
-  if (rc == 0) rc = backend_pid(pg, conn, "SELECT pg_backend_pid()", &p2);
-  PQfinish(other); /* ends its transaction */
-  if (rc != 0) return rc;
-  if (pb == p1 || p2 != p1)
-    return dlock__error(DLOCK_EURL,
-                        "%s: advisory mode needs one server session per connection, but this connection's "
-                        "statements ran on different server backends (pid %ld, then %ld): a transaction-mode "
-                        "pooler (PgBouncer pool_mode=transaction) sits in between, and advisory locks would admit "
-                        "two holders; connect directly to PostgreSQL or through a session-mode pool for "
-                        "mode=advisory, or use lease mode (the default), which works through any pooler",
-                        pg->display, p1, pb == p1 ? pb : p2);
-  atomic_store(&pg->direct_flag, 1);
-  return 0;
-}
-
 static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, const atomic_int *cancel) {
-  PGconn *conn = NULL;
-  int rc = dlock__pg_open(pg, &conn);
+  dlock__pg_hconn *hc = NULL;
+  int reused = 0;
+  int rc = hconn_get(pg, &hc, &reused);
   if (rc != 0) return rc;
-  rc = advisory_session_check(pg, conn);
-  if (rc != 0) {
-    PQfinish(conn);
-    return rc;
-  }
   int64_t key = dlock__pg_advisory_key(h->name);
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
   for (;;) {
     int got = 0;
-    rc = advisory_try(pg, conn, key, &got);
+    rc = advisory_try(pg, hc, key, &got);
+    if (rc == DLOCK_EIO && reused) {
+      /* A pooled connection whose session ended while idle (a restart,
+       * pg_terminate_backend, an idle timeout) and was not seen closed
+       * before use: whatever the try did died with that session; once
+       * more on a new connection. */
+      hconn_put(pg, hc, 0);
+      hc = NULL;
+      reused = 0;
+      rc = hconn_open(pg, &hc);
+      if (rc != 0) return rc;
+      continue;
+    }
     if (rc != 0) {
       /* A session lock lives and dies with its connection: nothing held. */
-      PQfinish(conn);
+      hconn_put(pg, hc, 0);
       return rc;
     }
     if (got) {
-      h->session = conn;
+      h->session = hc;
       h->fence = 0;
       h->valid_until = INT64_MAX;
       return 0;
@@ -488,7 +614,7 @@ static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, c
     dlock_mono_ms now = dlock_mono_now();
     if (now >= deadline) break;
     if (cancel && atomic_load(cancel)) {
-      PQfinish(conn);
+      hconn_put(pg, hc, 1);
       return dlock__error(DLOCK_ECANCELED, "acquire '%s' on %s was canceled", h->name, pg->display);
     }
     dlock_mono_ms until = now + pg->opts.poll_ms < deadline ? now + pg->opts.poll_ms : deadline;
@@ -498,7 +624,7 @@ static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, c
     pthread_mutex_unlock(&pg->ln_mu);
     listen_wait(pg, h->name, "", gen, until, deadline, cancel);
   }
-  PQfinish(conn);
+  hconn_put(pg, hc, 1);
   return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session on %s (advisory mode)", h->name,
                       pg->display);
 }
@@ -614,20 +740,35 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
 
 int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   if (pg->advisory) {
-    PGconn *conn = h->session;
+    dlock__pg_hconn *hc = h->session;
     h->session = NULL;
-    if (!conn) return dlock__error(DLOCK_ENOTHELD, "lock '%s' is not held", h->name);
-    char k[24], ch[80];
+    if (!hc) return dlock__error(DLOCK_ENOTHELD, "lock '%s' is not held", h->name);
+    char k[24], pid[24], ch[80];
     NUM(k, dlock__pg_advisory_key(h->name));
+    NUM(pid, hc->pid);
     snprintf(ch, sizeof ch, "%s", pg->channel);
-    const char *vals[3] = {k, ch, h->name};
+    const char *vals[5] = {k, pid, hc->mark, ch, h->name};
     PGresult *r = NULL;
-    int sent = 0;
-    int rc = dlock__pg_exec_on(pg, conn, "SELECT pg_advisory_unlock($1::bigint), pg_notify($2, $3 || ' ')", 3,
-                               vals, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
-    int held = rc == 0 && col_bool(r, 0, 0);
+    int rc = hconn_exec(pg, hc,
+                        "SELECT CASE WHEN " ADV_GUARD " THEN pg_advisory_unlock($1::bigint) END, "
+                        "pg_notify($4, $5 || ' ')",
+                        5, vals, &r);
+    int elsewhere = rc == 0 && PQgetisnull(r, 0, 0);
+    int held = rc == 0 && !elsewhere && col_bool(r, 0, 0);
     PQclear(r);
-    PQfinish(conn); /* the session ends: the lock is gone whatever happened */
+    if (elsewhere) {
+      hconn_put(pg, hc, 0);
+      return dlock__error(DLOCK_EUNKNOWN,
+                          "release of '%s' on %s: the unlock ran in another server session than the one holding the "
+                          "lock, so it did nothing: a transaction-mode pooler sits in between; the lock stays held "
+                          "by the pooler's server session until that session ends; use a direct or session-pooled "
+                          "URL for mode=advisory, or lease mode",
+                          h->name, pg->display);
+    }
+    /* Unlocked: the session holds nothing now (one lock per hold
+     * connection), and the connection serves the next acquire. Else the
+     * session ends: the lock is gone whatever happened. */
+    hconn_put(pg, hc, held);
     if (rc != 0 || !held)
       return dlock__error(DLOCK_ENOTHELD,
                           "lock '%s' on %s was not held by its session any more (the connection was lost: "
@@ -713,21 +854,23 @@ static int arr_add(char **buf, size_t *len, size_t *cap, const char *s) {
 
 static int renew_advisory(dlock__pg *pg, dlock__pg_renewal *r, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    PGconn *conn = r[i].h->session;
+    dlock__pg_hconn *hc = r[i].h->session;
     r[i].status = 0;
     r[i].lost = DLOCK_LOST_NONE;
     PGresult *res = NULL;
-    int sent = 0;
-    char k[24];
+    char k[24], pid[24];
     NUM(k, dlock__pg_advisory_key(r[i].h->name));
-    const char *vals[1] = {k};
-    int rc = conn ? dlock__pg_exec_on(pg, conn,
-                                      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                                      "pid = pg_backend_pid() AND granted AND "
-                                      "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
-                                      "objid::bigint = ($1::bigint & 4294967295)",
-                                      1, vals, dlock_mono_now() + pg->opts.command_timeout_ms, &res, &sent)
-                  : DLOCK_EIO;
+    NUM(pid, hc ? hc->pid : 0);
+    const char *vals[3] = {k, pid, hc ? hc->mark : ""};
+    /* Counted in the hold's own session only (the guard): a statement that
+     * a pooler ran elsewhere answers -1, and the hold is reported lost. */
+    int rc = hc ? hconn_exec(pg, hc,
+                             "SELECT CASE WHEN " ADV_GUARD " THEN (SELECT count(*) FROM pg_locks WHERE "
+                             "locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND "
+                             "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
+                             "objid::bigint = ($1::bigint & 4294967295)) ELSE -1 END",
+                             3, vals, &res)
+                : DLOCK_EIO;
     if (rc != 0 || col_i64(res, 0, 0) < 1) {
       r[i].status = DLOCK_ELOST;
       r[i].lost = DLOCK_LOST_EXPIRED;
@@ -1070,6 +1213,9 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
   snprintf(qs, sizeof qs, "%s", pg->schema);
   const char *vals[1] = {qs};
   PGresult *r = NULL;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t sent_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   int rc = dlock__pg_run(
       pg,
       "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),\n"
@@ -1079,12 +1225,15 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
       "  (SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = $1),\n"
       "  (SELECT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE') FROM pg_class c\n"
       "     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'locks'),\n"
-      "  current_user, current_setting('synchronous_commit')",
+      "  current_user, current_setting('synchronous_commit'),\n"
+      "  (SELECT count(*) FROM pg_stat_replication),\n"
+      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('async', 'potential')),\n"
+      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL)",
       1, vals, 0, 1, &r, NULL, NULL);
   if (rc != 0) return rc;
-  struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t ours = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  /* Our clock at the middle of the round trip: the drift, not the latency. */
+  int64_t ours = (sent_ms + (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) / 2;
   int problems = 0;
   int standby = col_bool(r, 0, 0);
   int ro = strcmp(PQgetvalue(r, 0, 1), "on") == 0;
@@ -1136,11 +1285,36 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
   } else {
     add_line(report, len, "ok: synchronous_commit is %s", sync);
   }
+  /* Issue 22 item 8: a failover to an asynchronous standby loses the last
+   * commits: holds, releases and guard rows roll back (fences still rise,
+   * floored at the database clock). */
+  long standbys = (long)col_i64(r, 0, 10), async = (long)col_i64(r, 0, 11), hidden = (long)col_i64(r, 0, 12);
+  if (async > 0) {
+    add_line(report, len,
+             "warning: replication: %ld asynchronous standby%s (pg_stat_replication sync_state async or "
+             "potential) stream%s from this server: after a failover to one the last commits are lost (a lock "
+             "taken or released just before may be free or held again, guard rows roll back, fences still rise "
+             "as they are floored at the database clock unless the new primary's clock is behind); make them "
+             "synchronous (synchronous_standby_names, synchronous_commit on) or fail over only to a synchronous "
+             "one",
+             async, async == 1 ? "" : "s", async == 1 ? "s" : "");
+  } else if (hidden > 0) {
+    add_line(report, len,
+             "warning: replication: %ld standby%s stream%s from this server but this user cannot see whether they "
+             "are synchronous (a failover to an asynchronous one loses the last commits, locks and guard rows roll "
+             "back); grant this user pg_monitor (or pg_read_all_stats), or ask the DBA",
+             hidden, hidden == 1 ? "" : "s", hidden == 1 ? "s" : "");
+  } else if (standbys > 0) {
+    add_line(report, len, "ok: replication: %ld standby%s, all synchronous", standbys, standbys == 1 ? "" : "s");
+  } else {
+    add_line(report, len, "ok: replication: no standby streams from this server");
+  }
   int64_t skew = theirs - ours;
   if (skew > 2000 || skew < -2000) {
     add_line(report, len,
              "warning: the database clock differs from this host's by %lld ms; leases use the database clock "
-             "alone, but scheduled ticks are planned on this host's",
+             "alone (a step of it ends or stretches every lease at once), but scheduled ticks are planned on "
+             "this host's: run NTP on both",
              (long long)skew);
   } else {
     add_line(report, len, "ok: the database clock is within %lld ms of this host's", (long long)(skew < 0 ? -skew : skew));

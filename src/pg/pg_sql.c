@@ -13,6 +13,17 @@
 
 #include "pg/pg_internal.h"
 
+/* A new fence: the sequence's next value, but never below the database
+ * clock in microseconds since the epoch (issue 22 item 8). Sequences are
+ * replicated asynchronously like the rest: a promoted asynchronous standby
+ * may hand out again values the old primary already gave; the clock floor
+ * keeps the next fences above them as long as the new primary's clock is
+ * not behind the old one's. Each use also takes the name's (or job's) last
+ * fence + 1, so fences of one name rise even if the clock steps back. Old
+ * fences (sequence values) stay below: an upgrade keeps them rising. */
+#define DLOCK__PG_FENCE_NEXT \
+  "greatest(nextval('@S.fence_seq'), floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
+
 /* Schema objects. Created in one transaction, serialized by an advisory
  * transaction lock so that two first users do not race in CREATE. */
 static const char sql_init[] =
@@ -77,7 +88,7 @@ static const char sql_init[] =
     "  END IF;\n"
     "  IF t.tick >= p_tick THEN outcome := 0; RETURN; END IF;\n"
     "  IF t.lock_expires > clock_timestamp() THEN outcome := 2; RETURN; END IF;\n"
-    "  fence := nextval('@S.fence_seq');\n"
+    "  fence := greatest(" DLOCK__PG_FENCE_NEXT ", t.fence + 1);\n"
     "  start_ms := now_ms;\n"
     "  UPDATE @S.sched_ticks s SET tick = p_tick, run_token = p_token, node = p_node, fence = sched_claim.fence,\n"
     "    start_ms = now_ms, lock_expires = clock_timestamp() + p_lock_ms * interval '1 millisecond'\n"
@@ -105,7 +116,7 @@ static const char sql_init[] =
     "  IF t.tick >= 0 AND now_ms < t.tick + p_delay_ms THEN\n"
     "    outcome := 0; wait_ms := t.tick + p_delay_ms - now_ms; RETURN;\n"
     "  END IF;\n"
-    "  fence := nextval('@S.fence_seq');\n"
+    "  fence := greatest(" DLOCK__PG_FENCE_NEXT ", t.fence + 1);\n"
     "  start_ms := now_ms;\n"
     "  tick := CASE WHEN t.tick >= 0 THEN t.tick + p_delay_ms ELSE now_ms END;\n"
     "  UPDATE @S.sched_ticks s SET tick = now_ms, run_token = p_token, node = p_node,\n"
@@ -246,7 +257,9 @@ static const char sql_init[] =
     "    wait_ms := COALESCE(wait_ms, -1);\n"
     "    RETURN;\n"
     "  END IF;\n"
-    "  fence := nextval('@S.fence_seq');\n"
+    "  fence := greatest(" DLOCK__PG_FENCE_NEXT ",\n"
+    "    COALESCE((SELECT max(x.fence) FROM @S.holds x WHERE x.name = p_name), 0) + 1,\n"
+    "    COALESCE((SELECT l.fence FROM @S.locks l WHERE l.name = p_name), 0) + 1);\n"
     "  INSERT INTO @S.holds AS x VALUES (p_name, p_token, p_side, fence,\n"
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, p_info)\n"
     "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
@@ -278,7 +291,7 @@ static const char sql_acquire[] =
     "fam AS (SELECT 1 FROM @S.holds h WHERE h.name = $1 AND NOT h.released AND h.expires > clock_timestamp()\n"
     "        LIMIT 1),\n"
     "ins AS (INSERT INTO @S.locks AS l (name, token, fence, expires, since, released, owner_info)\n"
-    "  SELECT $1, $2, nextval('@S.fence_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
+    "  SELECT $1, $2, " DLOCK__PG_FENCE_NEXT ", clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
     "         clock_timestamp(), false, $4\n"
     "  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.token <> $2 AND NOT cur.released\n"
     "                    AND cur.expires > clock_timestamp())\n"
@@ -288,7 +301,7 @@ static const char sql_acquire[] =
     "    AND NOT EXISTS (SELECT 1 FROM fam)\n"
     "  ON CONFLICT (name) DO UPDATE SET\n"
     "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
-    "                 THEN l.fence ELSE EXCLUDED.fence END,\n"
+    "                 THEN l.fence ELSE greatest(EXCLUDED.fence, l.fence + 1) END,\n"
     "    since = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
     "                 THEN l.since ELSE EXCLUDED.since END,\n"
     "    token = EXCLUDED.token, expires = EXCLUDED.expires, released = false,\n"

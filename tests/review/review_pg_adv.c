@@ -1,0 +1,422 @@
+/*
+ * review_pg_adv.c - issue 22 items 7, 8 and 9 (PostgreSQL): advisory mode
+ * through a transaction pooler under load, the fence after a failover to an
+ * asynchronous standby, the doctor's replication and clock checks, and
+ * advisory mode's hold connections kept in a pool. One test per finding,
+ * each FAILED on the code before its fix. Registered as ctest
+ * "review/review_pg_adv" with the labels "review" and "pg". Real
+ * PostgreSQL (and PgBouncer, and a streaming standby) through
+ * harness_pg.h, public API only (dlock.h).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "harness_pg.h"
+#include "test.h"
+
+static th_pg srv;
+static int srv_up;
+static char skip_why[256];
+
+void test_setup(void) { srv_up = th_pg_suite_start(&srv, skip_why, sizeof skip_why); }
+
+void test_teardown(void) {
+  if (srv_up) th_pg_stop(&srv);
+}
+
+#define NEED_PG()                           \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
+  } while (0)
+
+static long tf(void) { return th_time_factor(); }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static dlock_client *client_url(const char *url) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return NULL;
+  return c;
+}
+
+/* ---- Item 7: advisory mode through a transaction pooler under load ---- */
+
+typedef struct adv_load {
+  const char *url;
+  atomic_int *in_cs;
+  atomic_int *overlaps;
+  atomic_int *held;
+  atomic_int *refused;
+  atomic_int *other;
+  char other_err[600];
+  int attempts;
+  dlock_client *c; /* shared by the round's threads */
+} adv_load;
+
+/* Load: short statements through the pooler (a lease-mode client's
+ * status reads), so that server connections change hands all the time. */
+typedef struct loader {
+  const char *url;
+  atomic_int *stop;
+  int n;
+} loader;
+
+static void *load_worker(void *arg) {
+  loader *l = arg;
+  dlock_client *c = client_url(l->url);
+  if (!c) return NULL;
+  for (int i = 0; i < 1000000 && !atomic_load(l->stop); i++) {
+    dlock_lock_info info;
+    dlock_lock_info_init(&info);
+    if (dlock_lock_info_get(c, "rv-adv-load-other", &info) == 0) l->n++;
+  }
+  dlock_client_free(c);
+  return NULL;
+}
+
+static void *adv_worker(void *arg) {
+  adv_load *w = arg;
+  for (int k = 0; k < w->attempts; k++) {
+    dlock_mutex *m = NULL;
+    if (dlock_mutex_new(&m, w->c, "rv-adv-load", NULL) != 0) break;
+    int rc = dlock_mutex_acquire(m, 0);
+    if (rc == 0) {
+      atomic_fetch_add(w->held, 1);
+      if (atomic_fetch_add(w->in_cs, 1) != 0) atomic_fetch_add(w->overlaps, 1);
+      th_sleep_ms(20);
+      if (atomic_load(w->in_cs) != 1) atomic_fetch_add(w->overlaps, 1);
+      atomic_fetch_sub(w->in_cs, 1);
+      dlock_mutex_release(m);
+    } else if (rc == DLOCK_EURL && strstr(dlock_last_error(), "transaction")) {
+      atomic_fetch_add(w->refused, 1);
+    } else if (rc != DLOCK_EBUSY) {
+      atomic_fetch_add(w->other, 1);
+      snprintf(w->other_err, sizeof w->other_err, "%s: %s", dlock_err_name(rc), dlock_last_error());
+    }
+    dlock_mutex_free(m);
+  }
+  return NULL;
+}
+
+/* Issue 22 item 7: "PostgreSQL advisory mode through a transaction pooler
+ * is not always refused: under load the one-sample check passes and two
+ * clients hold one name." PgBouncer in transaction mode, 4 server
+ * connections, 2 threads reading status all the time (the load), and 8
+ * rounds of a new advisory client whose 3 threads each take and release
+ * one name (a handle each) 8 times: never two holders at once, and the pooler is
+ * refused (DLOCK_EURL naming it). */
+TEST(review_advisory_through_a_busy_transaction_pooler_never_admits_two_holders) {
+  NEED_PG();
+  char why[256];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pgbouncer bt;
+  if (th_pgbouncer_start(&bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
+  char url[900];
+  snprintf(url, sizeof url, "%s&mode=advisory", bt.url);
+  char lease_url[900];
+  snprintf(lease_url, sizeof lease_url, "%s&dlock_schema=rv_load", bt.url);
+  atomic_int in_cs = 0, overlaps = 0, held = 0, refused = 0, other = 0, stop = 0;
+  loader ld[2];
+  pthread_t lt[2];
+  for (int i = 0; i < 2; i++) {
+    ld[i] = (loader){.url = lease_url, .stop = &stop};
+    pthread_create(&lt[i], NULL, load_worker, &ld[i]);
+  }
+  enum { N = 3, ROUNDS = 8 };
+  adv_load w[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) w[i].other_err[0] = '\0';
+  for (int round = 0; round < ROUNDS; round++) {
+    /* A new client each round: nothing learnt about the pooler carries
+     * over, each takes its own sample; its threads share it. */
+    dlock_client *c = client_url(url);
+    if (!c) {
+      atomic_fetch_add(&other, 1);
+      snprintf(w[0].other_err, sizeof w[0].other_err, "connect: %s", dlock_last_error());
+      continue;
+    }
+    for (int i = 0; i < N; i++) {
+      char keep[600];
+      snprintf(keep, sizeof keep, "%s", w[i].other_err);
+      w[i] = (adv_load){.url = url, .in_cs = &in_cs, .overlaps = &overlaps, .held = &held, .refused = &refused,
+                        .other = &other, .attempts = 8, .c = c};
+      snprintf(w[i].other_err, sizeof w[i].other_err, "%s", keep);
+      pthread_create(&t[i], NULL, adv_worker, &w[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    dlock_client_free(c);
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(lt[i], NULL);
+  th_pgbouncer_stop(&bt);
+  printf("  load: %d + %d status reads\n", ld[0].n, ld[1].n);
+  printf("  held %d times, refused %d times, other errors %d, overlaps %d\n", atomic_load(&held),
+         atomic_load(&refused), atomic_load(&other), atomic_load(&overlaps));
+  for (int i = 0; i < N; i++)
+    if (w[i].other_err[0]) printf("  other: %s\n", w[i].other_err);
+  if (atomic_load(&overlaps) > 0)
+    TEST_FAIL("two clients held advisory lock 'rv-adv-load' at once through a transaction-mode pooler (%d times)",
+              atomic_load(&overlaps));
+  if (atomic_load(&refused) == 0) TEST_FAIL("the transaction-mode pooler was never refused");
+}
+
+/* Item 7, the other side: direct and through a session-mode pooler the
+ * check passes (one server session per connection), on every acquire. */
+TEST(advisory_direct_and_through_a_session_pooler_is_accepted) {
+  NEED_PG();
+  char why[256];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pgbouncer bs;
+  if (th_pgbouncer_start(&bs, &srv, "session") != 0) TEST_FAIL("pgbouncer did not start");
+  char urls[2][900];
+  snprintf(urls[0], sizeof urls[0], "%s?mode=advisory", srv.url);
+  snprintf(urls[1], sizeof urls[1], "%s&mode=advisory", bs.url);
+  char err[700] = "";
+  for (int u = 0; u < 2 && !err[0]; u++) {
+    dlock_client *a = client_url(urls[u]), *b = client_url(urls[u]);
+    if (!a || !b) {
+      snprintf(err, sizeof err, "connect %s: %s", urls[u], dlock_last_error());
+    } else {
+      dlock_mutex *ma = NULL, *mb = NULL;
+      dlock_mutex_new(&ma, a, "rv-adv-ok", NULL);
+      dlock_mutex_new(&mb, b, "rv-adv-ok", NULL);
+      for (int i = 0; i < 10 && !err[0]; i++) {
+        int rc = dlock_mutex_acquire(ma, 0);
+        if (rc != 0) {
+          snprintf(err, sizeof err, "%s: acquire %d: %s: %s", urls[u], i, dlock_err_name(rc), dlock_last_error());
+          break;
+        }
+        rc = dlock_mutex_acquire(mb, 0);
+        if (rc != DLOCK_EBUSY)
+          snprintf(err, sizeof err, "%s: the second client's try answered %s, not busy: %s", urls[u],
+                   dlock_err_name(rc), rc ? dlock_last_error() : "it got the lock");
+        if (rc == 0) dlock_mutex_release(mb);
+        rc = dlock_mutex_release(ma);
+        if (rc != 0 && !err[0])
+          snprintf(err, sizeof err, "%s: release %d: %s: %s", urls[u], i, dlock_err_name(rc), dlock_last_error());
+      }
+      dlock_mutex_free(ma);
+      dlock_mutex_free(mb);
+    }
+    if (a) dlock_client_free(a);
+    if (b) dlock_client_free(b);
+  }
+  th_pgbouncer_stop(&bs);
+  if (err[0]) TEST_FAIL("%s", err);
+}
+
+/* ---- Item 9: hold connections kept in a pool ---- */
+
+/* Issue 22 item 9: "PostgreSQL advisory mode opens a new connection per
+ * acquire (65-97 cycles/s ...), though the docs call it fast: keep a pool
+ * of hold connections." 20 acquire/release cycles on one client: the lock
+ * is held by at most 2 server sessions in all (the pool reuses them), and
+ * a session terminated while idle in the pool is replaced unnoticed. */
+TEST(review_advisory_mode_reuses_its_hold_connections) {
+  NEED_PG();
+  char url[900];
+  snprintf(url, sizeof url, "%s?mode=advisory", srv.url);
+  dlock_client *c = client_url(url);
+  if (!c) TEST_FAIL("connect: %s", dlock_last_error());
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-adv-pool", NULL));
+  long pids[20];
+  int distinct = 0;
+  for (int i = 0; i < 20; i++) {
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    char out[64];
+    ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted LIMIT 1"),
+              0);
+    long pid = atol(out);
+    int seen = 0;
+    for (int k = 0; k < distinct; k++) seen |= pids[k] == pid;
+    if (!seen) pids[distinct++] = pid;
+    ASSERT_OK(dlock_mutex_release(m));
+  }
+  printf("  20 holds on %d server sessions\n", distinct);
+  if (distinct > 2) TEST_FAIL("20 acquire/release cycles used %d server sessions: no hold connection reused", distinct);
+  /* The idle hold connection's session ends (a restart, an idle timeout):
+   * the next acquire takes another, without an error. */
+  char out[64];
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                      "AND application_name = 'dlock'"),
+            0);
+  th_sleep_ms(200);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  /* Cycles per second, for docs/postgres.md (printed, not asserted). */
+  double t0 = now_s();
+  int cycles = 0;
+  while (now_s() - t0 < 2.0 && cycles < 100000) {
+    if (dlock_mutex_acquire(m, 0) != 0 || dlock_mutex_release(m) != 0) TEST_FAIL("cycle: %s", dlock_last_error());
+    cycles++;
+  }
+  printf("  advisory acquire+release: %.0f cycles/s\n", cycles / (now_s() - t0));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- Item 8: fences after a failover, the doctor ---- */
+
+static uint64_t db_clock_us(const th_pg *p) {
+  char out[64];
+  if (th_pg_sql(p, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint") != 0)
+    return 0;
+  return strtoull(out, NULL, 10);
+}
+
+/* Issue 22 item 8 (fence floor): a fence is at least the database clock
+ * in microseconds when it was taken, so that a server whose sequence went
+ * back (a promoted asynchronous standby) still hands out higher ones. */
+TEST(review_a_fence_is_at_least_the_database_clock_in_microseconds) {
+  NEED_PG();
+  dlock_client *c = th_pg_client(&srv, "rv_floor", NULL);
+  if (!c) TEST_FAIL("connect: %s", dlock_last_error());
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "rv-floor", NULL));
+  uint64_t before = db_clock_us(&srv);
+  ASSERT(before > 0);
+  uint64_t prev = 0;
+  for (int i = 0; i < 5; i++) {
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    uint64_t f = dlock_mutex_fence(m);
+    ASSERT_OK(dlock_mutex_release(m));
+    if (f < before) TEST_FAIL("fence %llu is below the database clock %llu us", (unsigned long long)f,
+                              (unsigned long long)before);
+    if (f <= prev) TEST_FAIL("fences did not rise: %llu then %llu", (unsigned long long)prev, (unsigned long long)f);
+    prev = f;
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* Issue 22 item 8: "PostgreSQL failover to an asynchronous standby
+ * reissues fences". A real streaming standby; it stops (a lagging one), the
+ * primary hands out 60 more fences and crashes; the standby starts alone,
+ * is promoted, and the next fence must be above every fence the old
+ * primary handed out. On the way the doctor, on the primary with the async
+ * standby attached, warns about it ("replication"), also to a user who
+ * cannot read pg_stat_replication's sync_state (saying so). */
+TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
+  NEED_PG();
+  th_pg pri, sb;
+  if (th_pg_start(&pri, NULL) != 0) TEST_FAIL("primary did not start");
+  if (th_pg_start_standby(&sb, &pri) != 0) {
+    th_pg_stop(&pri);
+    TEST_FAIL("standby did not start");
+  }
+  char fail[900] = "";
+  dlock_client *c = th_pg_client(&pri, "rv_fo", NULL);
+  dlock_mutex *m = NULL;
+  uint64_t highest = 0;
+  if (!c) snprintf(fail, sizeof fail, "connect to the primary: %s", dlock_last_error());
+  if (!fail[0]) {
+    dlock_mutex_new(&m, c, "rv-fo", NULL);
+    if (dlock_mutex_acquire(m, 0) == 0) {
+      highest = dlock_mutex_fence(m);
+      dlock_mutex_release(m);
+    }
+    /* The standby streams: wait (up to 30 s) until it is attached. */
+    char out[64] = "";
+    for (int i = 0; i < 300; i++) {
+      th_pg_sql(&pri, NULL, out, sizeof out, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'");
+      if (strcmp(out, "1") == 0) break;
+      th_sleep_ms(100);
+    }
+    dlock_check ck[DLOCK_CHECK_MAX];
+    int n = dlock_client_check(c, ck, DLOCK_CHECK_MAX);
+    int warned = 0;
+    for (int i = 0; i < n; i++) {
+      printf("  doctor: %s %d %s %s\n", ck[i].name, ck[i].level, ck[i].found, ck[i].fix);
+      if (strcmp(ck[i].name, "replication") == 0 && ck[i].level == DLOCK_CHECK_WARN && strstr(ck[i].found, "async"))
+        warned = 1;
+    }
+    if (!warned) snprintf(fail, sizeof fail, "the doctor did not warn about the asynchronous standby");
+    /* A user who cannot read pg_stat_replication's sync_state is told so. */
+    char lurl[900];
+    snprintf(lurl, sizeof lurl, "postgresql://rvlow@127.0.0.1:%d/postgres?dlock_schema=rv_fo", pri.port);
+    th_pg_sql(&pri, NULL, out, sizeof out, "CREATE ROLE rvlow LOGIN");
+    dlock_client *low = client_url(lurl);
+    warned = 0;
+    n = low ? dlock_client_check(low, ck, DLOCK_CHECK_MAX) : 0;
+    for (int i = 0; i < n; i++) {
+      if (strcmp(ck[i].name, "replication") == 0)
+        printf("  doctor (rvlow): %d %s; %s\n", ck[i].level, ck[i].found, ck[i].fix);
+      if (strcmp(ck[i].name, "replication") == 0 && ck[i].level == DLOCK_CHECK_WARN &&
+          strstr(ck[i].found, "cannot see") && strstr(ck[i].fix, "pg_monitor"))
+        warned = 1;
+    }
+    if (low) dlock_client_free(low);
+    if (!warned && !fail[0])
+      snprintf(fail, sizeof fail, "the doctor did not say that user rvlow cannot see the standby's sync state");
+  }
+  /* The standby falls behind: it stops, the primary goes on. */
+  th_pg_halt(&sb, 0);
+  for (int i = 0; i < 60 && c; i++) {
+    if (dlock_mutex_acquire(m, 0) != 0) {
+      if (!fail[0]) snprintf(fail, sizeof fail, "acquire on the primary: %s", dlock_last_error());
+      break;
+    }
+    if (dlock_mutex_fence(m) > highest) highest = dlock_mutex_fence(m);
+    dlock_mutex_release(m);
+  }
+  if (m) dlock_mutex_free(m);
+  if (c) dlock_client_free(c);
+  m = NULL;
+  c = NULL;
+  th_pg_halt(&pri, 1); /* the primary dies */
+  uint64_t after = 0;
+  if (th_pg_relaunch(&sb) != 0) {
+    if (!fail[0]) snprintf(fail, sizeof fail, "the standby did not start again");
+  } else {
+    char out[64] = "";
+    th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_promote(true, 30)");
+    for (int i = 0; i < 300; i++) {
+      th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_is_in_recovery()");
+      if (strcmp(out, "f") == 0) break;
+      th_sleep_ms(100);
+    }
+    c = th_pg_client(&sb, "rv_fo", NULL);
+    if (!c) {
+      if (!fail[0]) snprintf(fail, sizeof fail, "connect to the promoted standby: %s", dlock_last_error());
+    } else {
+      dlock_mutex_new(&m, c, "rv-fo", NULL);
+      int rc = dlock_mutex_acquire(m, 0);
+      if (rc == 0) {
+        after = dlock_mutex_fence(m);
+        dlock_mutex_release(m);
+      } else if (!fail[0]) {
+        snprintf(fail, sizeof fail, "acquire on the promoted standby: %s: %s", dlock_err_name(rc), dlock_last_error());
+      }
+      dlock_mutex_free(m);
+      dlock_client_free(c);
+    }
+  }
+  th_pg_stop(&sb);
+  th_pg_stop(&pri);
+  printf("  highest fence of the old primary %llu, first of the promoted standby %llu\n",
+         (unsigned long long)highest, (unsigned long long)after);
+  if (!fail[0] && after <= highest)
+    snprintf(fail, sizeof fail, "after the failover the fence went back: %llu after %llu", (unsigned long long)after,
+             (unsigned long long)highest);
+  if (fail[0]) TEST_FAIL("%s", fail);
+  (void)tf;
+}
+
+TEST_MAIN()
