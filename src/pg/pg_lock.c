@@ -694,6 +694,46 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   return result;
 }
 
+/* ---- Pruning ---- */
+
+int dlock__pg_prune(dlock__pg *pg, int64_t older_than_ms, int limit, int64_t *pruned) {
+  if (pruned) *pruned = 0;
+  if (pg->advisory)
+    return dlock__error(DLOCK_EINVAL, "nothing to prune on %s in advisory mode: its locks are held by sessions "
+                        "and leave no rows", pg->display);
+  char age[24], lim[16];
+  NUM(age, older_than_ms);
+  NUM(lim, limit);
+  const char *vals[2] = {age, lim};
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_PRUNE], 2, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  int64_t n = 0;
+  for (int i = 0; i < 4; i++) n += col_i64(r, 0, i) > 0 ? col_i64(r, 0, i) : 0;
+  PQclear(r);
+  if (pruned) *pruned = n;
+  return 0;
+}
+
+/* After a release, now and then (a client's first release, then at most
+ * once a minute): prune rows that ended more than an hour ago, 100 per
+ * table, so that the tables do not grow with every name ever locked and
+ * every waiter that died. Its failure is not the release's. */
+#define PRUNE_EVERY_MS 60000
+#define PRUNE_AGE_MS 3600000
+#define PRUNE_LIMIT 100
+
+static void prune_now_and_then(dlock__pg *pg) {
+  long long now = (long long)dlock_mono_now(), last = atomic_load(&pg->pruned_at);
+  if (last != 0 && now - last < PRUNE_EVERY_MS) return;
+  if (!atomic_compare_exchange_strong(&pg->pruned_at, &last, now)) return; /* another thread does it */
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  dlock__pg_prune(pg, PRUNE_AGE_MS, PRUNE_LIMIT, NULL);
+  if (saved[0]) dlock__error(0, "%s", saved);
+  else dlock__error_clear();
+}
+
 /* ---- Release ---- */
 
 int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
@@ -747,6 +787,7 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   int ours = col_bool(r, 0, 1);
   int released = col_bool(r, 0, 2);
   PQclear(r);
+  prune_now_and_then(pg);
   if (h->lost != DLOCK_LOST_NONE) {
     /* The core saw the hold lost (e.g. at its local deadline): the row may
      * still have carried our token and been deleted, but the hold was not

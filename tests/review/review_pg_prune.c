@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -100,6 +101,240 @@ static int wait_for_waiters(const char *schema, const char *name, long long n) {
         n)
       return 1;
   return 0;
+}
+
+/* ---- Finding 1: rows of names no one holds or waits for, pruned ---- */
+
+static long long rows(const char *schema, const char *table_where) {
+  return sql_num("SELECT count(*) FROM %s.%s", schema, table_where);
+}
+
+typedef struct {
+  dlock_mutex *m;
+  int64_t wait_ms;
+  int rc;
+} mwait_arg;
+
+static void *mutex_waits(void *arg) {
+  mwait_arg *w = arg;
+  w->rc = dlock_mutex_acquire(w->m, w->wait_ms);
+  if (w->rc == 0) dlock_mutex_release(w->m);
+  return NULL;
+}
+
+TEST(review_item10_old_lock_rows_and_dead_waiters_are_pruned_live_ones_stay) {
+  NEED_PG();
+  const char *S = "rpp_prune";
+  dlock_client *a = client(S), *w = client(S);
+  for (int i = 0; i < 40; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "old:%d", i);
+    dlock_mutex *m = test_mutex(a, name, 30000);
+    ASSERT_OK(dlock_mutex_acquire(m, 0));
+    ASSERT_OK(dlock_mutex_release(m));
+    dlock_mutex_free(m);
+  }
+  dlock_semaphore *os = test_semaphore(a, "old:sem", 2, 30000);
+  ASSERT_OK(dlock_semaphore_acquire(os, 0));
+  ASSERT_OK(dlock_semaphore_release(os));
+  dlock_semaphore_free(os);
+  /* Waiters that died hours ago, and the rows above made two hours old. */
+  char out[256];
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "INSERT INTO %s.waiters (name, token, seq, expires, side) SELECT 'dead:' || g, md5(g::text), "
+                      "nextval('%s.waiter_seq'), clock_timestamp() - interval '3 hours', '' "
+                      "FROM generate_series(1, 30) g",
+                      S, S),
+            0);
+  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
+                      "UPDATE %s.locks SET expires = expires - interval '2 hours', since = since - interval "
+                      "'2 hours', family_until = family_until - interval '2 hours' WHERE name LIKE 'old:%%'; "
+                      "UPDATE %s.holds SET expires = expires - interval '2 hours' WHERE name LIKE 'old:%%'",
+                      S, S),
+            0);
+  /* What must stay: a live hold and its live waiter. */
+  dlock_mutex *live = test_mutex(a, "live", 60000);
+  ASSERT_OK(dlock_mutex_acquire(live, 0));
+  mwait_arg wa = {test_mutex(w, "live", 30000), 30000 * tf(), -100};
+  pthread_t t;
+  pthread_create(&t, NULL, mutex_waits, &wa);
+  int queued = wait_for_waiters(S, "live", 1);
+  ASSERT_EQ(rows(S, "locks WHERE name LIKE 'old:%'"), 41);
+  ASSERT_EQ(rows(S, "waiters WHERE name LIKE 'dead:%'"), 30);
+
+  /* A release prunes now and then (a client's first release, then at most
+   * once a minute), rows older than an hour. */
+  dlock_client *b = client(S);
+  dlock_mutex *tm = test_mutex(b, "trigger", 30000);
+  ASSERT_OK(dlock_mutex_acquire(tm, 0));
+  ASSERT_OK(dlock_mutex_release(tm));
+  long long old_locks = rows(S, "locks WHERE name LIKE 'old:%'");
+  long long dead_waiters = rows(S, "waiters WHERE name LIKE 'dead:%'");
+  long long old_holds = rows(S, "holds WHERE name LIKE 'old:%'");
+  long long old_fams = rows(S, "families WHERE name LIKE 'old:%'");
+  long long live_rows = rows(S, "locks WHERE name = 'live'");
+  long long live_waiters = rows(S, "waiters WHERE name = 'live'");
+  int held = dlock_mutex_is_held(live);
+  printf("  after a release: %lld old lock rows, %lld dead waiters, %lld old holds, %lld old families left\n",
+         old_locks, dead_waiters, old_holds, old_fams);
+
+  /* dlock_client_prune: everything ended, now. */
+  int64_t pruned = -1;
+  int prc = dlock_client_prune(a, 0, &pruned);
+  char pmsg[512];
+  snprintf(pmsg, sizeof pmsg, "%s", dlock_last_error());
+  long long trig_rows = rows(S, "locks WHERE name = 'trigger'");
+  long long live_rows2 = rows(S, "locks WHERE name = 'live'");
+  long long live_waiters2 = rows(S, "waiters WHERE name = 'live'");
+  int held2 = dlock_mutex_is_held(live);
+  ASSERT_OK(dlock_mutex_release(live));
+  pthread_join(t, NULL);
+  dlock_mutex_free(live);
+  dlock_mutex_free(wa.m);
+  dlock_mutex_free(tm);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(w);
+  if (!queued) TEST_FAIL("the waiter for 'live' never queued");
+  ASSERT_OK(wa.rc); /* the waiter kept its place and got the lock */
+  if (old_locks || dead_waiters || old_holds || old_fams)
+    TEST_FAIL("a release left %lld lock rows, %lld waiter rows, %lld hold rows, %lld family rows that ended "
+              "two hours ago",
+              old_locks, dead_waiters, old_holds, old_fams);
+  ASSERT_EQ(live_rows, 1);
+  ASSERT_EQ(live_waiters, 1);
+  ASSERT_EQ(held, 1);
+  if (prc != 0) TEST_FAIL("dlock_client_prune: %s: %s", dlock_err_name(prc), pmsg);
+  printf("  dlock_client_prune(0): %lld rows\n", (long long)pruned);
+  ASSERT(pruned >= 1);
+  ASSERT_EQ(trig_rows, 0);
+  ASSERT_EQ(live_rows2, 1);
+  ASSERT_EQ(live_waiters2, 1);
+  ASSERT_EQ(held2, 1);
+}
+
+/* Pruning everything that ended (older than 0) without pause while three
+ * clients take and give back two mutexes and a semaphore of 2 permits: a
+ * live hold is never deleted (each holder finds its hold on the server),
+ * never two holders of a mutex or three of the semaphore, fences rise. */
+
+#define CC_NAMES 3
+typedef struct {
+  dlock_client *c;
+  atomic_int *stop;
+  atomic_int *inside; /* per name */
+  atomic_ullong *last_fence;
+  int err;
+  char why[400];
+  long rounds;
+} cc_arg;
+
+static void cc_fail(cc_arg *x, const char *fmt, const char *name, long long v) {
+  if (!x->err) snprintf(x->why, sizeof x->why, fmt, name, v, dlock_last_error());
+  x->err = 1;
+}
+
+static void *cc_worker(void *arg) {
+  cc_arg *x = arg;
+  static const char *names[CC_NAMES] = {"cc:0", "cc:1", "cc:sem"};
+  dlock_mutex *m[CC_NAMES];
+  m[0] = NULL;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 5000;
+  dlock_semaphore *s = NULL;
+  if (dlock_mutex_new(&m[0], x->c, names[0], &mo) || dlock_mutex_new(&m[1], x->c, names[1], &mo) ||
+      dlock_semaphore_new(&s, x->c, names[2], 2, &mo)) {
+    x->err = 1;
+    return NULL;
+  }
+  m[2] = dlock_semaphore_mutex(s);
+  for (long i = 0; !atomic_load(x->stop) && !x->err; i++) {
+    int k = (int)((i + (long)(uintptr_t)x) % CC_NAMES);
+    int rc = dlock_mutex_acquire(m[k], i % 4 == 0 ? 0 : 10000 * tf());
+    if (rc == DLOCK_EBUSY && i % 4 == 0) continue;
+    if (rc != 0) {
+      cc_fail(x, "acquire %s: %lld: %s", names[k], rc);
+      break;
+    }
+    int n = atomic_fetch_add(&x->inside[k], 1) + 1;
+    if (n > (k == 2 ? 2 : 1)) cc_fail(x, "%s: %lld holders at once: %s", names[k], n);
+    if (k < 2) {
+      unsigned long long f = dlock_mutex_fence(m[k]), prev = atomic_exchange(&x->last_fence[k], f);
+      if (f <= prev) cc_fail(x, "%s: fence did not rise: %lld after a higher one: %s", names[k], (long long)f);
+    }
+    usleep(2000);
+    int64_t ttl = 0;
+    if (dlock_mutex_remaining(m[k], &ttl) != 0) cc_fail(x, "%s: the hold was gone on the server: %lld: %s",
+                                                        names[k], (long long)ttl);
+    atomic_fetch_sub(&x->inside[k], 1);
+    rc = dlock_mutex_release(m[k]);
+    if (rc != 0) cc_fail(x, "release %s: %lld: %s", names[k], rc);
+    x->rounds++;
+  }
+  dlock_mutex_free(m[0]);
+  dlock_mutex_free(m[1]);
+  dlock_semaphore_free(s);
+  return NULL;
+}
+
+typedef struct {
+  dlock_client *c;
+  atomic_int *stop;
+  long long pruned;
+  long calls;
+  int err;
+  char why[400];
+} pruner_arg;
+
+static void *pruner(void *arg) {
+  pruner_arg *p = arg;
+  while (!atomic_load(p->stop)) {
+    int64_t n = 0;
+    int rc = dlock_client_prune(p->c, 0, &n);
+    if (rc != 0) {
+      snprintf(p->why, sizeof p->why, "%s: %s", dlock_err_name(rc), dlock_last_error());
+      p->err = 1;
+      break;
+    }
+    p->pruned += n;
+    p->calls++;
+    usleep(1000);
+  }
+  return NULL;
+}
+
+TEST(review_item10_prune_under_concurrent_acquires_never_touches_a_live_hold) {
+  NEED_PG();
+  const char *S = "rpp_cc";
+  atomic_int stop = 0;
+  atomic_int inside[CC_NAMES] = {0};
+  atomic_ullong last_fence[CC_NAMES] = {0};
+  cc_arg x[3];
+  pthread_t t[3], tp;
+  pruner_arg p = {client(S), &stop, 0, 0, 0, ""};
+  ASSERT_OK(dlock_client_setup(p.c));
+  for (int i = 0; i < 3; i++) {
+    x[i] = (cc_arg){client(S), &stop, inside, last_fence, 0, "", 0};
+    pthread_create(&t[i], NULL, cc_worker, &x[i]);
+  }
+  pthread_create(&tp, NULL, pruner, &p);
+  th_sleep_ms(6000);
+  atomic_store(&stop, 1);
+  long rounds = 0;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(t[i], NULL);
+    rounds += x[i].rounds;
+  }
+  pthread_join(tp, NULL);
+  for (int i = 0; i < 3; i++) dlock_client_free(x[i].c);
+  dlock_client_free(p.c);
+  printf("  %ld holds taken and given back, %ld prunes deleted %lld rows\n", rounds, p.calls, p.pruned);
+  for (int i = 0; i < 3; i++)
+    if (x[i].err) TEST_FAIL("worker %d: %s", i, x[i].why);
+  if (p.err) TEST_FAIL("prune: %s", p.why);
+  ASSERT(rounds > 20);
+  ASSERT(p.pruned > 0);
 }
 
 /* ---- Finding 3: the semaphore's message, and a dead waiter's permit ---- */
