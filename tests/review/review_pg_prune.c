@@ -339,7 +339,7 @@ TEST(review_item10_prune_under_concurrent_acquires_never_touches_a_live_hold) {
 
 /* ---- Finding 3: the semaphore's message, and a dead waiter's permit ---- */
 
-TEST(review_item10_semaphore_try_names_the_waiters_ahead_and_skips_a_dead_one) {
+TEST(review_item10_semaphore_try_goes_ahead_of_a_killed_waiter_and_never_says_all_permits_held) {
   NEED_PG();
   dlock_client *a = client("rpp_msg"), *b = client("rpp_msg");
   dlock_semaphore *sa = test_semaphore(a, "pool", 2, 30000), *sb = test_semaphore(b, "pool", 2, 30000);
@@ -521,8 +521,10 @@ TEST(review_item10_a_crash_loop_of_queued_waiters_does_not_collapse_throughput) 
          crash_rate);
   if (why[0]) TEST_FAIL("%s", why);
   if (base < 10) TEST_SKIP("this machine is too slow to measure: %ld acquisitions in 3 s", base);
-  if (crash_rate * 5 < base_rate)
-    TEST_FAIL("throughput fell from %.1f/s to %.1f/s (more than 5x) while queued waiters were killed: dead "
+  /* Before the fix: 1/50 of the baseline. The bound leaves room for a busy
+   * machine (the two phases run at different moments). */
+  if (crash_rate * 10 < base_rate)
+    TEST_FAIL("throughput fell from %.1f/s to %.1f/s (more than 10x) while queued waiters were killed: dead "
               "waiters kept their place at the head of the queue",
               base_rate, crash_rate);
 }
