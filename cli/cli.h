@@ -47,6 +47,7 @@ int cmd_every(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_init(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 

@@ -28,7 +28,7 @@ static const cli_help_page pages[] = {
    "  demo                    races, locks, fences and the scheduler, locally\n"
    "  bench                   measure latency, throughput, hand-off, renewal\n"
    "  doctor                  is the server fit for locks (eviction, rights...)\n"
-   "  init                    create dlock's tables ahead of time (PostgreSQL)\n"
+   "  init, prune             create dlock's tables; delete old rows (PostgreSQL)\n"
    "  config [show], version  the settings in use and their sources; versions\n"
    "\n"
    "Server: --url URL, else $DLOCK_URL, else the config files, else local;\n"
@@ -456,6 +456,28 @@ static const cli_help_page pages[] = {
    "Exit status: 0 done, 64 usage, 69 the server cannot be used (no rights:\n"
    "the message says which), 70 bug.\n",
    NULL},
+
+  {"prune",
+   "Usage: dlock prune [--older-than DURATION] [--url URL]\n"
+   "Delete what the server keeps of locks that no one holds or waits for any\n"
+   "more, whose time ended more than DURATION ago (default 1h). On\n"
+   "PostgreSQL: the rows of released and expired locks (one per name ever\n"
+   "locked), of waiters that died, of semaphores and read-write locks with no\n"
+   "hold left; in batches of 1000 rows per table until none is left. Never a\n"
+   "live hold or waiter; fences keep rising (they come from a sequence); the\n"
+   "fence guards and the scheduler's rows stay. Each release also prunes rows\n"
+   "older than an hour, at most once a minute per client, 100 at a time.\n"
+   "Redis and ZooKeeper keep nothing to prune: prune says so and exits 0.\n"
+   "\n"
+   "  --older-than DURATION  only what ended this long ago (0: all that ended)\n"
+   "  --url URL              the server (default $DLOCK_URL, then the config)\n"
+   "\n"
+   "Exit status: 0 done, 64 usage, 69 the server cannot be used (no rights:\n"
+   "the message says which), 70 bug.\n",
+   "A release whose reply was lost is sent again and recognises its own\n"
+   "released row; with `--older-than 0` that row may be gone already, and the\n"
+   "second release then answers from the hold's own deadline, as after any\n"
+   "lost reply (docs/postgres.md, \"Lost replies\").\n"},
 
   {"demo",
    "Usage: dlock demo [OPTIONS]\n"

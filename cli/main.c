@@ -29,6 +29,7 @@ static const cli_command commands[] = {
   {"bench", cmd_bench},
   {"doctor", cmd_doctor},
   {"init", cmd_init},
+  {"prune", cmd_prune},
   {"config", cmd_config},
   {"version", cmd_version},
 };
@@ -74,7 +75,8 @@ int main(int argc, char **argv)
   }
   if (argc < 2) {
     return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, latch, cron, every, demo, bench, doctor, init, config, version)");
+                                 "fence, latch, cron, every, demo, bench, doctor, init, prune, config, "
+                                 "version)");
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {

@@ -619,6 +619,20 @@ DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, 
 DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
                               void (*fn)(const char *name, void *arg), void *arg);
 
+/* Delete what the backend keeps of locks that no one holds or waits for any
+ * more, whose time ended more than 'older_than_ms' ago (admin, `dlock
+ * prune`). PostgreSQL: the rows of released and expired locks, of waiters
+ * that died, of semaphores and read-write locks with no hold left; at most
+ * DLOCK_PRUNE_BATCH rows per table per call, so call again while
+ * '*pruned' (may be NULL: the rows deleted) is not 0. Never a live hold, a
+ * live waiter, a fence guard or a scheduler's row, and fences keep rising
+ * (they come from a sequence). A release also prunes now and then, rows
+ * older than an hour. Redis and ZooKeeper keep nothing to prune (keys
+ * expire, nodes go with their session or are reaped by the server):
+ * DLOCK_EINVAL saying so. */
+DLOCK_API int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
+#define DLOCK_PRUNE_BATCH 1000
+
 /* ---- Fencing guard ---- */
 
 /* Atomically compare 'token' with the highest token recorded for 'resource'

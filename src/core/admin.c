@@ -94,6 +94,25 @@ int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
   return dlock_lock_force_release_flags(c, name, 0, was_held);
 }
 
+int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) {
+  dlock__error_clear();
+  if (pruned) *pruned = 0;
+  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_prune: client is NULL");
+  if (older_than_ms < 0 || older_than_ms > DLOCK_MAX_DURATION_MS)
+    return dlock__error(DLOCK_EINVAL, "prune: the age %lld ms is out of range (0 to 30 days)",
+                        (long long)older_than_ms);
+  if (!c->ops->prune)
+    return dlock__error(DLOCK_EINVAL,
+                        "nothing to prune on %s (the %s backend): its locks leave nothing behind (Redis keys "
+                        "expire with their lease, ZooKeeper nodes go with their session and empty parents are "
+                        "reaped by the server)",
+                        c->server, c->ops->name);
+  int64_t n = 0;
+  int rc = c->ops->prune(c, older_than_ms, &n);
+  if (pruned) *pruned = n;
+  return rc;
+}
+
 /* dlock_lock_list's two passes: the names seen in the first, to list a
  * latch's name only once. */
 typedef struct list_seen {

@@ -105,6 +105,9 @@ struct dlock__backend_ops {
   unsigned (*caps_of)(dlock_client *c); /* optional: caps for this client */
   int (*ping)(dlock_client *c);
   int (*setup)(dlock_client *c);     /* optional: create what the backend needs (schema, tables) */
+  /* Optional: dlock_client_prune (delete what ended 'older_than_ms' ago;
+   * '*pruned' the rows deleted). None: nothing to prune. */
+  int (*prune)(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
   int (*check)(dlock_client *c, dlock_check *out, int max); /* optional: dlock_client_check */
   int (*topology_warning)(dlock_client *c, char *buf, size_t len); /* optional */
   /* Optional: several independent servers (Redlock). */

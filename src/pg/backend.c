@@ -612,6 +612,10 @@ static int pg_sched_history(dlock_client *c, const char *job, dlock_run_record *
   return dlock__pg_sched_history(pgc(c), full, out, max);
 }
 
+static int pg_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) {
+  return dlock__pg_prune(pgc(c), older_than_ms, DLOCK_PRUNE_BATCH, pruned);
+}
+
 const dlock__backend_ops dlock__pg_ops = {
   .name = "postgres",
   .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
@@ -623,6 +627,7 @@ const dlock__backend_ops dlock__pg_ops = {
   .caps_of = pg_caps_of,
   .ping = pg_ping,
   .setup = pg_setup,
+  .prune = pg_prune,
   .check = pg_check,
   .topology_warning = pg_topology_warning,
   .lock_new = pg_lock_new,

@@ -158,6 +158,12 @@ int dlock__pg_sched_finish(dlock__pg *pg, const char *job, const char *run_token
 /* Up to 'max' most recent records of 'job', newest first; returns how many. */
 int dlock__pg_sched_history(dlock__pg *pg, const char *job, dlock_run_record *out, int max);
 
+/* Delete the rows that ended more than 'older_than_ms' ago and that no live
+ * hold or waiter needs (pg_sql.c, prune()): at most 'limit' per table.
+ * '*pruned' (may be NULL): the rows deleted. Advisory mode: nothing to
+ * prune (DLOCK_EINVAL). */
+int dlock__pg_prune(dlock__pg *pg, int64_t older_than_ms, int limit, int64_t *pruned);
+
 /* `dlock doctor` checks: read-only server (standby or
  * default_transaction_read_only), the rights on dlock's schema,
  * synchronous_commit, asynchronous standbys (pg_stat_replication), the

@@ -623,6 +623,9 @@ int dlock__pg_connect(const char *url, const dlock__pg_options *opts, dlock__pg 
   }
   PQconninfoFree(co);
   snprintf(pg->channel, sizeof pg->channel, "dlock.%s", pg->schema);
+  char key[9];
+  pg->ln_key = dlock__random_hex(key, 4) == 0 ? (int32_t)(strtoul(key, NULL, 16) & 0x7fffffffu) : 0;
+  if (pg->ln_key == 0) pg->ln_key = 1;
   dlock__pg_sql_build(pg);
   PGconn *conn = NULL;
   rc = dlock__pg_open(pg, &conn);

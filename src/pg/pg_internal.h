@@ -33,6 +33,7 @@ enum {
   DLOCK__PG_SQL_FAM_ACQUIRE,
   DLOCK__PG_SQL_FAM_RELEASE,
   DLOCK__PG_SQL_FAM_INFO,
+  DLOCK__PG_SQL_PRUNE,
   DLOCK__PG_SQL_COUNT
 };
 
@@ -86,7 +87,18 @@ struct dlock__pg {
   uint64_t ln_gen; /* notifications received so far */
   char ln_ring[DLOCK__PG_RING][DLOCK__PG_NAME_MAX + DLOCK__TOKEN_HEX + 4];
   char warnings[512];
+  /* The key of the shared advisory lock the LISTEN connection holds while
+   * it is up (class DLOCK__PG_LIVE_CLASS): waiter rows name it, so that
+   * the server sees a waiter die with its process (pg_sql.c, WAITER_LIVE).
+   * Random, 1..2^31-1; fixed for the client. */
+  int32_t ln_key;
+  int ln_keyed; /* the LISTEN connection holds it (with ln_state 1) */
+  /* When the last opportunistic prune ran (0: never). */
+  atomic_llong pruned_at;
 };
+
+/* The class (first key) of the waiters' liveness locks: "dlkw". */
+#define DLOCK__PG_LIVE_CLASS 1684826999
 
 int dlock__pg_open(dlock__pg *pg, PGconn **out);
 /* The same, given up at 'limit' (0: none) when that comes first. */

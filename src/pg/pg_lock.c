@@ -125,7 +125,7 @@ static int command_done(PGconn *conn, dlock_mono_ms until, const atomic_int *can
     }
     PGresult *r = PQgetResult(conn);
     if (!r) return ok ? 1 : -1;
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) ok = 0;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) ok = 0;
     PQclear(r);
   }
 }
@@ -252,6 +252,20 @@ static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *ca
       pthread_mutex_unlock(&pg->ln_mu);
     }
   }
+  int keyed = 0;
+  if (heard) {
+    /* The client's live key, on this session (a session: the probe was
+     * heard): waiter rows that name it count while the session lives
+     * (pg_sql.c, WAITER_LIVE). Shared: two clients that drew the same key
+     * both hold it (each then looks alive while the other lives; the
+     * heartbeat still ends a dead one). Not taken in time: waiters name
+     * no key (the heartbeat alone), and a late reply is left unread. */
+    char sql[100];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_lock_shared(%d, %d)", DLOCK__PG_LIVE_CLASS, (int)pg->ln_key);
+    dlock_mono_ms by = dlock_mono_now() + 2000;
+    if (until < by) by = until;
+    keyed = PQsendQuery(conn, sql) && command_done(conn, by, cancel) == 1;
+  }
 #undef LN_CUT
   if (conn && !heard && !keep) {
     PQfinish(conn);
@@ -262,6 +276,7 @@ static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *ca
   if (heard) {
     pg->listen_conn = conn;
     pg->ln_state = 1;
+    pg->ln_keyed = keyed;
   } else if (cut) {
     pg->ln_state = 0; /* not a verdict: the next wait goes on */
     if (keep) {
@@ -347,25 +362,56 @@ static int family_refused(dlock__pg *pg, const dlock__pg_hold *h, const char *er
                       h->name, pg->display, other, kind_word(h));
 }
 
+/* The live key waiter rows of this client name now: its LISTEN
+ * connection's (0 while it is not up). */
+static int64_t live_key(dlock__pg *pg) {
+  pthread_mutex_lock(&pg->ln_mu);
+  int64_t k = pg->ln_state == 1 && pg->ln_keyed ? pg->ln_key : 0;
+  pthread_mutex_unlock(&pg->ln_mu);
+  return k;
+}
+
+/* Have the LISTEN connection up (and its live key held) before a wait
+ * queues, so that the waiter row names the key from the start: a waiter
+ * killed early is then seen dead at once too. Bounded by 'deadline' and
+ * 'cancel'; when another thread is starting it, or a failure is recent,
+ * the wait goes on without (the key comes with a later heartbeat). */
+static void listen_ensure(dlock__pg *pg, dlock_mono_ms deadline, const atomic_int *cancel) {
+  pthread_mutex_lock(&pg->ln_mu);
+  if (pg->ln_state != 1 && !pg->ln_starting) listen_start(pg, deadline, cancel);
+  pthread_mutex_unlock(&pg->ln_mu);
+}
+
+/* What a refused acquire saw: the holder's remaining lease (-1 unknown or
+ * none), the live holds (a semaphore's permits, -1 unknown), the live
+ * waiters ahead of this caller, whether its waiter row was there. */
+typedef struct acquire_seen {
+  int64_t holder_ms;
+  int64_t held;
+  int64_t ahead;
+  int queued;
+} acquire_seen;
+
 /* One acquire statement. 1 acquired (h->fence, h->valid_until set), 0 busy
- * ('*holder_ms' the holder's remaining lease, -1 unknown), <0 an error. */
+ * ('*seen' says why), <0 an error. */
 static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info, int64_t heartbeat_ms,
-                        int64_t *holder_ms) {
-  char lease[24], hb[24], permits[16];
+                        acquire_seen *seen) {
+  char lease[24], hb[24], permits[16], live[24];
   NUM(lease, h->lease_ms);
   NUM(hb, heartbeat_ms);
   NUM(permits, h->permits);
+  NUM(live, heartbeat_ms > 0 ? live_key(pg) : 0);
   int fam = h->side[0] != '\0';
-  const char *vals[8] = {h->name, h->token, lease, owner_info ? owner_info : "", hb};
+  const char *vals[9] = {h->name, h->token, lease, owner_info ? owner_info : "", hb, live};
   if (fam) {
-    const char *fv[8] = {h->name, h->token, h->side, permits, lease, owner_info ? owner_info : "",
-                         h->shadow, hb};
+    const char *fv[9] = {h->name, h->token, h->side, permits, lease, owner_info ? owner_info : "",
+                         h->shadow, hb, live};
     memcpy(vals, fv, sizeof vals);
   }
   dlock_mono_ms sent = dlock_mono_now();
   PGresult *r = NULL;
   int maybe_ran = 0;
-  int rc = dlock__pg_run(pg, pg->sql[fam ? DLOCK__PG_SQL_FAM_ACQUIRE : DLOCK__PG_SQL_ACQUIRE], fam ? 8 : 5, vals, 0,
+  int rc = dlock__pg_run(pg, pg->sql[fam ? DLOCK__PG_SQL_FAM_ACQUIRE : DLOCK__PG_SQL_ACQUIRE], fam ? 9 : 6, vals, 0,
                          1, &r, &h->resent, &maybe_ran);
   if (rc != 0) {
     if (!maybe_ran) return rc;
@@ -402,7 +448,12 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
     PQclear(r);
     return family_refused(pg, h, err);
   }
-  if (holder_ms) *holder_ms = PQgetisnull(r, 0, 1) ? -1 : col_i64(r, 0, 1);
+  if (seen) {
+    seen->holder_ms = PQgetisnull(r, 0, 1) ? -1 : col_i64(r, 0, 1);
+    seen->held = fam ? col_i64(r, 0, 4) : -1;
+    seen->ahead = col_i64(r, 0, fam ? 5 : 4);
+    seen->queued = col_i64(r, 0, fam ? 6 : 5) > 0;
+  }
   PQclear(r);
   return got;
 }
@@ -661,19 +712,31 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   if (rc != 0) return rc;
   h->lease_ms = lease_ms;
 
-  int64_t holder_ms = -1;
-  rc = acquire_once(pg, h, owner_info, 0, &holder_ms);
+  acquire_seen seen = {-1, -1, 0, 0};
+  rc = acquire_once(pg, h, owner_info, 0, &seen);
   if (rc == 1) return 0;
   if (rc < 0) return rc;
+  int64_t holder_ms = seen.holder_ms;
+  long long ahead = seen.ahead > 0 ? (long long)seen.ahead : 0;
+  if (wait_ms == 0 && h->side[0] == 'p' && seen.held >= 0 && seen.held < h->permits)
+    return dlock__error(DLOCK_EBUSY,
+                        "%lld of %d permits of semaphore '%s' on %s are held and %lld waiter%s ahead of this "
+                        "caller, who %s the free permit%s first; a try does not go ahead of waiters (first come, "
+                        "first served)",
+                        (long long)seen.held, h->permits, name, pg->display, ahead, ahead == 1 ? " is" : "s are",
+                        ahead == 1 ? "gets" : "get", h->permits - seen.held == 1 ? "" : "s");
+  if (wait_ms == 0 && holder_ms < 0 && ahead == 0)
+    return dlock__error(DLOCK_EBUSY, "%s '%s' on %s is being granted as another kind of lock (a semaphore or "
+                        "read-write lock) at this moment: a name is one kind of lock at a time; try again",
+                        kind_word(h), name, pg->display);
   if (wait_ms == 0 && holder_ms < 0)
     return dlock__error(DLOCK_EBUSY,
-                        "%s '%s' on %s is free but other processes are waiting for it; a try does not go ahead "
+                        "%s '%s' on %s is free but %lld other process%s waiting for it; a try does not go ahead "
                         "of them (first come, first served)",
-                        kind_word(h), name, pg->display);
+                        kind_word(h), name, pg->display, ahead, ahead == 1 ? " is" : "es are");
   if (wait_ms == 0 && h->side[0] == 'p')
-    return dlock__error(DLOCK_EBUSY, "all %d permits of semaphore '%s' on %s are held (or promised to waiters "
-                        "ahead; the first lease ends in %lld ms)", h->permits, name, pg->display,
-                        (long long)holder_ms);
+    return dlock__error(DLOCK_EBUSY, "all %d permits of semaphore '%s' on %s are held (the first lease ends in "
+                        "%lld ms)", h->permits, name, pg->display, (long long)holder_ms);
   if (wait_ms == 0 && h->side[0])
     return dlock__error(DLOCK_EBUSY, "read-write lock '%s' on %s is held %s (the first lease ends in %lld ms)", name,
                         pg->display, h->side[0] == 'r' ? "for writing, or a writer waits ahead" : "by others",
@@ -686,11 +749,13 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
    * and when the holder's lease runs out. No transaction stays open. */
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
   int64_t hb = 3 * (int64_t)pg->opts.poll_ms + 2000;
-  char hbs[24];
+  listen_ensure(pg, deadline, cancel);
+  char hbs[24], lks[24];
   NUM(hbs, hb);
-  const char *wv[4] = {h->name, h->token, hbs, h->side};
+  NUM(lks, live_key(pg));
+  const char *wv[5] = {h->name, h->token, hbs, h->side, lks};
   PGresult *r = NULL;
-  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_ADD], 4, wv, 0, 1, &r, NULL, NULL);
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_ADD], 5, wv, 0, 1, &r, NULL, NULL);
   PQclear(r);
   if (rc != 0) return rc;
   int result;
@@ -699,7 +764,7 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
     pthread_mutex_lock(&pg->ln_mu);
     gen = pg->ln_gen;
     pthread_mutex_unlock(&pg->ln_mu);
-    rc = acquire_once(pg, h, owner_info, hb, &holder_ms);
+    rc = acquire_once(pg, h, owner_info, hb, &seen);
     if (rc == 1) {
       result = 0;
       break;
@@ -708,14 +773,33 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
       result = rc;
       break;
     }
+    holder_ms = seen.holder_ms;
+    if (!seen.queued) {
+      /* Our row is gone (its heartbeat had lapsed and a prune deleted it):
+       * queue again, at the back. */
+      NUM(lks, live_key(pg));
+      r = NULL;
+      rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_ADD], 5, wv, 0, 1, &r, NULL, NULL);
+      PQclear(r);
+      if (rc != 0) {
+        result = rc;
+        break;
+      }
+    }
     dlock_mono_ms now = dlock_mono_now();
     if (cancel && atomic_load(cancel)) {
       result = dlock__error(DLOCK_ECANCELED, "waiting for lock '%s' on %s was canceled", name, pg->display);
       break;
     }
     if (now >= deadline) {
-      result = dlock__error(DLOCK_EBUSY, "%s '%s' on %s stayed held by others for %lld ms", kind_word(h), name,
-                            pg->display, (long long)wait_ms);
+      ahead = seen.ahead > 0 ? (long long)seen.ahead : 0;
+      if (ahead > 0)
+        result = dlock__error(DLOCK_EBUSY, "%s '%s' on %s stayed held by others for %lld ms (%lld waiter%s still "
+                              "ahead of this caller)", kind_word(h), name, pg->display, (long long)wait_ms, ahead,
+                              ahead == 1 ? " was" : "s were");
+      else
+        result = dlock__error(DLOCK_EBUSY, "%s '%s' on %s stayed held by others for %lld ms", kind_word(h), name,
+                              pg->display, (long long)wait_ms);
       break;
     }
     dlock_mono_ms until = now + pg->opts.poll_ms;
@@ -734,6 +818,46 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   if (result != 0) dlock__error(result, "%s", saved);
   else dlock__error_clear();
   return result;
+}
+
+/* ---- Pruning ---- */
+
+int dlock__pg_prune(dlock__pg *pg, int64_t older_than_ms, int limit, int64_t *pruned) {
+  if (pruned) *pruned = 0;
+  if (pg->advisory)
+    return dlock__error(DLOCK_EINVAL, "nothing to prune on %s in advisory mode: its locks are held by sessions "
+                        "and leave no rows", pg->display);
+  char age[24], lim[16];
+  NUM(age, older_than_ms);
+  NUM(lim, limit);
+  const char *vals[2] = {age, lim};
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_PRUNE], 2, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  int64_t n = 0;
+  for (int i = 0; i < 4; i++) n += col_i64(r, 0, i) > 0 ? col_i64(r, 0, i) : 0;
+  PQclear(r);
+  if (pruned) *pruned = n;
+  return 0;
+}
+
+/* After a release, now and then (a client's first release, then at most
+ * once a minute): prune rows that ended more than an hour ago, 100 per
+ * table, so that the tables do not grow with every name ever locked and
+ * every waiter that died. Its failure is not the release's. */
+#define PRUNE_EVERY_MS 60000
+#define PRUNE_AGE_MS 3600000
+#define PRUNE_LIMIT 100
+
+static void prune_now_and_then(dlock__pg *pg) {
+  long long now = (long long)dlock_mono_now(), last = atomic_load(&pg->pruned_at);
+  if (last != 0 && now - last < PRUNE_EVERY_MS) return;
+  if (!atomic_compare_exchange_strong(&pg->pruned_at, &last, now)) return; /* another thread does it */
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  dlock__pg_prune(pg, PRUNE_AGE_MS, PRUNE_LIMIT, NULL);
+  if (saved[0]) dlock__error(0, "%s", saved);
+  else dlock__error_clear();
 }
 
 /* ---- Release ---- */
@@ -804,6 +928,7 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   int ours = col_bool(r, 0, 1);
   int released = col_bool(r, 0, 2);
   PQclear(r);
+  prune_now_and_then(pg);
   if (h->lost != DLOCK_LOST_NONE) {
     /* The core saw the hold lost (e.g. at its local deadline): the row may
      * still have carried our token and been deleted, but the hold was not

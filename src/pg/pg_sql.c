@@ -23,6 +23,19 @@
  * fences (sequence values) stay below: an upgrade keeps them rising. */
 #define DLOCK__PG_FENCE_NEXT \
   "greatest(nextval('@S.fence_seq'), floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
+/* A waiter row 'a' counts while its heartbeat runs and, when it names a
+ * live key, while that key is held: each waiting client holds a shared
+ * advisory lock (DLOCK__PG_LIVE_CLASS, its key) on its LISTEN connection,
+ * which ends with the process (kill -9 closes the socket, the server ends
+ * the session and its locks). A dead waiter then stops counting at once,
+ * not at the end of its heartbeat. Key 0 (no LISTEN connection: polling
+ * through a transaction-mode pooler): the heartbeat alone. The IN list is
+ * one uncorrelated subquery: pg_locks is read once per statement. */
+#define LIVE_CLASS_STR "1684826999"
+#define WAITER_LIVE(a)                                                                                       \
+  "(" a ".live_key = 0 OR " a ".live_key IN (SELECT k.objid::bigint FROM pg_locks k WHERE k.locktype = "     \
+  "'advisory' AND k.classid = " LIVE_CLASS_STR "::oid AND k.objsubid = 2 AND k.granted AND k.database = "   \
+  "(SELECT d.oid FROM pg_database d WHERE d.datname = current_database())))"
 
 /* Schema objects. Created in one transaction, serialized by an advisory
  * transaction lock so that two first users do not race in CREATE. */
@@ -151,6 +164,13 @@ static const char sql_init[] =
     "    ALTER TABLE @S.waiters ADD COLUMN side text NOT NULL DEFAULT '';\n"
     "  END IF;\n"
     "END $a$;\n"
+    /* The waiter's live key (see WAITER_LIVE), 0: none. */
+    "DO $a$ BEGIN\n"
+    "  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '@S.waiters'::regclass\n"
+    "                 AND attname = 'live_key' AND NOT attisdropped) THEN\n"
+    "    ALTER TABLE @S.waiters ADD COLUMN live_key bigint NOT NULL DEFAULT 0;\n"
+    "  END IF;\n"
+    "END $a$;\n"
     /* Where a mutex and the family meet (one kind per name, whatever the
      * interleaving): a family grant marks the name's locks row until its
      * lease's end ('family_until', and 'family_since' its moment), and a
@@ -191,11 +211,19 @@ static const char sql_init[] =
      * the name, '' none; while that hold is live the read goes at once, once
      * it ended the read waits its turn like any). err: 'mutex', 'kind
      * <kind>', 'limit <n>'. The version with a boolean 'p_shadow' trusted the
-     * caller's word that its hold still stood: dropped. */
+     * caller's word that its hold still stood: dropped. 'held' and 'ahead':
+     * the live holds and the live waiters ahead of this caller (for the
+     * refusal's message). A waiter counts while it is live (WAITER_LIVE).
+     * The families and locks rows are created if missing and locked; a
+     * prune (prune()) may delete either between the insert and the lock,
+     * then both are made again (bounded: a prune deletes only a name with
+     * no live hold, which then stays so while this call holds the row). The
+     * version without 'p_live' (no liveness, no counts) stays for clients
+     * of the older schema; this version's clients do not call it. */
     "DROP FUNCTION IF EXISTS @S.fam_acquire(text, text, text, int, bigint, text, boolean);\n"
     "CREATE OR REPLACE FUNCTION @S.fam_acquire(p_name text, p_token text, p_side text, p_permits int,\n"
-    "    p_lease_ms bigint, p_info text, p_shadow text,\n"
-    "    OUT fence bigint, OUT wait_ms bigint, OUT err text)\n"
+    "    p_lease_ms bigint, p_info text, p_shadow text, p_live bigint,\n"
+    "    OUT fence bigint, OUT wait_ms bigint, OUT err text, OUT held bigint, OUT ahead bigint)\n"
     "LANGUAGE plpgsql AS $f$\n"
     "DECLARE\n"
     "  k text := CASE WHEN p_side = 'p' THEN 'semaphore' ELSE 'rwlock' END;\n"
@@ -204,14 +232,25 @@ static const char sql_init[] =
     "  my_seq bigint;\n"
     "  live bigint;\n"
     "  ok boolean;\n"
+    "  tries int := 0;\n"
     "BEGIN\n"
-    "  INSERT INTO @S.families VALUES (p_name, k, p_permits) ON CONFLICT DO NOTHING;\n"
-    "  SELECT * INTO f FROM @S.families x WHERE x.name = p_name FOR UPDATE;\n"
+    "  LOOP\n"
+    "    INSERT INTO @S.families VALUES (p_name, k, p_permits) ON CONFLICT DO NOTHING;\n"
+    "    SELECT * INTO f FROM @S.families x WHERE x.name = p_name FOR UPDATE;\n"
+    "    EXIT WHEN FOUND;\n"
+    "    tries := tries + 1;\n"
+    "    IF tries > 20 THEN RAISE EXCEPTION 'dlock: the row of % in families keeps vanishing', p_name; END IF;\n"
+    "  END LOOP;\n"
     /* The name's locks row, locked: a mutex's acquire in flight (an insert
      * or an update of that row) is waited for, and seen by the next look. */
-    "  INSERT INTO @S.locks (name, token, fence, expires, since, released, owner_info)\n"
-    "    VALUES (p_name, '', 0, clock_timestamp(), clock_timestamp(), true, '') ON CONFLICT (name) DO NOTHING;\n"
-    "  PERFORM 1 FROM @S.locks l WHERE l.name = p_name FOR UPDATE;\n"
+    "  LOOP\n"
+    "    INSERT INTO @S.locks (name, token, fence, expires, since, released, owner_info)\n"
+    "      VALUES (p_name, '', 0, clock_timestamp(), clock_timestamp(), true, '') ON CONFLICT (name) DO NOTHING;\n"
+    "    PERFORM 1 FROM @S.locks l WHERE l.name = p_name FOR UPDATE;\n"
+    "    EXIT WHEN FOUND;\n"
+    "    tries := tries + 1;\n"
+    "    IF tries > 20 THEN RAISE EXCEPTION 'dlock: the row of % in locks keeps vanishing', p_name; END IF;\n"
+    "  END LOOP;\n"
     "  IF EXISTS (SELECT 1 FROM @S.locks l WHERE l.name = p_name AND NOT l.released\n"
     "             AND l.expires > clock_timestamp()) THEN\n"
     "    err := 'mutex'; RETURN;\n"
@@ -225,6 +264,7 @@ static const char sql_init[] =
     "  END IF;\n"
     "  SELECT count(*) INTO live FROM @S.holds x WHERE x.name = p_name AND NOT x.released\n"
     "    AND x.expires > clock_timestamp();\n"
+    "  held := live;\n"
     "  IF live = 0 THEN\n"
     "    UPDATE @S.families x SET kind = k, permits = p_permits WHERE x.name = p_name;\n"
     "    f.kind := k; f.permits := p_permits;\n"
@@ -235,20 +275,21 @@ static const char sql_init[] =
     "  END IF;\n"
     "  SELECT w.seq INTO my_seq FROM @S.waiters w WHERE w.name = p_name AND w.token = p_token;\n"
     "  my_seq := COALESCE(my_seq, 9223372036854775807);\n"
+    "  SELECT count(*) INTO ahead FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
+    "    AND w.expires > clock_timestamp() AND w.seq < my_seq AND " WAITER_LIVE("w") ";\n"
     "  IF p_shadow <> '' AND EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.token = p_shadow\n"
     "                                AND NOT x.released AND x.expires > clock_timestamp()) THEN\n"
     "    ok := true;\n"
     "  ELSIF p_side = 'p' THEN\n"
-    "    ok := live + (SELECT count(*) FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
-    "                  AND w.expires > clock_timestamp() AND w.seq < my_seq) < f.permits;\n"
+    "    ok := live + ahead < f.permits;\n"
     "  ELSIF p_side = 'w' THEN\n"
-    "    ok := live = 0 AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
-    "                                   AND w.expires > clock_timestamp() AND w.seq < my_seq);\n"
+    "    ok := live = 0 AND ahead = 0;\n"
     "  ELSE\n"
     "    ok := NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.side = 'w' AND NOT x.released\n"
     "                      AND x.expires > clock_timestamp())\n"
     "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
-    "                      AND w.side = 'w' AND w.expires > clock_timestamp() AND w.seq < my_seq);\n"
+    "                      AND w.side = 'w' AND w.expires > clock_timestamp() AND w.seq < my_seq\n"
+    "                      AND " WAITER_LIVE("w") ");\n"
     "  END IF;\n"
     "  IF NOT ok THEN\n"
     "    SELECT greatest(0, ceil(extract(epoch FROM (min(x.expires) - clock_timestamp())) * 1000))::bigint\n"
@@ -271,22 +312,79 @@ static const char sql_init[] =
     "      AND x.token = p_token), family_until = greatest(l.family_until,\n"
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
     "END $f$;\n"
+    /* Pruning (dlock prune, and now and then after a release): rows that no
+     * hold or waiter needs, whose time ended before 'p_older_ms' ago, at most
+     * 'p_limit' per table. A row is deleted only while its own condition
+     * holds on its newest version (the DELETE's WHERE names the target row:
+     * a concurrent acquire, renewal or heartbeat that made it live again is
+     * waited for and re-checked), so a live hold, a live family mark or a
+     * live waiter is never deleted. Fences come from fence_seq, not from the
+     * rows: a name whose row was deleted gets a higher fence next time. A
+     * family's name goes under its families row, locked as fam_acquire
+     * locks it, once no hold of it is left; fam_acquire makes the rows again
+     * when they vanished under it. The guards and the scheduler's rows are
+     * never pruned: they are what refuses a stale fence or a tick claimed
+     * twice. */
+    "CREATE OR REPLACE FUNCTION @S.prune(p_older_ms bigint, p_limit int,\n"
+    "    OUT n_locks bigint, OUT n_waiters bigint, OUT n_holds bigint, OUT n_families bigint)\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  cutoff timestamptz := clock_timestamp() - greatest(p_older_ms, 0) * interval '1 millisecond';\n"
+    "  n bigint;\n"
+    "  r record;\n"
+    "BEGIN\n"
+    "  n_locks := 0; n_families := 0;\n"
+    "  DELETE FROM @S.waiters w WHERE (w.name, w.token) IN (SELECT x.name, x.token FROM @S.waiters x\n"
+    "    WHERE x.expires < cutoff LIMIT p_limit) AND w.expires < cutoff;\n"
+    "  GET DIAGNOSTICS n_waiters = ROW_COUNT;\n"
+    "  DELETE FROM @S.holds h WHERE (h.name, h.token) IN (SELECT x.name, x.token FROM @S.holds x\n"
+    "    WHERE x.expires < cutoff LIMIT p_limit) AND h.expires < cutoff;\n"
+    "  GET DIAGNOSTICS n_holds = ROW_COUNT;\n"
+    "  FOR r IN SELECT f.name FROM @S.families f WHERE NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = f.name)\n"
+    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = f.name AND w.expires >= cutoff)\n"
+    "      LIMIT p_limit FOR UPDATE SKIP LOCKED LOOP\n"
+    /* Looked at again under the row's lock: this statement sees every
+     * grant that committed before it. */
+    "    CONTINUE WHEN EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = r.name)\n"
+    "      OR EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = r.name AND w.expires >= cutoff);\n"
+    "    DELETE FROM @S.locks l WHERE l.name = r.name AND l.expires < cutoff\n"
+    "      AND (l.family_until IS NULL OR l.family_until < cutoff);\n"
+    "    GET DIAGNOSTICS n = ROW_COUNT;\n"
+    "    n_locks := n_locks + n;\n"
+    "    DELETE FROM @S.families f WHERE f.name = r.name;\n"
+    "    n_families := n_families + 1;\n"
+    "  END LOOP;\n"
+    "  DELETE FROM @S.locks l WHERE l.name IN (SELECT x.name FROM @S.locks x WHERE x.expires < cutoff\n"
+    "      AND (x.family_until IS NULL OR x.family_until < cutoff)\n"
+    "      AND NOT EXISTS (SELECT 1 FROM @S.families f WHERE f.name = x.name)\n"
+    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = x.name AND w.expires >= cutoff)\n"
+    "      LIMIT p_limit)\n"
+    "    AND l.expires < cutoff AND (l.family_until IS NULL OR l.family_until < cutoff);\n"
+    "  GET DIAGNOSTICS n = ROW_COUNT;\n"
+    "  n_locks := n_locks + n;\n"
+    "END $f$;\n"
     "COMMIT;";
 
-/* $1 name, $2 token, $3 lease ms, $4 owner info, $5 waiter heartbeat ms.
+/* $1 name, $2 token, $3 lease ms, $4 owner info, $5 waiter heartbeat ms,
+ * $6 the waiter's live key (WAITER_LIVE; 0 none).
  * Takes the row when it is absent, released, expired, or already ours (a
  * second run of the same acquire keeps the fence and start of the hold);
  * a live waiter that arrived earlier than this caller (a try counts as
  * arriving last) keeps it from barging. Returns the fence (NULL: busy) and
  * the holder's remaining lease, and the kind when the name is held as a
- * semaphore or read-write lock (then nothing is taken). A waiter's row is deleted by a separate
+ * semaphore or read-write lock (then nothing is taken), the live waiters
+ * ahead of this caller, and whether this caller's waiter row was there (a
+ * waiter whose row was pruned queues again). A waiter's row is deleted by a separate
  * statement after success (one statement must not modify a row twice).
  * set_config('synchronous_commit', 'on', true) makes this transaction commit
  * synchronously whatever the server's default, so a crash cannot lose a fence
  * already handed out (and no session SET: poolers stay fine). */
 static const char sql_acquire[] =
-    "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $5::bigint * interval '1 millisecond'\n"
-    "           WHERE name = $1 AND token = $2 RETURNING seq),\n"
+    "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $5::bigint * interval '1 millisecond',\n"
+    "             live_key = $6::bigint WHERE name = $1 AND token = $2 RETURNING seq),\n"
+    "ahead AS (SELECT count(*) AS n FROM @S.waiters x WHERE x.name = $1 AND x.token <> $2\n"
+    "          AND x.expires > clock_timestamp() AND " WAITER_LIVE("x") "\n"
+    "          AND x.seq < COALESCE((SELECT seq FROM w), 9223372036854775807)),\n"
     "cur AS (SELECT token, expires, released FROM @S.locks WHERE name = $1),\n"
     "fam AS (SELECT 1 FROM @S.holds h WHERE h.name = $1 AND NOT h.released AND h.expires > clock_timestamp()\n"
     "        LIMIT 1),\n"
@@ -295,9 +393,7 @@ static const char sql_acquire[] =
     "         clock_timestamp(), false, $4\n"
     "  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.token <> $2 AND NOT cur.released\n"
     "                    AND cur.expires > clock_timestamp())\n"
-    "    AND NOT EXISTS (SELECT 1 FROM @S.waiters x WHERE x.name = $1 AND x.token <> $2\n"
-    "                    AND x.expires > clock_timestamp()\n"
-    "                    AND x.seq < COALESCE((SELECT seq FROM w), 9223372036854775807))\n"
+    "    AND (SELECT n FROM ahead) = 0\n"
     "    AND NOT EXISTS (SELECT 1 FROM fam)\n"
     "  ON CONFLICT (name) DO UPDATE SET\n"
     "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
@@ -313,27 +409,32 @@ static const char sql_acquire[] =
     "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * 1000))::bigint\n"
     "          FROM cur WHERE NOT cur.released),\n"
     "       set_config('synchronous_commit', 'on', true),\n"
-    "       (SELECT f.kind FROM @S.families f WHERE f.name = $1 AND EXISTS (SELECT 1 FROM fam))";
+    "       (SELECT f.kind FROM @S.families f WHERE f.name = $1 AND EXISTS (SELECT 1 FROM fam)),\n"
+    "       (SELECT n FROM ahead), (SELECT count(*) FROM w)";
 
 /* $1 name, $2 token, $3 heartbeat ms, $4 side ('' for a mutex, else as
- * fam_acquire): queue by arrival (waiter_seq); a second run finds the row
- * and keeps its place. */
+ * fam_acquire), $5 live key: queue by arrival (waiter_seq); a second run
+ * finds the row and keeps its place. */
 static const char sql_waiter_add[] =
     "WITH old AS (DELETE FROM @S.waiters WHERE name = $1 AND token <> $2\n"
     "             AND expires < clock_timestamp() - interval '1 minute')\n"
-    "INSERT INTO @S.waiters (name, token, seq, expires, side)\n"
-    "  SELECT $1, $2, nextval('@S.waiter_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond', $4\n"
+    "INSERT INTO @S.waiters (name, token, seq, expires, side, live_key)\n"
+    "  SELECT $1, $2, nextval('@S.waiter_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond', $4,\n"
+    "         $5::bigint\n"
     "ON CONFLICT (name, token) DO NOTHING";
 
 /* $1 name, $2 token, $3 side, $4 permits, $5 lease ms, $6 owner info,
- * $7 shadow token ('' none), $8 heartbeat ms: the waiter's heartbeat, then fam_acquire.
- * Returns the fence (NULL: not now), ms until the first hold's lease ends
- * (-1: none), the error word (NULL: none). */
+ * $7 shadow token ('' none), $8 heartbeat ms, $9 live key: the waiter's
+ * heartbeat, then fam_acquire. Returns the fence (NULL: not now), ms until
+ * the first hold's lease ends (-1: none), the error word (NULL: none), the
+ * live holds and the live waiters ahead, and whether this caller's waiter
+ * row was there (as sql_acquire). */
 static const char sql_fam_acquire[] =
-    "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $8::bigint * interval '1 millisecond'\n"
-    "           WHERE name = $1 AND token = $2 RETURNING seq)\n"
-    "SELECT a.fence, a.wait_ms, a.err, set_config('synchronous_commit', 'on', true), (SELECT count(*) FROM w)\n"
-    "FROM @S.fam_acquire($1, $2, $3, $4::int, $5::bigint, $6, $7) a";
+    "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $8::bigint * interval '1 millisecond',\n"
+    "             live_key = $9::bigint WHERE name = $1 AND token = $2 RETURNING seq)\n"
+    "SELECT a.fence, a.wait_ms, a.err, set_config('synchronous_commit', 'on', true), a.held, a.ahead,\n"
+    "       (SELECT count(*) FROM w)\n"
+    "FROM @S.fam_acquire($1, $2, $3, $4::int, $5::bigint, $6, $7, $9::bigint) a";
 
 /* $1 name, $2 token, $3 channel: a family hold's release, answering as
  * sql_release does. Every waiter of the name is told (each looks again;
@@ -372,8 +473,10 @@ static const char sql_fam_info[] =
     "  n.fence, floor(extract(epoch FROM n.since) * 1000)::bigint, n.owner_info,\n"
     "  (SELECT greatest(0, floor(extract(epoch FROM (max(x.expires) - clock_timestamp())) * 1000))::bigint\n"
     "     FROM @S.holds x WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp()),\n"
-    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()),\n"
-    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.side = 'w' AND w.expires > clock_timestamp())\n"
+    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
+    "     AND " WAITER_LIVE("w") "),\n"
+    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.side = 'w' AND w.expires > clock_timestamp()\n"
+    "     AND " WAITER_LIVE("w") ")\n"
     "FROM @S.families f LEFT JOIN LATERAL (SELECT x.fence, x.since, x.owner_info FROM @S.holds x\n"
     "  WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence DESC LIMIT 1) n\n"
     "  ON true WHERE f.name = $1";
@@ -388,7 +491,8 @@ static const char sql_release[] =
     "WITH cur AS (SELECT token, released FROM @S.locks WHERE name = $1),\n"
     "upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp()\n"
     "        WHERE name = $1 AND token = $2 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
-    "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
+    "nx AS (SELECT w.token FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
+    "       AND " WAITER_LIVE("w") " ORDER BY w.seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($3, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
     "SELECT (SELECT count(*) FROM upd), COALESCE((SELECT token = $2 FROM cur), false),\n"
     "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
@@ -427,7 +531,8 @@ static const char sql_remaining[] =
 /* $1 name: live, remaining ms, fence, since (unix ms), owner info, waiters. */
 static const char sql_info[] =
     "SELECT l.live, l.ms, l.fence, l.since_ms, l.owner_info,\n"
-    "       (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp())\n"
+    "       (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
+    "          AND " WAITER_LIVE("w") ")\n"
     "FROM (SELECT 1) one LEFT JOIN (\n"
     "  SELECT NOT released AND expires > clock_timestamp() AS live,\n"
     "         greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint AS ms,\n"
@@ -450,7 +555,8 @@ static const char sql_force[] =
     /* Every hold of a family name (each permit, the readers or the writer). */
     "updf AS (UPDATE @S.holds SET released = true, expires = clock_timestamp(), token = 'forced:' || token\n"
     "         WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
-    "nx AS (SELECT token FROM @S.waiters WHERE name = $1 AND expires > clock_timestamp() ORDER BY seq LIMIT 1),\n"
+    "nx AS (SELECT w.token FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
+    "       AND " WAITER_LIVE("w") " ORDER BY w.seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"
     "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf)),\n"
     "clr AS (UPDATE @S.locks SET family_until = clock_timestamp()\n"
@@ -464,6 +570,9 @@ static const char sql_guard[] =
     "           ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, updated = EXCLUDED.updated\n"
     "           WHERE g.fence <= EXCLUDED.fence RETURNING fence)\n"
     "SELECT (SELECT count(*) FROM g), (SELECT fence FROM @S.guards WHERE resource = $1)";
+
+/* $1 older than (ms), $2 at most this many rows per table: prune(). */
+static const char sql_prune[] = "SELECT n_locks, n_waiters, n_holds, n_families FROM @S.prune($1::bigint, $2::int)";
 
 static const char sql_claim[] = "SELECT outcome, fence, start_ms, skew_ms, set_config('synchronous_commit', 'on', true) "
                                 "FROM @S.sched_claim($1, $2::bigint, $3, $4, $5::bigint, $6::bigint)";
@@ -503,7 +612,7 @@ void dlock__pg_sql_build(dlock__pg *pg) {
       [DLOCK__PG_SQL_CLAIM] = sql_claim,         [DLOCK__PG_SQL_FINISH] = sql_finish,
       [DLOCK__PG_SQL_HISTORY] = sql_history,     [DLOCK__PG_SQL_INIT] = sql_init,
       [DLOCK__PG_SQL_FAM_ACQUIRE] = sql_fam_acquire, [DLOCK__PG_SQL_FAM_RELEASE] = sql_fam_release,
-      [DLOCK__PG_SQL_FAM_INFO] = sql_fam_info,
+      [DLOCK__PG_SQL_FAM_INFO] = sql_fam_info,   [DLOCK__PG_SQL_PRUNE] = sql_prune,
   };
   for (int i = 0; i < DLOCK__PG_SQL_COUNT; i++) pg->sql[i] = expand(tmpl[i], pg->schema);
 }

@@ -96,10 +96,12 @@ for code in $(grep -oE 'CLI_EXIT_[A-Z]+ = [0-9]+' "$src/cli/cli.h" | grep -oE '[
     bad "exit code $code (cli/cli.h) has no row in the manual's EXIT STATUS table"
 done
 # Every command that takes --url takes --prefix too (bench runs dlock-bench,
-# which has its own private server and keys; init creates tables, no names).
+# which has its own private server and keys; init creates tables, no names;
+# prune deletes what ended under every name of the schema, a prefix's or not).
 for cmd in $commands; do
   [ "$cmd" = bench ] && continue
   [ "$cmd" = init ] && continue
+  [ "$cmd" = prune ] && continue
   opts=
   _dlock_spec "$cmd" ""
   case " $opts " in

@@ -160,4 +160,9 @@ assert_eq "status with stdout closed causes no error reply in Redis" "$errs2" "$
 out=$("$DLOCK" status --url= free.lock 2>&1)
 assert_match "--url '' falls back to \$DLOCK_URL" "$out" "state: +free"
 
+# dlock prune (issue 22 item 10): Redis keeps nothing to prune, and says so.
+out=$("$DLOCK" prune 2>&1)
+assert_eq "prune on Redis exits 0" "$?" 0
+assert_match "prune on Redis says there is nothing to prune" "$out" "nothing to prune on .*redis"
+
 finish

@@ -143,6 +143,23 @@ assert_match "doctor names the rights problem and the fix" "$(cat "$TEST_DIR/out
 assert_eq "doctor on a closed port exits 1" "$?" 1
 assert_match "doctor says PostgreSQL cannot be used there" "$(cat "$TEST_DIR/out")" "cannot use PostgreSQL"
 
+# ---- prune (issue 22 item 10) ----
+
+for i in 1 2 3; do "$DLOCK" run --url "$URL" --wait 0 "gone:$i" -- true >/dev/null 2>&1; done
+psql_su "UPDATE cli.locks SET expires = expires - interval '3 hours' WHERE name LIKE 'gone:%'" >/dev/null
+"$DLOCK" prune --url "$URL" >"$TEST_DIR/out" 2>"$TEST_DIR/err"
+assert_eq "prune exits 0" "$?" 0
+assert_match "prune says how many rows it deleted" "$(cat "$TEST_DIR/out")" "[0-9]+ rows deleted"
+assert_eq "prune deleted the rows that ended 3 hours ago" \
+  "$(psql_su "SELECT count(*) FROM cli.locks WHERE name LIKE 'gone:%'")" 0
+"$DLOCK" run --url "$URL" --wait 0 recent -- true >/dev/null 2>&1
+"$DLOCK" prune --url "$URL" >/dev/null 2>&1
+assert_eq "prune keeps what ended less than an hour ago" \
+  "$(psql_su "SELECT count(*) FROM cli.locks WHERE name = 'recent'")" 1
+"$DLOCK" prune --url "$URL" --older-than 0 >/dev/null 2>&1
+assert_eq "prune --older-than 0 deletes it" "$(psql_su "SELECT count(*) FROM cli.locks WHERE name = 'recent'")" 0
+usage_error "prune: a bad duration" "older-than" prune --older-than soon
+
 # ---- bench ----
 
 "$DLOCK" bench --quick --url "$URL" >"$TEST_DIR/out" 2>&1
