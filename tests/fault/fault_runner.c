@@ -1,0 +1,452 @@
+/*
+ * fault_runner.c - the fault matrix (issue 22 item 12): for one deployment,
+ * start its servers with the test harnesses, run N fault_worker processes
+ * against it, inject the faults the deployment's docs say it survives, on a
+ * random schedule, then stop everything and check the workers' histories
+ * (history.h).
+ *
+ *   fault_runner SCENARIO [--seconds S] [--workers N] [--seed X] [--keep]
+ *   fault_runner --list
+ *
+ * S defaults to $DLOCK_FAULT_SECONDS, else 20: the CI run is bounded; a
+ * release check runs long with DLOCK_FAULT_SECONDS=600 (docs/faults.md).
+ * The logs (one per worker, faults.log for the runner) stay in the printed
+ * directory when the check fails or with --keep.
+ *
+ * Exit: 0 when the history is clean (or the scenario is in KNOWN_FAILING
+ * below and failed as expected), 1 on violations, 77 when the deployment's
+ * servers are not installed here.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "harness_cluster.h"
+#include "harness_sentinel.h"
+#include "history.h"
+#ifdef FAULT_WITH_ZK
+#include "harness_zk.h"
+#endif
+#ifdef FAULT_WITH_PG
+#include "harness_pg.h"
+#endif
+
+/* Scenarios that reproduce a finding of issue 22 not fixed on this branch
+ * yet: they run and report, but do not fail the test. Remove a name when
+ * its fix is merged (or set DLOCK_FAULT_STRICT=1 to count them all). */
+static const char KNOWN_FAILING[] = "redlock-frozen-node,redlock-restart-empty,sentinel-frozen-master,pg-advisory-pgbouncer";
+
+#ifndef FAULT_WORKER
+#define FAULT_WORKER "fault_worker"
+#endif
+
+enum deployment { D_SINGLE, D_REDLOCK, D_SENTINEL, D_CLUSTER, D_ZK, D_PG, D_PGBOUNCER };
+
+enum fault {
+  F_WORKER_KILL = 1 << 0,    /* kill -9 a worker, start a new one */
+  F_WORKER_STOP = 1 << 1,    /* SIGSTOP a worker for 0.3-6 s (past its lease at times) */
+  F_SERVER_KILL = 1 << 2,    /* kill -9 a server and restart it (a minority node) */
+  F_SERVER_STOP = 1 << 3,    /* SIGSTOP a server for a while, then SIGCONT */
+  F_FAILOVER = 1 << 4,       /* kill -9 the master, wait for the failover, restart the old one */
+  F_FROZEN_MASTER = 1 << 5,  /* SIGSTOP the master, wait for the failover, SIGCONT it */
+};
+
+typedef struct scenario {
+  const char *name;
+  enum deployment dep;
+  unsigned faults;
+  const char *kinds;   /* fault_worker --kinds */
+  int no_lease;        /* ZooKeeper: the session is the lease */
+  int lease_min, lease_max; /* worker leases, ms */
+  int allow_reported_failover; /* history.h fh_policy */
+  const char *server_conf;    /* extra redis.conf lines */
+  int server_stop_max_ms;     /* F_SERVER_STOP: longest freeze */
+  const char *about;   /* what it checks, and the doc sentence it encodes */
+} scenario;
+
+static const scenario scenarios[] = {
+    {"redis-single", D_SINGLE, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_KILL | F_SERVER_STOP, "mutex,sem,rw", 0, 1500,
+     6000, 0, "appendonly yes\n", 3000,
+     /* docs/topologies.md, single node: "Survives: a client crash (the lease
+      * frees the lock), a holder paused past its lease ..., short network
+      * blips ..., a server restart with appendonly yes." */
+     "single Redis with appendonly: kill -9 and SIGSTOP of workers, kill -9 + restart and SIGSTOP of the server"},
+    {NULL, 0, 0, NULL, 0, 0, 0, 0, NULL, 0, NULL},
+};
+
+/* ---- The run ---- */
+
+#define MAXW 64
+
+typedef struct run {
+  const scenario *sc;
+  long seconds;
+  int nworkers;
+  uint64_t seed;
+  char dir[256];
+  int flog;
+  char url[1024];
+  th_redis single;
+  th_redis nodes[5];
+  int nnodes;
+  th_sentinel_set sent;
+  th_cluster cl;
+#ifdef FAULT_WITH_ZK
+  th_zk_ensemble zk;
+#endif
+#ifdef FAULT_WITH_PG
+  th_pg pg;
+  th_pgbouncer pgb;
+#endif
+  pid_t wpid[MAXW];
+  int wid[MAXW];
+  long long wthaw[MAXW]; /* 0: running; else when to SIGCONT */
+  int next_id;
+  long long end_ms;
+  int started;
+} run;
+
+static run R;
+static uint64_t rng;
+
+static uint64_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+static long rnd_between(long lo, long hi) { return hi <= lo ? lo : lo + (long)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void flog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void flog(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0 || R.flog < 0) return;
+  if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;
+  buf[n++] = '\n';
+  if (write(R.flog, buf, (size_t)n) < 0) {
+  }
+  if (getenv("DLOCK_FAULT_VERBOSE")) fprintf(stderr, "fault: %.*s", n, buf);
+}
+
+/* ---- Workers ---- */
+
+static void spawn_worker(int slot) {
+  int id = ++R.next_id;
+  char log[320], err[320], ids[16], secs[32], seed[32];
+  snprintf(log, sizeof log, "%s/w%d.log", R.dir, id);
+  snprintf(err, sizeof err, "%s/w%d.err", R.dir, id);
+  snprintf(ids, sizeof ids, "%d", id);
+  long left = (R.end_ms - th_now_ms()) / 1000;
+  snprintf(secs, sizeof secs, "%ld", left > 1 ? left : 1);
+  snprintf(seed, sizeof seed, "%" PRIu64, R.seed + (uint64_t)id);
+  char lmin[16], lmax[16];
+  snprintf(lmin, sizeof lmin, "%d", R.sc->lease_min * (int)th_time_factor());
+  snprintf(lmax, sizeof lmax, "%d", R.sc->lease_max * (int)th_time_factor());
+  const char *argv[32];
+  int a = 0;
+  argv[a++] = FAULT_WORKER;
+  argv[a++] = "--url", argv[a++] = R.url;
+  argv[a++] = "--id", argv[a++] = ids;
+  argv[a++] = "--log", argv[a++] = log;
+  argv[a++] = "--seconds", argv[a++] = secs;
+  argv[a++] = "--seed", argv[a++] = seed;
+  argv[a++] = "--kinds", argv[a++] = R.sc->kinds;
+  argv[a++] = "--lease-min", argv[a++] = lmin;
+  argv[a++] = "--lease-max", argv[a++] = lmax;
+  if (R.sc->no_lease) argv[a++] = "--no-lease";
+  if (R.sc->dep <= D_CLUSTER) argv[a++] = "--prefix", argv[a++] = "fault";
+  argv[a] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The worker dies with the runner, whatever kills it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(FAULT_WORKER, (char *const *)argv);
+    _exit(127);
+  }
+  R.wpid[slot] = pid;
+  R.wid[slot] = id;
+  R.wthaw[slot] = 0;
+}
+
+static void kill_workers(void) {
+  for (int i = 0; i < R.nworkers; i++)
+    if (R.wpid[i] > 0) {
+      kill(R.wpid[i], SIGKILL);
+      waitpid(R.wpid[i], NULL, 0);
+      R.wpid[i] = 0;
+    }
+}
+
+/* Every exit path: the workers by PID (the harnesses stop the servers). */
+static void at_exit(void) { kill_workers(); }
+
+/* ---- Deployments ---- */
+
+static int start_deployment(void) {
+  const scenario *sc = R.sc;
+  if (sc->dep == D_SINGLE) {
+    if (th_redis_start(&R.single, sc->server_conf) != 0) return -1;
+    snprintf(R.url, sizeof R.url, "%s", R.single.url);
+    return 0;
+  }
+  if (sc->dep == D_REDLOCK) {
+    R.nnodes = 5;
+    if (th_redis_start_n(R.nodes, R.nnodes, sc->server_conf) != 0) return -1;
+    th_redlock_url(R.nodes, R.nnodes, R.url, sizeof R.url);
+    return 0;
+  }
+  if (sc->dep == D_SENTINEL) {
+    if (th_sentinel_set_start(&R.sent, "faultmx") != 0) return -1;
+    snprintf(R.url, sizeof R.url, "%s", R.sent.url);
+    return 0;
+  }
+  if (sc->dep == D_CLUSTER) {
+    if (th_cluster_start(&R.cl, 3, 1) != 0) return -1;
+    snprintf(R.url, sizeof R.url, "%s", R.cl.url);
+    return 0;
+  }
+  return -1;
+}
+
+static void stop_deployment(void) {
+  if (R.sc->dep == D_SINGLE) th_redis_stop(&R.single);
+  else if (R.sc->dep == D_REDLOCK) th_redis_stop_n(R.nodes, R.nnodes);
+  else if (R.sc->dep == D_SENTINEL) th_sentinel_set_stop(&R.sent);
+  else if (R.sc->dep == D_CLUSTER) th_cluster_stop(&R.cl);
+}
+
+/* A server fault, run to its end (the workers go on meanwhile). */
+static void server_fault(unsigned kind) {
+  const scenario *sc = R.sc;
+  th_redis *srv = NULL;
+  const char *what = "server";
+  char label[64];
+  if (sc->dep == D_SINGLE) srv = &R.single;
+  else if (sc->dep == D_REDLOCK) {
+    int i = (int)(rnd() % (unsigned)R.nnodes);
+    srv = &R.nodes[i];
+    snprintf(label, sizeof label, "redlock node %d", i);
+    what = label;
+  }
+  if (!srv) return;
+  if (kind == F_SERVER_KILL) {
+    flog("F kind=server-kill t=%" PRId64 " what=%s:%d", now_ns(), what, srv->port);
+    th_sleep_ms(rnd_between(0, 1500));
+    if (th_redis_restart(srv) != 0) flog("# restart of %s:%d failed", what, srv->port);
+    flog("F kind=server-up t=%" PRId64 " what=%s:%d", now_ns(), what, srv->port);
+  } else if (kind == F_SERVER_STOP) {
+    long ms = rnd_between(200, sc->server_stop_max_ms);
+    flog("F kind=server-stop t=%" PRId64 " what=%s:%d ms=%ld", now_ns(), what, srv->port, ms);
+    kill(srv->pid, SIGSTOP);
+    th_sleep_ms(ms);
+    kill(srv->pid, SIGCONT);
+    flog("F kind=server-cont t=%" PRId64 " what=%s:%d", now_ns(), what, srv->port);
+  }
+}
+
+static void worker_fault(unsigned kind) {
+  int slot = (int)(rnd() % (unsigned)R.nworkers);
+  if (R.wpid[slot] <= 0 || R.wthaw[slot]) return;
+  if (kind == F_WORKER_KILL) {
+    kill(R.wpid[slot], SIGKILL);
+    waitpid(R.wpid[slot], NULL, 0);
+    flog("F kind=kill w=%d t=%" PRId64, R.wid[slot], now_ns());
+    R.wpid[slot] = 0;
+    if (th_now_ms() + 3000 < R.end_ms) spawn_worker(slot);
+  } else {
+    kill(R.wpid[slot], SIGSTOP);
+    flog("F kind=stop w=%d t=%" PRId64, R.wid[slot], now_ns());
+    R.wthaw[slot] = th_now_ms() + rnd_between(300, 6000);
+  }
+}
+
+static void thaw_due(int all) {
+  for (int i = 0; i < R.nworkers; i++)
+    if (R.wpid[i] > 0 && R.wthaw[i] && (all || th_now_ms() >= R.wthaw[i])) {
+      flog("F kind=cont w=%d t=%" PRId64, R.wid[i], now_ns());
+      kill(R.wpid[i], SIGCONT);
+      R.wthaw[i] = 0;
+    }
+}
+
+/* Reap workers that ended (their time is up, or they failed). */
+static int reap(void) {
+  int alive = 0;
+  for (int i = 0; i < R.nworkers; i++) {
+    if (R.wpid[i] <= 0) continue;
+    int st;
+    if (waitpid(R.wpid[i], &st, WNOHANG) == R.wpid[i]) {
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        flog("# worker w%d ended with status %d (see w%d.err)", R.wid[i], WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+             R.wid[i]);
+      R.wpid[i] = 0;
+    } else {
+      alive++;
+    }
+  }
+  return alive;
+}
+
+static int known_failing(const char *name) {
+  const char *env = getenv("DLOCK_FAULT_STRICT");
+  if (env && *env == '1') return 0;
+  size_t n = strlen(name);
+  for (const char *p = KNOWN_FAILING; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == KNOWN_FAILING || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+  return 0;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: fault_runner SCENARIO [--seconds S] [--workers N] [--seed X] [--keep]\n"
+                  "       fault_runner --list\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (argc < 2) return usage();
+  if (!strcmp(argv[1], "--list")) {
+    for (const scenario *s = scenarios; s->name; s++)
+      printf("%-28s %s%s\n", s->name, s->about, known_failing(s->name) ? " [known failing]" : "");
+    return 0;
+  }
+  for (const scenario *s = scenarios; s->name; s++)
+    if (!strcmp(s->name, argv[1])) R.sc = s;
+  if (!R.sc) {
+    fprintf(stderr, "fault_runner: no scenario '%s' (--list names them)\n", argv[1]);
+    return 2;
+  }
+  const char *env = getenv("DLOCK_FAULT_SECONDS");
+  R.seconds = env && atol(env) > 0 ? atol(env) : 20;
+  R.nworkers = 6;
+  R.seed = (uint64_t)time(NULL);
+  int keep = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--keep")) keep = 1;
+    else if (i + 1 < argc && !strcmp(argv[i], "--seconds")) R.seconds = atol(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--workers")) R.nworkers = atoi(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--seed")) R.seed = strtoull(argv[++i], NULL, 10);
+    else return usage();
+  }
+  if (R.nworkers < 1 || R.nworkers > MAXW || R.seconds < 1) return usage();
+  rng = R.seed * 2654435761u + 7;
+  R.flog = -1;
+  snprintf(R.dir, sizeof R.dir, "%s/dlock-fault-%s-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", R.sc->name);
+  if (!mkdtemp(R.dir)) {
+    perror("fault_runner: mkdtemp");
+    return 1;
+  }
+  char path[400];
+  snprintf(path, sizeof path, "%s/faults.log", R.dir);
+  R.flog = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  printf("fault_runner %s: %s\n  %ld s, %d workers, seed %" PRIu64 ", logs in %s\n", R.sc->name, R.sc->about,
+         R.seconds, R.nworkers, R.seed, R.dir);
+  atexit(at_exit);
+  if (start_deployment() != 0) {
+    fprintf(stderr, "fault_runner %s: the deployment did not start (see the harness's message above)\n", R.sc->name);
+    stop_deployment();
+    return 1;
+  }
+  flog("# url %s", R.url);
+  R.end_ms = th_now_ms() + R.seconds * 1000;
+  for (int i = 0; i < R.nworkers; i++) spawn_worker(i);
+
+  /* The fault schedule: one fault every 0.5-2.5 s, a kind the scenario
+   * lists picked at random; server faults run to their end in this loop,
+   * worker freezes are thawed when due. */
+  unsigned kinds[8];
+  int nk = 0;
+  for (unsigned b = 1; b <= F_FROZEN_MASTER; b <<= 1)
+    if (R.sc->faults & b) kinds[nk++] = b;
+  long long next = th_now_ms() + 2000;
+  while (th_now_ms() < R.end_ms) {
+    thaw_due(0);
+    reap();
+    if (nk && th_now_ms() >= next && th_now_ms() + 4000 < R.end_ms) {
+      unsigned k = kinds[rnd() % (unsigned)nk];
+      if (k == F_WORKER_KILL || k == F_WORKER_STOP) worker_fault(k);
+      else server_fault(k);
+      next = th_now_ms() + rnd_between(500, 2500);
+    }
+    th_sleep_ms(50);
+  }
+  /* The end: thaw everything, let the workers finish their holds (they
+   * stop at their own deadline), kill the late ones. */
+  thaw_due(1);
+  long long grace = th_now_ms() + 30000 * th_time_factor();
+  while (reap() > 0 && th_now_ms() < grace) th_sleep_ms(100);
+  for (int i = 0; i < R.nworkers; i++)
+    if (R.wpid[i] > 0) flog("# worker w%d still running at the end: killed", R.wid[i]);
+  kill_workers();
+  stop_deployment();
+
+  fh_history *h = fh_new();
+  fh_add_dir(h, R.dir);
+  fh_policy p;
+  fh_policy_init(&p);
+  p.late_tol_ns *= th_time_factor();
+  p.allow_reported_failover = R.sc->allow_reported_failover;
+  snprintf(path, sizeof path, "%s/report.txt", R.dir);
+  FILE *rep = fopen(path, "w");
+  int bad = fh_check(h, &p, rep ? rep : stdout);
+  int holds = fh_holds(h);
+  fh_free(h);
+  if (rep) {
+    fclose(rep);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "head -c 20000 '%s'", path);
+    if (system(cmd) != 0) {
+    }
+  }
+  /* A run in which (almost) nothing was held proves nothing. */
+  int min_holds = (int)R.seconds / 2;
+  if (holds < min_holds) {
+    printf("fault_runner %s: only %d holds in %ld s (fewer than %d): the deployment did not work; see %s\n",
+           R.sc->name, holds, R.seconds, min_holds, R.dir);
+    bad++;
+  }
+  int known = known_failing(R.sc->name);
+  if (bad == 0) {
+    printf("fault_runner %s: clean%s\n", R.sc->name,
+           known ? " (it is in KNOWN_FAILING in tests/fault/fault_runner.c: remove it there)" : "");
+    if (!keep) {
+      char cmd[400];
+      snprintf(cmd, sizeof cmd, "rm -rf '%s'", R.dir);
+      if (system(cmd) != 0) {
+      }
+    }
+    return 0;
+  }
+  printf("fault_runner %s: %d violations; the logs are in %s%s\n", R.sc->name, bad, R.dir,
+         known ? "\n  KNOWN FAILING (its fix is not merged here; tests/fault/fault_runner.c KNOWN_FAILING)" : "");
+  return known ? 0 : 1;
+}
