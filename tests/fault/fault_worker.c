@@ -6,7 +6,7 @@
  *   fault_worker --url URL --id N --log FILE [--seconds S] [--seed X]
  *                [--kinds mutex,sem,rw] [--names K] [--permits P]
  *                [--lease-min MS] [--lease-max MS] [--hold-max MS]
- *                [--no-lease] [--prefix P]
+ *                [--no-lease] [--prefix P] [--timeout MS]
  *
  * Loops until S seconds have passed (or SIGTERM): picks a kind and one of K
  * names of that kind (few names, so workers contend), acquires with a random
@@ -81,7 +81,7 @@ static const char *rc_name(int rc) { return rc == 0 ? "OK" : dlock_err_name(rc);
 
 int main(int argc, char **argv) {
   const char *url = NULL, *logpath = NULL, *kinds = "mutex", *prefix = NULL;
-  int id = 0, names = 2, permits = 2, no_lease = 0;
+  int id = 0, names = 2, permits = 2, no_lease = 0, timeout = 1000;
   long seconds = 20;
   int64_t lease_min = 1500, lease_max = 6000, hold_max = 3000;
   uint64_t seed = 0;
@@ -102,6 +102,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--lease-max")) lease_max = atoll(v);
     else if (!strcmp(a, "--hold-max")) hold_max = atoll(v);
     else if (!strcmp(a, "--prefix")) prefix = v;
+    else if (!strcmp(a, "--timeout")) timeout = atoi(v);
     else { fprintf(stderr, "fault_worker: unknown option %s\n", a); return 2; }
   }
   if (!url || !logpath || names < 1) {
@@ -128,8 +129,8 @@ int main(int argc, char **argv) {
   dlock_client_options_init(&co);
   co.url = url;
   co.key_prefix = prefix;
-  co.connect_timeout_ms = 1000;
-  co.command_timeout_ms = 1000;
+  co.connect_timeout_ms = timeout;
+  co.command_timeout_ms = timeout;
   dlock_client *c = NULL;
   int64_t end = now_ns() + (int64_t)seconds * 1000000000LL;
   /* The deployment may be in the middle of a fault when a worker starts. */

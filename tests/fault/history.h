@@ -6,9 +6,9 @@
  * All times are CLOCK_MONOTONIC nanoseconds, comparable across the
  * processes of one machine. Lines are "TAG key=value ...":
  *
- *   B w= seq= name= kind=mutex|sem|read|write permits= fence= t_call= t_acq= vu=
+ *   B w= seq= name= kind=mutex|sem|read|write permits= fence= t_call= t_acq= vu= [fixed=0|1]
  *       a hold began: acquire called at t_call, returned 0 at t_acq, with
- *       dlock_mutex_valid_until() vu (ns)
+ *       dlock_mutex_valid_until() vu (ns); fixed=1: a fixed lease (no watchdog)
  *   R w= seq= vu=       the watchdog moved valid_until (written while holding)
  *   E w= seq= t_end= vu= lost=NONE|EXPIRED|... t_lost= rc=OK|ENOTHELD|... view=ok|late
  *       the hold ended: the worker stopped counting on it at t_end (the
@@ -28,7 +28,10 @@
  *  - wrong outcome: a release that returned OK after the hold was lost or
  *    after its valid_until; dlock_mutex_lost() saying NONE past valid_until;
  *  - late loss: a loss signalled (or not at all) more than the tolerance
- *    after valid_until, while the worker was not frozen by the runner.
+ *    after valid_until, while the worker was not frozen by the runner;
+ *  - with no_loss, a loss the deployment should have survived;
+ *  - with allow_reported_failover, an overlap counts only when neither hold
+ *    was told (no loss signal and a release that returned OK).
  */
 #ifndef DLOCK_TEST_FAULT_HISTORY_H
 #define DLOCK_TEST_FAULT_HISTORY_H
@@ -45,8 +48,19 @@ typedef struct fh_policy {
    * the new master while the first still believes it holds it, until" its
    * next renewal reports DLOCK_LOST_FAILOVER. 1: a hold whose loss was
    * reported as FAILOVER is left out of the overlap check (the reported loss
-   * is what the deployment promises); a silent overlap is still one. */
+   * is what the deployment promises); a silent overlap is still one. With
+   * a fixed lease the holder is told by its release (DLOCK_ENOTHELD): a
+   * hold told in any way (a loss signal, a release other than OK) is left
+   * out likewise. */
   int allow_reported_failover;
+  /* 1: the faults of the run are ones the deployment survives without
+   * losing a hold (docs/topologies.md, Redlock: "any minority of the nodes
+   * down, frozen or restarted"): a loss signalled while the worker was not
+   * frozen is a violation, except a fixed lease's at its valid_until. */
+  int no_loss;
+  /* 1: holds carry no fence (PostgreSQL advisory mode, docs/postgres.md:
+   * "acquisitions carry fence 0"): no fence checks. */
+  int no_fence;
 } fh_policy;
 
 void fh_policy_init(fh_policy *p);

@@ -9,6 +9,8 @@
 /* Seconds to the checker's nanoseconds. */
 #define S(x) ((long long)((x) * 1e9))
 
+static int no_loss;
+
 static int check(const char *const *lines, int allow_failover) {
   fh_history *h = fh_new();
   if (!h) TEST_FAIL("out of memory");
@@ -20,6 +22,7 @@ static int check(const char *const *lines, int allow_failover) {
   fh_policy p;
   fh_policy_init(&p);
   p.allow_reported_failover = allow_failover;
+  p.no_loss = no_loss;
   int bad = fh_check(h, &p, stdout);
   fh_free(h);
   return bad;
@@ -118,10 +121,26 @@ TEST(an_overlap_after_a_reported_failover_passes_only_where_the_docs_allow_it) {
                      B(2, 2, 1, "m0", "mutex", 1, 11, 1.5, 2.0, 9.0), E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(l, 0), 1);
   ASSERT_EQ(check(l, 1), 0);
-  /* A silent overlap stays one. */
-  const char *s[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 9.0), E(1, 1, 1, 4.0, 9.0, "NONE", 0, "ENOTHELD"),
+  /* A silent overlap (neither told: no loss, both releases OK) stays one:
+   * issue 22 item 6's frozen old master. */
+  const char *s[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 9.0), E(1, 1, 1, 4.0, 9.0, "NONE", 0, "OK"),
                      B(2, 2, 1, "m0", "mutex", 1, 11, 1.5, 2.0, 9.0), E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(s, 1), 1);
+}
+
+TEST(a_loss_where_the_deployment_survives_the_faults_is_reported) {
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0),
+                     E(1, 1, 1, 3.0, 5.0, "UNREACHABLE", 3.0, "ENOTHELD"), NULL};
+  ASSERT_EQ(check(l, 0), 0);
+  no_loss = 1;
+  int bad = check(l, 0);
+  /* A fixed lease lost at its valid_until is no violation. */
+  const char *f[] = {"B w=1 seq=1 name=m0 kind=mutex permits=1 fence=3 t_call=1 t_acq=2 vu=3000000000 fixed=1",
+                     E(1, 1, 1, 3.1, 3.0, "DEADLINE", 3.0, "ENOTHELD"), NULL};
+  int bad_fixed = check(f, 0);
+  no_loss = 0;
+  ASSERT_EQ(bad, 1);
+  ASSERT_EQ(bad_fixed, 0);
 }
 
 TEST(an_unreadable_line_is_a_violation) {
