@@ -6,7 +6,7 @@
  *   fault_worker --url URL --id N --log FILE [--seconds S] [--seed X]
  *                [--kinds mutex,sem,rw] [--names K] [--permits P]
  *                [--lease-min MS] [--lease-max MS] [--hold-max MS]
- *                [--no-lease] [--prefix P] [--timeout MS]
+ *                [--no-lease] [--prefix P] [--timeout MS] [--fresh-client]
  *
  * Loops until S seconds have passed (or SIGTERM): picks a kind and one of K
  * names of that kind (few names, so workers contend), acquires with a random
@@ -14,7 +14,9 @@
  * of the holds have a fixed lease, some of them held past it (the loss must
  * come at valid_until); the rest are in watchdog mode, some held over
  * several renewals. --no-lease (ZooKeeper: the session is the lease) leaves
- * the lease options unset. Each line is one write(2) on an O_APPEND fd, so
+ * the lease options unset. --fresh-client: a new client for every hold, as
+ * each `dlock run` is (what a client learned about the servers is gone).
+ * Each line is one write(2) on an O_APPEND fd, so
  * a kill -9 loses at most the line being written.
  */
 #ifndef _GNU_SOURCE
@@ -81,13 +83,14 @@ static const char *rc_name(int rc) { return rc == 0 ? "OK" : dlock_err_name(rc);
 
 int main(int argc, char **argv) {
   const char *url = NULL, *logpath = NULL, *kinds = "mutex", *prefix = NULL;
-  int id = 0, names = 2, permits = 2, no_lease = 0, timeout = 1000;
+  int id = 0, names = 2, permits = 2, no_lease = 0, timeout = 1000, fresh = 0;
   long seconds = 20;
   int64_t lease_min = 1500, lease_max = 6000, hold_max = 3000;
   uint64_t seed = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-lease")) { no_lease = 1; continue; }
+    if (!strcmp(a, "--fresh-client")) { fresh = 1; continue; }
     if (!v) { fprintf(stderr, "fault_worker: %s needs a value\n", a); return 2; }
     i++;
     if (!strcmp(a, "--url")) url = v;
@@ -148,6 +151,16 @@ int main(int argc, char **argv) {
 
   long seq = 0, attempts = 0, errors = 0;
   while (!stop_flag && now_ns() < end) {
+    if (fresh) {
+      dlock_client *nc = NULL;
+      if (dlock_client_new(&nc, &co) != 0) {
+        logf_line("# w=%d no fresh client: %s", id, dlock_last_error());
+        usleep(200000);
+        continue;
+      }
+      dlock_client_free(c);
+      c = nc;
+    }
     const char *kind = kind_list[rnd() % (unsigned)nkinds];
     char name[64];
     const char *stem = !strcmp(kind, "mutex") ? "fm" : !strcmp(kind, "sem") ? "fs" : "frw";
