@@ -6,7 +6,7 @@
  *   fault_worker --url URL --id N --log FILE [--seconds S] [--seed X]
  *                [--kinds mutex,sem,rw] [--names K] [--permits P]
  *                [--lease-min MS] [--lease-max MS] [--hold-max MS]
- *                [--no-lease] [--prefix P] [--timeout MS] [--fresh-client]
+ *                [--no-lease] [--prefix P] [--timeout MS] [--fresh-client] [--guard]
  *
  * Loops until S seconds have passed (or SIGTERM): picks a kind and one of K
  * names of that kind (few names, so workers contend), acquires with a random
@@ -16,6 +16,10 @@
  * several renewals. --no-lease (ZooKeeper: the session is the lease) leaves
  * the lease options unset. --fresh-client: a new client for every hold, as
  * each `dlock run` is (what a client learned about the servers is gone).
+ * --guard: at the start and at the end of each hold, a write through the
+ * fencing guard (dlock_guard_check on the resource "g-NAME") with the
+ * hold's fence, logged as a G line: a frozen holder's late write must be
+ * refused once a newer fence was admitted.
  * Each line is one write(2) on an O_APPEND fd, so
  * a kill -9 loses at most the line being written.
  */
@@ -81,9 +85,19 @@ static const char *lost_name(dlock_lost_reason r) {
 
 static const char *rc_name(int rc) { return rc == 0 ? "OK" : dlock_err_name(rc); }
 
+/* A write through the guard, logged as a G line. */
+static void guard_write(dlock_client *c, int id, long seq, const char *name, uint64_t fence) {
+  char res[80];
+  snprintf(res, sizeof res, "g-%s", name);
+  int64_t t_call = now_ns();
+  int rc = dlock_guard_check(c, res, fence);
+  logf_line("G w=%d seq=%ld res=%s fence=%" PRIu64 " t_call=%" PRId64 " t_ret=%" PRId64 " rc=%s", id, seq, res, fence,
+            t_call, now_ns(), rc_name(rc));
+}
+
 int main(int argc, char **argv) {
   const char *url = NULL, *logpath = NULL, *kinds = "mutex", *prefix = NULL;
-  int id = 0, names = 2, permits = 2, no_lease = 0, timeout = 1000, fresh = 0;
+  int id = 0, names = 2, permits = 2, no_lease = 0, timeout = 1000, fresh = 0, guard = 0;
   long seconds = 20;
   int64_t lease_min = 1500, lease_max = 6000, hold_max = 3000;
   uint64_t seed = 0;
@@ -91,6 +105,7 @@ int main(int argc, char **argv) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-lease")) { no_lease = 1; continue; }
     if (!strcmp(a, "--fresh-client")) { fresh = 1; continue; }
+    if (!strcmp(a, "--guard")) { guard = 1; continue; }
     if (!v) { fprintf(stderr, "fault_worker: %s needs a value\n", a); return 2; }
     i++;
     if (!strcmp(a, "--url")) url = v;
@@ -219,6 +234,7 @@ int main(int argc, char **argv) {
               " vu=%" PRId64 " lease=%" PRId64 " fixed=%d hold=%" PRId64,
               id, seq, name, kind, !strcmp(kind, "sem") ? permits : 1, fence, t_call, t_acq, vu,
               no_lease ? (int64_t)0 : lease, fixed, hold);
+    if (guard) guard_write(c, id, seq, name, fence);
     int64_t until = t_acq + hold * 1000000LL, t_lost = 0;
     int fd = dlock_mutex_lost_fd(m);
     while (!stop_flag) {
@@ -245,6 +261,8 @@ int main(int argc, char **argv) {
     if (v > vu) vu = v;
     int late = lost == DLOCK_LOST_NONE && vu && t_end > vu + 5000000LL;
     if (lost != DLOCK_LOST_NONE && !t_lost) t_lost = t_end;
+    /* Written after t_end: the hold no longer counts, the guard decides. */
+    if (guard) guard_write(c, id, seq, name, fence);
     rc = dlock_mutex_release(m);
     logf_line("E w=%d seq=%ld t_end=%" PRId64 " vu=%" PRId64 " lost=%s t_lost=%" PRId64 " rc=%s view=%s t_done=%" PRId64,
               id, seq, t_end, vu, lost_name(lost), t_lost, rc_name(rc), late ? "late" : "ok", now_ns());

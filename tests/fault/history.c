@@ -26,6 +26,14 @@ typedef struct fh_hold {
   char b_where[160], e_where[160];
 } fh_hold;
 
+typedef struct fh_guard {
+  char res[128];
+  uint64_t fence;
+  int64_t t_call, t_ret;
+  int admitted;
+  char where[160];
+} fh_guard;
+
 typedef struct fh_stop {
   int w;
   int64_t from, to; /* to: INT64_MAX while not thawed */
@@ -36,6 +44,8 @@ struct fh_history {
   int n, cap;
   fh_stop *s;
   int ns, scap;
+  fh_guard *g;
+  int ng, gcap;
   int bad_lines;
   char first_bad[256];
 };
@@ -51,6 +61,7 @@ void fh_free(fh_history *h) {
   if (!h) return;
   free(h->h);
   free(h->s);
+  free(h->g);
   free(h);
 }
 
@@ -125,6 +136,27 @@ int fh_add_line(fh_history *h, const char *line, const char *where) {
   }
   if (ifield(line, "w", &w) != 0 || ifield(line, "seq", &seq) != 0)
     return bad(h, where, "line without w= or seq=");
+  if (line[0] == 'G') {
+    if (h->ng == h->gcap) {
+      int cap = h->gcap ? h->gcap * 2 : 256;
+      fh_guard *g = realloc(h->g, (size_t)cap * sizeof *g);
+      if (!g) return bad(h, where, "out of memory");
+      h->g = g;
+      h->gcap = cap;
+    }
+    fh_guard *g = &h->g[h->ng];
+    int64_t fence;
+    char rc[32];
+    if (field(line, "res", g->res, sizeof g->res) != 0 || ifield(line, "fence", &fence) != 0 ||
+        ifield(line, "t_call", &g->t_call) != 0 || ifield(line, "t_ret", &g->t_ret) != 0 ||
+        field(line, "rc", rc, sizeof rc) != 0)
+      return bad(h, where, "G line without res, fence, t_call, t_ret or rc");
+    g->fence = (uint64_t)fence;
+    g->admitted = strcmp(rc, "OK") == 0;
+    snprintf(g->where, sizeof g->where, "%s", where);
+    h->ng++;
+    return 0;
+  }
   if (line[0] == 'B') {
     if (h->n == h->cap) {
       int cap = h->cap ? h->cap * 2 : 256;
@@ -334,6 +366,27 @@ static int check_fences(const fh_history *h, const int *idx, int n, FILE *r) {
   return bad;
 }
 
+/* The guard: a write admitted after another was admitted (the first call
+ * began after the other returned) has a fence no lower (dlock.h,
+ * dlock_guard_check: "0: admitted (token >= highest seen)"). */
+static int check_guard(const fh_history *h, FILE *r) {
+  int bad = 0;
+  for (int a = 0; a < h->ng; a++)
+    for (int b = 0; b < h->ng; b++) {
+      const fh_guard *x = &h->g[a], *y = &h->g[b];
+      if (!x->admitted || !y->admitted || x->t_ret >= y->t_call || y->fence >= x->fence ||
+          strcmp(x->res, y->res) != 0)
+        continue;
+      bad++;
+      if (r)
+        fprintf(r,
+                "VIOLATION guard on '%s': fence %" PRIu64 " admitted at %.3f s (%s) after fence %" PRIu64
+                " was admitted at %.3f s (%s)\n",
+                y->res, y->fence, y->t_call / 1e9, y->where, x->fence, x->t_ret / 1e9, x->where);
+    }
+  return bad;
+}
+
 static int check_outcomes(const fh_history *h, const fh_policy *p, const fh_hold *x, FILE *r) {
   int bad = 0;
   const char *why = NULL;
@@ -400,11 +453,13 @@ int fh_check(fh_history *h, const fh_policy *p, FILE *r) {
     a = b;
   }
   for (int i = 0; i < h->n; i++) bad += check_outcomes(h, p, &h->h[i], r);
+  bad += check_guard(h, r);
   int lost = 0;
   for (int i = 0; i < h->n; i++) lost += h->h[i].t_lost != 0;
   if (r)
-    fprintf(r, "history: %d holds (%d never released: worker killed), %d lost and signalled, %d worker freezes: %d violations\n",
-            h->n, fh_open_holds(h), lost, h->ns, bad);
+    fprintf(r, "history: %d holds (%d never released: worker killed), %d lost and signalled, %d worker freezes, "
+               "%d guarded writes: %d violations\n",
+            h->n, fh_open_holds(h), lost, h->ns, h->ng, bad);
   free(idx);
   return bad;
 }

@@ -15,6 +15,8 @@
  *       release call), or the loss signal fired at t_lost (0: none); rc is
  *       the release's outcome; view=late when dlock_mutex_lost() still said
  *       NONE after valid_until had passed
+ *   G w= seq= res= fence= t_call= t_ret= rc=OK|ESTALE|...
+ *       a write through the fencing guard (dlock_guard_check) with the fence
  *   F kind=stop|cont|kill w= t=   the runner froze, thawed or killed worker w
  *   F kind=<other> t= what=       a server fault (kept for the report only)
  *
@@ -29,6 +31,7 @@
  *    after its valid_until; dlock_mutex_lost() saying NONE past valid_until;
  *  - late loss: a loss signalled (or not at all) more than the tolerance
  *    after valid_until, while the worker was not frozen by the runner;
+ *  - guard: a write admitted after a higher fence had been admitted;
  *  - with no_loss, a loss the deployment should have survived;
  *  - with allow_reported_failover, an overlap counts only when neither hold
  *    was told (no loss signal and a release that returned OK).

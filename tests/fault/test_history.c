@@ -143,6 +143,18 @@ TEST(a_loss_where_the_deployment_survives_the_faults_is_reported) {
   ASSERT_EQ(bad_fixed, 0);
 }
 
+TEST(the_guard_admitting_a_lower_fence_after_a_higher_one_is_reported) {
+  const char *ok[] = {"G w=1 seq=1 res=g-m0 fence=10 t_call=1000 t_ret=2000 rc=OK",
+                      "G w=2 seq=1 res=g-m0 fence=11 t_call=3000 t_ret=4000 rc=OK",
+                      "G w=1 seq=1 res=g-m0 fence=10 t_call=5000 t_ret=6000 rc=ESTALE",
+                      "G w=3 seq=1 res=g-m1 fence=5 t_call=5000 t_ret=6000 rc=OK", NULL};
+  ASSERT_EQ(check(ok, 0), 0);
+  const char *l[] = {"G w=1 seq=1 res=g-m0 fence=10 t_call=1000 t_ret=2000 rc=OK",
+                     "G w=2 seq=1 res=g-m0 fence=11 t_call=3000 t_ret=4000 rc=OK",
+                     "G w=1 seq=1 res=g-m0 fence=10 t_call=5000 t_ret=6000 rc=OK", NULL};
+  ASSERT_EQ(check(l, 0), 1);
+}
+
 TEST(an_unreadable_line_is_a_violation) {
   const char *l[] = {"B w=1 seq=1 name=m0", NULL};
   ASSERT_EQ(check(l, 0), 1);
