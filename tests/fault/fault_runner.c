@@ -39,6 +39,11 @@
 #include "harness_sentinel.h"
 #include "history.h"
 #ifdef FAULT_WITH_ZK
+#ifndef THREADED
+#define THREADED /* libzookeeper_mt: the synchronous calls */
+#endif
+#include <zookeeper/zookeeper.h>
+
 #include "harness_zk.h"
 #endif
 #ifdef FAULT_WITH_PG
@@ -51,7 +56,7 @@
  * matrix's own finding, a ZooKeeper release that returns OK for a hold
  * already lost at its valid_until (dlock.h promises DLOCK_ENOTHELD). */
 static const char KNOWN_FAILING[] =
-    "redlock-frozen-node,redlock-restart-empty,sentinel-guard,sentinel-frozen-master,pg-advisory-pgbouncer,zk-ensemble";
+    "zk-acl-foreign-delete,redlock-frozen-node,redlock-restart-empty,sentinel-guard,sentinel-frozen-master,pg-advisory-pgbouncer,zk-ensemble";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"
@@ -67,6 +72,7 @@ enum fault {
   F_FAILOVER = 1 << 4,       /* kill -9 the master, wait for the failover, restart the old one */
   F_FROZEN_MASTER = 1 << 5,  /* SIGSTOP the master, wait for the failover, SIGCONT it */
   F_ROLLING_EMPTY = 1 << 6,  /* Redlock: two nodes down, back empty, then a third restarted empty */
+  F_FOREIGN_DELETE = 1 << 7, /* ZooKeeper: a client without credentials deletes the lock nodes */
 };
 
 typedef struct scenario {
@@ -85,6 +91,7 @@ typedef struct scenario {
   int cmd_timeout;            /* fault_worker --timeout, ms (-1: the library's default) */
   int fresh_client;           /* fault_worker --fresh-client */
   int guard;                  /* fault_worker --guard: writes through the fencing guard */
+  int workers;                /* 0: 6 (--workers overrides) */
   int may_refuse;             /* the fixed deployment refuses every acquire: no minimum of holds */
   const char *url_more;       /* appended to the URL */
   const char *about;   /* what it checks, and the doc sentence it encodes */
@@ -163,6 +170,14 @@ static const scenario scenarios[] = {
      .no_lease = 1, .server_stop_max_ms = 3000, .cmd_timeout = -1,
      .url_more = "?session_timeout=4s&connect_timeout=2s",
      .about = "ZooKeeper, 3 nodes: kill -9 and SIGSTOP of workers, SIGSTOP of one node"},
+    /* Issue 22 item 2: "ZooKeeper ACLs open (an unauthenticated client
+     * deletes a lock node)". With ?digest= the nodes must refuse a client
+     * without those credentials (docs/zookeeper.md, digest=user:pass); a
+     * deleted node lets a waiter in while its holder is not told yet. */
+    {"zk-acl-foreign-delete", D_ZK, F_FOREIGN_DELETE, "mutex", .no_lease = 1, .cmd_timeout = -1,
+     .url_more = "?session_timeout=4s&connect_timeout=2s&digest=fault:s3cret",
+     .about = "issue 22 item 2: ZooKeeper with a digest, a client without credentials deletes the lock nodes; no "
+              "overlap"},
     /* docs/postgres.md: leases in a table; a restart of the server is an
      * outage (holders are told at their deadline), never two holders. */
     {"pg", D_PG, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_KILL, "mutex,sem,rw",
@@ -171,8 +186,10 @@ static const scenario scenarios[] = {
     /* Issue 22 item 7: "PostgreSQL advisory mode through a transaction
      * pooler (pgbouncer transaction mode) lets two clients hold one name";
      * docs/postgres.md promises a refusal (DLOCK_EURL naming the pooler).
-     * Fixed, every acquire is refused: no minimum of holds. */
-    {"pg-advisory-pgbouncer", D_PGBOUNCER, 0, "mutex", .hold_max = 400, .may_refuse = 1,
+     * Fixed, every acquire is refused: no minimum of holds. Load: 12
+     * workers, a new client per hold (the check runs per client). */
+    {"pg-advisory-pgbouncer", D_PGBOUNCER, 0, "mutex", .hold_max = 400, .may_refuse = 1, .fresh_client = 1,
+     .workers = 12,
      .url_more = "&mode=advisory",
      .about = "issue 22 item 7: PostgreSQL advisory mode through PgBouncer in transaction mode; no overlap"},
     {.name = NULL},
@@ -208,6 +225,7 @@ typedef struct run {
   th_cluster cl;
 #ifdef FAULT_WITH_ZK
   th_zk_ensemble zk;
+  zhandle_t *foreign; /* F_FOREIGN_DELETE: a session without credentials */
 #endif
 #ifdef FAULT_WITH_PG
   th_pg pg;
@@ -381,6 +399,8 @@ static int start_deployment(void) {
 
 static void stop_deployment(void) {
 #ifdef FAULT_WITH_ZK
+  if (R.foreign) zookeeper_close(R.foreign);
+  R.foreign = NULL;
   if (R.sc->dep == D_ZK) th_zk_ensemble_stop(&R.zk);
 #endif
 #ifdef FAULT_WITH_PG
@@ -490,8 +510,45 @@ static void rolling_empty(void) {
   th_sleep_ms(rnd_between(1000, 3000));
 }
 
+#ifdef FAULT_WITH_ZK
+/* Issue 22 item 2: a client with no credentials deletes every node under
+ * the mutex names the workers use. */
+static void foreign_delete(void) {
+  if (!R.foreign) {
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    R.foreign = zookeeper_init(R.zk.hosts, NULL, 4000, NULL, NULL, 0);
+    for (int i = 0; i < 100 && R.foreign && zoo_state(R.foreign) != ZOO_CONNECTED_STATE; i++) th_sleep_ms(50);
+  }
+  if (!R.foreign || zoo_state(R.foreign) != ZOO_CONNECTED_STATE) {
+    flog("# the foreign ZooKeeper client did not connect");
+    return;
+  }
+  int deleted = 0, refused = 0;
+  for (int n = 0; n < 2; n++) {
+    char parent[64], child[512];
+    snprintf(parent, sizeof parent, "/dlockfault/fm%d", n);
+    struct String_vector sv = {0, NULL};
+    if (zoo_get_children(R.foreign, parent, 0, &sv) != ZOK) continue;
+    for (int i = 0; i < sv.count; i++) {
+      snprintf(child, sizeof child, "%s/%s", parent, sv.data[i]);
+      int rc = zoo_delete(R.foreign, child, -1);
+      if (rc == ZOK) deleted++;
+      else if (rc == ZNOAUTH) refused++;
+    }
+    deallocate_String_vector(&sv);
+  }
+  flog("F kind=foreign-delete t=%" PRId64 " deleted=%d refused=%d", now_ns(), deleted, refused);
+}
+#endif
+
 /* A server fault, run to its end (the workers go on meanwhile). */
 static void server_fault(unsigned kind) {
+#ifdef FAULT_WITH_ZK
+  if (kind == F_FOREIGN_DELETE) {
+    foreign_delete();
+    return;
+  }
+#endif
   if (kind == F_ROLLING_EMPTY) {
     rolling_empty();
     return;
@@ -627,7 +684,7 @@ int main(int argc, char **argv) {
   }
   const char *env = getenv("DLOCK_FAULT_SECONDS");
   R.seconds = env && atol(env) > 0 ? atol(env) : R.sc->seconds;
-  R.nworkers = 6;
+  R.nworkers = R.sc->workers ? R.sc->workers : 6;
   R.seed = (uint64_t)time(NULL);
   int keep = 0;
   for (int i = 2; i < argc; i++) {
@@ -665,7 +722,7 @@ int main(int argc, char **argv) {
    * worker freezes are thawed when due. */
   unsigned kinds[8];
   int nk = 0;
-  for (unsigned b = 1; b <= F_ROLLING_EMPTY; b <<= 1)
+  for (unsigned b = 1; b <= F_FOREIGN_DELETE; b <<= 1)
     if (R.sc->faults & b) kinds[nk++] = b;
   long long next = th_now_ms() + 2000;
   while (th_now_ms() < R.end_ms) {
