@@ -8,8 +8,10 @@
  *   fault_runner SCENARIO [--seconds S] [--workers N] [--seed X] [--keep]
  *   fault_runner --list
  *
- * S defaults to $DLOCK_FAULT_SECONDS, else 20: the CI run is bounded; a
- * release check runs long with DLOCK_FAULT_SECONDS=600 (docs/faults.md).
+ * S defaults to $DLOCK_FAULT_SECONDS, else the scenario's (20-30 s): the
+ * CI run is bounded; a release check runs long, configured with
+ * -DDLOCK_FAULT_SECONDS=600 (docs/faults.md). An alarm at twice S plus
+ * 5 minutes stops a run that hangs (the harnesses stop the servers).
  * The logs (one per worker, faults.log for the runner) stay in the printed
  * directory when the check fails or with --keep.
  *
@@ -708,6 +710,9 @@ int main(int argc, char **argv) {
   printf("fault_runner %s: %s\n  %ld s, %d workers, seed %" PRIu64 ", logs in %s\n", R.sc->name, R.sc->about,
          R.seconds, R.nworkers, R.seed, R.dir);
   atexit(at_exit);
+  /* SIGALRM: the harnesses stop their servers and exit; at_exit kills the
+   * workers (and they die with us anyway). */
+  alarm((unsigned)(R.seconds * 2 + 300) * (unsigned)th_time_factor());
   if (start_deployment() != 0) {
     fprintf(stderr, "fault_runner %s: the deployment did not start (see the harness's message above)\n", R.sc->name);
     stop_deployment();
