@@ -132,8 +132,11 @@ static const scenario scenarios[] = {
     /* Issue 22 item 4: "a node restarted empty lets a fresh client take a
      * lock held on the majority before", against "a node that restarted
      * empty while a lock is held (the next renewal re-seeds it ...)".
-     * A fresh client per hold, as each `dlock run`. */
-    {"redlock-restart-empty", D_REDLOCK, F_ROLLING_EMPTY, "mutex", .fresh_client = 1,
+     * A fresh client per hold, as each `dlock run`; leases of 6-15 s and
+     * holds up to 8 s, so that a hold spans the restarts between two of
+     * its renewals. */
+    {"redlock-restart-empty", D_REDLOCK, F_ROLLING_EMPTY, "mutex", .fresh_client = 1, .lease_min = 6000,
+     .lease_max = 15000, .hold_max = 8000, .workers = 8,
      .about = "issue 22 item 4: Redlock, two nodes of five down and back empty, then a third restarted empty, a "
               "fresh client per hold; no overlap"},
     /* docs/topologies.md, Sentinel: "Survives: the loss of the master
