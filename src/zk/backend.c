@@ -293,7 +293,12 @@ static int zk_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
                                                                            : DLOCK_LOST_EXPIRED));
   } else {
     rc = dlock__zk_release(z, &l->hold);
-    if (rc == DLOCK_ENOTHELD && lost != DLOCK_LOST_NONE)
+    /* A hold already reported lost (at its deadline, the session still alive)
+     * stays lost: its node is deleted, but the answer is the loss, as on Redis. */
+    if (rc == 0 && lost != DLOCK_LOST_NONE)
+      rc = dlock__error(DLOCK_ENOTHELD, "the hold was lost before (%s); its lock node %s is deleted now",
+                        dlock_lost_reason_str(lost), l->hold.node_path);
+    else if (rc == DLOCK_ENOTHELD && lost != DLOCK_LOST_NONE)
       dlock__error_prefix("the hold was lost before (%s): ", dlock_lost_reason_str(lost));
     else if (rc == DLOCK_EUNKNOWN)
       dlock__error_prefix("the lock node may still exist until the session ends (%d ms session timeout): ",

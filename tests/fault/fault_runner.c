@@ -54,11 +54,8 @@
 
 /* Scenarios that reproduce a finding not fixed on this branch yet: they
  * run and report, but do not fail the test. Remove a name when its fix is
- * merged (or set DLOCK_FAULT_STRICT=1 to count them all). zk-ensemble: the
- * matrix's own finding, a ZooKeeper release that returns OK for a hold
- * already lost at its valid_until (dlock.h promises DLOCK_ENOTHELD). */
-static const char KNOWN_FAILING[] =
-    "zk-acl-foreign-delete,redlock-frozen-node,redlock-restart-empty,sentinel-guard,sentinel-frozen-master,pg-advisory-pgbouncer,zk-ensemble";
+ * merged (or set DLOCK_FAULT_STRICT=1 to count them all). */
+static const char KNOWN_FAILING[] = "redlock-frozen-node,redlock-restart-empty";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"

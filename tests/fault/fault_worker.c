@@ -86,6 +86,15 @@ static const char *lost_name(dlock_lost_reason r) {
 static const char *rc_name(int rc) { return rc == 0 ? "OK" : dlock_err_name(rc); }
 
 /* A write through the guard, logged as a G line. */
+
+/* valid_until in ns; a hold with no deadline of its own (PostgreSQL's advisory
+ * mode: it lives with its session, dlock_mutex_valid_until() is INT64_MAX)
+ * stays INT64_MAX rather than overflow. */
+static int64_t vu_ns(dlock_mutex *m) {
+  dlock_mono_ms v = dlock_mutex_valid_until(m);
+  return v >= INT64_MAX / 1000000LL ? INT64_MAX : (int64_t)v * 1000000LL;
+}
+
 static void guard_write(dlock_client *c, int id, long seq, const char *name, uint64_t fence) {
   char res[80];
   snprintf(res, sizeof res, "g-%s", name);
@@ -229,7 +238,7 @@ int main(int argc, char **argv) {
       continue;
     }
     uint64_t fence = dlock_mutex_fence(m);
-    int64_t vu = (int64_t)dlock_mutex_valid_until(m) * 1000000LL;
+    int64_t vu = vu_ns(m);
     logf_line("B w=%d seq=%ld name=%s kind=%s permits=%d fence=%" PRIu64 " t_call=%" PRId64 " t_acq=%" PRId64
               " vu=%" PRId64 " lease=%" PRId64 " fixed=%d hold=%" PRId64,
               id, seq, name, kind, !strcmp(kind, "sem") ? permits : 1, fence, t_call, t_acq, vu,
@@ -248,7 +257,7 @@ int main(int argc, char **argv) {
         t_lost = now_ns();
         break;
       }
-      int64_t v = (int64_t)dlock_mutex_valid_until(m) * 1000000LL;
+      int64_t v = vu_ns(m);
       if (v > vu) {
         vu = v;
         logf_line("R w=%d seq=%ld vu=%" PRId64, id, seq, vu);
@@ -257,9 +266,9 @@ int main(int argc, char **argv) {
     /* The local view at the end: lost() must not say NONE past valid_until. */
     int64_t t_end = now_ns();
     dlock_lost_reason lost = dlock_mutex_lost(m);
-    int64_t v = (int64_t)dlock_mutex_valid_until(m) * 1000000LL;
+    int64_t v = vu_ns(m);
     if (v > vu) vu = v;
-    int late = lost == DLOCK_LOST_NONE && vu && t_end > vu + 5000000LL;
+    int late = lost == DLOCK_LOST_NONE && vu && vu < INT64_MAX - 5000000LL && t_end > vu + 5000000LL;
     if (lost != DLOCK_LOST_NONE && !t_lost) t_lost = t_end;
     /* Written after t_end: the hold no longer counts, the guard decides. */
     if (guard) guard_write(c, id, seq, name, fence);

@@ -253,6 +253,12 @@ static int64_t hold_end(const fh_hold *x) {
   return e;
 }
 
+/* 1 when 't' is more than 'tol' ns past 'vu'; a hold with no deadline of
+ * its own (vu INT64_MAX: PostgreSQL's advisory mode) is never past it. */
+static int past(int64_t t, int64_t vu, int64_t tol) {
+  return vu <= INT64_MAX - tol && t > vu + tol;
+}
+
 static const char *kind_str(fh_kind k) {
   static const char *s[] = {"mutex", "sem", "read", "write"};
   return s[k];
@@ -393,7 +399,7 @@ static int check_outcomes(const fh_history *h, const fh_policy *p, const fh_hold
   if (x->fence == 0 && !p->no_fence) why = "acquire returned OK with no fence";
   else if (x->ended && strcmp(x->rc, "OK") == 0 && x->t_lost)
     why = "release returned OK for a hold whose loss had been signalled";
-  else if (x->ended && strcmp(x->rc, "OK") == 0 && x->t_end > x->vu + 5000000)
+  else if (x->ended && strcmp(x->rc, "OK") == 0 && past(x->t_end, x->vu, 5000000))
     why = "release returned OK after the hold's valid_until";
   else if (x->view_late) why = "dlock_mutex_lost() said NONE after valid_until";
   if (why) {
@@ -415,7 +421,7 @@ static int check_outcomes(const fh_history *h, const fh_policy *p, const fh_hold
    * valid_until at the latest (dlock.h, dlock_mutex_lost). */
   if (x->ended) {
     int64_t seen = x->t_lost ? x->t_lost : x->t_end;
-    if (seen > x->vu + p->late_tol_ns && !was_frozen(h, x->w, x->vu, seen)) {
+    if (past(seen, x->vu, p->late_tol_ns) && !was_frozen(h, x->w, x->vu, seen)) {
       bad++;
       if (r) {
         fprintf(r, "VIOLATION late loss: %s %.3f s after valid_until\n",
