@@ -29,11 +29,19 @@
  *  - guard: stale when any node knows a higher token, admitted by a majority.
  * Other commands (PING, SCAN) run on the first reachable node.
  *
+ * A call completes as soon as its outcome is decided (acquire, renewal,
+ * guard): the nodes still owing a reply get a short grace, then their
+ * connections are closed (issue 22 item 3).
+ *
  * Restarts: each node's run_id is read (INFO server) whenever a connection
  * to it is opened, which a restart always forces. A node whose run_id
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
- * restart, for servers without fsync'd AOF).
+ * restart, for servers without fsync'd AOF). For clients that never saw the
+ * node before: every acquire reads the restart marker (a sorted set of the
+ * longest leases acquired, written after a successful acquire); a node
+ * without it while another has it lost its data and does not count until
+ * it has been up for the longest lease (issue 22 item 4; docs/redlock.md).
  */
 #include <errno.h>
 #include <fcntl.h>
