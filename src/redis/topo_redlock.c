@@ -1049,7 +1049,9 @@ static void write_markers(redlock *r, unsigned mask, int64_t lease, dlock_mono_m
     char why[300];
     if (!((mask >> i) & 1) || !counts(r, i, why, sizeof why)) continue;
     pthread_mutex_lock(&r->mu);
-    int need = r->node[i].marker != 1 || r->node[i].marker_ms < lease;
+    /* Not where the read failed (-1: an ACL without the key, say): the
+     * write would fail too, at a round trip per acquire. */
+    int need = r->node[i].marker == 0 || (r->node[i].marker == 1 && r->node[i].marker_ms < lease);
     pthread_mutex_unlock(&r->mu);
     if (!need) continue;
     s[i] = (slot){.active = 1, .k = 2, .cmds = cmds};
