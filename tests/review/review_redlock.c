@@ -79,7 +79,7 @@ TEST(item3_one_frozen_node_of_five_loses_no_short_lease_hold) {
   for (int k = 0; k < 3; k++) {
     dlock_mutex_options mo;
     dlock_mutex_options_init(&mo);
-    mo.watchdog_lease_ms = lease[k];
+    mo.watchdog_lease_ms = lease[k] * th_time_factor(); /* valgrind runs scale it */
     char name[32];
     snprintf(name, sizeof name, "rv:frozen%d", k);
     ASSERT_OK(dlock_mutex_new(&m[k], c, name, &mo));
