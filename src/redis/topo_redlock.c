@@ -29,19 +29,29 @@
  *  - guard: stale when any node knows a higher token, admitted by a majority.
  * Other commands (PING, SCAN) run on the first reachable node.
  *
+ * A call completes as soon as its outcome is decided (acquire, renewal,
+ * guard): the nodes still owing a reply get a short grace, then their
+ * connections are closed (issue 22 item 3).
+ *
  * Restarts: each node's run_id is read (INFO server) whenever a connection
  * to it is opened, which a restart always forces. A node whose run_id
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
- * restart, for servers without fsync'd AOF).
+ * restart, for servers without fsync'd AOF). For clients that never saw the
+ * node before: every acquire reads the restart marker (a sorted set of the
+ * longest leases acquired, written after a successful acquire); a node
+ * without it while another has it lost its data and does not count until
+ * it has been up for the longest lease (issue 22 item 4; docs/redlock.md).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "redis.h"
 
@@ -55,6 +65,9 @@ typedef struct rl_node {
   dlock_mono_ms restarted_until; /* does not count before this */
   int not_master;                /* INFO replication says role:slave */
   char role[24];
+  dlock_mono_ms info_at;         /* when uptime_s was read */
+  int marker;                    /* the restart marker at the last look: 1 there, 0 absent, -1 unknown */
+  int64_t marker_ms;             /* the longest lease it records */
 } rl_node;
 
 typedef struct redlock {
@@ -63,6 +76,11 @@ typedef struct redlock {
   int n, quorum;
   int command_timeout_ms;
   int64_t max_lease_ms; /* the longest lease seen in use: the restart rule's wait */
+  int64_t marker_lease_ms; /* the longest lease a node's marker records */
+  int marked;           /* a node had the marker: the deployment was used */
+  int threads;          /* open_thread()s running; rl_destroy waits for them */
+  char marker_key[320]; /* the restart marker: <prefix>dlock:redlock:marker (set once, under mu) */
+  pthread_cond_t cv;
   rl_node node[DLOCK__REDLOCK_MAX];
 } redlock;
 
@@ -236,15 +254,24 @@ static dlock__reply *copy_reply(const dlock__reply *s) {
 
 /* ---- Running commands on many nodes at once ---- */
 
+/* Calls per run that a NOSCRIPT answer sends again as EVAL at once (more: in a second round). */
+#define RL_RETRY_MAX 64
+
 /* One node's part of a parallel run. */
 typedef struct slot {
   int active;          /* in: run on this node */
   size_t k;            /* in: commands */
   dlock__cmd *cmds;    /* in */
+  const dlock__cmd *pre; /* in: sent in front of the commands (the restart marker's read), or NULL */
+  const dlock__cmd *alt; /* in: cmds[j] as EVAL, sent at once when cmds[j] answers NOSCRIPT, or NULL */
+  size_t nretry;       /* EVALs sent again so far */
+  size_t retry_of[RL_RETRY_MAX]; /* which command each answers */
   dlock__conn *conn;
   int fresh;
-  size_t extra;        /* INFO replies in front of the commands' */
+  size_t ninfo;        /* a fresh connection's INFO replies, first */
+  size_t extra;        /* ninfo + (pre != NULL): replies in front of the commands' */
   size_t got;
+  int seen;            /* the INFO and marker replies were noted */
   dlock__reply **rep;  /* extra + k */
   int rc;              /* out: 0, or why this node failed */
   int sent;            /* out: the commands may have reached the node */
@@ -264,6 +291,12 @@ static const char *info_field(const char *info, const char *name, char *out, siz
   return out;
 }
 
+/* The longest lease the restart rule waits for: this client's, or longer
+ * when a node's marker records one (r->mu held). */
+static int64_t longest_lease(const redlock *r) {
+  return r->marker_lease_ms > r->max_lease_ms ? r->marker_lease_ms : r->max_lease_ms;
+}
+
 /* A fresh connection's INFO server / INFO replication: the restart rule. */
 static void note_info(redlock *r, int i, const dlock__reply *server, const dlock__reply *repl) {
   rl_node *nd = &r->node[i];
@@ -276,14 +309,37 @@ static void note_info(redlock *r, int i, const dlock__reply *server, const dlock
   pthread_mutex_lock(&r->mu);
   if (run_id[0]) {
     int64_t uptime = strtoll(up, NULL, 10);
-    if (nd->run_id[0] && strcmp(nd->run_id, run_id) != 0 && uptime * 1000 < r->max_lease_ms)
-      nd->restarted_until = dlock_mono_now() + (r->max_lease_ms - uptime * 1000);
+    int64_t longest = longest_lease(r);
+    if (nd->run_id[0] && strcmp(nd->run_id, run_id) != 0 && uptime * 1000 < longest)
+      nd->restarted_until = dlock_mono_now() + (longest - uptime * 1000);
+    if (nd->run_id[0] && strcmp(nd->run_id, run_id) != 0) nd->marker = -1; /* not seen since the restart */
     snprintf(nd->run_id, sizeof nd->run_id, "%s", run_id);
     nd->uptime_s = uptime;
+    nd->info_at = dlock_mono_now();
   }
   if (role[0]) {
     snprintf(nd->role, sizeof nd->role, "%s", role);
     nd->not_master = strcmp(role, "master") != 0;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* The reply to the marker's read (ZRANGE key -1 -1 WITHSCORES): present
+ * (the longest lease recorded there), absent, or unknown (an error: ACLs). */
+static void note_marker(redlock *r, int i, const dlock__reply *v) {
+  rl_node *nd = &r->node[i];
+  pthread_mutex_lock(&r->mu);
+  if (!v || v->type != DLOCK__REPLY_ARRAY) {
+    nd->marker = -1;
+  } else if (v->elements == 0) {
+    nd->marker = 0;
+  } else {
+    nd->marker = 1;
+    r->marked = 1;
+    const dlock__reply *sc = v->elements >= 2 ? v->element[1] : NULL;
+    int64_t ms = sc && sc->str ? strtoll(sc->str, NULL, 10) : sc && sc->type == DLOCK__REPLY_INTEGER ? sc->integer : 0;
+    nd->marker_ms = ms;
+    if (ms > r->marker_lease_ms) r->marker_lease_ms = ms;
   }
   pthread_mutex_unlock(&r->mu);
 }
@@ -305,34 +361,125 @@ static void slot_name(slot *s, const char *display) {
 static void slots_free(slot *s, int n) {
   for (int i = 0; i < n; i++) {
     if (s[i].rep)
-      for (size_t j = 0; j < s[i].extra + s[i].k; j++) dlock__reply_free(s[i].rep[j]);
+      for (size_t j = 0; j < s[i].extra + s[i].k; j++) dlock__reply_free(s[i].rep[j]); /* retries replaced theirs */
     free(s[i].rep);
     s[i].rep = NULL;
   }
 }
 
-/* Connect one node (a thread of par_exec). */
+/* Still owes replies (or a connection). */
+static int slot_pending(const slot *x) { return x->active && !x->rc && x->got < x->extra + x->k + x->nretry; }
+
+/* A new connection to one node, opened in a thread of its own so that a
+ * node that accepts but never answers (frozen) holds up no other node. The
+ * call that started it may complete first (its outcome decided without this
+ * node): the thread then closes what it opened. Shared fields under r->mu. */
 typedef struct opener {
-  dlock__node *node;
-  slot *slot;
+  redlock *r;
+  int i;
   dlock_mono_ms deadline;
-  pthread_t thread;
-  int started;
+  int wfd;            /* the call's wake-up pipe; -1 once the call stopped waiting */
+  int refs;           /* the call's and the thread's */
+  int done, taken;
+  dlock__conn *conn;
+  int fresh, rc;
+  char err[300];
 } opener;
 
 static void *open_thread(void *arg) {
   opener *o = arg;
-  slot *x = o->slot;
-  int rc = dlock__node_borrow(o->node, o->deadline, &x->conn, &x->fresh);
-  if (rc) slot_fail(x, rc, dlock_last_error()); /* this thread's error text */
+  redlock *r = o->r;
+  dlock__node *node = &r->node[o->i].node;
+  dlock__conn *conn = NULL;
+  int fresh = 0;
+  int rc = dlock__node_borrow(node, o->deadline, &conn, &fresh);
+  if (!rc && fresh) {
+    /* The restart rule's INFO, here: a connection the call no longer waits
+     * for goes to the pool checked, for the next call to use. */
+    dlock__reply *info[2] = {NULL, NULL};
+    static const char *a1[2] = {"INFO", "server"}, *a2[2] = {"INFO", "replication"};
+    static const size_t l1[2] = {4, 6}, l2[2] = {4, 11};
+    const dlock__cmd infos[2] = {{2, a1, l1}, {2, a2, l2}};
+    rc = dlock__conn_append(conn, &infos[0]);
+    if (!rc) rc = dlock__conn_append(conn, &infos[1]);
+    if (!rc) rc = dlock__conn_flush(conn, o->deadline);
+    for (int k = 0; !rc && k < 2; k++) rc = dlock__conn_read(conn, o->deadline, &info[k]);
+    if (!rc) note_info(r, o->i, info[0], info[1]);
+    dlock__reply_free(info[0]);
+    dlock__reply_free(info[1]);
+    if (rc) {
+      dlock__node_return(node, conn, 1);
+      conn = NULL;
+    }
+    fresh = 0;
+  }
+  pthread_mutex_lock(&r->mu);
+  o->conn = conn;
+  o->fresh = fresh;
+  o->rc = rc;
+  if (rc) snprintf(o->err, sizeof o->err, "%s", dlock_last_error()); /* this thread's error text */
+  o->done = 1;
+  if (o->wfd >= 0) {
+    char b = 1;
+    if (write(o->wfd, &b, 1) < 0) { /* full: the call is awake anyway */ }
+  }
+  int last = --o->refs == 0;
+  pthread_mutex_unlock(&r->mu);
+  if (last) {
+    if (o->conn) dlock__node_return(node, o->conn, 0); /* checked, nothing sent: pooled */
+    free(o);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->threads--;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
   return NULL;
 }
 
-/* Queue (a fresh connection's INFO checks and) the slot's commands and send them. */
+/* The call stops waiting for an opener: a connection it opened and the call
+ * did not take (nothing was sent on it) goes to the pool. */
+static void opener_release(redlock *r, opener *o) {
+  pthread_mutex_lock(&r->mu);
+  o->wfd = -1;
+  dlock__conn *conn = NULL;
+  if (o->done) {
+    conn = o->conn;
+    o->conn = NULL;
+  }
+  int last = --o->refs == 0;
+  pthread_mutex_unlock(&r->mu);
+  if (conn) dlock__node_return(&r->node[o->i].node, conn, 0);
+  if (last) free(o);
+}
+
+static int opener_start(redlock *r, opener *o) {
+  pthread_attr_t at;
+  if (pthread_attr_init(&at) != 0) return -1;
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  pthread_mutex_lock(&r->mu);
+  r->threads++;
+  o->refs = 2;
+  pthread_mutex_unlock(&r->mu);
+  pthread_t t;
+  int rc = pthread_create(&t, &at, open_thread, o);
+  pthread_attr_destroy(&at);
+  if (rc != 0) {
+    pthread_mutex_lock(&r->mu);
+    r->threads--;
+    o->refs = 1;
+    pthread_mutex_unlock(&r->mu);
+    return -1;
+  }
+  return 0;
+}
+
+/* Queue (a fresh connection's INFO checks, the marker's read and) the slot's commands and send them. */
 static void send_slot(slot *x, const dlock__cmd *infos, dlock_mono_ms deadline) {
   int rc = 0;
-  x->extra = x->fresh ? 2 : 0;
-  for (size_t j = 0; !rc && j < x->extra; j++) rc = dlock__conn_append(x->conn, &infos[j]);
+  x->ninfo = x->fresh ? 2 : 0;
+  x->extra = x->ninfo + (x->pre ? 1 : 0);
+  for (size_t j = 0; !rc && j < x->ninfo; j++) rc = dlock__conn_append(x->conn, &infos[j]);
+  if (!rc && x->pre) rc = dlock__conn_append(x->conn, x->pre);
   for (size_t j = 0; !rc && j < x->k; j++) rc = dlock__conn_append(x->conn, &x->cmds[j]);
   if (!rc) {
     x->sent = 1;
@@ -341,54 +488,114 @@ static void send_slot(slot *x, const dlock__cmd *infos, dlock_mono_ms deadline) 
   if (rc) slot_fail(x, rc, dlock_last_error());
 }
 
+/* Decides, from the replies so far (slots not pending), whether the call's
+ * outcome is known: par_exec then stops waiting for the other nodes. */
+typedef int (*decide_fn)(redlock *r, const slot *s, void *ctx);
+
 /* Send each active slot's commands, then read all replies in one poll loop;
- * node i gives up at 'deadline'. Replies land in s[i].rep[s[i].extra + j]. */
-static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline) {
+ * node i gives up at 'deadline', and every node once 'decided' says the
+ * outcome is known (issue 22 item 3: a frozen node costs a quorum call
+ * nothing once a majority answered). Replies land in s[i].rep[s[i].extra +
+ * j]. A node still owing replies then fails (ETIMEDOUT; 'sent': its
+ * commands may run) and its connection is closed, never reused: a late
+ * reply is never read as the answer to a later command. */
+static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline, decide_fn decided, void *ctx) {
   static const char *info_server[2] = {"INFO", "server"}, *info_repl[2] = {"INFO", "replication"};
   static const size_t info_server_len[2] = {4, 6}, info_repl_len[2] = {4, 11};
   const dlock__cmd infos[2] = {{2, info_server, info_server_len}, {2, info_repl, info_repl_len}};
+  dlock_mono_ms start = dlock_mono_now();
   /* Pooled connections first: their commands leave at once. Nodes that
-   * need a new connection are connected in parallel, one thread each, so
-   * that a node that accepts but never answers (frozen) holds up no other
-   * node's connect: each waits at most until 'deadline'. */
-  opener op[DLOCK__REDLOCK_MAX];
+   * need a new connection are connected in parallel, one thread each. */
+  opener *op[DLOCK__REDLOCK_MAX];
   int nopen = 0;
   for (int i = 0; i < r->n; i++) {
     slot *x = &s[i];
+    op[i] = NULL;
     x->rc = 0;
     x->sent = 0;
     x->got = 0;
     x->conn = NULL;
     x->fresh = 0;
+    x->seen = 0;
+    x->nretry = 0;
+    x->ninfo = 0;
+    x->extra = x->pre ? 1 : 0;
     x->err[0] = '\0';
     if (!x->active) continue;
-    if (!(x->rep = calloc(x->k + 2, sizeof *x->rep))) {
+    if (!(x->rep = calloc(2 * x->k + 3, sizeof *x->rep))) {
       slot_fail(x, DLOCK_ENOMEM, "out of memory");
       continue;
     }
-    if (dlock__node_borrow_idle(&r->node[i].node, &x->conn))
+    if (dlock__node_borrow_idle(&r->node[i].node, &x->conn)) {
       send_slot(x, infos, deadline);
-    else
-      op[nopen++] = (opener){.node = &r->node[i].node, .slot = x, .deadline = deadline};
+    } else if ((op[i] = calloc(1, sizeof *op[i]))) {
+      *op[i] = (opener){.r = r, .i = i, .deadline = deadline, .wfd = -1};
+      nopen++;
+    } else {
+      slot_fail(x, DLOCK_ENOMEM, "out of memory");
+    }
   }
-  for (int j = 0; j < nopen; j++)
-    op[j].started = nopen > 1 && pthread_create(&op[j].thread, NULL, open_thread, &op[j]) == 0;
-  for (int j = 0; j < nopen; j++) {
-    if (op[j].started) pthread_join(op[j].thread, NULL);
-    else open_thread(&op[j]);
-    slot *x = op[j].slot;
-    if (x->rc) x->conn = NULL;
-    else send_slot(x, infos, deadline);
+  int wake[2] = {-1, -1};
+  if (nopen && pipe(wake) == 0) {
+    for (int k = 0; k < 2; k++) {
+      int fl = fcntl(wake[k], F_GETFL);
+      if (fl >= 0) fcntl(wake[k], F_SETFL, fl | O_NONBLOCK);
+      fcntl(wake[k], F_SETFD, FD_CLOEXEC);
+    }
   }
-  /* One poll loop over every node still owing replies. */
-  struct pollfd pfd[DLOCK__REDLOCK_MAX];
-  int idx[DLOCK__REDLOCK_MAX];
+  for (int i = 0; i < r->n; i++) {
+    if (!op[i]) continue;
+    op[i]->wfd = wake[1];
+    if (opener_start(r, op[i]) != 0) { /* no thread: connect here */
+      dlock__conn *conn = NULL;
+      int fresh = 0;
+      int rc = dlock__node_borrow(&r->node[i].node, deadline, &conn, &fresh);
+      op[i]->conn = conn;
+      op[i]->fresh = fresh;
+      op[i]->rc = rc;
+      if (rc) snprintf(op[i]->err, sizeof op[i]->err, "%s", dlock_last_error());
+      op[i]->done = 1;
+    }
+  }
+  int early = 0;
+  dlock_mono_ms end = deadline;
   for (;;) {
-    int np = 0;
+    /* Connections opened since: send on them. */
+    int waiting = 0;
+    for (int i = 0; i < r->n; i++) {
+      opener *o = op[i];
+      if (!o || o->taken) continue;
+      pthread_mutex_lock(&r->mu);
+      int done = o->done;
+      dlock__conn *conn = o->conn;
+      if (done) {
+        o->taken = 1;
+        o->conn = NULL;
+      }
+      pthread_mutex_unlock(&r->mu);
+      if (!done) {
+        waiting++;
+        continue;
+      }
+      slot *x = &s[i];
+      if (o->rc) {
+        slot_fail(x, o->rc, o->err);
+        continue;
+      }
+      x->conn = conn;
+      x->fresh = o->fresh;
+      send_slot(x, infos, deadline);
+    }
+    if (wake[0] >= 0) {
+      char buf[64];
+      while (read(wake[0], buf, sizeof buf) > 0) {
+      }
+    }
+    /* Replies so far. */
     for (int i = 0; i < r->n; i++) {
       slot *x = &s[i];
-      if (!x->active || x->rc || !x->conn) continue;
-      while (x->got < x->extra + x->k) {
+      if (!slot_pending(x) || !x->conn) continue;
+      while (slot_pending(x)) {
         dlock__reply *rep = NULL;
         int rc = dlock__conn_try_read(x->conn, &rep);
         if (rc) {
@@ -396,41 +603,90 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline) {
           break;
         }
         if (!rep) break;
-        x->rep[x->got++] = rep;
+        size_t at = x->got++;
+        if (at >= x->extra + x->k) { /* the EVAL sent again for a NOSCRIPT */
+          size_t j = x->extra + x->retry_of[at - x->extra - x->k];
+          dlock__reply_free(x->rep[j]);
+          x->rep[j] = rep;
+          continue;
+        }
+        x->rep[at] = rep;
+        /* NOSCRIPT: that command did not run; send it as EVAL on this
+         * connection now, so that this node's answer comes within the call. */
+        if (at >= x->extra && x->alt && x->nretry < x->k && x->k <= RL_RETRY_MAX &&
+            dlock__reply_is_noscript(rep)) {
+          rc = dlock__conn_append(x->conn, &x->alt[at - x->extra]);
+          if (!rc) rc = dlock__conn_flush(x->conn, deadline);
+          if (rc) {
+            slot_fail(x, rc, dlock_last_error());
+            break;
+          }
+          x->retry_of[x->nretry++] = at - x->extra;
+        }
       }
-      if (!x->rc && x->got < x->extra + x->k) {
-        pfd[np] = (struct pollfd){.fd = dlock__conn_fd(x->conn), .events = POLLIN};
+      if (!x->rc && !x->seen && x->got >= x->extra) {
+        x->seen = 1;
+        if (x->ninfo) note_info(r, i, x->rep[0], x->rep[1]);
+        if (x->pre) note_marker(r, i, x->rep[x->ninfo]);
+      }
+    }
+    if (!early && decided && decided(r, s, ctx)) {
+      /* Known. A node about as fast as the rest still gets its answer in
+       * (and keeps its connection): as long again as the call took so far,
+       * and 20 ms more (a busy machine). A frozen node costs that. */
+      early = 1;
+      dlock_mono_ms now = dlock_mono_now();
+      dlock_mono_ms grace = now + (now - start) + 20;
+      if (grace < end) end = grace;
+    }
+    struct pollfd pfd[DLOCK__REDLOCK_MAX + 1];
+    int idx[DLOCK__REDLOCK_MAX];
+    int np = 0;
+    for (int i = 0; i < r->n; i++)
+      if (slot_pending(&s[i]) && s[i].conn) {
+        pfd[np] = (struct pollfd){.fd = dlock__conn_fd(s[i].conn), .events = POLLIN};
         idx[np++] = i;
       }
-    }
-    if (np == 0) break;
+    if (np == 0 && !waiting) break;
     dlock_mono_ms now = dlock_mono_now();
-    if (now >= deadline) {
-      for (int j = 0; j < np; j++) {
-        char why[120];
-        snprintf(why, sizeof why, "%s: no reply within the per-node deadline", r->node[idx[j]].node.ep.display);
-        slot_fail(&s[idx[j]], DLOCK_ETIMEDOUT, why);
-      }
-      break;
-    }
-    int64_t wait = deadline - now;
+    if (now >= end) break;
+    int64_t wait = end - now;
     if (wait > 1000) wait = 1000;
-    int pr = poll(pfd, (nfds_t)np, (int)wait);
+    int nfd = np;
+    if (waiting && wake[0] >= 0) pfd[nfd++] = (struct pollfd){.fd = wake[0], .events = POLLIN};
+    else if (waiting && wait > 5) wait = 5; /* no pipe: look again soon */
+    int pr = poll(pfd, (nfds_t)nfd, (int)wait);
     if (pr < 0 && errno != EINTR) {
       for (int j = 0; j < np; j++) slot_fail(&s[idx[j]], DLOCK_ESYS, "poll failed");
       break;
     }
   }
+  /* What is still owed is not waited for: the deadline passed, or the
+   * outcome is known without it. */
+  for (int i = 0; i < r->n; i++) {
+    slot *x = &s[i];
+    if (!slot_pending(x)) continue;
+    char why[200];
+    if (!x->conn)
+      snprintf(why, sizeof why, "%s: not connected %s (nothing was sent to it)", r->node[i].node.ep.display,
+               early ? "when the other nodes had decided the outcome" : "within the per-node deadline");
+    else
+      snprintf(why, sizeof why, "%s: no reply %s (its connection is closed, not reused; the command may still run "
+               "there)", r->node[i].node.ep.display,
+               early ? "yet when the other nodes had decided the outcome" : "within the per-node deadline");
+    slot_fail(x, DLOCK_ETIMEDOUT, why);
+  }
+  for (int i = 0; i < r->n; i++)
+    if (op[i]) opener_release(r, op[i]);
+  if (wake[0] >= 0) close(wake[0]);
+  if (wake[1] >= 0) close(wake[1]);
   for (int i = 0; i < r->n; i++) {
     slot *x = &s[i];
     if (!x->active) continue;
-    if (x->conn) dlock__node_return(&r->node[i].node, x->conn, x->rc != 0);
+    if (x->conn) dlock__node_return(&r->node[i].node, x->conn, x->rc != 0 || x->got < x->extra + x->k + x->nretry);
     x->conn = NULL;
     slot_name(x, r->node[i].node.ep.display);
-    if (!x->rc) {
-      atomic_store(&r->node[i].node.suspect, 0);
-      if (x->extra) note_info(r, i, x->rep[0], x->rep[1]);
-    }
+    if (!x->rc) atomic_store(&r->node[i].node.suspect, 0);
   }
 }
 
@@ -451,8 +707,8 @@ static void run_free(redlock *r, run *x) {
 
 /* Run 'calls' on the nodes in 'mask' (bit i: node i), EVALSHA first and
  * EVAL for the calls a node answered NOSCRIPT (those did not run there). */
-static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask, dlock_mono_ms deadline,
-                     run *x) {
+static int run_calls_ex(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask,
+                        dlock_mono_ms deadline, run *x, const dlock__cmd *pre, decide_fn decided, void *ctx) {
   memset(x->s, 0, sizeof x->s);
   x->n = n;
   x->res = calloc((size_t)r->n * n, sizeof *x->res);
@@ -465,13 +721,29 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
     x->res = NULL;
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
-  for (size_t j = 0; j < n; j++) dlock__script_build_eval(&e[j], &cmds[j], &calls[j], 1);
+  dlock__eval_argv *ea = calloc(n, sizeof *ea);
+  dlock__cmd *alt = calloc(n, sizeof *alt);
+  if (!ea || !alt) {
+    free(ea);
+    free(alt);
+    free(e);
+    free(cmds);
+    free(x->res);
+    x->res = NULL;
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  for (size_t j = 0; j < n; j++) {
+    dlock__script_build_eval(&e[j], &cmds[j], &calls[j], 1);
+    dlock__script_build_eval(&ea[j], &alt[j], &calls[j], 0);
+  }
   for (int i = 0; i < r->n; i++) {
     x->s[i].active = (mask >> i) & 1;
     x->s[i].k = n;
     x->s[i].cmds = cmds;
+    x->s[i].pre = pre;
+    x->s[i].alt = n <= RL_RETRY_MAX ? alt : NULL;
   }
-  par_exec(r, x->s, deadline);
+  par_exec(r, x->s, deadline, decided, ctx);
   unsigned again = 0;
   for (int i = 0; i < r->n; i++) {
     slot *sl = &x->s[i];
@@ -496,6 +768,8 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
       free(which);
       free(e);
       free(cmds);
+      free(ea);
+      free(alt);
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
     for (size_t j = 0; j < n; j++) dlock__script_build_eval(&e2[j], &cmds[j], &calls[j], 0);
@@ -509,7 +783,7 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
           s2[i].cmds[s2[i].k++] = cmds[j];
         }
     }
-    par_exec(r, s2, deadline);
+    par_exec(r, s2, deadline, NULL, NULL);
     for (int i = 0; i < r->n; i++) {
       if (!s2[i].active) continue;
       if (s2[i].rc) { /* the EVAL may have run: the node failed */
@@ -536,7 +810,14 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
   }
   free(e);
   free(cmds);
+  free(ea);
+  free(alt);
   return 0;
+}
+
+static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask, dlock_mono_ms deadline,
+                     run *x) {
+  return run_calls_ex(r, calls, n, mask, deadline, x, NULL, NULL, NULL);
 }
 
 /* ---- Counting ---- */
@@ -555,9 +836,111 @@ static int counts(redlock *r, int i, char *why, size_t len) {
              " ms, when the longest lease in use, %" PRId64 " ms, has passed)", nd->node.ep.display, nd->uptime_s,
              (int64_t)(nd->restarted_until - now), r->max_lease_ms);
     ok = 0;
+  } else if (r->marked && nd->marker == 0 && nd->info_at) {
+    /* The restart rule for every client, also one that never saw the node
+     * before (issue 22 item 4): the deployment was used (a node has the
+     * marker), this node lacks it, so it lost its data, and it started less
+     * than the longest lease ago, so a lock it held may still be held on the
+     * other nodes by a client that counts it. */
+    int64_t up_ms = nd->uptime_s * 1000 + (int64_t)(now - nd->info_at);
+    int64_t longest = longest_lease(r);
+    if (up_ms < longest) {
+      snprintf(why, len, "%s restarted without its data (up %" PRId64 " s, and the restart marker '%s' the other "
+               "nodes have is missing there: a restart without persistence, or FLUSHALL); it counts again in %"
+               PRId64 " ms, when the longest lease recorded, %" PRId64 " ms, has passed since it started",
+               nd->node.ep.display, up_ms / 1000, r->marker_key, longest - up_ms, longest);
+      ok = 0;
+    }
   }
   pthread_mutex_unlock(&r->mu);
   return ok;
+}
+
+static int marker_of(redlock *r, int i) {
+  pthread_mutex_lock(&r->mu);
+  int m = r->node[i].marker;
+  pthread_mutex_unlock(&r->mu);
+  return m;
+}
+
+/* ---- When a quorum call's outcome is known (par_exec's 'decided') ---- */
+
+/* The reply of a node that answered, or NULL (pending, failed, or NOSCRIPT:
+ * it is sent again as EVAL, so still to come). */
+static const dlock__reply *answer(const slot *x, size_t j, int *pending) {
+  *pending = 0;
+  if (!x->active) return NULL;
+  if (slot_pending(x)) {
+    *pending = 1;
+    return NULL;
+  }
+  if (x->rc) return NULL;
+  const dlock__reply *v = x->rep[x->extra + j];
+  if (dlock__reply_is_noscript(v)) {
+    *pending = 1;
+    return NULL;
+  }
+  return v;
+}
+
+/* Acquire: a majority of counted nodes took it, or a majority no longer
+ * can. A node without the restart marker counts only once every node
+ * answered (a node still to answer may show that the deployment has one). */
+static int acquire_decided(redlock *r, const slot *s, void *ctx) {
+  (void)ctx;
+  int yes = 0, no = 0;
+  for (int i = 0; i < r->n; i++) {
+    int pending;
+    const dlock__reply *v = answer(&s[i], 0, &pending);
+    if (pending) continue;
+    if (!s[i].active) {
+      no++;
+      continue;
+    }
+    int got = v && v->type == DLOCK__REPLY_ARRAY && v->elements == 2 && v->element[0]->type == DLOCK__REPLY_INTEGER
+                  ? (int)v->element[0]->integer
+                  : -1;
+    char why[300];
+    if (got != 1 || !counts(r, i, why, sizeof why)) no++;
+    else if (marker_of(r, i) != 0) yes++;
+  }
+  return yes >= r->quorum || r->n - no < r->quorum;
+}
+
+/* Renewals: for every call, a majority of counted nodes confirmed, or a
+ * majority no longer can. */
+static int extend_decided(redlock *r, const slot *s, void *ctx) {
+  size_t n = *(const size_t *)ctx;
+  for (size_t j = 0; j < n; j++) {
+    int conf = 0, pend = 0;
+    for (int i = 0; i < r->n; i++) {
+      int pending;
+      const dlock__reply *v = answer(&s[i], j, &pending);
+      char why[300];
+      if (pending) pend++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1 && counts(r, i, why, sizeof why)) conf++;
+    }
+    if (conf < r->quorum && conf + pend >= r->quorum) return 0;
+  }
+  return 1;
+}
+
+/* The guard: a node knows a higher token (stale), or a majority of counted
+ * nodes admitted it (any higher token was admitted by a majority, which
+ * shares a node with this one, and that node would have said stale). */
+static int guard_decided(redlock *r, const slot *s, void *ctx) {
+  (void)ctx;
+  int admitted = 0;
+  for (int i = 0; i < r->n; i++) {
+    int pending;
+    const dlock__reply *v = answer(&s[i], 0, &pending);
+    if (!v || v->type != DLOCK__REPLY_ARRAY || v->elements != 2 || v->element[0]->type != DLOCK__REPLY_INTEGER)
+      continue;
+    char why[300];
+    if (v->element[0]->integer != 1) return 1;
+    if (counts(r, i, why, sizeof why)) admitted++;
+  }
+  return admitted >= r->quorum;
 }
 
 static void note_lease(redlock *r, const dlock__script_call *call, int argi) {
@@ -646,6 +1029,48 @@ static void leave_queues(redlock *r, const dlock__script_call *acq, unsigned mas
   if (run_calls(r, &w, 1, mask, deadline, &x) == 0) run_free(r, &x);
 }
 
+/* Record the restart marker, with our lease, on the nodes in 'mask' that
+ * count and lack it or record a shorter lease: a node that later lacks it
+ * lost its data (docs/redlock.md, "Restarts"). A node not counted (one
+ * that restarted recently) gets it only once it counts again. Best effort:
+ * the next acquire tries again. */
+static void write_markers(redlock *r, unsigned mask, int64_t lease, dlock_mono_ms deadline) {
+  char ls[24];
+  snprintf(ls, sizeof ls, "%" PRId64, lease);
+  const char *za[4] = {"ZADD", r->marker_key, ls, ls};
+  size_t zal[4] = {4, strlen(r->marker_key), strlen(ls), strlen(ls)};
+  const char *zt[4] = {"ZREMRANGEBYRANK", r->marker_key, "0", "-5"}; /* keep the 4 longest */
+  size_t ztl[4] = {15, strlen(r->marker_key), 1, 2};
+  dlock__cmd cmds[2] = {{4, za, zal}, {4, zt, ztl}};
+  slot s[DLOCK__REDLOCK_MAX];
+  memset(s, 0, sizeof s);
+  int any = 0;
+  for (int i = 0; i < r->n; i++) {
+    char why[300];
+    if (!((mask >> i) & 1) || !counts(r, i, why, sizeof why)) continue;
+    pthread_mutex_lock(&r->mu);
+    /* Not where the read failed (-1: an ACL without the key, say): the
+     * write would fail too, at a round trip per acquire. */
+    int need = r->node[i].marker == 0 || (r->node[i].marker == 1 && r->node[i].marker_ms < lease);
+    pthread_mutex_unlock(&r->mu);
+    if (!need) continue;
+    s[i] = (slot){.active = 1, .k = 2, .cmds = cmds};
+    any = 1;
+  }
+  if (!any) return;
+  par_exec(r, s, deadline, NULL, NULL);
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n; i++) {
+    if (!s[i].active || s[i].rc || !s[i].rep[s[i].extra] || s[i].rep[s[i].extra]->type != DLOCK__REPLY_INTEGER)
+      continue;
+    r->node[i].marker = 1;
+    if (r->node[i].marker_ms < lease) r->node[i].marker_ms = lease;
+    r->marked = 1;
+  }
+  pthread_mutex_unlock(&r->mu);
+  slots_free(s, r->n);
+}
+
 static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   *reply = NULL;
   call->maybe_ran = 0;
@@ -661,9 +1086,13 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
    * own first waiter and publishes to it, so where the nodes agree on the
    * order, they all hand it to the same waiter (docs/redlock.md, "Waiting"). */
   dlock__script_call a = *call;
+  /* In front of the acquire, each node's restart marker (the restart rule). */
+  const char *zr[5] = {"ZRANGE", r->marker_key, "-1", "-1", "WITHSCORES"};
+  size_t zrl[5] = {6, strlen(r->marker_key), 2, 2, 10};
+  dlock__cmd marker_read = {5, zr, zrl};
   dlock_mono_ms t0 = dlock_mono_now();
   run x;
-  int rc = run_calls(r, &a, 1, all_nodes(r), t0 + per, &x);
+  int rc = run_calls_ex(r, &a, 1, all_nodes(r), t0 + per, &x, &marker_read, acquire_decided, NULL);
   if (rc) return rc;
   int ok = 0, busy = 0, down = 0, out = 0;
   unsigned okmask = 0, maybe = 0, busymask = 0;
@@ -765,6 +1194,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       }
       run_free(r, &x);
     }
+    if (confirmed >= r->quorum) write_markers(r, okmask, lease, dlock_mono_now() + per);
     dlock_mono_ms t1 = dlock_mono_now();
     int64_t validity = lease - (t1 - t0) - (lease / 100 + 2);
     if (confirmed >= r->quorum && validity > 0) {
@@ -786,6 +1216,12 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   msg m;
   memset(&m, 0, sizeof m);
   int status = busy >= r->quorum ? DLOCK_EBUSY : DLOCK_EQUORUM;
+  /* Our token may remain on a majority (it took, or may have, and the
+   * release was not confirmed there): nobody else can take the lock before
+   * the lease ends, and it may be ours. Not "not acquired": unknown (issue
+   * 22 item 10). */
+  int unknown = popcount(failed) >= r->quorum;
+  if (unknown) status = DLOCK_EUNKNOWN;
   /* Nobody else holds a majority: contenders split the nodes (or we were
    * too slow). No release is coming to wake us; try again soon. */
   call->rl_tie = busy < r->quorum && okmask != 0;
@@ -797,7 +1233,13 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   int need = r->quorum - ok, queued_on = popcount(busymask);
   if (need > queued_on) need = queued_on;
   call->rl_need = need < 1 ? 1 : need;
-  if (ok >= r->quorum)
+  if (unknown)
+    add(&m, "outcome unknown: our token may remain on a majority of the Redlock nodes until its lease (%" PRId64
+        " ms) ends, so the lock may be held by it: wait for the lease to end before trying again, or, when no "
+        "other holder can exist, force-release it (dlock release --force NAME). %d of %d nodes took it (%d "
+        "needed)%s%s%s", lease, ok, r->n, r->quorum,
+        ok >= r->quorum ? ", but" : "", slow, fencemsg);
+  else if (ok >= r->quorum)
     add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
         fencemsg);
   else
@@ -838,7 +1280,7 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   dlock_mono_ms deadline = dlock_mono_now() + r->command_timeout_ms;
   if (limit < deadline) deadline = limit;
   run x;
-  int rc = run_calls(r, calls, n, all_nodes(r), deadline, &x);
+  int rc = run_calls_ex(r, calls, n, all_nodes(r), deadline, &x, NULL, extend_decided, &n);
   if (rc) return rc;
   char why[DLOCK__REDLOCK_MAX][300];
   int counted[DLOCK__REDLOCK_MAX];
@@ -910,6 +1352,9 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
 static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   for (size_t j = 0; j < n; j++) calls[j].maybe_ran = 0, calls[j].replicas = -1;
   run x;
+  /* Every node, each until the command timeout: a release is not over
+   * when a majority answered, since each node it reaches is freed now
+   * rather than at the end of the lease. */
   int rc = run_calls(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
   if (rc) return rc;
   for (size_t j = 0; j < n && !rc; j++) {
@@ -1307,7 +1752,7 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
   call->maybe_ran = 0;
   call->replicas = -1;
   run x;
-  int rc = run_calls(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  int rc = run_calls_ex(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x, NULL, guard_decided, NULL);
   if (rc) return rc;
   int admitted = 0, stale = -1, answered = 0, maybe = 0;
   uint64_t high = 0, prev = 0;
@@ -1369,10 +1814,13 @@ static _Thread_local int pin;
 
 static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
                          dlock__reply **replies, dlock_mono_ms limit) {
-  (void)c;
   redlock *r = (redlock *)t;
   for (size_t j = 0; j < n; j++) replies[j] = NULL;
   if (pin) return DLOCK__QUORUM_PASS; /* rl_route gives the pinned node */
+  pthread_mutex_lock(&r->mu);
+  if (!r->marker_key[0])
+    snprintf(r->marker_key, sizeof r->marker_key, "%sdlock:redlock:marker", c && c->prefix ? c->prefix : "");
+  pthread_mutex_unlock(&r->mu);
   dlock__script_id id = calls[0].script;
   if (id == DLOCK__SCRIPT_ACQUIRE) {
     if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
@@ -1406,7 +1854,11 @@ static dlock__node *rl_route(dlock__topology *t, const char *key, size_t keylen)
 
 static void rl_destroy(dlock__topology *t) {
   redlock *r = (redlock *)t;
+  pthread_mutex_lock(&r->mu);
+  while (r->threads > 0) pthread_cond_wait(&r->cv, &r->mu); /* each ends by its connect deadline */
+  pthread_mutex_unlock(&r->mu);
   for (int i = 0; i < r->n; i++) dlock__node_destroy(&r->node[i].node);
+  pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
 }
@@ -1435,6 +1887,8 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   pthread_mutex_init(&r->mu, NULL);
+  dlock__cond_init(&r->cv);
+  for (int i = 0; i < n; i++) r->node[i].marker = -1;
   r->quorum = n / 2 + 1;
   r->command_timeout_ms = eps[0].command_timeout_ms;
   int rc = 0;
@@ -1467,7 +1921,7 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   slot s[DLOCK__REDLOCK_MAX];
   memset(s, 0, sizeof s);
   for (int i = 0; i < n; i++) s[i] = (slot){.active = 1, .k = 1, .cmds = &cmd};
-  par_exec(r, s, dlock_mono_now() + r->command_timeout_ms);
+  par_exec(r, s, dlock_mono_now() + r->command_timeout_ms, NULL, NULL);
   int answered = 0;
   msg m;
   memset(&m, 0, sizeof m);

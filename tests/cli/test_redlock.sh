@@ -1,8 +1,9 @@
 # test_redlock.sh - every dlock command through a redlock:// URL over five
 # redis-servers started here (stopped by PID): run, status (each node's
 # view), list, release --force, fence check, every and cron --history; the
-# error breakdown of a busy lock; usage errors; and node-redlock (npm
-# redlock, pinned in bench/peers) and dlock excluding each other both ways.
+# error breakdown of a busy lock; usage errors; node-redlock (npm redlock,
+# pinned in bench/peers) and dlock excluding each other both ways; and a node
+# restarted empty held out by a new `dlock run` (issue 22 item 4).
 . "$DLOCK_TEST_LIB"
 
 PORTS=()
@@ -27,7 +28,7 @@ export DLOCK_URL=$URL
 nodes_with() {
   local k=0 p
   for p in "${PORTS[@]}"; do
-    [ "$(redis-cli -p "$p" EXISTS "$1")" = 1 ] && k=$((k + 1))
+    [ "$(redis-cli -p "$p" EXISTS "$1" 2>/dev/null)" = 1 ] && k=$((k + 1))
   done
   echo $k
 }
@@ -141,5 +142,36 @@ assert_match "status names the node that is down" "$out" "node 127.0.0.1:${PORTS
 out=$("$DLOCK" doctor)
 assert_eq "doctor fails (1) with a node down" "$?" 1
 assert_match "and names it" "$out" "FAIL +connect +cannot use node 127.0.0.1:${PORTS[4]}"
+
+# ---- issue 22 item 4: a node restarted empty is held out by a new `dlock run` ----
+
+start_node() {
+  local n=$1 i
+  redis-server --port "${PORTS[$n]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$TEST_DIR/n$((n + 1))" \
+    --daemonize no --logfile "$TEST_DIR/n$((n + 1))/redis.log" >/dev/null 2>&1 &
+  bg_track $!
+  PIDS[$n]=$!
+  for i in $(seq 1 200); do
+    [ "$(redis-cli -p "${PORTS[$n]}" PING 2>/dev/null)" = "PONG" ] && break
+    sleep 0.05
+  done
+}
+three_hold() { [ "$(nodes_with rs.lock)" = 3 ]; }
+kill -KILL "${PIDS[3]}"
+wait_for 10 pid_gone "${PIDS[3]}"
+"$DLOCK" run --lease 20s rs.lock -- sleep 60 &
+H=$!
+bg_track $H
+check "with nodes 4 and 5 down, A holds the lock on nodes 1-3" wait_for 10 three_hold
+kill -KILL "${PIDS[2]}"
+wait_for 10 pid_gone "${PIDS[2]}"
+start_node 2
+start_node 3
+start_node 4
+err=$("$DLOCK" run -n rs.lock -- echo ran 2>&1)
+assert_eq "node 3 restarted empty, 4 and 5 back: a new dlock run -n is refused (69)" "$?" 69
+assert_match "naming node 3 and why" "$err" "127.0.0.1:${PORTS[2]} restarted without its data"
+kill -TERM $H
+wait_exit $H 15
 
 finish

@@ -5,7 +5,8 @@
  * down works, 3 down fails within the wait naming them; a node restarted
  * empty is re-seeded by renewal and held out of new quorums; fences keep
  * rising across FLUSHALL and restarts; 4 processes x 25 runs on an
- * unguarded counter; a frozen node costs an acquire its per-node deadline.
+ * unguarded counter; a frozen node costs an acquire no more than its
+ * per-node deadline (a short grace once a majority took it).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -123,9 +124,9 @@ TEST(every_subset_of_foreign_nodes_succeeds_exactly_with_a_free_majority) {
     if (want_ok ? rc != 0 : rc != DLOCK_EBUSY)
       TEST_FAIL("mask %02x (%d foreign): acquire gave %s: %s", mask, busy, dlock_err_name(rc), dlock_mutex_errmsg(m));
     if (!want_ok) {
-      char held[32];
-      snprintf(held, sizeof held, "held by another owner on %d", busy);
-      ASSERT_CONTAINS(dlock_mutex_errmsg(m), held);
+      /* Each foreign node is named; one slower than the rest may be named
+       * as not answered yet: the outcome was decided without it. */
+      ASSERT_CONTAINS(dlock_mutex_errmsg(m), "held by another owner on ");
       for (int i = 0; i < N; i++) {
         if ((mask >> i) & 1) {
           ASSERT_CONTAINS(dlock_mutex_errmsg(m), srv[i].url + strlen("redis://"));
@@ -203,7 +204,10 @@ TEST(a_node_restarted_empty_is_reseeded_and_held_out_of_new_quorums) {
   token_on(1, "rl:held", tok, sizeof tok);
   ASSERT(strlen(tok) == 32);
   if (th_redis_restart(&srv[0]) != 0) TEST_FAIL("restart");
-  expect_key(0, "rl:held", "");
+  /* Empty, unless a renewal already re-seeded it (one may run as soon as
+   * the node is back: a third of the lease is 500 ms). */
+  token_on(0, "rl:held", got, sizeof got);
+  if (got[0] && strcmp(got, tok) != 0) TEST_FAIL("node 0 holds '%s' after its restart", got);
   /* The watchdog renews every third of the lease: node 0 gets our token back. */
   long long until = th_now_ms() + 3000 * th_time_factor();
   for (;;) {
@@ -234,7 +238,9 @@ TEST(a_node_restarted_empty_is_reseeded_and_held_out_of_new_quorums) {
 }
 
 static uint64_t take_fence(dlock_mutex *m) {
-  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  /* A wait: a node that lost its data less than a lease ago counts only
+   * once the lease has passed (the restart rule). */
+  ASSERT_OK(dlock_mutex_acquire(m, 5000 * th_time_factor()));
   uint64_t f = dlock_mutex_fence(m);
   ASSERT_OK(dlock_mutex_release(m));
   return f;
@@ -243,7 +249,7 @@ static uint64_t take_fence(dlock_mutex *m) {
 TEST(fences_keep_rising_across_flushall_of_two_and_restart_of_two_others) {
   flush_all();
   dlock_client *c = test_client(url);
-  dlock_mutex *m = test_mutex(c, "rl:fence", 5000);
+  dlock_mutex *m = test_mutex(c, "rl:fence", 1000);
   /* One node's counter far above every clock: only the write-back carries
    * it to the others, so only the write-back makes the later fences rise. */
   char out[64];
@@ -314,7 +320,10 @@ TEST(renewal_counts_only_with_a_majority_and_loss_comes_at_the_local_deadline) {
   up(1);
   up(2);
   up(3);
-  /* A new client: this one holds the restarted nodes out for a lease. */
+  /* A fresh deployment (FLUSHALL: no restart marker anywhere) and a new
+   * client: with the marker on 0 and 4, any client would hold the restarted
+   * nodes out for a lease (issue 22 item 4). */
+  flush_all();
   dlock_client_free(c);
   c = test_client(url);
   dlock_mutex_options mo;
@@ -441,8 +450,10 @@ TEST(a_frozen_node_costs_an_acquire_no_more_than_its_per_node_deadline) {
     ASSERT_OK(dlock_mutex_release(m));
   }
   kill(srv[2].pid, SIGCONT);
+  /* Since issue 22 item 3 an acquire completes once a majority took it:
+   * the frozen node costs a short grace, not its whole per-node deadline. */
   printf("  slowest acquire with a frozen node: %lld ms (per-node deadline 200 ms)\n", worst);
-  if (worst < 150 || worst > 200 + 600 * th_time_factor())
+  if (worst > 200 + 600 * th_time_factor())
     TEST_FAIL("an acquire with a frozen node took %lld ms; the per-node deadline is 200 ms", worst);
   dlock_mutex_free(m);
   dlock_client_free(c);
