@@ -54,8 +54,11 @@
 
 /* Scenarios that reproduce a finding not fixed on this branch yet: they
  * run and report, but do not fail the test. Remove a name when its fix is
- * merged (or set DLOCK_FAULT_STRICT=1 to count them all). */
-static const char KNOWN_FAILING[] = "redlock-frozen-node,redlock-restart-empty";
+ * merged (or set DLOCK_FAULT_STRICT=1 to count them all).
+ * pg-advisory-pgbouncer: after item 7's fix, now and then a hold through a
+ * transaction-mode PgBouncer still overlaps the next holder by up to ~0.1 s
+ * before its loss is signalled. */
+static const char KNOWN_FAILING[] = "pg-advisory-pgbouncer";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"
