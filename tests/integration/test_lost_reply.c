@@ -675,4 +675,71 @@ TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
   dlock_client_free(c);
 }
 
+/* An acquire whose reply was lost is sent again; the first send may still
+ * reach Redis later (a retransmitted packet of the closed connection, a
+ * proxy that held it), after the resend's answer and after an extend to a
+ * longer lease. Its run must not shorten the key below the deadline the
+ * handle counts on (docs/model.md: the SPIN model found this). Here the late
+ * first send is played by running acquire.lua with the hold's token. */
+TEST(a_late_duplicate_of_an_acquire_never_shortens_an_extended_lease) {
+  dlock_client *c = proxied_client();
+  dlock_mutex *m = test_mutex(c, "lr:latedup", 2000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_extend(m, 60000));
+  char token[sizeof m->token];
+  pthread_mutex_lock(&m->mu);
+  memcpy(token, m->token, sizeof token);
+  pthread_mutex_unlock(&m->mu);
+  char out[256];
+  th_redis_cli(&srv, out, sizeof out,
+               "EVALSHA %s 5 lr:latedup {lr:latedup}:fence {lr:latedup}:meta {lr:latedup}:queue "
+               "{lr:latedup}:waiters %s 2000 '' 2000 3000 x ''",
+               dlock__script_sha(DLOCK__SCRIPT_ACQUIRE), token);
+  cli(out, sizeof out, "PTTL lr:latedup");
+  long long pttl = atoll(out);
+  long long left = (long long)(dlock_mutex_valid_until(m) - dlock_mono_now());
+  if (pttl < left)
+    TEST_FAIL("the late acquire set the key to expire in %lld ms while the handle counts on %lld ms more: "
+              "another client could take the lock while this one believes it holds it", pttl, left);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The same for a semaphore's permit: a late copy of its acquire must not
+ * lower the permit's expiry below the holder's deadline after an extend. */
+TEST(a_late_duplicate_of_a_permit_acquire_never_shortens_an_extended_lease) {
+  dlock_client *c = proxied_client();
+  dlock_semaphore *s = NULL;
+  dlock_mutex_options o;
+  dlock_mutex_options_init(&o);
+  o.lease_ms = 2000;
+  ASSERT_OK(dlock_semaphore_new(&s, c, "lr:latesem", 2, &o));
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  ASSERT_OK(dlock_semaphore_extend(s, 60000));
+  dlock_mutex *m = (dlock_mutex *)s; /* a semaphore handle is a mutex handle of another kind */
+  char token[sizeof m->token];
+  pthread_mutex_lock(&m->mu);
+  memcpy(token, m->token, sizeof token);
+  pthread_mutex_unlock(&m->mu);
+  char out[256];
+  th_redis_cli(&srv, out, sizeof out,
+               "EVALSHA %s 5 lr:latesem {lr:latesem}:fence {lr:latesem}:meta {lr:latesem}:queue "
+               "{lr:latesem}:waiters %s 2000 '' 2000 3000 x 2",
+               dlock__script_sha(DLOCK__SCRIPT_SEM_ACQUIRE), token);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "ZSCORE lr:latesem %s", token);
+  cli(out, sizeof out, cmd);
+  long long expiry = atoll(out);
+  cli(out, sizeof out, "EVAL \"local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)\" 0");
+  long long server_now = atoll(out);
+  long long left = (long long)(dlock_semaphore_valid_until(s) - dlock_mono_now());
+  if (expiry - server_now < left)
+    TEST_FAIL("the late acquire set the permit to expire in %lld ms while the handle counts on %lld ms more",
+              expiry - server_now, left);
+  ASSERT_OK(dlock_semaphore_release(s));
+  dlock_semaphore_free(s);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()

@@ -78,8 +78,11 @@ if in_queue or (wid ~= '' and cur and cur ~= token) then
 end
 if cur == token then
   -- Ours already: a hand-off not yet confirmed, or a retry after a lost reply.
+  -- The lease is lengthened, never shortened: this may be a late copy of the
+  -- acquire that runs after the holder's extend to a longer lease, whose
+  -- deadline the holder counts on (the model in docs/model.md found it).
   local f = dlock_hold_of(KEYS, token)
-  redis.call('PEXPIRE', KEYS[1], lease)
+  if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
   if in_queue then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)

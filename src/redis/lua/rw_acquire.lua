@@ -18,9 +18,12 @@ local function unqueue()
     redis.call('HDEL', KEYS[5], wid)
   end
 end
--- Ours already: a retry after a lost reply.
-if redis.call('ZSCORE', KEYS[1], tok) then
-  redis.call('ZADD', KEYS[1], 'XX', now_ms + lease, tok)
+-- Ours already: a retry after a lost reply. Lengthened, never shortened: this
+-- may be a late copy of the acquire that runs after the holder's extend to a
+-- longer lease (acquire.lua).
+local mine = redis.call('ZSCORE', KEYS[1], tok)
+if mine then
+  if tonumber(mine) < now_ms + lease then redis.call('ZADD', KEYS[1], 'XX', now_ms + lease, tok) end
   rw_keep(KEYS[1], lease)
   rw_keep(KEYS[3], lease)
   unqueue()

@@ -23,7 +23,9 @@ end
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now_ms then
   -- Ours already: a hand-off not yet confirmed, or a retry after a lost reply.
-  redis.call('ZADD', KEYS[1], 'XX', now_ms + lease, token)
+  -- Lengthened, never shortened: this may be a late copy of the acquire that
+  -- runs after the holder's extend to a longer lease (acquire.lua).
+  if tonumber(mine) < now_ms + lease then redis.call('ZADD', KEYS[1], 'XX', now_ms + lease, token) end
   local rec = redis.call('HGET', KEYS[3], 'p:' .. token) or ''
   dequeue()
   dlock_sem_tidy(KEYS, expired, used, now_ms)
