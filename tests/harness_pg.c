@@ -529,3 +529,18 @@ struct dlock_client *th_pg_client(const th_pg *p, const char *schema, const char
   dlock_client *c = NULL;
   return dlock_client_new(&c, &o) == 0 ? c : NULL;
 }
+
+int th_pg_wait_active(const th_pg *p, const char *text, long timeout_ms) {
+  long long until = th_now_ms() + timeout_ms;
+  do {
+    char out[64];
+    if (th_pg_sql(p, NULL, out, sizeof out,
+                  "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
+                  "AND position('%s' in query) > 0",
+                  text) == 0 &&
+        atoi(out) > 0)
+      return 0;
+    th_sleep_ms(50);
+  } while (th_now_ms() < until);
+  return -1;
+}

@@ -54,6 +54,11 @@ int th_pg_restart(th_pg *p, int kill9, long down_ms);
 int th_pg_sql(const th_pg *p, const char *user, char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Wait until another session runs a statement containing 'text' (e.g. the
+ * pg_sleep of a session that took a lock first), so that a test never
+ * counts on a fixed sleep for it. 0, or -1 after 'timeout_ms'. */
+int th_pg_wait_active(const th_pg *p, const char *text, long timeout_ms);
+
 /* A PgBouncer (Debian: pgbouncer) in front of 'pg', in 'pool_mode'
  * ("transaction" or "session"), trust authentication, on a free loopback
  * port; run as the postgres user when root; stopped by PID like the server. */

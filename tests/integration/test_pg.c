@@ -411,7 +411,7 @@ TEST(statement_timeouts_are_reported_with_the_server_and_what_to_do) {
            "FOR UPDATE; SELECT pg_sleep(%ld); COMMIT;\" >/dev/null 2>&1 &",
            srv.dir, srv.port, 3 * tf());
   ASSERT_EQ(system(cmd), 0);
-  th_sleep_ms(500);
+  if (th_pg_wait_active(&srv, "pg_sleep", 30000 * tf()) != 0) TEST_FAIL("the other session never took the row");
   /* The server's statement_timeout, set through libpq's options in the URL
    * (passed through unchanged): exact, the statement did not run. */
   dlock__pg *s = client("stmt", "&options=-c%20statement_timeout%3D300");

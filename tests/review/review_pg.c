@@ -63,7 +63,7 @@ TEST(review_init_gives_up_at_its_timeout_while_another_init_holds_the_lock) {
     _exit(rc == 0 ? 0 : 1);
   }
   ASSERT(kid > 0);
-  usleep((useconds_t)(700 * 1000 * tf())); /* the other session takes the lock */
+  if (th_pg_wait_active(&srv, "pg_sleep", 30000 * tf()) != 0) TEST_FAIL("the other session never took the lock");
   char url[900];
   snprintf(url, sizeof url, "%s?dlock_schema=rv_init", srv.url);
   dlock_client *c = client_url(url, 500);
@@ -586,7 +586,7 @@ TEST(review_a_release_cut_by_statement_timeout_is_exact) {
                     "BEGIN; SELECT 1 FROM rv_st.locks WHERE name = 'rv-st' FOR UPDATE; SELECT pg_sleep(3); COMMIT;") == 0
               ? 0 : 1);
   }
-  usleep(700 * 1000);
+  if (th_pg_wait_active(&srv, "pg_sleep", 30000 * tf()) != 0) TEST_FAIL("the other session never took the row");
   int rc = dlock_mutex_release(m);
   char err[700];
   snprintf(err, sizeof err, "%s", dlock_last_error());
