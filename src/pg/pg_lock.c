@@ -539,8 +539,14 @@ static int advisory_try(dlock__pg *pg, dlock__pg_hconn *hc, int64_t key, int *go
   *got = 0;
   if (PQtransactionStatus(hc->conn) != PQTRANS_IDLE)
     return dlock__error(DLOCK_EIO, "PostgreSQL %s: a hold connection was not idle before an acquire", pg->display);
-  char sql[160];
-  snprintf(sql, sizeof sql, "BEGIN; SELECT pg_try_advisory_xact_lock((%lld)::bigint)", (long long)key);
+  /* Read committed: no snapshot kept between statements (a role's
+   * default of repeatable read would hold back vacuum for the whole hold);
+   * no idle-in-transaction timeout of the server's ends the hold. */
+  char sql[240];
+  snprintf(sql, sizeof sql,
+           "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = 0; "
+           "SELECT pg_try_advisory_xact_lock((%lld)::bigint)",
+           (long long)key);
   PGresult *r = NULL;
   int rc = hconn_exec(pg, hc, sql, -1, NULL, &r);
   if (rc != 0) return rc;
