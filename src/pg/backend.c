@@ -6,9 +6,10 @@
  *
  * Lease mode (the default): leases in dlock's table, renewed by the core's
  * watchdog in one statement per batch, fenced. Advisory mode
- * (?mode=advisory): a session lock per hold on a connection of its own,
- * no fence; the watchdog looks at that session every ADVISORY_CHECK_MS / 3
- * and reports the hold lost as soon as the session is gone.
+ * (?mode=advisory): a transaction-level advisory lock per hold, in a
+ * transaction kept open on a connection of its own, no fence; the watchdog
+ * looks at that transaction every ADVISORY_CHECK_MS / 3 and reports the
+ * hold lost as soon as it or its session is gone.
  *
  * The client's key prefix (dlock_client_options.key_prefix) is put in front
  * of lock, job and resource names, as Redis puts it in front of keys.

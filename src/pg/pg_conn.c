@@ -507,7 +507,8 @@ int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const
     if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {
       if (!err) err = r;
       else PQclear(r);
-    } else if (!first && st == PGRES_TUPLES_OK) {
+    } else if (st == PGRES_TUPLES_OK && (!first || PQresultStatus(first) != PGRES_TUPLES_OK)) {
+      PQclear(first); /* the first rows win over an earlier command's status ("BEGIN; SELECT ...") */
       first = r;
     } else {
       if (!first) first = r;

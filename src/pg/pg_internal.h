@@ -37,15 +37,11 @@ enum {
   DLOCK__PG_SQL_COUNT
 };
 
-/* Advisory mode: a hold's connection. 'pid' is the server backend that
- * runs its statements and 'mark' the random value it set in that backend's
- * session (dlock.hold): every advisory statement runs only where both still
- * match, so a pooler that hands the statement to another server session
- * cannot make it take, keep or free a lock there. */
+/* Advisory mode: a hold's connection. While it holds, a transaction is
+ * open on it, and the lock is a transaction-level advisory lock of that
+ * transaction (which every pooler keeps on one server session). */
 typedef struct dlock__pg_hconn {
   PGconn *conn;
-  long pid;
-  char mark[DLOCK__TOKEN_HEX + 1];
 } dlock__pg_hconn;
 
 struct dlock__pg {

@@ -458,20 +458,20 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
   return got;
 }
 
-/* Every advisory statement runs its work only where the hold connection's
- * server session is the one it marked ($2 its pid, $3 its mark): else it
- * answers NULL and does nothing. */
-#define ADV_GUARD "pg_backend_pid() = $2::int AND coalesce(current_setting('dlock.hold', true), '') = $3"
-
-static int pooler_refused(dlock__pg *pg, const char *what) {
-  return dlock__error(DLOCK_EURL,
-                      "%s: advisory mode needs one server session per connection, but %s: a transaction-mode "
-                      "pooler (PgBouncer pool_mode=transaction) sits in between, and advisory locks would admit "
-                      "two holders; connect directly to PostgreSQL or through a session-mode pool (which resets "
-                      "sessions between clients) for mode=advisory, or use lease mode (the default), which works "
-                      "through any pooler",
-                      pg->display, what);
-}
+/* Advisory mode: a hold is a transaction-level advisory lock
+ * (pg_try_advisory_xact_lock) inside a transaction kept open on the hold's
+ * connection, and every statement of the hold (the try, each check, the
+ * release) runs inside that one transaction. A transaction is the unit
+ * every pooler pins to one server session (PgBouncer in transaction mode
+ * keeps its server for the client until the transaction ends, and closes
+ * that server when the client goes away inside it), so the lock cannot be
+ * taken in one server session and checked or freed in another, nor be left
+ * in a server session the pooler hands to another client: it ends with the
+ * transaction, whoever ends it. */
+#define ADV_HELD                                                                                    \
+  "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND " \
+  "objsubid = 1 AND classid::bigint = (((%lld)::bigint >> 32) & 4294967295) AND "                        \
+  "objid::bigint = ((%lld)::bigint & 4294967295))"
 
 static int hconn_exec(dlock__pg *pg, dlock__pg_hconn *hc, const char *sql, int n, const char *const *vals,
                       PGresult **r) {
@@ -481,12 +481,12 @@ static int hconn_exec(dlock__pg *pg, dlock__pg_hconn *hc, const char *sql, int n
 
 static void hconn_free(dlock__pg_hconn *hc) {
   if (!hc) return;
-  if (hc->conn) PQfinish(hc->conn);
+  if (hc->conn) PQfinish(hc->conn); /* inside a transaction: it ends, and its lock with it */
   free(hc);
 }
 
-/* Back to the pool when 'reusable' (its lock released, nothing open), else
- * closed. */
+/* Back to the pool when 'reusable' (no transaction open: nothing held),
+ * else closed. */
 static void hconn_put(dlock__pg *pg, dlock__pg_hconn *hc, int reusable) {
   if (!hc) return;
   if (reusable && PQstatus(hc->conn) == CONNECTION_OK && PQtransactionStatus(hc->conn) == PQTRANS_IDLE) {
@@ -500,88 +500,14 @@ static void hconn_put(dlock__pg *pg, dlock__pg_hconn *hc, int reusable) {
   hconn_free(hc);
 }
 
-/* A new hold connection: mark its server session, and make sure that its
- * statements run in that session alone. Directly connected, the backend
- * pid from the connection's start-up (PQbackendPID) is the session's own
- * pg_backend_pid(). Through a pooler the start-up pid is the pooler's, and
- * the session is checked: a session already marked by another connection,
- * or a second connection in a transaction seeing our mark or pid, or our
- * next statement running elsewhere, is a transaction-mode pooler. Whatever
- * this sample says, every advisory statement checks the mark again (the
- * guard), so no sample can be fooled into a second holder. */
 static int hconn_open(dlock__pg *pg, dlock__pg_hconn **out) {
   *out = NULL;
   dlock__pg_hconn *hc = calloc(1, sizeof *hc);
   if (!hc) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  int rc = dlock__random_hex(hc->mark, DLOCK__TOKEN_HEX / 2);
-  if (rc == 0) rc = dlock__pg_open(pg, &hc->conn);
+  int rc = dlock__pg_open(pg, &hc->conn);
   if (rc != 0) {
     hconn_free(hc);
     return rc;
-  }
-  const char *vals[1] = {hc->mark};
-  PGresult *r = NULL;
-  rc = hconn_exec(pg, hc,
-                  "SELECT pg_backend_pid(), CASE WHEN coalesce(current_setting('dlock.hold', true), '') = '' "
-                  "THEN set_config('dlock.hold', $1, false) ELSE current_setting('dlock.hold', true) END",
-                  1, vals, &r);
-  if (rc != 0) {
-    hconn_free(hc);
-    return rc;
-  }
-  hc->pid = (long)col_i64(r, 0, 0);
-  int marked = strcmp(PQgetvalue(r, 0, 1), hc->mark) == 0;
-  PQclear(r);
-  if (!marked) {
-    hconn_free(hc);
-    return pooler_refused(pg, "this connection's server session was already in use by another dlock connection");
-  }
-  if (PQbackendPID(hc->conn) == (int)hc->pid) {
-    *out = hc; /* direct: the start-up's backend is the one that answers */
-    return 0;
-  }
-  /* A pooler. Another connection, inside a transaction (a transaction-mode
-   * pooler keeps its server for it), must not land in our session, and our
-   * next statement must still run in it. */
-  PGconn *other = NULL;
-  rc = dlock__pg_open(pg, &other);
-  if (rc != 0) {
-    hconn_free(hc);
-    return rc;
-  }
-  int sent = 0;
-  rc = dlock__pg_exec_on(pg, other, "BEGIN", -1, NULL, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
-  PQclear(r);
-  r = NULL;
-  if (rc == 0)
-    rc = dlock__pg_exec_on(pg, other, "SELECT pg_backend_pid(), coalesce(current_setting('dlock.hold', true), '')",
-                           -1, NULL, dlock_mono_now() + pg->opts.command_timeout_ms, &r, &sent);
-  long opid = 0;
-  int omark = 0;
-  if (rc == 0) {
-    opid = (long)col_i64(r, 0, 0);
-    omark = strcmp(PQgetvalue(r, 0, 1), hc->mark) == 0;
-    PQclear(r);
-    r = NULL;
-    char pid[24];
-    NUM(pid, hc->pid);
-    const char *gv[3] = {"0", pid, hc->mark};
-    rc = hconn_exec(pg, hc, "SELECT ($1::bigint = 0 AND " ADV_GUARD "), pg_backend_pid()", 3, gv, &r);
-  }
-  PQfinish(other); /* ends its transaction */
-  if (rc != 0) {
-    hconn_free(hc);
-    return rc;
-  }
-  int same = col_bool(r, 0, 0);
-  long now_pid = (long)col_i64(r, 0, 1);
-  PQclear(r);
-  if (omark || opid == hc->pid || !same) {
-    char what[200];
-    snprintf(what, sizeof what, "this connection's statements ran on different server backends (pid %ld, then %ld)",
-             hc->pid, omark || opid == hc->pid ? opid : now_pid);
-    hconn_free(hc);
-    return pooler_refused(pg, what);
   }
   *out = hc;
   return 0;
@@ -605,28 +531,38 @@ static int hconn_get(dlock__pg *pg, dlock__pg_hconn **out, int *reused) {
   return hconn_open(pg, out);
 }
 
-/* One try: 0 with '*got', or an error (DLOCK_EURL when the statement ran
- * in another server session than the connection's: a pooler). */
+/* One try, one round trip: BEGIN and the transaction-level lock in one
+ * simple query. 0 with '*got' (then the transaction stays open: the hold;
+ * else it was rolled back), or an error (the caller closes the
+ * connection, which ends whatever the transaction took). */
 static int advisory_try(dlock__pg *pg, dlock__pg_hconn *hc, int64_t key, int *got) {
-  char k[24], pid[24];
-  NUM(k, key);
-  NUM(pid, hc->pid);
-  const char *vals[3] = {k, pid, hc->mark};
+  *got = 0;
+  if (PQtransactionStatus(hc->conn) != PQTRANS_IDLE)
+    return dlock__error(DLOCK_EIO, "PostgreSQL %s: a hold connection was not idle before an acquire", pg->display);
+  /* Read committed: no snapshot kept between statements (a role's
+   * default of repeatable read would hold back vacuum for the whole hold);
+   * no idle-in-transaction timeout of the server's ends the hold. */
+  char sql[240];
+  snprintf(sql, sizeof sql,
+           "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = 0; "
+           "SELECT pg_try_advisory_xact_lock((%lld)::bigint)",
+           (long long)key);
   PGresult *r = NULL;
-  int rc = hconn_exec(pg, hc,
-                      "SELECT CASE WHEN " ADV_GUARD " THEN pg_try_advisory_lock($1::bigint) END, pg_backend_pid()",
-                      3, vals, &r);
+  int rc = hconn_exec(pg, hc, sql, -1, NULL, &r);
   if (rc != 0) return rc;
-  if (PQgetisnull(r, 0, 0)) {
-    char what[200];
-    snprintf(what, sizeof what, "this connection's statements ran on different server backends (pid %ld, then %s)",
-             hc->pid, PQgetvalue(r, 0, 1));
-    PQclear(r);
-    return pooler_refused(pg, what);
-  }
-  *got = col_bool(r, 0, 0);
+  int ok = PQntuples(r) == 1 && col_bool(r, 0, 0);
   PQclear(r);
-  return 0;
+  if (PQtransactionStatus(hc->conn) != PQTRANS_INTRANS)
+    return dlock__error(DLOCK_EPROTO, "PostgreSQL %s: the acquire's transaction did not stay open (a pooler in "
+                        "statement mode?); advisory mode needs transactions", pg->display);
+  if (ok) {
+    *got = 1;
+    return 0;
+  }
+  r = NULL;
+  rc = hconn_exec(pg, hc, "ROLLBACK", -1, NULL, &r);
+  PQclear(r);
+  return rc;
 }
 
 static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, const atomic_int *cancel) {
@@ -867,41 +803,51 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
     dlock__pg_hconn *hc = h->session;
     h->session = NULL;
     if (!hc) return dlock__error(DLOCK_ENOTHELD, "lock '%s' is not held", h->name);
-    char k[24], pid[24], ch[80];
-    NUM(k, dlock__pg_advisory_key(h->name));
-    NUM(pid, hc->pid);
-    snprintf(ch, sizeof ch, "%s", pg->channel);
-    const char *vals[5] = {k, pid, hc->mark, ch, h->name};
-    PGresult *r = NULL;
-    int rc = hconn_exec(pg, hc,
-                        "SELECT CASE WHEN " ADV_GUARD " THEN pg_advisory_unlock($1::bigint) END, "
-                        "pg_notify($4, $5 || ' ')",
-                        5, vals, &r);
-    int elsewhere = rc == 0 && PQgetisnull(r, 0, 0);
-    int held = rc == 0 && !elsewhere && col_bool(r, 0, 0);
-    PQclear(r);
-    if (elsewhere) {
-      hconn_put(pg, hc, 0);
-      return dlock__error(DLOCK_EUNKNOWN,
-                          "release of '%s' on %s: the unlock ran in another server session than the one holding the "
-                          "lock, so it did nothing: a transaction-mode pooler sits in between; the lock stays held "
-                          "by the pooler's server session until that session ends; use a direct or session-pooled "
-                          "URL for mode=advisory, or lease mode",
-                          h->name, pg->display);
+    /* One round trip: whether the hold's transaction still has the lock,
+     * the notification (sent at commit, when the lock is free), and the
+     * commit that frees it. */
+    long long key = (long long)dlock__pg_advisory_key(h->name);
+    char *ch = PQescapeLiteral(hc->conn, pg->channel, strlen(pg->channel));
+    size_t nlen = strlen(h->name);
+    char *nm = malloc(nlen + 2);
+    if (nm) {
+      memcpy(nm, h->name, nlen);
+      memcpy(nm + nlen, " ", 2);
     }
-    /* Unlocked: the session holds nothing now (one lock per hold
-     * connection), and the connection serves the next acquire. Else the
-     * session ends: the lock is gone whatever happened. */
-    hconn_put(pg, hc, held);
-    if (rc != 0 || !held)
+    char *name = nm ? PQescapeLiteral(hc->conn, nm, nlen + 1) : NULL;
+    free(nm);
+    char *sql = NULL;
+    if (ch && name) {
+      size_t len = strlen(ch) + strlen(name) + 512;
+      sql = malloc(len);
+      if (sql) snprintf(sql, len, "SELECT " ADV_HELD ", pg_notify(%s, %s); COMMIT", key, key, ch, name);
+    }
+    PQfreemem(ch);
+    PQfreemem(name);
+    if (!sql) {
+      hconn_put(pg, hc, 0); /* ends the transaction and the lock */
+      return dlock__error(DLOCK_ENOMEM, "out of memory releasing '%s' (the connection was closed, which frees it)",
+                          h->name);
+    }
+    PGresult *r = NULL;
+    int rc = PQtransactionStatus(hc->conn) == PQTRANS_INTRANS ? hconn_exec(pg, hc, sql, -1, NULL, &r) : DLOCK_EIO;
+    free(sql);
+    int held = rc == 0 && PQntuples(r) == 1 && col_i64(r, 0, 0) > 0;
+    PQclear(r);
+    int committed = rc == 0 && PQtransactionStatus(hc->conn) == PQTRANS_IDLE;
+    /* Committed: the session holds nothing now, and the connection serves
+     * the next acquire. Else it is closed: the transaction ends with it,
+     * and the lock whatever happened. */
+    hconn_put(pg, hc, committed);
+    if (!held)
       return dlock__error(DLOCK_ENOTHELD,
-                          "lock '%s' on %s was not held by its session any more (the connection was lost: "
-                          "advisory locks end with it)",
+                          "lock '%s' on %s was not held by its transaction any more (the connection was lost or "
+                          "the transaction ended: advisory locks end with it)",
                           h->name, pg->display);
     if (h->lost != DLOCK_LOST_NONE)
       return dlock__error(DLOCK_ENOTHELD,
-                          "lock '%s' on %s: the hold had been lost before this release (%s); its session still "
-                          "held it and unlocked it",
+                          "lock '%s' on %s: the hold had been lost before this release (%s); its transaction still "
+                          "held it and ended",
                           h->name, pg->display, dlock_lost_reason_str((dlock_lost_reason)h->lost));
     return 0;
   }
@@ -983,20 +929,14 @@ static int renew_advisory(dlock__pg *pg, dlock__pg_renewal *r, size_t n) {
     r[i].status = 0;
     r[i].lost = DLOCK_LOST_NONE;
     PGresult *res = NULL;
-    char k[24], pid[24];
-    NUM(k, dlock__pg_advisory_key(r[i].h->name));
-    NUM(pid, hc ? hc->pid : 0);
-    const char *vals[3] = {k, pid, hc ? hc->mark : ""};
-    /* Counted in the hold's own session only (the guard): a statement that
-     * a pooler ran elsewhere answers -1, and the hold is reported lost. */
-    int rc = hc ? hconn_exec(pg, hc,
-                             "SELECT CASE WHEN " ADV_GUARD " THEN (SELECT count(*) FROM pg_locks WHERE "
-                             "locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND "
-                             "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
-                             "objid::bigint = ($1::bigint & 4294967295)) ELSE -1 END",
-                             3, vals, &res)
-                : DLOCK_EIO;
-    if (rc != 0 || col_i64(res, 0, 0) < 1) {
+    long long key = (long long)dlock__pg_advisory_key(r[i].h->name);
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT " ADV_HELD, key, key);
+    /* Inside the hold's transaction (a pooler keeps it on one server
+     * session): a transaction that ended or failed is a lost hold. */
+    int rc = hc && PQtransactionStatus(hc->conn) == PQTRANS_INTRANS ? hconn_exec(pg, hc, sql, -1, NULL, &res)
+                                                                     : DLOCK_EIO;
+    if (rc != 0 || PQntuples(res) != 1 || col_i64(res, 0, 0) < 1 || PQtransactionStatus(hc->conn) != PQTRANS_INTRANS) {
       r[i].status = DLOCK_ELOST;
       r[i].lost = DLOCK_LOST_EXPIRED;
     }

@@ -191,9 +191,10 @@ static const scenario scenarios[] = {
      .about = "PostgreSQL lease tables: kill -9 and SIGSTOP of workers, kill -9 + restart of the server"},
     /* Issue 22 item 7: "PostgreSQL advisory mode through a transaction
      * pooler (pgbouncer transaction mode) lets two clients hold one name";
-     * docs/postgres.md promises a refusal (DLOCK_EURL naming the pooler).
-     * Fixed, every acquire is refused: no minimum of holds. Load: 12
-     * workers, a new client per hold (the check runs per client). */
+     * the first fix (a marked session) still let two in here; now a hold
+     * is a transaction, which the pooler keeps on one server session, and
+     * acquires through the pooler succeed (may_refuse stays for a refused
+     * try). Load: 12 workers, a new client per hold. */
     {"pg-advisory-pgbouncer", D_PGBOUNCER, 0, "mutex", .hold_max = 400, .may_refuse = 1, .fresh_client = 1,
      .workers = 12,
      .url_more = "&mode=advisory",
