@@ -1,0 +1,293 @@
+/*
+ * review_zk_adversarial.c - adversarial review of the ZooKeeper backend
+ * (branch revzk): attacks on the promises of docs/zookeeper.md with real
+ * servers and a raw, unauthenticated libzookeeper client. Registered as
+ * ctest "review/review_zk_adversarial" (labels "review" and "zk").
+ *
+ * FINDING 1 (ACLs, "Parents left open"): dlock__zk_close_path() decides a
+ * parent is open only from its world:anyone entry (world_beyond_read() in
+ * src/zk/session.c). Any other entry that admits clients without our
+ * credentials is trusted: an `ip:` entry (ip:127.0.0.1, or ip:0.0.0.0/0,
+ * which matches every client), another user's digest, ... A client with no
+ * credentials that creates the lock path (or _dlock_guard) first, with the
+ * ACL `ip:0.0.0.0/0:cdrwa, world:anyone:r`, passes the check: dlock puts its
+ * holder's node there, does not close the path, and the attacker deletes
+ * the holder's node (a second digest client then gets the lock while the
+ * first still holds), queues a node that sorts first, or lowers the guard
+ * (a stale token is admitted). The docs promise that with ?digest= "a
+ * client without credentials ... can neither delete a holder's node, nor
+ * ... create a node in a lock path, nor lower ... a guard", and that an
+ * open parent is closed or refused with DLOCK_EAUTH. These tests FAIL on
+ * the code as reviewed (cd6223b): the raw delete / setData succeed.
+ * The attacker needs create rights where the lock path goes (the namespace
+ * left open, as the root is by default, or a namespace it made first).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef THREADED
+#define THREADED 1
+#endif
+#include <zookeeper/zookeeper.h>
+
+#include "harness.h"
+#include "harness_zk.h"
+#include "internal.h"
+#include "test.h"
+#include "zk/zk.h"
+
+static th_zk srv;
+static int srv_up;
+static char skip_why[256];
+
+void test_setup(void) {
+  srv_up = th_zk_suite_start(&srv, 200, skip_why, sizeof skip_why);
+  zoo_set_debug_level((ZooLogLevel)0);
+}
+
+void test_teardown(void) {
+  if (srv_up) th_zk_stop(&srv);
+}
+
+#define NEED_SERVER()                       \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
+  } while (0)
+
+static const char *url_of(const char *ns, const char *params) {
+  static char buf[8][512];
+  static int next;
+  char *b = buf[next++ % 8];
+  snprintf(b, 512, "zk://%s%s%s%s", srv.hostport, ns, params && *params ? "?" : "", params ? params : "");
+  return b;
+}
+
+static dlock__zk *zk_connect(const char *url) {
+  dlock__zk *z = NULL;
+  if (dlock__zk_connect(url, &z) != 0) TEST_FAIL("connect %s: %s", url, dlock_last_error());
+  return z;
+}
+
+/* The attacker: a session with no credentials, connected within 30 s. */
+static zhandle_t *raw_connect(void) {
+  zhandle_t *zh = zookeeper_init(srv.hostport, NULL, 10000, NULL, NULL, 0);
+  if (!zh) TEST_FAIL("zookeeper_init %s failed", srv.hostport);
+  long limit = 30000L * th_time_factor();
+  for (long waited = 0; zoo_state(zh) != ZOO_CONNECTED_STATE; waited += 20) {
+    if (waited >= limit) {
+      zookeeper_close(zh);
+      TEST_FAIL("the raw client did not connect to %s within %ld ms", srv.hostport, limit);
+    }
+    usleep(20000);
+  }
+  return zh;
+}
+
+#define DIGEST "digest=alice:s3cret"
+
+static char scheme_ip[] = "ip", id_all[] = "0.0.0.0/0", id_lo[] = "127.0.0.1", scheme_world[] = "world",
+            id_anyone[] = "anyone";
+
+/* `ip:<id>:cdrwa, world:anyone:r`: world:anyone may only read, so dlock
+ * takes it for closed, but every client (no credentials needed) whose
+ * address matches <id> has every right. */
+static struct ACL_vector *ip_open_acl(int all) {
+  static struct ACL a[2];
+  static struct ACL_vector v = {2, a};
+  a[0].perms = ZOO_PERM_ALL;
+  a[0].id.scheme = scheme_ip;
+  a[0].id.id = all ? id_all : id_lo;
+  a[1].perms = ZOO_PERM_READ;
+  a[1].id.scheme = scheme_world;
+  a[1].id.id = id_anyone;
+  return &v;
+}
+
+static void attack_mutex(const char *ns, int all) {
+  zhandle_t *raw = raw_connect();
+  char lockpath[128];
+  snprintf(lockpath, sizeof lockpath, "%s/orders", ns);
+  /* The attacker makes the namespace and the lock path before any dlock. */
+  int zrc = zoo_create(raw, ns, NULL, -1, ip_open_acl(all), ZOO_PERSISTENT, NULL, 0);
+  if (zrc != ZOK) TEST_FAIL("create %s: %s", ns, zerror(zrc));
+  zrc = zoo_create(raw, lockpath, NULL, -1, ip_open_acl(all), ZOO_PERSISTENT, NULL, 0);
+  if (zrc != ZOK) TEST_FAIL("create %s: %s", lockpath, zerror(zrc));
+
+  dlock__zk *z1 = zk_connect(url_of(ns, DIGEST));
+  dlock__zk *z2 = zk_connect(url_of(ns, DIGEST));
+  dlock__zk_hold h1, h2;
+  memset(&h2, 0, sizeof h2);
+  /* dlock must either close the path or refuse it (DLOCK_EAUTH). */
+  int rc = dlock__zk_acquire(z1, "orders", "alice-1", 0, NULL, &h1);
+  if (rc == DLOCK_EAUTH) goto out_refused;
+  ASSERT_OK(rc);
+  /* The promise: no delete, no write, no queue jumping by a client
+   * without credentials. */
+  zrc = zoo_delete(raw, h1.node_path, -1);
+  if (zrc == ZOK) {
+    /* The damage: a second digest client gets the lock while z1 holds
+     * (z1 learns only at its watchdog's next look). */
+    int rc2 = dlock__zk_acquire(z2, "orders", "alice-2", 0, NULL, &h2);
+    TEST_FAIL("an unauthenticated client (ACL ip:%s on %s, not closed by dlock) deleted the holder's node %s; "
+              "a second client's acquire then answered %d (0 = two holders)",
+              all ? id_all : id_lo, lockpath, h1.node_path, rc2);
+  }
+  ASSERT_EQ(zrc, ZNOAUTH);
+  char node[600];
+  char jump[256];
+  snprintf(jump, sizeof jump, "%s/_c_00000000-0000-4000-8000-000000000000-lock-0000000000", lockpath);
+  zrc = zoo_create(raw, jump, "x", 1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, node, (int)sizeof node);
+  if (zrc == ZOK) TEST_FAIL("an unauthenticated client created %s (sorts first in the queue)", jump);
+  ASSERT_OK(dlock__zk_release(z1, &h1));
+  dlock__zk_hold_clear(&h1);
+  dlock__zk_free(z2);
+  dlock__zk_free(z1);
+  zookeeper_close(raw);
+  return;
+out_refused:
+  dlock__zk_free(z2);
+  dlock__zk_free(z1);
+  zookeeper_close(raw);
+}
+
+TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_delete_a_holders_node) {
+  NEED_SERVER();
+  attack_mutex("/adv1", 1);
+}
+
+TEST(review_adv_acl_ip_loopback_entry_lets_an_unauthenticated_client_delete_a_holders_node) {
+  NEED_SERVER();
+  attack_mutex("/adv2", 0);
+}
+
+/* The guard: _dlock_guard made first by the attacker with ip:0.0.0.0/0:cdrwa.
+ * dlock trusts it; the attacker lowers the guard and a stale token is
+ * admitted. */
+TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_lower_a_guard) {
+  NEED_SERVER();
+  zhandle_t *raw = raw_connect();
+  ASSERT_EQ(zoo_create(raw, "/adv3", NULL, -1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_EQ(zoo_create(raw, "/adv3/_dlock_guard", NULL, -1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0), ZOK);
+  dlock__zk *z = zk_connect(url_of("/adv3", DIGEST));
+  int rc = dlock__zk_guard_check(z, "ledger", 100);
+  if (rc != DLOCK_EAUTH) {
+    ASSERT_OK(rc);
+    /* Delete it and make it again at 1 (parent's ACL), or write it. */
+    int zd = zoo_delete(raw, "/adv3/_dlock_guard/ledger", -1);
+    int zc = zd == ZOK ? zoo_create(raw, "/adv3/_dlock_guard/ledger", "1", 1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0)
+                       : zoo_set(raw, "/adv3/_dlock_guard/ledger", "1", 1, -1);
+    rc = dlock__zk_guard_check(z, "ledger", 50);
+    if (rc == 0)
+      TEST_FAIL("an unauthenticated client lowered the guard (delete %s, then %s) and the stale token 50 was "
+                "admitted after 100",
+                zerror(zd), zerror(zc));
+    ASSERT_STATUS(rc, DLOCK_ESTALE);
+  }
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+}
+
+/* ---- The validity model under partitions (FINDING 2 candidates) ---- */
+
+#include "dlock.h"
+#include "faultproxy.h"
+
+#define EN TH_ZK_ENSEMBLE
+
+typedef struct trial {
+  long long granted;  /* waiter's grant, ms after the cut */
+  long long valid;    /* holder's valid_until, ms after the cut */
+  int lost;           /* the holder's loss reason at the grant */
+  int rc;             /* the waiter's acquire */
+} trial;
+
+static void run_trial(int tick, int sync_limit, int session_ms, int cut_leader, trial *out) {
+  th_zk_ensemble e;
+  fp_proxy *via[EN][EN];
+  memset(via, 0, sizeof via);
+  int qport[EN], qvia[EN][EN];
+  memset(qvia, 0, sizeof qvia);
+  for (int j = 0; j < EN; j++) qport[j] = th_free_port();
+  for (int i = 0; i < EN; i++)
+    for (int j = 0; j < EN; j++) {
+      if (i == j) continue;
+      if (fp_start(&via[i][j], qport[j]) != 0) TEST_FAIL("fault proxy did not start");
+      fp_raw(via[i][j], 1);
+      qvia[i][j] = fp_port(via[i][j]);
+    }
+  if (th_zk_ensemble_start_via(&e, tick, sync_limit, qport, (const int(*)[EN])qvia) != 0)
+    TEST_FAIL("the routed ensemble did not start");
+  int leader = th_zk_leader(&e);
+  if (leader < 0) TEST_FAIL("no leader");
+  int k = cut_leader ? leader : (leader + 1) % EN;
+  char others[256] = "", url[512];
+  for (int i = 0; i < EN; i++) {
+    if (i == k) continue;
+    size_t o = strlen(others);
+    snprintf(others + o, sizeof others - o, "%s%s", o ? "," : "", e.node[i].hostport);
+  }
+  snprintf(url, sizeof url, "zk://%s/adv?session_timeout=%dms&connect_timeout=%lds", e.node[k].hostport, session_ms,
+           20 * th_time_factor());
+  dlock_client *hc = test_client(url);
+  snprintf(url, sizeof url, "zk://%s/adv?session_timeout=%dms&connect_timeout=%lds", others, session_ms,
+           20 * th_time_factor());
+  dlock_client *wc = test_client(url);
+  dlock_mutex *hm = test_mutex(hc, "job", 0), *wm = test_mutex(wc, "job", 0);
+  ASSERT_OK(dlock_mutex_acquire(hm, 0));
+  th_sleep_ms(2 * session_ms + 317 * (th_now_ms() % 7)); /* several pings; a varying phase */
+  ASSERT_EQ(dlock_mutex_lost(hm), DLOCK_LOST_NONE);
+  dlock_mono_ms cut = dlock_mono_now();
+  for (int j = 0; j < EN; j++) {
+    if (j == k) continue;
+    fp_blackhole(via[k][j], 1);
+    fp_blackhole(via[j][k], 1);
+  }
+  out->rc = dlock_mutex_acquire(wm, 60000 * th_time_factor());
+  dlock_mono_ms granted = dlock_mono_now();
+  out->granted = granted - cut;
+  out->valid = dlock_mutex_valid_until(hm) - cut;
+  out->lost = (int)dlock_mutex_lost(hm);
+  printf("  cut %s %d: waiter rc %d granted at %lld ms; holder valid_until %lld ms (margin %lld), lost '%s'\n",
+         cut_leader ? "leader" : "follower", k, out->rc, out->granted, out->valid, out->granted - out->valid,
+         dlock_lost_reason_str((dlock_lost_reason)out->lost));
+  fflush(stdout);
+  th_zk_ensemble_stop(&e);
+  dlock_mutex_free(hm);
+  dlock_mutex_free(wm);
+  dlock_client_free(hc);
+  dlock_client_free(wc);
+  for (int i = 0; i < EN; i++)
+    for (int j = 0; j < EN; j++) fp_stop(via[i][j]);
+}
+
+static void partition_trials(int cut_leader, int trials, int tick, int sync_limit, int session_ms) {
+  char why[256];
+  if (!th_zk_available(why, sizeof why)) TEST_SKIP("%s", why);
+  int bad = 0;
+  long long worst = 1LL << 40;
+  for (int t = 0; t < trials; t++) {
+    trial r;
+    run_trial(tick, sync_limit, session_ms, cut_leader, &r);
+    if (r.rc != 0) continue;
+    long long margin = r.granted - r.valid;
+    if (margin < worst) worst = margin;
+    if (margin < 0 || r.lost == DLOCK_LOST_NONE) bad++;
+  }
+  if (bad)
+    TEST_FAIL("%d of %d trials: two holders (the waiter granted while the holder cut off with the %s still counted "
+              "itself valid; worst margin %lld ms)",
+              bad, trials, cut_leader ? "leader" : "follower", worst);
+}
+
+TEST(review_adv_partition_follower_cut_at_the_minimum_session_of_two_ticks) {
+  partition_trials(0, 4, 1000, 10, 2000);
+}
+
+TEST(review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_to_it) {
+  partition_trials(1, 2, 1000, 5, 2000);
+}
+
+TEST_MAIN()
