@@ -245,7 +245,15 @@ static void run_trial(int tick, int sync_limit, int session_ms, int cut_leader, 
     fp_blackhole(via[k][j], 1);
     fp_blackhole(via[j][k], 1);
   }
-  out->rc = dlock_mutex_acquire(wm, 60000 * th_time_factor());
+  /* The waiter's own server may lose its leader too (when the leader is
+   * cut off): its acquire then fails as unknown; queue again until granted. */
+  long long give_up = th_now_ms() + 60000LL * th_time_factor();
+  int tries = 0;
+  do {
+    out->rc = dlock_mutex_acquire(wm, 20000 * th_time_factor());
+    tries++;
+    if (out->rc != 0) th_sleep_ms(50);
+  } while (out->rc != 0 && th_now_ms() < give_up && tries < 200);
   dlock_mono_ms granted = dlock_mono_now();
   out->granted = granted - cut;
   out->valid = dlock_mutex_valid_until(hm) - cut;
@@ -288,6 +296,84 @@ TEST(review_adv_partition_follower_cut_at_the_minimum_session_of_two_ticks) {
 
 TEST(review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_to_it) {
   partition_trials(1, 2, 1000, 5, 2000);
+}
+
+/* ---- FINDING 3: the guard reads from a lagging follower ----
+ *
+ * dlock__zk_guard_check() (src/zk/sched.c) reads the guard with a plain
+ * zoo_get on the session's own server and admits a token EQUAL to what it
+ * read without any write: no sync first. ZooKeeper followers apply commits
+ * asynchronously (reads are sequentially consistent per session, not
+ * linearizable), so a client whose server lags sees an older guard. Here:
+ * the guard is at 100; a client on follower F (whose quorum link to the
+ * leader is slowed by 800 ms each way, well within syncLimit) has checked
+ * 100; then token 101 is admitted through the other servers (a new holder),
+ * and only AFTER that returned, the client on F checks the stale 100 again:
+ * it is admitted (F still shows 100), where the guard promises DLOCK_ESTALE
+ * for any token below one already admitted. The client on F is a healthy
+ * session (its syncs are answered, valid_until moves) - this is the guard
+ * service or an old holder whose node was force-released. FAILS on the code
+ * as reviewed. (A lower stored value is safe: the conditional setData goes
+ * through the leader and fails on the version.)
+ */
+TEST(review_adv_guard_admits_a_stale_token_read_from_a_lagging_follower) {
+  char why[256];
+  if (!th_zk_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_zk_ensemble e;
+  fp_proxy *via[EN][EN];
+  memset(via, 0, sizeof via);
+  int qport[EN], qvia[EN][EN];
+  memset(qvia, 0, sizeof qvia);
+  for (int j = 0; j < EN; j++) qport[j] = th_free_port();
+  for (int i = 0; i < EN; i++)
+    for (int j = 0; j < EN; j++) {
+      if (i == j) continue;
+      if (fp_start(&via[i][j], qport[j]) != 0) TEST_FAIL("fault proxy did not start");
+      fp_raw(via[i][j], 1);
+      qvia[i][j] = fp_port(via[i][j]);
+    }
+  if (th_zk_ensemble_start_via(&e, 200, 50, qport, (const int(*)[EN])qvia) != 0)
+    TEST_FAIL("the routed ensemble did not start");
+  int leader = th_zk_leader(&e);
+  if (leader < 0) TEST_FAIL("no leader");
+  int f = (leader + 1) % EN;
+  char others[256] = "", url[512];
+  for (int i = 0; i < EN; i++) {
+    if (i == f) continue;
+    size_t o = strlen(others);
+    snprintf(others + o, sizeof others - o, "%s%s", o ? "," : "", e.node[i].hostport);
+  }
+  snprintf(url, sizeof url, "zk://%s/advg?session_timeout=8000ms&connect_timeout=20s", e.node[f].hostport);
+  dlock_client *cf = test_client(url);
+  snprintf(url, sizeof url, "zk://%s/advg?session_timeout=8000ms&connect_timeout=20s", others);
+  dlock_client *co = test_client(url);
+
+  ASSERT_OK(dlock_guard_check(co, "ledger", 100));
+  th_sleep_ms(300);
+  ASSERT_OK(dlock_guard_check(cf, "ledger", 100)); /* F has seen 100 */
+  /* F's link to its leader slows down (both ways), as a busy follower's. */
+  fp_delay(via[f][leader], 800);
+  fp_delay(via[leader][f], 800);
+  th_sleep_ms(2500);
+  /* A new holder's token is admitted through the up-to-date servers... */
+  ASSERT_OK(dlock_guard_check(co, "ledger", 101));
+  /* ...and only then the old token is presented on F. */
+  long long t0 = th_now_ms();
+  int rc = dlock_guard_check(cf, "ledger", 100);
+  long long took = th_now_ms() - t0;
+  int rc2 = dlock_guard_check(co, "ledger", 100);
+  printf("  after 101 was admitted: token 100 on the lagging follower -> %d (%lld ms), on the others -> %d\n", rc, took,
+         rc2);
+  fflush(stdout);
+  th_zk_ensemble_stop(&e);
+  dlock_client_free(cf);
+  dlock_client_free(co);
+  for (int i = 0; i < EN; i++)
+    for (int j = 0; j < EN; j++) fp_stop(via[i][j]);
+  if (rc == 0)
+    TEST_FAIL("the guard admitted token 100 on a lagging follower after token 101 had been admitted (a stale "
+              "holder's write would pass the guard)");
+  ASSERT_STATUS(rc, DLOCK_ESTALE);
 }
 
 TEST_MAIN()
