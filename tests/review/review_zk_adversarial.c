@@ -26,6 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #ifndef THREADED
@@ -204,6 +208,57 @@ typedef struct trial {
   int rc;             /* the waiter's acquire */
 } trial;
 
+
+/* Kill -9 server 'z' and start it again with the same command line,
+ * environment and directory (read from /proc before the kill), so that it
+ * rejoins the ensemble as a follower: the leader is then no longer the
+ * server with the highest id, and a cut-off leader loses the next election. */
+static int restart_node(th_zk *z) {
+  char path[64], *argv[256], *envp[512];
+  static char cmd[65536], env[262144], cwd[512];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)z->pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+  fclose(f);
+  snprintf(path, sizeof path, "/proc/%d/environ", (int)z->pid);
+  f = fopen(path, "r");
+  if (!f) return -1;
+  size_t m = fread(env, 1, sizeof env - 1, f);
+  fclose(f);
+  snprintf(path, sizeof path, "/proc/%d/cwd", (int)z->pid);
+  ssize_t cl = readlink(path, cwd, sizeof cwd - 1);
+  if (cl <= 0) return -1;
+  cwd[cl] = 0;
+  int argc = 0, envc = 0;
+  for (size_t i = 0; i < n && argc < 255; i += strlen(cmd + i) + 1) argv[argc++] = cmd + i;
+  argv[argc] = NULL;
+  for (size_t i = 0; i < m && envc < 511; i += strlen(env + i) + 1) envp[envc++] = env + i;
+  envp[envc] = NULL;
+  pid_t old = z->pid;
+  th_zk_kill9(z);
+  (void)old;
+  th_sleep_ms(300);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (chdir(cwd) != 0) _exit(127);
+    char log[600];
+    snprintf(log, sizeof log, "%s/server-restarted.log", z->dir);
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    (void)envp;
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  z->pid = pid;
+  return 0;
+}
+
 static void run_trial(int tick, int sync_limit, int session_ms, int cut_leader, trial *out) {
   th_zk_ensemble e;
   fp_proxy *via[EN][EN];
@@ -222,6 +277,24 @@ static void run_trial(int tick, int sync_limit, int session_ms, int cut_leader, 
     TEST_FAIL("the routed ensemble did not start");
   int leader = th_zk_leader(&e);
   if (leader < 0) TEST_FAIL("no leader");
+  if (cut_leader) {
+    /* Make a server other than the highest id lead (see restart_node). */
+    int top = 0;
+    for (int i = 1; i < EN; i++)
+      if (e.node[i].myid > e.node[top].myid) top = i;
+    if (leader == top) {
+      if (restart_node(&e.node[top]) != 0) TEST_FAIL("cannot restart the leader");
+      long long until = th_now_ms() + 60000LL * th_time_factor();
+      char mode[64] = "";
+      do {
+        th_sleep_ms(200);
+        th_zk_mode(&e.node[top], mode, sizeof mode);
+      } while (strcmp(mode, "follower") && th_now_ms() < until);
+      if (strcmp(mode, "follower")) TEST_FAIL("the restarted server did not follow (mode '%s')", mode);
+      leader = th_zk_leader(&e);
+      if (leader < 0 || leader == top) TEST_FAIL("no other leader");
+    }
+  }
   int k = cut_leader ? leader : (leader + 1) % EN;
   char others[256] = "", url[512];
   for (int i = 0; i < EN; i++) {
@@ -374,6 +447,135 @@ TEST(review_adv_guard_admits_a_stale_token_read_from_a_lagging_follower) {
     TEST_FAIL("the guard admitted token 100 on a lagging follower after token 101 had been admitted (a stale "
               "holder's write would pass the guard)");
   ASSERT_STATUS(rc, DLOCK_ESTALE);
+}
+
+/* ---- History check: 4 processes, SIGSTOP of holders, kill -9 of a server ----
+ *
+ * Four forked processes take and release one mutex on a 3-node ensemble
+ * (session 2 s) for about 25 s. Each writes one line per hold: fence, grant
+ * time, and the end up to which the hold counted = min(release, the last
+ * valid_until it read while holding, its loss). Meanwhile the parent freezes
+ * a random worker with SIGSTOP for 3 s (longer than the session) every 2 s,
+ * and kills the leader with kill -9 once. The check: no two counted holds
+ * overlap, and fences grow with grant order. (This attack HELD in review.)
+ */
+#include <sys/wait.h>
+
+#define HW 4
+static void history_worker(const char *hosts, const char *file, long long stop_at, int seed) {
+  char url[512];
+  snprintf(url, sizeof url, "zk://%s/hist?session_timeout=2000ms&connect_timeout=10s", hosts);
+  dlock_client *c = NULL;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  if (dlock_client_new(&c, &o) != 0) _exit(3);
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, "h", NULL) != 0) _exit(4);
+  int fd = open(file, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  srand((unsigned)seed);
+  while (th_now_ms() < stop_at) {
+    if (dlock_mutex_acquire(m, 3000) != 0) continue;
+    dlock_mono_ms a = dlock_mono_now();
+    uint64_t fence = dlock_mutex_fence(m);
+    dlock_mono_ms end = a, v = dlock_mutex_valid_until(m);
+    int ms = 30 + rand() % 120;
+    for (int i = 0; i < ms / 10; i++) {
+      dlock_mono_ms now = dlock_mono_now();
+      if (dlock_mutex_lost(m) != DLOCK_LOST_NONE || now >= v) break;
+      v = dlock_mutex_valid_until(m);
+      end = v; /* counted up to here */
+      usleep(10000);
+    }
+    dlock_mono_ms r = dlock_mono_now();
+    if (r < end) end = r;
+    if (dlock_mutex_lost(m) != DLOCK_LOST_NONE && r < end) end = r;
+    char line[160];
+    int n = snprintf(line, sizeof line, "%" PRIu64 " %lld %lld\n", fence, (long long)a, (long long)end);
+    if (write(fd, line, (size_t)n) != n) _exit(5);
+    dlock_mutex_release(m);
+    usleep((useconds_t)(rand() % 20000));
+  }
+  close(fd);
+  _exit(0);
+}
+
+typedef struct hrec {
+  uint64_t fence;
+  long long a, end;
+  int w;
+} hrec;
+
+static int cmp_hrec(const void *x, const void *y) {
+  const hrec *p = x, *q = y;
+  return p->a < q->a ? -1 : p->a > q->a;
+}
+
+TEST(review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_has_no_overlap) {
+  char why[256];
+  if (!th_zk_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_zk_ensemble e;
+  if (th_zk_ensemble_start(&e, 200) != 0) TEST_FAIL("ensemble did not start");
+  char dir[] = "/tmp/dlock-hist-XXXXXX";
+  if (!mkdtemp(dir)) TEST_FAIL("mkdtemp");
+  long long stop_at = th_now_ms() + 25000;
+  pid_t pid[HW];
+  char file[HW][128];
+  for (int i = 0; i < HW; i++) {
+    snprintf(file[i], sizeof file[i], "%s/w%d", dir, i);
+    pid[i] = fork();
+    if (pid[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      history_worker(e.hosts, file[i], stop_at, 1234 + i);
+    }
+  }
+  int killed = 0, stops = 0;
+  srand(99);
+  while (th_now_ms() < stop_at - 2000) {
+    th_sleep_ms(2000);
+    int w = rand() % HW;
+    kill(pid[w], SIGSTOP);
+    stops++;
+    if (!killed && th_now_ms() > stop_at - 15000) {
+      int l = th_zk_leader(&e);
+      if (l >= 0) th_zk_kill9(&e.node[l]);
+      killed = 1;
+    }
+    th_sleep_ms(3000);
+    kill(pid[w], SIGCONT);
+  }
+  for (int i = 0; i < HW; i++) {
+    int st;
+    long long until = th_now_ms() + 30000;
+    while (waitpid(pid[i], &st, WNOHANG) == 0 && th_now_ms() < until) th_sleep_ms(50);
+    kill(pid[i], SIGKILL);
+    waitpid(pid[i], &st, WNOHANG);
+  }
+  th_zk_ensemble_stop(&e);
+  static hrec h[20000];
+  int n = 0;
+  for (int i = 0; i < HW; i++) {
+    FILE *f = fopen(file[i], "r");
+    if (!f) continue;
+    while (n < 20000 && fscanf(f, "%" SCNu64 " %lld %lld", &h[n].fence, &h[n].a, &h[n].end) == 3) h[n++].w = i;
+    fclose(f);
+  }
+  qsort(h, (size_t)n, sizeof h[0], cmp_hrec);
+  int overlaps = 0, fence_bad = 0;
+  long long worst = 0;
+  for (int i = 1; i < n; i++) {
+    if (h[i].fence <= h[i - 1].fence) fence_bad++;
+    for (int j = i - 1; j >= 0 && j >= i - 50; j--)
+      if (h[j].w != h[i].w && h[j].end > h[i].a) {
+        overlaps++;
+        if (h[j].end - h[i].a > worst) worst = h[j].end - h[i].a;
+      }
+  }
+  printf("  %d holds, %d SIGSTOPs, leader killed %d; overlaps %d (worst %lld ms), fence order violations %d\n", n,
+         stops, killed, overlaps, worst, fence_bad);
+  if (n < 20) TEST_FAIL("only %d holds recorded", n);
+  if (overlaps) TEST_FAIL("%d overlapping counted holds (worst %lld ms)", overlaps, worst);
+  if (fence_bad) TEST_FAIL("%d fence order violations", fence_bad);
 }
 
 TEST_MAIN()
