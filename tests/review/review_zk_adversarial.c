@@ -21,6 +21,29 @@
  * the code as reviewed (cd6223b): the raw delete / setData succeed.
  * The attacker needs create rights where the lock path goes (the namespace
  * left open, as the root is by default, or a namespace it made first).
+ * Tests (FAIL today): review_adv_acl_ip_any_entry_lets_an_unauthenticated_
+ * client_delete_a_holders_node, ..._ip_loopback_entry_..., and
+ * review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_lower_a_guard.
+ *
+ * FINDING 3 (guard, no sync before its read): see the comment of
+ * review_adv_guard_admits_a_stale_token_read_from_a_lagging_follower
+ * (FAILS today): after token 101 was admitted, token 100 is admitted on a
+ * follower that has not yet applied 101.
+ *
+ * HELD (pass today, they show the attacked promise holds):
+ * - review_adv_partition_follower_cut_at_the_minimum_session_of_two_ticks:
+ *   tick 1000 ms, session 2000 ms (ZooKeeper's minimum ratio, where the
+ *   leader's pings of the follower are exactly as frequent as dlock's syncs);
+ *   a follower cut off: in 4 trials the holder's valid_until lay 666-2147 ms
+ *   before the waiter's grant.
+ * - review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_
+ *   to_it: the case docs/zookeeper.md argues but did not test; the top-id
+ *   server is restarted first so that the cut-off leader cannot win the
+ *   next election (election ports are not proxied); margin ~1 s (tick 1000,
+ *   syncLimit 5, session 2000).
+ * - review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_
+ *   has_no_overlap: 142 holds, 5 SIGSTOPs of 3 s, the leader killed -9:
+ *   no overlap of counted holds, fences in grant order.
  */
 #include <inttypes.h>
 #include <stdio.h>
