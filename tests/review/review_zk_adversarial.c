@@ -30,6 +30,11 @@
  * (FAILS today): after token 101 was admitted, token 100 is admitted on a
  * follower that has not yet applied 101.
  *
+ * FINDING 4 (a jam, lower severity): under a namespace left open, an
+ * emptied closed lock path is deleted and replaced by an unauthenticated
+ * client with a planted first node (review_adv_acl_open_namespace_lets_an_
+ * unauthenticated_client_jam_a_closed_lock_path, FAILS today).
+ *
  * HELD (pass today, they show the attacked promise holds):
  * - review_adv_partition_follower_cut_at_the_minimum_session_of_two_ticks:
  *   tick 1000 ms, session 2000 ms (ZooKeeper's minimum ratio, where the
@@ -599,6 +604,49 @@ TEST(review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_has_
   if (n < 20) TEST_FAIL("only %d holds recorded", n);
   if (overlaps) TEST_FAIL("%d overlapping counted holds (worst %lld ms)", overlaps, worst);
   if (fence_bad) TEST_FAIL("%d fence order violations", fence_bad);
+}
+
+/* FINDING 4 (lower severity: a jam, not two holders). The namespace was made
+ * by a client without a digest (open), dlock made the lock path closed. Once
+ * the lock path is empty (between holders), the unauthenticated client
+ * deletes it (it may: DELETE on the open namespace), creates it again open
+ * and plants a persistent `..-lock-0000000000`. The next digest client
+ * closes the path as documented, but the planted node stays first in the
+ * queue: every acquire of the lock waits behind a node no session owns,
+ * which the docs' "nor create a node in a lock path (no queue jumping)"
+ * rules out. FAILS today (the acquire answers DLOCK_EBUSY). */
+TEST(review_adv_acl_open_namespace_lets_an_unauthenticated_client_jam_a_closed_lock_path) {
+  NEED_SERVER();
+  zhandle_t *raw = raw_connect();
+  ASSERT_EQ(zoo_create(raw, "/adv5", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0), ZOK);
+  dlock__zk *z = zk_connect(url_of("/adv5", DIGEST));
+  dlock__zk_hold h;
+  ASSERT_OK(dlock__zk_acquire(z, "orders", "alice", 0, NULL, &h));
+  ASSERT_OK(dlock__zk_release(z, &h));
+  dlock__zk_hold_clear(&h);
+  /* Empty now: delete, recreate open, plant a node that sorts first. */
+  int zrc = zoo_delete(raw, "/adv5/orders", -1);
+  if (zrc != ZOK) {
+    printf("  delete of the empty closed lock path: %s (held)\n", zerror(zrc));
+    zookeeper_close(raw);
+    dlock__zk_free(z);
+    return;
+  }
+  ASSERT_EQ(zoo_create(raw, "/adv5/orders", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_EQ(zoo_create(raw, "/adv5/orders/_c_00000000-0000-4000-8000-000000000000-lock-0000000000", "x", 1,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0),
+            ZOK);
+  int rc = dlock__zk_acquire(z, "orders", "alice", 500, NULL, &h);
+  if (rc == 0) {
+    dlock__zk_release(z, &h);
+    dlock__zk_hold_clear(&h);
+  }
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+  if (rc != 0)
+    TEST_FAIL("an unauthenticated client replaced the empty lock path under an open namespace and planted a node "
+              "ahead of every waiter: the digest client's acquire answers %d (%s)",
+              rc, dlock_last_error());
 }
 
 TEST_MAIN()
