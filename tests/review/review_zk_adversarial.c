@@ -610,6 +610,8 @@ TEST(review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_has_
     while (n < 20000 && fscanf(f, "%" SCNu64 " %lld %lld", &h[n].fence, &h[n].a, &h[n].end) == 3) h[n++].w = i;
     fclose(f);
   }
+  for (int i = 0; i < HW; i++) unlink(file[i]);
+  rmdir(dir);
   qsort(h, (size_t)n, sizeof h[0], cmp_hrec);
   int overlaps = 0, fence_bad = 0;
   long long worst = 0;
