@@ -310,15 +310,27 @@ static void ping_done(int rc, const char *value, const void *data) {
 
 /* Send an asynchronous ping on 's' (caller holds z->mu): a sync, which our
  * server answers only after its leader did (see the loss rule above). */
-static void send_ping(dlock__zk_sess *s, dlock_mono_ms now) {
+static int send_sync(dlock__zk_sess *s, dlock_mono_ms now) {
   ping_ctx *p = malloc(sizeof *p);
-  if (!p) return;
+  if (!p) return ZSYSTEMERROR;
   p->s = s;
   p->sent = now;
-  if (zoo_async(s->zh, "/", ping_done, p) != ZOK)
+  int zrc = zoo_async(s->zh, "/", ping_done, p);
+  if (zrc != ZOK)
     free(p);
   else
     s->pings_out++;
+  return zrc;
+}
+
+static void send_ping(dlock__zk_sess *s, dlock_mono_ms now) { (void)send_sync(s, now); }
+
+int dlock__zk_sync(dlock__zk_sess *s) {
+  dlock__zk *z = s->z;
+  pthread_mutex_lock(&z->mu);
+  int zrc = send_sync(s, dlock_mono_now());
+  pthread_mutex_unlock(&z->mu);
+  return zrc;
 }
 
 /* ---- Monitor thread ---- */
