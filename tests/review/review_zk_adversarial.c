@@ -677,4 +677,38 @@ TEST(review_adv_acl_open_namespace_lets_an_unauthenticated_client_jam_a_closed_l
               rc, dlock_last_error());
 }
 
+/* FINDING 4, the fix (zkfix2): a persistent node planted ahead in a lock
+ * path left open (here the lock path itself made open by a client without
+ * credentials, with a second waiter-like planted node) is no holder: a
+ * try-acquire (wait 0) with the digest closes the path, deletes what no
+ * session owns, and gets the lock at once. */
+TEST(review_adv_acl_planted_persistent_nodes_are_removed_on_a_try_acquire) {
+  NEED_SERVER();
+  zhandle_t *raw = raw_connect();
+  ASSERT_EQ(zoo_create(raw, "/adv6", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_EQ(zoo_create(raw, "/adv6/orders", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_EQ(zoo_create(raw, "/adv6/orders/_c_00000000-0000-4000-8000-000000000000-lock-0000000000", "x", 1,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0),
+            ZOK);
+  ASSERT_EQ(zoo_create(raw, "/adv6/orders/_c_00000000-0000-4000-8000-000000000001-lock-0000000001", "x", 1,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0),
+            ZOK);
+  dlock__zk *z = zk_connect(url_of("/adv6", DIGEST));
+  dlock__zk_hold h;
+  int rc = dlock__zk_acquire(z, "orders", "alice", 0, NULL, &h);
+  if (rc == 0) {
+    ASSERT_OK(dlock__zk_release(z, &h));
+    dlock__zk_hold_clear(&h);
+  }
+  char err[512];
+  snprintf(err, sizeof err, "%s", rc ? dlock_last_error() : "");
+  /* The path is closed now: the raw client may not create there. */
+  int zrc = zoo_create(raw, "/adv6/orders/_c_00000000-0000-4000-8000-000000000002-lock-", "x", 1,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, NULL, 0);
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+  if (rc != 0) TEST_FAIL("a try-acquire behind planted persistent nodes answered %d (%s)", rc, err);
+  ASSERT_EQ(zrc, ZNOAUTH);
+}
+
 TEST_MAIN()
