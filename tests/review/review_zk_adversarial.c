@@ -385,11 +385,20 @@ static void run_trial(int tick, int sync_limit, int session_ms, int cut_leader, 
          cut_leader ? "leader" : "follower", k, out->rc, out->granted, out->valid, out->granted - out->valid,
          dlock_lost_reason_str((dlock_lost_reason)out->lost));
   fflush(stdout);
-  th_zk_ensemble_stop(&e);
+  /* Heal the cut before freeing: freeing the holder's lost mutex releases
+   * it, on a new session to its only server; with that server cut off (or
+   * stopped) that waits out the connect timeout (40 s with the factor). */
+  if (frozen) th_zk_thaw(&e.node[k]);
+  for (int j = 0; j < EN; j++) {
+    if (j == k) continue;
+    fp_blackhole(via[k][j], 0);
+    fp_blackhole(via[j][k], 0);
+  }
   dlock_mutex_free(hm);
   dlock_mutex_free(wm);
   dlock_client_free(hc);
   dlock_client_free(wc);
+  th_zk_ensemble_stop(&e);
   for (int i = 0; i < EN; i++)
     for (int j = 0; j < EN; j++) fp_stop(via[i][j]);
 }
