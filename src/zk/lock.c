@@ -396,6 +396,7 @@ static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const ch
   const char *own = strrchr(node, '/') + 1;
 
   /* Wait our turn. */
+  int planted_dropped = 0;
   while (1) {
     unsigned gen;
     pthread_mutex_lock(&z->mu);
@@ -449,27 +450,16 @@ static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const ch
       if (rc) goto fail_delete;
       goto out;
     }
-    if (deadline >= 0 && dlock_mono_now() >= deadline) {
-      rc = side == DLOCK__ZK_READ
-               ? dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held for writing or a writer waits ahead (node %s)",
-                              lock_path, z->server, ch.sorted[watch])
-               : dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", lock_path, z->server,
-                              ch.sorted[0]);
-      children_free(&ch);
-      goto give_up;
-    }
-    if (cancel && atomic_load(cancel)) {
-      children_free(&ch);
-      rc = dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", lock_path);
-      goto give_up;
-    }
     /* Watch one node only: no herd when the holder leaves. */
     char pred[1200];
     snprintf(pred, sizeof pred, "%s/%s", lock_path, ch.sorted[watch]);
+    char ahead[600]; /* for the message: the writer ahead, or the holder */
+    snprintf(ahead, sizeof ahead, "%s", ch.sorted[side == DLOCK__ZK_READ ? watch : 0]);
     children_free(&ch);
     char buf[1];
     int blen = (int)sizeof buf;
-    zrc = zoo_wget(s->zh, pred, dlock__zk_node_watcher, z, buf, &blen, NULL);
+    struct Stat pst;
+    zrc = zoo_wget(s->zh, pred, dlock__zk_node_watcher, z, buf, &blen, &pst);
     if (zrc == ZNONODE) continue;
     if (zrc != ZOK) {
       if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
@@ -477,6 +467,39 @@ static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const ch
         continue;
       rc = dlock__zk_fail(z, zrc, "watch the node ahead", pred);
       goto fail_delete;
+    }
+    /* With a digest, a persistent node ahead (no session owns it) is no
+     * holder nor waiter: every lock node is ephemeral. One is planted by a
+     * client without credentials while the path was open (create_node()
+     * closed it since); it would stay ahead of every waiter for good.
+     * Deleted (only that version of it), then we look again. Bounded: the
+     * path is closed, so no new one can be planted. */
+    if (z->url.digest && pst.ephemeralOwner == 0 && planted_dropped < 64) {
+      planted_dropped++;
+      int drc = zoo_delete(s->zh, pred, pst.version);
+      if (drc == ZOK || drc == ZNONODE || drc == ZBADVERSION) continue;
+      if (dlock__zk_rc_uncertain(drc) && drc != ZSESSIONEXPIRED &&
+          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+        continue;
+      rc = dlock__error(drc == ZNOAUTH ? DLOCK_EAUTH : DLOCK_EBUSY,
+                        "lock '%s' on %s: the node ahead %s is persistent (no session owns it, so it is no lock "
+                        "holder) and could not be deleted (%s); delete it (zkCli: delete %s) and close the path's "
+                        "ACL",
+                        lock_path, z->server, pred, zerror(drc), pred);
+      goto fail_delete;
+    }
+    /* Checked once the node ahead is known to be a real one. */
+    if (deadline >= 0 && dlock_mono_now() >= deadline) {
+      rc = side == DLOCK__ZK_READ
+               ? dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held for writing or a writer waits ahead (node %s)",
+                              lock_path, z->server, ahead)
+               : dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", lock_path, z->server,
+                              ahead);
+      goto give_up;
+    }
+    if (cancel && atomic_load(cancel)) {
+      rc = dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", lock_path);
+      goto give_up;
     }
     wait_for_wake(z, gen, deadline, cancel);
   }

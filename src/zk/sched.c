@@ -7,7 +7,8 @@
  *
  * Every write is exact after a lost reply: the guard's conditional setData
  * is re-read, a tick node carries the claimer's run token, a history node's
- * name is unique to its run.
+ * name is unique to its run. Every guard read follows a sync (a follower
+ * that lags would show an older token: one equal to it passes unwritten).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -100,7 +101,11 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token) {
       if ((rc = close_parent(z, s, path, &closed)) || (rc = dlock__zk_close_path(z, s, path, &closed))) goto out;
       closed_checked = 1;
     }
-    int zrc = zoo_get(s->zh, path, 0, buf, &len, &st);
+    /* A sync first: our server may be a follower that has not applied a
+     * higher token admitted through another server; a token equal to what
+     * it shows is admitted with no write, so the read must be current. */
+    int zrc = dlock__zk_sync(s);
+    if (zrc == ZOK) zrc = zoo_get(s->zh, path, 0, buf, &len, &st);
     if (zrc == ZNONODE) {
       zrc = create_with_parents(z, s, path, want, (int)strlen(want), ZOO_PERSISTENT, NULL, &zrc);
       if (zrc == ZOK) {

@@ -33,6 +33,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
 #include "zk/zk_int.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -121,20 +124,48 @@ const struct ACL_vector *dlock__zk_acl(const dlock__zk *z) {
   return &closed_acl_vector;
 }
 
-/* The rights world:anyone has in 'acl' beyond read. */
-static int world_beyond_read(const struct ACL_vector *acl) {
-  int perms = 0;
+/* Our digest's id as ZooKeeper stores it in an ACL: "user:" followed by
+ * base64(SHA1("user:password")). 0, or -1 when it cannot be computed. */
+static int our_digest_id(const char *digest, char *out, size_t len) {
+  const char *colon = strchr(digest, ':');
+  if (!colon) return -1;
+  size_t ulen = (size_t)(colon - digest);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  if (!EVP_Digest(digest, strlen(digest), md, &mdlen, EVP_sha1(), NULL)) return -1;
+  char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+  EVP_EncodeBlock((unsigned char *)b64, md, (int)mdlen);
+  int n = snprintf(out, len, "%.*s:%s", (int)ulen, digest, b64);
+  OPENSSL_cleanse(md, sizeof md);
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* Whether 'acl' admits anyone but us beyond read: closed only if EVERY
+ * entry is our own digest (any rights) or grants read alone. An ip: entry
+ * (ip:0.0.0.0/0 matches every client), another digest, world:anyone or any
+ * other scheme with more than read counts as open: such clients need no
+ * credentials of ours. 'what' gets the first such entry, for messages. */
+static int acl_open(const struct ACL_vector *acl, const char *ours, char *what, size_t wlen) {
   for (int i = 0; i < acl->count; i++) {
     const struct ACL *a = &acl->data[i];
-    if (a->id.scheme && a->id.id && !strcmp(a->id.scheme, "world") && !strcmp(a->id.id, "anyone"))
-      perms |= a->perms & ~ZOO_PERM_READ;
+    if (!(a->perms & ~ZOO_PERM_READ)) continue;
+    if (a->id.scheme && a->id.id && ours && !strcmp(a->id.scheme, "digest") && !strcmp(a->id.id, ours)) continue;
+    /* Another digest is a hash, not a secret, but name only its user. */
+    const char *id = a->id.id ? a->id.id : "";
+    int idlen = (int)strlen(id);
+    if (a->id.scheme && !strcmp(a->id.scheme, "digest") && strchr(id, ':')) idlen = (int)(strchr(id, ':') - id);
+    snprintf(what, wlen, "%s:%.*s", a->id.scheme ? a->id.scheme : "?", idlen, id);
+    return 1;
   }
-  return perms;
+  return 0;
 }
 
 int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int *closed_now) {
   if (closed_now) *closed_now = 0;
   if (!z->url.digest) return 0;
+  char ours[256], what[300] = "";
+  if (our_digest_id(z->url.digest, ours, sizeof ours) != 0)
+    return dlock__error(DLOCK_ESYS, "'%s' on %s: could not compute our digest's id (SHA1)", path, z->server);
   int resent = 0; /* a setAcl whose reply was lost: it may be what closed it */
   for (int attempt = 0; attempt < 20; attempt++) {
     struct ACL_vector acl;
@@ -150,7 +181,7 @@ int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int 
         continue;
       return dlock__zk_fail(z, zrc, "read the ACL of", path);
     }
-    int open = world_beyond_read(&acl);
+    int open = acl_open(&acl, ours, what, sizeof what);
     deallocate_ACL_vector(&acl);
     if (!open) {
       if (closed_now) *closed_now = resent;
@@ -171,11 +202,11 @@ int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int 
     }
     if (zrc == ZNOAUTH)
       return dlock__error(DLOCK_EAUTH,
-                          "'%s' on %s lets every client, also one without credentials, create, delete or write "
-                          "nodes there (ACL world:anyone), and our digest may not change its ACL: such a client "
-                          "could delete a holder's node or lower a guard. Have its owner restrict it (zkCli: "
+                          "'%s' on %s lets clients without our credentials create, delete or write nodes there "
+                          "(its ACL entry %s has more than read), and our digest may not change its ACL: such a "
+                          "client could delete a holder's node or lower a guard. Have its owner restrict it (zkCli: "
                           "setAcl %s auth::cdrwa,world:anyone:r, as the digest user), or use another namespace",
-                          path, z->server, path);
+                          path, z->server, what, path);
     return dlock__zk_fail(z, zrc, "restrict the ACL of", path);
   }
   return dlock__error(DLOCK_EUNKNOWN, "'%s' on %s: its ACL kept changing while we restricted it; try again", path,
@@ -279,15 +310,27 @@ static void ping_done(int rc, const char *value, const void *data) {
 
 /* Send an asynchronous ping on 's' (caller holds z->mu): a sync, which our
  * server answers only after its leader did (see the loss rule above). */
-static void send_ping(dlock__zk_sess *s, dlock_mono_ms now) {
+static int send_sync(dlock__zk_sess *s, dlock_mono_ms now) {
   ping_ctx *p = malloc(sizeof *p);
-  if (!p) return;
+  if (!p) return ZSYSTEMERROR;
   p->s = s;
   p->sent = now;
-  if (zoo_async(s->zh, "/", ping_done, p) != ZOK)
+  int zrc = zoo_async(s->zh, "/", ping_done, p);
+  if (zrc != ZOK)
     free(p);
   else
     s->pings_out++;
+  return zrc;
+}
+
+static void send_ping(dlock__zk_sess *s, dlock_mono_ms now) { (void)send_sync(s, now); }
+
+int dlock__zk_sync(dlock__zk_sess *s) {
+  dlock__zk *z = s->z;
+  pthread_mutex_lock(&z->mu);
+  int zrc = send_sync(s, dlock_mono_now());
+  pthread_mutex_unlock(&z->mu);
+  return zrc;
 }
 
 /* ---- Monitor thread ---- */

@@ -83,6 +83,12 @@ const struct ACL_vector *dlock__zk_acl(const dlock__zk *z);
  * '*closed_now' (may be NULL) 1 when we closed it just now (what was read
  * or created there before may have been touched: read it again);
  * DLOCK_EAUTH when it is open and we may not change that; other errors. */
+/* Send a sync (the validity ping: its answer also moves valid_until) on
+ * 's'. The session answers in order, so a read sent after it returns what
+ * the leader had committed when the sync reached it, not an older state of
+ * a lagging follower. ZOK once sent, else the client's error. */
+int dlock__zk_sync(dlock__zk_sess *s);
+
 int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int *closed_now);
 /* "/ns" + "/" + name. */
 char *dlock__zk_path(dlock__zk *z, const char *a, const char *b);
