@@ -54,11 +54,9 @@
 
 /* Scenarios that reproduce a finding not fixed on this branch yet: they
  * run and report, but do not fail the test. Remove a name when its fix is
- * merged (or set DLOCK_FAULT_STRICT=1 to count them all).
- * pg-advisory-pgbouncer: after item 7's fix, now and then a hold through a
- * transaction-mode PgBouncer still overlaps the next holder by up to ~0.1 s
- * before its loss is signalled. */
-static const char KNOWN_FAILING[] = "pg-advisory-pgbouncer";
+ * merged (or set DLOCK_FAULT_STRICT=1 to count them all). None now: every
+ * scenario of issue 22 passes. */
+static const char KNOWN_FAILING[] = "";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"
