@@ -52,8 +52,12 @@ dlock_build "$B/valgrind" -DCMAKE_BUILD_TYPE=Debug \
 # run keeps the two CPUs about a third busy), so the native builds run four
 # at a time; their timing bounds are generous. Valgrind is CPU-bound: two.
 run_suite "plain build" "$B/plain" -j 4
+# The fault matrix (label fault: whole deployments under faults for a bounded
+# time) and the SPIN model (label model: no library code runs) only in the
+# plain build, where they take minutes; the sanitizers see the same code paths
+# in the integration and review tests.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 4
+  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 4 -LE 'fault|model'
 TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
   run_suite "ThreadSanitizer" "$B/tsan" -j 4 -L 'unit|integration'
 # Valgrind slows everything ~20x: timing bounds in the tests scale with this.
