@@ -13,8 +13,8 @@
 # commands on a name may overlap.
 #
 # 4 lanes of -x (read-write lock, write side) and 2 lanes of a plain mutex
-# run at once, each 6 rounds on its own name: 36 rounds, about 20 s
-# (100 s at a load average of 24 on 2 cores).
+# run at once, each 3 rounds on its own name (ROUNDS=N for more): 18 rounds,
+# about 10 s (50 s at a load average of 24 on 2 cores).
 #
 # WITHDRAW_URL=URL runs the same against another server instead of a Redis
 # of its own (by hand: a PostgreSQL of tests/pg_server_main.c, a ZooKeeper
@@ -26,7 +26,7 @@ else
   start_redis
 fi
 
-ROUNDS=${ROUNDS:-6}
+ROUNDS=${ROUNDS:-3}
 
 # jitter MAX_MS: a random "sleep" argument in 0..MAX_MS ms.
 jitter() {
