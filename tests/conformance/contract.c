@@ -173,15 +173,20 @@ static void waiters_get_the_lock_in_arrival_order(void) {
   atomic_int next = 0;
   fifo_waiter w[FIFO_WAITERS];
   pthread_t t[FIFO_WAITERS];
-  for (int i = 0; i < FIFO_WAITERS; i++) {
+  int started = 0, queued = 1;
+  long wait_ms = slack_ms(conf_fx->caps & CONF_QUEUE ? 15000 : 1000);
+  for (int i = 0; i < FIFO_WAITERS && queued; i++, started++) {
     w[i] = (fifo_waiter){.m = conf_mutex(conf_client("fifo"), "q", NULL), .next = &next, .rc = -1, .place = -1};
     pthread_create(&t[i], NULL, fifo_wait, &w[i]);
-    if (!conf_wait_waiters(h, "q", i + 1, slack_ms(15000)))
-      TEST_FAIL("waiter %d never showed in the lock's status (%lld waiters seen)", i + 1,
-                (long long)conf_waiters(h, "q"));
+    queued = conf_wait_waiters(h, "q", i + 1, wait_ms);
   }
+  /* The threads end before any verdict (their handles go with the scenario). */
   ASSERT_OK(dlock_mutex_release(holder));
-  for (int i = 0; i < FIFO_WAITERS; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+  if (!queued)
+    TEST_FAIL("a waiter did not show in the lock's status within %ld ms (%lld waiters seen): %s keeps no wait "
+              "queue, so nothing serves waiters in arrival order", wait_ms, (long long)conf_waiters(h, "q"),
+              conf_fx->name);
   for (int i = 0; i < FIFO_WAITERS; i++) {
     ASSERT_OK(w[i].rc);
     if (w[i].place != i) TEST_FAIL("waiter %d (in arrival order) got the lock as number %d", i, w[i].place);
@@ -215,7 +220,13 @@ static void a_wait_ends_at_its_deadline_and_a_cancel_ends_it_sooner(void) {
   forever w = {.m = canceled};
   pthread_t t;
   pthread_create(&t, NULL, wait_forever, &w);
-  int queued = conf_wait_waiters(a, "w", 1, slack_ms(15000));
+  /* The cancel must come once the wait began (it does not reach later
+   * waits): seen in the status where waiters queue, else after a pause. */
+  int queued = 1;
+  if (conf_fx->caps & CONF_QUEUE)
+    queued = conf_wait_waiters(a, "w", 1, slack_ms(15000));
+  else
+    th_sleep_ms(slack_ms(500));
   dlock_mutex_cancel(canceled);
   long long c0 = th_now_ms();
   for (int i = 0; i < 2000 && !atomic_load(&w.done); i++) th_sleep_ms(10);
@@ -228,6 +239,7 @@ static void a_wait_ends_at_its_deadline_and_a_cancel_ends_it_sooner(void) {
   if (th_now_ms() - c0 > slack_ms(10000)) TEST_FAIL("the cancel took %lld ms", th_now_ms() - c0);
   /* The canceled waiter left the queue: the next one gets the lock at once. */
   ASSERT(conf_wait_waiters(a, "w", -1, slack_ms(10000)));
+
   ASSERT_OK(dlock_mutex_release(holder));
   ASSERT_OK(dlock_mutex_acquire(late, slack_ms(10000)));
   ASSERT_OK(dlock_mutex_release(late));
@@ -317,8 +329,15 @@ static void lost_replies_leave_one_holder_and_a_lock_that_frees(void) {
   conf_fx->drop_next_reply(CONF_ACQUIRE, "lostreply");
   int rc = dlock_mutex_acquire(m, 0);
   if (conf_fx->dropped() <= before) TEST_FAIL("the proxy dropped no reply to the acquire (rc %s)", dlock_err_name(rc));
-  if (rc != 0 && rc != DLOCK_EUNKNOWN)
-    TEST_FAIL("an acquire whose reply was lost returned %s: %s", dlock_err_name(rc), dlock_last_error());
+  if (rc != 0 && rc != DLOCK_EUNKNOWN) {
+    /* A certain failure (advisory mode: the lock ended with its
+     * connection) must mean that nobody holds the lock. */
+    printf("  the acquire failed: %s\n", dlock_last_error());
+    if (dlock_mutex_acquire(other, 0) != 0)
+      TEST_FAIL("an acquire whose reply was lost returned %s, yet the lock is held: %s", dlock_err_name(rc),
+                dlock_last_error());
+    ASSERT_OK(dlock_mutex_release(other));
+  }
   uint64_t first = dlock_mutex_fence(m);
   if (rc == 0) {
     ASSERT_STATUS(dlock_mutex_acquire(other, 0), DLOCK_EBUSY); /* one holder, us */
@@ -351,16 +370,16 @@ static void status_list_and_force_release_show_and_end_a_hold(void) {
   o.owner_info = "conformance holder";
   dlock_mutex *m = conf_mutex(a, "adm", &o), *other = conf_mutex(b, "adm", NULL);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int seen = 0;
+  int rc = dlock_lock_list(b, "ad*", count_name, &seen);
+  conf_offered(CONF_ADMIN, "listing locks", rc < 0 ? rc : 0);
+  ASSERT_EQ(seen, 1);
   dlock_lock_info info;
   dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(b, "adm", &info));
   ASSERT_EQ(info.held, 1);
   if (conf_fx->caps & CONF_FENCE) ASSERT_EQ(info.fence, dlock_mutex_fence(m));
   ASSERT_STR_EQ(info.owner_info, "conformance holder");
-  int seen = 0;
-  int rc = dlock_lock_list(b, "ad*", count_name, &seen);
-  conf_offered(CONF_ADMIN, "listing locks", rc < 0 ? rc : 0);
-  ASSERT_EQ(seen, 1);
   int was = 0;
   ASSERT_OK(dlock_lock_force_release(b, "adm", &was));
   ASSERT_EQ(was, 1);
@@ -382,15 +401,20 @@ static void the_guard_admits_the_newest_fence_and_refuses_an_older_one(void) {
   uint64_t old = dlock_mutex_fence(ma);
   ASSERT_OK(dlock_mutex_release(ma));
   ASSERT_OK(dlock_mutex_acquire(mb, 0));
-  uint64_t now = dlock_mutex_fence(mb);
-  uint64_t highest = 0;
-  conf_offered(CONF_GUARD, "the guard", dlock_guard_check_highest(b, "resource", now, &highest));
+  /* Without fences (fence 0, never a token) ask with 1: the backend's own
+   * refusal is what says whether the guard is offered. */
+  uint64_t now = dlock_mutex_fence(mb) ? dlock_mutex_fence(mb) : 1;
+  uint64_t admitted = 0, refused = 0;
+  conf_offered(CONF_GUARD, "the guard", dlock_guard_check_highest(b, "resource", now, &admitted));
   ASSERT(now > old);
-  ASSERT_EQ(highest, now);
   ASSERT_OK(dlock_guard_check(a, "resource", now)); /* not lower: admitted again */
-  ASSERT_STATUS(dlock_guard_check_highest(a, "resource", old, &highest), DLOCK_ESTALE);
-  ASSERT_EQ(highest, now);
+  ASSERT_STATUS(dlock_guard_check_highest(a, "resource", old, &refused), DLOCK_ESTALE);
   ASSERT_OK(dlock_mutex_release(mb));
+  /* The highest token seen: the token when admitted, the newer one when not. */
+  if (admitted != now || refused != now)
+    TEST_FAIL("dlock_guard_check_highest gave %llu when it admitted %llu and %llu when it refused %llu (both "
+              "should be %llu, dlock.h)", (unsigned long long)admitted, (unsigned long long)now,
+              (unsigned long long)refused, (unsigned long long)old, (unsigned long long)now);
 }
 
 /* ---- The scheduler ---- */
@@ -474,18 +498,27 @@ static void a_frozen_server_loses_the_hold_no_later_than_the_local_deadline(void
   dlock_mutex *m = conf_mutex(c, "z", &o);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   if (!(conf_fx->caps & CONF_DEADLINE)) {
-    ASSERT_EQ(dlock_mutex_valid_until(m), 0); /* documented: no local deadline */
-    conf_not_offered("a hold on %s has no local deadline (valid_until 0), as its docs say", conf_fx->name);
+    dlock_mono_ms vu = dlock_mutex_valid_until(m); /* documented: no local deadline */
+    if (vu != 0 && vu != INT64_MAX) TEST_FAIL("valid_until is %lld, a deadline", (long long)vu);
+    conf_not_offered("a hold on %s has no local deadline (valid_until %lld), as its docs say", conf_fx->name,
+                     (long long)vu);
   }
   int fd = dlock_mutex_lost_fd(m);
   conf_fx->freeze();
   dlock_mono_ms deadline = dlock_mutex_valid_until(m);
   long long frozen_at = th_now_ms();
-  /* The local view needs no server: at valid_until the hold is lost. */
-  while (dlock_mono_now() <= deadline) {
+  /* The local view needs no server: at valid_until the hold is lost. A
+   * renewal answered just before the freeze may move it once; one that
+   * keeps moving means the freeze did not stop the server. */
+  long long give_up = frozen_at + slack_ms(10000);
+  while (dlock_mono_now() <= deadline && th_now_ms() < give_up) {
     th_sleep_ms(20);
     dlock_mono_ms vu = dlock_mutex_valid_until(m);
-    if (vu > deadline) deadline = vu; /* a renewal answered just before the freeze */
+    if (vu > deadline) deadline = vu;
+  }
+  if (dlock_mono_now() <= deadline) {
+    conf_fx->thaw();
+    TEST_FAIL("renewals still succeeded %ld ms into the freeze (the fixture's freeze stops nothing?)", slack_ms(10000));
   }
   dlock_lost_reason at_deadline = dlock_mutex_lost(m);
   struct pollfd pfd = {.fd = fd, .events = POLLIN};

@@ -4,8 +4,11 @@
  * is dlock's schema. Lost replies go through pgproxy.h; freezing stops the
  * server's whole process group (postmaster and backends) with SIGSTOP.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "conformance.h"
 #include "harness.h"
@@ -62,12 +65,38 @@ static void advisory_drop(conf_call call, const char *name) {
 }
 
 static int dropped(void) { return pgp_dropped(pp); }
-static void pg_freeze(void) { kill(-pg.pid, SIGSTOP); }
-static void pg_thaw(void) { kill(-pg.pid, SIGCONT); }
+/* Signal the postmaster and every process it started (each backend is in
+ * a session of its own, so no process group reaches them all): stopped
+ * first, it forks no new backend meanwhile. */
+static void signal_server(int sig) {
+  if (sig == SIGSTOP) kill(pg.pid, sig);
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char path[300], line[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    int pid = 0, ppid = 0;
+    /* pid (comm) state ppid: comm may hold spaces, so read past the last ')'. */
+    if (fgets(line, sizeof line, f)) {
+      char *close = strrchr(line, ')');
+      pid = atoi(line);
+      if (close) sscanf(close + 1, " %*c %d", &ppid);
+    }
+    fclose(f);
+    if (pid > 0 && ppid == pg.pid) kill(pid, sig);
+  }
+  if (d) closedir(d);
+  if (sig == SIGCONT) kill(pg.pid, sig);
+}
+
+static void pg_freeze(void) { signal_server(SIGSTOP); }
+static void pg_thaw(void) { signal_server(SIGCONT); }
 
 const conf_fixture conf_fx_pg_lease = {
     .name = "pg-lease",
-    .caps = CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
+    .caps = CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
     .start = pg_start,
     .stop = pg_stop,
     .client = lease_client,

@@ -16,7 +16,7 @@
 #include "harness_proxy.h"
 #include "harness_sentinel.h"
 
-#define REDIS_CAPS (CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | CONF_SCHED | CONF_GUARD | CONF_ADMIN)
+#define REDIS_CAPS (CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | CONF_SCHED | CONF_GUARD | CONF_ADMIN)
 
 /* The servers a fixture freezes, and its URL. */
 static th_redis *frozen_set[TH_CLUSTER_MAX];
@@ -224,7 +224,7 @@ static void redlock_stop(void) { th_redis_stop_n(nodes, REDLOCK_NODES); }
  * lock or latch (docs/redlock.md, docs/semaphore.md, docs/latch.md). */
 const conf_fixture conf_fx_redlock = {
     .name = "redlock",
-    .caps = CONF_DEADLINE | CONF_FENCE | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
+    .caps = CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
     .start = redlock_start,
     .stop = redlock_stop,
     .client = url_client,
