@@ -68,10 +68,12 @@ void conf_not_offered(const char *fmt, ...) __attribute__((format(printf, 1, 2),
 /* The first call that may be refused returned 'rc' for the feature 'cap'
  * ("semaphore"...): not offered, a failure, or go on (rc 0). */
 void conf_offered(unsigned cap, const char *what, int rc);
-/* The scenario needs a fault the fixture cannot inject: "not offered". */
+/* End the scenario as "n/a": the fixture cannot inject the fault it needs
+ * (the library is not at fault, and the docs promise it all the same). */
+void conf_not_applicable(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #define CONF_NEED(hook, what) \
   do {                        \
-    if (!conf_fx->hook) conf_not_offered("the %s fixture cannot %s", conf_fx->name, what); \
+    if (!conf_fx->hook) conf_not_applicable("the %s fixture cannot %s", conf_fx->name, what); \
   } while (0)
 
 typedef struct conf_scenario {

@@ -1,8 +1,10 @@
 /*
  * runner.c - runs the contract (contract.c, kinds.c) on one fixture and
  * prints its column of the matrix: "conformance: FIXTURE SCENARIO RESULT",
- * RESULT one of pass, FAIL, "not offered", "known FAIL" (a finding listed
- * below: printed, but it does not fail the run). tests/conformance/matrix.sh
+ * RESULT one of pass, FAIL, "not offered" (the docs and the library say
+ * so), "n/a" (the fixture cannot inject the fault the scenario needs),
+ * "known FAIL" (a finding listed below: printed, but it does not fail the
+ * run). tests/conformance/matrix.sh
  * gathers the columns into the matrix of docs/conformance.md.
  *
  * Usage: conformance FIXTURE [SCENARIO-SUBSTRING]. Exit 0 when every cell
@@ -60,15 +62,25 @@ static const conf_fixture *const fixtures[] = {
 #endif
 };
 
+__attribute__((noreturn)) static void end_as(int how, const char *label, const char *fmt, va_list ap) {
+  printf("  %s: ", label);
+  vprintf(fmt, ap);
+  va_end(ap); /* the caller's va_start: it never returns to end it */
+  printf("\n");
+  not_offered_here = how;
+  longjmp(test__jmp, 1);
+}
+
 void conf_not_offered(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  printf("  not offered: ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  not_offered_here = 1;
-  longjmp(test__jmp, 1);
+  end_as(1, "not offered", fmt, ap);
+}
+
+void conf_not_applicable(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  end_as(2, "n/a", fmt, ap);
 }
 
 /* The library's "not offered" error: DLOCK_EINVAL, in one of the wordings
@@ -94,8 +106,8 @@ void conf_offered(unsigned cap, const char *what, int rc) {
               conf_fx->name);
 }
 
-enum result { PASS, FAIL, NOT_OFFERED, KNOWN };
-static const char *const result_text[] = {"pass", "FAIL", "not offered", "known FAIL"};
+enum result { PASS, FAIL, NOT_OFFERED, NOT_APPLICABLE, KNOWN };
+static const char *const result_text[] = {"pass", "FAIL", "not offered", "n/a", "known FAIL"};
 
 static enum result run_one(const conf_scenario *s) {
   printf("scenario %s on %s ...\n", s->name, conf_fx->name);
@@ -105,7 +117,7 @@ static enum result run_one(const conf_scenario *s) {
   if (setjmp(test__jmp) == 0) s->fn();
   conf_free_all();
   printf("  %.1f s\n", (th_now_ms() - t0) / 1000.0);
-  if (not_offered_here) return NOT_OFFERED;
+  if (not_offered_here) return not_offered_here == 1 ? NOT_OFFERED : NOT_APPLICABLE;
   if (!test__failed_here) {
     if (known_finding(conf_fx->name, s->name))
       printf("  note: listed as a known failure, but passed this time (its fix may have come)\n");
