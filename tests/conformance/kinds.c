@@ -58,16 +58,14 @@ static void a_name_is_one_kind_of_lock_at_a_time(void) {
   dlock_client *c = conf_client("fam3");
   dlock_semaphore *s = conf_sem(c, "k", 2);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
-  dlock_mutex *m = NULL;
-  ASSERT_OK(dlock_mutex_new(&m, c, "k", NULL));
+  dlock_mutex *m = conf_mutex(c, "k", NULL);
   ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
   ASSERT_CONTAINS(dlock_last_error(), "semaphore");
   dlock_rwlock *r = conf_rw(c, "k", DLOCK_RW_READ);
   ASSERT_STATUS(dlock_rwlock_acquire(r, 0), DLOCK_EWRONGTYPE);
   ASSERT_OK(dlock_semaphore_release(s));
   /* A mutex's name refuses the semaphore and the read-write lock. */
-  dlock_mutex *m2 = NULL;
-  ASSERT_OK(dlock_mutex_new(&m2, c, "k2", NULL));
+  dlock_mutex *m2 = conf_mutex(c, "k2", NULL);
   ASSERT_OK(dlock_mutex_acquire(m2, 0));
   dlock_semaphore *s2 = conf_sem(c, "k2", 2);
   ASSERT_STATUS(dlock_semaphore_acquire(s2, 0), DLOCK_EWRONGTYPE);
