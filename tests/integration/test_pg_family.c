@@ -1,10 +1,9 @@
 /*
  * test_pg_family.c - semaphores and read-write locks on PostgreSQL (the
  * lease tables) through the public API, against a real server that the
- * harness starts (harness_pg.h): permits and fences, the stored limit, one
- * kind per name, 8 processes on 3 permits, a kill -9'd and a SIGSTOPped
- * holder, readers and writers in order, upgrade refused, a writers-only
- * counter exact under mixed load. Labels: integration, pg.
+ * harness starts (harness_pg.h): a kill -9'd and a SIGSTOPped holder. The
+ * scenarios every backend runs are in tests/conformance/. Labels:
+ * integration, pg.
  */
 #include <poll.h>
 #include <pthread.h>
