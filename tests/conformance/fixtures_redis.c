@@ -1,7 +1,8 @@
 /*
  * fixtures_redis.c - the Redis deployments of the conformance suite: one
  * server behind the fault proxy, one TLS server, a Sentinel set (master,
- * replica, three sentinels), a 3-master Cluster, Redlock over 5 servers.
+ * replica, three sentinels), a 3-master Cluster, Redlock over 5 servers
+ * (each behind a fault proxy for the lost replies).
  * A space is a key prefix. Freezing stops every data server with SIGSTOP
  * (Sentinel: the master and its replica, so that no failover can happen).
  */
@@ -206,6 +207,13 @@ const conf_fixture conf_fx_cluster = {
 
 #define REDLOCK_NODES 5
 static th_redis nodes[REDLOCK_NODES];
+static fp_proxy *node_fp[REDLOCK_NODES]; /* one fault proxy in front of each node */
+static char proxied_url[1024];
+
+static void redlock_stop(void) {
+  for (int i = 0; i < REDLOCK_NODES; i++) fp_stop(node_fp[i]);
+  th_redis_stop_n(nodes, REDLOCK_NODES);
+}
 
 static int redlock_start(char *why, size_t len) {
   if (th_redis_start_n(nodes, REDLOCK_NODES, NULL) != 0) {
@@ -213,12 +221,39 @@ static int redlock_start(char *why, size_t len) {
     return 0;
   }
   th_redlock_url(nodes, REDLOCK_NODES, url, sizeof url);
-  for (int i = 0; i < REDLOCK_NODES; i++) frozen_set[i] = &nodes[i];
+  int at = snprintf(proxied_url, sizeof proxied_url, "redlock://");
+  for (int i = 0; i < REDLOCK_NODES; i++) {
+    if (fp_start(&node_fp[i], nodes[i].port) != 0 || th_proxy_cache_scripts(node_fp[i]) != 0) {
+      redlock_stop();
+      snprintf(why, len, "the fault proxy in front of node %d did not start", i + 1);
+      return 0;
+    }
+    at += snprintf(proxied_url + at, sizeof proxied_url - (size_t)at, "%s127.0.0.1:%d", i ? "," : "",
+                   fp_port(node_fp[i]));
+    frozen_set[i] = &nodes[i];
+  }
   nfrozen = REDLOCK_NODES;
   return 1;
 }
 
-static void redlock_stop(void) { th_redis_stop_n(nodes, REDLOCK_NODES); }
+static dlock_client *redlock_proxy_client(const char *space) {
+  return client_at(proxied_url, space, (int)(2000 * th_time_factor()));
+}
+
+/* Every node runs the command and its reply is lost. */
+static void redlock_drop(conf_call call, const char *name) {
+  (void)call;
+  for (int i = 0; i < REDLOCK_NODES; i++) {
+    fp_pass(node_fp[i]);
+    fp_drop_reply(node_fp[i], name, 1);
+  }
+}
+
+static int redlock_dropped(void) {
+  int n = 0;
+  for (int i = 0; i < REDLOCK_NODES; i++) n += fp_dropped(node_fp[i]);
+  return n;
+}
 
 /* Independent nodes keep no shared count or queue: no semaphore, read-write
  * lock or latch (docs/redlock.md, docs/semaphore.md, docs/latch.md). */
@@ -228,6 +263,9 @@ const conf_fixture conf_fx_redlock = {
     .start = redlock_start,
     .stop = redlock_stop,
     .client = url_client,
+    .proxy_client = redlock_proxy_client,
+    .drop_next_reply = redlock_drop,
+    .dropped = redlock_dropped,
     .freeze = freeze_set,
     .thaw = thaw_set,
     .kill_free_ms = 2000,
