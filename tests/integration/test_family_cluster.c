@@ -3,13 +3,12 @@
  * 3-master Redis Cluster: a multi-lock whose names live on three masters is
  * taken and released whole, and a busy name on one master leaves nothing
  * held on the others; a latch's waiters are woken by sharded pub/sub in the
- * latch's slot; a semaphore, a read-write lock and a latch on each master.
+ * latch's slot. (Every lock kind on a cluster: tests/conformance/.)
  */
 #include <pthread.h>
 #include <unistd.h>
 
 #include "dlock.h"
-#include "family_scenarios.h"
 #include "harness_cluster.h"
 #include "test.h"
 
@@ -137,15 +136,6 @@ TEST(latch_waiters_on_every_master_are_woken_by_sharded_pubsub) {
   }
   dlock_client_free(w);
   dlock_client_free(c);
-}
-
-TEST(semaphores_read_write_locks_and_latches_work_on_every_master) {
-  char names[3][32];
-  names_on_every_master(names);
-  dlock_client *a = test_client(cl.url), *b = test_client(cl.url);
-  for (int i = 0; i < 3; i++) fam_every_kind_on(a, b, names[i]);
-  dlock_client_free(a);
-  dlock_client_free(b);
 }
 
 TEST_MAIN()

@@ -1,10 +1,9 @@
 /*
  * test_pg_family.c - semaphores and read-write locks on PostgreSQL (the
  * lease tables) through the public API, against a real server that the
- * harness starts (harness_pg.h): permits and fences, the stored limit, one
- * kind per name, 8 processes on 3 permits, a kill -9'd and a SIGSTOPped
- * holder, readers and writers in order, upgrade refused, a writers-only
- * counter exact under mixed load. Labels: integration, pg.
+ * harness starts (harness_pg.h): a kill -9'd and a SIGSTOPped holder. The
+ * scenarios every backend runs are in tests/conformance/. Labels:
+ * integration, pg.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -19,7 +18,6 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "family_scenarios.h"
 #include "harness.h"
 #include "harness_pg.h"
 #include "test.h"
@@ -40,23 +38,22 @@ void test_teardown(void) {
   } while (0)
 
 /* A client on the schema 'schema'; NULL on failure (usable in a child). */
-dlock_client *fam_client_or_null(const char *schema) { return th_pg_client(&srv, schema, NULL); }
+static dlock_client *client_or_null(const char *schema) { return th_pg_client(&srv, schema, NULL); }
 
 static dlock_client *client(const char *schema) {
-  dlock_client *c = fam_client_or_null(schema);
+  dlock_client *c = client_or_null(schema);
   if (!c) TEST_FAIL("client on schema %s: %s", schema, dlock_last_error());
   return c;
 }
 
 
-/* The scenarios every backend passes (family_scenarios.c). */
-FAM_SCENARIO_TESTS()
+/* The scenarios every backend passes: tests/conformance/. */
 
 /* ---- Leases ---- */
 
 static int crash_holding(void *arg) {
   int fd = (int)(intptr_t)arg;
-  dlock_client *c = fam_client_or_null("fam5");
+  dlock_client *c = client_or_null("fam5");
   if (!c) return 1;
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
@@ -85,7 +82,7 @@ TEST(a_holder_killed_with_sigkill_gives_its_permit_back_after_its_lease) {
   close(p[0]);
   close(p[1]);
   dlock_client *c = client("fam5");
-  dlock_semaphore *s = fam_sem(c, "crash", 1);
+  dlock_semaphore *s = test_semaphore(c, "crash", 1, 0);
   ASSERT_STATUS(dlock_semaphore_acquire(s, 0), DLOCK_EBUSY); /* its lease still runs */
   long long t0 = th_now_ms();
   ASSERT_OK(dlock_semaphore_acquire(s, 30000L * th_time_factor()));
@@ -99,7 +96,7 @@ TEST(a_holder_killed_with_sigkill_gives_its_permit_back_after_its_lease) {
  * must learn it lost the permit, and its late release must touch nothing. */
 static int paused_holder(void *arg) {
   int fd = (int)(intptr_t)arg;
-  dlock_client *c = fam_client_or_null("fam9");
+  dlock_client *c = client_or_null("fam9");
   if (!c) return 1;
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
@@ -127,7 +124,7 @@ TEST(a_paused_holder_is_reported_lost_and_its_late_release_touches_nothing) {
     th_sleep_ms(10);
   }
   dlock_client *c = client("fam9");
-  dlock_semaphore *s = fam_sem(c, "zombie", 1);
+  dlock_semaphore *s = test_semaphore(c, "zombie", 1, 0);
   ASSERT_OK(dlock_semaphore_acquire(s, 30000L * th_time_factor())); /* after the zombie's lease */
   kill(pid, SIGCONT);
   st = th_wait(pid, 30000L * th_time_factor());

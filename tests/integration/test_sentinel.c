@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "family_scenarios.h"
 #include "harness_sentinel.h"
 #include "test.h"
 
@@ -83,18 +82,6 @@ TEST(a_client_finds_the_master_through_the_sentinels_and_locks_there) {
   ASSERT_OK(dlock_mutex_release(m));
   dlock_mutex_free(m);
   dlock_client_free(c);
-}
-
-TEST(semaphores_read_write_locks_and_latches_work_through_the_sentinels) {
-  dlock_client *a, *b;
-  ASSERT_OK(new_client(&a, set.url));
-  ASSERT_OK(new_client(&b, set.url));
-  fam_every_kind_on(a, b, "s:family");
-  char out[256];
-  th_redis_cli(&set.master, out, sizeof out, "EXISTS {s:family:latch}:latch");
-  ASSERT_STR_EQ(out, "1"); /* on the master the sentinels name */
-  dlock_client_free(a);
-  dlock_client_free(b);
 }
 
 /* The rules of a client do not depend on the topology: a key prefix is a

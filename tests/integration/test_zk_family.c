@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "family_scenarios.h"
 #include "harness.h"
 #include "harness_zk.h"
 #include "test.h"
@@ -44,7 +43,7 @@ void test_teardown(void) {
 
 /* A client on the namespace '/space' with a 2 s session (a killed holder's
  * nodes go soon). NULL on failure (usable in a child). */
-dlock_client *fam_client_or_null(const char *space) {
+static dlock_client *client_or_null(const char *space) {
   char url[512];
   snprintf(url, sizeof url, "zk://%s/%s?session_timeout=2s", srv.hostport, space);
   dlock_client_options o;
@@ -56,19 +55,18 @@ dlock_client *fam_client_or_null(const char *space) {
 }
 
 static dlock_client *client(const char *space) {
-  dlock_client *c = fam_client_or_null(space);
+  dlock_client *c = client_or_null(space);
   if (!c) TEST_FAIL("client on %s/%s: %s", srv.hostport, space, dlock_last_error());
   return c;
 }
 
-/* The scenarios every backend passes (family_scenarios.c). */
-FAM_SCENARIO_TESTS()
+/* The scenarios every backend passes: tests/conformance/. */
 
 /* ---- Sessions ---- */
 
 static int crash_holding(void *arg) {
   int fd = (int)(intptr_t)arg;
-  dlock_client *c = fam_client_or_null("fam5");
+  dlock_client *c = client_or_null("fam5");
   if (!c) return 1;
   dlock_semaphore *s = NULL;
   if (dlock_semaphore_new(&s, c, "crash", 1, NULL) != 0 || dlock_semaphore_acquire(s, 0) != 0) return 2;
@@ -89,7 +87,7 @@ TEST(a_holder_killed_with_sigkill_gives_its_permit_back_at_its_session_end) {
   close(p[0]);
   close(p[1]);
   dlock_client *c = client("fam5");
-  dlock_semaphore *s = fam_sem(c, "crash", 1);
+  dlock_semaphore *s = test_semaphore(c, "crash", 1, 0);
   long long t0 = th_now_ms();
   ASSERT_OK(dlock_semaphore_acquire(s, 30000L * th_time_factor()));
   ASSERT(th_now_ms() - t0 < 15000L * th_time_factor()); /* the 2 s session, plus the expiry tick */
@@ -119,7 +117,7 @@ TEST(a_curator_semaphore_and_a_dlock_semaphore_share_the_permits) {
   ASSERT_EQ(th_read_line(fd, line, sizeof line, 30000L * th_time_factor()), 0);
   ASSERT(!strncmp(line, "ACQUIRED", 8));
   dlock_client *c = client("fam9");
-  dlock_semaphore *s1 = fam_sem(c, "shared", 2), *s2 = fam_sem(c, "shared", 2);
+  dlock_semaphore *s1 = test_semaphore(c, "shared", 2, 0), *s2 = test_semaphore(c, "shared", 2, 0);
   ASSERT_OK(dlock_semaphore_acquire(s1, 0));
   ASSERT_STATUS(dlock_semaphore_acquire(s2, 0), DLOCK_EBUSY); /* Curator's lease counts */
   /* Curator sees dlock's lease too: with both taken it gets none. */
@@ -151,7 +149,7 @@ TEST(a_curator_writer_and_dlock_readers_and_writers_exclude_each_other) {
   ASSERT_EQ(th_read_line(fd, line, sizeof line, 30000L * th_time_factor()), 0);
   ASSERT(!strncmp(line, "ACQUIRED", 8));
   dlock_client *c = client("fam10");
-  dlock_rwlock *r = fam_rw(c, "rw", DLOCK_RW_READ), *w = fam_rw(c, "rw", DLOCK_RW_WRITE);
+  dlock_rwlock *r = test_rwlock(c, "rw", DLOCK_RW_READ, 0), *w = test_rwlock(c, "rw", DLOCK_RW_WRITE, 0);
   ASSERT_STATUS(dlock_rwlock_acquire(r, 0), DLOCK_EBUSY);
   ASSERT_OK(dlock_rwlock_acquire(r, 30000L * th_time_factor())); /* once Curator's writer is done */
   int st = th_wait(pid, 30000L * th_time_factor());

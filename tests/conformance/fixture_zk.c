@@ -1,0 +1,41 @@
+/*
+ * fixture_zk.c - ZooKeeper in the conformance suite: one standalone server
+ * (tick 200 ms), clients with a 2 s session; a space is a namespace.
+ * Freezing stops the server with SIGSTOP. No fault proxy (the replies are
+ * ZooKeeper's binary protocol).
+ */
+#include <stdio.h>
+
+#include "conformance.h"
+#include "harness.h"
+#include "harness_zk.h"
+
+static th_zk zk;
+
+static int zk_start(char *why, size_t len) { return th_zk_suite_start(&zk, 200, why, len); }
+static void zk_stop(void) { th_zk_stop(&zk); }
+
+static dlock_client *zk_client(const char *space) {
+  char url[512];
+  snprintf(url, sizeof url, "zk://%s/%s?session_timeout=2s", zk.hostport, space);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  return dlock_client_new(&c, &o) == 0 ? c : NULL;
+}
+
+static void zk_freeze(void) { th_zk_freeze(&zk); }
+static void zk_thaw(void) { th_zk_thaw(&zk); }
+
+/* No countdown latches (docs/latch.md, docs/zookeeper.md). */
+const conf_fixture conf_fx_zk = {
+    .name = "zk",
+    .caps = CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
+    .start = zk_start,
+    .stop = zk_stop,
+    .client = zk_client,
+    .freeze = zk_freeze,
+    .thaw = zk_thaw,
+    .kill_free_ms = 2000,
+};
