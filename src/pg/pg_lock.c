@@ -1179,7 +1179,8 @@ int dlock__pg_guard_check_highest(dlock__pg *pg, const char *resource, uint64_t 
   int ok = col_i64(r, 0, 0) > 0;
   int64_t seen = col_i64(r, 0, 1);
   PQclear(r);
-  if (!ok && highest && seen > 0) *highest = (uint64_t)seen;
+  /* 'seen' is the row as it was before this statement (0 for a new one). */
+  if (highest) *highest = ok ? fence : (seen > 0 ? (uint64_t)seen : 0);
   if (!ok)
     return dlock__error(DLOCK_ESTALE, "guard '%s' on %s: token %" PRIu64 " is older than %lld, already admitted",
                         resource, pg->display, fence, (long long)seen);

@@ -423,10 +423,9 @@ static int zk_force_release(dlock_client *c, const char *name, unsigned flags, i
 }
 
 static int zk_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
-  (void)highest; /* the module does not report the stored token: stays 0 */
   int rc = dlock__zk_check_name("resource name", resource);
   if (rc) return rc;
-  return dlock__zk_guard_check(ZZ(c), resource, token);
+  return dlock__zk_guard_check(ZZ(c), resource, token, highest);
 }
 
 /* ---- Scheduler ---- */

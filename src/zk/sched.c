@@ -73,7 +73,8 @@ static int may_retry(dlock__zk_sess *s, int zrc, int *tries) {
 
 /* ---- Guard ---- */
 
-int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token) {
+int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, uint64_t *highest) {
+  if (highest) *highest = 0;
   int rc = dlock__zk_check_name("resource name", resource);
   if (rc) return rc;
   if (token == 0 || token > (uint64_t)INT64_MAX)
@@ -138,6 +139,7 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token) {
       goto out;
     }
     if (cur > token) {
+      if (highest) *highest = cur;
       rc = dlock__error(DLOCK_ESTALE, "guard '%s' on %s: token %" PRIu64 " is stale, %" PRIu64 " was seen", resource,
                         z->server, token, cur);
       goto out;
@@ -159,6 +161,7 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token) {
   }
   rc = dlock__error(DLOCK_ETIMEDOUT, "guard '%s' on %s: too much contention on %s", resource, z->server, path);
 out:
+  if (rc == 0 && highest) *highest = token;
   free(path);
   dlock__zk_sess_put(s);
   return rc;

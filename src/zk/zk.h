@@ -189,7 +189,8 @@ int dlock__zk_force_release(dlock__zk *z, const char *name);
  * decimal, changed by conditional setData. 0 admitted, DLOCK_ESTALE,
  * DLOCK_ERANGE (token 0 or above 2^63-1), DLOCK_EFENCE (the node's data is
  * no such number). */
-int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token);
+/* 'highest' (may be NULL): the token when admitted, the newer one when DLOCK_ESTALE. */
+int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, uint64_t *highest);
 
 /* Claim tick 'tick_unix_ms' of 'job' by creating
  * /ns/_dlock_sched/<job>/ticks/<tick, 20 digits> with 'run_token' and 'node'

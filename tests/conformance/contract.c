@@ -167,6 +167,8 @@ static void *fifo_wait(void *arg) {
 }
 
 static void waiters_get_the_lock_in_arrival_order(void) {
+  if (!(conf_fx->caps & CONF_QUEUE))
+    conf_not_offered("%s keeps no wait queue (no arrival order, waiters not counted), as its docs say", conf_fx->name);
   dlock_client *h = conf_client("fifo");
   dlock_mutex *holder = conf_mutex(h, "q", NULL);
   ASSERT_OK(dlock_mutex_acquire(holder, 0));

@@ -34,15 +34,6 @@ static int not_offered_here;
 static const struct known {
   const char *fixture, *scenario, *finding;
 } known[] = {
-    {"zk", "the_guard_admits_the_newest_fence_and_refuses_an_older_one",
-     "dlock_guard_check_highest() leaves 'highest' at 0 on ZooKeeper (src/zk/backend.c: \"the module does not "
-     "report the stored token\"); dlock.h promises the token when admitted, the newer one when refused"},
-    {"pg-lease", "the_guard_admits_the_newest_fence_and_refuses_an_older_one",
-     "dlock_guard_check_highest() leaves 'highest' at 0 on PostgreSQL when it admits (it gives the newer "
-     "token when it refuses); dlock.h promises the token when admitted"},
-    {"pg-advisory", "waiters_get_the_lock_in_arrival_order",
-     "advisory mode keeps no wait queue: a waiter is not counted in the status and a release wakes every "
-     "waiter, so arrival order is not kept; docs/postgres.md does not say so"},
     {NULL, NULL, NULL},
 };
 

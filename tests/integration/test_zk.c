@@ -176,7 +176,7 @@ TEST(list_names_held_locks_and_force_release_deletes_only_the_holder_node) {
   dlock__zk_hold h1, h2;
   ASSERT_OK(dlock__zk_acquire(a, "alpha", "", 0, NULL, &h1));
   ASSERT_OK(dlock__zk_acquire(a, "deep/beta", "", 0, NULL, &h2));
-  ASSERT_OK(dlock__zk_guard_check(a, "alpha", 5)); /* _dlock_guard is not listed */
+  ASSERT_OK(dlock__zk_guard_check(a, "alpha", 5, NULL)); /* _dlock_guard is not listed */
   char names[512] = "";
   ASSERT_EQ(dlock__zk_list(b, collect, names), 2);
   ASSERT(strstr(names, "alpha;"));
@@ -388,14 +388,14 @@ TEST(a_holder_killed_with_sigkill_frees_the_lock_at_its_session_end) {
 TEST(guard_admits_rising_tokens_and_rejects_stale_ones) {
   NEED_SERVER();
   dlock__zk *a = zk_connect(url_of(srv.hostport, "/t7", NULL));
-  ASSERT_OK(dlock__zk_guard_check(a, "db/orders", 5));
-  ASSERT_OK(dlock__zk_guard_check(a, "db/orders", 5));
-  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", 4), DLOCK_ESTALE);
+  ASSERT_OK(dlock__zk_guard_check(a, "db/orders", 5, NULL));
+  ASSERT_OK(dlock__zk_guard_check(a, "db/orders", 5, NULL));
+  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", 4, NULL), DLOCK_ESTALE);
   ASSERT_CONTAINS(dlock_last_error(), "5 was seen");
-  ASSERT_OK(dlock__zk_guard_check(a, "db/orders", 9000000000000000000ULL));
-  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", 5), DLOCK_ESTALE);
-  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", 0), DLOCK_ERANGE);
-  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", (uint64_t)1 << 63), DLOCK_ERANGE);
+  ASSERT_OK(dlock__zk_guard_check(a, "db/orders", 9000000000000000000ULL, NULL));
+  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", 5, NULL), DLOCK_ESTALE);
+  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", 0, NULL), DLOCK_ERANGE);
+  ASSERT_STATUS(dlock__zk_guard_check(a, "db/orders", (uint64_t)1 << 63, NULL), DLOCK_ERANGE);
   dlock__zk_free(a);
 }
 

@@ -208,15 +208,15 @@ TEST(review_with_a_digest_an_unauthenticated_client_cannot_lower_a_guard) {
   NEED_SERVER();
   dlock__zk *z = zk_connect(url_of("/acl2", DIGEST));
   zhandle_t *raw = raw_connect();
-  ASSERT_OK(dlock__zk_guard_check(z, "ledger", 100));
+  ASSERT_OK(dlock__zk_guard_check(z, "ledger", 100, NULL));
   expect_closed(raw, "/acl2/_dlock_guard/ledger");
   expect_closed(raw, "/acl2/_dlock_guard");
   /* Nor a guard of its own making for a resource not checked yet. */
   ASSERT_EQ(zoo_create(raw, "/acl2/_dlock_guard/payments", "1", 1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0),
             ZNOAUTH);
   /* Still 100: a stale token is refused, the current one admitted. */
-  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 50), DLOCK_ESTALE);
-  ASSERT_OK(dlock__zk_guard_check(z, "ledger", 100));
+  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 50, NULL), DLOCK_ESTALE);
+  ASSERT_OK(dlock__zk_guard_check(z, "ledger", 100, NULL));
   char buf[32];
   int len = (int)sizeof buf - 1;
   ASSERT_EQ(zoo_get(raw, "/acl2/_dlock_guard/ledger", 0, buf, &len, NULL), ZOK); /* world may read */
@@ -247,7 +247,7 @@ TEST(review_with_a_digest_every_node_dlock_creates_is_closed_to_unauthenticated_
   rec.fence = fence;
   rec.scheduled_unix_ms = tick;
   ASSERT_OK(dlock__zk_sched_finish(z, "nightly", &rec, 16));
-  ASSERT_OK(dlock__zk_guard_check(z, "r", 7));
+  ASSERT_OK(dlock__zk_guard_check(z, "r", 7, NULL));
 
   /* /acl3, rw + its reader, pool + locks (empty once the permit is taken)
    * + leases + a lease, _dlock_sched + nightly + ticks + a tick + history +
@@ -286,7 +286,7 @@ TEST(review_a_digest_client_closes_a_lock_path_and_a_guard_left_open_by_a_client
   /* The client without credentials holds: the lock path is open. */
   ASSERT_OK(dlock__zk_acquire(anon, "legacy", "anon", 0, NULL, &ha));
   ASSERT_EQ(world_perms(raw, "/acl4/legacy", &zrc), ZOO_PERM_ALL);
-  ASSERT_OK(dlock__zk_guard_check(anon, "g", 10));
+  ASSERT_OK(dlock__zk_guard_check(anon, "g", 10, NULL));
   ASSERT_EQ(world_perms(raw, "/acl4/_dlock_guard/g", &zrc), ZOO_PERM_ALL);
 
   /* The digest client queues there (busy): that closes the path. */
@@ -304,10 +304,10 @@ TEST(review_a_digest_client_closes_a_lock_path_and_a_guard_left_open_by_a_client
   ASSERT_EQ(dlock__zk_is_held(z, &h), 1);
 
   /* The guard: checked with a digest, then closed; 10 stays the floor. */
-  ASSERT_OK(dlock__zk_guard_check(z, "g", 20));
+  ASSERT_OK(dlock__zk_guard_check(z, "g", 20, NULL));
   expect_closed(raw, "/acl4/_dlock_guard/g");
   expect_closed(raw, "/acl4/_dlock_guard");
-  ASSERT_STATUS(dlock__zk_guard_check(z, "g", 15), DLOCK_ESTALE);
+  ASSERT_STATUS(dlock__zk_guard_check(z, "g", 15, NULL), DLOCK_ESTALE);
   ASSERT_OK(dlock__zk_release(z, &h));
   dlock__zk_hold_clear(&h);
   zookeeper_close(raw);
@@ -337,7 +337,7 @@ TEST(review_a_digest_client_refuses_an_open_lock_path_it_may_not_close) {
   ASSERT_EQ(st.numChildren, 0);
   /* The same for a guard whose parent is open that way. */
   ASSERT_EQ(zoo_create(raw, "/acl5/_dlock_guard", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
-  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 5), DLOCK_EAUTH);
+  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 5, NULL), DLOCK_EAUTH);
   ASSERT_CONTAINS(dlock_last_error(), "/acl5/_dlock_guard");
   zookeeper_close(raw);
   dlock__zk_free(z);

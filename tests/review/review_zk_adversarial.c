@@ -206,14 +206,14 @@ TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_lower_a_guard) {
   ASSERT_EQ(zoo_create(raw, "/adv3", NULL, -1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0), ZOK);
   ASSERT_EQ(zoo_create(raw, "/adv3/_dlock_guard", NULL, -1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0), ZOK);
   dlock__zk *z = zk_connect(url_of("/adv3", DIGEST));
-  int rc = dlock__zk_guard_check(z, "ledger", 100);
+  int rc = dlock__zk_guard_check(z, "ledger", 100, NULL);
   if (rc != DLOCK_EAUTH) {
     ASSERT_OK(rc);
     /* Delete it and make it again at 1 (parent's ACL), or write it. */
     int zd = zoo_delete(raw, "/adv3/_dlock_guard/ledger", -1);
     int zc = zd == ZOK ? zoo_create(raw, "/adv3/_dlock_guard/ledger", "1", 1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0)
                        : zoo_set(raw, "/adv3/_dlock_guard/ledger", "1", 1, -1);
-    rc = dlock__zk_guard_check(z, "ledger", 50);
+    rc = dlock__zk_guard_check(z, "ledger", 50, NULL);
     if (rc == 0)
       TEST_FAIL("an unauthenticated client lowered the guard (delete %s, then %s) and the stale token 50 was "
                 "admitted after 100",
@@ -443,7 +443,7 @@ TEST(review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_to
 
 /* ---- FINDING 3: the guard reads from a lagging follower ----
  *
- * dlock__zk_guard_check() (src/zk/sched.c) reads the guard with a plain
+ * dlock__zk_guard_check(, NULL) (src/zk/sched.c) reads the guard with a plain
  * zoo_get on the session's own server and admits a token EQUAL to what it
  * read without any write: no sync first. ZooKeeper followers apply commits
  * asynchronously (reads are sequentially consistent per session, not
