@@ -4,6 +4,8 @@
  * FLUSH) is answered by sending the same call as EVAL, which also caches it.
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +100,61 @@ void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock_
   cmd->argc = n;
   cmd->argv = e->argv;
   cmd->lens = e->lens;
+}
+
+/* The record of the master's epoch, "<run id> <floor>" (prelude.lua,
+ * DLOCK_EPOCH): one per server under Sentinel ("<prefix>dlock-epoch"), one
+ * per hash slot on a cluster ("<prefix>{<tag>}:dlock-epoch", <tag> the
+ * smallest number whose slot is that of the script's keys: a script touches
+ * one slot). Without WAIT only: with it, admissions are acknowledged by the
+ * replicas and no floor is kept. */
+static _Atomic uint32_t slot_tags[16384]; /* the tag + 1; 0: not searched yet */
+#define TAG_SEARCH_MAX 10000000u          /* every slot has a tag far below (tests/unit) */
+
+static int slot_tag(int slot, uint32_t *tag) {
+  uint32_t t = atomic_load_explicit(&slot_tags[slot], memory_order_relaxed);
+  if (t) {
+    *tag = t - 1;
+    return 0;
+  }
+  char buf[16];
+  for (uint32_t n = 0; n < TAG_SEARCH_MAX; n++) {
+    int len = snprintf(buf, sizeof buf, "%u", n);
+    if ((int)(dlock__crc16(buf, (size_t)len) & 16383) == slot) {
+      atomic_store_explicit(&slot_tags[slot], n + 1, memory_order_relaxed);
+      *tag = n;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *buf, size_t cap) {
+  const dlock__topology *t = dlock__topo(c);
+  if (t->wait_replicas > 0) return 0;
+  int n = -1;
+  if (!strcmp(t->kind, "sentinel")) {
+    n = snprintf(buf, cap, "%sdlock-epoch", c->prefix);
+  } else if (!strcmp(t->kind, "cluster")) {
+    uint32_t tag;
+    if (slot_tag(dlock__cluster_slot(key0, len0), &tag) == 0) n = snprintf(buf, cap, "%s{%u}:dlock-epoch", c->prefix, tag);
+  }
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+void dlock__script_add_epoch(dlock_client *c, dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call) {
+  if (call->nkeys < 1 || call->nkeys >= DLOCK__SCRIPT_MAX_ARGS) return;
+  size_t len = dlock__epoch_key(c, call->keys[0], call->keylens[0], e->epoch, sizeof e->epoch);
+  if (!len) return;
+  /* argv: command, sha, numkeys, keys, args: the key goes after the keys. */
+  size_t at = 3 + (size_t)call->nkeys;
+  memmove(&e->argv[at + 1], &e->argv[at], (size_t)call->nargs * sizeof e->argv[0]);
+  memmove(&e->lens[at + 1], &e->lens[at], (size_t)call->nargs * sizeof e->lens[0]);
+  e->argv[at] = e->epoch;
+  e->lens[at] = len;
+  snprintf(e->numkeys, sizeof e->numkeys, "%d", call->nkeys + 1);
+  e->lens[2] = strlen(e->numkeys);
+  cmd->argc++;
 }
 
 int dlock__reply_is_noscript(const dlock__reply *r) {
@@ -217,7 +274,10 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto done;
   }
-  for (size_t i = 0; i < n; i++) dlock__script_build_eval(&e[i], &cmds[i], &calls[i], 1);
+  for (size_t i = 0; i < n; i++) {
+    dlock__script_build_eval(&e[i], &cmds[i], &calls[i], 1);
+    dlock__script_add_epoch(c, &e[i], &cmds[i], &calls[i]);
+  }
   int sent = 0, wait = wants_wait(c, calls, n), acked = -1;
   for (size_t i = 0; i < n; i++) calls[i].replicas = -1;
   rc = exec_with_wait(c, node, cmds, calls, NULL, n, replies, &sent, wait, &acked, limit);
@@ -228,7 +288,10 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
   for (size_t i = 0; i < n; i++)
     if (dlock__reply_is_noscript(replies[i])) retry[nretry++] = i;
   if (nretry) {
-    for (size_t j = 0; j < nretry; j++) dlock__script_build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
+    for (size_t j = 0; j < nretry; j++) {
+      dlock__script_build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
+      dlock__script_add_epoch(c, &e[j], &cmds[j], &calls[retry[j]]);
+    }
     dlock__reply **again = n <= 4 ? (dlock__reply *[4]){0} : calloc(nretry, sizeof *again);
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
