@@ -3,6 +3,8 @@
  * CLUSTERDOWN. The failover test FAILED on the code as reviewed (base
  * 8894107: the release failed at once on the refused connection); the
  * state-fail test passed there already and guards the back-off.
+ * The last test: the guard's floor across the failover of its slot's master
+ * (an open finding of the next review, FAILED before its fix).
  * Real Redis Cluster (harness_cluster.h), real faults, public API only.
  * Registered as ctest "review/review_cluster", labels "review;deployment".
  */
@@ -164,6 +166,51 @@ TEST(issue22_item10_a_cluster_release_while_the_locks_master_fails_over_waits_fo
   ASSERT_STR_EQ(out, "0");
   if (grc != DLOCK_ESTALE) TEST_FAIL("guard after the failover: %s (%s), want DLOCK_ESTALE", dlock_strerror(grc), gmsg);
   ASSERT_CONTAINS(gmsg, "master changed");
+}
+
+/* The guard's floor across a failover, per slot (an open finding of the
+ * Sentinel/Cluster review, moved here once fixed): the master of the
+ * guard's slot is SIGKILLed, its replica takes over, a holder acquires a
+ * lock of the same slot on the new master, then calls the guard 300 ms
+ * later. The floor used to be the clock at that first guard check, so the
+ * token was refused as "issued before the master changed"; it is now the
+ * clock at the first fence issued in that slot by the new master. */
+TEST(the_guard_admits_a_token_issued_on_the_slots_new_master_before_its_first_check) {
+  ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
+  dlock_client *c = test_client(fc.url);
+  const char *gkey = "{spadv2}:guard";
+  dlock_mutex *m = test_mutex(c, "spadv2", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 5000));
+  uint64_t f1 = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_guard_check(c, "spadv2", f1));
+  ASSERT_OK(dlock_mutex_release(m));
+  th_sleep_ms(1500); /* the replica has everything: no data is lost here */
+  int owner = th_cluster_owner(&fc, gkey);
+  ASSERT(owner >= 0);
+  kill(fc.node[owner].pid, SIGKILL);
+  int moved = 0;
+  for (int i = 0; i < 120 && !moved; i++) {
+    th_sleep_ms(500);
+    int o = th_cluster_owner(&fc, gkey);
+    moved = o >= 0 && o != owner;
+  }
+  if (!moved) TEST_FAIL("no failover of the slot's master within 60 s");
+  uint64_t f2 = 0;
+  for (int i = 0; i < 24 && !f2; i++) /* the client follows the failover */
+    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK) f2 = dlock_mutex_fence(m);
+    else th_sleep_ms(500);
+  ASSERT(f2 > f1);
+  th_sleep_ms(300);
+  int rc = DLOCK_EIO;
+  for (int i = 0; i < 60 && rc != DLOCK_OK && rc != DLOCK_ESTALE; i++)
+    if ((rc = dlock_guard_check(c, "spadv2", f2)) != DLOCK_OK && rc != DLOCK_ESTALE) th_sleep_ms(500);
+  if (rc != DLOCK_OK) printf("  token %llu, issued after the failover, refused: %s\n", (unsigned long long)f2,
+                             dlock_last_error());
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_cluster_stop(&fc);
+  ASSERT_EQ(rc, DLOCK_OK);
 }
 
 TEST_MAIN()

@@ -2,7 +2,8 @@
  * review_pg_adv.c - issue 22 items 7, 8 and 9 (PostgreSQL): advisory mode
  * through a transaction pooler under load, the fence after a failover to an
  * asynchronous standby, the doctor's replication and clock checks, and
- * advisory mode's hold connections kept in a pool. One test per finding,
+ * advisory mode's hold connections kept in a pool, the doctor on quorum
+ * standbys. One test per finding,
  * each FAILED on the code before its fix. Registered as ctest
  * "review/review_pg_adv" with the labels "review" and "pg". Real
  * PostgreSQL (and PgBouncer, and a streaming standby) through
@@ -483,6 +484,64 @@ TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
              (unsigned long long)highest);
   if (fail[0]) TEST_FAIL("%s", fail);
   (void)tf;
+}
+
+static int replication_rows(const th_pg *p, const char *state) {
+  char out[64];
+  if (th_pg_sql(p, NULL, out, sizeof out, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = '%s'", state))
+    return -1;
+  return atoi(out);
+}
+
+/*
+ * The doctor on quorum standbys (open finding of the last review, moved
+ * here once fixed). With quorum commit, synchronous_standby_names =
+ * 'ANY 1 (*)' and two standbys, pg_stat_replication says sync_state
+ * 'quorum' for both, and a commit is acknowledged once ONE of them has it:
+ * a failover to the other loses it (a held lock free again, a guard row
+ * rolled back) exactly as with an asynchronous standby. The doctor said
+ * "ok: replication: 2 standbys, all synchronous"; it must warn. FAILED
+ * before the fix (level ok).
+ */
+TEST(review_doctor_warns_about_quorum_standbys) {
+  th_pg p, s1, s2;
+  char why[256];
+  if (!th_pg_suite_start(&p, why, sizeof why)) TEST_SKIP("%s", why);
+  char out[256];
+  if (th_pg_sql(&p, NULL, out, sizeof out, "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'") ||
+      th_pg_sql(&p, NULL, out, sizeof out, "SELECT pg_reload_conf()")) {
+    th_pg_stop(&p);
+    TEST_FAIL("could not set synchronous_standby_names: %s", out);
+  }
+  if (th_pg_start_standby(&s1, &p) != 0) {
+    th_pg_stop(&p);
+    TEST_SKIP("standby did not start");
+  }
+  if (th_pg_start_standby(&s2, &p) != 0) {
+    th_pg_stop(&s1);
+    th_pg_stop(&p);
+    TEST_SKIP("standby did not start");
+  }
+  int q = 0;
+  for (int i = 0; i < 240 && (q = replication_rows(&p, "quorum")) < 2; i++) th_sleep_ms(250);
+  int n = -1, level = -1;
+  dlock_client *c = q == 2 ? th_pg_client(&p, "spadv_doc", NULL) : NULL;
+  if (c) {
+    dlock_check ck[DLOCK_CHECK_MAX];
+    n = dlock_client_check(c, ck, DLOCK_CHECK_MAX);
+    for (int i = 0; i < n; i++)
+      if (ck[i].name && !strcmp(ck[i].name, "replication")) {
+        level = (int)ck[i].level;
+        printf("  doctor, replication: level %d: %s\n", level, ck[i].found);
+      }
+    dlock_client_free(c);
+  }
+  th_pg_stop(&s2);
+  th_pg_stop(&s1);
+  th_pg_stop(&p);
+  ASSERT_EQ(q, 2);
+  ASSERT(n > 0);
+  ASSERT_EQ(level, (int)DLOCK_CHECK_WARN);
 }
 
 TEST_MAIN()
