@@ -127,8 +127,8 @@ TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lower_tok
   th_sentinel_set_stop(&fo);
 }
 
-/* Issue 22 item 5: the guard tells a change of master by the master's
- * replication id (INFO, in @dangerous). A user without INFO is refused
+/* Issue 22 item 5: the guard tells a change of master by the server's
+ * run id (INFO, in @dangerous). A user without INFO is refused
  * with DLOCK_ENOPERM and told what to grant, never admitted blindly. */
 TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_grant) {
   char out[256], url[800];
@@ -141,8 +141,14 @@ TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_g
   th_redis_cli(&set.master, out, sizeof out, "EXISTS {rv:acl}:guard");
   ASSERT_STR_EQ(out, "0");
   th_redis_cli(&set.master, out, sizeof out, "ACL SETUSER rvnoinfo +info");
-  ASSERT_OK(dlock_guard_check(c, "rv:acl", 5));
-  ASSERT_STATUS(dlock_guard_check(c, "rv:acl", 4), DLOCK_ESTALE);
+  /* A fence of this master (the guard admits none below its floor). */
+  dlock_mutex *m = test_mutex(c, "rv:acl:lock", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t t = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_guard_check(c, "rv:acl", t));
+  ASSERT_STATUS(dlock_guard_check(c, "rv:acl", t - 1), DLOCK_ESTALE);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
   dlock_client_free(c);
   th_redis_cli(&set.master, out, sizeof out, "ACL DELUSER rvnoinfo");
 }
