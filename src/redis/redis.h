@@ -389,6 +389,9 @@ void dlock__script_add_epoch(dlock_client *c, dlock__eval_argv *e, dlock__cmd *c
 /* That key for a script whose first key is 'key0' into 'buf': its length, 0
  * when the topology keeps no such record. */
 size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *buf, size_t cap);
+/* The smallest number whose decimal string hashes to cluster slot 'slot'
+ * (the tag of that slot's record): 0, or -1 when none was found. */
+int dlock__epoch_slot_tag(int slot, uint32_t *tag);
 /* 1 when 'r' is a NOSCRIPT error reply (send the call again as EVAL). */
 int dlock__reply_is_noscript(const dlock__reply *r);
 /* One call of a script that is safe to run twice with the same arguments:

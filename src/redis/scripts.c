@@ -4,7 +4,6 @@
  * FLUSH) is answered by sending the same call as EVAL, which also caches it.
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,25 +107,29 @@ void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock_
  * smallest number whose slot is that of the script's keys: a script touches
  * one slot). Without WAIT only: with it, admissions are acknowledged by the
  * replicas and no floor is kept. */
-static _Atomic uint32_t slot_tags[16384]; /* the tag + 1; 0: not searched yet */
-#define TAG_SEARCH_MAX 10000000u          /* every slot has a tag far below (tests/unit) */
+static uint32_t slot_tags[16384]; /* the tag + 1; 0: none found */
+static pthread_once_t tags_once = PTHREAD_ONCE_INIT;
+#define TAG_SEARCH_MAX 1000000u /* every slot has one below 110000 (test_cluster_slots.c) */
 
-static int slot_tag(int slot, uint32_t *tag) {
-  uint32_t t = atomic_load_explicit(&slot_tags[slot], memory_order_relaxed);
-  if (t) {
-    *tag = t - 1;
-    return 0;
-  }
+/* One sweep over 0, 1, 2, ... fills every slot (about 110000 CRCs, once). */
+static void compute_tags(void) {
   char buf[16];
-  for (uint32_t n = 0; n < TAG_SEARCH_MAX; n++) {
+  int left = 16384;
+  for (uint32_t n = 0; n < TAG_SEARCH_MAX && left > 0; n++) {
     int len = snprintf(buf, sizeof buf, "%u", n);
-    if ((int)(dlock__crc16(buf, (size_t)len) & 16383) == slot) {
-      atomic_store_explicit(&slot_tags[slot], n + 1, memory_order_relaxed);
-      *tag = n;
-      return 0;
+    unsigned slot = dlock__crc16(buf, (size_t)len) & 16383;
+    if (!slot_tags[slot]) {
+      slot_tags[slot] = n + 1;
+      left--;
     }
   }
-  return -1;
+}
+
+int dlock__epoch_slot_tag(int slot, uint32_t *tag) {
+  pthread_once(&tags_once, compute_tags);
+  if (slot < 0 || slot > 16383 || !slot_tags[slot]) return -1;
+  *tag = slot_tags[slot] - 1;
+  return 0;
 }
 
 size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *buf, size_t cap) {
@@ -137,7 +140,7 @@ size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *bu
     n = snprintf(buf, cap, "%sdlock-epoch", c->prefix);
   } else if (!strcmp(t->kind, "cluster")) {
     uint32_t tag;
-    if (slot_tag(dlock__cluster_slot(key0, len0), &tag) == 0) n = snprintf(buf, cap, "%s{%u}:dlock-epoch", c->prefix, tag);
+    if (dlock__epoch_slot_tag(dlock__cluster_slot(key0, len0), &tag) == 0) n = snprintf(buf, cap, "%s{%u}:dlock-epoch", c->prefix, tag);
   }
   return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
