@@ -94,8 +94,14 @@ end
 -- or before a restart that lost data) is below it, clocks agreeing. A record
 -- of another process (a promoted replica still has the old master's), or
 -- none (lost with the data, or never made), means this process has not
--- issued a fence yet for this data: the floor is now. The record never
--- expires; losing it only raises the floor.
+-- issued a fence yet for this data: the floor is taken then. It is now on a
+-- server that was promoted (INFO replication: second_repl_offset is not -1;
+-- the time of the promotion is not known, now is after it), and the time
+-- the process started on one never promoted, which has served as a master
+-- since (a restart, a first use, a slot a reshard moved here, which loses
+-- nothing): tokens of an earlier process are below that too, and a lock of
+-- another slot (Cluster) that took its fence from this process is not
+-- refused. The record never expires.
 local DLOCK_EPOCH = KEYS[#KEYS]
 if not (DLOCK_EPOCH and string.sub(DLOCK_EPOCH, -11) == 'dlock-epoch') then DLOCK_EPOCH = nil end
 
@@ -118,8 +124,16 @@ local function dlock_epoch_floor(now, strict)
     local was, floor = string.match(rec, '^(%S+) (%d+)$')
     if was == id and floor and dlock_fence_ok(floor, FENCE_MAX) then return floor end
   end
-  redis.call('SET', DLOCK_EPOCH, id .. ' ' .. now)
-  return now
+  local floor = now
+  local repl = redis.pcall('INFO', 'replication')
+  local up, t_us = string.match(info, 'uptime_in_seconds:(%d+)'), string.match(info, 'server_time_usec:(%d+)')
+  if type(repl) == 'string' and string.match(repl, 'second_repl_offset:(%-?%d+)') == '-1' and up and t_us then
+    -- uptime is whole seconds, rounded down: the start is at or before this.
+    local start = dlock_num(tonumber(t_us) - tonumber(up) * 1000000)
+    if dlock_fence_lt(start, now) then floor = start end
+  end
+  redis.call('SET', DLOCK_EPOCH, id .. ' ' .. floor)
+  return floor
 end
 
 local function dlock_fence_after(fence_key, cur, now_us, now_s)
