@@ -124,6 +124,12 @@ static pid_t spawn(const char *const argv[], const char *log) {
   int devnull = open("/dev/null", O_RDONLY);
   if (devnull >= 0) dup2(devnull, 0);
   setsid(); /* the terminal's ^C reaches us, and we stop the server */
+  /* TH_PG_PRELOAD (a test's libfaketime): preloaded into the server alone,
+   * after setpriv, so that what it creates belongs to the postgres user. */
+  const char *pre = getenv("TH_PG_PRELOAD");
+  char pre_env[600] = "";
+  size_t a0 = strlen(argv[0]);
+  if (pre && a0 >= 9 && !strcmp(argv[0] + a0 - 9, "/postgres")) snprintf(pre_env, sizeof pre_env, "LD_PRELOAD=%s", pre);
   if (geteuid() == 0) {
     const char *args[64];
     int n = 0;
@@ -131,10 +137,15 @@ static pid_t spawn(const char *const argv[], const char *log) {
     args[n++] = "--reuid=postgres";
     args[n++] = "--regid=postgres";
     args[n++] = "--init-groups";
+    if (pre_env[0]) {
+      args[n++] = "env";
+      args[n++] = pre_env;
+    }
     for (int i = 0; argv[i] && n < 63; i++) args[n++] = argv[i];
     args[n] = NULL;
     execvp("setpriv", (char *const *)args);
   } else {
+    if (pre_env[0]) setenv("LD_PRELOAD", pre, 1);
     execv(argv[0], (char *const *)argv);
   }
   _exit(127);

@@ -1294,7 +1294,9 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
       "  current_user, current_setting('synchronous_commit'),\n"
       "  (SELECT count(*) FROM pg_stat_replication),\n"
       "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('async', 'potential')),\n"
-      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL)",
+      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL),\n"
+      "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'),\n"
+      "  coalesce(substring(current_setting('synchronous_standby_names') FROM '(?i)^\\s*any\\s+([0-9]+)')::int, 0)",
       1, vals, 0, 1, &r, NULL, NULL);
   if (rc != 0) return rc;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -1355,6 +1357,7 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
    * commits: holds, releases and guard rows roll back (fences still rise,
    * floored at the database clock). */
   long standbys = (long)col_i64(r, 0, 10), async = (long)col_i64(r, 0, 11), hidden = (long)col_i64(r, 0, 12);
+  long quorum = (long)col_i64(r, 0, 13), need = (long)col_i64(r, 0, 14);
   if (async > 0) {
     add_line(report, len,
              "warning: replication: %ld asynchronous standby%s (pg_stat_replication sync_state async or "
@@ -1364,6 +1367,15 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
              "synchronous (synchronous_standby_names, synchronous_commit on) or fail over only to a synchronous "
              "one",
              async, async == 1 ? "" : "s", async == 1 ? "s" : "");
+  } else if (quorum > need) {
+    /* ANY k (...): a commit waits for k of the quorum standbys, not all. */
+    add_line(report, len,
+             "warning: replication: %ld standbys form a quorum (synchronous_standby_names ANY %ld): a commit waits "
+             "for %ld of them only, so after a failover to one that had not received it the last commits are lost "
+             "(a lock taken or released just before may be free or held again, guard rows roll back); promote "
+             "only the standby that received the most WAL (pg_last_wal_receive_lsn()), or set ANY %ld so that "
+             "every standby has every commit",
+             quorum, need, need, quorum);
   } else if (hidden > 0) {
     add_line(report, len,
              "warning: replication: %ld standby%s stream%s from this server but this user cannot see whether they "

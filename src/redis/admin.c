@@ -334,33 +334,24 @@ int dlock__redis_latch_list(dlock_client *c, const char *pattern, void (*fn)(con
 /* The core checked the arguments (core/admin.c). Where a failover may
  * promote a replica that missed the last admissions (issue 22 item 5): with
  * WAIT, an admission the replicas did not acknowledge is refused
- * (DLOCK_EREPLICAS); without (Sentinel, Cluster), the guard keeps the
- * master's replication id in {R}:guard:epoch and, when it changed, admits
- * no token issued before the change (guard.lua, docs/topologies.md). */
+ * (DLOCK_EREPLICAS); without (Sentinel, Cluster), no token below the floor of
+ * the master's epoch record is admitted: the clock at the first fence or
+ * guard check of the server process that serves the data now (scripts.c
+ * passes the record, prelude.lua keeps it; docs/topologies.md). */
 int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
   int rc;
   size_t klen = c->prefix_len + strlen(resource) + strlen("{}:guard");
-  size_t elen = klen + strlen(":epoch");
-  char *key = malloc(klen + 1), *epoch = malloc(elen + 1);
-  if (!key || !epoch) {
-    free(key);
-    free(epoch);
-    return dlock__error(DLOCK_ENOMEM, "out of memory");
-  }
+  char *key = malloc(klen + 1);
+  if (!key) return dlock__error(DLOCK_ENOMEM, "out of memory");
   snprintf(key, klen + 1, "{%s%s}:guard", c->prefix, resource);
-  snprintf(epoch, elen + 1, "%s:epoch", key);
-  const dlock__topology *t = dlock__topo(c);
-  int floor = t->wait_replicas <= 0 && (!strcmp(t->kind, "sentinel") || !strcmp(t->kind, "cluster"));
   char tok[24];
   snprintf(tok, sizeof tok, "%" PRIu64, token);
   dlock__script_call call;
   memset(&call, 0, sizeof call);
   call.script = DLOCK__SCRIPT_GUARD;
-  call.nkeys = floor ? 2 : 1;
+  call.nkeys = 1;
   call.keys[0] = key;
   call.keylens[0] = klen;
-  call.keys[1] = epoch;
-  call.keylens[1] = elen;
   call.nargs = 1;
   call.args[0] = tok;
   call.arglens[0] = strlen(tok);
@@ -403,6 +394,5 @@ int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t tok
   }
   dlock__reply_free(r);
   free(key);
-  free(epoch);
   return rc;
 }

@@ -348,6 +348,7 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   dlock__eval_argv e;
   dlock__cmd cmd;
   dlock__script_build_eval(&e, &cmd, &call, 1);
+  dlock__script_add_epoch(c, &e, &cmd, &call);
   rc = dlock__conn_append(p->conn, &cmd);
   if (rc) {
     /* Nothing of it left, but the output may hold part of it: the

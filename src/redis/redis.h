@@ -379,8 +379,19 @@ typedef struct dlock__eval_argv {
   const char *argv[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
   size_t lens[3 + 2 * DLOCK__SCRIPT_MAX_ARGS];
   char numkeys[8];
+  char epoch[DLOCK_MAX_NAME_LEN + 32]; /* dlock__script_add_epoch's key */
 } dlock__eval_argv;
 void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call, int by_sha);
+/* Sentinel and Cluster without WAIT: append to a built call, as its last
+ * key, the record of the master's epoch (prelude.lua's DLOCK_EPOCH; docs/
+ * topologies.md, "The guard across a failover"); nothing elsewhere. */
+void dlock__script_add_epoch(dlock_client *c, dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call);
+/* That key for a script whose first key is 'key0' into 'buf': its length, 0
+ * when the topology keeps no such record. */
+size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *buf, size_t cap);
+/* The smallest number whose decimal string hashes to cluster slot 'slot'
+ * (the tag of that slot's record): 0, or -1 when none was found. */
+int dlock__epoch_slot_tag(int slot, uint32_t *tag);
 /* 1 when 'r' is a NOSCRIPT error reply (send the call again as EVAL). */
 int dlock__reply_is_noscript(const dlock__reply *r);
 /* One call of a script that is safe to run twice with the same arguments:

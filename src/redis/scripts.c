@@ -4,6 +4,7 @@
  * FLUSH) is answered by sending the same call as EVAL, which also caches it.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,65 @@ void dlock__script_build_eval(dlock__eval_argv *e, dlock__cmd *cmd, const dlock_
   cmd->argc = n;
   cmd->argv = e->argv;
   cmd->lens = e->lens;
+}
+
+/* The record of the master's epoch, "<run id> <floor>" (prelude.lua,
+ * DLOCK_EPOCH): one per server under Sentinel ("<prefix>dlock-epoch"), one
+ * per hash slot on a cluster ("<prefix>{<tag>}:dlock-epoch", <tag> the
+ * smallest number whose slot is that of the script's keys: a script touches
+ * one slot). Without WAIT only: with it, admissions are acknowledged by the
+ * replicas and no floor is kept. */
+static uint32_t slot_tags[16384]; /* the tag + 1; 0: none found */
+static pthread_once_t tags_once = PTHREAD_ONCE_INIT;
+#define TAG_SEARCH_MAX 1000000u /* every slot has one below 110000 (test_cluster_slots.c) */
+
+/* One sweep over 0, 1, 2, ... fills every slot (about 110000 CRCs, once). */
+static void compute_tags(void) {
+  char buf[16];
+  int left = 16384;
+  for (uint32_t n = 0; n < TAG_SEARCH_MAX && left > 0; n++) {
+    int len = snprintf(buf, sizeof buf, "%u", n);
+    unsigned slot = dlock__crc16(buf, (size_t)len) & 16383;
+    if (!slot_tags[slot]) {
+      slot_tags[slot] = n + 1;
+      left--;
+    }
+  }
+}
+
+int dlock__epoch_slot_tag(int slot, uint32_t *tag) {
+  pthread_once(&tags_once, compute_tags);
+  if (slot < 0 || slot > 16383 || !slot_tags[slot]) return -1;
+  *tag = slot_tags[slot] - 1;
+  return 0;
+}
+
+size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *buf, size_t cap) {
+  const dlock__topology *t = dlock__topo(c);
+  if (t->wait_replicas > 0) return 0;
+  int n = -1;
+  if (!strcmp(t->kind, "sentinel")) {
+    n = snprintf(buf, cap, "%sdlock-epoch", c->prefix);
+  } else if (!strcmp(t->kind, "cluster")) {
+    uint32_t tag;
+    if (dlock__epoch_slot_tag(dlock__cluster_slot(key0, len0), &tag) == 0) n = snprintf(buf, cap, "%s{%u}:dlock-epoch", c->prefix, tag);
+  }
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+void dlock__script_add_epoch(dlock_client *c, dlock__eval_argv *e, dlock__cmd *cmd, const dlock__script_call *call) {
+  if (call->nkeys < 1 || call->nkeys >= DLOCK__SCRIPT_MAX_ARGS) return;
+  size_t len = dlock__epoch_key(c, call->keys[0], call->keylens[0], e->epoch, sizeof e->epoch);
+  if (!len) return;
+  /* argv: command, sha, numkeys, keys, args: the key goes after the keys. */
+  size_t at = 3 + (size_t)call->nkeys;
+  memmove(&e->argv[at + 1], &e->argv[at], (size_t)call->nargs * sizeof e->argv[0]);
+  memmove(&e->lens[at + 1], &e->lens[at], (size_t)call->nargs * sizeof e->lens[0]);
+  e->argv[at] = e->epoch;
+  e->lens[at] = len;
+  snprintf(e->numkeys, sizeof e->numkeys, "%d", call->nkeys + 1);
+  e->lens[2] = strlen(e->numkeys);
+  cmd->argc++;
 }
 
 int dlock__reply_is_noscript(const dlock__reply *r) {
@@ -217,7 +277,10 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto done;
   }
-  for (size_t i = 0; i < n; i++) dlock__script_build_eval(&e[i], &cmds[i], &calls[i], 1);
+  for (size_t i = 0; i < n; i++) {
+    dlock__script_build_eval(&e[i], &cmds[i], &calls[i], 1);
+    dlock__script_add_epoch(c, &e[i], &cmds[i], &calls[i]);
+  }
   int sent = 0, wait = wants_wait(c, calls, n), acked = -1;
   for (size_t i = 0; i < n; i++) calls[i].replicas = -1;
   rc = exec_with_wait(c, node, cmds, calls, NULL, n, replies, &sent, wait, &acked, limit);
@@ -228,7 +291,10 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
   for (size_t i = 0; i < n; i++)
     if (dlock__reply_is_noscript(replies[i])) retry[nretry++] = i;
   if (nretry) {
-    for (size_t j = 0; j < nretry; j++) dlock__script_build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
+    for (size_t j = 0; j < nretry; j++) {
+      dlock__script_build_eval(&e[j], &cmds[j], &calls[retry[j]], 0);
+      dlock__script_add_epoch(c, &e[j], &cmds[j], &calls[retry[j]]);
+    }
     dlock__reply **again = n <= 4 ? (dlock__reply *[4]){0} : calloc(nretry, sizeof *again);
     if (!again) {
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");

@@ -3,6 +3,8 @@
  * CLUSTERDOWN. The failover test FAILED on the code as reviewed (base
  * 8894107: the release failed at once on the refused connection); the
  * state-fail test passed there already and guards the back-off.
+ * The last test: the guard's floor across the failover of its slot's master
+ * (an open finding of the next review, FAILED before its fix).
  * Real Redis Cluster (harness_cluster.h), real faults, public API only.
  * Registered as ctest "review/review_cluster", labels "review;deployment".
  */
@@ -164,6 +166,109 @@ TEST(issue22_item10_a_cluster_release_while_the_locks_master_fails_over_waits_fo
   ASSERT_STR_EQ(out, "0");
   if (grc != DLOCK_ESTALE) TEST_FAIL("guard after the failover: %s (%s), want DLOCK_ESTALE", dlock_strerror(grc), gmsg);
   ASSERT_CONTAINS(gmsg, "master changed");
+}
+
+/* SIGKILL the master of 'key' in 'fc' and wait (60 s at most) until
+ * another node serves its slot. */
+static void fail_over(const char *key) {
+  int owner = th_cluster_owner(&fc, key);
+  if (owner < 0) TEST_FAIL("no master serves %s", key);
+  kill(fc.node[owner].pid, SIGKILL);
+  int moved = 0;
+  for (int i = 0; i < 120 && !moved; i++) {
+    th_sleep_ms(500);
+    int o = th_cluster_owner(&fc, key);
+    moved = o >= 0 && o != owner;
+  }
+  if (!moved) TEST_FAIL("no failover of the master of %s within 60 s", key);
+}
+
+/* The guard's floor across a failover, per slot (an open finding of the
+ * Sentinel/Cluster review, moved here once fixed): the master of the
+ * guard's slot is SIGKILLed, its replica takes over, a holder acquires a
+ * lock of the same slot on the new master, then calls the guard 300 ms
+ * later. The floor used to be the clock at that first guard check, so the
+ * token was refused as "issued before the master changed"; it is now the
+ * clock at the first fence issued in that slot by the new master. */
+TEST(the_guard_admits_a_token_issued_on_the_slots_new_master_before_its_first_check) {
+  ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
+  dlock_client *c = test_client(fc.url);
+  const char *gkey = "{spadv2}:guard";
+  dlock_mutex *m = test_mutex(c, "spadv2", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 5000));
+  uint64_t f1 = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_guard_check(c, "spadv2", f1));
+  ASSERT_OK(dlock_mutex_release(m));
+  th_sleep_ms(1500); /* the replica has everything: no data is lost here */
+  fail_over(gkey);
+  uint64_t f2 = 0;
+  for (int i = 0; i < 24 && !f2; i++) /* the client follows the failover */
+    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK) f2 = dlock_mutex_fence(m);
+    else th_sleep_ms(500);
+  ASSERT(f2 > f1);
+  th_sleep_ms(300);
+  int rc = DLOCK_EIO;
+  for (int i = 0; i < 60 && rc != DLOCK_OK && rc != DLOCK_ESTALE; i++)
+    if ((rc = dlock_guard_check(c, "spadv2", f2)) != DLOCK_OK && rc != DLOCK_ESTALE) th_sleep_ms(500);
+  if (rc != DLOCK_OK) printf("  token %llu, issued after the failover, refused: %s\n", (unsigned long long)f2,
+                             dlock_last_error());
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_cluster_stop(&fc);
+  ASSERT_EQ(rc, DLOCK_OK);
+}
+
+/* What the per-slot floor does NOT promise (docs/topologies.md, Cluster):
+ * a lock in another slot of the same master as the resource. Before any
+ * failover, the resource's first guard check admits the lock's token (the
+ * floor of a master never promoted is the time its process started). After
+ * the failover, a token issued on the new master before any fence or guard
+ * check in the resource's slot is refused once (the resource's floor is
+ * taken at that later check: the promotion's time is not known); the token
+ * of the old master is refused too (never a stale admission); a token
+ * acquired again is admitted. */
+TEST(the_guard_refuses_once_a_token_of_a_lock_in_another_slot_issued_before_its_slots_first_check) {
+  ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
+  dlock_client *c = test_client(fc.url);
+  const char *gkey = "{spx-res}:guard";
+  int node = th_cluster_owner(&fc, gkey);
+  ASSERT(node >= 0);
+  char name[64] = "", key[80];
+  for (int i = 0; i < 1000 && !name[0]; i++) { /* a lock of the same master, in another slot */
+    snprintf(key, sizeof key, "{spx-lock-%d}", i);
+    if (th_cluster_owner(&fc, key) == node) snprintf(name, sizeof name, "spx-lock-%d", i);
+  }
+  ASSERT(name[0] != '\0');
+  dlock_mutex *m = test_mutex(c, name, 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 5000));
+  uint64_t old = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_guard_check(c, "spx-res", old));
+  ASSERT_OK(dlock_mutex_release(m));
+  th_sleep_ms(1500); /* the replica has everything */
+  fail_over(gkey);
+  uint64_t f = 0;
+  for (int i = 0; i < 24 && !f; i++)
+    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK) f = dlock_mutex_fence(m);
+    else th_sleep_ms(500);
+  ASSERT(f > old);
+  ASSERT_OK(dlock_mutex_release(m));
+  th_sleep_ms(300);
+  int rc = dlock_guard_check(c, "spx-res", f);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  int rc_old = dlock_guard_check(c, "spx-res", old);
+  ASSERT_OK(dlock_mutex_acquire(m, 5000));
+  uint64_t again = dlock_mutex_fence(m);
+  int rc_again = dlock_guard_check(c, "spx-res", again);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_cluster_stop(&fc);
+  ASSERT_STATUS(rc, DLOCK_ESTALE);
+  ASSERT_CONTAINS(msg, "master changed");
+  ASSERT_STATUS(rc_old, DLOCK_ESTALE);
+  ASSERT_OK(rc_again);
 }
 
 TEST_MAIN()

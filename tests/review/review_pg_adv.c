@@ -2,8 +2,10 @@
  * review_pg_adv.c - issue 22 items 7, 8 and 9 (PostgreSQL): advisory mode
  * through a transaction pooler under load, the fence after a failover to an
  * asynchronous standby, the doctor's replication and clock checks, and
- * advisory mode's hold connections kept in a pool. One test per finding,
- * each FAILED on the code before its fix. Registered as ctest
+ * advisory mode's hold connections kept in a pool, the doctor on quorum
+ * standbys; and a step back of the database clock (which passed on the code
+ * as it was: it guards the fence floor and the leases). One test per
+ * finding, each FAILED on the code before its fix. Registered as ctest
  * "review/review_pg_adv" with the labels "review" and "pg". Real
  * PostgreSQL (and PgBouncer, and a streaming standby) through
  * harness_pg.h, public API only (dlock.h).
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
@@ -483,6 +486,165 @@ TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
              (unsigned long long)highest);
   if (fail[0]) TEST_FAIL("%s", fail);
   (void)tf;
+}
+
+static int replication_rows(const th_pg *p, const char *state) {
+  char out[64];
+  if (th_pg_sql(p, NULL, out, sizeof out, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = '%s'", state))
+    return -1;
+  return atoi(out);
+}
+
+/*
+ * The doctor on quorum standbys (open finding of the last review, moved
+ * here once fixed). With quorum commit, synchronous_standby_names =
+ * 'ANY 1 (*)' and two standbys, pg_stat_replication says sync_state
+ * 'quorum' for both, and a commit is acknowledged once ONE of them has it:
+ * a failover to the other loses it (a held lock free again, a guard row
+ * rolled back) exactly as with an asynchronous standby. The doctor said
+ * "ok: replication: 2 standbys, all synchronous"; it must warn. FAILED
+ * before the fix (level ok).
+ */
+TEST(review_doctor_warns_about_quorum_standbys) {
+  th_pg p, s1, s2;
+  char why[256];
+  if (!th_pg_suite_start(&p, why, sizeof why)) TEST_SKIP("%s", why);
+  char out[256];
+  if (th_pg_sql(&p, NULL, out, sizeof out, "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'") ||
+      th_pg_sql(&p, NULL, out, sizeof out, "SELECT pg_reload_conf()")) {
+    th_pg_stop(&p);
+    TEST_FAIL("could not set synchronous_standby_names: %s", out);
+  }
+  if (th_pg_start_standby(&s1, &p) != 0) {
+    th_pg_stop(&p);
+    TEST_SKIP("standby did not start");
+  }
+  if (th_pg_start_standby(&s2, &p) != 0) {
+    th_pg_stop(&s1);
+    th_pg_stop(&p);
+    TEST_SKIP("standby did not start");
+  }
+  int q = 0;
+  for (int i = 0; i < 240 && (q = replication_rows(&p, "quorum")) < 2; i++) th_sleep_ms(250);
+  int n = -1, level = -1;
+  dlock_client *c = q == 2 ? th_pg_client(&p, "spadv_doc", NULL) : NULL;
+  if (c) {
+    dlock_check ck[DLOCK_CHECK_MAX];
+    n = dlock_client_check(c, ck, DLOCK_CHECK_MAX);
+    for (int i = 0; i < n; i++)
+      if (ck[i].name && !strcmp(ck[i].name, "replication")) {
+        level = (int)ck[i].level;
+        printf("  doctor, replication: level %d: %s\n", level, ck[i].found);
+      }
+    dlock_client_free(c);
+  }
+  th_pg_stop(&s2);
+  th_pg_stop(&s1);
+  th_pg_stop(&p);
+  ASSERT_EQ(q, 2);
+  ASSERT(n > 0);
+  ASSERT_EQ(level, (int)DLOCK_CHECK_WARN);
+}
+
+/* Write 'offset' (libfaketime's syntax: "+0", "-60") to the clock file. */
+static int clock_file_set(const char *path, const char *offset) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "%s\n", offset);
+  return fclose(f);
+}
+
+/*
+ * Issue 22 item 8: the database host's clock stepped BACK (postgres under
+ * libfaketime, its clock moved 60 s back while a lock is held). A fence is
+ * greatest(nextval, database clock in us, the lock's last fence + 1): it
+ * must still rise strictly. The hold taken before the step must be neither
+ * cut (another client is refused, the holder's renewal and release work)
+ * nor lost.
+ */
+TEST(review_fences_rise_and_a_hold_stays_across_a_step_back_of_the_database_clock) {
+  const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+  char why[256];
+  if (!th_pg_available(why, sizeof why)) TEST_SKIP("%s", why);
+  if (access(lib, R_OK) != 0) TEST_SKIP("libfaketime is not installed (Debian: faketime)");
+  char clk[] = "/tmp/dlock-pgclock-XXXXXX";
+  int fd = mkstemp(clk);
+  if (fd < 0) TEST_FAIL("mkstemp: cannot create the clock file");
+  close(fd);
+  chmod(clk, 0644);
+  th_pg p;
+  memset(&p, 0, sizeof p);
+  int started = clock_file_set(clk, "+0") == 0;
+  if (started) {
+    setenv("TH_PG_PRELOAD", lib, 1); /* harness_pg.c: the server alone */
+    setenv("FAKETIME_TIMESTAMP_FILE", clk, 1);
+    setenv("FAKETIME_NO_CACHE", "1", 1);
+    setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+    started = th_pg_start(&p, NULL) == 0;
+    unsetenv("TH_PG_PRELOAD");
+    unsetenv("FAKETIME_TIMESTAMP_FILE");
+    unsetenv("FAKETIME_NO_CACHE");
+    unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+  }
+  if (!started) {
+    unlink(clk);
+    TEST_SKIP("PostgreSQL did not start under libfaketime");
+  }
+  char fail[512] = "";
+  dlock_client *c = th_pg_client(&p, "clkstep", NULL), *c2 = th_pg_client(&p, "clkstep", NULL);
+  dlock_mutex *m = NULL, *o = NULL;
+  uint64_t f1 = 0, f2 = 0, f3 = 0;
+  char out[64] = "";
+  if (!c || !c2) snprintf(fail, sizeof fail, "client: %s", dlock_last_error());
+  if (!fail[0]) {
+    m = test_mutex(c, "clk", 20000);
+    o = test_mutex(c2, "clk", 20000);
+    if (dlock_mutex_acquire(m, 5000) != DLOCK_OK) snprintf(fail, sizeof fail, "acquire: %s", dlock_last_error());
+  }
+  if (!fail[0]) {
+    f1 = dlock_mutex_fence(m);
+    if (dlock_mutex_release(m) != DLOCK_OK || dlock_mutex_acquire(m, 5000) != DLOCK_OK)
+      snprintf(fail, sizeof fail, "release and acquire again: %s", dlock_last_error());
+  }
+  if (!fail[0]) {
+    f2 = dlock_mutex_fence(m);
+    clock_file_set(clk, "-60"); /* the step back, the lock held */
+    long skew = 0;
+    for (int i = 0; i < 100; i++) {
+      th_pg_sql(&p, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint");
+      skew = (long)time(NULL) - atol(out);
+      if (skew > 50) break;
+      th_sleep_ms(50);
+    }
+    printf("  database clock %ld s behind after the step\n", skew);
+    if (skew <= 50) snprintf(fail, sizeof fail, "the database clock did not step back (%ld s)", skew);
+  }
+  if (!fail[0]) {
+    int rc = dlock_mutex_acquire(o, 0);
+    if (rc == DLOCK_OK) snprintf(fail, sizeof fail, "a second client took the lock held before the step back");
+    else if (dlock_mutex_extend(m, 20000) != DLOCK_OK)
+      snprintf(fail, sizeof fail, "the holder's renewal after the step back: %s", dlock_last_error());
+    else if (dlock_mutex_lost(m) != DLOCK_LOST_NONE)
+      snprintf(fail, sizeof fail, "the hold was reported lost: %s", dlock_lost_reason_str(dlock_mutex_lost(m)));
+    else if (dlock_mutex_release(m) != DLOCK_OK)
+      snprintf(fail, sizeof fail, "the holder's release after the step back: %s", dlock_last_error());
+    else if (dlock_mutex_acquire(o, 5000) != DLOCK_OK)
+      snprintf(fail, sizeof fail, "acquire after the release: %s", dlock_last_error());
+    else
+      f3 = dlock_mutex_fence(o);
+  }
+  printf("  fences %llu, %llu, then after the step back %llu\n", (unsigned long long)f1, (unsigned long long)f2,
+         (unsigned long long)f3);
+  if (o) dlock_mutex_release(o);
+  if (m) dlock_mutex_free(m);
+  if (o) dlock_mutex_free(o);
+  if (c) dlock_client_free(c);
+  if (c2) dlock_client_free(c2);
+  th_pg_stop(&p);
+  unlink(clk);
+  if (fail[0]) TEST_FAIL("%s", fail);
+  ASSERT(f2 > f1);
+  ASSERT(f3 > f2);
 }
 
 TEST_MAIN()

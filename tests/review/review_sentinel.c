@@ -3,9 +3,12 @@
  * are told across a Sentinel failover. One test per finding, each FAILED on
  * the code as reviewed (base 8894107). Real servers (harness_sentinel.h: a
  * master, a replica, three sentinels), real faults (SIGSTOP, SIGKILL, a
- * failover), public API only. Registered as ctest "review/review_sentinel",
+ * failover), public API only. The last four: the guard's floor across a
+ * change of master (the open findings of the next review, fixed). Registered
+ * as ctest "review/review_sentinel",
  * labels "review;deployment" (a failover's timing: not under valgrind).
  */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,8 +127,8 @@ TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lower_tok
   th_sentinel_set_stop(&fo);
 }
 
-/* Issue 22 item 5: the guard tells a change of master by the master's
- * replication id (INFO, in @dangerous). A user without INFO is refused
+/* Issue 22 item 5: the guard tells a change of master by the server's
+ * run id (INFO, in @dangerous). A user without INFO is refused
  * with DLOCK_ENOPERM and told what to grant, never admitted blindly. */
 TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_grant) {
   char out[256], url[800];
@@ -138,8 +141,14 @@ TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_g
   th_redis_cli(&set.master, out, sizeof out, "EXISTS {rv:acl}:guard");
   ASSERT_STR_EQ(out, "0");
   th_redis_cli(&set.master, out, sizeof out, "ACL SETUSER rvnoinfo +info");
-  ASSERT_OK(dlock_guard_check(c, "rv:acl", 5));
-  ASSERT_STATUS(dlock_guard_check(c, "rv:acl", 4), DLOCK_ESTALE);
+  /* A fence of this master (the guard admits none below its floor). */
+  dlock_mutex *m = test_mutex(c, "rv:acl:lock", 60000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t t = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_guard_check(c, "rv:acl", t));
+  ASSERT_STATUS(dlock_guard_check(c, "rv:acl", t - 1), DLOCK_ESTALE);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
   dlock_client_free(c);
   th_redis_cli(&set.master, out, sizeof out, "ACL DELUSER rvnoinfo");
 }
@@ -197,6 +206,210 @@ TEST(issue22_item6_a_hold_lost_to_a_frozen_masters_failover_is_reported_as_failo
   dlock_client_free(a);
   dlock_client_free(b);
   th_sentinel_set_stop(&fo);
+}
+
+/* ---- The guard's floor across a change of master (the open findings of
+ * the Sentinel/Cluster review, tests/review/open_sp_adversarial.c, moved
+ * here once fixed; each FAILED before the floor was the clock at the first
+ * fence or guard check of the new server process, kept per server). Each
+ * starts its own deployment in 'fo' (a failed test's is stopped first). ---- */
+
+/* Acquire 'name' (lease 'lease_ms'), retrying through a failover for at most
+ * 'tries' × (2 s + 0.5 s). Returns the fence, 0 on failure (the mutex freed). */
+static uint64_t take_n(dlock_client *c, const char *name, int64_t lease_ms, dlock_mutex **out, int tries) {
+  *out = NULL;
+  for (int i = 0; i < tries; i++) {
+    dlock_mutex *m = test_mutex(c, name, lease_ms);
+    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK) {
+      *out = m;
+      return dlock_mutex_fence(m);
+    }
+    dlock_mutex_free(m);
+    th_sleep_ms(500);
+  }
+  printf("  acquire of '%s' never succeeded: %s\n", name, dlock_last_error());
+  return 0;
+}
+
+static uint64_t take(dlock_client *c, const char *name, int64_t lease_ms, dlock_mutex **out) {
+  return take_n(c, name, lease_ms, out, 24);
+}
+
+/* A guard check, retried while the deployment answers with transient errors
+ * (a failover in progress); ESTALE and OK are answers. */
+static int guard(dlock_client *c, const char *res, uint64_t tok) {
+  int rc = DLOCK_EIO;
+  for (int i = 0; i < 60; i++) {
+    rc = dlock_guard_check(c, res, tok);
+    if (rc == DLOCK_OK || rc == DLOCK_ESTALE) return rc;
+    th_sleep_ms(500);
+  }
+  return rc;
+}
+
+/* A takes 'name' with a 500 ms lease and is "paused"; once that lease
+ * ended, B takes it: fa < fb. */
+static void a_then_b(dlock_client *c, const char *name, dlock_mutex **a, uint64_t *fa, dlock_mutex **b,
+                     uint64_t *fb) {
+  *fa = take(c, name, 500, a);
+  ASSERT(*fa > 0);
+  th_sleep_ms(1200);
+  *fb = take(c, name, 60000, b);
+  ASSERT(*fb > *fa);
+}
+
+/* A wakes up after 'what' and writes with its stale token: the guard's answer. */
+static int a_writes(dlock_client *c, const char *res, uint64_t fa, uint64_t fb, const char *what) {
+  int rc = guard(c, res, fa);
+  printf("  after %s, stale token %" PRIu64 " (B was admitted with %" PRIu64 "): %s\n", what, fa, fb,
+         rc == DLOCK_OK ? "ADMITTED" : dlock_last_error());
+  return rc;
+}
+
+static void fo_start(const char *service) {
+  th_sentinel_set_stop(&fo);
+  if (th_sentinel_set_start(&fo, service) != 0) TEST_FAIL("sentinel set");
+}
+
+/* Make the replica miss what the master writes next: SIGSTOP it (so that it
+ * cannot reconnect) and have the master drop its link (CLIENT KILL TYPE
+ * replica). The caller writes, SIGKILLs the master, then SIGCONTs the
+ * replica (within Sentinel's down-after, so it is not itself down): the
+ * writes exist on no surviving server. */
+static void replica_cut(th_sentinel_set *s) {
+  char out[256];
+  kill(s->replica.pid, SIGSTOP);
+  th_redis_cli(&s->master, out, sizeof out, "CLIENT KILL TYPE replica");
+}
+
+/* A token issued on the promoted replica BEFORE the first guard check there
+ * is admitted: the floor was taken by the acquire that issued it (it used to
+ * be the clock at that first check, which refused the token as "issued
+ * before the Redis master changed"). */
+TEST(the_guard_admits_a_token_issued_on_the_new_master_before_its_first_check) {
+  fo_start("spadv1");
+  dlock_client *c = client_of(fo.url);
+  dlock_mutex *m = NULL;
+  uint64_t f1 = take(c, "spadv1", 60000, &m);
+  ASSERT(f1 > 0);
+  ASSERT_EQ(guard(c, "spadv1-res", f1), DLOCK_OK); /* the record made on the first master */
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  th_sleep_ms(1500); /* let the replica have everything: no data is lost here */
+  kill(fo.master.pid, SIGKILL);
+  if (th_sentinel_wait_master(&fo, fo.replica.port, 60000) != 0) TEST_FAIL("no failover to the replica within 60 s");
+  uint64_t f2 = take(c, "spadv1", 60000, &m); /* issued by the NEW master */
+  ASSERT(f2 > f1);
+  th_sleep_ms(300); /* the holder does some work before its first write */
+  int rc = guard(c, "spadv1-res", f2);
+  if (rc != DLOCK_OK)
+    printf("  token %" PRIu64 ", issued after the failover, refused: %s\n", f2, dlock_last_error());
+  dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_sentinel_set_stop(&fo);
+  ASSERT_EQ(rc, DLOCK_OK);
+}
+
+/* The master (no persistence) restarted empty, nobody fails over: the floor's
+ * record was lost with the data. It used to start again at 0 and admit A's
+ * stale token, lower than the one B was admitted with; a missing record now
+ * means the floor is taken again. */
+TEST(the_guard_refuses_an_old_token_after_the_master_restarted_empty) {
+  fo_start("spadv3");
+  char out[256];
+  for (int i = 0; i < TH_SENTINELS; i++)
+    th_redis_cli(&fo.sentinel[i], out, sizeof out, "SENTINEL SET spadv3 down-after-milliseconds 600000");
+  dlock_client *c = client_of(fo.url);
+  dlock_mutex *a = NULL, *b = NULL;
+  uint64_t fa = 0, fb = 0;
+  a_then_b(c, "spadv3", &a, &fa, &b, &fb);
+  ASSERT_EQ(guard(c, "spadv3-res", fb), DLOCK_OK);    /* B writes */
+  ASSERT_EQ(guard(c, "spadv3-res", fa), DLOCK_ESTALE); /* A refused, as it should */
+  th_sleep_ms(1000);
+  if (th_redis_restart(&fo.master) != 0) TEST_FAIL("master did not restart");
+  th_sleep_ms(3000); /* the replica resyncs from the (empty) restarted master */
+  int rc = a_writes(c, "spadv3-res", fa, fb, "the master's restart");
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  th_sentinel_set_stop(&fo);
+  ASSERT_EQ(rc, DLOCK_ESTALE);
+}
+
+/* A resource never guarded before a failover that lost its holders' writes:
+ * its first check on the new master used to start a record at floor 0 and
+ * admit a token issued on the old master. The holders are told
+ * (DLOCK_LOST_FAILOVER) and fences rise; the guard must refuse the old token. */
+TEST(the_guard_first_used_after_a_failover_refuses_a_token_issued_before_it) {
+  fo_start("spadv5");
+  dlock_client *ch = client_of(fo.url), *cb = client_of(fo.url);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 4000;
+  dlock_mutex *w = NULL, *f = NULL, *bw = NULL, *bf = NULL;
+  ASSERT_OK(dlock_mutex_new(&w, ch, "spadv5w", &mo));
+  replica_cut(&fo);
+  int rcw = dlock_mutex_acquire(w, 2000);
+  uint64_t ff = take(ch, "spadv5f", 60000, &f);
+  uint64_t fw = dlock_mutex_fence(w);
+  kill(fo.master.pid, SIGKILL);
+  kill(fo.replica.pid, SIGCONT);
+  ASSERT_OK(rcw);
+  ASSERT(ff > 0);
+  if (th_sentinel_wait_master(&fo, fo.replica.port, 60000) != 0) TEST_FAIL("no failover within 60 s");
+  uint64_t gbw = take_n(cb, "spadv5w", 60000, &bw, 6);
+  uint64_t gbf = take_n(cb, "spadv5f", 60000, &bf, 6);
+  printf("  lost on failover: holders %" PRIu64 "/%" PRIu64 ", new holders %" PRIu64 "/%" PRIu64 "\n", fw, ff, gbw,
+         gbf);
+  ASSERT(gbw > fw && gbf > ff); /* the writes were lost, and fences rose */
+  int gr = guard(ch, "spadv5-res", ff);
+  printf("  guard (first use, after the failover), token %" PRIu64 " issued before it: %s\n", ff,
+         gr == DLOCK_OK ? "ADMITTED" : dlock_last_error());
+  /* The watchdog holder: a renewal within a third of 4 s finds the key taken. */
+  dlock_lost_reason lw = DLOCK_LOST_NONE;
+  for (int i = 0; i < 200 && (lw = dlock_mutex_lost(w)) == DLOCK_LOST_NONE; i++) th_sleep_ms(100);
+  int rf = dlock_mutex_release(f);
+  dlock_lost_reason lf = dlock_mutex_lost(f);
+  dlock_mutex_release(w);
+  dlock_mutex_free(w);
+  dlock_mutex_free(f);
+  dlock_mutex_release(bw);
+  dlock_mutex_release(bf);
+  dlock_mutex_free(bw);
+  dlock_mutex_free(bf);
+  dlock_client_free(ch);
+  dlock_client_free(cb);
+  th_sentinel_set_stop(&fo);
+  ASSERT_EQ(lw, DLOCK_LOST_FAILOVER);
+  ASSERT_EQ(rf, DLOCK_ENOTHELD);
+  ASSERT_EQ(lf, DLOCK_LOST_FAILOVER);
+  ASSERT_EQ(gr, DLOCK_ESTALE);
+}
+
+/* The resource's first guard use just before the failover, missed by the
+ * replica: the guard key and the floor's record are lost together. On the
+ * promoted replica the guard used to start at floor 0 and admit A's token,
+ * issued on the old master and lower than the one B was admitted with. */
+TEST(the_guard_refuses_an_old_token_when_its_first_admission_was_lost_in_a_failover) {
+  fo_start("spadv4");
+  dlock_client *c = client_of(fo.url);
+  dlock_mutex *a = NULL, *b = NULL;
+  uint64_t fa = 0, fb = 0;
+  a_then_b(c, "spadv4", &a, &fa, &b, &fb);
+  th_sleep_ms(1000); /* everything so far replicated */
+  replica_cut(&fo);
+  int gb = dlock_guard_check(c, "spadv4-res", fb); /* B writes: the resource's first guard use */
+  kill(fo.master.pid, SIGKILL);
+  kill(fo.replica.pid, SIGCONT);
+  ASSERT_EQ(gb, DLOCK_OK);
+  if (th_sentinel_wait_master(&fo, fo.replica.port, 60000) != 0) TEST_FAIL("no failover within 60 s");
+  int rc = a_writes(c, "spadv4-res", fa, fb, "the failover");
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(c);
+  th_sentinel_set_stop(&fo);
+  ASSERT_EQ(rc, DLOCK_ESTALE);
 }
 
 TEST_MAIN()

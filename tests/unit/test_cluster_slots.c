@@ -4,6 +4,7 @@
  * redis-cluster:// URL. Expected values come from the Redis Cluster
  * specification and `CLUSTER KEYSLOT` on a real server, not from our code.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "dlock.h"
@@ -22,6 +23,29 @@ TEST(key_slots_match_cluster_keyslot) {
   ASSERT_EQ(slot("bar"), 5061);
   ASSERT_EQ(slot("hello"), 866);
   ASSERT_EQ(slot(""), 0);
+}
+
+TEST(every_slot_has_a_record_tag_of_its_own) {
+  /* The guard's floor is kept per slot in "<prefix>{<tag>}:dlock-epoch"
+   * (scripts.c): the tag must exist for every slot, be the smallest, and
+   * hash to it. */
+  uint32_t most = 0;
+  for (int s = 0; s < 16384; s++) {
+    uint32_t tag = 0;
+    ASSERT_EQ(dlock__epoch_slot_tag(s, &tag), 0);
+    char key[64];
+    snprintf(key, sizeof key, "app:{%u}:dlock-epoch", tag);
+    ASSERT_EQ(slot(key), s);
+    if (tag > most) most = tag;
+  }
+  ASSERT(most < 110000);
+  uint32_t t = 0;
+  ASSERT_EQ(dlock__epoch_slot_tag(slot("foo"), &t), 0);
+  for (uint32_t n = 0; n < t; n++) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "%u", n);
+    ASSERT(slot(buf) != slot("foo")); /* the smallest */
+  }
 }
 
 TEST(a_hash_tag_puts_keys_in_one_slot) {

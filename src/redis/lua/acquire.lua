@@ -22,13 +22,15 @@
 -- behind (a corrupt counter is put back, with the counter's usual 30-day
 -- expiry). The meta key {K}:meta is neither read nor written here (semaphores
 -- and read-write locks use it). Servers before Redis 7 (no REDIS_VERSION_NUM;
--- SET .. GET came in 6.2) take the general path below.
+-- SET .. GET came in 6.2) take the general path below, and so do calls that
+-- keep the master's epoch record (Sentinel and Cluster without WAIT: the
+-- fence must not be below its floor, prelude.lua's dlock_epoch_floor).
 local wid = ARGV[3]
 local t = redis.call('TIME')
 local s, us = t[1], t[2]
 if #us < 6 then us = string.rep('0', 6 - #us) .. us end
 local ms_s, us_s = s .. string.sub(us, 1, 3), s .. us
-local taken = redis.REDIS_VERSION_NUM and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
+local taken = redis.REDIS_VERSION_NUM and not DLOCK_EPOCH and (wid == '' or redis.call('EXISTS', KEYS[4], KEYS[5]) == 0)
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 local last
 if taken then

@@ -84,8 +84,63 @@ local function dlock_fence_of(v)
   return string.match(v, '^([^|]*)|') or v
 end
 
+-- The master's epoch (Sentinel and Cluster without WAIT, issue 22 item 5):
+-- the client passes, as the script's last key, a record "<run id> <floor>"
+-- ("<prefix>dlock-epoch", one per server; on a cluster one per hash slot,
+-- "<prefix>{<n>}:dlock-epoch" in the slot of the script's keys). <floor> is
+-- the server clock (us) at the first fence issued or guard checked by this
+-- server process since it serves this dataset: every token it issues is at
+-- or above it, and a token issued by an earlier master (before a failover,
+-- or before a restart that lost data) is below it, clocks agreeing. A record
+-- of another process (a promoted replica still has the old master's), or
+-- none (lost with the data, or never made), means this process has not
+-- issued a fence yet for this data: the floor is taken then. It is now on a
+-- server that was promoted (INFO replication: second_repl_offset is not -1;
+-- the time of the promotion is not known, now is after it), and the time
+-- the process started on one never promoted, which has served as a master
+-- since (a restart, a first use, a slot a reshard moved here, which loses
+-- nothing): tokens of an earlier process are below that too, and a lock of
+-- another slot (Cluster) that took its fence from this process is not
+-- refused. The record never expires.
+local DLOCK_EPOCH = KEYS[#KEYS]
+if not (DLOCK_EPOCH and string.sub(DLOCK_EPOCH, -11) == 'dlock-epoch') then DLOCK_EPOCH = nil end
+
+-- The floor (a decimal string; nil without a record to keep). 'now' is the
+-- clock in us as a string. Its one write (the record) is true whatever the
+-- script does next, so it may precede a read that fails. Without the right
+-- to call INFO there is no floor to keep: nil, and with 'strict' an error
+-- reply as second value (the guard cannot admit then).
+local function dlock_epoch_floor(now, strict)
+  if not DLOCK_EPOCH then return nil end
+  local info = redis.pcall('INFO', 'server')
+  if type(info) == 'table' then
+    if not strict then return nil end
+    return nil, redis.error_reply('NOPERM the guard needs INFO (server) to tell a change of master (' ..
+      tostring(info.err) .. '); grant it: ACL SETUSER <user> +info (see docs/keys.md), or use wait_replicas')
+  end
+  local id = string.match(info, 'run_id:(%w+)') or '?'
+  local rec = redis.pcall('GET', DLOCK_EPOCH)
+  if type(rec) == 'string' then
+    local was, floor = string.match(rec, '^(%S+) (%d+)$')
+    if was == id and floor and dlock_fence_ok(floor, FENCE_MAX) then return floor end
+  end
+  local floor = now
+  local repl = redis.pcall('INFO', 'replication')
+  local up, t_us = string.match(info, 'uptime_in_seconds:(%d+)'), string.match(info, 'server_time_usec:(%d+)')
+  if type(repl) == 'string' and string.match(repl, 'second_repl_offset:(%-?%d+)') == '-1' and up and t_us then
+    -- uptime is whole seconds, rounded down: the start is at or before this.
+    local start = dlock_num(tonumber(t_us) - tonumber(up) * 1000000)
+    if dlock_fence_lt(start, now) then floor = start end
+  end
+  redis.call('SET', DLOCK_EPOCH, id .. ' ' .. floor)
+  return floor
+end
+
 local function dlock_fence_after(fence_key, cur, now_us, now_s)
   local now = now_s or dlock_num(now_us)
+  -- Never below this master's floor (its clock stepped back: still above it).
+  local floor = dlock_epoch_floor(now)
+  if floor and dlock_fence_lt(now, floor) then now = floor end
   if not cur then return now end
   local shown = cur
   cur = dlock_fence_of(cur)
