@@ -143,8 +143,8 @@ int cmd_version(int argc, char **argv);
 int cli_connect(const char *url, dlock_client **out);
 /* Print dlock_client_warnings(c) on stderr, one "dlock: warning:" line each. */
 void cli_print_warnings(const dlock_client *c);
-/* "PostgreSQL" for a postgres://, postgresql:// or libpq keyword/value URL,
- * else "Redis": the server's kind in messages. */
+/* The server's kind in messages, as the library's scheme registry names it
+ * (dlock_url_backend); "the server" for a scheme it does not know. */
 const char *cli_server_kind(const char *url);
 /* The URL that applies, for DLOCK_URL in a child's environment. */
 const char *cli_effective_url(const char *url);

@@ -1,5 +1,5 @@
 /*
- * cmd_doctor.c - "dlock doctor": is this Redis fit to hold locks? One line
+ * cmd_doctor.c - "dlock doctor": is this server fit to hold locks? One line
  * per dlock_client_check() finding (OK, WARN or FAIL, what was found and
  * the fix), or one JSON object; exit 0 unless something FAILed.
  */
@@ -150,11 +150,11 @@ int cmd_doctor(int argc, char **argv)
     checks[0].level = DLOCK_CHECK_FAIL;
     snprintf(checks[0].found, sizeof checks[0].found, "cannot use %s at %s: %s: %s", cli_server_kind(shown), shown,
              dlock_strerror(n), dlock_last_error());
-    snprintf(checks[0].fix, sizeof checks[0].fix, "%s",
-             n == DLOCK_EAUTH ? "check the user and password in the URL"
-                              : strcmp(cli_server_kind(shown), "Redis") == 0
-                                  ? "check that redis-server runs there and the URL (--url, $DLOCK_URL)"
-                                  : "check that PostgreSQL runs there and the URL (--url, $DLOCK_URL)");
+    if (n == DLOCK_EAUTH)
+      snprintf(checks[0].fix, sizeof checks[0].fix, "check the user and password in the URL");
+    else
+      snprintf(checks[0].fix, sizeof checks[0].fix, "check that %s runs there and the URL (--url, $DLOCK_URL)",
+               cli_server_kind(shown));
     n = 1;
   }
   int failed = 0;

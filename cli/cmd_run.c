@@ -734,7 +734,7 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
 #define WAIT_FIRST_REPORT_MS 250
 #define WAIT_REPORT_EVERY_MS 10000
 
-/* Who holds 'name' now, for a message; "another owner" when Redis cannot
+/* Who holds 'name' now, for a message; "another owner" when the server cannot
  * say (the question failing must not change the outcome). */
 static void holder_now(dlock_client *c, const char *name, char *buf, size_t len)
 {

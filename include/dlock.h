@@ -78,7 +78,7 @@ extern "C" {
   XX(ESYS,       -20, "operating system error")                                    \
   XX(ECLOSED,    -21, "client is shutting down")                                   \
   XX(EREADONLY,  -22, "the server is read-only (a replica or standby)")            \
-  XX(ESERVEROOM, -23, "Redis is out of memory (maxmemory)")                        \
+  XX(ESERVEROOM, -23, "the server is out of memory (maxmemory)")                   \
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
@@ -86,9 +86,9 @@ extern "C" {
   XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from")    \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")           \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")            \
-  XX(ECLUSTER,   -31, "Redis Cluster is not usable as the URL says")               \
+  XX(ECLUSTER,   -31, "the cluster is not usable as the URL says")                 \
   XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
-  XX(EQUORUM,    -33, "no majority of the Redlock nodes confirmed in time")        \
+  XX(EQUORUM,    -33, "no majority of the nodes confirmed in time")                \
   XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
   XX(ELIMIT,     -35, "semaphore's stored limit differs from the caller's")         \
   XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
@@ -219,9 +219,19 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
-/* The backend the URL chose: "redis" (every Redis topology), "zookeeper"
- * or "postgres". */
+/* The backend the URL chose, by its short lower-case name (the same for
+ * every URL scheme of one backend). */
 DLOCK_API const char *dlock_client_backend(const dlock_client *c);
+
+/* The backend a URL's scheme names, from libdlock's one registry of URL
+ * schemes (no I/O; only the scheme is read): the name of its server
+ * technology for messages ("cannot use %s at %s"), the same for every
+ * scheme of one backend. NULL or "": $DLOCK_URL, else the default URL.
+ * A backend this build leaves out is named too (dlock_client_new() then
+ * says how to build it in). NULL when no backend takes the scheme, with
+ * dlock_last_error() saying so and listing the schemes; otherwise
+ * dlock_last_error() is left as it was (ask while reporting a failure). */
+DLOCK_API const char *dlock_url_backend(const char *url);
 
 /* Create what the backend keeps its locks in, for a deployment where the
  * application's user may not do it at run time (PostgreSQL: dlock's schema,

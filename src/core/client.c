@@ -47,8 +47,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
 
   const char *url = o.url ? o.url : getenv("DLOCK_URL");
   if (url && !*url) url = NULL;
-  /* Redlock's node list in the options is Redis's. */
-  const dlock__backend_ops *ops = o.redlock_urls || o.redlock_nurls ? &dlock__redis_ops : dlock__backend_for(url, &rc);
+  const dlock__backend_ops *ops = dlock__backend_for_options(&o, url, &rc);
   if (!ops) return rc;
   dlock_client *c = calloc(1, sizeof *c);
   if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");

@@ -27,8 +27,8 @@ int dlock__error(int status, const char *fmt, ...) __attribute__((format(printf,
 void dlock__error_clear(void);
 /* Prepend context ("acquire 'orders:1' on 127.0.0.1:6379: ") to the last error. */
 void dlock__error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* dlock_lost_reason_str(), with the backend of 'c' named where the reason
- * is about its server ("ZooKeeper could not be reached ..."). */
+/* dlock_lost_reason_str(), in the words of the backend of 'c' where the
+ * reason is about its server (the ops' 'unreachable'). */
 const char *dlock__lost_reason_on(const dlock_client *c, dlock_lost_reason reason);
 
 /* ---- Versions and the ABI rule of caller-allocated structs (abi.c) ---- */
