@@ -92,19 +92,37 @@ typedef struct cli_args {
   const char *command; /* for error messages */
   const char *cluster; /* rest of a "-qv" cluster being taken apart */
   int after_dashdash;  /* 1 once "--" was seen */
+  unsigned common;     /* CLI_COMMON_*: the common options this command takes */
 } cli_args;
 
 enum {
   CLI_OPT_DONE = -1,       /* no more arguments */
   CLI_OPT_POSITIONAL = -2, /* *arg is a positional argument */
   CLI_OPT_DASHDASH = -3,   /* "--" seen: the rest are not options */
-  CLI_OPT_ERROR = -4       /* a usage error was printed */
+  CLI_OPT_ERROR = -4,      /* a usage error was printed */
+  /* The common options (cli_common_opts), looked up before the command's
+   * own table: */
+  CLI_OPT_URL = -10,       /* --url URL */
+  CLI_OPT_PREFIX = -11     /* --prefix P */
 };
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *command);
+/* Which common options a command takes (cli_args_init's 'common'). */
+#define CLI_COMMON_URL 1u
+#define CLI_COMMON_PREFIX 2u
+#define CLI_COMMON_SERVER (CLI_COMMON_URL | CLI_COMMON_PREFIX)
+
+/* The one table of the options shared by the commands that talk to a
+ * server, in the order the help lists them. */
+extern const cli_opt cli_common_opts[];
+
+/* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
+void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);
 /* Next option id, or one of CLI_OPT_*. Options and positional arguments may
  * be mixed until "--". For options with an argument *arg is its value. */
 int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg);
+/* Take a common option: --url into '*url', --prefix into the settings.
+ * 1 when 'id' was one, else 0. */
+int cli_common_opt(int id, const char *arg, const char **url);
 
 /* ---- Durations and numbers (duration.c) ---- */
 

@@ -7,11 +7,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_JSON, OPT_PREFIX };
+enum { OPT_JSON = 1 };
 
 static const cli_opt doctor_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {NULL, 0, 0, 0},
 };
@@ -115,15 +113,13 @@ int cmd_doctor(int argc, char **argv)
   int json = 0;
   int id;
 
-  cli_args_init(&args, argc, argv, "doctor");
+  cli_args_init(&args, argc, argv, "doctor", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, doctor_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL)
-      url = arg;
-    else if (id == OPT_PREFIX)
-      cli_config_set_flag("prefix", arg);
-    else if (id == OPT_JSON)
+    if (cli_common_opt(id, arg, &url))
+      continue;
+    if (id == OPT_JSON)
       json = 1;
     else if (id == CLI_OPT_POSITIONAL)
       return cli_usage_error("doctor", "unexpected argument '%s'", arg);

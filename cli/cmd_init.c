@@ -8,10 +8,7 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1 };
-
 static const cli_opt init_opts[] = {
-  {"url", 0, 1, OPT_URL},
   {NULL, 0, 0, 0},
 };
 
@@ -22,13 +19,11 @@ int cmd_init(int argc, char **argv)
   const char *url = NULL;
   int id;
 
-  cli_args_init(&args, argc, argv, "init");
+  cli_args_init(&args, argc, argv, "init", CLI_COMMON_URL);
   while ((id = cli_next_opt(&args, init_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL)
-      url = arg;
-    else
+    if (!cli_common_opt(id, arg, &url))
       return cli_usage_error("init", "unexpected argument '%s'", arg);
   }
   dlock_client *c = NULL;
