@@ -51,15 +51,20 @@ int cmd_prune(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
-typedef struct cli_help_page {
+/* A command's descriptor. */
+typedef struct cli_command {
   const char *name;    /* NULL: the overview ("dlock --help") */
+  int (*run)(int argc, char **argv); /* argv[0] is the command's name; NULL for the overview */
   const char *page;    /* the --help text: at most 24 lines of 80 columns */
   const char *more;    /* Markdown only in the manual page, may be NULL */
-} cli_help_page;
+} cli_command;
 
-/* The table every help text comes from, and the manual's closing sections
+/* The one command table (help.c), which main, every help text, the man
+ * page and the completion read; and the manual's closing sections
  * (Markdown), for the generators in help_gen.c. */
-const cli_help_page *cli_help_pages(size_t *n);
+const cli_command *cli_commands(size_t *n);
+/* The descriptor of command 'name' (NULL: the overview), or NULL. */
+const cli_command *cli_command_find(const char *name);
 const char *cli_help_man_tail(void);
 
 /* Print the --help page of 'command' (NULL: the overview) to 'out'.
