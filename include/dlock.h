@@ -237,8 +237,10 @@ DLOCK_API const char *dlock_url_backend(const char *url);
 
 /* Create what the backend keeps its locks in, for a deployment where the
  * application's user may not do it at run time (e.g. a schema, tables and
- * a sequence, IF NOT EXISTS; `dlock init`). 0 with nothing to do on a
- * backend that needs nothing made ahead (its doc in docs/ says which). */
+ * a sequence, IF NOT EXISTS; `dlock init`). On a backend that needs
+ * nothing made ahead (its doc in docs/ says which): 0, with
+ * dlock_last_error() saying so ("nothing to create on ..."); after a
+ * setup that made or found everything, 0 and "". */
 DLOCK_API int dlock_client_setup(dlock_client *c);
 
 /* What dlock_client_new() found wrong with the server, one warning per line

@@ -93,7 +93,15 @@ int dlock_client_ping(dlock_client *c) {
 int dlock_client_setup(dlock_client *c) {
   dlock__error_clear();
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_setup: client is NULL");
-  return c->ops->setup ? c->ops->setup(c) : 0;
+  if (c->ops->setup) {
+    int rc = c->ops->setup(c);
+    if (!rc) dlock__error_clear();
+    return rc;
+  }
+  /* Success, and dlock_last_error() says why nothing was made. */
+  dlock__error(0, "nothing to create on %s (the %s backend): what it keeps is made as locks are taken", c->server,
+               c->ops->name);
+  return 0;
 }
 
 const char *dlock_client_backend(const dlock_client *c) { return c ? c->ops->name : ""; }
