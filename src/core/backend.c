@@ -73,7 +73,7 @@ static int unknown_scheme(const char *url) {
   for (size_t i = 0; i < NSCHEMES && k < sizeof known; i++)
     k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "",
                           *schemes[i].prefix ? schemes[i].prefix : "key=value (libpq)");
-  return dlock__error(DLOCK_EURL, "bad URL '%.200s': unknown scheme; libdlock takes %s (docs/topologies.md)",
+  return dlock__error(DLOCK_EURL, "bad URL '%.200s': unknown scheme; libdlock takes %s (README.md, Connecting)",
                       shown, known);
 }
 

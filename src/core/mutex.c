@@ -57,8 +57,9 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
   if (rc) return rc;
   static const unsigned cap_of[] = {0, DLOCK__CAP_SEMAPHORE, DLOCK__CAP_RWLOCK, DLOCK__CAP_RWLOCK};
   if (cap_of[kind] && !(c->caps & cap_of[kind]))
-    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend); use a mutex there, or a "
-                        "backend that has it (docs/)", kind_names[kind], c->server, c->ops->name);
+    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s); use a mutex there, or a "
+                        "backend that has it (docs/)", kind_names[kind], c->server, c->ops->name,
+                        c->ops->node_count && c->ops->node_count(c) ? ", Redlock" : "");
   dlock_mutex_options o;
   dlock_mutex_options_init(&o);
   if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__MUTEX_OPTIONS_V1, "dlock_mutex_options")))
