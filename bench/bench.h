@@ -58,6 +58,10 @@ extern bench_server bench_redis;
 int bench_server_setup(const bench_opts *opts, bench_server *srv);
 /* Stop our own server by PID and remove its temp dir. Idempotent. */
 void bench_server_teardown(bench_server *srv);
+
+/* A PostgreSQL --url: run the PostgreSQL scenarios (pg_floor.c) and return
+ * the exit code; -1 when the URL is not PostgreSQL's. */
+int bench_pg_main(int argc, char **argv);
 /* Child processes (forked waiters) to kill by PID if we are interrupted. */
 void bench_track_child(pid_t pid);
 void bench_untrack_child(pid_t pid);

@@ -297,6 +297,9 @@ static int parse_long(const char *text, long long min, long long max, long long 
 
 int main(int argc, char **argv)
 {
+  int pg = bench_pg_main(argc, argv);
+  if (pg >= 0)
+    return pg;
   bench_opts *o = &bench_options;
   o->layout = BENCH_LAYOUT_CROSS;
   long long locks = -1, lease = -1, hold = -1;

@@ -51,15 +51,20 @@ int cmd_prune(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
-typedef struct cli_help_page {
+/* A command's descriptor. */
+typedef struct cli_command {
   const char *name;    /* NULL: the overview ("dlock --help") */
+  int (*run)(int argc, char **argv); /* argv[0] is the command's name; NULL for the overview */
   const char *page;    /* the --help text: at most 24 lines of 80 columns */
   const char *more;    /* Markdown only in the manual page, may be NULL */
-} cli_help_page;
+} cli_command;
 
-/* The table every help text comes from, and the manual's closing sections
+/* The one command table (help.c), which main, every help text, the man
+ * page and the completion read; and the manual's closing sections
  * (Markdown), for the generators in help_gen.c. */
-const cli_help_page *cli_help_pages(size_t *n);
+const cli_command *cli_commands(size_t *n);
+/* The descriptor of command 'name' (NULL: the overview), or NULL. */
+const cli_command *cli_command_find(const char *name);
 const char *cli_help_man_tail(void);
 
 /* Print the --help page of 'command' (NULL: the overview) to 'out'.
@@ -92,19 +97,37 @@ typedef struct cli_args {
   const char *command; /* for error messages */
   const char *cluster; /* rest of a "-qv" cluster being taken apart */
   int after_dashdash;  /* 1 once "--" was seen */
+  unsigned common;     /* CLI_COMMON_*: the common options this command takes */
 } cli_args;
 
 enum {
   CLI_OPT_DONE = -1,       /* no more arguments */
   CLI_OPT_POSITIONAL = -2, /* *arg is a positional argument */
   CLI_OPT_DASHDASH = -3,   /* "--" seen: the rest are not options */
-  CLI_OPT_ERROR = -4       /* a usage error was printed */
+  CLI_OPT_ERROR = -4,      /* a usage error was printed */
+  /* The common options (cli_common_opts), looked up before the command's
+   * own table: */
+  CLI_OPT_URL = -10,       /* --url URL */
+  CLI_OPT_PREFIX = -11     /* --prefix P */
 };
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *command);
+/* Which common options a command takes (cli_args_init's 'common'). */
+#define CLI_COMMON_URL 1u
+#define CLI_COMMON_PREFIX 2u
+#define CLI_COMMON_SERVER (CLI_COMMON_URL | CLI_COMMON_PREFIX)
+
+/* The one table of the options shared by the commands that talk to a
+ * server, in the order the help lists them. */
+extern const cli_opt cli_common_opts[];
+
+/* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
+void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);
 /* Next option id, or one of CLI_OPT_*. Options and positional arguments may
  * be mixed until "--". For options with an argument *arg is its value. */
 int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg);
+/* Take a common option: --url into '*url', --prefix into the settings.
+ * 1 when 'id' was one, else 0. */
+int cli_common_opt(int id, const char *arg, const char **url);
 
 /* ---- Durations and numbers (duration.c) ---- */
 
@@ -143,8 +166,8 @@ int cmd_version(int argc, char **argv);
 int cli_connect(const char *url, dlock_client **out);
 /* Print dlock_client_warnings(c) on stderr, one "dlock: warning:" line each. */
 void cli_print_warnings(const dlock_client *c);
-/* "PostgreSQL" for a postgres://, postgresql:// or libpq keyword/value URL,
- * else "Redis": the server's kind in messages. */
+/* The server's kind in messages, as the library's scheme registry names it
+ * (dlock_url_backend); "the server" for a scheme it does not know. */
 const char *cli_server_kind(const char *url);
 /* The URL that applies, for DLOCK_URL in a child's environment. */
 const char *cli_effective_url(const char *url);

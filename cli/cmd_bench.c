@@ -2,266 +2,16 @@
  * cmd_bench.c - `dlock bench`: runs the benchmark program, dlock-bench,
  * which is built from the same tree (bench/) and installed next to dlock.
  * Kept a separate program so that the CLI stays on the public API while the
- * benchmarks may also drive hiredis directly for the Redis floor.
- *
- * A PostgreSQL URL is measured here instead (bench_pg): the lease table
- * through the public API, uncontended and contended, against a floor of
- * PostgreSQL advisory locks in the same run. That floor is the only libpq
- * code of the CLI, built only with DLOCK_WITH_POSTGRES.
+ * benchmarks may also drive hiredis (the Redis floor) and libpq (the
+ * PostgreSQL floor, bench/pg_floor.c) directly.
  */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
-
-#ifdef DLOCK_WITH_POSTGRES
-#include <libpq-fe.h>
-
-static double now_us(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static void row(const char *scenario, double *lat, int n, double total_us, const char *note)
-{
-  if (n <= 0) {
-    printf("%-18s %7s %10s %9s %9s  %s\n", scenario, "-", "-", "-", "-", note);
-    return;
-  }
-  qsort(lat, (size_t)n, sizeof *lat, cmp_d);
-  printf("%-18s %7d %10.0f %9.0f %9.0f  %s\n", scenario, n, n / (total_us / 1e6), lat[n / 2],
-         lat[(int)(n * 0.99)], note);
-}
-
-/* The URL for libpq alone: without dlock's own parameters (dlock_schema, mode). */
-static void libpq_url(const char *url, char *out, size_t len)
-{
-  size_t o = 0;
-  int uri = strstr(url, "://") != NULL;
-  const char *p = url;
-  char sep = uri ? '&' : ' ';
-  if (uri) {
-    const char *q = strchr(url, '?');
-    size_t head = q ? (size_t)(q - url) : strlen(url);
-    o = head < len - 1 ? head : len - 1;
-    memcpy(out, url, o);
-    p = q ? q + 1 : url + head;
-  }
-  int first = 1;
-  while (*p) {
-    size_t n = strcspn(p, uri ? "&" : " ");
-    int mine = (n >= 13 && strncmp(p, "dlock_schema=", 13) == 0) || (n >= 5 && strncmp(p, "mode=", 5) == 0);
-    if (!mine && n > 0 && o + n + 2 < len) {
-      if (uri || !first)
-        out[o++] = first && uri ? '?' : sep;
-      memcpy(out + o, p, n);
-      o += n;
-      first = 0;
-    }
-    p += n;
-    while (*p == sep)
-      p++;
-  }
-  out[o] = '\0';
-}
-
-/* floor: pg_advisory_lock + pg_advisory_unlock on one connection. */
-static int pg_floor(const char *conninfo, int n)
-{
-  PGconn *c = PQconnectdb(conninfo);
-  if (PQstatus(c) != CONNECTION_OK) {
-    fprintf(stderr, "dlock bench: floor: %s", PQerrorMessage(c));
-    PQfinish(c);
-    return CLI_EXIT_UNAVAILABLE;
-  }
-  double *lat = malloc(sizeof *lat * (size_t)n);
-  const char *vals[1] = {"4242"};
-  double t0 = now_us();
-  for (int i = 0; lat && i < n; i++) {
-    double s = now_us();
-    PQclear(PQexecParams(c, "SELECT pg_advisory_lock($1::bigint)", 1, NULL, vals, NULL, NULL, 0));
-    PQclear(PQexecParams(c, "SELECT pg_advisory_unlock($1::bigint)", 1, NULL, vals, NULL, NULL, 0));
-    lat[i] = now_us() - s;
-  }
-  if (lat)
-    row("floor (advisory)", lat, n, now_us() - t0, "pg_advisory_lock+unlock, 2 round trips, no fence");
-  free(lat);
-  PQfinish(c);
-  return lat ? 0 : CLI_EXIT_SOFTWARE;
-}
-
-static dlock_client *pg_client(const char *url)
-{
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) {
-    fprintf(stderr, "dlock bench: %s\n", dlock_last_error());
-    return NULL;
-  }
-  return c;
-}
-
-/* uncontended: acquire + release of one lock on one thread. */
-static int pg_uncontended(const char *url, int n)
-{
-  dlock_client *c = pg_client(url);
-  if (!c)
-    return CLI_EXIT_UNAVAILABLE;
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 30000;
-  dlock_mutex *m = NULL;
-  int rc = dlock_mutex_new(&m, c, "dlock-bench:uncontended", &mo);
-  double *lat = malloc(sizeof *lat * (size_t)n);
-  double t0 = now_us();
-  int i = 0;
-  for (; rc == 0 && lat && i < n; i++) {
-    double s = now_us();
-    rc = dlock_mutex_acquire(m, 0);
-    if (rc == 0)
-      rc = dlock_mutex_release(m);
-    lat[i] = now_us() - s;
-  }
-  if (rc != 0)
-    fprintf(stderr, "dlock bench: uncontended: %s\n", dlock_last_error());
-  else if (lat)
-    row("uncontended", lat, n, now_us() - t0, "acquire+release, lease table, fenced");
-  free(lat);
-  dlock_mutex_free(m);
-  dlock_client_free(c);
-  return rc ? CLI_EXIT_SOFTWARE : 0;
-}
-
-/* What the contended processes share: an unguarded counter, the moment the
- * last holder was about to release, and each acquire's hand-off time. */
-typedef struct shared {
-  long counter;
-  double released_at;
-  double handoff[];
-} shared;
-
-static int contended_child(const char *url, const char *conninfo, int advisory, shared *sh, int slot, int n)
-{
-  dlock_client *c = NULL;
-  dlock_mutex *m = NULL;
-  PGconn *pc = NULL;
-  const char *vals[1] = {"4243"};
-  if (advisory) {
-    pc = PQconnectdb(conninfo);
-    if (PQstatus(pc) != CONNECTION_OK)
-      return CLI_EXIT_UNAVAILABLE;
-  } else {
-    if (!(c = pg_client(url)))
-      return CLI_EXIT_UNAVAILABLE;
-    dlock_mutex_options mo;
-    dlock_mutex_options_init(&mo);
-    mo.lease_ms = 30000;
-    if (dlock_mutex_new(&m, c, "dlock-bench:contended", &mo) != 0)
-      return CLI_EXIT_SOFTWARE;
-  }
-  for (int i = 0; i < n; i++) {
-    if (advisory) {
-      PGresult *r = PQexecParams(pc, "SELECT pg_advisory_lock($1::bigint)", 1, NULL, vals, NULL, NULL, 0);
-      int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
-      PQclear(r);
-      if (!ok)
-        return CLI_EXIT_SOFTWARE;
-    } else if (dlock_mutex_acquire(m, 60000) != 0) {
-      fprintf(stderr, "dlock bench: contended: %s\n", dlock_last_error());
-      return CLI_EXIT_SOFTWARE;
-    }
-    double got = now_us();
-    sh->handoff[slot * n + i] = sh->released_at > 0 ? got - sh->released_at : -1;
-    long v = sh->counter; /* unguarded read-modify-write: exact only under the lock */
-    usleep(50);
-    sh->counter = v + 1;
-    sh->released_at = now_us();
-    if (advisory)
-      PQclear(PQexecParams(pc, "SELECT pg_advisory_unlock($1::bigint)", 1, NULL, vals, NULL, NULL, 0));
-    else if (dlock_mutex_release(m) != 0)
-      return CLI_EXIT_SOFTWARE;
-  }
-  dlock_mutex_free(m);
-  dlock_client_free(c);
-  PQfinish(pc);
-  return 0;
-}
-
-/* contended: 'procs' processes on one lock, hand-off latency (from just
- * before a release to the next holder's acquire returning) and the count. */
-static int pg_contended(const char *url, const char *conninfo, int advisory, int procs, int n)
-{
-  size_t size = sizeof(shared) + sizeof(double) * (size_t)(procs * n);
-  shared *sh = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED)
-    return CLI_EXIT_SOFTWARE;
-  memset(sh, 0, size);
-  fflush(NULL);
-  pid_t kids[8];
-  double t0 = now_us();
-  int ok = 1;
-  for (int i = 0; i < procs; i++) {
-    kids[i] = fork();
-    if (kids[i] == 0)
-      _exit(contended_child(url, conninfo, advisory, sh, i, n));
-    if (kids[i] < 0)
-      ok = 0;
-  }
-  for (int i = 0; i < procs; i++) {
-    int st;
-    if (kids[i] <= 0 || waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-      ok = 0;
-  }
-  double total = now_us() - t0;
-  int m = 0;
-  for (int i = 0; i < procs * n; i++)
-    if (sh->handoff[i] >= 0)
-      sh->handoff[m++] = sh->handoff[i];
-  char note[160];
-  int exact = sh->counter == (long)procs * n;
-  snprintf(note, sizeof note, "%d processes; hand-off latency; counter %ld of %d: %s", procs, sh->counter,
-           procs * n, exact ? "exact" : "NOT EXACT");
-  row(advisory ? "contended floor" : "contended", sh->handoff, m, total, note);
-  munmap(sh, size);
-  return ok && exact ? 0 : 1;
-}
-
-static int bench_pg(const char *url, int quick)
-{
-  char conninfo[2048];
-  libpq_url(url, conninfo, sizeof conninfo);
-  char shown[512];
-  cli_redact_url(url, shown, sizeof shown);
-  printf("dlock bench: PostgreSQL %s%s\n", shown, quick ? " (--quick)" : "");
-  printf("%-18s %7s %10s %9s %9s  %s\n", "scenario", "ops", "ops/s", "p50 us", "p99 us", "");
-  fflush(stdout);
-  int n = quick ? 200 : 5000, k = quick ? 10 : 200;
-  int rc = pg_floor(conninfo, n);
-  if (!rc)
-    rc = pg_uncontended(url, n);
-  if (!rc)
-    rc = pg_contended(url, conninfo, 1, 4, k);
-  if (!rc)
-    rc = pg_contended(url, conninfo, 0, 4, k);
-  return rc;
-}
-#endif /* DLOCK_WITH_POSTGRES */
 
 /* Where dlock-bench may be: beside this binary (installed), in the build
  * tree's bench/ next to cli/, then on PATH. */
@@ -287,44 +37,51 @@ static int find_bench(char *out, size_t len)
 
 int cmd_bench(int argc, char **argv)
 {
-  /* Which server: --url, else $DLOCK_URL and the config files. */
+  /* Which server: --url, else $DLOCK_URL and the config files for a
+   * PostgreSQL server (dlock-bench starts a private redis-server when no
+   * --url is given). */
   const char *url = NULL;
-  int quick = 0, other = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--url") == 0 && i + 1 < argc)
       url = argv[++i];
     else if (strncmp(argv[i], "--url=", 6) == 0)
       url = argv[i] + 6;
-    else if (strcmp(argv[i], "--quick") == 0)
-      quick = 1;
-    else
-      other = i;
   }
   if (url == NULL && cli_config_load() == 0)
     url = cli_config_url();
-  if (url != NULL && strcmp(cli_server_kind(url), "PostgreSQL") == 0) {
-#ifdef DLOCK_WITH_POSTGRES
-    if (other)
-      return cli_usage_error("bench", "'%s': on PostgreSQL, dlock bench takes --url and --quick only",
-                             argv[other]);
-    return bench_pg(url, quick);
-#else
-    (void)quick;
-    (void)other;
-    fprintf(stderr, "dlock: bench: this dlock was built without the PostgreSQL backend "
-                    "(-DDLOCK_WITH_POSTGRES=ON, libpq-dev)\n");
-    return CLI_EXIT_USAGE;
-#endif
+  int pg = url != NULL && strcmp(cli_server_kind(url), "PostgreSQL") == 0;
+  /* dlock-bench takes the same arguments after "bench", "--url=U" as
+   * "--url U", and a PostgreSQL URL from the settings as "--url U". */
+  char **args = calloc((size_t)argc + 3, sizeof *args);
+  if (args == NULL) {
+    fprintf(stderr, "dlock: bench: out of memory\n");
+    return CLI_EXIT_SOFTWARE;
+  }
+  static char url_opt[] = "--url";
+  int n = 1, url_given = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "--url=", 6) == 0) {
+      args[n++] = url_opt;
+      args[n++] = argv[i] + 6;
+      url_given = 1;
+    } else {
+      url_given |= strcmp(argv[i], "--url") == 0;
+      args[n++] = argv[i];
+    }
+  }
+  if (pg && !url_given) {
+    args[n++] = url_opt;
+    args[n++] = (char *)url;
   }
   char path[PATH_MAX + 32];
   int found = find_bench(path, sizeof path) == 0;
-  argv[0] = path; /* dlock-bench takes the same arguments after "bench" */
+  args[0] = path;
   if (found)
-    execv(path, argv);
+    execv(path, args);
   else
-    execvp(path, argv);
+    execvp(path, args);
   fprintf(stderr, "dlock: cannot run the benchmark program '%s': %s; build it with the "
                   "dlock-bench target or install it beside dlock\n", path, strerror(errno));
-  (void)argc;
+  free(args);
   return CLI_EXIT_SOFTWARE;
 }

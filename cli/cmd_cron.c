@@ -16,6 +16,8 @@
 #define HISTORY_MAX 10000 /* the library keeps at most this many runs */
 #define POOL_MAX 256
 
+/* OPT_URL and OPT_PREFIX: the common options (cli_common_opts), as bits of
+ * 'seen' for the modes that refuse them. */
 enum {
   OPT_URL = 1, OPT_NAME, OPT_TZ, OPT_UNIX, OPT_AT_MOST, OPT_AT_LEAST, OPT_POOL, OPT_NODE,
   OPT_GRACE, OPT_SHELL, OPT_QUIET, OPT_VERBOSE, OPT_NEXT, OPT_HISTORY, OPT_COUNT,
@@ -23,8 +25,6 @@ enum {
 };
 
 static const cli_opt cron_table[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"name", 0, 1, OPT_NAME},
   {"tz", 0, 1, OPT_TZ},
   {"unix", 0, 0, OPT_UNIX},
@@ -46,8 +46,6 @@ static const cli_opt cron_table[] = {
 };
 
 static const cli_opt every_table[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"name", 0, 1, OPT_NAME},
   {"tz", 0, 1, OPT_TZ},
   {"lock-at-most-for", 0, 1, OPT_AT_MOST},
@@ -75,6 +73,8 @@ typedef struct sched_args {
 
 static const char *opt_name(const cli_opt *table, int id)
 {
+  if (id == OPT_URL || id == OPT_PREFIX)
+    return opt_name(cli_common_opts, id == OPT_URL ? CLI_OPT_URL : CLI_OPT_PREFIX);
   for (const cli_opt *o = table; o->long_name != NULL; o++) {
     if (o->id == id)
       return o->long_name;
@@ -108,10 +108,12 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
   memset(a, 0, sizeof *a);
   a->d.command = cmd;
   a->d.grace_ms = 5000;
-  cli_args_init(&args, argc, argv, cmd);
+  cli_args_init(&args, argc, argv, cmd, CLI_COMMON_SERVER);
   while (!a->dashdash && (id = cli_next_opt(&args, table, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
+    if (id == CLI_OPT_URL || id == CLI_OPT_PREFIX)
+      id = id == CLI_OPT_URL ? OPT_URL : OPT_PREFIX;
     if (id > 0)
       a->seen |= 1u << id;
     switch (id) {

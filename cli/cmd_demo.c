@@ -27,11 +27,8 @@
 #define TICKS 5          /* ticks shown */
 #define PERIOD_MS 1000
 
-enum { OPT_URL = 1, OPT_PREFIX };
 
 static const cli_opt demo_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {NULL, 0, 0, 0},
 };
 
@@ -592,15 +589,11 @@ int cmd_demo(int argc, char **argv)
   const char *url = NULL;
   int id;
 
-  cli_args_init(&args, argc, argv, "demo");
+  cli_args_init(&args, argc, argv, "demo", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, demo_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL)
-      url = arg;
-    else if (id == OPT_PREFIX)
-      cli_config_set_flag("prefix", arg);
-    else
+    if (!cli_common_opt(id, arg, &url))
       return cli_usage_error("demo", "unexpected argument '%s'", arg != NULL ? arg : "--");
   }
   const char *env = getenv("DLOCK_URL");

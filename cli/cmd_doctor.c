@@ -1,5 +1,5 @@
 /*
- * cmd_doctor.c - "dlock doctor": is this Redis fit to hold locks? One line
+ * cmd_doctor.c - "dlock doctor": is this server fit to hold locks? One line
  * per dlock_client_check() finding (OK, WARN or FAIL, what was found and
  * the fix), or one JSON object; exit 0 unless something FAILed.
  */
@@ -7,11 +7,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_JSON, OPT_PREFIX };
+enum { OPT_JSON = 1 };
 
 static const cli_opt doctor_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {NULL, 0, 0, 0},
 };
@@ -115,15 +113,13 @@ int cmd_doctor(int argc, char **argv)
   int json = 0;
   int id;
 
-  cli_args_init(&args, argc, argv, "doctor");
+  cli_args_init(&args, argc, argv, "doctor", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, doctor_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL)
-      url = arg;
-    else if (id == OPT_PREFIX)
-      cli_config_set_flag("prefix", arg);
-    else if (id == OPT_JSON)
+    if (cli_common_opt(id, arg, &url))
+      continue;
+    if (id == OPT_JSON)
       json = 1;
     else if (id == CLI_OPT_POSITIONAL)
       return cli_usage_error("doctor", "unexpected argument '%s'", arg);
@@ -150,11 +146,11 @@ int cmd_doctor(int argc, char **argv)
     checks[0].level = DLOCK_CHECK_FAIL;
     snprintf(checks[0].found, sizeof checks[0].found, "cannot use %s at %s: %s: %s", cli_server_kind(shown), shown,
              dlock_strerror(n), dlock_last_error());
-    snprintf(checks[0].fix, sizeof checks[0].fix, "%s",
-             n == DLOCK_EAUTH ? "check the user and password in the URL"
-                              : strcmp(cli_server_kind(shown), "Redis") == 0
-                                  ? "check that redis-server runs there and the URL (--url, $DLOCK_URL)"
-                                  : "check that PostgreSQL runs there and the URL (--url, $DLOCK_URL)");
+    if (n == DLOCK_EAUTH)
+      snprintf(checks[0].fix, sizeof checks[0].fix, "check the user and password in the URL");
+    else
+      snprintf(checks[0].fix, sizeof checks[0].fix, "check that %s runs there and the URL (--url, $DLOCK_URL)",
+               cli_server_kind(shown));
     n = 1;
   }
   int failed = 0;

@@ -8,11 +8,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_QUIET, OPT_PREFIX, OPT_JSON };
+enum { OPT_QUIET = 1, OPT_JSON };
 
 static const cli_opt fence_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {"quiet", 'q', 0, OPT_QUIET},
   {NULL, 0, 0, 0},
@@ -29,15 +27,13 @@ int cmd_fence(int argc, char **argv)
   int json = 0;
   int id;
 
-  cli_args_init(&args, argc, argv, "fence");
+  cli_args_init(&args, argc, argv, "fence", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, fence_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL) {
-      url = arg;
-    } else if (id == OPT_PREFIX) {
-      cli_config_set_flag("prefix", arg);
-    } else if (id == OPT_QUIET) {
+    if (cli_common_opt(id, arg, &url))
+      continue;
+    if (id == OPT_QUIET) {
       quiet = 1;
     } else if (id == OPT_JSON) {
       json = 1;

@@ -2,16 +2,14 @@
  * cmd_init.c - "dlock init": create what the backend needs on the server
  * ahead of time (dlock_client_setup): on PostgreSQL, dlock's schema, tables,
  * sequences and functions, for deployments whose run-time user has no DDL
- * rights. Redis needs nothing; it says so.
+ * rights. A backend that needs nothing made ahead says so (the library's
+ * words, dlock_last_error()).
  */
 #include <string.h>
 
 #include "cli.h"
 
-enum { OPT_URL = 1 };
-
 static const cli_opt init_opts[] = {
-  {"url", 0, 1, OPT_URL},
   {NULL, 0, 0, 0},
 };
 
@@ -22,13 +20,11 @@ int cmd_init(int argc, char **argv)
   const char *url = NULL;
   int id;
 
-  cli_args_init(&args, argc, argv, "init");
+  cli_args_init(&args, argc, argv, "init", CLI_COMMON_URL);
   while ((id = cli_next_opt(&args, init_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL)
-      url = arg;
-    else
+    if (!cli_common_opt(id, arg, &url))
       return cli_usage_error("init", "unexpected argument '%s'", arg);
   }
   dlock_client *c = NULL;
@@ -44,11 +40,11 @@ int cmd_init(int argc, char **argv)
     dlock_client_free(c);
     return cli_report(st, detail, "init on %s", server);
   }
-  if (strcmp(dlock_client_backend(c), "redis") == 0)
-    printf("dlock init: %s: nothing to create (Redis keys are made as locks are taken)\n",
-           dlock_client_server(c));
+  /* The library says when the backend needs nothing made ahead. */
+  if (dlock_last_error()[0] != '\0')
+    printf("dlock init: %s\n", dlock_last_error());
   else
-    printf("dlock init: %s: dlock's schema and tables are ready\n", dlock_client_server(c));
+    printf("dlock init: %s: what dlock keeps its locks in is ready\n", dlock_client_server(c));
   dlock_client_free(c);
   return CLI_EXIT_OK;
 }

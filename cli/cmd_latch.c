@@ -8,11 +8,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_PREFIX, OPT_EXPIRE, OPT_WAIT, OPT_QUIET };
+enum { OPT_EXPIRE = 1, OPT_WAIT, OPT_QUIET };
 
 static const cli_opt latch_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"expire", 0, 1, OPT_EXPIRE},
   {"wait", 'w', 1, OPT_WAIT},
   {"quiet", 'q', 0, OPT_QUIET},
@@ -31,7 +29,7 @@ int cmd_latch(int argc, char **argv)
   int expire_given = 0, wait_given = 0, quiet = 0;
   int id;
 
-  cli_args_init(&args, argc, argv, "latch");
+  cli_args_init(&args, argc, argv, "latch", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, latch_opts, &arg)) != CLI_OPT_DONE) {
     switch (id) {
     case CLI_OPT_ERROR:
@@ -43,11 +41,9 @@ int cmd_latch(int argc, char **argv)
         return cli_usage_error("latch", "unexpected argument '%s'", arg);
       pos[npos++] = arg;
       break;
-    case OPT_URL:
-      url = arg;
-      break;
-    case OPT_PREFIX:
-      cli_config_set_flag("prefix", arg);
+    case CLI_OPT_URL:
+    case CLI_OPT_PREFIX:
+      cli_common_opt(id, arg, &url);
       break;
     case OPT_EXPIRE:
       if (cli_parse_duration(arg, &expire_ms) != 0 || expire_ms == 0)

@@ -9,10 +9,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_OLDER };
+enum { OPT_OLDER = 1 };
 
 static const cli_opt prune_opts[] = {
-  {"url", 0, 1, OPT_URL},
   {"older-than", 0, 1, OPT_OLDER},
   {NULL, 0, 0, 0},
 };
@@ -29,13 +28,13 @@ int cmd_prune(int argc, char **argv)
   int64_t older_ms = 3600 * 1000;
   int id;
 
-  cli_args_init(&args, argc, argv, "prune");
+  cli_args_init(&args, argc, argv, "prune", CLI_COMMON_URL);
   while ((id = cli_next_opt(&args, prune_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL) {
-      url = arg;
-    } else if (id == OPT_OLDER) {
+    if (cli_common_opt(id, arg, &url))
+      continue;
+    if (id == OPT_OLDER) {
       if (cli_parse_duration(arg, &older_ms) != 0)
         return cli_usage_error("prune", "--older-than: %s", dlock_last_error());
     } else {

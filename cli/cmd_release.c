@@ -10,11 +10,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_FORCE, OPT_QUIET, OPT_FOREIGN, OPT_PREFIX };
+enum { OPT_FORCE = 1, OPT_QUIET, OPT_FOREIGN };
 
 static const cli_opt release_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"force", 0, 0, OPT_FORCE},
   {"foreign", 0, 0, OPT_FOREIGN},
   {"quiet", 'q', 0, OPT_QUIET},
@@ -32,15 +30,13 @@ int cmd_release(int argc, char **argv)
   int quiet = 0;
   int id;
 
-  cli_args_init(&args, argc, argv, "release");
+  cli_args_init(&args, argc, argv, "release", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, release_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL) {
-      url = arg;
-    } else if (id == OPT_PREFIX) {
-      cli_config_set_flag("prefix", arg);
-    } else if (id == OPT_FORCE) {
+    if (cli_common_opt(id, arg, &url))
+      continue;
+    if (id == OPT_FORCE) {
       force = 1;
     } else if (id == OPT_FOREIGN) {
       foreign = 1;

@@ -47,14 +47,12 @@ typedef struct run_opts {
 } run_opts;
 
 enum {
-  OPT_URL = 1, OPT_WAIT, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
-  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_PREFIX, OPT_LOST_CODE,
+  OPT_WAIT = 1, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
+  OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_LOST_CODE,
   OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI, OPT_LIMIT
 };
 
 static const cli_opt run_table[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"wait", 'w', 1, OPT_WAIT},
   {"lease", 'l', 1, OPT_LEASE},
   {"on-lost", 0, 1, OPT_ON_LOST},
@@ -135,7 +133,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
   o->conflict_code = CLI_EXIT_BUSY;
   o->lost_code = CLI_EXIT_LOST;
 
-  cli_args_init(&args, argc, argv, "run");
+  cli_args_init(&args, argc, argv, "run", CLI_COMMON_SERVER);
   while (!dashdash && !cmd_at && (id = cli_next_opt(&args, run_table, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
@@ -163,11 +161,9 @@ static int parse_run(int argc, char **argv, run_opts *o)
     case OPT_MULTI:
       rc = add_multi(o, arg);
       break;
-    case OPT_URL:
-      o->url = arg;
-      break;
-    case OPT_PREFIX:
-      cli_config_set_flag("prefix", arg);
+    case CLI_OPT_URL:
+    case CLI_OPT_PREFIX:
+      cli_common_opt(id, arg, &o->url);
       break;
     case OPT_WAIT:
       rc = duration_arg("wait", arg, 1, &o->wait_ms);
@@ -734,7 +730,7 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
 #define WAIT_FIRST_REPORT_MS 250
 #define WAIT_REPORT_EVERY_MS 10000
 
-/* Who holds 'name' now, for a message; "another owner" when Redis cannot
+/* Who holds 'name' now, for a message; "another owner" when the server cannot
  * say (the question failing must not change the outcome). */
 static void holder_now(dlock_client *c, const char *name, char *buf, size_t len)
 {

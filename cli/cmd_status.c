@@ -10,11 +10,9 @@
 
 #include "cli.h"
 
-enum { OPT_URL = 1, OPT_JSON, OPT_PREFIX };
+enum { OPT_JSON = 1 };
 
 static const cli_opt status_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {NULL, 0, 0, 0},
 };
@@ -281,15 +279,13 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
   const char *arg;
   int id;
 
-  cli_args_init(&args, argc, argv, cmd);
+  cli_args_init(&args, argc, argv, cmd, CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, status_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
-    if (id == OPT_URL) {
-      *url = arg;
-    } else if (id == OPT_PREFIX) {
-      cli_config_set_flag("prefix", arg);
-    } else if (id == OPT_JSON) {
+    if (cli_common_opt(id, arg, url))
+      continue;
+    if (id == OPT_JSON) {
       *json = 1;
     } else if (id == CLI_OPT_POSITIONAL && *positional == NULL) {
       *positional = arg;

@@ -19,14 +19,8 @@ const char *cli_effective_url(const char *url)
 
 const char *cli_server_kind(const char *url)
 {
-  if (url == NULL)
-    return "Redis";
-  if (strncmp(url, "zk://", 5) == 0)
-    return "ZooKeeper";
-  if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0 ||
-      (strstr(url, "://") == NULL && strchr(url, '=') != NULL))
-    return "PostgreSQL";
-  return "Redis";
+  const char *kind = dlock_url_backend(url);
+  return kind != NULL ? kind : "the server";
 }
 
 void cli_redact_url(const char *url, char *buf, size_t len)

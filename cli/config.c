@@ -228,11 +228,9 @@ void cli_config_apply(dlock_client_options *opts)
 
 /* ---- dlock config ---- */
 
-enum { OPT_URL = 1, OPT_PREFIX, OPT_JSON };
+enum { OPT_JSON = 1 };
 
 static const cli_opt config_opts[] = {
-  {"url", 0, 1, OPT_URL},
-  {"prefix", 0, 1, OPT_PREFIX},
   {"json", 0, 0, OPT_JSON},
   {NULL, 0, 0, 0},
 };
@@ -244,7 +242,7 @@ int cmd_config(int argc, char **argv)
   const char *action = NULL;
   int json = 0, id;
 
-  cli_args_init(&args, argc, argv, "config");
+  cli_args_init(&args, argc, argv, "config", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, config_opts, &arg)) != CLI_OPT_DONE) {
     switch (id) {
     case CLI_OPT_ERROR:
@@ -256,10 +254,10 @@ int cmd_config(int argc, char **argv)
       break;
     case CLI_OPT_DASHDASH:
       break;
-    case OPT_URL:
+    case CLI_OPT_URL:
       cli_config_set_flag("url", arg);
       break;
-    case OPT_PREFIX:
+    case CLI_OPT_PREFIX:
       cli_config_set_flag("prefix", arg);
       break;
     case OPT_JSON:

@@ -11,8 +11,12 @@
 
 #include "cli.h"
 
-static const cli_help_page pages[] = {
-  {NULL,
+/* The command table: one descriptor per command (its name, its handler,
+ * its --help page and the manual's more), read by main (dispatch), the
+ * help, the man page and the completion (help_gen.c). The first entry is
+ * the overview ("dlock --help"). */
+static const cli_command pages[] = {
+  {NULL, NULL,
    "Usage: dlock COMMAND [OPTIONS] [ARGS]\n"
    "Distributed locks on Redis or PostgreSQL, from the shell.\n"
    "\n"
@@ -45,7 +49,7 @@ static const cli_help_page pages[] = {
    "writes of a holder that lost the lock without knowing it (a process\n"
    "frozen past its lease: a \"zombie\"). `dlock fence check` is that guard.\n"},
 
-  {"run",
+  {"run", cmd_run,
    "Usage: dlock run [OPTIONS] NAME [--] COMMAND [ARGS...] | NAME -c 'COMMAND'\n"
    "Take the lock NAME, run COMMAND while it is held (the lease is renewed in\n"
    "the background), release it when COMMAND ends; exit with COMMAND's status.\n"
@@ -146,7 +150,7 @@ static const cli_help_page pages[] = {
    "name is one kind of lock at a time: `--limit` on a mutex's name, or no\n"
    "`--limit` on a semaphore's, exits 64. Not offered on Redlock.\n"},
 
-  {"status",
+  {"status", cmd_status,
    "Usage: dlock status [OPTIONS] NAME\n"
    "Show whether the lock NAME is held, the lease left, the current fence and,\n"
    "when dlock run holds it, who: host, pid, user, command and since when.\n"
@@ -166,7 +170,7 @@ static const cli_help_page pages[] = {
    "`owner_info` and `holder` are the newest holder's and `ttl_ms` runs until\n"
    "its last permit ends.\n"},
 
-  {"list",
+  {"list", cmd_list,
    "Usage: dlock list [OPTIONS] [PATTERN]\n"
    "List the locks currently held whose names match the glob PATTERN (all by\n"
    "default), one name per line.\n"
@@ -182,7 +186,7 @@ static const cli_help_page pages[] = {
    "taken or include one released while it runs. With `--json` a lock\n"
    "released between the listing and the look-up of its details is left out.\n"},
 
-  {"release",
+  {"release", cmd_release,
    "Usage: dlock release --force [OPTIONS] NAME\n"
    "Delete the lock NAME whatever its owner, and wake a waiter. For admins:\n"
    "a 'dlock run' holding NAME finds out at its next renewal, stops its\n"
@@ -205,7 +209,7 @@ static const cli_help_page pages[] = {
    "so it is deleted only with `--foreign`; check it with `dlock status`\n"
    "(\"held by something other than dlock\") first.\n"},
 
-  {"fence",
+  {"fence", cmd_fence,
    "Usage: dlock fence check [OPTIONS] RESOURCE TOKEN\n"
    "The fencing guard for shell pipelines: compare TOKEN (a holder's fence,\n"
    "e.g. $DLOCK_FENCE) with the highest token recorded for RESOURCE and\n"
@@ -231,7 +235,7 @@ static const cli_help_page pages[] = {
    "can compare the token itself in the same transaction is stronger.\n"
    "RESOURCE names a Redis key like a lock name does.\n"},
 
-  {"latch",
+  {"latch", cmd_latch,
    "Usage: dlock latch set NAME COUNT [--expire DURATION]\n"
    "       dlock latch down NAME\n"
    "       dlock latch wait NAME [-w DURATION]\n"
@@ -259,7 +263,7 @@ static const cli_help_page pages[] = {
    "latch is the Redis hash `{NAME}:latch` (with the prefix); see\n"
    "docs/latch.md. Not on Redlock.\n"},
 
-  {"cron",
+  {"cron", cmd_cron,
    "Usage: dlock cron 'EXPR' --name JOB [OPTIONS] -- COMMAND [ARGS...]\n"
    "       dlock cron --next 'EXPR' [-n N] [--from TIME] [--tz ZONE] [--epoch]\n"
    "       dlock cron --history JOB [-n N] [--json] [--url URL]\n"
@@ -333,7 +337,7 @@ static const cli_help_page pages[] = {
    "array of objects with `node`, `fence`, `scheduled_unix_ms`, `scheduled`,\n"
    "`start_unix_ms`, `start`, `duration_ms` (-1: skipped) and `outcome`.\n"},
 
-  {"every",
+  {"every", cmd_every,
    "Usage: dlock every DURATION --name JOB [OPTIONS] -- COMMAND [ARGS...]\n"
    "Run COMMAND every DURATION, once per tick across all nodes running JOB.\n"
    "Runs in the foreground; one line per tick on stderr, as 'dlock cron'.\n"
@@ -367,7 +371,7 @@ static const cli_help_page pages[] = {
    "never overlap and the fleet does not drift. `DLOCK_TICK` is then the\n"
    "time the run became due.\n"},
 
-  {"bench",
+  {"bench", cmd_bench,
    "Usage: dlock bench [--quick] [--scenario NAME[,NAME...]] [--json FILE]\n"
    "                   [--url URL] [--layout cross|same|none]\n"
    "                   [--watchdog-locks N] [--watchdog-lease MS]\n"
@@ -408,7 +412,7 @@ static const cli_help_page pages[] = {
    "measurements, not tests; the test suite runs only `--quick` to check that\n"
    "every scenario still completes and stays correct.\n"},
 
-  {"doctor",
+  {"doctor", cmd_doctor,
    "Usage: dlock doctor [--url URL] [--prefix P] [--json]\n"
    "Check that the Redis server is fit to hold locks, with the rights of the\n"
    "URL's user. One line per check, OK, WARN or FAIL, with the fix:\n"
@@ -436,7 +440,7 @@ static const cli_help_page pages[] = {
    "`CONFIG SET maxmemory-policy noeviction` and the same line in\n"
    "redis.conf fix it.\n"},
 
-  {"init",
+  {"init", cmd_init,
    "Usage: dlock init [--url URL]\n"
    "Create what dlock needs on the server, ahead of time. On PostgreSQL:\n"
    "dlock's schema (dlock_schema=NAME in the URL, default dlock), its tables,\n"
@@ -457,7 +461,7 @@ static const cli_help_page pages[] = {
    "the message says which), 70 bug.\n",
    NULL},
 
-  {"prune",
+  {"prune", cmd_prune,
    "Usage: dlock prune [--older-than DURATION] [--url URL]\n"
    "Delete what the server keeps of locks that no one holds or waits for any\n"
    "more, whose time ended more than DURATION ago (default 1h). On\n"
@@ -479,7 +483,7 @@ static const cli_help_page pages[] = {
    "second release then answers from the hold's own deadline, as after any\n"
    "lost reply (docs/postgres.md, \"Lost replies\").\n"},
 
-  {"demo",
+  {"demo", cmd_demo,
    "Usage: dlock demo [OPTIONS]\n"
    "Show what a distributed lock and fencing tokens are for, in seconds:\n"
    "\n"
@@ -514,7 +518,7 @@ static const cli_help_page pages[] = {
    "the job by its own clock: without coordination each would run every\n"
    "tick. The table shows which node ran each tick and which skipped it.\n"},
 
-  {"config",
+  {"config", cmd_config,
    "Usage: dlock config show [--url URL] [--prefix P] [--json]\n"
    "Print ('show' is the default) the settings dlock uses and where each\n"
    "comes from: a flag, the environment, the user's file, the system's file\n"
@@ -537,13 +541,13 @@ static const cli_help_page pages[] = {
    "command: a typo is never silently ignored. A missing file is no error.\n"
    "`DLOCK_SYSTEM_CONFIG` names another system file (for tests).\n"},
 
-  {"version",
+  {"version", cmd_version,
    "Usage: dlock version\n"
    "Print the version of dlock and, when another libdlock is loaded at run\n"
    "time, the library's (dlock_version()). The same as 'dlock --version'.\n",
    NULL},
 
-  {"help",
+  {"help", cmd_help,
    "Usage: dlock help [COMMAND]\n"
    "       dlock help --markdown | --roff\n"
    "       dlock help --completion bash|zsh\n"
@@ -622,7 +626,7 @@ static const char man_tail[] =
   "\n"
   "flock(1), redis-server(1), sysexits(3); docs/cli.md in the source tree.\n";
 
-const cli_help_page *cli_help_pages(size_t *n)
+const cli_command *cli_commands(size_t *n)
 {
   *n = sizeof pages / sizeof pages[0];
   return pages;
@@ -633,7 +637,7 @@ const char *cli_help_man_tail(void)
   return man_tail;
 }
 
-static const cli_help_page *find_page(const char *name)
+const cli_command *cli_command_find(const char *name)
 {
   for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
     if (name == NULL && pages[i].name == NULL)
@@ -646,7 +650,7 @@ static const cli_help_page *find_page(const char *name)
 
 int cli_help_print(FILE *out, const char *command)
 {
-  const cli_help_page *p = find_page(command);
+  const cli_command *p = cli_command_find(command);
   if (p == NULL)
     return -1;
   fputs(p->page, out);
@@ -655,7 +659,7 @@ int cli_help_print(FILE *out, const char *command)
 
 void cli_help_markdown(FILE *out)
 {
-  const cli_help_page *top = find_page(NULL);
+  const cli_command *top = cli_command_find(NULL);
 
   fputs("<!-- Generated by 'dlock help --markdown' from cli/help.c. "
         "Do not edit. -->\n", out);

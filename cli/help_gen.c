@@ -187,8 +187,8 @@ static void roff_markdown(FILE *out, const char *md)
 void cli_help_roff(FILE *out)
 {
   size_t n;
-  const cli_help_page *pages = cli_help_pages(&n);
-  const cli_help_page *top = NULL;
+  const cli_command *pages = cli_commands(&n);
+  const cli_command *top = NULL;
 
   for (size_t i = 0; i < n; i++) {
     if (pages[i].name == NULL)
@@ -378,7 +378,7 @@ typedef struct gen_all {
 static void gen_collect(gen_all *g)
 {
   size_t n;
-  const cli_help_page *pages = cli_help_pages(&n);
+  const cli_command *pages = cli_commands(&n);
 
   memset(g, 0, sizeof *g);
   for (size_t i = 0; i < n; i++) {

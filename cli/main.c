@@ -1,7 +1,8 @@
 /*
- * main.c - the dlock command: global options and the subcommand table,
- * nothing else. Each subcommand lives in its own cmd_*.c (curl's tool_*.c
- * split); adding one is a line in 'commands' plus its file and help page.
+ * main.c - the dlock command: global options and the dispatch through the
+ * command table (help.c: one descriptor per command, with its handler and
+ * help page), nothing else. Each subcommand lives in its own cmd_*.c
+ * (curl's tool_*.c split).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -9,30 +10,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-typedef struct cli_command {
-  const char *name;
-  int (*fn)(int argc, char **argv);
-} cli_command;
-
-static const cli_command commands[] = {
-  {"run", cmd_run},
-  {"status", cmd_status},
-  {"list", cmd_list},
-  {"release", cmd_release},
-  {"fence", cmd_fence},
-  {"latch", cmd_latch},
-  {"demo", cmd_demo},
-  {"help", cmd_help},
-  {"cron", cmd_cron},
-  {"every", cmd_every},
-  {"bench", cmd_bench},
-  {"doctor", cmd_doctor},
-  {"init", cmd_init},
-  {"prune", cmd_prune},
-  {"config", cmd_config},
-  {"version", cmd_version},
-};
 
 /* "dlock CMD --help" / "-h" anywhere before "--" answers with the help page,
  * so that no subcommand can forget to. */
@@ -63,7 +40,7 @@ int cmd_version(int argc, char **argv)
 int main(int argc, char **argv)
 {
   /* With stdin, stdout or stderr closed, the next socket (Redis) would take
-   * its number, and our messages would be sent to Redis as commands. */
+   * its number, and our messages would be sent to the server as commands. */
   for (int fd = 0; fd <= 2; fd++) {
     if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
       int null = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
@@ -74,9 +51,15 @@ int main(int argc, char **argv)
     }
   }
   if (argc < 2) {
-    return cli_usage_error(NULL, "missing command (run, status, list, release, "
-                                 "fence, latch, cron, every, demo, bench, doctor, init, prune, config, "
-                                 "version)");
+    /* The commands, as the table lists them. */
+    char names[256];
+    size_t n, len = 0;
+    const cli_command *cmds = cli_commands(&n);
+    names[0] = '\0';
+    for (size_t i = 0; i < n && len < sizeof names; i++)
+      if (cmds[i].name != NULL && strcmp(cmds[i].name, "help") != 0)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", cmds[i].name);
+    return cli_usage_error(NULL, "missing command (%s)", names);
   }
   const char *first = argv[1];
   if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0) {
@@ -93,17 +76,15 @@ int main(int argc, char **argv)
   if (first[0] == '-')
     return cli_usage_error(NULL, "unknown option '%s' (options go after the command)", first);
 
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    if (strcmp(first, commands[i].name) != 0)
-      continue;
-    if (commands[i].fn != cmd_help &&
-        wants_help(argc - 1, argv + 1)) {
+  const cli_command *cmd = cli_command_find(first);
+  if (cmd != NULL) {
+    if (cmd->run != cmd_help && wants_help(argc - 1, argv + 1)) {
       cli_help_print(stdout, first);
       return CLI_EXIT_OK;
     }
     /* Flush and check stdout at the end: a full disk or closed pipe must
      * not pass for success in scripts. */
-    int rc = commands[i].fn(argc - 1, argv + 1);
+    int rc = cmd->run(argc - 1, argv + 1);
     if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
       perror("dlock: stdout");
       return CLI_EXIT_SOFTWARE;

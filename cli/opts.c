@@ -9,7 +9,18 @@
 
 #include "cli.h"
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *command)
+const cli_opt cli_common_opts[] = {
+  {"url", 0, 1, CLI_OPT_URL},
+  {"prefix", 0, 1, CLI_OPT_PREFIX},
+  {NULL, 0, 0, 0},
+};
+
+static unsigned common_bit(int id)
+{
+  return id == CLI_OPT_URL ? CLI_COMMON_URL : id == CLI_OPT_PREFIX ? CLI_COMMON_PREFIX : 0;
+}
+
+void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common)
 {
   a->argc = argc;
   a->argv = argv;
@@ -17,15 +28,38 @@ void cli_args_init(cli_args *a, int argc, char **argv, const char *command)
   a->command = command;
   a->cluster = NULL;
   a->after_dashdash = 0;
+  a->common = common;
 }
 
-static const cli_opt *find_long(const cli_opt *table, const char *name, size_t len)
+int cli_common_opt(int id, const char *arg, const char **url)
+{
+  if (id == CLI_OPT_URL) {
+    *url = arg;
+    return 1;
+  }
+  if (id == CLI_OPT_PREFIX) {
+    cli_config_set_flag("prefix", arg);
+    return 1;
+  }
+  return 0;
+}
+
+static const cli_opt *find_in(const cli_opt *table, const char *name, size_t len)
 {
   for (const cli_opt *o = table; o->long_name != NULL; o++) {
     if (strlen(o->long_name) == len && strncmp(o->long_name, name, len) == 0)
       return o;
   }
   return NULL;
+}
+
+/* The common options this command takes, then its own. */
+static const cli_opt *find_long(const cli_args *a, const cli_opt *table, const char *name, size_t len)
+{
+  const cli_opt *o = find_in(cli_common_opts, name, len);
+  if (o != NULL && (a->common & common_bit(o->id)) != 0)
+    return o;
+  return find_in(table, name, len);
 }
 
 static const cli_opt *find_short(const cli_opt *table, char c)
@@ -102,7 +136,7 @@ int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg)
   const char *name = s + 2;
   const char *eq = strchr(name, '=');
   size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
-  const cli_opt *o = find_long(table, name, len);
+  const cli_opt *o = find_long(a, table, name, len);
   if (o == NULL) {
     cli_usage_error(a->command, "unknown option '--%.*s'", (int)len, name);
     return CLI_OPT_ERROR;

@@ -1,7 +1,8 @@
 /*
- * dlock.h - distributed locks on Redis: the whole public API of libdlock.
+ * dlock.h - distributed locks: the whole public API of libdlock.
  *
- * A dlock_client talks to one Redis deployment (a URL). A dlock_mutex is a
+ * A dlock_client talks to one deployment (a URL; its scheme picks the
+ * backend: dlock_url_backend(), docs/topologies.md). A dlock_mutex is a
  * named, leased, fenced lock taken through a client. Every call returns 0 or
  * a negative DLOCK_E* status; dlock_strerror() names it and the handle's
  * errmsg says which server and key were involved and what to do.
@@ -78,7 +79,7 @@ extern "C" {
   XX(ESYS,       -20, "operating system error")                                    \
   XX(ECLOSED,    -21, "client is shutting down")                                   \
   XX(EREADONLY,  -22, "the server is read-only (a replica or standby)")            \
-  XX(ESERVEROOM, -23, "Redis is out of memory (maxmemory)")                        \
+  XX(ESERVEROOM, -23, "the server is out of memory (maxmemory)")                   \
   XX(ECANCELED,  -24, "wait was canceled")                                         \
   XX(ECRON,      -25, "invalid cron expression")                                   \
   XX(ETZ,        -26, "unknown or unreadable time zone")                           \
@@ -86,9 +87,9 @@ extern "C" {
   XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from")    \
   XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")           \
   XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")            \
-  XX(ECLUSTER,   -31, "Redis Cluster is not usable as the URL says")               \
+  XX(ECLUSTER,   -31, "the cluster is not usable as the URL says")                 \
   XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
-  XX(EQUORUM,    -33, "no majority of the Redlock nodes confirmed in time")        \
+  XX(EQUORUM,    -33, "no majority of the nodes confirmed in time")                \
   XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
   XX(ELIMIT,     -35, "semaphore's stored limit differs from the caller's")         \
   XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
@@ -165,7 +166,8 @@ typedef struct dlock_client_options {
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
   int command_timeout_ms;  /* 0: 2000 */
-  /* Prepended to every lock and resource name to form Redis keys. May not
+  /* Prepended to every lock and resource name to form the server's names
+   * (keys, paths, rows). May not
    * contain braces. A prefix is a whole key segment: it always ends with
    * ':', which is appended when missing ("app" and "app:" both give the
    * key "app:orders" for the name "orders"), so that status, list and
@@ -219,14 +221,26 @@ DLOCK_API const char *dlock_client_server(const dlock_client *c);
 /* Round trip to the server. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
-/* The backend the URL chose: "redis" (every Redis topology), "zookeeper"
- * or "postgres". */
+/* The backend the URL chose, by its short lower-case name (the same for
+ * every URL scheme of one backend). */
 DLOCK_API const char *dlock_client_backend(const dlock_client *c);
 
+/* The backend a URL's scheme names, from libdlock's one registry of URL
+ * schemes (no I/O; only the scheme is read): the name of its server
+ * technology for messages ("cannot use %s at %s"), the same for every
+ * scheme of one backend. NULL or "": $DLOCK_URL, else the default URL.
+ * A backend this build leaves out is named too (dlock_client_new() then
+ * says how to build it in). NULL when no backend takes the scheme, with
+ * dlock_last_error() saying so and listing the schemes; otherwise
+ * dlock_last_error() is left as it was (ask while reporting a failure). */
+DLOCK_API const char *dlock_url_backend(const char *url);
+
 /* Create what the backend keeps its locks in, for a deployment where the
- * application's user may not do it at run time (PostgreSQL: dlock's schema,
- * tables and sequence, IF NOT EXISTS; `dlock init`). Nothing to do on Redis
- * and ZooKeeper (0). */
+ * application's user may not do it at run time (e.g. a schema, tables and
+ * a sequence, IF NOT EXISTS; `dlock init`). On a backend that needs
+ * nothing made ahead (its doc in docs/ says which): 0, with
+ * dlock_last_error() saying so ("nothing to create on ..."); after a
+ * setup that made or found everything, 0 and "". */
 DLOCK_API int dlock_client_setup(dlock_client *c);
 
 /* What dlock_client_new() found wrong with the server, one warning per line
@@ -281,8 +295,8 @@ DLOCK_API int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, 
  * libdlock that quotes a URL masks it this way. */
 DLOCK_API void dlock_url_redact(const char *url, char *buf, size_t len);
 
-/* A warning about the deployment that did not stop the client, e.g. Redis
- * Sentinels that disagree on the master (the client follows the majority).
+/* A warning about the deployment that did not stop the client, e.g.
+ * sentinels that disagree on the master (the client follows the majority).
  * Copies it into 'buf' (NUL-terminated) and returns 1, or 0 with "" when
  * there is none. */
 DLOCK_API int dlock_client_topology_warning(dlock_client *c, char *buf, size_t len);
@@ -315,7 +329,7 @@ DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
 
 /* Called once, from the client's watchdog thread, when a held lock is found
  * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is
- * reported at valid_until, also while Redis does not answer. Keep it short:
+ * reported at valid_until, also while the server does not answer. Keep it short:
  * other handles' callbacks and fds wait for it. Do not call
  * dlock_mutex_free() on 'm' from it. For a semaphore 'm' is the
  * semaphore's own pointer (dlock_semaphore_mutex()): cast it back to
@@ -358,7 +372,7 @@ DLOCK_API void dlock_mutex_free(dlock_mutex *m);
 DLOCK_API int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms);
 
 /* Make every dlock_mutex_acquire() now waiting on 'm' in other threads
- * (for Redis or for another thread of ours) return DLOCK_ECANCELED soon; a
+ * (for the server or for another thread of ours) return DLOCK_ECANCELED soon; a
  * waiter withdraws from the wait queue first. An acquire that succeeds at
  * the same moment returns 0: release it. Safe from any thread; not
  * async-signal-safe. No effect on waits that begin later. */
@@ -366,9 +380,9 @@ DLOCK_API void dlock_mutex_cancel(dlock_mutex *m);
 
 /* Release one hold; the key is deleted (compare-and-delete) when the count
  * reaches zero and a waiter is woken. DLOCK_ENOTHELD when this thread does
- * not hold it, when Redis no longer has our token, or when the hold was
+ * not hold it, when the server no longer has our token, or when the hold was
  * lost before (dlock_mutex_lost() != DLOCK_LOST_NONE; our key is still
- * deleted if Redis has it): another owner's key is never touched.
+ * deleted if the server has it): another owner's key is never touched.
  * DLOCK_EUNKNOWN when the release may have run but its outcome could not be
  * learned (its reply was lost and asking again failed, or came after our
  * lease could have run out); the handle is released either way and the key
@@ -390,29 +404,29 @@ DLOCK_API int dlock_mutex_release(dlock_mutex *m);
  * never left (its connection failed first) is DLOCK_EIO. 0 when queued (or when an
  * inner hold of a reentrant count was released); a status when it could not
  * be sent (the handle is released and the key expires with its lease).
- * On Redis Cluster and Redlock the release runs synchronously and its
- * outcome waits for dlock_mutex_release_result() all the same. */
+ * Where the backend cannot pipeline it (docs/topologies.md) the release
+ * runs synchronously and its outcome waits for dlock_mutex_release_result() all the same. */
 DLOCK_API int dlock_mutex_release_async(dlock_mutex *m);
 /* The outcome of the last dlock_mutex_release_async() on 'm', as
  * dlock_mutex_release() would have answered; reads the reply first if it
  * has not come yet. Once per release: DLOCK_EINVAL when none is pending. */
 DLOCK_API int dlock_mutex_release_result(dlock_mutex *m);
 
-/* Set the remaining lease to 'lease_ms', only while Redis still holds our
+/* Set the remaining lease to 'lease_ms', only while the server still holds our
  * token. Never re-creates an expired key: DLOCK_ENOTHELD then. A lost hold
  * (also one whose valid_until passed) is not extended: DLOCK_ENOTHELD. An
  * extend that fails otherwise may have run: valid_until then becomes the
  * earlier of the old one and 'lease_ms' from the call (and is that already
  * while the call waits for its reply, which may come after it ran). In
  * watchdog mode the renewals go on with the watchdog's lease; an extend that
- * overlapped a renewal (either may run last in Redis) sets valid_until to
+ * overlapped a renewal (either may run last on the server) sets valid_until to
  * the earlier of the two deadlines. */
 DLOCK_API int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms);
 
-/* Ask Redis: 1 if it holds our token, 0 if not, negative on error. */
+/* Ask the server: 1 if it holds our token, 0 if not, negative on error. */
 DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
 
-/* Remaining lease in ms according to Redis; DLOCK_ENOTHELD if not ours. */
+/* Remaining lease in ms according to the server; DLOCK_ENOTHELD if not ours. */
 DLOCK_API int dlock_mutex_remaining(dlock_mutex *m, int64_t *ttl_ms);
 
 /* Fencing token of the current hold: strictly larger than every token issued
@@ -437,7 +451,7 @@ DLOCK_API dlock_lost_reason dlock_mutex_lost(const dlock_mutex *m);
 DLOCK_API int dlock_mutex_lost_fd(dlock_mutex *m);
 
 /* The monotonic time after which the holder must assume the lock is gone,
- * even without news from Redis: start of the last successful acquire or
+ * even without news from the server: start of the last successful acquire or
  * renewal + lease - clock drift allowance. A hold handed over by a release
  * (a waiting acquire) starts on the shorter claim lease (3 s at most) from
  * the waiter's last call, until the watchdog's first renewal, due at a third
@@ -461,9 +475,9 @@ DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms
 /* N permits on one name: up to N holders at once, each permit held under a
  * lease of its own that the watchdog renews, so a crashed holder's permit
  * returns when its lease ends. Waiters are woken by a release in arrival
- * order (FIFO). Every acquisition gets a fence, rising per name. Offered on
- * Redis (single server, Sentinel, Cluster); not on Redlock (a clear
- * DLOCK_EINVAL from dlock_semaphore_new).
+ * order (FIFO). Every acquisition gets a fence, rising per name. Where it is
+ * not offered (docs/topologies.md), dlock_semaphore_new answers a clear
+ * DLOCK_EINVAL.
  *
  * The verbs and their semantics are the mutex's, with the same
  * dlock_mutex_options (leases, watchdog, max_hold_ms, owner_info); one
@@ -519,7 +533,8 @@ DLOCK_API const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
  * client at once (a writer reads its own data); a thread that holds the read
  * side is refused the write side with DLOCK_EUPGRADE (it would wait for
  * itself). A name is one kind: a mutex's name is refused (DLOCK_EWRONGTYPE)
- * and the other way round. Redis (not Redlock) only. The lost callback's
+ * and the other way round. Not offered everywhere (docs/rwlock.md):
+ * dlock_rwlock_new answers DLOCK_EINVAL there. The lost callback's
  * 'm' is the rwlock handle: cast it with (dlock_rwlock *). */
 typedef struct dlock_rwlock dlock_rwlock;
 
@@ -583,7 +598,7 @@ typedef struct dlock_lock_info {
 
 /* Zero 'info' and set its struct_size: call before dlock_lock_info_get(). */
 DLOCK_API void dlock_lock_info_init(dlock_lock_info *info);
-/* What Redis knows of the lock 'name', into 'out' (initialised with
+/* What the server knows of the lock 'name', into 'out' (initialised with
  * dlock_lock_info_init()). */
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
 /* Redlock (docs/redlock.md): the number of independent nodes (0 when the
@@ -604,8 +619,8 @@ DLOCK_API int dlock_lock_info_get_node(dlock_client *c, const char *name, int i,
 DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held);
 
 /* dlock_lock_force_release() may also delete a string key without dlock
- * metadata: a lock of redis-py, node-redlock or redsync (same key, a
- * random token as its value). Check with dlock_lock_info_get() (foreign)
+ * metadata: a lock of another client library (same key, a random token as
+ * its value). Check with dlock_lock_info_get() (foreign)
  * first: any string key of that name goes. */
 #define DLOCK_FORCE_FOREIGN 1u
 
@@ -621,15 +636,15 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
 
 /* Delete what the backend keeps of locks that no one holds or waits for any
  * more, whose time ended more than 'older_than_ms' ago (admin, `dlock
- * prune`). PostgreSQL: the rows of released and expired locks, of waiters
+ * prune`). Where locks leave rows behind (its doc in docs/ says so): the rows of
+ * released and expired locks, of waiters
  * that died, of semaphores and read-write locks with no hold left; at most
  * DLOCK_PRUNE_BATCH rows per table per call, so call again while
  * '*pruned' (may be NULL: the rows deleted) is not 0. Never a live hold, a
  * live waiter, a fence guard or a scheduler's row, and fences keep rising
  * (they come from a sequence). A release also prunes now and then, rows
- * older than an hour. Redis and ZooKeeper keep nothing to prune (keys
- * expire, nodes go with their session or are reaped by the server):
- * DLOCK_EINVAL saying so. */
+ * older than an hour. A backend that keeps nothing to prune (what a hold
+ * keeps goes with its lease or its session) answers DLOCK_EINVAL saying so. */
 DLOCK_API int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
 #define DLOCK_PRUNE_BATCH 1000
 
@@ -659,7 +674,7 @@ typedef struct dlock_multi dlock_multi;
  * as for dlock_mutex_new; a name given twice is DLOCK_EINVAL), each taken
  * as a mutex with 'opts' (may be NULL; on_lost is called per name, with the
  * name's own mutex handle). No I/O. Works on every backend with mutexes;
- * on a Redis Cluster each name lives in its own slot. */
+ * on a cluster each name lives in its own slot. */
 #define DLOCK_MULTI_MAX 64
 DLOCK_API int dlock_multi_new(dlock_multi **out, dlock_client *c, const char *const *names, size_t n,
                               const dlock_mutex_options *opts);
@@ -708,8 +723,8 @@ DLOCK_API const char *dlock_multi_errmsg(const dlock_multi *mm);
 
 typedef struct dlock_latch dlock_latch;
 
-/* A handle on the latch 'name' (a lock name's rules). No I/O. Redis only
- * (not Redlock); other backends answer DLOCK_EINVAL saying so. A latch has
+/* A handle on the latch 'name' (a lock name's rules). No I/O. Where latches
+ * are not offered (docs/latch.md), DLOCK_EINVAL saying so. A latch has
  * no fence, lease or loss: it guards nothing exclusive, it only counts. */
 DLOCK_API int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name);
 DLOCK_API void dlock_latch_free(dlock_latch *l);
@@ -782,15 +797,15 @@ typedef enum dlock_sched_event_kind {
   DLOCK_SCHED_SKIPPED_BUSY = 3,  /* the previous run still held the job lock: no overlap */
   DLOCK_SCHED_SKIPPED_POOL = 4,  /* every worker of this node was busy; left to other nodes */
   DLOCK_SCHED_MISFIRED = 5,      /* the tick was too late to run (see docs/scheduler.md) */
-  DLOCK_SCHED_ERROR = 6,         /* Redis failed; 'status' and 'message' say how */
-  /* This node's clock is ahead of the Redis server's by more than
+  DLOCK_SCHED_ERROR = 6,         /* the server failed; 'status' and 'message' say how */
+  /* This node's clock is ahead of the server's by more than
    * DLOCK_SCHED_CLOCK_TOLERANCE_MS: the tick was not claimed, so that the
    * nodes with a correct clock run it. 'clock_skew_ms' is the measured skew,
    * 'message' says what to fix. Reported for every tick until fixed. */
   DLOCK_SCHED_CLOCK_SKEW = 7
 } dlock_sched_event_kind;
 
-/* How far a tick may lie ahead of the Redis server's clock when a node
+/* How far a tick may lie ahead of the server's clock when a node
  * claims it (docs/scheduler.md). */
 #define DLOCK_SCHED_CLOCK_TOLERANCE_MS 5000
 
@@ -826,7 +841,7 @@ typedef struct dlock_job_options {
   int allow_overlap;       /* 1: a tick may start while the previous run goes on */
   const char *time_zone;   /* cron only: IANA zone; NULL: UTC */
   unsigned cron_flags;     /* cron only: DLOCK_CRON_UNIX */
-  int history_len;         /* runs kept in Redis; 0: 100 */
+  int history_len;         /* runs kept on the server; 0: 100 */
 } dlock_job_options;
 
 DLOCK_API void dlock_sched_options_init(dlock_sched_options *opts);
@@ -846,7 +861,7 @@ DLOCK_API int dlock_sched_add_cron(dlock_sched *s, const char *job, const char *
 DLOCK_API int dlock_sched_add_fixed_rate(dlock_sched *s, const char *job, int64_t period_ms,
                                          const dlock_job_options *opts, dlock_job_fn fn, void *arg);
 /* Fixed delay: a run starts 'delay_ms' after the previous run (on any node)
- * ended, measured on the Redis server's clock. */
+ * ended, measured on the server's clock. */
 DLOCK_API int dlock_sched_add_fixed_delay(dlock_sched *s, const char *job, int64_t delay_ms,
                                           const dlock_job_options *opts, dlock_job_fn fn, void *arg);
 

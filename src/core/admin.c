@@ -103,9 +103,8 @@ int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) 
                         (long long)older_than_ms);
   if (!c->ops->prune)
     return dlock__error(DLOCK_EINVAL,
-                        "nothing to prune on %s (the %s backend): its locks leave nothing behind (Redis keys "
-                        "expire with their lease, ZooKeeper nodes go with their session and empty parents are "
-                        "reaped by the server)",
+                        "nothing to prune on %s (the %s backend): its locks leave nothing behind (what a "
+                        "hold keeps on the server goes with its lease or its session)",
                         c->server, c->ops->name);
   int64_t n = 0;
   int rc = c->ops->prune(c, older_than_ms, &n);

@@ -1,6 +1,6 @@
 /*
  * backend.h - the seam between libdlock's backend-neutral core and its
- * backends (Redis with its topologies, ZooKeeper, PostgreSQL).
+ * backends (backend.c's scheme registry lists them).
  *
  * As curl's TLS backends do, each backend fills one table of operations
  * (dlock__backend_ops) and the core calls only through it. The core keeps
@@ -9,7 +9,7 @@
  * deadline), cancellation, errors, and the scheduler's timing. A backend
  * keeps its own state behind c->be (per client) and m->be (per handle), and
  * is the only code that includes its client library. The URL scheme picks
- * the backend (dlock__backend_for).
+ * the backend (dlock__backend_for, from backend.c's scheme registry).
  *
  * Every operation returns 0 (or a documented count) or a DLOCK_E* status
  * with dlock__error() saying what failed and where (the server, key or path).
@@ -26,8 +26,8 @@
 typedef struct dlock__backend_ops dlock__backend_ops;
 
 /* Capabilities. */
-#define DLOCK__CAP_LEASE 1u    /* holds are leases the watchdog renews (Redis, PostgreSQL tables) */
-#define DLOCK__CAP_SESSION 2u  /* holds live as long as a session (ZooKeeper, advisory locks): the
+#define DLOCK__CAP_LEASE 1u    /* holds are leases the watchdog renews */
+#define DLOCK__CAP_SESSION 2u  /* holds live as long as a session (or a transaction): the
                                   watchdog's renew() only reads the session's validity */
 #define DLOCK__CAP_FENCE 4u    /* every hold carries a fence (all but advisory mode) */
 #define DLOCK__CAP_SCHED 8u    /* the scheduler's claims */
@@ -89,12 +89,16 @@ enum {
 };
 
 struct dlock__backend_ops {
-  const char *name;          /* "redis", "zookeeper", "postgres" */
+  const char *name;          /* short, lower case: dlock_client_backend() */
   unsigned caps;             /* DLOCK__CAP_*; a backend may refine it per client (caps_of) */
+  /* Why a hold was lost when its server could not be reached (DLOCK_LOST_UNREACHABLE),
+   * in the backend's words: it names the server's technology. */
+  const char *unreachable;
 
   /* ---- Client ---- */
-  /* 1 when 'url' is this backend's. */
-  int (*url_is)(const char *url);
+  /* Optional: 1 when the options name this backend's servers without a URL
+   * (e.g. a list of nodes); the core then picks this backend whatever the URL. */
+  int (*takes_options)(const dlock_client_options *o);
   /* 'url' with every secret replaced by "***" (always NUL-terminated). */
   void (*redact)(const char *url, char *buf, size_t len);
   /* Connect: set c->be, c->server (a name for messages), c->command_timeout_ms,
@@ -197,18 +201,13 @@ struct dlock__backend_ops {
   int (*sched_history)(dlock_client *c, const char *job, dlock_run_record *out, int max);
 };
 
-/* The backend for 'url' (NULL: Redis, the default), or NULL with '*rc' and
- * the error set: a scheme this build leaves out names the CMake option. */
+/* The backend for 'url' (NULL: the default, the registry's first row), or
+ * NULL with '*rc' and the error set: an unknown scheme lists the known ones,
+ * a scheme this build leaves out names the CMake option. */
 const dlock__backend_ops *dlock__backend_for(const char *url, int *rc);
-
-/* The backends this build has (backend.c lists them). */
-extern const dlock__backend_ops dlock__redis_ops;
-#ifdef DLOCK_WITH_ZOOKEEPER
-extern const dlock__backend_ops dlock__zk_ops;
-#endif
-#ifdef DLOCK_WITH_POSTGRES
-extern const dlock__backend_ops dlock__pg_ops;
-#endif
+/* As dlock__backend_for, unless a backend takes 'o' whatever the URL
+ * (takes_options). */
+const dlock__backend_ops *dlock__backend_for_options(const dlock_client_options *o, const char *url, int *rc);
 
 /* ---- What the core offers the backends (core/mutex.c) ---- */
 

@@ -47,8 +47,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
 
   const char *url = o.url ? o.url : getenv("DLOCK_URL");
   if (url && !*url) url = NULL;
-  /* Redlock's node list in the options is Redis's. */
-  const dlock__backend_ops *ops = o.redlock_urls || o.redlock_nurls ? &dlock__redis_ops : dlock__backend_for(url, &rc);
+  const dlock__backend_ops *ops = dlock__backend_for_options(&o, url, &rc);
   if (!ops) return rc;
   dlock_client *c = calloc(1, sizeof *c);
   if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
@@ -94,7 +93,15 @@ int dlock_client_ping(dlock_client *c) {
 int dlock_client_setup(dlock_client *c) {
   dlock__error_clear();
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_setup: client is NULL");
-  return c->ops->setup ? c->ops->setup(c) : 0;
+  if (c->ops->setup) {
+    int rc = c->ops->setup(c);
+    if (!rc) dlock__error_clear();
+    return rc;
+  }
+  /* Success, and dlock_last_error() says why nothing was made. */
+  dlock__error(0, "nothing to create on %s (the %s backend): what it keeps is made as locks are taken", c->server,
+               c->ops->name);
+  return 0;
 }
 
 const char *dlock_client_backend(const dlock_client *c) { return c ? c->ops->name : ""; }

@@ -59,24 +59,16 @@ const char *dlock_lost_reason_str(dlock_lost_reason reason) {
     case DLOCK_LOST_EXPIRED: return "the key is gone: its lease expired, or it was deleted without dlock";
     case DLOCK_LOST_TAKEN: return "another owner holds the lock now";
     case DLOCK_LOST_UNREACHABLE:
-      return "the server could not be reached in time to renew the lease or keep the session (on ZooKeeper: "
-             "no ping was answered through the ensemble's leader)";
+      return "the server could not be reached in time to renew the lease or keep the session";
     case DLOCK_LOST_MAX_HOLD: return "the maximum hold time was reached";
     case DLOCK_LOST_DEADLINE: return "the lease ran out before a renewal";
     case DLOCK_LOST_DELETED: return "another client deleted the key with a forced release";
-    case DLOCK_LOST_FAILOVER: return "a failover replaced the Redis master, and the new master does not hold this lock";
+    case DLOCK_LOST_FAILOVER: return "a failover replaced the master, and the new master does not hold this lock";
   }
   return "unknown reason";
 }
 
 const char *dlock__lost_reason_on(const dlock_client *c, dlock_lost_reason reason) {
-  const char *be = c && c->ops ? c->ops->name : "";
-  if (reason == DLOCK_LOST_UNREACHABLE) {
-    if (!strcmp(be, "redis")) return "Redis could not be reached to renew the lease in time";
-    if (!strcmp(be, "zookeeper"))
-      return "ZooKeeper could not be reached before the session timeout ran out, so the session (and the "
-             "hold with it) may be gone";
-    if (!strcmp(be, "postgres")) return "PostgreSQL could not be reached in time to renew the lease or check the session";
-  }
+  if (reason == DLOCK_LOST_UNREACHABLE && c && c->ops && c->ops->unreachable) return c->ops->unreachable;
   return dlock_lost_reason_str(reason);
 }

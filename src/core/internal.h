@@ -5,7 +5,7 @@
  * Layers, bottom up: errors/clock/token/validate (no I/O) -> the backend seam
  * (backend.h: one table of operations per backend) -> client, mutex,
  * watchdog (core/) and the scheduler (sched/). Each backend adds its own
- * header: redis/redis.h, zk/zk.h, pg/pg.h.
+ * private header (src/<backend>/).
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -27,8 +27,8 @@ int dlock__error(int status, const char *fmt, ...) __attribute__((format(printf,
 void dlock__error_clear(void);
 /* Prepend context ("acquire 'orders:1' on 127.0.0.1:6379: ") to the last error. */
 void dlock__error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* dlock_lost_reason_str(), with the backend of 'c' named where the reason
- * is about its server ("ZooKeeper could not be reached ..."). */
+/* dlock_lost_reason_str(), in the words of the backend of 'c' where the
+ * reason is about its server (the ops' 'unreachable'). */
 const char *dlock__lost_reason_on(const dlock_client *c, dlock_lost_reason reason);
 
 /* ---- Versions and the ABI rule of caller-allocated structs (abi.c) ---- */
@@ -73,7 +73,7 @@ int dlock__random_hex(char *out, size_t nbytes);
 
 int dlock__check_name(const char *what, const char *name);
 int dlock__check_duration(const char *what, int64_t ms, int allow_zero);
-/* A fencing token as Redis scripts send it: decimal digits, no sign, no
+/* A fencing token as a server sends it: decimal digits, no sign, no
  * leading zero, at most 2^63-1 (what dlock issues). 0 on success, -1 (no
  * error recorded) otherwise: no rounding, no silent overflow. */
 int dlock__parse_fence(const char *s, size_t len, uint64_t *out);
@@ -210,7 +210,7 @@ dlock_lost_reason dlock__mutex_check_deadline(dlock_mutex *m, dlock_mono_ms now)
  * lost before (the deadline passed first). Caller holds m->mu. */
 int dlock__mutex_renewed(dlock_mutex *m, dlock_mono_ms valid_until, dlock_mono_ms now);
 /* Renewals (the watchdog's) and extends (the caller's) of one hold can be in
- * flight at once on different connections: Redis may run them in either
+ * flight at once on different connections: the server may run them in either
  * order, whatever order their replies come in, and the last to run sets the
  * expiry. So a call that succeeds may set the deadline only to the earliest
  * 'until' among itself and the calls in flight with it at any moment of its

@@ -34,8 +34,8 @@ int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name) {
   int rc = dlock__check_name("latch name", name);
   if (rc) return rc;
   if (!c->ops->latch_new)
-    return dlock__error(DLOCK_EINVAL, "countdown latches are not offered on %s (the %s backend); use a Redis "
-                        "server for them (docs/latch.md)", c->server, c->ops->name);
+    return dlock__error(DLOCK_EINVAL, "countdown latches are not offered on %s (the %s backend); use a backend "
+                        "that offers them (docs/latch.md)", c->server, c->ops->name);
   dlock_latch *l = calloc(1, sizeof *l);
   if (!l || !(l->name = strdup(name))) {
     free(l);

@@ -3,7 +3,7 @@
  * dlock_mutex of kind DLOCK__KIND_READ or DLOCK__KIND_WRITE (one side of the
  * lock per handle), so leases, the watchdog, waits, cancellation, loss and
  * per-handle reentrancy are the mutex's code (mutex.c); the backend's
- * operations look at m->kind (redis/rwlock.c).
+ * operations look at m->kind.
  *
  * What the mutex cannot know is kept here: which thread holds which side of
  * a name through which handle, for the two rules across handles of one

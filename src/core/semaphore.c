@@ -3,7 +3,7 @@
  * lock handle of kind DLOCK__KIND_SEMAPHORE (internal.h): each call is the
  * mutex's (mutex.c), so leases, the watchdog, waits, cancellation, loss and
  * reentrancy are the same code; the backend takes one permit where the
- * mutex would take the key (redis/lua/sem_*.lua, docs/semaphore.md).
+ * mutex would take the key (docs/semaphore.md).
  */
 #include "internal.h"
 

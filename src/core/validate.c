@@ -1,6 +1,6 @@
 /*
  * validate.c - checks of caller input (names, durations) and of fencing
- * tokens read from Redis. Names become Redis keys and hash tags, so braces
+ * tokens read from the server. Names become keys, paths and hash tags, so braces
  * and line breaks are out.
  */
 #include <string.h>

@@ -3,8 +3,8 @@
  * when they are lost.
  *
  * Watchdog-mode locks are renewed every third of their lease, all that are
- * due in one batch of the backend's renew() (Redis: one pipeline of
- * compare-and-pexpire scripts; an expired or re-taken lock is never
+ * due in one batch of the backend's renew() (e.g. one pipeline of
+ * compare-and-extend scripts; an expired or re-taken lock is never
  * revived; a session backend reads the session's validity). Fixed-lease
  * locks are only watched, except that a hold taken on a hand-off's shorter
  * claim lease (dlock__grant.claim_ms) is renewed once to its lease. The
@@ -87,7 +87,7 @@ static void run_callbacks(dlock__watchdog *wd, pending_loss *losses, size_t nlos
   }
 }
 
-/* Renew the holds of 'batch' through the backend (Redis: one pipeline) that
+/* Renew the holds of 'batch' through the backend (one batch) that
  * gives up at 'limit' (the earliest deadline watched), then apply the
  * answers. Called and returns with wd->mu held; drops it for the I/O. */
 static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *ops, size_t nbatch,
@@ -112,7 +112,7 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
       /* Not renewed, but it may have run (a lost reply, replicas short): the
        * server may then end the hold 'lease' after it, sooner than our
        * deadline when the caller's extend had set a longer one. A session
-       * backend's renewal (ZooKeeper) sets no lease: the session's deadline stands. */
+       * backend's renewal sets no lease: the session's deadline stands. */
       dlock_mono_ms own = dlock__valid_until(r->sent, lease);
       if (own < m->valid_until) m->valid_until = own;
     }

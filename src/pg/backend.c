@@ -621,7 +621,7 @@ const dlock__backend_ops dlock__pg_ops = {
   .name = "postgres",
   .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
           DLOCK__CAP_RWLOCK,
-  .url_is = dlock__pg_url_is_pg,
+  .unreachable = "PostgreSQL could not be reached in time to renew the lease or check the session",
   .redact = pg_redact,
   .open = pg_open,
   .close = pg_close,

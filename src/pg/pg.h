@@ -178,4 +178,7 @@ int64_t dlock__pg_advisory_key(const char *name);
 /* Copy 'url' with any password replaced by "***" into 'out'. */
 void dlock__pg_mask_url(const char *url, char *out, size_t len);
 
+/* This backend's table of operations (core/backend.c's scheme registry points to it). */
+extern const dlock__backend_ops dlock__pg_ops;
+
 #endif /* DLOCK_PG_H */

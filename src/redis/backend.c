@@ -216,13 +216,8 @@ static void redis_close(dlock_client *c) {
   c->be = NULL;
 }
 
-static int redis_url_is(const char *url) {
-  static const char *const schemes[] = {"redis://", "rediss://", "unix://", "redis-sentinel://",
-                                        "redis-cluster://", "rediss-cluster://", "redlock://"};
-  for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
-    if (!strncmp(url, schemes[i], strlen(schemes[i]))) return 1;
-  return 0;
-}
+/* Redlock's node list in the options names Redis servers whatever the URL. */
+static int redis_takes_options(const dlock_client_options *o) { return o->redlock_urls || o->redlock_nurls; }
 
 static int redis_topology_warning(dlock_client *c, char *buf, size_t len) {
   dlock__topology *t = dlock__topo(c);
@@ -241,7 +236,8 @@ const dlock__backend_ops dlock__redis_ops = {
   .name = "redis",
   .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_RWLOCK |
           DLOCK__CAP_SEMAPHORE,
-  .url_is = redis_url_is,
+  .unreachable = "Redis could not be reached to renew the lease in time",
+  .takes_options = redis_takes_options,
   .redact = dlock__redis_redact,
   .open = redis_open,
   .close = redis_close,

@@ -564,4 +564,7 @@ int dlock__redis_latch_list(dlock_client *c, const char *pattern, void (*fn)(con
 int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
 void dlock__redis_latch_cancel(dlock_latch *l);
 
+/* This backend's table of operations (core/backend.c's scheme registry points to it). */
+extern const dlock__backend_ops dlock__redis_ops;
+
 #endif /* DLOCK_REDIS_H */

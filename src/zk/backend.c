@@ -520,7 +520,8 @@ const dlock__backend_ops dlock__zk_ops = {
   .name = "zookeeper",
   .caps = DLOCK__CAP_SESSION | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
           DLOCK__CAP_RWLOCK,
-  .url_is = dlock__zk_url_is,
+  .unreachable = "ZooKeeper could not be reached before the session timeout ran out, so the session (and the "
+                 "hold with it) may be gone",
   .redact = dlock__zk_url_redact,
   .open = zk_open,
   .close = zk_close,

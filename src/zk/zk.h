@@ -209,4 +209,7 @@ int dlock__zk_sched_finish(dlock__zk *z, const char *job, const dlock_run_record
 /* Up to 'max' newest records, newest first; returns how many. */
 int dlock__zk_sched_history(dlock__zk *z, const char *job, dlock_run_record *out, int max);
 
+/* This backend's table of operations (core/backend.c's scheme registry points to it). */
+extern const dlock__backend_ops dlock__zk_ops;
+
 #endif /* DLOCK_ZK_H */

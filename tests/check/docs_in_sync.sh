@@ -5,7 +5,7 @@
 # header is the source of libdlock(3). This
 # checks that the generated files are current, that man renders the page
 # without a warning, and that the help table agrees with the code: every
-# command of main.c has a help page, and every option the help (hence the
+# command of the command table is completed, and every option the help (hence the
 # completion) offers is one the command's parser accepts.
 # Usage: docs_in_sync.sh DLOCK_BIN SOURCE_DIR
 set -u
@@ -55,10 +55,10 @@ done
 # shellcheck disable=SC1091
 . "$gen/dlock.bash"
 commands=$_dlock_commands
-for cmd in $(grep -oE '^\s*\{"[a-z-]+", *cmd_' "$src/cli/main.c" | grep -oE '"[a-z-]+"' | tr -d '"'); do
+for cmd in $(grep -oE '^\s*\{"[a-z-]+", *cmd_' "$src/cli/help.c" | grep -oE '"[a-z-]+"' | tr -d '"'); do
   case " $commands " in
     *" $cmd "*) ok ;;
-    *) bad "command '$cmd' (cli/main.c) has no page in the help table (cli/help.c)" ;;
+    *) bad "command '$cmd' (the command table, cli/help.c) is missing from the completion" ;;
   esac
 done
 for cmd in $commands; do

@@ -143,4 +143,34 @@ for u in "zk://127.0.0.1:1/ns ZooKeeper" "postgres://127.0.0.1:1/db PostgreSQL";
   check "unreachable $kind: no message says Redis" sh -c "! grep -q Redis '$TEST_DIR/err'"
 done
 
+# Issue 23 item 2: the CLI asks the library's scheme registry which server a
+# URL names (dlock_url_backend), so doctor and run name the right one, and
+# say what to check, when it is down; an unknown scheme is said to be one.
+for u in "zk://127.0.0.1:1/x?connect_timeout=1s ZooKeeper" "postgresql://127.0.0.1:1/x PostgreSQL"; do
+  url=${u% *}
+  kind=${u#* }
+  at=${url%%\?*}
+  "$DLOCK" doctor --url "$url" >"$TEST_DIR/out" 2>&1
+  assert_eq "doctor, $kind down: exit 1" "$?" 1
+  out=$(tr '\n' ' ' <"$TEST_DIR/out")
+  assert_match "doctor, $kind down: a connect FAIL naming $kind" "$out" "FAIL +connect +cannot use $kind at $at"
+  assert_match "doctor, $kind down: the fix says to check that $kind runs there" "$out" \
+    "fix: check that $kind runs there and the URL"
+  check "doctor, $kind down: no line names another server" \
+    sh -c "! grep -E -q 'Redis|redis|$( [ "$kind" = ZooKeeper ] && echo PostgreSQL || echo ZooKeeper)' '$TEST_DIR/out'"
+  "$DLOCK" run --url "$url" name -- true 2>"$TEST_DIR/err"
+  assert_eq "run, $kind down: exit 69" "$?" 69
+  assert_match "run, $kind down: names $kind" "$(cat "$TEST_DIR/err")" "cannot use $kind at $at"
+  check "run, $kind down: no message says Redis" sh -c "! grep -q -i redis '$TEST_DIR/err'"
+done
+for cmd in "doctor --url bogus://u:s3cret@x" "run --url bogus://u:s3cret@x name -- true"; do
+  # shellcheck disable=SC2086
+  "$DLOCK" $cmd >"$TEST_DIR/out" 2>&1
+  assert_eq "unknown scheme: '${cmd%% *}' is a usage error" "$?" 64
+  assert_match "unknown scheme: '${cmd%% *}' says so and lists the schemes" "$(tr '\n' ' ' <"$TEST_DIR/out")" \
+    "unknown scheme.*redis://.*zk://.*postgres://"
+  check "unknown scheme: '${cmd%% *}' does not call it a Redis URL" sh -c "! grep -q Redis '$TEST_DIR/out'"
+  check "unknown scheme: '${cmd%% *}' masks the password" sh -c "! grep -q s3cret '$TEST_DIR/out'"
+done
+
 finish

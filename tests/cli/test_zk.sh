@@ -24,6 +24,14 @@ done
 [ -s "$TEST_DIR/zk.addr" ] || { echo "the ZooKeeper server did not start in 120 s"; exit 1; }
 export DLOCK_URL="zk://$(cat "$TEST_DIR/zk.addr")/clitest"
 
+# ---- init (issue 23 item 2: the CLI does not guess what the backend made) ----
+
+"$DLOCK" init >"$TEST_DIR/out" 2>&1
+assert_eq "init on ZooKeeper exits 0" "$?" 0
+assert_match "init on ZooKeeper says there is nothing to create" "$(cat "$TEST_DIR/out")" "nothing to create"
+check "init on ZooKeeper speaks of no schema, tables or Redis keys" \
+  sh -c "! grep -E -q -i 'schema|tables|redis' '$TEST_DIR/out'"
+
 # ---- mutual exclusion ----
 
 incr='n=$(cat "$1"); sleep 0.05; echo $((n + 1)) >"$1"'

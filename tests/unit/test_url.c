@@ -250,4 +250,32 @@ TEST(texts_shared_by_every_backend_do_not_say_redis) {
   }
 }
 
+/* Issue 23 item 2: one registry of URL schemes answers for everyone; an
+ * unknown scheme is said to be one, not parsed as a Redis URL. */
+TEST(the_scheme_registry_names_the_backend_of_a_url) {
+  static const char *const urls[][2] = {
+      {"redis://h", "Redis"},          {"rediss://h", "Redis"},          {"unix:///tmp/r.sock", "Redis"},
+      {"redis-sentinel://h/m", "Redis"}, {"redis-cluster://h:1,h:2", "Redis"}, {"redlock://a,b,c", "Redis"},
+      {"zk://h:2181/ns", "ZooKeeper"}, {"postgres://h/db", "PostgreSQL"}, {"postgresql://h/db", "PostgreSQL"},
+      {"host=h dbname=db", "PostgreSQL"},
+  };
+  for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+    const char *b = dlock_url_backend(urls[i][0]);
+    if (!b || strcmp(b, urls[i][1])) TEST_FAIL("'%s' gave %s, want %s", urls[i][0], b ? b : "NULL", urls[i][1]);
+  }
+  ASSERT(dlock_url_backend(NULL) != NULL); /* $DLOCK_URL or the default */
+  ASSERT(dlock_url_backend("http://u:s3cret@h") == NULL);
+  ASSERT_CONTAINS(dlock_last_error(), "unknown scheme");
+  ASSERT_CONTAINS(dlock_last_error(), "zk://");
+  ASSERT(!strstr(dlock_last_error(), "s3cret"));
+  ASSERT(dlock_url_backend("localhost:6379") == NULL);
+  dlock_client *c = (dlock_client *)1;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = "http://h";
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EURL);
+  ASSERT_CONTAINS(dlock_last_error(), "unknown scheme");
+  ASSERT(!strstr(dlock_last_error(), "Redis"));
+}
+
 TEST_MAIN()
