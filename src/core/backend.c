@@ -15,6 +15,9 @@ static const dlock__backend_ops *const backends[] = {
 #ifdef DLOCK_WITH_POSTGRES
     &dlock__pg_ops,
 #endif
+#ifdef DLOCK_WITH_MYSQL
+    &dlock__mysql_ops,
+#endif
 };
 
 /* Schemes of backends a build may leave out, and the option that adds them. */
@@ -24,6 +27,8 @@ static const struct {
     {"zk://", "ZooKeeper", "DLOCK_WITH_ZOOKEEPER", "libzookeeper-mt-dev"},
     {"postgres://", "PostgreSQL", "DLOCK_WITH_POSTGRES", "libpq-dev"},
     {"postgresql://", "PostgreSQL", "DLOCK_WITH_POSTGRES", "libpq-dev"},
+    {"mysql://", "MySQL", "DLOCK_WITH_MYSQL", "libmariadb-dev"},
+    {"mariadb://", "MySQL", "DLOCK_WITH_MYSQL", "libmariadb-dev"},
 };
 
 static const dlock__backend_ops *find(const char *url) {

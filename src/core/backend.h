@@ -209,6 +209,9 @@ extern const dlock__backend_ops dlock__zk_ops;
 #ifdef DLOCK_WITH_POSTGRES
 extern const dlock__backend_ops dlock__pg_ops;
 #endif
+#ifdef DLOCK_WITH_MYSQL
+extern const dlock__backend_ops dlock__mysql_ops;
+#endif
 
 /* ---- What the core offers the backends (core/mutex.c) ---- */
 
