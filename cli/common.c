@@ -23,6 +23,8 @@ const char *cli_server_kind(const char *url)
     return "Redis";
   if (strncmp(url, "zk://", 5) == 0)
     return "ZooKeeper";
+  if (strncmp(url, "mysql://", 8) == 0 || strncmp(url, "mariadb://", 10) == 0)
+    return "MySQL";
   if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0 ||
       (strstr(url, "://") == NULL && strchr(url, '=') != NULL))
     return "PostgreSQL";
