@@ -319,6 +319,126 @@ TEST(kill_of_dlocks_connections_is_survived_without_a_second_holder) {
   dlock_client_free(b);
 }
 
+/* A root session holding LOCK TABLES dlock_locks WRITE: dlock's statements
+ * wait behind it (a metadata lock, not bounded by innodb_lock_wait_timeout)
+ * and their replies do not come within the command timeout. */
+static FILE *lock_tables(void) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "/usr/bin/mariadb --no-defaults -h127.0.0.1 -P%d -uroot -N -B dlock > /dev/null 2>&1",
+           srv.port);
+  FILE *p = popen(cmd, "w");
+  if (!p) return NULL;
+  fputs("LOCK TABLES dlock_locks WRITE;\nSELECT SLEEP(3600);\n", p);
+  fflush(p);
+  /* Held once the session sleeps. */
+  for (int i = 0; i < 300; i++) {
+    char out[64];
+    if (th_my_sql(&srv, out, sizeof out,
+                  "SELECT COUNT(*) FROM information_schema.processlist WHERE info = 'SELECT SLEEP(3600)'") == 0 &&
+        !strcmp(out, "1"))
+      return p;
+    th_sleep_ms(100);
+  }
+  pclose(p);
+  return NULL;
+}
+
+/* The id of a connection of dlock's whose statement waits for the table,
+ * other than 'not' (0: none). */
+static long waiting_id(long not) {
+  char out[64];
+  if (th_my_sql(&srv, out, sizeof out,
+                "SELECT id FROM information_schema.processlist WHERE user = 'dlock' AND state LIKE "
+                "'%%metadata lock%%' AND id <> %ld ORDER BY id LIMIT 1", not) != 0)
+    return 0;
+  return atol(out);
+}
+
+static void unlock_tables(FILE *p) {
+  char out[64];
+  th_my_sql(&srv, out, sizeof out,
+            "SELECT id FROM information_schema.processlist WHERE info = 'SELECT SLEEP(3600)' INTO @k; "
+            "KILL CONNECTION @k");
+  pclose(p);
+}
+
+typedef struct acq_arg {
+  dlock_mutex *m;
+  int rc;
+  char err[512];
+  atomic_int done;
+} acq_arg;
+
+static void *acquire_thread(void *arg) {
+  acq_arg *a = arg;
+  a->rc = dlock_mutex_acquire(a->m, 0);
+  snprintf(a->err, sizeof a->err, "%s", dlock_last_error());
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+TEST(a_lost_acquire_reply_is_answered_by_its_token_or_reported_unknown) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 2000), *b = client();
+  dlock_mutex *ma = mutex(a, "lost-reply", 30000), *mb = mutex(b, "lost-reply", 30000);
+  ASSERT_OK(dlock_mutex_acquire(mb, 0)); /* the row exists, fence f0 */
+  uint64_t f0 = dlock_mutex_fence(mb);
+  ASSERT_OK(dlock_mutex_release(mb));
+
+  /* 1. The first try times out while it waits, and so does its resend
+   * (the only one): the call says "unknown". Either may still run once the
+   * table is free (or the server may have dropped them with their
+   * connections): the lock is then ours by the token until its lease ends,
+   * with one fence taken, never two. */
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  acq_arg x = {.m = ma};
+  pthread_t t;
+  pthread_create(&t, NULL, acquire_thread, &x);
+  for (int i = 0; i < 1200 && !atomic_load(&x.done); i++) th_sleep_ms(50);
+  unlock_tables(lt);
+  pthread_join(t, NULL);
+  ASSERT_EQ(x.rc, DLOCK_EUNKNOWN);
+  ASSERT_CONTAINS(x.err, "may be held");
+  for (int i = 0; i < 200 && waiting_id(0) != 0; i++) th_sleep_ms(50); /* the table is free: they ran or ended */
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "lost-reply", &info));
+  uint64_t f1 = info.fence;
+  ASSERT(f1 == f0 || (f1 == f0 + 1 && info.held == 1));
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(b, "lost-reply", &was));
+
+  /* 2. The first try's reply is lost; the resend, sent on a new connection
+   * by the same token, gets through once the table is free: granted, one
+   * fence taken whether the first try ran too or not. */
+  lt = lock_tables();
+  ASSERT(lt != NULL);
+  acq_arg y = {.m = ma};
+  pthread_create(&t, NULL, acquire_thread, &y);
+  long first = 0, resend = 0;
+  for (int i = 0; i < 1500 && !resend && !atomic_load(&y.done); i++) {
+    if (!first) first = waiting_id(0);
+    else resend = waiting_id(first);
+    th_sleep_ms(20);
+  }
+  unlock_tables(lt);
+  pthread_join(t, NULL);
+  if (!resend) TEST_FAIL("the resend was not seen waiting: rc %d (%s)", y.rc, y.err);
+  ASSERT_OK(y.rc);
+  ASSERT_EQ(dlock_mutex_fence(ma), f1 + 1);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "lost-reply", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.fence, f1 + 1);
+  ASSERT_OK(dlock_lock_force_release(b, "lost-reply", &was)); /* the hold is the other thread's */
+  ASSERT_EQ(was, 1);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 TEST(a_read_only_server_and_a_user_without_rights_get_clear_errors) {
   NEED_SERVER();
   char out[1024];
