@@ -315,10 +315,12 @@ static int my_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
   my_lock *l = myl(m);
   char sql[900];
   const char *token = l->token;
-  /* LAST_INSERT_ID says whether the lease was still running (2) or had run out (1). */
+  /* LAST_INSERT_ID says whether the lease was still running (2) or had run
+   * out (1); 'last' keeps the token with '+' or '-' for a resend to read. */
   snprintf(sql, sizeof sql,
            "UPDATE dlock_locks SET owner_info = IF(LAST_INSERT_ID(IF(expires > " NOW6 ", 2, 1)) > 0, '', ''), "
-           "token = '', expires = LEAST(expires, " NOW6 ") WHERE name = %s AND token = '%s'",
+           "last = CONCAT(token, IF(expires > " NOW6 ", '+', '-')), token = '', expires = LEAST(expires, " NOW6 ") "
+           "WHERE name = %s AND token = '%s'",
            l->hname, token);
   dlock__my_res r;
   int rc = dlock__my_run(my, sql, 1, &r);
@@ -328,8 +330,23 @@ static int my_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
                           l->name, my->display, dlock_last_error());
     return rc;
   }
-  if (r.affected == 1 && r.insert_id == 2) return 0;
-  if (r.affected == 0 && r.resent) return 0; /* the first copy ran */
+  int live = r.affected == 1 && r.insert_id == 2;
+  if (r.affected == 0 && r.resent) {
+    /* Sent twice: the first copy may have released it. Its trace says how. */
+    snprintf(sql, sizeof sql, "SELECT last FROM dlock_locks WHERE name = %s", l->hname);
+    rc = dlock__my_run(my, sql, 1, &r);
+    if (rc) return rc;
+    char last[40];
+    snprintf(last, sizeof last, "%s", dlock__my_cell(&r, 0));
+    mysql_free_result(r.rows);
+    if (strncmp(last, token, DLOCK__TOKEN_HEX) != 0)
+      return dlock__error(DLOCK_EUNKNOWN, "release of '%s' on %s: its reply was lost and the lock has changed "
+                          "hands since, so whether the hold lasted until the release cannot be told", l->name,
+                          my->display);
+    live = last[DLOCK__TOKEN_HEX] == '+';
+    r.affected = 1;
+  }
+  if (live) return 0;
   if (r.affected == 1)
     return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: its lease had run out before the release (no other owner "
                         "took it meanwhile)", l->name, my->display);
@@ -467,7 +484,7 @@ static int my_force_release(dlock_client *c, const char *name, unsigned flags, i
   if (rc) return rc;
   snprintf(sql, sizeof sql,
            "UPDATE dlock_locks SET owner_info = IF(LAST_INSERT_ID(IF(token <> '' AND expires > " NOW6 ", 2, 1)) > 0, "
-           "'', ''), token = '', expires = LEAST(expires, " NOW6 ") WHERE name = %s", hex);
+           "'', ''), last = CONCAT(token, '!'), token = '', expires = LEAST(expires, " NOW6 ") WHERE name = %s", hex);
   dlock__my_res r;
   rc = dlock__my_run(myc(c), sql, 0, &r); /* never twice: it frees whoever holds it */
   if (rc) {

@@ -328,7 +328,8 @@ static const char sql_tables[][520] = {
     " fence BIGINT UNSIGNED NOT NULL DEFAULT 0,"
     " expires DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
     " since DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
-    " owner_info VARBINARY(1024) NOT NULL DEFAULT '') ENGINE=InnoDB",
+    " owner_info VARBINARY(1024) NOT NULL DEFAULT '',"
+    " last VARBINARY(33) NOT NULL DEFAULT '') ENGINE=InnoDB",
     "CREATE TABLE IF NOT EXISTS dlock_guards ("
     " resource VARBINARY(255) NOT NULL PRIMARY KEY,"
     " fence BIGINT UNSIGNED NOT NULL,"

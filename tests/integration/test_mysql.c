@@ -439,6 +439,58 @@ TEST(a_lost_acquire_reply_is_answered_by_its_token_or_reported_unknown) {
   dlock_client_free(b);
 }
 
+typedef struct rel_arg {
+  dlock_mutex *m;
+  int rc;
+  char err[512];
+  atomic_int go, done;
+} rel_arg;
+
+static void *acquire_then_release_thread(void *arg) {
+  rel_arg *a = arg;
+  a->rc = dlock_mutex_acquire(a->m, 0);
+  if (a->rc == 0) {
+    atomic_store(&a->go, 1);
+    while (atomic_load(&a->go) != 2) th_sleep_ms(10);
+    a->rc = dlock_mutex_release(a->m);
+  }
+  snprintf(a->err, sizeof a->err, "%s", dlock_last_error());
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 2000), *b = client();
+  dlock_mutex *ma = mutex(a, "lost-release", 1500);
+  /* The release is sent after the lease ran out (1.5 s), waits behind
+   * LOCK TABLES past the command timeout, and is sent once more. Whichever
+   * copy runs, the answer is that the hold had ended, never "released".
+   * (A statement judges the lease by the server's clock as it arrived.) */
+  rel_arg x = {.m = ma};
+  pthread_t t;
+  pthread_create(&t, NULL, acquire_then_release_thread, &x);
+  for (int i = 0; i < 600 && !atomic_load(&x.go) && !atomic_load(&x.done); i++) th_sleep_ms(10);
+  ASSERT_EQ(atomic_load(&x.go), 1);
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  th_sleep_ms(1600);
+  atomic_store(&x.go, 2);
+  long first = 0, resend = 0;
+  for (int i = 0; i < 1500 && !resend && !atomic_load(&x.done); i++) {
+    if (!first) first = waiting_id(0);
+    else resend = waiting_id(first);
+    th_sleep_ms(20);
+  }
+  unlock_tables(lt);
+  pthread_join(t, NULL);
+  if (!resend) TEST_FAIL("the resend was not seen waiting: rc %d (%s)", x.rc, x.err);
+  ASSERT_EQ(x.rc, DLOCK_ENOTHELD);
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 TEST(a_read_only_server_and_a_user_without_rights_get_clear_errors) {
   NEED_SERVER();
   char out[1024];
