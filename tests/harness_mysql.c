@@ -17,6 +17,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "harness_proc.h"
 
 #define THM_MAX 4
 static th_my *live[THM_MAX];
@@ -80,36 +81,7 @@ int th_my_available(char *why, size_t len) {
   return 1;
 }
 
-/* argv run as the mysql user when we are root. */
-static pid_t spawn(const char *const argv[], const char *log) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (log) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-  }
-  int devnull = open("/dev/null", O_RDONLY);
-  if (devnull >= 0) dup2(devnull, 0);
-  setsid();
-  if (geteuid() == 0) {
-    const char *args[64];
-    int n = 0;
-    args[n++] = "setpriv";
-    args[n++] = "--reuid=mysql";
-    args[n++] = "--regid=mysql";
-    args[n++] = "--init-groups";
-    for (int i = 0; argv[i] && n < 63; i++) args[n++] = argv[i];
-    args[n] = NULL;
-    execvp("setpriv", (char *const *)args);
-  } else {
-    execv(argv[0], (char *const *)argv);
-  }
-  _exit(127);
-}
+static pid_t spawn(const char *const argv[], const char *log) { return th_proc_spawn_as("mysql", argv, log); }
 
 int th_my_sql(const th_my *p, char *out, size_t outlen, const char *fmt, ...) {
   char sql[4096];
@@ -257,21 +229,7 @@ struct dlock_client *th_my_client(const th_my *p, const char *more) {
   return c;
 }
 
-static void stop_pid(th_my *p, int sig) {
-  if (p->pid <= 0) return;
-  kill(p->pid, SIGCONT);
-  kill(p->pid, sig);
-  for (int i = 0; i < 1000; i++) { /* up to 20 s */
-    if (waitpid(p->pid, NULL, WNOHANG) == p->pid) {
-      p->pid = 0;
-      return;
-    }
-    th_sleep_ms(20);
-  }
-  kill(p->pid, SIGKILL);
-  waitpid(p->pid, NULL, 0);
-  p->pid = 0;
-}
+static void stop_pid(th_my *p, int sig) { th_proc_stop(&p->pid, sig, 20000); }
 
 void th_my_stop(th_my *p) {
   stop_pid(p, SIGTERM);

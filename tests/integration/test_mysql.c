@@ -354,6 +354,19 @@ static long waiting_id(long not) {
   return atol(out);
 }
 
+/* Until a second statement of dlock's waits for the table (the resend of
+ * the first, which timed out) or 'done' is set: the resend's connection id, or 0. */
+static long wait_for_resend(atomic_int *done) {
+  long first = 0;
+  for (int i = 0; i < 1500 && !atomic_load(done); i++) {
+    long id = waiting_id(first);
+    if (id && first) return id;
+    if (id) first = id;
+    th_sleep_ms(20);
+  }
+  return 0;
+}
+
 static void unlock_tables(FILE *p) {
   char out[64];
   th_my_sql(&srv, out, sizeof out,
@@ -416,12 +429,7 @@ TEST(a_lost_acquire_reply_is_answered_by_its_token_or_reported_unknown) {
   ASSERT(lt != NULL);
   acq_arg y = {.m = ma};
   pthread_create(&t, NULL, acquire_thread, &y);
-  long first = 0, resend = 0;
-  for (int i = 0; i < 1500 && !resend && !atomic_load(&y.done); i++) {
-    if (!first) first = waiting_id(0);
-    else resend = waiting_id(first);
-    th_sleep_ms(20);
-  }
+  long resend = wait_for_resend(&y.done);
   unlock_tables(lt);
   pthread_join(t, NULL);
   if (!resend) TEST_FAIL("the resend was not seen waiting: rc %d (%s)", y.rc, y.err);
@@ -476,12 +484,7 @@ TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
   ASSERT(lt != NULL);
   th_sleep_ms(1600);
   atomic_store(&x.go, 2);
-  long first = 0, resend = 0;
-  for (int i = 0; i < 1500 && !resend && !atomic_load(&x.done); i++) {
-    if (!first) first = waiting_id(0);
-    else resend = waiting_id(first);
-    th_sleep_ms(20);
-  }
+  long resend = wait_for_resend(&x.done);
   unlock_tables(lt);
   pthread_join(t, NULL);
   if (!resend) TEST_FAIL("the resend was not seen waiting: rc %d (%s)", x.rc, x.err);
