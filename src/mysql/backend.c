@@ -25,6 +25,9 @@
 
 #include "mysql/my_internal.h"
 
+/* Advisory mode: the "lease" the watchdog uses to pace its look at the
+ * session (every third of it). */
+#define ADVISORY_CHECK_MS 1500
 #define BACKOFF_MIN_MS 10
 #define BACKOFF_MAX_MS 200
 
@@ -39,6 +42,11 @@ typedef struct my_lock {
   char hname[2 * DLOCK__MY_NAME_MAX + 4]; /* X'..' */
   char owner_hex[2 * 1024 + 4];
   char token[DLOCK__TOKEN_HEX + 1]; /* the hold's, set by acquire */
+  /* Advisory mode: GET_LOCK's name, and the session that holds it (used by
+   * one thread at a time: the holder's or the watchdog's). */
+  char key[48];
+  pthread_mutex_t mu;
+  void *session;
 } my_lock;
 
 static dlock__my *myc(const dlock_client *c) { return (dlock__my *)c->be; }
@@ -68,6 +76,15 @@ static int my_open(dlock_client *c, const dlock_client_options *o, const char *u
   snprintf(c->server, sizeof c->server, "%s", my->display);
   c->command_timeout_ms = my->command_timeout_ms;
   return 0;
+}
+
+static unsigned my_caps_of(dlock_client *c) {
+  return myc(c)->advisory ? DLOCK__CAP_SESSION : DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD;
+}
+
+static int not_advisory(dlock_client *c, const char *what) {
+  return dlock__error(DLOCK_EINVAL, "%s is not offered in advisory mode (%s): GET_LOCK has no fence and no list "
+                      "of names; drop mode=advisory from the URL to use dlock's lease table", what, c->server);
 }
 
 static void my_close(dlock_client *c) {
@@ -220,11 +237,17 @@ static int my_lock_new(dlock_mutex *m) {
   snprintf(l->name, sizeof l->name, "%s%s", m->client->prefix ? m->client->prefix : "", m->name);
   const char *oi = m->owner_info ? m->owner_info : "";
   dlock__my_hex(oi, strnlen(oi, 1024), l->owner_hex);
+  dlock__my_adv_key(l->name, l->key);
+  pthread_mutex_init(&l->mu, NULL);
   m->be = l;
   return 0;
 }
 
 static void my_lock_free(dlock_mutex *m) {
+  my_lock *l = myl(m);
+  if (!l) return;
+  dlock__my_adv_close(l->session); /* a hold never released: it ends with its session */
+  pthread_mutex_destroy(&l->mu);
   free(m->be);
   m->be = NULL;
 }
@@ -270,7 +293,35 @@ static int try_take(dlock_mutex *m, const char *token, int64_t lease_ms, uint64_
   return 0;
 }
 
+static int canceled(void *m) { return dlock__mutex_canceled(m); }
+
+static int adv_acquire(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
+  my_lock *l = myl(m);
+  dlock_mono_ms start = dlock_mono_now();
+  void *session = NULL;
+  int rc = dlock__my_adv_acquire(myc(m->client), l->key, l->name, wait_ms, deadline, canceled, m, &session);
+  if (rc) return rc;
+  pthread_mutex_lock(&l->mu);
+  l->session = session;
+  pthread_mutex_unlock(&l->mu);
+  out->fence = 0;
+  out->lease_ms = ADVISORY_CHECK_MS;
+  out->start = start;
+  out->valid_until = INT64_MAX; /* held while the session lives: the watchdog looks at it */
+  return 0;
+}
+
+/* Advisory mode: is the hold's session still holding it (0, else DLOCK_ELOST). */
+static int adv_check(dlock_mutex *m) {
+  my_lock *l = myl(m);
+  pthread_mutex_lock(&l->mu);
+  int rc = l->session ? dlock__my_adv_check(myc(m->client), l->session, l->key) : DLOCK_ELOST;
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
 static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
+  if (myc(m->client)->advisory) return adv_acquire(m, wait_ms, deadline, out);
   char token[DLOCK__TOKEN_HEX + 1];
   pthread_mutex_lock(&m->mu);
   memcpy(token, m->token, sizeof token);
@@ -313,6 +364,16 @@ static int my_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
   (void)lost;
   dlock__my *my = myc(m->client);
   my_lock *l = myl(m);
+  if (my->advisory) {
+    pthread_mutex_lock(&l->mu);
+    void *session = l->session;
+    l->session = NULL;
+    pthread_mutex_unlock(&l->mu);
+    if (!session)
+      return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: its session had ended (advisory mode)", l->name,
+                          my->display);
+    return dlock__my_adv_release(my, session, l->key, l->name);
+  }
   char sql[900];
   const char *token = l->token;
   /* LAST_INSERT_ID says whether the lease was still running (2) or had run
@@ -377,6 +438,13 @@ static dlock_lost_reason why_lost(dlock_mutex *m, const char *token) {
 static int my_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
                      dlock_lost_reason *lost) {
   dlock__my *my = myc(m->client);
+  if (my->advisory) {
+    *sent = dlock_mono_now();
+    if (adv_check(m) == 0) return 0;
+    *lost = DLOCK_LOST_EXPIRED;
+    return dlock__error(DLOCK_ELOST, "lock '%s' on %s: the session that held it has ended (advisory mode)",
+                        myl(m)->name, my->display);
+  }
   char sql[900];
   snprintf(sql, sizeof sql,
            "UPDATE dlock_locks SET expires = DATE_ADD(" NOW6 ", INTERVAL %" PRId64 " MICROSECOND) "
@@ -402,13 +470,17 @@ static void my_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms
       continue;
     }
     r[i].status = my_extend(r[i].m, r[i].token, r[i].lease_ms, &r[i].sent, &r[i].lost);
-    if (r[i].status == 0) r[i].valid_until = dlock__valid_until(r[i].sent, r[i].lease_ms);
+    if (r[i].status == 0)
+      r[i].valid_until = myc(c)->advisory ? INT64_MAX : dlock__valid_until(r[i].sent, r[i].lease_ms);
   }
-  (void)c;
   dlock__error_clear();
 }
 
 static int my_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
+  if (myc(m->client)->advisory) {
+    if (ttl_ms) *ttl_ms = -1; /* no expiry: as long as the session */
+    return adv_check(m) == 0;
+  }
   char sql[900];
   snprintf(sql, sizeof sql,
            "SELECT TIMESTAMPDIFF(MICROSECOND, " NOW6 ", expires) DIV 1000 FROM dlock_locks "
@@ -429,6 +501,19 @@ static int my_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   char hex[HEX_MAX], sql[1000];
   int rc = full_hex(c, "lock", name, hex);
   if (rc) return rc;
+  if (myc(c)->advisory) {
+    char full[FULL_MAX], key[48];
+    snprintf(full, sizeof full, "%s%s", c->prefix ? c->prefix : "", name);
+    dlock__my_adv_key(full, key);
+    snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s') IS NOT NULL", key);
+    dlock__my_res r;
+    rc = dlock__my_run(myc(c), sql, 1, &r);
+    if (rc) return rc;
+    out->held = !strcmp(dlock__my_cell(&r, 0), "1");
+    out->ttl_ms = out->held ? -1 : 0;
+    mysql_free_result(r.rows);
+    return 0;
+  }
   snprintf(sql, sizeof sql,
            "SELECT token <> '' AND expires > " NOW6 ", fence, TIMESTAMPDIFF(MICROSECOND, " NOW6 ", expires) DIV "
            "1000, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since) DIV 1000, owner_info FROM dlock_locks "
@@ -451,6 +536,7 @@ static int my_info(dlock_client *c, const char *name, dlock_lock_info *out) {
 }
 
 static int my_list(dlock_client *c, const char *pattern, void (*fn)(const char *name, void *arg), void *arg) {
+  if (myc(c)->advisory) return not_advisory(c, "listing the held locks");
   /* The glob ('*', '?') as a LIKE pattern with '!' escaping, sent as hex. */
   char full[FULL_MAX], like[2 * FULL_MAX], hex[4 * FULL_MAX + 8], sql[5 * FULL_MAX + 300];
   snprintf(full, sizeof full, "%s%s", c->prefix ? c->prefix : "", pattern ? pattern : "*");
@@ -479,6 +565,7 @@ static int my_list(dlock_client *c, const char *pattern, void (*fn)(const char *
 
 static int my_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held) {
   (void)flags; /* only dlock's own rows are ever touched */
+  if (myc(c)->advisory) return not_advisory(c, "a forced release");
   char hex[HEX_MAX], sql[1000];
   int rc = full_hex(c, "lock", name, hex);
   if (rc) return rc;
@@ -498,6 +585,7 @@ static int my_force_release(dlock_client *c, const char *name, unsigned flags, i
 }
 
 static int my_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
+  if (myc(c)->advisory) return not_advisory(c, "the fencing guard");
   char hex[HEX_MAX], sql[1000];
   int rc = full_hex(c, "resource", resource, hex);
   if (rc) return rc;
@@ -526,6 +614,7 @@ const dlock__backend_ops dlock__mysql_ops = {
   .redact = dlock__my_redact,
   .open = my_open,
   .close = my_close,
+  .caps_of = my_caps_of,
   .ping = my_ping,
   .setup = my_setup,
   .check = my_check,

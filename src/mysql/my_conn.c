@@ -201,6 +201,8 @@ static int connect_one(dlock__my *my, MYSQL **out) {
   return 0;
 }
 
+int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out); }
+
 int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my **out) {
   *out = NULL;
   char shown[512];
@@ -226,9 +228,6 @@ int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my 
   int rc = parse_url(my, url, shown);
   if (!rc && o->username) snprintf(my->user, sizeof my->user, "%s", o->username);
   if (!rc && o->password) snprintf(my->password, sizeof my->password, "%s", o->password);
-  if (!rc && my->advisory)
-    rc = dlock__error(DLOCK_EINVAL, "'%s': mode=advisory (GET_LOCK) is not offered yet (issue 31); drop it to use "
-                      "dlock's lease table, which has fences", shown);
   MYSQL *conn = NULL;
   if (!rc) rc = connect_one(my, &conn);
   if (rc) {

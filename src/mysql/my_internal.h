@@ -61,4 +61,20 @@ void dlock__my_hex(const char *s, size_t n, char *out);
 const char *dlock__my_cell(dlock__my_res *r, unsigned col);
 
 
+/* A connection of its own (advisory mode's hold), not from the pool. */
+int dlock__my_open_session(dlock__my *my, MYSQL **out);
+
+/* ---- Advisory mode (advisory.c) ---- */
+/* GET_LOCK's name for 'name' (47 bytes with the NUL). */
+void dlock__my_adv_key(const char *name, char *out);
+/* GET_LOCK on a new session, waiting until 'deadline' (wait_ms 0: once),
+ * ending when canceled(arg); '*session' the session that holds it. */
+int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int64_t wait_ms, dlock_mono_ms deadline,
+                          int (*canceled)(void *), void *arg, void **session);
+/* 0 while 'session' holds 'key', else DLOCK_ELOST. */
+int dlock__my_adv_check(dlock__my *my, void *session, const char *key);
+/* RELEASE_LOCK and close the session: 0, or DLOCK_ENOTHELD when it was gone. */
+int dlock__my_adv_release(dlock__my *my, void *session, const char *key, const char *shown);
+void dlock__my_adv_close(void *session);
+
 #endif /* DLOCK_MY_INTERNAL_H */

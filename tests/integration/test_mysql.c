@@ -64,6 +64,16 @@ static void count_name(const char *name, void *arg) {
   (*(int *)arg)++;
 }
 
+/* 'taker' takes the lock 'gone' no longer holds; gone's release says so;
+ * both handles are freed. */
+static void taken_over_then_freed(dlock_mutex *gone, dlock_mutex *taker) {
+  ASSERT_OK(dlock_mutex_acquire(taker, 0));
+  ASSERT_STATUS(dlock_mutex_release(gone), DLOCK_ENOTHELD);
+  ASSERT_OK(dlock_mutex_release(taker));
+  dlock_mutex_free(gone);
+  dlock_mutex_free(taker);
+}
+
 TEST(acquire_release_fences_info_list_and_the_guard) {
   NEED_SERVER();
   dlock_client *a = client(), *b = client();
@@ -113,11 +123,7 @@ TEST(acquire_release_fences_info_list_and_the_guard) {
   int was = 0;
   ASSERT_OK(dlock_lock_force_release(b, "orders:1", &was));
   ASSERT_EQ(was, 1);
-  ASSERT_OK(dlock_mutex_acquire(mb, 0));
-  ASSERT_STATUS(dlock_mutex_release(ma), DLOCK_ENOTHELD);
-  ASSERT_OK(dlock_mutex_release(mb));
-  dlock_mutex_free(ma);
-  dlock_mutex_free(mb);
+  taken_over_then_freed(ma, mb);
   dlock_client_free(a);
   dlock_client_free(b);
 }
@@ -494,6 +500,54 @@ TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
   dlock_client_free(b);
 }
 
+TEST(advisory_mode_is_session_bound_has_no_fence_and_a_killed_session_is_reported_lost) {
+  NEED_SERVER();
+  char url[700];
+  snprintf(url, sizeof url, "%s?mode=advisory", srv.url);
+  dlock_client *a = client_opts(url, 0), *b = client_opts(url, 0), *lease = client();
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  dlock_mutex *ma = NULL, *mb = mutex(b, "adv", 30000);
+  ASSERT_OK(dlock_mutex_new(&ma, a, "adv", &mo));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  ASSERT_EQ(dlock_mutex_fence(ma), 0);
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "adv", &info));
+  ASSERT_EQ(info.held, 1);
+  /* Another namespace: the lease table's lock of the same name is another lock. */
+  dlock_mutex *ml = mutex(lease, "adv", 30000);
+  ASSERT_OK(dlock_mutex_acquire(ml, 0));
+  ASSERT_OK(dlock_mutex_release(ml));
+  dlock_mutex_free(ml);
+  /* What needs fences or names is refused, saying so. */
+  ASSERT_STATUS(dlock_guard_check(a, "res", 1), DLOCK_EINVAL);
+  ASSERT_CONTAINS(dlock_last_error(), "advisory");
+  int n = 0;
+  ASSERT_STATUS(dlock_lock_list(a, "*", count_name, &n), DLOCK_EINVAL);
+  /* A waiter is served once the holder releases. */
+  th_waiter w = {.m = mb, .wait_ms = 20000 * tf()};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &w);
+  th_sleep_ms(300);
+  ASSERT_OK(dlock_mutex_release(ma));
+  pthread_join(t, NULL);
+  ASSERT_OK(w.rc);
+  /* KILL of the holder's session frees the lock and the holder hears of it. */
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  long long t0 = th_now_ms();
+  ASSERT(kill_dlock_connections() > 0);
+  for (int i = 0; i < 400 && dlock_mutex_lost(ma) == DLOCK_LOST_NONE; i++) th_sleep_ms(25);
+  ASSERT(dlock_mutex_lost(ma) != DLOCK_LOST_NONE);
+  printf("  loss reported %lld ms after the KILL\n", th_now_ms() - t0);
+  taken_over_then_freed(ma, mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(lease);
+}
+
 TEST(a_read_only_server_and_a_user_without_rights_get_clear_errors) {
   NEED_SERVER();
   char out[1024];
@@ -623,7 +677,7 @@ TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
       {"mysql://dlock:pw@127.0.0.1:99999/dlock", DLOCK_EURL, "port"},
       {"mysql://dlock:pw@127.0.0.1/dlock?colour=red", DLOCK_EURL, "colour"},
       {"mysql://dlock:pw@127.0.0.1/dl'ock", DLOCK_EURL, "database name"},
-      {"mariadb://dlock:pw@127.0.0.1/dlock?mode=advisory", DLOCK_EINVAL, "advisory"},
+      {"mariadb://dlock:pw@127.0.0.1/dlock?mode=exclusive", DLOCK_EURL, "mode=advisory"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock_client_options o;
