@@ -359,9 +359,22 @@ static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
   }
 }
 
+static int release_lease(dlock_mutex *m);
+
 static int my_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   (void)valid_until;
-  (void)lost;
+  int rc = release_lease(m);
+  if (lost == DLOCK_LOST_NONE || rc == DLOCK_EUNKNOWN) return rc;
+  /* The core had seen the hold lost (its local deadline passed, or a
+   * renewal found it gone): the row is freed all the same, but the hold
+   * did not last until now, whatever the row said. */
+  return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: the hold had been lost before this release (%s)%s",
+                      myl(m)->name, myc(m->client)->display, dlock_lost_reason_str(lost),
+                      rc == 0 ? "; its row is freed now" : "");
+}
+
+/* The release statement (or advisory mode's RELEASE_LOCK). */
+static int release_lease(dlock_mutex *m) {
   dlock__my *my = myc(m->client);
   my_lock *l = myl(m);
   if (my->advisory) {

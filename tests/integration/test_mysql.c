@@ -500,6 +500,34 @@ TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
   dlock_client_free(b);
 }
 
+TEST(a_hold_lost_by_the_local_deadline_is_not_released_as_if_it_had_lasted) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 5000);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 1000;
+  dlock_mutex *ma = NULL;
+  ASSERT_OK(dlock_mutex_new(&ma, a, "unreachable", &mo));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  /* Renewals wait behind LOCK TABLES: the local deadline passes, the
+   * holder is told the lock is lost. The renewals run once the table is
+   * free (they were sent in time), so the row may still be live. */
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  for (int i = 0; i < 400 && dlock_mutex_lost(ma) == DLOCK_LOST_NONE; i++) th_sleep_ms(25);
+  unlock_tables(lt);
+  ASSERT(dlock_mutex_lost(ma) != DLOCK_LOST_NONE);
+  for (int i = 0; i < 200 && waiting_id(0) != 0; i++) th_sleep_ms(50);
+  ASSERT_STATUS(dlock_mutex_release(ma), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_last_error(), "lost");
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "unreachable", &info));
+  ASSERT_EQ(info.held, 0); /* freed on the server all the same */
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+}
+
 TEST(advisory_mode_is_session_bound_has_no_fence_and_a_killed_session_is_reported_lost) {
   NEED_SERVER();
   char url[700];
