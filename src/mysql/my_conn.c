@@ -157,8 +157,16 @@ static int idle_closed(MYSQL *conn) {
   return poll(&p, 1, 0) != 0;
 }
 
+/* mysql_init() initialises the library on first use, which is not
+ * thread-safe: do it once, before any client connects. */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static int lib_rc;
+static void lib_init(void) { lib_rc = mysql_library_init(0, NULL, NULL); }
+
 static int connect_one(dlock__my *my, MYSQL **out) {
   *out = NULL;
+  pthread_once(&lib_once, lib_init);
+  if (lib_rc != 0) return dlock__error(DLOCK_ESYS, "the MariaDB client library could not initialise");
   MYSQL *conn = mysql_init(NULL);
   if (!conn) return dlock__error(DLOCK_ENOMEM, "out of memory (mysql_init)");
   unsigned ct = (unsigned)((my->connect_timeout_ms + 999) / 1000);
