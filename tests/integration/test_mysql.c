@@ -648,6 +648,46 @@ TEST(the_doctor_finds_a_healthy_server_fine_and_names_a_durability_setting_that_
   dlock_client_free(a);
 }
 
+/* The fenced write of docs/mysql.md in the user's own table: a holder that
+ * paused past its lease writes nothing over the newer holder's write. */
+static long fenced_write(uint64_t fence, int qty) {
+  char out[64];
+  if (th_my_sql(&srv, out, sizeof out,
+                "UPDATE dlock.stock SET qty = %d, fence = %" PRIu64 " WHERE item = 'apple' AND fence <= %" PRIu64
+                "; SELECT ROW_COUNT()", qty, fence, fence) != 0)
+    return -1;
+  return atol(out);
+}
+
+TEST(the_fenced_update_keeps_a_paused_holder_from_writing_over_a_newer_one) {
+  NEED_SERVER();
+  char out[256];
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
+                      "CREATE TABLE dlock.stock (item VARCHAR(20) PRIMARY KEY, qty INT NOT NULL, fence BIGINT "
+                      "UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB; INSERT INTO dlock.stock VALUES ('apple', 10, 0)"),
+            0);
+  dlock_client *a = client(), *b = client();
+  dlock_mutex *ma = mutex(a, "stock:apple", 500), *mb = mutex(b, "stock:apple", 30000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  uint64_t f1 = dlock_mutex_fence(ma);
+  th_sleep_ms(900); /* A pauses past its lease (GC, SIGSTOP, a slow disk) */
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  uint64_t f2 = dlock_mutex_fence(mb);
+  ASSERT(f2 > f1);
+  ASSERT_EQ(fenced_write(f2, 9), 1); /* B's write counts */
+  ASSERT_EQ(fenced_write(f1, 9), 0); /* A wakes up: its write changes nothing */
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT qty, fence FROM dlock.stock"), 0);
+  char want[64];
+  snprintf(want, sizeof want, "9\t%" PRIu64, f2);
+  ASSERT_STR_EQ(out, want);
+  ASSERT(dlock_mutex_release(ma) != 0); /* A's hold had ended */
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 /* ---- Bad input ---- */
 
 TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injection) {
