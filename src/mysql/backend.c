@@ -185,7 +185,20 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
       "WHERE 1 = 0",
       "UPDATE dlock_guards SET fence = fence WHERE 1 = 0",
   };
-  int rights_ok = 1;
+  /* Missing tables: named, not made (the doctor changes nothing). */
+  rc = dlock__my_run(my,
+                     "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+                     "TABLE_NAME IN ('dlock_locks', 'dlock_guards')",
+                     1, &r);
+  if (rc) return rc;
+  int tables = atoi(dlock__my_cell(&r, 0));
+  mysql_free_result(r.rows);
+  int rights_ok = tables == 2;
+  if (!rights_ok)
+    add_check(out, max, &n, "rights", DLOCK_CHECK_FAIL,
+              "run `dlock init --url ...` once as a user that may CREATE in it, then GRANT SELECT, INSERT, UPDATE "
+              "on dlock_locks and dlock_guards to the run-time user",
+              "dlock's tables are missing in '%s' on %s", my->db, my->display);
   for (size_t i = 0; i < sizeof probes / sizeof probes[0] && rights_ok; i++) {
     dlock__my_res p;
     int prc = dlock__my_run(my, probes[i], 1, &p);

@@ -634,6 +634,21 @@ TEST(the_doctor_finds_a_healthy_server_fine_and_names_a_durability_setting_that_
     ASSERT(strstr(checks[i].found, TH_MY_PASSWORD) == NULL);
   }
   char out[256];
+  /* A database without dlock's tables: named, and left as it is. */
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
+                      "CREATE DATABASE fresh; GRANT ALL ON fresh.* TO 'dlock'@'127.0.0.1'"), 0);
+  char url[600];
+  snprintf(url, sizeof url, "mysql://dlock:%s@127.0.0.1:%d/fresh", TH_MY_PASSWORD_URL, srv.port);
+  dlock_client *f = client_opts(url, 0);
+  n = dlock_client_check(f, checks, DLOCK_CHECK_MAX);
+  int named = 0;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(checks[i].name, "rights") && checks[i].level == DLOCK_CHECK_FAIL) named = !!strstr(checks[i].fix, "dlock init");
+  dlock_client_free(f);
+  ASSERT(named);
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                      "'fresh'"), 0);
+  ASSERT_STR_EQ(out, "0");
   ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SET GLOBAL innodb_flush_log_at_trx_commit = 2"), 0);
   n = dlock_client_check(a, checks, DLOCK_CHECK_MAX);
   th_my_sql(&srv, out, sizeof out, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");
