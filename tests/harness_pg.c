@@ -18,6 +18,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "harness_proc.h"
 
 #define THP_MAX 8
 static th_pg *live[THP_MAX];
@@ -111,44 +112,11 @@ int th_pg_available(char *why, size_t len) {
 
 /* argv[0] run as the postgres user when we are root. */
 static pid_t spawn(const char *const argv[], const char *log) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (log) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-  }
-  int devnull = open("/dev/null", O_RDONLY);
-  if (devnull >= 0) dup2(devnull, 0);
-  setsid(); /* the terminal's ^C reaches us, and we stop the server */
-  /* TH_PG_PRELOAD (a test's libfaketime): preloaded into the server alone,
-   * after setpriv, so that what it creates belongs to the postgres user. */
+  /* TH_PG_PRELOAD (a test's libfaketime): preloaded into the server alone. */
   const char *pre = getenv("TH_PG_PRELOAD");
-  char pre_env[600] = "";
   size_t a0 = strlen(argv[0]);
-  if (pre && a0 >= 9 && !strcmp(argv[0] + a0 - 9, "/postgres")) snprintf(pre_env, sizeof pre_env, "LD_PRELOAD=%s", pre);
-  if (geteuid() == 0) {
-    const char *args[64];
-    int n = 0;
-    args[n++] = "setpriv";
-    args[n++] = "--reuid=postgres";
-    args[n++] = "--regid=postgres";
-    args[n++] = "--init-groups";
-    if (pre_env[0]) {
-      args[n++] = "env";
-      args[n++] = pre_env;
-    }
-    for (int i = 0; argv[i] && n < 63; i++) args[n++] = argv[i];
-    args[n] = NULL;
-    execvp("setpriv", (char *const *)args);
-  } else {
-    if (pre_env[0]) setenv("LD_PRELOAD", pre, 1);
-    execv(argv[0], (char *const *)argv);
-  }
-  _exit(127);
+  int server = a0 >= 9 && !strcmp(argv[0] + a0 - 9, "/postgres");
+  return th_proc_spawn_as("postgres", argv, log, pre && server ? pre : NULL);
 }
 
 static int psql_ok(const th_pg *p) {
@@ -257,21 +225,7 @@ int th_pg_start(th_pg *p, const char *extra) {
   return -1;
 }
 
-static void stop_pid(th_pg *p, int sig) {
-  if (p->pid <= 0) return;
-  kill(p->pid, SIGCONT);
-  kill(p->pid, sig);
-  for (int i = 0; i < 250; i++) {
-    if (waitpid(p->pid, NULL, WNOHANG) == p->pid) {
-      p->pid = 0;
-      return;
-    }
-    th_sleep_ms(20);
-  }
-  kill(p->pid, SIGKILL);
-  waitpid(p->pid, NULL, 0);
-  p->pid = 0;
-}
+static void stop_pid(th_pg *p, int sig) { th_proc_stop(&p->pid, sig, 5000); }
 
 void th_pg_stop(th_pg *p) {
   stop_pid(p, SIGINT);

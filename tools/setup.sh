@@ -7,7 +7,8 @@ DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis
                 python3 python3-redis tzdata valgrind faketime openssl iproute2 sqlite3
                 clang libclang-rt-14-dev groff-base man-db zsh abigail-tools
                 zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java
-                libpq-dev postgresql pgbouncer spin)
+                libpq-dev postgresql pgbouncer spin
+                mariadb-server libmariadb-dev)
 
 dlock_install_packages() {
   local missing=()

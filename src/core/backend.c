@@ -26,6 +26,12 @@ extern const dlock__backend_ops dlock__pg_ops;
 #else
 #define PG_OPS NULL
 #endif
+#ifdef DLOCK_WITH_MYSQL
+extern const dlock__backend_ops dlock__mysql_ops;
+#define MYSQL_OPS (&dlock__mysql_ops)
+#else
+#define MYSQL_OPS NULL
+#endif
 
 /* A prefix "" stands for libpq's keyword/value form: no "://", a '='. */
 #define KEYWORD_VALUE ""
@@ -48,6 +54,8 @@ static const struct scheme {
     {"postgres://", "PostgreSQL", PG_OPS, "DLOCK_WITH_POSTGRES", "libpq-dev"},
     {"postgresql://", "PostgreSQL", PG_OPS, "DLOCK_WITH_POSTGRES", "libpq-dev"},
     {KEYWORD_VALUE, "PostgreSQL", PG_OPS, "DLOCK_WITH_POSTGRES", "libpq-dev"},
+    {"mysql://", "MySQL", MYSQL_OPS, "DLOCK_WITH_MYSQL", "libmariadb-dev"},
+    {"mariadb://", "MySQL", MYSQL_OPS, "DLOCK_WITH_MYSQL", "libmariadb-dev"},
 };
 #define NSCHEMES (sizeof schemes / sizeof schemes[0])
 

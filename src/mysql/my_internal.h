@@ -1,0 +1,79 @@
+/*
+ * my_internal.h - what the MySQL/MariaDB backend's files share: the client
+ * struct, the connection pool, one statement with its outcome. Includes
+ * <mysql.h> (MariaDB Connector/C); only the files in src/mysql/ include it.
+ *
+ * Every name, token and owner string goes into SQL as a hexadecimal literal
+ * (X'...'), never as quoted text: no escaping to get wrong, whatever
+ * sql_mode says (NO_BACKSLASH_ESCAPES), so no injection through a name.
+ * Names are VARBINARY: compared byte for byte, no collation folding case.
+ */
+#ifndef DLOCK_MY_INTERNAL_H
+#define DLOCK_MY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <mysql.h>
+
+#include "internal.h"
+
+/* The longest lock or resource name the tables hold (VARBINARY(255)). */
+#define DLOCK__MY_NAME_MAX 255
+#define DLOCK__MY_POOL_MAX 16
+
+typedef struct dlock__my {
+  char display[400]; /* mysql://user:***@host:port/db: no password */
+  char host[256], user[128], password[256], db[65];
+  unsigned port;
+  int advisory;      /* ?mode=advisory (refused for now: docs/mysql.md) */
+  int command_timeout_ms, connect_timeout_ms, max_connections;
+  pthread_mutex_t mu; /* the pool */
+  pthread_cond_t cv;
+  MYSQL *idle[DLOCK__MY_POOL_MAX];
+  int nidle, nopen;
+  int created; /* the tables were made by this client (once) */
+} dlock__my;
+
+/* One statement's outcome. */
+typedef struct dlock__my_res {
+  MYSQL_RES *rows;        /* a SELECT's rows (mysql_free_result), else NULL */
+  uint64_t affected;      /* rows matched (CLIENT_FOUND_ROWS) */
+  uint64_t insert_id;     /* LAST_INSERT_ID(expr) of the statement */
+  int resent;             /* sent a second time after a lost reply (twice-safe only) */
+  int maybe_ran;          /* failed after it may have run */
+} dlock__my_res;
+
+void dlock__my_redact(const char *url, char *buf, size_t len);
+/* Parse 'url' and open a first connection. */
+int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my **out);
+void dlock__my_close(dlock__my *my);
+/* One statement on a pooled connection. 'twice_safe': after a lost reply
+ * it is sent once more on a new connection (res->resent). A missing table
+ * (1146) makes the tables (dlock__my_init) and runs it again. */
+int dlock__my_run(dlock__my *my, const char *sql, int twice_safe, dlock__my_res *res);
+/* Create dlock's tables (IF NOT EXISTS): `dlock init`. */
+int dlock__my_init(dlock__my *my);
+/* 'n' bytes of 's' as a SQL literal X'..' into 'out' (2n + 4 bytes). */
+void dlock__my_hex(const char *s, size_t n, char *out);
+/* The first column of the first row of a result as text ("" when NULL or none). */
+const char *dlock__my_cell(dlock__my_res *r, unsigned col);
+
+
+/* A connection of its own (advisory mode's hold), not from the pool. */
+int dlock__my_open_session(dlock__my *my, MYSQL **out);
+
+/* ---- Advisory mode (advisory.c) ---- */
+/* GET_LOCK's name for 'name' (47 bytes with the NUL). */
+void dlock__my_adv_key(const char *name, char *out);
+/* GET_LOCK on a new session, waiting until 'deadline' (wait_ms 0: once),
+ * ending when canceled(arg); '*session' the session that holds it. */
+int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int64_t wait_ms, dlock_mono_ms deadline,
+                          int (*canceled)(void *), void *arg, void **session);
+/* 0 while 'session' holds 'key', else DLOCK_ELOST. */
+int dlock__my_adv_check(dlock__my *my, void *session, const char *key);
+/* RELEASE_LOCK and close the session: 0, or DLOCK_ENOTHELD when it was gone. */
+int dlock__my_adv_release(dlock__my *my, void *session, const char *key, const char *shown);
+void dlock__my_adv_close(void *session);
+
+#endif /* DLOCK_MY_INTERNAL_H */

@@ -1,0 +1,818 @@
+/*
+ * test_mysql.c - the MySQL/MariaDB backend (src/mysql/) through the public
+ * API, against a real server that the harness starts (harness_mysql.h):
+ * leases and fences, exclusion across processes, the waiter's wake-up,
+ * a server crash and restart, KILL of dlock's connections, a read-only
+ * server, a user without rights, the doctor, bad input (quotes,
+ * backslashes, huge names: no SQL injection) and passwords never printed
+ * (library and CLI). One server for the whole file. Labels: integration,
+ * mysql.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "harness_mysql.h"
+#include "test.h"
+
+static th_my srv;
+static int srv_up;
+static char skip_why[256];
+
+void test_setup(void) { srv_up = th_my_suite_start(&srv, skip_why, sizeof skip_why); }
+
+void test_teardown(void) {
+  if (srv_up) th_my_stop(&srv);
+}
+
+#define NEED_SERVER() \
+  do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
+
+static long tf(void) { return th_time_factor(); }
+
+static dlock_client *client_opts(const char *url, int command_timeout_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url ? url : srv.url;
+  o.command_timeout_ms = command_timeout_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client: %s", dlock_last_error());
+  return c;
+}
+
+static dlock_client *client(void) { return client_opts(NULL, 0); }
+
+static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  mo.owner_info = "test_mysql";
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, name, &mo) != 0) TEST_FAIL("mutex %s: %s", name, dlock_last_error());
+  return m;
+}
+
+static void count_name(const char *name, void *arg) {
+  (void)name;
+  (*(int *)arg)++;
+}
+
+/* 'taker' takes the lock 'gone' no longer holds; gone's release says so;
+ * both handles are freed. */
+static void taken_over_then_freed(dlock_mutex *gone, dlock_mutex *taker) {
+  ASSERT_OK(dlock_mutex_acquire(taker, 0));
+  ASSERT_STATUS(dlock_mutex_release(gone), DLOCK_ENOTHELD);
+  ASSERT_OK(dlock_mutex_release(taker));
+  dlock_mutex_free(gone);
+  dlock_mutex_free(taker);
+}
+
+TEST(acquire_release_fences_info_list_and_the_guard) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  ASSERT_STR_EQ(dlock_client_backend(a), "mysql");
+  dlock_mutex *ma = mutex(a, "orders:1", 10000), *mb = mutex(b, "orders:1", 10000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  uint64_t f1 = dlock_mutex_fence(ma);
+  ASSERT(f1 >= 1);
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  ASSERT_CONTAINS(dlock_last_error(), "orders:1");
+
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "orders:1", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.fence, f1);
+  ASSERT(info.ttl_ms > 5000 && info.ttl_ms <= 10000);
+  ASSERT(info.since_unix_ms > 0);
+  ASSERT_CONTAINS(info.owner_info, "test_mysql");
+  int n = 0;
+  ASSERT_OK(dlock_lock_list(b, "orders:*", count_name, &n));
+  ASSERT_EQ(n, 1);
+  n = 0;
+  ASSERT_OK(dlock_lock_list(b, "other*", count_name, &n));
+  ASSERT_EQ(n, 0);
+  int64_t ttl = 0;
+  ASSERT_OK(dlock_mutex_remaining(ma, &ttl));
+  ASSERT(ttl > 5000);
+
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT(dlock_mutex_fence(mb) > f1);
+  /* The guard: rising fences pass, an older one is stale. */
+  ASSERT_OK(dlock_guard_check(a, "stock", dlock_mutex_fence(mb)));
+  uint64_t highest = 0;
+  ASSERT_STATUS(dlock_guard_check_highest(a, "stock", f1, &highest), DLOCK_ESTALE);
+  ASSERT_EQ(highest, dlock_mutex_fence(mb));
+  ASSERT_OK(dlock_guard_check(a, "stock", dlock_mutex_fence(mb))); /* the same holder writes again */
+  uint64_t f2 = dlock_mutex_fence(mb);
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "orders:1", &info));
+  ASSERT_EQ(info.held, 0);
+  ASSERT_EQ(info.fence, f2); /* the last issued */
+  /* A force release of a held lock says it was held. */
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(b, "orders:1", &was));
+  ASSERT_EQ(was, 1);
+  taken_over_then_freed(ma, mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TEST(a_lease_runs_out_on_the_database_clock_and_extend_never_revives_it) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  dlock_mutex *ma = mutex(a, "short", 400), *mb = mutex(b, "short", 5000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  uint64_t f1 = dlock_mutex_fence(ma);
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  th_sleep_ms(800);
+  ASSERT(dlock_mutex_extend(ma, 5000) != 0);
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT(dlock_mutex_fence(mb) > f1);
+  ASSERT(dlock_mutex_release(ma) != 0);
+  ASSERT_OK(dlock_mutex_extend(mb, 8000));
+  int64_t ttl = 0;
+  ASSERT_OK(dlock_mutex_remaining(mb, &ttl));
+  ASSERT(ttl > 6000);
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TEST(the_watchdog_keeps_a_short_lease_alive_while_held) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 600;
+  dlock_mutex *ma = NULL, *mb = mutex(b, "renewed", 5000);
+  ASSERT_OK(dlock_mutex_new(&ma, a, "renewed", &mo));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  th_sleep_ms(2000);
+  ASSERT_EQ(dlock_mutex_lost(ma), DLOCK_LOST_NONE);
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* ---- Exclusion across processes ---- */
+
+typedef struct shared {
+  atomic_int inside, max_inside;
+  long counter;
+} shared;
+
+static shared *sh;
+
+static int worker(void *arg) {
+  int rounds = (int)(intptr_t)arg;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return 2;
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, "counter", NULL) != 0) return 3;
+  for (int i = 0; i < rounds; i++) {
+    if (dlock_mutex_acquire(m, 30000) != 0) return 4;
+    int in = atomic_fetch_add(&sh->inside, 1) + 1;
+    int mx = atomic_load(&sh->max_inside);
+    while (in > mx && !atomic_compare_exchange_weak(&sh->max_inside, &mx, in)) {}
+    long v = sh->counter; /* unguarded read-modify-write */
+    usleep(500);
+    sh->counter = v + 1;
+    atomic_fetch_sub(&sh->inside, 1);
+    if (dlock_mutex_release(m) != 0) return 5;
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return 0;
+}
+
+TEST(exclusion_4_processes_x_15_on_an_unguarded_counter) {
+  NEED_SERVER();
+  sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT(sh != MAP_FAILED);
+  memset(sh, 0, sizeof *sh);
+  pid_t pids[4];
+  for (int i = 0; i < 4; i++) pids[i] = th_spawn(worker, (void *)(intptr_t)15);
+  for (int i = 0; i < 4; i++) {
+    int st = th_wait(pids[i], 60000 * tf());
+    ASSERT(st != -1);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+  }
+  ASSERT_EQ(sh->counter, 60);
+  ASSERT_EQ(sh->max_inside, 1);
+  munmap(sh, sizeof *sh);
+}
+
+/* ---- Waits ---- */
+
+TEST(a_waiter_gets_the_lock_soon_after_the_release_and_a_wait_can_be_canceled) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  dlock_mutex *ma = mutex(a, "wake", 30000), *mb = mutex(b, "wake", 30000);
+  /* The wake-up latency: the waiter backs off up to 200 ms between looks. */
+  long long worst = 0, sum = 0;
+  enum { ROUNDS = 5 };
+  for (int i = 0; i < ROUNDS; i++) {
+    ASSERT_OK(dlock_mutex_acquire(ma, 0));
+    th_waiter w = {.m = mb, .wait_ms = 20000 * tf()};
+    pthread_t t;
+    pthread_create(&t, NULL, th_wait_for_lock, &w);
+    th_sleep_ms(300 + 100 * i); /* the waiter is well into its back-off */
+    long long released = th_now_ms();
+    ASSERT_OK(dlock_mutex_release(ma));
+    pthread_join(t, NULL);
+    ASSERT_OK(w.rc);
+    long long lat = w.acquired_at - released;
+    sum += lat;
+    if (lat > worst) worst = lat;
+  }
+  printf("  wake latency after a release: mean %lld ms, worst %lld ms (back-off cap 200 ms)\n", sum / ROUNDS,
+         worst);
+  ASSERT(worst < 1500 * tf());
+  /* A cancel ends a wait at once. */
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  th_waiter w = {.m = mb, .wait_ms = DLOCK_WAIT_FOREVER};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &w);
+  th_sleep_ms(300);
+  long long t0 = th_now_ms();
+  dlock_mutex_cancel(mb);
+  pthread_join(t, NULL);
+  ASSERT_EQ(w.rc, DLOCK_ECANCELED);
+  ASSERT(th_now_ms() - t0 < 1000 * tf());
+  ASSERT_OK(dlock_mutex_release(ma));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* ---- Faults ---- */
+
+TEST(a_server_crash_and_restart_keeps_the_hold_and_fences_still_rise) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 2000), *b = client_opts(NULL, 2000);
+  dlock_mutex *ma = mutex(a, "restart", 60000), *mb = mutex(b, "restart", 60000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  uint64_t f1 = dlock_mutex_fence(ma);
+  th_my_halt(&srv, 1); /* kill -9: a crash */
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_ECONNECT);
+  ASSERT_CONTAINS(dlock_last_error(), "127.0.0.1");
+  ASSERT(strstr(dlock_last_error(), TH_MY_PASSWORD) == NULL);
+  ASSERT_EQ(th_my_relaunch(&srv), 0);
+  /* The committed lease survived the crash: still ours, still theirs to wait for. */
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT(dlock_mutex_fence(mb) > f1);
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* KILL every connection of the user 'dlock'; how many. */
+static int kill_dlock_connections(void) {
+  char ids[2048], out[256];
+  char *save = NULL;
+  if (th_my_sql(&srv, ids, sizeof ids, "SELECT id FROM information_schema.processlist WHERE user = 'dlock'") != 0)
+    return -1;
+  int n = 0;
+  for (char *tok = strtok_r(ids, "\n", &save); tok; tok = strtok_r(NULL, "\n", &save))
+    if (th_my_sql(&srv, out, sizeof out, "KILL CONNECTION %ld", atol(tok)) == 0) n++;
+  return n;
+}
+
+TEST(kill_of_dlocks_connections_is_survived_without_a_second_holder) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  dlock_mutex *ma = mutex(a, "killed", 30000), *mb = mutex(b, "killed", 30000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  for (int round = 0; round < 2; round++) {
+    ASSERT(kill_dlock_connections() > 0);
+    ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY); /* on a new connection: still held */
+  }
+  ASSERT(kill_dlock_connections() > 0);
+  ASSERT_OK(dlock_mutex_extend(ma, 30000));
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* A root session holding LOCK TABLES dlock_locks WRITE: dlock's statements
+ * wait behind it (a metadata lock, not bounded by innodb_lock_wait_timeout)
+ * and their replies do not come within the command timeout. */
+static FILE *lock_tables(void) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "/usr/bin/mariadb --no-defaults -h127.0.0.1 -P%d -uroot -N -B dlock > /dev/null 2>&1",
+           srv.port);
+  FILE *p = popen(cmd, "w");
+  if (!p) return NULL;
+  fputs("LOCK TABLES dlock_locks WRITE;\nSELECT SLEEP(3600);\n", p);
+  fflush(p);
+  /* Held once the session sleeps. */
+  for (int i = 0; i < 300; i++) {
+    char out[64];
+    if (th_my_sql(&srv, out, sizeof out,
+                  "SELECT COUNT(*) FROM information_schema.processlist WHERE info = 'SELECT SLEEP(3600)'") == 0 &&
+        !strcmp(out, "1"))
+      return p;
+    th_sleep_ms(100);
+  }
+  pclose(p);
+  return NULL;
+}
+
+/* The id of a connection of dlock's whose statement waits for the table,
+ * other than 'not' (0: none). */
+static long waiting_id(long not) {
+  char out[64];
+  if (th_my_sql(&srv, out, sizeof out,
+                "SELECT id FROM information_schema.processlist WHERE user = 'dlock' AND state LIKE "
+                "'%%metadata lock%%' AND id <> %ld ORDER BY id LIMIT 1", not) != 0)
+    return 0;
+  return atol(out);
+}
+
+/* Until a second statement of dlock's waits for the table (the resend of
+ * the first, which timed out) or 'done' is set: the resend's connection id, or 0. */
+static long wait_for_resend(atomic_int *done) {
+  long first = 0;
+  for (int i = 0; i < 1500 && !atomic_load(done); i++) {
+    long id = waiting_id(first);
+    if (id && first) return id;
+    if (id) first = id;
+    th_sleep_ms(20);
+  }
+  return 0;
+}
+
+static void unlock_tables(FILE *p) {
+  char out[64];
+  th_my_sql(&srv, out, sizeof out,
+            "SELECT id FROM information_schema.processlist WHERE info = 'SELECT SLEEP(3600)' INTO @k; "
+            "KILL CONNECTION @k");
+  pclose(p);
+}
+
+typedef struct acq_arg {
+  dlock_mutex *m;
+  int rc;
+  char err[512];
+  atomic_int done;
+} acq_arg;
+
+static void *acquire_thread(void *arg) {
+  acq_arg *a = arg;
+  a->rc = dlock_mutex_acquire(a->m, 0);
+  snprintf(a->err, sizeof a->err, "%s", dlock_last_error());
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+TEST(a_lost_acquire_reply_is_answered_by_its_token_or_reported_unknown) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 2000), *b = client();
+  dlock_mutex *ma = mutex(a, "lost-reply", 30000), *mb = mutex(b, "lost-reply", 30000);
+  ASSERT_OK(dlock_mutex_acquire(mb, 0)); /* the row exists, fence f0 */
+  uint64_t f0 = dlock_mutex_fence(mb);
+  ASSERT_OK(dlock_mutex_release(mb));
+
+  /* 1. The first try times out while it waits, and so does its resend
+   * (the only one): the call says "unknown". Either may still run once the
+   * table is free (or the server may have dropped them with their
+   * connections): the lock is then ours by the token until its lease ends,
+   * with one fence taken, never two. */
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  acq_arg x = {.m = ma};
+  pthread_t t;
+  pthread_create(&t, NULL, acquire_thread, &x);
+  for (int i = 0; i < 1200 && !atomic_load(&x.done); i++) th_sleep_ms(50);
+  unlock_tables(lt);
+  pthread_join(t, NULL);
+  ASSERT_EQ(x.rc, DLOCK_EUNKNOWN);
+  ASSERT_CONTAINS(x.err, "may be held");
+  for (int i = 0; i < 200 && waiting_id(0) != 0; i++) th_sleep_ms(50); /* the table is free: they ran or ended */
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "lost-reply", &info));
+  uint64_t f1 = info.fence;
+  ASSERT(f1 == f0 || (f1 == f0 + 1 && info.held == 1));
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(b, "lost-reply", &was));
+
+  /* 2. The first try's reply is lost; the resend, sent on a new connection
+   * by the same token, gets through once the table is free: granted, one
+   * fence taken whether the first try ran too or not. */
+  lt = lock_tables();
+  ASSERT(lt != NULL);
+  acq_arg y = {.m = ma};
+  pthread_create(&t, NULL, acquire_thread, &y);
+  long resend = wait_for_resend(&y.done);
+  unlock_tables(lt);
+  pthread_join(t, NULL);
+  if (!resend) TEST_FAIL("the resend was not seen waiting: rc %d (%s)", y.rc, y.err);
+  ASSERT_OK(y.rc);
+  ASSERT_EQ(dlock_mutex_fence(ma), f1 + 1);
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "lost-reply", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.fence, f1 + 1);
+  ASSERT_OK(dlock_lock_force_release(b, "lost-reply", &was)); /* the hold is the other thread's */
+  ASSERT_EQ(was, 1);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+typedef struct rel_arg {
+  dlock_mutex *m;
+  int rc;
+  char err[512];
+  atomic_int go, done;
+} rel_arg;
+
+static void *acquire_then_release_thread(void *arg) {
+  rel_arg *a = arg;
+  a->rc = dlock_mutex_acquire(a->m, 0);
+  if (a->rc == 0) {
+    atomic_store(&a->go, 1);
+    while (atomic_load(&a->go) != 2) th_sleep_ms(10);
+    a->rc = dlock_mutex_release(a->m);
+  }
+  snprintf(a->err, sizeof a->err, "%s", dlock_last_error());
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 2000), *b = client();
+  dlock_mutex *ma = mutex(a, "lost-release", 1500);
+  /* The release is sent after the lease ran out (1.5 s), waits behind
+   * LOCK TABLES past the command timeout, and is sent once more. Whichever
+   * copy runs, the answer is that the hold had ended, never "released".
+   * (A statement judges the lease by the server's clock as it arrived.) */
+  rel_arg x = {.m = ma};
+  pthread_t t;
+  pthread_create(&t, NULL, acquire_then_release_thread, &x);
+  for (int i = 0; i < 600 && !atomic_load(&x.go) && !atomic_load(&x.done); i++) th_sleep_ms(10);
+  ASSERT_EQ(atomic_load(&x.go), 1);
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  th_sleep_ms(1600);
+  atomic_store(&x.go, 2);
+  long resend = wait_for_resend(&x.done);
+  unlock_tables(lt);
+  pthread_join(t, NULL);
+  if (!resend) TEST_FAIL("the resend was not seen waiting: rc %d (%s)", x.rc, x.err);
+  ASSERT_EQ(x.rc, DLOCK_ENOTHELD);
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TEST(a_hold_lost_by_the_local_deadline_is_not_released_as_if_it_had_lasted) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 5000);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 1000;
+  dlock_mutex *ma = NULL;
+  ASSERT_OK(dlock_mutex_new(&ma, a, "unreachable", &mo));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  /* Renewals wait behind LOCK TABLES: the local deadline passes, the
+   * holder is told the lock is lost. The renewals run once the table is
+   * free (they were sent in time), so the row may still be live. */
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  for (int i = 0; i < 400 && dlock_mutex_lost(ma) == DLOCK_LOST_NONE; i++) th_sleep_ms(25);
+  unlock_tables(lt);
+  ASSERT(dlock_mutex_lost(ma) != DLOCK_LOST_NONE);
+  for (int i = 0; i < 200 && waiting_id(0) != 0; i++) th_sleep_ms(50);
+  ASSERT_STATUS(dlock_mutex_release(ma), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_last_error(), "lost");
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "unreachable", &info));
+  ASSERT_EQ(info.held, 0); /* freed on the server all the same */
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+}
+
+TEST(advisory_mode_is_session_bound_has_no_fence_and_a_killed_session_is_reported_lost) {
+  NEED_SERVER();
+  char url[700];
+  snprintf(url, sizeof url, "%s?mode=advisory", srv.url);
+  dlock_client *a = client_opts(url, 0), *b = client_opts(url, 0), *lease = client();
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  dlock_mutex *ma = NULL, *mb = mutex(b, "adv", 30000);
+  ASSERT_OK(dlock_mutex_new(&ma, a, "adv", &mo));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  ASSERT_EQ(dlock_mutex_fence(ma), 0);
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(b, "adv", &info));
+  ASSERT_EQ(info.held, 1);
+  /* Another namespace: the lease table's lock of the same name is another lock. */
+  dlock_mutex *ml = mutex(lease, "adv", 30000);
+  ASSERT_OK(dlock_mutex_acquire(ml, 0));
+  ASSERT_OK(dlock_mutex_release(ml));
+  dlock_mutex_free(ml);
+  /* What needs fences or names is refused, saying so. */
+  ASSERT_STATUS(dlock_guard_check(a, "res", 1), DLOCK_EINVAL);
+  ASSERT_CONTAINS(dlock_last_error(), "advisory");
+  int n = 0;
+  ASSERT_STATUS(dlock_lock_list(a, "*", count_name, &n), DLOCK_EINVAL);
+  /* A waiter is served once the holder releases. */
+  th_waiter w = {.m = mb, .wait_ms = 20000 * tf()};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &w);
+  th_sleep_ms(300);
+  ASSERT_OK(dlock_mutex_release(ma));
+  pthread_join(t, NULL);
+  ASSERT_OK(w.rc);
+  /* KILL of the holder's session frees the lock and the holder hears of it. */
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  long long t0 = th_now_ms();
+  ASSERT(kill_dlock_connections() > 0);
+  for (int i = 0; i < 400 && dlock_mutex_lost(ma) == DLOCK_LOST_NONE; i++) th_sleep_ms(25);
+  ASSERT(dlock_mutex_lost(ma) != DLOCK_LOST_NONE);
+  printf("  loss reported %lld ms after the KILL\n", th_now_ms() - t0);
+  taken_over_then_freed(ma, mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(lease);
+}
+
+TEST(a_read_only_server_and_a_user_without_rights_get_clear_errors) {
+  NEED_SERVER();
+  char out[1024];
+  dlock_client *a = client();
+  dlock_mutex *ma = mutex(a, "ro", 10000);
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SET GLOBAL read_only = 1"), 0);
+  int rc = dlock_mutex_acquire(ma, 0);
+  dlock_check checks[DLOCK_CHECK_MAX];
+  int n = dlock_client_check(a, checks, DLOCK_CHECK_MAX);
+  th_my_sql(&srv, out, sizeof out, "SET GLOBAL read_only = 0");
+  ASSERT_EQ(rc, DLOCK_EREADONLY);
+  ASSERT(n > 0);
+  int seen = 0;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(checks[i].name, "read-only")) {
+      seen = 1;
+      ASSERT_EQ(checks[i].level, DLOCK_CHECK_FAIL);
+      ASSERT_CONTAINS(checks[i].fix, "primary");
+    }
+  ASSERT(seen);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  ASSERT_OK(dlock_mutex_release(ma));
+
+  /* A user that may only read. */
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
+                      "CREATE USER IF NOT EXISTS 'reader'@'127.0.0.1' IDENTIFIED BY 'rpw'; "
+                      "GRANT SELECT ON dlock.* TO 'reader'@'127.0.0.1'"),
+            0);
+  char url[600];
+  snprintf(url, sizeof url, "mysql://reader:rpw@127.0.0.1:%d/dlock", srv.port);
+  dlock_client *r = client_opts(url, 0);
+  dlock_mutex *mr = mutex(r, "ro", 10000);
+  ASSERT_STATUS(dlock_mutex_acquire(mr, 0), DLOCK_ENOPERM);
+  ASSERT_CONTAINS(dlock_last_error(), "GRANT");
+  ASSERT_CONTAINS(dlock_last_error(), "reader");
+  n = dlock_client_check(r, checks, DLOCK_CHECK_MAX);
+  seen = 0;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(checks[i].name, "rights")) seen = checks[i].level == DLOCK_CHECK_FAIL;
+  ASSERT(seen);
+  dlock_mutex_free(mr);
+  dlock_client_free(r);
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+}
+
+TEST(the_doctor_finds_a_healthy_server_fine_and_names_a_durability_setting_that_loses_fences) {
+  NEED_SERVER();
+  dlock_client *a = client();
+  ASSERT_OK(dlock_client_setup(a));
+  dlock_check checks[DLOCK_CHECK_MAX];
+  int n = dlock_client_check(a, checks, DLOCK_CHECK_MAX);
+  ASSERT(n >= 5);
+  for (int i = 0; i < n; i++) {
+    if (checks[i].level != DLOCK_CHECK_OK) TEST_FAIL("%s: %s", checks[i].name, checks[i].found);
+    ASSERT(strstr(checks[i].found, TH_MY_PASSWORD) == NULL);
+  }
+  char out[256];
+  /* A database without dlock's tables: named, and left as it is. */
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
+                      "CREATE DATABASE fresh; GRANT ALL ON fresh.* TO 'dlock'@'127.0.0.1'"), 0);
+  char url[600];
+  snprintf(url, sizeof url, "mysql://dlock:%s@127.0.0.1:%d/fresh", TH_MY_PASSWORD_URL, srv.port);
+  dlock_client *f = client_opts(url, 0);
+  n = dlock_client_check(f, checks, DLOCK_CHECK_MAX);
+  int named = 0;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(checks[i].name, "rights") && checks[i].level == DLOCK_CHECK_FAIL) named = !!strstr(checks[i].fix, "dlock init");
+  dlock_client_free(f);
+  ASSERT(named);
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                      "'fresh'"), 0);
+  ASSERT_STR_EQ(out, "0");
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SET GLOBAL innodb_flush_log_at_trx_commit = 2"), 0);
+  n = dlock_client_check(a, checks, DLOCK_CHECK_MAX);
+  th_my_sql(&srv, out, sizeof out, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");
+  int seen = 0;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(checks[i].name, "durability")) {
+      seen = 1;
+      ASSERT_EQ(checks[i].level, DLOCK_CHECK_FAIL);
+      ASSERT_CONTAINS(checks[i].found, "fence");
+    }
+  ASSERT(seen);
+  dlock_client_free(a);
+}
+
+/* The fenced write of docs/mysql.md in the user's own table: a holder that
+ * paused past its lease writes nothing over the newer holder's write. */
+static long fenced_write(uint64_t fence, int qty) {
+  char out[64];
+  if (th_my_sql(&srv, out, sizeof out,
+                "UPDATE dlock.stock SET qty = %d, fence = %" PRIu64 " WHERE item = 'apple' AND fence <= %" PRIu64
+                "; SELECT ROW_COUNT()", qty, fence, fence) != 0)
+    return -1;
+  return atol(out);
+}
+
+TEST(the_fenced_update_keeps_a_paused_holder_from_writing_over_a_newer_one) {
+  NEED_SERVER();
+  char out[256];
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
+                      "CREATE TABLE dlock.stock (item VARCHAR(20) PRIMARY KEY, qty INT NOT NULL, fence BIGINT "
+                      "UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB; INSERT INTO dlock.stock VALUES ('apple', 10, 0)"),
+            0);
+  dlock_client *a = client(), *b = client();
+  dlock_mutex *ma = mutex(a, "stock:apple", 500), *mb = mutex(b, "stock:apple", 30000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  uint64_t f1 = dlock_mutex_fence(ma);
+  th_sleep_ms(900); /* A pauses past its lease (GC, SIGSTOP, a slow disk) */
+  ASSERT_OK(dlock_mutex_acquire(mb, 0));
+  uint64_t f2 = dlock_mutex_fence(mb);
+  ASSERT(f2 > f1);
+  ASSERT_EQ(fenced_write(f2, 9), 1); /* B's write counts */
+  ASSERT_EQ(fenced_write(f1, 9), 0); /* A wakes up: its write changes nothing */
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT qty, fence FROM dlock.stock"), 0);
+  char want[64];
+  snprintf(want, sizeof want, "9\t%" PRIu64, f2);
+  ASSERT_STR_EQ(out, want);
+  ASSERT(dlock_mutex_release(ma) != 0); /* A's hold had ended */
+  ASSERT_OK(dlock_mutex_release(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* ---- Bad input ---- */
+
+TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injection) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  static const char *const names[] = {
+      "it's", "a\\'b", "x'; DROP TABLE dlock_locks; -- ", "\\", "%", "_", "a\"b", "Orders", "orders", "\xc3\xa9t\xc3\xa9",
+  };
+  enum { N = sizeof names / sizeof names[0] };
+  dlock_mutex *m[N];
+  for (int i = 0; i < N; i++) {
+    m[i] = mutex(a, names[i], 30000);
+    ASSERT_OK(dlock_mutex_acquire(m[i], 0));
+  }
+  /* Each is its own lock: "Orders" and "orders" differ (bytes, no collation). */
+  for (int i = 0; i < N; i++) {
+    dlock_lock_info info;
+    dlock_lock_info_init(&info);
+    ASSERT_OK(dlock_lock_info_get(b, names[i], &info));
+    ASSERT_EQ(info.held, 1);
+    ASSERT_EQ(info.fence, dlock_mutex_fence(m[i]));
+  }
+  int n = 0;
+  ASSERT_OK(dlock_lock_list(b, "%", count_name, &n)); /* the literal '%', not LIKE's */
+  ASSERT_EQ(n, 1);
+  n = 0;
+  ASSERT_OK(dlock_lock_list(b, "_", count_name, &n));
+  ASSERT_EQ(n, 1);
+  n = 0;
+  ASSERT_OK(dlock_lock_list(b, "*'*", count_name, &n));
+  ASSERT_EQ(n, 3);
+  for (int i = 0; i < N; i++) {
+    ASSERT_OK(dlock_mutex_release(m[i]));
+    dlock_mutex_free(m[i]);
+  }
+  char out[256];
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) > 0 FROM dlock.dlock_locks"), 0);
+  ASSERT_STR_EQ(out, "1");
+  /* Too long for the table: refused before any SQL, naming the limit. */
+  char big[400];
+  memset(big, 'n', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  dlock_mutex *mbig = NULL;
+  ASSERT_STATUS(dlock_mutex_new(&mbig, a, big, NULL), DLOCK_ENAME);
+  ASSERT_CONTAINS(dlock_last_error(), "255");
+  ASSERT_STATUS(dlock_guard_check(a, big, 1), DLOCK_ENAME);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
+  NEED_SERVER();
+  static const struct { const char *url; int rc; const char *says; } bad[] = {
+      {"mysql://dlock:pw@127.0.0.1:1/", DLOCK_EURL, "database"},
+      {"mysql://dlock:pw@127.0.0.1:99999/dlock", DLOCK_EURL, "port"},
+      {"mysql://dlock:pw@127.0.0.1/dlock?colour=red", DLOCK_EURL, "colour"},
+      {"mysql://dlock:pw@127.0.0.1/dl'ock", DLOCK_EURL, "database name"},
+      {"mariadb://dlock:pw@127.0.0.1/dlock?mode=exclusive", DLOCK_EURL, "mode=advisory"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dlock_client_options o;
+    dlock_client_options_init(&o);
+    o.url = bad[i].url;
+    dlock_client *c = NULL;
+    ASSERT_STATUS(dlock_client_new(&c, &o), bad[i].rc);
+    ASSERT_CONTAINS(dlock_last_error(), bad[i].says);
+    ASSERT(strstr(dlock_last_error(), ":pw@") == NULL);
+  }
+  /* A wrong password: refused, named, never printed. */
+  char url[600], shown[600];
+  snprintf(url, sizeof url, "mysql://dlock:Wr0ng-s3cret@127.0.0.1:%d/dlock", srv.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EAUTH);
+  ASSERT(strstr(dlock_last_error(), "Wr0ng-s3cret") == NULL);
+  ASSERT_CONTAINS(dlock_last_error(), "dlock");
+  dlock_url_redact(srv.url, shown, sizeof shown);
+  ASSERT(strstr(shown, TH_MY_PASSWORD_URL) == NULL);
+  ASSERT_CONTAINS(shown, ":***@127.0.0.1");
+  dlock_client *ok = client();
+  ASSERT(strstr(dlock_client_server(ok), TH_MY_PASSWORD_URL) == NULL);
+  dlock_client_free(ok);
+#ifdef DLOCK_BIN_PATH
+  /* The CLI: status, a busy run, doctor and a refused login print no password. */
+  dlock_client *h = client();
+  dlock_mutex *mh = mutex(h, "cli", 30000);
+  ASSERT_OK(dlock_mutex_acquire(mh, 0));
+  const char *urls[] = {srv.url, url};
+  for (int u = 0; u < 2; u++) {
+    static const char *const cmds[] = {"status cli", "run --wait 0 cli -- true", "doctor", "list"};
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
+      char cmd[1200], buf[8192];
+      snprintf(cmd, sizeof cmd, "'%s' %.*s --url '%s' %s 2>&1", DLOCK_BIN_PATH, (int)strcspn(cmds[k], " "),
+               cmds[k], urls[u], cmds[k] + strcspn(cmds[k], " "));
+      FILE *p = popen(cmd, "r");
+      ASSERT(p != NULL);
+      size_t got = fread(buf, 1, sizeof buf - 1, p);
+      buf[got] = '\0';
+      pclose(p);
+      if (strstr(buf, TH_MY_PASSWORD_URL) || strstr(buf, TH_MY_PASSWORD) || strstr(buf, "Wr0ng-s3cret"))
+        TEST_FAIL("`dlock %s` printed the password:\n%s", cmds[k], buf);
+      ASSERT(got > 0);
+    }
+  }
+  ASSERT_OK(dlock_mutex_release(mh));
+  dlock_mutex_free(mh);
+  dlock_client_free(h);
+#endif
+}
+
+TEST_MAIN()
