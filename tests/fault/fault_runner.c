@@ -54,11 +54,8 @@
 
 /* Scenarios that reproduce a finding not fixed on this branch yet: they
  * run and report, but do not fail the test. Remove a name when its fix is
- * merged (or set DLOCK_FAULT_STRICT=1 to count them all).
- * redlock-restart-empty: the restart marker of issue 22 item 4 still lets a
- * second holder in now and then (another lock's acquire writes the marker
- * onto an emptied node: tests/review/open_redlock_adversarial.c). */
-static const char KNOWN_FAILING[] = "redlock-restart-empty";
+ * merged (or set DLOCK_FAULT_STRICT=1 to count them all). */
+static const char KNOWN_FAILING[] = "";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"
