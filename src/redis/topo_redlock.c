@@ -37,11 +37,15 @@
  * to it is opened, which a restart always forces. A node whose run_id
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
- * restart, for servers without fsync'd AOF). For clients that never saw the
- * node before: every acquire reads the restart marker (a sorted set of the
- * longest leases acquired, written after a successful acquire); a node
- * without it while another has it lost its data and does not count until
- * it has been up for the longest lease (issue 22 item 4; docs/redlock.md).
+ * restart, for servers without fsync'd AOF). For every client, also one
+ * that never saw the node before: every acquire runs rl_marker.lua on every
+ * node in the same round trip. A node without the restart marker
+ * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
+ * it is held out from the first look, on its own clock, for the longest
+ * lease, and promoted only then, at an acquire that counts it; every node
+ * counts at once only when every node answered and none has a marker that
+ * counts (a new deployment). The fence write-back reaches every node that
+ * answered the acquire (issue 22 item 4 and its review; docs/redlock.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -65,7 +69,6 @@ typedef struct rl_node {
   dlock_mono_ms restarted_until; /* does not count before this */
   int not_master;                /* INFO replication says role:slave */
   char role[24];
-  dlock_mono_ms info_at;         /* when uptime_s was read */
   /* The restart marker at the last acquire's look (rl_marker.lua): 1 the
    * node counts, 2 it may count (held out long enough on its own clock, or
    * a new deployment) once promoted, 0 held out, -1 unknown (not read yet,
@@ -319,7 +322,6 @@ static void note_info(redlock *r, int i, const dlock__reply *server, const dlock
     if (nd->run_id[0] && strcmp(nd->run_id, run_id) != 0) nd->marker = -1; /* not seen since the restart */
     snprintf(nd->run_id, sizeof nd->run_id, "%s", run_id);
     nd->uptime_s = uptime;
-    nd->info_at = dlock_mono_now();
   }
   if (role[0]) {
     snprintf(nd->role, sizeof nd->role, "%s", role);
