@@ -185,6 +185,37 @@ TEST(item4_a_fresh_deployment_is_usable_at_once) {
   dlock_client_free(c);
 }
 
+/* A new deployment is usable at once only when every node answers: with one
+ * node down, a node that answers without the marker may be one that lost its
+ * data while the nodes with the marker are cut off (marker1 below), so each is
+ * held out for the longest lease on its own clock, then counts, and is
+ * promoted (its marker then says it counts, for every client). */
+TEST(item4_a_new_deployment_with_a_node_down_waits_the_longest_lease_once) {
+  fresh();
+  down(4);
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rv:new", 1500);
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "held out for the longest lease, 1500 ms, on its own clock");
+  ASSERT_OK(dlock_mutex_acquire(m, 10000 * th_time_factor())); /* once 1.5 s passed on the nodes */
+  ASSERT_OK(dlock_mutex_release(m));
+  char out[64];
+  for (int i = 0; i < 4; i++) {
+    th_redis_cli(&srv[i], out, sizeof out, "HGET dlock:redlock:marker counts");
+    if (strcmp(out, "1") != 0) TEST_FAIL("node %d was not promoted: counts '%s'", i, out);
+  }
+  /* A new client counts them at once. */
+  dlock_client *c2 = test_client(url);
+  dlock_mutex *m2 = test_mutex(c2, "rv:new", 1500);
+  ASSERT_OK(dlock_mutex_acquire(m2, 0));
+  ASSERT_OK(dlock_mutex_release(m2));
+  up(4);
+  dlock_mutex_free(m2);
+  dlock_client_free(c2);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* ---- issue 22 item 10 (Redlock part): an acquire that got a majority, then
  * could neither finish (the fence write-back's replies were lost) nor clean
  * up (those nodes no longer answer) answered "not acquired" (EQUORUM) though
