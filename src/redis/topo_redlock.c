@@ -30,8 +30,8 @@
  * Other commands (PING, SCAN) run on the first reachable node.
  *
  * A call completes as soon as its outcome is decided (acquire, renewal,
- * guard): the nodes still owing a reply get a short grace, then their
- * connections are closed (issue 22 item 3).
+ * guard, release): the nodes still owing a reply get a short grace, then
+ * their connections are closed (issue 22 item 3).
  *
  * Restarts: each node's run_id is read (INFO server) whenever a connection
  * to it is opened, which a restart always forces. A node whose run_id
@@ -947,6 +947,27 @@ static int guard_decided(redlock *r, const slot *s, void *ctx) {
   return admitted >= r->quorum;
 }
 
+/* Release, withdraw, force release: for every call, a node deleted our key
+ * and the nodes that say another owner holds it, with those still to
+ * answer, can no longer make a majority (the answer is then 1 whatever they
+ * say). A node still owing a reply keeps the command it was sent: it runs
+ * there when the node answers again. */
+static int delete_decided(redlock *r, const slot *s, void *ctx) {
+  size_t n = *(const size_t *)ctx;
+  for (size_t j = 0; j < n; j++) {
+    int one = 0, other = 0;
+    for (int i = 0; i < r->n; i++) {
+      int pending;
+      const dlock__reply *v = answer(&s[i], j, &pending);
+      if (pending) other++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1) one++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer < 0) other++;
+    }
+    if (!one || other >= r->quorum) return 0;
+  }
+  return 1;
+}
+
 static void note_lease(redlock *r, const dlock__script_call *call, int argi) {
   if (call->nargs <= argi) return;
   int64_t lease = strtoll(call->args[argi], NULL, 10);
@@ -1389,10 +1410,10 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
 static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   for (size_t j = 0; j < n; j++) calls[j].maybe_ran = 0, calls[j].replicas = -1;
   run x;
-  /* Every node, each until the command timeout: a release is not over
-   * when a majority answered, since each node it reaches is freed now
-   * rather than at the end of the lease. */
-  int rc = run_calls(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  /* Every node, each until the command timeout or until the outcome is
+   * decided (delete_decided): a node still owing a reply then gets the
+   * grace, and the command sent there runs when it answers again. */
+  int rc = run_calls_ex(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x, delete_decided, &n);
   if (rc) return rc;
   for (size_t j = 0; j < n && !rc; j++) {
     int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0, tomb = 0;

@@ -121,6 +121,39 @@ TEST(item3_one_frozen_node_of_five_loses_no_short_lease_hold) {
   dlock_client_free(c);
 }
 
+/* The release waited for every node up to the command timeout, so one
+ * frozen node cost each release (each `dlock run`'s exit) that timeout. It
+ * completes once its outcome is decided (a node freed our key, and no
+ * majority of others can hold it); the frozen node runs the release when
+ * it resumes (it was sent there). */
+TEST(item3_a_release_with_a_frozen_node_does_not_wait_for_it) {
+  fresh();
+  dlock_client *c = test_client(url); /* the default command timeout, 2000 ms */
+  dlock_mutex *m = test_mutex(c, "rv:rel", 30000);
+  /* Every script cached on every node (a node that answers NOSCRIPT after
+   * its pause gets no EVAL: its key then ends with the lease). */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  kill(srv[3].pid, SIGSTOP);
+  long long t0 = th_now_ms();
+  int rc = dlock_mutex_release(m);
+  long long took = th_now_ms() - t0;
+  kill(srv[3].pid, SIGCONT);
+  ASSERT_OK(rc);
+  printf("  release with node 4 frozen: %lld ms\n", took);
+  if (took >= 1500) TEST_FAIL("the release waited %lld ms for the frozen node", took);
+  char tok[128];
+  for (int i = 0; i < N; i++) {
+    long long until = th_now_ms() + 3000 * th_time_factor();
+    do key_on(i, "rv:rel", tok, sizeof tok);
+    while (tok[0] && th_now_ms() < until && (th_sleep_ms(20), 1));
+    if (tok[0]) TEST_FAIL("node %d still holds '%s' after the release", i, tok);
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* ---- issue 22 item 4: the restart rule was per client, so every new
  * client (each `dlock run`) defeated it. A client counted a node that had
  * restarted empty while another client held on it, as long as it had not
