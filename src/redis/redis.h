@@ -323,6 +323,7 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
   DLOCK__SCRIPT_RL_SCHED_UNCLAIM,
+  DLOCK__SCRIPT_RL_MARKER,
   DLOCK__SCRIPT_RW_ACQUIRE, /* read-write locks (rwlock.c) */
   DLOCK__SCRIPT_RW_RELEASE,
   DLOCK__SCRIPT_RW_EXTEND,

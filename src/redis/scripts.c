@@ -16,7 +16,7 @@
 extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
     dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[],
-    dlock__lua_rl_extend[], dlock__lua_rl_fence[], dlock__lua_rl_sched_unclaim[], dlock__lua_rw_acquire[], dlock__lua_rw_release[],
+    dlock__lua_rl_extend[], dlock__lua_rl_fence[], dlock__lua_rl_sched_unclaim[], dlock__lua_rl_marker[], dlock__lua_rw_acquire[], dlock__lua_rw_release[],
     dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[];
 extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
@@ -40,6 +40,7 @@ static const struct {
     [DLOCK__SCRIPT_RL_EXTEND] = {"rl_extend", dlock__lua_rl_extend},
     [DLOCK__SCRIPT_RL_FENCE] = {"rl_fence", dlock__lua_rl_fence},
     [DLOCK__SCRIPT_RL_SCHED_UNCLAIM] = {"rl_sched_unclaim", dlock__lua_rl_sched_unclaim},
+    [DLOCK__SCRIPT_RL_MARKER] = {"rl_marker", dlock__lua_rl_marker},
     [DLOCK__SCRIPT_RW_ACQUIRE] = {"rw_acquire", dlock__lua_rw_acquire},
     [DLOCK__SCRIPT_RW_RELEASE] = {"rw_release", dlock__lua_rw_release},
     [DLOCK__SCRIPT_RW_EXTEND] = {"rw_extend", dlock__lua_rw_extend},

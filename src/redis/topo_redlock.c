@@ -30,18 +30,22 @@
  * Other commands (PING, SCAN) run on the first reachable node.
  *
  * A call completes as soon as its outcome is decided (acquire, renewal,
- * guard): the nodes still owing a reply get a short grace, then their
- * connections are closed (issue 22 item 3).
+ * guard, release): the nodes still owing a reply get a short grace, then
+ * their connections are closed (issue 22 item 3).
  *
  * Restarts: each node's run_id is read (INFO server) whenever a connection
  * to it is opened, which a restart always forces. A node whose run_id
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
- * restart, for servers without fsync'd AOF). For clients that never saw the
- * node before: every acquire reads the restart marker (a sorted set of the
- * longest leases acquired, written after a successful acquire); a node
- * without it while another has it lost its data and does not count until
- * it has been up for the longest lease (issue 22 item 4; docs/redlock.md).
+ * restart, for servers without fsync'd AOF). For every client, also one
+ * that never saw the node before: every acquire runs rl_marker.lua on every
+ * node in the same round trip. A node without the restart marker
+ * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
+ * it is held out from the first look, on its own clock, for the longest
+ * lease, and promoted only then, at an acquire that counts it; every node
+ * counts at once only when every node answered and none has a marker that
+ * counts (a new deployment). The fence write-back reaches every node that
+ * answered the acquire (issue 22 item 4 and its review; docs/redlock.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -65,9 +69,14 @@ typedef struct rl_node {
   dlock_mono_ms restarted_until; /* does not count before this */
   int not_master;                /* INFO replication says role:slave */
   char role[24];
-  dlock_mono_ms info_at;         /* when uptime_s was read */
-  int marker;                    /* the restart marker at the last look: 1 there, 0 absent, -1 unknown */
-  int64_t marker_ms;             /* the longest lease it records */
+  /* The restart marker at the last acquire's look (rl_marker.lua): 1 the
+   * node counts, 2 it may count (held out long enough on its own clock, or
+   * a new deployment) once promoted, 0 held out, -1 unknown (not read yet,
+   * or the read failed: an ACL without the key). */
+  int marker;
+  char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
+  int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
+  dlock_mono_ms q_at;            /* when the look's reply came */
 } rl_node;
 
 typedef struct redlock {
@@ -77,9 +86,8 @@ typedef struct redlock {
   int command_timeout_ms;
   int64_t max_lease_ms; /* the longest lease seen in use: the restart rule's wait */
   int64_t marker_lease_ms; /* the longest lease a node's marker records */
-  int marked;           /* a node had the marker: the deployment was used */
   int threads;          /* open_thread()s running; rl_destroy waits for them */
-  char marker_key[320]; /* the restart marker: <prefix>dlock:redlock:marker (set once, under mu) */
+  char marker_key[32];  /* the restart marker: dlock:redlock:marker, whatever the key prefix */
   pthread_cond_t cv;
   rl_node node[DLOCK__REDLOCK_MAX];
 } redlock;
@@ -262,16 +270,15 @@ typedef struct slot {
   int active;          /* in: run on this node */
   size_t k;            /* in: commands */
   dlock__cmd *cmds;    /* in */
-  const dlock__cmd *pre; /* in: sent in front of the commands (the restart marker's read), or NULL */
   const dlock__cmd *alt; /* in: cmds[j] as EVAL, sent at once when cmds[j] answers NOSCRIPT, or NULL */
   size_t nretry;       /* EVALs sent again so far */
   size_t retry_of[RL_RETRY_MAX]; /* which command each answers */
   dlock__conn *conn;
   int fresh;
   size_t ninfo;        /* a fresh connection's INFO replies, first */
-  size_t extra;        /* ninfo + (pre != NULL): replies in front of the commands' */
+  size_t extra;        /* ninfo: replies in front of the commands' */
   size_t got;
-  int seen;            /* the INFO and marker replies were noted */
+  int seen;            /* the INFO replies were noted */
   dlock__reply **rep;  /* extra + k */
   int rc;              /* out: 0, or why this node failed */
   int sent;            /* out: the commands may have reached the node */
@@ -315,7 +322,6 @@ static void note_info(redlock *r, int i, const dlock__reply *server, const dlock
     if (nd->run_id[0] && strcmp(nd->run_id, run_id) != 0) nd->marker = -1; /* not seen since the restart */
     snprintf(nd->run_id, sizeof nd->run_id, "%s", run_id);
     nd->uptime_s = uptime;
-    nd->info_at = dlock_mono_now();
   }
   if (role[0]) {
     snprintf(nd->role, sizeof nd->role, "%s", role);
@@ -324,21 +330,24 @@ static void note_info(redlock *r, int i, const dlock__reply *server, const dlock
   pthread_mutex_unlock(&r->mu);
 }
 
-/* The reply to the marker's read (ZRANGE key -1 -1 WITHSCORES): present
- * (the longest lease recorded there), absent, or unknown (an error: ACLs). */
+/* The reply to rl_marker.lua's read, {counts, since, now, lease}: noted
+ * as counting (1), held out (0) or unknown (-1: an error, such as an ACL
+ * without the key); the longest lease it records. Whether a node held out
+ * has been out for long enough is decided once every reply is in
+ * (rl_acquire: a later reply may record a longer lease). */
 static void note_marker(redlock *r, int i, const dlock__reply *v) {
   rl_node *nd = &r->node[i];
   pthread_mutex_lock(&r->mu);
-  if (!v || v->type != DLOCK__REPLY_ARRAY) {
+  if (!v || v->type != DLOCK__REPLY_ARRAY || v->elements != 4 || v->element[0]->type != DLOCK__REPLY_INTEGER ||
+      v->element[1]->type != DLOCK__REPLY_STRING || v->element[2]->type != DLOCK__REPLY_STRING ||
+      v->element[3]->type != DLOCK__REPLY_STRING) {
     nd->marker = -1;
-  } else if (v->elements == 0) {
-    nd->marker = 0;
   } else {
-    nd->marker = 1;
-    r->marked = 1;
-    const dlock__reply *sc = v->elements >= 2 ? v->element[1] : NULL;
-    int64_t ms = sc && sc->str ? strtoll(sc->str, NULL, 10) : sc && sc->type == DLOCK__REPLY_INTEGER ? sc->integer : 0;
-    nd->marker_ms = ms;
+    nd->marker = v->element[0]->integer == 1 ? 1 : 0;
+    snprintf(nd->q_since, sizeof nd->q_since, "%s", v->element[1]->str);
+    nd->q_age_ms = (strtoll(v->element[2]->str, NULL, 10) - strtoll(nd->q_since, NULL, 10)) / 1000;
+    nd->q_at = dlock_mono_now();
+    int64_t ms = strtoll(v->element[3]->str, NULL, 10);
     if (ms > r->marker_lease_ms) r->marker_lease_ms = ms;
   }
   pthread_mutex_unlock(&r->mu);
@@ -473,13 +482,12 @@ static int opener_start(redlock *r, opener *o) {
   return 0;
 }
 
-/* Queue (a fresh connection's INFO checks, the marker's read and) the slot's commands and send them. */
+/* Queue (a fresh connection's INFO checks and) the slot's commands and send them. */
 static void send_slot(slot *x, const dlock__cmd *infos, dlock_mono_ms deadline) {
   int rc = 0;
   x->ninfo = x->fresh ? 2 : 0;
-  x->extra = x->ninfo + (x->pre ? 1 : 0);
+  x->extra = x->ninfo;
   for (size_t j = 0; !rc && j < x->ninfo; j++) rc = dlock__conn_append(x->conn, &infos[j]);
-  if (!rc && x->pre) rc = dlock__conn_append(x->conn, x->pre);
   for (size_t j = 0; !rc && j < x->k; j++) rc = dlock__conn_append(x->conn, &x->cmds[j]);
   if (!rc) {
     x->sent = 1;
@@ -519,7 +527,7 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline, decide_fn deci
     x->seen = 0;
     x->nretry = 0;
     x->ninfo = 0;
-    x->extra = x->pre ? 1 : 0;
+    x->extra = 0;
     x->err[0] = '\0';
     if (!x->active) continue;
     if (!(x->rep = calloc(2 * x->k + 3, sizeof *x->rep))) {
@@ -627,7 +635,6 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline, decide_fn deci
       if (!x->rc && !x->seen && x->got >= x->extra) {
         x->seen = 1;
         if (x->ninfo) note_info(r, i, x->rep[0], x->rep[1]);
-        if (x->pre) note_marker(r, i, x->rep[x->ninfo]);
       }
     }
     if (!early && decided && decided(r, s, ctx)) {
@@ -708,7 +715,7 @@ static void run_free(redlock *r, run *x) {
 /* Run 'calls' on the nodes in 'mask' (bit i: node i), EVALSHA first and
  * EVAL for the calls a node answered NOSCRIPT (those did not run there). */
 static int run_calls_ex(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask,
-                        dlock_mono_ms deadline, run *x, const dlock__cmd *pre, decide_fn decided, void *ctx) {
+                        dlock_mono_ms deadline, run *x, decide_fn decided, void *ctx) {
   memset(x->s, 0, sizeof x->s);
   x->n = n;
   x->res = calloc((size_t)r->n * n, sizeof *x->res);
@@ -740,7 +747,6 @@ static int run_calls_ex(redlock *r, const dlock__script_call *calls, size_t n, u
     x->s[i].active = (mask >> i) & 1;
     x->s[i].k = n;
     x->s[i].cmds = cmds;
-    x->s[i].pre = pre;
     x->s[i].alt = n <= RL_RETRY_MAX ? alt : NULL;
   }
   par_exec(r, x->s, deadline, decided, ctx);
@@ -817,13 +823,13 @@ static int run_calls_ex(redlock *r, const dlock__script_call *calls, size_t n, u
 
 static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask, dlock_mono_ms deadline,
                      run *x) {
-  return run_calls_ex(r, calls, n, mask, deadline, x, NULL, NULL, NULL);
+  return run_calls_ex(r, calls, n, mask, deadline, x, NULL, NULL);
 }
 
 /* ---- Counting ---- */
 
 /* Does node i count toward a quorum now? If not, why (for messages). */
-static int counts(redlock *r, int i, char *why, size_t len) {
+static int counts_ex(redlock *r, int i, char *why, size_t len, int marker_rule) {
   rl_node *nd = &r->node[i];
   pthread_mutex_lock(&r->mu);
   dlock_mono_ms now = dlock_mono_now();
@@ -836,32 +842,24 @@ static int counts(redlock *r, int i, char *why, size_t len) {
              " ms, when the longest lease in use, %" PRId64 " ms, has passed)", nd->node.ep.display, nd->uptime_s,
              (int64_t)(nd->restarted_until - now), r->max_lease_ms);
     ok = 0;
-  } else if (r->marked && nd->marker == 0 && nd->info_at) {
+  } else if (marker_rule && nd->marker == 0) {
     /* The restart rule for every client, also one that never saw the node
-     * before (issue 22 item 4): the deployment was used (a node has the
-     * marker), this node lacks it, so it lost its data, and it started less
-     * than the longest lease ago, so a lock it held may still be held on the
-     * other nodes by a client that counts it. */
-    int64_t up_ms = nd->uptime_s * 1000 + (int64_t)(now - nd->info_at);
+     * before (issue 22 item 4): the node had no restart marker, so it lost
+     * its data (or is new) and may have forgotten a lock still held on the
+     * others; it is held out, on its own clock, for the longest lease since
+     * a client first found it so (rl_acquire decides when that passed). */
     int64_t longest = longest_lease(r);
-    if (up_ms < longest) {
-      snprintf(why, len, "%s restarted without its data (up %" PRId64 " s, and the restart marker '%s' the other "
-               "nodes have is missing there: a restart without persistence, or FLUSHALL); it counts again in %"
-               PRId64 " ms, when the longest lease recorded, %" PRId64 " ms, has passed since it started",
-               nd->node.ep.display, up_ms / 1000, r->marker_key, longest - up_ms, longest);
-      ok = 0;
-    }
+    int64_t left = longest + longest / 100 + 2 - nd->q_age_ms - (int64_t)(now - nd->q_at);
+    snprintf(why, len, "%s restarted without its data, was flushed or is new (the restart marker '%s' is missing "
+             "there); held out for the longest lease, %" PRId64 " ms, on its own clock: counts again in about %"
+             PRId64 " ms", nd->node.ep.display, r->marker_key, longest, left > 0 ? left : 0);
+    ok = 0;
   }
   pthread_mutex_unlock(&r->mu);
   return ok;
 }
 
-static int marker_of(redlock *r, int i) {
-  pthread_mutex_lock(&r->mu);
-  int m = r->node[i].marker;
-  pthread_mutex_unlock(&r->mu);
-  return m;
-}
+static int counts(redlock *r, int i, char *why, size_t len) { return counts_ex(r, i, why, len, 1); }
 
 /* ---- When a quorum call's outcome is known (par_exec's 'decided') ---- */
 
@@ -883,26 +881,32 @@ static const dlock__reply *answer(const slot *x, size_t j, int *pending) {
   return v;
 }
 
-/* Acquire: a majority of counted nodes took it, or a majority no longer
- * can. A node without the restart marker counts only once every node
- * answered (a node still to answer may show that the deployment has one). */
+/* Acquire (calls: the marker's read, then the acquire): a majority of
+ * counted nodes took it, or a majority no longer can. Only a node whose
+ * marker says it counts decides early: whether a node without one has been
+ * held out long enough, or the deployment is new, is known only once every
+ * reply is in (a later one may record a longer lease, or have a marker). */
 static int acquire_decided(redlock *r, const slot *s, void *ctx) {
   (void)ctx;
   int yes = 0, no = 0;
   for (int i = 0; i < r->n; i++) {
-    int pending;
-    const dlock__reply *v = answer(&s[i], 0, &pending);
+    int pending, mpending;
+    const dlock__reply *v = answer(&s[i], 1, &pending);
     if (pending) continue;
     if (!s[i].active) {
       no++;
       continue;
     }
+    const dlock__reply *mk = answer(&s[i], 0, &mpending);
+    if (mpending) continue;
     int got = v && v->type == DLOCK__REPLY_ARRAY && v->elements == 2 && v->element[0]->type == DLOCK__REPLY_INTEGER
                   ? (int)v->element[0]->integer
                   : -1;
     char why[300];
-    if (got != 1 || !counts(r, i, why, sizeof why)) no++;
-    else if (marker_of(r, i) != 0) yes++;
+    int marked = !mk || mk->type != DLOCK__REPLY_ARRAY ||
+                 (mk->elements == 4 && mk->element[0]->type == DLOCK__REPLY_INTEGER && mk->element[0]->integer == 1);
+    if (got != 1 || !counts_ex(r, i, why, sizeof why, 0)) no++;
+    else if (marked) yes++;
   }
   return yes >= r->quorum || r->n - no < r->quorum;
 }
@@ -941,6 +945,27 @@ static int guard_decided(redlock *r, const slot *s, void *ctx) {
     if (counts(r, i, why, sizeof why)) admitted++;
   }
   return admitted >= r->quorum;
+}
+
+/* Release, withdraw, force release: for every call, a node deleted our key
+ * and the nodes that say another owner holds it, with those still to
+ * answer, can no longer make a majority (the answer is then 1 whatever they
+ * say). A node still owing a reply keeps the command it was sent: it runs
+ * there when the node answers again. */
+static int delete_decided(redlock *r, const slot *s, void *ctx) {
+  size_t n = *(const size_t *)ctx;
+  for (size_t j = 0; j < n; j++) {
+    int one = 0, other = 0;
+    for (int i = 0; i < r->n; i++) {
+      int pending;
+      const dlock__reply *v = answer(&s[i], j, &pending);
+      if (pending) other++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1) one++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer < 0) other++;
+    }
+    if (!one || other >= r->quorum) return 0;
+  }
+  return 1;
 }
 
 static void note_lease(redlock *r, const dlock__script_call *call, int argi) {
@@ -1029,46 +1054,55 @@ static void leave_queues(redlock *r, const dlock__script_call *acq, unsigned mas
   if (run_calls(r, &w, 1, mask, deadline, &x) == 0) run_free(r, &x);
 }
 
-/* Record the restart marker, with our lease, on the nodes in 'mask' that
- * count and lack it or record a shorter lease: a node that later lacks it
- * lost its data (docs/redlock.md, "Restarts"). A node not counted (one
- * that restarted recently) gets it only once it counts again. Best effort:
- * the next acquire tries again. */
-static void write_markers(redlock *r, unsigned mask, int64_t lease, dlock_mono_ms deadline) {
-  char ls[24];
-  snprintf(ls, sizeof ls, "%" PRId64, lease);
-  const char *za[4] = {"ZADD", r->marker_key, ls, ls};
-  size_t zal[4] = {4, strlen(r->marker_key), strlen(ls), strlen(ls)};
-  const char *zt[4] = {"ZREMRANGEBYRANK", r->marker_key, "0", "-5"}; /* keep the 4 longest */
-  size_t ztl[4] = {15, strlen(r->marker_key), 1, 2};
-  dlock__cmd cmds[2] = {{4, za, zal}, {4, zt, ztl}};
-  slot s[DLOCK__REDLOCK_MAX];
-  memset(s, 0, sizeof s);
-  int any = 0;
-  for (int i = 0; i < r->n; i++) {
-    char why[300];
-    if (!((mask >> i) & 1) || !counts(r, i, why, sizeof why)) continue;
-    pthread_mutex_lock(&r->mu);
-    /* Not where the read failed (-1: an ACL without the key, say): the
-     * write would fail too, at a round trip per acquire. */
-    int need = r->node[i].marker == 0 || (r->node[i].marker == 1 && r->node[i].marker_ms < lease);
-    pthread_mutex_unlock(&r->mu);
-    if (!need) continue;
-    s[i] = (slot){.active = 1, .k = 2, .cmds = cmds};
-    any = 1;
+/* A call of rl_marker.lua: 'mode' "r" (read) or "p" (promote the nodes
+ * whose marker's 'since' is in 'list'), with the longest lease we know. */
+static void marker_call(redlock *r, dlock__script_call *m, const char *mode, const char *lease, const char *list) {
+  memset(m, 0, sizeof *m);
+  m->script = DLOCK__SCRIPT_RL_MARKER;
+  m->nkeys = 1;
+  m->keys[0] = r->marker_key;
+  m->keylens[0] = strlen(r->marker_key);
+  m->args[0] = mode;
+  m->arglens[0] = 1;
+  m->args[1] = lease;
+  m->arglens[1] = strlen(lease);
+  m->nargs = 2;
+  if (list) {
+    m->args[2] = list;
+    m->arglens[2] = strlen(list);
+    m->nargs = 3;
   }
-  if (!any) return;
-  par_exec(r, s, deadline, NULL, NULL);
-  pthread_mutex_lock(&r->mu);
+}
+
+/* The restart rule, from every node's marker (x.res[2i]): a node without
+ * one (held out) may count once its own clock has passed the longest lease
+ * recorded on any node, plus the drift, since a client first found it so;
+ * and every node may count when every node answered and none has the
+ * marker: a new deployment (or one where every node lost its data, which
+ * nothing can tell apart). A node that answered nothing keeps what we knew.
+ * 'promote' gets the 'since' of the nodes to promote (comma-separated). */
+static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
+  int all = 1, any = 0;
   for (int i = 0; i < r->n; i++) {
-    if (!s[i].active || s[i].rc || !s[i].rep[s[i].extra] || s[i].rep[s[i].extra]->type != DLOCK__REPLY_INTEGER)
-      continue;
-    r->node[i].marker = 1;
-    if (r->node[i].marker_ms < lease) r->node[i].marker_ms = lease;
-    r->marked = 1;
+    if (x->s[i].rc || !x->res[(size_t)i * 2]) all = 0;
+    else note_marker(r, i, x->res[(size_t)i * 2]);
+  }
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n; i++)
+    if (!x->s[i].rc && x->res[(size_t)i * 2] && r->node[i].marker == 1) any = 1;
+  int64_t longest = longest_lease(r);
+  size_t o = 0;
+  promote[0] = '\0';
+  for (int i = 0; i < r->n; i++) {
+    rl_node *nd = &r->node[i];
+    if (x->s[i].rc || !x->res[(size_t)i * 2] || nd->marker != 0) continue;
+    if ((all && !any) || nd->q_age_ms >= longest + longest / 100 + 2) {
+      nd->marker = 2;
+      int k = snprintf(promote + o, len - o, "%s%s", o ? "," : "", nd->q_since);
+      if (k > 0 && (size_t)k < len - o) o += (size_t)k;
+    }
   }
   pthread_mutex_unlock(&r->mu);
-  slots_free(s, r->n);
 }
 
 static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply) {
@@ -1085,17 +1119,23 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
    * node where the lock is held: each node's release hands the lock to its
    * own first waiter and publishes to it, so where the nodes agree on the
    * order, they all hand it to the same waiter (docs/redlock.md, "Waiting"). */
-  dlock__script_call a = *call;
-  /* In front of the acquire, each node's restart marker (the restart rule). */
-  const char *zr[5] = {"ZRANGE", r->marker_key, "-1", "-1", "WITHSCORES"};
-  size_t zrl[5] = {6, strlen(r->marker_key), 2, 2, 10};
-  dlock__cmd marker_read = {5, zr, zrl};
+  /* In front of the acquire, in the same round trip, each node's restart
+   * marker (the restart rule), which announces the longest lease we know. */
+  char ls[24];
+  pthread_mutex_lock(&r->mu);
+  snprintf(ls, sizeof ls, "%" PRId64, longest_lease(r));
+  pthread_mutex_unlock(&r->mu);
+  dlock__script_call a[2];
+  marker_call(r, &a[0], "r", ls, NULL);
+  a[1] = *call;
   dlock_mono_ms t0 = dlock_mono_now();
   run x;
-  int rc = run_calls_ex(r, &a, 1, all_nodes(r), t0 + per, &x, &marker_read, acquire_decided, NULL);
+  int rc = run_calls_ex(r, a, 2, all_nodes(r), t0 + per, &x, acquire_decided, NULL);
   if (rc) return rc;
+  char promote[DLOCK__REDLOCK_MAX * 25] = "";
+  judge_markers(r, &x, promote, sizeof promote);
   int ok = 0, busy = 0, down = 0, out = 0;
-  unsigned okmask = 0, maybe = 0, busymask = 0;
+  unsigned okmask = 0, maybe = 0, busymask = 0, answered = 0;
   uint64_t fmax = 0;
   msg held, unreach, excl;
   memset(&held, 0, sizeof held);
@@ -1104,7 +1144,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   const dlock__reply *errrep = NULL;
   for (int i = 0; i < r->n; i++) {
     const char *name = r->node[i].node.ep.display;
-    const dlock__reply *v = x.res[i];
+    const dlock__reply *v = x.res[(size_t)i * 2 + 1];
     if (x.s[i].rc || !v) {
       down++;
       if (x.s[i].sent) maybe |= 1u << i;
@@ -1125,6 +1165,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
                        dlock__parse_fence(v->element[1]->str, v->element[1]->len, &f) != 0))
         got = -1;
     }
+    if (got == 0 || got == 1) answered |= 1u << i;
     if (got == 1) {
       okmask |= 1u << i;
       if (f > fmax) fmax = f;
@@ -1161,32 +1202,50 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
      * fence the acquiring nodes issued, before the acquire counts. */
     char fs[24];
     snprintf(fs, sizeof fs, "%" PRIu64, fmax);
-    dlock__script_call fc;
-    memset(&fc, 0, sizeof fc);
-    fc.script = DLOCK__SCRIPT_RL_FENCE;
-    fc.nkeys = call->nkeys;
-    memcpy(fc.keys, call->keys, sizeof fc.keys);
-    memcpy(fc.keylens, call->keylens, sizeof fc.keylens);
-    fc.args[0] = fs;
-    fc.arglens[0] = strlen(fs);
-    fc.args[1] = call->args[0];
-    fc.arglens[1] = call->arglens[0];
-    fc.nargs = 2;
+    /* The write-back goes to every node that answered, also those held by
+     * another owner, so that a later majority finds F even when some node
+     * of ours lost its data; with it, the promotion of the nodes found fit
+     * to count (rl_marker.lua 'p'). Confirmed: by a majority of the counted
+     * nodes that took it, each with its promotion where it needed one. */
+    dlock__script_call fc[2];
+    memset(&fc[0], 0, sizeof fc[0]);
+    fc[0].script = DLOCK__SCRIPT_RL_FENCE;
+    fc[0].nkeys = call->nkeys;
+    memcpy(fc[0].keys, call->keys, sizeof fc[0].keys);
+    memcpy(fc[0].keylens, call->keylens, sizeof fc[0].keylens);
+    fc[0].args[0] = fs;
+    fc[0].arglens[0] = strlen(fs);
+    fc[0].args[1] = call->args[0];
+    fc[0].arglens[1] = call->arglens[0];
+    fc[0].nargs = 2;
+    size_t nfc = promote[0] ? 2 : 1;
+    if (nfc == 2) marker_call(r, &fc[1], "p", ls, promote);
     int confirmed = 0;
     msg fm;
     memset(&fm, 0, sizeof fm);
     dlock_mono_ms fdl = dlock_mono_now() + per;
     if (fdl > t0 + lease) fdl = t0 + lease;
-    if (run_calls(r, &fc, 1, okmask, fdl, &x) == 0) {
+    if (run_calls(r, fc, nfc, answered, fdl, &x) == 0) {
       for (int i = 0; i < r->n; i++) {
+        if (!((answered >> i) & 1)) continue;
+        const dlock__reply *v = x.res[(size_t)i * nfc];
+        const dlock__reply *p = nfc == 2 ? x.res[(size_t)i * nfc + 1] : NULL;
+        int promoted = p && p->type == DLOCK__REPLY_INTEGER && p->integer == 1;
+        pthread_mutex_lock(&r->mu);
+        int need = r->node[i].marker == 2;
+        if (need && promoted) r->node[i].marker = 1;
+        else if (need && p && p->type == DLOCK__REPLY_INTEGER) r->node[i].marker = 0; /* emptied since the look */
+        pthread_mutex_unlock(&r->mu);
         if (!((okmask >> i) & 1)) continue;
-        const dlock__reply *v = x.res[i];
         char why[300];
-        if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1) {
+        if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1 && (!need || promoted)) {
           if (counts(r, i, why, sizeof why)) confirmed++;
         } else {
           if (x.s[i].rc)
             add(&fm, "%s%s", fm.o ? "; " : "", x.s[i].err);
+          else if (need && !promoted && v && v->type == DLOCK__REPLY_INTEGER)
+            add(&fm, "%s%s: its restart marker changed since the acquire (emptied?)", fm.o ? "; " : "",
+                r->node[i].node.ep.display);
           else
             add(&fm, "%s%s: %s", fm.o ? "; " : "", r->node[i].node.ep.display,
                 v && v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
@@ -1194,7 +1253,6 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       }
       run_free(r, &x);
     }
-    if (confirmed >= r->quorum) write_markers(r, okmask, lease, dlock_mono_now() + per);
     dlock_mono_ms t1 = dlock_mono_now();
     int64_t validity = lease - (t1 - t0) - (lease / 100 + 2);
     if (confirmed >= r->quorum && validity > 0) {
@@ -1280,7 +1338,7 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   dlock_mono_ms deadline = dlock_mono_now() + r->command_timeout_ms;
   if (limit < deadline) deadline = limit;
   run x;
-  int rc = run_calls_ex(r, calls, n, all_nodes(r), deadline, &x, NULL, extend_decided, &n);
+  int rc = run_calls_ex(r, calls, n, all_nodes(r), deadline, &x, extend_decided, &n);
   if (rc) return rc;
   char why[DLOCK__REDLOCK_MAX][300];
   int counted[DLOCK__REDLOCK_MAX];
@@ -1352,10 +1410,10 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
 static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies) {
   for (size_t j = 0; j < n; j++) calls[j].maybe_ran = 0, calls[j].replicas = -1;
   run x;
-  /* Every node, each until the command timeout: a release is not over
-   * when a majority answered, since each node it reaches is freed now
-   * rather than at the end of the lease. */
-  int rc = run_calls(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x);
+  /* Every node, each until the command timeout or until the outcome is
+   * decided (delete_decided): a node still owing a reply then gets the
+   * grace, and the command sent there runs when it answers again. */
+  int rc = run_calls_ex(r, calls, n, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x, delete_decided, &n);
   if (rc) return rc;
   for (size_t j = 0; j < n && !rc; j++) {
     int one = 0, neg = 0, zero = 0, maybe = 0, answered = 0, tomb = 0;
@@ -1752,7 +1810,7 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
   call->maybe_ran = 0;
   call->replicas = -1;
   run x;
-  int rc = run_calls_ex(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x, NULL, guard_decided, NULL);
+  int rc = run_calls_ex(r, call, 1, all_nodes(r), dlock_mono_now() + r->command_timeout_ms, &x, guard_decided, NULL);
   if (rc) return rc;
   int admitted = 0, stale = -1, answered = 0, maybe = 0;
   uint64_t high = 0, prev = 0;
@@ -1815,12 +1873,9 @@ static _Thread_local int pin;
 static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
                          dlock__reply **replies, dlock_mono_ms limit) {
   redlock *r = (redlock *)t;
+  (void)c;
   for (size_t j = 0; j < n; j++) replies[j] = NULL;
   if (pin) return DLOCK__QUORUM_PASS; /* rl_route gives the pinned node */
-  pthread_mutex_lock(&r->mu);
-  if (!r->marker_key[0])
-    snprintf(r->marker_key, sizeof r->marker_key, "%sdlock:redlock:marker", c && c->prefix ? c->prefix : "");
-  pthread_mutex_unlock(&r->mu);
   dlock__script_id id = calls[0].script;
   if (id == DLOCK__SCRIPT_ACQUIRE) {
     if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
@@ -1889,6 +1944,7 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   pthread_mutex_init(&r->mu, NULL);
   dlock__cond_init(&r->cv);
   for (int i = 0; i < n; i++) r->node[i].marker = -1;
+  snprintf(r->marker_key, sizeof r->marker_key, "dlock:redlock:marker");
   r->quorum = n / 2 + 1;
   r->command_timeout_ms = eps[0].command_timeout_ms;
   int rc = 0;

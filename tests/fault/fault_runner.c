@@ -54,11 +54,8 @@
 
 /* Scenarios that reproduce a finding not fixed on this branch yet: they
  * run and report, but do not fail the test. Remove a name when its fix is
- * merged (or set DLOCK_FAULT_STRICT=1 to count them all).
- * redlock-restart-empty: the restart marker of issue 22 item 4 still lets a
- * second holder in now and then (another lock's acquire writes the marker
- * onto an emptied node: tests/review/open_redlock_adversarial.c). */
-static const char KNOWN_FAILING[] = "redlock-restart-empty";
+ * merged (or set DLOCK_FAULT_STRICT=1 to count them all). */
+static const char KNOWN_FAILING[] = "";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"
@@ -95,6 +92,7 @@ typedef struct scenario {
   int guard;                  /* fault_worker --guard: writes through the fencing guard */
   int workers;                /* 0: 6 (--workers overrides) */
   int may_refuse;             /* the fixed deployment refuses every acquire: no minimum of holds */
+  int min_holds;              /* holds a run must have (0: one per 4 s of the run) */
   const char *url_more;       /* appended to the URL */
   const char *about;   /* what it checks, and the doc sentence it encodes */
 } scenario;
@@ -138,6 +136,11 @@ static const scenario scenarios[] = {
      * its renewals. */
     {"redlock-restart-empty", D_REDLOCK, F_ROLLING_EMPTY, "mutex", .fresh_client = 1, .lease_min = 6000,
      .lease_max = 15000, .hold_max = 8000, .workers = 8,
+     /* Three nodes of five emptied every few seconds: the restart marker
+      * holds them out for the longest lease (15 s) on their own clocks, so
+      * after the first fault a majority is rarely there (docs/redlock.md,
+      * "Restarts"): the holds before it, and any between, are checked. */
+     .min_holds = 1,
      .about = "issue 22 item 4: Redlock, two nodes of five down and back empty, then a third restarted empty, a "
               "fresh client per hold; no overlap"},
     /* docs/topologies.md, Sentinel: "Survives: the loss of the master
@@ -777,7 +780,7 @@ int main(int argc, char **argv) {
     }
   }
   /* A run in which (almost) nothing was held proves nothing. */
-  int min_holds = R.sc->may_refuse ? 0 : (int)R.seconds / 4;
+  int min_holds = R.sc->may_refuse ? 0 : R.sc->min_holds ? R.sc->min_holds : (int)R.seconds / 4;
   if (holds < min_holds) {
     printf("fault_runner %s: only %d holds in %ld s (fewer than %d): the deployment did not work; see %s\n",
            R.sc->name, holds, R.seconds, min_holds, R.dir);

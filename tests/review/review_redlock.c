@@ -4,12 +4,15 @@
  * "review/review_redlock" (labels "review;redlock"). Five real, independent
  * redis-servers (harness.h), fault proxies (faultproxy.h) in front of some
  * of them, SIGSTOP and kill -9; public API only, but for the SHA1 of one
- * script (redis.h) that a proxy rule matches.
+ * script (redis.h) that a proxy rule matches. The marker* tests are the
+ * adversarial review of the restart marker (formerly
+ * open_redlock_adversarial.c), one per finding.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,16 +121,52 @@ TEST(item3_one_frozen_node_of_five_loses_no_short_lease_hold) {
   dlock_client_free(c);
 }
 
+/* The release waited for every node up to the command timeout, so one
+ * frozen node cost each release (each `dlock run`'s exit) that timeout. It
+ * completes once its outcome is decided (a node freed our key, and no
+ * majority of others can hold it); the frozen node runs the release when
+ * it resumes (it was sent there). */
+TEST(item3_a_release_with_a_frozen_node_does_not_wait_for_it) {
+  fresh();
+  dlock_client *c = test_client(url); /* the default command timeout, 2000 ms */
+  dlock_mutex *m = test_mutex(c, "rv:rel", 30000);
+  /* Every script cached on every node (a node that answers NOSCRIPT after
+   * its pause gets no EVAL: its key then ends with the lease). */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  kill(srv[3].pid, SIGSTOP);
+  long long t0 = th_now_ms();
+  int rc = dlock_mutex_release(m);
+  long long took = th_now_ms() - t0;
+  kill(srv[3].pid, SIGCONT);
+  ASSERT_OK(rc);
+  printf("  release with node 4 frozen: %lld ms\n", took);
+  if (took >= 1500) TEST_FAIL("the release waited %lld ms for the frozen node", took);
+  char tok[128];
+  for (int i = 0; i < N; i++) {
+    long long until = th_now_ms() + 3000 * th_time_factor();
+    do key_on(i, "rv:rel", tok, sizeof tok);
+    while (tok[0] && th_now_ms() < until && (th_sleep_ms(20), 1));
+    if (tok[0]) TEST_FAIL("node %d still holds '%s' after the release", i, tok);
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* ---- issue 22 item 4: the restart rule was per client, so every new
  * client (each `dlock run`) defeated it. A client counted a node that had
  * restarted empty while another client held on it, as long as it had not
  * itself seen the node before: two holders for the rest of the lease. ---- */
 TEST(item4_a_node_restarted_empty_is_not_counted_by_a_new_client) {
   fresh();
-  down(3);
-  down(4);
   dlock_client *a = test_client(url);
   dlock_mutex *ma = test_mutex(a, "rv:run", 20000);
+  /* A deployment in use: every node has the restart marker. */
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  ASSERT_OK(dlock_mutex_release(ma));
+  down(3);
+  down(4);
   ASSERT_OK(dlock_mutex_acquire(ma, 0)); /* on nodes 0, 1, 2 */
   char tok[128];
   key_on(2, "rv:run", tok, sizeof tok);
@@ -175,6 +214,37 @@ TEST(item4_a_fresh_deployment_is_usable_at_once) {
   dlock_mutex *m = test_mutex(c, "rv:fresh", 30000);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* A new deployment is usable at once only when every node answers: with one
+ * node down, a node that answers without the marker may be one that lost its
+ * data while the nodes with the marker are cut off (marker1 below), so each is
+ * held out for the longest lease on its own clock, then counts, and is
+ * promoted (its marker then says it counts, for every client). */
+TEST(item4_a_new_deployment_with_a_node_down_waits_the_longest_lease_once) {
+  fresh();
+  down(4);
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rv:new", 1500);
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EQUORUM);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(m), "held out for the longest lease, 1500 ms, on its own clock");
+  ASSERT_OK(dlock_mutex_acquire(m, 10000 * th_time_factor())); /* once 1.5 s passed on the nodes */
+  ASSERT_OK(dlock_mutex_release(m));
+  char out[64];
+  for (int i = 0; i < 4; i++) {
+    th_redis_cli(&srv[i], out, sizeof out, "HGET dlock:redlock:marker counts");
+    if (strcmp(out, "1") != 0) TEST_FAIL("node %d was not promoted: counts '%s'", i, out);
+  }
+  /* A new client counts them at once. */
+  dlock_client *c2 = test_client(url);
+  dlock_mutex *m2 = test_mutex(c2, "rv:new", 1500);
+  ASSERT_OK(dlock_mutex_acquire(m2, 0));
+  ASSERT_OK(dlock_mutex_release(m2));
+  up(4);
+  dlock_mutex_free(m2);
+  dlock_client_free(c2);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }
@@ -228,6 +298,344 @@ TEST(item10_a_majority_taken_and_not_cleaned_up_is_unknown) {
     fp_stop(proxy[i]);
     proxy[i] = NULL;
   }
+}
+
+/* ---- The adversarial review of the restart marker (issue 22 item 4,
+ * after the fix above; these failed on main at 957346a). The shared setup:
+ * A holds 'orders' (a fixed 30 s lease) on a bare majority, nodes 1-3,
+ * because nodes 4 and 5 held a leftover foreign token at that moment (a
+ * crashed earlier holder's, or a node-redlock peer's). That token goes;
+ * node 3 is then killed and restarted empty. Only ONE node lost data, and
+ * A's lease has ~25 s left: the restarted node must be held out of every
+ * client's quorum, also a new one's, so no one else may hold 'orders' now.
+ * Classic Redlock's delayed restart is safe here (node 3 held out: a
+ * newcomer gets nodes 4 and 5 only, 2 of 5). ---- */
+
+static void resume_all(void) {
+  for (int i = 0; i < N; i++)
+    if (srv[i].pid > 0) kill(srv[i].pid, SIGCONT);
+}
+
+static dlock_client *rl_client(const char *prefix, int cmd_timeout_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.key_prefix = prefix;
+  o.command_timeout_ms = cmd_timeout_ms;
+  o.connect_timeout_ms = cmd_timeout_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return NULL;
+  return c;
+}
+
+/* Wait (bounded) until every node has been up for 's' seconds. */
+static void up_at_least_s(int s) {
+  static char info[8192];
+  for (int i = 0; i < N; i++) {
+    th_redis_cli(&srv[i], info, sizeof info, "INFO server");
+    const char *p = strstr(info, "uptime_in_seconds:");
+    long up = p ? strtol(p + strlen("uptime_in_seconds:"), NULL, 10) : 0;
+    if (up < s) th_sleep_ms((s - up + 1) * 1000L);
+  }
+}
+
+/* A holds 'name' (under 'prefix') on nodes 1-3 only; node 3 then restarts
+ * empty. Returns A's mutex (held), or NULL after a setup problem (message
+ * printed). */
+static dlock_mutex *a_on_bare_majority(dlock_client **ca, const char *prefix, const char *name,
+                                       const char *full_key) {
+  char out[256];
+  for (int i = 3; i < 5; i++) {
+    if (th_redis_cli(&srv[i], out, sizeof out, "SET '%s' foreignfeedfacefeedfacefeedface PX 3000", full_key) != 0)
+      return NULL;
+  }
+  *ca = rl_client(prefix, 2000);
+  if (!*ca) return NULL;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 30000;
+  dlock_mutex *a = NULL;
+  if (dlock_mutex_new(&a, *ca, name, &mo) != 0) return NULL;
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc != 0) {
+    fprintf(stderr, "  setup: A's acquire: %d %s\n", rc, dlock_mutex_errmsg(a));
+    dlock_mutex_free(a);
+    return NULL;
+  }
+  /* The foreign token is gone from nodes 4 and 5 (as once it expires). */
+  for (int i = 3; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "DEL '%s'", full_key);
+  if (th_redis_restart(&srv[2]) != 0) {
+    dlock_mutex_free(a);
+    return NULL;
+  }
+  th_sleep_ms(300);
+  return a;
+}
+
+/* A 30 s try of 'name' by client 'c' (called 'who' in messages) while A
+ * holds it with 'a': the status, its message, and A's time left then. */
+static int try_while_a_holds(dlock_client *c, const char *name, dlock_mutex *a, const char *who, char *msg,
+                             size_t len, long long *a_left) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 30000;
+  dlock_mutex *m = NULL;
+  dlock_mutex_new(&m, c, name, &mo);
+  int rc = dlock_mutex_acquire(m, 0);
+  snprintf(msg, len, "%s", dlock_mutex_errmsg(m) ? dlock_mutex_errmsg(m) : "");
+  *a_left = (long long)dlock_mutex_valid_until(a) - dlock_mono_now();
+  if (rc == 0)
+    fprintf(stderr, "  %s holds with fence %llu while A (fence %llu) has %lld ms left\n", who,
+            (unsigned long long)dlock_mutex_fence(m), (unsigned long long)dlock_mutex_fence(a), *a_left);
+  dlock_mutex_free(m);
+  return rc;
+}
+
+/*
+ * Finding 1 (high): the restart marker is defeated when the nodes that have
+ * it do not answer. "A node without the marker counts toward an early
+ * decision only once every node answered" - but a node that never answers
+ * (frozen, partitioned) is simply counted as failed, and then no answering
+ * node shows the marker, the deployment looks fresh, and the node that
+ * restarted empty counts at once. With A holding on nodes 1-3 (setup above),
+ * node 3 restarted empty and nodes 1 and 2 frozen (SIGSTOP: no data lost
+ * there), a new client B gets nodes 3, 4, 5 = a majority and holds 'orders'
+ * while A's 30 s hold is still valid. One data loss, two paused nodes: two
+ * holders. Expected: B is refused (node 3 not counted: it may have forgotten
+ * a hold; nodes 1/2 unknown), at worst DLOCK_EQUORUM.
+ */
+TEST(marker1_a_node_restarted_empty_is_held_out_while_the_marked_nodes_are_frozen) {
+  fresh();
+  dlock_client *ca = NULL, *cb = NULL;
+  dlock_mutex *a = a_on_bare_majority(&ca, NULL, "orders", "orders");
+  if (!a) { resume_all(); TEST_FAIL("setup: A could not take 'orders' on nodes 1-3"); }
+  kill(srv[0].pid, SIGSTOP);
+  kill(srv[1].pid, SIGSTOP);
+  cb = rl_client(NULL, 1000);
+  int rc = -1;
+  char msg[1024] = "";
+  long long a_left = 0;
+  if (cb) {
+    rc = try_while_a_holds(cb, "orders", a, "B", msg, sizeof msg, &a_left);
+  }
+  kill(srv[0].pid, SIGCONT);
+  kill(srv[1].pid, SIGCONT);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (cb) dlock_client_free(cb);
+  resume_all();
+  if (!cb) TEST_FAIL("client B could not start");
+  if (rc == 0 && a_left > 0)
+    TEST_FAIL("B acquired 'orders' while A still held it (%lld ms left): node 3 restarted empty "
+              "was counted because nodes 1-2 with the marker were frozen", a_left);
+  printf("  B: rc %d (%s)\n", rc, msg);
+}
+
+/*
+ * Finding 2 (medium): the marker is per key prefix, the lock keys are not.
+ * docs/keys.md: prefixes nest like directories, a client without a prefix
+ * is the root and reaches every lock by its full key, so the lock 'orders'
+ * of a client with the prefix "app:" is the lock 'app:orders' of a client
+ * without one: the same Redis key, the same lock. But the marker is
+ * "<key prefix>dlock:redlock:marker", so A's acquire recorded
+ * app:dlock:redlock:marker, and the root client B looks for
+ * dlock:redlock:marker, finds it nowhere, sees "a fresh deployment" and
+ * counts node 3 (restarted empty) at once: B gets nodes 3, 4, 5 and holds
+ * the key A holds. No node is frozen here: one data loss is enough.
+ */
+TEST(marker2_a_client_with_another_key_prefix_on_the_same_key_holds_it_out_too) {
+  fresh();
+  dlock_client *ca = NULL, *cb = NULL;
+  dlock_mutex *a = a_on_bare_majority(&ca, "app:", "orders", "app:orders");
+  if (!a) { resume_all(); TEST_FAIL("setup: A could not take 'app:orders' on nodes 1-3"); }
+  cb = rl_client(NULL, 2000);
+  int rc = -1;
+  char msg[1024] = "";
+  long long a_left = 0;
+  if (cb) {
+    rc = try_while_a_holds(cb, "app:orders", a, "B", msg, sizeof msg, &a_left);
+  }
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (cb) dlock_client_free(cb);
+  resume_all();
+  if (!cb) TEST_FAIL("client B could not start");
+  if (rc == 0 && a_left > 0)
+    TEST_FAIL("B (no prefix) acquired 'app:orders' while A (prefix app:) held it (%lld ms left): "
+              "the marker is per prefix, the key is not", a_left);
+  printf("  B: rc %d (%s)\n", rc, msg);
+}
+
+/*
+ * Finding 3 (high): the marker is laundered onto the node that lost it. A
+ * successful acquire records the marker on each node that took it and
+ * counts; while nodes 1 and 2 (which have the marker) are briefly frozen,
+ * any client's acquire of ANY other name sees "a fresh deployment" (finding
+ * 1), succeeds on nodes 3, 4, 5 and writes the marker onto node 3, which
+ * restarted empty and forgot A's hold. From then on node 3 looks like a node
+ * that kept its data, for every client, with every node healthy: after nodes
+ * 1 and 2 resume, a new client C gets 'orders' on nodes 3, 4, 5 while A's
+ * hold (nodes 1-3) is still valid. The pause is over before C's acquire; C
+ * itself sees every node answer.
+ */
+TEST(marker3_another_lock_cannot_write_the_marker_onto_the_emptied_node) {
+  fresh();
+  dlock_client *ca = NULL, *cb = NULL, *cc = NULL;
+  dlock_mutex *a = a_on_bare_majority(&ca, NULL, "orders", "orders");
+  if (!a) { resume_all(); TEST_FAIL("setup: A could not take 'orders' on nodes 1-3"); }
+  kill(srv[0].pid, SIGSTOP);
+  kill(srv[1].pid, SIGSTOP);
+  int rb = -1, rc = -1;
+  char msg[1024] = "", marker3[256] = "";
+  long long a_left = 0;
+  cb = rl_client(NULL, 1000);
+  if (cb) {
+    dlock_mutex_options mo;
+    dlock_mutex_options_init(&mo);
+    mo.lease_ms = 5000;
+    dlock_mutex *b = NULL;
+    dlock_mutex_new(&b, cb, "reports", &mo);
+    rb = dlock_mutex_acquire(b, 0);
+    if (rb == 0) dlock_mutex_release(b);
+    dlock_mutex_free(b);
+    dlock_client_free(cb);
+  }
+  kill(srv[0].pid, SIGCONT);
+  kill(srv[1].pid, SIGCONT);
+  th_sleep_ms(500);
+  th_redis_cli(&srv[2], marker3, sizeof marker3, "EXISTS dlock:redlock:marker");
+  cc = rl_client(NULL, 2000);
+  if (cc) {
+    rc = try_while_a_holds(cc, "orders", a, "C", msg, sizeof msg, &a_left);
+  }
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (cc) dlock_client_free(cc);
+  resume_all();
+  printf("  B's acquire of 'reports' with nodes 1-2 frozen: %d; node 3 has the marker after: %s\n", rb, marker3);
+  if (!cc) TEST_FAIL("client C could not start");
+  if (rc == 0 && a_left > 0)
+    TEST_FAIL("C acquired 'orders' with every node up while A still held it (%lld ms left): "
+              "B's acquire of another lock wrote the marker onto the emptied node 3", a_left);
+  printf("  C: rc %d (%s)\n", rc, msg);
+}
+
+/*
+ * Finding 4 (high): fences go backwards between holds that do not overlap,
+ * with one node of five losing its data. docs/redlock.md, "Fences across the
+ * quorum", guarantees strictly increasing fences "also when up to a minority
+ * of the nodes lost their data between the holds", arguing that the next
+ * majority shares a node with the one that stored F, and that a node that
+ * lost its counter restarts from its clock "above any fence it issued". But
+ * the shared node may be the one that lost its data, and F was not issued
+ * by it: it is the write-back of the highest counter of A's majority, here
+ * node 1's, whose clock ran an hour ahead (simulated by its counter; the
+ * docs do not ask for synchronised clocks). A holds 'orders' (3 s lease) on
+ * nodes 1-3 (4 and 5 held a leftover foreign token then), F is written back
+ * to nodes 1-3 only, A releases. Node 3 restarts empty and, once up longer
+ * than the longest lease, counts again (as documented). Nodes 1 and 2 are
+ * then unreachable (SIGSTOP; 2 of 5 down is within what Redlock survives;
+ * they lose nothing). B's majority is nodes 3, 4, 5, none of which knows F:
+ * B's fence is below A's. A late write of A's is then not refused by
+ * fence checks where the data lives (WHERE fence < token).
+ */
+TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreachable) {
+  fresh();
+  char out[256];
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  unsigned long long ahead = ((unsigned long long)tv.tv_sec + 3600ULL) * 1000000ULL;
+  th_redis_cli(&srv[0], out, sizeof out, "SET '{orders}:fence' %llu", ahead);
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out, "SET orders foreignfeedfacefeedfacefeedface PX 2500");
+  dlock_client *ca = rl_client(NULL, 2000), *cb = NULL;
+  if (!ca) { resume_all(); TEST_FAIL("client A could not start"); }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 3000;
+  dlock_mutex *a = NULL;
+  dlock_mutex_new(&a, ca, "orders", &mo);
+  int ra = dlock_mutex_acquire(a, 0);
+  unsigned long long fa = dlock_mutex_fence(a);
+  if (ra == 0) dlock_mutex_release(a);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (ra != 0) { resume_all(); TEST_FAIL("setup: A's acquire failed: %d", ra); }
+  if (th_redis_restart(&srv[2]) != 0) { resume_all(); TEST_FAIL("cannot restart node 3"); }
+  th_sleep_ms(5000); /* node 3 up longer than the longest lease (3 s); the foreign token is gone */
+  kill(srv[0].pid, SIGSTOP);
+  kill(srv[1].pid, SIGSTOP);
+  int rb = -1;
+  unsigned long long fb = 0;
+  char msg[1024] = "";
+  cb = rl_client(NULL, 1000);
+  if (cb) {
+    dlock_mutex *b = NULL;
+    dlock_mutex_new(&b, cb, "orders", &mo);
+    rb = dlock_mutex_acquire(b, 0);
+    fb = dlock_mutex_fence(b);
+    snprintf(msg, sizeof msg, "%s", dlock_mutex_errmsg(b) ? dlock_mutex_errmsg(b) : "");
+    if (rb == 0) dlock_mutex_release(b);
+    dlock_mutex_free(b);
+    dlock_client_free(cb);
+  }
+  kill(srv[0].pid, SIGCONT);
+  kill(srv[1].pid, SIGCONT);
+  resume_all();
+  printf("  A's fence %llu; B: rc %d fence %llu (%s)\n", fa, rb, fb, msg);
+  if (rb == 0 && fb <= fa)
+    TEST_FAIL("B's hold after A's has a lower fence: %llu <= %llu", fb, fa);
+}
+
+/*
+ * Finding 5 (medium): a node emptied by FLUSHALL (or FLUSHDB, or a node
+ * replaced by an empty one that was started long ago) is counted at once.
+ * docs/redlock.md names FLUSHALL among the losses the marker detects ("a
+ * node without it lost its data (a restart without persistence, FLUSHALL,
+ * a node replaced by an empty one)"), but it holds such a node out only
+ * while its uptime is below the longest lease, and FLUSHALL does not reset
+ * the uptime. Nodes up 10 s, A holds 'orders' with an 8 s lease on nodes
+ * 1-3 (4 and 5 held a leftover foreign token), node 3 is flushed: a new
+ * client B is told node 3 has no marker, yet counts it (up 10 s > 8 s) and
+ * holds 'orders' on nodes 3, 4, 5 while A's hold is valid.
+ */
+TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) {
+  fresh();
+  char out[256];
+  up_at_least_s(10);
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out, "SET orders foreignfeedfacefeedfacefeedface PX 1000");
+  dlock_client *ca = rl_client(NULL, 2000), *cb = NULL;
+  if (!ca) { resume_all(); TEST_FAIL("client A could not start"); }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 8000;
+  dlock_mutex *a = NULL;
+  dlock_mutex_new(&a, ca, "orders", &mo);
+  int ra = dlock_mutex_acquire(a, 0);
+  if (ra != 0) { dlock_mutex_free(a); dlock_client_free(ca); resume_all(); TEST_FAIL("setup: A's acquire failed: %d", ra); }
+  th_sleep_ms(1200); /* the foreign token expires */
+  th_redis_cli(&srv[2], out, sizeof out, "FLUSHALL");
+  int rb = -1;
+  char msg[1024] = "";
+  long long a_left = 0;
+  cb = rl_client(NULL, 2000);
+  if (cb) {
+    dlock_mutex *b = NULL;
+    dlock_mutex_new(&b, cb, "orders", &mo);
+    rb = dlock_mutex_acquire(b, 0);
+    snprintf(msg, sizeof msg, "%s", dlock_mutex_errmsg(b) ? dlock_mutex_errmsg(b) : "");
+    a_left = (long long)dlock_mutex_valid_until(a) - dlock_mono_now();
+    dlock_mutex_free(b);
+    dlock_client_free(cb);
+  }
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  resume_all();
+  printf("  B: rc %d, A has %lld ms left (%s)\n", rb, a_left, msg);
+  if (rb == 0 && a_left > 0)
+    TEST_FAIL("B acquired 'orders' while A still held it (%lld ms left): node 3, flushed, counted "
+              "because its uptime exceeds the lease", a_left);
 }
 
 TEST_MAIN()
