@@ -1,0 +1,164 @@
+/*
+ * open_redlock_review2.c - open findings of the second adversarial review of
+ * Redlock (docs/redlock.md), with real redis-servers and real faults
+ * (FLUSHALL, kill -9 + restart empty, SIGSTOP). Each TEST fails on the code
+ * it was written against; it moves to the review suite with its fix.
+ *
+ * Attacks that held (no finding): see the list at the end of this comment.
+ *
+ * Every server is stopped by PID (th_redis_stop_n) on every path: the work of
+ * a test runs in a function that returns a message, the servers are resumed
+ * (SIGCONT) and stopped, then the test fails with that message.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "test.h"
+
+#define N 5
+
+static th_redis srv[N];
+static char url[4096];
+
+static int start_all(void) {
+  if (th_redis_start_n(srv, N, NULL) != 0) return -1;
+  th_redlock_url(srv, N, url, sizeof url);
+  return 0;
+}
+
+static void stop_all(void) {
+  for (int i = 0; i < N; i++)
+    if (srv[i].pid > 0) kill(srv[i].pid, SIGCONT);
+  th_redis_stop_n(srv, N);
+}
+
+static dlock_client *client(const char *prefix) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.key_prefix = prefix;
+  o.command_timeout_ms = 1000;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return NULL;
+  return c;
+}
+
+static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease;
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, name, &mo) != 0) return NULL;
+  return m;
+}
+
+static char failmsg[4096];
+
+static const char *fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(failmsg, sizeof failmsg, fmt, ap);
+  va_end(ap);
+  return failmsg;
+}
+
+/* ------------------------------------------------------------------------ */
+/*
+ * Finding 1: the deployment looks new after its nodes lost their data at
+ * different times, more than a lease apart, while one lock is held
+ * throughout (e.g. a leader lock during a rolling restart without
+ * persistence), and a second client takes the lock while the first holds it.
+ *
+ * Promise (docs/redlock.md, "Restarts"): "Survived: nodes losing their data
+ * (restarted empty, flushed, replaced) at any moment, any number of them
+ * short of all, also while other nodes are frozen or cut off, for every
+ * client whatever its key prefix: one node that kept its marker (answering or
+ * not) stops the deployment from looking new, and every emptied node waits
+ * the longest lease on its own clock". Not survived is only "every node
+ * losing its data within a lease".
+ *
+ * Attack: A holds 'job' (3 s lease, extended every 600 ms). Nodes 1 and 2
+ * are flushed; A's renewals re-seed its key there, so they hold A's lock
+ * again, and A's client still counts them. No acquire runs afterwards, so
+ * nothing writes the restart marker back on nodes 1 and 2: they serve as
+ * full members with no marker, for ever. 4.5 s later (more than the longest
+ * lease after the first loss: not "within a lease") nodes 3, 4 and 5 are
+ * flushed: three of five, short of all. A new client B acquires 'job'.
+ *
+ * Expected: nodes 3-5 are held out (had nodes 1 and 2 kept a marker that
+ * counts, they would be), B gets DLOCK_EBUSY/EQUORUM while A's validity lasts.
+ * What happens: every node answers and none has a marker that counts, so B's
+ * acquire takes the deployment for new, promotes every node and takes 'job'
+ * on nodes 3-5 while A's dlock_mutex_valid_until() is seconds away: two
+ * holders of one lock.
+ */
+static const char *staggered_loss(void) {
+  char out[512];
+  dlock_client *ca = client(NULL), *cb = NULL;
+  if (!ca) return fail("client A: %s", dlock_last_error());
+  dlock_mutex *a = mutex(ca, "job", 3000), *b = NULL;
+  const char *r = NULL;
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc != 0) {
+    r = fail("A's first acquire: %d %s", rc, dlock_mutex_errmsg(a));
+    goto out;
+  }
+  for (int i = 0; i < 2; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  long long t0 = th_now_ms();
+  for (int k = 0; k < 40 && th_now_ms() - t0 < 4500; k++) {
+    rc = dlock_mutex_extend(a, 3000);
+    if (rc != 0) {
+      r = fail("A's extend %d after nodes 1, 2 were flushed: %d %s", k, rc, dlock_mutex_errmsg(a));
+      goto out;
+    }
+    th_sleep_ms(600);
+  }
+  rc = dlock_mutex_extend(a, 3000);
+  if (rc != 0) {
+    r = fail("A's last extend: %d %s", rc, dlock_mutex_errmsg(a));
+    goto out;
+  }
+  th_redis_cli(&srv[0], out, sizeof out, "EXISTS job");
+  if (strcmp(out, "1") != 0) {
+    r = fail("A's renewal did not re-seed node 1 (EXISTS job: %s): the attack's premise failed", out);
+    goto out;
+  }
+  for (int i = 2; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  cb = client(NULL);
+  if (!cb) {
+    r = fail("client B: %s", dlock_last_error());
+    goto out;
+  }
+  b = mutex(cb, "job", 3000);
+  dlock_mono_ms before = dlock_mono_now();
+  rc = dlock_mutex_acquire(b, 0);
+  dlock_mono_ms a_until = dlock_mutex_valid_until(a);
+  if (rc == 0 && a_until > before)
+    r = fail("B acquired 'job' (fence %" PRIu64 ") while A held it for %" PRId64
+             " ms more (A's fence %" PRIu64 "): nodes 1, 2 emptied 4.5 s before, then 3, 4, 5",
+             dlock_mutex_fence(b), (int64_t)(a_until - before), dlock_mutex_fence(a));
+  else
+    printf("  B: %d %s\n", rc, dlock_mutex_errmsg(b));
+out:
+  dlock_mutex_free(b);
+  dlock_mutex_free(a);
+  if (cb) dlock_client_free(cb);
+  dlock_client_free(ca);
+  return r;
+}
+
+TEST(open1_nodes_emptied_a_lease_apart_make_the_deployment_look_new_while_a_lock_is_held) {
+  if (start_all() != 0) TEST_SKIP("cannot start %d redis-servers", N);
+  const char *r = staggered_loss();
+  stop_all();
+  if (r) TEST_FAIL("%s", r);
+}
+
+TEST_MAIN()
