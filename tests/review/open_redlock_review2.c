@@ -161,4 +161,79 @@ TEST(open1_nodes_emptied_a_lease_apart_make_the_deployment_look_new_while_a_lock
   if (r) TEST_FAIL("%s", r);
 }
 
+/* ------------------------------------------------------------------------ */
+/*
+ * Finding 2: three of five nodes emptied while the other two (which kept
+ * their marker and A's lease) are frozen: a client with a shorter lease holds
+ * the emptied nodes out for ITS lease only, then takes the lock while A's
+ * longer lease still runs.
+ *
+ * Promise (docs/redlock.md, "Restarts"): "Survived: nodes losing their data
+ * ... any number of them short of all, also while other nodes are frozen or
+ * cut off, for every client whatever its key prefix: one node that kept its
+ * marker (answering or not) stops the deployment from looking new, and every
+ * emptied node waits the longest lease on its own clock, by which time every
+ * hold it may have forgotten has ended". A's 8 s lease was announced by an
+ * acquire that every node answered (recorded on all five markers), so it is
+ * not "a lease longer than any acquire announced". (The caveat "a lease
+ * announced only to nodes that are all unreachable now is not known either"
+ * is the closest exclusion: here it was announced to all five, and the three
+ * reachable ones forgot it by losing their data, which the Survived bullet
+ * covers; at the least the two statements contradict each other.)
+ *
+ * Attack: A acquires 'job' with an 8 s lease (all five answer). Nodes 1 and 2
+ * are frozen (SIGSTOP), nodes 3, 4, 5 flushed. A new client B, whose lease is
+ * 1 s, tries 'job': refused, the emptied nodes held out "for the longest
+ * lease, 1000 ms". 1.2 s later it tries again.
+ * What happens: B acquires 'job' while A's validity has about 6 s left.
+ */
+static const char *short_lease_client(void) {
+  char out[512];
+  dlock_client *ca = client(NULL), *cb = NULL;
+  if (!ca) return fail("client A: %s", dlock_last_error());
+  dlock_mutex *a = mutex(ca, "job", 8000), *b = NULL;
+  const char *r = NULL;
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc != 0) {
+    r = fail("A's acquire: %d %s", rc, dlock_mutex_errmsg(a));
+    goto out;
+  }
+  kill(srv[0].pid, SIGSTOP);
+  kill(srv[1].pid, SIGSTOP);
+  for (int i = 2; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  cb = client(NULL);
+  if (!cb) {
+    r = fail("client B: %s", dlock_last_error());
+    goto out;
+  }
+  b = mutex(cb, "job", 1000);
+  for (int k = 0; k < 3; k++) {
+    dlock_mono_ms before = dlock_mono_now();
+    rc = dlock_mutex_acquire(b, 0);
+    dlock_mono_ms a_until = dlock_mutex_valid_until(a);
+    if (rc == 0 && a_until > before) {
+      r = fail("B (1 s lease) acquired 'job' at try %d (fence %" PRIu64 ") while A (8 s lease) held it for %" PRId64
+               " ms more: nodes 1, 2 frozen, 3, 4, 5 flushed", k + 1, dlock_mutex_fence(b),
+               (int64_t)(a_until - before));
+      goto out;
+    }
+    printf("  B try %d: %d %s\n", k + 1, rc, dlock_mutex_errmsg(b));
+    if (rc == 0) dlock_mutex_release(b);
+    th_sleep_ms(1200);
+  }
+out:
+  dlock_mutex_free(b);
+  dlock_mutex_free(a);
+  if (cb) dlock_client_free(cb);
+  dlock_client_free(ca);
+  return r;
+}
+
+TEST(open2_a_shorter_lease_client_promotes_emptied_nodes_while_the_marked_ones_are_frozen) {
+  if (start_all() != 0) TEST_SKIP("cannot start %d redis-servers", N);
+  const char *r = short_lease_client();
+  stop_all();
+  if (r) TEST_FAIL("%s", r);
+}
+
 TEST_MAIN()
