@@ -4,7 +4,36 @@
  * (FLUSHALL, kill -9 + restart empty, SIGSTOP). Each TEST fails on the code
  * it was written against; it moves to the review suite with its fix.
  *
- * Attacks that held (no finding): see the list at the end of this comment.
+ * Findings (each TEST below fails on main 6173a8e):
+ *  open1 (high): nodes that lost their data a lease apart (2, then 3 of 5,
+ *    as in a rolling restart without persistence) make the deployment look
+ *    new while one lock is held throughout: a new client takes it.
+ *  open2 (medium; or a contradiction in the docs): with the two nodes that
+ *    kept the marker frozen and the other three emptied, a client with a
+ *    shorter lease holds the emptied nodes out for its own lease only and
+ *    takes the lock under a longer lease still running.
+ *
+ * Attacks that held (no finding):
+ *  - history check, 4 processes (two with key prefix "app:" and name "job",
+ *    two with no prefix and name "app:job": the same key), a new client per
+ *    hold, 1.5 s fixed lease, 30 s of faults: SIGSTOP of one node, kill -9 +
+ *    restart empty of one, then two, FLUSHALL of two, then of three while two
+ *    others were frozen, restart of two empty with a third frozen: ~140
+ *    holds, no two holds' [acquired, min(valid_until, release)] overlapped,
+ *    fences strictly rose in acquisition order, no DLOCK_EUNKNOWN;
+ *  - the same with 2 nodes frozen and the 3 others restarted empty at once,
+ *    every client on the same lease: the emptied nodes were held out;
+ *  - control for open1: the same steps without the first loss (nodes 1 and
+ *    2 keep their marker): the three flushed nodes are held out ("restarted
+ *    without its data ... counts again in about 3032 ms"), B gets
+ *    DLOCK_EQUORUM;
+ *  - fences across holds on loopback: every node's clock floor (server TIME
+ *    in µs, one machine's clock) keeps them rising whatever data is lost;
+ *    only a counter above the clock (a clock ahead, excluded by the docs)
+ *    could show the write-back's limits.
+ *
+ * Servers: five private redis-servers per test on free loopback ports
+ * (th_redis_start_n), no persistence.
  *
  * Every server is stopped by PID (th_redis_stop_n) on every path: the work of
  * a test runs in a function that returns a message, the servers are resumed
@@ -97,7 +126,14 @@ static const char *fail(const char *fmt, ...) {
  * What happens: every node answers and none has a marker that counts, so B's
  * acquire takes the deployment for new, promotes every node and takes 'job'
  * on nodes 3-5 while A's dlock_mutex_valid_until() is seconds away: two
- * holders of one lock.
+ * holders of one lock ("B acquired 'job' (fence ...) while A held it for
+ * 2899 ms more"). The same with kill -9 + restart empty instead of FLUSHALL
+ * and A in watchdog mode (3 s watchdog lease): B acquired while A's validity
+ * had 2181 ms left; A saw the loss only at its next renewal. Control: without
+ * the first loss of nodes 1 and 2 (they keep their marker) B is refused,
+ * nodes 3-5 held out. Cause: the marker is written back only by an acquire,
+ * and a node holding no counting marker is not treated as one that kept its
+ * data, though renewals keep counting it and re-seed their locks there.
  */
 static const char *staggered_loss(void) {
   char out[512];
