@@ -12,6 +12,8 @@
  *    kept the marker frozen and the other three emptied, a client with a
  *    shorter lease holds the emptied nodes out for its own lease only and
  *    takes the lock under a longer lease still running.
+ *  open3 (low): one server listed twice under two names (127.0.0.1:P and
+ *    localhost:P) is not refused, and counts twice toward the quorum.
  *
  * Attacks that held (no finding):
  *  - history check, 4 processes (two with key prefix "app:" and name "job",
@@ -269,6 +271,57 @@ TEST(open2_a_shorter_lease_client_promotes_emptied_nodes_while_the_marked_ones_a
   if (start_all() != 0) TEST_SKIP("cannot start %d redis-servers", N);
   const char *r = short_lease_client();
   stop_all();
+  if (r) TEST_FAIL("%s", r);
+}
+
+/* ------------------------------------------------------------------------ */
+/*
+ * Finding 3 (low): one server listed twice under two names counts twice.
+ *
+ * Promise (docs/redlock.md, "Nodes and URLs"): "3 or more nodes ... a node
+ * listed twice is refused." The client reads each node's run_id (INFO
+ * server) when it connects, so it can tell that two entries are one server.
+ *
+ * Attack: redlock://127.0.0.1:P1,localhost:P1,127.0.0.1:P2 (two servers,
+ * three entries). What happens: the client is created; with the server P2
+ * frozen, an acquire succeeds on P1 alone, counted as 2 of 3 nodes: a
+ * "majority" held by one of two servers, so a client that lists the
+ * deployment correctly can hold the same lock on the others at once.
+ */
+static const char *listed_twice(void) {
+  char why[200], u[512];
+  if (!th_localhost_resolves(why, sizeof why)) return "skip";
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,localhost:%d,127.0.0.1:%d", srv[0].port, srv[0].port,
+           srv[1].port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = u;
+  o.command_timeout_ms = 1000;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return NULL; /* refused: the promise holds */
+  dlock_mutex *m = mutex(c, "job", 3000);
+  const char *r = NULL;
+  int rc = dlock_mutex_acquire(m, 0); /* all answer: a new deployment, every node promoted */
+  if (rc == 0) dlock_mutex_release(m);
+  kill(srv[1].pid, SIGSTOP);
+  rc = dlock_mutex_acquire(m, 0);
+  if (rc == 0)
+    r = fail("'%s' was accepted, and with 127.0.0.1:%d frozen 'job' was acquired on 127.0.0.1:%d alone "
+             "(counted twice, 2 of 3)", u, srv[1].port, srv[0].port);
+  else
+    r = fail("'%s' was accepted (one server listed twice under two names); acquire with the other frozen: %d %s",
+             u, rc, dlock_mutex_errmsg(m));
+  kill(srv[1].pid, SIGCONT);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return r;
+}
+
+TEST(open3_one_server_listed_under_two_names_is_not_refused_and_counts_twice) {
+  if (start_all() != 0) TEST_SKIP("cannot start %d redis-servers", N);
+  const char *r = listed_twice();
+  stop_all();
+  if (r && strcmp(r, "skip") == 0) TEST_SKIP("the name localhost does not resolve to 127.0.0.1 here");
   if (r) TEST_FAIL("%s", r);
 }
 
