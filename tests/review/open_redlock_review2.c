@@ -29,6 +29,15 @@
  *    2 keep their marker): the three flushed nodes are held out ("restarted
  *    without its data ... counts again in about 3032 ms"), B gets
  *    DLOCK_EQUORUM;
+ *  - EUNKNOWN on a maybe-majority: three of five nodes frozen on pooled
+ *    connections, an acquire (5 s lease) took 2 and answered DLOCK_EUNKNOWN
+ *    after about 1 s (the 500 ms per-node deadline, then the cleanup's);
+ *    once resumed, the three nodes held our token as warned, and another
+ *    client got DLOCK_EBUSY until that lease ended, then the lock;
+ *  - renewals, release and acquire under two frozen nodes of five: a 1.5 s
+ *    watchdog hold survived 8 s with nodes 2 and 4 SIGSTOPped; release and a
+ *    new acquire took about 25-35 ms; 20 of 20 acquires with a 600 ms lease
+ *    succeeded;
  *  - fences across holds on loopback: every node's clock floor (server TIME
  *    in µs, one machine's clock) keeps them rising whatever data is lost;
  *    only a counter above the clock (a clock ahead, excluded by the docs)
