@@ -1,0 +1,292 @@
+/*
+ * open_sp_review2.c - adversarial review (branch revsp2) of the promises of
+ * docs/topologies.md for Redis Sentinel and Cluster (the guard's floor across
+ * a change of master) and of docs/postgres.md (the doctor's replication
+ * checks). Real servers (tests/harness_*.h), real faults (SIGKILL, restart
+ * without data), no mocks. Each TEST below is an OPEN finding: it fails on
+ * the code it was written against. Built only with -DDLOCK_OPEN_FINDINGS=ON.
+ *
+ * Attacks that held (no test here):
+ *  - Sentinel, SIGKILL of the master and promotion of the replica: tokens
+ *    issued on the old master are refused on the promoted one (its floor is
+ *    "now", second_repl_offset != -1), tokens issued after are admitted.
+ *  - A token issued on the new master before the first guard check: the
+ *    fence is taken at or above the floor made by that same acquire.
+ *  - A resource guarded for the first time after the failover: the floor
+ *    is per server, not per resource, so the first check already has it.
+ *  - Fences rising across a restart without data (clock floor), clocks
+ *    agreeing (one host).
+ *  (see the report of branch revsp2 for the list as run)
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "harness_pg.h"
+#include "harness_sentinel.h"
+#include "test.h"
+
+static long long real_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+/* Sleep until the wall clock is 'at_us' microseconds into a second. */
+static void sleep_to_frac(long at_us) {
+  long long now = real_us();
+  long long frac = now % 1000000LL;
+  long long wait = at_us - frac;
+  if (wait <= 0) wait += 1000000LL;
+  struct timespec ts = {(time_t)(wait / 1000000LL), (long)(wait % 1000000LL) * 1000L};
+  nanosleep(&ts, NULL);
+}
+
+static long long info_num(const th_redis *r, const char *field) {
+  char out[8192];
+  if (th_redis_cli(r, out, sizeof out, "INFO server") != 0) return -1;
+  const char *p = strstr(out, field);
+  if (!p) return -1;
+  p += strlen(field);
+  if (*p != ':') return -1;
+  return strtoll(p + 1, NULL, 10);
+}
+
+static dlock_client *new_client(const char *url) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 4000;
+  dlock_client *c = NULL;
+  for (int i = 0; i < 40 && !c; i++) {
+    if (dlock_client_new(&c, &o) != 0) { c = NULL; th_sleep_ms(100); }
+  }
+  return c;
+}
+
+/*
+ * FINDING 1 (high: a stale token admitted after a higher one).
+ * Promise (docs/topologies.md, "The guard across a failover"): a record lost
+ * with the data ("a restart without persistence") means the floor is taken
+ * "on one never promoted, the time its process started (it has been a master
+ * since, so every token of an earlier master is below that). ... every token
+ * issued before the change of master is refused with DLOCK_ESTALE".
+ * Attack: Sentinel set; holder A gets fence fa and the guard admits it;
+ * holder B gets fb > fa and the guard admits fb. The master is SIGKILLed and
+ * restarted at once without its data (before the sentinels' down-after), in
+ * the same wall-clock second as fa. Then, early in a later second (its
+ * fraction below fa's), the stale holder A checks fa on the restarted master.
+ * What happened: fa is ADMITTED (0), although fb > fa was admitted before.
+ * Cause: prelude.lua computes the process start as server_time_usec -
+ * uptime_in_seconds*1e6, but Redis's uptime is unixtime - stat_starttime in
+ * whole seconds (time(NULL) at start), so that value is floor(start) plus
+ * the fraction of the current second: anywhere in [floor(start),
+ * floor(start)+1 s), up to a second BEFORE the real start, below tokens the
+ * old process issued in its last second. (The reverse case, up to a second
+ * after the real start, wrongly refuses a Cluster lock of another slot
+ * issued in the process's first second.)
+ */
+TEST(sentinel_restart_without_data_admits_stale_token_of_same_second) {
+  th_sentinel_set s;
+  if (th_sentinel_set_start(&s, "revsp2a") != 0) TEST_SKIP("no sentinel set (redis-server/sentinel missing?)");
+  dlock_client *c = NULL, *c2 = NULL;
+  dlock_mutex *a = NULL, *b = NULL;
+  int admitted_stale = 0, tried = 0;
+  char detail[512] = "";
+  long long t_end = th_now_ms() + 60000;
+  for (int attempt = 0; attempt < 6 && !admitted_stale && th_now_ms() < t_end; attempt++) {
+    char lock[64], res[64];
+    snprintf(lock, sizeof lock, "revsp2-l%d", attempt);
+    snprintf(res, sizeof res, "revsp2-r%d", attempt);
+    if (!c) c = new_client(s.url);
+    if (!c) break;
+    if (dlock_mutex_new(&a, c, lock, NULL) != 0 || dlock_mutex_new(&b, c, lock, NULL) != 0) break;
+    sleep_to_frac(100000); /* 0.1 s into a second */
+    int rc = dlock_mutex_acquire(a, 2000);
+    if (rc != 0) goto next;
+    uint64_t fa = dlock_mutex_fence(a);
+    if (dlock_guard_check(c, res, fa) != 0) goto next;
+    dlock_mutex_release(a);
+    if (dlock_mutex_acquire(b, 2000) != 0) goto next;
+    uint64_t fb = dlock_mutex_fence(b);
+    if (!(fb > fa) || dlock_guard_check(c, res, fb) != 0) goto next;
+    /* Kill the master and restart it empty, at once. */
+    dlock_mutex_free(a); a = NULL;
+    dlock_mutex_free(b); b = NULL;
+    dlock_client_free(c); c = NULL;
+    if (th_redis_restart(&s.master) != 0) break;
+    {
+      long long t = info_num(&s.master, "server_time_usec");
+      long long up = info_num(&s.master, "uptime_in_seconds");
+      if (t < 0 || up < 0) goto next;
+      long long start_s = t / 1000000LL - up;
+      /* The restart must have happened in fa's second for the attack. */
+      if (start_s != (long long)(fa / 1000000ULL)) {
+        fprintf(stderr, "  (attempt %d: restart second %lld, fa's second %llu: again)\n", attempt, start_s,
+                (unsigned long long)(fa / 1000000ULL));
+        goto next;
+      }
+    }
+    if (th_sentinel_wait_master(&s, s.master.port, 10000) != 0) goto next;
+    c2 = new_client(s.url);
+    if (!c2) goto next;
+    /* Early in a later second: below fa's fraction. */
+    {
+      long fa_frac = (long)(fa % 1000000ULL);
+      long at = fa_frac / 4;
+      if (at < 2000) { fprintf(stderr, "  (fa too early in its second: again)\n"); goto next; }
+      sleep_to_frac(at);
+    }
+    tried++;
+    {
+      uint64_t hi = 0;
+      rc = dlock_guard_check_highest(c2, res, fa, &hi);
+      snprintf(detail, sizeof detail,
+               "fa=%" PRIu64 " admitted, then fb=%" PRIu64 " admitted; master restarted empty; "
+               "guard_check(fa) on it -> %d (%s) highest %" PRIu64 ": %s",
+               fa, fb, rc, dlock_err_name(rc), hi, rc ? dlock_last_error() : "");
+      fprintf(stderr, "  %s\n", detail);
+      char rec[512] = "";
+      th_redis_cli(&s.master, rec, sizeof rec, "EVAL \"local k = redis.call('KEYS', '*dlock-epoch') "
+                   "if k[1] then return k[1] .. ' = ' .. redis.call('GET', k[1]) end return ''\" 0");
+      fprintf(stderr, "  the restarted master's record: %s (its process started at %lld s)\n", rec,
+              info_num(&s.master, "server_time_usec") / 1000000LL - info_num(&s.master, "uptime_in_seconds"));
+      if (rc == 0) admitted_stale = 1;
+    }
+  next:
+    if (a) { dlock_mutex_free(a); a = NULL; }
+    if (b) { dlock_mutex_free(b); b = NULL; }
+    if (c2) { dlock_client_free(c2); c2 = NULL; }
+  }
+  if (a) dlock_mutex_free(a);
+  if (b) dlock_mutex_free(b);
+  if (c) dlock_client_free(c);
+  th_sentinel_set_stop(&s);
+  if (!tried && !admitted_stale) TEST_SKIP("the restart never landed in the token's second (machine too slow)");
+  if (admitted_stale)
+    TEST_FAIL("a token issued before the master's restart without data was admitted although a higher one "
+              "had been: %s",
+              detail);
+}
+
+static int pg_wait_sql(const th_pg *p, const char *sql, const char *want, long timeout_ms) {
+  long long until = th_now_ms() + timeout_ms;
+  char out[256];
+  do {
+    if (th_pg_sql(p, NULL, out, sizeof out, "%s", sql) == 0 && strcmp(out, want) == 0) return 0;
+    th_sleep_ms(200);
+  } while (th_now_ms() < until);
+  fprintf(stderr, "  (waited for '%s' = '%s', last '%s')\n", sql, want, out);
+  return -1;
+}
+
+/*
+ * FINDING 2 (medium: a guard admission lost at a failover to a SYNCHRONOUS
+ * standby; the stale fence admitted again).
+ * Promise (docs/postgres.md, "Failover to an asynchronous standby"): "With
+ * synchronous_standby_names set (and synchronous_commit on, which dlock's
+ * statements force), a promoted synchronous standby has every commit that
+ * was acknowledged, and none of this happens" -- "this" including "rows of
+ * dlock.guards roll back (the guard admits once more a fence it had already
+ * superseded)". The doctor, for synchronous_commit = local, says dlock's own
+ * transactions are turned to on, set it on only "if other writers rely on it".
+ * Attack: primary + one streaming standby made synchronous
+ * (synchronous_standby_names '*', sync_state 'sync'; the doctor says
+ * "replication: ... all synchronous"); the database default
+ * synchronous_commit = local. Fence f1 then f2 taken and admitted by
+ * dlock_guard_check while the standby streams; the standby stops; the
+ * guard admits f2 once more... then f3 > f2 of a third holder is admitted
+ * while the synchronous standby is down; the primary is SIGKILLed, the
+ * synchronous standby promoted. The stale holder of f2 checks again.
+ * What happened: the guard statement (pg_sql.c sql_guard) does not run
+ * set_config('synchronous_commit','on',true) like the acquire does, so its
+ * commit returned at once without the synchronous standby (an acquire
+ * would have waited), the admission of f3 is gone on the promoted standby,
+ * and f2 is admitted again after f3 had been.
+ */
+TEST(pg_guard_admission_lost_at_failover_to_synchronous_standby) {
+  char why[256];
+  if (!th_pg_available(why, sizeof why)) TEST_SKIP("%s", why);
+  th_pg p, sb;
+  memset(&sb, 0, sizeof sb);
+  if (th_pg_start(&p, NULL) != 0) TEST_SKIP("postgres did not start");
+  if (th_pg_start_standby(&sb, &p) != 0) { th_pg_stop(&p); TEST_SKIP("no standby"); }
+  dlock_client *c = NULL, *c2 = NULL;
+  dlock_mutex *m = NULL;
+  char out[512], fail[1024] = "";
+  int rc;
+  uint64_t f1 = 0, f2 = 0, f3 = 0;
+  th_pg_sql(&p, NULL, out, sizeof out, "ALTER SYSTEM SET synchronous_standby_names = '*'");
+  th_pg_sql(&p, NULL, out, sizeof out, "SELECT pg_reload_conf()");
+  th_pg_sql(&p, NULL, out, sizeof out, "ALTER DATABASE postgres SET synchronous_commit = local");
+  if (pg_wait_sql(&p, "SELECT string_agg(sync_state, ',') FROM pg_stat_replication", "sync", 30000) != 0) {
+    snprintf(fail, sizeof fail, "setup: the standby did not become synchronous");
+    goto out;
+  }
+  c = th_pg_client(&p, "dlock", NULL);
+  if (!c) { snprintf(fail, sizeof fail, "setup: client: %s", dlock_last_error()); goto out; }
+  {
+    dlock_check chk[DLOCK_CHECK_MAX];
+    int n = dlock_client_check(c, chk, DLOCK_CHECK_MAX);
+    for (int i = 0; i < n; i++)
+      if (!strcmp(chk[i].name, "replication") || strstr(chk[i].found, "synchronous_commit"))
+        fprintf(stderr, "  doctor %s: %s\n", chk[i].name, chk[i].found);
+  }
+  if (dlock_mutex_new(&m, c, "revsp2-pg", NULL) != 0) goto out;
+  if ((rc = dlock_mutex_acquire(m, 5000)) != 0) { snprintf(fail, sizeof fail, "setup acquire1 %d", rc); goto out; }
+  f1 = dlock_mutex_fence(m);
+  dlock_mutex_release(m);
+  if ((rc = dlock_mutex_acquire(m, 5000)) != 0) { snprintf(fail, sizeof fail, "setup acquire2 %d", rc); goto out; }
+  f2 = dlock_mutex_fence(m);
+  dlock_mutex_release(m);
+  if ((rc = dlock_mutex_acquire(m, 5000)) != 0) { snprintf(fail, sizeof fail, "setup acquire3 %d", rc); goto out; }
+  f3 = dlock_mutex_fence(m);
+  dlock_mutex_release(m);
+  if (!(f1 < f2 && f2 < f3)) { snprintf(fail, sizeof fail, "setup: fences %" PRIu64 " %" PRIu64 " %" PRIu64, f1, f2, f3); goto out; }
+  if ((rc = dlock_guard_check(c, "revsp2-res", f2)) != 0) { snprintf(fail, sizeof fail, "setup guard f2 %d", rc); goto out; }
+  /* Let the standby receive the row of f2, then stop it. */
+  th_sleep_ms(1500);
+  th_pg_halt(&sb, 0);
+  long long t0 = th_now_ms();
+  rc = dlock_guard_check(c, "revsp2-res", f3);
+  fprintf(stderr, "  guard_check(f3=%" PRIu64 ") with the synchronous standby down -> %d (%s) in %lld ms\n", f3, rc,
+          dlock_err_name(rc), th_now_ms() - t0);
+  if (rc != 0) {
+    /* Refused or unsure while the synchronous standby is down: the promise holds. */
+    goto out;
+  }
+  th_pg_halt(&p, 1); /* the primary crashes */
+  if (th_pg_relaunch(&sb) != 0) { snprintf(fail, sizeof fail, "setup: standby relaunch"); goto out; }
+  th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_promote(true, 60)");
+  if (pg_wait_sql(&sb, "SELECT pg_is_in_recovery()", "f", 60000) != 0) {
+    snprintf(fail, sizeof fail, "setup: standby not promoted");
+    goto out;
+  }
+  c2 = th_pg_client(&sb, "dlock", NULL);
+  if (!c2) { snprintf(fail, sizeof fail, "setup: client of promoted: %s", dlock_last_error()); goto out; }
+  {
+    uint64_t hi = 0;
+    rc = dlock_guard_check_highest(c2, "revsp2-res", f2, &hi);
+    fprintf(stderr, "  on the promoted synchronous standby: guard_check(f2=%" PRIu64 ") -> %d (%s), highest %" PRIu64 "\n",
+            f2, rc, dlock_err_name(rc), hi);
+    if (rc == 0)
+      snprintf(fail, sizeof fail,
+               "f3=%" PRIu64 " was admitted (acknowledged) before the failover to the synchronous standby, "
+               "yet f2=%" PRIu64 " < f3 is admitted after it: the guard's commit did not wait for the "
+               "synchronous standby",
+               f3, f2);
+  }
+out:
+  if (m) dlock_mutex_free(m);
+  if (c) dlock_client_free(c);
+  if (c2) dlock_client_free(c2);
+  th_pg_stop(&sb);
+  th_pg_stop(&p);
+  if (fail[0]) TEST_FAIL("%s", fail);
+}
+
+TEST_MAIN()
