@@ -26,6 +26,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "harness_cluster.h"
 #include "harness_pg.h"
 #include "harness_sentinel.h"
 #include "test.h"
@@ -196,12 +197,13 @@ static int pg_wait_sql(const th_pg *p, const char *sql, const char *want, long t
  * transactions are turned to on, set it on only "if other writers rely on it".
  * Attack: primary + one streaming standby made synchronous
  * (synchronous_standby_names '*', sync_state 'sync'; the doctor says
- * "replication: ... all synchronous"); the database default
- * synchronous_commit = local. Fence f1 then f2 taken and admitted by
- * dlock_guard_check while the standby streams; the standby stops; the
- * guard admits f2 once more... then f3 > f2 of a third holder is admitted
- * while the synchronous standby is down; the primary is SIGKILLed, the
- * synchronous standby promoted. The stale holder of f2 checks again.
+ * "replication: 1 standby, all synchronous"); the database default
+ * synchronous_commit = local (the doctor warns "durability", saying dlock's
+ * own transactions are turned on). Fences f1 < f2 < f3 are taken; the guard
+ * admits f2 while the standby streams; the synchronous standby stops; the
+ * guard admits f3 (in 3 ms: an acquire would have waited); the primary is
+ * SIGKILLed and the synchronous standby promoted; the stale holder of f2
+ * checks again on it.
  * What happened: the guard statement (pg_sql.c sql_guard) does not run
  * set_config('synchronous_commit','on',true) like the acquire does, so its
  * commit returned at once without the synchronous standby (an acquire
@@ -287,6 +289,96 @@ out:
   th_pg_stop(&sb);
   th_pg_stop(&p);
   if (fail[0]) TEST_FAIL("%s", fail);
+}
+
+/*
+ * FINDING 3 (high: FINDING 1 on Redis Cluster, per slot).
+ * Promise (docs/topologies.md, Redis Cluster, "The fence guarantee"): "the
+ * floor is kept per slot ... after a failover of that slot's master, the
+ * guard refuses the tokens issued before it, as under Sentinel"; Sentinel's
+ * section: a record lost with the data (a restart without persistence) means
+ * the floor is the time the process started, "so every token of an earlier
+ * master is below that".
+ * Attack: a 3-master cluster (no replicas, no persistence); the resource is
+ * named like the lock (same slot, as the docs advise). Fence fa is admitted,
+ * then fb > fa; the slot's master is SIGKILLed and restarted at once without
+ * data (nodes.conf kept: master of its slots again) in fa's wall-clock
+ * second; once it serves again, the stale holder checks fa early in a later
+ * second (fraction below fa's).
+ * What happened: fa is admitted after fb was (the slot's floor is
+ * floor(start) + the fraction of the check's second, below fa).
+ * (Held, for the record: the reverse side of this rounding -- a floor up to
+ * a second AFTER the real start, which would refuse a token issued in the
+ * process's first second by a lock of another slot -- cannot be reached on
+ * a cluster: a rebooted master serves nothing for its first 2 s,
+ * CLUSTER_WRITABLE_DELAY.)
+ */
+TEST(cluster_restart_without_data_admits_stale_token_of_same_second) {
+  th_cluster cl;
+  if (th_cluster_start(&cl, 3, 0) != 0) TEST_SKIP("no cluster (redis-server/redis-cli missing?)");
+  dlock_client *c = NULL, *c2 = NULL;
+  dlock_mutex *a = NULL, *b = NULL;
+  char fail[1024] = "";
+  int tried = 0;
+  long long t_end = th_now_ms() + 70000;
+  for (int attempt = 0; attempt < 5 && !fail[0] && th_now_ms() < t_end; attempt++) {
+    char name[64];
+    snprintf(name, sizeof name, "revsp2-c%d", attempt);
+    int o = th_cluster_owner(&cl, name);
+    if (o < 0) continue;
+    if (!c) c = new_client(cl.url);
+    if (!c) break;
+    if (dlock_mutex_new(&a, c, name, NULL) != 0 || dlock_mutex_new(&b, c, name, NULL) != 0) break;
+    sleep_to_frac(100000);
+    if (dlock_mutex_acquire(a, 3000) != 0) goto next;
+    uint64_t fa = dlock_mutex_fence(a);
+    if (dlock_guard_check(c, name, fa) != 0) goto next;
+    dlock_mutex_release(a);
+    if (dlock_mutex_acquire(b, 3000) != 0) goto next;
+    uint64_t fb = dlock_mutex_fence(b);
+    if (!(fb > fa) || dlock_guard_check(c, name, fb) != 0) goto next;
+    dlock_mutex_free(a); a = NULL;
+    dlock_mutex_free(b); b = NULL;
+    dlock_client_free(c); c = NULL;
+    if (th_redis_restart(&cl.node[o]) != 0) break;
+    {
+      long long t = info_num(&cl.node[o], "server_time_usec"), up = info_num(&cl.node[o], "uptime_in_seconds");
+      long long start_s = t / 1000000LL - up;
+      if (t < 0 || up < 0 || start_s != (long long)(fa / 1000000ULL)) {
+        fprintf(stderr, "  (attempt %d: restart second %lld, fa's %llu: again)\n", attempt, start_s,
+                (unsigned long long)(fa / 1000000ULL));
+        goto next;
+      }
+    }
+    if (th_cluster_wait_ok(&cl, name, 20000) != 0) goto next;
+    c2 = new_client(cl.url);
+    if (!c2) goto next;
+    {
+      long at = (long)(fa % 1000000ULL) / 4;
+      if (at < 2000) goto next;
+      sleep_to_frac(at);
+    }
+    tried++;
+    {
+      uint64_t hi = 0;
+      int rc = dlock_guard_check_highest(c2, name, fa, &hi);
+      if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNECT) { tried--; goto next; }
+      fprintf(stderr, "  fa=%" PRIu64 " then fb=%" PRIu64 " admitted; slot master restarted empty; check(fa) -> %d (%s)\n",
+              fa, fb, rc, dlock_err_name(rc));
+      if (rc == 0)
+        snprintf(fail, sizeof fail,
+                 "on the restarted slot master, fa=%" PRIu64 " was admitted although fb=%" PRIu64 " > fa had been",
+                 fa, fb);
+    }
+  next:
+    if (a) { dlock_mutex_free(a); a = NULL; }
+    if (b) { dlock_mutex_free(b); b = NULL; }
+    if (c2) { dlock_client_free(c2); c2 = NULL; }
+  }
+  if (c) dlock_client_free(c);
+  th_cluster_stop(&cl);
+  if (fail[0]) TEST_FAIL("%s", fail);
+  if (!tried) TEST_SKIP("the restart never landed in the token's second (machine too slow)");
 }
 
 TEST_MAIN()
