@@ -469,4 +469,80 @@ TEST(held_sentinel_replica_missed_lock_write_fixed_lease_extend_says_failover) {
   if (r != 0) TEST_FAIL("%s", msg);
 }
 
+/*
+ * ATTACK THAT HELD (run with DLOCK_REVSP2_HELD=1): the same on Redis Cluster.
+ * 3 masters + 1 replica each; the replica of the lock's master is frozen,
+ * 40 MB in the lock's slot fill its link, a watchdog holder acquires (f1,
+ * admitted by the guard on a resource named like the lock), the master is
+ * SIGKILLed, the replica thawed and promoted without the lock. Promised:
+ * DLOCK_LOST_FAILOVER, a new fence above f1, f1 refused, the new one admitted.
+ */
+TEST(held_cluster_replica_missed_lock_write_reports_failover) {
+  if (!getenv("DLOCK_REVSP2_HELD")) TEST_SKIP("set DLOCK_REVSP2_HELD=1 to run the attacks that held");
+  th_cluster cl;
+  if (th_cluster_start(&cl, 3, 1) != 0) TEST_SKIP("no cluster");
+  char fail[1024] = "", skip[256] = "", out[8192];
+  dlock_client *c1 = NULL, *c2 = NULL;
+  dlock_mutex *h = NULL, *h2 = NULL;
+  const char *name = "revsp2-cfo";
+  int o = th_cluster_owner(&cl, name), r = -1;
+  char want[64];
+  snprintf(want, sizeof want, "master_port:%d", o >= 0 ? cl.node[o].port : -1);
+  for (int i = 0; i < cl.n && o >= 0; i++)
+    if (i != o && th_redis_cli(&cl.node[i], out, sizeof out, "INFO replication") == 0 && strstr(out, want)) r = i;
+  if (r < 0) { snprintf(skip, sizeof skip, "no replica of the lock's master found"); goto out; }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 20000;
+  c1 = new_client(cl.url);
+  if (!c1 || dlock_mutex_new(&h, c1, name, &mo) != 0) { snprintf(skip, sizeof skip, "client"); goto out; }
+  kill(cl.node[r].pid, SIGSTOP);
+  th_redis_cli(&cl.node[o], out, sizeof out,
+               "EVAL \"redis.call('SET', KEYS[1], string.rep('x', 40000000)) return 1\" 1 '{revsp2-cfo}:big'");
+  if (dlock_mutex_acquire(h, 0) != 0) { kill(cl.node[r].pid, SIGCONT); snprintf(skip, sizeof skip, "acquire"); goto out; }
+  uint64_t f1 = dlock_mutex_fence(h);
+  int g1 = dlock_guard_check(c1, name, f1);
+  kill(cl.node[o].pid, SIGKILL);
+  waitpid(cl.node[o].pid, NULL, 0);
+  cl.node[o].pid = 0;
+  th_sleep_ms(200);
+  kill(cl.node[r].pid, SIGCONT);
+  {
+    char slot[32] = "";
+    th_redis_cli(&cl.node[r], slot, sizeof slot, "CLUSTER KEYSLOT revsp2-cfo");
+    for (int i = 0; i < 50; i++) { /* the thawed replica may take a moment to read its link */
+      th_redis_cli(&cl.node[r], out, sizeof out, "CLUSTER GETKEYSINSLOT %s 20", slot);
+      if (strstr(out, "big")) break;
+      th_sleep_ms(100);
+    }
+  }
+  fprintf(stderr, "  f1=%" PRIu64 " guard %d; keys of the slot on the replica: %s\n", f1, g1, out);
+  {
+    int has = 0;
+    for (char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+      if (!strncmp(l, "revsp2-cfo", 10) && (l[10] == '\n' || l[10] == '\0')) has = 1;
+    if (has) { snprintf(skip, sizeof skip, "the replica got the write"); goto out; }
+  }
+  dlock_lost_reason why = DLOCK_LOST_NONE;
+  for (int i = 0; i < 250 && (why = dlock_mutex_lost(h)) == DLOCK_LOST_NONE; i++) th_sleep_ms(100);
+  c2 = new_client(cl.url);
+  if (!c2 || dlock_mutex_new(&h2, c2, name, NULL) != 0) { snprintf(skip, sizeof skip, "client2"); goto out; }
+  int rc = dlock_mutex_acquire(h2, 15000);
+  uint64_t f2 = rc == 0 ? dlock_mutex_fence(h2) : 0;
+  int gs = dlock_guard_check(c2, name, f1), gn = dlock_guard_check(c2, name, f2);
+  fprintf(stderr, "  lost=%s acquire2=%s f2=%" PRIu64 " guard(f1)=%s guard(f2)=%s\n", dlock_lost_reason_str(why),
+          dlock_err_name(rc), f2, dlock_err_name(gs), dlock_err_name(gn));
+  if (!(why == DLOCK_LOST_FAILOVER && rc == 0 && f2 > f1 && gs == DLOCK_ESTALE && gn == 0))
+    snprintf(fail, sizeof fail, "lost=%s acquire2=%s f1=%" PRIu64 " f2=%" PRIu64 " guard(f1)=%s guard(f2)=%s",
+             dlock_lost_reason_str(why), dlock_err_name(rc), f1, f2, dlock_err_name(gs), dlock_err_name(gn));
+out:
+  if (h2) dlock_mutex_free(h2);
+  if (h) dlock_mutex_free(h);
+  if (c2) dlock_client_free(c2);
+  if (c1) dlock_client_free(c1);
+  th_cluster_stop(&cl);
+  if (fail[0]) TEST_FAIL("%s", fail);
+  if (skip[0]) TEST_SKIP("%s", skip);
+}
+
 TEST_MAIN()
