@@ -566,4 +566,195 @@ out:
   if (skip[0]) TEST_SKIP("%s", skip);
 }
 
+/* Index of the node whose CLUSTER NODES "myself" line serves slot 0, or -1. */
+static int slot0_owner(th_cluster *cl) {
+  static char out[16384];
+  for (int i = 0; i < cl->n; i++) {
+    if (cl->node[i].pid <= 0 || th_redis_cli(&cl->node[i], out, sizeof out, "CLUSTER NODES") != 0) continue;
+    for (char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+      char *e = strchr(l, '\n');
+      size_t n = e ? (size_t)(e - l) : strlen(l);
+      char line[4096];
+      if (n >= sizeof line) n = sizeof line - 1;
+      memcpy(line, l, n);
+      line[n] = '\0';
+      if (strstr(line, "myself") && strstr(line, "master") && (strstr(line, " 0-") || strstr(line, " 0\0")))
+        return i;
+    }
+  }
+  return -1;
+}
+
+/*
+ * FINDING 4 (medium: a stale token admitted after a slot moved to another
+ * master that never held its data).
+ * Promise (docs/topologies.md, Redis Cluster, "The fence guarantee"): "A
+ * reshard that moves the slot to another master counts as such a change
+ * too: holders acquire again once" -- i.e. tokens issued before the change
+ * are refused (as after a failover), the floor being the point of the change.
+ * Attack: 3 masters, no replicas (the docs: a master lost with all its
+ * replicas loses its slots' locks); a resource named like its lock; fa then
+ * fb > fa admitted by the guard. The slot's master is SIGKILLed for good;
+ * once the others mark it failed, the operator gives the slot to another
+ * master (CLUSTER SETSLOT <slot> NODE <id> on the live masters, BUMPEPOCH,
+ * cluster-require-full-coverage no) -- the slot moved to another master. The
+ * stale holder of fa checks on it.
+ * What happened: fa is admitted although fb > fa had been: the new owner
+ * was never promoted, so prelude.lua floors the slot at that process's
+ * start (long before fa), not at the change ("a slot a reshard moved here,
+ * which loses nothing" -- but this move lost the guard's key).
+ */
+TEST(cluster_slot_given_to_another_master_admits_stale_token) {
+  th_cluster cl;
+  if (th_cluster_start(&cl, 3, 0) != 0) TEST_SKIP("no cluster");
+  char fail[1024] = "", skip[256] = "", out[16384], slot[32] = "", bid[64] = "";
+  dlock_client *c = NULL, *c2 = NULL;
+  dlock_mutex *m = NULL;
+  char namebuf[64];
+  const char *name = NULL;
+  int o = -1, z = slot0_owner(&cl);
+  /* A slot away from slot 0's master: dlock_client_new PINGs slot 0 (FINDING 5). */
+  for (int k = 0; k < 200 && z >= 0 && !name; k++) {
+    snprintf(namebuf, sizeof namebuf, "revsp2-orph%d", k);
+    o = th_cluster_owner(&cl, namebuf);
+    if (o >= 0 && o != z) name = namebuf;
+  }
+  if (!name) { snprintf(skip, sizeof skip, "no owner"); goto out; }
+  int b = z, x = 3 - o - z; /* the slot goes to slot 0's master */
+  c = new_client(cl.url);
+  if (!c || dlock_mutex_new(&m, c, name, NULL) != 0) { snprintf(skip, sizeof skip, "client"); goto out; }
+  if (dlock_mutex_acquire(m, 3000) != 0) { snprintf(skip, sizeof skip, "acquire"); goto out; }
+  uint64_t fa = dlock_mutex_fence(m);
+  int ga = dlock_guard_check(c, name, fa);
+  dlock_mutex_release(m);
+  if (dlock_mutex_acquire(m, 3000) != 0) { snprintf(skip, sizeof skip, "acquire2"); goto out; }
+  uint64_t fb = dlock_mutex_fence(m);
+  int gb = dlock_guard_check(c, name, fb);
+  dlock_mutex_release(m);
+  dlock_mutex_free(m); m = NULL;
+  dlock_client_free(c); c = NULL;
+  if (ga != 0 || gb != 0 || !(fb > fa)) { snprintf(skip, sizeof skip, "setup guard %d %d", ga, gb); goto out; }
+  th_redis_cli(&cl.node[b], slot, sizeof slot, "CLUSTER KEYSLOT %s", name);
+  th_redis_cli(&cl.node[b], bid, sizeof bid, "CLUSTER MYID");
+  th_redis_cli(&cl.node[b], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
+  th_redis_cli(&cl.node[x], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
+  kill(cl.node[o].pid, SIGKILL);
+  waitpid(cl.node[o].pid, NULL, 0);
+  cl.node[o].pid = 0;
+  {
+    int failed = 0;
+    for (int i = 0; i < 100 && !failed; i++) {
+      th_sleep_ms(200);
+      if (th_redis_cli(&cl.node[b], out, sizeof out, "CLUSTER NODES") == 0 && strstr(out, "fail") &&
+          !strstr(out, "fail?"))
+        failed = 1;
+    }
+    if (!failed) { snprintf(skip, sizeof skip, "the dead master was never marked failed"); goto out; }
+  }
+  th_redis_cli(&cl.node[b], out, sizeof out, "CLUSTER SETSLOT %s NODE %s", slot, bid);
+  fprintf(stderr, "  SETSLOT %s NODE %s on the new owner: %s\n", slot, bid, out);
+  th_redis_cli(&cl.node[b], out, sizeof out, "CLUSTER BUMPEPOCH");
+  th_redis_cli(&cl.node[x], out, sizeof out, "CLUSTER SETSLOT %s NODE %s", slot, bid);
+  {
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+      if (th_redis_cli(&cl.node[x], out, sizeof out, "CLUSTER COUNTKEYSINSLOT %s", slot) == 0 &&
+          th_redis_cli(&cl.node[b], out, sizeof out, "SET %s:probe 1", name) == 0 && !strncmp(out, "OK", 2))
+        ok = 1;
+      else
+        th_sleep_ms(200);
+    }
+    if (!ok) { snprintf(skip, sizeof skip, "the new owner does not serve the slot: %s", out); goto out; }
+  }
+  c2 = new_client(cl.url);
+  if (!c2) {
+    fprintf(stderr, "  client of %s: %s\n", cl.url, dlock_last_error());
+    char url2[256];
+    snprintf(url2, sizeof url2, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", cl.node[b].port, cl.node[x].port);
+    c2 = new_client(url2);
+  }
+  if (!c2) { snprintf(skip, sizeof skip, "client2: %s", dlock_last_error()); goto out; }
+  {
+    uint64_t hi = 0;
+    int rc = DLOCK_EIO;
+    for (int i = 0; i < 20 && (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECLUSTER); i++) {
+      rc = dlock_guard_check_highest(c2, name, fa, &hi);
+      if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECLUSTER) th_sleep_ms(300);
+    }
+    fprintf(stderr, "  fa=%" PRIu64 " fb=%" PRIu64 " admitted on the lost master; on the slot's new owner check(fa) -> %d (%s) %s\n",
+            fa, fb, rc, dlock_err_name(rc), rc ? dlock_last_error() : "");
+    if (rc == 0)
+      snprintf(fail, sizeof fail,
+               "after the slot moved to another master, fa=%" PRIu64 " was admitted although fb=%" PRIu64
+               " > fa had been (docs: a move counts as a change of master, tokens before it refused)",
+               fa, fb);
+    else if (rc != DLOCK_ESTALE)
+      snprintf(skip, sizeof skip, "check: %s", dlock_err_name(rc));
+  }
+out:
+  if (m) dlock_mutex_free(m);
+  if (c) dlock_client_free(c);
+  if (c2) dlock_client_free(c2);
+  th_cluster_stop(&cl);
+  if (fail[0]) TEST_FAIL("%s", fail);
+  if (skip[0]) TEST_SKIP("%s", skip);
+}
+
+/*
+ * FINDING 5 (medium: availability; no new client while one master is down).
+ * Promise (docs/topologies.md, Redis Cluster): "The loss of a seed: any node
+ * can tell the slot map"; a master lost with all its replicas loses "the
+ * locks of that master's slots (the cluster stops serving those slots; with
+ * cluster-require-full-coverage no the rest goes on)"; a master that has a
+ * replica: "the client finds the new master and goes on".
+ * Attack: 3 masters, no replicas, cluster-require-full-coverage no; the
+ * master that serves slot 0 is SIGKILLed and marked failed by the others;
+ * dlock_client_new() with the two live masters as seeds.
+ * What happened: DLOCK_ECONNECT naming the dead master: redis_open()
+ * (backend.c, redis_ping) PINGs the node routed for the key "" (slot 0) and
+ * fails the whole client; no process can start a client (nor `dlock` run)
+ * for the locks that the live masters serve, and with a replica the same
+ * holds until the failover of slot 0's master completes.
+ */
+TEST(cluster_client_new_fails_while_slot0_master_is_down) {
+  th_cluster cl;
+  if (th_cluster_start(&cl, 3, 0) != 0) TEST_SKIP("no cluster");
+  char fail[1024] = "", skip[256] = "", out[16384];
+  int z = slot0_owner(&cl);
+  if (z < 0) { snprintf(skip, sizeof skip, "no slot-0 owner found"); goto out; }
+  int b = (z + 1) % 3, x = (z + 2) % 3;
+  th_redis_cli(&cl.node[b], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
+  th_redis_cli(&cl.node[x], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
+  kill(cl.node[z].pid, SIGKILL);
+  waitpid(cl.node[z].pid, NULL, 0);
+  cl.node[z].pid = 0;
+  {
+    int failed = 0;
+    for (int i = 0; i < 100 && !failed; i++) {
+      th_sleep_ms(200);
+      if (th_redis_cli(&cl.node[b], out, sizeof out, "CLUSTER INFO") == 0 && strstr(out, "cluster_state:ok") &&
+          th_redis_cli(&cl.node[b], out, sizeof out, "CLUSTER NODES") == 0 && strstr(out, "fail") &&
+          !strstr(out, "fail?"))
+        failed = 1;
+    }
+    if (!failed) { snprintf(skip, sizeof skip, "the live masters never went back to cluster_state:ok"); goto out; }
+  }
+  char url[256];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", cl.node[b].port, cl.node[x].port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&c, &o);
+  fprintf(stderr, "  dlock_client_new(%s) with slot 0's master dead -> %d (%s) %s\n", url, rc, dlock_err_name(rc),
+          rc ? dlock_last_error() : "");
+  if (rc != 0)
+    snprintf(fail, sizeof fail, "no client of the live masters: %s: %s", dlock_err_name(rc), dlock_last_error());
+  if (c) dlock_client_free(c);
+out:
+  th_cluster_stop(&cl);
+  if (fail[0]) TEST_FAIL("%s", fail);
+  if (skip[0]) TEST_SKIP("%s", skip);
+}
+
 TEST_MAIN()
