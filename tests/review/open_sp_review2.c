@@ -28,6 +28,13 @@
  *    never-promoted master's start, refusing a token of its first second)
  *    cannot be reached: a rebooted cluster master serves nothing for its
  *    first 2 s (CLUSTER_WRITABLE_DELAY).
+ *  - Sentinel with wait_replicas=1, the replica frozen: a guard admission is
+ *    DLOCK_EREPLICAS, twice; the lower token then ESTALE (held_* test).
+ *  - A normal reshard (slot migrated with its keys): by reading, the slot's
+ *    epoch record and {R}:guard move with it, so nothing is lost; but the
+ *    new owner floors at its own start, so holders are NOT refused once as
+ *    docs/topologies.md says ("holders acquire again once") -- harmless
+ *    there; the unsafe case is FINDING 4, where the keys did not move.
  *  - PostgreSQL doctor (read, not all run): FIRST k with more standbys
  *    ('potential' counted as asynchronous), ANY k with more quorum members
  *    than k, and a user who cannot see sync_state all warn as promised. Not
@@ -755,6 +762,41 @@ out:
   th_cluster_stop(&cl);
   if (fail[0]) TEST_FAIL("%s", fail);
   if (skip[0]) TEST_SKIP("%s", skip);
+}
+
+/* ATTACK THAT HELD (run with DLOCK_REVSP2_HELD=1): with wait_replicas=1 and
+ * the only replica frozen (SIGSTOP), a guard admission of a higher token is
+ * DLOCK_EREPLICAS ("do not write"), again on a second try, and the lower
+ * token is then ESTALE (fail closed). Promised: "a token recorded on the
+ * master that fewer than N replicas acknowledged is DLOCK_EREPLICAS". */
+TEST(held_sentinel_wait_replicas_guard_unacknowledged_is_ereplicas) {
+  if (!getenv("DLOCK_REVSP2_HELD")) TEST_SKIP("set DLOCK_REVSP2_HELD=1 to run the attacks that held");
+  th_sentinel_set s;
+  if (th_sentinel_set_start(&s, "revsp2w") != 0) TEST_SKIP("no sentinel set");
+  char url[700], fail[512] = "";
+  snprintf(url, sizeof url, "%s?wait_replicas=1&wait_timeout=300", s.url);
+  dlock_client *c = new_client(url);
+  dlock_mutex *m = NULL;
+  if (!c || dlock_mutex_new(&m, c, "revsp2-w", NULL) != 0) { snprintf(fail, sizeof fail, "setup"); goto out; }
+  if (dlock_mutex_acquire(m, 3000) != 0) { snprintf(fail, sizeof fail, "setup acquire %s", dlock_last_error()); goto out; }
+  uint64_t f1 = dlock_mutex_fence(m);
+  int g1 = dlock_guard_check(c, "revsp2-w", f1);
+  dlock_mutex_release(m);
+  kill(s.replica.pid, SIGSTOP);
+  int g2 = dlock_guard_check(c, "revsp2-w", f1 + 1000);
+  int g3 = dlock_guard_check(c, "revsp2-w", f1 + 1000);
+  int g4 = dlock_guard_check(c, "revsp2-w", f1);
+  kill(s.replica.pid, SIGCONT);
+  fprintf(stderr, "  guard: f1 %s; replica frozen: f1+1000 %s, again %s, f1 %s\n", dlock_err_name(g1),
+          dlock_err_name(g2), dlock_err_name(g3), dlock_err_name(g4));
+  if (g1 != 0 || g2 != DLOCK_EREPLICAS || g3 != DLOCK_EREPLICAS || g4 == 0)
+    snprintf(fail, sizeof fail, "guard: f1 %s; replica frozen: f1+1000 %s, again %s, f1 %s", dlock_err_name(g1),
+             dlock_err_name(g2), dlock_err_name(g3), dlock_err_name(g4));
+out:
+  if (m) dlock_mutex_free(m);
+  if (c) dlock_client_free(c);
+  th_sentinel_set_stop(&s);
+  if (fail[0]) TEST_FAIL("%s", fail);
 }
 
 TEST_MAIN()
