@@ -500,6 +500,33 @@ TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
   dlock_client_free(b);
 }
 
+static int count_of(const char *hay, const char *needle);
+
+/* An acquire whose statement and its resend both stay unanswered is
+ * DLOCK_EUNKNOWN, its message naming the lock and the server once each,
+ * whole (it once formatted the message into the buffer it read from). */
+TEST(an_acquire_unanswered_twice_is_unknown_with_one_whole_message) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 1000);
+  dlock_mutex *ma = mutex(a, "unanswered", 10000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0)); /* the table and the row exist */
+  ASSERT_OK(dlock_mutex_release(ma));
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  int rc = dlock_mutex_acquire(ma, 0);
+  char msg[1024], server[300];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  unlock_tables(lt);
+  printf("  %s: %s\n", dlock_err_name(rc), msg);
+  ASSERT_STATUS(rc, DLOCK_EUNKNOWN);
+  snprintf(server, sizeof server, "mysql://dlock:***@127.0.0.1:%d/dlock", srv.port);
+  ASSERT_EQ(count_of(msg, "'unanswered'"), 1);
+  ASSERT_EQ(count_of(msg, server), 1);
+  ASSERT_CONTAINS(msg, "may be held");
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+}
+
 TEST(a_hold_lost_by_the_local_deadline_is_not_released_as_if_it_had_lasted) {
   NEED_SERVER();
   dlock_client *a = client_opts(NULL, 5000);
