@@ -29,6 +29,7 @@ struct pgp_proxy {
   int dropped;
   atomic_int delay_ms; /* each reply chunk waits this long (latency) */
   atomic_int accepted;
+  atomic_int any_reply; /* pgp_drop_at_first_reply() */
   pthread_t threads[PGP_MAX_CONNS];
   int nthreads;
 };
@@ -89,7 +90,7 @@ static void *conn_main(void *arg) {
       /* ReadyForQuery: 'Z', int32 5, status. The statement is over. */
       static const char rfq[] = {'Z', 0, 0, 0, 5};
       char *z = memmem(held, heldn, rfq, sizeof rfq);
-      if (z && (size_t)(z - held) + 6 <= heldn) {
+      if (atomic_load(&p->any_reply) || (z && (size_t)(z - held) + 6 <= heldn)) {
         pthread_mutex_lock(&p->mu);
         p->dropped++;
         pthread_mutex_unlock(&p->mu);
@@ -194,3 +195,5 @@ int pgp_dropped(pgp_proxy *p) {
 void pgp_set_delay(pgp_proxy *p, int ms) { atomic_store(&p->delay_ms, ms); }
 
 int pgp_accepted(pgp_proxy *p) { return atomic_load(&p->accepted); }
+
+void pgp_drop_at_first_reply(pgp_proxy *p) { atomic_store(&p->any_reply, 1); }

@@ -26,5 +26,10 @@ int pgp_dropped(pgp_proxy *p);
 void pgp_set_delay(pgp_proxy *p, int ms);
 /* Connections accepted so far. */
 int pgp_accepted(pgp_proxy *p);
+/* For a server that is not PostgreSQL (MySQL: tests/conformance/
+ * fixtures_mysql.c): the first bytes of the server's answer to a matched
+ * write end the statement (it ran, and in autocommit committed), and the
+ * answer is dropped then, rather than at ReadyForQuery. */
+void pgp_drop_at_first_reply(pgp_proxy *p);
 
 #endif

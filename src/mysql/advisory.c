@@ -66,8 +66,11 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
     int64_t got = on_session(my, s, sql, &rc);
     if (rc) {
       mysql_close(s); /* the session's end frees whatever it took */
-      return dlock__error(rc, "lock '%s': %s; nothing is held (the lock goes with its session)", shown,
-                          dlock_last_error());
+      /* The message names the server first (the core adds the lock); a
+       * copy, as dlock__error() writes where dlock_last_error() reads. */
+      char why[1024];
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+      return dlock__error(rc, "%s; nothing is held (the lock goes with its session)", why);
     }
     if (got == 1) {
       *session = s;

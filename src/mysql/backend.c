@@ -354,10 +354,14 @@ static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
       return 0;
     }
     if (rc < 0) {
-      if (maybe_ran)
-        return dlock__error(DLOCK_EUNKNOWN, "lock '%s' on %s: %s; it may be held by this call until its lease "
-                            "(%" PRId64 " ms) ends", myl(m)->name, myc(m->client)->display, dlock_last_error(),
-                            lease_ms);
+      if (maybe_ran) {
+        /* The message names the server first (the core adds the lock); a
+         * copy, as dlock__error() writes where dlock_last_error() reads. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
+        return dlock__error(DLOCK_EUNKNOWN, "%s; it may be held by this call until its lease (%" PRId64 " ms) ends",
+                            why, lease_ms);
+      }
       return rc;
     }
     dlock_mono_ms now = dlock_mono_now();

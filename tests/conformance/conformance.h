@@ -111,5 +111,6 @@ int conf_wait_waiters(dlock_client *c, const char *name, int64_t n, long ms);
 extern const conf_fixture conf_fx_redis, conf_fx_tls, conf_fx_sentinel, conf_fx_cluster, conf_fx_redlock;
 extern const conf_fixture conf_fx_zk;
 extern const conf_fixture conf_fx_pg_lease, conf_fx_pg_advisory;
+extern const conf_fixture conf_fx_mysql_lease, conf_fx_mysql_advisory;
 
 #endif

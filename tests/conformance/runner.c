@@ -51,6 +51,9 @@ static const conf_fixture *const fixtures[] = {
 #ifdef CONF_WITH_PG
     &conf_fx_pg_lease, &conf_fx_pg_advisory,
 #endif
+#ifdef CONF_WITH_MYSQL
+    &conf_fx_mysql_lease, &conf_fx_mysql_advisory,
+#endif
 };
 
 __attribute__((noreturn)) static void end_as(int how, const char *label, const char *fmt, va_list ap) {

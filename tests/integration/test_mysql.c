@@ -500,6 +500,33 @@ TEST(a_release_sent_twice_says_not_held_when_the_lease_had_run_out) {
   dlock_client_free(b);
 }
 
+static int count_of(const char *hay, const char *needle);
+
+/* An acquire whose statement and its resend both stay unanswered is
+ * DLOCK_EUNKNOWN, its message naming the lock and the server once each,
+ * whole (it once formatted the message into the buffer it read from). */
+TEST(an_acquire_unanswered_twice_is_unknown_with_one_whole_message) {
+  NEED_SERVER();
+  dlock_client *a = client_opts(NULL, 1000);
+  dlock_mutex *ma = mutex(a, "unanswered", 10000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0)); /* the table and the row exist */
+  ASSERT_OK(dlock_mutex_release(ma));
+  FILE *lt = lock_tables();
+  ASSERT(lt != NULL);
+  int rc = dlock_mutex_acquire(ma, 0);
+  char msg[1024], server[300];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  unlock_tables(lt);
+  printf("  %s: %s\n", dlock_err_name(rc), msg);
+  ASSERT_STATUS(rc, DLOCK_EUNKNOWN);
+  snprintf(server, sizeof server, "mysql://dlock:***@127.0.0.1:%d/dlock", srv.port);
+  ASSERT_EQ(count_of(msg, "'unanswered'"), 1);
+  ASSERT_EQ(count_of(msg, server), 1);
+  ASSERT_CONTAINS(msg, "may be held");
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+}
+
 TEST(a_hold_lost_by_the_local_deadline_is_not_released_as_if_it_had_lasted) {
   NEED_SERVER();
   dlock_client *a = client_opts(NULL, 5000);
@@ -574,6 +601,68 @@ TEST(advisory_mode_is_session_bound_has_no_fence_and_a_killed_session_is_reporte
   dlock_client_free(a);
   dlock_client_free(b);
   dlock_client_free(lease);
+}
+
+/* A waiter in advisory mode whose session the server ends: its error
+ * names the lock and the server once each, whole (it once formatted the
+ * message into the buffer it read from, and printed a lock name twice and
+ * a server cut to its tail). */
+typedef struct adv_waiter {
+  dlock_mutex *m;
+  int rc;
+  char msg[1024];
+} adv_waiter;
+
+static void *adv_wait(void *arg) {
+  adv_waiter *w = arg;
+  w->rc = dlock_mutex_acquire(w->m, 60000 * tf());
+  snprintf(w->msg, sizeof w->msg, "%s", dlock_last_error());
+  if (w->rc == 0) dlock_mutex_release(w->m);
+  return NULL;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+TEST(advisory_a_waiter_whose_session_ends_gets_one_whole_message) {
+  NEED_SERVER();
+  char url[700], out[256];
+  snprintf(url, sizeof url, "%s?mode=advisory", srv.url);
+  dlock_client *a = client_opts(url, 0), *b = client_opts(url, 0);
+  dlock_mutex *ma = mutex(a, "advwho", 30000), *mb = mutex(b, "advwho", 30000);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  adv_waiter w = {.m = mb, .rc = -1};
+  pthread_t t;
+  pthread_create(&t, NULL, adv_wait, &w);
+  /* KILL the waiter's session while it waits in GET_LOCK. */
+  int killed = 0;
+  long long give_up = th_now_ms() + 20000 * tf();
+  for (int i = 0; i < 400 && !killed && th_now_ms() < give_up; i++) {
+    if (th_my_sql(&srv, out, sizeof out,
+                  "SELECT id FROM information_schema.processlist WHERE info LIKE 'SELECT GET_LOCK%%' LIMIT 1") == 0 &&
+        atol(out) > 0)
+      killed = th_my_sql(&srv, out, sizeof out, "KILL CONNECTION %ld", atol(out)) == 0;
+    else
+      th_sleep_ms(25);
+  }
+  if (!killed) dlock_mutex_release(ma); /* let the waiter end, then fail */
+  pthread_join(t, NULL);
+  ASSERT(killed);
+  printf("  %s: %s\n", dlock_err_name(w.rc), w.msg);
+  ASSERT_STATUS(w.rc, DLOCK_EIO);
+  char server[300];
+  snprintf(server, sizeof server, "mysql://dlock:***@127.0.0.1:%d/dlock", srv.port);
+  ASSERT_EQ(count_of(w.msg, "'advwho'"), 1);
+  ASSERT_EQ(count_of(w.msg, server), 1);
+  ASSERT_CONTAINS(w.msg, "nothing is held");
+  ASSERT_OK(dlock_mutex_release(ma));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
 }
 
 TEST(a_read_only_server_and_a_user_without_rights_get_clear_errors) {
