@@ -366,6 +366,26 @@ static int slot0_owner(th_cluster *c) {
   return -1;
 }
 
+/* With cluster-require-full-coverage no on the live masters b and x,
+ * SIGKILL master 'dead' of fc and wait (20 s at most) until b marks it failed
+ * and says cluster_state:ok again; 1 when it did. */
+static int kill_master_for_good(int dead, int b, int x) {
+  char out[16384];
+  th_redis_cli(&fc.node[b], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
+  th_redis_cli(&fc.node[x], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
+  kill(fc.node[dead].pid, SIGKILL);
+  waitpid(fc.node[dead].pid, NULL, 0);
+  fc.node[dead].pid = 0;
+  for (int i = 0; i < 100; i++) {
+    th_sleep_ms(200);
+    if (th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER INFO") == 0 && strstr(out, "cluster_state:ok") &&
+        th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER NODES") == 0 && strstr(out, "fail") &&
+        !strstr(out, "fail?"))
+      return 1;
+  }
+  return 0;
+}
+
 /* Issue 22 finding 5 (second review, moved here once fixed): 3 masters, no
  * replicas, cluster-require-full-coverage no; slot 0's master SIGKILLed and
  * marked failed. dlock_client_new() with the two live masters as seeds used
@@ -373,24 +393,10 @@ static int slot0_owner(th_cluster *c) {
  * slot 0); it now goes to a node that gave the map. */
 TEST(a_client_starts_while_the_master_of_slot_0_is_down) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 0), 0);
-  char out[16384];
   int z = slot0_owner(&fc);
   if (z < 0) { th_cluster_stop(&fc); TEST_FAIL("no slot-0 owner found"); }
   int b = (z + 1) % 3, x = (z + 2) % 3;
-  th_redis_cli(&fc.node[b], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
-  th_redis_cli(&fc.node[x], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
-  kill(fc.node[z].pid, SIGKILL);
-  waitpid(fc.node[z].pid, NULL, 0);
-  fc.node[z].pid = 0;
-  int failed = 0;
-  for (int i = 0; i < 100 && !failed; i++) {
-    th_sleep_ms(200);
-    if (th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER INFO") == 0 && strstr(out, "cluster_state:ok") &&
-        th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER NODES") == 0 && strstr(out, "fail") &&
-        !strstr(out, "fail?"))
-      failed = 1;
-  }
-  if (!failed) { th_cluster_stop(&fc); TEST_SKIP("the live masters never went back to cluster_state:ok"); }
+  if (!kill_master_for_good(z, b, x)) { th_cluster_stop(&fc); TEST_SKIP("the live masters never went back to cluster_state:ok"); }
   char url[256];
   snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", fc.node[b].port, fc.node[x].port);
   dlock_client_options o;
@@ -442,18 +448,7 @@ TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shuts_out_o
   ASSERT_OK(g[1]);
   th_redis_cli(&fc.node[b], slot, sizeof slot, "CLUSTER KEYSLOT %s", name);
   th_redis_cli(&fc.node[b], bid, sizeof bid, "CLUSTER MYID");
-  th_redis_cli(&fc.node[b], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
-  th_redis_cli(&fc.node[x], out, sizeof out, "CONFIG SET cluster-require-full-coverage no");
-  kill(fc.node[o].pid, SIGKILL);
-  waitpid(fc.node[o].pid, NULL, 0);
-  fc.node[o].pid = 0;
-  int failed = 0;
-  for (int i = 0; i < 100 && !failed; i++) {
-    th_sleep_ms(200);
-    failed = th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER NODES") == 0 && strstr(out, "fail") &&
-             !strstr(out, "fail?");
-  }
-  if (!failed) { th_cluster_stop(&fc); TEST_SKIP("the dead master was never marked failed"); }
+  if (!kill_master_for_good(o, b, x)) { th_cluster_stop(&fc); TEST_SKIP("the dead master was never marked failed"); }
   th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER SETSLOT %s NODE %s", slot, bid);
   th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER BUMPEPOCH");
   th_redis_cli(&fc.node[x], out, sizeof out, "CLUSTER SETSLOT %s NODE %s", slot, bid);
