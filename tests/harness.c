@@ -61,6 +61,38 @@ long long th_now_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void th_sleep_to_frac(long at_us) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  long long wait = at_us - now.tv_nsec / 1000;
+  if (wait <= 0) wait += 1000000LL;
+  struct timespec ts = {(time_t)(wait / 1000000LL), (long)(wait % 1000000LL) * 1000L};
+  nanosleep(&ts, NULL);
+}
+
+long long th_redis_info_num(const th_redis *r, const char *field) {
+  char out[8192];
+  if (th_redis_cli(r, out, sizeof out, "INFO server") != 0) return -1;
+  size_t n = strlen(field);
+  for (const char *p = out; (p = strstr(p, field)) != NULL; p += n)
+    if ((p == out || p[-1] == '\n') && p[n] == ':') return strtoll(p + n + 1, NULL, 10);
+  return -1;
+}
+
+dlock_client *th_client_retry(const char *url) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 4000;
+  dlock_client *c = NULL;
+  for (int i = 0; i < 40 && !c; i++)
+    if (dlock_client_new(&c, &o) != 0) {
+      c = NULL;
+      th_sleep_ms(100);
+    }
+  return c;
+}
+
 void th_sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}

@@ -58,6 +58,13 @@ long th_time_factor(void);
 /* Milliseconds on the monotonic clock. */
 long long th_now_ms(void);
 void th_sleep_ms(long ms);
+/* Sleep until the wall clock is 'at_us' microseconds into a second. */
+void th_sleep_to_frac(long at_us);
+/* The integer 'field' of INFO server on 'r' (uptime_in_seconds, ...), -1 if none. */
+long long th_redis_info_num(const th_redis *r, const char *field);
+/* A client of 'url' with a 4 s command timeout, tried every 100 ms for 4 s
+ * (a server that is starting up); NULL if none. */
+dlock_client *th_client_retry(const char *url);
 /* A thread body: acquire 'm' waiting up to 'wait_ms', note the result, the
  * time (th_now_ms) and the fence, release if acquired, then set 'done'. */
 typedef struct th_waiter {

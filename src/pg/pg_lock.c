@@ -1347,7 +1347,7 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
   if (strcmp(sync, "off") == 0 || strcmp(sync, "local") == 0) {
     add_line(report, len,
              "warning: synchronous_commit is %s for this user or database: a crash can lose commits; dlock's "
-             "acquire, release and tick claim turn it on for their own transactions (fences never go back), "
+             "acquire, release, guard and tick claim turn it on for their own transactions (fences never go back), "
              "but set it to on (ALTER ROLE/DATABASE ... SET synchronous_commit = on) if other writers rely on it",
              sync);
   } else {

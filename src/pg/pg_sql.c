@@ -569,7 +569,8 @@ static const char sql_guard[] =
     "WITH g AS (INSERT INTO @S.guards AS g (resource, fence, updated) VALUES ($1, $2::bigint, clock_timestamp())\n"
     "           ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, updated = EXCLUDED.updated\n"
     "           WHERE g.fence <= EXCLUDED.fence RETURNING fence)\n"
-    "SELECT (SELECT count(*) FROM g), (SELECT fence FROM @S.guards WHERE resource = $1)";
+    "SELECT (SELECT count(*) FROM g), (SELECT fence FROM @S.guards WHERE resource = $1),\n"
+    "       set_config('synchronous_commit', 'on', true)";
 
 /* $1 older than (ms), $2 at most this many rows per table: prune(). */
 static const char sql_prune[] = "SELECT n_locks, n_waiters, n_holds, n_families FROM @S.prune($1::bigint, $2::int)";

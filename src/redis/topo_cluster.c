@@ -159,6 +159,10 @@ typedef struct cluster {
    * frozen or gone): the map is reloaded before a command is routed to it,
    * and it is asked last. Cleared when it answers. */
   atomic_uchar suspect[MAX_NODES];
+  /* The node that answered the last CLUSTER SLOTS (-1: none yet): where a
+   * command for no key goes (PING at connect), so that a client starts
+   * while slot 0's master is down. */
+  atomic_int answered;
 } cluster;
 
 static int ep_copy(const dlock__endpoint *src, const char *host, int port, dlock__endpoint *dst) {
@@ -306,6 +310,7 @@ static int refresh_from(cluster *cl, dlock__node *node, dlock_mono_ms limit) {
   int rc = dlock__node_exec_until(node, &cmd, 1, &r, NULL, limit);
   note_node_result(cl, node, rc);
   if (rc) return rc;
+  if (r->type != DLOCK__REPLY_ERROR) atomic_store(&cl->answered, index_of(cl, node));
   if (r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     if (strstr(r->str, "cluster support disabled"))
@@ -406,8 +411,14 @@ static dlock__node *route_slot(cluster *cl, int slot) {
   return cl->nodes[i];
 }
 
+/* A key's slot owner. No key (""): a node that answered, not suspect since
+ * (the last to give the map), else slot 0's owner: a command for the server
+ * (PING, the doctor's) need not wait for the master of one slot. */
 static dlock__node *cluster_route(dlock__topology *t, const char *key, size_t keylen) {
-  return route_slot((cluster *)t, dlock__cluster_slot(key, keylen));
+  cluster *cl = (cluster *)t;
+  int a = atomic_load(&cl->answered);
+  if (keylen == 0 && a >= 0 && a < atomic_load(&cl->nnodes) && !atomic_load(&cl->suspect[a])) return cl->nodes[a];
+  return route_slot(cl, dlock__cluster_slot(key, keylen));
 }
 
 static int is_error(const dlock__reply *r, const char *code) {
@@ -681,6 +692,7 @@ int dlock__topology_cluster_new(dlock__endpoint *ep, int max_conns, dlock__topol
   pthread_mutex_init(&cl->mu, NULL);
   pthread_mutex_init(&cl->refresh_mu, NULL);
   for (int s = 0; s < 16384; s++) atomic_store(&cl->slot_node[s], NO_NODE);
+  atomic_store(&cl->answered, -1);
   cl->base.kind = "cluster";
   cl->base.route = cluster_route;
   cl->base.destroy = cluster_destroy;

@@ -647,4 +647,73 @@ TEST(review_fences_rise_and_a_hold_stays_across_a_step_back_of_the_database_cloc
   ASSERT(f3 > f2);
 }
 
+/*
+ * The guard across a failover to a SYNCHRONOUS standby (issue 22 finding 2
+ * of the second review, moved here once fixed). Primary + one standby made
+ * synchronous (synchronous_standby_names '*'), the database default
+ * synchronous_commit = local. Fences f1 < f2 < f3; the guard admits f2
+ * while the standby streams; the standby stops; the guard is asked to admit
+ * f3. Its statement did not force synchronous_commit on (acquire and
+ * release do), so it committed at once without the standby; after the
+ * primary's crash and the standby's promotion f2 was admitted again. FAILED
+ * before the fix; now the admission of f3 waits for the standby (the call
+ * times out: not acknowledged), or, if acknowledged, survives.
+ */
+TEST(review_guard_admission_survives_a_failover_to_a_synchronous_standby) {
+  char why[256], out[512], fail[1024] = "";
+  th_pg p, sb;
+  if (!th_pg_suite_start(&p, why, sizeof why)) TEST_SKIP("%s", why);
+  if (th_pg_start_standby(&sb, &p) != 0) {
+    th_pg_stop(&p);
+    TEST_SKIP("standby did not start");
+  }
+  dlock_client *c = NULL, *c2 = NULL;
+  dlock_mutex *m = NULL;
+  int rc, q = 0;
+  uint64_t f[3] = {0, 0, 0};
+  th_pg_sql(&p, NULL, out, sizeof out, "ALTER SYSTEM SET synchronous_standby_names = '*'");
+  th_pg_sql(&p, NULL, out, sizeof out, "SELECT pg_reload_conf()");
+  th_pg_sql(&p, NULL, out, sizeof out, "ALTER DATABASE postgres SET synchronous_commit = local");
+  for (int i = 0; i < 80 && (q = replication_rows(&p, "sync")) < 1; i++) th_sleep_ms(250);
+  if (q < 1) { snprintf(fail, sizeof fail, "setup: the standby did not become synchronous"); goto out; }
+  c = th_pg_client(&p, "dlock", NULL);
+  if (!c || dlock_mutex_new(&m, c, "revsp2-pg", NULL) != 0) {
+    snprintf(fail, sizeof fail, "setup: client: %s", dlock_last_error());
+    goto out;
+  }
+  for (int i = 0; i < 3; i++) {
+    if ((rc = dlock_mutex_acquire(m, 5000)) != 0) { snprintf(fail, sizeof fail, "setup acquire %d", rc); goto out; }
+    f[i] = dlock_mutex_fence(m);
+    dlock_mutex_release(m);
+  }
+  if (!(f[0] < f[1] && f[1] < f[2])) { snprintf(fail, sizeof fail, "setup: fences do not rise"); goto out; }
+  if ((rc = dlock_guard_check(c, "revsp2-res", f[1])) != 0) {
+    snprintf(fail, sizeof fail, "setup guard f2 %d", rc);
+    goto out;
+  }
+  th_sleep_ms(1500); /* the standby receives the row of f2, then stops */
+  th_pg_halt(&sb, 0);
+  long long t0 = th_now_ms();
+  rc = dlock_guard_check(c, "revsp2-res", f[2]);
+  printf("  guard_check(f3=%" PRIu64 ") with the synchronous standby down -> %s in %lld ms\n", f[2], dlock_err_name(rc),
+         th_now_ms() - t0);
+  if (rc != 0) goto out; /* not acknowledged: nothing to lose */
+  th_pg_halt(&p, 1); /* the primary crashes */
+  if (th_pg_relaunch(&sb) != 0) { snprintf(fail, sizeof fail, "setup: standby relaunch"); goto out; }
+  th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_promote(true, 30)");
+  c2 = th_pg_client(&sb, "dlock", NULL);
+  if (!c2) { snprintf(fail, sizeof fail, "setup: client of the promoted standby: %s", dlock_last_error()); goto out; }
+  rc = dlock_guard_check(c2, "revsp2-res", f[1]);
+  if (rc == 0)
+    snprintf(fail, sizeof fail, "f3=%" PRIu64 " was admitted before the failover to the synchronous standby, yet f2=%"
+             PRIu64 " < f3 is admitted after it: the guard's commit did not wait for the standby", f[2], f[1]);
+out:
+  if (m) dlock_mutex_free(m);
+  if (c) dlock_client_free(c);
+  if (c2) dlock_client_free(c2);
+  th_pg_stop(&sb);
+  th_pg_stop(&p);
+  if (fail[0]) TEST_FAIL("%s", fail);
+}
+
 TEST_MAIN()

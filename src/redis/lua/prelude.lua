@@ -128,8 +128,12 @@ local function dlock_epoch_floor(now, strict)
   local repl = redis.pcall('INFO', 'replication')
   local up, t_us = string.match(info, 'uptime_in_seconds:(%d+)'), string.match(info, 'server_time_usec:(%d+)')
   if type(repl) == 'string' and string.match(repl, 'second_repl_offset:(%-?%d+)') == '-1' and up and t_us then
-    -- uptime is whole seconds, rounded down: the start is at or before this.
-    local start = dlock_num(tonumber(t_us) - tonumber(up) * 1000000)
+    -- uptime is whole seconds (floor(now) - floor(start)): the start is in
+    -- the second floor(now) - up. Take that second's end, the upper bound
+    -- (never a floor below the start, which would admit a token the earlier
+    -- process issued in its last second); capped at now below. This
+    -- process's own fences were floored by this record: still admitted.
+    local start = dlock_num((math.floor(tonumber(t_us) / 1000000) - tonumber(up) + 1) * 1000000)
     if dlock_fence_lt(start, now) then floor = start end
   end
   redis.call('SET', DLOCK_EPOCH, id .. ' ' .. floor)
