@@ -24,13 +24,13 @@ assert_eq "list --json with nothing held is []" "$("$DLOCK" list --json | tr -d 
 
 # ---- held locks ----
 
-"$DLOCK" run --lease 20s 'jobs:report' -- sh -c "echo \$\$ >'$TEST_DIR/c1.pid'; exec sleep 60" &
+"$DLOCK" run --lease 20s 'jobs:report' -- sh -c "echo \$\$ >'$TEST_DIR/c1.pid'; exec sleep 600" &
 H1=$!
 bg_track $H1
-"$DLOCK" run 'jobs:"quoted" name' -- sleep 60 &
+"$DLOCK" run 'jobs:"quoted" name' -- sleep 600 &
 H2=$!
 bg_track $H2
-"$DLOCK" run other -- sleep 60 &
+"$DLOCK" run other -- sleep 600 &
 H3=$!
 bg_track $H3
 check "three holders took their locks" wait_for 10 sh -c "[ \$('$DLOCK' list | wc -l) = 3 ]"
@@ -91,7 +91,7 @@ rcli SET pylock 0123456789abcdef0123456789abcdef PX 60000 >/dev/null
 assert_eq "a redis-py lock key is refused without --foreign" "$?:$(rcli EXISTS pylock)" "64:1"
 out=$("$DLOCK" release --force --foreign pylock)
 assert_eq "release --force --foreign deletes it" "$?:$out:$(rcli EXISTS pylock)" "0:released 'pylock':0"
-"$DLOCK" run --lease 20s fl -- sleep 60 &
+"$DLOCK" run --lease 20s fl -- sleep 600 &
 H4=$!
 bg_track $H4
 check "a holder took fl" wait_for 10 key_exists fl
@@ -133,10 +133,10 @@ assert_eq "no lock is left" "$("$DLOCK" list)" ""
 
 # ---- names that are not UTF-8, and long UTF-8 commands: --json stays valid ----
 
-"$DLOCK" run "$(printf 'bad\377\376')" -- sh -c "echo x >'$TEST_DIR/bad.started'; exec sleep 60" &
+"$DLOCK" run "$(printf 'bad\377\376')" -- sh -c "echo x >'$TEST_DIR/bad.started'; exec sleep 600" &
 H3=$!
 bg_track $H3
-"$DLOCK" run utf8 -- sh -c "echo x >'$TEST_DIR/utf8.started'; exec sleep 60" xx "$(printf 'é%.0s' $(seq 600))" &
+"$DLOCK" run utf8 -- sh -c "echo x >'$TEST_DIR/utf8.started'; exec sleep 600" xx "$(printf 'é%.0s' $(seq 600))" &
 H4=$!
 bg_track $H4
 check "odd holders started" wait_for 10 sh -c "test -e '$TEST_DIR/bad.started' && test -e '$TEST_DIR/utf8.started'"

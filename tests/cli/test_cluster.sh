@@ -60,13 +60,13 @@ masters=$(for name in a b c d e f; do owner_port "cl:$name"; done | sort -u | wc
 check "the six locks live on more than one master ($masters)" test "$masters" -ge 2
 
 # ---- status, list, release --force, fence check ----
-"$DLOCK" run --lease 30s cl:held1 -- sleep 60 &
+"$DLOCK" run --lease 30s cl:held1 -- sleep 600 &
 H1=$!
 bg_track $H1
-"$DLOCK" run --lease 30s cl:held2 -- sleep 60 &
+"$DLOCK" run --lease 30s cl:held2 -- sleep 600 &
 H2=$!
 bg_track $H2
-"$DLOCK" run --lease 30s cl:held3 -- sleep 60 &
+"$DLOCK" run --lease 30s cl:held3 -- sleep 600 &
 H3=$!
 bg_track $H3
 check "three holders took their locks" wait_for 10 sh -c "[ \$('$DLOCK' list 'cl:held*' | wc -l) = 3 ]"

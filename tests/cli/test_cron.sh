@@ -241,7 +241,7 @@ assert_eq "fixed delay: each run starts about 500ms after the previous ended" "$
 # ---- SIGTERM while the command runs ----
 
 rm -f "$TEST_DIR"/*.pid
-"$DLOCK" every 1s --name T -- sh -c "echo \$\$ > '$TEST_DIR/child.pid'; sleep 60 & echo \$! > '$TEST_DIR/gc.pid'; trap 'echo term > \"$TEST_DIR/term\"; exit 3' TERM; wait" \
+"$DLOCK" every 1s --name T -- sh -c "echo \$\$ > '$TEST_DIR/child.pid'; sleep 600 & echo \$! > '$TEST_DIR/gc.pid'; trap 'echo term > \"$TEST_DIR/term\"; exit 3' TERM; wait" \
   2>"$TEST_DIR/t.log" &
 T=$!
 bg_track $T

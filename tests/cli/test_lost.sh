@@ -44,7 +44,7 @@ bg_track $DL
 check "(b) child started" wait_for 10 file_has "$TEST_DIR/gc.pid"
 kill -STOP "$DL"
 check "(b) the frozen holder's key expires" wait_for 15 key_gone B
-"$DLOCK" run B -- sh -c "echo \$\$ >'$TEST_DIR/other.pid'; exec sleep 60" &
+"$DLOCK" run B -- sh -c "echo \$\$ >'$TEST_DIR/other.pid'; exec sleep 600" &
 OTHER=$!
 bg_track $OTHER
 check "(b) another process takes the lock" wait_for 10 key_exists B

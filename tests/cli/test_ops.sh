@@ -9,7 +9,7 @@ start_redis
 
 # ---- -v reports the wait: at once, then every 10 s, naming the holder ----
 
-"$DLOCK" run busy -- sleep 60 &
+"$DLOCK" run busy -- sleep 600 &
 HOLDER=$!
 bg_track $HOLDER
 check "holder took the lock" wait_for 10 key_exists busy
@@ -20,7 +20,7 @@ took=$(( $(date +%s) - start ))
 assert_eq "-v: busy for the whole wait exits 75" "$rc" 75
 err=$(cat "$TEST_DIR/err")
 assert_match "-v: one line when the wait starts, naming the holder" "$(sed -n 1p "$TEST_DIR/err")" \
-  "^dlock: waiting for 'busy', held by pid $HOLDER on .+, command: sleep 60; since .+; lease .+ left; 1 waiting$"
+  "^dlock: waiting for 'busy', held by pid $HOLDER on .+, command: sleep 600; since .+; lease .+ left; 1 waiting$"
 assert_match "-v: a line after 10 s of waiting" "$err" "still waiting for 'busy' after 10(\.[0-9]+)?s, held by pid $HOLDER "
 assert_eq "-v: exactly one start line and one 10 s line before giving up" \
   "$(grep -c 'waiting for' "$TEST_DIR/err")" 2

@@ -80,7 +80,7 @@ assert_eq "4 x 15 locked increments end exact" "$(cat "$TEST_DIR/counter")" 60
 
 # ---- status, list, release --force ----
 
-"$DLOCK" run --url "$URL" --lease 3s holder -- sh -c "echo \$\$ >'$TEST_DIR/holder.pid'; exec sleep 60" &
+"$DLOCK" run --url "$URL" --lease 3s holder -- sh -c "echo \$\$ >'$TEST_DIR/holder.pid'; exec sleep 600" &
 HOLDER=$!
 bg_track $HOLDER
 check "the holder runs" wait_for 20 file_has "$TEST_DIR/holder.pid"
@@ -101,10 +101,10 @@ assert_eq "list is empty afterwards" "$("$DLOCK" list --url "$URL")" ""
 
 # ---- semaphore (--limit) and read-write lock (-s/-x) ----
 
-"$DLOCK" run --url "$URL" --limit 2 pool -- sleep 60 &
+"$DLOCK" run --url "$URL" --limit 2 pool -- sleep 600 &
 S1=$!
 bg_track $S1
-"$DLOCK" run --url "$URL" --limit 2 pool -- sleep 60 &
+"$DLOCK" run --url "$URL" --limit 2 pool -- sleep 600 &
 S2=$!
 bg_track $S2
 check "two holders take the two permits" wait_for 20 sh -c "'$DLOCK' status --url '$URL' pool | grep -q 'permits: *2 of 2'"
@@ -117,7 +117,7 @@ assert_match "list shows the semaphore" "$("$DLOCK" list --url "$URL")" "^pool$"
 kill $S1 $S2 2>/dev/null
 wait_exit "$S1" 30
 wait_exit "$S2" 30
-"$DLOCK" run --url "$URL" -s shared -- sleep 60 &
+"$DLOCK" run --url "$URL" -s shared -- sleep 600 &
 R1=$!
 bg_track $R1
 check "a shared holder took its side" wait_for 20 sh -c "'$DLOCK' status --url '$URL' shared | grep -q 'readers: *1'"

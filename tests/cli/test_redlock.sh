@@ -54,7 +54,7 @@ out=$("$DLOCK" run job -- echo ran)
 assert_eq "run over Redlock runs the command" "$?:$out" "0:ran"
 check "and leaves no lock key on any node" on_none job
 
-"$DLOCK" run --lease 20s held.lock -- sleep 60 &
+"$DLOCK" run --lease 20s held.lock -- sleep 600 &
 H=$!
 bg_track $H
 check "the lock is taken on all five nodes" wait_for 10 on_all held.lock
@@ -159,7 +159,7 @@ start_node() {
 three_hold() { [ "$(nodes_with rs.lock)" = 3 ]; }
 kill -KILL "${PIDS[3]}"
 wait_for 10 pid_gone "${PIDS[3]}"
-"$DLOCK" run --lease 20s rs.lock -- sleep 60 &
+"$DLOCK" run --lease 20s rs.lock -- sleep 600 &
 H=$!
 bg_track $H
 check "with nodes 4 and 5 down, A holds the lock on nodes 1-3" wait_for 10 three_hold

@@ -55,14 +55,14 @@ check "the lock is free after a child died by signal" key_gone name
 
 # ---- busy ----
 
-"$DLOCK" run holder -- sh -c "echo \$\$ >'$TEST_DIR/holder.pid'; exec sleep 60" &
+"$DLOCK" run holder -- sh -c "echo \$\$ >'$TEST_DIR/holder.pid'; exec sleep 600" &
 HOLDER=$!
 bg_track $HOLDER
 check "holder took the lock" wait_for 10 key_exists holder
 "$DLOCK" run --wait 0 holder -- touch "$TEST_DIR/ran" 2>"$TEST_DIR/err"
 assert_eq "--wait 0 exits 75 while the lock is held" "$?" 75
 assert_match "busy names the holder: pid, host, command, since, lease left" "$(cat "$TEST_DIR/err")" \
-  "^dlock: 'holder' is held by pid $HOLDER on [^ ]+ user [^ ]+, command: sh -c .*sleep 60.*; since [0-9.]+m?s ago; lease [0-9.]+s left$"
+  "^dlock: 'holder' is held by pid $HOLDER on [^ ]+ user [^ ]+, command: sh -c .*sleep 600.*; since [0-9.]+m?s ago; lease [0-9.]+s left$"
 "$DLOCK" run -q --wait 0 holder -- true 2>"$TEST_DIR/err"
 assert_eq "-q: busy still exits 75" "$?" 75
 assert_eq "-q: busy prints nothing" "$(cat "$TEST_DIR/err")" ""
@@ -121,13 +121,13 @@ assert_eq "the command is looked up in PATH" "$out" "script-ran"
 
 # ---- no orphans ----
 
-"$DLOCK" run orphans --grace 2s -- sh -c "sleep 60 & echo \$! >'$TEST_DIR/gc.pid'; exit 5" \
+"$DLOCK" run orphans --grace 2s -- sh -c "sleep 600 & echo \$! >'$TEST_DIR/gc.pid'; exit 5" \
   2>"$TEST_DIR/err"
 rc=$?
 assert_eq "child's status kept when it leaves a process behind" "$rc" 5
 check "the left-behind grandchild was stopped" pid_gone "$(cat "$TEST_DIR/gc.pid")"
 assert_match "dlock says it stopped leftovers" "$(cat "$TEST_DIR/err")" "left processes in its group"
-"$DLOCK" run orphans --grace 1s -- sh -c "sh -c 'trap \"\" TERM; sleep 60' & echo \$! >'$TEST_DIR/gc2.pid'; sleep 0.3; exit 0" \
+"$DLOCK" run orphans --grace 1s -- sh -c "sh -c 'trap \"\" TERM; sleep 600' & echo \$! >'$TEST_DIR/gc2.pid'; sleep 0.3; exit 0" \
   2>/dev/null
 assert_eq "exit status kept when a leftover ignores SIGTERM" "$?" 0
 check "a leftover that ignores SIGTERM gets SIGKILL after --grace" pid_gone "$(cat "$TEST_DIR/gc2.pid")"

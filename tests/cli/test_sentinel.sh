@@ -39,7 +39,7 @@ export DLOCK_URL="redis-sentinel://127.0.0.1:$S1_PORT,127.0.0.1:$S2_PORT/svc"
 out=$("$DLOCK" run job -- echo ran)
 assert_eq "run through the sentinels runs the command" "$?:$out" "0:ran"
 
-"$DLOCK" run --lease 20s held.lock -- sleep 60 &
+"$DLOCK" run --lease 20s held.lock -- sleep 600 &
 H=$!
 bg_track $H
 check "the lock is taken on the master" wait_for 10 key_exists held.lock

@@ -14,7 +14,7 @@ has_waiter() {
 
 # ---- SIGTERM while waiting ----
 
-"$DLOCK" run L -- sh -c "echo \$\$ >'$TEST_DIR/holder.pid'; exec sleep 60" &
+"$DLOCK" run L -- sh -c "echo \$\$ >'$TEST_DIR/holder.pid'; exec sleep 600" &
 HOLDER=$!
 bg_track $HOLDER
 check "holder took the lock" wait_for 10 key_exists L
@@ -43,7 +43,7 @@ check "the lock is free after SIGTERM" key_gone L
 
 # A child with a grandchild in its group; neither handles SIGTERM.
 rm -f "$TEST_DIR"/*.pid
-"$DLOCK" run G -- sh -c "echo \$\$ >'$TEST_DIR/child.pid'; sleep 60 & echo \$! >'$TEST_DIR/gc.pid'; wait" &
+"$DLOCK" run G -- sh -c "echo \$\$ >'$TEST_DIR/child.pid'; sleep 600 & echo \$! >'$TEST_DIR/gc.pid'; wait" &
 DL=$!
 bg_track $DL
 check "child and grandchild started" wait_for 10 file_has "$TEST_DIR/gc.pid"
@@ -74,7 +74,7 @@ check "the lock is free" key_gone G
 # ignored signal ignored); env --default-signal gives it back.
 for sig in INT HUP; do
   rm -f "$TEST_DIR"/*.pid
-  env --default-signal=INT "$DLOCK" run S -- sh -c "echo \$\$ >'$TEST_DIR/child.pid'; exec sleep 60" &
+  env --default-signal=INT "$DLOCK" run S -- sh -c "echo \$\$ >'$TEST_DIR/child.pid'; exec sleep 600" &
   DL=$!
   bg_track $DL
   check "SIG$sig: child started" wait_for 10 file_has "$TEST_DIR/child.pid"
@@ -111,7 +111,7 @@ check "two signals: the command got SIGTERM" test -e "$TEST_DIR/got.term"
 # ---- dlock killed with SIGKILL: its guardian stops the whole group ----
 
 rm -f "$TEST_DIR"/*.pid
-"$DLOCK" run --grace 1s K -- sh -c "sleep 60 & echo \$! >'$TEST_DIR/bg.pid'; sleep 60 & echo \$! >'$TEST_DIR/fg.pid'; wait" &
+"$DLOCK" run --grace 1s K -- sh -c "sleep 600 & echo \$! >'$TEST_DIR/bg.pid'; sleep 600 & echo \$! >'$TEST_DIR/fg.pid'; wait" &
 DL=$!
 check "SIGKILL: the command's processes started" wait_for 10 file_has "$TEST_DIR/fg.pid"
 kill -KILL "$DL"

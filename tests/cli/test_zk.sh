@@ -68,7 +68,7 @@ assert_match "the fence reaches the command" "$("$DLOCK" run fenced -- sh -c 'ec
 
 out=$("$DLOCK" status counter)
 assert_match "status of a free lock says free" "$out" "state: +free"
-"$DLOCK" run jobs/report -- sleep 60 &
+"$DLOCK" run jobs/report -- sleep 600 &
 H1=$!
 bg_track $H1
 check "the holder took its lock" wait_for 20 sh -c "[ \"\$('$DLOCK' list)\" = jobs/report ]"
@@ -88,10 +88,10 @@ assert_eq "list is empty again" "$("$DLOCK" list)" ""
 
 # ---- semaphore (--limit) and read-write lock (-s/-x) ----
 
-"$DLOCK" run --limit 2 pool -- sleep 60 &
+"$DLOCK" run --limit 2 pool -- sleep 600 &
 S1=$!
 bg_track $S1
-"$DLOCK" run --limit 2 pool -- sleep 60 &
+"$DLOCK" run --limit 2 pool -- sleep 600 &
 S2=$!
 bg_track $S2
 check "two holders take the two permits" wait_for 20 sh -c "'$DLOCK' status pool | grep -Eq 'permits: +2 of 2|2/2'"
@@ -101,7 +101,7 @@ assert_eq "the child sees DLOCK_KIND" "$("$DLOCK" run --limit 3 other -- sh -c '
 kill $S1 $S2 2>/dev/null
 wait_exit "$S1" 30
 wait_exit "$S2" 30
-"$DLOCK" run -s shared -- sleep 60 &
+"$DLOCK" run -s shared -- sleep 600 &
 R1=$!
 bg_track $R1
 check "a shared holder took its side" wait_for 20 sh -c "'$DLOCK' status shared | grep -q reader"
