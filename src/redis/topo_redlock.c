@@ -50,6 +50,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,7 @@ typedef struct rl_node {
    * or the read failed: an ACL without the key). */
   int marker;
   char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
+  int q_found;                   /* the marker was there before the look (counting or not) */
   int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
   dlock_mono_ms q_at;            /* when the look's reply came */
 } rl_node;
@@ -345,6 +348,7 @@ static void note_marker(redlock *r, int i, const dlock__reply *v) {
   } else {
     nd->marker = v->element[0]->integer == 1 ? 1 : 0;
     snprintf(nd->q_since, sizeof nd->q_since, "%s", v->element[1]->str);
+    nd->q_found = nd->marker == 1 || strcmp(v->element[1]->str, v->element[2]->str) != 0; /* 'since' is not now */
     nd->q_age_ms = (strtoll(v->element[2]->str, NULL, 10) - strtoll(nd->q_since, NULL, 10)) / 1000;
     nd->q_at = dlock_mono_now();
     int64_t ms = strtoll(v->element[3]->str, NULL, 10);
@@ -1077,9 +1081,10 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
 /* The restart rule, from every node's marker (x.res[2i]): a node without
  * one (held out) may count once its own clock has passed the longest lease
  * recorded on any node, plus the drift, since a client first found it so;
- * and every node may count when every node answered and none has the
- * marker: a new deployment (or one where every node lost its data, which
- * nothing can tell apart). A node that answered nothing keeps what we knew.
+ * and every node may count when every node answered and none had the
+ * marker, counting or not (a renewal records a quarantine's start where it
+ * re-seeds: rl_extend.lua): a new deployment (or one where every node lost
+ * its data, which nothing can tell apart). A node that answered nothing keeps what we knew.
  * 'promote' gets the 'since' of the nodes to promote (comma-separated). */
 static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   int all = 1, any = 0;
@@ -1089,7 +1094,7 @@ static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   }
   pthread_mutex_lock(&r->mu);
   for (int i = 0; i < r->n; i++)
-    if (!x->s[i].rc && x->res[(size_t)i * 2] && r->node[i].marker == 1) any = 1;
+    if (!x->s[i].rc && x->res[(size_t)i * 2] && r->node[i].q_found) any = 1;
   int64_t longest = longest_lease(r);
   size_t o = 0;
   promote[0] = '\0';
@@ -1327,7 +1332,8 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
  * else an EQUORUM error reply (the watchdog retries it; dlock_mutex_extend
  * reports it). Only once a majority confirmed are the nodes that lost the
  * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
- * the key is absent): a lock released or expired on a majority is never
+ * the key is absent; where the restart marker is gone too, its quarantine
+ * starts there): a lock released or expired on a majority is never
  * brought back this way. */
 static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
   for (size_t j = 0; j < n; j++) {
@@ -1376,6 +1382,10 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
       if (absent) {
         dlock__script_call seed = calls[j];
         seed.script = DLOCK__SCRIPT_RL_EXTEND;
+        if (seed.nkeys < DLOCK__SCRIPT_MAX_ARGS) { /* the restart marker: the quarantine's start where it is gone */
+          seed.keys[seed.nkeys] = r->marker_key;
+          seed.keylens[seed.nkeys++] = strlen(r->marker_key);
+        }
         run y;
         if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
       }
@@ -1918,6 +1928,35 @@ static void rl_destroy(dlock__topology *t) {
   free(r);
 }
 
+/* Do two TCP entries name one address (the same port, and a name that
+ * resolves to an address of the other: 127.0.0.1:P and localhost:P)? A name
+ * that does not resolve is left to the connect, which says so. */
+static int same_address(const dlock__endpoint *a, const dlock__endpoint *b) {
+  if (a->port != b->port) return 0;
+  if (!strcmp(a->host, b->host)) return 1;
+  struct addrinfo hints, *ra = NULL, *rb = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int same = 0;
+  if (getaddrinfo(a->host, NULL, &hints, &ra) == 0 && getaddrinfo(b->host, NULL, &hints, &rb) == 0) {
+    for (const struct addrinfo *x = ra; x && !same; x = x->ai_next)
+      for (const struct addrinfo *y = rb; y && !same; y = y->ai_next) {
+        if (x->ai_family != y->ai_family) continue;
+        if (x->ai_family == AF_INET)
+          same = !memcmp(&((const struct sockaddr_in *)(const void *)x->ai_addr)->sin_addr,
+                         &((const struct sockaddr_in *)(const void *)y->ai_addr)->sin_addr, sizeof(struct in_addr));
+        else if (x->ai_family == AF_INET6)
+          same = !memcmp(&((const struct sockaddr_in6 *)(const void *)x->ai_addr)->sin6_addr,
+                         &((const struct sockaddr_in6 *)(const void *)y->ai_addr)->sin6_addr,
+                         sizeof(struct in6_addr));
+      }
+  }
+  if (ra) freeaddrinfo(ra);
+  if (rb) freeaddrinfo(rb);
+  return same;
+}
+
 int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dlock__topology **out, char *display,
                                 size_t displaylen) {
   *out = NULL;
@@ -1929,10 +1968,13 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   for (int i = 0; i < n; i++)
     for (int j = 0; j < i; j++)
       if (eps[i].is_unix == eps[j].is_unix &&
-          (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path)
-                          : !strcmp(eps[i].host, eps[j].host) && eps[i].port == eps[j].port)) {
-        int rc = dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
-                              "independent master", eps[i].display);
+          (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path) : same_address(&eps[i], &eps[j]))) {
+        int rc = !strcmp(eps[i].display, eps[j].display)
+                     ? dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
+                                    "independent master", eps[i].display)
+                     : dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (the same "
+                                    "address and port); each node must be a separate, independent master: "
+                                    "list it once", eps[j].display, eps[i].display);
         for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
         return rc;
       }
