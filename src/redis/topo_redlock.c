@@ -1928,33 +1928,37 @@ static void rl_destroy(dlock__topology *t) {
   free(r);
 }
 
-/* Do two TCP entries name one address (the same port, and a name that
- * resolves to an address of the other: 127.0.0.1:P and localhost:P)? A name
- * that does not resolve is left to the connect, which says so. */
-static int same_address(const dlock__endpoint *a, const dlock__endpoint *b) {
-  if (a->port != b->port) return 0;
-  if (!strcmp(a->host, b->host)) return 1;
-  struct addrinfo hints, *ra = NULL, *rb = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  int same = 0;
-  if (getaddrinfo(a->host, NULL, &hints, &ra) == 0 && getaddrinfo(b->host, NULL, &hints, &rb) == 0) {
-    for (const struct addrinfo *x = ra; x && !same; x = x->ai_next)
-      for (const struct addrinfo *y = rb; y && !same; y = y->ai_next) {
-        if (x->ai_family != y->ai_family) continue;
-        if (x->ai_family == AF_INET)
-          same = !memcmp(&((const struct sockaddr_in *)(const void *)x->ai_addr)->sin_addr,
-                         &((const struct sockaddr_in *)(const void *)y->ai_addr)->sin_addr, sizeof(struct in_addr));
-        else if (x->ai_family == AF_INET6)
-          same = !memcmp(&((const struct sockaddr_in6 *)(const void *)x->ai_addr)->sin6_addr,
-                         &((const struct sockaddr_in6 *)(const void *)y->ai_addr)->sin6_addr,
-                         sizeof(struct in6_addr));
-      }
+/* Does a TCP entry name one of the addresses in 'ra' (another entry's, with
+ * the same port: 127.0.0.1:P and localhost:P)? */
+static int shares_address(const struct addrinfo *ra, const struct addrinfo *rb) {
+  for (const struct addrinfo *x = ra; x; x = x->ai_next)
+    for (const struct addrinfo *y = rb; y; y = y->ai_next) {
+      if (x->ai_family != y->ai_family) continue;
+      if (x->ai_family == AF_INET &&
+          !memcmp(&((const struct sockaddr_in *)(const void *)x->ai_addr)->sin_addr,
+                  &((const struct sockaddr_in *)(const void *)y->ai_addr)->sin_addr, sizeof(struct in_addr)))
+        return 1;
+      if (x->ai_family == AF_INET6 &&
+          !memcmp(&((const struct sockaddr_in6 *)(const void *)x->ai_addr)->sin6_addr,
+                  &((const struct sockaddr_in6 *)(const void *)y->ai_addr)->sin6_addr, sizeof(struct in6_addr)))
+        return 1;
+    }
+  return 0;
+}
+
+/* The index of an earlier entry that names the same server as entry i (the
+ * same socket path, or the same port and a common address: each name is
+ * resolved once, 'ai'), or -1. A name that does not resolve is left to the
+ * connect, which says so. */
+static int listed_before(dlock__endpoint *eps, struct addrinfo **ai, int i) {
+  for (int j = 0; j < i; j++) {
+    if (eps[i].is_unix != eps[j].is_unix) continue;
+    if (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path)
+                       : eps[i].port == eps[j].port &&
+                             (!strcmp(eps[i].host, eps[j].host) || shares_address(ai[i], ai[j])))
+      return j;
   }
-  if (ra) freeaddrinfo(ra);
-  if (rb) freeaddrinfo(rb);
-  return same;
+  return -1;
 }
 
 int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dlock__topology **out, char *display,
@@ -1965,19 +1969,28 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
     return dlock__error(DLOCK_EURL, "Redlock needs 3 or more independent masters (5 advised), at most %d; %d %s "
                         "given", DLOCK__REDLOCK_MAX, n, n == 1 ? "was" : "were");
   }
+  struct addrinfo *ai[DLOCK__REDLOCK_MAX] = {0};
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < i; j++)
-      if (eps[i].is_unix == eps[j].is_unix &&
-          (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path) : same_address(&eps[i], &eps[j]))) {
-        int rc = !strcmp(eps[i].display, eps[j].display)
-                     ? dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
-                                    "independent master", eps[i].display)
-                     : dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (the same "
-                                    "address and port); each node must be a separate, independent master: "
-                                    "list it once", eps[j].display, eps[i].display);
-        for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
-        return rc;
-      }
+    if (!eps[i].is_unix && getaddrinfo(eps[i].host, NULL, &hints, &ai[i]) != 0) ai[i] = NULL;
+  int dup = -1, first = -1;
+  for (int i = 0; i < n && dup < 0; i++)
+    if ((first = listed_before(eps, ai, i)) >= 0) dup = i;
+  for (int i = 0; i < n; i++)
+    if (ai[i]) freeaddrinfo(ai[i]);
+  if (dup >= 0) {
+    int rc = !strcmp(eps[dup].display, eps[first].display)
+                 ? dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
+                                "independent master", eps[dup].display)
+                 : dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (the same "
+                                "address and port); each node must be a separate, independent master: list it "
+                                "once", eps[first].display, eps[dup].display);
+    for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
+    return rc;
+  }
   redlock *r = calloc(1, sizeof *r);
   if (!r) {
     for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
