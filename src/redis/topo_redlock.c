@@ -77,7 +77,7 @@ typedef struct rl_node {
    * or the read failed: an ACL without the key). */
   int marker;
   char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
-  int q_found;                   /* the marker was there before the look (counting or not) */
+  int q_found;                   /* the marker counts, or a renewal wrote its quarantine */
   int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
   dlock_mono_ms q_at;            /* when the look's reply came */
 } rl_node;
@@ -348,7 +348,7 @@ static void note_marker(redlock *r, int i, const dlock__reply *v) {
   } else {
     nd->marker = v->element[0]->integer == 1 ? 1 : 0;
     snprintf(nd->q_since, sizeof nd->q_since, "%s", v->element[1]->str);
-    nd->q_found = nd->marker == 1 || strcmp(v->element[1]->str, v->element[2]->str) != 0; /* 'since' is not now */
+    nd->q_found = v->element[0]->integer != 0; /* counts, or a renewal's quarantine (2) */
     nd->q_age_ms = (strtoll(v->element[2]->str, NULL, 10) - strtoll(nd->q_since, NULL, 10)) / 1000;
     nd->q_at = dlock_mono_now();
     int64_t ms = strtoll(v->element[3]->str, NULL, 10);
@@ -1081,9 +1081,9 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
 /* The restart rule, from every node's marker (x.res[2i]): a node without
  * one (held out) may count once its own clock has passed the longest lease
  * recorded on any node, plus the drift, since a client first found it so;
- * and every node may count when every node answered and none had the
- * marker, counting or not (a renewal records a quarantine's start where it
- * re-seeds: rl_extend.lua): a new deployment (or one where every node lost
+ * and every node may count when every node answered and none has a marker
+ * that counts or a quarantine written by a renewal (rl_extend.lua: a lock
+ * was held across that node's loss): a new deployment (or one where every node lost
  * its data, which nothing can tell apart). A node that answered nothing keeps what we knew.
  * 'promote' gets the 'since' of the nodes to promote (comma-separated). */
 static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {

@@ -11,7 +11,8 @@
 local mk = KEYS[#KEYS]
 if redis.call('EXISTS', mk) == 0 then
   local t = redis.call('TIME')
-  redis.call('HSET', mk, 'since', t[1] .. string.rep('0', 6 - #t[2]) .. t[2], 'counts', '0', 'lease', ARGV[2])
+  redis.call('HSET', mk, 'since', t[1] .. string.rep('0', 6 - #t[2]) .. t[2], 'counts', '0', 'lease', ARGV[2],
+    'renewed', '1')
 end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
