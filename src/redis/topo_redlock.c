@@ -44,7 +44,8 @@
  * it is held out from the first look, on its own clock, for the longest
  * lease, and promoted only then, at an acquire that counts it; every node
  * counts at once only when every node answered and none has a marker that
- * counts (a new deployment). The fence write-back reaches every node that
+ * counts or a quarantine written by a renewal (a new deployment; a renewal
+ * that re-seeds a node without the marker starts its quarantine there). The fence write-back reaches every node that
  * answered the acquire (issue 22 item 4 and its review; docs/redlock.md).
  */
 #include <errno.h>
