@@ -44,12 +44,15 @@
  * it is held out from the first look, on its own clock, for the longest
  * lease, and promoted only then, at an acquire that counts it; every node
  * counts at once only when every node answered and none has a marker that
- * counts (a new deployment). The fence write-back reaches every node that
+ * counts or a quarantine written by a renewal (a new deployment; a renewal
+ * that re-seeds a node without the marker starts its quarantine there). The fence write-back reaches every node that
  * answered the acquire (issue 22 item 4 and its review; docs/redlock.md).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +78,7 @@ typedef struct rl_node {
    * or the read failed: an ACL without the key). */
   int marker;
   char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
+  int q_found;                   /* the marker counts, or a renewal wrote its quarantine */
   int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
   dlock_mono_ms q_at;            /* when the look's reply came */
 } rl_node;
@@ -345,6 +349,7 @@ static void note_marker(redlock *r, int i, const dlock__reply *v) {
   } else {
     nd->marker = v->element[0]->integer == 1 ? 1 : 0;
     snprintf(nd->q_since, sizeof nd->q_since, "%s", v->element[1]->str);
+    nd->q_found = v->element[0]->integer != 0; /* counts, or a renewal's quarantine (2) */
     nd->q_age_ms = (strtoll(v->element[2]->str, NULL, 10) - strtoll(nd->q_since, NULL, 10)) / 1000;
     nd->q_at = dlock_mono_now();
     int64_t ms = strtoll(v->element[3]->str, NULL, 10);
@@ -1077,9 +1082,10 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
 /* The restart rule, from every node's marker (x.res[2i]): a node without
  * one (held out) may count once its own clock has passed the longest lease
  * recorded on any node, plus the drift, since a client first found it so;
- * and every node may count when every node answered and none has the
- * marker: a new deployment (or one where every node lost its data, which
- * nothing can tell apart). A node that answered nothing keeps what we knew.
+ * and every node may count when every node answered and none has a marker
+ * that counts or a quarantine written by a renewal (rl_extend.lua: a lock
+ * was held across that node's loss): a new deployment (or one where every node lost
+ * its data, which nothing can tell apart). A node that answered nothing keeps what we knew.
  * 'promote' gets the 'since' of the nodes to promote (comma-separated). */
 static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   int all = 1, any = 0;
@@ -1089,7 +1095,7 @@ static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   }
   pthread_mutex_lock(&r->mu);
   for (int i = 0; i < r->n; i++)
-    if (!x->s[i].rc && x->res[(size_t)i * 2] && r->node[i].marker == 1) any = 1;
+    if (!x->s[i].rc && x->res[(size_t)i * 2] && r->node[i].q_found) any = 1;
   int64_t longest = longest_lease(r);
   size_t o = 0;
   promote[0] = '\0';
@@ -1327,7 +1333,8 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
  * else an EQUORUM error reply (the watchdog retries it; dlock_mutex_extend
  * reports it). Only once a majority confirmed are the nodes that lost the
  * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
- * the key is absent): a lock released or expired on a majority is never
+ * the key is absent; where the restart marker is gone too, its quarantine
+ * starts there): a lock released or expired on a majority is never
  * brought back this way. */
 static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
   for (size_t j = 0; j < n; j++) {
@@ -1376,6 +1383,10 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
       if (absent) {
         dlock__script_call seed = calls[j];
         seed.script = DLOCK__SCRIPT_RL_EXTEND;
+        if (seed.nkeys < DLOCK__SCRIPT_MAX_ARGS) { /* the restart marker: the quarantine's start where it is gone */
+          seed.keys[seed.nkeys] = r->marker_key;
+          seed.keylens[seed.nkeys++] = strlen(r->marker_key);
+        }
         run y;
         if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
       }
@@ -1918,6 +1929,39 @@ static void rl_destroy(dlock__topology *t) {
   free(r);
 }
 
+/* Does a TCP entry name one of the addresses in 'ra' (another entry's, with
+ * the same port: 127.0.0.1:P and localhost:P)? */
+static int shares_address(const struct addrinfo *ra, const struct addrinfo *rb) {
+  for (const struct addrinfo *x = ra; x; x = x->ai_next)
+    for (const struct addrinfo *y = rb; y; y = y->ai_next) {
+      if (x->ai_family != y->ai_family) continue;
+      if (x->ai_family == AF_INET &&
+          !memcmp(&((const struct sockaddr_in *)(const void *)x->ai_addr)->sin_addr,
+                  &((const struct sockaddr_in *)(const void *)y->ai_addr)->sin_addr, sizeof(struct in_addr)))
+        return 1;
+      if (x->ai_family == AF_INET6 &&
+          !memcmp(&((const struct sockaddr_in6 *)(const void *)x->ai_addr)->sin6_addr,
+                  &((const struct sockaddr_in6 *)(const void *)y->ai_addr)->sin6_addr, sizeof(struct in6_addr)))
+        return 1;
+    }
+  return 0;
+}
+
+/* The index of an earlier entry that names the same server as entry i (the
+ * same socket path, or the same port and a common address: each name is
+ * resolved once, 'ai'), or -1. A name that does not resolve is left to the
+ * connect, which says so. */
+static int listed_before(dlock__endpoint *eps, struct addrinfo **ai, int i) {
+  for (int j = 0; j < i; j++) {
+    if (eps[i].is_unix != eps[j].is_unix) continue;
+    if (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path)
+                       : eps[i].port == eps[j].port &&
+                             (!strcmp(eps[i].host, eps[j].host) || shares_address(ai[i], ai[j])))
+      return j;
+  }
+  return -1;
+}
+
 int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dlock__topology **out, char *display,
                                 size_t displaylen) {
   *out = NULL;
@@ -1926,16 +1970,28 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
     return dlock__error(DLOCK_EURL, "Redlock needs 3 or more independent masters (5 advised), at most %d; %d %s "
                         "given", DLOCK__REDLOCK_MAX, n, n == 1 ? "was" : "were");
   }
+  struct addrinfo *ai[DLOCK__REDLOCK_MAX] = {0};
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < i; j++)
-      if (eps[i].is_unix == eps[j].is_unix &&
-          (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path)
-                          : !strcmp(eps[i].host, eps[j].host) && eps[i].port == eps[j].port)) {
-        int rc = dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
-                              "independent master", eps[i].display);
-        for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
-        return rc;
-      }
+    if (!eps[i].is_unix && getaddrinfo(eps[i].host, NULL, &hints, &ai[i]) != 0) ai[i] = NULL;
+  int dup = -1, first = -1;
+  for (int i = 0; i < n && dup < 0; i++)
+    if ((first = listed_before(eps, ai, i)) >= 0) dup = i;
+  for (int i = 0; i < n; i++)
+    if (ai[i]) freeaddrinfo(ai[i]);
+  if (dup >= 0) {
+    int rc = !strcmp(eps[dup].display, eps[first].display)
+                 ? dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
+                                "independent master", eps[dup].display)
+                 : dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (the same "
+                                "address and port); each node must be a separate, independent master: list it "
+                                "once", eps[first].display, eps[dup].display);
+    for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
+    return rc;
+  }
   redlock *r = calloc(1, sizeof *r);
   if (!r) {
     for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);

@@ -638,4 +638,123 @@ TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) {
               "because its uptime exceeds the lease", a_left);
 }
 
+/* ---- The second review of Redlock, open3: one server listed twice under
+ * two names (127.0.0.1:P and localhost:P) was accepted and counted twice: with
+ * the other server frozen, 'job' was acquired on one of two servers (2 of 3
+ * "nodes"). The promise (docs/redlock.md, "Nodes and URLs"): a node listed
+ * twice is refused. Before the fix this test failed with "was accepted, and
+ * ... acquired on 127.0.0.1:P alone (counted twice, 2 of 3)". ---- */
+TEST(review2_open3_one_server_listed_under_two_names_is_refused) {
+  char why[200], u[512];
+  if (!th_localhost_resolves(why, sizeof why)) TEST_SKIP("the name localhost does not resolve to 127.0.0.1 here");
+  fresh();
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,localhost:%d,127.0.0.1:%d", srv[0].port, srv[0].port, srv[1].port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = u;
+  o.command_timeout_ms = 1000;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) { /* refused: the promise holds */
+    ASSERT_CONTAINS(dlock_last_error(), "one server listed twice");
+    return;
+  }
+  dlock_mutex *m = test_mutex(c, "job", 3000);
+  int rc = dlock_mutex_acquire(m, 0); /* all answer: a new deployment, every node promoted */
+  if (rc == 0) dlock_mutex_release(m);
+  kill(srv[1].pid, SIGSTOP);
+  rc = dlock_mutex_acquire(m, 0);
+  kill(srv[1].pid, SIGCONT);
+  char errm[600];
+  snprintf(errm, sizeof errm, "%s", dlock_mutex_errmsg(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  if (rc == 0)
+    TEST_FAIL("'%s' was accepted, and with 127.0.0.1:%d frozen 'job' was acquired on 127.0.0.1:%d alone "
+              "(counted twice, 2 of 3)", u, srv[1].port, srv[0].port);
+  TEST_FAIL("'%s' was accepted (one server listed twice under two names); acquire with the other frozen: %d %s", u,
+            rc, errm);
+}
+
+/* ---- The second review of Redlock, open1: nodes that lost their data a
+ * lease apart (2, then 3 of 5, as in a rolling restart without persistence)
+ * made the deployment look new while one lock was held throughout. A's
+ * renewals re-seeded its key on the first two but nothing wrote a marker
+ * there, so once the other three were flushed no node had one and a new
+ * client took the lock. A renewal that re-seeds a node without the marker now
+ * records the start of its quarantine there (rl_extend.lua). Before the fix
+ * this test failed with "B acquired 'job' (fence ...) while A held it for
+ * 2051 ms more". ---- */
+TEST(review2_open1_nodes_emptied_a_lease_apart_do_not_make_the_deployment_look_new) {
+  char out[512];
+  fresh();
+  dlock_client *ca = rl_client(NULL, 1000);
+  if (!ca) TEST_FAIL("client A: %s", dlock_last_error());
+  dlock_mutex *a = test_mutex(ca, "job", 3000);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  for (int i = 0; i < 2; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  long long t0 = th_now_ms();
+  for (int k = 0; k < 40 && th_now_ms() - t0 < 4500; k++) {
+    ASSERT_OK(dlock_mutex_extend(a, 3000));
+    th_sleep_ms(600);
+  }
+  ASSERT_OK(dlock_mutex_extend(a, 3000));
+  th_redis_cli(&srv[0], out, sizeof out, "EXISTS job");
+  if (strcmp(out, "1") != 0) TEST_FAIL("A's renewal did not re-seed node 1 (EXISTS job: %s): the premise failed", out);
+  for (int i = 2; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  dlock_client *cb = rl_client(NULL, 1000);
+  if (!cb) TEST_FAIL("client B: %s", dlock_last_error());
+  dlock_mutex *b = test_mutex(cb, "job", 3000);
+  dlock_mono_ms before = dlock_mono_now();
+  int rc = dlock_mutex_acquire(b, 0);
+  dlock_mono_ms a_until = dlock_mutex_valid_until(a);
+  uint64_t fb = dlock_mutex_fence(b), fa = dlock_mutex_fence(a);
+  printf("  B: %d %s\n", rc, dlock_mutex_errmsg(b));
+  dlock_mutex_free(b);
+  dlock_mutex_free(a);
+  dlock_client_free(cb);
+  dlock_client_free(ca);
+  if (rc == 0 && a_until > before)
+    TEST_FAIL("B acquired 'job' (fence %" PRIu64 ") while A held it for %" PRId64 " ms more (A's fence %" PRIu64
+              "): nodes 1, 2 emptied 4.5 s before, then 3, 4, 5", fb, (int64_t)(a_until - before), fa);
+}
+
+/* ---- The second review of Redlock, open2 (decided as a documented limit,
+ * docs/redlock.md "Restarts"): an emptied node is held out for the longest
+ * lease that any node answering the look knows, and an acquire carries the
+ * longest lease it learnt to every node it reaches. A (8 s lease) holds; node 1
+ * is frozen, nodes 3-5 flushed: B (1 s lease) learns 8 s from node 2 and holds
+ * them out for it; its next look carries 8 s to nodes 3-5, so once node 2 is
+ * frozen too, a new client C (1 s lease) still holds them out for 8 s. (When
+ * every node that knows the lease is unreachable before any client carried it,
+ * the client knows only its own: the limit the docs state.) ---- */
+TEST(review2_open2_emptied_nodes_are_held_out_for_the_longest_lease_an_answering_node_knows) {
+  char out[64];
+  fresh();
+  dlock_client *ca = rl_client(NULL, 1000), *cb = rl_client(NULL, 1000), *cc = rl_client(NULL, 1000);
+  if (!ca || !cb || !cc) TEST_FAIL("clients: %s", dlock_last_error());
+  dlock_mutex *a = test_mutex(ca, "job", 8000), *b = test_mutex(cb, "job", 1000), *c = test_mutex(cc, "job", 1000);
+  ASSERT_OK(dlock_mutex_acquire(a, 0));
+  kill(srv[0].pid, SIGSTOP);
+  for (int i = 2; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  int rb1 = dlock_mutex_acquire(b, 0); /* learns 8 s from node 2 */
+  int rb2 = dlock_mutex_acquire(b, 0); /* carries it to nodes 3-5 */
+  char lease[3][64];
+  for (int i = 2; i < 5; i++) th_redis_cli(&srv[i], lease[i - 2], sizeof lease[0], "HGET dlock:redlock:marker lease");
+  kill(srv[1].pid, SIGSTOP);
+  int rc1 = dlock_mutex_acquire(c, 0);
+  th_sleep_ms(1500); /* past C's own lease */
+  int rc2 = dlock_mutex_acquire(c, 0);
+  resume_all();
+  printf("  B: %d, %d; C: %d, %d; lease on nodes 3-5: %s %s %s\n", rb1, rb2, rc1, rc2, lease[0], lease[1], lease[2]);
+  if (rb1 == 0 || rb2 == 0 || rc1 == 0 || rc2 == 0) TEST_FAIL("a 1 s client acquired 'job' while A's 8 s lease ran");
+  for (int i = 0; i < 3; i++)
+    if (strcmp(lease[i], "8000") != 0) TEST_FAIL("node %d's marker records lease '%s', not A's 8000", i + 3, lease[i]);
+  dlock_mutex_free(c);
+  dlock_mutex_free(b);
+  dlock_mutex_free(a);
+  dlock_client_free(cc);
+  dlock_client_free(cb);
+  dlock_client_free(ca);
+}
+
 TEST_MAIN()

@@ -2,7 +2,18 @@
 -- and re-seed a node that lost the key (restarted empty, FLUSHALL) with our
 -- token, only where the key is absent (SET NX): another owner's key is never
 -- touched. The quorum decides whether the renewal counts (topo_redlock.c).
+-- KEYS[#KEYS]: the restart marker (rl_marker.lua). A node found without it
+-- lost its data: its quarantine starts here ('since' = now, not counting),
+-- so that the deployment never looks new while this node carries the record
+-- (docs/redlock.md, "Restarts"). Never the marker that counts: that would
+-- launder the node for the other locks it lost.
 -- ARGV: 1 token, 2 lease_ms. Returns 1 extended, 2 re-seeded, -1 another owner.
+local mk = KEYS[#KEYS]
+if redis.call('EXISTS', mk) == 0 then
+  local t = redis.call('TIME')
+  redis.call('HSET', mk, 'since', t[1] .. string.rep('0', 6 - #t[2]) .. t[2], 'counts', '0', 'lease', ARGV[2],
+    'renewed', '1')
+end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -10,7 +10,9 @@
 --       (ms), 3 (promote) the 'since' values the client read on the nodes it
 --       found fit to count, comma-separated.
 -- read: where the marker is missing, write it (not counting, since now);
--- record a longer lease. Returns {counts, since, now, lease}.
+-- record a longer lease. Returns {counts, since, now, lease}; counts is 2
+-- where a renewal wrote the record (rl_extend.lua: a lock was held across
+-- the loss), so the deployment is not new.
 -- promote: counts = '1' when the marker is the one the client read (its
 -- 'since' is in ARGV[3]): never onto a node emptied since. Returns 1 when
 -- the node counts, 0 when not.
@@ -27,7 +29,7 @@ elseif ty ~= 'hash' and ty ~= 'none' then
   return redis.error_reply('WRONGTYPE the Redlock restart marker ' .. k .. ' holds a ' .. ty ..
     ', expected a hash: delete it (DEL ' .. k .. ') while no Redlock lock is held')
 end
-local h = redis.call('HMGET', k, 'since', 'counts', 'lease')
+local h = redis.call('HMGET', k, 'since', 'counts', 'lease', 'renewed')
 local want, had = tonumber(ARGV[2]) or 0, tonumber(h[3] or '') or 0
 if ARGV[1] == 'p' then
   if h[2] == '1' then return 1 end
@@ -46,4 +48,4 @@ if want > had then
   redis.call('HSET', k, 'lease', ARGV[2])
   lease = ARGV[2]
 end
-return {h[2] == '1' and 1 or 0, h[1], now, lease}
+return {h[2] == '1' and 1 or (h[4] == '1' and 2 or 0), h[1], now, lease}
