@@ -55,7 +55,11 @@
 /* Scenarios that reproduce a finding not fixed on this branch yet: they
  * run and report, but do not fail the test. Remove a name when its fix is
  * merged (or set DLOCK_FAULT_STRICT=1 to count them all). */
-static const char KNOWN_FAILING[] = "";
+/* redlock-restart-empty: after the two reviews' fixes of the restart marker
+ * it still shows an overlap in some runs (about one in two on a busy
+ * machine; e.g. a fresh client took 'fm0' 1.5 s after a node that held it
+ * restarted empty, while the holder's 10 s lease had 1.5 s left): open. */
+static const char KNOWN_FAILING[] = "redlock-restart-empty";
 
 #ifndef FAULT_WORKER
 #define FAULT_WORKER "fault_worker"
