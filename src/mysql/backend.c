@@ -181,8 +181,8 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
       "SELECT name FROM dlock_locks WHERE 1 = 0",
       "UPDATE dlock_locks SET fence = fence WHERE 1 = 0",
       "INSERT INTO dlock_locks (name) SELECT name FROM dlock_locks WHERE 1 = 0",
-      "INSERT INTO dlock_guards (resource, fence, updated) SELECT resource, fence, updated FROM dlock_guards "
-      "WHERE 1 = 0",
+      ("INSERT INTO dlock_guards (resource, fence, updated) SELECT resource, fence, updated FROM dlock_guards "
+       "WHERE 1 = 0"),
       "UPDATE dlock_guards SET fence = fence WHERE 1 = 0",
   };
   /* Missing tables: named, not made (the doctor changes nothing). */
