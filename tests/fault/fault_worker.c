@@ -270,6 +270,9 @@ int main(int argc, char **argv) {
     if (v > vu) vu = v;
     int late = lost == DLOCK_LOST_NONE && vu && vu < INT64_MAX - 5000000LL && t_end > vu + 5000000LL;
     if (lost != DLOCK_LOST_NONE && !t_lost) t_lost = t_end;
+    /* The hold is over: a kill from here on may find the lock freed by our
+     * release, and the checker must not count the hold past t_end. */
+    logf_line("X w=%d seq=%ld t_end=%" PRId64, id, seq, t_end);
     /* Written after t_end: the hold no longer counts, the guard decides. */
     if (guard) guard_write(c, id, seq, name, fence);
     rc = dlock_mutex_release(m);

@@ -20,6 +20,7 @@ typedef struct fh_hold {
   int64_t t_call, t_acq, vu;
   int ended;
   int64_t t_end, t_lost;
+  int64_t t_releasing; /* X line: the release began (0: none) */
   char lost[32], rc[32];
   int view_late;
   int fixed;
@@ -192,6 +193,13 @@ int fh_add_line(fh_history *h, const char *line, const char *where) {
   }
   fh_hold *x = find(h, (int)w, (long)seq);
   if (!x) return bad(h, where, "R or E line of a hold with no B line");
+  if (line[0] == 'X') {
+    /* The hold is over and its release under way: nothing more is written
+     * under the lock, and the server may free it from now on (a worker
+     * killed before its E line). */
+    if (ifield(line, "t_end", &x->t_releasing) != 0) return bad(h, where, "X line without t_end=");
+    return 0;
+  }
   if (line[0] == 'R') {
     if (ifield(line, "vu", &v) != 0) return bad(h, where, "R line without vu=");
     if (v > x->vu) x->vu = v;
@@ -249,6 +257,7 @@ int fh_add_dir(fh_history *h, const char *dir) {
 static int64_t hold_end(const fh_hold *x) {
   int64_t e = x->vu;
   if (x->ended && x->t_end < e) e = x->t_end;
+  if (!x->ended && x->t_releasing && x->t_releasing < e) e = x->t_releasing;
   if (x->t_lost && x->t_lost < e) e = x->t_lost;
   return e;
 }

@@ -56,6 +56,19 @@ TEST(two_mutex_holds_that_overlap_are_reported) {
   ASSERT_EQ(check(l, 0), 1);
 }
 
+TEST(a_worker_killed_while_releasing_held_only_until_its_release_began) {
+  /* w1 wrote X (its hold over, the release under way: it writes nothing
+   * more under the lock) at 2.0 and was killed before its E line; the
+   * server may have freed the lock then: w2 at 2.5 is no overlap. */
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0), "X w=1 seq=1 t_end=2000000000",
+                     B(2, 2, 1, "m0", "mutex", 1, 11, 2.0, 2.5, 9.0), E(3, 2, 1, 3.0, 9.0, "NONE", 0, "OK"), NULL};
+  ASSERT_EQ(check(l, 0), 0);
+  /* Without the X line the same history is an overlap. */
+  const char *m[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0),
+                     B(2, 2, 1, "m0", "mutex", 1, 11, 2.0, 2.5, 9.0), E(3, 2, 1, 3.0, 9.0, "NONE", 0, "OK"), NULL};
+  ASSERT_EQ(check(m, 0), 1);
+}
+
 TEST(a_killed_workers_hold_counts_until_its_last_valid_until) {
   /* w1 was killed while holding: its hold counts until the vu of its R
    * line (4.0); w2 at 3.5 overlaps it, w3 at 4.5 does not. */
