@@ -15,7 +15,9 @@
  *    recently, not a master, too slow): DLOCK_EBUSY when others held a
  *    majority, else DLOCK_EQUORUM;
  *  - extend: counted only when a majority confirms (rl_extend.lua re-seeds
- *    a node that lost the key, never overwriting another owner);
+ *    a node that lost the key, never overwriting another owner; when too
+ *    few confirm, counted nodes without the key whose marker counts are
+ *    taken first and count, as in an acquire);
  *    A waiter is queued on every node held by another owner (each node's
  *    release hands over to its first waiter and publishes; waiters.c
  *    listens on every node);
@@ -1359,7 +1361,10 @@ static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask
  * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
  * the key is absent; where the restart marker is gone too, its quarantine
  * starts there): a lock released or expired on a majority is never
- * brought back this way. */
+ * brought back this way. Before that, when too few confirmed but the
+ * counted nodes without the key would make a majority, those are taken
+ * (SET NX, while the hold is valid locally, so it cannot have expired
+ * there) and count where their restart marker counts (rl_extend.lua: 3). */
 static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
   for (size_t j = 0; j < n; j++) {
     note_lease(r, &calls[j], 1);
