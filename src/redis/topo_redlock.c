@@ -15,7 +15,9 @@
  *    recently, not a master, too slow): DLOCK_EBUSY when others held a
  *    majority, else DLOCK_EQUORUM;
  *  - extend: counted only when a majority confirms (rl_extend.lua re-seeds
- *    a node that lost the key, never overwriting another owner);
+ *    a node that lost the key, never overwriting another owner; when too
+ *    few confirm, counted nodes without the key whose marker counts are
+ *    taken first and count, as in an acquire);
  *    A waiter is queued on every node held by another owner (each node's
  *    release hands over to its first waiter and publishes; waiters.c
  *    listens on every node);
@@ -1328,6 +1330,30 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   return dlock__error(status, "%s", m.buf);
 }
 
+/* Re-seed our key on the nodes in 'mask' where it is absent (rl_extend.lua:
+ * SET NX, and the restart marker's quarantine where the marker is gone).
+ * Returns how many of them now hold our key with a marker that counts
+ * (rl_extend.lua answers 1 or 3). */
+static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask, dlock_mono_ms limit) {
+  dlock__script_call seed = *call;
+  seed.script = DLOCK__SCRIPT_RL_EXTEND;
+  if (seed.nkeys < DLOCK__SCRIPT_MAX_ARGS) { /* the restart marker: the quarantine's start where it is gone */
+    seed.keys[seed.nkeys] = r->marker_key;
+    seed.keylens[seed.nkeys++] = strlen(r->marker_key);
+  }
+  dlock_mono_ms deadline = dlock_mono_now() + r->command_timeout_ms;
+  if (limit < deadline) deadline = limit;
+  run y;
+  int took = 0;
+  if (run_calls(r, &seed, 1, mask, deadline, &y) != 0) return 0;
+  for (int i = 0; i < r->n; i++) {
+    const dlock__reply *v = (mask >> i & 1u) ? y.res[i] : NULL;
+    if (v && v->type == DLOCK__REPLY_INTEGER && (v->integer == 1 || v->integer == 3)) took++;
+  }
+  run_free(r, &y);
+  return took;
+}
+
 /* Renewals: per call, 1 when a majority confirmed (extend.lua: our token
  * still there, lease set), -1 or 0 when a majority can no longer confirm,
  * else an EQUORUM error reply (the watchdog retries it; dlock_mutex_extend
@@ -1335,7 +1361,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
  * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
  * the key is absent; where the restart marker is gone too, its quarantine
  * starts there): a lock released or expired on a majority is never
- * brought back this way. */
+ * brought back this way. Before that, when too few confirmed but the
+ * counted nodes without the key would make a majority, those are taken
+ * (SET NX, while the hold is valid locally, so it cannot have expired
+ * there) and count where their restart marker counts (rl_extend.lua: 3). */
 static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
   for (size_t j = 0; j < n; j++) {
     note_lease(r, &calls[j], 1);
@@ -1378,18 +1407,27 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
             v->integer == -2 ? "deleted by a forced release" : "held by another owner");
       }
     }
+    /* Too few confirmed, but counted nodes without the key could make a
+     * majority (the acquire did not take them, or the key was given back
+     * there; a node that restarted since is held out): while the hold is
+     * valid no one else holds a majority, so take them as an acquire would
+     * (SET NX), counting only those whose restart marker counts. */
+    unsigned takeable = 0;
+    int ntake = 0;
+    for (int i = 0; i < r->n; i++)
+      if ((absent >> i & 1u) && counted[i]) {
+        takeable |= 1u << i;
+        ntake++;
+      }
+    if (conf < r->quorum && conf + ntake >= r->quorum && dlock_mono_now() < limit) {
+      int took = seed_absent(r, &calls[j], takeable, limit);
+      conf += took;
+      if (took) add(&m, "; taken again on %d node%s without the key", took, took == 1 ? "" : "s");
+      absent &= ~takeable;
+    }
     if (conf >= r->quorum && dlock_mono_now() < limit) {
       replies[j] = mk_int(1);
-      if (absent) {
-        dlock__script_call seed = calls[j];
-        seed.script = DLOCK__SCRIPT_RL_EXTEND;
-        if (seed.nkeys < DLOCK__SCRIPT_MAX_ARGS) { /* the restart marker: the quarantine's start where it is gone */
-          seed.keys[seed.nkeys] = r->marker_key;
-          seed.keylens[seed.nkeys++] = strlen(r->marker_key);
-        }
-        run y;
-        if (run_calls(r, &seed, 1, absent, deadline, &y) == 0) run_free(r, &y); /* best effort */
-      }
+      if (absent) (void)seed_absent(r, &calls[j], absent, limit); /* best effort */
     } else if (conf + failed < r->quorum) {
       /* -2: a forced release deleted our hold (its tombstone names our
        * token), as extend.lua says on one node: DLOCK_LOST_DELETED. */

@@ -757,4 +757,44 @@ TEST(review2_open2_emptied_nodes_are_held_out_for_the_longest_lease_an_answering
   dlock_client_free(ca);
 }
 
+/* ---- The cause of fault/redlock's lost hold: A's acquire takes nodes 1-3
+ * (nodes 4 and 5 held by another waiter, which then gave them back: our key
+ * is absent there); node 3 then restarts (held out for the longest lease).
+ * A's renewals found our key on the two counted nodes 1 and 2 and absent on
+ * the counted nodes 4 and 5, and re-seeded those only after a majority had
+ * confirmed: none did, and the hold was lost at its lease's end, with four
+ * of five nodes up and nobody else able to take it (node 3 restarted with
+ * its data: EQUORUM on every renewal, as in the fault run; empty: lost at
+ * once). A renewal may take the absent nodes (SET NX, as an acquire does)
+ * while the hold is valid. ---- */
+static void renewal_takes_absent_nodes(int kept_data) {
+  fresh();
+  dlock_client *ca = NULL;
+  dlock_mutex *a = a_on_bare_majority(&ca, NULL, "rv:renew2", "rv:renew2");
+  if (!a) TEST_FAIL("setup: A could not take 'rv:renew2' on nodes 1-3");
+  if (kept_data) { /* node 3 restarted with its data (appendonly, as in the fault matrix): it answers, held out */
+    char tok[128], out[64];
+    key_on(0, "rv:renew2", tok, sizeof tok);
+    th_redis_cli(&srv[2], out, sizeof out, "SET rv:renew2 %s PX 30000", tok);
+  }
+  dlock_mutex_extend(a, 3000); /* one renewal: with no fix, EQUORUM */
+  dlock_lost_reason lost = dlock_mutex_lost(a);
+  int rc = dlock_mutex_extend(a, 3000);
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", dlock_mutex_errmsg(a));
+  printf("  extend: %d %s\n", rc, msg);
+  dlock_mutex_release(a);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (lost != DLOCK_LOST_NONE || rc != 0)
+    TEST_FAIL("A's renewal failed (%d, lost %d) with four of five nodes up, two counted ones holding A's key and two empty: %s",
+              rc, (int)lost, msg);
+}
+
+TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_empty) { renewal_takes_absent_nodes(0); }
+
+TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_with_its_data) {
+  renewal_takes_absent_nodes(1);
+}
+
 TEST_MAIN()

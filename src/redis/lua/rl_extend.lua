@@ -7,8 +7,11 @@
 -- so that the deployment never looks new while this node carries the record
 -- (docs/redlock.md, "Restarts"). Never the marker that counts: that would
 -- launder the node for the other locks it lost.
--- ARGV: 1 token, 2 lease_ms. Returns 1 extended, 2 re-seeded, -1 another owner.
+-- ARGV: 1 token, 2 lease_ms. Returns 1 extended, 3 re-seeded on a node whose
+-- marker counts (it kept its data: it counts toward the renewal's majority),
+-- 2 re-seeded elsewhere, -1 another owner.
 local mk = KEYS[#KEYS]
+local marked = redis.call('TYPE', mk)['ok'] == 'hash' and redis.call('HGET', mk, 'counts') == '1'
 if redis.call('EXISTS', mk) == 0 then
   local t = redis.call('TIME')
   redis.call('HSET', mk, 'since', t[1] .. string.rep('0', 6 - #t[2]) .. t[2], 'counts', '0', 'lease', ARGV[2],
@@ -21,5 +24,5 @@ if cur == ARGV[1] then
   return 1
 end
 if cur then return -1 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return marked and 3 or 2 end
 return -1
