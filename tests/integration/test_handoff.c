@@ -216,13 +216,16 @@ TEST(a_waiter_killed_right_after_its_hand_off_frees_the_lock_when_the_claim_ends
   ASSERT_OK(dlock_mutex_release(holder));
   int st = th_wait(pid, 20000);
   ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-  /* The key runs on the claim (3 s), not on the dead waiter's 30 s lease. */
+  /* The key runs on the claim (3 s), not on the dead waiter's 30 s lease
+   * (on a busy machine the claim may have ended already: -2, no key). */
   char out[64];
   th_redis_cli(&srv, out, sizeof out, "PTTL h:kill");
-  ASSERT(atoll(out) > 0 && atoll(out) <= 3000);
+  long long pttl = atoll(out);
+  if (!(pttl == -2 || (pttl > 0 && pttl <= 3000))) TEST_FAIL("PTTL h:kill is %lld, not at most the claim's 3000", pttl);
   long long t0 = th_now_ms();
   ASSERT_OK(dlock_mutex_acquire(holder, 10000 * th_time_factor()));
-  ASSERT(th_now_ms() - t0 < 3500);
+  /* Well under the dead waiter's 30 s lease. */
+  ASSERT(th_now_ms() - t0 < 8000);
   ASSERT_OK(dlock_mutex_release(holder));
   dlock_mutex_free(holder);
   dlock_client_free(c);
