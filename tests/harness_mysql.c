@@ -176,7 +176,13 @@ int th_my_start(th_my *p) {
     }
   }
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-    fprintf(stderr, "harness_mysql: mariadb-install-db failed, see %s\n", log);
+    /* Its log goes with the temp dir: show its end first. */
+    fprintf(stderr, "harness_mysql: mariadb-install-db failed (%s %d); the end of %s:\n",
+            WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? WTERMSIG(st) : -1,
+            log);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "tail -n 15 '%s' >&2", log);
+    if (system(cmd) != 0) {}
     th_my_stop(p);
     return -1;
   }
