@@ -37,8 +37,8 @@ static const cli_command pages[] = {
    "\n"
    "Server: --url URL, else $DLOCK_URL, else the config files, else local;\n"
    "  key prefix: --prefix P, else $DLOCK_PREFIX, else the config files.\n"
-   "  redis://[user[:password]@]host[:port][/db], rediss://, unix://, redlock://,\n"
-   "  redis-cluster://, redis-sentinel://, postgresql://user@host/db, postgres://\n"
+   "  redis://[user:pass@]host[:port][/db], rediss://, unix://, redlock://, zk://,\n"
+   "  redis-cluster://, redis-sentinel://, postgresql://, mysql://, mariadb://\n"
    "Exit status: 0 ok, 64 usage, 69 no server, 70 bug, 75 busy, 79 lost: dlock(1)\n"
    "Help: 'dlock help COMMAND' or 'dlock COMMAND --help', dlock(1), --version.\n",
    "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"

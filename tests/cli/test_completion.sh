@@ -39,7 +39,7 @@ done
 assert_eq "run: short options" "$(reply dlock run -w 5s -q)" "-q"
 assert_eq "run: no option of another command" "$(reply dlock run --js)" ""
 assert_eq "status: its options" "$(reply dlock status --)" "--help --json --prefix --url"
-assert_eq "run --url: the schemes" "$(reply dlock run --url '')" "postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix://"
+assert_eq "run --url: the schemes" "$(reply dlock run --url '')" "mariadb:// mysql:// postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix:// zk://"
 assert_eq "run --url: a scheme by prefix" "$(reply dlock run --url redis)" "redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss://"
 assert_eq "status --url=: the schemes" "$(reply dlock status --url = u)" "unix://"
 assert_eq "--url after a ':' split: only what follows the colon" \
@@ -78,7 +78,7 @@ if command -v zsh >/dev/null; then
   assert_eq "zsh: commands" "$(zreply dlock '')" \
     "bench config cron demo doctor every fence help init latch list prune release run status version"
   assert_match "zsh: run options" " $(zreply dlock run --) " " --on-lost "
-  assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix://"
+  assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "mariadb:// mysql:// postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix:// zk://"
   assert_eq "zsh: after --" "$(zreply dlock run x -- '')" "NORMAL"
 else
   echo "SKIP zsh checks: zsh is not installed (tools/setup.sh installs it)"

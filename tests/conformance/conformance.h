@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "dlock.h"
 
@@ -41,8 +42,11 @@ typedef struct conf_fixture {
   int (*start)(char *why, size_t len);
   void (*stop)(void);
   /* A new client in 'space' (a short word), or NULL with dlock_last_error().
-   * Called in forked children too. */
+   * Called in the children of conf_spawn() too, after adopt(). */
   dlock_client *(*client)(const char *space);
+  /* What client() needs, as text (a URL), and how a child takes it in. */
+  const char *(*state)(void);
+  void (*adopt)(const char *state);
   /* Optional (NULL: the fixture has no such fault). A client whose
    * connections go through a fault proxy; drop the reply to the next
    * 'call' of the lock 'name' (after it ran); replies dropped so far. */
@@ -97,6 +101,15 @@ dlock_latch *conf_latch(dlock_client *c, const char *name);
 dlock_multi *conf_multi(dlock_client *c, const char *const *names, size_t n);
 void conf_adopt_client(dlock_client *c);
 void conf_adopt_sched(dlock_sched *s);
+/* Run fn(arg) in a child process: a fresh image of this program (fork,
+ * then exec), so that the threads of the parent (fault proxies, clients)
+ * leave no lock behind in it. The child makes its clients with
+ * conf_fx->client(); file descriptors and conf_shared() reach it. */
+pid_t conf_spawn(int (*fn)(void *), intptr_t arg);
+/* 'size' bytes (zeroed) shared by the scenario and its children; the same
+ * memory for every call in one scenario, gone when it ends. */
+void *conf_shared(size_t size);
+
 /* Free a handle of the above before the scenario ends (it releases). */
 void conf_free(void *handle);
 void conf_free_all(void);

@@ -71,7 +71,7 @@ static void exclusion_under_contention_never_two_holders(void) {
   int fl = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, fl | O_APPEND);
   pid_t pid[EX_PROCS];
-  for (int i = 0; i < EX_PROCS; i++) pid[i] = th_spawn(contender, (void *)(intptr_t)fd);
+  for (int i = 0; i < EX_PROCS; i++) pid[i] = conf_spawn(contender, fd);
   int bad_child = 0;
   for (int i = 0; i < EX_PROCS; i++) {
     int st = th_wait(pid[i], slack_ms(120000));
@@ -288,7 +288,7 @@ static int hold_until_killed(void *arg) {
 static void a_holder_killed_with_sigkill_frees_the_lock_after_its_lease(void) {
   int p[2];
   ASSERT_EQ(pipe(p), 0);
-  pid_t pid = th_spawn(hold_until_killed, (void *)(intptr_t)p[1]);
+  pid_t pid = conf_spawn(hold_until_killed, p[1]);
   close(p[1]);
   struct pollfd pfd = {.fd = p[0], .events = POLLIN};
   int up = poll(&pfd, 1, (int)slack_ms(30000)) == 1;

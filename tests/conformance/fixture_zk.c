@@ -25,6 +25,9 @@ static dlock_client *zk_client(const char *space) {
   return dlock_client_new(&c, &o) == 0 ? c : NULL;
 }
 
+static const char *zk_state(void) { return zk.hostport; }
+static void zk_adopt(const char *state) { snprintf(zk.hostport, sizeof zk.hostport, "%s", state); }
+
 static void zk_freeze(void) { th_zk_freeze(&zk); }
 static void zk_thaw(void) { th_zk_thaw(&zk); }
 
@@ -35,6 +38,8 @@ const conf_fixture conf_fx_zk = {
     .start = zk_start,
     .stop = zk_stop,
     .client = zk_client,
+    .state = zk_state,
+    .adopt = zk_adopt,
     .freeze = zk_freeze,
     .thaw = zk_thaw,
     .kill_free_ms = 2000,

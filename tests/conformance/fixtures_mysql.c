@@ -52,6 +52,8 @@ static dlock_client *client_in(const char *space, const char *more, int proxied)
 
 static dlock_client *lease_client(const char *space) { return client_in(space, "", 0); }
 static dlock_client *advisory_client(const char *space) { return client_in(space, "?mode=advisory", 0); }
+static const char *my_state(void) { return my.url; }
+static void my_adopt(const char *state) { snprintf(my.url, sizeof my.url, "%s", state); }
 
 static dlock_client *proxy_client(const char *space, const char *more) {
   snprintf(proxy_space, sizeof proxy_space, "%s", space);
@@ -105,6 +107,8 @@ const conf_fixture conf_fx_mysql_lease = {
     .start = my_start,
     .stop = my_stop,
     .client = lease_client,
+    .state = my_state,
+    .adopt = my_adopt,
     .proxy_client = lease_proxy_client,
     .drop_next_reply = lease_drop,
     .dropped = dropped,
@@ -122,6 +126,8 @@ const conf_fixture conf_fx_mysql_advisory = {
     .start = my_start,
     .stop = my_stop,
     .client = advisory_client,
+    .state = my_state,
+    .adopt = my_adopt,
     .proxy_client = advisory_proxy_client,
     .drop_next_reply = advisory_drop,
     .dropped = dropped,

@@ -35,6 +35,8 @@ static void pg_stop(void) {
 
 static dlock_client *lease_client(const char *space) { return th_pg_client(&pg, space, NULL); }
 static dlock_client *advisory_client(const char *space) { return th_pg_client(&pg, space, "&mode=advisory"); }
+static const char *pg_state(void) { return pg.url; }
+static void pg_adopt(const char *state) { snprintf(pg.url, sizeof pg.url, "%s", state); }
 
 static dlock_client *proxy_client(const char *space, const char *more) {
   char url[600];
@@ -100,6 +102,8 @@ const conf_fixture conf_fx_pg_lease = {
     .start = pg_start,
     .stop = pg_stop,
     .client = lease_client,
+    .state = pg_state,
+    .adopt = pg_adopt,
     .proxy_client = lease_proxy_client,
     .drop_next_reply = lease_drop,
     .dropped = dropped,
@@ -117,6 +121,8 @@ const conf_fixture conf_fx_pg_advisory = {
     .start = pg_start,
     .stop = pg_stop,
     .client = advisory_client,
+    .state = pg_state,
+    .adopt = pg_adopt,
     .proxy_client = advisory_proxy_client,
     .drop_next_reply = advisory_drop,
     .dropped = dropped,

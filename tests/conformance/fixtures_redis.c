@@ -35,6 +35,8 @@ static dlock_client *client_at(const char *at, const char *space, int timeout_ms
 }
 
 static dlock_client *url_client(const char *space) { return client_at(url, space, 0); }
+static const char *url_state(void) { return url; }
+static void url_adopt(const char *state) { snprintf(url, sizeof url, "%s", state); }
 
 static void signal_set(int sig) {
   for (int i = 0; i < nfrozen; i++) kill(frozen_set[i]->pid, sig);
@@ -79,6 +81,8 @@ const conf_fixture conf_fx_redis = {
     .start = one_start,
     .stop = one_stop,
     .client = url_client,
+    .state = url_state,
+    .adopt = url_adopt,
     .proxy_client = one_proxy_client,
     .drop_next_reply = one_drop,
     .dropped = one_dropped,
@@ -129,6 +133,8 @@ const conf_fixture conf_fx_tls = {
     .start = tls_start,
     .stop = tls_stop,
     .client = url_client,
+    .state = url_state,
+    .adopt = url_adopt,
     .freeze = freeze_set,
     .thaw = thaw_set,
     .kill_free_ms = 2000,
@@ -164,6 +170,8 @@ const conf_fixture conf_fx_sentinel = {
     .start = sentinel_start,
     .stop = sentinel_stop,
     .client = url_client,
+    .state = url_state,
+    .adopt = url_adopt,
     .freeze = freeze_set,
     .thaw = sentinel_thaw,
     .kill_free_ms = 2000,
@@ -198,6 +206,8 @@ const conf_fixture conf_fx_cluster = {
     .start = cluster_start,
     .stop = cluster_stop,
     .client = url_client,
+    .state = url_state,
+    .adopt = url_adopt,
     .freeze = freeze_set,
     .thaw = cluster_thaw,
     .kill_free_ms = 2000,
@@ -263,6 +273,8 @@ const conf_fixture conf_fx_redlock = {
     .start = redlock_start,
     .stop = redlock_stop,
     .client = url_client,
+    .state = url_state,
+    .adopt = url_adopt,
     .proxy_client = redlock_proxy_client,
     .drop_next_reply = redlock_drop,
     .dropped = redlock_dropped,

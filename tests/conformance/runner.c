@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "conformance.h"
 #include "harness.h"
@@ -100,6 +102,75 @@ void conf_offered(unsigned cap, const char *what, int rc) {
               conf_fx->name);
 }
 
+/* ---- Children ---- */
+
+extern char **environ;
+int main(int argc, char **argv);
+static void *shared_area;
+static size_t shared_size;
+static int shared_fd = -1;
+
+void *conf_shared(size_t size) {
+  if (shared_area) return shared_area;
+  shared_fd = memfd_create("dlock-conformance", 0); /* not close-on-exec: children map it */
+  if (shared_fd < 0 || ftruncate(shared_fd, (off_t)size) != 0) TEST_FAIL("cannot make shared memory: %m");
+  shared_area = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0);
+  if (shared_area == MAP_FAILED) TEST_FAIL("cannot map shared memory: %m");
+  shared_size = size;
+  return shared_area;
+}
+
+static void shared_end(void) {
+  if (shared_area) munmap(shared_area, shared_size);
+  if (shared_fd >= 0) close(shared_fd);
+  shared_area = NULL;
+  shared_fd = -1;
+}
+
+/* The child finds fn by its distance from main: one executable, the same
+ * layout in every image of it. Everything the exec needs is made before the
+ * fork: a forked copy of a threaded process must not allocate. */
+pid_t conf_spawn(int (*fn)(void *), intptr_t arg) {
+  char self[] = "conformance", mode[] = "--child", fixture[64], offset[32], argtext[32], shm[48], state[1200];
+  snprintf(fixture, sizeof fixture, "%s", conf_fx->name);
+  snprintf(offset, sizeof offset, "%lld", (long long)((intptr_t)fn - (intptr_t)main));
+  snprintf(argtext, sizeof argtext, "%lld", (long long)arg);
+  snprintf(shm, sizeof shm, "%d:%zu", shared_fd, shared_size);
+  snprintf(state, sizeof state, "DLOCK_CONF_STATE=%s", conf_fx->state());
+  char *argv[] = {self, mode, fixture, offset, argtext, shm, NULL};
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **envp = calloc(n + 2, sizeof *envp);
+  if (!envp) return -1;
+  envp[0] = state;
+  memcpy(envp + 1, environ, n * sizeof *envp);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execve("/proc/self/exe", argv, envp);
+    _exit(127);
+  }
+  free(envp);
+  return pid;
+}
+
+/* conformance --child FIXTURE OFFSET ARG SHM-FD:SIZE */
+static int child_main(char **argv) {
+  const char *state = getenv("DLOCK_CONF_STATE");
+  if (!state) return 126;
+  conf_fx->adopt(state);
+  int fd = -1;
+  size_t size = 0;
+  if (sscanf(argv[5], "%d:%zu", &fd, &size) == 2 && fd >= 0) {
+    shared_area = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (shared_area == MAP_FAILED) return 125;
+    shared_fd = fd;
+    shared_size = size;
+  }
+  int (*fn)(void *) = (int (*)(void *))((intptr_t)main + (intptr_t)strtoll(argv[3], NULL, 10));
+  return fn((void *)(intptr_t)strtoll(argv[4], NULL, 10));
+}
+
 enum result { PASS, FAIL, NOT_OFFERED, NOT_APPLICABLE, KNOWN };
 static const char *const result_text[] = {"pass", "FAIL", "not offered", "n/a", "known FAIL"};
 
@@ -110,6 +181,7 @@ static enum result run_one(const conf_scenario *s) {
   long long t0 = th_now_ms();
   if (setjmp(test__jmp) == 0) s->fn();
   conf_free_all();
+  shared_end();
   printf("  %.1f s\n", (th_now_ms() - t0) / 1000.0);
   if (not_offered_here) return not_offered_here == 1 ? NOT_OFFERED : NOT_APPLICABLE;
   if (!test__failed_here) {
@@ -133,8 +205,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "\n");
     return 2;
   }
+  int child = argc == 6 && strcmp(argv[1], "--child") == 0;
   for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
-    if (strcmp(fixtures[i]->name, argv[1]) == 0) conf_fx = fixtures[i];
+    if (strcmp(fixtures[i]->name, argv[child ? 2 : 1]) == 0) conf_fx = fixtures[i];
+  if (conf_fx && child) return child_main(argv);
   if (!conf_fx) {
     fprintf(stderr, "no fixture named '%s' (run without arguments for the list)\n", argv[1]);
     return 2;
