@@ -113,7 +113,7 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
       return dlock__error(DLOCK_EURL, "'%s': the port must be a number 1..65535", shown);
     my->port = (unsigned)p;
   }
-  if (*end != '/' || end[1] == '\0' || end[1] == '?')
+  if (*end != '/' || end[1] == '\0' || end[1] == '?' || end[1] == '#')
     return dlock__error(DLOCK_EURL, "'%s': no database: write mysql://user@host/DB (dlock's tables go in it)", shown);
   const char *db = end + 1;
   size_t dlen = strcspn(db, "?#");
@@ -143,6 +143,24 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
     if (*q == '&') q++;
   }
   return 0;
+}
+
+int dlock__my_url_parse(const char *url, dlock__my_url *out) {
+  memset(out, 0, sizeof *out);
+  dlock__my_redact(url, out->display, sizeof out->display);
+  dlock__my my;
+  memset(&my, 0, sizeof my);
+  int rc = parse_url(&my, url, out->display);
+  if (rc == 0) {
+    memcpy(out->host, my.host, sizeof out->host);
+    memcpy(out->user, my.user, sizeof out->user);
+    memcpy(out->password, my.password, sizeof out->password);
+    memcpy(out->db, my.db, sizeof out->db);
+    out->port = my.port;
+    out->advisory = my.advisory;
+  }
+  memset(my.password, 0, sizeof my.password);
+  return rc;
 }
 
 /* The connection's socket has something to read or was closed: the server

@@ -17,6 +17,7 @@
 #include <mysql.h>
 
 #include "internal.h"
+#include "mysql/my_url.h"
 
 /* The longest lock or resource name the tables hold (VARBINARY(255)). */
 #define DLOCK__MY_NAME_MAX 255
@@ -44,7 +45,6 @@ typedef struct dlock__my_res {
   int maybe_ran;          /* failed after it may have run */
 } dlock__my_res;
 
-void dlock__my_redact(const char *url, char *buf, size_t len);
 /* Parse 'url' and open a first connection. */
 int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my **out);
 void dlock__my_close(dlock__my *my);

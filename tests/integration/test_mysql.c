@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +150,117 @@ TEST(a_lease_runs_out_on_the_database_clock_and_extend_never_revives_it) {
   dlock_mutex_free(mb);
   dlock_client_free(a);
   dlock_client_free(b);
+}
+
+/* Write 'offset' (libfaketime's syntax: "+0", "+60", "-60") to the clock file. */
+static int clock_file_set(const char *path, const char *offset) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "%s\n", offset);
+  return fclose(f);
+}
+
+/* The steps of the clock test; 'fail' says what went wrong (the server is
+ * stopped before the test fails). */
+static void clock_steps(const th_my *p, const char *clk, char *fail, size_t len) {
+  dlock_client *a = th_my_client(p, NULL), *b = th_my_client(p, NULL);
+  if (!a || !b) {
+    snprintf(fail, len, "client: %s", dlock_last_error());
+    return;
+  }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 20000;
+  dlock_mutex *ma = NULL, *mb = NULL;
+  dlock_semaphore *sa = NULL, *sb = NULL;
+  dlock_mutex_new(&ma, a, "clk", &mo);
+  dlock_mutex_new(&mb, b, "clk", &mo);
+  dlock_semaphore_new(&sa, a, "clksem", 1, &mo);
+  dlock_semaphore_new(&sb, b, "clksem", 1, &mo);
+  uint64_t f1 = 0;
+  int rc;
+  /* Forward 60 s: the 20 s leases end at once on the database's clock; the
+   * holder hears it at its next renewal; fences still rise. */
+  if (!ma || !mb || !sa || !sb) snprintf(fail, len, "new: %s", dlock_last_error());
+  else if ((rc = dlock_mutex_acquire(ma, 0)) != 0 || (rc = dlock_semaphore_acquire(sa, 0)) != 0)
+    snprintf(fail, len, "acquire before the step: %s", dlock_last_error());
+  else if ((f1 = dlock_mutex_fence(ma)), (rc = dlock_mutex_acquire(mb, 0)) != DLOCK_EBUSY)
+    snprintf(fail, len, "a second owner before the step: %s, not DLOCK_EBUSY", dlock_err_name(rc));
+  else if (clock_file_set(clk, "+60") != 0)
+    snprintf(fail, len, "cannot write the clock file");
+  else if ((rc = dlock_mutex_acquire(mb, 0)) != 0)
+    snprintf(fail, len, "after the clock went 60 s forward the 20 s lease should have ended: %s", dlock_last_error());
+  else if (dlock_mutex_fence(mb) <= f1)
+    snprintf(fail, len, "fence %llu after %llu: not rising", (unsigned long long)dlock_mutex_fence(mb),
+             (unsigned long long)f1);
+  else if ((rc = dlock_mutex_extend(ma, 20000)) != DLOCK_ENOTHELD)
+    snprintf(fail, len, "the first holder's extend answered %s, not DLOCK_ENOTHELD", dlock_err_name(rc));
+  else if ((rc = dlock_semaphore_acquire(sb, 0)) != 0)
+    snprintf(fail, len, "the semaphore's permit should have ended with the step: %s", dlock_last_error());
+  else if ((rc = dlock_mutex_release(ma)) != DLOCK_ENOTHELD)
+    snprintf(fail, len, "the first holder's release answered %s, not DLOCK_ENOTHELD", dlock_err_name(rc));
+  else if ((rc = dlock_mutex_release(mb)) != 0)
+    snprintf(fail, len, "release after the step: %s", dlock_last_error());
+  /* Back 60 s (to +0): a 20 s lease taken now lasts 80 s on the database's
+   * clock for others, but the holder's local deadline is still its own. */
+  else if (clock_file_set(clk, "+60") != 0 || (rc = dlock_mutex_acquire(ma, 0)) != 0)
+    snprintf(fail, len, "acquire before the step back: %s", dlock_last_error());
+  else if (clock_file_set(clk, "+0") != 0)
+    snprintf(fail, len, "cannot write the clock file");
+  else if ((rc = dlock_mutex_acquire(mb, 0)) != DLOCK_EBUSY)
+    snprintf(fail, len, "a second owner after the step back: %s, not DLOCK_EBUSY", dlock_err_name(rc));
+  else if (dlock_mutex_valid_until(ma) - dlock_mono_now() > 20000)
+    snprintf(fail, len, "the holder's local deadline moved with the database's clock");
+  else if ((rc = dlock_mutex_release(ma)) != 0)
+    snprintf(fail, len, "release after the step back: %s", dlock_last_error());
+  else if ((rc = dlock_mutex_acquire(mb, 0)) != 0 || dlock_mutex_fence(mb) <= f1 + 1)
+    snprintf(fail, len, "acquire after the release: %s (fence %llu)", dlock_last_error(),
+             (unsigned long long)dlock_mutex_fence(mb));
+  if (sa) dlock_semaphore_free(sa);
+  if (sb) dlock_semaphore_free(sb);
+  if (ma) dlock_mutex_free(ma);
+  if (mb) dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* The database host's clock stepped (mariadbd under libfaketime, its own
+ * server: the shared one keeps the real clock). docs/mysql.md: "forward
+ * ends them at once (the holders hear it at their next renewal), backward
+ * lengthens them"; fences come from a counter, so they rise whatever the
+ * clock does. */
+TEST(a_step_of_the_database_clock_moves_the_leases_and_fences_still_rise) {
+  const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+  NEED_SERVER();
+  if (access(lib, R_OK) != 0) TEST_SKIP("libfaketime is not installed (Debian: faketime)");
+  char clk[] = "/tmp/dlock-myclock-XXXXXX";
+  int fd = mkstemp(clk);
+  if (fd < 0) TEST_FAIL("mkstemp: cannot create the clock file");
+  close(fd);
+  chmod(clk, 0644);
+  th_my p;
+  memset(&p, 0, sizeof p);
+  int started = clock_file_set(clk, "+0") == 0;
+  if (started) {
+    setenv("TH_MY_PRELOAD", lib, 1); /* harness_mysql.c: mariadbd alone */
+    setenv("FAKETIME_TIMESTAMP_FILE", clk, 1);
+    setenv("FAKETIME_NO_CACHE", "1", 1);
+    setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+    started = th_my_start(&p) == 0;
+    unsetenv("TH_MY_PRELOAD");
+    unsetenv("FAKETIME_TIMESTAMP_FILE");
+    unsetenv("FAKETIME_NO_CACHE");
+    unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+  }
+  if (!started) {
+    unlink(clk);
+    TEST_SKIP("MariaDB did not start under libfaketime");
+  }
+  char fail[600] = "";
+  clock_steps(&p, clk, fail, sizeof fail);
+  th_my_stop(&p);
+  unlink(clk);
+  if (fail[0]) TEST_FAIL("%s", fail);
 }
 
 TEST(the_watchdog_keeps_a_short_lease_alive_while_held) {
@@ -846,6 +958,7 @@ TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
   NEED_SERVER();
   static const struct { const char *url; int rc; const char *says; } bad[] = {
       {"mysql://dlock:pw@127.0.0.1:1/", DLOCK_EURL, "database"},
+      {"mysql://dlock:pw@127.0.0.1:1/#frag", DLOCK_EURL, "database"}, /* found by fuzz_url_mysql */
       {"mysql://dlock:pw@127.0.0.1:99999/dlock", DLOCK_EURL, "port"},
       {"mysql://dlock:pw@127.0.0.1/dlock?colour=red", DLOCK_EURL, "colour"},
       {"mysql://dlock:pw@127.0.0.1/dl'ock", DLOCK_EURL, "database name"},
