@@ -906,6 +906,29 @@ TEST(the_fenced_update_keeps_a_paused_holder_from_writing_over_a_newer_one) {
 
 /* ---- Bad input ---- */
 
+/* examples/mysql/my_for_update.c: the articles' two SELECT ... FOR UPDATE
+ * failures reproduced, and the fenced write holding. */
+TEST(the_example_reproduces_both_for_update_failures_and_the_fenced_write_holds) {
+  NEED_SERVER();
+#ifndef MY_FOR_UPDATE
+  TEST_SKIP("built without the example");
+#else
+  char cmd[1200], out[4096];
+  snprintf(cmd, sizeof cmd, "'%s' 127.0.0.1 %d dlock '%s' dlock 2>&1", MY_FOR_UPDATE, srv.port, TH_MY_PASSWORD);
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  int st = pclose(p);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("the example ended with %d:\n%s", st, out);
+  printf("%s", out);
+  ASSERT_CONTAINS(out, "one sale lost (reproduced)");
+  ASSERT_CONTAINS(out, "the row lock was a table lock (reproduced)");
+  ASSERT_CONTAINS(out, "changed 0 rows, 99 left: held");
+  ASSERT(strstr(out, TH_MY_PASSWORD) == NULL);
+#endif
+}
+
 TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injection) {
   NEED_SERVER();
   dlock_client *a = client(), *b = client();
