@@ -929,6 +929,28 @@ TEST(the_example_reproduces_both_for_update_failures_and_the_fenced_write_holds)
 #endif
 }
 
+/* bench/my_bench.c --quick: runs and ends well (DLOCK_MY_BENCH_FULL=1: the
+ * full run of docs/PERFORMANCE.md, printed). No figure is asserted. */
+TEST(the_benchmark_against_a_bare_get_lock_loop_runs) {
+  NEED_SERVER();
+#ifndef MY_BENCH
+  TEST_SKIP("built without dlock-my-bench");
+#else
+  const char *full = getenv("DLOCK_MY_BENCH_FULL");
+  char cmd[1200], out[8192];
+  snprintf(cmd, sizeof cmd, "'%s' 127.0.0.1 %d dlock '%s' dlock%s 2>&1", MY_BENCH, srv.port, TH_MY_PASSWORD,
+           full && !strcmp(full, "1") ? "" : " --quick");
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  int st = pclose(p);
+  printf("%s", out);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("dlock-my-bench ended with %d:\n%s", st, out);
+  ASSERT_CONTAINS(out, "GET_LOCK (woken by the server)");
+#endif
+}
+
 TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injection) {
   NEED_SERVER();
   dlock_client *a = client(), *b = client();
