@@ -940,11 +940,17 @@ TEST(the_benchmark_against_a_bare_get_lock_loop_runs) {
   char cmd[1200], out[8192];
   snprintf(cmd, sizeof cmd, "'%s' 127.0.0.1 %d dlock '%s' dlock%s 2>&1", MY_BENCH, srv.port, TH_MY_PASSWORD,
            full && !strcmp(full, "1") ? "" : " --quick");
+  /* DLOCK_MY_BENCH_NOFLUSH=1: commits not flushed to disk, to see what the
+   * flush costs (docs/PERFORMANCE.md); restored after. */
+  const char *noflush = getenv("DLOCK_MY_BENCH_NOFLUSH");
+  char ignored[64];
+  if (noflush && !strcmp(noflush, "1")) th_my_sql(&srv, ignored, sizeof ignored, "SET GLOBAL innodb_flush_log_at_trx_commit = 0");
   FILE *p = popen(cmd, "r");
   ASSERT(p != NULL);
   size_t got = fread(out, 1, sizeof out - 1, p);
   out[got] = '\0';
   int st = pclose(p);
+  th_my_sql(&srv, ignored, sizeof ignored, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");
   printf("%s", out);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("dlock-my-bench ended with %d:\n%s", st, out);
   ASSERT_CONTAINS(out, "GET_LOCK (woken by the server)");
