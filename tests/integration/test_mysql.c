@@ -906,6 +906,52 @@ TEST(the_fenced_update_keeps_a_paused_holder_from_writing_over_a_newer_one) {
 
 /* ---- Bad input ---- */
 
+/* Lease mode's semaphores and read-write locks (family.c) beyond the shared
+ * contract: a force release ends every permit (the holder's release then
+ * says so, its renewal reports the loss), a mutex takes the name once the
+ * last permit's lease ran out, and fences rise across the kinds of one name. */
+TEST(a_semaphore_is_force_released_whole_and_its_name_passes_to_a_mutex_with_rising_fences) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 600;
+  dlock_semaphore *s1 = NULL, *s2 = NULL;
+  ASSERT_OK(dlock_semaphore_new(&s1, a, "fam", 2, &mo));
+  ASSERT_OK(dlock_semaphore_new(&s2, b, "fam", 2, &mo));
+  ASSERT_OK(dlock_semaphore_acquire(s1, 0));
+  ASSERT_OK(dlock_semaphore_acquire(s2, 0));
+  uint64_t top = dlock_semaphore_fence(s2);
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(a, "fam", &was));
+  ASSERT_EQ(was, 1);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "fam", &info));
+  ASSERT_EQ(info.held, 0);
+  ASSERT_STATUS(dlock_semaphore_release(s1), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_last_error(), "force");
+  /* A mutex of the name: refused while a permit is live, taken after. */
+  dlock_mutex *m = mutex(a, "fam", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0)); /* the forced release freed the name at once */
+  ASSERT(dlock_mutex_fence(m) > top);
+  ASSERT_STATUS(dlock_semaphore_acquire(s1, 0), DLOCK_EWRONGTYPE);
+  ASSERT_CONTAINS(dlock_last_error(), "mutex");
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_semaphore_acquire(s1, 0));
+  ASSERT(dlock_semaphore_fence(s1) > dlock_mutex_fence(m));
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
+  ASSERT_CONTAINS(dlock_last_error(), "semaphore");
+  th_sleep_ms(1200); /* the permit's 600 ms lease runs out, not renewed */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_semaphore_free(s1);
+  dlock_semaphore_free(s2);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 /* examples/mysql/my_for_update.c: the articles' two SELECT ... FOR UPDATE
  * failures reproduced, and the fenced write holding. */
 TEST(the_example_reproduces_both_for_update_failures_and_the_fenced_write_holds) {
