@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
   password = argv[4];
   db = argv[5];
   int quick = argc == 7;
-  int blocks = quick ? 4 : 20, per = quick ? 20 : 250, rounds = quick ? 3 : 20;
+  int blocks = quick ? 2 : 20, per = quick ? 10 : 250, rounds = quick ? 2 : 20;
   double load[3] = {0, 0, 0};
   FILE *f = fopen("/proc/loadavg", "r");
   if (f) {

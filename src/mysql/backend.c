@@ -12,9 +12,10 @@
  * acquire that ran finds its own token and keeps its fence). Force release
  * is never sent twice.
  *
- * Waits: MySQL has no LISTEN/NOTIFY; a waiter tries again after a bounded,
- * growing back-off (BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS, jittered),
- * so a release is seen at most BACKOFF_MAX_MS (+ a round trip) later.
+ * Waits: MySQL has no LISTEN/NOTIFY; a mutex's waiter waits on the name's
+ * doorbell (a GET_LOCK its holder holds while it holds the lock: below),
+ * and otherwise tries again after a bounded, growing back-off
+ * (BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS, jittered).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -47,6 +48,10 @@ typedef struct my_lock {
   char key[48];
   pthread_mutex_t mu;
   void *session;
+  /* Lease mode's mutex: the doorbell, GET_LOCK on 'bell' held by the
+   * holder's 'bell_session' while it holds the lock (under mu). */
+  char bell[64];
+  MYSQL *bell_session;
 } my_lock;
 
 extern const dlock__backend_ops dlock__mysql_ops;
@@ -280,14 +285,18 @@ static int my_lock_new(dlock_mutex *m) {
   const char *oi = m->owner_info ? m->owner_info : "";
   dlock__my_hex(oi, strnlen(oi, 1024), l->owner_hex);
   dlock__my_adv_key(l->name, l->key);
+  snprintf(l->bell, sizeof l->bell, "dlockbell:%s", l->key + 6); /* not advisory mode's key */
   pthread_mutex_init(&l->mu, NULL);
   m->be = l;
   return 0;
 }
 
+static void bell_ring(dlock_mutex *m);
+
 static void my_lock_free(dlock_mutex *m) {
   my_lock *l = myl(m);
   if (!l) return;
+  bell_ring(m);
   dlock__my_adv_close(l->session); /* a hold never released: it ends with its session */
   pthread_mutex_destroy(&l->mu);
   free(m->be);
@@ -374,6 +383,82 @@ static int adv_check(dlock_mutex *m) {
   return rc;
 }
 
+/* ---- The doorbell (docs/mysql.md, "Waiting") ----
+ * MySQL has no LISTEN/NOTIFY, but GET_LOCK wakes its waiters at once when
+ * the lock is released or its session ends. So the holder of a mutex holds
+ * the name's bell (a GET_LOCK of its own, on a session of its own) while it
+ * holds the lock and lets it go when it releases; a waiter waits on the
+ * bell, in slices, between its tries. Best effort all through: a bell that
+ * is not to be had (another waiter has it for a moment, or the client has
+ * DLOCK__MY_BELLS sessions in use) leaves the back-off alone, and a bell
+ * that rings with the lock still held (the holder's bell session ended, or
+ * it had none) sends the waiter back to its back-off. The lock is the row:
+ * the bell only says when to look again. */
+#define BELL_SLICE_MS 250
+#define BELL_FREE_MS 5 /* a GET_LOCK this quick found the bell free: not a ring */
+
+static void bell_arm(dlock_mutex *m) {
+  dlock__my *my = myc(m->client);
+  my_lock *l = myl(m);
+  MYSQL *s = NULL;
+  if (dlock__my_bell_get(my, &s) == 0) {
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", l->bell);
+    int rc = 0;
+    int64_t v = dlock__my_session_value(my, s, sql, &rc);
+    pthread_mutex_lock(&l->mu);
+    if (rc == 0 && v == 1 && !l->bell_session) l->bell_session = s, s = NULL;
+    pthread_mutex_unlock(&l->mu);
+    if (s) dlock__my_bell_put(my, s, rc != 0);
+  }
+  dlock__error_clear();
+}
+
+static void bell_ring(dlock_mutex *m) {
+  my_lock *l = myl(m);
+  pthread_mutex_lock(&l->mu);
+  MYSQL *s = l->bell_session;
+  l->bell_session = NULL;
+  pthread_mutex_unlock(&l->mu);
+  if (!s) return;
+  char sql[120];
+  snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", l->bell);
+  int rc = 0;
+  dlock__my_session_value(myc(m->client), s, sql, &rc);
+  dlock__my_bell_put(myc(m->client), s, rc != 0);
+  dlock__error_clear();
+}
+
+/* Wait on the bell until it rings, 'until' or one slice passes (then the
+ * waiter looks again: a lease can run out with its holder's bell still
+ * held). 1 it rang or the slice passed (look again now), 0 the bell was
+ * free at once or not to be had (the back-off decides). */
+static int bell_wait(dlock_mutex *m, dlock_mono_ms until) {
+  dlock__my *my = myc(m->client);
+  MYSQL *s = NULL;
+  dlock_mono_ms now = dlock_mono_now();
+  if (now >= until || dlock__my_bell_get(my, &s) != 0) {
+    dlock__error_clear();
+    return 0;
+  }
+  int64_t slice = until - now > BELL_SLICE_MS ? BELL_SLICE_MS : until - now;
+  char sql[160];
+  snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %" PRId64 ".%03" PRId64 ")", myl(m)->bell, slice / 1000,
+           slice % 1000);
+  int err = 0, look = 0;
+  int64_t v = dlock__my_session_value(my, s, sql, &err);
+  if (!err && v == 1) {
+    snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", myl(m)->bell);
+    dlock__my_session_value(my, s, sql, &err);
+    look = dlock_mono_now() - now >= BELL_FREE_MS; /* free at once: no holder's bell */
+  } else if (!err && v == 0) {
+    look = 1; /* the slice passed */
+  }
+  dlock__my_bell_put(my, s, err != 0);
+  dlock__error_clear();
+  return look;
+}
+
 static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
   if (myc(m->client)->advisory) return adv_acquire(m, wait_ms, deadline, out);
   char token[DLOCK__TOKEN_HEX + 1];
@@ -408,6 +493,7 @@ static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     }
     if (rc == 1) {
       memcpy(myl(m)->token, token, sizeof token);
+      if (!is_family(m)) bell_arm(m);
       out->fence = fence;
       out->lease_ms = lease_ms;
       out->start = sent;
@@ -435,6 +521,12 @@ static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     /* Back off, jittered, never past the deadline; a cancel ends the wait. */
     int64_t sleep = backoff / 2 + (int64_t)(((unsigned)rand() ^ tries) % (unsigned)(backoff / 2 + 1));
     if (deadline != INT64_MAX && now + sleep > deadline) sleep = deadline - now;
+    /* A mutex's waiter waits on the doorbell first (a cancel is seen
+     * within its slice); when it rang, it looks again at once. */
+    if (!is_family(m) && bell_wait(m, deadline) == 1) {
+      if (dlock__mutex_canceled(m)) return dlock__error(DLOCK_ECANCELED, "the wait was canceled");
+      continue;
+    }
     if (dlock__mutex_wait(m, now + sleep)) {
       if (queued) dlock__my_fam_unqueue(myc(m->client), &f);
       return dlock__error(DLOCK_ECANCELED, "the wait was canceled");
@@ -448,6 +540,12 @@ static int release_lease(dlock_mutex *m);
 static int my_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   (void)valid_until;
   int rc = release_lease(m);
+  if (myl(m)->bell_session) { /* after the row is free: a waiter woken now finds it so */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    bell_ring(m);
+    if (rc) dlock__error(rc, "%s", why);
+  }
   if (lost == DLOCK_LOST_NONE || rc == DLOCK_EUNKNOWN) return rc;
   /* The core had seen the hold lost (its local deadline passed, or a
    * renewal found it gone): the row is freed all the same, but the hold

@@ -225,6 +225,41 @@ static int connect_one(dlock__my *my, MYSQL **out) {
 
 int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out); }
 
+int dlock__my_bell_get(dlock__my *my, MYSQL **out) {
+  pthread_mutex_lock(&my->mu);
+  while (my->nbells > 0) {
+    MYSQL *s = my->bells[--my->nbells];
+    if (!idle_closed(s)) {
+      my->bells_out++;
+      pthread_mutex_unlock(&my->mu);
+      *out = s;
+      return 0;
+    }
+    mysql_close(s);
+  }
+  if (my->bells_out >= DLOCK__MY_BELLS) {
+    pthread_mutex_unlock(&my->mu);
+    return DLOCK_EBUSY;
+  }
+  my->bells_out++;
+  pthread_mutex_unlock(&my->mu);
+  int rc = connect_one(my, out);
+  if (rc) {
+    pthread_mutex_lock(&my->mu);
+    my->bells_out--;
+    pthread_mutex_unlock(&my->mu);
+  }
+  return rc;
+}
+
+void dlock__my_bell_put(dlock__my *my, MYSQL *s, int broken) {
+  pthread_mutex_lock(&my->mu);
+  my->bells_out--;
+  if (!broken && my->nbells < DLOCK__MY_BELLS) s = (my->bells[my->nbells++] = s, NULL);
+  pthread_mutex_unlock(&my->mu);
+  if (s) mysql_close(s);
+}
+
 int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my **out) {
   *out = NULL;
   char shown[512];
@@ -265,6 +300,7 @@ int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my 
 void dlock__my_close(dlock__my *my) {
   if (!my) return;
   for (int i = 0; i < my->nidle; i++) mysql_close(my->idle[i]);
+  for (int i = 0; i < my->nbells; i++) mysql_close(my->bells[i]);
   pthread_mutex_destroy(&my->mu);
   pthread_cond_destroy(&my->cv);
   memset(my->password, 0, sizeof my->password);

@@ -22,6 +22,8 @@
 /* The longest lock or resource name the tables hold (VARBINARY(255)). */
 #define DLOCK__MY_NAME_MAX 255
 #define DLOCK__MY_POOL_MAX 16
+/* Doorbell sessions per client at most (held bells and waits on them). */
+#define DLOCK__MY_BELLS 16
 
 typedef struct dlock__my {
   char display[400]; /* mysql://user:***@host:port/db: no password */
@@ -34,6 +36,8 @@ typedef struct dlock__my {
   MYSQL *idle[DLOCK__MY_POOL_MAX];
   int nidle, nopen;
   int created; /* the tables were made by this client (once) */
+  MYSQL *bells[DLOCK__MY_BELLS]; /* idle doorbell sessions (under mu) */
+  int nbells, bells_out;         /* idle; in use */
 } dlock__my;
 
 /* One statement's outcome. */
@@ -72,6 +76,14 @@ const char *dlock__my_cell(dlock__my_res *r, unsigned col);
 
 /* A connection of its own (advisory mode's hold), not from the pool. */
 int dlock__my_open_session(dlock__my *my, MYSQL **out);
+/* One statement on a session of its own: its first cell as a number, -1
+ * for NULL, or '*rc' a status (the session is gone: DLOCK_EIO). */
+int64_t dlock__my_session_value(dlock__my *my, MYSQL *s, const char *sql, int *rc);
+/* Doorbell sessions (backend.c, "Waiting" in docs/mysql.md): an idle one
+ * from the client's cache or a new one; DLOCK_EBUSY when DLOCK__MY_BELLS
+ * are in use already (then no doorbell: the back-off alone). */
+int dlock__my_bell_get(dlock__my *my, MYSQL **out);
+void dlock__my_bell_put(dlock__my *my, MYSQL *s, int broken);
 
 /* ---- Advisory mode (advisory.c) ---- */
 /* GET_LOCK's name for 'name' (47 bytes with the NUL). */
