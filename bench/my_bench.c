@@ -8,7 +8,8 @@
  * median of the block means with their spread (min..max), and the p50/p99
  * of all operations. Then the hand-off: a waiter blocked on the lock, the
  * holder releases; from just before the release to the waiter's acquire
- * returning (dlock: its back-off; GET_LOCK: woken by the server).
+ * returning (dlock: its doorbell, else its back-off; GET_LOCK: woken by
+ * the server).
  *
  * Usage: dlock-my-bench HOST PORT USER PASSWORD DB [--quick]
  * Prints the load average first. Exit 0, or 1 when a call failed.
@@ -248,7 +249,7 @@ int main(int argc, char **argv) {
   if (!rc) {
     printf("\n| hand-off (release -> the waiter's acquire returns) | rounds | mean | min | p50 | max |\n");
     printf("| --- | --- | --- | --- | --- | --- |\n");
-    report_handoff("dlock lease mode (back-off)", ha, rounds);
+    report_handoff("dlock lease mode (doorbell)", ha, rounds);
     report_handoff("GET_LOCK (woken by the server)", hb, rounds);
   }
   free(ha);
