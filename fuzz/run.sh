@@ -31,6 +31,8 @@ if ! cmake -S "$root" -B "$dir" -DCMAKE_C_COMPILER=clang -DDLOCK_FUZZ=ON -DDLOCK
   exit 1
 fi
 
+# Built only with the MySQL backend (DLOCK_WITH_MYSQL).
+[ -x "$dir/fuzz/fuzz_url_mysql" ] && targets+=(url_mysql)
 passed=0
 failed=0
 for t in "${targets[@]}"; do

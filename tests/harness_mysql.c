@@ -81,7 +81,14 @@ int th_my_available(char *why, size_t len) {
   return 1;
 }
 
-static pid_t spawn(const char *const argv[], const char *log) { return th_proc_spawn_as("mysql", argv, log, NULL); }
+/* argv[0] run as the mysql user when we are root. TH_MY_PRELOAD (a test's
+ * libfaketime): preloaded into mariadbd alone. */
+static pid_t spawn(const char *const argv[], const char *log) {
+  const char *pre = getenv("TH_MY_PRELOAD");
+  size_t a0 = strlen(argv[0]);
+  int server = a0 >= 9 && !strcmp(argv[0] + a0 - 9, "/mariadbd");
+  return th_proc_spawn_as("mysql", argv, log, pre && server ? pre : NULL);
+}
 
 int th_my_sql(const th_my *p, char *out, size_t outlen, const char *fmt, ...) {
   char sql[4096];

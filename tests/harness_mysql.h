@@ -28,7 +28,9 @@ typedef struct th_my {
 
 /* 1 when mariadbd and mariadb-install-db are installed, else 0 and why. */
 int th_my_available(char *why, size_t len);
-/* Install and start. 0, or -1 with a message on stderr. */
+/* Install and start. 0, or -1 with a message on stderr. With TH_MY_PRELOAD
+ * set (a library path, e.g. libfaketime), mariadbd runs with it preloaded
+ * and the environment's FAKETIME_* variables. */
 int th_my_start(th_my *p);
 /* A test file's server: th_my_available() and th_my_start(). 1 when it
  * runs; else 0, with why in 'why' (for TEST_SKIP). */

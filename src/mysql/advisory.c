@@ -31,9 +31,7 @@ void dlock__my_adv_key(const char *name, char *out) {
   out[46] = '\0';
 }
 
-/* One statement on the hold's session: its first cell as a number, -1 for
- * NULL, or a status (the session is gone: DLOCK_EIO). */
-static int64_t on_session(dlock__my *my, MYSQL *s, const char *sql, int *rc) {
+int64_t dlock__my_session_value(dlock__my *my, MYSQL *s, const char *sql, int *rc) {
   *rc = 0;
   if (mysql_real_query(s, sql, strlen(sql)) != 0) {
     *rc = dlock__error(DLOCK_EIO, "%s: the session holding the advisory lock failed: %s", my->display,
@@ -63,7 +61,7 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
     }
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %" PRId64 ".%03" PRId64 ")", key, slice / 1000, slice % 1000);
-    int64_t got = on_session(my, s, sql, &rc);
+    int64_t got = dlock__my_session_value(my, s, sql, &rc);
     if (rc) {
       mysql_close(s); /* the session's end frees whatever it took */
       /* The message names the server first (the core adds the lock); a
@@ -97,7 +95,7 @@ int dlock__my_adv_check(dlock__my *my, void *session, const char *key) {
   char sql[200];
   snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s') = CONNECTION_ID()", key);
   int rc;
-  int64_t v = on_session(my, session, sql, &rc);
+  int64_t v = dlock__my_session_value(my, session, sql, &rc);
   if (rc || v != 1) {
     dlock__error_clear();
     return DLOCK_ELOST;
@@ -109,7 +107,7 @@ int dlock__my_adv_release(dlock__my *my, void *session, const char *key, const c
   char sql[200];
   snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", key);
   int rc;
-  int64_t v = on_session(my, session, sql, &rc);
+  int64_t v = dlock__my_session_value(my, session, sql, &rc);
   mysql_close(session);
   if (rc || v != 1)
     return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: the session that held it had ended, and the lock with "

@@ -12,9 +12,10 @@
  * acquire that ran finds its own token and keeps its fence). Force release
  * is never sent twice.
  *
- * Waits: MySQL has no LISTEN/NOTIFY; a waiter tries again after a bounded,
- * growing back-off (BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS, jittered),
- * so a release is seen at most BACKOFF_MAX_MS (+ a round trip) later.
+ * Waits: MySQL has no LISTEN/NOTIFY; a mutex's waiter waits on the name's
+ * doorbell (a GET_LOCK its holder holds while it holds the lock: below),
+ * and otherwise tries again after a bounded, growing back-off
+ * (BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS, jittered).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -47,13 +48,28 @@ typedef struct my_lock {
   char key[48];
   pthread_mutex_t mu;
   void *session;
+  /* Lease mode's mutex: the doorbell, GET_LOCK on 'bell' held by the
+   * holder's 'bell_session' while it holds the lock (under mu). */
+  char bell[64];
+  MYSQL *bell_session;
 } my_lock;
+
+extern const dlock__backend_ops dlock__mysql_ops;
 
 static dlock__my *myc(const dlock_client *c) { return (dlock__my *)c->be; }
 static my_lock *myl(const dlock_mutex *m) { return (my_lock *)m->be; }
 
-/* 'name' with the client's prefix, checked against the column's width, as X'..' in 'hex'. */
-static int full_hex(const dlock_client *c, const char *what, const char *name, char *hex) {
+/* A semaphore or read-write lock handle, for family.c: its hold of 'token'. */
+static int is_family(const dlock_mutex *m) { return m->kind != DLOCK__KIND_MUTEX; }
+static dlock__my_fam fam_of(dlock_mutex *m, const char *token, int64_t lease_ms, const char *shadow) {
+  my_lock *l = myl(m);
+  dlock__my_fam f = {.hname = l->hname, .name = l->name, .token = token, .permits = m->permits, .shadow = shadow,
+                     .owner_hex = l->owner_hex, .lease_ms = lease_ms};
+  f.side = m->kind == DLOCK__KIND_SEMAPHORE ? 'p' : m->kind == DLOCK__KIND_READ ? 'r' : 'w';
+  return f;
+}
+
+int dlock__my_full_hex(const dlock_client *c, const char *what, const char *name, char *hex) {
   char full[FULL_MAX];
   snprintf(full, sizeof full, "%s%s", c->prefix ? c->prefix : "", name);
   size_t len = strlen(full);
@@ -79,7 +95,7 @@ static int my_open(dlock_client *c, const dlock_client_options *o, const char *u
 }
 
 static unsigned my_caps_of(dlock_client *c) {
-  return myc(c)->advisory ? DLOCK__CAP_SESSION : DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD;
+  return myc(c)->advisory ? DLOCK__CAP_SESSION : dlock__mysql_ops.caps;
 }
 
 static int not_advisory(dlock_client *c, const char *what) {
@@ -184,20 +200,37 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
       ("INSERT INTO dlock_guards (resource, fence, updated) SELECT resource, fence, updated FROM dlock_guards "
        "WHERE 1 = 0"),
       "UPDATE dlock_guards SET fence = fence WHERE 1 = 0",
+      /* Semaphores, read-write locks (their holds and waiters end with a
+       * DELETE) and the scheduler. */
+      "INSERT INTO dlock_holds (name, token, side, fence, expires, since) SELECT name, token, side, fence, expires, "
+      "since FROM dlock_holds WHERE 1 = 0",
+      "UPDATE dlock_holds SET fence = fence WHERE 1 = 0",
+      "DELETE FROM dlock_holds WHERE 1 = 0",
+      "INSERT INTO dlock_waiters (name, token, side, expires) SELECT name, token, side, expires FROM dlock_waiters "
+      "WHERE 1 = 0",
+      "DELETE FROM dlock_waiters WHERE 1 = 0",
+      "INSERT INTO dlock_sched (job) SELECT job FROM dlock_sched WHERE 1 = 0",
+      "UPDATE dlock_sched SET fence = fence WHERE 1 = 0",
+      ("INSERT INTO dlock_sched_runs (job, run_token, node, fence, scheduled_ms, start_ms, duration_ms, outcome) "
+       "SELECT job, run_token, node, fence, scheduled_ms, start_ms, duration_ms, outcome FROM dlock_sched_runs "
+       "WHERE 1 = 0"),
+      "DELETE FROM dlock_sched_runs WHERE 1 = 0",
   };
   /* Missing tables: named, not made (the doctor changes nothing). */
   rc = dlock__my_run(my,
                      "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
-                     "TABLE_NAME IN ('dlock_locks', 'dlock_guards')",
+                     "TABLE_NAME IN ('dlock_locks', 'dlock_guards', 'dlock_holds', 'dlock_waiters', 'dlock_sched', "
+                     "'dlock_sched_runs')",
                      1, &r);
   if (rc) return rc;
   int tables = atoi(dlock__my_cell(&r, 0));
   mysql_free_result(r.rows);
-  int rights_ok = tables == 2;
+  int rights_ok = tables == 6;
   if (!rights_ok)
     add_check(out, max, &n, "rights", DLOCK_CHECK_FAIL,
-              "run `dlock init --url ...` once as a user that may CREATE in it, then GRANT SELECT, INSERT, UPDATE "
-              "on dlock_locks and dlock_guards to the run-time user",
+              "run `dlock init --url ...` once as a user that may CREATE in it, then grant the run-time user the "
+              "rights docs/mysql.md lists (SELECT, INSERT, UPDATE on dlock_locks, dlock_guards and dlock_sched; "
+              "DELETE too on dlock_holds, dlock_waiters and dlock_sched_runs)",
               "dlock's tables are missing in '%s' on %s", my->db, my->display);
   for (size_t i = 0; i < sizeof probes / sizeof probes[0] && rights_ok; i++) {
     dlock__my_res p;
@@ -206,8 +239,9 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
     if (prc == DLOCK_ENOPERM || prc == DLOCK_ESERVER) {
       rights_ok = 0;
       add_check(out, max, &n, "rights", DLOCK_CHECK_FAIL,
-                "run `dlock init` as a user that may CREATE, then GRANT SELECT, INSERT, UPDATE on dlock_locks and "
-                "dlock_guards (docs/mysql.md)", "%s", dlock_last_error());
+                "run `dlock init` as a user that may CREATE, then GRANT SELECT, INSERT, UPDATE on dlock_locks, "
+                "dlock_guards and dlock_sched, and SELECT, INSERT, UPDATE, DELETE on dlock_holds, dlock_waiters "
+                "and dlock_sched_runs (docs/mysql.md)", "%s", dlock_last_error());
     } else if (prc && prc != DLOCK_EREADONLY) {
       return prc;
     }
@@ -242,7 +276,7 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
 static int my_lock_new(dlock_mutex *m) {
   my_lock *l = calloc(1, sizeof *l);
   if (!l) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  int rc = full_hex(m->client, "lock", m->name, l->hname);
+  int rc = dlock__my_full_hex(m->client, "lock", m->name, l->hname);
   if (rc) {
     free(l);
     return rc;
@@ -251,14 +285,18 @@ static int my_lock_new(dlock_mutex *m) {
   const char *oi = m->owner_info ? m->owner_info : "";
   dlock__my_hex(oi, strnlen(oi, 1024), l->owner_hex);
   dlock__my_adv_key(l->name, l->key);
+  snprintf(l->bell, sizeof l->bell, "dlockbell:%s", l->key + 6); /* not advisory mode's key */
   pthread_mutex_init(&l->mu, NULL);
   m->be = l;
   return 0;
 }
 
+static void bell_ring(dlock_mutex *m);
+
 static void my_lock_free(dlock_mutex *m) {
   my_lock *l = myl(m);
   if (!l) return;
+  bell_ring(m);
   dlock__my_adv_close(l->session); /* a hold never released: it ends with its session */
   pthread_mutex_destroy(&l->mu);
   free(m->be);
@@ -295,13 +333,25 @@ static int try_take(dlock_mutex *m, const char *token, int64_t lease_ms, uint64_
       return 1;
     }
     if (pass == 1) break;
-    /* Nothing matched: the row is held, or there is none yet. Make it (its
-     * fence counter starts at 0), then try once more. */
-    char ins[700];
-    snprintf(ins, sizeof ins, "INSERT IGNORE INTO dlock_locks (name) VALUES (%s)", l->hname);
-    rc = dlock__my_run(my, ins, 1, &r);
+    /* Nothing matched: the row is held (by a mutex, or marked by a
+     * semaphore's or read-write lock's holds: family.c), or there is none
+     * yet. Make it (its fence counter starts at 0), then try once more. */
+    char q[800];
+    snprintf(q, sizeof q, "SELECT token, expires > " NOW6 " FROM dlock_locks WHERE name = %s", l->hname);
+    rc = dlock__my_run(my, q, 1, &r);
     if (rc) return rc;
-    if (r.affected != 1) break; /* the row was there: held */
+    MYSQL_ROW row = mysql_fetch_row(r.rows);
+    int there = row != NULL, family = row && row[0] && row[0][0] == '*' && row[1] && row[1][0] == '1';
+    char marker[40];
+    snprintf(marker, sizeof marker, "%s", family ? row[0] : "");
+    mysql_free_result(r.rows);
+    if (family)
+      return dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s: a name is one kind of lock at a time",
+                          l->name, my->display, marker[1] == 's' ? "semaphore" : "read-write lock");
+    if (there) break; /* held */
+    snprintf(q, sizeof q, "INSERT IGNORE INTO dlock_locks (name) VALUES (%s)", l->hname);
+    rc = dlock__my_run(my, q, 1, &r);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -333,20 +383,117 @@ static int adv_check(dlock_mutex *m) {
   return rc;
 }
 
+/* ---- The doorbell (docs/mysql.md, "Waiting") ----
+ * MySQL has no LISTEN/NOTIFY, but GET_LOCK wakes its waiters at once when
+ * the lock is released or its session ends. So the holder of a mutex holds
+ * the name's bell (a GET_LOCK of its own, on a session of its own) while it
+ * holds the lock and lets it go when it releases; a waiter waits on the
+ * bell, in slices, between its tries. Best effort all through: a bell that
+ * is not to be had (another waiter has it for a moment, or the client has
+ * DLOCK__MY_BELLS sessions in use) leaves the back-off alone, and a bell
+ * that rings with the lock still held (the holder's bell session ended, or
+ * it had none) sends the waiter back to its back-off. The lock is the row:
+ * the bell only says when to look again. */
+#define BELL_SLICE_MS 250
+#define BELL_FREE_MS 5 /* a GET_LOCK this quick found the bell free: not a ring */
+
+static void bell_arm(dlock_mutex *m) {
+  dlock__my *my = myc(m->client);
+  my_lock *l = myl(m);
+  MYSQL *s = NULL;
+  if (dlock__my_bell_get(my, &s) == 0) {
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", l->bell);
+    int rc = 0;
+    int64_t v = dlock__my_session_value(my, s, sql, &rc);
+    pthread_mutex_lock(&l->mu);
+    if (rc == 0 && v == 1 && !l->bell_session) l->bell_session = s, s = NULL;
+    pthread_mutex_unlock(&l->mu);
+    if (s) dlock__my_bell_put(my, s, rc != 0);
+  }
+  dlock__error_clear();
+}
+
+static void bell_ring(dlock_mutex *m) {
+  my_lock *l = myl(m);
+  pthread_mutex_lock(&l->mu);
+  MYSQL *s = l->bell_session;
+  l->bell_session = NULL;
+  pthread_mutex_unlock(&l->mu);
+  if (!s) return;
+  char sql[120];
+  snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", l->bell);
+  int rc = 0;
+  dlock__my_session_value(myc(m->client), s, sql, &rc);
+  dlock__my_bell_put(myc(m->client), s, rc != 0);
+  dlock__error_clear();
+}
+
+/* Wait on the bell until it rings, 'until' or one slice passes (then the
+ * waiter looks again: a lease can run out with its holder's bell still
+ * held). 1 it rang or the slice passed (look again now), 0 the bell was
+ * free at once or not to be had (the back-off decides). */
+static int bell_wait(dlock_mutex *m, dlock_mono_ms until) {
+  dlock__my *my = myc(m->client);
+  MYSQL *s = NULL;
+  dlock_mono_ms now = dlock_mono_now();
+  if (now >= until || dlock__my_bell_get(my, &s) != 0) {
+    dlock__error_clear();
+    return 0;
+  }
+  int64_t slice = until - now > BELL_SLICE_MS ? BELL_SLICE_MS : until - now;
+  char sql[160];
+  snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %" PRId64 ".%03" PRId64 ")", myl(m)->bell, slice / 1000,
+           slice % 1000);
+  int err = 0, look = 0;
+  int64_t v = dlock__my_session_value(my, s, sql, &err);
+  if (!err && v == 1) {
+    snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", myl(m)->bell);
+    dlock__my_session_value(my, s, sql, &err);
+    look = dlock_mono_now() - now >= BELL_FREE_MS; /* free at once: no holder's bell */
+  } else if (!err && v == 0) {
+    look = 1; /* the slice passed */
+  }
+  dlock__my_bell_put(my, s, err != 0);
+  dlock__error_clear();
+  return look;
+}
+
 static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
   if (myc(m->client)->advisory) return adv_acquire(m, wait_ms, deadline, out);
   char token[DLOCK__TOKEN_HEX + 1];
   pthread_mutex_lock(&m->mu);
   memcpy(token, m->token, sizeof token);
   pthread_mutex_unlock(&m->mu);
+  /* A read side taken by a thread that holds the name already goes at once
+   * (docs/rwlock.md); the server checks that hold is still live. */
+  char own[DLOCK__TOKEN_HEX + 1];
+  dlock__my_fam f = fam_of(m, token, lease_ms, dlock__rw_own_token(m, own) ? own : NULL);
+  char busy[600] = "";
+  int queued = 0;
   int64_t backoff = BACKOFF_MIN_MS;
   for (unsigned tries = 0;; tries++) {
     dlock_mono_ms sent = dlock_mono_now();
     uint64_t fence = 0;
     int maybe_ran = 0;
-    int rc = try_take(m, token, lease_ms, &fence, &maybe_ran);
+    int rc;
+    if (is_family(m)) {
+      /* A waiter queues (and stays live by trying again), so that it is
+       * served in its turn and counted in the status. */
+      rc = dlock__my_fam_try(myc(m->client), &f, wait_ms != 0, &fence, busy, sizeof busy, &maybe_ran);
+      queued |= rc == 0 && wait_ms != 0;
+      if (rc < 0 && queued) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
+        dlock__my_fam_unqueue(myc(m->client), &f);
+        dlock__error(rc, "%s", why);
+      }
+    } else {
+      rc = try_take(m, token, lease_ms, &fence, &maybe_ran);
+    }
     if (rc == 1) {
       memcpy(myl(m)->token, token, sizeof token);
+      if (!is_family(m)) bell_arm(m);
       out->fence = fence;
       out->lease_ms = lease_ms;
       out->start = sent;
@@ -365,13 +512,25 @@ static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
       return rc;
     }
     dlock_mono_ms now = dlock_mono_now();
-    if (wait_ms == 0 || now >= deadline)
+    if (wait_ms == 0 || now >= deadline) {
+      if (queued) dlock__my_fam_unqueue(myc(m->client), &f);
+      if (busy[0]) return dlock__error(DLOCK_EBUSY, "%s", busy);
       return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another owner (%s)", myl(m)->name,
                           myc(m->client)->display);
+    }
     /* Back off, jittered, never past the deadline; a cancel ends the wait. */
     int64_t sleep = backoff / 2 + (int64_t)(((unsigned)rand() ^ tries) % (unsigned)(backoff / 2 + 1));
     if (deadline != INT64_MAX && now + sleep > deadline) sleep = deadline - now;
-    if (dlock__mutex_wait(m, now + sleep)) return dlock__error(DLOCK_ECANCELED, "the wait was canceled");
+    /* A mutex's waiter waits on the doorbell first (a cancel is seen
+     * within its slice); when it rang, it looks again at once. */
+    if (!is_family(m) && bell_wait(m, deadline) == 1) {
+      if (dlock__mutex_canceled(m)) return dlock__error(DLOCK_ECANCELED, "the wait was canceled");
+      continue;
+    }
+    if (dlock__mutex_wait(m, now + sleep)) {
+      if (queued) dlock__my_fam_unqueue(myc(m->client), &f);
+      return dlock__error(DLOCK_ECANCELED, "the wait was canceled");
+    }
     if (backoff < BACKOFF_MAX_MS) backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
   }
 }
@@ -381,6 +540,12 @@ static int release_lease(dlock_mutex *m);
 static int my_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
   (void)valid_until;
   int rc = release_lease(m);
+  if (myl(m)->bell_session) { /* after the row is free: a waiter woken now finds it so */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    bell_ring(m);
+    if (rc) dlock__error(rc, "%s", why);
+  }
   if (lost == DLOCK_LOST_NONE || rc == DLOCK_EUNKNOWN) return rc;
   /* The core had seen the hold lost (its local deadline passed, or a
    * renewal found it gone): the row is freed all the same, but the hold
@@ -403,6 +568,10 @@ static int release_lease(dlock_mutex *m) {
       return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: its session had ended (advisory mode)", l->name,
                           my->display);
     return dlock__my_adv_release(my, session, l->key, l->name);
+  }
+  if (is_family(m)) {
+    dlock__my_fam f = fam_of(m, l->token, 0, NULL);
+    return dlock__my_fam_release(my, &f);
   }
   char sql[900];
   const char *token = l->token;
@@ -475,6 +644,11 @@ static int my_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
     return dlock__error(DLOCK_ELOST, "lock '%s' on %s: the session that held it has ended (advisory mode)",
                         myl(m)->name, my->display);
   }
+  if (is_family(m)) {
+    dlock__my_fam f = fam_of(m, token, lease_ms, NULL);
+    *sent = dlock_mono_now();
+    return dlock__my_fam_extend(my, &f, lease_ms, lost);
+  }
   char sql[900];
   snprintf(sql, sizeof sql,
            "UPDATE dlock_locks SET expires = DATE_ADD(" NOW6 ", INTERVAL %" PRId64 " MICROSECOND) "
@@ -511,6 +685,10 @@ static int my_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
     if (ttl_ms) *ttl_ms = -1; /* no expiry: as long as the session */
     return adv_check(m) == 0;
   }
+  if (is_family(m)) {
+    dlock__my_fam f = fam_of(m, token, 0, NULL);
+    return dlock__my_fam_held(myc(m->client), &f, ttl_ms);
+  }
   char sql[900];
   snprintf(sql, sizeof sql,
            "SELECT TIMESTAMPDIFF(MICROSECOND, " NOW6 ", expires) DIV 1000 FROM dlock_locks "
@@ -529,7 +707,7 @@ static int my_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
 
 static int my_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   char hex[HEX_MAX], sql[1000];
-  int rc = full_hex(c, "lock", name, hex);
+  int rc = dlock__my_full_hex(c, "lock", name, hex);
   if (rc) return rc;
   if (myc(c)->advisory) {
     char full[FULL_MAX], key[48];
@@ -546,12 +724,19 @@ static int my_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   }
   snprintf(sql, sizeof sql,
            "SELECT token <> '' AND expires > " NOW6 ", fence, TIMESTAMPDIFF(MICROSECOND, " NOW6 ", expires) DIV "
-           "1000, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since) DIV 1000, owner_info FROM dlock_locks "
+           "1000, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since) DIV 1000, owner_info, token FROM dlock_locks "
            "WHERE name = %s", hex);
   dlock__my_res r;
   rc = dlock__my_run(myc(c), sql, 1, &r);
   if (rc) return rc;
   MYSQL_ROW row = mysql_fetch_row(r.rows);
+  if (row && row[5] && row[5][0] == '*') { /* a semaphore's or read-write lock's (family.c) */
+    char marker[40];
+    snprintf(marker, sizeof marker, "%s", row[5]);
+    out->fence = strtoull(row[1] ? row[1] : "0", NULL, 10);
+    mysql_free_result(r.rows);
+    return dlock__my_fam_info(myc(c), hex, marker, out);
+  }
   if (row) {
     out->held = row[0] && !strcmp(row[0], "1");
     out->fence = strtoull(row[1] ? row[1] : "0", NULL, 10);
@@ -597,7 +782,11 @@ static int my_force_release(dlock_client *c, const char *name, unsigned flags, i
   (void)flags; /* only dlock's own rows are ever touched */
   if (myc(c)->advisory) return not_advisory(c, "a forced release");
   char hex[HEX_MAX], sql[1000];
-  int rc = full_hex(c, "lock", name, hex);
+  int rc = dlock__my_full_hex(c, "lock", name, hex);
+  if (rc) return rc;
+  /* A semaphore's or read-write lock's holds first, then the row. */
+  int family_held = 0;
+  rc = dlock__my_fam_force(myc(c), hex, &family_held);
   if (rc) return rc;
   snprintf(sql, sizeof sql,
            "UPDATE dlock_locks SET owner_info = IF(LAST_INSERT_ID(IF(token <> '' AND expires > " NOW6 ", 2, 1)) > 0, "
@@ -610,14 +799,14 @@ static int my_force_release(dlock_client *c, const char *name, unsigned flags, i
                           "again", name, c->server, dlock_last_error());
     return rc;
   }
-  *was_held = r.affected == 1 && r.insert_id == 2;
+  *was_held = (r.affected == 1 && r.insert_id == 2) || family_held;
   return 0;
 }
 
 static int my_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
   if (myc(c)->advisory) return not_advisory(c, "the fencing guard");
   char hex[HEX_MAX], sql[1000];
-  int rc = full_hex(c, "resource", resource, hex);
+  int rc = dlock__my_full_hex(c, "resource", resource, hex);
   if (rc) return rc;
   /* Admit 'token' unless a higher one was admitted: the row keeps the
    * highest; LAST_INSERT_ID carries it back (0 for a new row). */
@@ -639,7 +828,8 @@ static int my_guard_check(dlock_client *c, const char *resource, uint64_t token,
 
 const dlock__backend_ops dlock__mysql_ops = {
   .name = "mysql",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD,
+  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK |
+          DLOCK__CAP_SCHED,
   .unreachable = "MySQL could not be reached in time to renew the lease",
   .redact = dlock__my_redact,
   .open = my_open,
@@ -660,4 +850,8 @@ const dlock__backend_ops dlock__mysql_ops = {
   .list = my_list,
   .force_release = my_force_release,
   .guard_check = my_guard_check,
+  .sched_claim = dlock__my_sched_claim,
+  .sched_finish = dlock__my_sched_finish,
+  .sched_undo = dlock__my_sched_undo,
+  .sched_history = dlock__my_sched_history,
 };

@@ -113,7 +113,7 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
       return dlock__error(DLOCK_EURL, "'%s': the port must be a number 1..65535", shown);
     my->port = (unsigned)p;
   }
-  if (*end != '/' || end[1] == '\0' || end[1] == '?')
+  if (*end != '/' || end[1] == '\0' || end[1] == '?' || end[1] == '#')
     return dlock__error(DLOCK_EURL, "'%s': no database: write mysql://user@host/DB (dlock's tables go in it)", shown);
   const char *db = end + 1;
   size_t dlen = strcspn(db, "?#");
@@ -143,6 +143,24 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
     if (*q == '&') q++;
   }
   return 0;
+}
+
+int dlock__my_url_parse(const char *url, dlock__my_url *out) {
+  memset(out, 0, sizeof *out);
+  dlock__my_redact(url, out->display, sizeof out->display);
+  dlock__my my;
+  memset(&my, 0, sizeof my);
+  int rc = parse_url(&my, url, out->display);
+  if (rc == 0) {
+    memcpy(out->host, my.host, sizeof out->host);
+    memcpy(out->user, my.user, sizeof out->user);
+    memcpy(out->password, my.password, sizeof out->password);
+    memcpy(out->db, my.db, sizeof out->db);
+    out->port = my.port;
+    out->advisory = my.advisory;
+  }
+  memset(my.password, 0, sizeof my.password);
+  return rc;
 }
 
 /* The connection's socket has something to read or was closed: the server
@@ -207,6 +225,41 @@ static int connect_one(dlock__my *my, MYSQL **out) {
 
 int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out); }
 
+int dlock__my_bell_get(dlock__my *my, MYSQL **out) {
+  pthread_mutex_lock(&my->mu);
+  while (my->nbells > 0) {
+    MYSQL *s = my->bells[--my->nbells];
+    if (!idle_closed(s)) {
+      my->bells_out++;
+      pthread_mutex_unlock(&my->mu);
+      *out = s;
+      return 0;
+    }
+    mysql_close(s);
+  }
+  if (my->bells_out >= DLOCK__MY_BELLS) {
+    pthread_mutex_unlock(&my->mu);
+    return DLOCK_EBUSY;
+  }
+  my->bells_out++;
+  pthread_mutex_unlock(&my->mu);
+  int rc = connect_one(my, out);
+  if (rc) {
+    pthread_mutex_lock(&my->mu);
+    my->bells_out--;
+    pthread_mutex_unlock(&my->mu);
+  }
+  return rc;
+}
+
+void dlock__my_bell_put(dlock__my *my, MYSQL *s, int broken) {
+  pthread_mutex_lock(&my->mu);
+  my->bells_out--;
+  if (!broken && my->nbells < DLOCK__MY_BELLS) s = (my->bells[my->nbells++] = s, NULL);
+  pthread_mutex_unlock(&my->mu);
+  if (s) mysql_close(s);
+}
+
 int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my **out) {
   *out = NULL;
   char shown[512];
@@ -247,6 +300,7 @@ int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my 
 void dlock__my_close(dlock__my *my) {
   if (!my) return;
   for (int i = 0; i < my->nidle; i++) mysql_close(my->idle[i]);
+  for (int i = 0; i < my->nbells; i++) mysql_close(my->bells[i]);
   pthread_mutex_destroy(&my->mu);
   pthread_cond_destroy(&my->cv);
   memset(my->password, 0, sizeof my->password);
@@ -314,8 +368,9 @@ static int server_error(dlock__my *my, unsigned e, const char *msg) {
                         "off", my->display, msg);
   case 1142: case 1143: case 1044: case 1227: case 1370:
     return dlock__error(DLOCK_ENOPERM, "%s: user '%s' lacks a right dlock needs (%s): GRANT SELECT, INSERT, UPDATE "
-                        "ON %s.dlock_locks and %s.dlock_guards (docs/mysql.md), and run `dlock init` as a user "
-                        "that may CREATE", my->display, my->user, msg, my->db, my->db);
+                        "ON %s.dlock_locks, dlock_guards and dlock_sched, and SELECT, INSERT, UPDATE, DELETE on "
+                        "dlock_holds, dlock_waiters and dlock_sched_runs (docs/mysql.md), and run `dlock init` as "
+                        "a user that may CREATE", my->display, my->user, msg, my->db);
   case 1205: case 1213:
     return dlock__error(DLOCK_ETIMEDOUT, "%s: the statement waited too long for a row lock (%s): another "
                         "session holds dlock's row; try again", my->display, msg);
@@ -324,7 +379,7 @@ static int server_error(dlock__my *my, unsigned e, const char *msg) {
   }
 }
 
-static const char sql_tables[][520] = {
+static const char sql_tables[][640] = {
     "CREATE TABLE IF NOT EXISTS dlock_locks ("
     " name VARBINARY(255) NOT NULL PRIMARY KEY,"
     " token VARBINARY(32) NOT NULL DEFAULT '',"
@@ -337,6 +392,49 @@ static const char sql_tables[][520] = {
     " resource VARBINARY(255) NOT NULL PRIMARY KEY,"
     " fence BIGINT UNSIGNED NOT NULL,"
     " updated DATETIME(6) NOT NULL) ENGINE=InnoDB",
+    /* Semaphores and read-write locks (family.c): one row per hold (a
+     * permit, a reader, the writer; 'released' 1 while its lease ran, 2
+     * after, 3 forced), one per live waiter (a heartbeat in 'expires'),
+     * queued by 'seq'. Kept a minute after they end, then deleted. */
+    "CREATE TABLE IF NOT EXISTS dlock_holds ("
+    " name VARBINARY(255) NOT NULL,"
+    " token VARBINARY(32) NOT NULL,"
+    " side CHAR(1) NOT NULL,"
+    " fence BIGINT UNSIGNED NOT NULL,"
+    " expires DATETIME(6) NOT NULL,"
+    " since DATETIME(6) NOT NULL,"
+    " released TINYINT NOT NULL DEFAULT 0,"
+    " owner_info VARBINARY(1024) NOT NULL DEFAULT '',"
+    " PRIMARY KEY (name, token)) ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS dlock_waiters ("
+    " name VARBINARY(255) NOT NULL,"
+    " token VARBINARY(32) NOT NULL,"
+    " side CHAR(1) NOT NULL,"
+    " seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+    " expires DATETIME(6) NOT NULL,"
+    " PRIMARY KEY (name, token), KEY (seq)) ENGINE=InnoDB",
+    /* The scheduler (sched.c): one row per job (its last tick, the run
+     * that has it, the job lock's end), and the runs' history. */
+    "CREATE TABLE IF NOT EXISTS dlock_sched ("
+    " job VARBINARY(255) NOT NULL PRIMARY KEY,"
+    " tick BIGINT NOT NULL DEFAULT -1,"
+    " claimed BIGINT NOT NULL DEFAULT 0,"
+    " run_token VARBINARY(32) NOT NULL DEFAULT '',"
+    " node VARBINARY(128) NOT NULL DEFAULT '',"
+    " fence BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    " start_ms BIGINT NOT NULL DEFAULT 0,"
+    " lock_expires DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00') ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS dlock_sched_runs ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " job VARBINARY(255) NOT NULL,"
+    " run_token VARBINARY(32) NOT NULL,"
+    " node VARBINARY(128) NOT NULL,"
+    " fence BIGINT UNSIGNED NOT NULL,"
+    " scheduled_ms BIGINT NOT NULL,"
+    " start_ms BIGINT NOT NULL,"
+    " duration_ms BIGINT NOT NULL,"
+    " outcome VARBINARY(64) NOT NULL,"
+    " UNIQUE KEY (job, run_token)) ENGINE=InnoDB",
 };
 
 static int run_once(dlock__my *my, MYSQL *conn, const char *sql, dlock__my_res *res, unsigned *err) {
@@ -367,8 +465,8 @@ int dlock__my_init(dlock__my *my) {
     if (rc) {
       if (rc == DLOCK_ENOPERM)
         dlock__error(DLOCK_ENOPERM, "%s: user '%s' may not create dlock's tables in '%s': run `dlock init --url "
-                     "...` once as a user with CREATE on it, then GRANT SELECT, INSERT, UPDATE ON %s.dlock_locks "
-                     "and %s.dlock_guards to this one", my->display, my->user, my->db, my->db, my->db);
+                     "...` once as a user with CREATE on it, then grant this one the rights docs/mysql.md lists "
+                     "on dlock's tables in %s", my->display, my->user, my->db, my->db);
       return rc;
     }
   }
@@ -376,25 +474,41 @@ int dlock__my_init(dlock__my *my) {
   return 0;
 }
 
-int dlock__my_run(dlock__my *my, const char *sql, int twice_safe, dlock__my_res *res) {
+/* A transaction's connection and the error of its last failed statement. */
+struct dlock__my_tx {
+  dlock__my *my;
+  MYSQL *conn;
+  unsigned err;
+};
+
+/* The body of one try: a statement, or a transaction. 0 done; 1 a server
+ * or connection error in tx->err; < 0 the transaction's own answer (a
+ * DLOCK_E* status with its message set). */
+typedef int (*body_fn)(dlock__my_tx *tx, void *arg, dlock__my_res *res);
+
+/* Run 'body' on a pooled connection: a lost connection sends it once more
+ * when 'twice_safe' (res->resent), missing tables are made once, a deadlock
+ * or lock wait timeout (rolled back) is tried once more. */
+static int run_loop(dlock__my *my, const char *what, int twice_safe, body_fn body, void *arg, dlock__my_res *res) {
   memset(res, 0, sizeof *res);
   int made = 0, retried = 0;
   for (int attempt = 0; attempt < 4; attempt++) {
-    MYSQL *conn = NULL;
-    int rc = get_conn(my, dlock_mono_now() + my->command_timeout_ms, &conn);
+    dlock__my_tx tx = {.my = my};
+    int rc = get_conn(my, dlock_mono_now() + my->command_timeout_ms, &tx.conn);
     if (rc) {
       if (res->resent) res->maybe_ran = 1;
       return rc;
     }
-    unsigned e = 0;
-    if (run_once(my, conn, sql, res, &e) == 0) {
-      put_conn(my, conn, 0);
-      return 0;
+    int got = body(&tx, arg, res);
+    if (got != 1) {
+      put_conn(my, tx.conn, 0);
+      return got;
     }
+    unsigned e = tx.err;
     char msg[300];
-    snprintf(msg, sizeof msg, "%s", mysql_error(conn));
+    snprintf(msg, sizeof msg, "%s", mysql_error(tx.conn));
     if (conn_lost(e)) {
-      put_conn(my, conn, 1);
+      put_conn(my, tx.conn, 1);
       if (twice_safe && !res->resent) {
         res->resent = 1; /* the same statement: it decides the same way by its token */
         continue;
@@ -404,8 +518,8 @@ int dlock__my_run(dlock__my *my, const char *sql, int twice_safe, dlock__my_res 
       return dlock__error(st, "%s: the connection was lost or timed out before the reply (%s): the statement may "
                           "have run", my->display, msg);
     }
-    put_conn(my, conn, 0);
-    if (e == 1146 && !made && strncmp(sql, "CREATE", 6) != 0) { /* the tables are missing: make them, once */
+    put_conn(my, tx.conn, 0);
+    if (e == 1146 && !made && strncmp(what, "CREATE", 6) != 0) { /* the tables are missing: make them, once */
       made = 1;
       rc = dlock__my_init(my);
       if (rc) return rc;
@@ -421,6 +535,54 @@ int dlock__my_run(dlock__my *my, const char *sql, int twice_safe, dlock__my_res 
     return server_error(my, e, msg);
   }
   return dlock__error(DLOCK_EIO, "%s: the statement failed again and again", my->display);
+}
+
+static int one_statement(dlock__my_tx *tx, void *sql, dlock__my_res *res) {
+  return run_once(tx->my, tx->conn, sql, res, &tx->err) == 0 ? 0 : 1;
+}
+
+int dlock__my_run(dlock__my *my, const char *sql, int twice_safe, dlock__my_res *res) {
+  return run_loop(my, sql, twice_safe, one_statement, (void *)sql, res);
+}
+
+int dlock__my_tx_run(dlock__my_tx *tx, const char *sql, dlock__my_res *res) {
+  memset(res, 0, sizeof *res);
+  return run_once(tx->my, tx->conn, sql, res, &tx->err) == 0 ? 0 : 1;
+}
+
+typedef struct tx_call {
+  int (*fn)(dlock__my_tx *tx, void *arg);
+  void *arg;
+} tx_call;
+
+/* READ COMMITTED: every statement sees what committed before it (the name's
+ * row, locked first, orders the writers). A failed statement or an answer
+ * of the body's own rolls the whole back (a lock wait timeout alone would
+ * keep the rest of the transaction). */
+static int transaction(dlock__my_tx *tx, void *arg, dlock__my_res *res) {
+  tx_call *call = arg;
+  static const char begin[] = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+  dlock__my_res r;
+  if (dlock__my_tx_run(tx, begin, &r) != 0 || dlock__my_tx_run(tx, "START TRANSACTION", &r) != 0) return -1;
+  int got = call->fn(tx, call->arg);
+  if (got == 0 && dlock__my_tx_run(tx, "COMMIT", &r) == 0) return 0;
+  unsigned e = tx->err;
+  if (!conn_lost(e)) {
+    dlock__my_res rb;
+    (void)dlock__my_tx_run(tx, "ROLLBACK", &rb);
+    tx->err = e;
+  }
+  (void)res;
+  return got < 0 ? got : 1;
+}
+
+int dlock__my_txn(dlock__my *my, int (*fn)(dlock__my_tx *tx, void *arg), void *arg, int *resent, int *maybe_ran) {
+  tx_call call = {fn, arg};
+  dlock__my_res res;
+  int rc = run_loop(my, "", 1, transaction, &call, &res);
+  if (resent) *resent = res.resent;
+  if (maybe_ran) *maybe_ran = res.maybe_ran;
+  return rc;
 }
 
 void dlock__my_hex(const char *s, size_t n, char *out) {

@@ -17,10 +17,13 @@
 #include <mysql.h>
 
 #include "internal.h"
+#include "mysql/my_url.h"
 
 /* The longest lock or resource name the tables hold (VARBINARY(255)). */
 #define DLOCK__MY_NAME_MAX 255
 #define DLOCK__MY_POOL_MAX 16
+/* Doorbell sessions per client at most (held bells and waits on them). */
+#define DLOCK__MY_BELLS 16
 
 typedef struct dlock__my {
   char display[400]; /* mysql://user:***@host:port/db: no password */
@@ -33,6 +36,8 @@ typedef struct dlock__my {
   MYSQL *idle[DLOCK__MY_POOL_MAX];
   int nidle, nopen;
   int created; /* the tables were made by this client (once) */
+  MYSQL *bells[DLOCK__MY_BELLS]; /* idle doorbell sessions (under mu) */
+  int nbells, bells_out;         /* idle; in use */
 } dlock__my;
 
 /* One statement's outcome. */
@@ -44,7 +49,6 @@ typedef struct dlock__my_res {
   int maybe_ran;          /* failed after it may have run */
 } dlock__my_res;
 
-void dlock__my_redact(const char *url, char *buf, size_t len);
 /* Parse 'url' and open a first connection. */
 int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my **out);
 void dlock__my_close(dlock__my *my);
@@ -52,6 +56,16 @@ void dlock__my_close(dlock__my *my);
  * it is sent once more on a new connection (res->resent). A missing table
  * (1146) makes the tables (dlock__my_init) and runs it again. */
 int dlock__my_run(dlock__my *my, const char *sql, int twice_safe, dlock__my_res *res);
+/* A transaction (READ COMMITTED) on one pooled connection: 'fn' runs its
+ * statements with dlock__my_tx_run() and returns 0 (commit), 1 (a
+ * statement failed: handled as dlock__my_run handles it) or a DLOCK_E*
+ * status of its own (rolled back, returned). It must decide by tokens: a
+ * lost connection runs it once more ('*resent'); '*maybe_ran' when it
+ * failed after it may have committed. Either pointer may be NULL. */
+typedef struct dlock__my_tx dlock__my_tx;
+int dlock__my_txn(dlock__my *my, int (*fn)(dlock__my_tx *tx, void *arg), void *arg, int *resent, int *maybe_ran);
+/* One statement of the transaction: 0, or 1 (fn returns 1 then). */
+int dlock__my_tx_run(dlock__my_tx *tx, const char *sql, dlock__my_res *res);
 /* Create dlock's tables (IF NOT EXISTS): `dlock init`. */
 int dlock__my_init(dlock__my *my);
 /* 'n' bytes of 's' as a SQL literal X'..' into 'out' (2n + 4 bytes). */
@@ -62,6 +76,14 @@ const char *dlock__my_cell(dlock__my_res *r, unsigned col);
 
 /* A connection of its own (advisory mode's hold), not from the pool. */
 int dlock__my_open_session(dlock__my *my, MYSQL **out);
+/* One statement on a session of its own: its first cell as a number, -1
+ * for NULL, or '*rc' a status (the session is gone: DLOCK_EIO). */
+int64_t dlock__my_session_value(dlock__my *my, MYSQL *s, const char *sql, int *rc);
+/* Doorbell sessions (backend.c, "Waiting" in docs/mysql.md): an idle one
+ * from the client's cache or a new one; DLOCK_EBUSY when DLOCK__MY_BELLS
+ * are in use already (then no doorbell: the back-off alone). */
+int dlock__my_bell_get(dlock__my *my, MYSQL **out);
+void dlock__my_bell_put(dlock__my *my, MYSQL *s, int broken);
 
 /* ---- Advisory mode (advisory.c) ---- */
 /* GET_LOCK's name for 'name' (47 bytes with the NUL). */
@@ -75,5 +97,44 @@ int dlock__my_adv_check(dlock__my *my, void *session, const char *key);
 /* RELEASE_LOCK and close the session: 0, or DLOCK_ENOTHELD when it was gone. */
 int dlock__my_adv_release(dlock__my *my, void *session, const char *key, const char *shown);
 void dlock__my_adv_close(void *session);
+
+/* 'name' with the client's key prefix, checked against the column's width
+ * (DLOCK_ENAME naming 'what': "lock", "job"), as X'..' into 'hex'
+ * (2 * DLOCK__MY_NAME_MAX + 4 bytes). */
+int dlock__my_full_hex(const dlock_client *c, const char *what, const char *name, char *hex);
+
+/* ---- The scheduler's claims (sched.c): backend.h's sched_* ---- */
+int dlock__my_sched_claim(dlock_client *c, dlock__claim *cl);
+int dlock__my_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run_record *rec, int *lock_was_ours);
+void dlock__my_sched_undo(dlock_client *c, const dlock__claim *cl);
+int dlock__my_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
+
+/* ---- Semaphores and read-write locks, lease mode (family.c) ---- */
+typedef struct dlock__my_fam {
+  const char *hname;     /* the name as X'..' */
+  const char *name;      /* for messages (with the key prefix) */
+  const char *token;     /* the hold's */
+  char side;             /* 'p' a permit, 'r' the read side, 'w' the write side */
+  int permits;           /* 'p': the limit */
+  const char *shadow;    /* 'r': this thread's other hold of the name, or NULL */
+  const char *owner_hex; /* owner_info as X'..' */
+  int64_t lease_ms;
+} dlock__my_fam;
+/* One try: 1 taken ('*fence'), 0 not (why in 'busy'; queued as a waiter
+ * when 'queue'), or a status (DLOCK_EWRONGTYPE, DLOCK_ELIMIT, ...). */
+int dlock__my_fam_try(dlock__my *my, const dlock__my_fam *f, int queue, uint64_t *fence, char *busy, size_t len,
+                      int *maybe_ran);
+/* Leave the queue (a wait that gave up). Best effort. */
+void dlock__my_fam_unqueue(dlock__my *my, const dlock__my_fam *f);
+/* 0 released; DLOCK_ENOTHELD saying why; DLOCK_EUNKNOWN. */
+int dlock__my_fam_release(dlock__my *my, const dlock__my_fam *f);
+/* 0 renewed for 'lease_ms'; DLOCK_ELOST with '*lost'; another status. */
+int dlock__my_fam_extend(dlock__my *my, const dlock__my_fam *f, int64_t lease_ms, dlock_lost_reason *lost);
+/* 1 held ('*ttl_ms', may be NULL), 0 not, or a status. */
+int dlock__my_fam_held(dlock__my *my, const dlock__my_fam *f, int64_t *ttl_ms);
+/* The family's part of dlock_lock_info_get for a row marked 'marker' ('*s:N', '*r'). */
+int dlock__my_fam_info(dlock__my *my, const char *hname, const char *marker, dlock_lock_info *out);
+/* End every live hold of the name (force release); never sent twice. */
+int dlock__my_fam_force(dlock__my *my, const char *hname, int *was_held);
 
 #endif /* DLOCK_MY_INTERNAL_H */

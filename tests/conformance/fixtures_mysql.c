@@ -98,12 +98,12 @@ static void my_thaw(void) {
 }
 
 /* Lease mode (docs/mysql.md): fences, the local deadline, the guard, list
- * and force release; waiters are not queued ("no FIFO order"); no
- * semaphore, read-write lock or scheduler ("Not yet"), no latch
- * (docs/latch.md). */
+ * and force release, semaphores, read-write locks and the scheduler; a
+ * mutex's waiters are not queued ("no FIFO order": a semaphore's and a
+ * read-write lock's are); no latch (docs/latch.md). */
 const conf_fixture conf_fx_mysql_lease = {
     .name = "mysql-lease",
-    .caps = CONF_DEADLINE | CONF_FENCE | CONF_GUARD | CONF_ADMIN,
+    .caps = CONF_DEADLINE | CONF_FENCE | CONF_GUARD | CONF_ADMIN | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED,
     .start = my_start,
     .stop = my_stop,
     .client = lease_client,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +150,117 @@ TEST(a_lease_runs_out_on_the_database_clock_and_extend_never_revives_it) {
   dlock_mutex_free(mb);
   dlock_client_free(a);
   dlock_client_free(b);
+}
+
+/* Write 'offset' (libfaketime's syntax: "+0", "+60", "-60") to the clock file. */
+static int clock_file_set(const char *path, const char *offset) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "%s\n", offset);
+  return fclose(f);
+}
+
+/* The steps of the clock test; 'fail' says what went wrong (the server is
+ * stopped before the test fails). */
+static void clock_steps(const th_my *p, const char *clk, char *fail, size_t len) {
+  dlock_client *a = th_my_client(p, NULL), *b = th_my_client(p, NULL);
+  if (!a || !b) {
+    snprintf(fail, len, "client: %s", dlock_last_error());
+    return;
+  }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 20000;
+  dlock_mutex *ma = NULL, *mb = NULL;
+  dlock_semaphore *sa = NULL, *sb = NULL;
+  dlock_mutex_new(&ma, a, "clk", &mo);
+  dlock_mutex_new(&mb, b, "clk", &mo);
+  dlock_semaphore_new(&sa, a, "clksem", 1, &mo);
+  dlock_semaphore_new(&sb, b, "clksem", 1, &mo);
+  uint64_t f1 = 0;
+  int rc;
+  /* Forward 60 s: the 20 s leases end at once on the database's clock; the
+   * holder hears it at its next renewal; fences still rise. */
+  if (!ma || !mb || !sa || !sb) snprintf(fail, len, "new: %s", dlock_last_error());
+  else if ((rc = dlock_mutex_acquire(ma, 0)) != 0 || (rc = dlock_semaphore_acquire(sa, 0)) != 0)
+    snprintf(fail, len, "acquire before the step: %s", dlock_last_error());
+  else if ((f1 = dlock_mutex_fence(ma)), (rc = dlock_mutex_acquire(mb, 0)) != DLOCK_EBUSY)
+    snprintf(fail, len, "a second owner before the step: %s, not DLOCK_EBUSY", dlock_err_name(rc));
+  else if (clock_file_set(clk, "+60") != 0)
+    snprintf(fail, len, "cannot write the clock file");
+  else if ((rc = dlock_mutex_acquire(mb, 0)) != 0)
+    snprintf(fail, len, "after the clock went 60 s forward the 20 s lease should have ended: %s", dlock_last_error());
+  else if (dlock_mutex_fence(mb) <= f1)
+    snprintf(fail, len, "fence %llu after %llu: not rising", (unsigned long long)dlock_mutex_fence(mb),
+             (unsigned long long)f1);
+  else if ((rc = dlock_mutex_extend(ma, 20000)) != DLOCK_ENOTHELD)
+    snprintf(fail, len, "the first holder's extend answered %s, not DLOCK_ENOTHELD", dlock_err_name(rc));
+  else if ((rc = dlock_semaphore_acquire(sb, 0)) != 0)
+    snprintf(fail, len, "the semaphore's permit should have ended with the step: %s", dlock_last_error());
+  else if ((rc = dlock_mutex_release(ma)) != DLOCK_ENOTHELD)
+    snprintf(fail, len, "the first holder's release answered %s, not DLOCK_ENOTHELD", dlock_err_name(rc));
+  else if ((rc = dlock_mutex_release(mb)) != 0)
+    snprintf(fail, len, "release after the step: %s", dlock_last_error());
+  /* Back 60 s (to +0): a 20 s lease taken now lasts 80 s on the database's
+   * clock for others, but the holder's local deadline is still its own. */
+  else if (clock_file_set(clk, "+60") != 0 || (rc = dlock_mutex_acquire(ma, 0)) != 0)
+    snprintf(fail, len, "acquire before the step back: %s", dlock_last_error());
+  else if (clock_file_set(clk, "+0") != 0)
+    snprintf(fail, len, "cannot write the clock file");
+  else if ((rc = dlock_mutex_acquire(mb, 0)) != DLOCK_EBUSY)
+    snprintf(fail, len, "a second owner after the step back: %s, not DLOCK_EBUSY", dlock_err_name(rc));
+  else if (dlock_mutex_valid_until(ma) - dlock_mono_now() > 20000)
+    snprintf(fail, len, "the holder's local deadline moved with the database's clock");
+  else if ((rc = dlock_mutex_release(ma)) != 0)
+    snprintf(fail, len, "release after the step back: %s", dlock_last_error());
+  else if ((rc = dlock_mutex_acquire(mb, 0)) != 0 || dlock_mutex_fence(mb) <= f1 + 1)
+    snprintf(fail, len, "acquire after the release: %s (fence %llu)", dlock_last_error(),
+             (unsigned long long)dlock_mutex_fence(mb));
+  if (sa) dlock_semaphore_free(sa);
+  if (sb) dlock_semaphore_free(sb);
+  if (ma) dlock_mutex_free(ma);
+  if (mb) dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* The database host's clock stepped (mariadbd under libfaketime, its own
+ * server: the shared one keeps the real clock). docs/mysql.md: "forward
+ * ends them at once (the holders hear it at their next renewal), backward
+ * lengthens them"; fences come from a counter, so they rise whatever the
+ * clock does. */
+TEST(a_step_of_the_database_clock_moves_the_leases_and_fences_still_rise) {
+  const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+  NEED_SERVER();
+  if (access(lib, R_OK) != 0) TEST_SKIP("libfaketime is not installed (Debian: faketime)");
+  char clk[] = "/tmp/dlock-myclock-XXXXXX";
+  int fd = mkstemp(clk);
+  if (fd < 0) TEST_FAIL("mkstemp: cannot create the clock file");
+  close(fd);
+  chmod(clk, 0644);
+  th_my p;
+  memset(&p, 0, sizeof p);
+  int started = clock_file_set(clk, "+0") == 0;
+  if (started) {
+    setenv("TH_MY_PRELOAD", lib, 1); /* harness_mysql.c: mariadbd alone */
+    setenv("FAKETIME_TIMESTAMP_FILE", clk, 1);
+    setenv("FAKETIME_NO_CACHE", "1", 1);
+    setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+    started = th_my_start(&p) == 0;
+    unsetenv("TH_MY_PRELOAD");
+    unsetenv("FAKETIME_TIMESTAMP_FILE");
+    unsetenv("FAKETIME_NO_CACHE");
+    unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+  }
+  if (!started) {
+    unlink(clk);
+    TEST_SKIP("MariaDB did not start under libfaketime");
+  }
+  char fail[600] = "";
+  clock_steps(&p, clk, fail, sizeof fail);
+  th_my_stop(&p);
+  unlink(clk);
+  if (fail[0]) TEST_FAIL("%s", fail);
 }
 
 TEST(the_watchdog_keeps_a_short_lease_alive_while_held) {
@@ -794,6 +906,103 @@ TEST(the_fenced_update_keeps_a_paused_holder_from_writing_over_a_newer_one) {
 
 /* ---- Bad input ---- */
 
+/* Lease mode's semaphores and read-write locks (family.c) beyond the shared
+ * contract: a force release ends every permit (the holder's release then
+ * says so, its renewal reports the loss), a mutex takes the name once the
+ * last permit's lease ran out, and fences rise across the kinds of one name. */
+TEST(a_semaphore_is_force_released_whole_and_its_name_passes_to_a_mutex_with_rising_fences) {
+  NEED_SERVER();
+  dlock_client *a = client(), *b = client();
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 600;
+  dlock_semaphore *s1 = NULL, *s2 = NULL;
+  ASSERT_OK(dlock_semaphore_new(&s1, a, "fam", 2, &mo));
+  ASSERT_OK(dlock_semaphore_new(&s2, b, "fam", 2, &mo));
+  ASSERT_OK(dlock_semaphore_acquire(s1, 0));
+  ASSERT_OK(dlock_semaphore_acquire(s2, 0));
+  uint64_t top = dlock_semaphore_fence(s2);
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(a, "fam", &was));
+  ASSERT_EQ(was, 1);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(a, "fam", &info));
+  ASSERT_EQ(info.held, 0);
+  ASSERT_STATUS(dlock_semaphore_release(s1), DLOCK_ENOTHELD);
+  ASSERT_CONTAINS(dlock_last_error(), "force");
+  /* A mutex of the name: refused while a permit is live, taken after. */
+  dlock_mutex *m = mutex(a, "fam", 5000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0)); /* the forced release freed the name at once */
+  ASSERT(dlock_mutex_fence(m) > top);
+  ASSERT_STATUS(dlock_semaphore_acquire(s1, 0), DLOCK_EWRONGTYPE);
+  ASSERT_CONTAINS(dlock_last_error(), "mutex");
+  ASSERT_OK(dlock_mutex_release(m));
+  ASSERT_OK(dlock_semaphore_acquire(s1, 0));
+  ASSERT(dlock_semaphore_fence(s1) > dlock_mutex_fence(m));
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
+  ASSERT_CONTAINS(dlock_last_error(), "semaphore");
+  th_sleep_ms(1200); /* the permit's 600 ms lease runs out, not renewed */
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_semaphore_free(s1);
+  dlock_semaphore_free(s2);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* examples/mysql/my_for_update.c: the articles' two SELECT ... FOR UPDATE
+ * failures reproduced, and the fenced write holding. */
+TEST(the_example_reproduces_both_for_update_failures_and_the_fenced_write_holds) {
+  NEED_SERVER();
+#ifndef MY_FOR_UPDATE
+  TEST_SKIP("built without the example");
+#else
+  char cmd[1200], out[4096];
+  snprintf(cmd, sizeof cmd, "'%s' 127.0.0.1 %d dlock '%s' dlock 2>&1", MY_FOR_UPDATE, srv.port, TH_MY_PASSWORD);
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  int st = pclose(p);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("the example ended with %d:\n%s", st, out);
+  printf("%s", out);
+  ASSERT_CONTAINS(out, "one sale lost (reproduced)");
+  ASSERT_CONTAINS(out, "the row lock was a table lock (reproduced)");
+  ASSERT_CONTAINS(out, "changed 0 rows, 99 left: held");
+  ASSERT(strstr(out, TH_MY_PASSWORD) == NULL);
+#endif
+}
+
+/* bench/my_bench.c --quick: runs and ends well (DLOCK_MY_BENCH_FULL=1: the
+ * full run of docs/PERFORMANCE.md, printed). No figure is asserted. */
+TEST(the_benchmark_against_a_bare_get_lock_loop_runs) {
+  NEED_SERVER();
+#ifndef MY_BENCH
+  TEST_SKIP("built without dlock-my-bench");
+#else
+  const char *full = getenv("DLOCK_MY_BENCH_FULL");
+  char cmd[1200], out[8192];
+  snprintf(cmd, sizeof cmd, "'%s' 127.0.0.1 %d dlock '%s' dlock%s 2>&1", MY_BENCH, srv.port, TH_MY_PASSWORD,
+           full && !strcmp(full, "1") ? "" : " --quick");
+  /* DLOCK_MY_BENCH_NOFLUSH=1: commits not flushed to disk, to see what the
+   * flush costs (docs/PERFORMANCE.md); restored after. */
+  const char *noflush = getenv("DLOCK_MY_BENCH_NOFLUSH");
+  char ignored[64];
+  if (noflush && !strcmp(noflush, "1")) th_my_sql(&srv, ignored, sizeof ignored, "SET GLOBAL innodb_flush_log_at_trx_commit = 0");
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  int st = pclose(p);
+  th_my_sql(&srv, ignored, sizeof ignored, "SET GLOBAL innodb_flush_log_at_trx_commit = 1");
+  printf("%s", out);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) TEST_FAIL("dlock-my-bench ended with %d:\n%s", st, out);
+  ASSERT_CONTAINS(out, "GET_LOCK (woken by the server)");
+#endif
+}
+
 TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injection) {
   NEED_SERVER();
   dlock_client *a = client(), *b = client();
@@ -846,6 +1055,7 @@ TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
   NEED_SERVER();
   static const struct { const char *url; int rc; const char *says; } bad[] = {
       {"mysql://dlock:pw@127.0.0.1:1/", DLOCK_EURL, "database"},
+      {"mysql://dlock:pw@127.0.0.1:1/#frag", DLOCK_EURL, "database"}, /* found by fuzz_url_mysql */
       {"mysql://dlock:pw@127.0.0.1:99999/dlock", DLOCK_EURL, "port"},
       {"mysql://dlock:pw@127.0.0.1/dlock?colour=red", DLOCK_EURL, "colour"},
       {"mysql://dlock:pw@127.0.0.1/dl'ock", DLOCK_EURL, "database name"},
