@@ -75,11 +75,8 @@ static int my_open(dlock_client *c, const dlock_client_options *o, const char *u
   c->be = my;
   snprintf(c->server, sizeof c->server, "%s", my->display);
   c->command_timeout_ms = my->command_timeout_ms;
+  c->caps = my->advisory ? DLOCK__CAP_SESSION : 0;
   return 0;
-}
-
-static unsigned my_caps_of(dlock_client *c) {
-  return myc(c)->advisory ? DLOCK__CAP_SESSION : DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD;
 }
 
 static int not_advisory(dlock_client *c, const char *what) {
@@ -637,17 +634,24 @@ static int my_guard_check(dlock_client *c, const char *resource, uint64_t token,
   return 0;
 }
 
+static const dlock__admin_ops my_admin = {
+  .info = my_info,
+  .list = my_list,
+  .force_release = my_force_release,
+  .check = my_check,
+  .setup = my_setup,
+};
+
+static const dlock__guard_ops my_guard = {.check = my_guard_check};
+
 const dlock__backend_ops dlock__mysql_ops = {
   .name = "mysql",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD,
   .unreachable = "MySQL could not be reached in time to renew the lease",
   .redact = dlock__my_redact,
   .open = my_open,
   .close = my_close,
-  .caps_of = my_caps_of,
   .ping = my_ping,
-  .setup = my_setup,
-  .check = my_check,
+  .query = dlock__query_none,
   .lock_new = my_lock_new,
   .lock_free = my_lock_free,
   .acquire = my_acquire,
@@ -656,8 +660,6 @@ const dlock__backend_ops dlock__mysql_ops = {
   .extend = my_extend,
   .renew = my_renew,
   .held = my_held,
-  .info = my_info,
-  .list = my_list,
-  .force_release = my_force_release,
-  .guard_check = my_guard_check,
+  .admin = &my_admin,
+  .guard = &my_guard,
 };
