@@ -110,7 +110,7 @@ typedef struct dlock__guard_ops {
   int (*check)(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
 } dlock__guard_ops;
 
-/* The pipelined release (dlock_mutex_release_many). */
+/* The pipelined release (dlock_mutex_release_async). */
 typedef struct dlock__pipeline_ops {
   /* Send the release of m->token without waiting for its reply. 0 when
    * sent: the outcome comes later through dlock__mutex_release_done() (as
