@@ -3,7 +3,8 @@
  * no one holds or waits for any more (dlock_client_prune): on PostgreSQL,
  * the rows of released and expired locks, of waiters that died, of
  * semaphores and read-write locks with no hold left, in batches until none
- * is left. Redis and ZooKeeper keep nothing to prune; it says so.
+ * is left. A backend that keeps nothing to prune says so (the library's
+ * answer with nothing deleted), and prune prints that.
  */
 #include <string.h>
 
@@ -47,13 +48,6 @@ int cmd_prune(int argc, char **argv)
     return rc;
   char server[400];
   snprintf(server, sizeof server, "%s", dlock_client_server(c));
-  if (strcmp(dlock_client_backend(c), "postgres") != 0) {
-    int64_t n = 0;
-    dlock_client_prune(c, older_ms, &n);
-    printf("dlock prune: %s\n", dlock_last_error());
-    dlock_client_free(c);
-    return CLI_EXIT_OK;
-  }
   int64_t total = 0;
   for (int i = 0; i < PRUNE_MAX_BATCHES; i++) {
     int64_t n = 0;
@@ -64,6 +58,12 @@ int cmd_prune(int argc, char **argv)
       dlock_client_free(c);
       if (total > 0) fprintf(stderr, "dlock prune: %lld rows were deleted before this failure\n", (long long)total);
       return cli_report(st, detail, "prune on %s", server);
+    }
+    if (i == 0 && n == 0 && dlock_last_error()[0] != '\0') {
+      /* Nothing kept to prune on this backend: the library says why. */
+      printf("dlock prune: %s\n", dlock_last_error());
+      dlock_client_free(c);
+      return CLI_EXIT_OK;
     }
     total += n;
     if (n == 0)

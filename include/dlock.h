@@ -153,15 +153,18 @@ typedef struct dlock_client_options {
    * unix:///path/to/redis.sock[?db=N&user=U&password=P]
    * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/SERVICE
    *   [?db=N&master_user=U&master_password=P&wait_replicas=N&wait_timeout=MS]
-   *   (Redis Sentinel: the userinfo authenticates to the sentinels, port
-   *   26379 by default; the master's credentials are master_user and
+   *   (the userinfo authenticates to the sentinels, port 26379 by
+   *   default; the master's credentials are master_user and
    *   master_password, or 'username'/'password' below; no TLS)
-   * redis-cluster://[user[:password]@]host:port,host:port,...[?...] (Redis
-   *   Cluster seeds; rediss-cluster:// for TLS; no WAIT; see
+   * redis-cluster://[user[:password]@]host:port,host:port,...[?...] (the
+   *   cluster's seeds; rediss-cluster:// for TLS; no WAIT; see
    *   docs/topologies.md)
    * redlock://[user:pass@]host1:port1,[user:pass@]host2:port2,...[/db][?...]
-   *   (Redlock over 3 or more independent masters, 5 advised; each node
-   *   takes the query options of redis://; see docs/redlock.md)
+   *   (a majority vote over 3 or more independent masters, 5 advised; each
+   *   node takes the query options of redis://; see docs/redlock.md)
+   * zk://, postgres://, postgresql://, mysql://, mariadb://: the other
+   *   backends (README.md, "Connecting"; dlock_url_backend() names the
+   *   backend of a URL)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
   int connect_timeout_ms;  /* 0: 2000 */
@@ -193,7 +196,7 @@ typedef struct dlock_client_options {
    * replication round trip per acquire and renewal. */
   int wait_replicas;
   int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
-  /* Redlock with a full URL per node (redis:// or rediss://, so TLS and
+  /* redlock:// with a full URL per node (redis:// or rediss://, so TLS and
    * credentials may differ per node): 'redlock_nurls' (3 or more) entries;
    * 'url' must then be NULL. The overrides above apply to every node.
    * See docs/redlock.md. */
@@ -280,7 +283,7 @@ typedef struct dlock_check {
  * says so. Writes up to 'max' findings to 'out' and returns how many, or a
  * negative status when the server cannot be asked at all. */
 DLOCK_API int dlock_client_check(dlock_client *c, dlock_check *out, int max);
-/* Redlock: the same checks on node 'i' alone (dlock_client_check looks at
+/* Independent nodes (redlock://): the same checks on node 'i' alone (dlock_client_check looks at
  * the first node that answers); see dlock_client_node_count(). */
 DLOCK_API int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max);
 
@@ -313,7 +316,7 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_MAX_HOLD = 4,    /* the cap on the total hold time was reached */
   DLOCK_LOST_DEADLINE = 5,    /* valid_until passed without a renewal (fixed leases) */
   /* A failover moved the lock's key to another master since the hold began
-   * (Sentinel: the master changed; Cluster: the key's slot failed over to a
+   * (redis-sentinel://: the master changed; redis-cluster://: the key's slot failed over to a
    * replica) and the new master does not hold our token: the write was not
    * replicated in time, or another owner took the lock on the new master
    * (docs/topologies.md). */
@@ -601,7 +604,7 @@ DLOCK_API void dlock_lock_info_init(dlock_lock_info *info);
 /* What the server knows of the lock 'name', into 'out' (initialised with
  * dlock_lock_info_init()). */
 DLOCK_API int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out);
-/* Redlock (docs/redlock.md): the number of independent nodes (0 when the
+/* Independent nodes (redlock://, docs/redlock.md): the number of nodes (0 when the
  * client is on another topology), the name of node 'i' ("127.0.0.1:6379"),
  * and lock 'name' as node 'i' alone sees it (dlock_lock_info_get answers
  * for the majority). */
@@ -644,7 +647,8 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
  * live waiter, a fence guard or a scheduler's row, and fences keep rising
  * (they come from a sequence). A release also prunes now and then, rows
  * older than an hour. A backend that keeps nothing to prune (what a hold
- * keeps goes with its lease or its session) answers DLOCK_EINVAL saying so. */
+ * keeps goes with its lease or its session) answers 0, '*pruned' 0, and
+ * dlock_last_error() says so (empty after a prune that ran). */
 DLOCK_API int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
 #define DLOCK_PRUNE_BATCH 1000
 
@@ -656,7 +660,7 @@ DLOCK_API int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t
  * DLOCK_ERANGE: 'token' is 0 or above 2^63-1 (never issued by dlock);
  * DLOCK_EFENCE: the recorded value is no such integer (the key is named).
  * With wait_replicas, DLOCK_EREPLICAS: recorded on the master, but too few
- * replicas acknowledged it; do not write. Under Sentinel or Cluster without
+ * replicas acknowledged it; do not write. Under redis-sentinel:// or redis-cluster:// without
  * it, a token issued before the master last changed is DLOCK_ESTALE too
  * (docs/topologies.md, "The guard across a failover"). */
 DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t token);

@@ -16,6 +16,12 @@ static int unsupported(const dlock_client *c, const char *what) {
   return dlock__error(DLOCK_EINVAL, "%s is not offered by the %s backend (%s)", what, c->ops->name, c->server);
 }
 
+/* The admin sub-table, or NULL with the error set. */
+static const dlock__admin_ops *admin_of(const dlock_client *c, const char *what) {
+  if (!c->ops->admin) unsupported(c, what);
+  return c->ops->admin;
+}
+
 void dlock_lock_info_init(dlock_lock_info *info) {
   if (!info) return;
   memset(info, 0, sizeof *info);
@@ -26,12 +32,12 @@ void dlock_lock_info_init(dlock_lock_info *info) {
  * the lock's answer as it is: the latch fields stay 0). */
 static void latch_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   dlock_latch *l = NULL;
-  if (!c->ops->latch_new || !c->ops->latch_get || dlock_latch_new(&l, c, name) != 0) {
+  if (!c->ops->latch || dlock_latch_new(&l, c, name) != 0) {
     dlock__error_clear();
     return;
   }
   int64_t n = 0, ttl = 0;
-  if (c->ops->latch_get(l, &n, &ttl) == 0) {
+  if (c->ops->latch->get(l, &n, &ttl) == 0) {
     out->latch = 1;
     out->latch_count = n;
     out->latch_ttl_ms = ttl;
@@ -40,9 +46,13 @@ static void latch_info(dlock_client *c, const char *name, dlock_lock_info *out) 
   dlock__error_clear();
 }
 
+#define NODE_INFO "dlock_lock_info_get_node (one node's view, where the client votes over independent nodes)"
+#define NODE_CHECK "dlock_client_check_node (one node's checks, where the client votes over independent nodes)"
+
 /* The caller's struct may be an older, smaller layout: fill the full one,
- * hand back the part the caller has. 'node' < 0: the backend's own answer. */
-static int info_get(dlock_client *c, const char *name, int node, dlock_lock_info *out) {
+ * hand back the part the caller has. 'per_node': node 'node's view (the
+ * query hook), else the backend's own answer. */
+static int info_get(dlock_client *c, const char *name, int per_node, int node, dlock_lock_info *out) {
   dlock__error_clear();
   if (!c || !out) return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get: NULL argument");
   int rc = dlock__struct_check(out, DLOCK__LOCK_INFO_V1, sizeof *out, "dlock_lock_info");
@@ -52,31 +62,38 @@ static int info_get(dlock_client *c, const char *name, int node, dlock_lock_info
   memcpy(&size, out, sizeof size);
   dlock_lock_info full;
   dlock_lock_info_init(&full);
-  rc = node < 0 ? c->ops->info(c, name, &full) : c->ops->info_node(c, name, node, &full);
-  if (!rc && node < 0 && size > offsetof(dlock_lock_info, latch)) latch_info(c, name, &full);
+  if (per_node) {
+    dlock__node_info q = {name, &full};
+    rc = dlock__query(c, DLOCK__Q_NODE_INFO, node, &q, sizeof q);
+    if (rc == DLOCK__QUERY_NOT_OFFERED) rc = unsupported(c, NODE_INFO);
+  } else {
+    const dlock__admin_ops *a = admin_of(c, "the lock status");
+    rc = a ? a->info(c, name, &full) : DLOCK_EINVAL;
+  }
+  if (!rc && !per_node && size > offsetof(dlock_lock_info, latch)) latch_info(c, name, &full);
   full.struct_size = size;
   memcpy(out, &full, size);
   return rc;
 }
 
 int dlock_lock_info_get(dlock_client *c, const char *name, dlock_lock_info *out) {
-  return info_get(c, name, -1, out);
+  return info_get(c, name, 0, 0, out);
 }
 
+/* The query hook takes a non-const client; these public calls read only. */
 int dlock_client_node_count(const dlock_client *c) {
-  return c && c->ops->node_count ? c->ops->node_count(c) : 0;
+  int n = c ? dlock__query((dlock_client *)c, DLOCK__Q_NODE_COUNT, 0, NULL, 0) : 0;
+  return n > 0 ? n : 0;
 }
 
 const char *dlock_client_node_name(const dlock_client *c, int i) {
-  return c && c->ops->node_name ? c->ops->node_name(c, i) : "";
+  const char *name = "";
+  if (c && dlock__query((dlock_client *)c, DLOCK__Q_NODE_NAME, i, &name, sizeof name) != 0) name = "";
+  return name ? name : "";
 }
 
 int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out) {
-  if (c && !c->ops->info_node) {
-    dlock__error_clear();
-    return unsupported(c, "dlock_lock_info_get_node (one node's view; Redlock only)");
-  }
-  return info_get(c, name, i, out);
+  return info_get(c, name, 1, i, out);
 }
 
 int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags, int *was_held) {
@@ -87,7 +104,8 @@ int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned f
     return dlock__error(DLOCK_EINVAL, "force release of '%s': unknown flags 0x%x", name ? name : "", flags);
   int rc = dlock__check_name("lock name", name);
   if (rc) return rc;
-  return c->ops->force_release(c, name, flags, was_held);
+  const dlock__admin_ops *a = admin_of(c, "a forced release");
+  return a ? a->force_release(c, name, flags, was_held) : DLOCK_EINVAL;
 }
 
 int dlock_lock_force_release(dlock_client *c, const char *name, int *was_held) {
@@ -101,14 +119,16 @@ int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) 
   if (older_than_ms < 0 || older_than_ms > DLOCK_MAX_DURATION_MS)
     return dlock__error(DLOCK_EINVAL, "prune: the age %lld ms is out of range (0 to 30 days)",
                         (long long)older_than_ms);
-  if (!c->ops->prune)
-    return dlock__error(DLOCK_EINVAL,
-                        "nothing to prune on %s (the %s backend): its locks leave nothing behind (what a "
-                        "hold keeps on the server goes with its lease or its session)",
-                        c->server, c->ops->name);
+  if (!c->ops->admin || !c->ops->admin->prune) {
+    /* Success, and dlock_last_error() says why nothing was deleted. */
+    dlock__error(0, "nothing to prune on %s (the %s backend): its locks leave nothing behind (what a hold keeps "
+                 "on the server goes with its lease or its session)", c->server, c->ops->name);
+    return 0;
+  }
   int64_t n = 0;
-  int rc = c->ops->prune(c, older_than_ms, &n);
+  int rc = c->ops->admin->prune(c, older_than_ms, &n);
   if (pruned) *pruned = n;
+  if (!rc) dlock__error_clear();
   return rc;
 }
 
@@ -155,13 +175,15 @@ int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char 
   if (!c || !fn) return dlock__error(DLOCK_EINVAL, "dlock_lock_list: NULL argument");
   if (pattern && strlen(pattern) > DLOCK_MAX_NAME_LEN)
     return dlock__error(DLOCK_ENAME, "pattern is longer than %d bytes", DLOCK_MAX_NAME_LEN);
-  if (!c->ops->latch_list) return c->ops->list(c, pattern, fn, arg);
+  const dlock__admin_ops *a = admin_of(c, "listing the locks");
+  if (!a) return DLOCK_EINVAL;
+  if (!c->ops->latch) return a->list(c, pattern, fn, arg);
   /* The held locks, then the latches whose name is not among them. */
   list_seen s = {NULL, 0, 0, 0, 0, fn, arg};
-  int rc = c->ops->list(c, pattern, seen_add, &s);
+  int rc = a->list(c, pattern, seen_add, &s);
   if (rc >= 0 && !s.oom) {
     if (s.n) qsort(s.names, s.n, sizeof *s.names, cmp_names); /* NULL with none: qsort's base must not be */
-    rc = c->ops->latch_list(c, pattern, latch_one, &s);
+    rc = c->ops->latch->list(c, pattern, latch_one, &s);
   }
   if (rc >= 0) rc = s.oom ? dlock__error(DLOCK_ENOMEM, "out of memory while listing") : s.count;
   for (size_t i = 0; i < s.n; i++) free(s.names[i]);
@@ -184,14 +206,14 @@ int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t to
     return dlock__error(DLOCK_ERANGE, "guard on '%s': token %" PRIu64 " is above 2^63-1, the largest fence dlock "
                         "issues: it is no dlock fence (a wrapped or corrupted value?), so it is not admitted",
                         resource, token);
-  if (!c->ops->guard_check) return unsupported(c, "the fencing guard");
-  return c->ops->guard_check(c, resource, token, highest);
+  if (!c->ops->guard) return unsupported(c, "the fencing guard");
+  return c->ops->guard->check(c, resource, token, highest);
 }
 
 int dlock_client_check(dlock_client *c, dlock_check *out, int max) {
   dlock__error_clear();
   if (!c || !out || max < 0) return dlock__error(DLOCK_EINVAL, "dlock_client_check: NULL argument");
-  if (!c->ops->check) { /* at least: does it answer */
+  if (!c->ops->admin || !c->ops->admin->check) { /* at least: does it answer */
     int rc = dlock_client_ping(c);
     if (rc) return rc;
     if (max < 1) return 0;
@@ -201,15 +223,12 @@ int dlock_client_check(dlock_client *c, dlock_check *out, int max) {
     snprintf(out->found, sizeof out->found, "%s answers", c->server);
     return 1;
   }
-  return c->ops->check(c, out, max);
+  return c->ops->admin->check(c, out, max);
 }
 
 int dlock_client_check_node(dlock_client *c, int i, dlock_check *out, int max) {
-  if (c && !c->ops->check_node) {
-    dlock__error_clear();
-    return unsupported(c, "dlock_client_check_node (one node's checks; Redlock only)");
-  }
   dlock__error_clear();
   if (!c || !out || max < 0) return dlock__error(DLOCK_EINVAL, "dlock_client_check_node: NULL argument");
-  return c->ops->check_node(c, i, out, max);
+  int rc = dlock__query(c, DLOCK__Q_NODE_CHECK, i, out, (size_t)max * sizeof *out);
+  return rc == DLOCK__QUERY_NOT_OFFERED ? unsupported(c, NODE_CHECK) : rc;
 }

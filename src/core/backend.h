@@ -25,19 +25,16 @@
 
 typedef struct dlock__backend_ops dlock__backend_ops;
 
-/* Capabilities. */
-#define DLOCK__CAP_LEASE 1u    /* holds are leases the watchdog renews */
-#define DLOCK__CAP_SESSION 2u  /* holds live as long as a session (or a transaction): the
-                                  watchdog's renew() only reads the session's validity */
-#define DLOCK__CAP_FENCE 4u    /* every hold carries a fence (all but advisory mode) */
-#define DLOCK__CAP_SCHED 8u    /* the scheduler's claims */
-#define DLOCK__CAP_GUARD 16u   /* dlock_guard_check */
-#define DLOCK__CAP_SEMAPHORE 32u /* handles of kind DLOCK__KIND_SEMAPHORE (internal.h) */
-#define DLOCK__CAP_RWLOCK 64u  /* handles of kind DLOCK__KIND_READ and _WRITE */
+/* Capabilities: per-client facts only, set by open() in c->caps (what a
+ * backend offers as a whole is the sub-tables it points to, below). */
+#define DLOCK__CAP_SESSION 1u   /* holds live as long as a session (or a transaction): the
+                                   watchdog's renew() only reads the session's validity */
+#define DLOCK__CAP_SEMAPHORE 2u /* handles of kind DLOCK__KIND_SEMAPHORE (internal.h) */
+#define DLOCK__CAP_RWLOCK 4u    /* handles of kind DLOCK__KIND_READ and _WRITE */
 
 /* What an acquire answers on success. */
 typedef struct dlock__grant {
-  uint64_t fence;            /* 0 only without DLOCK__CAP_FENCE */
+  uint64_t fence;            /* 0 only where holds carry no fence (advisory modes) */
   int64_t lease_ms;          /* the lease in force (session backends: the session timeout) */
   dlock_mono_ms start;       /* the moment the hold counts from (before the request left) */
   dlock_mono_ms valid_until; /* the local deadline (dlock__valid_until(start, lease) for leases) */
@@ -88,40 +85,136 @@ enum {
   DLOCK__CLAIM_WAIT          /* fixed delay: not due yet */
 };
 
+/* ---- Optional sub-tables: a backend points to those it offers ----
+ * The pointer being there is the capability (NULL: not offered, and the core
+ * answers a clear error naming the backend). Inside a sub-table every slot is
+ * required unless it says what NULL means. */
+
+/* Looking at locks from outside: dlock_lock_info_get, dlock_lock_list,
+ * dlock_lock_force_release, and the server's upkeep. */
+typedef struct dlock__admin_ops {
+  int (*info)(dlock_client *c, const char *name, dlock_lock_info *out);
+  int (*list)(dlock_client *c, const char *pattern, void (*fn)(const char *name, void *arg), void *arg);
+  int (*force_release)(dlock_client *c, const char *name, unsigned flags, int *was_held);
+  /* dlock_client_check. NULL: the core's check is a ping. */
+  int (*check)(dlock_client *c, dlock_check *out, int max);
+  /* Create what the backend needs (schema, tables). NULL: nothing to create. */
+  int (*setup)(dlock_client *c);
+  /* Delete what ended 'older_than_ms' ago ('*pruned' the rows deleted).
+   * NULL: nothing to prune. */
+  int (*prune)(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
+} dlock__admin_ops;
+
+/* The fencing guard (dlock_guard_check). */
+typedef struct dlock__guard_ops {
+  int (*check)(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
+} dlock__guard_ops;
+
+/* The pipelined release (dlock_mutex_release_async). */
+typedef struct dlock__pipeline_ops {
+  /* Send the release of m->token without waiting for its reply. 0 when
+   * sent: the outcome comes later through dlock__mutex_release_done() (as
+   * release() would answer, with its message); a status when not sent
+   * (nothing pending then). */
+  int (*release_async)(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
+  /* Read replies until the outcome for 'm' has come. */
+  void (*release_collect)(dlock_mutex *m);
+} dlock__pipeline_ops;
+
+/* Countdown latches. l->be is the backend's state. */
+typedef struct dlock__latch_ops {
+  int (*create)(dlock_latch *l);   /* check the name, set up l->be (no I/O) */
+  void (*destroy)(dlock_latch *l);
+  /* Start at 'count' expiring 'expire_ms' from now; DLOCK_EBUSY while counting. */
+  int (*set)(dlock_latch *l, int64_t count, int64_t expire_ms);
+  /* Count down once ('*left' the count after); DLOCK_ENOLATCH; never resent. */
+  int (*count_down)(dlock_latch *l, int64_t *left);
+  int (*get)(dlock_latch *l, int64_t *count, int64_t *ttl_ms); /* DLOCK_ENOLATCH when absent;
+                                                                  ttl_ms may be NULL */
+  /* The names with a latch, as admin->list gives the held locks'. */
+  int (*list)(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
+  /* Until zero (0), 'deadline' (DLOCK_EBUSY), absent (DLOCK_ENOLATCH) or a
+   * cancel (DLOCK_ECANCELED): woken by the backend's notification, and
+   * re-checking at least every 2 s so that a lost one strands no waiter. */
+  int (*wait)(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
+  void (*cancel)(dlock_latch *l); /* end a wait() in progress */
+} dlock__latch_ops;
+
+/* The scheduler's claims. */
+typedef struct dlock__sched_ops {
+  /* Claim 'cl' (see dlock__claim). Safe to send twice with the same token. */
+  int (*claim)(dlock_client *c, dlock__claim *cl);
+  /* End the run of 'cl' recorded as 'rec' (a full dlock_run_record; its
+   * duration_ms as measured here, which a backend may replace by the
+   * server's measure): release the job lock (kept for at_least_ms after the
+   * start) and append to the history. '*lock_was_ours' 0 when the run
+   * outlived its job lock. Sent twice only where that is safe. */
+  int (*finish)(dlock_client *c, const dlock__claim *cl, dlock_run_record *rec, int *lock_was_ours);
+  /* After a claim or finish whose outcome is unknown: free the job lock if it holds 'cl->token'. */
+  void (*undo)(dlock_client *c, const dlock__claim *cl);
+  /* Up to 'max' newest records into 'out' (full records), newest first;
+   * returns how many. */
+  int (*history)(dlock_client *c, const char *job, dlock_run_record *out, int max);
+} dlock__sched_ops;
+
+/* ---- The query hook: rare requests, as curl's connection filters have ----
+ * query(c, what, node, out, len) answers DLOCK__QUERY_NOT_OFFERED for a
+ * 'what' it does not know (setting no error), a status < 0 with the error
+ * set, or as each query says. 'node' is the node asked about (0 when the
+ * query has none). */
+#define DLOCK__QUERY_NOT_OFFERED (-1000)
+enum {
+  /* How many independent nodes the client votes over (several masters, no
+   * replication between them). Returns the count (> 0). */
+  DLOCK__Q_NODE_COUNT = 1,
+  /* The name of node 'node': out is a const char ** (valid while c is). 0. */
+  DLOCK__Q_NODE_NAME,
+  /* One node's view of a lock: out is a dlock__node_info. 0 or a status. */
+  DLOCK__Q_NODE_INFO,
+  /* One node's checks: out is a dlock_check array of 'len' bytes. Returns
+   * how many entries it filled, or a status. */
+  DLOCK__Q_NODE_CHECK,
+  /* The warning about the deployment (dlock_client_topology_warning): out is
+   * a char buffer of 'len' bytes. 1 when it wrote one, 0 none. */
+  DLOCK__Q_TOPOLOGY_WARNING,
+  /* The deployment's name when messages need it beside the backend's (one
+   * backend, several deployments): out is a char buffer of 'len' bytes. 1
+   * when it wrote one, 0 none. */
+  DLOCK__Q_DEPLOYMENT,
+};
+
+typedef struct dlock__node_info {
+  const char *name;      /* the lock's name */
+  dlock_lock_info *info; /* a full dlock_lock_info */
+} dlock__node_info;
+
+/* ---- The required table: every backend fills every slot ---- */
 struct dlock__backend_ops {
   const char *name;          /* short, lower case: dlock_client_backend() */
-  unsigned caps;             /* DLOCK__CAP_*; a backend may refine it per client (caps_of) */
   /* Why a hold was lost when its server could not be reached (DLOCK_LOST_UNREACHABLE),
    * in the backend's words: it names the server's technology. */
   const char *unreachable;
 
   /* ---- Client ---- */
-  /* Optional: 1 when the options name this backend's servers without a URL
-   * (e.g. a list of nodes); the core then picks this backend whatever the URL. */
+  /* 1 when the options name this backend's servers without a URL (e.g. a
+   * list of nodes); the core then picks this backend whatever the URL. NULL: never. */
   int (*takes_options)(const dlock_client_options *o);
   /* 'url' with every secret replaced by "***" (always NUL-terminated). */
   void (*redact)(const char *url, char *buf, size_t len);
-  /* Connect: set c->be, c->server (a name for messages), c->command_timeout_ms,
-   * c->warnings. 'url' is NULL when 'o' names the servers another way
-   * (Redlock's redlock_urls). On failure the core calls close(). */
+  /* Connect: set c->be, c->server (a name for messages), c->caps (the
+   * per-client DLOCK__CAP_* facts), c->command_timeout_ms, c->warnings. It
+   * may set c->ops to another table of its own that offers less (a mode of
+   * the URL without, say, the scheduler). 'url' is NULL when 'o' names the
+   * servers another way (takes_options). On failure the core calls close(). */
   int (*open)(dlock_client *c, const dlock_client_options *o, const char *url);
   void (*close)(dlock_client *c);    /* after the watchdog stopped; c->be may be NULL */
-  unsigned (*caps_of)(dlock_client *c); /* optional: caps for this client */
   int (*ping)(dlock_client *c);
-  int (*setup)(dlock_client *c);     /* optional: create what the backend needs (schema, tables) */
-  /* Optional: dlock_client_prune (delete what ended 'older_than_ms' ago;
-   * '*pruned' the rows deleted). None: nothing to prune. */
-  int (*prune)(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
-  int (*check)(dlock_client *c, dlock_check *out, int max); /* optional: dlock_client_check */
-  int (*topology_warning)(dlock_client *c, char *buf, size_t len); /* optional */
-  /* Optional: several independent servers (Redlock). */
-  int (*node_count)(const dlock_client *c);
-  const char *(*node_name)(const dlock_client *c, int i);
-  int (*info_node)(dlock_client *c, const char *name, int i, dlock_lock_info *out);
-  int (*check_node)(dlock_client *c, int i, dlock_check *out, int max);
+  /* Rare requests (DLOCK__Q_*): dlock__query_none answers none. */
+  int (*query)(dlock_client *c, int what, int node, void *out, size_t len);
 
   /* ---- Lock handles ---- */
-  /* Check 'name' and set up m->be; the core has checked the generic rules. */
+  /* Check 'name' and set up m->be; the core has checked the generic rules
+   * (and that c->caps offers m->kind). */
   int (*lock_new)(dlock_mutex *m);
   void (*lock_free)(dlock_mutex *m);
   /* Take the lock for m->token (set by the core) with the lease 'lease_ms':
@@ -131,8 +224,8 @@ struct dlock__backend_ops {
    * failure nothing of ours is left held, or the answer is DLOCK_EUNKNOWN
    * saying until when it may be. DLOCK_EBUSY: held by another owner. */
   int (*acquire)(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out);
-  /* Wake a thread waiting in acquire() on 'm' (cancel). Optional: a backend
-   * that waits on m->cv with dlock__mutex_wait() needs none. */
+  /* Wake a thread waiting in acquire() on 'm' (cancel). NULL: the backend
+   * waits on m->cv with dlock__mutex_wait(), which the core wakes. */
   void (*wake)(dlock_mutex *m);
   /* Give up a hold that acquire() granted but the core cannot keep (the
    * watchdog could not start). Best effort. */
@@ -141,13 +234,6 @@ struct dlock__backend_ops {
    * force; 'lost' the loss the core saw. 0 released; DLOCK_ENOTHELD (the
    * hold was gone: say why); DLOCK_EUNKNOWN when that cannot be told. */
   int (*release)(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
-  /* Optional: send the release of m->token without waiting for its reply.
-   * 0 when sent: the outcome comes later through dlock__mutex_release_done()
-   * (as release() would answer, with its message); a status when not sent
-   * (nothing pending then). */
-  int (*release_async)(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
-  /* With release_async: read replies until the outcome for 'm' has come. */
-  void (*release_collect)(dlock_mutex *m);
   /* Set the lease of the hold of 'token' (m->token, copied under m->mu) to
    * 'lease_ms' from now: 0; DLOCK_ELOST with '*lost' when
    * the hold is gone; another status when it is not known (the core then
@@ -161,44 +247,12 @@ struct dlock__backend_ops {
    * expiry; may be NULL), 0 not, or < 0. */
   int (*held)(dlock_mutex *m, const char *token, int64_t *ttl_ms);
 
-  /* ---- Admin ---- */
-  int (*info)(dlock_client *c, const char *name, dlock_lock_info *out);
-  int (*list)(dlock_client *c, const char *pattern, void (*fn)(const char *name, void *arg), void *arg);
-  int (*force_release)(dlock_client *c, const char *name, unsigned flags, int *was_held);
-  int (*guard_check)(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
-
-  /* ---- Countdown latches (optional: NULL where not offered; the core
-   * then answers a clear error). l->be is the backend's state. ---- */
-  int (*latch_new)(dlock_latch *l);   /* check the name, set up l->be (no I/O) */
-  void (*latch_free)(dlock_latch *l);
-  /* Start at 'count' expiring 'expire_ms' from now; DLOCK_EBUSY while counting. */
-  int (*latch_set)(dlock_latch *l, int64_t count, int64_t expire_ms);
-  /* Count down once ('*left' the count after); DLOCK_ENOLATCH; never resent. */
-  int (*latch_count_down)(dlock_latch *l, int64_t *left);
-  int (*latch_get)(dlock_latch *l, int64_t *count, int64_t *ttl_ms); /* DLOCK_ENOLATCH when absent;
-                                                                         ttl_ms may be NULL */
-  /* The names with a latch, as list() gives the held locks' (optional). */
-  int (*latch_list)(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
-  /* Until zero (0), 'deadline' (DLOCK_EBUSY), absent (DLOCK_ENOLATCH) or a
-   * cancel (DLOCK_ECANCELED): woken by the backend's notification, and
-   * re-checking at least every 2 s so that a lost one strands no waiter. */
-  int (*latch_wait)(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline);
-  void (*latch_cancel)(dlock_latch *l); /* end a latch_wait() in progress */
-
-  /* ---- Scheduler ---- */
-  /* Claim 'cl' (see dlock__claim). Safe to send twice with the same token. */
-  int (*sched_claim)(dlock_client *c, dlock__claim *cl);
-  /* End the run of 'cl' recorded as 'rec' (a full dlock_run_record; its
-   * duration_ms as measured here, which a backend may replace by the
-   * server's measure): release the job lock (kept for at_least_ms after the
-   * start) and append to the history. '*lock_was_ours' 0 when the run
-   * outlived its job lock. Sent twice only where that is safe. */
-  int (*sched_finish)(dlock_client *c, const dlock__claim *cl, dlock_run_record *rec, int *lock_was_ours);
-  /* After a claim or finish whose outcome is unknown: free the job lock if it holds 'cl->token'. */
-  void (*sched_undo)(dlock_client *c, const dlock__claim *cl);
-  /* Up to 'max' newest records into 'out' (full records), newest first;
-   * returns how many. */
-  int (*sched_history)(dlock_client *c, const char *job, dlock_run_record *out, int max);
+  /* ---- Optional sub-tables (NULL: not offered) ---- */
+  const dlock__admin_ops *admin;
+  const dlock__guard_ops *guard;
+  const dlock__pipeline_ops *pipeline;
+  const dlock__latch_ops *latch;
+  const dlock__sched_ops *sched;
 };
 
 /* The backend for 'url' (NULL: the default, the registry's first row), or
@@ -210,6 +264,11 @@ const dlock__backend_ops *dlock__backend_for(const char *url, int *rc);
 const dlock__backend_ops *dlock__backend_for_options(const dlock_client_options *o, const char *url, int *rc);
 
 /* ---- What the core offers the backends (core/mutex.c) ---- */
+
+/* A query hook that answers none (DLOCK__QUERY_NOT_OFFERED). */
+int dlock__query_none(dlock_client *c, int what, int node, void *out, size_t len);
+/* Ask c's backend (query); DLOCK__QUERY_NOT_OFFERED when it has no answer. */
+int dlock__query(dlock_client *c, int what, int node, void *out, size_t len);
 
 /* Wait on m->cv for a wake-up (dlock__mutex_wake), a cancel, or 'until'.
  * 1 when canceled. */

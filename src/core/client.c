@@ -52,11 +52,9 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock_client *c = calloc(1, sizeof *c);
   if (!c) return dlock__error(DLOCK_ENOMEM, "out of memory");
   c->ops = ops;
-  c->caps = ops->caps;
   pthread_mutex_init(&c->lazy_mu, NULL);
   rc = set_prefix(c, o.key_prefix);
   if (!rc) rc = ops->open(c, &o, url);
-  if (!rc && ops->caps_of) c->caps = ops->caps_of(c);
   if (rc) {
     dlock_client_free(c);
     return rc;
@@ -81,8 +79,18 @@ const char *dlock_client_warnings(const dlock_client *c) { return c ? c->warning
 int dlock_client_topology_warning(dlock_client *c, char *buf, size_t len) {
   if (!buf || !len) return 0;
   buf[0] = '\0';
-  if (!c || !c->ops->topology_warning) return 0;
-  return c->ops->topology_warning(c, buf, len);
+  if (!c) return 0;
+  int rc = dlock__query(c, DLOCK__Q_TOPOLOGY_WARNING, 0, buf, len);
+  return rc > 0 ? rc : 0;
+}
+
+int dlock__query_none(dlock_client *c, int what, int node, void *out, size_t len) {
+  (void)c, (void)what, (void)node, (void)out, (void)len;
+  return DLOCK__QUERY_NOT_OFFERED;
+}
+
+int dlock__query(dlock_client *c, int what, int node, void *out, size_t len) {
+  return c->ops->query(c, what, node, out, len);
 }
 
 int dlock_client_ping(dlock_client *c) {
@@ -93,8 +101,8 @@ int dlock_client_ping(dlock_client *c) {
 int dlock_client_setup(dlock_client *c) {
   dlock__error_clear();
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_setup: client is NULL");
-  if (c->ops->setup) {
-    int rc = c->ops->setup(c);
+  if (c->ops->admin && c->ops->admin->setup) {
+    int rc = c->ops->admin->setup(c);
     if (!rc) dlock__error_clear();
     return rc;
   }

@@ -33,7 +33,7 @@ int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name) {
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_latch_new: client is NULL");
   int rc = dlock__check_name("latch name", name);
   if (rc) return rc;
-  if (!c->ops->latch_new)
+  if (!c->ops->latch)
     return dlock__error(DLOCK_EINVAL, "countdown latches are not offered on %s (the %s backend); use a backend "
                         "that offers them (docs/latch.md)", c->server, c->ops->name);
   dlock_latch *l = calloc(1, sizeof *l);
@@ -43,7 +43,7 @@ int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name) {
   }
   l->client = c;
   pthread_mutex_init(&l->mu, NULL);
-  if ((rc = c->ops->latch_new(l))) {
+  if ((rc = c->ops->latch->create(l))) {
     pthread_mutex_destroy(&l->mu);
     free(l->name);
     free(l);
@@ -55,7 +55,7 @@ int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name) {
 
 void dlock_latch_free(dlock_latch *l) {
   if (!l) return;
-  l->client->ops->latch_free(l);
+  l->client->ops->latch->destroy(l);
   pthread_mutex_destroy(&l->mu);
   free(l->name);
   free(l);
@@ -68,7 +68,7 @@ int dlock_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms) {
     return latch_fail(l, dlock__error(DLOCK_ERANGE, "count is %lld; it must be 1..%d", (long long)count,
                                       DLOCK_LATCH_MAX_COUNT), "set");
   int rc = dlock__check_duration("expire_ms", expire_ms, 0);
-  if (!rc) rc = l->client->ops->latch_set(l, count, expire_ms);
+  if (!rc) rc = l->client->ops->latch->set(l, count, expire_ms);
   return rc ? latch_fail(l, rc, "set") : 0;
 }
 
@@ -76,7 +76,7 @@ int dlock_latch_count_down(dlock_latch *l, int64_t *left) {
   dlock__error_clear();
   if (!l) return dlock__error(DLOCK_EINVAL, "dlock_latch_count_down: handle is NULL");
   int64_t n = 0;
-  int rc = l->client->ops->latch_count_down(l, &n);
+  int rc = l->client->ops->latch->count_down(l, &n);
   if (rc) return latch_fail(l, rc, "count down");
   if (left) *left = n;
   return 0;
@@ -85,7 +85,7 @@ int dlock_latch_count_down(dlock_latch *l, int64_t *left) {
 int dlock_latch_count(dlock_latch *l, int64_t *count) {
   dlock__error_clear();
   if (!l || !count) return dlock__error(DLOCK_EINVAL, "dlock_latch_count: NULL argument");
-  int rc = l->client->ops->latch_get(l, count, NULL);
+  int rc = l->client->ops->latch->get(l, count, NULL);
   return rc ? latch_fail(l, rc, "count") : 0;
 }
 
@@ -105,7 +105,7 @@ int dlock_latch_wait(dlock_latch *l, int64_t wait_ms) {
     return latch_fail(l, dlock__error(DLOCK_EINVAL, "another thread waits through this handle; give each "
                                       "waiting thread its own dlock_latch"), "wait");
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
-  int rc = l->client->ops->latch_wait(l, wait_ms, deadline);
+  int rc = l->client->ops->latch->wait(l, wait_ms, deadline);
   pthread_mutex_lock(&l->mu);
   l->waiting = 0;
   pthread_mutex_unlock(&l->mu);
@@ -113,7 +113,7 @@ int dlock_latch_wait(dlock_latch *l, int64_t wait_ms) {
 }
 
 void dlock_latch_cancel(dlock_latch *l) {
-  if (l) l->client->ops->latch_cancel(l);
+  if (l) l->client->ops->latch->cancel(l);
 }
 
 const char *dlock_latch_name(const dlock_latch *l) { return l ? l->name : ""; }

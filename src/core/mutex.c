@@ -56,10 +56,13 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
   int rc = dlock__check_name("lock name", name);
   if (rc) return rc;
   static const unsigned cap_of[] = {0, DLOCK__CAP_SEMAPHORE, DLOCK__CAP_RWLOCK, DLOCK__CAP_RWLOCK};
-  if (cap_of[kind] && !(c->caps & cap_of[kind]))
-    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s); use a mutex there, or a "
+  if (cap_of[kind] && !(c->caps & cap_of[kind])) {
+    char deployment[64] = "";
+    int named = dlock__query(c, DLOCK__Q_DEPLOYMENT, 0, deployment, sizeof deployment) > 0;
+    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s%s); use a mutex there, or a "
                         "backend that has it (docs/)", kind_names[kind], c->server, c->ops->name,
-                        c->ops->node_count && c->ops->node_count(c) ? ", Redlock" : "");
+                        named ? ", " : "", named ? deployment : "");
+  }
   dlock_mutex_options o;
   dlock_mutex_options_init(&o);
   if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__MUTEX_OPTIONS_V1, "dlock_mutex_options")))
@@ -275,7 +278,7 @@ static void rel_collect(dlock_mutex *m) {
   pthread_mutex_lock(&m->mu);
   int pending = m->rel_state == DLOCK__REL_PENDING;
   pthread_mutex_unlock(&m->mu);
-  if (pending && m->client->ops->release_collect) m->client->ops->release_collect(m);
+  if (pending && m->client->ops->pipeline) m->client->ops->pipeline->release_collect(m);
 }
 
 /* Take the outcome of the pipelined release on 'm' (its reply read first):
@@ -501,8 +504,8 @@ int dlock_mutex_release_async(dlock_mutex *m) {
   pthread_mutex_unlock(&m->mu);
   const dlock__backend_ops *ops = m->client->ops;
   int rc;
-  if (ops->release_async) {
-    rc = ops->release_async(m, valid_until, lost);
+  if (ops->pipeline) {
+    rc = ops->pipeline->release_async(m, valid_until, lost);
     if (rc) { /* not sent: the answer is now, nothing is pending */
       pthread_mutex_lock(&m->mu);
       m->rel_state = DLOCK__REL_NONE;

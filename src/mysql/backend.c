@@ -83,6 +83,8 @@ int dlock__my_full_hex(const dlock_client *c, const char *what, const char *name
 
 /* ---- Client ---- */
 
+static const dlock__backend_ops my_advisory_ops; /* below */
+
 static int my_open(dlock_client *c, const dlock_client_options *o, const char *url) {
   if (!url) return dlock__error(DLOCK_EURL, "MySQL: no URL given");
   dlock__my *my = NULL;
@@ -91,11 +93,9 @@ static int my_open(dlock_client *c, const dlock_client_options *o, const char *u
   c->be = my;
   snprintf(c->server, sizeof c->server, "%s", my->display);
   c->command_timeout_ms = my->command_timeout_ms;
+  c->caps = my->advisory ? DLOCK__CAP_SESSION : DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK;
+  if (my->advisory) c->ops = &my_advisory_ops;
   return 0;
-}
-
-static unsigned my_caps_of(dlock_client *c) {
-  return myc(c)->advisory ? DLOCK__CAP_SESSION : dlock__mysql_ops.caps;
 }
 
 static int not_advisory(dlock_client *c, const char *what) {
@@ -826,32 +826,30 @@ static int my_guard_check(dlock_client *c, const char *resource, uint64_t token,
   return 0;
 }
 
-const dlock__backend_ops dlock__mysql_ops = {
-  .name = "mysql",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK |
-          DLOCK__CAP_SCHED,
-  .unreachable = "MySQL could not be reached in time to renew the lease",
-  .redact = dlock__my_redact,
-  .open = my_open,
-  .close = my_close,
-  .caps_of = my_caps_of,
-  .ping = my_ping,
-  .setup = my_setup,
-  .check = my_check,
-  .lock_new = my_lock_new,
-  .lock_free = my_lock_free,
-  .acquire = my_acquire,
-  .undo = my_undo,
-  .release = my_release,
-  .extend = my_extend,
-  .renew = my_renew,
-  .held = my_held,
+static const dlock__admin_ops my_admin = {
   .info = my_info,
   .list = my_list,
   .force_release = my_force_release,
-  .guard_check = my_guard_check,
-  .sched_claim = dlock__my_sched_claim,
-  .sched_finish = dlock__my_sched_finish,
-  .sched_undo = dlock__my_sched_undo,
-  .sched_history = dlock__my_sched_history,
+  .check = my_check,
+  .setup = my_setup,
 };
+
+static const dlock__guard_ops my_guard = {.check = my_guard_check};
+
+static const dlock__sched_ops my_sched = {
+  .claim = dlock__my_sched_claim,
+  .finish = dlock__my_sched_finish,
+  .undo = dlock__my_sched_undo,
+  .history = dlock__my_sched_history,
+};
+
+/* Both modes' table; advisory mode has no scheduler (GET_LOCK keeps no claims). */
+#define MY_REQUIRED_OPS                                                                                      \
+  .name = "mysql", .unreachable = "MySQL could not be reached in time to renew the lease",                  \
+  .redact = dlock__my_redact, .open = my_open, .close = my_close, .ping = my_ping, .query = dlock__query_none, \
+  .lock_new = my_lock_new, .lock_free = my_lock_free, .acquire = my_acquire, .undo = my_undo,                \
+  .release = my_release, .extend = my_extend, .renew = my_renew, .held = my_held, .admin = &my_admin,        \
+  .guard = &my_guard
+
+const dlock__backend_ops dlock__mysql_ops = {MY_REQUIRED_OPS, .sched = &my_sched};
+static const dlock__backend_ops my_advisory_ops = {MY_REQUIRED_OPS};

@@ -45,6 +45,8 @@ static void full_name(const dlock_client *c, const char *name, char *out) {
 
 static void pg_redact(const char *url, char *buf, size_t len) { dlock__pg_mask_url(url, buf, len); }
 
+static const dlock__backend_ops pg_advisory_ops; /* below */
+
 static int pg_open(dlock_client *c, const dlock_client_options *o, const char *url) {
   if (!url) return dlock__error(DLOCK_EURL, "PostgreSQL: no URL given");
   /* Credentials and TLS are libpq's: the URL, PGPASSWORD, ~/.pgpass, sslmode... */
@@ -70,6 +72,10 @@ static int pg_open(dlock_client *c, const dlock_client_options *o, const char *u
   c->be = pg;
   snprintf(c->server, sizeof c->server, "%s", dlock__pg_display(pg));
   c->command_timeout_ms = pg->opts.command_timeout_ms;
+  /* Advisory mode: holds live with a session and carry no fence; no
+   * scheduler, read-write lock or semaphore. */
+  c->caps = dlock__pg_is_advisory(pg) ? DLOCK__CAP_SESSION : DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK;
+  if (dlock__pg_is_advisory(pg)) c->ops = &pg_advisory_ops;
   return 0;
 }
 
@@ -77,13 +83,6 @@ static void pg_close(dlock_client *c) {
   if (!c->be) return;
   dlock__pg_close(pgc(c));
   c->be = NULL;
-}
-
-static unsigned pg_caps_of(dlock_client *c) {
-  unsigned caps = dlock__pg_caps(pgc(c));
-  if (caps & DLOCK__PG_CAP_SESSION) return DLOCK__CAP_SESSION;
-  return DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
-         DLOCK__CAP_RWLOCK;
 }
 
 static int pg_ping(dlock_client *c) { return dlock__pg_ping(pgc(c)); }
@@ -417,7 +416,7 @@ static int no_fence(dlock_client *c, const char *what) {
 }
 
 static int pg_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
-  if (!(c->caps & DLOCK__CAP_GUARD)) return no_fence(c, "the fencing guard");
+  if (dlock__pg_is_advisory(pgc(c))) return no_fence(c, "the fencing guard");
   char full[FULL_MAX];
   full_name(c, resource, full);
   return dlock__pg_guard_check_highest(pgc(c), full, token, highest);
@@ -486,7 +485,6 @@ static void claimed_by(dlock_client *c, const char *full, dlock__claim *cl) {
 
 static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
   cl->maybe_ran = 0;
-  if (!(c->caps & DLOCK__CAP_SCHED)) return no_fence(c, "the scheduler");
   dlock__pg *pg = pgc(c);
   char full[FULL_MAX];
   full_name(c, cl->job, full);
@@ -617,34 +615,37 @@ static int pg_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) {
   return dlock__pg_prune(pgc(c), older_than_ms, DLOCK_PRUNE_BATCH, pruned);
 }
 
-const dlock__backend_ops dlock__pg_ops = {
-  .name = "postgres",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
-          DLOCK__CAP_RWLOCK,
-  .unreachable = "PostgreSQL could not be reached in time to renew the lease or check the session",
-  .redact = pg_redact,
-  .open = pg_open,
-  .close = pg_close,
-  .caps_of = pg_caps_of,
-  .ping = pg_ping,
-  .setup = pg_setup,
-  .prune = pg_prune,
-  .check = pg_check,
-  .topology_warning = pg_topology_warning,
-  .lock_new = pg_lock_new,
-  .lock_free = pg_lock_free,
-  .acquire = pg_acquire,
-  .undo = pg_undo,
-  .release = pg_release,
-  .extend = pg_extend,
-  .renew = pg_renew,
-  .held = pg_held,
+static int pg_query(dlock_client *c, int what, int node, void *out, size_t len) {
+  (void)node;
+  return what == DLOCK__Q_TOPOLOGY_WARNING ? pg_topology_warning(c, out, len) : DLOCK__QUERY_NOT_OFFERED;
+}
+
+static const dlock__admin_ops pg_admin = {
   .info = pg_info,
   .list = pg_list,
   .force_release = pg_force_release,
-  .guard_check = pg_guard_check,
-  .sched_claim = pg_sched_claim,
-  .sched_finish = pg_sched_finish,
-  .sched_undo = pg_sched_undo,
-  .sched_history = pg_sched_history,
+  .check = pg_check,
+  .setup = pg_setup,
+  .prune = pg_prune,
 };
+
+static const dlock__guard_ops pg_guard = {.check = pg_guard_check};
+
+static const dlock__sched_ops pg_sched = {
+  .claim = pg_sched_claim,
+  .finish = pg_sched_finish,
+  .undo = pg_sched_undo,
+  .history = pg_sched_history,
+};
+
+/* Both modes' required table; advisory mode has no scheduler. */
+#define PG_REQUIRED_OPS                                                                                       \
+  .name = "postgres",                                                                                        \
+  .unreachable = "PostgreSQL could not be reached in time to renew the lease or check the session",         \
+  .redact = pg_redact, .open = pg_open, .close = pg_close, .ping = pg_ping, .query = pg_query,               \
+  .lock_new = pg_lock_new, .lock_free = pg_lock_free, .acquire = pg_acquire, .undo = pg_undo,                \
+  .release = pg_release, .extend = pg_extend, .renew = pg_renew, .held = pg_held, .admin = &pg_admin,        \
+  .guard = &pg_guard
+
+const dlock__backend_ops dlock__pg_ops = {PG_REQUIRED_OPS, .sched = &pg_sched};
+static const dlock__backend_ops pg_advisory_ops = {PG_REQUIRED_OPS};

@@ -163,7 +163,7 @@ static int redis_ping(dlock_client *c) {
   return rc;
 }
 
-static int redis_open(dlock_client *c, const dlock_client_options *o, const char *url) {
+static int open_topology(dlock_client *c, const dlock_client_options *o, const char *url) {
   dlock__redis *r = calloc(1, sizeof *r);
   if (!r) return dlock__error(DLOCK_ENOMEM, "out of memory");
   c->be = r;
@@ -219,60 +219,93 @@ static void redis_close(dlock_client *c) {
 /* Redlock's node list in the options names Redis servers whatever the URL. */
 static int redis_takes_options(const dlock_client_options *o) { return o->redlock_urls || o->redlock_nurls; }
 
-static int redis_topology_warning(dlock_client *c, char *buf, size_t len) {
-  dlock__topology *t = dlock__topo(c);
-  return t->warning ? t->warning(t, buf, len) : 0;
-}
-
 /* Redlock's nodes are independent masters with no shared holders set, permit
  * set or wait queue: it offers the mutex only (docs/redlock.md). */
-static unsigned redis_caps_of(dlock_client *c) {
-  unsigned caps = dlock__redis_ops.caps;
-  if (dlock__redis_node_count(c) > 0) caps &= ~(unsigned)(DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK);
-  return caps;
+static int redis_open(dlock_client *c, const dlock_client_options *o, const char *url) {
+  int rc = open_topology(c, o, url);
+  if (!rc) c->caps = dlock__redis_node_count(c) > 0 ? 0 : DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK;
+  return rc;
 }
+
+static int redis_query(dlock_client *c, int what, int node, void *out, size_t len) {
+  int nodes = dlock__redis_node_count(c);
+  switch (what) {
+  case DLOCK__Q_NODE_COUNT:
+    return nodes > 0 ? nodes : DLOCK__QUERY_NOT_OFFERED;
+  case DLOCK__Q_NODE_NAME:
+    *(const char **)out = dlock__redis_node_name(c, node);
+    return 0;
+  case DLOCK__Q_NODE_INFO: {
+    dlock__node_info *q = out;
+    return dlock__redis_info_node(c, q->name, node, q->info);
+  }
+  case DLOCK__Q_NODE_CHECK:
+    return dlock__redis_check_node(c, node, out, (int)(len / sizeof(dlock_check)));
+  case DLOCK__Q_TOPOLOGY_WARNING: {
+    dlock__topology *t = dlock__topo(c);
+    return t->warning ? t->warning(t, out, len) : 0;
+  }
+  case DLOCK__Q_DEPLOYMENT:
+    if (nodes <= 0) return 0;
+    snprintf(out, len, "Redlock");
+    return 1;
+  default:
+    return DLOCK__QUERY_NOT_OFFERED;
+  }
+}
+
+static const dlock__admin_ops redis_admin = {
+  .info = dlock__redis_info,
+  .list = dlock__redis_list,
+  .force_release = dlock__redis_force_release,
+  .check = dlock__redis_check,
+};
+
+static const dlock__guard_ops redis_guard = {.check = dlock__redis_guard_check};
+
+static const dlock__pipeline_ops redis_pipeline = {
+  .release_async = dlock__redis_release_async,
+  .release_collect = dlock__redis_release_collect,
+};
+
+static const dlock__latch_ops redis_latch = {
+  .create = dlock__redis_latch_new,
+  .destroy = dlock__redis_latch_free,
+  .set = dlock__redis_latch_set,
+  .count_down = dlock__redis_latch_count_down,
+  .get = dlock__redis_latch_get,
+  .list = dlock__redis_latch_list,
+  .wait = dlock__redis_latch_wait,
+  .cancel = dlock__redis_latch_cancel,
+};
+
+static const dlock__sched_ops redis_sched = {
+  .claim = dlock__redis_sched_claim,
+  .finish = dlock__redis_sched_finish,
+  .undo = dlock__redis_sched_undo,
+  .history = dlock__redis_sched_history,
+};
 
 const dlock__backend_ops dlock__redis_ops = {
   .name = "redis",
-  .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_RWLOCK |
-          DLOCK__CAP_SEMAPHORE,
   .unreachable = "Redis could not be reached to renew the lease in time",
   .takes_options = redis_takes_options,
   .redact = dlock__redis_redact,
   .open = redis_open,
   .close = redis_close,
-  .caps_of = redis_caps_of,
   .ping = redis_ping,
-  .check = dlock__redis_check,
-  .topology_warning = redis_topology_warning,
-  .node_count = dlock__redis_node_count,
-  .node_name = dlock__redis_node_name,
-  .info_node = dlock__redis_info_node,
-  .check_node = dlock__redis_check_node,
+  .query = redis_query,
   .lock_new = dlock__redis_lock_new,
   .lock_free = dlock__redis_lock_free,
   .acquire = dlock__redis_acquire,
   .undo = dlock__redis_undo,
   .release = dlock__redis_release,
-  .release_async = dlock__redis_release_async,
-  .release_collect = dlock__redis_release_collect,
   .extend = dlock__redis_extend,
   .renew = dlock__redis_renew,
   .held = dlock__redis_held,
-  .info = dlock__redis_info,
-  .list = dlock__redis_list,
-  .force_release = dlock__redis_force_release,
-  .guard_check = dlock__redis_guard_check,
-  .sched_claim = dlock__redis_sched_claim,
-  .sched_finish = dlock__redis_sched_finish,
-  .sched_undo = dlock__redis_sched_undo,
-  .sched_history = dlock__redis_sched_history,
-  .latch_new = dlock__redis_latch_new,
-  .latch_free = dlock__redis_latch_free,
-  .latch_set = dlock__redis_latch_set,
-  .latch_count_down = dlock__redis_latch_count_down,
-  .latch_get = dlock__redis_latch_get,
-  .latch_list = dlock__redis_latch_list,
-  .latch_wait = dlock__redis_latch_wait,
-  .latch_cancel = dlock__redis_latch_cancel,
+  .admin = &redis_admin,
+  .guard = &redis_guard,
+  .pipeline = &redis_pipeline,
+  .latch = &redis_latch,
+  .sched = &redis_sched,
 };

@@ -4,9 +4,9 @@
  *
  * A timer thread fires ticks by the local wall clock (the only code besides
  * the cron engine that reads it) and hands them to a pool of workers. Each
- * worker claims its tick through the client's backend (Redis: the scripts
- * sched_*.lua): a tick claimed once is never run again, and the job lock
- * keeps runs from overlapping.
+ * worker claims its tick through the client's backend (its sched
+ * sub-table, backend.h): a tick claimed once is never run again, and the job
+ * lock keeps runs from overlapping.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -110,7 +110,7 @@ int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_option
   dlock_sched_options_init(&o);
   int rc = dlock__options_in(&o, sizeof o, opts, DLOCK__SCHED_OPTIONS_V1, "dlock_sched_options");
   if (rc) return rc;
-  if (!c->ops->sched_claim || !(c->caps & DLOCK__CAP_SCHED))
+  if (!c->ops->sched)
     return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
                         c->server);
   if (o.pool_size < 0 || o.pool_size > 256)
@@ -303,7 +303,7 @@ static void report_skew(dlock_sched *s, const job *j, int64_t tick, int64_t sent
 static void claim_failed(dlock_sched *s, const job *j, const dlock__claim *cl, int64_t tick, int rc) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dlock_last_error());
-  if (cl->maybe_ran) s->client->ops->sched_undo(s->client, cl);
+  if (cl->maybe_ran) s->client->ops->sched->undo(s->client, cl);
   emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, 0, -1, rc, msg);
 }
 
@@ -323,12 +323,12 @@ static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
   if (status == 0) snprintf(rec.outcome, sizeof rec.outcome, "ok");
   else snprintf(rec.outcome, sizeof rec.outcome, "failed: %d", status);
   int lock_was_ours = 0;
-  int rc = s->client->ops->sched_finish(s->client, cl, &rec, &lock_was_ours);
+  int rc = s->client->ops->sched->finish(s->client, cl, &rec, &lock_was_ours);
   emit(s, DLOCK_SCHED_RAN, j, tick, s->node, cl->fence, rc ? -1 : rec.duration_ms, status, NULL);
   if (rc) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
-    s->client->ops->sched_undo(s->client, cl); /* the lock holds our token unless the finish ran */
+    s->client->ops->sched->undo(s->client, cl); /* the lock holds our token unless the finish ran */
     emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, cl->fence, -1, rc, msg);
   } else if (!lock_was_ours && !(j->opts.allow_overlap && j->kind != TRIGGER_DELAY)) {
     emit(s, DLOCK_SCHED_ERROR, j, tick, s->node, cl->fence, rec.duration_ms, DLOCK_ELOST,
@@ -345,7 +345,7 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
     return;
   }
   int64_t sent = wall_ms();
-  if ((rc = s->client->ops->sched_claim(s->client, &cl))) {
+  if ((rc = s->client->ops->sched->claim(s->client, &cl))) {
     claim_failed(s, j, &cl, tick, rc);
     return;
   }
@@ -369,7 +369,7 @@ static int64_t run_delay(dlock_sched *s, job *j) {
   char token[DLOCK__TOKEN_HEX + 1];
   dlock__claim cl;
   if (claim_init(&cl, s, j, 0, token) != 0) return wall_ms() + poll;
-  int rc = s->client->ops->sched_claim(s->client, &cl);
+  int rc = s->client->ops->sched->claim(s->client, &cl);
   if (rc) {
     claim_failed(s, j, &cl, wall_ms(), rc);
     return wall_ms() + poll;
@@ -554,7 +554,7 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   int rc = dlock__check_name("job name", name);
   if (rc) return rc;
   if (max == 0) return 0;
-  if (!c->ops->sched_history)
+  if (!c->ops->sched)
     return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
                         c->server);
   if ((rc = dlock__struct_check(out, DLOCK__RUN_RECORD_V1, sizeof *out, "dlock_run_record"))) return rc;
@@ -564,7 +564,7 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   memcpy(&stride, out, sizeof stride);
   dlock_run_record *full = calloc((size_t)max, sizeof *full);
   if (!full) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  int n = c->ops->sched_history(c, name, full, max);
+  int n = c->ops->sched->history(c, name, full, max);
   for (int i = 0; i < n; i++) {
     full[i].struct_size = stride;
     memcpy((char *)out + (size_t)i * stride, &full[i], stride);

@@ -67,6 +67,7 @@ static void on_event(dlock__zk *z, dlock__zk_event ev, dlock_lost_reason reason,
 }
 
 static int zk_open(dlock_client *c, const dlock_client_options *o, const char *url) {
+  c->caps = DLOCK__CAP_SESSION | DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK;
   if (!url)
     return dlock__error(DLOCK_EINVAL, "the ZooKeeper backend needs a zk:// URL (redlock_urls are Redis only)");
   char shown[512];
@@ -516,16 +517,30 @@ static int zk_sched_history(dlock_client *c, const char *job, dlock_run_record *
   return dlock__zk_sched_history(ZZ(c), job, out, max);
 }
 
+static const dlock__admin_ops zk_admin = {
+  .info = zk_info,
+  .list = zk_list,
+  .force_release = zk_force_release,
+};
+
+static const dlock__guard_ops zk_guard = {.check = zk_guard_check};
+
+static const dlock__sched_ops zk_sched = {
+  .claim = zk_sched_claim,
+  .finish = zk_sched_finish,
+  .undo = zk_sched_undo,
+  .history = zk_sched_history,
+};
+
 const dlock__backend_ops dlock__zk_ops = {
   .name = "zookeeper",
-  .caps = DLOCK__CAP_SESSION | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
-          DLOCK__CAP_RWLOCK,
   .unreachable = "ZooKeeper could not be reached before the session timeout ran out, so the session (and the "
                  "hold with it) may be gone",
   .redact = dlock__zk_url_redact,
   .open = zk_open,
   .close = zk_close,
   .ping = zk_ping,
+  .query = dlock__query_none,
   .lock_new = zk_lock_new,
   .lock_free = zk_lock_free,
   .acquire = zk_acquire,
@@ -535,12 +550,7 @@ const dlock__backend_ops dlock__zk_ops = {
   .extend = zk_extend,
   .renew = zk_renew,
   .held = zk_held,
-  .info = zk_info,
-  .list = zk_list,
-  .force_release = zk_force_release,
-  .guard_check = zk_guard_check,
-  .sched_claim = zk_sched_claim,
-  .sched_finish = zk_sched_finish,
-  .sched_undo = zk_sched_undo,
-  .sched_history = zk_sched_history,
+  .admin = &zk_admin,
+  .guard = &zk_guard,
+  .sched = &zk_sched,
 };

@@ -571,6 +571,26 @@ TEST(a_database_the_server_does_not_have_is_edb) {
   ASSERT(c == NULL);
 }
 
+/* Issue 23: the seam's optional parts. A single server keeps nothing to
+ * prune (success, saying why, as dlock_client_setup does) and has no
+ * independent nodes (the query hook answers for them). */
+TEST(prune_on_a_server_that_keeps_nothing_answers_0_and_says_why) {
+  dlock_client *c = client();
+  int64_t pruned = -1;
+  ASSERT_OK(dlock_client_prune(c, 0, &pruned));
+  ASSERT(pruned == 0);
+  ASSERT_CONTAINS(dlock_last_error(), "nothing to prune on");
+  ASSERT_STATUS(dlock_client_prune(c, -1, &pruned), DLOCK_EINVAL); /* the age is still checked */
+  ASSERT(dlock_client_node_count(c) == 0);
+  ASSERT(strcmp(dlock_client_node_name(c, 0), "") == 0);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_STATUS(dlock_lock_info_get_node(c, "adm:nodes", 0, &info), DLOCK_EINVAL);
+  dlock_check chk[4];
+  ASSERT_STATUS(dlock_client_check_node(c, 0, chk, 4), DLOCK_EINVAL);
+  dlock_client_free(c);
+}
+
 TEST(a_waiter_is_woken_promptly_by_a_forced_release) {
   dlock_client *c = client(), *c2 = client(), *admin = client();
   /* Watchdog mode (30 s lease): the waiter's own re-check would come after 5 s. */
