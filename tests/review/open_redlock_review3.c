@@ -1,0 +1,228 @@
+/*
+ * open_redlock_review3.c - the third adversarial review of Redlock
+ * (docs/redlock.md), branch rev3rl: one TEST per finding, each FAILING on
+ * the code as reviewed (main at fd2d0a8). Five real redis-servers
+ * (harness.h), SIGSTOP, kill -9, FLUSHALL; public API only. Built and run
+ * only with -DDLOCK_OPEN_FINDINGS=ON (ctest -R open/open_redlock_review3).
+ *
+ * Findings (each test's comment quotes the promise):
+ *  1. one_server_under_its_ipv4_mapped_name_is_refused (low): 127.0.0.1:P
+ *     and [::ffff:127.0.0.1]:P, one server, are accepted as two nodes
+ *     (shares_address compares AF_INET with AF_INET6 never); with the third
+ *     node frozen, one server makes the majority.
+ *  2. a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen
+ *     (medium, availability): the newest fix (seed_absent) runs only after
+ *     the renewal's poll ends, and extend_decided() waits for a frozen node
+ *     while the absent nodes could make the majority: the poll ends at the
+ *     hold's deadline and the hold is lost with 4 of 5 nodes up.
+ *
+ * Attacks that held (no finding):
+ *  - The renewal's taking of absent nodes (seed_absent, rl_extend.lua 3)
+ *    read for two majorities: it runs only before the local deadline and
+ *    counts only replies that came before it; the keys that confirmed the
+ *    previous renewal live past that deadline, so a majority of ours is
+ *    alive whenever a node is taken; a node emptied since our last look
+ *    answers 2 (quarantine written), not 3. A late seed reaching a frozen
+ *    node after it resumes leaves a ghost token on a minority only.
+ *  - Fences after a renewal-taken node (no hold record, counter not raised
+ *    to F): a later majority meets a node of the acquire's majority that
+ *    stored F unless more nodes lost their data than "Fences across the
+ *    quorum" allows; on one machine the clock floor carries it anyway.
+ *  - Release vs renewal: release_begin stops the watchdog and waits for a
+ *    renewal in flight before the release is sent (no seed after it).
+ *  - Release once decided (delete_decided): decided only when the nodes
+ *    that may still hold our key cannot make a majority.
+ *  - Chaos with a history check (build/rv3chaos.c, not committed: it
+ *    passed): 5 processes, watchdog leases 1-4 s, a new client per hold in
+ *    a third of the rounds, node 1 never faulted, nodes 2-5 restarted
+ *    empty (kill -9), FLUSHALLed and frozen 0.8-3.8 s (at most two frozen),
+ *    30-45 s runs: no overlap of holds believed valid, fences rising.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "test.h"
+
+#define N 5
+static th_redis srv[N];
+static char url[1024];
+static int frozen[N];
+
+void test_setup(void) {
+  if (th_redis_start_n(srv, N, NULL) != 0) {
+    fprintf(stderr, "cannot start %d redis-servers\n", N);
+    exit(1);
+  }
+  th_redlock_url(srv, N, url, sizeof url);
+}
+
+void test_teardown(void) {
+  for (int i = 0; i < N; i++)
+    if (srv[i].pid > 0) kill(srv[i].pid, SIGCONT);
+  th_redis_stop_n(srv, N);
+}
+
+static void thaw_all(void) {
+  for (int i = 0; i < N; i++) {
+    if (srv[i].pid > 0) kill(srv[i].pid, SIGCONT);
+    frozen[i] = 0;
+  }
+}
+
+static dlock_client *client_of(const char *u, int cmd_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = u;
+  o.connect_timeout_ms = cmd_ms;
+  o.command_timeout_ms = cmd_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return NULL;
+  return c;
+}
+
+/* ---- Finding: one server under an IPv4-mapped IPv6 name ---- */
+
+/*
+ * Promise (docs/redlock.md, "Nodes and URLs"): "a node listed twice is
+ * refused, also under two names that resolve to one address
+ * (`127.0.0.1:6379` and `localhost:6379`) when the client is created."
+ * Attack: list node 1 as 127.0.0.1:P1 and as [::ffff:127.0.0.1]:P1 (the
+ * IPv4-mapped IPv6 form of the same address; a connect to it reaches the
+ * same IPv4 listener).
+ * What happened: the client is created; both entries count as separate
+ * nodes, so one server makes 2 of the 3 votes: with node 2 and node 3 down,
+ * a lock is acquired on one server, a "majority" of a 3-node Redlock.
+ */
+TEST(one_server_under_its_ipv4_mapped_name_is_refused) {
+  char u[512];
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,[::ffff:127.0.0.1]:%d,127.0.0.1:%d", srv[0].port, srv[0].port,
+           srv[1].port);
+  dlock_client *c = client_of(u, 1000);
+  if (!c) {
+    printf("  refused: %s\n", dlock_last_error());
+    return;
+  }
+  /* Created: show what it costs. One acquire with every node up (the
+   * deployment's markers count), then node 2 (srv[1]) frozen: one server is
+   * a majority. */
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 5000;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "dup-name", &mo));
+  if (dlock_mutex_acquire(m, 0) == 0) dlock_mutex_release(m);
+  kill(srv[1].pid, SIGSTOP);
+  frozen[1] = 1;
+  int rc = dlock_mutex_acquire(m, 0);
+  kill(srv[1].pid, SIGCONT);
+  frozen[1] = 0;
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  TEST_FAIL("redlock://127.0.0.1:%d,[::ffff:127.0.0.1]:%d,... was accepted as two nodes; with the third frozen, "
+            "an acquire on one server answered %d (%s)", srv[0].port, srv[0].port, rc,
+            rc == 0 ? "acquired: one server made the majority" : dlock_err_name(rc));
+}
+
+
+/* ---- Finding: a frozen held node and the renewal's taking of absent nodes ---- */
+
+/* Every node empty, then one acquire with every node answering (a new
+ * deployment: every marker is promoted). */
+static void fresh(void) {
+  char out[64];
+  thaw_all();
+  for (int i = 0; i < N; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  dlock_client *c = client_of(url, 2000);
+  if (!c) TEST_FAIL("setup: no client: %s", dlock_last_error());
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, "rv3:warm", NULL) == 0 && dlock_mutex_acquire(m, 2000) == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/*
+ * Promise (docs/redlock.md, "What each operation does" and "Renewal"): "A
+ * renewal ... complete[s] as soon as [its] outcome is decided ... So one
+ * frozen node of five costs each renewal and acquire a few milliseconds,
+ * not its deadline, and holds with leases well under the command timeout
+ * survive it"; "When fewer confirm but counted nodes without our key would
+ * make the majority (the acquire's majority did not include them ...), the
+ * renewal first takes them as an acquire would"; and "with 5 nodes, locks
+ * are taken and renewed while any 3 answer".
+ * Attack: A's acquire takes nodes 1-3 (4 and 5 hold a crashed client's
+ * leftover token, which then expires: A's key is absent there, the nodes
+ * count). Node 3 is then frozen (SIGSTOP), as a node restarting was in the
+ * fix's scenario. A holds with the watchdog, a 3000 ms lease, under a
+ * 5000 ms command timeout (the freeze comes before the first renewal).
+ * What happened: the renewal has 2 confirmations (nodes 1, 2), 2 absent
+ * counted nodes (4, 5) and node 3 pending; extend_decided() does not count
+ * the absent nodes that could be taken, so it waits for the frozen node up
+ * to the command timeout, cut at the hold's deadline; seed_absent() then
+ * runs only while "now < limit", which has passed: the hold is lost at its
+ * deadline (DLOCK_LOST_DEADLINE) with four of five nodes up, two holding
+ * A's key and two free to take, and nobody else able to take the lock.
+ * With a node restarted instead (the fix's test) the connection fails at
+ * once and the taking runs; frozen, it never does.
+ */
+TEST(a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
+  fresh();
+  char out[128];
+  for (int i = 3; i < 5; i++)
+    if (th_redis_cli(&srv[i], out, sizeof out, "SET rv3:frozen foreignfeedfacefeedfacefeedface PX 3000") != 0)
+      TEST_FAIL("setup: SET on node %d", i + 1);
+  dlock_client *ca = client_of(url, 5000);
+  if (!ca) TEST_FAIL("setup: no client: %s", dlock_last_error());
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  dlock_mutex *a = NULL;
+  ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:frozen", &mo));
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc != 0) {
+    dlock_mutex_free(a);
+    dlock_client_free(ca);
+    TEST_FAIL("setup: A's acquire on nodes 1-3: %d %s", rc, dlock_last_error());
+  }
+  /* The leftover token ends on nodes 4 and 5 (as it does when it expires). */
+  /* The leftover token ends on nodes 4 and 5 (as it does when it expires),
+   * and node 3 freezes, both before the watchdog's first renewal (a third
+   * of the lease after the acquire): no renewal with every node up has
+   * re-seeded nodes 4 and 5 yet. */
+  for (int i = 3; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "DEL rv3:frozen");
+  kill(srv[2].pid, SIGSTOP);
+  frozen[2] = 1;
+  long long t0 = th_now_ms(), lost_at = 0;
+  dlock_lost_reason lost = DLOCK_LOST_NONE;
+  while (th_now_ms() - t0 < 9000) { /* three leases */
+    lost = dlock_mutex_lost(a);
+    if (lost != DLOCK_LOST_NONE) {
+      lost_at = th_now_ms() - t0;
+      break;
+    }
+    th_sleep_ms(50);
+  }
+  kill(srv[2].pid, SIGCONT);
+  frozen[2] = 0;
+  char k4[128] = "", k5[128] = "";
+  th_redis_cli(&srv[3], k4, sizeof k4, "GET rv3:frozen");
+  th_redis_cli(&srv[4], k5, sizeof k5, "GET rv3:frozen");
+  printf("  keys on nodes 4, 5 after the freeze: '%s', '%s'\n", k4, k5);
+  dlock_mutex_release(a);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (lost != DLOCK_LOST_NONE)
+    TEST_FAIL("A's watchdog hold (3000 ms lease, 5000 ms command timeout) was lost (%s) %lld ms after node 3 froze, "
+              "with nodes 1, 2 holding A's key and nodes 4, 5 up and free (their key now: '%s', '%s')",
+              dlock_lost_reason_str(lost), lost_at, k4, k5);
+}
+
+TEST_MAIN()
