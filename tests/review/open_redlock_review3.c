@@ -15,6 +15,13 @@
  *     the renewal's poll ends, and extend_decided() waits for a frozen node
  *     while the absent nodes could make the majority: the poll ends at the
  *     hold's deadline and the hold is lost with 4 of 5 nodes up.
+ *  3. a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_
+ *     from_looking_new (high, safety: two holders): judge_markers() counts
+ *     an error reply to the marker read (-BUSY here) as an answer without
+ *     a marker, so with four nodes flushed and the fifth (which kept its
+ *     marker and the holder's key) busy, the deployment looks new and a
+ *     second client takes the lock on the flushed four while the first
+ *     holder's 20 s lease has 18 s to run.
  *
  * Attacks that held (no finding):
  *  - The renewal's taking of absent nodes (seed_absent, rl_extend.lua 3)
@@ -223,6 +230,92 @@ TEST(a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
     TEST_FAIL("A's watchdog hold (3000 ms lease, 5000 ms command timeout) was lost (%s) %lld ms after node 3 froze, "
               "with nodes 1, 2 holding A's key and nodes 4, 5 up and free (their key now: '%s', '%s')",
               dlock_lost_reason_str(lost), lost_at, k4, k5);
+}
+
+/* ---- Finding: a node that kept its marker but answers with an error ---- */
+
+/* Node i runs a script that keeps it busy for about 'ms' (it ends by
+ * itself; SCRIPT KILL ends it sooner): every other command gets -BUSY once
+ * busy-reply-threshold (100 ms here) has passed. */
+static void make_busy(int i, int ms) {
+  char out[128], cmd[600];
+  th_redis_cli(&srv[i], out, sizeof out, "CONFIG SET busy-reply-threshold 100");
+  snprintf(cmd, sizeof cmd,
+           "redis-cli -p %d EVAL \"local t=redis.call('TIME') local e=tonumber(t[1])*1000+tonumber(t[2])/1000+%d "
+           "while true do t=redis.call('TIME') if tonumber(t[1])*1000+tonumber(t[2])/1000>e then break end end "
+           "return 1\" 0 >/dev/null 2>&1 &",
+           srv[i].port, ms);
+  if (system(cmd) != 0) TEST_FAIL("setup: cannot start the busy script on node %d", i + 1);
+  for (int k = 0; k < 60; k++) { /* bounded: 3 s */
+    th_sleep_ms(50);
+    th_redis_cli(&srv[i], out, sizeof out, "PING");
+    if (strstr(out, "BUSY")) return;
+  }
+  TEST_FAIL("setup: node %d never answered BUSY", i + 1);
+}
+
+static void end_busy(int i) {
+  char out[128];
+  for (int k = 0; k < 40; k++) { /* bounded: 4 s */
+    th_redis_cli(&srv[i], out, sizeof out, "SCRIPT KILL");
+    th_redis_cli(&srv[i], out, sizeof out, "PING");
+    if (!strstr(out, "BUSY")) return;
+    th_sleep_ms(100);
+  }
+}
+
+/*
+ * Promise (docs/redlock.md, "Restarts", Survived): "nodes losing their data
+ * (restarted empty, flushed, replaced) at any moment, any number of them
+ * short of all, also while other nodes are frozen or cut off ...: one node
+ * that kept its marker (answering or not) ... stops the deployment from
+ * looking new"; and "A new deployment ... is usable at once only when every
+ * node answers".
+ * Attack: A holds 'rv3:busy' on all five nodes (20 s fixed lease). Client
+ * B is created (its creation meets every node: connections, INFO) but has
+ * not acquired anything yet. Node 5 keeps its data and its marker but is
+ * busy running a long script (any client's EVAL past busy-reply-threshold:
+ * every command gets -BUSY), and nodes 1-4 are flushed (FLUSHALL: four of
+ * five lose their data, short of all). B then acquires 'rv3:busy'.
+ * What happened: judge_markers() counts node 5's -BUSY error reply as an
+ * answer (only a failed connection clears 'all'), without a marker that
+ * counts: every node "answered" and none has a marker, so the deployment
+ * looks new, nodes 1-4 are promoted at once and B takes the lock on them
+ * while A's hold is valid for many seconds more: two holders.
+ */
+TEST(a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_from_looking_new) {
+  fresh();
+  char out[128];
+  dlock_client *ca = client_of(url, 2000), *cb = NULL;
+  if (!ca) TEST_FAIL("setup: no client: %s", dlock_last_error());
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 20000;
+  dlock_mutex *a = NULL, *b = NULL;
+  ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:busy", &mo));
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc != 0) TEST_FAIL("setup: A's acquire: %d %s", rc, dlock_last_error());
+  cb = client_of(url, 2000);
+  if (!cb) TEST_FAIL("setup: no client B: %s", dlock_last_error());
+  ASSERT_OK(dlock_mutex_new(&b, cb, "rv3:busy", &mo));
+  make_busy(4, 8000);
+  for (int i = 0; i < 4; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  int brc = dlock_mutex_acquire(b, 0);
+  char bmsg[1200];
+  snprintf(bmsg, sizeof bmsg, "%s", brc ? dlock_mutex_errmsg(b) : "");
+  long long a_left = dlock_mutex_valid_until(a) - th_now_ms();
+  dlock_lost_reason a_lost = dlock_mutex_lost(a);
+  end_busy(4);
+  if (brc == 0) dlock_mutex_release(b);
+  dlock_mutex_release(a);
+  dlock_mutex_free(b);
+  dlock_mutex_free(a);
+  dlock_client_free(cb);
+  dlock_client_free(ca);
+  printf("  B: %d %s\n", brc, bmsg);
+  if (brc == 0 && a_lost == DLOCK_LOST_NONE && a_left > 0)
+    TEST_FAIL("B acquired 'rv3:busy' on the four flushed nodes while A's hold was valid for %lld ms more: node 5, "
+              "which kept its marker and A's key, answered -BUSY and the deployment looked new", a_left);
 }
 
 TEST_MAIN()
