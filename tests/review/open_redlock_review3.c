@@ -39,6 +39,11 @@
  *    renewal in flight before the release is sent (no seed after it).
  *  - Release once decided (delete_decided): decided only when the nodes
  *    that may still hold our key cannot make a majority.
+ *  - The same as finding 3 with node 5 restarted WITH its data (appendonly,
+ *    appendfsync always, key-load-delay) and answering -LOADING to a new
+ *    client: held, the connection's PING fails there, so not every node
+ *    "answered" (only an error on a connection already open is counted
+ *    as an answer).
  *  - Chaos with a history check (build/rv3chaos.c, not committed: it
  *    passed): 5 processes, watchdog leases 1-4 s, a new client per hold in
  *    a third of the rounds, node 1 never faulted, nodes 2-5 restarted
