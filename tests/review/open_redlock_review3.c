@@ -22,6 +22,14 @@
  *     marker and the holder's key) busy, the deployment looks new and a
  *     second client takes the lock on the flushed four while the first
  *     holder's 20 s lease has 18 s to run.
+ *  4. a_contenders_partial_attempt_does_not_end_the_hold_when_a_held_node_
+ *     restarted (medium, availability): in the newest fix's scenario, a
+ *     contender's partial attempt on the two free nodes at renewal time
+ *     ends the hold at once as DLOCK_LOST_TAKEN ("another owner holds the
+ *     lock now"): the restarted node's "key gone" counts as a final no,
+ *     neither confirmed nor failed; no one holds the lock and 4 of 5 nodes
+ *     are up (1 of 3 runs with four real contender processes; the test
+ *     leaves the contender's token for 1.5 s and fails every run).
  *
  * Attacks that held (no finding):
  *  - The renewal's taking of absent nodes (seed_absent, rl_extend.lua 3)
@@ -321,6 +329,74 @@ TEST(a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_from_look
   if (brc == 0 && a_lost == DLOCK_LOST_NONE && a_left > 0)
     TEST_FAIL("B acquired 'rv3:busy' on the four flushed nodes while A's hold was valid for %lld ms more: node 5, "
               "which kept its marker and A's key, answered -BUSY and the deployment looked new", a_left);
+}
+
+/*
+ * Promise (docs/redlock.md, "Renewal"): a renewal short of a majority
+ * "first takes" the counted nodes without our key; the loss is reported
+ * "DLOCK_LOST_EXPIRED/TAKEN when a majority says the key is gone or
+ * another owner's ... (a key absent on a majority of the counted nodes is
+ * "expired" only when they could not be taken)"; "with 5 nodes, locks are
+ * taken and renewed while any 3 answer".
+ * Attack: the newest fix's scenario (A holds on nodes 1-3, node 3 restarts
+ * empty, nodes 4 and 5 free) with a contender's attempt on nodes 4 and 5
+ * in flight when A renews: a failed attempt of another client takes the
+ * free nodes 4 and 5 for a moment before giving them back. Here that
+ * attempt's token is left on nodes 4 and 5 for 1.5 s (as by a contender
+ * killed before its cleanup, or one whose cleanup is slow); A's lease is
+ * 3 s (watchdog), so A's renewals can take nodes 4 and 5 once it is gone.
+ * With four processes of real contenders instead (new clients, waiting
+ * acquires in a loop), A lost its hold the same way in 1 of 3 runs.
+ * What happened: the renewal sees nodes 1, 2 confirm, node 3 answer "key
+ * gone" (not counted: restarted) and nodes 4, 5 "another owner"; rl_extend
+ * counts node 3's answer as a final no (it is neither confirmed nor
+ * failed), so conf + failed = 2 < 3 and the hold is declared lost at once
+ * as DLOCK_LOST_TAKEN ("another owner holds the lock now") while no other
+ * owner holds it (a partial of 2 of 5), four of five nodes are up, and the
+ * contender's token would have ended long before A's deadline. Without the
+ * restart (node 3 holding A's key) the same renewal is fine.
+ */
+TEST(a_contenders_partial_attempt_does_not_end_the_hold_when_a_held_node_restarted) {
+  fresh();
+  char out[128];
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out, "SET rv3:contend foreignfeedfacefeedfacefeedface PX 3000");
+  dlock_client *ca = client_of(url, 2000);
+  if (!ca) TEST_FAIL("setup: no client");
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  dlock_mutex *a = NULL;
+  ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:contend", &mo));
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc) TEST_FAIL("setup: A's acquire: %s", dlock_last_error());
+  long long t0 = th_now_ms();
+  /* Node 3 restarts empty; the contender's attempt holds nodes 4 and 5 for
+   * 1.5 s more (before A's first renewal, a third of the lease in). */
+  if (th_redis_restart(&srv[2]) != 0) TEST_FAIL("setup: restart node 3");
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out, "SET rv3:contend contenderfeedfacefeedfacefeedfa PX 1500");
+  long long setup_ms = th_now_ms() - t0;
+  dlock_lost_reason lost = DLOCK_LOST_NONE;
+  long long lost_at = 0;
+  while (th_now_ms() - t0 < 9000) { /* three leases */
+    lost = dlock_mutex_lost(a);
+    if (lost != DLOCK_LOST_NONE) {
+      lost_at = th_now_ms() - t0;
+      break;
+    }
+    th_sleep_ms(30);
+  }
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", dlock_mutex_errmsg(a));
+  dlock_mutex_release(a);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (setup_ms > 900) TEST_SKIP("the setup took %lld ms, past A's first renewal (a very slow machine?)", setup_ms);
+  if (lost != DLOCK_LOST_NONE)
+    TEST_FAIL("A's watchdog hold (3000 ms lease) was lost (%s) at +%lld ms, with nodes 1, 2 holding A's key, node 3 "
+              "restarted empty and nodes 4, 5 held for 1.5 s by a contender's partial attempt", dlock_lost_reason_str(lost),
+              lost_at);
 }
 
 TEST_MAIN()
