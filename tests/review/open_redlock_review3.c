@@ -52,6 +52,12 @@
  *    client: held, the connection's PING fails there, so not every node
  *    "answered" (only an error on a connection already open is counted
  *    as an answer).
+ *  - One server as redis://127.0.0.1:P and unix:///.../redis.sock in
+ *    redlock_urls: refused (a unix:// entry is not accepted there).
+ *    Not tried: a server's plain and TLS ports as two nodes (different
+ *    ports, outside the documented "names that resolve to one address";
+ *    comparing the run_id each node's INFO reports at connect would refuse
+ *    every form of the same server, finding 1 included).
  *  - Chaos with a history check (build/rv3chaos.c, not committed: it
  *    passed): 5 processes, watchdog leases 1-4 s, a new client per hold in
  *    a third of the rounds, node 1 never faulted, nodes 2-5 restarted
@@ -151,6 +157,7 @@ TEST(one_server_under_its_ipv4_mapped_name_is_refused) {
             "an acquire on one server answered %d (%s)", srv[0].port, srv[0].port, rc,
             rc == 0 ? "acquired: one server made the majority" : dlock_err_name(rc));
 }
+
 
 
 /* ---- Finding: a frozen held node and the renewal's taking of absent nodes ---- */
