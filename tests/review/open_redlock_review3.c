@@ -214,6 +214,7 @@ TEST(a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
   dlock_mutex *a = NULL;
   ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:frozen", &mo));
   int rc = dlock_mutex_acquire(a, 0);
+  long long acquired = th_now_ms();
   if (rc != 0) {
     dlock_mutex_free(a);
     dlock_client_free(ca);
@@ -228,6 +229,7 @@ TEST(a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
   kill(srv[2].pid, SIGSTOP);
   frozen[2] = 1;
   long long t0 = th_now_ms(), lost_at = 0;
+  long long setup_ms = t0 - acquired;
   dlock_lost_reason lost = DLOCK_LOST_NONE;
   while (th_now_ms() - t0 < 9000) { /* three leases */
     lost = dlock_mutex_lost(a);
@@ -246,6 +248,7 @@ TEST(a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
   dlock_mutex_release(a);
   dlock_mutex_free(a);
   dlock_client_free(ca);
+  if (setup_ms > 900) TEST_SKIP("the setup took %lld ms, past A's first renewal (a very slow machine?)", setup_ms);
   if (lost != DLOCK_LOST_NONE)
     TEST_FAIL("A's watchdog hold (3000 ms lease, 5000 ms command timeout) was lost (%s) %lld ms after node 3 froze, "
               "with nodes 1, 2 holding A's key and nodes 4, 5 up and free (their key now: '%s', '%s')",
