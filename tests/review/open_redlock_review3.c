@@ -37,8 +37,12 @@
  *    counts only replies that came before it; the keys that confirmed the
  *    previous renewal live past that deadline, so a majority of ours is
  *    alive whenever a node is taken; a node emptied since our last look
- *    answers 2 (quarantine written), not 3. A late seed reaching a frozen
- *    node after it resumes leaves a ghost token on a minority only.
+ *    answers 2 (quarantine written), not 3 (read; finding 4's and 2's
+ *    runs exercise it). Read, not run: a late seed reaching a frozen node
+ *    when it resumes leaves a ghost token on a minority only; an explicit
+ *    dlock_mutex_extend passes no limit (INT64_MAX), so its taking may run
+ *    after the hold's deadline, but the extend is then answered "lost
+ *    before the reply came" and the release removes the token.
  *  - Fences after a renewal-taken node (no hold record, counter not raised
  *    to F): a later majority meets a node of the acquire's majority that
  *    stored F unless more nodes lost their data than "Fences across the
@@ -58,11 +62,15 @@
  *    ports, outside the documented "names that resolve to one address";
  *    comparing the run_id each node's INFO reports at connect would refuse
  *    every form of the same server, finding 1 included).
- *  - Chaos with a history check (build/rv3chaos.c, not committed: it
- *    passed): 5 processes, watchdog leases 1-4 s, a new client per hold in
- *    a third of the rounds, node 1 never faulted, nodes 2-5 restarted
- *    empty (kill -9), FLUSHALLed and frozen 0.8-3.8 s (at most two frozen),
- *    30-45 s runs: no overlap of holds believed valid, fences rising.
+ *  - Chaos with a history check (build/rv3chaos.c in this worktree, not
+ *    committed: it passed): 5 processes, watchdog leases 0.8-4 s, a new
+ *    client in a third of the rounds, one hold in five ended by _exit()
+ *    while held (its keys stay), node 1 never faulted, nodes 2-5 restarted
+ *    empty (kill -9), FLUSHALLed and frozen 0.8-3.8 s (at most two frozen
+ *    at once); each holder appends "in, last moment believed valid, fence"
+ *    to an O_APPEND file; 7 runs of 30-45 s (4 with the crashes), 13-28
+ *    holds each (the quarantines keep the lock unavailable much of the
+ *    time): no overlap of holds believed valid, fences strictly rising.
  */
 #include <errno.h>
 #include <fcntl.h>
