@@ -39,7 +39,8 @@
  * to it is opened, which a restart always forces. A node whose run_id
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
- * restart, for servers without fsync'd AOF). For every client, also one
+ * restart, for servers without fsync'd AOF); two nodes with one run_id are
+ * one server listed twice (refused at the start, else counted once). For every client, also one
  * that never saw the node before: every acquire runs rl_marker.lua on every
  * node in the same round trip. A node without the restart marker
  * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
