@@ -40,9 +40,9 @@
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
  * restart, for servers without fsync'd AOF); two nodes with one run_id are
- * one server listed twice (refused at the start, else counted once). For every client, also one
- * that never saw the node before: every acquire runs rl_marker.lua on every
- * node in the same round trip. A node without the restart marker
+ * one server listed twice (refused at the start, else counted once). For
+ * every client, also one that never saw the node before: every acquire runs
+ * rl_marker.lua on every node in the same round trip. A node without the restart marker
  * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
  * it is held out from the first look, on its own clock, for the longest
  * lease, and promoted only then, at an acquire that counts it; every node
