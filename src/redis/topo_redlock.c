@@ -39,9 +39,10 @@
  * to it is opened, which a restart always forces. A node whose run_id
  * changed and whose uptime is below the longest lease in use does not count
  * toward a quorum until that lease has passed (the Redlock spec's delayed
- * restart, for servers without fsync'd AOF). For every client, also one
- * that never saw the node before: every acquire runs rl_marker.lua on every
- * node in the same round trip. A node without the restart marker
+ * restart, for servers without fsync'd AOF); two nodes with one run_id are
+ * one server listed twice (refused at the start, else counted once). For
+ * every client, also one that never saw the node before: every acquire runs
+ * rl_marker.lua on every node in the same round trip. A node without the restart marker
  * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
  * it is held out from the first look, on its own clock, for the longest
  * lease, and promoted only then, at an acquire that counts it; every node
@@ -336,18 +337,29 @@ static void note_info(redlock *r, int i, const dlock__reply *server, const dlock
   pthread_mutex_unlock(&r->mu);
 }
 
+/* Is 'v' rl_marker.lua's read reply, {counts, since, now, lease}? Any other
+ * reply (an error: -BUSY, -LOADING, NOPERM, ...) says nothing about the
+ * marker: the node did not answer the look. */
+static int marker_reply_ok(const dlock__reply *v) {
+  return v && v->type == DLOCK__REPLY_ARRAY && v->elements == 4 && v->element[0]->type == DLOCK__REPLY_INTEGER &&
+         v->element[1]->type == DLOCK__REPLY_STRING && v->element[2]->type == DLOCK__REPLY_STRING &&
+         v->element[3]->type == DLOCK__REPLY_STRING;
+}
+
+/* An ACL without the marker's key: that node gets no marker rule. */
+static int marker_noperm(const dlock__reply *v) { return dlock__reply_error_status(v) == DLOCK_ENOPERM; }
+
 /* The reply to rl_marker.lua's read, {counts, since, now, lease}: noted
- * as counting (1), held out (0) or unknown (-1: an error, such as an ACL
- * without the key); the longest lease it records. Whether a node held out
- * has been out for long enough is decided once every reply is in
+ * as counting (1), held out (0) or unknown (-1: NOPERM, an ACL without the
+ * key); the longest lease it records. Any other error (-BUSY: a long
+ * script; -LOADING) keeps what we knew, as no reply would. Whether a node
+ * held out has been out for long enough is decided once every reply is in
  * (rl_acquire: a later reply may record a longer lease). */
 static void note_marker(redlock *r, int i, const dlock__reply *v) {
   rl_node *nd = &r->node[i];
   pthread_mutex_lock(&r->mu);
-  if (!v || v->type != DLOCK__REPLY_ARRAY || v->elements != 4 || v->element[0]->type != DLOCK__REPLY_INTEGER ||
-      v->element[1]->type != DLOCK__REPLY_STRING || v->element[2]->type != DLOCK__REPLY_STRING ||
-      v->element[3]->type != DLOCK__REPLY_STRING) {
-    nd->marker = -1;
+  if (!marker_reply_ok(v)) {
+    if (marker_noperm(v)) nd->marker = -1;
   } else {
     nd->marker = v->element[0]->integer == 1 ? 1 : 0;
     snprintf(nd->q_since, sizeof nd->q_since, "%s", v->element[1]->str);
@@ -835,13 +847,30 @@ static int run_calls(redlock *r, const dlock__script_call *calls, size_t n, unsi
 
 /* ---- Counting ---- */
 
+/* An earlier node whose INFO reported the same run_id as node i: one
+ * server listed under two names (an IPv4-mapped address, a proxy, a second
+ * DNS name), or -1 (r->mu held). */
+static int same_server_as(const redlock *r, int i) {
+  if (!r->node[i].run_id[0]) return -1;
+  for (int j = 0; j < i; j++)
+    if (!strcmp(r->node[j].run_id, r->node[i].run_id)) return j;
+  return -1;
+}
+
 /* Does node i count toward a quorum now? If not, why (for messages). */
 static int counts_ex(redlock *r, int i, char *why, size_t len, int marker_rule) {
   rl_node *nd = &r->node[i];
   pthread_mutex_lock(&r->mu);
   dlock_mono_ms now = dlock_mono_now();
   int ok = 1;
-  if (nd->not_master) {
+  int dup = same_server_as(r, i);
+  if (dup >= 0) {
+    /* Met at a connection opened after the client started (the check at
+     * the start refuses the client): one server counts once. */
+    snprintf(why, len, "%s is the same server as %s (one run_id in INFO server): it counts once; list each "
+             "independent master once", nd->node.ep.display, r->node[dup].node.ep.display);
+    ok = 0;
+  } else if (nd->not_master) {
     snprintf(why, len, "%s is not a master (role:%s)", nd->node.ep.display, nd->role);
     ok = 0;
   } else if (nd->restarted_until > now) {
@@ -910,28 +939,35 @@ static int acquire_decided(redlock *r, const slot *s, void *ctx) {
                   ? (int)v->element[0]->integer
                   : -1;
     char why[300];
-    int marked = !mk || mk->type != DLOCK__REPLY_ARRAY ||
-                 (mk->elements == 4 && mk->element[0]->type == DLOCK__REPLY_INTEGER && mk->element[0]->integer == 1);
+    /* Counts early: a marker that counts, or none readable (NOPERM: no
+     * marker rule). Another error (-BUSY) is no answer: not early. */
+    int marked = marker_reply_ok(mk) ? mk->element[0]->integer == 1 : marker_noperm(mk);
     if (got != 1 || !counts_ex(r, i, why, sizeof why, 0)) no++;
     else if (marked) yes++;
   }
   return yes >= r->quorum || r->n - no < r->quorum;
 }
 
-/* Renewals: for every call, a majority of counted nodes confirmed, or a
- * majority no longer can. */
+/* Renewals: for every call, a majority of counted nodes confirmed, or
+ * would with the counted nodes that answered "key gone" (rl_extend takes
+ * them at once, within the validity: waiting for a frozen node would spend
+ * it; review 3, finding 2), or a majority no longer can. */
 static int extend_decided(redlock *r, const slot *s, void *ctx) {
   size_t n = *(const size_t *)ctx;
   for (size_t j = 0; j < n; j++) {
-    int conf = 0, pend = 0;
+    int conf = 0, pend = 0, takeable = 0;
     for (int i = 0; i < r->n; i++) {
       int pending;
       const dlock__reply *v = answer(&s[i], j, &pending);
       char why[300];
       if (pending) pend++;
-      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1 && counts(r, i, why, sizeof why)) conf++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && (v->integer == 1 || v->integer == 0) &&
+               counts(r, i, why, sizeof why)) {
+        if (v->integer == 1) conf++;
+        else takeable++;
+      }
     }
-    if (conf < r->quorum && conf + pend >= r->quorum) return 0;
+    if (conf < r->quorum && conf + pend >= r->quorum && conf + takeable < r->quorum) return 0;
   }
   return 1;
 }
@@ -1092,18 +1128,21 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
 static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   int all = 1, any = 0;
   for (int i = 0; i < r->n; i++) {
-    if (x->s[i].rc || !x->res[(size_t)i * 2]) all = 0;
-    else note_marker(r, i, x->res[(size_t)i * 2]);
+    const dlock__reply *v = x->s[i].rc ? NULL : x->res[(size_t)i * 2];
+    /* An error reply (-BUSY, -LOADING, NOPERM) is not an answer about the
+     * marker: that node may be the one that kept it (review 3, finding 1). */
+    if (!marker_reply_ok(v)) all = 0;
+    if (v) note_marker(r, i, v);
   }
   pthread_mutex_lock(&r->mu);
   for (int i = 0; i < r->n; i++)
-    if (!x->s[i].rc && x->res[(size_t)i * 2] && r->node[i].q_found) any = 1;
+    if (!x->s[i].rc && marker_reply_ok(x->res[(size_t)i * 2]) && r->node[i].q_found) any = 1;
   int64_t longest = longest_lease(r);
   size_t o = 0;
   promote[0] = '\0';
   for (int i = 0; i < r->n; i++) {
     rl_node *nd = &r->node[i];
-    if (x->s[i].rc || !x->res[(size_t)i * 2] || nd->marker != 0) continue;
+    if (x->s[i].rc || !marker_reply_ok(x->res[(size_t)i * 2]) || nd->marker != 0) continue;
     if ((all && !any) || nd->q_age_ms >= longest + longest / 100 + 2) {
       nd->marker = 2;
       int k = snprintf(promote + o, len - o, "%s%s", o ? "," : "", nd->q_since);
@@ -1333,8 +1372,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
 /* Re-seed our key on the nodes in 'mask' where it is absent (rl_extend.lua:
  * SET NX, and the restart marker's quarantine where the marker is gone).
  * Returns how many of them now hold our key with a marker that counts
- * (rl_extend.lua answers 1 or 3). */
-static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask, dlock_mono_ms limit) {
+ * (rl_extend.lua answers 1 or 3); '*other' (if not NULL) gets the nodes
+ * where another owner's key is (-1). */
+static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask, dlock_mono_ms limit,
+                       unsigned *other) {
   dlock__script_call seed = *call;
   seed.script = DLOCK__SCRIPT_RL_EXTEND;
   if (seed.nkeys < DLOCK__SCRIPT_MAX_ARGS) { /* the restart marker: the quarantine's start where it is gone */
@@ -1345,17 +1386,19 @@ static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask
   if (limit < deadline) deadline = limit;
   run y;
   int took = 0;
+  if (other) *other = 0;
   if (run_calls(r, &seed, 1, mask, deadline, &y) != 0) return 0;
   for (int i = 0; i < r->n; i++) {
     const dlock__reply *v = (mask >> i & 1u) ? y.res[i] : NULL;
     if (v && v->type == DLOCK__REPLY_INTEGER && (v->integer == 1 || v->integer == 3)) took++;
+    if (other && v && v->type == DLOCK__REPLY_INTEGER && v->integer == -1) *other |= 1u << i;
   }
   run_free(r, &y);
   return took;
 }
 
 /* Renewals: per call, 1 when a majority confirmed (extend.lua: our token
- * still there, lease set), -1 or 0 when a majority can no longer confirm,
+ * still there, lease set), -1, -2 or 0 when the hold is gone for good,
  * else an EQUORUM error reply (the watchdog retries it; dlock_mutex_extend
  * reports it). Only once a majority confirmed are the nodes that lost the
  * key (restarted empty) re-seeded with our token (rl_extend.lua: only where
@@ -1364,7 +1407,15 @@ static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask
  * brought back this way. Before that, when too few confirmed but the
  * counted nodes without the key would make a majority, those are taken
  * (SET NX, while the hold is valid locally, so it cannot have expired
- * there) and count where their restart marker counts (rl_extend.lua: 3). */
+ * there) and count where their restart marker counts (rl_extend.lua: 3).
+ * Before the deadline the hold is gone for good only when another owner's
+ * key (or the tombstone of a forced release of our token) is on a
+ * majority: another owner's key on a minority (a contender's failed
+ * attempt, given back at once or at its lease's end) and a key gone on a
+ * node that is not counted (restarted, held out) or could not be taken now
+ * may still turn into a majority before the deadline: the renewal is tried
+ * again (review 3, finding 3). After the deadline, as before: lost when the
+ * nodes that may still confirm cannot make a majority. */
 static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) {
   for (size_t j = 0; j < n; j++) {
     note_lease(r, &calls[j], 1);
@@ -1399,7 +1450,8 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         }
       } else if (v->integer == 0) {
         absent |= 1u << i;
-        add(&m, "%s%s: the key is gone", m.o ? "; " : "", r->node[i].node.ep.display);
+        add(&m, "%s%s: the key is gone%s%s", m.o ? "; " : "", r->node[i].node.ep.display, counted[i] ? "" : ", and ",
+            counted[i] ? "" : why[i]);
       } else {
         neg++;
         if (v->integer == -2) tomb++;
@@ -1420,15 +1472,19 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         ntake++;
       }
     if (conf < r->quorum && conf + ntake >= r->quorum && dlock_mono_now() < limit) {
-      int took = seed_absent(r, &calls[j], takeable, limit);
+      unsigned other = 0;
+      int took = seed_absent(r, &calls[j], takeable, limit, &other);
       conf += took;
+      neg += popcount(other); /* taken by another owner meanwhile */
       if (took) add(&m, "; taken again on %d node%s without the key", took, took == 1 ? "" : "s");
+      if (other) add(&m, "; another owner took %d of them meanwhile", popcount(other));
       absent &= ~takeable;
     }
-    if (conf >= r->quorum && dlock_mono_now() < limit) {
+    int in_time = dlock_mono_now() < limit;
+    if (conf >= r->quorum && in_time) {
       replies[j] = mk_int(1);
-      if (absent) (void)seed_absent(r, &calls[j], absent, limit); /* best effort */
-    } else if (conf + failed < r->quorum) {
+      if (absent) (void)seed_absent(r, &calls[j], absent, limit, NULL); /* best effort */
+    } else if (in_time ? neg >= r->quorum : conf + failed < r->quorum) {
       /* -2: a forced release deleted our hold (its tombstone names our
        * token), as extend.lua says on one node: DLOCK_LOST_DELETED. */
       replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
@@ -1969,19 +2025,27 @@ static void rl_destroy(dlock__topology *t) {
 
 /* Does a TCP entry name one of the addresses in 'ra' (another entry's, with
  * the same port: 127.0.0.1:P and localhost:P)? */
+/* An address as 16 bytes: an IPv4 one as its IPv4-mapped IPv6 form
+ * (::ffff:a.b.c.d), which a connect reaches the same listener with. */
+static int addr16(const struct addrinfo *x, unsigned char out[16]) {
+  if (x->ai_family == AF_INET) {
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &((const struct sockaddr_in *)(const void *)x->ai_addr)->sin_addr, 4);
+    return 1;
+  }
+  if (x->ai_family == AF_INET6) {
+    memcpy(out, &((const struct sockaddr_in6 *)(const void *)x->ai_addr)->sin6_addr, 16);
+    return 1;
+  }
+  return 0;
+}
+
 static int shares_address(const struct addrinfo *ra, const struct addrinfo *rb) {
+  unsigned char a[16], b[16];
   for (const struct addrinfo *x = ra; x; x = x->ai_next)
-    for (const struct addrinfo *y = rb; y; y = y->ai_next) {
-      if (x->ai_family != y->ai_family) continue;
-      if (x->ai_family == AF_INET &&
-          !memcmp(&((const struct sockaddr_in *)(const void *)x->ai_addr)->sin_addr,
-                  &((const struct sockaddr_in *)(const void *)y->ai_addr)->sin_addr, sizeof(struct in_addr)))
-        return 1;
-      if (x->ai_family == AF_INET6 &&
-          !memcmp(&((const struct sockaddr_in6 *)(const void *)x->ai_addr)->sin6_addr,
-                  &((const struct sockaddr_in6 *)(const void *)y->ai_addr)->sin6_addr, sizeof(struct in6_addr)))
-        return 1;
-    }
+    for (const struct addrinfo *y = rb; y; y = y->ai_next)
+      if (addr16(x, a) && addr16(y, b) && !memcmp(a, b, sizeof a)) return 1;
   return 0;
 }
 
@@ -2082,6 +2146,21 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   slots_free(s, n);
   if (!answered) {
     rc = dlock__error(DLOCK_ECONNECT, "no Redlock node answered: %s", m.buf);
+    rl_destroy(&r->base);
+    return rc;
+  }
+  /* One server under two names that resolve to different addresses (a
+   * proxy, an IPv4-mapped IPv6 address, ...): its run_id is the same. */
+  dup = -1;
+  first = -1;
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < n && dup < 0; i++)
+    if ((first = same_server_as(r, i)) >= 0) dup = i;
+  pthread_mutex_unlock(&r->mu);
+  if (dup >= 0) {
+    rc = dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (both report run_id %s in "
+                      "INFO server); each node must be a separate, independent master: list it once",
+                      r->node[first].node.ep.display, r->node[dup].node.ep.display, r->node[dup].run_id);
     rl_destroy(&r->base);
     return rc;
   }

@@ -6,7 +6,8 @@
  * of them, SIGSTOP and kill -9; public API only, but for the SHA1 of one
  * script (redis.h) that a proxy rule matches. The marker* tests are the
  * adversarial review of the restart marker (formerly
- * open_redlock_adversarial.c), one per finding.
+ * open_redlock_adversarial.c), one per finding; the review3_* tests the
+ * third review of Redlock (formerly open_redlock_review3.c).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -316,10 +317,10 @@ static void resume_all(void) {
     if (srv[i].pid > 0) kill(srv[i].pid, SIGCONT);
 }
 
-static dlock_client *rl_client(const char *prefix, int cmd_timeout_ms) {
+static dlock_client *client_at(const char *u, const char *prefix, int cmd_timeout_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = url;
+  o.url = u;
   o.key_prefix = prefix;
   o.command_timeout_ms = cmd_timeout_ms;
   o.connect_timeout_ms = cmd_timeout_ms;
@@ -327,6 +328,8 @@ static dlock_client *rl_client(const char *prefix, int cmd_timeout_ms) {
   if (dlock_client_new(&c, &o) != 0) return NULL;
   return c;
 }
+
+static dlock_client *rl_client(const char *prefix, int cmd_timeout_ms) { return client_at(url, prefix, cmd_timeout_ms); }
 
 /* Wait (bounded) until every node has been up for 's' seconds. */
 static void up_at_least_s(int s) {
@@ -795,6 +798,302 @@ TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_empty) {
 
 TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_with_its_data) {
   renewal_takes_absent_nodes(1);
+}
+
+/* ---- The third review of Redlock (branch rev3rl, formerly
+ * open_redlock_review3.c): one test per finding, each FAILED on the code as
+ * reviewed (main at fd2d0a8); the failures quoted are those runs'. ---- */
+
+/* Every node empty, then one acquire with every node answering (a new
+ * deployment: every marker is promoted). */
+static void fresh_warm(void) {
+  fresh();
+  dlock_client *c = rl_client(NULL, 2000);
+  if (!c) TEST_FAIL("setup: no client: %s", dlock_last_error());
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, "rv3:warm", NULL) == 0 && dlock_mutex_acquire(m, 2000) == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* Watch a 3 s watchdog hold for three leases from t0: its loss, and when
+ * (ms after t0). */
+static dlock_lost_reason watch_hold(dlock_mutex *a, long long t0, long long *lost_at) {
+  while (th_now_ms() - t0 < 9000) {
+    dlock_lost_reason lost = dlock_mutex_lost(a);
+    if (lost != DLOCK_LOST_NONE) {
+      *lost_at = th_now_ms() - t0;
+      return lost;
+    }
+    th_sleep_ms(30);
+  }
+  return DLOCK_LOST_NONE;
+}
+
+/*
+ * Finding 4 (low). Promise (docs/redlock.md, "Nodes and URLs"): "a node
+ * listed twice is refused, also under two names that resolve to one address
+ * (`127.0.0.1:6379` and `localhost:6379`) when the client is created."
+ * Attack: node 1 as 127.0.0.1:P1 and as [::ffff:127.0.0.1]:P1 (the
+ * IPv4-mapped IPv6 form of the same address). Before the fix: "was accepted
+ * as two nodes; with the third frozen, an acquire on one server answered 0
+ * (acquired: one server made the majority)".
+ */
+TEST(review3_one_server_under_its_ipv4_mapped_name_is_refused) {
+  fresh();
+  char u[512];
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,[::ffff:127.0.0.1]:%d,127.0.0.1:%d", srv[0].port, srv[0].port,
+           srv[1].port);
+  dlock_client *c = client_at(u, NULL, 1000);
+  if (!c) {
+    printf("  refused: %s\n", dlock_last_error());
+    return;
+  }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 5000;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "dup-name", &mo));
+  if (dlock_mutex_acquire(m, 0) == 0) dlock_mutex_release(m);
+  kill(srv[1].pid, SIGSTOP);
+  int rc = dlock_mutex_acquire(m, 0);
+  kill(srv[1].pid, SIGCONT);
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  TEST_FAIL("redlock://127.0.0.1:%d,[::ffff:127.0.0.1]:%d,... was accepted as two nodes; with the third frozen, "
+            "an acquire on one server answered %d (%s)", srv[0].port, srv[0].port, rc,
+            rc == 0 ? "acquired: one server made the majority" : dlock_err_name(rc));
+}
+
+/*
+ * Finding 4, every other form of one server (the fix: each node's run_id,
+ * read at connect): node 1 and a proxy in front of it (two ports, no shared
+ * address). Refused at the start, naming both; when the proxy answered
+ * nothing at the start and is met later, it is not counted: with nodes 2
+ * and 3 frozen, node 1 and the proxy do not make 3 of 5.
+ */
+TEST(review3_one_server_behind_a_proxy_is_refused_or_counted_once) {
+  fresh();
+  char out[64], u[512], want[64];
+  for (int i = 0; i < N; i++) /* every marker counts: no acquire waits for the new deployment's rule */
+    th_redis_cli(&srv[i], out, sizeof out, "HSET dlock:redlock:marker since 0 counts 1 lease 3000");
+  if (fp_start(&proxy[0], srv[0].port) != 0) TEST_FAIL("setup: a proxy for node 1");
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", srv[0].port, fp_port(proxy[0]),
+           srv[1].port);
+  dlock_client *c = client_at(u, NULL, 1000);
+  if (c) {
+    dlock_client_free(c);
+    TEST_FAIL("'%s' (node 1 and a proxy in front of it) was accepted", u);
+  }
+  printf("  refused: %s\n", dlock_last_error());
+  ASSERT_CONTAINS(dlock_last_error(), "one server listed twice");
+  snprintf(want, sizeof want, "127.0.0.1:%d", fp_port(proxy[0]));
+  ASSERT_CONTAINS(dlock_last_error(), want);
+  fp_blackhole(proxy[0], 1); /* answers nothing while the client starts */
+  snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", srv[0].port,
+           srv[1].port, srv[2].port, fp_port(proxy[0]), srv[4].port);
+  c = client_at(u, NULL, 1000);
+  fp_blackhole(proxy[0], 0);
+  if (!c) TEST_FAIL("setup: the client with the proxy unanswering: %s", dlock_last_error());
+  dlock_mutex *m = test_mutex(c, "rv3:alias", 3000);
+  for (int k = 0; k < 3; k++) { /* the proxy's connection opens (INFO: node 1's run_id) */
+    if (dlock_mutex_acquire(m, 0) == 0) dlock_mutex_release(m);
+    th_sleep_ms(100);
+  }
+  kill(srv[1].pid, SIGSTOP);
+  kill(srv[2].pid, SIGSTOP);
+  int rc = dlock_mutex_acquire(m, 0);
+  char msg[1500];
+  snprintf(msg, sizeof msg, "%s", dlock_mutex_errmsg(m));
+  resume_all();
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  printf("  nodes 2, 3 frozen: %d %s\n", rc, msg);
+  if (rc == 0) TEST_FAIL("acquired on node 1, the proxy in front of it and node 5: one server counted twice");
+  snprintf(want, sizeof want, "not counted on 1 (127.0.0.1:%d is the same serv", fp_port(proxy[0]));
+  ASSERT_CONTAINS(msg, want); /* the message is cut where dlock_mutex_errmsg() cuts it */
+}
+
+/*
+ * Finding 2 (medium, availability). Promise (docs/redlock.md, "What each
+ * operation does" and "Renewal"): a renewal completes as soon as its
+ * outcome is decided, so one frozen node of five costs it a few
+ * milliseconds; when fewer confirm but counted nodes without our key would
+ * make the majority, the renewal first takes them; "with 5 nodes, locks
+ * are taken and renewed while any 3 answer".
+ * Attack: A's acquire takes nodes 1-3 (4 and 5 hold a crashed client's
+ * leftover token, which then ends); node 3 is then frozen before the first
+ * renewal; A holds with the watchdog, a 3000 ms lease under a 5000 ms
+ * command timeout. Before the fix: "lost (the server could not be reached in
+ * time to renew the lease or keep the session) 2773 ms after node 3 froze,
+ * with nodes 1, 2 holding A's key and nodes 4, 5 up and free": the renewal
+ * waited for the frozen node, and the taking of nodes 4 and 5 came after
+ * the deadline.
+ */
+TEST(review3_a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
+  fresh_warm();
+  char out[128];
+  for (int i = 3; i < 5; i++)
+    if (th_redis_cli(&srv[i], out, sizeof out, "SET rv3:frozen foreignfeedfacefeedfacefeedface PX 3000") != 0)
+      TEST_FAIL("setup: SET on node %d", i + 1);
+  dlock_client *ca = rl_client(NULL, 5000);
+  if (!ca) TEST_FAIL("setup: no client: %s", dlock_last_error());
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  dlock_mutex *a = NULL;
+  ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:frozen", &mo));
+  int rc = dlock_mutex_acquire(a, 0);
+  long long acquired = th_now_ms();
+  if (rc != 0) {
+    dlock_mutex_free(a);
+    dlock_client_free(ca);
+    TEST_FAIL("setup: A's acquire on nodes 1-3: %d %s", rc, dlock_last_error());
+  }
+  /* The leftover token ends on nodes 4 and 5 (as it does when it expires),
+   * and node 3 freezes, both before the watchdog's first renewal (a third
+   * of the lease after the acquire). */
+  for (int i = 3; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "DEL rv3:frozen");
+  kill(srv[2].pid, SIGSTOP);
+  long long t0 = th_now_ms(), lost_at = 0;
+  long long setup_ms = t0 - acquired;
+  dlock_lost_reason lost = watch_hold(a, t0, &lost_at);
+  kill(srv[2].pid, SIGCONT);
+  char k4[128] = "", k5[128] = "";
+  key_on(3, "rv3:frozen", k4, sizeof k4);
+  key_on(4, "rv3:frozen", k5, sizeof k5);
+  printf("  keys on nodes 4, 5 after the freeze: '%s', '%s'\n", k4, k5);
+  dlock_mutex_release(a);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (setup_ms > 900) TEST_SKIP("the setup took %lld ms, past A's first renewal (a very slow machine?)", setup_ms);
+  if (lost != DLOCK_LOST_NONE)
+    TEST_FAIL("A's watchdog hold (3000 ms lease, 5000 ms command timeout) was lost (%s) %lld ms after node 3 froze, "
+              "with nodes 1, 2 holding A's key and nodes 4, 5 up and free (their key now: '%s', '%s')",
+              dlock_lost_reason_str(lost), lost_at, k4, k5);
+}
+
+/* Node i runs a script that keeps it busy for about 'ms' (it ends by
+ * itself; SCRIPT KILL ends it sooner): every other command gets -BUSY once
+ * busy-reply-threshold (100 ms here) has passed. */
+static void make_busy(int i, int ms) {
+  char out[128], cmd[600];
+  th_redis_cli(&srv[i], out, sizeof out, "CONFIG SET busy-reply-threshold 100");
+  snprintf(cmd, sizeof cmd,
+           "redis-cli -p %d EVAL \"local t=redis.call('TIME') local e=tonumber(t[1])*1000+tonumber(t[2])/1000+%d "
+           "while true do t=redis.call('TIME') if tonumber(t[1])*1000+tonumber(t[2])/1000>e then break end end "
+           "return 1\" 0 >/dev/null 2>&1 &",
+           srv[i].port, ms);
+  if (system(cmd) != 0) TEST_FAIL("setup: cannot start the busy script on node %d", i + 1);
+  for (int k = 0; k < 60; k++) { /* bounded: 3 s */
+    th_sleep_ms(50);
+    th_redis_cli(&srv[i], out, sizeof out, "PING");
+    if (strstr(out, "BUSY")) return;
+  }
+  TEST_FAIL("setup: node %d never answered BUSY", i + 1);
+}
+
+static void end_busy(int i) {
+  char out[128];
+  for (int k = 0; k < 40; k++) { /* bounded: 4 s */
+    th_redis_cli(&srv[i], out, sizeof out, "SCRIPT KILL");
+    th_redis_cli(&srv[i], out, sizeof out, "PING");
+    if (!strstr(out, "BUSY")) return;
+    th_sleep_ms(100);
+  }
+}
+
+/*
+ * Finding 1 (high, safety: two holders). Promise (docs/redlock.md,
+ * "Restarts", Survived): "one node that kept its marker (answering or not)
+ * ... stops the deployment from looking new"; "A new deployment ... is
+ * usable at once only when every node answers".
+ * Attack: A holds 'rv3:busy' on all five nodes (20 s lease); client B is
+ * created; node 5 keeps its data and marker but runs a long script (-BUSY
+ * to every command), nodes 1-4 are flushed; B acquires. Before the fix: "B
+ * acquired 'rv3:busy' on the four flushed nodes while A's hold was valid
+ * for 18605 ms more": the -BUSY reply to the marker's read counted as an
+ * answer without a marker, so the deployment looked new.
+ */
+TEST(review3_a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_from_looking_new) {
+  fresh_warm();
+  char out[128];
+  dlock_client *ca = rl_client(NULL, 2000), *cb = NULL;
+  if (!ca) TEST_FAIL("setup: no client: %s", dlock_last_error());
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 20000;
+  dlock_mutex *a = NULL, *b = NULL;
+  ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:busy", &mo));
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc != 0) TEST_FAIL("setup: A's acquire: %d %s", rc, dlock_last_error());
+  cb = rl_client(NULL, 2000);
+  if (!cb) TEST_FAIL("setup: no client B: %s", dlock_last_error());
+  ASSERT_OK(dlock_mutex_new(&b, cb, "rv3:busy", &mo));
+  make_busy(4, 8000);
+  for (int i = 0; i < 4; i++) th_redis_cli(&srv[i], out, sizeof out, "FLUSHALL");
+  int brc = dlock_mutex_acquire(b, 0);
+  char bmsg[1200];
+  snprintf(bmsg, sizeof bmsg, "%s", brc ? dlock_mutex_errmsg(b) : "");
+  long long a_left = dlock_mutex_valid_until(a) - th_now_ms();
+  dlock_lost_reason a_lost = dlock_mutex_lost(a);
+  end_busy(4);
+  if (brc == 0) dlock_mutex_release(b);
+  dlock_mutex_release(a);
+  dlock_mutex_free(b);
+  dlock_mutex_free(a);
+  dlock_client_free(cb);
+  dlock_client_free(ca);
+  printf("  B: %d %s\n", brc, bmsg);
+  if (brc == 0 && a_lost == DLOCK_LOST_NONE && a_left > 0)
+    TEST_FAIL("B acquired 'rv3:busy' on the four flushed nodes while A's hold was valid for %lld ms more: node 5, "
+              "which kept its marker and A's key, answered -BUSY and the deployment looked new", a_left);
+}
+
+/*
+ * Finding 3 (medium, availability). Promise (docs/redlock.md, "Renewal"):
+ * a renewal short of a majority takes the counted nodes without our key;
+ * the loss is final only when the majority's answers say so; "with 5 nodes,
+ * locks are taken and renewed while any 3 answer".
+ * Attack: A holds on nodes 1-3 (watchdog, 3 s lease); node 3 restarts
+ * empty; a contender's failed attempt holds nodes 4 and 5 for 1.5 s when A
+ * renews. Before the fix: "lost (another owner holds the lock now) at +1007
+ * ms": node 3's "key gone" (not counted: restarted) and the contender's
+ * token on 2 of 5 counted as a final no, though nobody held the lock.
+ */
+TEST(review3_a_contenders_partial_attempt_does_not_end_the_hold_when_a_held_node_restarted) {
+  fresh_warm();
+  char out[128];
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out, "SET rv3:contend foreignfeedfacefeedfacefeedface PX 3000");
+  dlock_client *ca = rl_client(NULL, 2000);
+  if (!ca) TEST_FAIL("setup: no client");
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  dlock_mutex *a = NULL;
+  ASSERT_OK(dlock_mutex_new(&a, ca, "rv3:contend", &mo));
+  int rc = dlock_mutex_acquire(a, 0);
+  if (rc) TEST_FAIL("setup: A's acquire: %s", dlock_last_error());
+  long long t0 = th_now_ms();
+  /* Node 3 restarts empty; the contender's attempt holds nodes 4 and 5 for
+   * 1.5 s more (before A's first renewal, a third of the lease in). */
+  if (th_redis_restart(&srv[2]) != 0) TEST_FAIL("setup: restart node 3");
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out, "SET rv3:contend contenderfeedfacefeedfacefeedfa PX 1500");
+  long long setup_ms = th_now_ms() - t0;
+  long long lost_at = 0;
+  dlock_lost_reason lost = watch_hold(a, t0, &lost_at);
+  dlock_mutex_release(a);
+  dlock_mutex_free(a);
+  dlock_client_free(ca);
+  if (setup_ms > 900) TEST_SKIP("the setup took %lld ms, past A's first renewal (a very slow machine?)", setup_ms);
+  if (lost != DLOCK_LOST_NONE)
+    TEST_FAIL("A's watchdog hold (3000 ms lease) was lost (%s) at +%lld ms, with nodes 1, 2 holding A's key, node 3 "
+              "restarted empty and nodes 4, 5 held for 1.5 s by a contender's partial attempt",
+              dlock_lost_reason_str(lost), lost_at);
 }
 
 TEST_MAIN()
