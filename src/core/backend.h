@@ -199,6 +199,18 @@ struct dlock__backend_ops {
   /* Up to 'max' newest records into 'out' (full records), newest first;
    * returns how many. */
   int (*sched_history)(dlock_client *c, const char *job, dlock_run_record *out, int max);
+
+  /* ---- Leader election (optional: NULL where not offered; core/election.c) ---- */
+  const struct dlock__election_ops *election;
+};
+
+/* What an election needs beyond the mutex (core/election.c). */
+struct dlock__election_ops {
+  /* Replace the owner_info of the hold of 'token' on m->name by 'value',
+   * keeping its fence, since and lease: 0; DLOCK_ENOTHELD when 'token'
+   * does not hold the lock on the server (nothing written). Safe to send
+   * twice. */
+  int (*proclaim)(dlock_mutex *m, const char *token, const char *value);
 };
 
 /* The backend for 'url' (NULL: the default, the registry's first row), or

@@ -617,6 +617,8 @@ static int pg_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) {
   return dlock__pg_prune(pgc(c), older_than_ms, DLOCK_PRUNE_BATCH, pruned);
 }
 
+extern const struct dlock__election_ops dlock__pg_election_ops; /* election.c */
+
 const dlock__backend_ops dlock__pg_ops = {
   .name = "postgres",
   .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
@@ -647,4 +649,5 @@ const dlock__backend_ops dlock__pg_ops = {
   .sched_finish = pg_sched_finish,
   .sched_undo = pg_sched_undo,
   .sched_history = pg_sched_history,
+  .election = &dlock__pg_election_ops,
 };

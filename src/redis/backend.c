@@ -232,6 +232,8 @@ static unsigned redis_caps_of(dlock_client *c) {
   return caps;
 }
 
+extern const struct dlock__election_ops dlock__redis_election_ops; /* election.c */
+
 const dlock__backend_ops dlock__redis_ops = {
   .name = "redis",
   .caps = DLOCK__CAP_LEASE | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_RWLOCK |
@@ -267,6 +269,7 @@ const dlock__backend_ops dlock__redis_ops = {
   .sched_finish = dlock__redis_sched_finish,
   .sched_undo = dlock__redis_sched_undo,
   .sched_history = dlock__redis_sched_history,
+  .election = &dlock__redis_election_ops,
   .latch_new = dlock__redis_latch_new,
   .latch_free = dlock__redis_latch_free,
   .latch_set = dlock__redis_latch_set,

@@ -516,6 +516,13 @@ static int zk_sched_history(dlock_client *c, const char *job, dlock_run_record *
   return dlock__zk_sched_history(ZZ(c), job, out, max);
 }
 
+static int zk_proclaim(dlock_mutex *m, const char *token, const char *value) {
+  (void)token; /* the hold's node is this handle's own */
+  return dlock__zk_set_owner_info(ZZ(m->client), &ZL(m)->hold, value);
+}
+
+static const struct dlock__election_ops zk_election_ops = {.proclaim = zk_proclaim};
+
 const dlock__backend_ops dlock__zk_ops = {
   .name = "zookeeper",
   .caps = DLOCK__CAP_SESSION | DLOCK__CAP_FENCE | DLOCK__CAP_SCHED | DLOCK__CAP_GUARD | DLOCK__CAP_SEMAPHORE |
@@ -543,4 +550,5 @@ const dlock__backend_ops dlock__zk_ops = {
   .sched_finish = zk_sched_finish,
   .sched_undo = zk_sched_undo,
   .sched_history = zk_sched_history,
+  .election = &zk_election_ops,
 };
