@@ -52,6 +52,7 @@ typedef struct run_opts {
   int elect;
   const char *value;        /* --value: the leader's value (default: the host name) */
   const char *active_file;  /* --active-file: written while leading */
+  int on_elected, on_lost;  /* --on-elected SIG, --on-lost SIG: COMMAND runs throughout, told */
   char host[256];
 } run_opts;
 
@@ -59,7 +60,7 @@ enum {
   OPT_WAIT = 1, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
   OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_LOST_CODE,
   OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI, OPT_LIMIT,
-  OPT_VALUE, OPT_ACTIVE_FILE, OPT_RESIGN, OPT_EVICT
+  OPT_VALUE, OPT_ACTIVE_FILE, OPT_RESIGN, OPT_EVICT, OPT_ON_ELECTED, OPT_ON_LOST_SIG
 };
 
 static const cli_opt run_table[] = {
@@ -94,6 +95,8 @@ static const cli_opt elect_table[] = {
   {"command", 'c', 1, OPT_COMMAND},
   {"value", 0, 1, OPT_VALUE},
   {"active-file", 0, 1, OPT_ACTIVE_FILE},
+  {"on-elected", 0, 1, OPT_ON_ELECTED},
+  {"on-lost", 0, 1, OPT_ON_LOST_SIG},
   {"resign", 0, 0, OPT_RESIGN},
   {"evict", 0, 0, OPT_EVICT},
   {NULL, 0, 0, 0},
@@ -103,6 +106,24 @@ static const cli_opt elect_table[] = {
 static const char *cmdname = "run";
 
 /* ---- Parsing ---- */
+
+/* A signal by name (HUP, SIGUSR1, ...) or number; 0 when unknown. */
+static int signal_arg(const char *text)
+{
+  static const struct { const char *name; int sig; } names[] = {
+    {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+    {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"ALRM", SIGALRM},
+  };
+  uint64_t n;
+  if (cli_parse_u64(text, 64, &n) == 0)
+    return (int)n;
+  if (strncmp(text, "SIG", 3) == 0)
+    text += 3;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(text, names[i].name) == 0)
+      return names[i].sig;
+  return 0;
+}
 
 static int duration_arg(const char *opt, const char *text, int zero_ok, int64_t *ms)
 {
@@ -261,6 +282,16 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
       break;
     case OPT_ACTIVE_FILE:
       o->active_file = arg;
+      break;
+    case OPT_ON_ELECTED:
+    case OPT_ON_LOST_SIG:
+      if ((n = (uint64_t)signal_arg(arg)) == 0)
+        rc = cli_usage_error(cmdname, "--%s: '%s' is not a signal (HUP, USR1, USR2, TERM, ... or a number)",
+                             id == OPT_ON_ELECTED ? "on-elected" : "on-lost", arg);
+      else if (id == OPT_ON_ELECTED)
+        o->on_elected = (int)n;
+      else
+        o->on_lost = (int)n;
       break;
     case OPT_RESIGN:
     case OPT_EVICT:
@@ -902,6 +933,138 @@ static int elect_admin(const run_opts *o, int how)
   return rc;
 }
 
+/* ---- dlock elect --on-elected / --on-lost: COMMAND is told ---- */
+
+/* Start a lock thread that campaigns (without limit). 0, or -1. */
+static int campaign_start(lock_thread *t, run_hold *h)
+{
+  int fds[2];
+  memset(t, 0, sizeof *t);
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return -1;
+  t->notify_r = fds[0];
+  t->notify_w = fds[1];
+  t->h = h;
+  t->wait_ms = DLOCK_WAIT_FOREVER;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  if (pthread_create(&t->tid, NULL, lock_thread_main, t) != 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  return 0;
+}
+
+/* End the lock thread's term or campaign (resign; cancel a campaign). */
+static void campaign_end(lock_thread *t, run_hold *h, int campaigning)
+{
+  if (campaigning)
+    hold_cancel(h);
+  lock_thread_finish(t);
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  close(t->notify_r);
+  close(t->notify_w);
+}
+
+/* COMMAND runs for dlock's whole life, as a standby too; dlock campaigns,
+ * sends --on-elected to its group when this host leads and --on-lost
+ * (default SIGTERM) when the term is lost, then campaigns again. When
+ * COMMAND ends, dlock resigns and exits with its status. COMMAND reads the
+ * epoch from --active-file (DLOCK_LEADER_EPOCH is 0: it starts unelected). */
+static int elect_told(const run_opts *o, const char *program, run_hold *h, sig_setup *sig)
+{
+  cli_child plan;
+  if (plan_build(&plan, program, o, 0, NULL) != 0) {
+    cli_child_free(&plan);
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EXIT_SOFTWARE;
+  }
+  pid_t pid = cli_child_spawn(&plan, &sig->old_mask, sig->tty, o->shell ? "/bin/sh" : o->cmd[0]);
+  cli_child_free(&plan);
+  if (pid < 0)
+    return CLI_EXIT_SOFTWARE;
+  cli_guard guard;
+  cli_guard_start(&guard, pid, o->grace_ms);
+  lock_thread t;
+  int running = 0, leading = 0, done = 0, status = 0, lost_any = 0;
+  dlock_mono_ms retry_at = 0;
+  while (!done) {
+    if (!running && dlock_mono_now() >= retry_at) {
+      if (campaign_start(&t, h) != 0) {
+        fprintf(stderr, "dlock: cannot start a thread\n");
+        kill(-pid, SIGTERM);
+        retry_at = dlock_mono_now() + 1000;
+      } else {
+        running = 1;
+      }
+    }
+    struct pollfd pfd[2] = {{sig->fd, POLLIN, 0}, {-1, POLLIN, 0}};
+    int64_t timeout = running ? 60000 : ms_until(retry_at) + 1;
+    if (running && !leading)
+      pfd[1].fd = t.notify_r;
+    if (leading) {
+      pfd[1].fd = hold_lost_fd(h);
+      int64_t left = ms_until(hold_valid_until(h)) + 1;
+      if (left < timeout)
+        timeout = left;
+    }
+    if (poll(pfd, 2, (int)timeout) < 0 && errno != EINTR)
+      break;
+    sigset_t got;
+    int last = 0;
+    drain_signals(sig->fd, pid, &done, &status, &got, &last);
+    for (size_t i = 0; last != 0 && !done && i < sizeof forwarded_signals / sizeof forwarded_signals[0]; i++)
+      if (sigismember(&got, forwarded_signals[i]))
+        kill(-pid, forwarded_signals[i]);
+    if (done)
+      break;
+    if (running && !leading && (pfd[1].revents & POLLIN) != 0) {
+      lock_thread_wait(&t);
+      pthread_mutex_lock(&t.mu);
+      int st = t.acquire_rc;
+      pthread_mutex_unlock(&t.mu);
+      if (st != 0) { /* the server failed: say so, try again in a second */
+        cli_report(st, hold_errmsg(h), "campaigning in '%s' (trying again)", o->name);
+        campaign_end(&t, h, 0);
+        running = 0;
+        retry_at = dlock_mono_now() + 1000;
+        continue;
+      }
+      leading = 1;
+      uint64_t epoch = dlock_mutex_fence(h->m);
+      if (o->active_file && active_file_write(o->active_file, o->name, epoch, o->value) != 0)
+        fprintf(stderr, "dlock: cannot write --active-file %s: %s\n", o->active_file, strerror(errno));
+      if (o->verbose)
+        fprintf(stderr, "dlock: leading '%s', epoch %llu\n", o->name, (unsigned long long)epoch);
+      if (o->on_elected)
+        kill(-pid, o->on_elected);
+    } else if (leading && ((pfd[1].revents & POLLIN) != 0 || dlock_mono_now() > hold_valid_until(h))) {
+      dlock_lost_reason why = hold_lost(h);
+      if (o->active_file)
+        unlink(o->active_file);
+      fprintf(stderr, "dlock: leadership of '%s' lost: %s; sending %s to the command, campaigning again\n",
+              o->name, dlock_lost_reason_str(why == DLOCK_LOST_NONE ? DLOCK_LOST_DEADLINE : why),
+              o->on_lost ? "the --on-lost signal" : "SIGTERM");
+      kill(-pid, o->on_lost ? o->on_lost : SIGTERM);
+      campaign_end(&t, h, 0);
+      running = leading = 0;
+      lost_any = 1;
+    }
+  }
+  if (running)
+    campaign_end(&t, h, !leading); /* resigns: the next candidate leads at once */
+  if (o->active_file)
+    unlink(o->active_file);
+  if (sig->tty >= 0)
+    tcsetpgrp(sig->tty, getpgrp());
+  cli_stop_group(pid, o->grace_ms, o->quiet, sig->fd);
+  cli_guard_stop(&guard);
+  (void)lost_any; /* a term lost and taken again is the normal life of a told command */
+  return cli_exit_code_of(status);
+}
+
 /* ---- The command ---- */
 
 int cmd_run(int argc, char **argv)
@@ -975,6 +1138,10 @@ int cmd_run(int argc, char **argv)
     goto out;
   }
   hold.m = m;
+  if (o.elect && (o.on_elected || o.on_lost)) {
+    rc = elect_told(&o, program, &hold, &sig);
+    goto out;
+  }
 
   int fds[2];
   memset(&t, 0, sizeof t);

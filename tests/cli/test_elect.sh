@@ -89,6 +89,37 @@ got=$(sed -E 's/, since .*//' "$TEST_DIR/watch" | tr '\n' '|')
 assert_eq "--watch: every change, in order" "$got" \
   "E: no leader|E: led by 'node-a', epoch $epoch_a|E: led by 'node-b', epoch $epoch_b|E: no leader|"
 
+# --on-elected / --on-lost: a long-lived command, told; on loss dlock stands again.
+told_cmd() {
+  cat <<SH
+trap 'echo elected >>"$TEST_DIR/told.log"' USR1
+trap 'echo lost >>"$TEST_DIR/told.log"' USR2
+trap 'exit 7' TERM
+echo "\$DLOCK_LEADER_EPOCH" >"$TEST_DIR/told.env"
+while :; do sleep 0.1; done
+SH
+}
+"$DLOCK" elect --lease 2s --on-elected USR1 --on-lost USR2 --active-file "$TEST_DIR/t.active" T -- \
+  sh -c "$(told_cmd)" 2>"$TEST_DIR/t.err" &
+T=$!
+bg_track $T
+check "told: COMMAND starts as a standby with epoch 0" wait_for 10 sh -c "[ \"\$(cat '$TEST_DIR/told.env' 2>/dev/null)\" = 0 ]"
+check "told: COMMAND gets --on-elected" wait_for 10 sh -c "grep -q elected '$TEST_DIR/told.log' 2>/dev/null"
+read -r t_epoch1 _ <"$TEST_DIR/t.active"
+"$DLOCK" elect --evict T 2>/dev/null
+check "told: COMMAND gets --on-lost, then --on-elected again" wait_for 10 sh -c \
+  "[ \"\$(tr '\n' ' ' <'$TEST_DIR/told.log')\" = 'elected lost elected ' ]"
+check "told: the active file comes back" wait_for 10 file_has "$TEST_DIR/t.active"
+read -r t_epoch2 _ <"$TEST_DIR/t.active"
+check "told: the new term has a higher epoch" [ "$t_epoch2" -gt "$t_epoch1" ]
+check "told: dlock still runs" pid_alive $T
+kill -TERM $T
+wait_exit $T 20
+assert_eq "told: dlock exits with COMMAND's status" "$EXIT_CODE" 7
+"$DLOCK" leader T >/dev/null
+assert_eq "told: it resigned on the way out" "$?" 3
+usage_error "--on-elected needs a signal" "is not a signal" elect --on-elected NOPE T -- true
+
 usage_error "elect without a name" "missing election NAME" elect
 usage_error "elect without a command" "missing COMMAND" elect E
 usage_error "--evict with a command" "take an election NAME and no COMMAND" elect --evict E -- true
