@@ -930,7 +930,9 @@ DLOCK_API void dlock_election_free(dlock_election *e);
  * to 'wait_ms' (0: once; DLOCK_WAIT_FOREVER) until this candidate leads,
  * candidates being served in arrival order. 0: leading, with
  * dlock_election_epoch(); DLOCK_EBUSY: another led for the whole wait.
- * DLOCK_EINVAL while this handle leads already. */
+ * DLOCK_EINVAL while this handle leads already. A value other than the
+ * last campaign's (or the options' value) makes the mutex handle anew: only
+ * dlock_election_cancel() may be called meanwhile from other threads. */
 DLOCK_API int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms);
 /* Make a campaign waiting in another thread return DLOCK_ECANCELED soon. */
 DLOCK_API void dlock_election_cancel(dlock_election *e);

@@ -30,6 +30,7 @@
 
 struct dlock_election {
   dlock_client *client;
+  pthread_mutex_t mu; /* guards 'm' while a campaign makes it anew (cancel reads it) */
   dlock_mutex *m;
   dlock_mutex_options mo; /* to make the mutex again with another value */
   char errmsg[512];
@@ -94,10 +95,12 @@ int dlock_election_new(dlock_election **out, dlock_client *c, const char *name,
   dlock_election *e = calloc(1, sizeof *e);
   if (!e) return dlock__error(DLOCK_ENOMEM, "out of memory");
   e->client = c;
+  pthread_mutex_init(&e->mu, NULL);
   e->mo = mo;
   e->mo.owner_info = NULL; /* the caller's: each campaign gives its own */
   if ((rc = dlock__lock_new(&e->m, c, name, DLOCK__KIND_MUTEX, 1, &mo))) {
     dlock__error_prefix("election '%s': ", name ? name : "");
+    pthread_mutex_destroy(&e->mu);
     free(e);
     return rc;
   }
@@ -108,6 +111,7 @@ int dlock_election_new(dlock_election **out, dlock_client *c, const char *name,
 void dlock_election_free(dlock_election *e) {
   if (!e) return;
   dlock_mutex_free(e->m); /* releases a hold still there: a resign */
+  pthread_mutex_destroy(&e->mu);
   free(e);
 }
 
@@ -143,8 +147,11 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
     mo.owner_info = value;
     int rc = dlock__lock_new(&fresh, e->client, m->name, DLOCK__KIND_MUTEX, 1, &mo);
     if (rc) return fail(e, rc, "campaign");
-    dlock_mutex_free(m);
+    pthread_mutex_lock(&e->mu);
+    dlock_mutex *old = m;
     e->m = m = fresh;
+    pthread_mutex_unlock(&e->mu);
+    dlock_mutex_free(old);
   }
   int rc = dlock_mutex_acquire(m, wait_ms);
   if (rc) {
@@ -155,7 +162,10 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
 }
 
 void dlock_election_cancel(dlock_election *e) {
-  if (e) dlock_mutex_cancel(e->m);
+  if (!e) return;
+  pthread_mutex_lock(&e->mu);
+  dlock_mutex_cancel(e->m);
+  pthread_mutex_unlock(&e->mu);
 }
 
 int dlock_election_proclaim(dlock_election *e, const char *value) {
