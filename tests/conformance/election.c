@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,11 +85,17 @@ static int wait_leader(dlock_client *c, const char *name, const char *value, lon
 
 struct child_arg {
   int ready_fd, go_fd; /* writes its epoch to ready_fd; on a byte from go_fd: the guard */
+  int parent_fds[2];   /* the parent's ends, closed in the child: EOF on go_fd when it goes */
   const char *name, *value, *resource;
 };
 
 static int lead_then_wait(void *arg) {
   struct child_arg *a = arg;
+  /* A scenario that fails before it kills this process (longjmp) must not
+   * leave it leading: it ends with the runner at the latest. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  close(a->parent_fds[0]);
+  close(a->parent_fds[1]);
   dlock_client *c = conf_fx->client("elect");
   if (!c) return 1;
   dlock_election_options o;
@@ -116,6 +123,8 @@ static pid_t spawn_leader(struct child_arg *a, int p[2], int go[2], uint64_t *ep
   ASSERT_EQ(pipe(go), 0);
   a->ready_fd = p[1];
   a->go_fd = go[0];
+  a->parent_fds[0] = p[0];
+  a->parent_fds[1] = go[1];
   pid_t pid = th_spawn(lead_then_wait, a);
   close(p[1]);
   close(go[0]);
