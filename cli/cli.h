@@ -21,7 +21,8 @@
  * can tell "try again later" from "you called me wrong". */
 enum {
   CLI_EXIT_OK = 0,
-  CLI_EXIT_STALE = 1,       /* fence check: the token is stale */
+  CLI_EXIT_STALE = 1,       /* fence check: the token is stale; leader --am-i: not this host */
+  CLI_EXIT_NOLEADER = 3,    /* leader, elect --resign/--evict: no one leads */
   CLI_EXIT_USAGE = 64,      /* EX_USAGE */
   CLI_EXIT_UNAVAILABLE = 69,/* EX_UNAVAILABLE: Redis unreachable, auth failed */
   CLI_EXIT_SOFTWARE = 70,   /* EX_SOFTWARE: internal or unexpected error */
@@ -48,6 +49,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
+int cmd_leader(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 

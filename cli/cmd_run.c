@@ -4,6 +4,10 @@
  * thread owns the lock (acquire ... release) while the main thread waits in
  * poll() on a signalfd (signals and child exits), that thread's pipe and the
  * lock's lost fd. Nothing here runs inside a signal handler.
+ *
+ * "dlock elect NAME -- COMMAND" is the same supervisor around a leader
+ * election (dlock_election_*): the hold is a term, taken by campaigning and
+ * given up by resigning, and COMMAND learns its epoch and value.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,12 +48,19 @@ typedef struct run_opts {
   char *multi_joined;       /* the same joined with commas (o->name then points here) */
   const char *multi[DLOCK_MULTI_MAX];
   size_t nmulti;
+  /* dlock elect: */
+  int elect;
+  const char *value;        /* --value: the leader's value (default: the host name) */
+  const char *active_file;  /* --active-file: written while leading */
+  int on_elected, on_lost;  /* --on-elected SIG, --on-lost SIG: COMMAND runs throughout, told */
+  char host[256];
 } run_opts;
 
 enum {
   OPT_WAIT = 1, OPT_LEASE, OPT_ON_LOST, OPT_GRACE, OPT_SHELL,
   OPT_CONFLICT, OPT_QUIET, OPT_VERBOSE, OPT_LOST_CODE,
-  OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI, OPT_LIMIT
+  OPT_SHARED, OPT_EXCLUSIVE, OPT_NONBLOCK, OPT_COMMAND, OPT_MULTI, OPT_LIMIT,
+  OPT_VALUE, OPT_ACTIVE_FILE, OPT_RESIGN, OPT_EVICT, OPT_ON_ELECTED, OPT_ON_LOST_SIG
 };
 
 static const cli_opt run_table[] = {
@@ -71,15 +82,56 @@ static const cli_opt run_table[] = {
   {NULL, 0, 0, 0},
 };
 
+/* dlock elect: the options of run that mean the same for a term. */
+static const cli_opt elect_table[] = {
+  {"wait", 'w', 1, OPT_WAIT},
+  {"lease", 'l', 1, OPT_LEASE},
+  {"grace", 0, 1, OPT_GRACE},
+  {"shell", 0, 0, OPT_SHELL},
+  {"conflict-exit-code", 'E', 1, OPT_CONFLICT},
+  {"lost-exit-code", 0, 1, OPT_LOST_CODE},
+  {"quiet", 'q', 0, OPT_QUIET},
+  {"verbose", 'v', 0, OPT_VERBOSE},
+  {"command", 'c', 1, OPT_COMMAND},
+  {"value", 0, 1, OPT_VALUE},
+  {"active-file", 0, 1, OPT_ACTIVE_FILE},
+  {"on-elected", 0, 1, OPT_ON_ELECTED},
+  {"on-lost", 0, 1, OPT_ON_LOST_SIG},
+  {"resign", 0, 0, OPT_RESIGN},
+  {"evict", 0, 0, OPT_EVICT},
+  {NULL, 0, 0, 0},
+};
+
+/* "run" or "elect": the command being parsed, for messages. */
+static const char *cmdname = "run";
+
 /* ---- Parsing ---- */
+
+/* A signal by name (HUP, SIGUSR1, ...) or number; 0 when unknown. */
+static int signal_arg(const char *text)
+{
+  static const struct { const char *name; int sig; } names[] = {
+    {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+    {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"ALRM", SIGALRM},
+  };
+  uint64_t n;
+  if (cli_parse_u64(text, 64, &n) == 0)
+    return (int)n;
+  if (strncmp(text, "SIG", 3) == 0)
+    text += 3;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(text, names[i].name) == 0)
+      return names[i].sig;
+  return 0;
+}
 
 static int duration_arg(const char *opt, const char *text, int zero_ok, int64_t *ms)
 {
   if (cli_parse_duration(text, ms) != 0) {
-    return cli_usage_error("run", "--%s: %s", opt, dlock_last_error());
+    return cli_usage_error(cmdname, "--%s: %s", opt, dlock_last_error());
   }
   if (*ms == 0 && !zero_ok)
-    return cli_usage_error("run", "--%s: must be more than 0", opt);
+    return cli_usage_error(cmdname, "--%s: must be more than 0", opt);
   return 0;
 }
 
@@ -90,7 +142,7 @@ static int add_multi(run_opts *o, const char *list)
   size_t old = o->multi_buf ? strlen(o->multi_buf) : 0;
   char *buf = realloc(o->multi_buf, old + strlen(list) + 2);
   if (buf == NULL)
-    return cli_usage_error("run", "out of memory");
+    return cli_usage_error(cmdname, "out of memory");
   /* The pointers into the old buffer move with it. */
   for (size_t i = 0; i < o->nmulti; i++)
     o->multi[i] = buf + (o->multi[i] - o->multi_buf);
@@ -104,9 +156,9 @@ static int add_multi(run_opts *o, const char *list)
     if (comma != NULL)
       *comma = '\0';
     if (*p == '\0')
-      return cli_usage_error("run", "--multi '%s': an empty name", list);
+      return cli_usage_error(cmdname, "--multi '%s': an empty name", list);
     if (o->nmulti == DLOCK_MULTI_MAX)
-      return cli_usage_error("run", "--multi: at most %d names", DLOCK_MULTI_MAX);
+      return cli_usage_error(cmdname, "--multi: at most %d names", DLOCK_MULTI_MAX);
     o->multi[o->nmulti++] = p;
     if (comma == NULL)
       break;
@@ -115,7 +167,7 @@ static int add_multi(run_opts *o, const char *list)
   return 0;
 }
 
-static int parse_run(int argc, char **argv, run_opts *o)
+static int parse_run(int argc, char **argv, run_opts *o, int *admin)
 {
   cli_args args;
   const char *arg;
@@ -132,9 +184,17 @@ static int parse_run(int argc, char **argv, run_opts *o)
   o->lost_action = ON_LOST_TERM;
   o->conflict_code = CLI_EXIT_BUSY;
   o->lost_code = CLI_EXIT_LOST;
+  o->elect = strcmp(argv[0], "elect") == 0;
+  cmdname = o->elect ? "elect" : "run";
+  if (o->elect) {
+    o->lease_ms = 15000;
+    gethostname(o->host, sizeof o->host - 1);
+    o->value = o->host;
+  }
 
-  cli_args_init(&args, argc, argv, "run", CLI_COMMON_SERVER);
-  while (!dashdash && !cmd_at && (id = cli_next_opt(&args, run_table, &arg)) != CLI_OPT_DONE) {
+  cli_args_init(&args, argc, argv, cmdname, CLI_COMMON_SERVER);
+  while (!dashdash && !cmd_at &&
+         (id = cli_next_opt(&args, o->elect ? elect_table : run_table, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
     switch (id) {
@@ -183,7 +243,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
       } else if (strcmp(arg, "ignore") == 0) {
         o->lost_action = ON_LOST_IGNORE;
       } else {
-        rc = cli_usage_error("run", "--on-lost: '%s' is not one of term, kill, ignore",
+        rc = cli_usage_error(cmdname, "--on-lost: '%s' is not one of term, kill, ignore",
                              arg);
       }
       break;
@@ -192,13 +252,13 @@ static int parse_run(int argc, char **argv, run_opts *o)
       break;
     case OPT_CONFLICT:
       if (cli_parse_u64(arg, 255, &n) != 0)
-        rc = cli_usage_error("run", "--conflict-exit-code: '%s' is not 0..255", arg);
+        rc = cli_usage_error(cmdname, "--conflict-exit-code: '%s' is not 0..255", arg);
       else
         o->conflict_code = (int)n;
       break;
     case OPT_LOST_CODE:
       if (cli_parse_u64(arg, 255, &n) != 0)
-        rc = cli_usage_error("run", "--lost-exit-code: '%s' is not 0..255", arg);
+        rc = cli_usage_error(cmdname, "--lost-exit-code: '%s' is not 0..255", arg);
       else
         o->lost_code = (int)n;
       break;
@@ -212,19 +272,41 @@ static int parse_run(int argc, char **argv, run_opts *o)
     case OPT_EXCLUSIVE:
       /* The two sides of one read-write lock (docs/rwlock.md), as flock's -s/-x. */
       if (o->side != 0 && o->side != (id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE))
-        rc = cli_usage_error("run", "-s/--shared and -x/--exclusive exclude each other");
+        rc = cli_usage_error(cmdname, "-s/--shared and -x/--exclusive exclude each other");
       o->side = id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE;
+      break;
+    case OPT_VALUE:
+      if (strlen(arg) > 1024)
+        rc = cli_usage_error(cmdname, "--value: at most 1024 bytes");
+      o->value = arg;
+      break;
+    case OPT_ACTIVE_FILE:
+      o->active_file = arg;
+      break;
+    case OPT_ON_ELECTED:
+    case OPT_ON_LOST_SIG:
+      if ((n = (uint64_t)signal_arg(arg)) == 0)
+        rc = cli_usage_error(cmdname, "--%s: '%s' is not a signal (HUP, USR1, USR2, TERM, ... or a number)",
+                             id == OPT_ON_ELECTED ? "on-elected" : "on-lost", arg);
+      else if (id == OPT_ON_ELECTED)
+        o->on_elected = (int)n;
+      else
+        o->on_lost = (int)n;
+      break;
+    case OPT_RESIGN:
+    case OPT_EVICT:
+      *admin = id;
       break;
     case OPT_LIMIT: /* consul lock -n N */
       if (cli_parse_u64(arg, DLOCK_SEMAPHORE_MAX_PERMITS, &n) != 0 || n == 0)
-        rc = cli_usage_error("run", "--limit: '%s' is not a number of permits in 1..%d", arg,
+        rc = cli_usage_error(cmdname, "--limit: '%s' is not a number of permits in 1..%d", arg,
                              DLOCK_SEMAPHORE_MAX_PERMITS);
       else
         o->limit = (int)n;
       break;
     default:
       /* ids are ints from run_table, not an enum */
-      rc = cli_usage_error("run", "internal: unhandled option");
+      rc = cli_usage_error(cmdname, "internal: unhandled option");
       break;
     }
     if (rc != 0)
@@ -238,7 +320,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
     char grace[64], lease[64];
     cli_format_duration(o->grace_ms, grace, sizeof grace);
     cli_format_duration(o->lease_ms, lease, sizeof lease);
-    return cli_usage_error("run", "--grace %s must be shorter than --lease %s: if dlock is "
+    return cli_usage_error(cmdname, "--grace %s must be shorter than --lease %s: if dlock is "
                            "killed, a command that ignores SIGTERM would still run after "
                            "the lease ran out and another holder took the lock",
                            grace, lease);
@@ -246,19 +328,19 @@ static int parse_run(int argc, char **argv, run_opts *o)
   if (!grace_given && o->grace_ms >= o->lease_ms)
     o->grace_ms = o->lease_ms / 2;
   if (o->nmulti > 0 && o->name != NULL)
-    return cli_usage_error("run", "give the lock as NAME or the names with --multi, not both");
+    return cli_usage_error(cmdname, "give the lock as NAME or the names with --multi, not both");
   if (o->nmulti > 0 && (o->side != 0 || o->limit > 0))
-    return cli_usage_error("run", "--multi takes mutexes; -s/-x (a read-write lock) and --limit (a semaphore) "
+    return cli_usage_error(cmdname, "--multi takes mutexes; -s/-x (a read-write lock) and --limit (a semaphore) "
                            "work on one NAME");
   if (o->side != 0 && o->limit > 0)
-    return cli_usage_error("run", "-s/-x (a read-write lock) and --limit (a semaphore) exclude each other");
+    return cli_usage_error(cmdname, "-s/-x (a read-write lock) and --limit (a semaphore) exclude each other");
   if (o->nmulti > 0) {
     /* The joined list names the set in messages and DLOCK_NAME. */
     size_t len = 1;
     for (size_t i = 0; i < o->nmulti; i++)
       len += strlen(o->multi[i]) + 1;
     if ((o->multi_joined = malloc(len)) == NULL)
-      return cli_usage_error("run", "out of memory");
+      return cli_usage_error(cmdname, "out of memory");
     o->multi_joined[0] = '\0';
     for (size_t i = 0; i < o->nmulti; i++) {
       if (i > 0)
@@ -268,11 +350,16 @@ static int parse_run(int argc, char **argv, run_opts *o)
     o->name = o->multi_joined;
   }
   if (o->name == NULL)
-    return cli_usage_error("run", "missing lock NAME");
+    return cli_usage_error(cmdname, o->elect ? "missing election NAME" : "missing lock NAME");
+  if (*admin) {
+    if (dashdash || cmd_at || c_cmd)
+      return cli_usage_error(cmdname, "--resign and --evict take an election NAME and no COMMAND");
+    return 0;
+  }
   if (c_cmd != NULL) {
     /* -c COMMAND, as flock: one string for the shell, nothing after it. */
     if (dashdash || cmd_at)
-      return cli_usage_error("run", "-c takes the whole command as one string; "
+      return cli_usage_error(cmdname, "-c takes the whole command as one string; "
                                     "give no other COMMAND (unexpected '%s')",
                              argv[cmd_at ? cmd_at : args.index < argc ? args.index : argc - 1]);
     o->c_argv[0] = (char *)c_cmd;
@@ -283,15 +370,15 @@ static int parse_run(int argc, char **argv, run_opts *o)
     return 0;
   }
   if (!dashdash && !cmd_at)
-    return cli_usage_error("run", "missing COMMAND after NAME (dlock run NAME -- COMMAND, "
+    return cli_usage_error(cmdname, "missing COMMAND after NAME (dlock run NAME -- COMMAND, "
                                   "or -c 'COMMAND')");
   int first = cmd_at ? cmd_at : args.index;
   o->cmd = argv + first;
   o->ncmd = argc - first;
   if (o->ncmd == 0)
-    return cli_usage_error("run", "missing COMMAND after '--'");
+    return cli_usage_error(cmdname, "missing COMMAND after '--'");
   if (o->shell && o->ncmd != 1) {
-    return cli_usage_error("run", "--shell takes COMMAND as one string: "
+    return cli_usage_error(cmdname, "--shell takes COMMAND as one string: "
                                   "--shell NAME -- 'cmd1 | cmd2'");
   }
   return 0;
@@ -334,7 +421,20 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
     snprintf(env_permit, sizeof env_permit, "DLOCK_PERMIT=%llu", (unsigned long long)fence);
   else
     snprintf(env_permit, sizeof env_permit, "DLOCK_PERMIT=");
-  const char *env[] = {env_name, env_fence, env_url, env_prefix, env_kind, env_permit, NULL};
+  /* dlock elect: the term's epoch (its fence) and the leader's value. */
+  char env_epoch[64], *env_value = NULL;
+  if (o->elect) {
+    size_t vlen = strlen("DLOCK_LEADER_VALUE=") + strlen(o->value) + 1;
+    if ((env_value = malloc(vlen)) == NULL) {
+      free(env_url);
+      return -1;
+    }
+    snprintf(env_value, vlen, "DLOCK_LEADER_VALUE=%s", o->value);
+    snprintf(env_epoch, sizeof env_epoch, "DLOCK_LEADER_EPOCH=%llu", (unsigned long long)fence);
+    env_kind = "DLOCK_KIND=election";
+  }
+  const char *env[] = {env_name, env_fence, env_url, env_prefix, env_kind, env_permit,
+                       o->elect ? env_epoch : NULL, env_value, NULL};
   if (mm != NULL) {
     size_t len = strlen("DLOCK_FENCES=") + 1;
     for (size_t i = 0; i < dlock_multi_count(mm); i++)
@@ -352,6 +452,7 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
   }
   int rc = cli_child_build(p, program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
+  free(env_value);
   free(env_fences);
   return rc;
 }
@@ -398,17 +499,23 @@ static void owner_info_format(const run_opts *o, char *buf, size_t len)
 /* ---- What is held: one mutex, or the names of --multi ---- */
 
 typedef struct run_hold {
-  dlock_mutex *m;   /* NAME */
+  dlock_mutex *m;   /* NAME (dlock elect: the election's mutex view) */
   dlock_multi *mm;  /* --multi: all the names, or none */
+  dlock_election *e; /* dlock elect: a term, taken by campaigning */
+  const char *value; /* dlock elect: the leader's value */
 } run_hold;
 
 static int hold_acquire(run_hold *h, int64_t wait_ms)
 {
+  if (h->e)
+    return dlock_election_campaign(h->e, h->value, wait_ms);
   return h->mm ? dlock_multi_acquire(h->mm, wait_ms) : dlock_mutex_acquire(h->m, wait_ms);
 }
 
 static int hold_release(run_hold *h)
 {
+  if (h->e) /* the next candidate in line leads at once */
+    return dlock_election_resign(h->e);
   return h->mm ? dlock_multi_release(h->mm) : dlock_mutex_release(h->m);
 }
 
@@ -687,6 +794,8 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
     }
     if (lost_now) {
       rs->lost = 1;
+      if (o->active_file) /* not leading any more: say so first */
+        unlink(o->active_file);
       if (reason == DLOCK_LOST_NONE)
         reason = DLOCK_LOST_DEADLINE;
       const char *what = o->lost_action == ON_LOST_TERM   ? "sending SIGTERM to the command"
@@ -699,7 +808,7 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
                  cli_server_kind(cli_config_url()));
       else
         snprintf(why, sizeof why, "%s", dlock_lost_reason_str(reason));
-      fprintf(stderr, "dlock: lock '%s' lost: %s; %s\n", o->name, why, what);
+      fprintf(stderr, "dlock: %s '%s' lost: %s; %s\n", o->elect ? "leadership of" : "lock", o->name, why, what);
       switch (o->lost_action) {
       case ON_LOST_TERM:
         kill(-pid, SIGTERM);
@@ -763,6 +872,199 @@ static void report_wait(dlock_client *c, const run_opts *o, const char *owner, i
   }
 }
 
+/* ---- dlock elect ---- */
+
+/* --active-file: "EPOCH VALUE" while this host leads, written whole (a
+ * temporary file renamed over it), removed on loss and at the end. */
+static int active_file_write(const char *path, const char *name, uint64_t epoch, const char *value)
+{
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (f == NULL)
+    return -1;
+  fprintf(f, "%llu %s\n", (unsigned long long)epoch, value);
+  int bad = fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  (void)name;
+  return 0;
+}
+
+/* dlock elect --resign NAME: the leader steps down if it is this host
+ * (its value is --value, by default the host name); --evict NAME: whoever
+ * leads. Either way the lock goes (a forced release): the leader's dlock
+ * sees the loss at its next renewal and stops its COMMAND; the next
+ * candidate in line leads at once. */
+static int elect_admin(const run_opts *o, int how)
+{
+  dlock_client *c = NULL;
+  int rc = cli_connect(o->url, &c);
+  if (rc != 0)
+    return rc;
+  dlock_leader l;
+  dlock_leader_init(&l);
+  int st = dlock_election_leader(c, o->name, &l);
+  if (st != 0) {
+    rc = cli_report(st, dlock_last_error(), "who leads '%s'", o->name);
+  } else if (!l.has_leader) {
+    if (!o->quiet)
+      fprintf(stderr, "dlock: no one leads '%s'\n", o->name);
+    rc = CLI_EXIT_NOLEADER;
+  } else if (how == OPT_RESIGN && strcmp(l.value, o->value) != 0) {
+    fprintf(stderr, "dlock: '%s' is led by '%s', not by '%s' (this host; --value says otherwise): not "
+            "resigning; --evict NAME forces out whoever leads\n", o->name, l.value, o->value);
+    rc = CLI_EXIT_STALE;
+  } else {
+    int was = 0;
+    st = dlock_lock_force_release(c, o->name, &was);
+    if (st != 0)
+      rc = cli_report(st, dlock_last_error(), "%s '%s'", how == OPT_RESIGN ? "resigning from" : "evicting the leader of",
+                      o->name);
+    else if (!o->quiet)
+      fprintf(stderr, "dlock: '%s' (epoch %llu) %s; the next candidate leads\n", l.value,
+              (unsigned long long)l.epoch, was ? "is out" : "had gone already");
+  }
+  dlock_client_free(c);
+  return rc;
+}
+
+/* ---- dlock elect --on-elected / --on-lost: COMMAND is told ---- */
+
+/* Start a lock thread that campaigns (without limit). 0, or -1. */
+static int campaign_start(lock_thread *t, run_hold *h)
+{
+  int fds[2];
+  memset(t, 0, sizeof *t);
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return -1;
+  t->notify_r = fds[0];
+  t->notify_w = fds[1];
+  t->h = h;
+  t->wait_ms = DLOCK_WAIT_FOREVER;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  if (pthread_create(&t->tid, NULL, lock_thread_main, t) != 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  return 0;
+}
+
+/* End the lock thread's term or campaign (resign; cancel a campaign). */
+static void campaign_end(lock_thread *t, run_hold *h, int campaigning)
+{
+  if (campaigning)
+    hold_cancel(h);
+  lock_thread_finish(t);
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  close(t->notify_r);
+  close(t->notify_w);
+}
+
+/* COMMAND runs for dlock's whole life, as a standby too; dlock campaigns,
+ * sends --on-elected to its group when this host leads and --on-lost
+ * (default SIGTERM) when the term is lost, then campaigns again. When
+ * COMMAND ends, dlock resigns and exits with its status. COMMAND reads the
+ * epoch from --active-file (DLOCK_LEADER_EPOCH is 0: it starts unelected). */
+static int elect_told(const run_opts *o, const char *program, run_hold *h, sig_setup *sig)
+{
+  cli_child plan;
+  if (plan_build(&plan, program, o, 0, NULL) != 0) {
+    cli_child_free(&plan);
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EXIT_SOFTWARE;
+  }
+  pid_t pid = cli_child_spawn(&plan, &sig->old_mask, sig->tty, o->shell ? "/bin/sh" : o->cmd[0]);
+  cli_child_free(&plan);
+  if (pid < 0)
+    return CLI_EXIT_SOFTWARE;
+  cli_guard guard;
+  cli_guard_start(&guard, pid, o->grace_ms);
+  lock_thread t;
+  int running = 0, leading = 0, done = 0, status = 0, lost_any = 0;
+  dlock_mono_ms retry_at = 0;
+  while (!done) {
+    if (!running && dlock_mono_now() >= retry_at) {
+      if (campaign_start(&t, h) != 0) {
+        fprintf(stderr, "dlock: cannot start a thread\n");
+        kill(-pid, SIGTERM);
+        retry_at = dlock_mono_now() + 1000;
+      } else {
+        running = 1;
+      }
+    }
+    struct pollfd pfd[2] = {{sig->fd, POLLIN, 0}, {-1, POLLIN, 0}};
+    int64_t timeout = running ? 60000 : ms_until(retry_at) + 1;
+    if (running && !leading)
+      pfd[1].fd = t.notify_r;
+    if (leading) {
+      pfd[1].fd = hold_lost_fd(h);
+      int64_t left = ms_until(hold_valid_until(h)) + 1;
+      if (left < timeout)
+        timeout = left;
+    }
+    if (poll(pfd, 2, (int)timeout) < 0 && errno != EINTR)
+      break;
+    sigset_t got;
+    int last = 0;
+    drain_signals(sig->fd, pid, &done, &status, &got, &last);
+    for (size_t i = 0; last != 0 && !done && i < sizeof forwarded_signals / sizeof forwarded_signals[0]; i++)
+      if (sigismember(&got, forwarded_signals[i]))
+        kill(-pid, forwarded_signals[i]);
+    if (done)
+      break;
+    if (running && !leading && (pfd[1].revents & POLLIN) != 0) {
+      lock_thread_wait(&t);
+      pthread_mutex_lock(&t.mu);
+      int st = t.acquire_rc;
+      pthread_mutex_unlock(&t.mu);
+      if (st != 0) { /* the server failed: say so, try again in a second */
+        cli_report(st, hold_errmsg(h), "campaigning in '%s' (trying again)", o->name);
+        campaign_end(&t, h, 0);
+        running = 0;
+        retry_at = dlock_mono_now() + 1000;
+        continue;
+      }
+      leading = 1;
+      uint64_t epoch = dlock_mutex_fence(h->m);
+      if (o->active_file && active_file_write(o->active_file, o->name, epoch, o->value) != 0)
+        fprintf(stderr, "dlock: cannot write --active-file %s: %s\n", o->active_file, strerror(errno));
+      if (o->verbose)
+        fprintf(stderr, "dlock: leading '%s', epoch %llu\n", o->name, (unsigned long long)epoch);
+      if (o->on_elected)
+        kill(-pid, o->on_elected);
+    } else if (leading && ((pfd[1].revents & POLLIN) != 0 || dlock_mono_now() > hold_valid_until(h))) {
+      dlock_lost_reason why = hold_lost(h);
+      if (o->active_file)
+        unlink(o->active_file);
+      fprintf(stderr, "dlock: leadership of '%s' lost: %s; sending %s to the command, campaigning again\n",
+              o->name, dlock_lost_reason_str(why == DLOCK_LOST_NONE ? DLOCK_LOST_DEADLINE : why),
+              o->on_lost ? "the --on-lost signal" : "SIGTERM");
+      kill(-pid, o->on_lost ? o->on_lost : SIGTERM);
+      campaign_end(&t, h, 0);
+      running = leading = 0;
+      lost_any = 1;
+    }
+  }
+  if (running)
+    campaign_end(&t, h, !leading); /* resigns: the next candidate leads at once */
+  if (o->active_file)
+    unlink(o->active_file);
+  if (sig->tty >= 0)
+    tcsetpgrp(sig->tty, getpgrp());
+  cli_stop_group(pid, o->grace_ms, o->quiet, sig->fd);
+  cli_guard_stop(&guard);
+  (void)lost_any; /* a term lost and taken again is the normal life of a told command */
+  return cli_exit_code_of(status);
+}
+
 /* ---- The command ---- */
 
 int cmd_run(int argc, char **argv)
@@ -776,8 +1078,11 @@ int cmd_run(int argc, char **argv)
   run_hold hold = {NULL, NULL};
   lock_thread t;
   int thread_started = 0;
-  int rc = parse_run(argc, argv, &o);
+  int admin = 0;
+  int rc = parse_run(argc, argv, &o, &admin);
 
+  if (rc == 0 && admin)
+    return elect_admin(&o, admin);
   if (rc == 0)
     rc = cli_resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
   if (rc != 0) {
@@ -786,6 +1091,8 @@ int cmd_run(int argc, char **argv)
     return rc;
   }
   owner_info_format(&o, owner, sizeof owner);
+  if (o.elect)
+    snprintf(owner, sizeof owner, "%s", o.value);
 
   if (signals_start(&sig) != 0) {
     perror("dlock: signals");
@@ -804,7 +1111,15 @@ int cmd_run(int argc, char **argv)
   mo.watchdog_lease_ms = o.lease_ms;
   mo.owner_info = owner;
   int st;
-  if (o.nmulti > 0) {
+  if (o.elect) {
+    dlock_election_options eo;
+    dlock_election_options_init(&eo);
+    eo.lease_ms = o.lease_ms;
+    eo.value = o.value; /* the campaign's: the mutex handle stays the same */
+    st = dlock_election_new(&hold.e, c, o.name, &eo);
+    m = st == 0 ? dlock_election_mutex(hold.e) : NULL;
+    hold.value = o.value;
+  } else if (o.nmulti > 0) {
     st = dlock_multi_new(&hold.mm, c, o.multi, o.nmulti, &mo);
   } else if (o.side != 0) {
     /* One side of a read-write lock; its mutex view serves the rest. */
@@ -819,10 +1134,14 @@ int cmd_run(int argc, char **argv)
     st = dlock_mutex_new(&m, c, o.name, &mo);
   }
   if (st != 0) {
-    rc = cli_report(st, dlock_last_error(), "lock '%s'", o.name);
+    rc = cli_report(st, dlock_last_error(), "%s '%s'", o.elect ? "election" : "lock", o.name);
     goto out;
   }
   hold.m = m;
+  if (o.elect && (o.on_elected || o.on_lost)) {
+    rc = elect_told(&o, program, &hold, &sig);
+    goto out;
+  }
 
   int fds[2];
   memset(&t, 0, sizeof t);
@@ -908,6 +1227,10 @@ int cmd_run(int argc, char **argv)
       else if (o.limit > 0)
         fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s); gave up after %s\n",
                 o.limit, o.name, who, waited_text);
+      else if (o.elect && o.wait_ms == 0)
+        fprintf(stderr, "dlock: election '%s' is led by %s\n", o.name, who);
+      else if (o.elect)
+        fprintf(stderr, "dlock: election '%s' is led by %s; gave up after %s\n", o.name, who, waited_text);
       else if (o.wait_ms == 0)
         fprintf(stderr, "dlock: '%s' is held by %s\n", o.name, who);
       else
@@ -922,11 +1245,19 @@ int cmd_run(int argc, char **argv)
     goto out_thread;
   }
   if (st != 0) {
-    rc = cli_report(st, hold_errmsg(&hold), "acquiring '%s'", o.name);
+    rc = cli_report(st, hold_errmsg(&hold), "%s '%s'", o.elect ? "campaigning in" : "acquiring", o.name);
     goto out_thread;
   }
   uint64_t fence = hold.mm ? 0 : dlock_mutex_fence(m);
-  if (o.verbose && hold.mm) {
+  if (o.active_file && active_file_write(o.active_file, o.name, fence, o.value) != 0) {
+    fprintf(stderr, "dlock: cannot write --active-file %s: %s; not running the command\n", o.active_file,
+            strerror(errno));
+    rc = CLI_EXIT_SOFTWARE;
+    goto out_thread;
+  }
+  if (o.verbose && o.elect) {
+    fprintf(stderr, "dlock: leading '%s' after %s, epoch %llu\n", o.name, waited_text, (unsigned long long)fence);
+  } else if (o.verbose && hold.mm) {
     fprintf(stderr, "dlock: acquired '%s' after %s\n", o.name, waited_text);
   } else if (o.verbose) {
     fprintf(stderr, "dlock: acquired '%s' after %s, fence %llu\n", o.name, waited_text,
@@ -957,6 +1288,8 @@ int cmd_run(int argc, char **argv)
   cli_guard_stop(&guard);
   rc = cli_exit_code_of(status);
 
+  if (o.active_file)
+    unlink(o.active_file);
   int rel = lock_thread_finish(&t);
   thread_started = 0;
   if (rel == DLOCK_ENOTHELD && !rs.lost) {
@@ -985,7 +1318,10 @@ out_pipe:
   close(t.notify_r);
   close(t.notify_w);
 out:
-  dlock_mutex_free(m);
+  if (hold.e)
+    dlock_election_free(hold.e); /* m is its view */
+  else
+    dlock_mutex_free(m);
   dlock_multi_free(hold.mm);
   dlock_client_free(c);
   free(o.multi_buf);

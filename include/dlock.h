@@ -896,6 +896,120 @@ DLOCK_API void dlock_run_record_init(dlock_run_record *rec);
  * element with dlock_run_record_init(), or at least the first. */
 DLOCK_API int dlock_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
 
+/* ---- Leader election (docs/election.md) ---- */
+
+/* One leader among the candidates of an election 'name': leadership is a
+ * hold of the mutex 'name' (the same key, row or node; `dlock status NAME`
+ * shows it), so it has the mutex's lease and watchdog, its loss rule
+ * (callback, fd, lost(), at the local deadline, never later) and its FIFO
+ * hand-off between waiting candidates. The leader's 'value' (who it is, an
+ * address) is the hold's owner_info: anyone reads it with
+ * dlock_election_leader(). The epoch of a term is the hold's fence:
+ * strictly rising across terms, usable with dlock_guard_check() and in SQL
+ * as any fence, so that a leader paused past its lease is refused once its
+ * successor has written. */
+typedef struct dlock_election dlock_election;
+
+typedef struct dlock_election_options {
+  size_t struct_size;      /* set by dlock_election_options_init(); see the top */
+  int64_t lease_ms;        /* the leadership's lease, renewed every third of it; 0: 15000 */
+  /* Called once, from the watchdog thread, when leadership is lost (as a
+   * mutex's on_lost; 'm' is dlock_election_mutex()). May be NULL. */
+  dlock_lost_cb on_lost;
+  void *on_lost_arg;
+  /* The value campaigns are expected to use (NULL: ""): a campaign with
+   * another value makes the election's mutex handle anew (see
+   * dlock_election_mutex()). */
+  const char *value;
+} dlock_election_options;
+
+DLOCK_API void dlock_election_options_init(dlock_election_options *opts);
+/* A candidate's handle on election 'name' (a lock name). No I/O. 'opts'
+ * may be NULL. */
+DLOCK_API int dlock_election_new(dlock_election **out, dlock_client *c, const char *name,
+                                 const dlock_election_options *opts);
+/* Resigns if leading (best effort), then frees. NULL is a no-op. */
+DLOCK_API void dlock_election_free(dlock_election *e);
+/* Stand for election with 'value' (at most 1024 bytes; NULL: ""): wait up
+ * to 'wait_ms' (0: once; DLOCK_WAIT_FOREVER) until this candidate leads,
+ * candidates being served in arrival order. 0: leading, with
+ * dlock_election_epoch(); DLOCK_EBUSY: another led for the whole wait.
+ * DLOCK_EINVAL while this handle leads already. A value other than the
+ * last campaign's (or the options' value) makes the mutex handle anew: only
+ * dlock_election_cancel() may be called meanwhile from other threads. */
+DLOCK_API int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms);
+/* Make a campaign waiting in another thread return DLOCK_ECANCELED soon. */
+DLOCK_API void dlock_election_cancel(dlock_election *e);
+/* Change the leader's value while keeping the term (same epoch), only
+ * while the server still has this handle as the leader: DLOCK_ENOTHELD
+ * when it does not (the value is not written). Where the backend cannot
+ * (docs/election.md), DLOCK_EINVAL saying so. */
+DLOCK_API int dlock_election_proclaim(dlock_election *e, const char *value);
+/* Step down: the next candidate in line leads at once (no lease to wait
+ * out). DLOCK_ENOTHELD when this handle did not lead (or had lost it). Any
+ * thread may call it. */
+DLOCK_API int dlock_election_resign(dlock_election *e);
+/* The epoch of this handle's term; 0 when not leading. */
+DLOCK_API uint64_t dlock_election_epoch(const dlock_election *e);
+/* As dlock_mutex_lost(): DLOCK_LOST_NONE while leading (or not leading). */
+DLOCK_API dlock_lost_reason dlock_election_lost(const dlock_election *e);
+/* An fd readable when leadership is lost (dlock_mutex_lost_fd()); valid
+ * until the next campaign with another value (or _free). */
+DLOCK_API int dlock_election_lost_fd(dlock_election *e);
+/* The local deadline of the term (dlock_mutex_valid_until()); 0 when not leading. */
+DLOCK_API dlock_mono_ms dlock_election_valid_until(const dlock_election *e);
+/* The election as a mutex handle (the on_lost callback's 'm'): for
+ * dlock_mutex_is_held(), _remaining(); do not acquire or free it. A
+ * campaign with another value than the last one makes it anew. */
+DLOCK_API dlock_mutex *dlock_election_mutex(dlock_election *e);
+DLOCK_API const char *dlock_election_name(const dlock_election *e);
+DLOCK_API const char *dlock_election_errmsg(const dlock_election *e);
+
+/* Who leads an election, as its server says. */
+typedef struct dlock_leader {
+  size_t struct_size;      /* set by dlock_leader_init(); see the top */
+  int has_leader;          /* 0: no one leads now (the fields below are 0 and "") */
+  uint64_t epoch;          /* the leader's epoch (the hold's fence) */
+  int64_t since_unix_ms;   /* when the term began (server clock), 0 if unknown */
+  int64_t lease_left_ms;   /* remaining lease; -1 when it lasts as long as a session */
+  char value[1025];        /* the leader's value */
+} dlock_leader;
+
+DLOCK_API void dlock_leader_init(dlock_leader *out);
+/* Who leads election 'name' now, read from the server (never a cache). 0
+ * with has_leader 0 when no one does. */
+DLOCK_API int dlock_election_leader(dlock_client *c, const char *name, dlock_leader *out);
+
+/* Watch an election, candidate or not: every change of leader (a new
+ * epoch, a new value, or no leader) is queued, in order, and announced by
+ * the callback and by an fd that stays readable while changes are queued.
+ * Changes are read from the server every 'interval_ms': two terms that both
+ * begin and end within one interval are seen as one change. */
+typedef struct dlock_observer dlock_observer;
+
+typedef struct dlock_observer_options {
+  size_t struct_size;      /* set by dlock_observer_options_init(); see the top */
+  int64_t interval_ms;     /* how often the server is asked; 0: 100 */
+  /* Called from the observer's thread for every change, after it is queued.
+   * Keep it short. May be NULL. */
+  void (*on_change)(const char *name, const dlock_leader *now, void *arg);
+  void *on_change_arg;
+} dlock_observer_options;
+
+DLOCK_API void dlock_observer_options_init(dlock_observer_options *opts);
+/* Start watching election 'name' (one thread per observer). The first
+ * change queued is the state found at the start. */
+DLOCK_API int dlock_observer_new(dlock_observer **out, dlock_client *c, const char *name,
+                                 const dlock_observer_options *opts);
+DLOCK_API void dlock_observer_free(dlock_observer *o);
+/* An fd readable while changes are queued (for poll()). */
+DLOCK_API int dlock_observer_fd(dlock_observer *o);
+/* Take the oldest queued change into 'out' (dlock_leader_init'ed): 0, or
+ * DLOCK_EBUSY when none is queued. A full queue (1024) drops the oldest. */
+DLOCK_API int dlock_observer_next(dlock_observer *o, dlock_leader *out);
+/* The last error in reading the server ("" when the last read worked). */
+DLOCK_API const char *dlock_observer_errmsg(dlock_observer *o);
+
 #ifdef __cplusplus
 }
 #endif

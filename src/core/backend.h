@@ -253,6 +253,16 @@ struct dlock__backend_ops {
   const dlock__pipeline_ops *pipeline;
   const dlock__latch_ops *latch;
   const dlock__sched_ops *sched;
+  const struct dlock__election_ops *election; /* leader election (its epoch is a fence) */
+};
+
+/* What an election needs beyond the mutex (core/election.c). */
+struct dlock__election_ops {
+  /* Optional (NULL: not offered). Replace the owner_info of the hold of 'token' on m->name by 'value',
+   * keeping its fence, since and lease: 0; DLOCK_ENOTHELD when 'token'
+   * does not hold the lock on the server (nothing written). Safe to send
+   * twice. */
+  int (*proclaim)(dlock_mutex *m, const char *token, const char *value);
 };
 
 /* The backend for 'url' (NULL: the default, the registry's first row), or
@@ -269,6 +279,9 @@ const dlock__backend_ops *dlock__backend_for_options(const dlock_client_options 
 int dlock__query_none(dlock_client *c, int what, int node, void *out, size_t len);
 /* Ask c's backend (query); DLOCK__QUERY_NOT_OFFERED when it has no answer. */
 int dlock__query(dlock_client *c, int what, int node, void *out, size_t len);
+/* ", NAME" when the backend names its deployment (DLOCK__Q_DEPLOYMENT), else
+ * "": for messages such as "(the NAME backend, DEPLOYMENT)". Returns buf. */
+const char *dlock__deployment_suffix(dlock_client *c, char *buf, size_t len);
 
 /* Wait on m->cv for a wake-up (dlock__mutex_wake), a cancel, or 'until'.
  * 1 when canceled. */

@@ -93,6 +93,15 @@ int dlock__query(dlock_client *c, int what, int node, void *out, size_t len) {
   return c->ops->query(c, what, node, out, len);
 }
 
+const char *dlock__deployment_suffix(dlock_client *c, char *buf, size_t len) {
+  char name[64] = "";
+  if (dlock__query(c, DLOCK__Q_DEPLOYMENT, 0, name, sizeof name) > 0)
+    snprintf(buf, len, ", %s", name);
+  else if (len)
+    buf[0] = 0;
+  return buf;
+}
+
 int dlock_client_ping(dlock_client *c) {
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_client_ping: client is NULL");
   return c->ops->ping(c);

@@ -57,11 +57,10 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
   if (rc) return rc;
   static const unsigned cap_of[] = {0, DLOCK__CAP_SEMAPHORE, DLOCK__CAP_RWLOCK, DLOCK__CAP_RWLOCK};
   if (cap_of[kind] && !(c->caps & cap_of[kind])) {
-    char deployment[64] = "";
-    int named = dlock__query(c, DLOCK__Q_DEPLOYMENT, 0, deployment, sizeof deployment) > 0;
-    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s%s); use a mutex there, or a "
+    char deployment[80];
+    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s); use a mutex there, or a "
                         "backend that has it (docs/)", kind_names[kind], c->server, c->ops->name,
-                        named ? ", " : "", named ? deployment : "");
+                        dlock__deployment_suffix(c, deployment, sizeof deployment));
   }
   dlock_mutex_options o;
   dlock_mutex_options_init(&o);

@@ -851,5 +851,8 @@ static const dlock__sched_ops my_sched = {
   .release = my_release, .extend = my_extend, .renew = my_renew, .held = my_held, .admin = &my_admin,        \
   .guard = &my_guard
 
-const dlock__backend_ops dlock__mysql_ops = {MY_REQUIRED_OPS, .sched = &my_sched};
+/* Elections ride on the lease-mode mutex; proclaim is not there yet. */
+static const struct dlock__election_ops my_election = {.proclaim = NULL};
+
+const dlock__backend_ops dlock__mysql_ops = {MY_REQUIRED_OPS, .sched = &my_sched, .election = &my_election};
 static const dlock__backend_ops my_advisory_ops = {MY_REQUIRED_OPS};

@@ -647,5 +647,7 @@ static const dlock__sched_ops pg_sched = {
   .release = pg_release, .extend = pg_extend, .renew = pg_renew, .held = pg_held, .admin = &pg_admin,        \
   .guard = &pg_guard
 
-const dlock__backend_ops dlock__pg_ops = {PG_REQUIRED_OPS, .sched = &pg_sched};
+extern const struct dlock__election_ops dlock__pg_election_ops; /* election.c */
+
+const dlock__backend_ops dlock__pg_ops = {PG_REQUIRED_OPS, .sched = &pg_sched, .election = &dlock__pg_election_ops};
 static const dlock__backend_ops pg_advisory_ops = {PG_REQUIRED_OPS};

@@ -286,6 +286,8 @@ static const dlock__sched_ops redis_sched = {
   .history = dlock__redis_sched_history,
 };
 
+extern const struct dlock__election_ops dlock__redis_election_ops; /* election.c */
+
 const dlock__backend_ops dlock__redis_ops = {
   .name = "redis",
   .unreachable = "Redis could not be reached to renew the lease in time",
@@ -308,4 +310,5 @@ const dlock__backend_ops dlock__redis_ops = {
   .pipeline = &redis_pipeline,
   .latch = &redis_latch,
   .sched = &redis_sched,
+  .election = &dlock__redis_election_ops,
 };

@@ -337,6 +337,7 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SEM_EXTEND,
   DLOCK__SCRIPT_SEM_WITHDRAW,
   DLOCK__SCRIPT_SEM_INFO,
+  DLOCK__SCRIPT_PROCLAIM, /* leader election (election.c) */
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 

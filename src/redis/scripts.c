@@ -21,6 +21,7 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
 extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
     dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
+extern const char dlock__lua_proclaim[];
 
 static const struct {
   const char *name;
@@ -54,6 +55,7 @@ static const struct {
     [DLOCK__SCRIPT_SEM_EXTEND] = {"sem_extend", dlock__lua_sem_extend},
     [DLOCK__SCRIPT_SEM_WITHDRAW] = {"sem_withdraw", dlock__lua_sem_withdraw},
     [DLOCK__SCRIPT_SEM_INFO] = {"sem_info", dlock__lua_sem_info},
+    [DLOCK__SCRIPT_PROCLAIM] = {"proclaim", dlock__lua_proclaim},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];

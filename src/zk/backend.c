@@ -532,6 +532,13 @@ static const dlock__sched_ops zk_sched = {
   .history = zk_sched_history,
 };
 
+static int zk_proclaim(dlock_mutex *m, const char *token, const char *value) {
+  (void)token; /* the hold's node is this handle's own */
+  return dlock__zk_set_owner_info(ZZ(m->client), &ZL(m)->hold, value);
+}
+
+static const struct dlock__election_ops zk_election_ops = {.proclaim = zk_proclaim};
+
 const dlock__backend_ops dlock__zk_ops = {
   .name = "zookeeper",
   .unreachable = "ZooKeeper could not be reached before the session timeout ran out, so the session (and the "
@@ -553,4 +560,5 @@ const dlock__backend_ops dlock__zk_ops = {
   .admin = &zk_admin,
   .guard = &zk_guard,
   .sched = &zk_sched,
+  .election = &zk_election_ops,
 };

@@ -152,6 +152,8 @@ int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info
  * was already gone at the first try, DLOCK_EUNKNOWN when no answer came
  * (the node then ends with the session). */
 int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h);
+/* An election's proclaim (election.c): the hold's node data becomes 'value'. */
+int dlock__zk_set_owner_info(dlock__zk *z, const dlock__zk_hold *h, const char *value);
 /* 1 while our node exists and belongs to this session, 0 if not, or < 0
  * (DLOCK_ETIMEDOUT when no answer came before the session's deadline). */
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h);

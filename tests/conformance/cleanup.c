@@ -10,7 +10,7 @@
 #include "harness.h"
 #include "test.h"
 
-enum kind { K_CLIENT, K_MUTEX, K_SEM, K_RW, K_LATCH, K_MULTI, K_SCHED };
+enum kind { K_CLIENT, K_MUTEX, K_SEM, K_RW, K_LATCH, K_MULTI, K_SCHED, K_ELECTION, K_OBSERVER };
 
 #define HELD_MAX 256
 static struct {
@@ -34,6 +34,8 @@ static void free_one(enum kind kind, void *p) {
   case K_LATCH: dlock_latch_free(p); break;
   case K_MULTI: dlock_multi_free(p); break;
   case K_SCHED: dlock_sched_free(p); break;
+  case K_ELECTION: dlock_election_free(p); break;
+  case K_OBSERVER: dlock_observer_free(p); break;
   }
 }
 
@@ -57,6 +59,8 @@ void conf_free_all(void) {
 
 void conf_adopt_client(dlock_client *c) { keep(K_CLIENT, c); }
 void conf_adopt_sched(dlock_sched *s) { keep(K_SCHED, s); }
+void conf_adopt_election(dlock_election *e) { keep(K_ELECTION, e); }
+void conf_adopt_observer(dlock_observer *o) { keep(K_OBSERVER, o); }
 
 dlock_client *conf_client(const char *space) {
   dlock_client *c = conf_fx->client(space);

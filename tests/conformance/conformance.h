@@ -89,6 +89,9 @@ typedef struct conf_scenario {
  * then the scenarios that may disturb a deployment (conf_last). */
 extern const conf_scenario conf_contract[], conf_kinds[], conf_last[];
 extern const size_t conf_contract_len, conf_kinds_len, conf_last_len;
+/* election.c: leader election on the mutex (docs/election.md). */
+extern const conf_scenario conf_election[];
+extern const size_t conf_election_len;
 
 /* Handles that the runner frees after the scenario (handles first, in
  * reverse order, then clients), also when it failed: a scenario frees
@@ -110,6 +113,8 @@ pid_t conf_spawn(int (*fn)(void *), intptr_t arg);
  * memory for every call in one scenario, gone when it ends. */
 void *conf_shared(size_t size);
 
+void conf_adopt_election(dlock_election *e); /* election.c */
+void conf_adopt_observer(dlock_observer *o);
 /* Free a handle of the above before the scenario ends (it releases). */
 void conf_free(void *handle);
 void conf_free_all(void);

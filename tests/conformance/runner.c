@@ -223,7 +223,8 @@ int main(int argc, char **argv) {
   const struct {
     const conf_scenario *list;
     size_t n;
-  } parts[] = {{conf_contract, conf_contract_len}, {conf_kinds, conf_kinds_len}, {conf_last, conf_last_len}};
+  } parts[] = {{conf_contract, conf_contract_len}, {conf_kinds, conf_kinds_len},
+                 {conf_election, conf_election_len}, {conf_last, conf_last_len}};
   enum result res[128];
   const char *names[128];
   int n = 0, failed = 0;
