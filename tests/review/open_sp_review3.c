@@ -21,6 +21,7 @@
 #include "dlock.h"
 #include "harness.h"
 #include "harness_sentinel.h"
+#include "harness_cluster.h"
 #ifdef DLOCK_TEST_HAVE_PG
 #include "harness_pg.h"
 #endif
@@ -70,6 +71,15 @@ static int hist_check(char *why, size_t len) {
 
 /* ---- helpers ---- */
 
+/* In a test body with locals why[], failed and a label done: note why and
+ * go to the cleanup. */
+#define STEP_FAIL(...)                              \
+  do {                                              \
+    snprintf(why, sizeof why, __VA_ARGS__);         \
+    failed = 1;                                     \
+    goto done;                                      \
+  } while (0)
+
 /* Wait until INFO replication on 'r' contains every one of the (up to 3)
  * strings. 0, or -1 after 'ms'. */
 static int wait_info(const th_redis *r, long ms, const char *a, const char *b, const char *c) {
@@ -86,6 +96,18 @@ static int wait_info(const th_redis *r, long ms, const char *a, const char *b, c
 
 static int get_key(const th_redis *r, const char *key, char *out, size_t len) {
   return th_redis_cli(r, out, len, "GET %s", key);
+}
+
+/* A guard check that has an answer (admitted or stale): tried every 0.5 s
+ * for 10 s while the client finds its way after a change. */
+static int guard_answer(dlock_client *c, const char *res, uint64_t token, uint64_t *hi) {
+  int rc = -1;
+  for (int i = 0; i < 20; i++) {
+    rc = dlock_guard_check_highest(c, res, token, hi);
+    if (rc == 0 || rc == DLOCK_ESTALE) break;
+    th_sleep_ms(500);
+  }
+  return rc;
 }
 
 /* ==== Finding 1 ====
@@ -134,12 +156,6 @@ TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
   int failed = 0;
   hist_open(s.master.dir);
   th_redis *A = &s.master, *B = &s.replica;
-#define STEP_FAIL(...)                              \
-  do {                                              \
-    snprintf(why, sizeof why, __VA_ARGS__);         \
-    failed = 1;                                     \
-    goto done;                                      \
-  } while (0)
 
   /* 1. A master: H1 takes t1 and passes the guard. */
   if (!(c1 = th_client_retry(s.url))) STEP_FAIL("no client of %s: %s", s.url, dlock_last_error());
@@ -208,12 +224,7 @@ TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
   /* 5. H1's stale token on A. */
   if (!(c3 = th_client_retry(s.url))) STEP_FAIL("no client after the second failover: %s", dlock_last_error());
   uint64_t hi = 0;
-  rc = -1;
-  for (int i = 0; i < 20; i++) {
-    rc = dlock_guard_check_highest(c3, "res", t1, &hi);
-    if (rc == 0 || rc == DLOCK_ESTALE) break;
-    th_sleep_ms(500);
-  }
+  rc = guard_answer(c3, "res", t1, &hi);
   hist_note("H1", t1, rc);
   fprintf(stderr, "  H1's check with t1 on A: %s (highest %" PRIu64 ")\n", rc == 0 ? "admitted" : dlock_err_name(rc),
           hi);
@@ -221,7 +232,6 @@ TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
   else if (rc != DLOCK_ESTALE) snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
 
 done:
-#undef STEP_FAIL
   kill(B->pid, SIGCONT);
   dlock_mutex_free(h2);
   dlock_mutex_free(h1);
@@ -229,6 +239,88 @@ done:
   dlock_client_free(c2);
   dlock_client_free(c1);
   th_sentinel_set_stop(&s);
+  if (failed) TEST_FAIL("%s", why);
+}
+
+/* ==== Finding 3 ====
+ *
+ * The promise (docs/topologies.md, Redis Cluster, "The fence guarantee"): "A
+ * reshard that migrates the slot with its keys (redis-cli --cluster reshard,
+ * MIGRATE) is no change of master for the guard: {R}:guard and the slot's
+ * record move with the keys, the new owner floors the slot at its own start,
+ * so holders go on (none is refused) and no admission is lost."
+ *
+ * The attack: the new owner's "own start" can be after the holder's token was
+ * issued: a master restarted (kill -9, it rejoins with its own slots) after
+ * the holder acquired on the old owner. Three masters: H1 acquires "res" on
+ * its master M1 (fence t1, 60 s lease) and passes the guard; M2 restarts;
+ * the slot of "res" is migrated from M1 to M2 with all its keys (SETSLOT
+ * IMPORTING/MIGRATING, MIGRATE of every key of the slot, SETSLOT NODE); H1,
+ * still holding, checks the guard with t1 again.
+ * What happened: DLOCK_ESTALE ("the master changed"): M2 finds the moved
+ * record of M1's process, floors the slot at its own start, after t1, and
+ * refuses a holder whose lock is still held. A wrong refusal (the holder must
+ * acquire again), never a stale admission; the docs promise none.
+ */
+static int cluster_id(const th_redis *r, char *id, size_t len) {
+  return th_redis_cli(r, id, len, "CLUSTER MYID") == 0 && id[0] ? 0 : -1;
+}
+
+TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder) {
+  th_cluster cl;
+  memset(&cl, 0, sizeof cl);
+  if (th_cluster_start(&cl, 3, 0) != 0) TEST_SKIP("could not start a 3-master cluster");
+  dlock_client *c = NULL;
+  dlock_mutex *h1 = NULL;
+  char why[512] = "", out[8192];
+  int failed = 0;
+  int i1 = th_cluster_owner(&cl, "res");
+  if (i1 < 0) STEP_FAIL("no owner of \"res\"");
+  int i2 = (i1 + 1) % 3;
+  th_redis *m1 = &cl.node[i1], *m2 = &cl.node[i2];
+  if (!(c = th_client_retry(cl.url))) STEP_FAIL("no client of %s: %s", cl.url, dlock_last_error());
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 60000;
+  if (dlock_mutex_new(&h1, c, "res", &mo) != 0 || dlock_mutex_acquire(h1, 5000) != 0)
+    STEP_FAIL("H1's acquire: %s", dlock_last_error());
+  uint64_t t1 = dlock_mutex_fence(h1);
+  int rc = dlock_guard_check(c, "res", t1);
+  if (rc != 0) STEP_FAIL("H1's first guard check: %s", dlock_last_error());
+  th_sleep_ms(1200); /* M2's next process starts in a later second than t1 */
+  if (th_redis_restart(m2) != 0) STEP_FAIL("could not restart master %d", m2->port);
+  if (th_cluster_wait_ok(&cl, NULL, 60000) != 0) STEP_FAIL("the cluster did not come back after M2's restart");
+  char id1[128], id2[128];
+  if (cluster_id(m1, id1, sizeof id1) || cluster_id(m2, id2, sizeof id2)) STEP_FAIL("CLUSTER MYID");
+  th_redis_cli(m1, out, sizeof out, "CLUSTER KEYSLOT res");
+  int slot = atoi(out);
+  th_redis_cli(m2, out, sizeof out, "CLUSTER SETSLOT %d IMPORTING %s", slot, id1);
+  th_redis_cli(m1, out, sizeof out, "CLUSTER SETSLOT %d MIGRATING %s", slot, id2);
+  char keys[4096];
+  if (th_redis_cli(m1, keys, sizeof keys, "CLUSTER GETKEYSINSLOT %d 100", slot) != 0 || !keys[0])
+    STEP_FAIL("no keys in slot %d on M1", slot);
+  fprintf(stderr, "  moving slot %d (%s) from %d to %d\n", slot, keys, m1->port, m2->port);
+  char *save = NULL;
+  for (char *k = strtok_r(keys, "\n", &save); k; k = strtok_r(NULL, "\n", &save)) {
+    if (th_redis_cli(m1, out, sizeof out, "MIGRATE 127.0.0.1 %d '%s' 0 5000", m2->port, k) != 0 ||
+        strstr(out, "ERR"))
+      STEP_FAIL("MIGRATE %s: %s", k, out);
+  }
+  for (int i = 0; i < 3; i++) th_redis_cli(&cl.node[i], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, id2);
+  if (th_cluster_wait_ok(&cl, "res", 30000) != 0) STEP_FAIL("the nodes do not agree that M2 owns \"res\"");
+  if (th_cluster_owner(&cl, "res") != i2) STEP_FAIL("\"res\" did not move to M2");
+  uint64_t hi = 0;
+  rc = guard_answer(c, "res", t1, &hi);
+  int held = dlock_mutex_is_held(h1);
+  fprintf(stderr, "  after the reshard: H1 (fence %" PRIu64 ", held %d) guard check: %s (%s)\n", t1, held,
+          rc == 0 ? "admitted" : dlock_err_name(rc), rc == 0 ? "" : dlock_last_error());
+  if (rc != 0)
+    STEP_FAIL("a reshard refused the live holder's token %" PRIu64 ": %s: %s", t1, dlock_err_name(rc),
+              dlock_last_error());
+done:
+  dlock_mutex_free(h1);
+  dlock_client_free(c);
+  th_cluster_stop(&cl);
   if (failed) TEST_FAIL("%s", why);
 }
 
