@@ -311,12 +311,14 @@ TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder) {
   if (th_cluster_owner(&cl, "res") != i2) STEP_FAIL("\"res\" did not move to M2");
   uint64_t hi = 0;
   rc = guard_answer(c, "res", t1, &hi);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", rc == 0 ? "" : dlock_last_error());
   int held = dlock_mutex_is_held(h1);
-  fprintf(stderr, "  after the reshard: H1 (fence %" PRIu64 ", held %d) guard check: %s (%s)\n", t1, held,
-          rc == 0 ? "admitted" : dlock_err_name(rc), rc == 0 ? "" : dlock_last_error());
+  fprintf(stderr, "  after the reshard: H1 (fence %" PRIu64 ", held %d) guard check: %s\n", t1, held,
+          rc == 0 ? "admitted" : dlock_err_name(rc));
   if (rc != 0)
-    STEP_FAIL("a reshard refused the live holder's token %" PRIu64 ": %s: %s", t1, dlock_err_name(rc),
-              dlock_last_error());
+    STEP_FAIL("a reshard refused the live holder's token %" PRIu64 " (lock held: %d): %s: %s", t1, held,
+              dlock_err_name(rc), msg);
 done:
   dlock_mutex_free(h1);
   dlock_client_free(c);
