@@ -326,6 +326,134 @@ done:
   if (failed) TEST_FAIL("%s", why);
 }
 
+/* ==== Attack (held so far): holders that keep writing through the guard
+ * while the master fails over twice ====
+ *
+ * The promise (docs/topologies.md): "every token issued before the change of
+ * master is refused with DLOCK_ESTALE ..., every token issued after it is
+ * admitted". Three processes, each with its own client, loop: acquire "res"
+ * (1.5 s fixed lease), five guard checks 100 ms apart with the hold's fence,
+ * release. The history (O_APPEND) has a line before each check ("B") and one
+ * after ("A", with the answer); the checker refuses an admission of a fence
+ * below one whose admission had completed before this check began. Faults:
+ * the master frozen (SIGSTOP) until the sentinels promote the replica, then
+ * thawed (it becomes the replica); then the same to the new master. */
+typedef struct flip_worker {
+  char url[512];
+  char hist[512];
+  long long end_ms;
+  int id;
+} flip_worker;
+
+static void flip_line(const char *path, const char *line) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (fd < 0) return;
+  if (write(fd, line, strlen(line)) < 0) { /* the checker reads what is there */ }
+  close(fd);
+}
+
+static int flip_worker_main(void *arg) {
+  flip_worker *w = arg;
+  dlock_client *c = th_client_retry(w->url);
+  if (!c) return 2;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 1500;
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(&m, c, "res", &mo) != 0) return 3;
+  char line[160];
+  for (int round = 0; round < 1000 && th_now_ms() < w->end_ms; round++) {
+    if (dlock_mutex_acquire(m, 3000) != 0) { th_sleep_ms(100); continue; }
+    uint64_t f = dlock_mutex_fence(m);
+    for (int k = 0; k < 5 && th_now_ms() < w->end_ms; k++) {
+      snprintf(line, sizeof line, "B %d %" PRIu64 "\n", w->id, f);
+      flip_line(w->hist, line);
+      int rc = dlock_guard_check(c, "res", f);
+      snprintf(line, sizeof line, "A %d %" PRIu64 " %s\n", w->id, f, rc == 0 ? "admitted" : dlock_err_name(rc));
+      flip_line(w->hist, line);
+      th_sleep_ms(100);
+    }
+    dlock_mutex_release(m);
+    th_sleep_ms(50 + 30 * w->id);
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return 0;
+}
+
+/* 0, or -1 with the first admission of a fence below one admitted before
+ * that check began. */
+static int flip_check(const char *path, char *why, size_t len, int *admitted) {
+  FILE *f = fopen(path, "r");
+  if (!f) { snprintf(why, len, "no history"); return -1; }
+  uint64_t done_hi = 0, at_begin[8] = {0};
+  char kind[4], what[64];
+  int id;
+  uint64_t fence;
+  int bad = 0;
+  *admitted = 0;
+  while (!bad && fscanf(f, "%3s %d %" SCNu64, kind, &id, &fence) == 3) {
+    if (id < 0 || id >= 8) continue;
+    if (kind[0] == 'B') { at_begin[id] = done_hi; continue; }
+    if (fscanf(f, "%63s", what) != 1) break;
+    if (strcmp(what, "admitted") != 0) continue;
+    (*admitted)++;
+    if (fence < at_begin[id]) {
+      snprintf(why, len, "worker %d's fence %" PRIu64 " admitted after %" PRIu64 " had been", id, fence, at_begin[id]);
+      bad = 1;
+    }
+    if (fence > done_hi) done_hi = fence;
+  }
+  fclose(f);
+  return bad ? -1 : 0;
+}
+
+TEST(sentinel_holders_through_two_failovers_keep_the_guard_in_order) {
+  th_sentinel_set s;
+  memset(&s, 0, sizeof s);
+  if (th_sentinel_set_start(&s, "rev3flip") != 0) TEST_SKIP("could not start the Sentinel set");
+  char why[512] = "";
+  int failed = 0;
+  flip_worker w[3];
+  pid_t pid[3] = {0, 0, 0};
+  long long t0 = th_now_ms();
+  for (int i = 0; i < 3; i++) {
+    snprintf(w[i].url, sizeof w[i].url, "%s", s.url);
+    snprintf(w[i].hist, sizeof w[i].hist, "%s/flip-history", s.master.dir);
+    w[i].end_ms = t0 + 40000;
+    w[i].id = i;
+  }
+  unlink(w[0].hist);
+  for (int i = 0; i < 3; i++) pid[i] = th_spawn(flip_worker_main, &w[i]);
+  th_redis *first = &s.master, *second = &s.replica;
+  for (int flip = 0; flip < 2; flip++) {
+    th_sleep_ms(4000);
+    kill(first->pid, SIGSTOP);
+    int promoted = th_sentinel_wait_master(&s, second->port, 30000);
+    th_sleep_ms(1000);
+    kill(first->pid, SIGCONT);
+    if (promoted != 0) STEP_FAIL("failover %d: the sentinels did not promote port %d", flip + 1, second->port);
+    char mport[64];
+    snprintf(mport, sizeof mport, "master_port:%d", second->port);
+    if (wait_info(first, 30000, "role:slave", mport, "master_link_status:up") != 0)
+      STEP_FAIL("failover %d: port %d did not become a replica", flip + 1, first->port);
+    th_redis *t = first;
+    first = second;
+    second = t;
+  }
+done:
+  for (int i = 0; i < 3; i++)
+    if (pid[i] > 0) th_wait(pid[i], 60000);
+  kill(s.master.pid, SIGCONT);
+  kill(s.replica.pid, SIGCONT);
+  int admitted = 0;
+  if (!failed && flip_check(w[0].hist, why, sizeof why, &admitted) != 0) failed = 1;
+  fprintf(stderr, "  %d admissions checked\n", admitted);
+  if (!failed && admitted < 10) snprintf(why, sizeof why, "only %d admissions: the test proved nothing", admitted), failed = 1;
+  th_sentinel_set_stop(&s);
+  if (failed) TEST_FAIL("%s", why);
+}
+
 /* ==== Finding 2 ====
  *
  * The promises (docs/postgres.md, "A step of the database host's clock"): "A
