@@ -94,6 +94,29 @@ static int wait_info(const th_redis *r, long ms, const char *a, const char *b, c
   return -1;
 }
 
+/* Wait until 'a' replicates 'b' with its link up (60 s). 0 or -1. */
+static int wait_replica_of(const th_redis *a, const th_redis *b) {
+  char bport[64];
+  snprintf(bport, sizeof bport, "master_port:%d", b->port);
+  return wait_info(a, 60000, "role:slave", bport, "master_link_status:up");
+}
+
+/* Cut replica 'a' off its master 'b': 'a' reconnects with a password that
+ * 'b' (no password) refuses, once 'b' dropped its replica connection. */
+static int cut_link(const th_redis *a, const th_redis *b, char *why, size_t len) {
+  char out[512];
+  if (th_redis_cli(a, out, sizeof out, "CONFIG SET masterauth rev3-wrong") != 0) {
+    snprintf(why, len, "CONFIG SET masterauth on port %d: %s", a->port, out);
+    return -1;
+  }
+  th_redis_cli(b, out, sizeof out, "CLIENT KILL TYPE replica");
+  if (wait_info(a, 20000, "master_link_status:down", NULL, NULL) != 0) {
+    snprintf(why, len, "the link of port %d to its master %d stayed up", a->port, b->port);
+    return -1;
+  }
+  return 0;
+}
+
 static int get_key(const th_redis *r, const char *key, char *out, size_t len) {
   return th_redis_cli(r, out, len, "GET %s", key);
 }
@@ -105,6 +128,37 @@ static int guard_answer(dlock_client *c, const char *res, uint64_t token, uint64
   for (int i = 0; i < 20; i++) {
     rc = dlock_guard_check_highest(c, res, token, hi);
     if (rc == 0 || rc == DLOCK_ESTALE) break;
+    th_sleep_ms(500);
+  }
+  return rc;
+}
+
+/* A fixed-lease hold of "res" through 'c' and a first guard check with its
+ * fence (noted as 'who' in the history). 0, or the failing call's code. */
+static int hold_and_guard(dlock_client *c, const char *who, int64_t lease_ms, dlock_mutex **m, uint64_t *fence) {
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = lease_ms;
+  int rc = dlock_mutex_new(m, c, "res", &mo);
+  if (rc == 0) rc = dlock_mutex_acquire(*m, 5000);
+  if (rc != 0) return rc;
+  *fence = dlock_mutex_fence(*m);
+  rc = dlock_guard_check(c, "res", *fence);
+  hist_note(who, *fence, rc);
+  return rc;
+}
+
+/* hold_and_guard() tried every 0.5 s for 10 s while the acquire fails (the
+ * client finding the new master after a failover). */
+static int hold_and_guard_retry(dlock_client *c, const char *who, int64_t lease_ms, dlock_mutex **m,
+                                uint64_t *fence) {
+  int rc = -1;
+  for (int i = 0; i < 20; i++) {
+    *fence = 0;
+    rc = hold_and_guard(c, who, lease_ms, m, fence);
+    if (rc == 0 || *fence != 0) return rc; /* held: the guard's answer */
+    dlock_mutex_free(*m);
+    *m = NULL;
     th_sleep_ms(500);
   }
   return rc;
@@ -159,15 +213,9 @@ TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
 
   /* 1. A master: H1 takes t1 and passes the guard. */
   if (!(c1 = th_client_retry(s.url))) STEP_FAIL("no client of %s: %s", s.url, dlock_last_error());
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 2000;
-  if (dlock_mutex_new(&h1, c1, "res", &mo) != 0) STEP_FAIL("mutex_new: %s", dlock_last_error());
-  if (dlock_mutex_acquire(h1, 5000) != 0) STEP_FAIL("H1 acquire on A: %s", dlock_last_error());
-  uint64_t t1 = dlock_mutex_fence(h1);
-  int rc = dlock_guard_check(c1, "res", t1);
-  hist_note("H1", t1, rc);
-  if (rc != 0) STEP_FAIL("H1's first guard check on A: %s", dlock_last_error());
+  uint64_t t1 = 0;
+  int rc = hold_and_guard(c1, "H1", 2000, &h1, &t1);
+  if (rc != 0) STEP_FAIL("H1's acquire and guard check on A: %s", dlock_last_error());
   get_key(A, "dlock-epoch", rec_a, sizeof rec_a);
   /* B has A's record and the guard's before A freezes. */
   for (int i = 0; i < 100; i++) {
@@ -182,33 +230,22 @@ TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
   int promoted = th_sentinel_wait_master(&s, B->port, 60000);
   kill(A->pid, SIGCONT);
   if (promoted != 0) STEP_FAIL("the sentinels did not promote B (port %d) within 60 s", B->port);
-  char bport[64];
-  snprintf(bport, sizeof bport, "master_port:%d", B->port);
-  if (wait_info(A, 60000, "role:slave", bport, "master_link_status:up") != 0)
-    STEP_FAIL("A (port %d) did not become B's replica within 60 s", A->port);
+  if (wait_replica_of(A, B) != 0) STEP_FAIL("A (port %d) did not become B's replica within 60 s", A->port);
   get_key(A, "dlock-epoch", out, sizeof out);
   fprintf(stderr, "  A as B's replica holds the record: %s\n", out);
 
   /* 3. Cut A's link: it reconnects with a password B refuses. */
-  if (th_redis_cli(A, out, sizeof out, "CONFIG SET masterauth rev3-wrong") != 0)
-    STEP_FAIL("CONFIG SET masterauth on A: %s", out);
-  th_redis_cli(B, out, sizeof out, "CLIENT KILL TYPE replica");
-  if (wait_info(A, 20000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B stayed up");
+  if (cut_link(A, B, why, sizeof why) != 0) {
+    failed = 1;
+    goto done;
+  }
   th_sleep_ms(1500);
   if (wait_info(A, 2000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B came back");
 
   if (!(c2 = th_client_retry(s.url))) STEP_FAIL("no client after the failover: %s", dlock_last_error());
-  if (dlock_mutex_new(&h2, c2, "res", &mo) != 0) STEP_FAIL("mutex_new: %s", dlock_last_error());
-  rc = -1;
-  for (int i = 0; i < 20 && rc != 0; i++) {
-    rc = dlock_mutex_acquire(h2, 5000);
-    if (rc != 0) th_sleep_ms(500);
-  }
-  if (rc != 0) STEP_FAIL("H2 acquire on B: %s", dlock_last_error());
-  uint64_t t2 = dlock_mutex_fence(h2);
-  rc = dlock_guard_check(c2, "res", t2);
-  hist_note("H2", t2, rc);
-  if (rc != 0) STEP_FAIL("H2's guard check on B with t2 = %" PRIu64 ": %s", t2, dlock_last_error());
+  uint64_t t2 = 0;
+  rc = hold_and_guard_retry(c2, "H2", 2000, &h2, &t2);
+  if (rc != 0) STEP_FAIL("H2's acquire and guard check on B (t2 = %" PRIu64 "): %s", t2, dlock_last_error());
   get_key(B, "dlock-epoch", out, sizeof out);
   fprintf(stderr, "  B's record: %s, t2 = %" PRIu64 "\n", out, t2);
   if (wait_info(A, 1000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B came back");
@@ -239,6 +276,108 @@ done:
   dlock_client_free(c2);
   dlock_client_free(c1);
   th_sentinel_set_stop(&s);
+  if (failed) TEST_FAIL("%s", why);
+}
+
+/* ==== Finding 1, on a cluster ====
+ *
+ * The same promise per slot (docs/topologies.md, Redis Cluster: "after a
+ * failover of that slot's master, the guard refuses the tokens issued before
+ * it, as under Sentinel"), and the same attack: the slot's record
+ * ("{<n>}:dlock-epoch") of master A's first term comes back to A by
+ * replication from B, which promoted when A froze and issued nothing before A
+ * resynced; A's link is cut, B admits t2, B freezes, the cluster promotes A
+ * again, which keeps its first term's floor and admits t1 < t2.
+ */
+static long long repl_num(const th_redis *r, const char *field) {
+  char out[8192];
+  if (th_redis_cli(r, out, sizeof out, "INFO replication") != 0) return -1;
+  const char *p = strstr(out, field);
+  return p ? atoll(p + strlen(field)) : -1;
+}
+
+static int epoch_key_of_slot(const th_redis *r, int slot, char *key, size_t len) {
+  char keys[4096];
+  if (th_redis_cli(r, keys, sizeof keys, "CLUSTER GETKEYSINSLOT %d 100", slot) != 0) return -1;
+  char *save = NULL;
+  for (char *k = strtok_r(keys, "\n", &save); k; k = strtok_r(NULL, "\n", &save))
+    if (strstr(k, "dlock-epoch")) { snprintf(key, len, "'%s'", k); return 0; }
+  return -1;
+}
+
+TEST(cluster_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
+  th_cluster cl;
+  memset(&cl, 0, sizeof cl);
+  if (th_cluster_start(&cl, 3, 1) != 0) TEST_SKIP("could not start a cluster of 3 masters with a replica each");
+  dlock_client *c1 = NULL, *c2 = NULL, *c3 = NULL;
+  dlock_mutex *h1 = NULL, *h2 = NULL;
+  char why[512] = "", out[8192], rec_a[256] = "", ekey[256] = "";
+  int failed = 0;
+  th_redis *A = NULL, *B = NULL;
+  hist_open(cl.node[0].dir);
+  int ia = th_cluster_owner(&cl, "res");
+  if (ia < 0) STEP_FAIL("no owner of \"res\"");
+  A = &cl.node[ia];
+  for (int j = 0; j < cl.n && !B; j++)
+    if (j != ia && repl_num(&cl.node[j], "master_port:") == A->port) B = &cl.node[j];
+  if (!B) STEP_FAIL("no replica of A (port %d)", A->port);
+  th_redis_cli(A, out, sizeof out, "CLUSTER KEYSLOT res");
+  int slot = atoi(out);
+
+  if (!(c1 = th_client_retry(cl.url))) STEP_FAIL("no client of %s: %s", cl.url, dlock_last_error());
+  uint64_t t1 = 0;
+  int rc = hold_and_guard(c1, "H1", 2000, &h1, &t1);
+  if (rc != 0) STEP_FAIL("H1's acquire and guard check on A: %s", dlock_last_error());
+  if (epoch_key_of_slot(A, slot, ekey, sizeof ekey) != 0) STEP_FAIL("no dlock-epoch record in slot %d", slot);
+  get_key(A, ekey, rec_a, sizeof rec_a);
+  /* A replica of a cluster answers MOVED to a GET: wait for its offset. */
+  long long want = repl_num(A, "master_repl_offset:");
+  for (int i = 0; i < 100 && repl_num(B, "slave_repl_offset:") < want; i++) th_sleep_ms(100);
+  if (want <= 0 || repl_num(B, "slave_repl_offset:") < want) STEP_FAIL("B did not reach A's offset %lld", want);
+  fprintf(stderr, "  A's record %s: %s, t1 = %" PRIu64 "\n", ekey, rec_a, t1);
+
+  kill(A->pid, SIGSTOP);
+  /* Ask only the node that runs: redis-cli waits forever on a frozen one. */
+  int promoted = wait_info(B, 60000, "role:master", NULL, NULL);
+  kill(A->pid, SIGCONT);
+  if (promoted != 0) STEP_FAIL("the cluster did not promote B (port %d)", B->port);
+  if (wait_replica_of(A, B) != 0) STEP_FAIL("A (port %d) did not become B's replica within 60 s", A->port);
+
+  if (cut_link(A, B, why, sizeof why) != 0) {
+    failed = 1;
+    goto done;
+  }
+
+  if (!(c2 = th_client_retry(cl.url))) STEP_FAIL("no client after the failover: %s", dlock_last_error());
+  uint64_t t2 = 0;
+  rc = hold_and_guard_retry(c2, "H2", 2000, &h2, &t2);
+  if (rc != 0) STEP_FAIL("H2's acquire and guard check on B (t2 = %" PRIu64 "): %s", t2, dlock_last_error());
+  get_key(B, ekey, out, sizeof out);
+  fprintf(stderr, "  B's record: %s, t2 = %" PRIu64 "\n", out, t2);
+  if (wait_info(A, 1000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B came back");
+  dlock_mutex_release(h2);
+
+  kill(B->pid, SIGSTOP);
+  if (wait_info(A, 60000, "role:master", NULL, NULL) != 0)
+    STEP_FAIL("the cluster did not promote A (port %d) again", A->port);
+  get_key(A, ekey, out, sizeof out);
+  fprintf(stderr, "  A promoted again holds: %s\n", out);
+
+  if (!(c3 = th_client_retry(cl.url))) STEP_FAIL("no client after the second failover: %s", dlock_last_error());
+  uint64_t hi = 0;
+  rc = guard_answer(c3, "res", t1, &hi);
+  hist_note("H1", t1, rc);
+  fprintf(stderr, "  H1's check with t1 on A: %s\n", rc == 0 ? "admitted" : dlock_err_name(rc));
+  if (hist_check(why, sizeof why) != 0) failed = 1;
+  else if (rc != DLOCK_ESTALE) snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
+done:
+  if (B) kill(B->pid, SIGCONT);
+  dlock_mutex_free(h2);
+  dlock_mutex_free(h1);
+  dlock_client_free(c3);
+  dlock_client_free(c2);
+  dlock_client_free(c1);
+  th_cluster_stop(&cl);
   if (failed) TEST_FAIL("%s", why);
 }
 
@@ -279,14 +418,9 @@ TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder) {
   int i2 = (i1 + 1) % 3;
   th_redis *m1 = &cl.node[i1], *m2 = &cl.node[i2];
   if (!(c = th_client_retry(cl.url))) STEP_FAIL("no client of %s: %s", cl.url, dlock_last_error());
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 60000;
-  if (dlock_mutex_new(&h1, c, "res", &mo) != 0 || dlock_mutex_acquire(h1, 5000) != 0)
-    STEP_FAIL("H1's acquire: %s", dlock_last_error());
-  uint64_t t1 = dlock_mutex_fence(h1);
-  int rc = dlock_guard_check(c, "res", t1);
-  if (rc != 0) STEP_FAIL("H1's first guard check: %s", dlock_last_error());
+  uint64_t t1 = 0;
+  int rc = hold_and_guard(c, "H1", 60000, &h1, &t1);
+  if (rc != 0) STEP_FAIL("H1's acquire and guard check: %s", dlock_last_error());
   th_sleep_ms(1200); /* M2's next process starts in a later second than t1 */
   if (th_redis_restart(m2) != 0) STEP_FAIL("could not restart master %d", m2->port);
   if (th_cluster_wait_ok(&cl, NULL, 60000) != 0) STEP_FAIL("the cluster did not come back after M2's restart");
@@ -323,134 +457,6 @@ done:
   dlock_mutex_free(h1);
   dlock_client_free(c);
   th_cluster_stop(&cl);
-  if (failed) TEST_FAIL("%s", why);
-}
-
-/* ==== Attack (held so far): holders that keep writing through the guard
- * while the master fails over twice ====
- *
- * The promise (docs/topologies.md): "every token issued before the change of
- * master is refused with DLOCK_ESTALE ..., every token issued after it is
- * admitted". Three processes, each with its own client, loop: acquire "res"
- * (1.5 s fixed lease), five guard checks 100 ms apart with the hold's fence,
- * release. The history (O_APPEND) has a line before each check ("B") and one
- * after ("A", with the answer); the checker refuses an admission of a fence
- * below one whose admission had completed before this check began. Faults:
- * the master frozen (SIGSTOP) until the sentinels promote the replica, then
- * thawed (it becomes the replica); then the same to the new master. */
-typedef struct flip_worker {
-  char url[512];
-  char hist[512];
-  long long end_ms;
-  int id;
-} flip_worker;
-
-static void flip_line(const char *path, const char *line) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-  if (fd < 0) return;
-  if (write(fd, line, strlen(line)) < 0) { /* the checker reads what is there */ }
-  close(fd);
-}
-
-static int flip_worker_main(void *arg) {
-  flip_worker *w = arg;
-  dlock_client *c = th_client_retry(w->url);
-  if (!c) return 2;
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 1500;
-  dlock_mutex *m = NULL;
-  if (dlock_mutex_new(&m, c, "res", &mo) != 0) return 3;
-  char line[160];
-  for (int round = 0; round < 1000 && th_now_ms() < w->end_ms; round++) {
-    if (dlock_mutex_acquire(m, 3000) != 0) { th_sleep_ms(100); continue; }
-    uint64_t f = dlock_mutex_fence(m);
-    for (int k = 0; k < 5 && th_now_ms() < w->end_ms; k++) {
-      snprintf(line, sizeof line, "B %d %" PRIu64 "\n", w->id, f);
-      flip_line(w->hist, line);
-      int rc = dlock_guard_check(c, "res", f);
-      snprintf(line, sizeof line, "A %d %" PRIu64 " %s\n", w->id, f, rc == 0 ? "admitted" : dlock_err_name(rc));
-      flip_line(w->hist, line);
-      th_sleep_ms(100);
-    }
-    dlock_mutex_release(m);
-    th_sleep_ms(50 + 30 * w->id);
-  }
-  dlock_mutex_free(m);
-  dlock_client_free(c);
-  return 0;
-}
-
-/* 0, or -1 with the first admission of a fence below one admitted before
- * that check began. */
-static int flip_check(const char *path, char *why, size_t len, int *admitted) {
-  FILE *f = fopen(path, "r");
-  if (!f) { snprintf(why, len, "no history"); return -1; }
-  uint64_t done_hi = 0, at_begin[8] = {0};
-  char kind[4], what[64];
-  int id;
-  uint64_t fence;
-  int bad = 0;
-  *admitted = 0;
-  while (!bad && fscanf(f, "%3s %d %" SCNu64, kind, &id, &fence) == 3) {
-    if (id < 0 || id >= 8) continue;
-    if (kind[0] == 'B') { at_begin[id] = done_hi; continue; }
-    if (fscanf(f, "%63s", what) != 1) break;
-    if (strcmp(what, "admitted") != 0) continue;
-    (*admitted)++;
-    if (fence < at_begin[id]) {
-      snprintf(why, len, "worker %d's fence %" PRIu64 " admitted after %" PRIu64 " had been", id, fence, at_begin[id]);
-      bad = 1;
-    }
-    if (fence > done_hi) done_hi = fence;
-  }
-  fclose(f);
-  return bad ? -1 : 0;
-}
-
-TEST(sentinel_holders_through_two_failovers_keep_the_guard_in_order) {
-  th_sentinel_set s;
-  memset(&s, 0, sizeof s);
-  if (th_sentinel_set_start(&s, "rev3flip") != 0) TEST_SKIP("could not start the Sentinel set");
-  char why[512] = "";
-  int failed = 0;
-  flip_worker w[3];
-  pid_t pid[3] = {0, 0, 0};
-  long long t0 = th_now_ms();
-  for (int i = 0; i < 3; i++) {
-    snprintf(w[i].url, sizeof w[i].url, "%s", s.url);
-    snprintf(w[i].hist, sizeof w[i].hist, "%s/flip-history", s.master.dir);
-    w[i].end_ms = t0 + 40000;
-    w[i].id = i;
-  }
-  unlink(w[0].hist);
-  for (int i = 0; i < 3; i++) pid[i] = th_spawn(flip_worker_main, &w[i]);
-  th_redis *first = &s.master, *second = &s.replica;
-  for (int flip = 0; flip < 2; flip++) {
-    th_sleep_ms(4000);
-    kill(first->pid, SIGSTOP);
-    int promoted = th_sentinel_wait_master(&s, second->port, 30000);
-    th_sleep_ms(1000);
-    kill(first->pid, SIGCONT);
-    if (promoted != 0) STEP_FAIL("failover %d: the sentinels did not promote port %d", flip + 1, second->port);
-    char mport[64];
-    snprintf(mport, sizeof mport, "master_port:%d", second->port);
-    if (wait_info(first, 30000, "role:slave", mport, "master_link_status:up") != 0)
-      STEP_FAIL("failover %d: port %d did not become a replica", flip + 1, first->port);
-    th_redis *t = first;
-    first = second;
-    second = t;
-  }
-done:
-  for (int i = 0; i < 3; i++)
-    if (pid[i] > 0) th_wait(pid[i], 60000);
-  kill(s.master.pid, SIGCONT);
-  kill(s.replica.pid, SIGCONT);
-  int admitted = 0;
-  if (!failed && flip_check(w[0].hist, why, sizeof why, &admitted) != 0) failed = 1;
-  fprintf(stderr, "  %d admissions checked\n", admitted);
-  if (!failed && admitted < 10) snprintf(why, sizeof why, "only %d admissions: the test proved nothing", admitted), failed = 1;
-  th_sentinel_set_stop(&s);
   if (failed) TEST_FAIL("%s", why);
 }
 
