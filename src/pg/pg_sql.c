@@ -318,8 +318,11 @@ static const char sql_init[] =
      * holds on its newest version (the DELETE's WHERE names the target row:
      * a concurrent acquire, renewal or heartbeat that made it live again is
      * waited for and re-checked), so a live hold, a live family mark or a
-     * live waiter is never deleted. Fences come from fence_seq, not from the
-     * rows: a name whose row was deleted gets a higher fence next time. A
+     * live waiter is never deleted. A deleted row's fence is kept in
+     * fence_seq (raised to the highest fence deleted, never lowered), so a
+     * name whose row was deleted gets a higher fence next time even when the
+     * clock stepped back (without it only the row kept that name's fences
+     * rising: third review, finding 2). A
      * family's name goes under its families row, locked as fam_acquire
      * locks it, once no hold of it is left; fam_acquire makes the rows again
      * when they vanished under it. The guards and the scheduler's rows are
@@ -331,15 +334,17 @@ static const char sql_init[] =
     "DECLARE\n"
     "  cutoff timestamptz := clock_timestamp() - greatest(p_older_ms, 0) * interval '1 millisecond';\n"
     "  n bigint;\n"
+    "  hw bigint := 0;\n"
+    "  m bigint;\n"
     "  r record;\n"
     "BEGIN\n"
     "  n_locks := 0; n_families := 0;\n"
     "  DELETE FROM @S.waiters w WHERE (w.name, w.token) IN (SELECT x.name, x.token FROM @S.waiters x\n"
     "    WHERE x.expires < cutoff LIMIT p_limit) AND w.expires < cutoff;\n"
     "  GET DIAGNOSTICS n_waiters = ROW_COUNT;\n"
-    "  DELETE FROM @S.holds h WHERE (h.name, h.token) IN (SELECT x.name, x.token FROM @S.holds x\n"
-    "    WHERE x.expires < cutoff LIMIT p_limit) AND h.expires < cutoff;\n"
-    "  GET DIAGNOSTICS n_holds = ROW_COUNT;\n"
+    "  WITH d AS (DELETE FROM @S.holds h WHERE (h.name, h.token) IN (SELECT x.name, x.token FROM @S.holds x\n"
+    "    WHERE x.expires < cutoff LIMIT p_limit) AND h.expires < cutoff RETURNING h.fence)\n"
+    "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n_holds, hw FROM d;\n"
     "  FOR r IN SELECT f.name FROM @S.families f WHERE NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = f.name)\n"
     "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = f.name AND w.expires >= cutoff)\n"
     "      LIMIT p_limit FOR UPDATE SKIP LOCKED LOOP\n"
@@ -347,21 +352,28 @@ static const char sql_init[] =
      * grant that committed before it. */
     "    CONTINUE WHEN EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = r.name)\n"
     "      OR EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = r.name AND w.expires >= cutoff);\n"
-    "    DELETE FROM @S.locks l WHERE l.name = r.name AND l.expires < cutoff\n"
-    "      AND (l.family_until IS NULL OR l.family_until < cutoff);\n"
-    "    GET DIAGNOSTICS n = ROW_COUNT;\n"
+    "    WITH d AS (DELETE FROM @S.locks l WHERE l.name = r.name AND l.expires < cutoff\n"
+    "      AND (l.family_until IS NULL OR l.family_until < cutoff) RETURNING l.fence)\n"
+    "      SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
+    "    hw := greatest(hw, m);\n"
     "    n_locks := n_locks + n;\n"
     "    DELETE FROM @S.families f WHERE f.name = r.name;\n"
     "    n_families := n_families + 1;\n"
     "  END LOOP;\n"
-    "  DELETE FROM @S.locks l WHERE l.name IN (SELECT x.name FROM @S.locks x WHERE x.expires < cutoff\n"
+    "  WITH d AS (DELETE FROM @S.locks l WHERE l.name IN (SELECT x.name FROM @S.locks x WHERE x.expires < cutoff\n"
     "      AND (x.family_until IS NULL OR x.family_until < cutoff)\n"
     "      AND NOT EXISTS (SELECT 1 FROM @S.families f WHERE f.name = x.name)\n"
     "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = x.name AND w.expires >= cutoff)\n"
     "      LIMIT p_limit)\n"
-    "    AND l.expires < cutoff AND (l.family_until IS NULL OR l.family_until < cutoff);\n"
-    "  GET DIAGNOSTICS n = ROW_COUNT;\n"
+    "    AND l.expires < cutoff AND (l.family_until IS NULL OR l.family_until < cutoff) RETURNING l.fence)\n"
+    "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
     "  n_locks := n_locks + n;\n"
+    /* The sequence is a non-transactional counter: setval takes effect even
+     * if this transaction rolls back (it only ever raises it). */
+    "  hw := greatest(hw, m);\n"
+    "  IF hw > (SELECT s.last_value FROM @S.fence_seq s) THEN\n"
+    "    PERFORM setval('@S.fence_seq', greatest(hw, (SELECT s.last_value FROM @S.fence_seq s)));\n"
+    "  END IF;\n"
     "END $f$;\n"
     "COMMIT;";
 

@@ -1114,4 +1114,34 @@ TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
 #endif
 }
 
+/* The PostgreSQL backend's fences went back after a backward clock step and
+ * a prune (third Sentinel/Cluster/PostgreSQL review, finding 2): there the
+ * name's row was the only thing above the clock. Here the name's row is the
+ * fence counter itself (fence + 1, no clock in it) and nothing deletes it
+ * (this backend has no prune): after a release and a prune, the next fence
+ * is the last + 1, and the guard refuses the earlier holder's fence. */
+TEST(lease_mode_fences_rise_across_a_prune_since_the_counter_row_is_never_deleted) {
+  NEED_SERVER();
+  dlock_client *c = client();
+  dlock_mutex *m = mutex(c, "fence-hw", 1000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t f1 = dlock_mutex_fence(m);
+  ASSERT_OK(dlock_guard_check(c, "fence-hw", f1));
+  ASSERT_OK(dlock_mutex_release(m));
+  int64_t pruned = -1;
+  int prc = dlock_client_prune(c, 0, &pruned);
+  ASSERT(prc == 0 || prc == DLOCK_EINVAL); /* EINVAL: nothing to prune here */
+  char out[256];
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT fence FROM dlock.dlock_locks WHERE name LIKE '%%fence-hw'"), 0);
+  ASSERT_EQ(strtoull(out, NULL, 10), f1);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t f2 = dlock_mutex_fence(m);
+  ASSERT(f2 > f1);
+  ASSERT_OK(dlock_guard_check(c, "fence-hw", f2));
+  ASSERT_STATUS(dlock_guard_check(c, "fence-hw", f1), DLOCK_ESTALE);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()

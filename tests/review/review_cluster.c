@@ -19,6 +19,7 @@
 #include "dlock.h"
 #include "harness_cluster.h"
 #include "test.h"
+#include "review_twice.h"
 
 static th_cluster cl;
 static th_cluster fc; /* the failover test's own cluster */
@@ -486,6 +487,195 @@ TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shuts_out_o
   ASSERT(f[2] > f[1]);
   ASSERT_OK(rc);
   ASSERT_STATUS(after, DLOCK_ESTALE);
+}
+
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 1 on a
+ * cluster, fixed as under Sentinel (review_sentinel.c). */
+/* ==== Finding 1, on a cluster ====
+ *
+ * The same promise per slot (docs/topologies.md, Redis Cluster: "after a
+ * failover of that slot's master, the guard refuses the tokens issued before
+ * it, as under Sentinel"), and the same attack: the slot's record
+ * ("{<n>}:dlock-epoch") of master A's first term comes back to A by
+ * replication from B, which promoted when A froze and issued nothing before A
+ * resynced; A's link is cut, B admits t2, B freezes, the cluster promotes A
+ * again, which keeps its first term's floor and admits t1 < t2.
+ */
+static int epoch_key_of_slot(const th_redis *r, int slot, char *key, size_t len) {
+  char keys[4096];
+  if (th_redis_cli(r, keys, sizeof keys, "CLUSTER GETKEYSINSLOT %d 100", slot) != 0) return -1;
+  char *save = NULL;
+  for (char *k = strtok_r(keys, "\n", &save); k; k = strtok_r(NULL, "\n", &save))
+    if (strstr(k, "dlock-epoch")) { snprintf(key, len, "'%s'", k); return 0; }
+  return -1;
+}
+
+TEST(cluster_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
+  th_cluster rc3;
+  memset(&rc3, 0, sizeof rc3);
+  if (th_cluster_start(&rc3, 3, 1) != 0) TEST_SKIP("could not start a cluster of 3 masters with a replica each");
+  dlock_client *c1 = NULL, *c2 = NULL, *c3 = NULL;
+  dlock_mutex *h1 = NULL, *h2 = NULL;
+  char why[512] = "", out[8192], rec_a[256] = "", ekey[256] = "";
+  int failed = 0;
+  th_redis *A = NULL, *B = NULL;
+  hist_open(rc3.node[0].dir);
+  int ia = th_cluster_owner(&rc3, "res");
+  if (ia < 0) STEP_FAIL("no owner of \"res\"");
+  A = &rc3.node[ia];
+  for (int j = 0; j < rc3.n && !B; j++)
+    if (j != ia && repl_num(&rc3.node[j], "master_port:") == A->port) B = &rc3.node[j];
+  if (!B) STEP_FAIL("no replica of A (port %d)", A->port);
+  th_redis_cli(A, out, sizeof out, "CLUSTER KEYSLOT res");
+  int slot = atoi(out);
+
+  if (!(c1 = th_client_retry(rc3.url))) STEP_FAIL("no client of %s: %s", rc3.url, dlock_last_error());
+  uint64_t t1 = 0;
+  int rc = hold_and_guard(c1, "H1", 2000, &h1, &t1);
+  if (rc != 0) STEP_FAIL("H1's acquire and guard check on A: %s", dlock_last_error());
+  if (epoch_key_of_slot(A, slot, ekey, sizeof ekey) != 0) STEP_FAIL("no dlock-epoch record in slot %d", slot);
+  get_key(A, ekey, rec_a, sizeof rec_a);
+  /* A replica of a cluster answers MOVED to a GET: wait for its offset. */
+  long long want = repl_num(A, "master_repl_offset:");
+  for (int i = 0; i < 100 && repl_num(B, "slave_repl_offset:") < want; i++) th_sleep_ms(100);
+  if (want <= 0 || repl_num(B, "slave_repl_offset:") < want) STEP_FAIL("B did not reach A's offset %lld", want);
+  fprintf(stderr, "  A's record %s: %s, t1 = %" PRIu64 "\n", ekey, rec_a, t1);
+
+  kill(A->pid, SIGSTOP);
+  /* Ask only the node that runs: redis-cli waits forever on a frozen one. */
+  int promoted = wait_info(B, 60000, "role:master", NULL, NULL);
+  kill(A->pid, SIGCONT);
+  if (promoted != 0) STEP_FAIL("the cluster did not promote B (port %d)", B->port);
+  if (wait_replica_of(A, B) != 0) STEP_FAIL("A (port %d) did not become B's replica within 60 s", A->port);
+
+  if (cut_link(A, B, why, sizeof why) != 0) {
+    failed = 1;
+    goto done;
+  }
+
+  if (!(c2 = th_client_retry(rc3.url))) STEP_FAIL("no client after the failover: %s", dlock_last_error());
+  uint64_t t2 = 0;
+  rc = hold_and_guard_retry(c2, "H2", 2000, &h2, &t2);
+  if (rc != 0) STEP_FAIL("H2's acquire and guard check on B (t2 = %" PRIu64 "): %s", t2, dlock_last_error());
+  get_key(B, ekey, out, sizeof out);
+  fprintf(stderr, "  B's record: %s, t2 = %" PRIu64 "\n", out, t2);
+  if (wait_info(A, 1000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B came back");
+  dlock_mutex_release(h2);
+
+  kill(B->pid, SIGSTOP);
+  if (wait_info(A, 60000, "role:master", NULL, NULL) != 0)
+    STEP_FAIL("the cluster did not promote A (port %d) again", A->port);
+  get_key(A, ekey, out, sizeof out);
+  fprintf(stderr, "  A promoted again holds: %s\n", out);
+
+  if (!(c3 = th_client_retry(rc3.url))) STEP_FAIL("no client after the second failover: %s", dlock_last_error());
+  uint64_t hi = 0;
+  rc = guard_answer(c3, "res", t1, &hi);
+  hist_note("H1", t1, rc);
+  fprintf(stderr, "  H1's check with t1 on A: %s\n", rc == 0 ? "admitted" : dlock_err_name(rc));
+  if (hist_check(why, sizeof why) != 0) failed = 1;
+  else if (rc != DLOCK_ESTALE) snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
+done:
+  if (B) kill(B->pid, SIGCONT);
+  dlock_mutex_free(h2);
+  dlock_mutex_free(h1);
+  dlock_client_free(c3);
+  dlock_client_free(c2);
+  dlock_client_free(c1);
+  th_cluster_stop(&rc3);
+  if (failed) TEST_FAIL("%s", why);
+}
+
+
+/* Finding 3 of the same review, kept as a documented limit
+ * (docs/topologies.md, Redis Cluster, "The fence guarantee"): a fix that
+ * keeps the moved record's floor cannot tell a reshard from a restore of
+ * another node's backup, which may have lost admissions. The test asserts
+ * what the docs now say: the holder is refused once, with "the master
+ * changed", and its next acquisition is admitted. */
+/* ==== Finding 3 ====
+ *
+ * The promise (docs/topologies.md, Redis Cluster, "The fence guarantee"): "A
+ * reshard that migrates the slot with its keys (redis-cli --cluster reshard,
+ * MIGRATE) is no change of master for the guard: {R}:guard and the slot's
+ * record move with the keys, the new owner floors the slot at its own start,
+ * so holders go on (none is refused) and no admission is lost."
+ *
+ * The attack: the new owner's "own start" can be after the holder's token was
+ * issued: a master restarted (kill -9, it rejoins with its own slots) after
+ * the holder acquired on the old owner. Three masters: H1 acquires "res" on
+ * its master M1 (fence t1, 60 s lease) and passes the guard; M2 restarts;
+ * the slot of "res" is migrated from M1 to M2 with all its keys (SETSLOT
+ * IMPORTING/MIGRATING, MIGRATE of every key of the slot, SETSLOT NODE); H1,
+ * still holding, checks the guard with t1 again.
+ * What happened: DLOCK_ESTALE ("the master changed"): M2 finds the moved
+ * record of M1's process, floors the slot at its own start, after t1, and
+ * refuses a holder whose lock is still held. A wrong refusal (the holder must
+ * acquire again), never a stale admission; the docs promise none.
+ */
+static int cluster_id(const th_redis *r, char *id, size_t len) {
+  return th_redis_cli(r, id, len, "CLUSTER MYID") == 0 && id[0] ? 0 : -1;
+}
+
+TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder_once) {
+  th_cluster rc3;
+  memset(&rc3, 0, sizeof rc3);
+  if (th_cluster_start(&rc3, 3, 0) != 0) TEST_SKIP("could not start a 3-master cluster");
+  dlock_client *c = NULL;
+  dlock_mutex *h1 = NULL;
+  char why[512] = "", out[8192];
+  int failed = 0;
+  int i1 = th_cluster_owner(&rc3, "res");
+  if (i1 < 0) STEP_FAIL("no owner of \"res\"");
+  int i2 = (i1 + 1) % 3;
+  th_redis *m1 = &rc3.node[i1], *m2 = &rc3.node[i2];
+  if (!(c = th_client_retry(rc3.url))) STEP_FAIL("no client of %s: %s", rc3.url, dlock_last_error());
+  uint64_t t1 = 0;
+  int rc = hold_and_guard(c, "H1", 60000, &h1, &t1);
+  if (rc != 0) STEP_FAIL("H1's acquire and guard check: %s", dlock_last_error());
+  th_sleep_ms(1200); /* M2's next process starts in a later second than t1 */
+  if (th_redis_restart(m2) != 0) STEP_FAIL("could not restart master %d", m2->port);
+  if (th_cluster_wait_ok(&rc3, NULL, 60000) != 0) STEP_FAIL("the cluster did not come back after M2's restart");
+  char id1[128], id2[128];
+  if (cluster_id(m1, id1, sizeof id1) || cluster_id(m2, id2, sizeof id2)) STEP_FAIL("CLUSTER MYID");
+  th_redis_cli(m1, out, sizeof out, "CLUSTER KEYSLOT res");
+  int slot = atoi(out);
+  th_redis_cli(m2, out, sizeof out, "CLUSTER SETSLOT %d IMPORTING %s", slot, id1);
+  th_redis_cli(m1, out, sizeof out, "CLUSTER SETSLOT %d MIGRATING %s", slot, id2);
+  char keys[4096];
+  if (th_redis_cli(m1, keys, sizeof keys, "CLUSTER GETKEYSINSLOT %d 100", slot) != 0 || !keys[0])
+    STEP_FAIL("no keys in slot %d on M1", slot);
+  fprintf(stderr, "  moving slot %d (%s) from %d to %d\n", slot, keys, m1->port, m2->port);
+  char *save = NULL;
+  for (char *k = strtok_r(keys, "\n", &save); k; k = strtok_r(NULL, "\n", &save)) {
+    if (th_redis_cli(m1, out, sizeof out, "MIGRATE 127.0.0.1 %d '%s' 0 5000", m2->port, k) != 0 ||
+        strstr(out, "ERR"))
+      STEP_FAIL("MIGRATE %s: %s", k, out);
+  }
+  for (int i = 0; i < 3; i++) th_redis_cli(&rc3.node[i], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, id2);
+  if (th_cluster_wait_ok(&rc3, "res", 30000) != 0) STEP_FAIL("the nodes do not agree that M2 owns \"res\"");
+  if (th_cluster_owner(&rc3, "res") != i2) STEP_FAIL("\"res\" did not move to M2");
+  uint64_t hi = 0;
+  rc = guard_answer(c, "res", t1, &hi);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", rc == 0 ? "" : dlock_last_error());
+  int held = dlock_mutex_is_held(h1);
+  fprintf(stderr, "  after the reshard: H1 (fence %" PRIu64 ", held %d) guard check: %s\n", t1, held,
+          rc == 0 ? "admitted" : dlock_err_name(rc));
+  if (rc != DLOCK_ESTALE || !strstr(msg, "master changed"))
+    STEP_FAIL("a reshard onto a master restarted after the holder acquired: %s (%s), not the documented "
+              "refusal (DLOCK_ESTALE, \"the master changed\")", dlock_err_name(rc), msg);
+  /* Refused once: the holder acquires again and its new token is admitted. */
+  if (dlock_mutex_release(h1) != 0 || dlock_mutex_acquire(h1, 5000) != 0)
+    STEP_FAIL("H1's release and acquire after the refusal: %s", dlock_last_error());
+  uint64_t t3 = dlock_mutex_fence(h1);
+  rc = guard_answer(c, "res", t3, &hi);
+  if (rc != 0) STEP_FAIL("H1's new token %" PRIu64 " after the reshard: %s: %s", t3, dlock_err_name(rc), dlock_last_error());
+done:
+  dlock_mutex_free(h1);
+  dlock_client_free(c);
+  th_cluster_stop(&rc3);
+  if (failed) TEST_FAIL("%s", why);
 }
 
 TEST_MAIN()

@@ -10,6 +10,7 @@
  * PostgreSQL (and PgBouncer, and a streaming standby) through
  * harness_pg.h, public API only (dlock.h).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -714,6 +715,144 @@ out:
   th_pg_stop(&sb);
   th_pg_stop(&p);
   if (fail[0]) TEST_FAIL("%s", fail);
+}
+
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 2, fixed:
+ * prune keeps the highest fence it deletes in fence_seq (pg_sql.c).
+ *
+ * The promises (docs/postgres.md, "A step of the database host's clock"): "A
+ * backward step lengthens leases ...; it is safe: a live hold is neither cut
+ * nor lost, its renewal and release work, and the next fence of the name is
+ * above the last"; (Fences) "at least the last fence of the same name ...
+ * plus one, so that a clock stepped back cannot lower the fences of one
+ * name"; (include/dlock.h, dlock_client_prune) "Never a live hold, a live
+ * waiter, a fence guard or a scheduler's row, and fences keep rising (they
+ * come from a sequence)"; (pg_sql.c, prune) "a name whose row was deleted
+ * gets a higher fence next time".
+ *
+ * The attack: the fence is greatest(nextval(fence_seq), the clock in us,
+ * the name's last fence + 1). The sequence is far below the clock, so after
+ * a backward step only the name's row keeps its fences rising, and a prune
+ * deletes that row once it is released and "older" than the cutoff on the
+ * stepped clock. The server runs under libfaketime (TH_PG_PRELOAD):
+ *   1. H1 acquires "res" (F0, the clock), passes the guard, releases.
+ *   2. The database clock steps back two hours.
+ *   3. H2 acquires "res" (F1 = F0 + 1: the row's fence), passes the guard,
+ *      releases: the row's expiry is now on the stepped clock.
+ *   4. dlock_client_prune(c, 1000, ...) 1.5 s later: the row is deleted.
+ *   5. H3 acquires "res".
+ * What happened: H3's fence is the stepped clock, two hours below F0 and F1:
+ * fences went back, and the guard refuses the lock's current holder
+ * (DLOCK_ESTALE) while a stale holder with F1 would still pass it, for the
+ * two hours until the clock catches up.
+ */
+static int pg_cycle(dlock_client *c, const char *who, uint64_t *fence, int *guard_rc) {
+  dlock_mutex *m = NULL;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 5000;
+  int rc = dlock_mutex_new(&m, c, "res", &mo);
+  if (rc == 0) rc = dlock_mutex_acquire(m, 10000);
+  if (rc == 0) {
+    *fence = dlock_mutex_fence(m);
+    *guard_rc = dlock_guard_check(c, "res", *fence);
+    (void)who;
+    rc = dlock_mutex_release(m);
+  }
+  dlock_mutex_free(m);
+  return rc;
+}
+
+TEST(review_fences_rise_after_a_backward_clock_step_and_a_prune) {
+  char why[512] = "";
+  const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+  if (access(lib, R_OK) != 0) TEST_SKIP("libfaketime is not installed (Debian: faketime)");
+  if (!th_pg_available(why, sizeof why)) TEST_SKIP("%s", why);
+  char dir[] = "/tmp/dlock-pgprune-XXXXXX";
+  if (!mkdtemp(dir)) TEST_SKIP("mkdtemp: %s", strerror(errno));
+  chmod(dir, 0755);
+  char ts[300];
+  snprintf(ts, sizeof ts, "%s/offset", dir);
+  clock_file_set(ts, "+0");
+  setenv("FAKETIME_TIMESTAMP_FILE", ts, 1);
+  setenv("FAKETIME_NO_CACHE", "1", 1);
+  setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+  setenv("TH_PG_PRELOAD", lib, 1);
+  th_pg p;
+  memset(&p, 0, sizeof p);
+  int started = th_pg_start(&p, NULL);
+  unsetenv("TH_PG_PRELOAD");
+  if (started != 0) {
+    unlink(ts);
+    rmdir(dir);
+    TEST_SKIP("could not start PostgreSQL under libfaketime");
+  }
+  dlock_client *c = NULL;
+  int failed = 0, grc = 0;
+  uint64_t f0 = 0, f1 = 0, f2 = 0;
+  char out[256];
+  if (!(c = th_pg_client(&p, "dlock", NULL))) {
+    snprintf(why, sizeof why, "no client of %s: %s", p.url, dlock_last_error());
+    failed = 1;
+    goto done;
+  }
+  if (pg_cycle(c, "H1", &f0, &grc) != 0 || grc != 0) {
+    snprintf(why, sizeof why, "H1's cycle: %s", dlock_last_error());
+    failed = 1;
+    goto done;
+  }
+  th_pg_sql(&p, NULL, out, sizeof out, "SELECT now()");
+  fprintf(stderr, "  H1: fence %" PRIu64 " at %s\n", f0, out);
+  clock_file_set(ts, "-7200");
+  th_sleep_ms(300);
+  th_pg_sql(&p, NULL, out, sizeof out, "SELECT clock_timestamp()");
+  fprintf(stderr, "  the database clock stepped back: %s\n", out);
+  if (pg_cycle(c, "H2", &f1, &grc) != 0 || grc != 0) {
+    snprintf(why, sizeof why, "H2's cycle after the step: %s", dlock_last_error());
+    failed = 1;
+    goto done;
+  }
+  fprintf(stderr, "  H2: fence %" PRIu64 "\n", f1);
+  th_sleep_ms(1500);
+  int64_t pruned = 0, total = 0;
+  for (int i = 0; i < 10; i++) {
+    if (dlock_client_prune(c, 1000, &pruned) != 0) {
+      snprintf(why, sizeof why, "prune: %s", dlock_last_error());
+      failed = 1;
+      goto done;
+    }
+    total += pruned;
+    if (pruned == 0) break;
+  }
+  fprintf(stderr, "  pruned %" PRId64 " rows\n", total);
+  uint64_t before = f1;
+  if (pg_cycle(c, "H3", &f2, &grc) != 0) {
+    snprintf(why, sizeof why, "H3's acquire: %s", dlock_last_error());
+    failed = 1;
+    goto done;
+  }
+  fprintf(stderr, "  H3: fence %" PRIu64 ", guard %s\n", f2, grc == 0 ? "admitted" : dlock_err_name(grc));
+  /* H2, whose hold ended before H3's began, writes late with F1. */
+  int stale = dlock_guard_check(c, "res", f1);
+  if (f2 <= before) {
+    snprintf(why, sizeof why,
+             "the fence of \"res\" went back after a backward clock step and a prune: %" PRIu64 " (H1), %" PRIu64
+             " (H2), then %" PRIu64 " (H3), whose guard check said %s while H2's late check with %" PRIu64 " said %s",
+             f0, f1, f2, grc == 0 ? "admitted" : dlock_err_name(grc), f1, stale == 0 ? "admitted" : dlock_err_name(stale));
+    failed = 1;
+  } else if (grc != 0 || stale != DLOCK_ESTALE) {
+    snprintf(why, sizeof why, "fences %" PRIu64 ", %" PRIu64 ", %" PRIu64 " rise, but H3's guard check said %s and H2's late "
+             "one with %" PRIu64 " said %s (expected admitted, then DLOCK_ESTALE)", f0, f1, f2,
+             grc == 0 ? "admitted" : dlock_err_name(grc), f1, stale == 0 ? "admitted" : dlock_err_name(stale));
+    failed = 1;
+  }
+done:
+  dlock_client_free(c);
+  th_pg_stop(&p);
+  unsetenv("FAKETIME_TIMESTAMP_FILE");
+  unlink(ts);
+  rmdir(dir);
+  if (failed) TEST_FAIL("%s", why);
 }
 
 TEST_MAIN()

@@ -19,6 +19,7 @@
 #include "dlock.h"
 #include "harness_sentinel.h"
 #include "test.h"
+#include "review_twice.h"
 
 static th_sentinel_set set; /* the tests that do not fail over */
 static th_sentinel_set fo;  /* started by each failover test */
@@ -491,6 +492,125 @@ TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without_data) 
     TEST_FAIL("a token issued before the master's restart without data was admitted although a higher one "
               "had been: %s", detail);
   if (!tried) TEST_SKIP("the restart never landed in the token's second (machine too slow)");
+}
+
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 1,
+ * fixed: the record names the master's term ("<run id>/<replication id>"),
+ * and Redis gives a master a new replication id at each promotion, so A,
+ * promoted a second time, takes a new floor (now) and refuses t1. */
+/* ==== Finding 1 ====
+ *
+ * The promise (docs/topologies.md, "The guard across a failover"): "A record
+ * of another process (a promoted replica holds the old master's) or no record
+ * at all ... means that this process has issued no fence yet, so the floor is
+ * taken then ... Every token the new master issues is at or above its floor,
+ * and the guard admits no token below it: every token issued before the
+ * change of master is refused with DLOCK_ESTALE"; the guard's own record
+ * "can be missing on the promoted replica", which is what the floor is for
+ * ("Tested with ... a failover that lost the resource's first admission").
+ *
+ * The attack: the floor record names a run id, and a record with this
+ * process's run id is taken as "this process has served this dataset as
+ * master since its floor". A server that was master, was demoted (the
+ * sentinels make it a replica when it comes back after a failover) and is
+ * promoted again keeps its run id, and the record of its first term comes
+ * back to it by replication from the master between (which issued no fence
+ * before the resync). Three masters in a row, A, B, A:
+ *   1. A master: holder H1 acquires "res" (token t1) and passes the guard.
+ *   2. A frozen (SIGSTOP): the sentinels promote B. A thawed: made B's
+ *      replica, its dataset is B's, whose record is still A's ("<A's run id>
+ *      <A's floor>").
+ *   3. A's replication link is cut (A's masterauth set wrong, B's replica
+ *      connection killed: A reconnects and is refused). H1's lease ends; H2
+ *      acquires "res" on B (t2 > t1) and passes the guard (B's record now,
+ *      {res}:guard = t2), neither reaching A: the last writes before a
+ *      failover, lost.
+ *   4. B frozen: the sentinels promote A.
+ *   5. H1 (frozen all this time, as a holder may be) checks the guard with
+ *      t1 on A.
+ * What happened: A finds its own run id in the record, keeps the floor of its
+ * first term (below t1) and admits t1 after t2 was admitted: a stale writer
+ * passes the guard after a newer one wrote. A fresh promotion (floor = now)
+ * would have refused it.
+ */
+TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
+  th_sentinel_set s;
+  memset(&s, 0, sizeof s);
+  if (th_sentinel_set_start(&s, "rev3") != 0) TEST_SKIP("could not start the Sentinel set");
+  dlock_client *c1 = NULL, *c2 = NULL, *c3 = NULL;
+  dlock_mutex *h1 = NULL, *h2 = NULL;
+  char why[512] = "";
+  char out[4096], rec_a[256] = "";
+  int failed = 0;
+  hist_open(s.master.dir);
+  th_redis *A = &s.master, *B = &s.replica;
+
+  /* 1. A master: H1 takes t1 and passes the guard. */
+  if (!(c1 = th_client_retry(s.url))) STEP_FAIL("no client of %s: %s", s.url, dlock_last_error());
+  uint64_t t1 = 0;
+  int rc = hold_and_guard(c1, "H1", 2000, &h1, &t1);
+  if (rc != 0) STEP_FAIL("H1's acquire and guard check on A: %s", dlock_last_error());
+  get_key(A, "dlock-epoch", rec_a, sizeof rec_a);
+  /* B has A's record and the guard's before A freezes. */
+  for (int i = 0; i < 100; i++) {
+    if (get_key(B, "dlock-epoch", out, sizeof out) == 0 && strcmp(out, rec_a) == 0) break;
+    th_sleep_ms(100);
+  }
+  if (strcmp(out, rec_a) != 0) STEP_FAIL("B never got A's record '%s' (has '%s')", rec_a, out);
+  fprintf(stderr, "  A's record: %s, t1 = %" PRIu64 "\n", rec_a, t1);
+
+  /* 2. Failover to B; A thawed becomes B's replica. */
+  kill(A->pid, SIGSTOP);
+  int promoted = th_sentinel_wait_master(&s, B->port, 60000);
+  kill(A->pid, SIGCONT);
+  if (promoted != 0) STEP_FAIL("the sentinels did not promote B (port %d) within 60 s", B->port);
+  if (wait_replica_of(A, B) != 0) STEP_FAIL("A (port %d) did not become B's replica within 60 s", A->port);
+  get_key(A, "dlock-epoch", out, sizeof out);
+  fprintf(stderr, "  A as B's replica holds the record: %s\n", out);
+
+  /* 3. Cut A's link: it reconnects with a password B refuses. */
+  if (cut_link(A, B, why, sizeof why) != 0) {
+    failed = 1;
+    goto done;
+  }
+  th_sleep_ms(1500);
+  if (wait_info(A, 2000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B came back");
+
+  if (!(c2 = th_client_retry(s.url))) STEP_FAIL("no client after the failover: %s", dlock_last_error());
+  uint64_t t2 = 0;
+  rc = hold_and_guard_retry(c2, "H2", 2000, &h2, &t2);
+  if (rc != 0) STEP_FAIL("H2's acquire and guard check on B (t2 = %" PRIu64 "): %s", t2, dlock_last_error());
+  get_key(B, "dlock-epoch", out, sizeof out);
+  fprintf(stderr, "  B's record: %s, t2 = %" PRIu64 "\n", out, t2);
+  if (wait_info(A, 1000, "master_link_status:down", NULL, NULL) != 0) STEP_FAIL("A's link to B came back");
+  dlock_mutex_release(h2);
+
+  /* 4. B frozen: the sentinels promote A. */
+  kill(B->pid, SIGSTOP);
+  promoted = th_sentinel_wait_master(&s, A->port, 60000);
+  if (promoted != 0) STEP_FAIL("the sentinels did not promote A (port %d) again within 60 s", A->port);
+  get_key(A, "dlock-epoch", out, sizeof out);
+  fprintf(stderr, "  A promoted again holds the record: %s\n", out);
+
+  /* 5. H1's stale token on A. */
+  if (!(c3 = th_client_retry(s.url))) STEP_FAIL("no client after the second failover: %s", dlock_last_error());
+  uint64_t hi = 0;
+  rc = guard_answer(c3, "res", t1, &hi);
+  hist_note("H1", t1, rc);
+  fprintf(stderr, "  H1's check with t1 on A: %s (highest %" PRIu64 ")\n", rc == 0 ? "admitted" : dlock_err_name(rc),
+          hi);
+  if (hist_check(why, sizeof why) != 0) failed = 1;
+  else if (rc != DLOCK_ESTALE) snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
+
+done:
+  kill(B->pid, SIGCONT);
+  dlock_mutex_free(h2);
+  dlock_mutex_free(h1);
+  dlock_client_free(c3);
+  dlock_client_free(c2);
+  dlock_client_free(c1);
+  th_sentinel_set_stop(&s);
+  if (failed) TEST_FAIL("%s", why);
 }
 
 TEST_MAIN()

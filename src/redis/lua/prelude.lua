@@ -85,16 +85,22 @@ local function dlock_fence_of(v)
 end
 
 -- The master's epoch (Sentinel and Cluster without WAIT, issue 22 item 5):
--- the client passes, as the script's last key, a record "<run id> <floor>"
+-- the client passes, as the script's last key, a record "<term> <floor>"
 -- ("<prefix>dlock-epoch", one per server; on a cluster one per hash slot,
--- "<prefix>{<n>}:dlock-epoch" in the slot of the script's keys). <floor> is
--- the server clock (us) at the first fence issued or guard checked by this
--- server process since it serves this dataset: every token it issues is at
+-- "<prefix>{<n>}:dlock-epoch" in the slot of the script's keys). <term> is
+-- "<run id>/<replication id>": the process, and its term as a master (Redis
+-- gives a master a new replication id at every promotion; a replica takes
+-- its master's). The run id alone is not enough: a master demoted and
+-- promoted again keeps it, and may get its first term's record back by
+-- replication from the master in between, whose own writes (a record, an
+-- admission) the second failover can lose (third review, finding 1).
+-- <floor> is the server clock (us) at the first fence issued or guard
+-- checked by this server process in this term: every token it issues is at
 -- or above it, and a token issued by an earlier master (before a failover,
 -- or before a restart that lost data) is below it, clocks agreeing. A record
--- of another process (a promoted replica still has the old master's), or
+-- of another term (a promoted replica still has the old master's), or
 -- none (lost with the data, or never made), means this process has not
--- issued a fence yet for this data: the floor is taken then. It is now on a
+-- issued a fence yet in this term: the floor is taken then. It is now on a
 -- server that was promoted (INFO replication: second_repl_offset is not -1;
 -- the time of the promotion is not known, now is after it), and the time
 -- the process started on one never promoted, which has served as a master
@@ -112,22 +118,27 @@ if not (DLOCK_EPOCH and string.sub(DLOCK_EPOCH, -11) == 'dlock-epoch') then DLOC
 -- reply as second value (the guard cannot admit then).
 local function dlock_epoch_floor(now, strict)
   if not DLOCK_EPOCH then return nil end
-  local info = redis.pcall('INFO', 'server')
+  -- One call for both sections (Redis 7); two before Redis 7, which takes one.
+  local info = redis.pcall('INFO', 'server', 'replication')
+  if type(info) == 'table' then
+    info = redis.pcall('INFO', 'server')
+    local repl = redis.pcall('INFO', 'replication')
+    if type(info) == 'string' and type(repl) == 'string' then info = info .. repl end
+  end
   if type(info) == 'table' then
     if not strict then return nil end
-    return nil, redis.error_reply('NOPERM the guard needs INFO (server) to tell a change of master (' ..
+    return nil, redis.error_reply('NOPERM the guard needs INFO (server, replication) to tell a change of master (' ..
       tostring(info.err) .. '); grant it: ACL SETUSER <user> +info (see docs/keys.md), or use wait_replicas')
   end
-  local id = string.match(info, 'run_id:(%w+)') or '?'
+  local id = (string.match(info, 'run_id:(%w+)') or '?') .. '/' .. (string.match(info, 'master_replid:(%w+)') or '?')
   local rec = redis.pcall('GET', DLOCK_EPOCH)
   if type(rec) == 'string' then
     local was, floor = string.match(rec, '^(%S+) (%d+)$')
     if was == id and floor and dlock_fence_ok(floor, FENCE_MAX) then return floor end
   end
   local floor = now
-  local repl = redis.pcall('INFO', 'replication')
   local up, t_us = string.match(info, 'uptime_in_seconds:(%d+)'), string.match(info, 'server_time_usec:(%d+)')
-  if type(repl) == 'string' and string.match(repl, 'second_repl_offset:(%-?%d+)') == '-1' and up and t_us then
+  if string.match(info, 'second_repl_offset:(%-?%d+)') == '-1' and up and t_us then
     -- uptime is whole seconds (floor(now) - floor(start)): the start is in
     -- the second floor(now) - up. Take that second's end, the upper bound
     -- (never a floor below the start, which would admit a token the earlier
