@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 /* Run one lock-level script for 'name' with optional args. */
 static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, const char *arg,

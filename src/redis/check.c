@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define PROBE_NAME "dlock-doctor"
 #define NOEVICTION_FIX "run 'CONFIG SET maxmemory-policy noeviction' and put 'maxmemory-policy noeviction' in redis.conf"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define RECHECK_MS 2000
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 /* A waiter re-checks the lock at least this often, even with no message. */
 #define RECHECK_CAP_MS 2000

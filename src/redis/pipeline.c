@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define PIPE_MAX 64
 /* How long a corked release may wait for a command to ride with. */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 /* A waiter looks again at least this often, even with no message. */
 #define RW_RECHECK_CAP_MS 2000

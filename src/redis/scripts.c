@@ -11,7 +11,7 @@
 
 #include <openssl/evp.h>
 
-#include "redis.h"
+#include "redis_scripts.h"
 
 extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],

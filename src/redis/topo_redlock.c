@@ -62,7 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define SCHEME "redlock://"
 

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 typedef struct channel {
   char *name;
