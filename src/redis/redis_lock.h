@@ -113,19 +113,71 @@ int dlock__redis_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run
 void dlock__redis_sched_undo(dlock_client *c, const dlock__claim *cl);
 int dlock__redis_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
 
-/* ---- Read-write locks (rwlock.c): handles of kind READ and WRITE ---- */
+/* ---- Lock kinds (kinds.c): what a kind adds to the lock machine (lock.c) ---- */
 
-static inline int dlock__is_rw(const dlock_mutex *m) {
-  return m->kind == DLOCK__KIND_READ || m->kind == DLOCK__KIND_WRITE;
-}
-int dlock__redis_rw_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
-                            dlock__grant *grant);
-void dlock__redis_rw_undo(dlock_mutex *m);
-int dlock__redis_rw_held(dlock_mutex *m, const char *token, int64_t *ttl_ms);
-/* dlock_lock_info for a name whose holders key is a read-write lock's. */
+/* The script calls the machine makes on a handle, each sent as the kind's script. */
+typedef enum dlock__lock_op {
+  DLOCK__OP_ACQUIRE,  /* {1, fence} or {0, pttl}: dlock__grant_decode */
+  DLOCK__OP_RELEASE,  /* 1, 0 gone, -1 another owner's, -2 deleted (forced) */
+  DLOCK__OP_EXTEND,   /* the same codes */
+  DLOCK__OP_WITHDRAW, /* leave the queue; end a hold of our token */
+  DLOCK__OP_INFO,     /* read only: the kind's status array */
+  DLOCK__OP_COUNT
+} dlock__lock_op;
+
+/* One acquire try as the machine prepared it: the common arguments, and
+ * room for the kind's own (which must live until the call is sent). */
+typedef struct dlock__acquire_try {
+  int queue;       /* 1: the caller waits (a waiter id is set) */
+  const char *lease_s, *cap_s, *claim_s, *nonce_s;
+  char scratch[DLOCK__TOKEN_HEX + 24];
+} dlock__acquire_try;
+
+typedef struct dlock__redis_kind {
+  const char *name; /* in messages: "mutex", "semaphore", "read-write lock" */
+  dlock__script_id script[DLOCK__OP_COUNT];
+  /* Append the acquire script's ARGV for one try (its KEYS are set); may
+   * trim call->nkeys when the script reads fewer keys. */
+  void (*acquire_args)(const dlock_mutex *m, dlock__script_call *call, dlock__acquire_try *t);
+  /* A WRONGTYPE error not in the script's own words: the message, as
+   * dlock__error(DLOCK_EWRONGTYPE, ...) returns it. 'name' is the lock's. */
+  int (*wrongtype)(dlock_client *c, const char *name, const dlock__lock_keys *k,
+                   const struct dlock__redis_kind *kind, const dlock__script_call *call, const char *err);
+  /* The info script's answer: its length, and where 'ours' (1) and the TTL are. */
+  size_t info_len;
+  int info_mine, info_ttl;
+  /* Messages: a try that found it taken; a whole wait that did ('for the
+   * whole wait (N ms)' follows); what may be left when a clean-up failed;
+   * a release that found our hold gone; the key whose fence a hold records. */
+  const char *busy, *busy_wait, *left_behind, *release_gone;
+  int fence_key;
+} dlock__redis_kind;
+
+/* The descriptor of a handle's kind (m->kind). */
+const dlock__redis_kind *dlock__redis_kind_of(const dlock_mutex *m);
+extern const dlock__redis_kind dlock__redis_kind_rw; /* the read side's: for status (admin.c) */
+
+/* The acquire scripts' answer, for every kind and topology: {1, fence as a
+ * decimal string} (DLOCK__GRANT_OK, '*fence' set, possibly 0: each caller
+ * says whether that counts) or {0, the holder's pttl} (DLOCK__GRANT_WAIT,
+ * '*pttl' set); DLOCK__GRANT_NOFENCE for {1, x} with x no fence;
+ * DLOCK__GRANT_BAD for any other reply. */
+enum { DLOCK__GRANT_BAD = -1, DLOCK__GRANT_WAIT = 0, DLOCK__GRANT_OK = 1, DLOCK__GRANT_NOFENCE = 2 };
+int dlock__grant_decode(const dlock__reply *r, uint64_t *fence, long long *pttl);
+
+/* Run 'call' (a script of 'kind' on the keys 'k' of the lock 'name'),
+ * sending it again after a lost reply (dlock__script_run_twice_safe: each
+ * caller says why that is safe); an error reply becomes a status whose
+ * message names the key and says what to do. */
+int dlock__redis_kind_run(dlock_client *c, const char *name, const dlock__lock_keys *k,
+                          const dlock__redis_kind *kind, dlock__script_call *call, dlock__reply **out);
+
+/* ---- Read-write locks (rwlock.c): their status ---- */
+
 /* An rw_info.lua reply (12 elements; info.lua gives it for a read-write
  * lock's name) into 'out'. DLOCK_EPROTO when it is not one. */
 int dlock__redis_rw_parse(const dlock__reply *r, dlock_lock_info *out);
+/* dlock_lock_info for a name whose holders key is a read-write lock's. */
 int dlock__redis_rw_info(dlock_client *c, const char *name, dlock_lock_info *out);
 /* Countdown latches (latch.c). */
 int dlock__redis_latch_new(dlock_latch *l);

@@ -1165,14 +1165,12 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       add(&unreach, "%s%s: %s", unreach.o ? "; " : "", name, v->str);
       continue;
     }
+    /* {1, fence} (a fence 0 counts here: the write-back raises it) or
+     * {0, pttl}, as every kind's acquire answers (lock.c decodes the same). */
     uint64_t f = 0;
-    int got = -1;
-    if (v->type == DLOCK__REPLY_ARRAY && v->elements == 2 && v->element[0]->type == DLOCK__REPLY_INTEGER) {
-      got = (int)v->element[0]->integer;
-      if (got == 1 && (v->element[1]->type != DLOCK__REPLY_STRING ||
-                       dlock__parse_fence(v->element[1]->str, v->element[1]->len, &f) != 0))
-        got = -1;
-    }
+    long long pttl = -1;
+    int got = dlock__grant_decode(v, &f, &pttl);
+    if (got != DLOCK__GRANT_OK && got != DLOCK__GRANT_WAIT) got = -1;
     if (got == 0 || got == 1) answered |= 1u << i;
     if (got == 1) {
       okmask |= 1u << i;
@@ -1187,9 +1185,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
     } else if (got == 0) {
       busy++;
       busymask |= 1u << i;
-      if (v->element[1]->type == DLOCK__REPLY_INTEGER && v->element[1]->integer >= 0 &&
-          (call->rl_pttl < 0 || v->element[1]->integer < call->rl_pttl))
-        call->rl_pttl = v->element[1]->integer;
+      if (pttl >= 0 && (call->rl_pttl < 0 || pttl < call->rl_pttl)) call->rl_pttl = pttl;
       add(&held, "%s%s", held.o ? ", " : "", name);
     } else {
       down++;
