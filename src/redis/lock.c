@@ -85,6 +85,7 @@ static void call_init(dlock__script_call *call, dlock__lock_op op, const dlock_m
   memset(call, 0, sizeof *call);
   call->script = dlock__redis_kind_of(m)->script[op];
   dlock__script_call_keys(call, &dlock__rm(m)->keys);
+  call->node = dlock__rm(m)->node;
 }
 
 /* ---- Script calls ---- */

@@ -49,6 +49,10 @@ typedef struct dlock__rmutex {
    * its queue: the order of arrival would be lost. */
   int grants;
   int grants_needed;
+  /* Set for a per-node probe (dlock_client_check_node): every script call
+   * of this handle goes to this node alone, as to a single server. NULL:
+   * the topology's routing (and Redlock's folds). */
+  dlock__node *node;
 } dlock__rmutex;
 
 static inline dlock__rmutex *dlock__rm(const dlock_mutex *m) { return (dlock__rmutex *)m->be; }
@@ -102,6 +106,10 @@ int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const cha
 int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held);
 int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
 int dlock__redis_check(dlock_client *c, dlock_check *out, int max);        /* check.c */
+/* The same for one node alone (NULL: the topology's), passed explicitly:
+ * Redlock's per-node views (dlock_client_check_node, dlock_lock_info_get_node). */
+int dlock__redis_check_at(dlock_client *c, dlock__node *at, dlock_check *out, int max);
+int dlock__redis_info_at(dlock_client *c, dlock__node *at, const char *name, dlock_lock_info *out);
 int dlock__redis_node_count(const dlock_client *c);                        /* topo_redlock.c */
 const char *dlock__redis_node_name(const dlock_client *c, int i);
 dlock__node *dlock__redlock_node(dlock_client *c, int i); /* the subscriber's homes (waiters.c) */

@@ -65,7 +65,36 @@ struct dlock__script_call {
   int rl_tie;
   long long rl_pttl;
   int rl_need;
+  /* in: run on this node alone, as on a single server (Redlock's per-node
+   * views: dlock_lock_info_get_node); NULL: the topology routes (or
+   * folds). Set on calls[0] of a pipeline, it holds for all of it. */
+  dlock__node *node;
 };
+
+/* How Redlock (topo_redlock.c) answers for a quorum of its nodes to 'n'
+ * calls of one script: one synthesized reply per call, or
+ * DLOCK__QUORUM_PASS to leave them to one node (route()). Each script
+ * names its fold in scripts.c's table, next to its text; NULL: one node. */
+typedef int (*dlock__quorum_fold)(dlock__topology *t, dlock__script_call *calls, size_t n,
+                                  dlock__reply **replies, dlock_mono_ms limit);
+dlock__quorum_fold dlock__script_fold(dlock__script_id id);
+/* The folds (topo_redlock.c). */
+int dlock__rl_fold_acquire(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                           dlock_mono_ms limit);
+int dlock__rl_fold_extend(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                          dlock_mono_ms limit);
+int dlock__rl_fold_delete(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                          dlock_mono_ms limit);
+int dlock__rl_fold_info(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                        dlock_mono_ms limit);
+int dlock__rl_fold_sched_claim(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                               dlock_mono_ms limit);
+int dlock__rl_fold_sched_finish(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                                dlock_mono_ms limit);
+int dlock__rl_fold_first(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                         dlock_mono_ms limit);
+int dlock__rl_fold_guard(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                         dlock_mono_ms limit);
 
 const char *dlock__script_name(dlock__script_id id);
 /* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline
