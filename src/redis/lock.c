@@ -106,6 +106,23 @@ static int reply_int(const dlock__reply *r, long long *v) {
 
 /* ---- Handles ---- */
 
+/* The subscriber's wake-up of a waiting handle (waiters.c, under its
+ * lock). Redlock: the grant messages of enough nodes (grants_needed) wake
+ * it. A message that names the acquire call now answered (its nonce)
+ * records its fence: the waiter may then return without a confirming call
+ * (take_handoff). An older grant's message wakes it only. */
+static void wake_handle(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
+  dlock_mutex *m = t->arg;
+  dlock__rmutex *rm = dlock__rm(m);
+  pthread_mutex_lock(&m->mu);
+  if (all || ++rm->grants >= rm->grants_needed) {
+    if (!all && nonce != 0 && fence != 0 && nonce == rm->grant_nonce) rm->grant_fence = fence;
+    m->woken = 1;
+    pthread_cond_broadcast(&m->cv);
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
 int dlock__redis_lock_new(dlock_mutex *m) {
   dlock_client *c = m->client;
   dlock__rmutex *rm = calloc(1, sizeof *rm);
@@ -114,9 +131,13 @@ int dlock__redis_lock_new(dlock_mutex *m) {
   if (!rc) {
     const char *suffix = ":w:";
     size_t base = rm->keys.len[DLOCK__K_LOCK];
-    rm->channel_len = base + 2 + strlen(suffix) + strlen(c->id);
-    if ((rm->channel = malloc(rm->channel_len + 1)))
-      snprintf(rm->channel, rm->channel_len + 1, "{%s}%s%s", rm->keys.key[DLOCK__K_LOCK], suffix, c->id);
+    dlock__sub_target *t = &rm->target;
+    t->channel_len = base + 2 + strlen(suffix) + strlen(c->id);
+    t->waiter_id = rm->waiter_id;
+    t->wake = wake_handle;
+    t->arg = m;
+    if ((t->channel = malloc(t->channel_len + 1)))
+      snprintf(t->channel, t->channel_len + 1, "{%s}%s%s", rm->keys.key[DLOCK__K_LOCK], suffix, c->id);
     else
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
@@ -132,9 +153,9 @@ int dlock__redis_lock_new(dlock_mutex *m) {
 void dlock__redis_lock_free(dlock_mutex *m) {
   dlock__rmutex *rm = dlock__rm(m);
   if (!rm) return;
-  dlock__subscriber_unwatch(m->client, m);
+  dlock__subscriber_unwatch(m->client, &rm->target);
   dlock__lock_keys_clear(&rm->keys);
-  free(rm->channel);
+  free(rm->target.channel);
   free(rm);
   m->be = NULL;
 }
@@ -278,7 +299,7 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
 
   for (;;) {
     if (t.queue && !in_table) {
-      dlock__subscriber_add_waiter(c, m);
+      dlock__subscriber_add_waiter(c, &rm->target);
       in_table = 1;
     }
     dlock__script_call call;
@@ -316,8 +337,8 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       rm->grants_needed = call.rl_need;
       if (call.rl_need > 0 && rm->grants >= call.rl_need) m->woken = 1; /* they came during the call */
       pthread_mutex_unlock(&m->mu);
-      if (!rm->watch_tried) {
-        dlock__subscriber_watch(c, m);
+      if (!rm->target.watch_tried) {
+        dlock__subscriber_watch(c, &rm->target);
         continue;
       }
       dlock_mono_ms now = dlock_mono_now();
@@ -376,10 +397,10 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       break;
     }
     queued = 1;
-    if (!rm->watch_tried) {
+    if (!rm->target.watch_tried) {
       /* First wait on this handle: subscribe, then look again at once, since
        * a hand-off sent before the subscription took effect went unheard. */
-      dlock__subscriber_watch(c, m);
+      dlock__subscriber_watch(c, &rm->target);
       continue;
     }
     dlock_mono_ms now = dlock_mono_now();
@@ -412,7 +433,7 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       break;
     }
   }
-  if (in_table) dlock__subscriber_remove_waiter(c, m);
+  if (in_table) dlock__subscriber_remove_waiter(c, &rm->target);
   return rc;
 }
 

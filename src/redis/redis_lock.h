@@ -13,6 +13,36 @@
  * evict lock keys in c->warnings. Never fails the connect. */
 void dlock__check_at_connect(dlock_client *c);
 
+/* ---- Subscriber (waiters.c) ---- */
+
+/* What the subscriber wakes: a channel (where the wake-ups are published),
+ * the waiter id a message names, and a callback. A lock handle's is in its
+ * dlock__rmutex (lock.c), a latch's in its state (latch.c). */
+typedef struct dlock__sub_target dlock__sub_target;
+struct dlock__sub_target {
+  char *channel;
+  size_t channel_len;
+  const char *waiter_id; /* matched whole against a message's first word */
+  /* Called on the subscriber's thread, under its lock: a message naming
+   * waiter_id, with its fence and nonce (0 when absent); or 'all' set (no
+   * message) when every waiter must look again (a reconnect, a channel
+   * that moved). It must not call the subscriber. */
+  void (*wake)(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all);
+  void *arg;
+  int watch_tried; /* waiters.c: dlock__subscriber_watch() was called for it */
+  int subscribed;  /* ... and it holds a reference on this many entries of the channel (Redlock: one per node) */
+};
+
+/* Subscribe this client to 't's channel (once per target); waits up to
+ * the command timeout for the confirmation. Failure is not fatal for the
+ * caller: waits then fall back to re-checks. */
+int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t);
+void dlock__subscriber_unwatch(dlock_client *c, dlock__sub_target *t);
+/* Make 't' findable by its waiter id for messages (while it waits). */
+void dlock__subscriber_add_waiter(dlock_client *c, dlock__sub_target *t);
+void dlock__subscriber_remove_waiter(dlock_client *c, dlock__sub_target *t);
+void dlock__subscriber_stop(dlock_client *c);
+
 /* ---- Lock keys and handles (lock.c) ---- */
 
 /* The Redis keys of one lock, see docs/keys.md. */
@@ -30,11 +60,11 @@ void dlock__script_call_keys(dlock__script_call *call, const dlock__lock_keys *k
 /* A lock handle's Redis state (m->be). */
 typedef struct dlock__rmutex {
   dlock__lock_keys keys;
-  char *channel; /* this client's wake-up channel for this lock */
-  size_t channel_len;
+  /* What the subscriber wakes: this client's wake-up channel for this lock
+   * (target.channel, owned here), the waiter id of the acquire in progress
+   * and wake_handle (lock.c). */
+  dlock__sub_target target;
   char waiter_id[48];
-  int watch_tried;   /* dlock__subscriber_watch() was called for this handle */
-  int subscribed;    /* ... and holds a reference on this many entries of the channel (Redlock: one per node) */
   uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
   /* Hand-off without a confirming call (guarded by m->mu): the nonce of the
    * acquire call in flight or last answered, and the fence of a grant
@@ -63,18 +93,6 @@ static inline dlock__rmutex *dlock__rm(const dlock_mutex *m) { return (dlock__rm
  * lock key (Sentinel: the master; Cluster: the key's slot) since the hold
  * began. 'reply' is the extend/release script's answer. */
 dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply);
-
-/* ---- Subscriber (waiters.c) ---- */
-
-/* Subscribe this client to 'm's wake-up channel (once per handle); waits up
- * to the command timeout for the confirmation. Failure is not fatal for the
- * caller: waits then fall back to re-checks. */
-int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m);
-void dlock__subscriber_unwatch(dlock_client *c, dlock_mutex *m);
-/* Make 'm' findable by its waiter_id for grant messages. */
-void dlock__subscriber_add_waiter(dlock_client *c, dlock_mutex *m);
-void dlock__subscriber_remove_waiter(dlock_client *c, dlock_mutex *m);
-void dlock__subscriber_stop(dlock_client *c);
 
 /* ---- The operations of dlock__redis_ops (backend.c) ---- */
 
