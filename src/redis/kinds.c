@@ -90,34 +90,23 @@ static int rw_wrongtype(dlock_client *c, const char *name, const dlock__lock_key
                       k->key[DLOCK__K_QUEUE], k->key[DLOCK__K_WAITERS], err);
 }
 
-static const dlock__redis_kind kind_mutex = {
-  .name = "mutex",
-  .script = {DLOCK__SCRIPT_ACQUIRE, DLOCK__SCRIPT_RELEASE, DLOCK__SCRIPT_EXTEND, DLOCK__SCRIPT_WITHDRAW,
-             DLOCK__SCRIPT_INFO},
-  .acquire_args = mutex_args,
-  .wrongtype = mutex_wrongtype,
-  .info_len = 8, .info_mine = 7, .info_ttl = 1,
-  .busy = "held by another owner",
-  .busy_wait = "held by another owner",
-  .left_behind = "the lock may be held by our token",
-  .release_gone = "the key was gone (the lease had expired); nothing was deleted",
-  .fence_key = DLOCK__K_FENCE,
-};
+/* The mutex and the semaphore (lua/sem_*.lua): the same arguments and
+ * answers, but for the semaphore's limit. */
+#define ONE_KEY_KIND(kname, prefix, args, len, gone)                                                            \
+  {                                                                                                              \
+    .name = kname,                                                                                               \
+    .script = {DLOCK__SCRIPT_##prefix##ACQUIRE, DLOCK__SCRIPT_##prefix##RELEASE, DLOCK__SCRIPT_##prefix##EXTEND, \
+               DLOCK__SCRIPT_##prefix##WITHDRAW, DLOCK__SCRIPT_##prefix##INFO},                                  \
+    .acquire_args = args, .wrongtype = mutex_wrongtype, .info_len = len, .info_mine = 7, .info_ttl = 1,        \
+    .busy = "held by another owner", .busy_wait = "held by another owner",                                       \
+    .left_behind = "the lock may be held by our token", .release_gone = gone, .fence_key = DLOCK__K_FENCE,      \
+  }
 
-/* lua/sem_*.lua: the mutex's arguments and answers, with the limit. */
-static const dlock__redis_kind kind_semaphore = {
-  .name = "semaphore",
-  .script = {DLOCK__SCRIPT_SEM_ACQUIRE, DLOCK__SCRIPT_SEM_RELEASE, DLOCK__SCRIPT_SEM_EXTEND,
-             DLOCK__SCRIPT_SEM_WITHDRAW, DLOCK__SCRIPT_SEM_INFO},
-  .acquire_args = semaphore_args,
-  .wrongtype = mutex_wrongtype,
-  .info_len = 10, .info_mine = 7, .info_ttl = 1,
-  .busy = "held by another owner",
-  .busy_wait = "held by another owner",
-  .left_behind = "the lock may be held by our token",
-  .release_gone = "our permit was gone or its lease had run out; no permit was touched",
-  .fence_key = DLOCK__K_FENCE,
-};
+static const dlock__redis_kind kind_mutex =
+    ONE_KEY_KIND("mutex", , mutex_args, 8, "the key was gone (the lease had expired); nothing was deleted");
+static const dlock__redis_kind kind_semaphore =
+    ONE_KEY_KIND("semaphore", SEM_, semaphore_args, 10,
+                 "our permit was gone or its lease had run out; no permit was touched");
 
 /* lua/rw_*.lua (docs/rwlock.md): the holders are a ZSET of token -> lease
  * expiry at the lock's name; the queue is the mutex's, each entry marked

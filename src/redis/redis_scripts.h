@@ -79,22 +79,16 @@ typedef int (*dlock__quorum_fold)(dlock__topology *t, dlock__script_call *calls,
                                   dlock__reply **replies, dlock_mono_ms limit);
 dlock__quorum_fold dlock__script_fold(dlock__script_id id);
 /* The folds (topo_redlock.c). */
-int dlock__rl_fold_acquire(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                           dlock_mono_ms limit);
-int dlock__rl_fold_extend(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                          dlock_mono_ms limit);
-int dlock__rl_fold_delete(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                          dlock_mono_ms limit);
-int dlock__rl_fold_info(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                        dlock_mono_ms limit);
-int dlock__rl_fold_sched_claim(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                               dlock_mono_ms limit);
-int dlock__rl_fold_sched_finish(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                                dlock_mono_ms limit);
-int dlock__rl_fold_first(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                         dlock_mono_ms limit);
-int dlock__rl_fold_guard(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                         dlock_mono_ms limit);
+#define DLOCK__QUORUM_FOLD(name)                                                                           \
+  int name(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit)
+DLOCK__QUORUM_FOLD(dlock__rl_fold_acquire);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_extend);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_delete);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_info);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_sched_claim);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_sched_finish);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_first);
+DLOCK__QUORUM_FOLD(dlock__rl_fold_guard);
 
 const char *dlock__script_name(dlock__script_id id);
 /* Run 'n' calls (all routed by the first key of calls[0]) as one pipeline

@@ -1916,27 +1916,24 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
  * without one (semaphore, read-write lock and latch scripts: not offered
  * here) runs on one node through rl_route(). */
 
-int dlock__rl_fold_acquire(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                           dlock_mono_ms limit) {
+DLOCK__QUORUM_FOLD(dlock__rl_fold_acquire) {
   (void)limit;
   if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
   return rl_acquire((redlock *)t, &calls[0], &replies[0]);
 }
 
-int dlock__rl_fold_extend(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                          dlock_mono_ms limit) {
+DLOCK__QUORUM_FOLD(dlock__rl_fold_extend) {
   return rl_extend((redlock *)t, calls, n, replies, limit);
 }
 
-int dlock__rl_fold_delete(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
-                          dlock_mono_ms limit) {
+DLOCK__QUORUM_FOLD(dlock__rl_fold_delete) {
   (void)limit;
   return rl_delete((redlock *)t, calls, n, replies);
 }
 
 /* Folds of one call at a time (a pipeline of them goes to one node). */
 #define ONE_CALL_FOLD(name, fn)                                                                             \
-  int name(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit) { \
+  DLOCK__QUORUM_FOLD(name) {                                                                                \
     (void)limit;                                                                                            \
     return n == 1 ? fn((redlock *)t, &calls[0], &replies[0]) : DLOCK__QUORUM_PASS;                          \
   }
