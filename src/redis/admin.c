@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 /* Run one lock-level script for 'name' with optional args. */
-static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, const char *arg,
+static int run_for_name(dlock_client *c, dlock__node *at, const char *name, dlock__script_id id, const char *arg,
                         dlock__reply **out, const char *op) {
   *out = NULL;
   int rc = dlock__check_name("lock name", name);
@@ -21,6 +21,7 @@ static int run_for_name(dlock_client *c, const char *name, dlock__script_id id, 
   dlock__script_call call;
   memset(&call, 0, sizeof call);
   call.script = id;
+  call.node = at;
   dlock__script_call_keys(&call, &keys);
   if (arg) {
     call.args[0] = arg;
@@ -57,10 +58,14 @@ static int64_t str_i64(const dlock__reply *r) {
 }
 
 int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
+  return dlock__redis_info_at(c, NULL, name, out);
+}
+
+int dlock__redis_info_at(dlock_client *c, dlock__node *at, const char *name, dlock_lock_info *out) {
   dlock__reply *r;
   /* One script for every kind: info.lua answers a read-write lock's name as
    * rw_info.lua does (12 elements), a semaphore's as sem_info.lua (10). */
-  int rc = run_for_name(c, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
+  int rc = run_for_name(c, at, name, DLOCK__SCRIPT_INFO, "", &r, "status of");
   if (rc) return rc;
   if (r->type == DLOCK__REPLY_ARRAY && r->elements == 12) {
     rc = dlock__redis_rw_parse(r, out);
@@ -109,7 +114,7 @@ int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {
 
 int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held) {
   dlock__reply *r;
-  int rc = run_for_name(c, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
+  int rc = run_for_name(c, NULL, name, DLOCK__SCRIPT_FORCE_RELEASE, (flags & DLOCK_FORCE_FOREIGN) ? "1" : "0", &r,
                         "force release of");
   /* One script for every kind: force_release.lua ends a read-write lock's
    * holds itself, and refuses a semaphore's ZSET with WRONGTYPE. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 #define DEFAULT_TIMEOUT_MS 2000

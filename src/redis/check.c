@@ -14,19 +14,19 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define PROBE_NAME "dlock-doctor"
 #define NOEVICTION_FIX "run 'CONFIG SET maxmemory-policy noeviction' and put 'maxmemory-policy noeviction' in redis.conf"
 
 /* One command to the server (not to a key's node); an error reply is
  * returned as a reply, transport failures as a status. */
-static int server_cmd(dlock_client *c, dlock__reply **out, int argc, const char **argv) {
+static int server_cmd(dlock_client *c, dlock__node *at, dlock__reply **out, int argc, const char **argv) {
   size_t lens[8];
   for (int i = 0; i < argc && i < 8; i++) lens[i] = strlen(argv[i]);
   dlock__cmd cmd = {argc, argv, lens};
   *out = NULL;
-  return dlock__node_exec(dlock__topo(c)->route(dlock__topo(c), "", 0), &cmd, 1, out, NULL);
+  return dlock__node_exec(at ? at : dlock__topo(c)->route(dlock__topo(c), "", 0), &cmd, 1, out, NULL);
 }
 
 /* The value of 'field' in an INFO text, into 'buf'; 0 when found. */
@@ -44,10 +44,10 @@ static int info_field(const char *info, const char *field, char *buf, size_t len
 
 /* INFO 'section' as text (caller frees the reply), or NULL with the reason
  * (an error reply, a transport failure) in 'why'. */
-static dlock__reply *info(dlock_client *c, const char *section, char *why, size_t len) {
+static dlock__reply *info(dlock_client *c, dlock__node *at, const char *section, char *why, size_t len) {
   const char *argv[2] = {"INFO", section};
   dlock__reply *r;
-  int rc = server_cmd(c, &r, 2, argv);
+  int rc = server_cmd(c, at, &r, 2, argv);
   if (rc) {
     snprintf(why, len, "INFO %s failed: %s", section, dlock_last_error());
     return NULL;
@@ -61,10 +61,10 @@ static dlock__reply *info(dlock_client *c, const char *section, char *why, size_
 }
 
 /* CONFIG GET 'param' into 'buf'; 0 when read, else the reason in 'buf'. */
-static int config_get(dlock_client *c, const char *param, char *buf, size_t len) {
+static int config_get(dlock_client *c, dlock__node *at, const char *param, char *buf, size_t len) {
   const char *argv[3] = {"CONFIG", "GET", param};
   dlock__reply *r;
-  int rc = server_cmd(c, &r, 3, argv);
+  int rc = server_cmd(c, at, &r, 3, argv);
   if (rc) {
     snprintf(buf, len, "CONFIG GET failed: %s", dlock_last_error());
     return -1;
@@ -95,8 +95,8 @@ static void set(dlock_check *k, const char *name, dlock_check_level level, const
 }
 
 /* The policy and the limit from INFO memory; -1 when INFO is denied. */
-static int eviction_policy(dlock_client *c, char *policy, size_t plen, long long *maxmemory, char *why, size_t wlen) {
-  dlock__reply *r = info(c, "memory", why, wlen);
+static int eviction_policy(dlock_client *c, dlock__node *at, char *policy, size_t plen, long long *maxmemory, char *why, size_t wlen) {
+  dlock__reply *r = info(c, at, "memory", why, wlen);
   if (!r) return -1;
   char mm[32] = "0";
   int rc = info_field(r->str, "maxmemory_policy", policy, plen);
@@ -113,7 +113,7 @@ void dlock__check_at_connect(dlock_client *c) {
   c->warnings[0] = '\0';
   /* A failure here (ACL, timeout) must not fail a connect that worked, nor
    * leave its message as the thread's last error. */
-  if (eviction_policy(c, policy, sizeof policy, &maxmemory, why, sizeof why) == 0 &&
+  if (eviction_policy(c, NULL, policy, sizeof policy, &maxmemory, why, sizeof why) == 0 &&
       strcmp(policy, "noeviction") != 0) {
     snprintf(c->warnings, sizeof c->warnings,
              "%s: maxmemory-policy is %s: Redis may evict keys with a TTL, and every dlock key has one, so a "
@@ -125,10 +125,10 @@ void dlock__check_at_connect(dlock_client *c) {
 }
 
 
-static void check_eviction(dlock_client *c, dlock_check *k) {
+static void check_eviction(dlock_client *c, dlock__node *at, dlock_check *k) {
   char policy[64], why[256];
   long long maxmemory = 0;
-  if (eviction_policy(c, policy, sizeof policy, &maxmemory, why, sizeof why) != 0) {
+  if (eviction_policy(c, at, policy, sizeof policy, &maxmemory, why, sizeof why) != 0) {
     set(k, "eviction", DLOCK_CHECK_WARN, "grant the user INFO (+info), or check 'maxmemory-policy' by hand: it "
         "must be noeviction", "cannot read maxmemory-policy on %s: %s", c->server, why);
   } else if (!strcmp(policy, "noeviction")) {
@@ -144,10 +144,10 @@ static void check_eviction(dlock_client *c, dlock_check *k) {
   }
 }
 
-static void check_persistence(dlock_client *c, dlock_check *k) {
+static void check_persistence(dlock_client *c, dlock__node *at, dlock_check *k) {
   char why[256], aof[16] = "", save[256];
   static const char fix[] = "run 'CONFIG SET appendonly yes' and put 'appendonly yes' in redis.conf";
-  dlock__reply *r = info(c, "persistence", why, sizeof why);
+  dlock__reply *r = info(c, at, "persistence", why, sizeof why);
   if (!r) {
     set(k, "persistence", DLOCK_CHECK_WARN, "grant the user INFO (+info), or check 'appendonly' by hand",
         "cannot read the persistence settings on %s: %s", c->server, why);
@@ -158,7 +158,7 @@ static void check_persistence(dlock_client *c, dlock_check *k) {
   if (!strcmp(aof, "1")) {
     set(k, "persistence", DLOCK_CHECK_OK, NULL, "AOF on: held locks and fence counters survive a restart "
         "(up to the last fsync)");
-  } else if (config_get(c, "save", save, sizeof save) != 0) {
+  } else if (config_get(c, at, "save", save, sizeof save) != 0) {
     set(k, "persistence", DLOCK_CHECK_WARN, fix, "AOF off, and the RDB 'save' rules cannot be read (%s): "
         "a restart may free held locks; fences keep rising by the server clock", save);
   } else if (save[0]) {
@@ -171,9 +171,9 @@ static void check_persistence(dlock_client *c, dlock_check *k) {
   dlock__error_clear();
 }
 
-static void check_replication(dlock_client *c, dlock_check *k) {
+static void check_replication(dlock_client *c, dlock__node *at, dlock_check *k) {
   char why[256], role[32] = "", slaves[32] = "0", good[32], minrep[64], master[128] = "?", mport[16] = "?";
-  dlock__reply *r = info(c, "replication", why, sizeof why);
+  dlock__reply *r = info(c, at, "replication", why, sizeof why);
   if (!r) {
     set(k, "replication", DLOCK_CHECK_WARN, "grant the user INFO (+info), or check the replicas and "
         "'min-replicas-to-write' by hand", "cannot read the replication state on %s: %s", c->server, why);
@@ -193,7 +193,7 @@ static void check_replication(dlock_client *c, dlock_check *k) {
   } else if (n == 0) {
     set(k, "replication", DLOCK_CHECK_OK, NULL, "a master without replicas: no failover can lose a lock "
         "(the server is a single point of failure)");
-  } else if (have_min || (config_get(c, "min-replicas-to-write", minrep, sizeof minrep) == 0 && atoi(minrep) > 0)) {
+  } else if (have_min || (config_get(c, at, "min-replicas-to-write", minrep, sizeof minrep) == 0 && atoi(minrep) > 0)) {
     set(k, "replication", DLOCK_CHECK_OK, NULL, "%ld replica(s), and min-replicas-to-write is in force: "
         "writes stop when no replica keeps up", n);
   } else {
@@ -211,13 +211,13 @@ static int64_t wall_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void check_clock(dlock_client *c, dlock_check *k) {
+static void check_clock(dlock_client *c, dlock__node *at, dlock_check *k) {
   static const char fix[] = "synchronise this host and the Redis host with NTP (chrony or systemd-timesyncd), "
                             "slewing rather than stepping";
   const char *argv[1] = {"TIME"};
   dlock__reply *r;
   int64_t before = wall_us();
-  int rc = server_cmd(c, &r, 1, argv);
+  int rc = server_cmd(c, at, &r, 1, argv);
   int64_t after = wall_us();
   if (rc || r->type != DLOCK__REPLY_ARRAY || r->elements != 2 || r->element[0]->type != DLOCK__REPLY_STRING ||
       r->element[1]->type != DLOCK__REPLY_STRING) {
@@ -246,13 +246,13 @@ static void check_clock(dlock_client *c, dlock_check *k) {
   }
 }
 
-static void check_scripts(dlock_client *c, dlock_check *k, char *user, size_t ulen) {
+static void check_scripts(dlock_client *c, dlock__node *at, dlock_check *k, char *user, size_t ulen) {
   static const char fix[] = "grant the user +evalsha +eval and the commands the scripts call, on the keys "
                             "~PREFIX* and ~{PREFIX* (docs/keys.md, 'ACL for a prefix')";
   const char *argv[2] = {"ACL", "WHOAMI"};
   dlock__reply *r;
   snprintf(user, ulen, "?");
-  if (server_cmd(c, &r, 2, argv) == 0 && r->type == DLOCK__REPLY_STRING) snprintf(user, ulen, "%s", r->str);
+  if (server_cmd(c, at, &r, 2, argv) == 0 && r->type == DLOCK__REPLY_STRING) snprintf(user, ulen, "%s", r->str);
   dlock__reply_free(r);
 
   dlock_mutex_options mo;
@@ -261,6 +261,7 @@ static void check_scripts(dlock_client *c, dlock_check *k, char *user, size_t ul
   mo.owner_info = "dlock doctor";
   dlock_mutex *m = NULL;
   int rc = dlock_mutex_new(&m, c, PROBE_NAME, &mo);
+  if (!rc) dlock__rm(m)->node = at; /* a node's own check: the probe runs there alone */
   if (!rc) rc = dlock_mutex_acquire(m, 2000);
   if (!rc) rc = dlock_mutex_release(m);
   if (!rc) {
@@ -282,10 +283,11 @@ static void check_scripts(dlock_client *c, dlock_check *k, char *user, size_t ul
 /* SUBSCRIBE needs a connection of its own: it turns the connection into a
  * subscriber. The pooled connections are left alone. On a cluster, as the
  * waiters do: SSUBSCRIBE on the master of the channel's slot. */
-static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t len) {
+static int try_subscribe(dlock_client *c, dlock__node *at, const char *channel, char *why, size_t len) {
   int sharded = dlock__sharded_pubsub(c), rc;
-  dlock__node *node =
-      sharded ? dlock__topo(c)->route(dlock__topo(c), channel, strlen(channel)) : dlock__route(c, "", 0, INT64_MAX, &rc);
+  dlock__node *node = at                ? at
+                      : sharded ? dlock__topo(c)->route(dlock__topo(c), channel, strlen(channel))
+                                : dlock__route(c, "", 0, INT64_MAX, &rc);
   if (!node) {
     snprintf(why, len, "%s", dlock_last_error());
     return rc;
@@ -319,7 +321,7 @@ static int try_subscribe(dlock_client *c, const char *channel, char *why, size_t
   return rc;
 }
 
-static void check_pubsub(dlock_client *c, dlock_check *k, const char *user) {
+static void check_pubsub(dlock_client *c, dlock__node *at, dlock_check *k, const char *user) {
   int sharded = dlock__sharded_pubsub(c);
   const char *fix = sharded ? "grant the user +spublish +ssubscribe +sunsubscribe and the channels &{PREFIX* "
                               "(docs/keys.md); without them waiters notice a release only at their re-check"
@@ -337,7 +339,7 @@ static void check_pubsub(dlock_client *c, dlock_check *k, const char *user) {
   if (rc || r->type == DLOCK__REPLY_ERROR) {
     set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot %s on '%s': %s", user, pub, channel,
         rc ? dlock_last_error() : r->str);
-  } else if (try_subscribe(c, channel, why, sizeof why) != 0) {
+  } else if (try_subscribe(c, at, channel, why, sizeof why) != 0) {
     set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot %s to '%s': %s", user, sub, channel, why);
   } else {
     set(k, "pubsub", DLOCK_CHECK_OK, NULL, "user '%s' may %s and %s on the hand-off channels "
@@ -347,18 +349,33 @@ static void check_pubsub(dlock_client *c, dlock_check *k, const char *user) {
   dlock__error_clear();
 }
 
-int dlock__redis_check(dlock_client *c, dlock_check *out, int max) {
-  int rc = dlock_client_ping(c);
+int dlock__redis_check(dlock_client *c, dlock_check *out, int max) { return dlock__redis_check_at(c, NULL, out, max); }
+
+/* PING 'at' alone, as redis_ping (backend.c) pings the topology's node. */
+static int ping_node(dlock_client *c, dlock__node *at) {
+  const char *argv[1] = {"PING"};
+  dlock__reply *r = NULL;
+  int rc = server_cmd(c, at, &r, 1, argv);
+  if (!rc && r->type == DLOCK__REPLY_ERROR) {
+    rc = dlock__reply_error_status(r);
+    dlock__error(rc, "%s: PING failed: %s", at->ep.display, r->str);
+  }
+  dlock__reply_free(r);
+  return rc;
+}
+
+int dlock__redis_check_at(dlock_client *c, dlock__node *at, dlock_check *out, int max) {
+  int rc = at ? ping_node(c, at) : dlock_client_ping(c);
   if (rc) return rc;
   dlock_check all[DLOCK_CHECK_MAX];
   char user[128];
   memset(all, 0, sizeof all);
-  check_eviction(c, &all[0]);
-  check_persistence(c, &all[1]);
-  check_replication(c, &all[2]);
-  check_clock(c, &all[3]);
-  check_scripts(c, &all[4], user, sizeof user);
-  check_pubsub(c, &all[5], user);
+  check_eviction(c, at, &all[0]);
+  check_persistence(c, at, &all[1]);
+  check_replication(c, at, &all[2]);
+  check_clock(c, at, &all[3]);
+  check_scripts(c, at, &all[4], user, sizeof user);
+  check_pubsub(c, at, &all[5], user);
   int n = 6 < max ? 6 : max;
   memcpy(out, all, (size_t)n * sizeof *out);
   dlock__error_clear();

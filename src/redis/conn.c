@@ -25,7 +25,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "redis.h"
+#include "redis_topo.h"
 
 struct dlock__conn {
   int fd;

@@ -4,28 +4,58 @@
  * the latch's expiry, and a wake-up channel {K}:latch published on when the
  * count reaches zero (docs/keys.md, docs/latch.md).
  *
- * Waiting reuses the client's subscriber (waiters.c) through a carrier: an
- * internal mutex handle of the latch's name, never acquired, whose channel
- * is the latch's and whose waiter id is "latch", the payload of every
- * latch's zero message. A waiter re-checks the count at least every
- * RECHECK_MS, so a lost message never strands it.
+ * Waiting uses the client's subscriber (waiters.c) with a target of its
+ * own: the latch's channel, the waiter id "latch" (the payload of every
+ * latch's zero message) and a wake-up that sets 'woken' here. A waiter
+ * re-checks the count at least every RECHECK_MS, so a lost message never
+ * strands it.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define RECHECK_MS 2000
 
 typedef struct rlatch {
-  char *key; /* {K}:latch; also the channel's name */
+  char *key; /* {K}:latch; also the channel's name (target.channel) */
   size_t keylen;
-  dlock_mutex *carrier;
+  dlock__sub_target target;
+  pthread_mutex_t mu; /* guards what follows */
+  pthread_cond_t cv;
+  int woken;                     /* a zero message (or a reconnect) since the last look */
+  unsigned cancel_gen, wait_gen; /* dlock_latch_cancel: a wait ends when they differ */
 } rlatch;
 
 static rlatch *rl(const dlock_latch *l) { return (rlatch *)l->be; }
+
+/* The subscriber's wake-up (waiters.c, under its lock). */
+static void wake_latch(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
+  (void)fence;
+  (void)nonce;
+  (void)all;
+  rlatch *r = t->arg;
+  pthread_mutex_lock(&r->mu);
+  r->woken = 1;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Sleep until woken, canceled (1) or 'until'. */
+static int sleep_until(rlatch *r, dlock_mono_ms until) {
+  struct timespec ts;
+  dlock__deadline_timespec(until, &ts);
+  pthread_mutex_lock(&r->mu);
+  while (!r->woken && r->cancel_gen == r->wait_gen && dlock_mono_now() < until)
+    if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT) break;
+  r->woken = 0;
+  int canceled = r->cancel_gen != r->wait_gen;
+  pthread_mutex_unlock(&r->mu);
+  return canceled;
+}
 
 int dlock__redis_latch_new(dlock_latch *l) {
   dlock_client *c = l->client;
@@ -41,25 +71,13 @@ int dlock__redis_latch_new(dlock_latch *l) {
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   snprintf(r->key, r->keylen + 1, "{%s%s}:latch", c->prefix, l->name);
-  int rc = dlock__lock_new(&r->carrier, c, l->name, DLOCK__KIND_MUTEX, 1, NULL);
-  if (!rc) {
-    dlock__rmutex *rm = dlock__rm(r->carrier);
-    char *ch = strdup(r->key);
-    if (!ch) {
-      rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-    } else {
-      free(rm->channel);
-      rm->channel = ch;
-      rm->channel_len = r->keylen;
-      snprintf(rm->waiter_id, sizeof rm->waiter_id, "latch");
-    }
-  }
-  if (rc) {
-    dlock_mutex_free(r->carrier);
-    free(r->key);
-    free(r);
-    return rc;
-  }
+  r->target.channel = r->key;
+  r->target.channel_len = r->keylen;
+  r->target.waiter_id = "latch";
+  r->target.wake = wake_latch;
+  r->target.arg = r;
+  pthread_mutex_init(&r->mu, NULL);
+  dlock__cond_init(&r->cv);
   l->be = r;
   return 0;
 }
@@ -67,7 +85,9 @@ int dlock__redis_latch_new(dlock_latch *l) {
 void dlock__redis_latch_free(dlock_latch *l) {
   rlatch *r = rl(l);
   if (!r) return;
-  dlock_mutex_free(r->carrier);
+  dlock__subscriber_unwatch(l->client, &r->target);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
   free(r->key);
   free(r);
   l->be = NULL;
@@ -182,23 +202,22 @@ int dlock__redis_latch_get(dlock_latch *l, int64_t *count, int64_t *ttl_ms) {
 int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadline) {
   rlatch *r = rl(l);
   dlock_client *c = l->client;
-  dlock_mutex *m = r->carrier;
   /* The wait begins now: a cancel from here on ends it, also one made while
    * the subscription below waits for the server. */
-  pthread_mutex_lock(&m->mu);
-  unsigned gen = m->cancel_gen;
-  pthread_mutex_unlock(&m->mu);
+  pthread_mutex_lock(&r->mu);
+  unsigned gen = r->cancel_gen;
+  pthread_mutex_unlock(&r->mu);
   if (wait_ms != 0) {
     /* Subscribe before the first look, so that a zero reached between the
-     * look and the wait still wakes us (the carrier's 'woken' keeps it). A
-     * failed subscription leaves the re-checks. */
-    if (!dlock__rm(m)->watch_tried) dlock__subscriber_watch(c, m);
-    dlock__subscriber_add_waiter(c, m);
+     * look and the wait still wakes us ('woken' keeps it). A failed
+     * subscription leaves the re-checks. */
+    if (!r->target.watch_tried) dlock__subscriber_watch(c, &r->target);
+    dlock__subscriber_add_waiter(c, &r->target);
   }
-  pthread_mutex_lock(&m->mu);
-  m->wait_gen = gen;
-  m->woken = 0;
-  pthread_mutex_unlock(&m->mu);
+  pthread_mutex_lock(&r->mu);
+  r->wait_gen = gen;
+  r->woken = 0;
+  pthread_mutex_unlock(&r->mu);
   int rc;
   for (;;) {
     int64_t n = 0;
@@ -213,19 +232,19 @@ int dlock__redis_latch_wait(dlock_latch *l, int64_t wait_ms, dlock_mono_ms deadl
                         (long long)wait_ms);
       break;
     }
-    if (dlock__mutex_wait(m, now + RECHECK_MS < deadline ? now + RECHECK_MS : deadline)) {
+    if (sleep_until(r, now + RECHECK_MS < deadline ? now + RECHECK_MS : deadline)) {
       rc = dlock__error(DLOCK_ECANCELED, "wait canceled");
       break;
     }
   }
-  if (wait_ms != 0) dlock__subscriber_remove_waiter(c, m);
+  if (wait_ms != 0) dlock__subscriber_remove_waiter(c, &r->target);
   return rc;
 }
 
 void dlock__redis_latch_cancel(dlock_latch *l) {
-  dlock_mutex *m = rl(l)->carrier;
-  pthread_mutex_lock(&m->mu);
-  m->cancel_gen++;
-  pthread_cond_broadcast(&m->cv);
-  pthread_mutex_unlock(&m->mu);
+  rlatch *r = rl(l);
+  pthread_mutex_lock(&r->mu);
+  r->cancel_gen++;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
 }

@@ -3,17 +3,21 @@
  * and wait for a hand-off, compare-and-delete release, extend, and the
  * watchdog's batched renewal (dlock__redis_ops in backend.c).
  *
- * All Redis work is one script call per step (src/redis/lua/). Waiting is
- * driven by grant messages from waiters.c, with a bounded re-check so that a
- * lost message or a crashed holder never strands a waiter. The handle's
- * reentrancy, loss state and watchdog are the core's (core/mutex.c).
+ * One machine for every kind of lock (mutex, semaphore, both sides of a
+ * read-write lock): a kind is a descriptor (kinds.c) that names its scripts,
+ * builds its acquire arguments and words its messages; the loop, the reply
+ * decoding and the clean-up are here, once. All Redis work is one script
+ * call per step (src/redis/lua/). Waiting is driven by grant messages from
+ * waiters.c, with a bounded re-check so that a lost message or a crashed
+ * holder never strands a waiter. The handle's reentrancy, loss state and
+ * watchdog are the core's (core/mutex.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 /* A waiter re-checks the lock at least this often, even with no message. */
 #define RECHECK_CAP_MS 2000
@@ -76,22 +80,12 @@ static void call_arg(dlock__script_call *call, const char *s, size_t len) {
   call->nargs++;
 }
 
-/* The script of a handle's kind for the mutex's script 'id': a semaphore
- * has its own (lua/sem_*.lua) with the same arguments and answers. */
-static dlock__script_id script_of_kind(dlock__script_id id, const dlock_mutex *m) {
-  if (m->kind != DLOCK__KIND_SEMAPHORE) return id;
-  if (id == DLOCK__SCRIPT_ACQUIRE) return DLOCK__SCRIPT_SEM_ACQUIRE;
-  if (id == DLOCK__SCRIPT_RELEASE) return DLOCK__SCRIPT_SEM_RELEASE;
-  if (id == DLOCK__SCRIPT_EXTEND) return DLOCK__SCRIPT_SEM_EXTEND;
-  if (id == DLOCK__SCRIPT_WITHDRAW) return DLOCK__SCRIPT_SEM_WITHDRAW;
-  if (id == DLOCK__SCRIPT_INFO) return DLOCK__SCRIPT_SEM_INFO;
-  return id;
-}
-
-static void call_init(dlock__script_call *call, dlock__script_id id, const dlock_mutex *m) {
+/* A call of the handle's kind's script for 'op' on the lock's keys. */
+static void call_init(dlock__script_call *call, dlock__lock_op op, const dlock_mutex *m) {
   memset(call, 0, sizeof *call);
-  call->script = script_of_kind(id, m);
+  call->script = dlock__redis_kind_of(m)->script[op];
   dlock__script_call_keys(call, &dlock__rm(m)->keys);
+  call->node = dlock__rm(m)->node;
 }
 
 /* ---- Script calls ---- */
@@ -102,41 +96,7 @@ static void call_init(dlock__script_call *call, dlock__script_id id, const dlock
  * is called, so a lost reply is answered by sending it once more
  * (dlock__script_run_twice_safe; docs/design.md, "Lost replies"). */
 static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out) {
-  int rc = dlock__script_run_twice_safe(m->client, call, out);
-  if (rc) return rc;
-  if ((*out)->type == DLOCK__REPLY_ERROR) {
-    rc = dlock__reply_error_status(*out);
-    dlock_lock_info rw; /* a read-write lock's name (rwlock.c): say so */
-    dlock_lock_info_init(&rw);
-    /* A name taken as another kind of lock, a semaphore's limit: the
-     * script's own words say both sides. */
-    if ((rc == DLOCK_EWRONGTYPE && !strncmp((*out)->str, "WRONGTYPE dlock lock ", 21)) ||
-        (rc == DLOCK_ELIMIT && strchr((*out)->str, ' ')))
-      rc = dlock__error(rc, "%s", strchr((*out)->str, ' ') + 1);
-    else if (rc == DLOCK_EWRONGTYPE && dlock__redis_rw_info(m->client, m->name, &rw) == 0 && rw.rwlock)
-      rc = dlock__error(rc, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a %s: the same "
-                        "name cannot be both; take a side of it (dlock_rwlock_*, 'dlock run -s/-x') or pick "
-                        "another name", m->name, (long long)rw.readers, rw.writer ? "a" : "no",
-                        dlock__kind_name(m->kind));
-    else if (rc == DLOCK_EWRONGTYPE)
-      rc = dlock__error(rc, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a type dlock "
-                        "does not use (%s); it belongs to something else and was left alone: pick another lock "
-                        "name", dlock__script_name(call->script), dlock__rm(m)->keys.key[DLOCK__K_LOCK],
-                        dlock__rm(m)->keys.key[DLOCK__K_FENCE], dlock__rm(m)->keys.key[DLOCK__K_META], dlock__rm(m)->keys.key[DLOCK__K_QUEUE],
-                        dlock__rm(m)->keys.key[DLOCK__K_WAITERS], (*out)->str);
-    else if (rc == DLOCK_EFOREIGN)
-      rc = dlock__error(rc, "key '%s' exists without an expiry and without dlock metadata: it is not a dlock "
-                        "lock but another key (an application's?), and waiting for it would never end; pick "
-                        "another lock name or a key prefix", dlock__rm(m)->keys.key[DLOCK__K_LOCK]);
-    else
-      rc = dlock__error(rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script),
-                        dlock__rm(m)->keys.key[DLOCK__K_LOCK], (*out)->str,
-                        rc == DLOCK_ENOPERM ? " (grant the ACL user the lock's keys and channels, see docs/keys.md)"
-                                            : "");
-    dlock__reply_free(*out);
-    *out = NULL;
-  }
-  return rc;
+  return dlock__redis_kind_run(m->client, m->name, &dlock__rm(m)->keys, dlock__redis_kind_of(m), call, out);
 }
 
 static int reply_int(const dlock__reply *r, long long *v) {
@@ -146,6 +106,23 @@ static int reply_int(const dlock__reply *r, long long *v) {
 
 /* ---- Handles ---- */
 
+/* The subscriber's wake-up of a waiting handle (waiters.c, under its
+ * lock). Redlock: the grant messages of enough nodes (grants_needed) wake
+ * it. A message that names the acquire call now answered (its nonce)
+ * records its fence: the waiter may then return without a confirming call
+ * (take_handoff). An older grant's message wakes it only. */
+static void wake_handle(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
+  dlock_mutex *m = t->arg;
+  dlock__rmutex *rm = dlock__rm(m);
+  pthread_mutex_lock(&m->mu);
+  if (all || ++rm->grants >= rm->grants_needed) {
+    if (!all && nonce != 0 && fence != 0 && nonce == rm->grant_nonce) rm->grant_fence = fence;
+    m->woken = 1;
+    pthread_cond_broadcast(&m->cv);
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
 int dlock__redis_lock_new(dlock_mutex *m) {
   dlock_client *c = m->client;
   dlock__rmutex *rm = calloc(1, sizeof *rm);
@@ -154,9 +131,13 @@ int dlock__redis_lock_new(dlock_mutex *m) {
   if (!rc) {
     const char *suffix = ":w:";
     size_t base = rm->keys.len[DLOCK__K_LOCK];
-    rm->channel_len = base + 2 + strlen(suffix) + strlen(c->id);
-    if ((rm->channel = malloc(rm->channel_len + 1)))
-      snprintf(rm->channel, rm->channel_len + 1, "{%s}%s%s", rm->keys.key[DLOCK__K_LOCK], suffix, c->id);
+    dlock__sub_target *t = &rm->target;
+    t->channel_len = base + 2 + strlen(suffix) + strlen(c->id);
+    t->waiter_id = rm->waiter_id;
+    t->wake = wake_handle;
+    t->arg = m;
+    if ((t->channel = malloc(t->channel_len + 1)))
+      snprintf(t->channel, t->channel_len + 1, "{%s}%s%s", rm->keys.key[DLOCK__K_LOCK], suffix, c->id);
     else
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
@@ -172,9 +153,9 @@ int dlock__redis_lock_new(dlock_mutex *m) {
 void dlock__redis_lock_free(dlock_mutex *m) {
   dlock__rmutex *rm = dlock__rm(m);
   if (!rm) return;
-  dlock__subscriber_unwatch(m->client, m);
+  dlock__subscriber_unwatch(m->client, &rm->target);
   dlock__lock_keys_clear(&rm->keys);
-  free(rm->channel);
+  free(rm->target.channel);
   free(rm);
   m->be = NULL;
 }
@@ -184,11 +165,11 @@ void dlock__redis_lock_free(dlock_mutex *m) {
 static void format_i64(char *buf, size_t len, int64_t v) { snprintf(buf, len, "%" PRId64, v); }
 
 /* Best-effort undo of an acquire whose outcome we do not know: leave the
- * queue and delete the key if it holds our token. 0 when that worked. */
+ * queue and end a hold of our token if one was granted. 0 when that worked. */
 static int undo_acquire(dlock_mutex *m) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  call_init(&call, DLOCK__SCRIPT_WITHDRAW, m);
+  call_init(&call, DLOCK__OP_WITHDRAW, m);
   call_arg(&call, dlock__rm(m)->waiter_id, strlen(dlock__rm(m)->waiter_id));
   call_arg(&call, m->token, strlen(m->token));
   /* Twice-safe: a second run finds our id gone from the queue and the key
@@ -215,8 +196,8 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
   if (undo_acquire(m) == 0) return dlock__error(status, "%s", saved);
   char cleanup[512];
   snprintf(cleanup, sizeof cleanup, "%s", dlock_last_error());
-  return dlock__error(DLOCK_EUNKNOWN, "%s; then the cleanup failed (%s), so the lock may be held by our "
-                      "token until its lease (%lld ms) ends", saved, cleanup, (long long)lease);
+  return dlock__error(DLOCK_EUNKNOWN, "%s; then the cleanup failed (%s), so %s until its lease (%lld ms) ends",
+                      saved, cleanup, dlock__redis_kind_of(m)->left_behind, (long long)lease);
 }
 
 /* The extend script with our token: *result 1 extended, 0 key gone, -1
@@ -224,8 +205,7 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
 static int extend_call(dlock_mutex *m, const char *token, const char *lease_s, long long *result) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  /* rw_extend answers as extend does (1, 0, -2; never -1). */
-  call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_EXTEND : DLOCK__SCRIPT_EXTEND, m);
+  call_init(&call, DLOCK__OP_EXTEND, m);
   call_arg(&call, token, strlen(token));
   call_arg(&call, lease_s, strlen(lease_s));
   /* Twice-safe: compare-and-pexpire. A second run sets the same lease from a
@@ -272,64 +252,77 @@ static int take_handoff(dlock_mutex *m, int64_t lease, dlock_mono_ms sent, uint6
   return 1;
 }
 
+/* The acquire script's answer for 'kind' (dlock__grant_decode): 1 with
+ * '*fence', 0 with the holder's '*pttl', or an error (the answer freed). */
+static int decode_acquire(dlock_mutex *m, int64_t lease, dlock__reply *r, uint64_t *fence, long long *pttl) {
+  const dlock__redis_kind *kind = dlock__redis_kind_of(m);
+  int got = dlock__grant_decode(r, fence, pttl);
+  /* Fence 0: the key is ours but no fence is recorded for the hold (its
+   * record in the counter was overwritten or deleted): no hold without a
+   * fence a guard can order. */
+  if (got == DLOCK__GRANT_OK && *fence == 0) got = DLOCK__GRANT_NOFENCE;
+  if (got == DLOCK__GRANT_NOFENCE)
+    dlock__error(DLOCK_EFENCE, "%s script: the hold is ours, but no fence is recorded for it in '%s' (the answer "
+                 "was '%.40s', not an integer in 1..2^63-1), so it is given back. Acquire it again: a new hold "
+                 "records its fence", dlock__script_name(kind->script[DLOCK__OP_ACQUIRE]),
+                 dlock__rm(m)->keys.key[kind->fence_key],
+                 r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+  dlock__reply_free(r);
+  if (got == DLOCK__GRANT_NOFENCE) return give_up(m, lease, DLOCK_EFENCE);
+  if (got == DLOCK__GRANT_BAD)
+    return dlock__error(DLOCK_EPROTO, "%s script gave an unexpected reply",
+                        dlock__script_name(kind->script[DLOCK__OP_ACQUIRE]));
+  return got;
+}
+
 int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
-                          dlock__grant *grant) {
-  if (dlock__is_rw(m)) return dlock__redis_rw_acquire(m, lease, wait_ms, deadline, grant);
+                         dlock__grant *grant) {
   dlock_client *c = m->client;
-  int queue = wait_ms != 0;
-  char lease_s[24], cap_s[24], claim_s[24];
+  dlock__rmutex *rm = dlock__rm(m);
+  const dlock__redis_kind *kind = dlock__redis_kind_of(m);
+  dlock__acquire_try t;
+  memset(&t, 0, sizeof t);
+  t.queue = wait_ms != 0;
+  char lease_s[24], cap_s[24], claim_s[24], nonce_s[24];
   format_i64(lease_s, sizeof lease_s, lease);
   format_i64(cap_s, sizeof cap_s, RECHECK_CAP_MS);
   format_i64(claim_s, sizeof claim_s, lease < CLAIM_MAX_MS ? lease : CLAIM_MAX_MS);
-  dlock__rm(m)->waiter_id[0] = '\0';
-  if (queue)
-    snprintf(dlock__rm(m)->waiter_id, sizeof dlock__rm(m)->waiter_id, "%s:%s%" PRIu64, c->id, dlock__sharded_pubsub(c) ? "s" : "",
+  t.lease_s = lease_s;
+  t.cap_s = cap_s;
+  t.claim_s = claim_s;
+  t.nonce_s = nonce_s;
+  rm->waiter_id[0] = '\0';
+  if (t.queue)
+    snprintf(rm->waiter_id, sizeof rm->waiter_id, "%s:%s%" PRIu64, c->id, dlock__sharded_pubsub(c) ? "s" : "",
              (uint64_t)atomic_fetch_add(&dlock__rc(c)->waiter_seq, 1));
   int in_table = 0, queued = 0, rc;
 
   for (;;) {
-    if (queue && !in_table) {
-      dlock__subscriber_add_waiter(c, m);
+    if (t.queue && !in_table) {
+      dlock__subscriber_add_waiter(c, &rm->target);
       in_table = 1;
     }
     dlock__script_call call;
     dlock__reply *r = NULL;
-    char nonce_s[24] = "";
-    if (queue) {
+    nonce_s[0] = '\0';
+    if (t.queue) {
       /* A new nonce per call: a grant message that names it answers this
        * call and no earlier one (take_handoff). */
       pthread_mutex_lock(&m->mu);
-      dlock__rm(m)->grant_nonce = ++dlock__rm(m)->nonce_seq;
-      dlock__rm(m)->grant_fence = 0;
-      dlock__rm(m)->grants = 0;
-      format_i64(nonce_s, sizeof nonce_s, (int64_t)dlock__rm(m)->grant_nonce);
+      rm->grant_nonce = ++rm->nonce_seq;
+      rm->grant_fence = 0;
+      rm->grants = 0;
+      format_i64(nonce_s, sizeof nonce_s, (int64_t)rm->grant_nonce);
       pthread_mutex_unlock(&m->mu);
     }
-    call_init(&call, DLOCK__SCRIPT_ACQUIRE, m);
-    call_arg(&call, m->token, strlen(m->token));
-    call_arg(&call, lease_s, strlen(lease_s));
-    call_arg(&call, dlock__rm(m)->waiter_id, strlen(dlock__rm(m)->waiter_id));
-    call_arg(&call, cap_s, strlen(cap_s));
-    call_arg(&call, claim_s, strlen(claim_s));
-    call_arg(&call, m->owner_info, strlen(m->owner_info));
-    char limit_s[24];
-    if (m->kind == DLOCK__KIND_MUTEX && !queue && !dlock__topo(c)->quorum_run) {
-      /* A try never reads the queue keys or the nonce: each argument less
-       * is work less for Redis on every uncontended acquire. (Redlock
-       * derives its give-back calls from this one: it keeps them all.) */
-      call.nkeys = DLOCK__K_QUEUE;
-    } else if (m->kind == DLOCK__KIND_MUTEX) { /* acquire.lua: the nonce (sem_acquire.lua has none) */
-      call_arg(&call, nonce_s, strlen(nonce_s));
-    } else if (m->kind == DLOCK__KIND_SEMAPHORE) { /* sem_acquire.lua: the limit */
-      format_i64(limit_s, sizeof limit_s, m->permits);
-      call_arg(&call, limit_s, strlen(limit_s));
-    }
-    uint64_t failovers = dlock__failovers(dlock__topo(c), dlock__rm(m)->keys.key[DLOCK__K_LOCK], dlock__rm(m)->keys.len[DLOCK__K_LOCK]);
+    call_init(&call, DLOCK__OP_ACQUIRE, m);
+    kind->acquire_args(m, &call, &t);
+    uint64_t failovers = dlock__failovers(dlock__topo(c), rm->keys.key[DLOCK__K_LOCK], rm->keys.len[DLOCK__K_LOCK]);
     dlock_mono_ms sent = dlock_mono_now();
-    /* Twice-safe: the same token finds the key ours on a second run and
-     * answers {1, fence of this hold} after refreshing the lease; a queued
-     * waiter stays queued once (ZADD NX). The lease is counted from the
-     * first send, which is earlier than either run. */
+    /* Twice-safe: the same token finds the key ours (or among the holders)
+     * on a second run and answers {1, fence of this hold} after refreshing
+     * the lease; a queued waiter stays queued once (ZADD NX). The lease is
+     * counted from the first send, which is earlier than either run. */
     rc = run_one(m, &call, &r);
     if ((rc == DLOCK_EBUSY || rc == DLOCK_EQUORUM) && dlock__topo(c)->quorum_run && !call.maybe_ran) {
       /* Redlock (topo_redlock.c) answers for the quorum, has taken our
@@ -338,14 +331,14 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
        * messages of enough nodes to make a majority (call.rl_need), or the
        * re-check; after a split between contenders no release is coming:
        * retry after a random delay (20..200 ms) to break the tie. */
-      if (!queue) break;
+      if (!t.queue) break;
       queued = 1;
       pthread_mutex_lock(&m->mu);
-      dlock__rm(m)->grants_needed = call.rl_need;
-      if (call.rl_need > 0 && dlock__rm(m)->grants >= call.rl_need) m->woken = 1; /* they came during the call */
+      rm->grants_needed = call.rl_need;
+      if (call.rl_need > 0 && rm->grants >= call.rl_need) m->woken = 1; /* they came during the call */
       pthread_mutex_unlock(&m->mu);
-      if (!dlock__rm(m)->watch_tried) {
-        dlock__subscriber_watch(c, m);
+      if (!rm->target.watch_tried) {
+        dlock__subscriber_watch(c, &rm->target);
         continue;
       }
       dlock_mono_ms now = dlock_mono_now();
@@ -374,38 +367,13 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       }
       break;
     }
-    /* {1, fence as a decimal string} or {0, the holder's pttl} */
-    long long got = -1, value = 0;
     uint64_t fence = 0;
-    if (r->type == DLOCK__REPLY_ARRAY && r->elements == 2 && r->element[0]->type == DLOCK__REPLY_INTEGER) {
-      got = r->element[0]->integer;
-      const dlock__reply *v = r->element[1];
-      /* 0: the key is ours but no fence is recorded for the hold (its
-       * record in the counter was overwritten or deleted): no hold without a
-       * fence a guard can order. */
-      if (got == 1 && (v->type != DLOCK__REPLY_STRING || dlock__parse_fence(v->str, v->len, &fence) != 0 ||
-                       fence == 0))
-        got = -2;
-      else if (got == 0 && v->type == DLOCK__REPLY_INTEGER)
-        value = v->integer;
-      else if (got != 1)
-        got = -1;
-    }
+    long long pttl = -1;
+    int got = decode_acquire(m, lease, r, &fence, &pttl);
     if (got < 0) {
-      if (got == -2)
-        dlock__error(DLOCK_EFENCE, "acquire script: the lock is ours, but no fence is recorded for the hold in "
-                     "'%s' (the answer was '%.40s', not an integer in 1..2^63-1), so it is given back. Acquire "
-                     "it again: a new hold records its fence",
-                     dlock__rm(m)->keys.key[DLOCK__K_FENCE], r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
-      dlock__reply_free(r);
-      if (got == -2) {
-        rc = give_up(m, lease, DLOCK_EFENCE);
-      } else {
-        rc = dlock__error(DLOCK_EPROTO, "acquire script gave an unexpected reply");
-      }
+      rc = got;
       break;
     }
-    dlock__reply_free(r);
     if (got == 1 && dlock__replicas_short(c, &call)) {
       /* Fail closed: a lock the replicas may not have would not survive a
        * failover. Undo it (or say the outcome is unknown). */
@@ -416,7 +384,7 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     if (got == 1) {
       /* 'failovers' was read before the acquire was sent, so a switch
        * between the send and the reply counts as a failover of this hold. */
-      dlock__rm(m)->failovers_at_acquire = failovers;
+      rm->failovers_at_acquire = failovers;
       grant->fence = fence;
       grant->lease_ms = lease;
       grant->start = sent;
@@ -424,25 +392,27 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       rc = 0;
       break;
     }
-    if (!queue) {
-      rc = dlock__error(DLOCK_EBUSY, "held by another owner");
+    if (!t.queue) {
+      rc = dlock__error(DLOCK_EBUSY, "%s", kind->busy);
       break;
     }
     queued = 1;
-    if (!dlock__rm(m)->watch_tried) {
+    if (!rm->target.watch_tried) {
       /* First wait on this handle: subscribe, then look again at once, since
        * a hand-off sent before the subscription took effect went unheard. */
-      dlock__subscriber_watch(c, m);
+      dlock__subscriber_watch(c, &rm->target);
       continue;
     }
     dlock_mono_ms now = dlock_mono_now();
     if (now >= deadline) {
-      dlock__error(DLOCK_EBUSY, "held by another owner for the whole wait (%lld ms)", (long long)wait_ms);
+      dlock__error(DLOCK_EBUSY, "%s for the whole wait (%lld ms)", kind->busy_wait, (long long)wait_ms);
       rc = give_up(m, lease, DLOCK_EBUSY);
       break;
     }
-    /* PTTL 0 (about to expire) or -2 (just gone): look again at once. */
-    int64_t recheck = value != -1 && value < RECHECK_CAP_MS ? (value > 0 ? value + 1 : 1) : RECHECK_CAP_MS;
+    /* Look again when the holder's lease (the earliest, for shared holds)
+     * ends, at the latest after the cap; PTTL 0 (about to expire) or -2
+     * (just gone): at once. */
+    int64_t recheck = pttl != -1 && pttl < RECHECK_CAP_MS ? (pttl > 0 ? pttl + 1 : 1) : RECHECK_CAP_MS;
     dlock_mono_ms until = now + recheck < deadline ? now + recheck : deadline;
     if (dlock__mutex_wait(m, until)) {
       dlock__error(DLOCK_ECANCELED, "wait canceled");
@@ -456,20 +426,18 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
      * and answers the fence Redis recorded for this hold, never an older
      * message's: a waiter handed the lock twice in one acquire (the first
      * claim ran out before it confirmed) may read that one. If the claim
-     * ran out, the same call takes the lock or queues us again. */
+     * ran out, the same call takes the lock or queues us again. A kind
+     * whose wake-ups carry no fence (read-write) always confirms. */
     if (take_handoff(m, lease, sent, failovers, grant)) {
       rc = 0;
       break;
     }
   }
-  if (in_table) dlock__subscriber_remove_waiter(c, m);
+  if (in_table) dlock__subscriber_remove_waiter(c, &rm->target);
   return rc;
 }
 
-void dlock__redis_undo(dlock_mutex *m) {
-  if (dlock__is_rw(m)) dlock__redis_rw_undo(m);
-  else undo_acquire(m);
-}
+void dlock__redis_undo(dlock_mutex *m) { undo_acquire(m); }
 
 /* ---- Release, extend, renew, queries ---- */
 
@@ -497,8 +465,7 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
                                dlock_lost_reason lost, uint64_t failovers_at_acquire, dlock_lost_reason *found) {
   dlock__script_call call;
   dlock__reply *r = NULL;
-  /* rw_release answers as release does (1, 0, -2; never -1). */
-  call_init(&call, dlock__is_rw(m) ? DLOCK__SCRIPT_RW_RELEASE : DLOCK__SCRIPT_RELEASE, m);
+  call_init(&call, DLOCK__OP_RELEASE, m);
   call_arg(&call, token, strlen(token));
   /* Twice-safe with one question: if the first run's reply was lost, a second
    * run that finds the key gone (0) or handed on (-1) cannot tell whether our
@@ -535,10 +502,8 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
      * as the deployments' table says (docs/topologies.md). */
     rc = dlock__error(DLOCK_ENOTHELD, "%s", dlock__release_failover_msg(v));
     if (found) *found = DLOCK_LOST_FAILOVER;
-  } else if (!rc && v == 0 && m->kind == DLOCK__KIND_SEMAPHORE)
-    rc = dlock__error(DLOCK_ENOTHELD, "our permit was gone or its lease had run out; no permit was touched");
-  else if (!rc && v == 0)
-    rc = dlock__error(DLOCK_ENOTHELD, "the key was gone (the lease had expired); nothing was deleted");
+  } else if (!rc && v == 0)
+    rc = dlock__error(DLOCK_ENOTHELD, "%s", dlock__redis_kind_of(m)->release_gone);
   else if (!rc && v < 0)
     rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
                       "left untouched");
@@ -586,7 +551,7 @@ void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mon
   }
   for (size_t i = 0; i < n; i++) {
     format_i64(lease_s[i], sizeof lease_s[i], rn[i].lease_ms);
-    call_init(&calls[i], dlock__is_rw(rn[i].m) ? DLOCK__SCRIPT_RW_EXTEND : DLOCK__SCRIPT_EXTEND, rn[i].m);
+    call_init(&calls[i], DLOCK__OP_EXTEND, rn[i].m);
     call_arg(&calls[i], rn[i].token, strlen(rn[i].token));
     call_arg(&calls[i], lease_s[i], strlen(lease_s[i]));
   }
@@ -615,21 +580,22 @@ void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mon
 }
 
 static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
+  const dlock__redis_kind *kind = dlock__redis_kind_of(m);
   dlock__script_call call;
-  call_init(&call, DLOCK__SCRIPT_INFO, m);
+  call_init(&call, DLOCK__OP_INFO, m);
   call_arg(&call, token, strlen(token));
   int rc = run_one(m, &call, out); /* read only: asking again is safe */
-  /* A mutex's answer has 8 elements, a semaphore's 10 (sem_info.lua); the
-   * other kind's answer (info.lua answers for every kind) means the name is
-   * no longer this handle's kind. */
-  size_t want = m->kind == DLOCK__KIND_SEMAPHORE ? 10 : 8;
+  /* A mutex's answer has 8 elements, a semaphore's 10, a read-write lock's
+   * 12; the other kind's answer (info.lua answers for every kind) means
+   * the name is no longer this handle's kind. */
+  size_t want = kind->info_len;
   if (!rc && (*out)->type == DLOCK__REPLY_ARRAY && ((*out)->elements == 10 || (*out)->elements == 12) &&
       (*out)->elements != want) {
     rc = dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s now, not as a %s: a name is one kind of lock "
                       "at a time", m->name, m->client->server, (*out)->elements == 10 ? "semaphore" : "read-write lock",
-                      m->kind == DLOCK__KIND_SEMAPHORE ? "semaphore" : "mutex");
+                      kind->name);
   } else if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != want)) {
-    rc = dlock__error(DLOCK_EPROTO, "info script gave an unexpected reply");
+    rc = dlock__error(DLOCK_EPROTO, "%s script gave an unexpected reply", dlock__script_name(call.script));
   }
   if (rc && *out) {
     dlock__reply_free(*out);
@@ -639,12 +605,12 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
 }
 
 int dlock__redis_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
-  if (dlock__is_rw(m)) return dlock__redis_rw_held(m, token, ttl_ms);
+  const dlock__redis_kind *kind = dlock__redis_kind_of(m);
   dlock__reply *r;
   int rc = info_call(m, token, &r);
   if (rc) return rc;
-  int mine = r->element[7]->integer == 1;
-  if (ttl_ms) *ttl_ms = r->element[1]->integer;
+  int mine = r->element[kind->info_mine]->integer == 1;
+  if (ttl_ms) *ttl_ms = r->element[kind->info_ttl]->integer;
   dlock__reply_free(r);
   return mine;
 }

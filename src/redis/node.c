@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_topo.h"
 
 int dlock__node_init(dlock__node *n, const dlock__endpoint *ep, int max_conns) {
   memset(n, 0, sizeof *n);

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define PIPE_MAX 64
 /* How long a corked release may wait for a command to ride with. */
@@ -115,8 +115,7 @@ static dlock__pipeline *get(dlock_client *c) {
 /* The release script of the handle's kind, as dlock__redis_release sends it:
  * a semaphore's permit or a read-write lock's hold is not a mutex's key. */
 static dlock__script_id release_script(const dlock_mutex *m) {
-  if (dlock__is_rw(m)) return DLOCK__SCRIPT_RW_RELEASE;
-  return m->kind == DLOCK__KIND_SEMAPHORE ? DLOCK__SCRIPT_SEM_RELEASE : DLOCK__SCRIPT_RELEASE;
+  return dlock__redis_kind_of(m)->script[DLOCK__OP_RELEASE];
 }
 
 /* The release script's answer 'r' for 'e', as dlock__redis_release says it

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_resp.h"
 
 /* Nesting deeper than any reply dlock reads (hiredis 0.14 allowed 7). */
 #define READER_MAX_DEPTH 8

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 enum { JK_TICK, JK_HISTORY, JK_LASTEND, JK_EXTRA };
 

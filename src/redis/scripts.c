@@ -11,7 +11,7 @@
 
 #include <openssl/evp.h>
 
-#include "redis.h"
+#include "redis_scripts.h"
 
 extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
     dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
@@ -23,21 +23,24 @@ extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua
     dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
 extern const char dlock__lua_proclaim[];
 
+/* Each script: its name (messages), its text, and how Redlock folds the
+ * nodes' answers to it (dlock__quorum_fold; NULL: it runs on one node). */
 static const struct {
   const char *name;
   const char *text;
+  dlock__quorum_fold fold;
 } scripts[DLOCK__SCRIPT_COUNT] = {
-    [DLOCK__SCRIPT_ACQUIRE] = {"acquire", dlock__lua_acquire},
-    [DLOCK__SCRIPT_RELEASE] = {"release", dlock__lua_release},
-    [DLOCK__SCRIPT_EXTEND] = {"extend", dlock__lua_extend},
-    [DLOCK__SCRIPT_WITHDRAW] = {"withdraw", dlock__lua_withdraw},
-    [DLOCK__SCRIPT_INFO] = {"info", dlock__lua_info},
-    [DLOCK__SCRIPT_FORCE_RELEASE] = {"force_release", dlock__lua_force_release},
-    [DLOCK__SCRIPT_GUARD] = {"guard", dlock__lua_guard},
-    [DLOCK__SCRIPT_SCHED_CLAIM] = {"sched_claim", dlock__lua_sched_claim},
-    [DLOCK__SCRIPT_SCHED_DELAY] = {"sched_delay", dlock__lua_sched_delay},
-    [DLOCK__SCRIPT_SCHED_FINISH] = {"sched_finish", dlock__lua_sched_finish},
-    [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history},
+    [DLOCK__SCRIPT_ACQUIRE] = {"acquire", dlock__lua_acquire, dlock__rl_fold_acquire},
+    [DLOCK__SCRIPT_RELEASE] = {"release", dlock__lua_release, dlock__rl_fold_delete},
+    [DLOCK__SCRIPT_EXTEND] = {"extend", dlock__lua_extend, dlock__rl_fold_extend},
+    [DLOCK__SCRIPT_WITHDRAW] = {"withdraw", dlock__lua_withdraw, dlock__rl_fold_delete},
+    [DLOCK__SCRIPT_INFO] = {"info", dlock__lua_info, dlock__rl_fold_info},
+    [DLOCK__SCRIPT_FORCE_RELEASE] = {"force_release", dlock__lua_force_release, dlock__rl_fold_delete},
+    [DLOCK__SCRIPT_GUARD] = {"guard", dlock__lua_guard, dlock__rl_fold_guard},
+    [DLOCK__SCRIPT_SCHED_CLAIM] = {"sched_claim", dlock__lua_sched_claim, dlock__rl_fold_sched_claim},
+    [DLOCK__SCRIPT_SCHED_DELAY] = {"sched_delay", dlock__lua_sched_delay, dlock__rl_fold_sched_claim},
+    [DLOCK__SCRIPT_SCHED_FINISH] = {"sched_finish", dlock__lua_sched_finish, dlock__rl_fold_sched_finish},
+    [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history, dlock__rl_fold_first},
     [DLOCK__SCRIPT_RL_EXTEND] = {"rl_extend", dlock__lua_rl_extend},
     [DLOCK__SCRIPT_RL_FENCE] = {"rl_fence", dlock__lua_rl_fence},
     [DLOCK__SCRIPT_RL_SCHED_UNCLAIM] = {"rl_sched_unclaim", dlock__lua_rl_sched_unclaim},
@@ -71,6 +74,8 @@ static void compute_shas(void) {
 }
 
 const char *dlock__script_name(dlock__script_id id) { return scripts[id].name; }
+
+dlock__quorum_fold dlock__script_fold(dlock__script_id id) { return scripts[id].fold; }
 
 const char *dlock__script_text(dlock__script_id id) { return scripts[id].text; }
 
@@ -257,12 +262,13 @@ int dlock__script_run(dlock_client *c, dlock__script_call *calls, size_t n, dloc
 int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
                             dlock_mono_ms limit) {
   pthread_once(&shas_once, compute_shas);
-  if (dlock__topo(c)->quorum_run) { /* Redlock: every node, counted (topo_redlock.c) */
+  if (dlock__topo(c)->quorum_run && !calls[0].node) { /* Redlock: every node, counted (topo_redlock.c) */
     int qrc = dlock__topo(c)->quorum_run(dlock__topo(c), c, calls, n, replies, limit);
     if (qrc != DLOCK__QUORUM_PASS) return qrc;
   }
   int route_rc;
-  dlock__node *node = dlock__route(c, calls[0].keys[0], calls[0].keylens[0], limit, &route_rc);
+  dlock__node *node = calls[0].node ? calls[0].node
+                                    : dlock__route(c, calls[0].keys[0], calls[0].keylens[0], limit, &route_rc);
   if (!node) {
     for (size_t i = 0; i < n; i++) calls[i].maybe_ran = 0, calls[i].replicas = -1;
     return route_rc;

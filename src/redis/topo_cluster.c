@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_topo.h"
 
 #define MAX_NODES 1024
 #define NO_NODE 0xffff

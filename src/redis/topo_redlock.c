@@ -63,7 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 #define SCHEME "redlock://"
 
@@ -1204,14 +1204,12 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       add(&unreach, "%s%s: %s", unreach.o ? "; " : "", name, v->str);
       continue;
     }
+    /* {1, fence} (a fence 0 counts here: the write-back raises it) or
+     * {0, pttl}, as every kind's acquire answers (lock.c decodes the same). */
     uint64_t f = 0;
-    int got = -1;
-    if (v->type == DLOCK__REPLY_ARRAY && v->elements == 2 && v->element[0]->type == DLOCK__REPLY_INTEGER) {
-      got = (int)v->element[0]->integer;
-      if (got == 1 && (v->element[1]->type != DLOCK__REPLY_STRING ||
-                       dlock__parse_fence(v->element[1]->str, v->element[1]->len, &f) != 0))
-        got = -1;
-    }
+    long long pttl = -1;
+    int got = dlock__grant_decode(v, &f, &pttl);
+    if (got != DLOCK__GRANT_OK && got != DLOCK__GRANT_WAIT) got = -1;
     if (got == 0 || got == 1) answered |= 1u << i;
     if (got == 1) {
       okmask |= 1u << i;
@@ -1226,9 +1224,7 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
     } else if (got == 0) {
       busy++;
       busymask |= 1u << i;
-      if (v->element[1]->type == DLOCK__REPLY_INTEGER && v->element[1]->integer >= 0 &&
-          (call->rl_pttl < 0 || v->element[1]->integer < call->rl_pttl))
-        call->rl_pttl = v->element[1]->integer;
+      if (pttl >= 0 && (call->rl_pttl < 0 || pttl < call->rl_pttl)) call->rl_pttl = pttl;
       add(&held, "%s%s", held.o ? ", " : "", name);
     } else {
       down++;
@@ -1971,31 +1967,44 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
                       "token (%s); the write must not proceed", admitted, r->n, r->quorum, m.buf);
 }
 
-/* dlock_lock_info_get_node, dlock_client_check_node: while set, this
- * thread talks to node pin-1 alone, as to a single server. */
-static _Thread_local int pin;
+/* ---- The folds: how the nodes' answers to each script make one ----
+ * Named by the script in scripts.c's table (dlock__script_fold); a script
+ * without one (semaphore, read-write lock and latch scripts: not offered
+ * here) runs on one node through rl_route(). */
+
+DLOCK__QUORUM_FOLD(dlock__rl_fold_acquire) {
+  (void)limit;
+  if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
+  return rl_acquire((redlock *)t, &calls[0], &replies[0]);
+}
+
+DLOCK__QUORUM_FOLD(dlock__rl_fold_extend) {
+  return rl_extend((redlock *)t, calls, n, replies, limit);
+}
+
+DLOCK__QUORUM_FOLD(dlock__rl_fold_delete) {
+  (void)limit;
+  return rl_delete((redlock *)t, calls, n, replies);
+}
+
+/* Folds of one call at a time (a pipeline of them goes to one node). */
+#define ONE_CALL_FOLD(name, fn)                                                                             \
+  DLOCK__QUORUM_FOLD(name) {                                                                                \
+    (void)limit;                                                                                            \
+    return n == 1 ? fn((redlock *)t, &calls[0], &replies[0]) : DLOCK__QUORUM_PASS;                          \
+  }
+ONE_CALL_FOLD(dlock__rl_fold_info, rl_info)
+ONE_CALL_FOLD(dlock__rl_fold_sched_claim, rl_sched_claim)
+ONE_CALL_FOLD(dlock__rl_fold_sched_finish, rl_sched_finish)
+ONE_CALL_FOLD(dlock__rl_fold_first, rl_first)
+ONE_CALL_FOLD(dlock__rl_fold_guard, rl_guard)
 
 static int rl_quorum_run(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
                          dlock__reply **replies, dlock_mono_ms limit) {
-  redlock *r = (redlock *)t;
   (void)c;
   for (size_t j = 0; j < n; j++) replies[j] = NULL;
-  if (pin) return DLOCK__QUORUM_PASS; /* rl_route gives the pinned node */
-  dlock__script_id id = calls[0].script;
-  if (id == DLOCK__SCRIPT_ACQUIRE) {
-    if (n != 1) return dlock__error(DLOCK_EINVAL, "Redlock acquires one lock per call");
-    return rl_acquire(r, &calls[0], &replies[0]);
-  }
-  if (id == DLOCK__SCRIPT_EXTEND) return rl_extend(r, calls, n, replies, limit);
-  if (id == DLOCK__SCRIPT_RELEASE || id == DLOCK__SCRIPT_WITHDRAW || id == DLOCK__SCRIPT_FORCE_RELEASE)
-    return rl_delete(r, calls, n, replies);
-  if (id == DLOCK__SCRIPT_INFO && n == 1) return rl_info(r, &calls[0], &replies[0]);
-  if ((id == DLOCK__SCRIPT_SCHED_CLAIM || id == DLOCK__SCRIPT_SCHED_DELAY) && n == 1)
-    return rl_sched_claim(r, &calls[0], &replies[0]);
-  if (id == DLOCK__SCRIPT_SCHED_FINISH && n == 1) return rl_sched_finish(r, &calls[0], &replies[0]);
-  if (id == DLOCK__SCRIPT_SCHED_HISTORY && n == 1) return rl_first(r, &calls[0], &replies[0]);
-  if (id == DLOCK__SCRIPT_GUARD && n == 1) return rl_guard(r, &calls[0], &replies[0]);
-  return DLOCK__QUORUM_PASS;
+  dlock__quorum_fold fold = dlock__script_fold(calls[0].script);
+  return fold ? fold(t, calls, n, replies, limit) : DLOCK__QUORUM_PASS;
 }
 
 /* ---- The topology ---- */
@@ -2006,7 +2015,6 @@ static dlock__node *rl_route(dlock__topology *t, const char *key, size_t keylen)
   (void)key;
   (void)keylen;
   redlock *r = (redlock *)t;
-  if (pin > 0 && pin <= r->n) return &r->node[pin - 1].node;
   for (int i = 0; i < r->n; i++)
     if (!atomic_load(&r->node[i].node.suspect)) return &r->node[i].node;
   return &r->node[0].node;
@@ -2190,10 +2198,7 @@ int dlock__redis_info_node(dlock_client *c, const char *name, int i, dlock_lock_
   if (i < 0 || i >= dlock__redis_node_count(c))
     return dlock__error(DLOCK_EINVAL, "dlock_lock_info_get_node: node %d of %d (a Redlock client has 3 or more)", i,
                         dlock__redis_node_count(c));
-  pin = i + 1;
-  int rc = dlock__redis_info(c, name, out);
-  pin = 0;
-  return rc;
+  return dlock__redis_info_at(c, &((redlock *)dlock__topo(c))->node[i].node, name, out);
 }
 
 int dlock__redis_check_node(dlock_client *c, int i, dlock_check *out, int max) {
@@ -2201,8 +2206,5 @@ int dlock__redis_check_node(dlock_client *c, int i, dlock_check *out, int max) {
   if (i < 0 || i >= dlock__redis_node_count(c))
     return dlock__error(DLOCK_EINVAL, "dlock_client_check_node: node %d of %d (a Redlock client has 3 or more)", i,
                         dlock__redis_node_count(c));
-  pin = i + 1;
-  int rc = dlock__redis_check(c, out, max);
-  pin = 0;
-  return rc;
+  return dlock__redis_check_at(c, &((redlock *)dlock__topo(c))->node[i].node, out, max);
 }

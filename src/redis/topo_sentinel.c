@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "redis_topo.h"
 
 #define SENTINEL_TIMEOUT_MS 500 /* per sentinel: a dead one must not stall discovery */
 #define POLL_MS 1000            /* the watcher asks every sentinel this often */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redis_topo.h"
 #ifdef DLOCK_WITH_ZOOKEEPER
 #endif
 

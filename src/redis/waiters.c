@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "redis_lock.h"
 
 typedef struct channel {
   char *name;
@@ -64,7 +64,7 @@ struct dlock__subscriber {
   int wake[2]; /* self-pipe: new subscriptions, stop */
   channel *channels;
   size_t nchannels, capchannels;
-  dlock_mutex **waiters;
+  dlock__sub_target **waiters;
   size_t nwaiters, capwaiters;
   int sharded; /* SSUBSCRIBE on the slot's master (cluster) */
   sub_conn conns[MAX_SUB_CONNS];
@@ -87,13 +87,7 @@ static void poke(dlock__subscriber *s) {
 }
 
 static void wake_all_waiters(dlock__subscriber *s) {
-  for (size_t i = 0; i < s->nwaiters; i++) {
-    dlock_mutex *m = s->waiters[i];
-    pthread_mutex_lock(&m->mu);
-    m->woken = 1;
-    pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-  }
+  for (size_t i = 0; i < s->nwaiters; i++) s->waiters[i]->wake(s->waiters[i], 0, 0, 1);
 }
 
 /* "<id> <fence> <nonce>" ("<id> <fence>" from scripts before the nonce):
@@ -111,9 +105,9 @@ static void parse_grant(const char *rest, uint64_t *fence, uint64_t *nonce) {
 }
 
 /* A grant message on a channel: wake that waiter if it is ours and still
- * waiting. When it names the waiter's acquire call now answered (the nonce),
- * record its fence: the waiter may then return without a confirming call
- * (dlock__redis_acquire). An older grant's message wakes it only. */
+ * waiting, with the message's fence and nonce (the target decides: a lock
+ * handle records the fence when the nonce names its acquire call now
+ * answered, lock.c's wake_handle). */
 static void deliver(dlock__subscriber *s, const char *payload) {
   const char *space = strchr(payload, ' ');
   size_t idlen = space ? (size_t)(space - payload) : strlen(payload);
@@ -121,16 +115,9 @@ static void deliver(dlock__subscriber *s, const char *payload) {
   parse_grant(space ? space + 1 : NULL, &fence, &nonce);
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < s->nwaiters; i++) {
-    dlock_mutex *m = s->waiters[i];
-    if (strlen(dlock__rm(m)->waiter_id) == idlen && !memcmp(dlock__rm(m)->waiter_id, payload, idlen)) {
-      pthread_mutex_lock(&m->mu);
-      dlock__rmutex *rm = dlock__rm(m);
-      if (++rm->grants >= rm->grants_needed) {
-        if (nonce != 0 && fence != 0 && nonce == rm->grant_nonce) rm->grant_fence = fence;
-        m->woken = 1;
-        pthread_cond_broadcast(&m->cv);
-      }
-      pthread_mutex_unlock(&m->mu);
+    dlock__sub_target *t = s->waiters[i];
+    if (strlen(t->waiter_id) == idlen && !memcmp(t->waiter_id, payload, idlen)) {
+      t->wake(t, fence, nonce, 0);
       /* No break: a mutex waiter's id is unique, but every latch waiter of
        * this client answers to "latch" (latch.c). */
     }
@@ -514,16 +501,16 @@ static int homes(dlock_client *c, dlock__node **out) {
   return n;
 }
 
-int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
+int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t) {
   /* Tried once per handle: if it fails, the waiter goes on with re-checks. */
-  dlock__rm(m)->watch_tried = 1;
+  t->watch_tried = 1;
   int rc = start(c);
   if (rc) return rc;
   dlock__subscriber *s = dlock__rc(c)->subscriber;
   dlock__node *home[DLOCK__REDLOCK_MAX];
   int nh = homes(c, home);
-  const char *name = dlock__rm(m)->channel;
-  size_t len = dlock__rm(m)->channel_len;
+  const char *name = t->channel;
+  size_t len = t->channel_len;
   pthread_mutex_lock(&s->mu);
   for (int h = 0; h < nh; h++) {
     channel *ch = find_entry(s, name, len, home[h]);
@@ -544,9 +531,9 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
       s->nchannels++;
     }
     ch->refs++;
-    dlock__rm(m)->subscribed = h + 1; /* entries referenced */
+    t->subscribed = h + 1; /* entries referenced */
   }
-  if (!dlock__rm(m)->subscribed) {
+  if (!t->subscribed) {
     pthread_mutex_unlock(&s->mu);
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
@@ -562,12 +549,12 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
   for (;;) {
     int settled = 0;
     ok = 0;
-    for (int h = 0; h < dlock__rm(m)->subscribed; h++) {
+    for (int h = 0; h < t->subscribed; h++) {
       channel *ch = find_entry(s, name, len, home[h]);
       if (!ch || ch->confirmed != 0) settled++;
       if (ch && ch->confirmed == 1) ok++;
     }
-    if (settled == dlock__rm(m)->subscribed || ok >= want) break;
+    if (settled == t->subscribed || ok >= want) break;
     if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) break;
   }
   rc = ok > 0 ? 0 : DLOCK_EIO;
@@ -577,30 +564,30 @@ int dlock__subscriber_watch(dlock_client *c, dlock_mutex *m) {
   return rc;
 }
 
-void dlock__subscriber_unwatch(dlock_client *c, dlock_mutex *m) {
-  int n = dlock__rm(m)->subscribed;
+void dlock__subscriber_unwatch(dlock_client *c, dlock__sub_target *t) {
+  int n = t->subscribed;
   if (!n) return;
-  dlock__rm(m)->subscribed = 0;
+  t->subscribed = 0;
   dlock__subscriber *s = get(c);
   if (!s) return;
   dlock__node *home[DLOCK__REDLOCK_MAX];
   homes(c, home);
   pthread_mutex_lock(&s->mu);
   for (int h = 0; h < n; h++) {
-    channel *ch = find_entry(s, dlock__rm(m)->channel, dlock__rm(m)->channel_len, home[h]);
+    channel *ch = find_entry(s, t->channel, t->channel_len, home[h]);
     if (ch && ch->refs > 0) ch->refs--;
   }
   poke(s);
   pthread_mutex_unlock(&s->mu);
 }
 
-void dlock__subscriber_add_waiter(dlock_client *c, dlock_mutex *m) {
+void dlock__subscriber_add_waiter(dlock_client *c, dlock__sub_target *t) {
   if (start(c) != 0) return; /* no subscriber: re-checks only */
   dlock__subscriber *s = dlock__rc(c)->subscriber;
   pthread_mutex_lock(&s->mu);
   if (s->nwaiters == s->capwaiters) {
     size_t cap = s->capwaiters ? s->capwaiters * 2 : 16;
-    dlock_mutex **grown = realloc(s->waiters, cap * sizeof *grown);
+    dlock__sub_target **grown = realloc(s->waiters, cap * sizeof *grown);
     if (!grown) {
       pthread_mutex_unlock(&s->mu);
       return;
@@ -608,16 +595,16 @@ void dlock__subscriber_add_waiter(dlock_client *c, dlock_mutex *m) {
     s->waiters = grown;
     s->capwaiters = cap;
   }
-  s->waiters[s->nwaiters++] = m;
+  s->waiters[s->nwaiters++] = t;
   pthread_mutex_unlock(&s->mu);
 }
 
-void dlock__subscriber_remove_waiter(dlock_client *c, dlock_mutex *m) {
+void dlock__subscriber_remove_waiter(dlock_client *c, dlock__sub_target *t) {
   dlock__subscriber *s = get(c);
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < s->nwaiters; i++)
-    if (s->waiters[i] == m) {
+    if (s->waiters[i] == t) {
       s->waiters[i] = s->waiters[--s->nwaiters];
       break;
     }
