@@ -27,6 +27,25 @@
  * name's previous fence; a fenced resource that saw the old holder's fence
  * refuses every write of the new holder, and the fences of the name no longer
  * rise (every run here).
+ *
+ * Finding 2 (PostgreSQL lease mode, prune by the documented run-time user).
+ *
+ * The promise (docs/postgres.md, "Schema"): "A run-time user needs USAGE on
+ * the schema, SELECT, INSERT, UPDATE, DELETE on its tables, USAGE on its
+ * sequences and EXECUTE on its functions", with the GRANTs shown; and
+ * (prune) "A released lock's row stays for a while (a tombstone ...), then is
+ * pruned" (dlock_client_prune(), `dlock prune`, and the release's own prune
+ * now and then).
+ *
+ * The attack: the schema made by its owner, the run-time user 'app' granted
+ * exactly as the docs show, 'app' acquires, releases and prunes.
+ *
+ * What happened: prune() now reads fence_seq's last_value and may setval it
+ * (the third review's fix); USAGE on a sequence allows neither (SELECT and
+ * UPDATE on the sequence are needed; GRANT ... ON ALL TABLES does not reach
+ * sequences), so every prune by the run-time user fails with "permission
+ * denied for sequence fence_seq" and nothing is ever pruned by it (also the
+ * release's prune, whose failure is silent): the tables grow (every run here).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -178,6 +197,49 @@ TEST(pg_prune_racing_acquire_after_backward_step_lowers_fence) {
   if (fa2 <= fa)
     TEST_FAIL("fences of 'rev4-a' went down after a prune racing the acquire: %llu then %llu (%.1f s below)",
               (unsigned long long)fa, (unsigned long long)fa2, (double)(fa - fa2) / 1e6);
+}
+
+TEST(pg_prune_by_the_documented_run_time_user) {
+  char why[256];
+  th_pg p2;
+  if (!th_pg_suite_start(&p2, why, sizeof why)) TEST_SKIP("%s", why);
+  char out[512] = "";
+  /* The schema by its owner (the superuser's first use), then 'app' granted as the docs say. */
+  dlock_client *owner = th_pg_client(&p2, "rev4g", NULL);
+  dlock_mutex *m0 = NULL;
+  int rc0 = owner && dlock_mutex_new(&m0, owner, "rev4-init", NULL) == 0 ? dlock_mutex_acquire(m0, 5000) : -100;
+  if (m0) dlock_mutex_release(m0);
+  dlock_mutex_free(m0);
+  dlock_client_free(owner);
+  int g = th_pg_sql(&p2, NULL, out, sizeof out,
+                    "CREATE ROLE app LOGIN; GRANT USAGE ON SCHEMA rev4g TO app; "
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rev4g TO app; "
+                    "GRANT USAGE ON ALL SEQUENCES IN SCHEMA rev4g TO app;");
+  char url[900];
+  snprintf(url, sizeof url, "postgresql://app@127.0.0.1:%d/postgres?dlock_schema=rev4g", p2.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  dlock_mutex *m = NULL;
+  int rc = dlock_client_new(&c, &o);
+  int acq = rc == 0 && dlock_mutex_new(&m, c, "rev4-app", NULL) == 0 ? dlock_mutex_acquire(m, 5000) : -100;
+  int rel = acq == 0 ? dlock_mutex_release(m) : -100;
+  char acq_err[512];
+  snprintf(acq_err, sizeof acq_err, "%s", dlock_last_error());
+  int64_t n = -1;
+  int pr = rc == 0 ? dlock_client_prune(c, 0, &n) : -100;
+  char err[512];
+  snprintf(err, sizeof err, "%s", dlock_last_error());
+  fprintf(stderr, "owner's first use %d, grants %d, app: client %d acquire %d release %d (%s), prune %d pruned %lld (%s)\n",
+          rc0, g, rc, acq, rel, acq_err, pr, (long long)n, err);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_pg_stop(&p2);
+  if (rc0 != 0 || g != 0 || rc != 0 || acq != 0 || rel != 0) TEST_FAIL("setup failed (see above)");
+  if (pr != 0 || n < 1)
+    TEST_FAIL("prune by the run-time user granted as docs/postgres.md says: rc %d, pruned %lld: %s", pr,
+              (long long)n, err);
 }
 
 TEST_MAIN()
