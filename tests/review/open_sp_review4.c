@@ -47,7 +47,9 @@
  * denied for sequence fence_seq" and nothing is ever pruned by it (also the
  * release's prune, whose failure is silent): the tables grow (every run here).
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
