@@ -774,6 +774,9 @@ int dlock__pg_prune(dlock__pg *pg, int64_t older_than_ms, int limit, int64_t *pr
   for (int i = 0; i < 4; i++) n += col_i64(r, 0, i) > 0 ? col_i64(r, 0, i) : 0;
   PQclear(r);
   if (pruned) *pruned = n;
+  pthread_mutex_lock(&pg->ln_mu);
+  pg->prune_warning[0] = '\0'; /* a prune worked: the release's failed one is past */
+  pthread_mutex_unlock(&pg->ln_mu);
   return 0;
 }
 
@@ -794,13 +797,13 @@ static void prune_now_and_then(dlock__pg *pg) {
   int rc = dlock__pg_prune(pg, PRUNE_AGE_MS, PRUNE_LIMIT, NULL);
   /* Not the release's failure, but not silent either: a warning
    * (dlock_client_topology_warning(), the doctor) until a prune succeeds. */
-  pthread_mutex_lock(&pg->ln_mu);
-  if (rc != 0)
+  if (rc != 0) {
+    pthread_mutex_lock(&pg->ln_mu);
     snprintf(pg->prune_warning, sizeof pg->prune_warning,
              "the release's prune of old rows failed, the tables grow until it works: %s", dlock_last_error());
-  else
-    pg->prune_warning[0] = '\0';
-  pthread_mutex_unlock(&pg->ln_mu);
+    for (char *nl = pg->prune_warning; (nl = strchr(nl, '\n')) != NULL;) *nl = ' '; /* one line of a report */
+    pthread_mutex_unlock(&pg->ln_mu);
+  }
   if (saved[0]) dlock__error(0, "%s", saved);
   else dlock__error_clear();
 }

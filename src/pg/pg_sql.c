@@ -385,7 +385,10 @@ static const char sql_init[] =
      * once, before this transaction's commit, which the acquires of the
      * deleted names wait for (NAME_KEY). Prunes raise it one at a time
      * (PRUNE_KEY), and only above a value nextval just handed out (nextval
-     * needs USAGE, setval UPDATE: no SELECT on the sequence). */
+     * needs USAGE, setval UPDATE: no SELECT on the sequence). No
+     * compare-and-set exists for sequences: other names' nextvals between
+     * the two that pass hw would be handed out again, to other names (a
+     * name's fences still rise: its row's fence + 1). */
     "  hw := greatest(hw, m);\n"
     "  IF hw > 0 THEN\n"
     "    PERFORM pg_advisory_xact_lock(" PRUNE_KEY ");\n"

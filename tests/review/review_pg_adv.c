@@ -1053,4 +1053,64 @@ TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
               (long long)n, err);
 }
 
+
+/* Finding 2's other half: a run-time user without UPDATE on fence_seq (the
+ * grant the docs gave before) is flagged by the doctor, and the release's
+ * own prune that fails leaves a warning instead of failing silently; the
+ * warning goes once a prune works. */
+TEST(review4_doctor_and_the_release_tell_of_a_prune_without_rights) {
+  if (!srv_up) TEST_SKIP("%s", skip_why);
+  char out[512] = "";
+  dlock_client *owner = th_pg_client(&srv, "rev4h", NULL);
+  dlock_mutex *m0 = NULL;
+  int rc0 = owner && dlock_mutex_new(&m0, owner, "rev4h-init", NULL) == 0 ? dlock_mutex_acquire(m0, 5000) : -100;
+  if (m0) dlock_mutex_release(m0);
+  dlock_mutex_free(m0);
+  dlock_client_free(owner);
+  int g = th_pg_sql(&srv, NULL, out, sizeof out,
+                    "CREATE ROLE app2 LOGIN; GRANT USAGE ON SCHEMA rev4h TO app2; "
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rev4h TO app2; "
+                    "GRANT USAGE ON ALL SEQUENCES IN SCHEMA rev4h TO app2;");
+  char url[900];
+  snprintf(url, sizeof url, "postgresql://app2@127.0.0.1:%d/postgres?dlock_schema=rev4h", srv.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  dlock_mutex *m = NULL;
+  int rc = dlock_client_new(&c, &o);
+  /* The client's first release prunes (rows an hour old: none, but the
+   * raise is not reached then; make one old row so that it is). */
+  th_pg_sql(&srv, NULL, out, sizeof out,
+            "INSERT INTO rev4h.locks (name, token, fence, expires, since, released) VALUES "
+            "('rev4h-old', 't', 9000000000000000, now() - interval '3 hours', now() - interval '3 hours', true)");
+  int acq = rc == 0 && dlock_mutex_new(&m, c, "rev4h-app", NULL) == 0 ? dlock_mutex_acquire(m, 5000) : -100;
+  int rel = acq == 0 ? dlock_mutex_release(m) : -100;
+  char warn[1024] = "";
+  int w = rc == 0 ? dlock_client_topology_warning(c, warn, sizeof warn) : -1;
+  dlock_check ck[DLOCK_CHECK_MAX];
+  int n = rc == 0 ? dlock_client_check(c, ck, DLOCK_CHECK_MAX) : -1;
+  int flagged = 0;
+  for (int i = 0; i < n; i++) {
+    fprintf(stderr, "check %s %d: %s | %s\n", ck[i].name, (int)ck[i].level, ck[i].found, ck[i].fix);
+    if (ck[i].level == DLOCK_CHECK_FAIL && strstr(ck[i].found, "fence_seq") && strstr(ck[i].fix, "UPDATE")) flagged = 1;
+  }
+  int g2 = th_pg_sql(&srv, NULL, out, sizeof out, "GRANT UPDATE ON ALL SEQUENCES IN SCHEMA rev4h TO app2;");
+  int64_t pruned = -1;
+  int pr = rc == 0 ? dlock_client_prune(c, 0, &pruned) : -100;
+  char warn2[1024] = "";
+  int w2 = rc == 0 ? dlock_client_topology_warning(c, warn2, sizeof warn2) : -1;
+  fprintf(stderr, "setup %d %d, client %d acquire %d release %d, warning %d (%s), checks %d, after the grant: "
+          "prune %d pruned %lld, warning %d (%s)\n",
+          rc0, g, rc, acq, rel, w, warn, n, pr, (long long)pruned, w2, warn2);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  if (rc0 != 0 || g != 0 || g2 != 0 || rc != 0 || acq != 0 || rel != 0) TEST_FAIL("setup failed (see above)");
+  if (w != 1 || !strstr(warn, "prune") || !strstr(warn, "fence_seq"))
+    TEST_FAIL("the release's failed prune left no warning naming it: %d \"%s\"", w, warn);
+  if (!flagged) TEST_FAIL("the doctor did not flag the missing UPDATE on fence_seq (checks above)");
+  if (pr != 0 || pruned < 1) TEST_FAIL("prune after the grant: rc %d, pruned %lld", pr, (long long)pruned);
+  if (w2 != 0) TEST_FAIL("the warning stayed after a prune worked: \"%s\"", warn2);
+}
+
 TEST_MAIN()
