@@ -521,7 +521,7 @@ static const cli_command pages[] = {
    "\n"
    "  GRANT USAGE ON SCHEMA dlock TO app;\n"
    "  GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dlock TO app;\n"
-   "  GRANT USAGE ON ALL SEQUENCES IN SCHEMA dlock TO app;\n"
+   "  GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA dlock TO app;\n"
    "\n"
    "Redis needs nothing: init says so and exits 0.\n"
    "\n"

@@ -92,7 +92,8 @@ static int pg_setup(dlock_client *c) { return dlock__pg_init(pgc(c)); }
 static int pg_topology_warning(dlock_client *c, char *buf, size_t len) {
   dlock__pg *pg = pgc(c);
   pthread_mutex_lock(&pg->ln_mu);
-  snprintf(buf, len, "%s", pg->warnings);
+  snprintf(buf, len, "%s%s%s", pg->warnings, pg->warnings[0] && pg->prune_warning[0] ? "; " : "",
+           pg->prune_warning);
   pthread_mutex_unlock(&pg->ln_mu);
   return buf[0] != '\0';
 }

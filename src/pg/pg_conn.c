@@ -266,8 +266,9 @@ static const char *advice(int status) {
     case DLOCK_EREADONLY:
       return "the server is a read-only standby or has default_transaction_read_only on; point the URL at the primary";
     case DLOCK_ENOPERM:
-      return "GRANT this user SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA and USAGE on the schema "
-             "and its sequences (docs/postgres.md), or run `dlock init` as the schema's owner";
+      return "GRANT this user SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA, USAGE, UPDATE ON ALL "
+             "SEQUENCES IN SCHEMA and USAGE on the schema (docs/postgres.md), or run `dlock init` as the schema's "
+             "owner";
     case DLOCK_ETIMEDOUT: return "the server is slow or a transaction holds the row; check pg_stat_activity";
     case DLOCK_ENAME: return "use a shorter name";
     case DLOCK_EIO: return "the connection was closed (server restart, pg_terminate_backend, a proxy)";

@@ -83,6 +83,7 @@ struct dlock__pg {
   uint64_t ln_gen; /* notifications received so far */
   char ln_ring[DLOCK__PG_RING][DLOCK__PG_NAME_MAX + DLOCK__TOKEN_HEX + 4];
   char warnings[512];
+  char prune_warning[1024]; /* the release's last prune failed (under ln_mu); "" none */
   /* The key of the shared advisory lock the LISTEN connection holds while
    * it is up (class DLOCK__PG_LIVE_CLASS): waiter rows name it, so that
    * the server sees a waiter die with its process (pg_sql.c, WAITER_LIVE).

@@ -774,6 +774,9 @@ int dlock__pg_prune(dlock__pg *pg, int64_t older_than_ms, int limit, int64_t *pr
   for (int i = 0; i < 4; i++) n += col_i64(r, 0, i) > 0 ? col_i64(r, 0, i) : 0;
   PQclear(r);
   if (pruned) *pruned = n;
+  pthread_mutex_lock(&pg->ln_mu);
+  pg->prune_warning[0] = '\0'; /* a prune worked: the release's failed one is past */
+  pthread_mutex_unlock(&pg->ln_mu);
   return 0;
 }
 
@@ -791,7 +794,16 @@ static void prune_now_and_then(dlock__pg *pg) {
   if (!atomic_compare_exchange_strong(&pg->pruned_at, &last, now)) return; /* another thread does it */
   char saved[1024];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
-  dlock__pg_prune(pg, PRUNE_AGE_MS, PRUNE_LIMIT, NULL);
+  int rc = dlock__pg_prune(pg, PRUNE_AGE_MS, PRUNE_LIMIT, NULL);
+  /* Not the release's failure, but not silent either: a warning
+   * (dlock_client_topology_warning(), the doctor) until a prune succeeds. */
+  if (rc != 0) {
+    pthread_mutex_lock(&pg->ln_mu);
+    snprintf(pg->prune_warning, sizeof pg->prune_warning,
+             "the release's prune of old rows failed, the tables grow until it works: %s", dlock_last_error());
+    for (char *nl = pg->prune_warning; (nl = strchr(nl, '\n')) != NULL;) *nl = ' '; /* one line of a report */
+    pthread_mutex_unlock(&pg->ln_mu);
+  }
   if (saved[0]) dlock__error(0, "%s", saved);
   else dlock__error_clear();
 }
@@ -1289,14 +1301,19 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
       "  has_database_privilege(current_database(), 'CREATE'),\n"
       "  EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),\n"
       "  (SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = $1),\n"
-      "  (SELECT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE') FROM pg_class c\n"
+      /* A list of rights asks for any of them: each is asked alone. */
+      "  (SELECT has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')\n"
+      "     AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE') FROM pg_class c\n"
       "     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'locks'),\n"
       "  current_user, current_setting('synchronous_commit'),\n"
       "  (SELECT count(*) FROM pg_stat_replication),\n"
       "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('async', 'potential')),\n"
       "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL),\n"
       "  (SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'),\n"
-      "  coalesce(substring(current_setting('synchronous_standby_names') FROM '(?i)^\\s*any\\s+([0-9]+)')::int, 0)",
+      "  coalesce(substring(current_setting('synchronous_standby_names') FROM '(?i)^\\s*any\\s+([0-9]+)')::int, 0),\n"
+      /* prune() raises fence_seq (nextval: USAGE, setval: UPDATE). */
+      "  (SELECT has_sequence_privilege(c.oid, 'USAGE') AND has_sequence_privilege(c.oid, 'UPDATE') FROM pg_class c\n"
+      "     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'fence_seq')",
       1, vals, 0, 1, &r, NULL, NULL);
   if (rc != 0) return rc;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -1340,6 +1357,13 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
              "problem: this user lacks SELECT, INSERT, UPDATE or DELETE on %s.locks: GRANT them (and USAGE on the "
              "schema's sequences)",
              pg->schema);
+  } else if (!PQgetisnull(r, 0, 15) && !col_bool(r, 0, 15)) {
+    problems++;
+    add_line(report, len,
+             "problem: this user lacks USAGE or UPDATE on %s.fence_seq: acquires work, but pruning (`dlock "
+             "prune`, and the release's own) fails and the tables grow; GRANT USAGE, UPDATE ON ALL SEQUENCES IN "
+             "SCHEMA %s TO ...",
+             pg->schema, pg->schema);
   } else {
     add_line(report, len, "ok: schema \"%s\" and its tables are usable", pg->schema);
   }
@@ -1402,6 +1426,7 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
     problems++;
     add_line(report, len, "problem: %s", pg->warnings);
   }
+  if (pg->prune_warning[0]) add_line(report, len, "warning: %s", pg->prune_warning);
   pthread_mutex_unlock(&pg->ln_mu);
   PQclear(r);
   return problems;

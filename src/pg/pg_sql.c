@@ -32,6 +32,17 @@
  * through a transaction-mode pooler): the heartbeat alone. The IN list is
  * one uncorrelated subquery: pg_locks is read once per statement. */
 #define LIVE_CLASS_STR "1684826999"
+/* A name's prune lock (fourth review, finding 1): a mutex's acquire takes
+ * it shared (transaction level) before it computes a new fence; prune()
+ * deletes a name's locks row only when it gets it exclusive at once
+ * (pg_try_...: never waits, a name being acquired stays). An acquire that
+ * meets a row prune deleted therefore waits for prune's commit before it
+ * takes its fence from fence_seq, which prune raised above the deleted
+ * fence. The key is the schema and name's hash; a collision only makes a
+ * prune skip a row. PRUNE_KEY serializes prunes (their raise of fence_seq). */
+#define NAME_CLASS_STR "1684826998"
+#define NAME_KEY(name) NAME_CLASS_STR ", hashtext('@S.' || " name ")"
+#define PRUNE_KEY "1684826997, 0"
 #define WAITER_LIVE(a)                                                                                       \
   "(" a ".live_key = 0 OR " a ".live_key IN (SELECT k.objid::bigint FROM pg_locks k WHERE k.locktype = "     \
   "'advisory' AND k.classid = " LIVE_CLASS_STR "::oid AND k.objsubid = 2 AND k.granted AND k.database = "   \
@@ -352,8 +363,9 @@ static const char sql_init[] =
      * grant that committed before it. */
     "    CONTINUE WHEN EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = r.name)\n"
     "      OR EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = r.name AND w.expires >= cutoff);\n"
-    "    WITH d AS (DELETE FROM @S.locks l WHERE l.name = r.name AND l.expires < cutoff\n"
-    "      AND (l.family_until IS NULL OR l.family_until < cutoff) RETURNING l.fence)\n"
+    "    WITH d AS (DELETE FROM @S.locks l WHERE l.name = r.name AND CASE WHEN l.expires < cutoff\n"
+    "      AND (l.family_until IS NULL OR l.family_until < cutoff)\n"
+    "      THEN pg_try_advisory_xact_lock(" NAME_KEY("l.name") ") ELSE false END RETURNING l.fence)\n"
     "      SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
     "    hw := greatest(hw, m);\n"
     "    n_locks := n_locks + n;\n"
@@ -365,14 +377,24 @@ static const char sql_init[] =
     "      AND NOT EXISTS (SELECT 1 FROM @S.families f WHERE f.name = x.name)\n"
     "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = x.name AND w.expires >= cutoff)\n"
     "      LIMIT p_limit)\n"
-    "    AND l.expires < cutoff AND (l.family_until IS NULL OR l.family_until < cutoff) RETURNING l.fence)\n"
+    "    AND CASE WHEN l.expires < cutoff AND (l.family_until IS NULL OR l.family_until < cutoff)\n"
+    "      THEN pg_try_advisory_xact_lock(" NAME_KEY("l.name") ") ELSE false END RETURNING l.fence)\n"
     "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
     "  n_locks := n_locks + n;\n"
-    /* The sequence is a non-transactional counter: setval takes effect even
-     * if this transaction rolls back (it only ever raises it). */
+    /* The sequence is a non-transactional counter: setval takes effect at
+     * once, before this transaction's commit, which the acquires of the
+     * deleted names wait for (NAME_KEY). Prunes raise it one at a time
+     * (PRUNE_KEY), and only above a value nextval just handed out (nextval
+     * needs USAGE, setval UPDATE: no SELECT on the sequence). No
+     * compare-and-set exists for sequences: other names' nextvals between
+     * the two that pass hw would be handed out again, to other names (a
+     * name's fences still rise: its row's fence + 1). */
     "  hw := greatest(hw, m);\n"
-    "  IF hw > (SELECT s.last_value FROM @S.fence_seq s) THEN\n"
-    "    PERFORM setval('@S.fence_seq', greatest(hw, (SELECT s.last_value FROM @S.fence_seq s)));\n"
+    "  IF hw > 0 THEN\n"
+    "    PERFORM pg_advisory_xact_lock(" PRUNE_KEY ");\n"
+    "    IF hw > nextval('@S.fence_seq') THEN\n"
+    "      PERFORM setval('@S.fence_seq', hw);\n"
+    "    END IF;\n"
     "  END IF;\n"
     "END $f$;\n"
     "COMMIT;";
@@ -400,6 +422,7 @@ static const char sql_acquire[] =
     "cur AS (SELECT token, expires, released FROM @S.locks WHERE name = $1),\n"
     "fam AS (SELECT 1 FROM @S.holds h WHERE h.name = $1 AND NOT h.released AND h.expires > clock_timestamp()\n"
     "        LIMIT 1),\n"
+    "pk AS (SELECT pg_advisory_xact_lock_shared(" NAME_KEY("$1") ")),\n"
     "ins AS (INSERT INTO @S.locks AS l (name, token, fence, expires, since, released, owner_info)\n"
     "  SELECT $1, $2, " DLOCK__PG_FENCE_NEXT ", clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
     "         clock_timestamp(), false, $4\n"
@@ -407,6 +430,7 @@ static const char sql_acquire[] =
     "                    AND cur.expires > clock_timestamp())\n"
     "    AND (SELECT n FROM ahead) = 0\n"
     "    AND NOT EXISTS (SELECT 1 FROM fam)\n"
+    "    AND EXISTS (SELECT 1 FROM pk)\n"
     "  ON CONFLICT (name) DO UPDATE SET\n"
     "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
     "                 THEN l.fence ELSE greatest(EXCLUDED.fence, l.fence + 1) END,\n"

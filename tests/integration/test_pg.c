@@ -472,7 +472,7 @@ TEST(read_only_server_and_a_user_without_rights_get_clear_errors) {
   /* With the grants it works. */
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rights TO app;"
-                      "GRANT USAGE ON ALL SEQUENCES IN SCHEMA rights TO app;"),
+                      "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA rights TO app;"),
             0);
   ASSERT_OK(dlock__pg_acquire(app, "x", 5000, NULL, 0, NULL, &h));
   ASSERT_OK(dlock__pg_release(app, &h));

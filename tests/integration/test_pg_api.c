@@ -571,7 +571,7 @@ TEST(setup_creates_the_schema_for_a_user_without_ddl_rights) {
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "GRANT USAGE ON SCHEMA setup TO apiuser;"
                       "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA setup TO apiuser;"
-                      "GRANT USAGE ON ALL SEQUENCES IN SCHEMA setup TO apiuser;"),
+                      "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA setup TO apiuser;"),
             0);
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT(dlock_mutex_fence(m) >= 1);

@@ -318,7 +318,7 @@ TEST(review_a_user_without_ddl_rights_works_and_is_told_to_run_init_after_a_drop
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "DROP ROLE IF EXISTS rvl_app; CREATE ROLE rvl_app LOGIN; GRANT USAGE ON SCHEMA rvl_app TO rvl_app; "
                       "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rvl_app TO rvl_app; "
-                      "GRANT USAGE ON ALL SEQUENCES IN SCHEMA rvl_app TO rvl_app; "
+                      "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA rvl_app TO rvl_app; "
                       "REVOKE CREATE ON DATABASE postgres FROM PUBLIC; REVOKE CREATE ON SCHEMA public FROM PUBLIC"),
             0);
   char url[900];
