@@ -32,6 +32,11 @@
  *    with 4-5 flushed while A holds, their markers written by a contender's
  *    failed attempt before A's renewal re-seeds them (so no renewal's
  *    quarantine is written there).
+ *  finding2_*: a crashed contender's keys on two nodes that restarted empty
+ *    (not counted) plus two counted ones end a valid hold at once with
+ *    DLOCK_LOST_TAKEN ("another owner holds the lock now") although no owner
+ *    holds a majority of the counted nodes (low: availability and a wrong
+ *    message, no safety loss; arguable, the docs say "on a majority").
  *
  * Attacks that held (the history_* tests pass; run: build with
  * -DDLOCK_OPEN_FINDINGS=ON, then build/plain/tests/open_redlock_review4
@@ -374,5 +379,76 @@ TEST(finding1_nodes_emptied_a_lease_apart_make_the_deployment_look_new) { emptie
  * re-seeds them (no renewal's quarantine: the marker exists); a lease later
  * 1-3 restart empty and a new client takes the lock while A's hold is valid. */
 TEST(finding1b_flushed_while_held_then_the_others_a_lease_later) { emptied_a_lease_apart(1); }
+
+/*
+ * Finding 2 (low: a hold given up early, no safety loss): a crashed
+ * contender's keys on restarted nodes that are not counted end a valid hold.
+ *
+ * Promise (docs/redlock.md, Renewal): "Before the local deadline the hold is
+ * lost at once only when another owner's key ... is on a majority ...:
+ * another owner's key on a minority (a contender's failed attempt, given
+ * back at once or at its lease's end) and a key gone on a node that is not
+ * counted (restarted, held out) are not final, the renewal answers
+ * DLOCK_EQUORUM and the watchdog tries again within the validity."
+ *
+ * Attack: a contender that crashed mid-attempt left its key (8 s lease) on
+ * nodes 4 and 5 (a minority); A takes 1-3 (15 s watchdog lease). Nodes 1
+ * and 2 restart empty (A's client holds them out: run_id changed), and the
+ * crashed contender's attempt had also reached them (its key there, SET NX
+ * as its acquire would). The contender holds 2 of the 3 counted nodes, no
+ * majority (3 of 5 needed); nobody can hold the lock. A's next renewal
+ * counts another owner on 4 of 5 (rl_extend: 'neg' counts nodes that are
+ * not counted) and reports DLOCK_LOST_TAKEN at once, 10 s before its
+ * deadline, although the contender's keys end in 8 s and A could then take
+ * 4 and 5 again. (Arguable: the docs say "on a majority" of the nodes,
+ * but treat a node that is not counted as no evidence elsewhere.)
+ */
+TEST(finding2_a_crashed_contenders_keys_on_uncounted_nodes_end_a_valid_hold) {
+  signal(SIGPIPE, SIG_IGN);
+  if (th_redis_start_n(srv, NN, NULL) != 0) TEST_SKIP("cannot start %d redis-servers", NN);
+  th_redlock_url(srv, NN, url, sizeof url);
+  dlock_client *s = NULL, *a = NULL;
+  dlock_mutex *ms = NULL, *ma = NULL;
+  char out[256], msg[1500] = "";
+  int ran = 0;
+  dlock_lost_reason lost = DLOCK_LOST_NONE;
+  long long left = 0;
+  s = th_client_retry(url);
+  if (!s || dlock_mutex_new(&ms, s, "rev4-setup", NULL) != 0 || dlock_mutex_acquire(ms, 0) != 0) {
+    snprintf(msg, sizeof msg, "setup acquire failed");
+    goto done;
+  }
+  dlock_mutex_release(ms);
+  for (int i = 3; i < 5; i++) th_redis_cli(&srv[i], out, sizeof out, "SET rev4-early crashedcontender NX PX 12000");
+  a = th_client_retry(url);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 15000;
+  if (!a || dlock_mutex_new(&ma, a, "rev4-early", &mo) != 0 || dlock_mutex_acquire(ma, 0) != 0) {
+    snprintf(msg, sizeof msg, "A's acquire failed: %s", ma ? dlock_mutex_errmsg(ma) : "no client");
+    goto done;
+  }
+  for (int i = 0; i < 2; i++) {
+    th_redis_restart(&srv[i]);
+    th_redis_cli(&srv[i], out, sizeof out, "SET rev4-early crashedcontender NX PX 12000");
+  }
+  /* A's renewals (every 5 s) run; watch up to 7 s, well before its deadline. */
+  long long t0 = th_now_ms();
+  while (th_now_ms() - t0 < 7000 && dlock_mutex_lost(ma) == DLOCK_LOST_NONE) th_sleep_ms(50);
+  lost = dlock_mutex_lost(ma);
+  left = (long long)(dlock_mutex_valid_until(ma) - dlock_mono_now());
+  ran = 1;
+  snprintf(msg, sizeof msg, "A: lost %d (%s) with %lld ms of validity left; %s", (int)lost,
+           dlock_lost_reason_str(lost), left, dlock_mutex_errmsg(ma));
+done:
+  if (ma) dlock_mutex_free(ma);
+  if (ms) dlock_mutex_free(ms);
+  dlock_client_free(a);
+  dlock_client_free(s);
+  th_redis_stop_n(srv, NN);
+  printf("  %s\n", msg);
+  if (!ran) TEST_FAIL("the scenario did not run: %s", msg);
+  if (lost != DLOCK_LOST_NONE) TEST_FAIL("a hold lost before its deadline while no owner held a majority: %s", msg);
+}
 
 TEST_MAIN()
