@@ -38,12 +38,16 @@
  *    holds a majority of the counted nodes (low: availability and a wrong
  *    message, no safety loss; arguable, the docs say "on a majority").
  *
- * Attacks that held (the history_* tests pass; run: build with
- * -DDLOCK_OPEN_FINDINGS=ON, then build/plain/tests/open_redlock_review4
+ * How to run: cmake -DDLOCK_OPEN_FINDINGS=ON, build, then
+ * build/plain/tests/open_redlock_review4 [finding1|finding2].
+ *
+ * Attacks that held (the history_* tests, skipped unless
+ * DLOCK_REV4_HISTORY=1 is set: DLOCK_REV4_HISTORY=1 open_redlock_review4
  * history): 4 processes, watchdog leases 1.5/3 s, a new client every other
- * hold, faults on one node at a time and on two at a time (kill -9 + restart
- * empty, FLUSHALL, SIGSTOP 1-3 s + SIGCONT): no two holds overlapped while
- * both believed valid, fences rose strictly. Read and held on inspection:
+ * hold, faults on one, two, or three nodes at a time (kill -9 + restart
+ * empty, FLUSHALL; SIGSTOP 1-3 s + SIGCONT of at most two): no two holds
+ * overlapped while both believed valid, fences rose strictly. Read and
+ * held on inspection:
  * the renewal's take of counted free nodes (seed_absent) counts a node only
  * where its marker counts (rl_extend.lua 3 vs 2), so a flushed node known
  * to a client's stale cache is not counted; the fence needs no record on a
@@ -213,6 +217,9 @@ static int check_history(char *why, size_t len, int *nholds) {
 
 /* One run: 'width' nodes faulted at a time (1..3; at most 2 frozen). */
 static void run_history(int width, unsigned seed) {
+  /* These held (no violation in repeated runs): an open_ file's tests fail
+   * on today's code, so they run only when asked (35 s each). */
+  if (!getenv("DLOCK_REV4_HISTORY")) TEST_SKIP("held in review 4; set DLOCK_REV4_HISTORY=1 to run the history check");
   signal(SIGPIPE, SIG_IGN);
   if (th_redis_start_n(srv, NN, NULL) != 0) TEST_SKIP("cannot start %d redis-servers", NN);
   th_redlock_url(srv, NN, url, sizeof url);
