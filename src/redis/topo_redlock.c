@@ -46,9 +46,10 @@
  * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
  * it is held out from the first look, on its own clock, for the longest
  * lease, and promoted only then, at an acquire that counts it; every node
- * counts at once only when every node answered and none had a marker at
- * all, not even one held out (a new deployment; a renewal that re-seeds a
- * node without the marker starts its quarantine there). The fence write-back reaches every node that
+ * counts at once only when every node answered and none had a marker older
+ * than one look (a held-out one older than the command timeout is a
+ * deployment in use; a new deployment; a renewal that re-seeds a node
+ * without the marker starts its quarantine there, or adds its record). The fence write-back reaches every node that
  * answered the acquire (issue 22 item 4 and its review; docs/redlock.md).
  */
 #include <errno.h>
@@ -1118,14 +1119,16 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
 /* The restart rule, from every node's marker (x.res[2i]): a node without
  * one (held out) may count once its own clock has passed the longest lease
  * recorded on any node, plus the drift, since a client first found it so;
- * and every node may count only when every node answered and NO node had a
- * marker at all (rl_marker.lua answers -1 on every node: it wrote each one
- * now): a new deployment (or one where every node lost its data, which
- * nothing can tell apart). Any marker, also one held out (counts 0, written
- * by an earlier look), is evidence of a deployment in use: a lock may be
- * held on nodes that lost their data since, while the nodes that have it
- * did not count yet (review 4, finding 1: nodes emptied a lease apart), so
- * its quarantine must run out before it counts. A node that answered
+ * and every node may count only when every node answered and no node had a
+ * marker older than one look (rl_marker.lua answers -1 where it wrote it
+ * now; a held-out marker younger than the command timeout, on its node's
+ * clock, is another client's look racing ours at a new deployment): a new
+ * deployment (or one where every node lost its data, which nothing can tell
+ * apart). A marker that counts, a renewal's record (2), or a held-out one
+ * older than that is evidence of a deployment in use: a lock may be held on
+ * nodes that lost their data since, taken while the held-out nodes did not
+ * count (review 4, finding 1: nodes emptied a lease apart), so the held-out
+ * node's quarantine must run out before it counts. A node that answered
  * nothing keeps what we knew. 'promote' gets the 'since' of the nodes to
  * promote (comma-separated). */
 static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
@@ -1135,11 +1138,16 @@ static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
     /* An error reply (-BUSY, -LOADING, NOPERM) is not an answer about the
      * marker: that node may be the one that kept it (review 3, finding 1). */
     if (!marker_reply_ok(v)) all = 0;
-    else if (v->element[0]->integer != -1) any = 1; /* a marker was there before this look */
     if (v) note_marker(r, i, v);
   }
   pthread_mutex_lock(&r->mu);
   int64_t longest = longest_lease(r);
+  int64_t look = r->command_timeout_ms < longest ? r->command_timeout_ms : longest;
+  for (int i = 0; i < r->n && all; i++) {
+    const dlock__reply *v = x->res[(size_t)i * 2];
+    long long c = v->element[0]->integer; /* -1 written now, 0 held out, 1 counts, 2 a renewal's record */
+    if (c > 0 || (c == 0 && r->node[i].q_age_ms >= look)) any = 1; /* a marker from before this look */
+  }
   size_t o = 0;
   promote[0] = '\0';
   for (int i = 0; i < r->n; i++) {
