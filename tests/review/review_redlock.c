@@ -1535,4 +1535,39 @@ done:
   if (lost != DLOCK_LOST_NONE) TEST_FAIL("a hold lost before its deadline while no owner held a majority: %s", msg);
 }
 
+/* Review 4, finding 1's rule, both sides, deterministically: held-out
+ * markers on nodes 4 and 5 written by another client's look (counts 0, on
+ * their own clock) 'age_s' seconds ago, no marker on 1-3. Just now (a first
+ * look racing ours at a new deployment: fault/redlock starts its workers
+ * at once) the deployment is new and usable at once; 10 s ago (older than
+ * the command timeout: a deployment in use, where 4 and 5 were found
+ * emptied) it is not: 1-3 are held out and the acquire fails. */
+static int acquire_after_held_out_markers(int age_s, char *err, size_t len) {
+  char out[256];
+  fresh();
+  for (int i = 3; i < 5; i++)
+    th_redis_cli(&srv[i], out, sizeof out,
+                 "EVAL \"local t=redis.call('TIME') redis.call('HSET', KEYS[1], 'since', (tonumber(t[1]) - %d) .. "
+                 "string.format('%%06d', tonumber(t[2])), 'counts', '0', 'lease', '30000') return 1\" 1 "
+                 "dlock:redlock:marker",
+                 age_s);
+  dlock_client *c = test_client(url);
+  dlock_mutex *m = test_mutex(c, "rv4:race", 30000);
+  int rc = dlock_mutex_acquire(m, 0);
+  snprintf(err, len, "%s", dlock_mutex_errmsg(m));
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return rc;
+}
+
+TEST(review4_a_racing_first_look_keeps_a_new_deployment_new_an_older_one_does_not) {
+  char err[1500];
+  int rc = acquire_after_held_out_markers(0, err, sizeof err);
+  if (rc != 0) TEST_FAIL("a new deployment with a racing first look's markers: acquire %d: %s", rc, err);
+  rc = acquire_after_held_out_markers(10, err, sizeof err);
+  if (rc == 0) TEST_FAIL("held-out markers 10 s old (a deployment in use): the empty nodes were counted at once");
+  if (!strstr(err, "held out")) TEST_FAIL("the refusal does not say the emptied nodes are held out: %s", err);
+}
+
 TEST_MAIN()
