@@ -46,9 +46,10 @@
  * (dlock:redlock:marker, whatever the key prefix) lost its data or is new:
  * it is held out from the first look, on its own clock, for the longest
  * lease, and promoted only then, at an acquire that counts it; every node
- * counts at once only when every node answered and none has a marker that
- * counts or a quarantine written by a renewal (a new deployment; a renewal
- * that re-seeds a node without the marker starts its quarantine there). The fence write-back reaches every node that
+ * counts at once only when every node answered and none had a marker older
+ * than one look (a held-out one older than the command timeout is a
+ * deployment in use; a new deployment; a renewal that re-seeds a node
+ * without the marker starts its quarantine there, or adds its record). The fence write-back reaches every node that
  * answered the acquire (issue 22 item 4 and its review; docs/redlock.md).
  */
 #include <errno.h>
@@ -81,7 +82,6 @@ typedef struct rl_node {
    * or the read failed: an ACL without the key). */
   int marker;
   char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
-  int q_found;                   /* the marker counts, or a renewal wrote its quarantine */
   int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
   dlock_mono_ms q_at;            /* when the look's reply came */
 } rl_node;
@@ -363,7 +363,6 @@ static void note_marker(redlock *r, int i, const dlock__reply *v) {
   } else {
     nd->marker = v->element[0]->integer == 1 ? 1 : 0;
     snprintf(nd->q_since, sizeof nd->q_since, "%s", v->element[1]->str);
-    nd->q_found = v->element[0]->integer != 0; /* counts, or a renewal's quarantine (2) */
     nd->q_age_ms = (strtoll(v->element[2]->str, NULL, 10) - strtoll(nd->q_since, NULL, 10)) / 1000;
     nd->q_at = dlock_mono_now();
     int64_t ms = strtoll(v->element[3]->str, NULL, 10);
@@ -1120,11 +1119,18 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
 /* The restart rule, from every node's marker (x.res[2i]): a node without
  * one (held out) may count once its own clock has passed the longest lease
  * recorded on any node, plus the drift, since a client first found it so;
- * and every node may count when every node answered and none has a marker
- * that counts or a quarantine written by a renewal (rl_extend.lua: a lock
- * was held across that node's loss): a new deployment (or one where every node lost
- * its data, which nothing can tell apart). A node that answered nothing keeps what we knew.
- * 'promote' gets the 'since' of the nodes to promote (comma-separated). */
+ * and every node may count only when every node answered and no node had a
+ * marker older than one look (rl_marker.lua answers -1 where it wrote it
+ * now; a held-out marker younger than the command timeout, on its node's
+ * clock, is another client's look racing ours at a new deployment): a new
+ * deployment (or one where every node lost its data, which nothing can tell
+ * apart). A marker that counts, a renewal's record (2), or a held-out one
+ * older than that is evidence of a deployment in use: a lock may be held on
+ * nodes that lost their data since, taken while the held-out nodes did not
+ * count (review 4, finding 1: nodes emptied a lease apart), so the held-out
+ * node's quarantine must run out before it counts. A node that answered
+ * nothing keeps what we knew. 'promote' gets the 'since' of the nodes to
+ * promote (comma-separated). */
 static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   int all = 1, any = 0;
   for (int i = 0; i < r->n; i++) {
@@ -1135,9 +1141,13 @@ static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
     if (v) note_marker(r, i, v);
   }
   pthread_mutex_lock(&r->mu);
-  for (int i = 0; i < r->n; i++)
-    if (!x->s[i].rc && marker_reply_ok(x->res[(size_t)i * 2]) && r->node[i].q_found) any = 1;
   int64_t longest = longest_lease(r);
+  int64_t look = r->command_timeout_ms < longest ? r->command_timeout_ms : longest;
+  for (int i = 0; i < r->n && all; i++) {
+    const dlock__reply *v = x->res[(size_t)i * 2];
+    long long c = v->element[0]->integer; /* -1 written now, 0 held out, 1 counts, 2 a renewal's record */
+    if (c > 0 || (c == 0 && r->node[i].q_age_ms >= look)) any = 1; /* a marker from before this look */
+  }
   size_t o = 0;
   promote[0] = '\0';
   for (int i = 0; i < r->n; i++) {
@@ -1406,7 +1416,8 @@ static int seed_absent(redlock *r, const dlock__script_call *call, unsigned mask
  * there) and count where their restart marker counts (rl_extend.lua: 3).
  * Before the deadline the hold is gone for good only when another owner's
  * key (or the tombstone of a forced release of our token) is on a
- * majority: another owner's key on a minority (a contender's failed
+ * majority of counted nodes (a node that is not counted may carry a crashed
+ * contender's key: no evidence; review 4, finding 2): another owner's key on a minority (a contender's failed
  * attempt, given back at once or at its lease's end) and a key gone on a
  * node that is not counted (restarted, held out) or could not be taken now
  * may still turn into a majority before the deadline: the renewal is tried
@@ -1427,7 +1438,7 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
   int counted[DLOCK__REDLOCK_MAX];
   for (int i = 0; i < r->n; i++) counted[i] = counts(r, i, why[i], sizeof why[i]);
   for (size_t j = 0; j < n; j++) {
-    int conf = 0, neg = 0, failed = 0, tomb = 0;
+    int conf = 0, neg = 0, others = 0, failed = 0, tomb = 0;
     unsigned absent = 0;
     msg m;
     memset(&m, 0, sizeof m);
@@ -1449,10 +1460,16 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
         add(&m, "%s%s: the key is gone%s%s", m.o ? "; " : "", r->node[i].node.ep.display, counted[i] ? "" : ", and ",
             counted[i] ? "" : why[i]);
       } else {
-        neg++;
+        /* Another owner's key (or a forced release's tombstone) decides
+         * "taken" only on a counted node: a node that restarted empty or
+         * is held out may carry a crashed contender's key, which is no
+         * majority of the counted nodes (review 4, finding 2). */
+        if (counted[i]) neg++;
+        else others++;
         if (v->integer == -2) tomb++;
-        add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display,
-            v->integer == -2 ? "deleted by a forced release" : "held by another owner");
+        add(&m, "%s%s: %s%s%s", m.o ? "; " : "", r->node[i].node.ep.display,
+            v->integer == -2 ? "deleted by a forced release" : "held by another owner", counted[i] ? "" : ", and ",
+            counted[i] ? "" : why[i]);
       }
     }
     /* Too few confirmed, but counted nodes without the key could make a
@@ -1483,7 +1500,7 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
     } else if (in_time ? neg >= r->quorum : conf + failed < r->quorum) {
       /* -2: a forced release deleted our hold (its tombstone names our
        * token), as extend.lua says on one node: DLOCK_LOST_DELETED. */
-      replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
+      replies[j] = mk_int(tomb ? -2 : neg || others ? -1 : 0);
     } else {
       char text[2200];
       snprintf(text, sizeof text, "EQUORUM renewal confirmed by %d of %d Redlock nodes, %d needed: %s", conf, r->n,

@@ -5,7 +5,9 @@
 -- KEYS[#KEYS]: the restart marker (rl_marker.lua). A node found without it
 -- lost its data: its quarantine starts here ('since' = now, not counting),
 -- so that the deployment never looks new while this node carries the record
--- (docs/redlock.md, "Restarts"). Never the marker that counts: that would
+-- (docs/redlock.md, "Restarts"); a marker held out (written by a look)
+-- gets the renewal's record ('renewed') where our key is re-seeded. Never
+-- the marker that counts: that would
 -- launder the node for the other locks it lost.
 -- ARGV: 1 token, 2 lease_ms. Returns 1 extended, 3 re-seeded on a node whose
 -- marker counts (it kept its data: it counts toward the renewal's majority),
@@ -24,5 +26,10 @@ if cur == ARGV[1] then
   return 1
 end
 if cur then return -1 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return marked and 3 or 2 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  -- A held-out node re-seeded: a lock was held across its loss, so the
+  -- deployment is in use however young its marker (topo_redlock.c).
+  if not marked and redis.call('TYPE', mk)['ok'] == 'hash' then redis.call('HSET', mk, 'renewed', '1') end
+  return marked and 3 or 2
+end
 return -1

@@ -10,9 +10,11 @@
 --       (ms), 3 (promote) the 'since' values the client read on the nodes it
 --       found fit to count, comma-separated.
 -- read: where the marker is missing, write it (not counting, since now);
--- record a longer lease. Returns {counts, since, now, lease}; counts is 2
--- where a renewal wrote the record (rl_extend.lua: a lock was held across
--- the loss), so the deployment is not new.
+-- record a longer lease. Returns {counts, since, now, lease}; counts is -1
+-- where there was no marker (written now), 1 where it counts, 2 where a
+-- renewal wrote the record (rl_extend.lua: a lock was held across the
+-- loss), 0 held out. Any marker found (0, 1, 2) says the deployment is in
+-- use: it is new only where every node answers -1 (topo_redlock.c).
 -- promote: counts = '1' when the marker is the one the client read (its
 -- 'since' is in ARGV[3]): never onto a node emptied since. Returns 1 when
 -- the node counts, 0 when not.
@@ -41,7 +43,7 @@ if ARGV[1] == 'p' then
 end
 if not h[1] then
   redis.call('HSET', k, 'since', now, 'counts', '0', 'lease', ARGV[2])
-  return {0, now, now, ARGV[2]}
+  return {-1, now, now, ARGV[2]}
 end
 local lease = h[3] or '0'
 if want > had then
