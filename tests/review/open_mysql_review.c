@@ -451,24 +451,118 @@ TEST(a_connection_lost_at_a_transactions_start_is_retried_not_busy) {
   /* The name's row exists first (its first use takes another path). */
   ASSERT_OK(dlock_semaphore_acquire(s2, 0));
   ASSERT_OK(dlock_semaphore_release(s2));
-  int before = pgp_dropped(pp);
-  pgp_drop_reply(pp, "SET TRANSACTION ISOLATION", 1);
-  int rc = dlock_semaphore_acquire(s, 0);
-  ASSERT_EQ(pgp_dropped(pp), before + 1);
-  if (rc != 0)
-    TEST_FAIL("acquire after a connection lost at SET TRANSACTION: %d (%s), message '%s'", rc, dlock_err_name(rc),
-              dlock_last_error());
-  pgp_drop_reply(pp, "SET TRANSACTION ISOLATION", 1);
-  rc = dlock_semaphore_release(s);
-  if (rc != 0)
-    TEST_FAIL("release after a connection lost at SET TRANSACTION: %d (%s), message '%s'", rc, dlock_err_name(rc),
-              dlock_last_error());
+  int before = pgp_dropped(pp), wrong = 0;
+  const char *what[] = {"acquire", "extend", "release"};
+  for (int step = 0; step < 3; step++) {
+    pgp_drop_reply(pp, "SET TRANSACTION ISOLATION", 1);
+    int rc = step == 0 ? dlock_semaphore_acquire(s, 0)
+             : step == 1 ? dlock_semaphore_extend(s, 5000)
+                         : dlock_semaphore_release(s);
+    ASSERT_EQ(pgp_dropped(pp), before + step + 1);
+    if (rc != 0) {
+      fprintf(stderr, "  %s after a connection lost at SET TRANSACTION: %d (%s), message '%s'\n", what[step], rc,
+              dlock_err_name(rc), dlock_last_error());
+      wrong++;
+      if (step == 0) ASSERT_OK(dlock_semaphore_acquire(s, 0));
+      if (step == 2 && dlock_semaphore_acquire(s2, 0) == DLOCK_EBUSY)
+        fprintf(stderr, "  and its permit is still held on the server (another client is refused), while this "
+                "handle no longer holds it: %s\n", dlock_last_error());
+      else if (step == 2)
+        ASSERT_OK(dlock_semaphore_release(s2));
+    }
+  }
+  if (wrong) TEST_FAIL("%d of 3 calls failed though nothing of them had run (above)", wrong);
   ASSERT_OK(dlock_semaphore_acquire(s2, 0));
   ASSERT_OK(dlock_semaphore_release(s2));
   dlock_semaphore_free(s2);
   dlock_semaphore_free(s);
   dlock_client_free(o);
   dlock_client_free(c);
+}
+
+/* ---- semaphore limit and read-write exclusion under contention (threads,
+ * one client each) ---- */
+typedef struct fam_run {
+  int kind; /* 0 semaphore of 2, 1 reader, 2 writer */
+  int bad, done;
+} fam_run;
+static pthread_mutex_t fam_mu = PTHREAD_MUTEX_INITIALIZER;
+static int fam_in_sem, fam_max_sem, fam_readers, fam_writers, fam_violations;
+
+static void *fam_thread(void *arg) {
+  fam_run *r = arg;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = my.url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) {
+    r->bad = 1;
+    return NULL;
+  }
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 4000;
+  dlock_semaphore *s = NULL;
+  dlock_rwlock *rw = NULL;
+  if (r->kind == 0) dlock_semaphore_new(&s, c, "revmy-sem-many", 2, &mo);
+  else dlock_rwlock_new(&rw, c, "revmy-rw-many", r->kind == 1 ? DLOCK_RW_READ : DLOCK_RW_WRITE, &mo);
+  for (int i = 0; i < 8; i++) {
+    int rc = s ? dlock_semaphore_acquire(s, 40000) : dlock_rwlock_acquire(rw, 40000);
+    if (rc) {
+      fprintf(stderr, "  kind %d: acquire: %s\n", r->kind, dlock_last_error());
+      r->bad = 1;
+      break;
+    }
+    pthread_mutex_lock(&fam_mu);
+    if (r->kind == 0) {
+      if (++fam_in_sem > fam_max_sem) fam_max_sem = fam_in_sem;
+    } else if (r->kind == 1) {
+      fam_readers++;
+      if (fam_writers) fam_violations++;
+    } else {
+      fam_writers++;
+      if (fam_writers > 1 || fam_readers) fam_violations++;
+    }
+    pthread_mutex_unlock(&fam_mu);
+    usleep(20000);
+    pthread_mutex_lock(&fam_mu);
+    if (r->kind == 0) fam_in_sem--;
+    else if (r->kind == 1) fam_readers--;
+    else fam_writers--;
+    pthread_mutex_unlock(&fam_mu);
+    rc = s ? dlock_semaphore_release(s) : dlock_rwlock_release(rw);
+    if (rc) {
+      fprintf(stderr, "  kind %d: release: %s\n", r->kind, dlock_last_error());
+      r->bad = 1;
+    }
+    r->done++;
+  }
+  if (s) dlock_semaphore_free(s);
+  if (rw) dlock_rwlock_free(rw);
+  dlock_client_free(c);
+  return NULL;
+}
+
+/* Promise (semaphore.md, rwlock.md, "Semaphores and read-write locks"): at
+ * most 'limit' permits; a writer alone, readers together. Attack: 5 threads
+ * on a semaphore of 2; 3 readers and 2 writers on one lock, 8 holds each. */
+TEST(semaphore_limit_and_rwlock_exclusion_hold_under_contention) {
+  need_server();
+  enum { T = 10 };
+  fam_run runs[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    runs[i] = (fam_run){.kind = i < 5 ? 0 : i < 8 ? 1 : 2};
+    pthread_create(&th[i], NULL, fam_thread, &runs[i]);
+  }
+  int bad = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    bad |= runs[i].bad || runs[i].done != 8;
+  }
+  if (fam_max_sem > 2) TEST_FAIL("%d permits of 2 were held at once", fam_max_sem);
+  if (fam_violations) TEST_FAIL("%d times a writer was not alone", fam_violations);
+  ASSERT(!bad);
 }
 
 TEST_MAIN()
