@@ -9,6 +9,7 @@
  * (about 15 s: one private mariadbd for both tests).
  */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,71 @@ TEST(a_connection_lost_at_a_transactions_start_is_retried_not_busy) {
   dlock_semaphore_free(s2);
   dlock_semaphore_free(s);
   dlock_client_free(o);
+  dlock_client_free(c);
+}
+
+/* The same with real KILLs: a thread ends every connection of the user
+ * 'dlock' (KILL CONNECTION USER) again and again while this thread renews
+ * a semaphore's permit and a read-write lock's read, and releases and takes
+ * them again. Promise: "KILL of dlock's connections ... does not free it
+ * ... the watchdog renews it meanwhile, on a new connection"; an idle
+ * connection the server ended is replaced before use. Any failure of a
+ * call is counted with its status and message.
+ * What happened (4 runs of 4, after 1 to 15 kills): a semaphore's or a
+ * read-write lock's release returns -1 (DLOCK_EBUSY) with an empty
+ * message: a KILL returns before the server has closed the killed
+ * connection's socket, so the pool's idle check (poll) passes it, and the
+ * transaction's first statement meets the closed link: the finding above,
+ * with real KILLs and no proxy. */
+static volatile int killer_stop;
+static int killer_kills;
+
+static void *killer(void *arg) {
+  (void)arg;
+  char out[64];
+  for (int i = 0; i < 200 && !killer_stop; i++) {
+    th_my_sql(&my, out, sizeof out, "KILL CONNECTION USER 'dlock'");
+    killer_kills++;
+  }
+  return NULL;
+}
+
+TEST(kills_of_every_connection_do_not_fail_a_semaphores_calls) {
+  need_server();
+  dlock_client *c = test_client(my.url);
+  dlock_semaphore *s = test_semaphore(c, "revmy-sem-kill", 2, 8000);
+  dlock_rwlock *r = test_rwlock(c, "revmy-rw-kill", DLOCK_RW_READ, 8000);
+  ASSERT_OK(dlock_semaphore_acquire(s, 0));
+  ASSERT_OK(dlock_rwlock_acquire(r, 0));
+  killer_stop = 0;
+  pthread_t th;
+  pthread_create(&th, NULL, killer, NULL);
+  int fails = 0, calls = 0, busy_empty = 0;
+  dlock_mono_ms end = dlock_mono_now() + 15000;
+  for (int i = 0; i < 3000 && dlock_mono_now() < end; i++) {
+    int rc;
+    switch (i % 4) {
+    case 0: rc = dlock_semaphore_extend(s, 8000); break;
+    case 1: rc = dlock_rwlock_release(r); if (rc == 0) rc = dlock_rwlock_acquire(r, 0); break;
+    case 2: rc = dlock_semaphore_release(s); if (rc == 0) rc = dlock_semaphore_acquire(s, 0); break;
+    default: rc = dlock_rwlock_fence(r) ? 0 : -99; break;
+    }
+    calls++;
+    if (rc != 0) {
+      if (fails < 6) fprintf(stderr, "  call %d (%d): %d (%s): '%s'\n", i, i % 4, rc, dlock_err_name(rc), dlock_last_error());
+      fails++;
+      if (rc == DLOCK_EBUSY) busy_empty++;
+      break;
+    }
+  }
+  killer_stop = 1;
+  pthread_join(th, NULL);
+  fprintf(stderr, "  %d calls, %d kills\n", calls, killer_kills);
+  if (fails) TEST_FAIL("%d calls failed under KILL (%d EBUSY)", fails, busy_empty);
+  (void)dlock_semaphore_release(s);
+  (void)dlock_rwlock_release(r);
+  dlock_rwlock_free(r);
+  dlock_semaphore_free(s);
   dlock_client_free(c);
 }
 
