@@ -57,6 +57,10 @@ static dlock_client *proxied_client(void) {
  * be a number 1..65535") print "mysql://dlock:Zq9SECRETpw/x@127.0.0.1:...";
  * and "unknown option 'password=Zq9SECRETpw'" quotes the raw option, with
  * the redacted URL before it still holding ?password=Zq9SECRETpw.
+ * The CLI the same: `dlock status --url 'mysql://dlock:Zq9SECRETpw/x@
+ * 127.0.0.1:1/dlock' foo` prints "dlock: cannot use MySQL at
+ * mysql://dlock:Zq9SECRETpw/x@127.0.0.1:1/dlock: malformed server URL", and
+ * `dlock doctor` with ?password= prints it twice.
  * Severity: medium (a secret in logs from a plausible typo). */
 TEST(a_password_never_appears_in_messages_of_malformed_urls) {
   need_server();
@@ -281,5 +285,6 @@ TEST(an_unknown_release_has_a_whole_message) {
   dlock_client_free(c);
   if (bad) TEST_FAIL("%d of 3 messages are not whole (above)", bad);
 }
+
 
 TEST_MAIN()
