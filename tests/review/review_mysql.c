@@ -169,7 +169,12 @@ TEST(a_connection_lost_at_a_transactions_start_is_retried_not_busy) {
  * message: likely a KILL returns before the server has closed the killed
  * connection's socket, so the pool's idle check (poll) passes it, and the
  * transaction's first statement meets the closed link: the finding above,
- * with real KILLs and no proxy. */
+ * with real KILLs and no proxy.
+ * Since the fix, a call whose two copies are both killed answers
+ * DLOCK_EUNKNOWN ("may have run", docs/mysql.md), which the review counted
+ * legitimate (on the mutex): under this stream of KILLs it happened in 2
+ * runs of 9 on a busy machine (the second copy waits for the row the killed session
+ * still holds, and meets the next KILL); it ends the loop, not failing. */
 static atomic_int killer_stop, killer_kills;
 
 static void *killer(void *arg) {
@@ -203,6 +208,14 @@ TEST(kills_of_every_connection_do_not_fail_a_semaphores_calls) {
     default: rc = dlock_rwlock_fence(r) ? 0 : -99; break;
     }
     calls++;
+    if (rc == DLOCK_EUNKNOWN && strstr(dlock_last_error(), "may have run")) {
+      /* Both copies of one call killed (the first KILL's session may still
+       * hold the row when the second copy waits for it): the documented
+       * answer, with its whole message, not a failure; the state is
+       * unknown from here, so the loop ends. */
+      fprintf(stderr, "  call %d (%d): both copies lost: %s\n", i, i % 4, dlock_last_error());
+      break;
+    }
     if (rc != 0) {
       if (fails < 6) fprintf(stderr, "  call %d (%d): %d (%s): '%s'\n", i, i % 4, rc, dlock_err_name(rc), dlock_last_error());
       fails++;
