@@ -127,6 +127,9 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
   if (portp) {
     char *e;
     long p = strtol(portp, &e, 10);
+    if ((e == portp || e != end || p < 1 || p > 65535) && !at && strchr(end, '@'))
+      return dlock__error(DLOCK_EURL, "'%s': the password seems to hold a '/', '?' or '#': percent-encode it "
+                          "(%%2F, %%3F, %%23)", shown);
     if (e == portp || e != end || p < 1 || p > 65535)
       return dlock__error(DLOCK_EURL, "'%s': the port must be a number 1..65535", shown);
     my->port = (unsigned)p;
