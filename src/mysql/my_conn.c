@@ -44,20 +44,21 @@ static void redact_params(const char *in, char *out, size_t len) {
   }
 }
 
-/* The password is everything between the ':' after the user name and the
- * last '@' of the URL: one the user forgot to percent-encode may hold '/',
- * '?', '#' or '@' (which the parser then refuses, by a message that shows
- * this form). A user name holds none of ":@/?#". */
+/* The password is everything between the URL's first ':' (after the user
+ * name, as the parser reads it) and its last '@': one the user forgot to
+ * percent-encode may hold '/', '?', '#' or '@' (which the parser then
+ * refuses, by a message that shows this form). A ':' with no '@' after it
+ * is the port's. */
 void dlock__my_redact(const char *url, char *buf, size_t len) {
   if (!buf || len == 0) return;
   buf[0] = '\0';
   if (!url) return;
   const char *a = strstr(url, "://");
   a = a ? a + 3 : url;
-  const char *colon = a + strcspn(a, ":@/?#");
+  const char *colon = strchr(a, ':');
   const char *at = strrchr(a, '@');
   const char *rest = url;
-  if (*colon == ':' && at && at > colon) {
+  if (colon && at && at > colon) {
     snprintf(buf, len, "%.*s:***", (int)(colon - url), url);
     rest = at;
   }
