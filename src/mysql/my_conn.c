@@ -205,7 +205,12 @@ static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static int lib_rc;
 static void lib_init(void) { lib_rc = mysql_library_init(0, NULL, NULL); }
 
-static int connect_one(dlock__my *my, MYSQL **out) {
+static int conn_lost(unsigned e);
+
+/* A new connection with its session set up; '*setup_lost' (when given) 1
+ * when it was lost while setting up the session (a KILL at that moment:
+ * nothing of the caller's ran, another one may be tried). */
+static int connect_one(dlock__my *my, MYSQL **out, int *setup_lost) {
   *out = NULL;
   pthread_once(&lib_once, lib_init);
   if (lib_rc != 0) return dlock__error(DLOCK_ESYS, "the MariaDB client library could not initialise");
@@ -243,6 +248,7 @@ static int connect_one(dlock__my *my, MYSQL **out) {
   char set[200];
   snprintf(set, sizeof set, "SET SESSION autocommit = 1, innodb_lock_wait_timeout = %u", rt ? rt : 1);
   if (mysql_real_query(conn, set, strlen(set)) != 0) {
+    if (setup_lost) *setup_lost = conn_lost(mysql_errno(conn));
     int rc = dlock__error(DLOCK_ESERVER, "%s: setting up the session failed: %s", my->display, mysql_error(conn));
     mysql_close(conn);
     return rc;
@@ -251,7 +257,7 @@ static int connect_one(dlock__my *my, MYSQL **out) {
   return 0;
 }
 
-int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out); }
+int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out, NULL); }
 
 int dlock__my_bell_get(dlock__my *my, MYSQL **out) {
   pthread_mutex_lock(&my->mu);
@@ -271,7 +277,7 @@ int dlock__my_bell_get(dlock__my *my, MYSQL **out) {
   }
   my->bells_out++;
   pthread_mutex_unlock(&my->mu);
-  int rc = connect_one(my, out);
+  int rc = connect_one(my, out, NULL);
   if (rc) {
     pthread_mutex_lock(&my->mu);
     my->bells_out--;
@@ -314,7 +320,7 @@ int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my 
   if (!rc && o->username) snprintf(my->user, sizeof my->user, "%s", o->username);
   if (!rc && o->password) snprintf(my->password, sizeof my->password, "%s", o->password);
   MYSQL *conn = NULL;
-  if (!rc) rc = connect_one(my, &conn);
+  if (!rc) rc = connect_one(my, &conn, NULL);
   if (rc) {
     dlock__my_close(my);
     return rc;
@@ -336,7 +342,7 @@ void dlock__my_close(dlock__my *my) {
 }
 
 /* A connection from the pool by 'deadline'. */
-static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out) {
+static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out, int *setup_lost) {
   pthread_mutex_lock(&my->mu);
   for (;;) {
     while (my->nidle > 0) {
@@ -352,7 +358,7 @@ static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out) {
     if (my->nopen < my->max_connections) {
       my->nopen++;
       pthread_mutex_unlock(&my->mu);
-      int rc = connect_one(my, out);
+      int rc = connect_one(my, out, setup_lost);
       if (rc) {
         pthread_mutex_lock(&my->mu);
         my->nopen--;
@@ -537,11 +543,18 @@ static int run_loop(dlock__my *my, const char *what, int twice_safe, body_fn bod
   int made = 0, retried = 0, fresh = 0;
   for (int attempt = 0; attempt < 8; attempt++) {
     dlock__my_tx tx = {.my = my};
-    int rc = get_conn(my, dlock_mono_now() + my->command_timeout_ms, &tx.conn);
-    if (rc) {
-      if (res->resent) res->maybe_ran = 1;
-      return rc;
+    int setup_lost = 0;
+    int rc = get_conn(my, dlock_mono_now() + my->command_timeout_ms, &tx.conn, &setup_lost);
+    if (rc && setup_lost && fresh < 3) { /* nothing was sent on it */
+      fresh++;
+      continue;
     }
+    if (rc && res->resent) {
+      res->maybe_ran = 1;
+      return dlock__error(rc, "%s; the reply to the first copy had been lost: the statement may have run",
+                          dlock_last_error());
+    }
+    if (rc) return rc;
     int got = body(&tx, arg, res);
     if (got != 1) {
       put_conn(my, tx.conn, conn_lost(tx.err));
