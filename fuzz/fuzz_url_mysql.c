@@ -5,15 +5,35 @@
  * Any input: 0 or DLOCK_EURL, never a crash, a leak or a read past the
  * string; a parsed URL is complete (a host, a port 1..65535, a database of
  * the allowed characters), and a password never reaches the display form
- * (which then shows ":***@").
+ * (which then shows ":***@"). Whatever the input, parsed or not: the
+ * redacted form never holds the text between the URL's first ':' and its
+ * last '@' (a password with an unencoded '/', '?', '#' or '@').
  */
 #include "dlock.h"
 #include "fuzz.h"
 #include "mysql/my_url.h"
 
+/* The password segment of 'url' ([':', '@') as dlock__my_redact() sees it)
+ * must not show in its redacted form, unless the URL without it holds the
+ * same text (a password equal to the host) or it holds '*' (the mask). */
+static void check_secret_masked(const char *url) {
+  const char *a = strstr(url, "://");
+  a = a ? a + 3 : url;
+  const char *colon = strchr(a, ':');
+  const char *at = strrchr(a, '@');
+  if (!colon || !at || at <= colon || strlen(url) > 300) return;
+  char secret[400], cut[400], shown[1024];
+  snprintf(secret, sizeof secret, "%.*s", (int)(at - colon - 1), colon + 1);
+  snprintf(cut, sizeof cut, "%.*s:***%s", (int)(colon - url), url, at);
+  dlock__my_redact(url, shown, sizeof shown);
+  if (strlen(secret) < 1 || strchr(secret, '*')) return;
+  FUZZ_CHECK(strstr(shown, secret) == NULL || strstr(cut, secret) != NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *url = fuzz_string(data, size);
   if (!url) return 0;
+  check_secret_masked(url);
   dlock__my_url u;
   int rc = dlock__my_url_parse(url, &u);
   FUZZ_CHECK(memchr(u.display, '\0', sizeof u.display) != NULL);
@@ -32,8 +52,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (plen >= 4) {
         char head[400];
         snprintf(head, sizeof head, "%.*s", (int)(mask - u.display), u.display);
+        /* The text before "://" (the scheme: dlock_url_redact() comes here
+         * for mysql:// and mariadb:// only) is the input's own. */
+        const char *sep = strstr(url, "://");
+        char scheme[400];
+        snprintf(scheme, sizeof scheme, "%.*s", sep ? (int)(sep - url) : 0, url);
         FUZZ_CHECK(strstr(head, u.password) == NULL || strstr(u.user, u.password) != NULL ||
-                   strstr("mysql://mariadb://", u.password) != NULL);
+                   strstr("mysql://mariadb://", u.password) != NULL || strstr(scheme, u.password) != NULL);
       }
     }
   } else {

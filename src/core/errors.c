@@ -36,10 +36,15 @@ const char *dlock_last_error(void) { return last_error; }
 void dlock__error_clear(void) { last_error[0] = '\0'; }
 
 int dlock__error(int status, const char *fmt, ...) {
+  /* Formatted apart, then copied: an argument may be dlock_last_error()
+   * itself (the error being explained), which must not be overwritten
+   * while it is read. */
+  char text[sizeof last_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
+  memcpy(last_error, text, sizeof last_error);
   return status;
 }
 

@@ -22,7 +22,8 @@
 /* ---- Errors (errors.c) ---- */
 
 /* Record 'status' and a formatted detail as this thread's last error;
- * returns 'status' so that callers can `return dlock__error(...)`. */
+ * returns 'status' so that callers can `return dlock__error(...)`. An
+ * argument may be dlock_last_error() itself (formatted apart, then copied). */
 int dlock__error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dlock__error_clear(void);
 /* Prepend context ("acquire 'orders:1' on 127.0.0.1:6379: ") to the last error. */

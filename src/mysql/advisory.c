@@ -64,11 +64,8 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
     int64_t got = dlock__my_session_value(my, s, sql, &rc);
     if (rc) {
       mysql_close(s); /* the session's end frees whatever it took */
-      /* The message names the server first (the core adds the lock); a
-       * copy, as dlock__error() writes where dlock_last_error() reads. */
-      char why[1024];
-      snprintf(why, sizeof why, "%s", dlock_last_error());
-      return dlock__error(rc, "%s; nothing is held (the lock goes with its session)", why);
+      /* The message names the server first (the core adds the lock). */
+      return dlock__error(rc, "%s; nothing is held (the lock goes with its session)", dlock_last_error());
     }
     if (got == 1) {
       *session = s;

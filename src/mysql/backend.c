@@ -502,12 +502,9 @@ static int my_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     }
     if (rc < 0) {
       if (maybe_ran) {
-        /* The message names the server first (the core adds the lock); a
-         * copy, as dlock__error() writes where dlock_last_error() reads. */
-        char why[1024];
-        snprintf(why, sizeof why, "%s", dlock_last_error());
+        /* The message names the server first (the core adds the lock). */
         return dlock__error(DLOCK_EUNKNOWN, "%s; it may be held by this call until its lease (%" PRId64 " ms) ends",
-                            why, lease_ms);
+                            dlock_last_error(), lease_ms);
       }
       return rc;
     }
@@ -586,8 +583,8 @@ static int release_lease(dlock_mutex *m) {
   int rc = dlock__my_run(my, sql, 1, &r);
   if (rc) {
     if (r.maybe_ran)
-      return dlock__error(DLOCK_EUNKNOWN, "release of '%s' on %s: %s; the lock ends by its lease at the latest",
-                          l->name, my->display, dlock_last_error());
+      return dlock__error(DLOCK_EUNKNOWN, "release of '%s': %s; the lock ends by its lease at the latest", l->name,
+                          dlock_last_error()); /* the message names the server */
     return rc;
   }
   int live = r.affected == 1 && r.insert_id == 2;
@@ -795,8 +792,8 @@ static int my_force_release(dlock_client *c, const char *name, unsigned flags, i
   rc = dlock__my_run(myc(c), sql, 0, &r); /* never twice: it frees whoever holds it */
   if (rc) {
     if (r.maybe_ran)
-      return dlock__error(DLOCK_EUNKNOWN, "force release of '%s' on %s: %s; look with `dlock status` before trying "
-                          "again", name, c->server, dlock_last_error());
+      return dlock__error(DLOCK_EUNKNOWN, "force release of '%s': %s; look with `dlock status` before trying again",
+                          name, dlock_last_error()); /* the message names the server */
     return rc;
   }
   *was_held = (r.affected == 1 && r.insert_id == 2) || family_held;

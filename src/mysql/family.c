@@ -274,8 +274,8 @@ int dlock__my_fam_release(dlock__my *my, const dlock__my_fam *f) {
   int rc = dlock__my_txn(my, fam_release_tx, &x, &resent, &maybe_ran);
   if (rc) {
     if (maybe_ran)
-      return dlock__error(DLOCK_EUNKNOWN, "release of '%s' on %s: %s; the hold ends by its lease at the latest",
-                          f->name, my->display, dlock_last_error());
+      return dlock__error(DLOCK_EUNKNOWN, "release of '%s': %s; the hold ends by its lease at the latest", f->name,
+                          dlock_last_error()); /* the message names the server */
     return rc;
   }
   /* Changed now, or by the first copy of a statement sent twice. */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <errmsg.h>
 
@@ -27,23 +28,41 @@ static const char *authority(const char *url, const char **end, const char **at)
   return a;
 }
 
+/* 'in' appended to 'out' with the value of every query parameter named
+ * password (or ending so: master_password) as "***", its name kept. */
+static void redact_params(const char *in, char *out, size_t len) {
+  size_t o = strlen(out);
+  for (const char *p = in; *p && o + 1 < len;) {
+    size_t k = p > in && (p[-1] == '?' || p[-1] == '&') ? strcspn(p, "=&#") : 0;
+    if (k >= 8 && p[k] == '=' && !strncasecmp(p + k - 8, "password", 8)) {
+      o += (size_t)snprintf(out + o, len - o, "%.*s=***", (int)k, p);
+      p += k + 1 + strcspn(p + k + 1, "&");
+      continue;
+    }
+    out[o++] = *p++;
+    out[o] = '\0';
+  }
+}
+
+/* The password is everything between the URL's first ':' (after the user
+ * name, as the parser reads it) and its last '@': one the user forgot to
+ * percent-encode may hold '/', '?', '#' or '@' (which the parser then
+ * refuses, by a message that shows this form). A ':' with no '@' after it
+ * is the port's. */
 void dlock__my_redact(const char *url, char *buf, size_t len) {
   if (!buf || len == 0) return;
   buf[0] = '\0';
   if (!url) return;
-  const char *end, *at;
-  const char *a = authority(url, &end, &at);
-  if (!at) {
-    snprintf(buf, len, "%s", url);
-    return;
+  const char *a = strstr(url, "://");
+  a = a ? a + 3 : url;
+  const char *colon = strchr(a, ':');
+  const char *at = strrchr(a, '@');
+  const char *rest = url;
+  if (colon && at && at > colon) {
+    snprintf(buf, len, "%.*s:***", (int)(colon - url), url);
+    rest = at;
   }
-  const char *colon = memchr(a, ':', (size_t)(at - a));
-  if (!colon) {
-    snprintf(buf, len, "%s", url);
-    return;
-  }
-  /* Everything after the password as it is; no query option carries a secret. */
-  snprintf(buf, len, "%.*s:***%s", (int)(colon - url), url, at);
+  if (strlen(buf) + 1 < len) redact_params(rest, buf, len);
 }
 
 static int hexval(int c) {
@@ -109,6 +128,9 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
   if (portp) {
     char *e;
     long p = strtol(portp, &e, 10);
+    if ((e == portp || e != end || p < 1 || p > 65535) && !at && strchr(end, '@'))
+      return dlock__error(DLOCK_EURL, "'%s': the password seems to hold a '/', '?' or '#': percent-encode it "
+                          "(%%2F, %%3F, %%23)", shown);
     if (e == portp || e != end || p < 1 || p > 65535)
       return dlock__error(DLOCK_EURL, "'%s': the port must be a number 1..65535", shown);
     my->port = (unsigned)p;
@@ -136,8 +158,14 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
     } else if (n == 13 && !strncmp(q, "mode=advisory", 13)) {
       my->advisory = 1;
     } else if (n > 0) {
+      /* The option's name only: its value may be a secret (password=). */
+      size_t k = strcspn(q, "=&#");
+      if (k == 8 && !strncasecmp(q, "password", 8))
+        return dlock__error(DLOCK_EURL, "'%s': the MySQL URL takes no password option: write it as "
+                            "mysql://user:PASSWORD@host/db (percent-encoded) or set the client's password option",
+                            shown);
       return dlock__error(DLOCK_EURL, "'%s': unknown option '%.*s': the MySQL URL takes mode=lease (the default) "
-                          "or mode=advisory (docs/mysql.md)", shown, (int)(n > 60 ? 60 : n), q);
+                          "or mode=advisory (docs/mysql.md)", shown, (int)(k > 60 ? 60 : k), q);
     }
     q += n;
     if (*q == '&') q++;
@@ -177,7 +205,12 @@ static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static int lib_rc;
 static void lib_init(void) { lib_rc = mysql_library_init(0, NULL, NULL); }
 
-static int connect_one(dlock__my *my, MYSQL **out) {
+static int conn_lost(unsigned e);
+
+/* A new connection with its session set up; '*setup_lost' (when given) 1
+ * when it was lost while setting up the session (a KILL at that moment:
+ * nothing of the caller's ran, another one may be tried). */
+static int connect_one(dlock__my *my, MYSQL **out, int *setup_lost) {
   *out = NULL;
   pthread_once(&lib_once, lib_init);
   if (lib_rc != 0) return dlock__error(DLOCK_ESYS, "the MariaDB client library could not initialise");
@@ -215,6 +248,7 @@ static int connect_one(dlock__my *my, MYSQL **out) {
   char set[200];
   snprintf(set, sizeof set, "SET SESSION autocommit = 1, innodb_lock_wait_timeout = %u", rt ? rt : 1);
   if (mysql_real_query(conn, set, strlen(set)) != 0) {
+    if (setup_lost) *setup_lost = conn_lost(mysql_errno(conn));
     int rc = dlock__error(DLOCK_ESERVER, "%s: setting up the session failed: %s", my->display, mysql_error(conn));
     mysql_close(conn);
     return rc;
@@ -223,7 +257,7 @@ static int connect_one(dlock__my *my, MYSQL **out) {
   return 0;
 }
 
-int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out); }
+int dlock__my_open_session(dlock__my *my, MYSQL **out) { return connect_one(my, out, NULL); }
 
 int dlock__my_bell_get(dlock__my *my, MYSQL **out) {
   pthread_mutex_lock(&my->mu);
@@ -243,7 +277,7 @@ int dlock__my_bell_get(dlock__my *my, MYSQL **out) {
   }
   my->bells_out++;
   pthread_mutex_unlock(&my->mu);
-  int rc = connect_one(my, out);
+  int rc = connect_one(my, out, NULL);
   if (rc) {
     pthread_mutex_lock(&my->mu);
     my->bells_out--;
@@ -286,7 +320,7 @@ int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my 
   if (!rc && o->username) snprintf(my->user, sizeof my->user, "%s", o->username);
   if (!rc && o->password) snprintf(my->password, sizeof my->password, "%s", o->password);
   MYSQL *conn = NULL;
-  if (!rc) rc = connect_one(my, &conn);
+  if (!rc) rc = connect_one(my, &conn, NULL);
   if (rc) {
     dlock__my_close(my);
     return rc;
@@ -308,7 +342,7 @@ void dlock__my_close(dlock__my *my) {
 }
 
 /* A connection from the pool by 'deadline'. */
-static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out) {
+static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out, int *setup_lost) {
   pthread_mutex_lock(&my->mu);
   for (;;) {
     while (my->nidle > 0) {
@@ -324,7 +358,7 @@ static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out) {
     if (my->nopen < my->max_connections) {
       my->nopen++;
       pthread_mutex_unlock(&my->mu);
-      int rc = connect_one(my, out);
+      int rc = connect_one(my, out, setup_lost);
       if (rc) {
         pthread_mutex_lock(&my->mu);
         my->nopen--;
@@ -344,16 +378,27 @@ static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out) {
   }
 }
 
+/* 'conn' back to the pool, or closed when 'broken' (lost): then the idle
+ * ones go too, as whatever ended it (a KILL of the user's connections, a
+ * restart) has likely ended them, maybe not yet visibly to idle_closed(). */
 static void put_conn(dlock__my *my, MYSQL *conn, int broken) {
+  MYSQL *drop[DLOCK__MY_POOL_MAX + 1];
+  int ndrop = 0;
   pthread_mutex_lock(&my->mu);
   if (broken || my->nidle >= DLOCK__MY_POOL_MAX) {
-    mysql_close(conn);
+    drop[ndrop++] = conn;
     my->nopen--;
   } else {
     my->idle[my->nidle++] = conn;
   }
-  pthread_cond_signal(&my->cv);
+  if (broken)
+    while (my->nidle > 0) {
+      drop[ndrop++] = my->idle[--my->nidle];
+      my->nopen--;
+    }
+  pthread_cond_broadcast(&my->cv);
   pthread_mutex_unlock(&my->mu);
+  for (int i = 0; i < ndrop; i++) mysql_close(drop[i]);
 }
 
 /* The connection is gone or its reply was lost (the statement may have run). */
@@ -479,6 +524,7 @@ struct dlock__my_tx {
   dlock__my *my;
   MYSQL *conn;
   unsigned err;
+  int unstarted; /* it failed before its first statement of the body: nothing ran */
 };
 
 /* The body of one try: a statement, or a transaction. 0 done; 1 a server
@@ -488,20 +534,30 @@ typedef int (*body_fn)(dlock__my_tx *tx, void *arg, dlock__my_res *res);
 
 /* Run 'body' on a pooled connection: a lost connection sends it once more
  * when 'twice_safe' (res->resent), missing tables are made once, a deadlock
- * or lock wait timeout (rolled back) is tried once more. */
+ * or lock wait timeout (rolled back) is tried once more. A connection lost
+ * before a transaction began (nothing of it ran) is replaced and the
+ * transaction tried again, a few times. A lost connection never goes back
+ * to the pool. */
 static int run_loop(dlock__my *my, const char *what, int twice_safe, body_fn body, void *arg, dlock__my_res *res) {
   memset(res, 0, sizeof *res);
-  int made = 0, retried = 0;
-  for (int attempt = 0; attempt < 4; attempt++) {
+  int made = 0, retried = 0, fresh = 0;
+  for (int attempt = 0; attempt < 8; attempt++) {
     dlock__my_tx tx = {.my = my};
-    int rc = get_conn(my, dlock_mono_now() + my->command_timeout_ms, &tx.conn);
-    if (rc) {
-      if (res->resent) res->maybe_ran = 1;
-      return rc;
+    int setup_lost = 0;
+    int rc = get_conn(my, dlock_mono_now() + my->command_timeout_ms, &tx.conn, &setup_lost);
+    if (rc && setup_lost && fresh < 3) { /* nothing was sent on it */
+      fresh++;
+      continue;
     }
+    if (rc && res->resent) {
+      res->maybe_ran = 1;
+      return dlock__error(rc, "%s; the reply to the first copy had been lost: the statement may have run",
+                          dlock_last_error());
+    }
+    if (rc) return rc;
     int got = body(&tx, arg, res);
     if (got != 1) {
-      put_conn(my, tx.conn, 0);
+      put_conn(my, tx.conn, conn_lost(tx.err));
       return got;
     }
     unsigned e = tx.err;
@@ -509,6 +565,14 @@ static int run_loop(dlock__my *my, const char *what, int twice_safe, body_fn bod
     snprintf(msg, sizeof msg, "%s", mysql_error(tx.conn));
     if (conn_lost(e)) {
       put_conn(my, tx.conn, 1);
+      if (tx.unstarted && fresh < 3) { /* nothing ran on it: not a second copy */
+        fresh++;
+        continue;
+      }
+      if (tx.unstarted && !res->resent)
+        return dlock__error(DLOCK_EIO, "%s: the connection was lost %d times before the transaction began (%s): "
+                            "nothing ran; is the server up, or is something ending its connections?", my->display,
+                            fresh + 1, msg);
       if (twice_safe && !res->resent) {
         res->resent = 1; /* the same statement: it decides the same way by its token */
         continue;
@@ -534,6 +598,7 @@ static int run_loop(dlock__my *my, const char *what, int twice_safe, body_fn bod
                           my->display, my->db);
     return server_error(my, e, msg);
   }
+  if (res->resent) res->maybe_ran = 1;
   return dlock__error(DLOCK_EIO, "%s: the statement failed again and again", my->display);
 }
 
@@ -563,7 +628,10 @@ static int transaction(dlock__my_tx *tx, void *arg, dlock__my_res *res) {
   tx_call *call = arg;
   static const char begin[] = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
   dlock__my_res r;
-  if (dlock__my_tx_run(tx, begin, &r) != 0 || dlock__my_tx_run(tx, "START TRANSACTION", &r) != 0) return -1;
+  if (dlock__my_tx_run(tx, begin, &r) != 0 || dlock__my_tx_run(tx, "START TRANSACTION", &r) != 0) {
+    tx->unstarted = 1; /* a server error is answered as one; a lost connection is tried again */
+    return 1;
+  }
   int got = call->fn(tx, call->arg);
   if (got == 0 && dlock__my_tx_run(tx, "COMMIT", &r) == 0) return 0;
   unsigned e = tx->err;

@@ -1060,6 +1060,8 @@ TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
       {"mysql://dlock:pw@127.0.0.1/dlock?colour=red", DLOCK_EURL, "colour"},
       {"mysql://dlock:pw@127.0.0.1/dl'ock", DLOCK_EURL, "database name"},
       {"mariadb://dlock:pw@127.0.0.1/dlock?mode=exclusive", DLOCK_EURL, "mode=advisory"},
+      {"mysql://dlock:p/w@127.0.0.1:1/dlock", DLOCK_EURL, "percent-encode it"}, /* masked: review_mysql.c */
+      {"mysql://dlock@127.0.0.1/dlock?password=pw", DLOCK_EURL, "no password option"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock_client_options o;
