@@ -261,4 +261,109 @@ TEST(zk_leader_since_is_when_the_term_began_not_when_the_candidate_queued) {
 #endif
 }
 
+/* Start `dlock elect --url URL NAME --value V --lease 3s -- sh -c LOOP`, the
+ * loop appending "V EPOCH NANOS" to 'hist' every 100 ms. fork+exec. */
+static pid_t elect_writer(const char *url, const char *name, const char *value, const char *hist) {
+  char loop[600];
+  snprintf(loop, sizeof loop,
+           "while :; do echo \"$DLOCK_LEADER_VALUE $DLOCK_LEADER_EPOCH $(date +%%s%%N)\" >> '%s'; sleep 0.1; done",
+           hist);
+  const char *bin = dlock_bin();
+  pid_t pid = fork();
+  if (pid < 0) TEST_FAIL("fork: %s", strerror(errno));
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) dup2(null, 1);
+    execl(bin, bin, "elect", "--url", url, name, "--value", value, "--lease", "3s", "--grace", "1s", "--", "sh",
+          "-c", loop, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* The first and last time (ns) 'who' wrote to 'hist'; 0 when never. */
+static void hist_span(const char *hist, const char *who, long long *first, long long *last, long long after,
+                      int *count_after) {
+  *first = *last = 0;
+  if (count_after) *count_after = 0;
+  FILE *f = fopen(hist, "r");
+  if (!f) return;
+  char w[64];
+  unsigned long long e;
+  long long t;
+  while (fscanf(f, "%63s %llu %lld", w, &e, &t) == 3) {
+    if (strcmp(w, who) != 0) continue;
+    if (!*first || t < *first) *first = t;
+    if (t > *last) *last = t;
+    if (count_after && after && t > after) (*count_after)++;
+  }
+  fclose(f);
+}
+
+static void stop_dlock(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGCONT);
+  kill(pid, SIGTERM);
+  if (th_wait(pid, 15000) == -1) { /* killed by th_wait: its guardian ends the command's group */ }
+}
+
+/* ------------------------------------------------------------------------
+ * Finding 3 (medium-high; two leaders' commands at once). The promises,
+ * docs/election.md: "CMD runs only while this host leads"; "the lease
+ * guarantees that no two live, running leaders overlap"; the pause caveat
+ * is about a leader that "does not run".
+ * Attack: A's `dlock elect` leads (lease 3 s) and its CMD appends a line
+ * every 100 ms to a shared history; B stands by. SIGSTOP the dlock process
+ * of A only (a supervisor that is swapped out, stopped by a debugger or a
+ * cgroup freezer aimed at it, or starved): A's CMD is in its own process
+ * group and keeps running. After the lease B leads and its CMD writes too.
+ * What happened: A's CMD went on writing for the whole time its dlock was
+ * stopped (seconds after B's term began, unbounded in general): nothing
+ * outside the stopped dlock watches A's deadline. The guardian process
+ * (cli_guard) only reacts to dlock's death, not to the deadline. A fix: the
+ * guardian could be given each new valid_until and end the group at the
+ * deadline by itself.
+ * ---------------------------------------------------------------------- */
+TEST(elect_command_stops_at_the_deadline_even_when_its_dlock_is_stopped) {
+  redis_need();
+  char url[600], hist[400];
+  snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", PASSWORD, redis_srv.port);
+  for (int round = 0; round < 2; round++) {
+    char name[64];
+    snprintf(name, sizeof name, "revel-pause-%d", round);
+    snprintf(hist, sizeof hist, "%s/pause-%d.hist", tmp(), round);
+    unlink(hist);
+    pid_t a = elect_writer(url, name, "A", hist), b = -1;
+    long long fa, la, fb, lb;
+    long long until = th_now_ms() + 20000;
+    do {
+      th_sleep_ms(100);
+      hist_span(hist, "A", &fa, &la, 0, NULL);
+    } while (!fa && th_now_ms() < until);
+    if (!fa) {
+      stop_dlock(a);
+      TEST_FAIL("A's command did not start leading within 20 s on redis-server port %d", redis_srv.port);
+    }
+    b = elect_writer(url, name, "B", hist);
+    th_sleep_ms(1000); /* B is queued */
+    kill(a, SIGSTOP);
+    until = th_now_ms() + 30000;
+    do {
+      th_sleep_ms(100);
+      hist_span(hist, "B", &fb, &lb, 0, NULL);
+    } while (!fb && th_now_ms() < until);
+    if (fb) th_sleep_ms(2000); /* both would write now, if A's command ran on */
+    int a_after = 0;
+    hist_span(hist, "A", &fa, &la, fb + 500LL * 1000000, &a_after);
+    kill(a, SIGCONT);
+    stop_dlock(b);
+    stop_dlock(a);
+    if (!fb) TEST_FAIL("B never led within 30 s of stopping A's dlock (redis-server port %d)", redis_srv.port);
+    if (a_after > 0)
+      TEST_FAIL("round %d: A's command (its dlock stopped with SIGSTOP, lease 3 s) wrote %d lines after B's term "
+                "began, the last %lld ms after B's first: two leaders' commands ran at once",
+                round + 1, a_after, (la - fb) / 1000000);
+  }
+}
+
 TEST_MAIN()
