@@ -366,4 +366,93 @@ TEST(elect_command_stops_at_the_deadline_even_when_its_dlock_is_stopped) {
   }
 }
 
+/* ------------------------------------------------------------------------
+ * Finding 4 (medium; two leaders' commands at once after kill -9). The
+ * promises: docs/election.md "CMD runs only while this host leads"; and the
+ * CLI's own check, `--grace must be shorter than --lease: if dlock is killed,
+ * a command that ignores SIGTERM would still run after the lease ran out and
+ * another holder took the lock`.
+ * Attack: A leads with --lease 3s --grace 2900ms (accepted), its CMD
+ * ignores SIGTERM and appends to a shared history every 50 ms; B stands by.
+ * kill -9 A's dlock 1.9 s after A's term began (0.9 s after its first
+ * renewal, just before the second). The guardian sends SIGTERM at once and
+ * SIGKILL 2.9 s after the kill; but the key expires 3 s after the last
+ * renewal *was sent*, 0.9 s before the kill, and B leads then.
+ * What happened: A's CMD kept writing for ~0.8 s after B's CMD had begun.
+ * The check compares --grace with the whole lease, but the lease left at
+ * the moment of a kill is as short as two thirds of it: grace must be
+ * shorter than the lease left (or the guardian must SIGKILL at the lease's
+ * end, which dlock can tell it at each renewal).
+ * ---------------------------------------------------------------------- */
+static pid_t elect_ignoring_term(const char *url, const char *name, const char *value, const char *hist,
+                                 const char *grace) {
+  char loop[600];
+  snprintf(loop, sizeof loop,
+           "trap '' TERM; while :; do echo \"$DLOCK_LEADER_VALUE $DLOCK_LEADER_EPOCH $(date +%%s%%N)\" >> '%s'; "
+           "sleep 0.05; done", hist);
+  const char *bin = dlock_bin();
+  pid_t pid = fork();
+  if (pid < 0) TEST_FAIL("fork: %s", strerror(errno));
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) dup2(null, 1);
+    execl(bin, bin, "elect", "--url", url, name, "--value", value, "--lease", "3s", "--grace", grace, "--", "sh",
+          "-c", loop, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+TEST(elect_kill9_of_dlock_never_leaves_its_command_beside_the_next_leader) {
+  redis_need();
+  char url[600], hist[400];
+  snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", PASSWORD, redis_srv.port);
+  int worst_count = 0;
+  long long worst_ms = 0;
+  for (int round = 0; round < 3; round++) {
+    char name[64];
+    snprintf(name, sizeof name, "revel-kill9-%d", round);
+    snprintf(hist, sizeof hist, "%s/kill9-%d.hist", tmp(), round);
+    unlink(hist);
+    pid_t a = elect_ignoring_term(url, name, "A", hist, "2900ms");
+    long long fa = 0, la, fb = 0, lb;
+    long long until = th_now_ms() + 20000;
+    do {
+      th_sleep_ms(20);
+      hist_span(hist, "A", &fa, &la, 0, NULL);
+    } while (!fa && th_now_ms() < until);
+    if (!fa) {
+      stop_dlock(a);
+      TEST_FAIL("A's command did not start leading within 20 s on redis-server port %d", redis_srv.port);
+    }
+    pid_t b = elect_writer(url, name, "B", hist);
+    /* 1.9 s after A's term began (by A's first line): just before its second renewal. */
+    long long kill_at_ns = fa + 1900LL * 1000000;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long now_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+    if (kill_at_ns > now_ns) th_sleep_ms((kill_at_ns - now_ns) / 1000000);
+    kill(a, SIGKILL);
+    th_wait(a, 5000);
+    until = th_now_ms() + 20000;
+    do {
+      th_sleep_ms(100);
+      hist_span(hist, "B", &fb, &lb, 0, NULL);
+    } while (!fb && th_now_ms() < until);
+    th_sleep_ms(3500); /* the guardian's grace is over by now */
+    int a_after = 0;
+    hist_span(hist, "A", &fa, &la, fb, &a_after);
+    stop_dlock(b);
+    if (!fb) TEST_FAIL("B never led within 20 s of kill -9 of A's dlock (redis-server port %d)", redis_srv.port);
+    if (a_after > worst_count) {
+      worst_count = a_after;
+      worst_ms = (la - fb) / 1000000;
+    }
+  }
+  if (worst_count > 0)
+    TEST_FAIL("after kill -9 of A's dlock (--lease 3s --grace 2900ms, accepted), A's command, which ignores "
+              "SIGTERM, wrote %d lines after B's term began, the last %lld ms after B's first: two leaders' "
+              "commands ran at once", worst_count, worst_ms);
+}
+
 TEST_MAIN()
