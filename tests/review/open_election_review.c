@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "faultproxy.h"
 #include "harness.h"
 #ifdef DLOCK_TEST_HAVE_ZK
 #include "harness_zk.h"
@@ -453,6 +454,82 @@ TEST(elect_kill9_of_dlock_never_leaves_its_command_beside_the_next_leader) {
     TEST_FAIL("after kill -9 of A's dlock (--lease 3s --grace 2900ms, accepted), A's command, which ignores "
               "SIGTERM, wrote %d lines after B's term began, the last %lld ms after B's first: two leaders' "
               "commands ran at once", worst_count, worst_ms);
+}
+
+/* ------------------------------------------------------------------------
+ * Finding 5 (medium; two leaders' commands at once on every loss by a
+ * partition). The promises: docs/election.md "CMD runs only while this host
+ * leads", "the lease guarantees that no two live, running leaders overlap".
+ * Attack: A's dlock reaches Redis through a fault proxy, B's directly. A
+ * leads (--lease 3s --grace 2s), its CMD takes its time to stop (ignores
+ * SIGTERM, as a server finishing its requests does) and appends to a shared
+ * history every 50 ms. Blackhole A's link.
+ * What happened: A's dlock sends SIGTERM at its local deadline, which is
+ * (by design) the moment the key expires on the server, so B leads at once;
+ * A's CMD is killed only --grace later: it ran beside B's CMD for about
+ * --grace (2 s here, any accepted --grace in general). The grace is spent
+ * after the lease instead of inside it: a leader whose renewals fail should
+ * start stopping its command at valid_until - grace (as client-go's renew
+ * deadline is shorter than its lease), so that the command is gone when the
+ * lease ends.
+ * ---------------------------------------------------------------------- */
+TEST(elect_partitioned_leader_command_is_gone_before_the_next_leader_starts) {
+  redis_need();
+  fp_proxy *fp = NULL;
+  if (fp_start(&fp, redis_srv.port) != 0) TEST_FAIL("cannot start the fault proxy to redis-server port %d", redis_srv.port);
+  char url_a[600], url_b[600], hist[400];
+  snprintf(url_a, sizeof url_a, "redis://:%s@127.0.0.1:%d", PASSWORD, fp_port(fp));
+  snprintf(url_b, sizeof url_b, "redis://:%s@127.0.0.1:%d", PASSWORD, redis_srv.port);
+  int worst_count = 0;
+  long long worst_ms = 0;
+  const char *fail = NULL;
+  for (int round = 0; round < 2 && !fail; round++) {
+    fp_pass(fp);
+    char name[64];
+    snprintf(name, sizeof name, "revel-cut-%d", round);
+    snprintf(hist, sizeof hist, "%s/cut-%d.hist", tmp(), round);
+    unlink(hist);
+    pid_t a = elect_ignoring_term(url_a, name, "A", hist, "2s");
+    long long fa = 0, la, fb = 0, lb;
+    long long until = th_now_ms() + 20000;
+    do {
+      th_sleep_ms(50);
+      hist_span(hist, "A", &fa, &la, 0, NULL);
+    } while (!fa && th_now_ms() < until);
+    if (!fa) {
+      stop_dlock(a);
+      fail = "A's command did not start leading within 20 s";
+      break;
+    }
+    pid_t b = elect_writer(url_b, name, "B", hist);
+    th_sleep_ms(1000);
+    fp_blackhole(fp, 1);
+    until = th_now_ms() + 20000;
+    do {
+      th_sleep_ms(100);
+      hist_span(hist, "B", &fb, &lb, 0, NULL);
+    } while (!fb && th_now_ms() < until);
+    th_sleep_ms(4000); /* A's grace is over by now */
+    int a_after = 0;
+    hist_span(hist, "A", &fa, &la, fb, &a_after);
+    fp_pass(fp);
+    stop_dlock(b);
+    stop_dlock(a);
+    if (!fb) {
+      fail = "B never led within 20 s of cutting A off";
+      break;
+    }
+    if (a_after > worst_count) {
+      worst_count = a_after;
+      worst_ms = (la - fb) / 1000000;
+    }
+  }
+  fp_stop(fp);
+  if (fail) TEST_FAIL("%s (redis-server port %d)", fail, redis_srv.port);
+  if (worst_count > 0)
+    TEST_FAIL("A cut off from Redis (--lease 3s --grace 2s): its command, slow to stop, wrote %d lines after B's "
+              "term began, the last %lld ms after B's first: two leaders' commands ran at once for the grace",
+              worst_count, worst_ms);
 }
 
 TEST_MAIN()
