@@ -175,6 +175,10 @@ const char *cli_server_kind(const char *url);
 const char *cli_effective_url(const char *url);
 /* 'url' with any password replaced by "***", into 'buf'. */
 void cli_redact_url(const char *url, char *buf, size_t len);
+/* "DLOCK_URL=..." for a command's environment (malloc'd; NULL: out of
+ * memory): the password shown as ***, unless the URL is dlock's own
+ * $DLOCK_URL (the caller's to hand on). */
+char *cli_child_env_url(const char *url);
 /* Who holds a lock, in one line for messages: "pid 12 on host user u,
  * command: make; since 3s ago; lease 27s left; 2 waiting" (cmd_status.c). */
 void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len);

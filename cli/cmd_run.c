@@ -398,11 +398,10 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
                       dlock_multi *mm)
 {
   const char *url = cli_effective_url(o->url);
-  size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
   char env_name[DLOCK_MAX_NAME_LEN + 16];
   char env_fence[64];
   char env_prefix[DLOCK_MAX_NAME_LEN + 16];
-  char *env_url = malloc(urllen);
+  char *env_url = cli_child_env_url(url);
   char *env_fences = NULL;
 
   memset(p, 0, sizeof *p);
@@ -410,7 +409,6 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
     return -1;
   snprintf(env_name, sizeof env_name, "DLOCK_NAME=%s", o->name);
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
-  snprintf(env_url, urllen, "DLOCK_URL=%s", url);
   /* The prefix too, so that a nested 'dlock fence check' finds our keys. */
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
   /* What was taken: -s read, -x write, else a mutex. */
