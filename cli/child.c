@@ -208,7 +208,19 @@ pid_t cli_child_spawn(const cli_child *p, const sigset_t *mask, int tty, const c
 
 /* ---- The guardian ---- */
 
-/* The guardian's side of fork(): async-signal-safe calls only. */
+static int64_t guard_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* dlock_mono_now()'s clock */
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The guardian's side of fork(): async-signal-safe calls only. It stops the
+ * group (SIGTERM and SIGCONT, then SIGKILL) when dlock dies (EOF on the
+ * pipe: SIGKILL after the grace, or at the deadline if that comes first),
+ * and, without a word from dlock, at the times of the last deadline dlock
+ * told it (SIGTERM at term_at, SIGKILL at kill_at): a stopped or starved
+ * dlock renews nothing, and its command must not outlive the lease. */
 static void guard_main(int fd, pid_t pgid, int64_t grace_ms)
 {
   struct sigaction ignore;
@@ -228,21 +240,56 @@ static void guard_main(int fd, pid_t pgid, int64_t grace_ms)
   for (int i = 3; i < 4096; i++)
     if (i != fd)
       close(i);
-  char b;
-  ssize_t n;
-  do {
-    n = read(fd, &b, 1);
-  } while (n < 0 && errno == EINTR);
-  if (n == 1)
-    _exit(0); /* dlock is alive and done with the group */
-  kill(-pgid, SIGTERM);
-  kill(-pgid, SIGCONT);
-  for (int64_t waited = 0; waited < grace_ms && kill(-pgid, 0) == 0; waited += 50) {
-    struct timespec ts = {0, 50 * 1000000L};
-    nanosleep(&ts, NULL);
+  int64_t term_at = 0, kill_at = 0; /* 0: no deadline told */
+  int termed = 0, orphaned = 0;
+  for (;;) {
+    int64_t now = guard_now();
+    if (!termed && (orphaned || (term_at != 0 && now >= term_at))) {
+      kill(-pgid, SIGTERM);
+      kill(-pgid, SIGCONT);
+      termed = 1;
+    }
+    if ((kill_at != 0 && now >= kill_at) || (orphaned && kill(-pgid, 0) != 0)) {
+      kill(-pgid, SIGKILL);
+      if (orphaned)
+        _exit(0);
+      /* dlock lives (stopped, frozen): keep the pipe open for its word. */
+      term_at = kill_at = 0;
+      continue;
+    }
+    int64_t wait = -1;
+    if (!termed && term_at != 0)
+      wait = term_at - now;
+    if (kill_at != 0 && (wait < 0 || kill_at - now < wait))
+      wait = kill_at - now;
+    if (orphaned && (wait < 0 || wait > 50))
+      wait = 50; /* watching for the group to go */
+    if (wait > 60000)
+      wait = 60000;
+    if (orphaned) {
+      struct timespec ts = {0, (long)(wait > 0 ? wait : 1) * 1000000L};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, (int)(wait < 0 ? -1 : wait + 1)) <= 0)
+      continue;
+    int64_t msg[2];
+    ssize_t n = read(fd, msg, sizeof msg);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n == (ssize_t)sizeof msg && msg[0] < 0)
+      _exit(0); /* dlock is alive and done with the group */
+    if (n == (ssize_t)sizeof msg) {
+      term_at = msg[0];
+      kill_at = msg[1];
+    } else {
+      orphaned = 1; /* EOF: dlock died without a word */
+      int64_t k = guard_now() + grace_ms;
+      if (kill_at == 0 || k < kill_at)
+        kill_at = k;
+    }
   }
-  kill(-pgid, SIGKILL);
-  _exit(0);
 }
 
 void cli_guard_start(cli_guard *g, pid_t pgid, int64_t grace_ms)
@@ -250,6 +297,7 @@ void cli_guard_start(cli_guard *g, pid_t pgid, int64_t grace_ms)
   int fds[2];
   g->pid = -1;
   g->fd = -1;
+  g->told = 0;
   if (pipe2(fds, O_CLOEXEC) != 0) {
     perror("dlock: guardian pipe");
     return;
@@ -269,11 +317,24 @@ void cli_guard_start(cli_guard *g, pid_t pgid, int64_t grace_ms)
   g->fd = fds[1];
 }
 
+void cli_guard_deadline(cli_guard *g, int64_t deadline, int64_t grace_ms)
+{
+  if (g->pid <= 0 || deadline == g->told)
+    return;
+  /* One write of 16 bytes (less than PIPE_BUF): never torn. */
+  int64_t msg[2] = {deadline > 0 ? deadline - grace_ms : 0, deadline > 0 ? deadline : 0};
+  if (msg[0] <= 0 && deadline > 0)
+    msg[0] = 1;
+  if (write(g->fd, msg, sizeof msg) == (ssize_t)sizeof msg)
+    g->told = deadline;
+}
+
 void cli_guard_stop(cli_guard *g)
 {
   if (g->pid <= 0)
     return;
-  (void)!write(g->fd, "x", 1);
+  int64_t msg[2] = {-1, -1};
+  (void)!write(g->fd, msg, sizeof msg);
   close(g->fd);
   while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
     ;

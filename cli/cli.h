@@ -175,6 +175,10 @@ const char *cli_server_kind(const char *url);
 const char *cli_effective_url(const char *url);
 /* 'url' with any password replaced by "***", into 'buf'. */
 void cli_redact_url(const char *url, char *buf, size_t len);
+/* "DLOCK_URL=..." for a command's environment (malloc'd; NULL: out of
+ * memory): the password shown as ***, unless the URL is dlock's own
+ * $DLOCK_URL (the caller's to hand on). */
+char *cli_child_env_url(const char *url);
 /* Who holds a lock, in one line for messages: "pid 12 on host user u,
  * command: make; since 3s ago; lease 27s left; 2 waiting" (cmd_status.c). */
 void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len);
@@ -223,15 +227,25 @@ pid_t cli_child_spawn(const cli_child *p, const sigset_t *mask, int tty, const c
  * whole group (SIGTERM and SIGCONT, SIGKILL after 'grace_ms') if dlock dies
  * without a word, e.g. by SIGKILL, since then nobody renews the lease.
  * PR_SET_PDEATHSIG reaches only the command's own process, not what it
- * started (the real work under sh -c). */
+ * started (the real work under sh -c). Told a deadline (each renewal), it
+ * also stops the group by itself when dlock does not tell it a later one in
+ * time (dlock stopped, frozen, starved): SIGTERM at deadline - grace,
+ * SIGKILL at the deadline, so that the command is gone when the lease can
+ * end; after dlock's death, SIGKILL comes at the deadline if it is sooner
+ * than the grace. */
 typedef struct cli_guard {
   pid_t pid;
-  int fd; /* write end of its pipe: one byte means "all is well, go" */
+  int fd;       /* write end of its pipe: 16-byte messages */
+  int64_t told; /* the last deadline told (dlock_mono_ms), 0 if none */
 } cli_guard;
 
 /* Start a guardian for the group 'pgid'. On failure it says why, and
  * 'g->pid' is -1 (the command runs unguarded beyond PR_SET_PDEATHSIG). */
 void cli_guard_start(cli_guard *g, pid_t pgid, int64_t grace_ms);
+/* The hold is valid until 'deadline' (dlock_mono_ms; 0: no deadline, e.g.
+ * between terms): SIGTERM at deadline - 'grace_ms', SIGKILL at the deadline
+ * unless a later deadline comes first. Cheap when nothing changed. */
+void cli_guard_deadline(cli_guard *g, int64_t deadline, int64_t grace_ms);
 /* The group is gone: let the guardian go and reap it. */
 void cli_guard_stop(cli_guard *g);
 

@@ -312,20 +312,24 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
     if (rc != 0)
       return rc;
   }
-  /* If dlock is killed, the guardian stops the command's group: SIGTERM,
-   * then SIGKILL after the grace. The lease is renewed by nobody meanwhile,
-   * so a grace as long as the lease lets a command that ignores SIGTERM run
-   * on after another holder got the lock. The default grace shrinks to fit. */
-  if (grace_given && o->grace_ms >= o->lease_ms) {
-    char grace[64], lease[64];
+  /* A command that ignores SIGTERM must be gone when the lease can end:
+   * SIGTERM comes at the local deadline minus the grace (from dlock, or from
+   * the guardian if dlock is killed or stopped), SIGKILL at the deadline.
+   * Renewals come every third of the lease, so the deadline is two thirds
+   * of it away just before one; the grace must fit with room for the
+   * renewal's round trip: at most half the lease. The default shrinks. */
+  if (grace_given && o->grace_ms > o->lease_ms / 2) {
+    char grace[64], lease[64], most[64];
     cli_format_duration(o->grace_ms, grace, sizeof grace);
     cli_format_duration(o->lease_ms, lease, sizeof lease);
-    return cli_usage_error(cmdname, "--grace %s must be shorter than --lease %s: if dlock is "
-                           "killed, a command that ignores SIGTERM would still run after "
-                           "the lease ran out and another holder took the lock",
-                           grace, lease);
+    cli_format_duration(o->lease_ms / 2, most, sizeof most);
+    return cli_usage_error(cmdname, "--grace %s is too long for --lease %s: the command gets SIGTERM "
+                           "--grace before the lease could end and SIGKILL when it could, and the lease "
+                           "is renewed every third of it; give --grace %s or less (half the lease), or a "
+                           "longer --lease",
+                           grace, lease, most);
   }
-  if (!grace_given && o->grace_ms >= o->lease_ms)
+  if (!grace_given && o->grace_ms > o->lease_ms / 2)
     o->grace_ms = o->lease_ms / 2;
   if (o->nmulti > 0 && o->name != NULL)
     return cli_usage_error(cmdname, "give the lock as NAME or the names with --multi, not both");
@@ -394,11 +398,10 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
                       dlock_multi *mm)
 {
   const char *url = cli_effective_url(o->url);
-  size_t urllen = strlen("DLOCK_URL=") + strlen(url) + 1;
   char env_name[DLOCK_MAX_NAME_LEN + 16];
   char env_fence[64];
   char env_prefix[DLOCK_MAX_NAME_LEN + 16];
-  char *env_url = malloc(urllen);
+  char *env_url = cli_child_env_url(url);
   char *env_fences = NULL;
 
   memset(p, 0, sizeof *p);
@@ -406,7 +409,6 @@ static int plan_build(cli_child *p, const char *program, const run_opts *o, uint
     return -1;
   snprintf(env_name, sizeof env_name, "DLOCK_NAME=%s", o->name);
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)fence);
-  snprintf(env_url, urllen, "DLOCK_URL=%s", url);
   /* The prefix too, so that a nested 'dlock fence check' finds our keys. */
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
   /* What was taken: -s read, -x write, else a mutex. */
@@ -720,6 +722,31 @@ static int64_t ms_until(dlock_mono_ms when)
   return when > now ? when - now : 0;
 }
 
+/* How often dlock tells the guardian the hold's deadline (when it changed). */
+#define GUARD_TELL_EVERY_MS 100
+
+/* When dlock stops the command if no renewal came: 'grace' before the local
+ * deadline with --on-lost term (SIGKILL at the deadline), at it otherwise;
+ * 0 when there is no deadline. */
+static dlock_mono_ms stop_point(const run_opts *o, dlock_mono_ms valid_until, int64_t grace)
+{
+  if (valid_until == 0)
+    return 0;
+  if (o->lost_action != ON_LOST_TERM)
+    return valid_until + 1;
+  return valid_until > grace ? valid_until - grace : 1;
+}
+
+/* The grace spent before a deadline first seen now: --grace, but at most
+ * half of what the deadline grants (a hand-off's short claim lease runs
+ * until the first renewal, at a third of it), so that a renewal on time
+ * always comes before the stop point. */
+static int64_t grace_before(const run_opts *o, dlock_mono_ms valid_until)
+{
+  int64_t half = ms_until(valid_until) / 2;
+  return o->grace_ms < half ? o->grace_ms : half;
+}
+
 typedef struct run_state {
   int lost;
   int signal_got; /* last signal passed on */
@@ -727,12 +754,14 @@ typedef struct run_state {
 
 /* Supervise the child until it has ended; returns its wait status. */
 static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int tty,
-                     run_state *rs)
+                     run_state *rs, cli_guard *guard)
 {
   int done = 0, status = 0, last = 0;
   sigset_t got;
   int lost_fd = hold_lost_fd(h);
   dlock_mono_ms kill_at = 0;
+  dlock_mono_ms seen_until = 0; /* the deadline 'grace' was set for */
+  int64_t grace = o->grace_ms;
 
   while (!done) {
     struct pollfd pfd[2];
@@ -744,10 +773,21 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
     if (kill_at != 0)
       timeout = ms_until(kill_at);
     /* Backstop: past the validity deadline the hold must be taken as gone
-     * even if no news came from the watchdog. */
+     * even if no news came from the watchdog; with --on-lost term already
+     * --grace before it, so that the command is gone when the lease can end.
+     * The guardian learns each new deadline, to do the same if we cannot. */
     dlock_mono_ms valid_until = rs->lost ? 0 : hold_valid_until(h);
-    if (valid_until != 0 && (timeout < 0 || ms_until(valid_until) < timeout))
-      timeout = ms_until(valid_until) + 1;
+    if (valid_until != seen_until && valid_until != 0) {
+      seen_until = valid_until;
+      grace = grace_before(o, valid_until);
+    }
+    if (valid_until != 0 && o->lost_action != ON_LOST_IGNORE)
+      cli_guard_deadline(guard, valid_until, grace);
+    dlock_mono_ms stop_at = stop_point(o, valid_until, grace);
+    if (stop_at != 0 && (timeout < 0 || ms_until(stop_at) < timeout))
+      timeout = ms_until(stop_at) + 1;
+    if (valid_until != 0 && guard->pid > 0 && (timeout < 0 || timeout > GUARD_TELL_EVERY_MS))
+      timeout = GUARD_TELL_EVERY_MS; /* a renewal's new deadline, to the guardian */
     if (timeout > 60000)
       timeout = 60000;
     int r = poll(pfd, n, (int)timeout);
@@ -788,9 +828,12 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
       reason = hold_lost(h);
     }
     valid_until = rs->lost ? 0 : hold_valid_until(h);
-    if (!rs->lost && !lost_now && valid_until != 0 && dlock_mono_now() > valid_until) {
+    stop_at = stop_point(o, valid_until, grace);
+    int early = 0; /* the lease is still ours, for less than --grace */
+    if (!rs->lost && !lost_now && stop_at != 0 && dlock_mono_now() >= stop_at) {
       lost_now = 1;
       reason = DLOCK_LOST_DEADLINE;
+      early = dlock_mono_now() <= valid_until;
     }
     if (lost_now) {
       rs->lost = 1;
@@ -806,6 +849,8 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
       if (reason == DLOCK_LOST_UNREACHABLE)
         snprintf(why, sizeof why, "%s could not be reached in time to renew the lease or keep the session",
                  cli_server_kind(cli_config_url()));
+      else if (early)
+        snprintf(why, sizeof why, "the lease could not be renewed in time and may end within --grace");
       else
         snprintf(why, sizeof why, "%s", dlock_lost_reason_str(reason));
       fprintf(stderr, "dlock: %s '%s' lost: %s; %s\n", o->elect ? "leadership of" : "lock", o->name, why, what);
@@ -814,6 +859,10 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
         kill(-pid, SIGTERM);
         kill(-pid, SIGCONT);
         kill_at = dlock_mono_now() + o->grace_ms;
+        if (early && valid_until < kill_at)
+          kill_at = valid_until; /* gone when the lease can end */
+        if (kill_at == 0)
+          kill_at = 1;
         break;
       case ON_LOST_KILL:
         kill(-pid, SIGKILL);
@@ -824,7 +873,7 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
     }
     if (kill_at != 0 && dlock_mono_now() >= kill_at) {
       if (!o->quiet)
-        fprintf(stderr, "dlock: the command outlived --grace; sending SIGKILL\n");
+        fprintf(stderr, "dlock: the command did not end within --grace (or before the lease could end); sending SIGKILL\n");
       kill(-pid, SIGKILL);
       kill_at = 0;
     }
@@ -1281,7 +1330,7 @@ int cmd_run(int argc, char **argv)
   cli_guard guard;
   cli_guard_start(&guard, pid, o.grace_ms);
   run_state rs = {0, 0};
-  int status = supervise(pid, &hold, &o, sig.fd, sig.tty, &rs);
+  int status = supervise(pid, &hold, &o, sig.fd, sig.tty, &rs, &guard);
   if (sig.tty >= 0)
     tcsetpgrp(sig.tty, getpgrp());
   cli_stop_group(pid, o.grace_ms, o.quiet, sig.fd);

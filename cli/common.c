@@ -28,6 +28,24 @@ void cli_redact_url(const char *url, char *buf, size_t len)
   dlock_url_redact(url, buf, len);
 }
 
+char *cli_child_env_url(const char *url)
+{
+  /* A password given on the command line or in a config file is not handed
+   * to the command (nor to /proc/PID/environ): DLOCK_URL shows it as ***.
+   * One that came in dlock's own $DLOCK_URL is the caller's to hand on. */
+  size_t len = strlen("DLOCK_URL=") + strlen(url) + 16;
+  char *env = malloc(len);
+  if (env == NULL)
+    return NULL;
+  const char *own = getenv("DLOCK_URL");
+  int n = snprintf(env, len, "DLOCK_URL=");
+  if (own != NULL && strcmp(own, url) == 0)
+    snprintf(env + n, len - (size_t)n, "%s", url);
+  else
+    cli_redact_url(url, env + n, len - (size_t)n);
+  return env;
+}
+
 int cli_exit_for_status(int status)
 {
   switch ((dlock_status)status) {

@@ -244,8 +244,7 @@ static int run_job(const dlock_tick *t, void *arg)
   char env_job[DLOCK_MAX_NAME_LEN + 16];
   char env_tick[48], env_tick_ms[48], env_fence[48], env_node[160];
   char env_prefix[DLOCK_MAX_NAME_LEN + 16];
-  size_t urllen = strlen("DLOCK_URL=") + strlen(d->url) + 1;
-  char *env_url = malloc(urllen);
+  char *env_url = cli_child_env_url(d->url);
   cli_child plan;
 
   cli_format_time_ms(t->scheduled_unix_ms, o->tz, when, sizeof when);
@@ -261,7 +260,6 @@ static int run_job(const dlock_tick *t, void *arg)
            (long long)t->scheduled_unix_ms);
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)t->fence);
   snprintf(env_node, sizeof env_node, "DLOCK_NODE=%s", t->node);
-  snprintf(env_url, urllen, "DLOCK_URL=%s", d->url);
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
   const char *env[] = {env_job,  env_tick, env_tick_ms, env_fence,
                        env_node, env_url,  env_prefix,  NULL};

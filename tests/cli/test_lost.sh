@@ -50,13 +50,13 @@ bg_track $OTHER
 check "(b) another process takes the lock" wait_for 10 key_exists B
 check "(b) another process runs its command" wait_for 10 file_has "$TEST_DIR/other.pid"
 token=$(rcli GET B)
-check "(b) while dlock is frozen, its command still runs" pid_alive "$(cat "$TEST_DIR/child.pid")"
+# The guardian knew the deadline: the command is gone although dlock is frozen.
+check "(b) while dlock is frozen, the guardian stopped its command" pid_gone "$(cat "$TEST_DIR/child.pid")"
+check "(b) the child got SIGTERM" file_has "$TEST_DIR/child.term"
+check "(b) the grandchild is gone" pid_gone "$(cat "$TEST_DIR/gc.pid")"
 kill -CONT "$DL"
 wait_exit "$DL" 20
 assert_eq "(b) after SIGCONT dlock exits 79" "$EXIT_CODE" 79
-check "(b) the child got SIGTERM" file_has "$TEST_DIR/child.term"
-check "(b) the child is gone" pid_gone "$(cat "$TEST_DIR/child.pid")"
-check "(b) the grandchild is gone" pid_gone "$(cat "$TEST_DIR/gc.pid")"
 assert_eq "(b) the other holder's key is untouched" "$(rcli GET B)" "$token"
 check "(b) the other holder's command still runs" pid_alive "$(cat "$TEST_DIR/other.pid")"
 out=$("$DLOCK" status --json B | python3 -c 'import json,sys; print(json.load(sys.stdin)["holder"]["pid"])')

@@ -71,12 +71,14 @@ usage_error "run: missing name" "missing lock NAME" run -- true
 usage_error "run: bad --on-lost" "--on-lost: 'maybe'" run --on-lost maybe name -- true
 usage_error "run: bad conflict exit code" "conflict-exit-code: '256'" run -E 256 name -- true
 usage_error "run: --grace as long as --lease says why" \
-  "--grace 2s must be shorter than --lease 2s: if dlock is killed, a command that ignores SIGTERM" \
+  "--grace 2s is too long for --lease 2s: the command gets SIGTERM --grace before the lease could end" \
   run --lease 2s --grace 2s name -- true
-usage_error "run: --grace longer than the default lease" "--grace 1m 0s must be shorter than --lease 30s" \
-  run --grace 1m name -- true
-usage_error "run: --grace longer than --lease, in either order" "must be shorter than --lease" \
-  run --grace 10s --lease 5s name -- true
+usage_error "run: --grace longer than half the default lease" "--grace 16s is too long for --lease 30s" \
+  run --grace 16s name -- true
+usage_error "run: --grace longer than half --lease, in either order" "give --grace 2.500s or less .half the lease." \
+  run --grace 3s --lease 5s name -- true
+usage_error "elect: --grace that cannot fit before the deadline" "--grace 2.900s is too long for --lease 3s" \
+  elect --lease 3s --grace 2900ms name -- true
 usage_error "run: --shell with several words" "--shell takes COMMAND as one string" run --shell name -- echo hi
 usage_error "status: missing name" "missing lock NAME" status
 usage_error "status: two names" "unexpected argument" status a b
