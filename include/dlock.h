@@ -579,7 +579,7 @@ typedef struct dlock_lock_info {
   int64_t ttl_ms;         /* remaining lease, -1 when held without expiry */
   uint64_t fence;         /* fence of the current hold, else the last issued */
   int64_t since_unix_ms;  /* when the current hold began (server clock), 0 if unknown;
-                           * ZooKeeper: when the holder's node was created (it queued) */
+                           * on zk:// when the holder queued (its node's creation) */
   int64_t waiters;        /* processes registered as waiting */
   char owner_info[1025];  /* owner_info of the holder, "" if none */
   /* Added after the first layout (see the top): */
@@ -972,8 +972,8 @@ typedef struct dlock_leader {
   int has_leader;          /* 0: no one leads now (the fields below are 0 and "") */
   uint64_t epoch;          /* the leader's epoch (the hold's fence) */
   int64_t since_unix_ms;   /* when the term began (server clock), 0 if unknown; on
-                            * ZooKeeper when the leader's node was created, i.e. when
-                            * it stood as a candidate (queued), which may be earlier */
+                            * zk:// when the leader's node was created, i.e. when it
+                            * stood as a candidate (queued), which may be earlier */
   int64_t lease_left_ms;   /* remaining lease; -1 when it lasts as long as a session */
   char value[1025];        /* the leader's value */
 } dlock_leader;
