@@ -44,7 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (const char *p = u.db; *p; p++)
       FUZZ_CHECK(strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$-", *p) != NULL);
     FUZZ_CHECK(u.advisory == 0 || u.advisory == 1);
-    if (u.password[0]) {
+    /* A display cut at its size (a URL of 400 bytes and more) may end
+     * before the mask: check_secret_masked() still holds for it. */
+    int cut_short = strlen(u.display) + 1 >= sizeof u.display;
+    if (u.password[0] && !cut_short) {
       FUZZ_CHECK(strstr(u.display, ":***@") != NULL);
       /* Nothing of the URL's password segment is left before the mask. */
       const char *mask = strstr(u.display, ":***@");
@@ -52,11 +55,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (plen >= 4) {
         char head[400];
         snprintf(head, sizeof head, "%.*s", (int)(mask - u.display), u.display);
-        /* The text before "://" (the scheme: dlock_url_redact() comes here
+        /* The text up to "://" (the scheme: dlock_url_redact() comes here
          * for mysql:// and mariadb:// only) is the input's own. */
         const char *sep = strstr(url, "://");
         char scheme[400];
-        snprintf(scheme, sizeof scheme, "%.*s", sep ? (int)(sep - url) : 0, url);
+        snprintf(scheme, sizeof scheme, "%.*s", sep ? (int)(sep - url + 3) : 0, url); /* with "://" */
         FUZZ_CHECK(strstr(head, u.password) == NULL || strstr(u.user, u.password) != NULL ||
                    strstr("mysql://mariadb://", u.password) != NULL || strstr(scheme, u.password) != NULL);
       }
