@@ -116,6 +116,8 @@ static int lead_then_wait(void *arg) {
   int lost = dlock_election_lost(e) != DLOCK_LOST_NONE;
   int out[2] = {rc, lost};
   if (write(a->ready_fd, out, sizeof out) != sizeof out) return 5;
+  dlock_election_free(e); /* the child is a program of its own: its leak check runs */
+  dlock_client_free(c);
   return 0;
 }
 
