@@ -185,6 +185,16 @@ static void hist_span(const char *hist, const char *who, long long *first, long 
   fclose(f);
 }
 
+/* When 'who' wrote its first line to 'hist', waiting up to 20 s; 0 if it did not. */
+static long long wait_first_line(const char *hist, const char *who) {
+  long long first = 0, last, until = th_now_ms() + 20000;
+  do {
+    th_sleep_ms(20);
+    hist_span(hist, who, &first, &last, 0, NULL);
+  } while (!first && th_now_ms() < until);
+  return first;
+}
+
 static void stop_dlock(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGCONT);
@@ -220,11 +230,8 @@ TEST(elect_command_stops_at_the_deadline_even_when_its_dlock_is_stopped) {
     unlink(hist);
     pid_t a = elect_writer(url, name, "A", hist), b = -1;
     long long fa, la, fb, lb;
-    long long until = th_now_ms() + 20000;
-    do {
-      th_sleep_ms(100);
-      hist_span(hist, "A", &fa, &la, 0, NULL);
-    } while (!fa && th_now_ms() < until);
+    fa = wait_first_line(hist, "A");
+    long long until;
     if (!fa) {
       stop_dlock(a);
       TEST_FAIL("A's command did not start leading within 20 s on redis-server port %d", redis_srv.port);
@@ -324,11 +331,8 @@ TEST(elect_kill9_of_dlock_never_leaves_its_command_beside_the_next_leader) {
     unlink(hist);
     pid_t a = elect_ignoring_term(url, name, "A", hist, "1500ms");
     long long fa = 0, la, fb = 0, lb;
-    long long until = th_now_ms() + 20000;
-    do {
-      th_sleep_ms(20);
-      hist_span(hist, "A", &fa, &la, 0, NULL);
-    } while (!fa && th_now_ms() < until);
+    fa = wait_first_line(hist, "A");
+    long long until;
     if (!fa) {
       stop_dlock(a);
       TEST_FAIL("A's command did not start leading within 20 s on redis-server port %d", redis_srv.port);
@@ -398,11 +402,8 @@ TEST(elect_partitioned_leader_command_is_gone_before_the_next_leader_starts) {
     unlink(hist);
     pid_t a = elect_ignoring_term(url_a, name, "A", hist, "1500ms");
     long long fa = 0, la, fb = 0, lb;
-    long long until = th_now_ms() + 20000;
-    do {
-      th_sleep_ms(50);
-      hist_span(hist, "A", &fa, &la, 0, NULL);
-    } while (!fa && th_now_ms() < until);
+    fa = wait_first_line(hist, "A");
+    long long until;
     if (!fa) {
       stop_dlock(a);
       fail = "A's command did not start leading within 20 s";

@@ -1013,28 +1013,41 @@ TEST(review4_prune_racing_an_acquire_after_a_backward_clock_step_keeps_fences_ri
               (unsigned long long)fa, (unsigned long long)fa2, (double)(fa - fa2) / 1e6);
 }
 
-TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
-  if (!srv_up) TEST_SKIP("%s", skip_why);
-  char out[512] = "";
-  /* The schema by its owner (the superuser's first use), then 'app' granted as the docs say. */
-  dlock_client *owner = th_pg_client(&srv, "rev4g", NULL);
+/* Schema 'schema' made by its owner (the superuser's first acquire), then a
+ * role 'role' with the table rights the docs give and 'seq_rights' on the
+ * sequences; a client of that role (NULL if it cannot connect). '*setup' is
+ * the owner's acquire, '*grant' the grant's result (0 ok). */
+static dlock_client *granted_client(const char *schema, const char *role, const char *seq_rights, int *setup,
+                                    int *grant) {
+  char out[512] = "", name[80];
+  dlock_client *owner = th_pg_client(&srv, schema, NULL);
   dlock_mutex *m0 = NULL;
-  int rc0 = owner && dlock_mutex_new(&m0, owner, "rev4-init", NULL) == 0 ? dlock_mutex_acquire(m0, 5000) : -100;
+  snprintf(name, sizeof name, "%s-init", schema);
+  *setup = owner && dlock_mutex_new(&m0, owner, name, NULL) == 0 ? dlock_mutex_acquire(m0, 5000) : -100;
   if (m0) dlock_mutex_release(m0);
   dlock_mutex_free(m0);
   dlock_client_free(owner);
-  int g = th_pg_sql(&srv, NULL, out, sizeof out,
-                    "CREATE ROLE app LOGIN; GRANT USAGE ON SCHEMA rev4g TO app; "
-                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rev4g TO app; "
-                    "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA rev4g TO app;");
+  *grant = th_pg_sql(&srv, NULL, out, sizeof out,
+                     "CREATE ROLE %s LOGIN; GRANT USAGE ON SCHEMA %s TO %s; "
+                     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s; "
+                     "GRANT %s ON ALL SEQUENCES IN SCHEMA %s TO %s;",
+                     role, schema, role, schema, role, seq_rights, schema, role);
   char url[900];
-  snprintf(url, sizeof url, "postgresql://app@127.0.0.1:%d/postgres?dlock_schema=rev4g", srv.port);
+  snprintf(url, sizeof url, "postgresql://%s@127.0.0.1:%d/postgres?dlock_schema=%s", role, srv.port, schema);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
   dlock_client *c = NULL;
+  return dlock_client_new(&c, &o) == 0 ? c : NULL;
+}
+
+TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
+  if (!srv_up) TEST_SKIP("%s", skip_why);
+  /* The schema by its owner (the superuser's first use), then 'app' granted as the docs say. */
+  int rc0, g;
+  dlock_client *c = granted_client("rev4g", "app", "USAGE, UPDATE", &rc0, &g);
   dlock_mutex *m = NULL;
-  int rc = dlock_client_new(&c, &o);
+  int rc = c ? 0 : -1;
   int acq = rc == 0 && dlock_mutex_new(&m, c, "rev4-app", NULL) == 0 ? dlock_mutex_acquire(m, 5000) : -100;
   int rel = acq == 0 ? dlock_mutex_release(m) : -100;
   char acq_err[512];
@@ -1061,24 +1074,10 @@ TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
 TEST(review4_doctor_and_the_release_tell_of_a_prune_without_rights) {
   if (!srv_up) TEST_SKIP("%s", skip_why);
   char out[512] = "";
-  dlock_client *owner = th_pg_client(&srv, "rev4h", NULL);
-  dlock_mutex *m0 = NULL;
-  int rc0 = owner && dlock_mutex_new(&m0, owner, "rev4h-init", NULL) == 0 ? dlock_mutex_acquire(m0, 5000) : -100;
-  if (m0) dlock_mutex_release(m0);
-  dlock_mutex_free(m0);
-  dlock_client_free(owner);
-  int g = th_pg_sql(&srv, NULL, out, sizeof out,
-                    "CREATE ROLE app2 LOGIN; GRANT USAGE ON SCHEMA rev4h TO app2; "
-                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rev4h TO app2; "
-                    "GRANT USAGE ON ALL SEQUENCES IN SCHEMA rev4h TO app2;");
-  char url[900];
-  snprintf(url, sizeof url, "postgresql://app2@127.0.0.1:%d/postgres?dlock_schema=rev4h", srv.port);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = NULL;
+  int rc0, g;
+  dlock_client *c = granted_client("rev4h", "app2", "USAGE", &rc0, &g);
   dlock_mutex *m = NULL;
-  int rc = dlock_client_new(&c, &o);
+  int rc = c ? 0 : -1;
   /* The client's first release prunes (rows an hour old: none, but the
    * raise is not reached then; make one old row so that it is). */
   th_pg_sql(&srv, NULL, out, sizeof out,
