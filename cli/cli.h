@@ -155,6 +155,8 @@ int cli_config_load(void);
 /* The effective URL (never NULL) and key prefix ("" for none). */
 const char *cli_config_url(void);
 const char *cli_config_prefix(void);
+/* 1 once loaded when nothing named a server (the default URL is in use). */
+int cli_config_url_defaulted(void);
 /* Put url, key prefix, TLS files and timeouts into 'opts'. */
 void cli_config_apply(dlock_client_options *opts);
 /* The system's and the user's config file paths ("" when there is no $HOME). */

@@ -203,6 +203,11 @@ const char *cli_config_url(void)
   return value(S_URL) != NULL ? value(S_URL) : CLI_DEFAULT_URL;
 }
 
+int cli_config_url_defaulted(void)
+{
+  return loaded == 1 && value(S_URL) == NULL;
+}
+
 const char *cli_config_prefix(void)
 {
   cli_config_load();

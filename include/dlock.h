@@ -93,7 +93,8 @@ extern "C" {
   XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
   XX(ELIMIT,     -35, "semaphore's stored limit differs from the caller's")         \
   XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
-  XX(ENOLATCH,   -37, "no such latch: never set, or expired")
+  XX(ENOLATCH,   -37, "no such latch: never set, or expired")                      \
+  XX(ENOTREADY,  -38, "the server is not ready (loading, busy or failing over)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,

@@ -242,6 +242,7 @@ static int sqlstate_status(const char *st) {
   if (strcmp(st, "57014") == 0) return DLOCK_ETIMEDOUT;       /* query_canceled (statement_timeout) */
   if (strcmp(st, "55P03") == 0) return DLOCK_ETIMEDOUT;       /* lock_not_available (lock_timeout) */
   if (strcmp(st, "22001") == 0) return DLOCK_ENAME;           /* string_data_right_truncation */
+  if (strcmp(st, "57P03") == 0) return DLOCK_ENOTREADY;       /* cannot_connect_now: starting up */
   if (strncmp(st, "57P", 3) == 0) return DLOCK_EIO;           /* shutdown, terminated */
   if (strncmp(st, "08", 2) == 0) return DLOCK_EIO;            /* connection exceptions */
   if (strncmp(st, "28", 2) == 0) return DLOCK_EAUTH;
