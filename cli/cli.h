@@ -110,7 +110,10 @@ enum {
   /* The common options (cli_common_opts), looked up before the command's
    * own table: */
   CLI_OPT_URL = -10,       /* --url URL */
-  CLI_OPT_PREFIX = -11     /* --prefix P */
+  CLI_OPT_PREFIX = -11,    /* --prefix P */
+  /* --password-file F: taken by the parser itself (into the settings, as
+   * 'password_file'), never returned; with --url. */
+  CLI_OPT_PASSWORD_FILE = -12
 };
 
 /* Which common options a command takes (cli_args_init's 'common'). */

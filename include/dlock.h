@@ -180,7 +180,9 @@ typedef struct dlock_client_options {
    * as a directory lies inside its parent. NULL or "": none, the key is
    * exactly the name. See docs/keys.md. */
   const char *key_prefix;
-  /* These override what the URL says, when not NULL. */
+  /* These override what the URL says, when not NULL, for the backends that
+   * take them (README.md, "Connecting", says which: some take the password
+   * alone, some neither). */
   const char *username;
   const char *password;
   const char *tls_ca_file;     /* PEM CA bundle; NULL: system default paths */
