@@ -110,7 +110,10 @@ enum {
   /* The common options (cli_common_opts), looked up before the command's
    * own table: */
   CLI_OPT_URL = -10,       /* --url URL */
-  CLI_OPT_PREFIX = -11     /* --prefix P */
+  CLI_OPT_PREFIX = -11,    /* --prefix P */
+  /* --password-file F: taken by the parser itself (into the settings, as
+   * 'password_file'), never returned; with --url. */
+  CLI_OPT_PASSWORD_FILE = -12
 };
 
 /* Which common options a command takes (cli_args_init's 'common'). */
@@ -155,6 +158,8 @@ int cli_config_load(void);
 /* The effective URL (never NULL) and key prefix ("" for none). */
 const char *cli_config_url(void);
 const char *cli_config_prefix(void);
+/* 1 once loaded when nothing named a server (the default URL is in use). */
+int cli_config_url_defaulted(void);
 /* Put url, key prefix, TLS files and timeouts into 'opts'. */
 void cli_config_apply(dlock_client_options *opts);
 /* The system's and the user's config file paths ("" when there is no $HOME). */

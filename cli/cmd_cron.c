@@ -65,7 +65,8 @@ static const cli_opt every_table[] = {
 typedef struct sched_args {
   cli_daemon_opts d;
   const char *positional; /* EXPR, DURATION or (with --history) JOB */
-  int dashdash;
+  int dashdash; /* 1 after "--", or at COMMAND given without it */
+  int cmd_at;   /* argv index of a COMMAND given without "--", else 0 */
   uint64_t count;
   const char *from;
   unsigned seen;
@@ -123,10 +124,19 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       a->dashdash = 1;
       break;
     case CLI_OPT_POSITIONAL:
-      if (a->positional != NULL)
-        return cli_usage_error(cmd, "unexpected argument '%s' (missing '--' before a "
-                                    "command?)", arg);
-      a->positional = arg;
+      if (a->positional == NULL) {
+        a->positional = arg;
+        break;
+      }
+      /* As run: "cron EXPR --name J CMD ARGS..." needs no '--' when CMD
+       * does not start with '-'; everything from CMD on is the command's.
+       * A second word with blanks is a second expression, not a command. */
+      if (strpbrk(arg, " \t") != NULL)
+        return cli_usage_error(cmd, "unexpected argument '%s' after '%s' (one %s; COMMAND "
+                                    "comes after the options)", arg, a->positional,
+                               strcmp(cmd, "cron") == 0 ? "EXPR" : "DURATION");
+      a->dashdash = 1;
+      a->cmd_at = args.index - 1;
       break;
     case OPT_URL:
       a->d.url = arg;
@@ -202,8 +212,9 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
     if (rc != 0)
       return rc;
   }
-  a->d.cmd = argv + args.index;
-  a->d.ncmd = argc - args.index;
+  int at = a->cmd_at > 0 ? a->cmd_at : args.index;
+  a->d.cmd = argv + at;
+  a->d.ncmd = argc - at;
   return 0;
 }
 
@@ -229,6 +240,48 @@ static int input_error(const char *cmd, int st, const char *what)
   return cli_report(st, dlock_last_error(), "%s", what);
 }
 
+/* How EXPR is read, decided once for --next and the daemon: a 5-field
+ * expression is classic Unix cron (what crontab(5) users write), 6 or 7
+ * fields are Quartz's; '@every D' is a period, which "dlock every" runs. */
+static int cron_reading(const char *cmd, sched_args *a)
+{
+  const char *e = a->positional;
+  int fields = 0;
+
+  while (*e == ' ' || *e == '\t')
+    e++;
+  if (strncmp(e, "@every", 6) == 0 && (e[6] == ' ' || e[6] == '\t' || e[6] == '\0')) {
+    const char *d = e + 6;
+    while (*d == ' ' || *d == '\t')
+      d++;
+    return cli_usage_error(cmd, "'%s' is a period, not a cron expression: run it with "
+                                "'dlock every %s --name JOB -- COMMAND'",
+                           a->positional, *d != '\0' ? d : "DURATION");
+  }
+  for (const char *p = e; *p != '\0';) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (*p == '\0')
+      break;
+    fields++;
+    while (*p != '\0' && *p != ' ' && *p != '\t')
+      p++;
+  }
+  if (fields == 5)
+    a->d.cron_flags |= DLOCK_CRON_UNIX;
+  return 0;
+}
+
+/* The line --next prints first on stderr: which reading it used. */
+static void say_reading(const sched_args *a)
+{
+  if (a->positional[strspn(a->positional, " \t")] == '@')
+    return;
+  if ((a->d.cron_flags & DLOCK_CRON_UNIX) != 0 && (a->seen & (1u << OPT_UNIX)) == 0)
+    fprintf(stderr, "dlock: read as Unix cron (minute hour day-of-month month day-of-week); "
+                    "Quartz's form has 6 or 7 fields, from seconds\n");
+}
+
 /* ---- cron --next ---- */
 
 static int cron_next(sched_args *a)
@@ -244,6 +297,9 @@ static int cron_next(sched_args *a)
     return cli_usage_error("cron", "--next needs a cron EXPR");
   if (a->dashdash)
     return cli_usage_error("cron", "--next takes no COMMAND");
+  rc = cron_reading("cron", a);
+  if (rc != 0)
+    return rc;
   uint64_t n = a->count != 0 ? a->count : NEXT_DEFAULT;
   if (n > NEXT_MAX)
     return cli_usage_error("cron", "-n: at most %d fire times", NEXT_MAX);
@@ -264,6 +320,12 @@ static int cron_next(sched_args *a)
     free(times);
     return input_error("cron", got, got == DLOCK_ETZ ? "--tz: " : "bad cron expression: ");
   }
+  if (got == 0) {
+    free(times);
+    return cli_usage_error("cron", "'%s' never fires after %s", a->positional,
+                           a->from != NULL ? a->from : "now");
+  }
+  say_reading(a);
   int epoch = (a->seen & BIT(OPT_EPOCH)) != 0;
   for (int i = 0; i < got; i++) {
     char buf[64];
@@ -272,9 +334,7 @@ static int cron_next(sched_args *a)
     else
       printf("%s\n", buf);
   }
-  if (got == 0)
-    fprintf(stderr, "dlock: '%s' never fires after that time\n", a->positional);
-  else if (got < (int)n)
+  if (got < (int)n)
     fprintf(stderr, "dlock: '%s' fires no more after the last time shown\n", a->positional);
   free(times);
   return CLI_EXIT_OK;
@@ -386,7 +446,8 @@ static int daemon_checks(const char *cmd, sched_args *a)
   if (a->d.job == NULL)
     return cli_usage_error(cmd, "missing --name JOB");
   if (!a->dashdash)
-    return cli_usage_error(cmd, "missing '--' and COMMAND");
+    return cli_usage_error(cmd, "missing COMMAND (after %s, or after '--')",
+                           strcmp(cmd, "cron") == 0 ? "'EXPR'" : "DURATION");
   if (a->d.ncmd == 0)
     return cli_usage_error(cmd, "missing COMMAND after '--'");
   if (a->d.shell && a->d.ncmd != 1)
@@ -426,6 +487,8 @@ int cmd_cron(int argc, char **argv)
   if (a.positional == NULL)
     return cli_usage_error("cron", "missing cron EXPR (quote it: '0 */5 * * * ?')");
   rc = daemon_checks("cron", &a);
+  if (rc == 0)
+    rc = cron_reading("cron", &a);
   if (rc != 0)
     return rc;
   /* Check the expression before connecting: a typo is a usage error even

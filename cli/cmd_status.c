@@ -10,12 +10,17 @@
 
 #include "cli.h"
 
-enum { OPT_JSON = 1 };
+enum { OPT_JSON = 1, OPT_QUIET };
 
 static const cli_opt status_opts[] = {
   {"json", 0, 0, OPT_JSON},
+  {"quiet", 'q', 0, OPT_QUIET},
   {NULL, 0, 0, 0},
 };
+
+/* "status -q": the answer is the exit status alone, for "if dlock status
+ * -q NAME; then ...": held 0, free 1 (as grep -q and fence check -q). */
+#define STATUS_FREE 1
 
 /* The holder as "dlock run" describes itself; fields point into 'buf'. */
 typedef struct holder {
@@ -273,7 +278,7 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
 /* The command line both commands share: --url, --json and at most one
  * positional argument. Returns -1 to go on, else the exit status. */
 static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json,
-                           const char **positional)
+                           int *quiet, const char **positional)
 {
   cli_args args;
   const char *arg;
@@ -287,6 +292,10 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
       continue;
     if (id == OPT_JSON) {
       *json = 1;
+    } else if (id == OPT_QUIET) {
+      if (quiet == NULL)
+        return cli_usage_error(cmd, "-q is for 'dlock status NAME'");
+      *quiet = 1;
     } else if (id == CLI_OPT_POSITIONAL && *positional == NULL) {
       *positional = arg;
     } else if (id == CLI_OPT_POSITIONAL) {
@@ -300,12 +309,14 @@ int cmd_status(int argc, char **argv)
 {
   const char *url = NULL;
   const char *name = NULL;
-  int json = 0;
-  int rc = parse_view_args(argc, argv, "status", &url, &json, &name);
+  int json = 0, quiet = 0;
+  int rc = parse_view_args(argc, argv, "status", &url, &json, &quiet, &name);
   if (rc >= 0)
     return rc;
   if (name == NULL)
     return cli_usage_error("status", "missing lock NAME");
+  if (quiet && json)
+    return cli_usage_error("status", "-q prints nothing; it does not go with --json");
 
   dlock_client *c;
   rc = cli_connect(url, &c);
@@ -316,6 +327,8 @@ int cmd_status(int argc, char **argv)
   int st = dlock_lock_info_get(c, name, &info);
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "status of '%s'", name);
+  } else if (quiet) {
+    rc = info.held ? CLI_EXIT_OK : STATUS_FREE;
   } else if (json) {
     print_json(name, &info);
     fputc('\n', stdout);
@@ -392,7 +405,7 @@ int cmd_list(int argc, char **argv)
   const char *url = NULL;
   const char *pattern = NULL;
   int json = 0;
-  int rc = parse_view_args(argc, argv, "list", &url, &json, &pattern);
+  int rc = parse_view_args(argc, argv, "list", &url, &json, NULL, &pattern);
   if (rc >= 0)
     return rc;
 

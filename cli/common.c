@@ -85,8 +85,11 @@ int cli_exit_for_status(int status)
   case DLOCK_EREPLICAS:
   case DLOCK_EQUORUM:
   case DLOCK_ECLUSTER:
-    return CLI_EXIT_UNAVAILABLE;
+  case DLOCK_ENOTREADY:
+  /* An answer dlock cannot read: most often a port where another server
+   * listens (the message names what was expected), not dlock's bug. */
   case DLOCK_EPROTO:
+    return CLI_EXIT_UNAVAILABLE;
   case DLOCK_ESERVER:
   case DLOCK_EFENCE:
   case DLOCK_ENOMEM:
@@ -113,7 +116,12 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
   if (detail != NULL && detail[0] != '\0')
     fprintf(stderr, "\ndlock:   %s", detail);
   fputc('\n', stderr);
-  return cli_exit_for_status(status);
+  int code = cli_exit_for_status(status);
+  /* A newcomer's first run: say where the server came from. */
+  if (code == CLI_EXIT_UNAVAILABLE && cli_config_url_defaulted())
+    fprintf(stderr, "dlock:   no --url, $DLOCK_URL or config file named a server, so the "
+                    "default %s was used\n", cli_config_url());
+  return code;
 }
 
 void cli_print_warnings(const dlock_client *c)

@@ -10,6 +10,9 @@
  * silently ignored.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +29,8 @@ typedef struct setting {
   char source[600];     /* "--url", "DLOCK_URL", "/etc/dlock.conf:3", "default" */
 } setting;
 
-enum { S_URL, S_PREFIX, S_CA, S_CERT, S_KEY, S_SNI, S_CONNECT_TO, S_COMMAND_TO, S_COUNT };
+enum { S_URL, S_PREFIX, S_CA, S_CERT, S_KEY, S_SNI, S_CONNECT_TO, S_COMMAND_TO, S_PASSWORD_FILE,
+       S_COUNT };
 
 static setting settings[S_COUNT] = {
   {"url", "DLOCK_URL", CLI_DEFAULT_URL, 0, NULL, ""},
@@ -37,9 +41,14 @@ static setting settings[S_COUNT] = {
   {"tls_server_name", NULL, "", 0, NULL, ""},
   {"connect_timeout", NULL, "2s", 1, NULL, ""},
   {"command_timeout", NULL, "2s", 1, NULL, ""},
+  {"password_file", "DLOCK_PASSWORD_FILE", "", 0, NULL, ""},
 };
 
-static const char *flag_url, *flag_prefix;
+static const char *flag_url, *flag_prefix, *flag_password_file;
+/* The password read from password_file: it overrides the URL's, and is
+ * never printed nor handed to a command (docs/cli.md, "Secrets"). */
+static char password[1024];
+static int have_password;
 static int loaded; /* 0: not yet, 1: done, else the exit code of the failure */
 
 void cli_config_set_flag(const char *key, const char *value)
@@ -48,6 +57,8 @@ void cli_config_set_flag(const char *key, const char *value)
     flag_url = value;
   else if (strcmp(key, "prefix") == 0)
     flag_prefix = value;
+  else if (strcmp(key, "password_file") == 0)
+    flag_password_file = value;
 }
 
 static setting *find(const char *key, size_t len)
@@ -120,7 +131,8 @@ static int read_file(const char *path)
     setting *s = find(k, (size_t)(kend - k));
     if (s == NULL) {
       fprintf(stderr, "dlock: %s:%d: unknown key '%.*s' (known: url, prefix, tls_ca_file, "
-              "tls_cert_file, tls_key_file, tls_server_name, connect_timeout, command_timeout)\n",
+              "tls_cert_file, tls_key_file, tls_server_name, connect_timeout, command_timeout, "
+              "password_file)\n",
               path, lineno, (int)(kend - k), k);
       fclose(f);
       return CLI_EXIT_USAGE;
@@ -167,6 +179,45 @@ void cli_config_paths(char *system, size_t slen, char *user, size_t ulen)
     user[0] = '\0';
 }
 
+/* The first line of the password file, without its line end. A file that
+ * others may read is used, with a warning (as ssh would not). */
+static int read_password(const setting *s)
+{
+  if (s->value == NULL || s->value[0] == '\0')
+    return 0;
+  int fd = open(s->value, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    fprintf(stderr, "dlock: password file %s (from %s): %s\n", s->value, s->source, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return CLI_EXIT_USAGE;
+  }
+  ssize_t n = S_ISREG(st.st_mode) ? read(fd, password, sizeof password - 1) : -1;
+  close(fd);
+  if (n < 0) {
+    fprintf(stderr, "dlock: password file %s (from %s): not a readable file\n", s->value, s->source);
+    return CLI_EXIT_USAGE;
+  }
+  password[n] = '\0';
+  size_t len = strcspn(password, "\r\n");
+  if ((size_t)n == sizeof password - 1 && len == (size_t)n) {
+    fprintf(stderr, "dlock: password file %s: the first line is longer than %zu bytes\n", s->value,
+            sizeof password - 2);
+    return CLI_EXIT_USAGE;
+  }
+  password[len] = '\0';
+  if (len == 0) {
+    fprintf(stderr, "dlock: password file %s (from %s): its first line is empty\n", s->value, s->source);
+    return CLI_EXIT_USAGE;
+  }
+  if ((st.st_mode & 077) != 0)
+    fprintf(stderr, "dlock: warning: password file %s may be read by others (mode %04o): chmod 600 %s\n",
+            s->value, (unsigned)(st.st_mode & 07777), s->value);
+  have_password = 1;
+  return 0;
+}
+
 int cli_config_load(void)
 {
   char system[2048], user[2048];
@@ -187,6 +238,11 @@ int cli_config_load(void)
     rc = set(&settings[S_URL], flag_url, strlen(flag_url), "--url");
   if (rc == 0 && flag_prefix != NULL)
     rc = set(&settings[S_PREFIX], flag_prefix, strlen(flag_prefix), "--prefix");
+  if (rc == 0 && flag_password_file != NULL && flag_password_file[0] != '\0')
+    rc = set(&settings[S_PASSWORD_FILE], flag_password_file, strlen(flag_password_file),
+             "--password-file");
+  if (rc == 0)
+    rc = read_password(&settings[S_PASSWORD_FILE]);
   loaded = rc == 0 ? 1 : rc;
   return rc;
 }
@@ -201,6 +257,11 @@ const char *cli_config_url(void)
 {
   cli_config_load();
   return value(S_URL) != NULL ? value(S_URL) : CLI_DEFAULT_URL;
+}
+
+int cli_config_url_defaulted(void)
+{
+  return loaded == 1 && value(S_URL) == NULL;
 }
 
 const char *cli_config_prefix(void)
@@ -220,6 +281,7 @@ void cli_config_apply(dlock_client_options *opts)
   opts->tls_cert_file = value(S_CERT);
   opts->tls_key_file = value(S_KEY);
   opts->tls_server_name = value(S_SNI);
+  opts->password = have_password ? password : NULL;
   if (value(S_CONNECT_TO) != NULL && cli_parse_duration(value(S_CONNECT_TO), &ms) == 0)
     opts->connect_timeout_ms = (int)ms;
   if (value(S_COMMAND_TO) != NULL && cli_parse_duration(value(S_COMMAND_TO), &ms) == 0)

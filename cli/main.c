@@ -11,6 +11,64 @@
 
 #include "cli.h"
 
+/* Edit distance with transpositions (optimal string alignment), capped:
+ * "rnu" is one step from "run". Words are command names, so short. */
+static int distance(const char *a, const char *b)
+{
+  size_t la = strlen(a), lb = strlen(b);
+  int d[17][17];
+  if (la > 16 || lb > 16)
+    return 99;
+  for (size_t i = 0; i <= la; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    for (size_t j = 1; j <= lb; j++) {
+      int cost = a[i - 1] != b[j - 1];
+      int best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best)
+        best = d[i][j - 1] + 1;
+      if (d[i - 1][j - 1] + cost < best)
+        best = d[i - 1][j - 1] + cost;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  }
+  return d[la][lb];
+}
+
+/* What a mistyped or borrowed command word most likely meant: the words of
+ * flock(1), consul lock and etcdctl first, then the nearest command name. */
+static const char *did_you_mean(const char *word)
+{
+  static const char *const borrowed[][2] = {
+    {"lock", "run"},      {"flock", "run"},    {"acquire", "run"},  {"exec", "run"},
+    {"unlock", "release"}, {"ls", "list"},     {"info", "status"},  {"show", "status"},
+    {"election", "elect"}, {"campaign", "elect"}, {"leaders", "leader"}, {"schedule", "cron"},
+  };
+  for (size_t i = 0; i < sizeof borrowed / sizeof borrowed[0]; i++)
+    if (strcmp(word, borrowed[i][0]) == 0)
+      return borrowed[i][1];
+  size_t n;
+  const cli_command *cmds = cli_commands(&n);
+  const char *best = NULL;
+  int best_d = 3;
+  for (size_t i = 0; i < n; i++) {
+    if (cmds[i].name == NULL)
+      continue;
+    int d = distance(word, cmds[i].name);
+    /* At most two edits, and fewer than half of the word's letters. */
+    if (d < best_d && (size_t)d * 2 < strlen(cmds[i].name)) {
+      best = cmds[i].name;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 /* "dlock CMD --help" / "-h" anywhere before "--" answers with the help page,
  * so that no subcommand can forget to. */
 static int wants_help(int argc, char **argv)
@@ -91,5 +149,8 @@ int main(int argc, char **argv)
     }
     return rc;
   }
+  const char *meant = did_you_mean(first);
+  if (meant != NULL)
+    return cli_usage_error(NULL, "unknown command '%s' (did you mean 'dlock %s'?)", first, meant);
   return cli_usage_error(NULL, "unknown command '%s'", first);
 }

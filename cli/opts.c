@@ -12,12 +12,15 @@
 const cli_opt cli_common_opts[] = {
   {"url", 0, 1, CLI_OPT_URL},
   {"prefix", 0, 1, CLI_OPT_PREFIX},
+  {"password-file", 0, 1, CLI_OPT_PASSWORD_FILE},
   {NULL, 0, 0, 0},
 };
 
 static unsigned common_bit(int id)
 {
-  return id == CLI_OPT_URL ? CLI_COMMON_URL : id == CLI_OPT_PREFIX ? CLI_COMMON_PREFIX : 0;
+  return id == CLI_OPT_URL || id == CLI_OPT_PASSWORD_FILE ? CLI_COMMON_URL
+         : id == CLI_OPT_PREFIX                           ? CLI_COMMON_PREFIX
+                                                          : 0;
 }
 
 void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common)
@@ -108,7 +111,19 @@ static int next_short(cli_args *a, const cli_opt *table, const char **arg)
   return take_value(a, o, shown, arg);
 }
 
+static int next_opt(cli_args *a, const cli_opt *table, const char **arg);
+
 int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg)
+{
+  int id;
+  /* Where the password comes from concerns only the connection: no
+   * command sees it (each that takes --url takes it). */
+  while ((id = next_opt(a, table, arg)) == CLI_OPT_PASSWORD_FILE)
+    cli_config_set_flag("password_file", *arg);
+  return id;
+}
+
+static int next_opt(cli_args *a, const cli_opt *table, const char **arg)
 {
   *arg = NULL;
   if (a->cluster != NULL)

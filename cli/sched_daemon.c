@@ -436,7 +436,9 @@ static void describe(const cli_daemon_opts *o, char *buf, size_t len)
   char period[32];
   switch (o->trigger) {
   case CLI_TRIGGER_CRON:
-    snprintf(buf, len, "cron '%s' in %s", o->expr, o->tz != NULL ? o->tz : "UTC");
+    snprintf(buf, len, "cron '%s'%s in %s", o->expr,
+             (o->cron_flags & DLOCK_CRON_UNIX) != 0 ? " (Unix)" : "",
+             o->tz != NULL ? o->tz : "UTC");
     return;
   case CLI_TRIGGER_RATE:
     cli_format_duration(o->period_ms, period, sizeof period);

@@ -93,7 +93,8 @@ extern "C" {
   XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
   XX(ELIMIT,     -35, "semaphore's stored limit differs from the caller's")         \
   XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
-  XX(ENOLATCH,   -37, "no such latch: never set, or expired")
+  XX(ENOLATCH,   -37, "no such latch: never set, or expired")                      \
+  XX(ENOTREADY,  -38, "the server is not ready (loading, busy or failing over)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -179,7 +180,9 @@ typedef struct dlock_client_options {
    * as a directory lies inside its parent. NULL or "": none, the key is
    * exactly the name. See docs/keys.md. */
   const char *key_prefix;
-  /* These override what the URL says, when not NULL. */
+  /* These override what the URL says, when not NULL, for the backends that
+   * take them (README.md, "Connecting", says which: some take the password
+   * alone, some neither). */
   const char *username;
   const char *password;
   const char *tls_ca_file;     /* PEM CA bundle; NULL: system default paths */

@@ -9,10 +9,16 @@ DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis
                 zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java
                 libpq-dev postgresql pgbouncer spin
                 mariadb-server libmariadb-dev)
+# What the demo needs: a compiler, the library's one dependency (OpenSSL),
+# and the redis-server it starts (no JDK, databases or test tools).
+DLOCK_DEMO_PACKAGES=(build-essential cmake pkg-config libssl-dev redis-server tzdata)
 
+# dlock_install_packages [PACKAGE...]: those missing of the list given (by
+# default the whole suite's, DLOCK_PACKAGES).
 dlock_install_packages() {
-  local missing=()
-  for p in "${DLOCK_PACKAGES[@]}"; do
+  local missing=() want=("$@")
+  [ ${#want[@]} -gt 0 ] || want=("${DLOCK_PACKAGES[@]}")
+  for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0

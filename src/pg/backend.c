@@ -49,12 +49,15 @@ static const dlock__backend_ops pg_advisory_ops; /* below */
 
 static int pg_open(dlock_client *c, const dlock_client_options *o, const char *url) {
   if (!url) return dlock__error(DLOCK_EURL, "PostgreSQL: no URL given");
-  /* Credentials and TLS are libpq's: the URL, PGPASSWORD, ~/.pgpass, sslmode... */
-  if (o->username || o->password || o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name ||
+  /* Credentials and TLS are libpq's: the URL, PGPASSWORD, ~/.pgpass, sslmode...;
+   * a password given apart (a password file) overrides them. */
+  if (o->username || o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name ||
       o->tls_skip_verify)
-    return dlock__error(DLOCK_EINVAL, "username/password/TLS options given with a PostgreSQL URL: put them in the "
-                        "URL (user, password, sslmode, sslrootcert, sslcert, sslkey) or use PGPASSWORD or "
-                        "~/.pgpass, as libpq reads them");
+    return dlock__error(DLOCK_EINVAL, "username/TLS options given with a PostgreSQL URL: put them in the "
+                        "URL (user, sslmode, sslrootcert, sslcert, sslkey), as libpq reads them");
+  if (o->password && strlen(o->password) >= sizeof ((dlock__pg_options *)0)->password)
+    return dlock__error(DLOCK_ERANGE, "PostgreSQL: the password is longer than %zu bytes",
+                        sizeof ((dlock__pg_options *)0)->password - 1);
   if (o->wait_replicas || o->wait_timeout_ms)
     return dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms are Redis options; on PostgreSQL use "
                         "synchronous replication (synchronous_commit) on the server");
@@ -66,6 +69,7 @@ static int pg_open(dlock_client *c, const dlock_client_options *o, const char *u
   po.max_connections = o->max_connections;
   po.command_timeout_ms = o->command_timeout_ms;
   po.connect_timeout_ms = o->connect_timeout_ms;
+  if (o->password) snprintf(po.password, sizeof po.password, "%s", o->password);
   dlock__pg *pg = NULL;
   int rc = dlock__pg_connect(url, &po, &pg);
   if (rc) return rc;

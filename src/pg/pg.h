@@ -35,6 +35,9 @@ typedef struct dlock__pg_options {
   int command_timeout_ms; /* each statement, client side; 0: 5000 */
   int connect_timeout_ms; /* 0: 5000 */
   int poll_ms;            /* waiters re-check at least this often; 0: 1000 */
+  /* dlock_client_options.password: overrides the URL's, PGPASSWORD and
+   * ~/.pgpass ("" for none), so that a password need not be in the URL. */
+  char password[1024];
 } dlock__pg_options;
 
 /* A hold as acquire fills it in; release, renew and remaining read it. */

@@ -242,6 +242,7 @@ static int sqlstate_status(const char *st) {
   if (strcmp(st, "57014") == 0) return DLOCK_ETIMEDOUT;       /* query_canceled (statement_timeout) */
   if (strcmp(st, "55P03") == 0) return DLOCK_ETIMEDOUT;       /* lock_not_available (lock_timeout) */
   if (strcmp(st, "22001") == 0) return DLOCK_ENAME;           /* string_data_right_truncation */
+  if (strcmp(st, "57P03") == 0) return DLOCK_ENOTREADY;       /* cannot_connect_now: starting up */
   if (strncmp(st, "57P", 3) == 0) return DLOCK_EIO;           /* shutdown, terminated */
   if (strncmp(st, "08", 2) == 0) return DLOCK_EIO;            /* connection exceptions */
   if (strncmp(st, "28", 2) == 0) return DLOCK_EAUTH;
@@ -322,8 +323,9 @@ int dlock__pg_open_cancel(dlock__pg *pg, dlock_mono_ms limit, const atomic_int *
   int secs = (pg->opts.connect_timeout_ms + 999) / 1000;
   snprintf(ct, sizeof ct, "%d", secs < 2 ? 2 : secs);
   /* Ours first, so that the user's URL overrides them. */
-  const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
-  const char *vals[] = {ct, "dlock", pg->conninfo, NULL};
+  const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", "password", NULL};
+  const char *vals[] = {ct, "dlock", pg->conninfo, pg->opts.password, NULL};
+  if (!pg->opts.password[0]) keys[3] = NULL; /* the URL's, PGPASSWORD or ~/.pgpass */
   dlock_mono_ms start = dlock_mono_now();
   dlock_mono_ms deadline = start + pg->opts.connect_timeout_ms;
   if (limit > 0 && limit < deadline) deadline = limit;

@@ -62,6 +62,11 @@ int dlock__reply_error_status(const dlock__reply *r) {
   if (!strncmp(s, "NOAUTH", 6) || !strncmp(s, "WRONGPASS", 9)) return DLOCK_EAUTH;
   if (!strncmp(s, "READONLY", 8)) return DLOCK_EREADONLY;
   if (!strncmp(s, "OOM", 3)) return DLOCK_ESERVEROOM;
+  /* Not ready now, fine later: loading its data set, a script or module
+   * running too long, a master down behind a replica, a slot migrating. */
+  if (!strncmp(s, "LOADING", 7) || !strncmp(s, "BUSY", 4) || !strncmp(s, "MASTERDOWN", 10) ||
+      !strncmp(s, "TRYAGAIN", 8) || !strncmp(s, "CLUSTERDOWN", 11))
+    return DLOCK_ENOTREADY;
   if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE; /* dlock's scripts */
   if (!strncmp(s, "EQUORUM", 7)) return DLOCK_EQUORUM; /* Redlock's per-call answers */
   if (!strncmp(s, "EFOREIGN", 8)) return DLOCK_EFOREIGN;
@@ -306,7 +311,7 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
   if (r->type == DLOCK__REPLY_ERROR) {
     c->broken = 1;
     int st = dlock__reply_error_status(r);
-    rc = dlock__error(st == DLOCK_EAUTH ? st : DLOCK_ESERVER, "%s: PING failed: %s%s", c->display, r->str,
+    rc = dlock__error(st == DLOCK_EAUTH || st == DLOCK_ENOTREADY ? st : DLOCK_ESERVER, "%s: PING failed: %s%s", c->display, r->str,
                       st == DLOCK_EAUTH ? "; the server requires a password (redis://user:password@host)" : "");
     dlock__reply_free(r);
     return rc;

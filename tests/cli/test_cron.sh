@@ -32,9 +32,12 @@ now=$(date +%s)
 first=$("$DLOCK" cron --next '* * * * * ?' -n 1 --epoch)
 check "--next defaults to now" test "$first" -gt "$now" -a "$first" -le $((now + 5))
 assert_eq "--next -n 1000 is allowed" "$("$DLOCK" cron --next '* * * * * ?' -n 1000 | wc -l)" 1000
-"$DLOCK" cron --next '0 0 0 1 1 ? 2001' >"$TEST_DIR/out" 2>"$TEST_DIR/err"
-assert_eq "--next of an expression that no longer fires exits 0" "$?" 0
-assert_match "... and says so" "$(cat "$TEST_DIR/err")" "never fires"
+# Issue 27 item 7: an expression that never fires is an error for --next as
+# for the daemon (it was a warning with exit 0).
+usage_error "--next of an expression that no longer fires is a usage error" \
+  "'0 0 0 1 1 \\? 2001' never fires after now" cron --next '0 0 0 1 1 ? 2001'
+usage_error "--next --from: names the time it looked after" \
+  "never fires after 2030-01-01T00:00:00Z" cron --next '0 0 0 1 1 ? 2001' --from 2030-01-01T00:00:00Z
 # Issue 22 item 10: a year field '*' (what @yearly stands for) has no last
 # year, as no year field has none; an explicit range keeps its end.
 out=$("$DLOCK" cron --next '0 0 0 1 1 ? *' -n 2 --from 2099-06-01T00:00:00Z --tz UTC)
@@ -51,8 +54,23 @@ usage_error "--next: invalid expression names the field" \
   "bad cron expression: day-of-week: unexpected 'X' at column 15" cron --next '0 0 12 ? * MONX'
 usage_error "--next: out-of-range value names the field" "minutes: value 60 out of range" \
   cron --next '0 60 * ? * *'
-usage_error "--next: 5 fields need --unix" "5-field Unix expression needs Unix mode" \
-  cron --next '*/5 * * * *'
+# Issue 27 item 7: 5 fields are Unix cron without --unix, and --next says
+# which reading it used (stderr; stdout stays the times).
+"$DLOCK" cron --next '*/5 * * * *' -n 2 --from 2026-01-01T00:00:00Z >"$TEST_DIR/out" 2>"$TEST_DIR/err"
+assert_eq "--next: 5 fields are Unix cron by default (exit 0)" "$?" 0
+assert_eq "--next: 5 fields read as minute hour ..." "$(cat "$TEST_DIR/out")" "2026-01-01T00:05:00+00:00
+2026-01-01T00:10:00+00:00"
+assert_match "--next: says it read Unix cron" "$(cat "$TEST_DIR/err")" "read as Unix cron \\(minute hour"
+"$DLOCK" cron --next '0 */5 * * * ?' -n 1 --from 2026-01-01T00:00:00Z >/dev/null 2>"$TEST_DIR/err"
+assert_eq "--next: Quartz's 6 fields say nothing of Unix" "$(cat "$TEST_DIR/err")" ""
+out=$("$DLOCK" cron --next '30 4 1,15 * 5' -n 3 --from 2026-05-01T05:00:00Z 2>/dev/null)
+assert_eq "--next: 5 fields without --unix equal --unix" "$out" \
+  "$("$DLOCK" cron --next '30 4 1,15 * 5' --unix -n 3 --from 2026-05-01T05:00:00Z)"
+usage_error "--next: '@every 5m' points to dlock every" "'@every 5m' is a period.*dlock every 5m" \
+  cron --next '@every 5m'
+usage_error "cron daemon: '@every 10s' points to dlock every" "dlock every 10s --name JOB" \
+  cron '@every 10s' --name j -- true
+usage_error "--next: 4 fields are still an error" "expected 6 or 7 fields" cron --next '* * * *'
 usage_error "--next: unknown zone" "unknown time zone \"Mars/Olympus\"" \
   cron --next '0 0 12 ? * MON' --tz Mars/Olympus
 usage_error "--next: bad --from" "--from: time \"yesterday\"" cron --next '* * * * * ?' --from yesterday
@@ -66,9 +84,9 @@ usage_error "--history: missing JOB" "--history needs a JOB" cron --history
 usage_error "--history: --epoch" "--epoch does not go with --history" cron --history J --epoch
 usage_error "cron: missing EXPR" "missing cron EXPR" cron
 usage_error "cron: missing --name" "missing --name JOB" cron '* * * * * ?' -- true
-usage_error "cron: missing --" "missing '--' and COMMAND" cron '* * * * * ?' --name J
+usage_error "cron: missing COMMAND" "missing COMMAND \\(after 'EXPR', or after '--'\\)" cron '* * * * * ?' --name J
 usage_error "cron: missing COMMAND" "missing COMMAND" cron '* * * * * ?' --name J --
-usage_error "cron: two expressions" "unexpected argument" cron '* * * * * ?' '0 * * * * ?' --name J -- true
+usage_error "cron: two expressions" "unexpected argument '0 \\* \\* \\* \\* \\?' after" cron '* * * * * ?' '0 * * * * ?' --name J -- true
 usage_error "cron: --from is for --next" "--from does not go with a cron job" \
   cron '* * * * * ?' --name J --from @0 -- true
 usage_error "cron: invalid expression, before Redis is tried" \
@@ -115,6 +133,22 @@ assert_match "every: unreachable Redis names the server" "$(cat "$TEST_DIR/err")
 assert_eq "cron --history: unreachable Redis exits 69" "$?" 69
 
 start_redis
+
+# Issue 27 item 7: COMMAND without '--', as run takes it; a 5-field EXPR
+# runs as Unix cron in the daemon too (its start line says so).
+"$DLOCK" every 1s --name nodash touch "$TEST_DIR/nodash" 2>"$TEST_DIR/nodash.err" &
+ND=$!
+bg_track $ND
+check "every: COMMAND without '--' runs" wait_for 20 test -e "$TEST_DIR/nodash"
+kill -TERM $ND
+wait_exit $ND 20
+"$DLOCK" cron '* * * * *' --name unixjob -v true 2>"$TEST_DIR/unix.err" &
+UJ=$!
+bg_track $UJ
+check "cron: a 5-field EXPR starts a daemon" wait_for 20 grep -q "unixjob" "$TEST_DIR/unix.err"
+assert_match "cron: its start line says Unix" "$(cat "$TEST_DIR/unix.err")" "cron '\\* \\* \\* \\* \\*' \\(Unix\\) in UTC"
+kill -TERM $UJ
+wait_exit $UJ 20
 
 # ---- three nodes, one job every second ----
 

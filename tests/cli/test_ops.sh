@@ -189,8 +189,8 @@ line=$(grep "skipped, pool" "$TEST_DIR/every.err" | head -n 1)
 assert_match "single node: the pool skip says this node did not claim it" "$line" \
   "skipped, pool: all 1 worker\(s\) of this node busy, so this node did not claim it"
 check "... and does not speak of other nodes as if there were some" sh -c "! grep -q 'left to other nodes' '$TEST_DIR/every.err'"
-usage_error "a 5-field expression names --unix" "5-field Unix expression needs Unix mode.*--unix" \
-  cron --next '*/5 * * * *'
+usage_error "an 8-field expression names the fields cron takes" "expected 6 or 7 fields" \
+  cron --next '* * * * * * * *'
 out=$("$DLOCK" cron --next @daily --from 2026-03-18T10:20:30Z -n 2)
 assert_eq "@daily" "$out" "2026-03-19T00:00:00+00:00
 2026-03-20T00:00:00+00:00"
@@ -220,5 +220,37 @@ assert_eq "dlock version exits 0" "$?" 0
 assert_match "dlock version prints the version" "$out" "^dlock [0-9]+\.[0-9]+\.[0-9]+"
 assert_eq "--version says the same" "$("$DLOCK" --version)" "$out"
 usage_error "version takes no argument" "unexpected argument 'x'" version x
+
+# ---- issue 27 item 3: exit codes scripts can act on ----
+
+"$DLOCK" status -q qname >"$TEST_DIR/out" 2>&1
+assert_eq "status -q of a free lock exits 1" "$?" 1
+assert_eq "status -q prints nothing" "$(cat "$TEST_DIR/out")" ""
+"$DLOCK" run qname -- sh -c "touch '$TEST_DIR/qheld'; sleep 60" &
+QH=$!
+bg_track $QH
+check "a holder of qname runs" wait_for 20 test -e "$TEST_DIR/qheld"
+"$DLOCK" status -q qname >"$TEST_DIR/out" 2>&1
+assert_eq "status -q of a held lock exits 0" "$?" 0
+assert_eq "... and prints nothing" "$(cat "$TEST_DIR/out")" ""
+kill -TERM $QH
+wait_exit $QH 20
+usage_error "status -q does not go with --json" "does not go with --json" status -q --json qname
+usage_error "list -q is refused" "-q is for 'dlock status NAME'" list -q
+
+# A server that answers BUSY (a script past its time limit) is "unavailable,
+# retry later" (69), not an internal error (70).
+rcli CONFIG SET busy-reply-threshold 100 >/dev/null
+rcli EVAL 'while true do end' 0 >/dev/null 2>&1 &
+BUSY_CLI=$!
+bg_track $BUSY_CLI
+check "the server answers BUSY" wait_for 20 sh -c "redis-cli -h 127.0.0.1 -p $REDIS_PORT PING 2>&1 | grep -q BUSY"
+"$DLOCK" status busyname >/dev/null 2>"$TEST_DIR/err"
+assert_eq "a BUSY server: exit 69" "$?" 69
+assert_match "a BUSY server: the message says it is not ready" "$(tr '\n' ' ' <"$TEST_DIR/err")" \
+  "not ready.*BUSY"
+rcli SCRIPT KILL >/dev/null 2>&1
+check "the script is killed" wait_for 20 sh -c "[ \"\$(redis-cli -h 127.0.0.1 -p $REDIS_PORT PING 2>&1)\" = PONG ]"
+rcli CONFIG SET busy-reply-threshold 5000 >/dev/null
 
 finish

@@ -169,4 +169,22 @@ assert_match "bench has the advisory-lock floor" "$out" "floor \(advisory\)"
 assert_match "bench has the uncontended scenario" "$out" "uncontended"
 assert_match "bench contended counters are exact" "$(printf '%s\n' "$out" | grep -c 'exact$')" "^2$"
 
+# ---- issue 27 item 2: a password from a file (scram, not in the URL) ----
+
+HBA=$(psql_su "SHOW hba_file")
+sed -i '1i host all pwuser 127.0.0.1/32 scram-sha-256' "$HBA"
+psql_su "CREATE ROLE pwuser LOGIN PASSWORD 'pgS3cret'" >/dev/null
+psql_su "GRANT USAGE ON SCHEMA cli TO pwuser; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cli TO pwuser; GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA cli TO pwuser" >/dev/null
+psql_su "SELECT pg_reload_conf()" >/dev/null
+PWURL="postgresql://pwuser@127.0.0.1:$PORT/postgres?dlock_schema=cli&sslmode=disable"
+printf 'pgS3cret\n' >"$TEST_DIR/pg.pw"
+chmod 600 "$TEST_DIR/pg.pw"
+check "without the password the server refuses pwuser" \
+  sh -c "! PGPASSFILE=/dev/null '$DLOCK' status --url '$PWURL' pwlock >/dev/null 2>&1"
+PGPASSFILE=/dev/null "$DLOCK" run --url "$PWURL" --password-file "$TEST_DIR/pg.pw" pwlock -- \
+  sh -c "env >'$TEST_DIR/pgchild.env'" 2>"$TEST_DIR/err"
+assert_eq "--password-file: run on PostgreSQL connects with scram" "$?" 0
+check "... and the command's environment has no password" \
+  sh -c "test -s '$TEST_DIR/pgchild.env' && ! grep -q pgS3cret '$TEST_DIR/pgchild.env'"
+
 finish

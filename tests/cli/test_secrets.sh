@@ -56,4 +56,42 @@ no_secret "an unreachable server does not show the password" status --url "redis
 rcli CONFIG SET requirepass 'g00dpass' >/dev/null
 out=$("$DLOCK" status --url "redis://app:appp4ss@127.0.0.1:$port" x 2>&1)
 assert_match "the right password still connects" "$out" "state: +free"
+
+# ---- issue 27 item 2: a password from a file, never in argv nor in the
+# command's environment ----
+PWF="$TEST_DIR/redis.pw"
+printf 'g00dpass\n' >"$PWF"
+chmod 600 "$PWF"
+URL="redis://127.0.0.1:$port"
+"$DLOCK" run --url "$URL" --password-file "$PWF" pwname -- \
+  sh -c "env >'$TEST_DIR/child.env'; tr '\0' ' ' </proc/\$PPID/cmdline >'$TEST_DIR/dlock.args'" \
+  2>"$TEST_DIR/err"
+assert_eq "--password-file: run connects with the file's password" "$?" 0
+check "--password-file: the command's environment has no password" \
+  sh -c "test -s '$TEST_DIR/child.env' && ! grep -q g00dpass '$TEST_DIR/child.env'"
+check "--password-file: dlock's own command line (ps) has no password" \
+  sh -c "grep -q pwname '$TEST_DIR/dlock.args' && ! grep -q g00dpass '$TEST_DIR/dlock.args'"
+check "--password-file: no warning for a file only its owner reads" sh -c "! grep -q warning '$TEST_DIR/err'"
+out=$(DLOCK_PASSWORD_FILE=$PWF "$DLOCK" status --url "$URL" pwname 2>&1)
+assert_match "DLOCK_PASSWORD_FILE: status connects" "$out" "state: +free"
+mkdir -p "$TEST_DIR/xdg/dlock"
+printf 'password_file = %s\n' "$PWF" >"$TEST_DIR/xdg/dlock/config"
+out=$("$DLOCK" status --url "$URL" pwname 2>&1)
+assert_match "password_file in the config file: status connects" "$out" "state: +free"
+out=$("$DLOCK" config show --url "$URL" 2>&1)
+assert_match "config show names the password file" "$out" "password_file.*redis.pw"
+check "config show does not print the password" sh -c "! printf '%s' '$out' | grep -q g00dpass"
+rm -f "$TEST_DIR/xdg/dlock/config"
+chmod 644 "$PWF"
+"$DLOCK" status --url "$URL" --password-file "$PWF" pwname >/dev/null 2>"$TEST_DIR/err"
+assert_eq "a file others may read still works" "$?" 0
+assert_match "... with a warning that says how to fix it" "$(cat "$TEST_DIR/err")" \
+  "password file .*redis.pw may be read by others \(mode 0644\): chmod 600"
+"$DLOCK" status --url "$URL" --password-file "$TEST_DIR/none.pw" pwname >/dev/null 2>"$TEST_DIR/err"
+assert_eq "a missing password file is a usage error" "$?" 64
+assert_match "... naming the file and where it came from" "$(cat "$TEST_DIR/err")" \
+  "password file .*none.pw \(from --password-file\): No such file"
+printf '%s\n' "$SECRET" >"$TEST_DIR/wrong.pw"
+chmod 600 "$TEST_DIR/wrong.pw"
+no_secret "a wrong password from a file is not shown" status --url "$URL" --password-file "$TEST_DIR/wrong.pw" x
 finish

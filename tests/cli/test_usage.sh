@@ -34,7 +34,12 @@ check "--man-markdown is the same page" \
 # ---- usage errors: exit 64 and exactly one line on stderr with a hint ----
 
 usage_error "no command" "missing command"
-usage_error "unknown command" "unknown command 'frobnicate'" frobnicate
+usage_error "unknown command" "unknown command 'frobnicate'; see" frobnicate
+# Issue 27 item 6: a typo or another tool's word gets a "did you mean".
+usage_error "a typo: did you mean run" "unknown command 'rnu' \(did you mean 'dlock run'\?\)" rnu
+usage_error "flock's word: did you mean run" "unknown command 'lock' \(did you mean 'dlock run'\?\)" lock
+usage_error "a typo: did you mean status" "did you mean 'dlock status'" stauts
+usage_error "unlock: did you mean release" "did you mean 'dlock release'" unlock
 usage_error "unknown global option" "unknown option '--bogus'" --bogus
 usage_error "run: unknown option" "unknown option '--bogus'.*dlock run --help" run --bogus x -- true
 usage_error "run: unknown short option" "unknown option '-z'" run -z x -- true
@@ -174,5 +179,27 @@ for cmd in "doctor --url bogus://u:s3cret@x" "run --url bogus://u:s3cret@x name 
   check "unknown scheme: '${cmd%% *}' does not call it a Redis URL" sh -c "! grep -q Redis '$TEST_DIR/out'"
   check "unknown scheme: '${cmd%% *}' masks the password" sh -c "! grep -q s3cret '$TEST_DIR/out'"
 done
+
+# Issue 27 item 6: with no URL anywhere, the message says the default was
+# used (unless a Redis happens to listen on 6379 here: nothing to test then).
+env -u DLOCK_URL "$DLOCK" status name >/dev/null 2>"$TEST_DIR/err"
+rc=$?
+if [ "$rc" = 69 ]; then
+  assert_match "no URL given: says the default redis://127.0.0.1:6379 was used" \
+    "$(cat "$TEST_DIR/err")" "no --url, .*DLOCK_URL or config file named a server, so the default redis://127.0.0.1:6379 was used"
+fi
+"$DLOCK" status name >/dev/null 2>"$TEST_DIR/err"
+check "a URL given: no word of the default" sh -c "! grep -q 'the default' '$TEST_DIR/err'"
+
+# Issue 27 item 3: a port where another server listens (a web server) is
+# "unavailable" (69), named as not the server the URL expects, not 70 (a bug).
+WEB_PORT=$(free_port)
+python3 -m http.server "$WEB_PORT" --bind 127.0.0.1 --directory "$TEST_DIR" >/dev/null 2>&1 &
+bg_track $!
+wait_for 20 sh -c "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", $WEB_PORT), 1)' 2>/dev/null"
+"$DLOCK" status --url "redis://127.0.0.1:$WEB_PORT" name >/dev/null 2>"$TEST_DIR/err"
+assert_eq "a web server's port: exit 69 (unavailable), not 70" "$?" 69
+assert_match "... and the message asks whether it is Redis" "$(tr '\n' ' ' <"$TEST_DIR/err")" \
+  "127.0.0.1:$WEB_PORT.*is this a Redis server"
 
 finish
