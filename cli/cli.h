@@ -100,6 +100,7 @@ typedef struct cli_args {
   const char *cluster; /* rest of a "-qv" cluster being taken apart */
   int after_dashdash;  /* 1 once "--" was seen */
   unsigned common;     /* CLI_COMMON_*: the common options this command takes */
+  const cli_opt *chained[3]; /* tables looked in after the command's (cli_args_chain) */
 } cli_args;
 
 enum {
@@ -127,6 +128,10 @@ extern const cli_opt cli_common_opts[];
 
 /* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
 void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);
+/* Also take the options of 't1', 't2' and 't3' (NULL: none), looked in
+ * after the table given to cli_next_opt: option groups that several
+ * commands share are written once. */
+void cli_args_chain(cli_args *a, const cli_opt *t1, const cli_opt *t2, const cli_opt *t3);
 /* Next option id, or one of CLI_OPT_*. Options and positional arguments may
  * be mixed until "--". For options with an argument *arg is its value. */
 int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg);

@@ -48,6 +48,8 @@ typedef struct run_opts {
   char *multi_joined;       /* the same joined with commas (o->name then points here) */
   const char *multi[DLOCK_MULTI_MAX];
   size_t nmulti;
+  /* dlock hold: no COMMAND; held until standard input ends */
+  int hold;
   /* dlock elect: */
   int elect;
   const char *value;        /* --value: the leader's value (default: the host name) */
@@ -63,36 +65,42 @@ enum {
   OPT_VALUE, OPT_ACTIVE_FILE, OPT_RESIGN, OPT_EVICT, OPT_ON_ELECTED, OPT_ON_LOST_SIG
 };
 
-static const cli_opt run_table[] = {
+/* What run, hold and elect all take. */
+static const cli_opt lock_table[] = {
   {"wait", 'w', 1, OPT_WAIT},
   {"lease", 'l', 1, OPT_LEASE},
-  {"on-lost", 0, 1, OPT_ON_LOST},
-  {"grace", 0, 1, OPT_GRACE},
-  {"shell", 0, 0, OPT_SHELL},
   {"conflict-exit-code", 'E', 1, OPT_CONFLICT},
   {"lost-exit-code", 0, 1, OPT_LOST_CODE},
   {"quiet", 'q', 0, OPT_QUIET},
   {"verbose", 'v', 0, OPT_VERBOSE},
+  {NULL, 0, 0, 0},
+};
+
+/* The kinds of lock and flock's spellings: run and hold. */
+static const cli_opt kinds_table[] = {
   {"shared", 's', 0, OPT_SHARED},
   {"exclusive", 'x', 0, OPT_EXCLUSIVE},
   {"nonblock", 'n', 0, OPT_NONBLOCK},
-  {"command", 'c', 1, OPT_COMMAND},
   {"multi", 0, 1, OPT_MULTI},
   {"limit", 0, 1, OPT_LIMIT},
   {NULL, 0, 0, 0},
 };
 
-/* dlock elect: the options of run that mean the same for a term. */
-static const cli_opt elect_table[] = {
-  {"wait", 'w', 1, OPT_WAIT},
-  {"lease", 'l', 1, OPT_LEASE},
+/* What a COMMAND run under the lock needs: run and elect. */
+static const cli_opt command_table[] = {
   {"grace", 0, 1, OPT_GRACE},
   {"shell", 0, 0, OPT_SHELL},
-  {"conflict-exit-code", 'E', 1, OPT_CONFLICT},
-  {"lost-exit-code", 0, 1, OPT_LOST_CODE},
-  {"quiet", 'q', 0, OPT_QUIET},
-  {"verbose", 'v', 0, OPT_VERBOSE},
   {"command", 'c', 1, OPT_COMMAND},
+  {NULL, 0, 0, 0},
+};
+
+static const cli_opt run_table[] = {
+  {"on-lost", 0, 1, OPT_ON_LOST},
+  {NULL, 0, 0, 0},
+};
+
+/* dlock elect: a term's own options (run's lock and command ones too). */
+static const cli_opt elect_table[] = {
   {"value", 0, 1, OPT_VALUE},
   {"active-file", 0, 1, OPT_ACTIVE_FILE},
   {"on-elected", 0, 1, OPT_ON_ELECTED},
@@ -102,7 +110,7 @@ static const cli_opt elect_table[] = {
   {NULL, 0, 0, 0},
 };
 
-/* "run" or "elect": the command being parsed, for messages. */
+/* "run", "hold" or "elect": the command being parsed, for messages. */
 static const char *cmdname = "run";
 
 /* ---- Parsing ---- */
@@ -185,7 +193,8 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
   o->conflict_code = CLI_EXIT_BUSY;
   o->lost_code = CLI_EXIT_LOST;
   o->elect = strcmp(argv[0], "elect") == 0;
-  cmdname = o->elect ? "elect" : "run";
+  o->hold = strcmp(argv[0], "hold") == 0;
+  cmdname = o->elect ? "elect" : o->hold ? "hold" : "run";
   if (o->elect) {
     o->lease_ms = 15000;
     gethostname(o->host, sizeof o->host - 1);
@@ -193,8 +202,16 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
   }
 
   cli_args_init(&args, argc, argv, cmdname, CLI_COMMON_SERVER);
-  while (!dashdash && !cmd_at &&
-         (id = cli_next_opt(&args, o->elect ? elect_table : run_table, &arg)) != CLI_OPT_DONE) {
+  /* run: its own, lock, kinds, command; elect: its own, lock, command;
+   * hold: lock and kinds. */
+  if (o->elect)
+    cli_args_chain(&args, lock_table, command_table, NULL);
+  else if (o->hold)
+    cli_args_chain(&args, lock_table, NULL, NULL);
+  else
+    cli_args_chain(&args, lock_table, kinds_table, command_table);
+  const cli_opt *own = o->elect ? elect_table : o->hold ? kinds_table : run_table;
+  while (!dashdash && !cmd_at && (id = cli_next_opt(&args, own, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
     switch (id) {
@@ -305,7 +322,7 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
         o->limit = (int)n;
       break;
     default:
-      /* ids are ints from run_table, not an enum */
+      /* ids are ints from the tables, not an enum */
       rc = cli_usage_error(cmdname, "internal: unhandled option");
       break;
     }
@@ -355,6 +372,12 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
   }
   if (o->name == NULL)
     return cli_usage_error(cmdname, o->elect ? "missing election NAME" : "missing lock NAME");
+  if (o->hold) {
+    if (dashdash || cmd_at)
+      return cli_usage_error(cmdname, "takes no COMMAND: it holds NAME until its standard input "
+                                      "ends (use 'dlock run NAME -- COMMAND' to run one)");
+    return 0;
+  }
   if (*admin) {
     if (dashdash || cmd_at || c_cmd)
       return cli_usage_error(cmdname, "--resign and --evict take an election NAME and no COMMAND");
@@ -474,6 +497,20 @@ static void owner_info_format(const run_opts *o, char *buf, size_t len)
     user = pwp->pw_name;
   size_t used = (size_t)snprintf(buf, len, "dlock-run host=%s pid=%ld user=%s cmd=",
                                  host, (long)getpid(), user);
+  if (o->hold && used < len) {
+    /* No COMMAND: name the shell that holds the lock through us. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)getppid());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    used += (size_t)snprintf(buf + used, len - used, "(dlock hold, for) ");
+    ssize_t n = fd >= 0 && used + 1 < len ? read(fd, buf + used, len - used - 1) : -1;
+    if (fd >= 0)
+      close(fd);
+    for (ssize_t i = 0; i < n; i++)
+      if ((unsigned char)buf[used + (size_t)i] < 0x20)
+        buf[used + (size_t)i] = i == n - 1 ? '\0' : ' ';
+    used = n > 0 ? used + (size_t)n : used;
+  }
   for (int i = 0; i < o->ncmd && used + 8 < len; i++) {
     const char *a = o->cmd[i];
     int quote = a[0] == '\0' || strpbrk(a, " \t'\"\\$`") != NULL;
@@ -714,6 +751,64 @@ static int drain_signals(int fd, pid_t child, int *done, int *status, sigset_t *
 
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGTERM};
 
+/* Why a hold was lost, in the user's words. */
+static void loss_text(dlock_lost_reason reason, char *why, size_t len)
+{
+  /* The library's text cannot know the server; the URL does. */
+  if (reason == DLOCK_LOST_UNREACHABLE)
+    snprintf(why, len, "%s could not be reached in time to renew the lease or keep the session",
+             cli_server_kind(cli_config_url()));
+  else
+    snprintf(why, len, "%s", dlock_lost_reason_str(reason == DLOCK_LOST_NONE ? DLOCK_LOST_DEADLINE : reason));
+}
+
+/* ---- dlock hold ---- */
+
+/* The lock is held until standard input ends (EOF: the writer closed it,
+ * or Ctrl-D) or a signal comes; what happens is told on stdout, a line
+ * each, for the shell reading it (a coprocess). Input is read and ignored. */
+static int hold_until_input_ends(run_hold *h, const run_opts *o, int sigfd, uint64_t fence,
+                                 int *lost)
+{
+  if (h->mm != NULL)
+    printf("acquired %s\n", o->name);
+  else
+    printf("acquired %s fence %llu\n", o->name, (unsigned long long)fence);
+  fflush(stdout);
+  int lost_fd = hold_lost_fd(h);
+  for (;;) {
+    struct pollfd pfd[3] = {{sigfd, POLLIN, 0}, {lost_fd, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
+    if (poll(pfd, 3, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      perror("dlock: poll");
+      return CLI_EXIT_SOFTWARE;
+    }
+    if ((pfd[1].revents & POLLIN) != 0 && hold_lost(h) != DLOCK_LOST_NONE) {
+      char why[160];
+      loss_text(hold_lost(h), why, sizeof why);
+      printf("lost %s: %s\n", o->name, why);
+      fflush(stdout);
+      *lost = 1;
+      return o->lost_code;
+    }
+    int done = 0, status = 0, last = 0;
+    sigset_t got;
+    drain_signals(sigfd, 0, &done, &status, &got, &last);
+    if (last != 0) {
+      if (o->verbose)
+        fprintf(stderr, "dlock: %s: releasing '%s'\n", cli_signame(last), o->name);
+      return 128 + last;
+    }
+    if ((pfd[2].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+      char buf[4096];
+      ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+        return CLI_EXIT_OK; /* the input ended: release */
+    }
+  }
+}
+
 /* ---- Running the command ---- */
 
 static int64_t ms_until(dlock_mono_ms when)
@@ -844,15 +939,11 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
       const char *what = o->lost_action == ON_LOST_TERM   ? "sending SIGTERM to the command"
                          : o->lost_action == ON_LOST_KILL ? "sending SIGKILL to the command"
                                                           : "letting the command run on";
-      /* The library's text cannot know the server; the URL does. */
       char why[160];
-      if (reason == DLOCK_LOST_UNREACHABLE)
-        snprintf(why, sizeof why, "%s could not be reached in time to renew the lease or keep the session",
-                 cli_server_kind(cli_config_url()));
-      else if (early)
+      if (early)
         snprintf(why, sizeof why, "the lease could not be renewed in time and may end within --grace");
       else
-        snprintf(why, sizeof why, "%s", dlock_lost_reason_str(reason));
+        loss_text(reason, why, sizeof why);
       fprintf(stderr, "dlock: %s '%s' lost: %s; %s\n", o->elect ? "leadership of" : "lock", o->name, why, what);
       switch (o->lost_action) {
       case ON_LOST_TERM:
@@ -1132,8 +1223,11 @@ int cmd_run(int argc, char **argv)
 
   if (rc == 0 && admin)
     return elect_admin(&o, admin);
-  if (rc == 0)
+  if (rc == 0 && !o.hold)
     rc = cli_resolve_program(o.shell ? "/bin/sh" : o.cmd[0], program, sizeof program);
+  /* hold: a reader that went away must not kill us before the release. */
+  if (rc == 0 && o.hold)
+    signal(SIGPIPE, SIG_IGN);
   if (rc != 0) {
     free(o.multi_buf);
     free(o.multi_joined);
@@ -1311,6 +1405,27 @@ int cmd_run(int argc, char **argv)
   } else if (o.verbose) {
     fprintf(stderr, "dlock: acquired '%s' after %s, fence %llu\n", o.name, waited_text,
             (unsigned long long)fence);
+  }
+
+  if (o.hold) {
+    int lost = 0;
+    rc = hold_until_input_ends(&hold, &o, sig.fd, fence, &lost);
+    int rel = lock_thread_finish(&t);
+    thread_started = 0;
+    if (lost) {
+      rc = o.lost_code;
+    } else if (rel == DLOCK_ENOTHELD) {
+      /* The release found the lock gone before the watchdog did. */
+      printf("lost %s: %s\n", o.name, hold_errmsg(&hold));
+      rc = o.lost_code;
+    } else if (rel != 0) {
+      char lease[64];
+      cli_format_duration(o.lease_ms, lease, sizeof lease);
+      rc = cli_report(rel, hold_errmsg(&hold), "releasing '%s' (it expires within %s)", o.name, lease);
+    } else if (o.verbose) {
+      fprintf(stderr, "dlock: released '%s'\n", o.name);
+    }
+    goto out_thread;
   }
 
   cli_child plan;

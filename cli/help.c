@@ -150,6 +150,36 @@ static const cli_command pages[] = {
    "name is one kind of lock at a time: `--limit` on a mutex's name, or no\n"
    "`--limit` on a semaphore's, exits 64. Not offered on Redlock.\n"},
 
+  {"hold", cmd_run,
+   "Usage: dlock hold [OPTIONS] NAME\n"
+   "Take the lock NAME and hold it until standard input ends (closed, or\n"
+   "Ctrl-D) or a signal comes, for a shell that runs several commands under\n"
+   "one lock, as 'exec 9>f; flock 9' does. Prints 'acquired NAME fence F' on\n"
+   "stdout once held, and 'lost NAME: REASON' if the lock is lost.\n"
+   "\n"
+   "  --url URL, --prefix P  the server, key prefix (see 'dlock config')\n"
+   "  -w, --wait DURATION    give up after DURATION (default: wait forever)\n"
+   "  -n, --nonblock         try once and give up at once (--wait 0)\n"
+   "  -l, --lease DURATION   lease, renewed every third of it (default 30s)\n"
+   "  -s, -x, --limit N, --multi NAMES  the other kinds, as for run\n"
+   "  -E N, --lost-exit-code N, -q, -v  as for run\n"
+   "\n"
+   "Example (bash):\n"
+   "  coproc LOCK { dlock hold deploy; }\n"
+   "  read -r line <&\"${LOCK[0]}\"         # acquired deploy fence 42\n"
+   "  step1; step2\n"
+   "  exec {LOCK[1]}>&-; wait \"$LOCK_PID\" # release; 0, or 79 if lost\n"
+   "\n"
+   "Exit: 0 released, 75 busy, 79 lost, 128+N signal N, 64, 69, 70.\n",
+   "Input is read and thrown away; the lock is released when it ends. So\n"
+   "`dlock hold NAME </dev/null` releases at once, and a coprocess holds\n"
+   "for as long as the shell keeps its input open (bash closes it at exit,\n"
+   "so a script that dies releases the lock). The loss line comes when the\n"
+   "library reports the loss, at the local deadline at the latest; a shell\n"
+   "that must stop at once on a loss should read the coprocess's output\n"
+   "between steps (`read -t 0`), or use `dlock run`, which stops its\n"
+   "command itself. Nothing renews the lease while dlock is stopped.\n"},
+
   {"status", cmd_status,
    "Usage: dlock status [OPTIONS] NAME\n"
    "Show whether the lock NAME is held, the lease left, the current fence and,\n"

@@ -230,7 +230,7 @@ typedef struct gen_cmd {
   const char *name;
   gen_opt opts[GEN_MAX_OPTS];
   int nopts;
-  char words[GEN_MAX_WORDS][32]; /* literal words after the name: "fence check" */
+  char words[GEN_MAX_WORDS][32]; /* the verbs after the name: "check", "set", "down" */
   int nwords;
 } gen_cmd;
 
@@ -318,18 +318,18 @@ static void gen_scan_page(gen_cmd *c, const char *page)
     size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
 
     if (usage && (starts(line, len, "Usage:") || line[0] == ' ')) {
-      /* "Usage: dlock fence check ...": the literal words after the name. */
+      /* "Usage: dlock fence check ...", "       dlock latch down NAME": the
+       * literal word after the name, one per usage line (the verbs). */
       const char *p = strstr(line, "dlock ");
-      if (p != NULL && p < line + len && c->nwords == 0) {
+      if (p != NULL && p < line + len) {
         p += strlen("dlock ") + strlen(c->name);
-        while (*p == ' ' && islower((unsigned char)p[1])) {
-          size_t w = strspn(p + 1, "abcdefghijklmnopqrstuvwxyz");
-          if (p[1 + w] != ' ' && p[1 + w] != '\n')
-            break;
-          if (c->nwords < GEN_MAX_WORDS && w < sizeof c->words[0])
-            snprintf(c->words[c->nwords++], sizeof c->words[0], "%.*s", (int)w, p + 1);
-          p += 1 + w;
-        }
+        size_t w = *p == ' ' && islower((unsigned char)p[1]) ? strspn(p + 1, "abcdefghijklmnopqrstuvwxyz") : 0;
+        int seen = 0;
+        for (int j = 0; j < c->nwords; j++)
+          seen |= strlen(c->words[j]) == w && strncmp(c->words[j], p + 1, w) == 0;
+        if (w > 0 && (p[1 + w] == ' ' || p[1 + w] == '\n') && !seen && c->nwords < GEN_MAX_WORDS &&
+            w < sizeof c->words[0])
+          snprintf(c->words[c->nwords++], sizeof c->words[0], "%.*s", (int)w, p + 1);
       }
       gen_scan_spec(c, line, len);
     } else {

@@ -32,6 +32,14 @@ void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsi
   a->cluster = NULL;
   a->after_dashdash = 0;
   a->common = common;
+  a->chained[0] = a->chained[1] = a->chained[2] = NULL;
+}
+
+void cli_args_chain(cli_args *a, const cli_opt *t1, const cli_opt *t2, const cli_opt *t3)
+{
+  a->chained[0] = t1;
+  a->chained[1] = t2;
+  a->chained[2] = t3;
 }
 
 int cli_common_opt(int id, const char *arg, const char **url)
@@ -56,22 +64,33 @@ static const cli_opt *find_in(const cli_opt *table, const char *name, size_t len
   return NULL;
 }
 
-/* The common options this command takes, then its own. */
+/* The common options this command takes, then its own, then the chained. */
 static const cli_opt *find_long(const cli_args *a, const cli_opt *table, const char *name, size_t len)
 {
   const cli_opt *o = find_in(cli_common_opts, name, len);
   if (o != NULL && (a->common & common_bit(o->id)) != 0)
     return o;
-  return find_in(table, name, len);
+  o = find_in(table, name, len);
+  for (int i = 0; o == NULL && i < 3; i++)
+    o = a->chained[i] != NULL ? find_in(a->chained[i], name, len) : NULL;
+  return o;
 }
 
-static const cli_opt *find_short(const cli_opt *table, char c)
+static const cli_opt *find_short_in(const cli_opt *table, char c)
 {
-  for (const cli_opt *o = table; o->long_name != NULL; o++) {
+  for (const cli_opt *o = table; o != NULL && o->long_name != NULL; o++) {
     if (o->short_name == c)
       return o;
   }
   return NULL;
+}
+
+static const cli_opt *find_short(const cli_args *a, const cli_opt *table, char c)
+{
+  const cli_opt *o = find_short_in(table, c);
+  for (int i = 0; o == NULL && i < 3; i++)
+    o = find_short_in(a->chained[i], c);
+  return o;
 }
 
 /* Take the value of option 'o' from the next argv element. */
@@ -89,7 +108,7 @@ static int next_short(cli_args *a, const cli_opt *table, const char **arg)
 {
   char c = *a->cluster++;
   char shown[3] = {'-', c, '\0'};
-  const cli_opt *o = find_short(table, c);
+  const cli_opt *o = find_short(a, table, c);
 
   if (o == NULL) {
     a->cluster = NULL;

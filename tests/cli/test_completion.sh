@@ -28,7 +28,7 @@ reply() {
 }
 
 assert_eq "first word: every command" "$(reply dlock '')" \
-  "bench config cron demo doctor elect every fence help init latch leader list prune release run status version"
+  "bench config cron demo doctor elect every fence help hold init latch leader list prune release run status version"
 assert_eq "first word: commands by prefix" "$(reply dlock re)" "release"
 assert_eq "global options" "$(reply dlock --)" "--help --version"
 out=$(reply dlock run --)
@@ -49,6 +49,9 @@ assert_eq "run --on-lost: its actions" "$(reply dlock run --on-lost '')" "ignore
 assert_eq "fence: its action" "$(reply dlock fence '')" "check"
 assert_eq "fence check: nothing for RESOURCE" "$(reply dlock fence check '')" ""
 assert_eq "config: its action" "$(reply dlock config '')" "show"
+# Issue 27 item 11: every verb of a command with several usage lines.
+assert_eq "latch: every verb" "$(reply dlock latch '')" "count down set wait"
+assert_eq "latch: a verb by prefix" "$(reply dlock latch d)" "down"
 assert_match "config show: its options" " $(reply dlock config show --) " " --json .*--prefix .*--url "
 assert_eq "help: the commands" "$(reply dlock help ev)" "every"
 assert_eq "help --completion: the shells" "$(reply dlock help --completion '')" "bash zsh"
@@ -76,7 +79,7 @@ if command -v zsh >/dev/null; then
       source "$f"  # as autoload runs it: defines _dlock and calls it' zsh "$zscript" "$@" 2>&1 | sort -u | tr '\n' ' ' | sed 's/ $//'
   }
   assert_eq "zsh: commands" "$(zreply dlock '')" \
-    "bench config cron demo doctor elect every fence help init latch leader list prune release run status version"
+    "bench config cron demo doctor elect every fence help hold init latch leader list prune release run status version"
   assert_match "zsh: run options" " $(zreply dlock run --) " " --on-lost "
   assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "mariadb:// mysql:// postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix:// zk://"
   assert_eq "zsh: after --" "$(zreply dlock run x -- '')" "NORMAL"
