@@ -39,7 +39,8 @@ typedef struct pgp_conn {
   int cfd, sfd;
 } pgp_conn;
 
-static int write_all(int fd, const char *b, size_t n) {
+int pgp_write_all(int fd, const void *buf, size_t n) {
+  const char *b = buf;
   while (n > 0) {
     ssize_t w = write(fd, b, n);
     if (w < 0 && errno == EINTR) continue;
@@ -48,6 +49,30 @@ static int write_all(int fd, const char *b, size_t n) {
     n -= (size_t)w;
   }
   return 0;
+}
+
+int pgp_listen_loopback(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 64) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+    fprintf(stderr, "test proxy: cannot listen: %s\n", strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+int pgp_dial_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
 }
 
 static void *conn_main(void *arg) {
@@ -71,7 +96,7 @@ static void *conn_main(void *arg) {
         dropping = 1;
       }
       pthread_mutex_unlock(&p->mu);
-      if (write_all(c->sfd, buf, (size_t)n) != 0) break;
+      if (pgp_write_all(c->sfd, buf, (size_t)n) != 0) break;
     }
     if (f[1].revents) {
       ssize_t n = read(c->sfd, buf, sizeof buf);
@@ -79,7 +104,7 @@ static void *conn_main(void *arg) {
       int d = atomic_load(&p->delay_ms);
       if (d > 0) usleep((useconds_t)d * 1000);
       if (!dropping) {
-        if (write_all(c->cfd, buf, (size_t)n) != 0) break;
+        if (pgp_write_all(c->cfd, buf, (size_t)n) != 0) break;
         continue;
       }
       char *nh = realloc(held, heldn + (size_t)n);
@@ -113,12 +138,9 @@ static void *accept_main(void *arg) {
     int cfd = accept(p->lfd, NULL, NULL);
     if (cfd < 0) continue;
     atomic_fetch_add(&p->accepted, 1);
-    int sfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->target)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (sfd < 0 || connect(sfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    int sfd = pgp_dial_loopback(p->target);
+    if (sfd < 0) {
       close(cfd);
-      if (sfd >= 0) close(sfd);
       continue;
     }
     pgp_conn *c = malloc(sizeof *c);
@@ -145,18 +167,11 @@ int pgp_start(pgp_proxy **out, int target_port) {
   if (!p) return -1;
   p->target = target_port;
   pthread_mutex_init(&p->mu, NULL);
-  p->lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t sl = sizeof sa;
-  if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(p->lfd, 64) != 0 ||
-      getsockname(p->lfd, (struct sockaddr *)&sa, &sl) != 0) {
-    fprintf(stderr, "pgproxy: cannot listen: %s\n", strerror(errno));
-    if (p->lfd >= 0) close(p->lfd);
+  p->lfd = pgp_listen_loopback(&p->port);
+  if (p->lfd < 0) {
     free(p);
     return -1;
   }
-  p->port = ntohs(sa.sin_port);
   if (pthread_create(&p->acceptor, NULL, accept_main, p) != 0) {
     close(p->lfd);
     free(p);

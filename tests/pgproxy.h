@@ -13,6 +13,8 @@
 #ifndef DLOCK_TEST_PGPROXY_H
 #define DLOCK_TEST_PGPROXY_H
 
+#include <stddef.h>
+
 typedef struct pgp_proxy pgp_proxy;
 
 /* 0, or -1 with a message on stderr. */
@@ -31,5 +33,12 @@ int pgp_accepted(pgp_proxy *p);
  * write end the statement (it ran, and in autocommit committed), and the
  * answer is dropped then, rather than at ReadyForQuery. */
 void pgp_drop_at_first_reply(pgp_proxy *p);
+
+/* What the test proxies share (pgproxy.c, myproxy.c): a listening socket
+ * on a free loopback port ('*port'), a connection to 127.0.0.1:port (each
+ * a descriptor, or -1), and a whole write (0, or -1). */
+int pgp_listen_loopback(int *port);
+int pgp_dial_loopback(int port);
+int pgp_write_all(int fd, const void *buf, size_t n);
 
 #endif
