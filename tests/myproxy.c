@@ -19,18 +19,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MYP_MAX_CONNS 256
 #define MYP_CLIENT_SSL 0x0800
 /* A handshake step that takes longer than this fails the connection. */
 #define MYP_STEP_MS 10000
 
 struct myp_proxy {
-  int lfd, port, target, mode;
-  pthread_t acceptor;
-  atomic_int stop, switches, commands, failed;
-  pthread_mutex_t mu;
-  pthread_t threads[MYP_MAX_CONNS];
-  int nthreads;
+  pgp_listener l;
+  int target, mode;
+  atomic_int switches, commands, failed;
 };
 
 typedef struct myp_conn {
@@ -41,7 +37,7 @@ typedef struct myp_conn {
 /* Exactly 'n' bytes from 'fd' within MYP_STEP_MS (the proxy's stop ends it). */
 static int read_n(myp_proxy *p, int fd, unsigned char *b, size_t n) {
   for (int waited = 0; n > 0;) {
-    if (atomic_load(&p->stop) || waited >= MYP_STEP_MS) return -1;
+    if (atomic_load(&p->l.stop) || waited >= MYP_STEP_MS) return -1;
     struct pollfd f = {.fd = fd, .events = POLLIN};
     int r = poll(&f, 1, 100);
     if (r < 0 && errno != EINTR) return -1;
@@ -105,15 +101,15 @@ out:
   return rc;
 }
 
-static void *conn_main(void *arg) {
-  myp_conn *c = arg;
-  myp_proxy *p = c->p;
+static void serve(void *owner, int cfd) {
+  myp_proxy *p = owner;
+  myp_conn conn = {.p = p, .cfd = cfd, .sfd = {pgp_dial_loopback(p->target), pgp_dial_loopback(p->target)}}, *c = &conn;
   unsigned char *in = NULL; /* the client's bytes not yet relayed */
   size_t inn = 0;
   int cur = 0, commands = 0;
   unsigned char buf[65536];
-  if (handshake(c) != 0) goto out;
-  while (!atomic_load(&p->stop)) {
+  if (c->sfd[0] < 0 || c->sfd[1] < 0 || handshake(c) != 0) goto out;
+  while (!atomic_load(&p->l.stop)) {
     struct pollfd f[3] = {{.fd = c->cfd, .events = POLLIN},
                           {.fd = c->sfd[0], .events = POLLIN},
                           {.fd = c->sfd[1], .events = POLLIN}};
@@ -160,41 +156,8 @@ static void *conn_main(void *arg) {
 out:
   free(in);
   close(c->cfd);
-  close(c->sfd[0]);
-  close(c->sfd[1]);
-  free(c);
-  return NULL;
-}
-
-static void *accept_main(void *arg) {
-  myp_proxy *p = arg;
-  while (!atomic_load(&p->stop)) {
-    struct pollfd f = {.fd = p->lfd, .events = POLLIN};
-    if (poll(&f, 1, 100) <= 0) continue;
-    int cfd = accept(p->lfd, NULL, NULL);
-    if (cfd < 0) continue;
-    myp_conn *c = malloc(sizeof *c);
-    int a = pgp_dial_loopback(p->target), b = pgp_dial_loopback(p->target);
-    if (!c || a < 0 || b < 0) {
-      close(cfd);
-      if (a >= 0) close(a);
-      if (b >= 0) close(b);
-      free(c);
-      continue;
-    }
-    *c = (myp_conn){.p = p, .cfd = cfd, .sfd = {a, b}};
-    pthread_mutex_lock(&p->mu);
-    int slot = p->nthreads < MYP_MAX_CONNS ? p->nthreads++ : -1;
-    if (slot >= 0 && pthread_create(&p->threads[slot], NULL, conn_main, c) != 0) slot = -1, p->nthreads--;
-    pthread_mutex_unlock(&p->mu);
-    if (slot < 0) {
-      close(cfd);
-      close(a);
-      close(b);
-      free(c);
-    }
-  }
-  return NULL;
+  if (c->sfd[0] >= 0) close(c->sfd[0]);
+  if (c->sfd[1] >= 0) close(c->sfd[1]);
 }
 
 int myp_start(myp_proxy **out, int target_port, int mode) {
@@ -202,16 +165,7 @@ int myp_start(myp_proxy **out, int target_port, int mode) {
   if (!p) return -1;
   p->target = target_port;
   p->mode = mode;
-  pthread_mutex_init(&p->mu, NULL);
-  p->lfd = pgp_listen_loopback(&p->port);
-  if (p->lfd < 0) {
-    pthread_mutex_destroy(&p->mu);
-    free(p);
-    return -1;
-  }
-  if (pthread_create(&p->acceptor, NULL, accept_main, p) != 0) {
-    close(p->lfd);
-    pthread_mutex_destroy(&p->mu);
+  if (pgp_listener_start(&p->l, serve, p) != 0) {
     free(p);
     return -1;
   }
@@ -221,15 +175,11 @@ int myp_start(myp_proxy **out, int target_port, int mode) {
 
 void myp_stop(myp_proxy *p) {
   if (!p) return;
-  atomic_store(&p->stop, 1);
-  pthread_join(p->acceptor, NULL);
-  for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
-  close(p->lfd);
-  pthread_mutex_destroy(&p->mu);
+  pgp_listener_stop(&p->l);
   free(p);
 }
 
-int myp_port(const myp_proxy *p) { return p->port; }
+int myp_port(const myp_proxy *p) { return p->l.port; }
 
 void myp_switch(myp_proxy *p) { atomic_fetch_add(&p->switches, 1); }
 

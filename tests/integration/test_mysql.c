@@ -4,8 +4,9 @@
  * leases and fences, exclusion across processes, the waiter's wake-up,
  * a server crash and restart, KILL of dlock's connections, a read-only
  * server, a user without rights, the doctor, bad input (quotes,
- * backslashes, huge names: no SQL injection) and passwords never printed
- * (library and CLI). One server for the whole file. Labels: integration,
+ * backslashes, huge names: no SQL injection), passwords never printed
+ * (library and CLI), and advisory mode refused through a proxy that
+ * shares server sessions (tests/myproxy.h). One server for the whole file. Labels: integration,
  * mysql.
  */
 #include <pthread.h>
