@@ -818,6 +818,27 @@ TEST(advisory_mode_is_refused_through_a_proxy_that_shares_sessions_and_lease_mod
    * connection: the hold is taken; switched to another session later, it
    * is lost at the watchdog's next look, not kept. */
   px = proxy(MYP_PIN, "?mode=advisory", url, sizeof url);
+  /* A wait whose session is switched meanwhile is refused at its next
+   * slice (slices of 0.5 s), with nothing held. */
+  dlock_client *w = client_opts(url, 0);
+  dlock_mutex *mw = mutex(w, "pinned-wait", 30000), *mh = mutex(d, "pinned-wait", 30000);
+  ASSERT_OK(dlock_mutex_acquire(mh, 0));
+  th_waiter tw = {.m = mw, .wait_ms = 30000 * tf()};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &tw);
+  char out[256] = "";
+  t0 = th_now_ms();
+  while (th_now_ms() - t0 < 20000 * tf() &&
+         (th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
+                    "'pool' AND info LIKE 'SELECT GET_LOCK%%'") != 0 || atoi(out) == 0))
+    th_sleep_ms(50);
+  myp_switch(px);
+  pthread_join(t, NULL);
+  ASSERT_STATUS(tw.rc, DLOCK_EINVAL);
+  ASSERT_OK(dlock_mutex_release(mh));
+  dlock_mutex_free(mw);
+  dlock_mutex_free(mh);
+  dlock_client_free(w);
   a = client_opts(url, 0);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
