@@ -6,7 +6,10 @@
  * connection of the MariaDB Connector/C) alternate, so that both see the
  * same load; each block's mean is one sample, and the report gives the
  * median of the block means with their spread (min..max), and the p50/p99
- * of all operations. Then the hand-off: a waiter blocked on the lock, the
+ * of all operations. C, in the same rotation: dlock's advisory mode
+ * (?mode=advisory: a connection of its own per hold, GET_LOCK on it after
+ * the mark that tells a session-sharing proxy, docs/mysql.md). Then the
+ * hand-off: a waiter blocked on the lock, the
  * holder releases; from just before the release to the waiter's acquire
  * returning (dlock: its doorbell, else its back-off; GET_LOCK: woken by
  * the server).
@@ -58,9 +61,9 @@ static int one(MYSQL *c, const char *q) {
   return ok;
 }
 
-static dlock_client *client(void) {
+static dlock_client *client_in(const char *mode) {
   char url[300];
-  snprintf(url, sizeof url, "mysql://%s:%u/%s", host, port, db);
+  snprintf(url, sizeof url, "mysql://%s:%u/%s%s", host, port, db, mode);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
@@ -82,6 +85,8 @@ static dlock_mutex *mutex(dlock_client *c, const char *name) {
   if (dlock_mutex_new(&m, c, name, &mo) != 0) fprintf(stderr, "dlock-my-bench: %s\n", dlock_last_error());
   return m;
 }
+
+static dlock_client *client(void) { return client_in(""); }
 
 /* One block of 'n' cycles; the latencies into 'lat'. 0, or -1. */
 static int block_dlock(dlock_mutex *m, int n, double *lat) {
@@ -215,34 +220,46 @@ int main(int argc, char **argv) {
     fclose(f);
   }
   printf("load average before: %.2f %.2f %.2f\n\n", load[0], load[1], load[2]);
-  dlock_client *c = client();
-  dlock_mutex *m = c ? mutex(c, "bench:uncontended") : NULL;
+  dlock_client *c = client(), *ca = client_in("?mode=advisory");
+  dlock_mutex *m = c ? mutex(c, "bench:uncontended") : NULL, *madv = ca ? mutex(ca, "bench:advisory") : NULL;
   MYSQL *raw = connect_raw();
-  if (!m || !raw) return 1;
+  if (!m || !madv || !raw) return 1;
   double *am = calloc((size_t)blocks, sizeof *am), *bm = calloc((size_t)blocks, sizeof *bm);
+  double *cm = calloc((size_t)blocks, sizeof *cm);
   double *aall = calloc((size_t)(blocks * per), sizeof *aall), *ball = calloc((size_t)(blocks * per), sizeof *ball);
+  double *call = calloc((size_t)(blocks * per), sizeof *call);
   /* A warm-up block each (the row, the connections), not counted. */
-  int rc = block_dlock(m, per, aall) || block_get_lock(raw, per, ball);
+  int rc = block_dlock(m, per, aall) || block_get_lock(raw, per, ball) || block_dlock(madv, per, call);
   for (int k = 0; k < blocks && !rc; k++) {
-    /* A then B, or B then A: neither always runs first. */
-    if (k % 2 == 0) rc = block_dlock(m, per, aall + k * per) || block_get_lock(raw, per, ball + k * per);
-    else rc = block_get_lock(raw, per, ball + k * per) || block_dlock(m, per, aall + k * per);
+    /* A, B, C or C, B, A: none always runs first. */
+    if (k % 2 == 0)
+      rc = block_dlock(m, per, aall + k * per) || block_get_lock(raw, per, ball + k * per) ||
+           block_dlock(madv, per, call + k * per);
+    else
+      rc = block_dlock(madv, per, call + k * per) || block_get_lock(raw, per, ball + k * per) ||
+           block_dlock(m, per, aall + k * per);
     am[k] = mean(aall + k * per, per);
     bm[k] = mean(ball + k * per, per);
+    cm[k] = mean(call + k * per, per);
   }
   if (!rc) {
     printf("| loop | blocks x cycles | cycle: median of block means (min..max) | cycles/s | p50 | p99 |\n");
     printf("| --- | --- | --- | --- | --- | --- |\n");
     report("A: dlock lease mode, acquire + release", am, blocks, aall, blocks * per);
     report("B: GET_LOCK + RELEASE_LOCK", bm, blocks, ball, blocks * per);
+    report("C: dlock advisory mode, acquire + release", cm, blocks, call, blocks * per);
   }
   dlock_mutex_free(m);
+  dlock_mutex_free(madv);
   dlock_client_free(c);
+  dlock_client_free(ca);
   mysql_close(raw);
   free(am);
   free(bm);
+  free(cm);
   free(aall);
   free(ball);
+  free(call);
   if (rc) return 1;
   double *ha = calloc((size_t)rounds, sizeof *ha), *hb = calloc((size_t)rounds, sizeof *hb);
   rc = handoff(1, rounds, ha) || handoff(0, rounds, hb);

@@ -15,14 +15,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define PGP_MAX_CONNS 256
-
 struct pgp_proxy {
-  int lfd;
-  int port;
+  pgp_listener l;
   int target;
-  pthread_t acceptor;
-  atomic_int stop;
   pthread_mutex_t mu;
   char pattern[256];
   int count;
@@ -30,16 +25,10 @@ struct pgp_proxy {
   atomic_int delay_ms; /* each reply chunk waits this long (latency) */
   atomic_int accepted;
   atomic_int any_reply; /* pgp_drop_at_first_reply() */
-  pthread_t threads[PGP_MAX_CONNS];
-  int nthreads;
 };
 
-typedef struct pgp_conn {
-  pgp_proxy *p;
-  int cfd, sfd;
-} pgp_conn;
-
-static int write_all(int fd, const char *b, size_t n) {
+int pgp_write_all(int fd, const void *buf, size_t n) {
+  const char *b = buf;
   while (n > 0) {
     ssize_t w = write(fd, b, n);
     if (w < 0 && errno == EINTR) continue;
@@ -50,20 +39,100 @@ static int write_all(int fd, const char *b, size_t n) {
   return 0;
 }
 
-static void *conn_main(void *arg) {
-  pgp_conn *c = arg;
-  pgp_proxy *p = c->p;
+int pgp_dial_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+typedef struct pgp_incoming {
+  pgp_listener *l;
+  int cfd;
+} pgp_incoming;
+
+static void *serve_main(void *arg) {
+  pgp_incoming *a = arg;
+  a->l->serve(a->l->owner, a->cfd);
+  free(a);
+  return NULL;
+}
+
+static void *listener_main(void *arg) {
+  pgp_listener *l = arg;
+  while (!atomic_load(&l->stop)) {
+    struct pollfd f = {.fd = l->lfd, .events = POLLIN};
+    if (poll(&f, 1, 100) <= 0) continue;
+    int cfd = accept(l->lfd, NULL, NULL);
+    if (cfd < 0) continue;
+    pgp_incoming *a = malloc(sizeof *a);
+    pthread_mutex_lock(&l->mu);
+    int slot = a && l->nthreads < PGP_MAX_CONNS ? l->nthreads : -1;
+    if (slot >= 0) *a = (pgp_incoming){.l = l, .cfd = cfd};
+    if (slot >= 0 && pthread_create(&l->threads[slot], NULL, serve_main, a) == 0) l->nthreads++;
+    else slot = -1;
+    pthread_mutex_unlock(&l->mu);
+    if (slot < 0) {
+      close(cfd);
+      free(a);
+    }
+  }
+  return NULL;
+}
+
+int pgp_listener_start(pgp_listener *l, void (*serve)(void *owner, int cfd), void *owner) {
+  memset(l, 0, sizeof *l);
+  l->serve = serve;
+  l->owner = owner;
+  l->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  if (l->lfd < 0 || bind(l->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(l->lfd, 64) != 0 ||
+      getsockname(l->lfd, (struct sockaddr *)&sa, &sl) != 0) {
+    fprintf(stderr, "test proxy: cannot listen: %s\n", strerror(errno));
+    if (l->lfd >= 0) close(l->lfd);
+    return -1;
+  }
+  l->port = ntohs(sa.sin_port);
+  pthread_mutex_init(&l->mu, NULL);
+  if (pthread_create(&l->acceptor, NULL, listener_main, l) != 0) {
+    close(l->lfd);
+    pthread_mutex_destroy(&l->mu);
+    return -1;
+  }
+  return 0;
+}
+
+void pgp_listener_stop(pgp_listener *l) {
+  atomic_store(&l->stop, 1);
+  pthread_join(l->acceptor, NULL);
+  for (int i = 0; i < l->nthreads; i++) pthread_join(l->threads[i], NULL);
+  close(l->lfd);
+  pthread_mutex_destroy(&l->mu);
+}
+
+static void serve(void *owner, int cfd) {
+  pgp_proxy *p = owner;
+  atomic_fetch_add(&p->accepted, 1);
+  int sfd = pgp_dial_loopback(p->target);
+  if (sfd < 0) {
+    close(cfd);
+    return;
+  }
   int dropping = 0;
   char *held = NULL;
   size_t heldn = 0;
   char buf[65536];
-  while (!atomic_load(&p->stop)) {
-    struct pollfd f[2] = {{.fd = c->cfd, .events = POLLIN}, {.fd = c->sfd, .events = POLLIN}};
+  while (!atomic_load(&p->l.stop)) {
+    struct pollfd f[2] = {{.fd = cfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
     int r = poll(f, 2, 100);
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) continue;
     if (f[0].revents) {
-      ssize_t n = read(c->cfd, buf, sizeof buf);
+      ssize_t n = read(cfd, buf, sizeof buf);
       if (n <= 0) break;
       pthread_mutex_lock(&p->mu);
       if (!dropping && p->count > 0 && p->pattern[0] && memmem(buf, (size_t)n, p->pattern, strlen(p->pattern))) {
@@ -71,15 +140,15 @@ static void *conn_main(void *arg) {
         dropping = 1;
       }
       pthread_mutex_unlock(&p->mu);
-      if (write_all(c->sfd, buf, (size_t)n) != 0) break;
+      if (pgp_write_all(sfd, buf, (size_t)n) != 0) break;
     }
     if (f[1].revents) {
-      ssize_t n = read(c->sfd, buf, sizeof buf);
+      ssize_t n = read(sfd, buf, sizeof buf);
       if (n <= 0) break;
       int d = atomic_load(&p->delay_ms);
       if (d > 0) usleep((useconds_t)d * 1000);
       if (!dropping) {
-        if (write_all(c->cfd, buf, (size_t)n) != 0) break;
+        if (pgp_write_all(cfd, buf, (size_t)n) != 0) break;
         continue;
       }
       char *nh = realloc(held, heldn + (size_t)n);
@@ -99,45 +168,8 @@ static void *conn_main(void *arg) {
     }
   }
   free(held);
-  close(c->cfd);
-  close(c->sfd);
-  free(c);
-  return NULL;
-}
-
-static void *accept_main(void *arg) {
-  pgp_proxy *p = arg;
-  while (!atomic_load(&p->stop)) {
-    struct pollfd f = {.fd = p->lfd, .events = POLLIN};
-    if (poll(&f, 1, 100) <= 0) continue;
-    int cfd = accept(p->lfd, NULL, NULL);
-    if (cfd < 0) continue;
-    atomic_fetch_add(&p->accepted, 1);
-    int sfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->target)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (sfd < 0 || connect(sfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-      close(cfd);
-      if (sfd >= 0) close(sfd);
-      continue;
-    }
-    pgp_conn *c = malloc(sizeof *c);
-    if (!c) {
-      close(cfd);
-      close(sfd);
-      continue;
-    }
-    *c = (pgp_conn){.p = p, .cfd = cfd, .sfd = sfd};
-    pthread_mutex_lock(&p->mu);
-    int slot = p->nthreads < PGP_MAX_CONNS ? p->nthreads++ : -1;
-    pthread_mutex_unlock(&p->mu);
-    if (slot < 0 || pthread_create(&p->threads[slot], NULL, conn_main, c) != 0) {
-      close(cfd);
-      close(sfd);
-      free(c);
-    }
-  }
-  return NULL;
+  close(cfd);
+  close(sfd);
 }
 
 int pgp_start(pgp_proxy **out, int target_port) {
@@ -145,20 +177,8 @@ int pgp_start(pgp_proxy **out, int target_port) {
   if (!p) return -1;
   p->target = target_port;
   pthread_mutex_init(&p->mu, NULL);
-  p->lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t sl = sizeof sa;
-  if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(p->lfd, 64) != 0 ||
-      getsockname(p->lfd, (struct sockaddr *)&sa, &sl) != 0) {
-    fprintf(stderr, "pgproxy: cannot listen: %s\n", strerror(errno));
-    if (p->lfd >= 0) close(p->lfd);
-    free(p);
-    return -1;
-  }
-  p->port = ntohs(sa.sin_port);
-  if (pthread_create(&p->acceptor, NULL, accept_main, p) != 0) {
-    close(p->lfd);
+  if (pgp_listener_start(&p->l, serve, p) != 0) {
+    pthread_mutex_destroy(&p->mu);
     free(p);
     return -1;
   }
@@ -168,15 +188,12 @@ int pgp_start(pgp_proxy **out, int target_port) {
 
 void pgp_stop(pgp_proxy *p) {
   if (!p) return;
-  atomic_store(&p->stop, 1);
-  pthread_join(p->acceptor, NULL);
-  for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
-  close(p->lfd);
+  pgp_listener_stop(&p->l);
   pthread_mutex_destroy(&p->mu);
   free(p);
 }
 
-int pgp_port(const pgp_proxy *p) { return p->port; }
+int pgp_port(const pgp_proxy *p) { return p->l.port; }
 
 void pgp_drop_reply(pgp_proxy *p, const char *pattern, int count) {
   pthread_mutex_lock(&p->mu);

@@ -13,6 +13,10 @@
 #ifndef DLOCK_TEST_PGPROXY_H
 #define DLOCK_TEST_PGPROXY_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
 typedef struct pgp_proxy pgp_proxy;
 
 /* 0, or -1 with a message on stderr. */
@@ -31,5 +35,27 @@ int pgp_accepted(pgp_proxy *p);
  * write end the statement (it ran, and in autocommit committed), and the
  * answer is dropped then, rather than at ReadyForQuery. */
 void pgp_drop_at_first_reply(pgp_proxy *p);
+
+/* What the test proxies share (pgproxy.c, myproxy.c). A listener on a
+ * free loopback port: each connection is served by serve(owner, cfd) on a
+ * thread of its own, which closes 'cfd' and returns soon once 'stop' is
+ * set; pgp_listener_stop() sets it and joins them all. */
+#define PGP_MAX_CONNS 256
+typedef struct pgp_listener {
+  int lfd, port;
+  atomic_int stop;
+  void (*serve)(void *owner, int cfd);
+  void *owner;
+  pthread_t acceptor;
+  pthread_mutex_t mu;
+  pthread_t threads[PGP_MAX_CONNS];
+  int nthreads;
+} pgp_listener;
+/* 0, or -1 with a message on stderr. */
+int pgp_listener_start(pgp_listener *l, void (*serve)(void *owner, int cfd), void *owner);
+void pgp_listener_stop(pgp_listener *l);
+/* A connection to 127.0.0.1:port (a descriptor, or -1); a whole write (0, or -1). */
+int pgp_dial_loopback(int port);
+int pgp_write_all(int fd, const void *buf, size_t n);
 
 #endif

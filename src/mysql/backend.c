@@ -48,6 +48,8 @@ typedef struct my_lock {
   char key[48];
   pthread_mutex_t mu;
   void *session;
+  int64_t session_id; /* its server session's CONNECTION_ID() */
+  int moved;          /* a look ran on another server session: lost for good */
   /* Lease mode's mutex: the doorbell, GET_LOCK on 'bell' held by the
    * holder's 'bell_session' while it holds the lock (under mu). */
   char bell[64];
@@ -362,10 +364,13 @@ static int adv_acquire(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline, 
   my_lock *l = myl(m);
   dlock_mono_ms start = dlock_mono_now();
   void *session = NULL;
-  int rc = dlock__my_adv_acquire(myc(m->client), l->key, l->name, wait_ms, deadline, canceled, m, &session);
+  int64_t id = 0;
+  int rc = dlock__my_adv_acquire(myc(m->client), l->key, l->name, wait_ms, deadline, canceled, m, &session, &id);
   if (rc) return rc;
   pthread_mutex_lock(&l->mu);
   l->session = session;
+  l->session_id = id;
+  l->moved = 0;
   pthread_mutex_unlock(&l->mu);
   out->fence = 0;
   out->lease_ms = ADVISORY_CHECK_MS;
@@ -374,11 +379,17 @@ static int adv_acquire(dlock_mutex *m, int64_t wait_ms, dlock_mono_ms deadline, 
   return 0;
 }
 
-/* Advisory mode: is the hold's session still holding it (0, else DLOCK_ELOST). */
-static int adv_check(dlock_mutex *m) {
+/* Advisory mode: is the hold's session still holding it (0, else
+ * DLOCK_ELOST; '*moved' when a look ran on another server session, once
+ * seen for good: that session may serve other clients' statements). */
+static int adv_check(dlock_mutex *m, int *moved) {
   my_lock *l = myl(m);
   pthread_mutex_lock(&l->mu);
-  int rc = l->session ? dlock__my_adv_check(myc(m->client), l->session, l->key) : DLOCK_ELOST;
+  int rc = DLOCK_ELOST, now_moved = 0;
+  if (l->session && !l->moved)
+    rc = dlock__my_adv_check(myc(m->client), l->session, l->key, l->session_id, &now_moved);
+  l->moved |= now_moved;
+  if (moved) *moved = l->moved;
   pthread_mutex_unlock(&l->mu);
   return rc;
 }
@@ -564,7 +575,7 @@ static int release_lease(dlock_mutex *m) {
     if (!session)
       return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: its session had ended (advisory mode)", l->name,
                           my->display);
-    return dlock__my_adv_release(my, session, l->key, l->name);
+    return dlock__my_adv_release(my, session, l->key, l->session_id, l->name);
   }
   if (is_family(m)) {
     dlock__my_fam f = fam_of(m, l->token, 0, NULL);
@@ -636,8 +647,14 @@ static int my_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
   dlock__my *my = myc(m->client);
   if (my->advisory) {
     *sent = dlock_mono_now();
-    if (adv_check(m) == 0) return 0;
+    int moved = 0;
+    if (adv_check(m, &moved) == 0) return 0;
     *lost = DLOCK_LOST_EXPIRED;
+    if (moved)
+      return dlock__error(DLOCK_ELOST, "lock '%s' on %s: a look at it ran on another server session than the "
+                          "hold's, so a proxy at %s:%u shares sessions and other clients may run on the one that "
+                          "holds it: advisory mode needs its own server session (point the URL at the server "
+                          "itself, or use lease mode)", myl(m)->name, my->display, my->host, my->port);
     return dlock__error(DLOCK_ELOST, "lock '%s' on %s: the session that held it has ended (advisory mode)",
                         myl(m)->name, my->display);
   }
@@ -680,7 +697,7 @@ static void my_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms
 static int my_held(dlock_mutex *m, const char *token, int64_t *ttl_ms) {
   if (myc(m->client)->advisory) {
     if (ttl_ms) *ttl_ms = -1; /* no expiry: as long as the session */
-    return adv_check(m) == 0;
+    return adv_check(m, NULL) == 0;
   }
   if (is_family(m)) {
     dlock__my_fam f = fam_of(m, token, 0, NULL);

@@ -79,6 +79,9 @@ int dlock__my_open_session(dlock__my *my, MYSQL **out);
 /* One statement on a session of its own: its first cell as a number, -1
  * for NULL, or '*rc' a status (the session is gone: DLOCK_EIO). */
 int64_t dlock__my_session_value(dlock__my *my, MYSQL *s, const char *sql, int *rc);
+/* The same for the first 'n' cells of its first row ('vals', -1 for NULL):
+ * 0, 1 when it answered no row, or a status. */
+int dlock__my_session_row(dlock__my *my, MYSQL *s, const char *sql, int64_t *vals, int n);
 /* Doorbell sessions (backend.c, "Waiting" in docs/mysql.md): an idle one
  * from the client's cache or a new one; DLOCK_EBUSY when DLOCK__MY_BELLS
  * are in use already (then no doorbell: the back-off alone). */
@@ -89,13 +92,18 @@ void dlock__my_bell_put(dlock__my *my, MYSQL *s, int broken);
 /* GET_LOCK's name for 'name' (47 bytes with the NUL). */
 void dlock__my_adv_key(const char *name, char *out);
 /* GET_LOCK on a new session, waiting until 'deadline' (wait_ms 0: once),
- * ending when canceled(arg); '*session' the session that holds it. */
+ * ending when canceled(arg); '*session' the connection that holds it and
+ * '*session_id' its server session (CONNECTION_ID()). DLOCK_EINVAL when
+ * the connection's statements ran on more than one server session (a
+ * proxy that shares sessions): nothing is held then. */
 int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int64_t wait_ms, dlock_mono_ms deadline,
-                          int (*canceled)(void *), void *arg, void **session);
-/* 0 while 'session' holds 'key', else DLOCK_ELOST. */
-int dlock__my_adv_check(dlock__my *my, void *session, const char *key);
-/* RELEASE_LOCK and close the session: 0, or DLOCK_ENOTHELD when it was gone. */
-int dlock__my_adv_release(dlock__my *my, void *session, const char *key, const char *shown);
+                          int (*canceled)(void *), void *arg, void **session, int64_t *session_id);
+/* 0 while 'session' holds 'key' on server session 'session_id', else
+ * DLOCK_ELOST ('*moved': the statement ran on another server session). */
+int dlock__my_adv_check(dlock__my *my, void *session, const char *key, int64_t session_id, int *moved);
+/* RELEASE_LOCK and close the session: 0, or DLOCK_ENOTHELD when it was
+ * gone or the release ran on another server session. */
+int dlock__my_adv_release(dlock__my *my, void *session, const char *key, int64_t session_id, const char *shown);
 void dlock__my_adv_close(void *session);
 
 /* 'name' with the client's key prefix, checked against the column's width

@@ -4,8 +4,9 @@
  * leases and fences, exclusion across processes, the waiter's wake-up,
  * a server crash and restart, KILL of dlock's connections, a read-only
  * server, a user without rights, the doctor, bad input (quotes,
- * backslashes, huge names: no SQL injection) and passwords never printed
- * (library and CLI). One server for the whole file. Labels: integration,
+ * backslashes, huge names: no SQL injection), passwords never printed
+ * (library and CLI), and advisory mode refused through a proxy that
+ * shares server sessions (tests/myproxy.h). One server for the whole file. Labels: integration,
  * mysql.
  */
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include "dlock.h"
 #include "harness.h"
 #include "harness_mysql.h"
+#include "myproxy.h"
 #include "test.h"
 
 static th_my srv;
@@ -713,6 +715,156 @@ TEST(advisory_mode_is_session_bound_has_no_fence_and_a_killed_session_is_reporte
   dlock_client_free(a);
   dlock_client_free(b);
   dlock_client_free(lease);
+}
+
+/* A URL through a session-sharing proxy (tests/myproxy.h) in 'mode', as a
+ * user with no password (the proxy forwards one empty auth response to
+ * both of its sessions); 'query' is appended ("?mode=advisory"). */
+static void pool_user(void) {
+  char out[256];
+  if (th_my_sql(&srv, out, sizeof out,
+                "CREATE USER IF NOT EXISTS 'pool'@'127.0.0.1'; GRANT ALL ON dlock.* TO 'pool'@'127.0.0.1'") != 0)
+    TEST_FAIL("creating the proxy's user: %s", out);
+}
+
+static myp_proxy *proxy(int mode, const char *query, char *url, size_t len) {
+  myp_proxy *p = NULL;
+  if (myp_start(&p, srv.port, mode) != 0) TEST_FAIL("the session-sharing proxy did not start");
+  snprintf(url, len, "mysql://pool@127.0.0.1:%d/dlock%s", myp_port(p), query);
+  return p;
+}
+
+/* Issue 31: advisory mode needs a server session of its own, and a proxy
+ * that shares sessions (consecutive statements of one connection on other
+ * server sessions) is refused at the acquire, naming the proxy and what to
+ * do; a hold whose session is switched later is lost at the watchdog's next
+ * look; lease mode works through the same proxy. */
+TEST(advisory_mode_is_refused_through_a_proxy_that_shares_sessions_and_lease_mode_works) {
+  NEED_SERVER();
+  pool_user();
+  char url[300], addr[64];
+  myp_proxy *px = proxy(MYP_ALTERNATE, "?mode=advisory", url, sizeof url);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", myp_port(px));
+  dlock_client *a = client_opts(url, 0), *direct = client();
+  dlock_mutex *ma = mutex(a, "pooled", 30000);
+  int rc = dlock_mutex_acquire(ma, 0);
+  if (rc == 0) dlock_mutex_release(ma);
+  ASSERT_STATUS(rc, DLOCK_EINVAL);
+  printf("  refused: %s\n", dlock_last_error());
+  ASSERT_CONTAINS(dlock_last_error(), "advisory mode needs its own server session");
+  ASSERT_CONTAINS(dlock_last_error(), addr);
+  ASSERT_CONTAINS(dlock_last_error(), "shares sessions");
+  ASSERT_CONTAINS(dlock_last_error(), "lease mode");
+  ASSERT_CONTAINS(dlock_last_error(), "pooled");
+  /* Nothing was taken on any session: another owner gets the lock at once. */
+  char durl[700];
+  snprintf(durl, sizeof durl, "%s?mode=advisory", srv.url);
+  dlock_client *d = client_opts(durl, 0);
+  dlock_mutex *md = mutex(d, "pooled", 30000);
+  ASSERT_OK(dlock_mutex_acquire(md, 0));
+  ASSERT_OK(dlock_mutex_release(md));
+  /* A wait through it is refused too, at once, not after the wait. */
+  long long t0 = th_now_ms();
+  ASSERT_STATUS(dlock_mutex_acquire(ma, 20000), DLOCK_EINVAL);
+  ASSERT(th_now_ms() - t0 < 10000 * tf());
+  dlock_mutex_free(ma);
+  dlock_client_free(a);
+
+  /* Lease mode through the same proxy: one statement per operation, each
+   * decided by its token on whichever session runs it. */
+  char lurl[300];
+  snprintf(lurl, sizeof lurl, "mysql://pool@%s/dlock", addr);
+  dlock_client *l = client_opts(lurl, 0);
+  dlock_mutex *ml = mutex(l, "pooled-lease", 30000), *mdl = mutex(direct, "pooled-lease", 30000);
+  for (int round = 0; round < 2; round++) {
+    ASSERT_OK(dlock_mutex_acquire(ml, 0));
+    uint64_t f = dlock_mutex_fence(ml);
+    ASSERT(f >= 1);
+    ASSERT_STATUS(dlock_mutex_acquire(mdl, 0), DLOCK_EBUSY);
+    ASSERT_OK(dlock_guard_check(l, "pooled-lease", f));
+    ASSERT_OK(dlock_mutex_release(ml));
+    ASSERT_OK(dlock_mutex_acquire(mdl, 0));
+    ASSERT(dlock_mutex_fence(mdl) > f);
+    ASSERT_OK(dlock_guard_check(direct, "pooled-lease", dlock_mutex_fence(mdl)));
+    ASSERT_STATUS(dlock_guard_check(l, "pooled-lease", f), DLOCK_ESTALE);
+    ASSERT_OK(dlock_mutex_release(mdl));
+  }
+  dlock_mutex_free(ml);
+  dlock_mutex_free(mdl);
+  dlock_client_free(l);
+  ASSERT(myp_commands(px) > 10);
+  ASSERT_EQ(myp_failed(px), 0);
+
+#ifdef DLOCK_BIN_PATH
+  /* The CLI says it in the user's words: no macro names, no SQL. */
+  char cmd[1200], buf[8192];
+  snprintf(cmd, sizeof cmd, "'%s' run --wait 0 --url '%s' pooled -- true 2>&1; echo \"exit=$?\"", DLOCK_BIN_PATH,
+           url);
+  FILE *pp = popen(cmd, "r");
+  ASSERT(pp != NULL);
+  size_t got = fread(buf, 1, sizeof buf - 1, pp);
+  buf[got] = '\0';
+  pclose(pp);
+  printf("  dlock run: %s", buf);
+  ASSERT_CONTAINS(buf, "advisory mode needs its own server session");
+  ASSERT_CONTAINS(buf, addr);
+  ASSERT_CONTAINS(buf, "lease mode");
+  ASSERT(strstr(buf, "exit=0") == NULL);
+  ASSERT(strstr(buf, "DLOCK_") == NULL && strstr(buf, "GET_LOCK") == NULL && strstr(buf, "CONNECTION_ID") == NULL);
+#endif
+  myp_stop(px);
+
+  /* A proxy that pins a session for the connection's life is a direct
+   * connection: the hold is taken; switched to another session later, it
+   * is lost at the watchdog's next look, not kept. */
+  px = proxy(MYP_PIN, "?mode=advisory", url, sizeof url);
+  /* A wait whose session is switched meanwhile is refused at its next
+   * slice (slices of 0.5 s), with nothing held. */
+  dlock_client *w = client_opts(url, 0);
+  dlock_mutex *mw = mutex(w, "pinned-wait", 30000), *mh = mutex(d, "pinned-wait", 30000);
+  ASSERT_OK(dlock_mutex_acquire(mh, 0));
+  th_waiter tw = {.m = mw, .wait_ms = 30000 * tf()};
+  pthread_t t;
+  pthread_create(&t, NULL, th_wait_for_lock, &tw);
+  char out[256] = "";
+  t0 = th_now_ms();
+  while (th_now_ms() - t0 < 20000 * tf() &&
+         (th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
+                    "'pool' AND info LIKE 'SELECT GET_LOCK%%'") != 0 || atoi(out) == 0))
+    th_sleep_ms(50);
+  myp_switch(px);
+  pthread_join(t, NULL);
+  ASSERT_STATUS(tw.rc, DLOCK_EINVAL);
+  ASSERT_OK(dlock_mutex_release(mh));
+  dlock_mutex_free(mw);
+  dlock_mutex_free(mh);
+  dlock_client_free(w);
+  a = client_opts(url, 0);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 3000;
+  ASSERT_OK(dlock_mutex_new(&ma, a, "pinned", &mo));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  dlock_mutex *mp = mutex(d, "pinned", 30000);
+  ASSERT_STATUS(dlock_mutex_acquire(mp, 0), DLOCK_EBUSY);
+  th_sleep_ms(1200); /* the watchdog looks (every 0.5 s) and finds it held */
+  ASSERT_EQ(dlock_mutex_lost(ma), DLOCK_LOST_NONE);
+  myp_switch(px);
+  t0 = th_now_ms();
+  for (int i = 0; i < 400 && dlock_mutex_lost(ma) == DLOCK_LOST_NONE && th_now_ms() - t0 < 20000 * tf(); i++)
+    th_sleep_ms(25);
+  ASSERT(dlock_mutex_lost(ma) != DLOCK_LOST_NONE);
+  printf("  a switched session was reported lost %lld ms after the switch\n", th_now_ms() - t0);
+  ASSERT_STATUS(dlock_mutex_release(ma), DLOCK_ENOTHELD);
+  dlock_mutex_free(ma);
+  dlock_client_free(a); /* its sessions end with the proxy's connection: the lock with them */
+  ASSERT_OK(dlock_mutex_acquire(mp, 20000 * tf()));
+  ASSERT_OK(dlock_mutex_release(mp));
+  dlock_mutex_free(mp);
+  myp_stop(px);
+  dlock_mutex_free(md);
+  dlock_client_free(d);
+  dlock_client_free(direct);
 }
 
 /* A waiter in advisory mode whose session the server ends: its error
