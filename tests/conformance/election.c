@@ -28,7 +28,7 @@
 static long slack_ms(long ms) { return ms * th_time_factor(); }
 
 /* docs/election.md, "Where": the deployments without proclaim. */
-static const char *const PROCLAIM_NOT_OFFERED[] = {"redlock", "mysql-lease"};
+static const char *const PROCLAIM_NOT_OFFERED[] = {"redlock", "mysql-lease", "zk"};
 
 #define LEASE_MS 2000
 
