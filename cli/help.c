@@ -682,7 +682,7 @@ static const char man_tail[] =
   "| code | meaning |\n"
   "| --- | --- |\n"
   "| 0 | success; for `run`, COMMAND's own status is passed through; `doctor`: no check failed |\n"
-  "| 1 | `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used; `leader --am-i`, `elect --resign`: another host leads |\n"
+  "| 1 | `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used; `leader --am-i`, `elect --resign`: another host leads; `elect --resign`, `--evict`: a term begun since the leader was read is left alone |\n"
   "| 3 | `leader`, `elect --resign`, `elect --evict`: no one leads the election |\n"
   "| 64 | usage error (a one-line hint is printed); a bad config file (FILE:LINE); `cron`: a bad expression or zone; the URL's database does not exist (`/99`); the lock name is another key (wrong type, or a string without expiry and without dlock metadata); `release --force` of such a key without `--foreign` |\n"
   "| 69 | the server (Redis, ZooKeeper, PostgreSQL) unreachable or timed out, authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
