@@ -250,8 +250,10 @@ static const cli_command pages[] = {
    "is in `--active-file`), and the `--on-lost` signal (default SIGTERM) when\n"
    "the term is lost, after which dlock campaigns again. When COMMAND ends,\n"
    "dlock resigns and exits with its status.\n"
-   "`--resign` and `--evict` delete the election's lock (as `dlock release\n"
-   "--force`): the leader's dlock finds its term lost at its next renewal\n"
+   "`--resign` and `--evict` end the term they read, by its epoch: a term\n"
+   "begun in between is left alone (said, exit 1); on Redlock and MySQL,\n"
+   "which cannot check the epoch, they delete the lock as `dlock release\n"
+   "--force`. The leader's dlock finds its term lost at its next renewal\n"
    "(a third of its lease at most) and stops COMMAND; the first candidate in\n"
    "line leads at once.\n"},
 
