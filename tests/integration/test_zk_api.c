@@ -619,6 +619,18 @@ TEST(curator_leaderlatch_and_dlock_candidates_stand_in_one_election) {
   ASSERT_STATUS(dlock_election_campaign(f, "dlock-c", 0), DLOCK_EBUSY);
   leader_is(c, "first", "curator-2", &e4);
   ASSERT(e4 > e3);
+#ifdef DLOCK_BIN_PATH
+  /* And the command line names Curator's leader too. */
+  char cmd[600], out[512] = "";
+  snprintf(cmd, sizeof cmd, "DLOCK_URL='zk://%s/api11' '%s' leader first 2>&1", srv.hostport, DLOCK_BIN_PATH);
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  int pst = pclose(p);
+  ASSERT(WIFEXITED(pst) && WEXITSTATUS(pst) == 0);
+  if (!strstr(out, "curator-2")) TEST_FAIL("dlock leader printed '%s', not Curator's id", out);
+#endif
   ASSERT_OK(dlock_election_campaign(f, "dlock-c", 30000L * th_time_factor()));
   latch_expect(pid, fd, "CLOSED", 5000);
   close(fd);
