@@ -1037,9 +1037,10 @@ static int active_file_write(const char *path, const char *name, uint64_t epoch,
 
 /* dlock elect --resign NAME: the leader steps down if it is this host
  * (its value is --value, by default the host name); --evict NAME: whoever
- * leads. Either way the lock goes (a forced release): the leader's dlock
- * sees the loss at its next renewal and stops its COMMAND; the next
- * candidate in line leads at once. */
+ * leads. Either way the term read goes (dlock_election_evict: a forced
+ * release of that epoch only, so a term begun in between stays, exit 1):
+ * the leader's dlock sees the loss at its next renewal and stops its
+ * COMMAND; the next candidate in line leads at once. */
 static int elect_admin(const run_opts *o, int how)
 {
   dlock_client *c = NULL;
@@ -1060,14 +1061,29 @@ static int elect_admin(const run_opts *o, int how)
             "resigning; --evict NAME forces out whoever leads\n", o->name, l.value, o->value);
     rc = CLI_EXIT_STALE;
   } else {
-    int was = 0;
-    st = dlock_lock_force_release(c, o->name, &was);
+    /* Only the term read above: one begun since is left alone. Where the
+     * backend cannot check the epoch, whichever term holds goes (said). */
+    int was = 0, checked = 1;
+    st = dlock_election_evict(c, o->name, l.epoch, &was);
+    if (st == DLOCK_EINVAL && strstr(dlock_last_error(), "not offered")) {
+      checked = 0;
+      st = dlock_lock_force_release(c, o->name, &was);
+    }
+    dlock_leader now;
+    dlock_leader_init(&now);
     if (st != 0)
       rc = cli_report(st, dlock_last_error(), "%s '%s'", how == OPT_RESIGN ? "resigning from" : "evicting the leader of",
                       o->name);
-    else if (!o->quiet)
-      fprintf(stderr, "dlock: '%s' (epoch %llu) %s; the next candidate leads\n", l.value,
-              (unsigned long long)l.epoch, was ? "is out" : "had gone already");
+    else if (!was && dlock_election_leader(c, o->name, &now) == 0 && now.has_leader && now.epoch != l.epoch) {
+      fprintf(stderr, "dlock: '%s' (epoch %llu) had gone already; '%s' leads now (epoch %llu) and was left "
+              "alone: run the command again to %s\n", l.value, (unsigned long long)l.epoch, now.value,
+              (unsigned long long)now.epoch, how == OPT_RESIGN ? "resign if it is this host" : "evict it");
+      rc = CLI_EXIT_STALE;
+    } else if (!o->quiet) {
+      fprintf(stderr, "dlock: '%s' (epoch %llu) %s; the next candidate leads%s\n", l.value,
+              (unsigned long long)l.epoch, was ? "is out" : "had gone already",
+              checked ? "" : " (this backend cannot check the epoch: whichever term held is out)");
+    }
   }
   dlock_client_free(c);
   return rc;

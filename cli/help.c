@@ -281,8 +281,10 @@ static const cli_command pages[] = {
    "is in `--active-file`), and the `--on-lost` signal (default SIGTERM) when\n"
    "the term is lost, after which dlock campaigns again. When COMMAND ends,\n"
    "dlock resigns and exits with its status.\n"
-   "`--resign` and `--evict` delete the election's lock (as `dlock release\n"
-   "--force`): the leader's dlock finds its term lost at its next renewal\n"
+   "`--resign` and `--evict` end the term they read, by its epoch: a term\n"
+   "begun in between is left alone (said, exit 1); on Redlock and MySQL,\n"
+   "which cannot check the epoch, they delete the lock as `dlock release\n"
+   "--force`. The leader's dlock finds its term lost at its next renewal\n"
    "(a third of its lease at most) and stops COMMAND; the first candidate in\n"
    "line leads at once.\n"},
 
@@ -725,7 +727,7 @@ static const char man_tail[] =
   "| code | meaning |\n"
   "| --- | --- |\n"
   "| 0 | success; for `run`, COMMAND's own status is passed through; `doctor`: no check failed |\n"
-  "| 1 | `status -q`: the lock is free; `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used; `leader --am-i`, `elect --resign`: another host leads |\n"
+  "| 1 | `status -q`: the lock is free; `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used; `leader --am-i`, `elect --resign`: another host leads; `elect --resign`, `--evict`: a term begun since the leader was read is left alone |\n"
   "| 3 | `leader`, `elect --resign`, `elect --evict`: no one leads the election |\n"
   "| 64 | usage error (a one-line hint is printed); a bad config file (FILE:LINE); `cron`: a bad expression or zone; the URL's database does not exist (`/99`); the lock name is another key (wrong type, or a string without expiry and without dlock metadata); `release --force` of such a key without `--foreign` |\n"
   "| 69 | the server (Redis, ZooKeeper, PostgreSQL, MySQL) unreachable or timed out, not ready (loading its data, busy with a script, failing over, starting up: retry later), not the server the URL names (an answer dlock cannot read), authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"

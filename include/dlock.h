@@ -985,6 +985,13 @@ DLOCK_API void dlock_leader_init(dlock_leader *out);
 /* Who leads election 'name' now, read from the server (never a cache). 0
  * with has_leader 0 when no one does. */
 DLOCK_API int dlock_election_leader(dlock_client *c, const char *name, dlock_leader *out);
+/* Force out the leader of election 'name' only while its term is still the
+ * one of 'epoch' (as dlock_election_leader() read it), in one step on the
+ * server: a term begun since is left alone. '*evicted' (may be NULL): 1
+ * when that term ended now, 0 when it had ended already or another term
+ * leads (nothing done). The leader learns it at its next renewal.
+ * DLOCK_EINVAL where not offered (docs/election.md). */
+DLOCK_API int dlock_election_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted);
 
 /* Watch an election, candidate or not: every change of leader (a new
  * epoch, a new value, or no leader) is queued, in order, and announced by

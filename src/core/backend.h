@@ -263,6 +263,11 @@ struct dlock__election_ops {
    * does not hold the lock on the server (nothing written). Safe to send
    * twice. */
   int (*proclaim)(dlock_mutex *m, const char *token, const char *value);
+  /* Optional (NULL: not offered). A forced release of the mutex 'name' (an
+   * election's) only while its hold's fence is 'epoch' (not 0), in one step
+   * on the server: '*evicted' 1 when it was ended now, 0 when no hold or
+   * another hold (a later term) has the name: nothing done. */
+  int (*evict)(dlock_client *c, const char *name, uint64_t epoch, int *evicted);
 };
 
 /* The backend for 'url' (NULL: the default, the registry's first row), or

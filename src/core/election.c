@@ -104,6 +104,7 @@ int dlock_election_new(dlock_election **out, dlock_client *c, const char *name,
     free(e);
     return rc;
   }
+  e->m->election = 1;
   *out = e;
   return 0;
 }
@@ -147,6 +148,7 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
     mo.owner_info = value;
     int rc = dlock__lock_new(&fresh, e->client, m->name, DLOCK__KIND_MUTEX, 1, &mo);
     if (rc) return fail(e, rc, "campaign");
+    fresh->election = 1;
     pthread_mutex_lock(&e->mu);
     dlock_mutex *old = m;
     e->m = m = fresh;
@@ -262,6 +264,28 @@ int dlock_election_leader(dlock_client *c, const char *name, dlock_leader *out) 
   }
   l.struct_size = size;
   memcpy(out, &l, size);
+  return 0;
+}
+
+int dlock_election_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted) {
+  dlock__error_clear();
+  if (evicted) *evicted = 0;
+  if (!c) return dlock__error(DLOCK_EINVAL, "dlock_election_evict: client is NULL");
+  int rc = dlock__check_name("election name", name);
+  if (rc) return rc;
+  if (epoch == 0) return dlock__error(DLOCK_EINVAL, "evict the leader of '%s': epoch 0 is no term's", name);
+  const dlock__backend_ops *ops = c->ops;
+  char deployment[80];
+  if (!ops->election || !ops->election->evict)
+    return dlock__error(DLOCK_EINVAL, "evicting a leader by its epoch is not offered on %s (the %s backend%s); "
+                        "'dlock release --force NAME' ends whichever term holds (docs/election.md)", c->server,
+                        ops->name, dlock__deployment_suffix(c, deployment, sizeof deployment));
+  int out = 0;
+  if ((rc = ops->election->evict(c, name, epoch, &out))) {
+    dlock__error_prefix("evict the leader of election '%s' (epoch %llu): ", name, (unsigned long long)epoch);
+    return rc;
+  }
+  if (evicted) *evicted = out;
   return 0;
 }
 

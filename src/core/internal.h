@@ -126,6 +126,7 @@ struct dlock_mutex {
   char *name;
   dlock__kind kind;
   int permits; /* semaphore: the limit given to _new() */
+  int election; /* an election's mutex (core/election.c): a backend may keep it in another layout */
   void *be; /* the backend's state for this handle */
   dlock_mutex_options opts;
   char *owner_info;

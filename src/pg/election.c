@@ -29,6 +29,15 @@ static int pg_proclaim(dlock_mutex *m, const char *token, const char *value) {
   return 0;
 }
 
+/* The hold's row goes only while its fence is still 'epoch' (one UPDATE). */
+static int pg_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted) {
+  char full[512];
+  if (snprintf(full, sizeof full, "%s%s", c->prefix ? c->prefix : "", name) >= (int)sizeof full)
+    return dlock__error(DLOCK_EINVAL, "election name '%.100s...' is too long", name);
+  return dlock__pg_force_release_fence((dlock__pg *)c->be, full, epoch, evicted);
+}
+
 const struct dlock__election_ops dlock__pg_election_ops = {
   .proclaim = pg_proclaim,
+  .evict = pg_evict,
 };

@@ -137,6 +137,9 @@ int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *na
 /* Free 'name' whatever its owner; '*was_held' 1 if a live hold was ended.
  * Never sent twice: DLOCK_EUNKNOWN when its reply was lost. */
 int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held);
+/* As dlock__pg_force_release(), with 'fence' not 0: only the mutex hold of
+ * that fence (an election's term), none of a family's holds. */
+int dlock__pg_force_release_fence(dlock__pg *pg, const char *name, uint64_t fence, int *was_held);
 
 /* The guard: admit 'fence' for 'resource' if no higher one was seen
  * (DLOCK_ESTALE otherwise). */

@@ -1144,6 +1144,10 @@ int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *na
 }
 
 int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held) {
+  return dlock__pg_force_release_fence(pg, name, 0, was_held);
+}
+
+int dlock__pg_force_release_fence(dlock__pg *pg, const char *name, uint64_t fence, int *was_held) {
   if (was_held) *was_held = 0;
   int rc = check_name(pg, "lock name", name);
   if (rc != 0) return rc;
@@ -1154,10 +1158,12 @@ int dlock__pg_force_release(dlock__pg *pg, const char *name, int *was_held) {
                         pg->display);
   char ch[80];
   snprintf(ch, sizeof ch, "%s", pg->channel);
-  const char *vals[2] = {name, ch};
+  char f[24];
+  snprintf(f, sizeof f, "%" PRIu64, fence);
+  const char *vals[3] = {name, ch, f};
   PGresult *r = NULL;
   int maybe_ran = 0;
-  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FORCE], 2, vals, 0, 0, &r, NULL, &maybe_ran);
+  rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FORCE], 3, vals, 0, 0, &r, NULL, &maybe_ran);
   if (rc != 0) {
     if (maybe_ran) {
       char saved[700]; /* a copy: dlock__error() writes the buffer dlock_last_error() reads */

@@ -587,10 +587,12 @@ static const char sql_list[] =
  * taking the row for its own earlier release. */
 static const char sql_force[] =
     "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp(), token = 'forced'\n"
-    "             WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
-    /* Every hold of a family name (each permit, the readers or the writer). */
+    "             WHERE name = $1 AND NOT released AND expires > clock_timestamp()\n"
+    "             AND ($3::bigint = 0 OR fence = $3::bigint) RETURNING 1),\n"
+    /* Every hold of a family name (each permit, the readers or the writer);
+     * none when only the hold of fence $3 is to go (an election's eviction). */
     "updf AS (UPDATE @S.holds SET released = true, expires = clock_timestamp(), token = 'forced:' || token\n"
-    "         WHERE name = $1 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
+    "         WHERE name = $1 AND $3::bigint = 0 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT w.token FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
     "       AND " WAITER_LIVE("w") " ORDER BY w.seq LIMIT 1),\n"
     "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"

@@ -233,7 +233,8 @@ static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
   if (m->kind == DLOCK__KIND_SEMAPHORE) {
     rc = dlock__zk_sem_acquire(z, m->name, m->permits, m->owner_info, wait, cancel, &l->hold);
   } else if (m->kind == DLOCK__KIND_MUTEX) {
-    rc = dlock__zk_acquire(z, m->name, m->owner_info, wait, cancel, &l->hold);
+    rc = dlock__zk_acquire_side(z, m->name, m->election ? DLOCK__ZK_LATCH : DLOCK__ZK_MUTEX, m->owner_info, wait,
+                                cancel, &l->hold);
   } else if (dlock__rw_own_token(m, own) && rw_share(m, own)) {
     /* This thread holds the name already: its node is ours too. */
     int64_t session;
@@ -532,12 +533,28 @@ static const dlock__sched_ops zk_sched = {
   .history = zk_sched_history,
 };
 
+/* Not offered: an election is in Curator's LeaderLatch layout (lock.c), and
+ * a LeaderLatch candidate watches the node ahead of it for its deletion
+ * only: a data change there ends its watch (ZooKeeper's watches fire once)
+ * and it would miss the leader's end, never to lead. */
 static int zk_proclaim(dlock_mutex *m, const char *token, const char *value) {
-  (void)token; /* the hold's node is this handle's own */
-  return dlock__zk_set_owner_info(ZZ(m->client), &ZL(m)->hold, value);
+  (void)token;
+  (void)value;
+  return dlock__error(DLOCK_EINVAL, "changing a leader's value is not offered on %s: Curator's LeaderLatch "
+                      "candidates watch the leader's node and would miss its end after a change to it; resign "
+                      "and campaign again with the new value (docs/election.md)", m->client->server);
 }
 
-static const struct dlock__election_ops zk_election_ops = {.proclaim = zk_proclaim};
+static int zk_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted) {
+  int rc = dlock__zk_check_name("election name", name);
+  if (rc) return rc;
+  rc = dlock__zk_force_release_fence(ZZ(c), name, epoch);
+  if (rc < 0) return rc;
+  *evicted = rc;
+  return 0;
+}
+
+static const struct dlock__election_ops zk_election_ops = {.proclaim = zk_proclaim, .evict = zk_evict};
 
 const dlock__backend_ops dlock__zk_ops = {
   .name = "zookeeper",

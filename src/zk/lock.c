@@ -22,9 +22,11 @@
 
 /* The text before the sequence number, per side: Curator's lock names
  * (InterProcessMutex "lock-"; InterProcessReadWriteLock "__READ__" and
- * "__WRIT__"; InterProcessSemaphoreV2's leases "lease-"). */
-static const char *const MARK[] = {"lock-", "__READ__", "__WRIT__", "lease-"};
+ * "__WRIT__"; InterProcessSemaphoreV2's leases "lease-"; LeaderLatch's
+ * candidates "latch-", an election's, see dlock__zk_side). */
+static const char *const MARK[] = {"lock-", "__READ__", "__WRIT__", "lease-", "latch-"};
 #define LEASE_MARK 3
+#define MARKS 5
 
 void dlock__zk_hold_clear(dlock__zk_hold *h) {
   if (!h) return;
@@ -41,7 +43,7 @@ static int node_side(const char *child) {
   const char *d = child + n - SEQ_DIGITS;
   for (int i = 0; i < SEQ_DIGITS; i++)
     if (d[i] < '0' || d[i] > '9') return -1;
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < MARKS; k++) {
     size_t m = strlen(MARK[k]);
     if ((size_t)(d - child) >= m && !memcmp(d - m, MARK[k], m)) return k;
   }
@@ -52,7 +54,7 @@ static int node_side(const char *child) {
  * mutex's, or either side of a read-write lock's. */
 static int is_lock_node(const char *child, dlock__zk_side side) {
   int k = node_side(child);
-  if (side == DLOCK__ZK_MUTEX) return k == DLOCK__ZK_MUTEX;
+  if (side == DLOCK__ZK_MUTEX || side == DLOCK__ZK_LATCH) return k == (int)side;
   return k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE;
 }
 
@@ -65,7 +67,7 @@ static int cmp_seq(const void *a, const void *b) {
 }
 
 static const char *kind_of_side(dlock__zk_side side) {
-  return side == DLOCK__ZK_MUTEX ? "a mutex" : "a read-write lock";
+  return side == DLOCK__ZK_MUTEX ? "a mutex" : side == DLOCK__ZK_LATCH ? "an election" : "a read-write lock";
 }
 
 /* What a child of a lock path says the name is, for the error when a
@@ -74,6 +76,7 @@ static const char *kind_of_child(const char *child) {
   int k = node_side(child);
   if (k == DLOCK__ZK_MUTEX) return "a mutex";
   if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) return "a read-write lock";
+  if (k == DLOCK__ZK_LATCH) return "an election (Curator's LeaderLatch layout)";
   if (!strcmp(child, "locks") || !strcmp(child, "leases")) return "a semaphore";
   return NULL;
 }
@@ -880,6 +883,7 @@ static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int
     int k = node_side(c);
     if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *side = -1;
     else if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) *side = DLOCK__ZK_READ;
+    else if (k == DLOCK__ZK_LATCH) *side = DLOCK__ZK_LATCH;
   }
   deallocate_String_vector(&v);
   return 0;
@@ -1099,7 +1103,9 @@ static int force_delete(dlock__zk *z, dlock__zk_sess *s, const char *node) {
   }
 }
 
-int dlock__zk_force_release(dlock__zk *z, const char *name) {
+/* 'fence' 0: every holder; else only a mutex's or an election's holder
+ * whose node has that czxid (dlock__zk_force_release_fence()). */
+static int force_release(dlock__zk *z, const char *name, uint64_t fence) {
   int rc = dlock__zk_check_name("lock name", name);
   if (rc) return rc;
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
@@ -1114,6 +1120,7 @@ int dlock__zk_force_release(dlock__zk *z, const char *name) {
   if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
   struct String_vector v;
   char node[1200];
+  if (fence && side != DLOCK__ZK_MUTEX && side != DLOCK__ZK_LATCH) goto out; /* no such holder */
   if (side < 0) {
     /* A semaphore: every permit (lease node); the queue stays. */
     snprintf(node, sizeof node, "%s/leases", lock_path);
@@ -1161,6 +1168,17 @@ int dlock__zk_force_release(dlock__zk *z, const char *name) {
   int any = 0;
   for (int i = 0; i < holding && rc >= 0; i++) {
     snprintf(node, sizeof node, "%s/%s", lock_path, ch.sorted[i]);
+    if (fence) {
+      /* The holder of that term, or none: a node's name is never reused, so
+       * the one deleted below is the one whose czxid was read. */
+      struct Stat st;
+      zrc = zoo_exists(s->zh, node, 0, &st);
+      if (zrc == ZNONODE || (zrc == ZOK && (uint64_t)st.czxid != fence)) break;
+      if (zrc != ZOK) {
+        rc = dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
+        break;
+      }
+    }
     rc = force_delete(z, s, node);
     if (rc > 0) any = 1;
   }
@@ -1170,4 +1188,10 @@ out:
   free(lock_path);
   dlock__zk_sess_put(s);
   return rc;
+}
+
+int dlock__zk_force_release(dlock__zk *z, const char *name) { return force_release(z, name, 0); }
+
+int dlock__zk_force_release_fence(dlock__zk *z, const char *name, uint64_t fence) {
+  return fence ? force_release(z, name, fence) : 0;
 }

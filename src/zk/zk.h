@@ -108,7 +108,12 @@ void dlock__zk_wake(dlock__zk *z);
 typedef enum dlock__zk_side {
   DLOCK__ZK_MUTEX = 0, /* InterProcessMutex: "lock-" */
   DLOCK__ZK_READ = 1,  /* InterProcessReadWriteLock: "__READ__" */
-  DLOCK__ZK_WRITE = 2  /* and "__WRIT__" */
+  DLOCK__ZK_WRITE = 2, /* and "__WRIT__" */
+  /* LeaderLatch: "latch-", an election's mutex (core/election.c), so that
+   * Curator's LeaderLatch candidates and dlock's stand in one election: the
+   * first node leads, each watches its predecessor, the data is the
+   * candidate's id (dlock's value). 3 is a semaphore's lease. */
+  DLOCK__ZK_LATCH = 4
 } dlock__zk_side;
 
 /* One hold: our lock node. */
@@ -152,8 +157,6 @@ int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info
  * was already gone at the first try, DLOCK_EUNKNOWN when no answer came
  * (the node then ends with the session). */
 int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h);
-/* An election's proclaim (election.c): the hold's node data becomes 'value'. */
-int dlock__zk_set_owner_info(dlock__zk *z, const dlock__zk_hold *h, const char *value);
 /* 1 while our node exists and belongs to this session, 0 if not, or < 0
  * (DLOCK_ETIMEDOUT when no answer came before the session's deadline). */
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h);
@@ -184,6 +187,10 @@ int dlock__zk_list(dlock__zk *z, void (*fn)(const char *name, void *arg), void *
  * every reader ahead of the first writer, every permit of a semaphore. 1
  * deleted, 0 not held, or < 0. Safe to resend: a node name is never reused. */
 int dlock__zk_force_release(dlock__zk *z, const char *name);
+/* As dlock__zk_force_release(), only while the holder of a mutex or an
+ * election is the node whose czxid is 'fence' (an election's epoch): 1
+ * deleted, 0 when another node holds, none does, or 'fence' is 0. */
+int dlock__zk_force_release_fence(dlock__zk *z, const char *name, uint64_t fence);
 
 /* ---- Guard and scheduler (zk/sched.c) ---- */
 

@@ -28,7 +28,7 @@
 static long slack_ms(long ms) { return ms * th_time_factor(); }
 
 /* docs/election.md, "Where": the deployments without proclaim. */
-static const char *const PROCLAIM_NOT_OFFERED[] = {"redlock", "mysql-lease"};
+static const char *const PROCLAIM_NOT_OFFERED[] = {"redlock", "mysql-lease", "zk"};
 
 #define LEASE_MS 2000
 
@@ -410,6 +410,58 @@ static void election_terms_never_overlap_in_a_history_of_several_candidates(void
   ASSERT_EQ(entries, HIST_PROCS * HIST_TERMS);
 }
 
+/* docs/election.md, "Where": the deployments whose evict cannot check the epoch. */
+static const char *const EVICT_NOT_OFFERED[] = {"redlock", "mysql-lease"};
+
+/* An admin read who leads (epoch ea), then that term ended and another
+ * began before the eviction was sent (dlock elect --evict's race): the
+ * eviction carries ea and leaves the new term alone; with the new term's
+ * epoch it ends it. */
+static void election_an_eviction_with_an_old_epoch_leaves_the_new_leader_alone(void) {
+  dlock_client *c = conf_client("evict"), *c2 = conf_client("evict"), *admin = conf_client("evict");
+  dlock_election *a = new_candidate(c, "e-evict"), *b = new_candidate(c2, "e-evict");
+  ASSERT_OK(dlock_election_campaign(a, "old", 0));
+  dlock_leader l;
+  dlock_leader_init(&l);
+  ASSERT_OK(dlock_election_leader(admin, "e-evict", &l));
+  uint64_t ea = l.epoch;
+  ASSERT_EQ(ea, dlock_election_epoch(a));
+  ASSERT_OK(dlock_election_resign(a));
+  ASSERT_OK(dlock_election_campaign(b, "new", slack_ms(10000)));
+  uint64_t eb = dlock_election_epoch(b);
+  ASSERT(eb > ea);
+  int evicted = -1;
+  int rc = dlock_election_evict(admin, "e-evict", ea, &evicted);
+  int refused = 0;
+  for (size_t i = 0; i < sizeof EVICT_NOT_OFFERED / sizeof EVICT_NOT_OFFERED[0]; i++)
+    refused |= strcmp(conf_fx->name, EVICT_NOT_OFFERED[i]) == 0;
+  if (refused) {
+    if (rc != DLOCK_EINVAL || !strstr(dlock_last_error(), "not offered"))
+      TEST_FAIL("the docs say an epoch-checked eviction is not offered on %s, but it answered %s: %s", conf_fx->name,
+                dlock_err_name(rc), dlock_last_error());
+    ASSERT_OK(dlock_election_resign(b));
+    return;
+  }
+  ASSERT_OK(rc);
+  ASSERT_EQ(evicted, 0);
+  dlock_leader_init(&l);
+  ASSERT_OK(dlock_election_leader(admin, "e-evict", &l));
+  ASSERT_EQ(l.has_leader, 1);
+  ASSERT_EQ(l.epoch, eb);
+  ASSERT_STR_EQ(l.value, "new");
+  /* With the new term's epoch: it goes, and its holder learns it. */
+  ASSERT_OK(dlock_election_evict(admin, "e-evict", eb, &evicted));
+  ASSERT_EQ(evicted, 1);
+  dlock_leader_init(&l);
+  ASSERT_OK(dlock_election_leader(admin, "e-evict", &l));
+  ASSERT_EQ(l.has_leader, 0);
+  long long until = th_now_ms() + slack_ms(3 * LEASE_MS);
+  while (dlock_election_lost(b) == DLOCK_LOST_NONE && th_now_ms() < until) th_sleep_ms(20);
+  ASSERT(dlock_election_lost(b) != DLOCK_LOST_NONE);
+  ASSERT_OK(dlock_election_evict(admin, "e-evict", eb, &evicted)); /* again: nothing left to end */
+  ASSERT_EQ(evicted, 0);
+}
+
 #define SCENARIO(fn) {#fn, fn}
 const conf_scenario conf_election[] = {
     SCENARIO(election_a_resign_hands_over_at_once_and_proclaim_keeps_the_epoch),
@@ -417,5 +469,6 @@ const conf_scenario conf_election[] = {
     SCENARIO(election_terms_never_overlap_in_a_history_of_several_candidates),
     SCENARIO(election_a_standby_leads_within_the_lease_after_kill_9_of_the_leader),
     SCENARIO(election_a_paused_leader_is_refused_by_the_guard_after_the_new_leader_writes),
+    SCENARIO(election_an_eviction_with_an_old_epoch_leaves_the_new_leader_alone),
 };
 const size_t conf_election_len = sizeof conf_election / sizeof conf_election[0];

@@ -524,4 +524,129 @@ TEST(curator_and_the_public_api_exclude_each_other) {
   dlock_client_free(c);
 }
 
+/* A Curator LeaderLatch candidate (CuratorLock latch ID:SECONDS): its pid
+ * and the pipe of its lines, once its node exists ("STARTED"). */
+static pid_t latch_spawn(int *fd, const char *path, const char *id_secs) {
+  if (curator_ok < 0) curator_ok = th_curator_build(CURATOR_SRC, curator_why, sizeof curator_why) == 0;
+  if (!curator_ok) TEST_SKIP("%s", curator_why);
+  pid_t pid = th_curator_spawn(fd, srv.hostport, path, "latch", id_secs);
+  ASSERT(pid > 0);
+  char line[256] = "";
+  if (th_read_line(*fd, line, sizeof line, 30000L * th_time_factor()) != 0 || strcmp(line, "STARTED")) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    TEST_FAIL("Curator's LeaderLatch at %s did not start: '%s'", path, line);
+  }
+  return pid;
+}
+
+/* The next line of a latch is 'want' (within 'ms'), else the test fails. */
+static void latch_expect(pid_t pid, int fd, const char *want, long ms) {
+  char line[256] = "";
+  if (th_read_line(fd, line, sizeof line, ms) != 0 || strcmp(line, want)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    TEST_FAIL("Curator's LeaderLatch: expected '%s', got '%s'", want, line);
+  }
+}
+
+/* Who Curator says leads (LeaderLatch.getLeader()). */
+static void curator_says_leader(const char *path, const char *want) {
+  char out[256];
+  int st = th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, path, "leader", NULL);
+  ASSERT_EQ(st, 0);
+  char expect[300];
+  snprintf(expect, sizeof expect, "LEADER %s", want);
+  ASSERT_STR_EQ(out, expect);
+}
+
+static void leader_is(dlock_client *c, const char *name, const char *value, uint64_t *epoch) {
+  dlock_leader l;
+  dlock_leader_init(&l);
+  ASSERT_OK(dlock_election_leader(c, name, &l));
+  ASSERT_EQ(l.has_leader, 1);
+  ASSERT_STR_EQ(l.value, value);
+  *epoch = l.epoch;
+}
+
+TEST(curator_leaderlatch_and_dlock_candidates_stand_in_one_election) {
+  NEED_SERVER();
+  dlock_client *c = client("/api11");
+  dlock_election_options eo;
+  dlock_election_options_init(&eo);
+  dlock_election *e = NULL;
+  ASSERT_OK(dlock_election_new(&e, c, "latch", &eo));
+  uint64_t e1, e2, e3, e4, e5;
+
+  /* dlock leads: Curator's candidate queues, and Curator names dlock's value. */
+  ASSERT_OK(dlock_election_campaign(e, "dlock-a", 0));
+  e1 = dlock_election_epoch(e);
+  int fd;
+  pid_t pid = latch_spawn(&fd, "/api11/latch", "curator-1:2");
+  curator_says_leader("/api11/latch", "dlock-a");
+  /* No proclaim: a change to the leader's node would end the watch Curator's
+   * candidate set on it, and it would never learn that the leader left. */
+  ASSERT_STATUS(dlock_election_proclaim(e, "dlock-a2"), DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "LeaderLatch"));
+  char line[256] = "";
+  ASSERT(th_read_line(fd, line, sizeof line, 1500) != 0 && line[0] == '\0'); /* not LEADER while dlock leads */
+  leader_is(c, "latch", "dlock-a", &e2);
+  ASSERT_EQ(e2, e1);
+  /* dlock resigns: Curator leads at once, with a higher epoch; dlock waits. */
+  ASSERT_OK(dlock_election_resign(e));
+  latch_expect(pid, fd, "LEADER", 10000L * th_time_factor());
+  leader_is(c, "latch", "curator-1", &e2);
+  ASSERT(e2 > e1);
+  ASSERT_STATUS(dlock_election_campaign(e, "dlock-b", 0), DLOCK_EBUSY);
+  /* Curator closes: dlock leads, never both (Curator said CLOSED by then). */
+  ASSERT_OK(dlock_election_campaign(e, "dlock-b", 30000L * th_time_factor()));
+  latch_expect(pid, fd, "CLOSED", 5000);
+  close(fd);
+  int st = th_wait(pid, 30000L * th_time_factor());
+  ASSERT(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  e3 = dlock_election_epoch(e);
+  ASSERT(e3 > e2);
+  leader_is(c, "latch", "dlock-b", &e4);
+  ASSERT_EQ(e4, e3);
+  ASSERT_OK(dlock_election_resign(e));
+
+  /* Curator leads first: dlock waits and names Curator's id; Curator closes,
+   * dlock leads. */
+  pid = latch_spawn(&fd, "/api11/first", "curator-2:3");
+  latch_expect(pid, fd, "LEADER", 10000L * th_time_factor());
+  dlock_election *f = NULL;
+  ASSERT_OK(dlock_election_new(&f, c, "first", &eo));
+  ASSERT_STATUS(dlock_election_campaign(f, "dlock-c", 0), DLOCK_EBUSY);
+  leader_is(c, "first", "curator-2", &e4);
+  ASSERT(e4 > e3);
+#ifdef DLOCK_BIN_PATH
+  /* And the command line names Curator's leader too. */
+  char cmd[600], out[512] = "";
+  snprintf(cmd, sizeof cmd, "DLOCK_URL='zk://%s/api11' '%s' leader first 2>&1", srv.hostport, DLOCK_BIN_PATH);
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = '\0';
+  int pst = pclose(p);
+  ASSERT(WIFEXITED(pst) && WEXITSTATUS(pst) == 0);
+  if (!strstr(out, "curator-2")) TEST_FAIL("dlock leader printed '%s', not Curator's id", out);
+#endif
+  ASSERT_OK(dlock_election_campaign(f, "dlock-c", 30000L * th_time_factor()));
+  latch_expect(pid, fd, "CLOSED", 5000);
+  close(fd);
+  st = th_wait(pid, 30000L * th_time_factor());
+  ASSERT(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  e5 = dlock_election_epoch(f);
+  ASSERT(e5 > e4);
+  curator_says_leader("/api11/first", "dlock-c");
+  /* A mutex on an election's name is refused: the name is one kind at a time. */
+  dlock_mutex *m = mutex(c, "first");
+  ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_EWRONGTYPE);
+  ASSERT(strstr(dlock_last_error(), "an election"));
+  dlock_mutex_free(m);
+  dlock_election_free(f);
+  dlock_election_free(e);
+  dlock_client_free(c);
+}
+
 TEST_MAIN()

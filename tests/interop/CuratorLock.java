@@ -10,6 +10,13 @@
 //                                            InterProcessReadWriteLock
 //   semhold:N, semtry:N                      the same with one lease of an
 //                                            InterProcessSemaphoreV2 of N leases
+//   CuratorLock CONNECT PATH latch ID:SECONDS
+//                                            a LeaderLatch candidate with id ID:
+//                                            "STARTED" once its node exists,
+//                                            "LEADER" when it leads (within 60 s),
+//                                            leads SECONDS, closes, "CLOSED", exit 0
+//   CuratorLock CONNECT PATH leader          LeaderLatch.getLeader(): "LEADER <id>"
+//                                            exit 0, or "NONE" exit 3
 //   CuratorLock CONNECT PATH create [user:pass]
 //                                            create PATH (and parents) as a plain
 //                                            node; with user:pass, readable by all
@@ -21,6 +28,8 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -103,6 +112,31 @@ public class CuratorLock {
         } else {
           System.out.println("BUSY");
           status = 3;
+        }
+      } else if (mode.equals("latch")) {
+        String id = args[3].substring(0, args[3].lastIndexOf(':'));
+        double secs = Double.parseDouble(args[3].substring(args[3].lastIndexOf(':') + 1));
+        LeaderLatch latch = new LeaderLatch(client, path, id);
+        latch.start();
+        for (int i = 0; i < 3000 && latch.getOurPath() == null; i++) Thread.sleep(10);
+        if (latch.getOurPath() == null) throw new Exception("the latch's node was not created in 30 s");
+        System.out.println("STARTED");
+        System.out.flush();
+        if (!latch.await(60, TimeUnit.SECONDS)) throw new Exception("not leader in 60 s");
+        System.out.println("LEADER");
+        System.out.flush();
+        Thread.sleep((long) (secs * 1000));
+        latch.close();
+        System.out.println("CLOSED");
+        status = 0;
+      } else if (mode.equals("leader")) {
+        Participant p = new LeaderLatch(client, path).getLeader();
+        if (p.getId().isEmpty()) {
+          System.out.println("NONE");
+          status = 3;
+        } else {
+          System.out.println("LEADER " + p.getId());
+          status = 0;
         }
       } else if (mode.equals("create")) {
         if (args.length > 3) {

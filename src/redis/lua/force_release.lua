@@ -1,12 +1,17 @@
 -- force_release.lua: admin delete of a lock whatever its owner; wakes the next waiter.
--- ARGV: 1 '1' to delete a key without dlock metadata too (another library's lock).
+-- ARGV: 1 '1' to delete a key without dlock metadata too (another library's lock);
+-- 2 (optional) a fence: only the hold of that fence goes (an election's eviction
+-- of one term, dlock_election_evict), a mutex's only.
 -- Returns 1 if a lock key was deleted, 0 if there was none, -1 (nothing done)
--- when the key has no dlock metadata and ARGV[1] is not '1'.
+-- when the key has no dlock metadata and ARGV[1] is not '1', -2 (nothing done)
+-- when ARGV[2] is given and the hold is another's (or not a mutex's).
 -- A deleted dlock hold leaves a tombstone: field 'deleted' = its token in the
 -- waiters hash {K}:waiters (never a waiter id), for as long as the lease had left. The holder's next
 -- extend or release finds it and learns "deleted", not "expired".
 -- A read-write lock's name (a ZSET, meta kind 'rwlock') ends every hold, as
 -- dlock_rw_force (prelude.lua) does; a semaphore's is refused (WRONGTYPE, below).
+local epoch = ARGV[2] or ''
+if epoch ~= '' and redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return -2 end
 if redis.call('TYPE', KEYS[1])['ok'] == 'zset' and redis.call('HGET', KEYS[3], 'kind') == 'rwlock' then
   return dlock_rw_force(KEYS)
 end
@@ -18,6 +23,10 @@ if bad then return bad end
 local cur, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
 if ARGV[1] ~= '1' and cur and not dlock_hold_of(KEYS, cur) then
   return -1
+end
+if epoch ~= '' then
+  if not cur then return 0 end
+  if dlock_hold_of(KEYS, cur) ~= epoch then return -2 end
 end
 -- A hand-off overwrites the lock key; it is deleted only when nobody takes
 -- over (while a cluster slot migrates, a script must not touch a key it
