@@ -375,7 +375,6 @@ typedef struct zk_turn {
 enum { LOOK_WAIT = 0, LOOK_HOLDS = 1, LOOK_AGAIN = 2 };
 
 struct zk_kind {
-  const char *word; /* in messages: "a mutex" */
   int side;         /* its nodes' dlock__zk_side (a semaphore: its "locks" queue's, DLOCK__ZK_MUTEX) */
   int mark;         /* the mark of our node: MARK[mark] */
   /* Before our node is created: check the name's path and set t->parent. */
@@ -391,7 +390,18 @@ struct zk_kind {
   int (*busy)(const zk_turn *t);
   /* After the acquire (may be NULL): let go of what enter took. */
   void (*leave)(zk_turn *t, int rc);
+  /* Status (dlock__zk_info_get): 0, or LOOK_AGAIN when the holder went
+   * while it was read. */
+  int (*info)(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out);
+  /* Force release (dlock__zk_force_release): delete the holders' nodes; 1
+   * deleted, 0 none held, or < 0. */
+  int (*force)(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k);
 };
+
+static int queue_info(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out);
+static int queue_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k);
+static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out);
+static int sem_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k);
 
 /* Our node is to go: a waiter that gave up, or an acquire that failed.
  * Deleting it passes the lock on if it had just come to us. A wait that
@@ -564,11 +574,12 @@ static int read_busy(const zk_turn *t) {
 
 /* Indexed by dlock__zk_side. */
 static const zk_kind QUEUE_KINDS[] = {
-  [DLOCK__ZK_MUTEX] = {"a mutex", DLOCK__ZK_MUTEX, DLOCK__ZK_MUTEX, queue_enter, NULL, queue_look, mutex_busy, NULL},
-  [DLOCK__ZK_READ] = {"a read-write lock", DLOCK__ZK_READ, DLOCK__ZK_READ, queue_enter, NULL, queue_look, read_busy,
-                      NULL},
-  [DLOCK__ZK_WRITE] = {"a read-write lock", DLOCK__ZK_WRITE, DLOCK__ZK_WRITE, queue_enter, NULL, queue_look,
-                       mutex_busy, NULL},
+  [DLOCK__ZK_MUTEX] = {DLOCK__ZK_MUTEX, DLOCK__ZK_MUTEX, queue_enter, NULL, queue_look, mutex_busy, NULL,
+                       queue_info, queue_force},
+  [DLOCK__ZK_READ] = {DLOCK__ZK_READ, DLOCK__ZK_READ, queue_enter, NULL, queue_look, read_busy,
+                      NULL, queue_info, queue_force},
+  [DLOCK__ZK_WRITE] = {DLOCK__ZK_WRITE, DLOCK__ZK_WRITE, queue_enter, NULL, queue_look,
+                       mutex_busy, NULL, queue_info, queue_force},
 };
 
 /* ---- Semaphores: Curator's InterProcessSemaphoreV2 ----
@@ -752,8 +763,8 @@ static void sem_leave(zk_turn *t, int rc) {
   free(t->locks);
 }
 
-static const zk_kind SEM_KIND = {"a semaphore", DLOCK__ZK_MUTEX, LEASE_MARK, sem_enter, sem_created, sem_look,
-                                 sem_busy, sem_leave};
+static const zk_kind SEM_KIND = {DLOCK__ZK_MUTEX, LEASE_MARK, sem_enter, sem_created, sem_look,
+                                 sem_busy, sem_leave, sem_info, sem_force};
 
 /* ---- The kinds' entry points ---- */
 
@@ -905,21 +916,22 @@ int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms
 
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) { return dlock__zk_is_held_until(z, h, INT64_MAX); }
 
-/* What kind of lock the children of 'lock_path' say it is, into '*side':
- * the side to list with, -1 for a semaphore ("locks"/"leases"), -2 when
- * the path does not exist. 0 or the error. */
-static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int *side) {
+/* What kind of lock the children of 'lock_path' say it is, into '*k': a
+ * mutex's, a read-write lock's (its read side lists both sides), a
+ * semaphore's ("locks"/"leases"), NULL when the path does not exist. 0 or
+ * the error. */
+static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind **k) {
   struct String_vector v;
   int zrc = zoo_get_children(s->zh, lock_path, 0, &v);
-  *side = -2;
+  *k = NULL;
   if (zrc == ZNONODE) return 0;
   if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the lock nodes of", lock_path);
-  *side = DLOCK__ZK_MUTEX;
-  for (int i = 0; i < v.count && *side != -1; i++) {
+  *k = &QUEUE_KINDS[DLOCK__ZK_MUTEX];
+  for (int i = 0; i < v.count && *k != &SEM_KIND; i++) {
     const char *c = v.data[i];
-    int k = node_side(c);
-    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *side = -1;
-    else if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) *side = DLOCK__ZK_READ;
+    int side = node_side(c);
+    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *k = &SEM_KIND;
+    else if (side == DLOCK__ZK_READ || side == DLOCK__ZK_WRITE) *k = &QUEUE_KINDS[DLOCK__ZK_READ];
   }
   deallocate_String_vector(&v);
   return 0;
@@ -927,7 +939,8 @@ static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int
 
 /* A semaphore's state: the leases (permits used), the limit on "leases",
  * the newest lease's data, and the callers queued on "locks". */
-static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, dlock__zk_info *out) {
+static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, const zk_kind *k, dlock__zk_info *out) {
+  (void)k;
   char *leases = malloc(strlen(path) + sizeof "/leases"), *locks = malloc(strlen(path) + sizeof "/locks");
   struct String_vector v = {0};
   int rc = 0, have_v = 0;
@@ -1002,6 +1015,54 @@ out:
   return rc;
 }
 
+/* A mutex's or read-write lock's state: the holder is the first node; for
+ * a read-write lock the writer, or the newest of the readers ahead of the
+ * first writer. */
+static int queue_info(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out) {
+  children ch;
+  int zrc;
+  int rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)k->side, &ch, &zrc);
+  if (rc || ch.n == 0) goto out;
+  int holding = 1;
+  if (k->side == DLOCK__ZK_READ) {
+    out->kind = 2;
+    if (node_side(ch.sorted[0]) == DLOCK__ZK_WRITE) {
+      out->writer = 1;
+    } else {
+      holding = 0;
+      while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
+      out->readers = holding;
+    }
+    for (int i = holding; i < ch.n; i++)
+      if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) out->waiting_writers++;
+  } else {
+    out->kind = 1;
+  }
+  char holder[1200];
+  snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[holding - 1]);
+  struct Stat st;
+  int len = (int)sizeof out->owner_info - 1;
+  zrc = zoo_get(s->zh, holder, 0, out->owner_info, &len, &st);
+  if (zrc == ZNONODE) {
+    rc = LOOK_AGAIN; /* released meanwhile: look again */
+    goto out;
+  }
+  if (zrc != ZOK) {
+    rc = dlock__zk_fail(z, zrc, "read the holder node", holder);
+    goto out;
+  }
+  out->owner_info[len > 0 ? len : 0] = '\0';
+  out->held = 1;
+  out->fence = (uint64_t)st.czxid;
+  out->since_unix_ms = st.ctime;
+  out->owner_session = st.ephemeralOwner;
+  out->waiters = ch.n - holding;
+  snprintf(out->holder, sizeof out->holder, "%s", ch.sorted[holding - 1]);
+out:
+  children_free(&ch);
+  return rc;
+}
+
 int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("lock name", name);
@@ -1009,63 +1070,18 @@ int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
   char *lock_path = dlock__zk_path(z, name, NULL);
-  children ch = {0};
   if (!lock_path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
   for (int attempt = 0; attempt < 5; attempt++) {
-    int side, zrc;
-    if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
-    if (side < 0) {
-      rc = sem_info(z, s, lock_path, out);
-      goto out;
-    }
-    rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)side, &ch, &zrc);
-    if (rc) goto out;
-    if (ch.n == 0) goto out;
-    /* The holder: the first node; for a read-write lock the writer, or
-     * the newest of the readers ahead of the first writer. */
-    int holding = 1;
-    if (side == DLOCK__ZK_READ) {
-      out->kind = 2;
-      if (node_side(ch.sorted[0]) == DLOCK__ZK_WRITE) {
-        out->writer = 1;
-      } else {
-        holding = 0;
-        while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
-        out->readers = holding;
-      }
-      for (int i = holding; i < ch.n; i++)
-        if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) out->waiting_writers++;
-    } else {
-      out->kind = 1;
-    }
-    char holder[1200];
-    snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[holding - 1]);
-    struct Stat st;
-    int len = (int)sizeof out->owner_info - 1;
-    zrc = zoo_get(s->zh, holder, 0, out->owner_info, &len, &st);
-    if (zrc == ZNONODE) {
-      children_free(&ch);
-      memset(out, 0, sizeof *out);
-      continue; /* released meanwhile: look again */
-    }
-    if (zrc != ZOK) {
-      rc = dlock__zk_fail(z, zrc, "read the holder node", holder);
-      goto out;
-    }
-    out->owner_info[len > 0 ? len : 0] = '\0';
-    out->held = 1;
-    out->fence = (uint64_t)st.czxid;
-    out->since_unix_ms = st.ctime;
-    out->owner_session = st.ephemeralOwner;
-    out->waiters = ch.n - holding;
-    snprintf(out->holder, sizeof out->holder, "%s", ch.sorted[holding - 1]);
-    goto out;
+    const zk_kind *k;
+    if ((rc = path_kind(z, s, lock_path, &k)) || !k) goto out;
+    if ((rc = k->info(z, s, lock_path, k, out)) != LOOK_AGAIN) goto out;
+    memset(out, 0, sizeof *out);
   }
+  rc = 0;
 out:
-  children_free(&ch);
   free(lock_path);
   dlock__zk_sess_put(s);
   return rc;
@@ -1139,74 +1155,78 @@ static int force_delete(dlock__zk *z, dlock__zk_sess *s, const char *node) {
   }
 }
 
+/* Delete the first 'n' of 'names' below 'parent' (only those whose side
+ * is 'mark' when it is not -1, 'skip' left). 1 any deleted, 0 none, or < 0. */
+static int force_delete_each(dlock__zk *z, dlock__zk_sess *s, const char *parent, char **names, int n, int mark,
+                             const char *skip) {
+  int any = 0, rc = 0;
+  for (int i = 0; i < n && rc >= 0; i++) {
+    if ((mark >= 0 && node_side(names[i]) != mark) || names[i] == skip) continue;
+    char node[1400];
+    snprintf(node, sizeof node, "%s/%s", parent, names[i]);
+    rc = force_delete(z, s, node);
+    if (rc > 0) any = 1;
+  }
+  return rc >= 0 ? any : rc;
+}
+
+/* A semaphore's holders: every permit (lease node); the queue stays. */
+static int sem_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k) {
+  (void)k;
+  struct String_vector v;
+  char node[1200];
+  snprintf(node, sizeof node, "%s/leases", lock_path);
+  char data[64];
+  int len = (int)sizeof data - 1;
+  struct Stat st;
+  int zrc = zoo_get(s->zh, node, 0, data, &len, &st);
+  if (zrc == ZOK) zrc = zoo_get_children(s->zh, node, 0, &v);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the leases of", node);
+  /* More leases than the stored limit: the newest is the caller that
+   * holds "locks" and waits for a permit (only it adds a lease), not a
+   * holder. It stays, and gets a permit now. */
+  int64_t limit = parse_limit(data, len < 0 ? 0 : len);
+  const char *waiting = NULL;
+  int leases = 0;
+  for (int i = 0; i < v.count; i++) {
+    if (node_side(v.data[i]) != LEASE_MARK) continue;
+    leases++;
+    if (!waiting || strcmp(seq_of(v.data[i]), seq_of(waiting)) > 0) waiting = v.data[i];
+  }
+  if (limit == 0 || leases <= limit) waiting = NULL;
+  int rc = force_delete_each(z, s, node, v.data, v.count, LEASE_MARK, waiting);
+  deallocate_String_vector(&v);
+  return rc;
+}
+
+/* A mutex's or read-write lock's holders: the first node, or every reader
+ * ahead of the first writer. */
+static int queue_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k) {
+  children ch;
+  int zrc;
+  int rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)k->side, &ch, &zrc);
+  if (rc || ch.n == 0) {
+    children_free(&ch);
+    return rc;
+  }
+  int holding = 1;
+  if (k->side == DLOCK__ZK_READ && node_side(ch.sorted[0]) == DLOCK__ZK_READ)
+    while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
+  rc = force_delete_each(z, s, lock_path, ch.sorted, holding, -1, NULL);
+  children_free(&ch);
+  return rc;
+}
+
 int dlock__zk_force_release(dlock__zk *z, const char *name) {
   int rc = dlock__zk_check_name("lock name", name);
   if (rc) return rc;
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
   char *lock_path = dlock__zk_path(z, name, NULL);
-  children ch = {0};
-  if (!lock_path) {
-    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-    goto out;
-  }
-  int side, zrc;
-  if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
-  struct String_vector v;
-  char node[1200];
-  if (side < 0) {
-    /* A semaphore: every permit (lease node); the queue stays. */
-    snprintf(node, sizeof node, "%s/leases", lock_path);
-    char data[64];
-    int len = (int)sizeof data - 1;
-    struct Stat st;
-    zrc = zoo_get(s->zh, node, 0, data, &len, &st);
-    if (zrc == ZOK) zrc = zoo_get_children(s->zh, node, 0, &v);
-    if (zrc == ZNONODE) goto out;
-    if (zrc != ZOK) {
-      rc = dlock__zk_fail(z, zrc, "list the leases of", node);
-      goto out;
-    }
-    /* More leases than the stored limit: the newest is the caller that
-     * holds "locks" and waits for a permit (only it adds a lease), not a
-     * holder. It stays, and gets a permit now. */
-    int64_t limit = parse_limit(data, len < 0 ? 0 : len);
-    const char *waiting = NULL;
-    int leases = 0;
-    for (int i = 0; i < v.count; i++) {
-      if (node_side(v.data[i]) != LEASE_MARK) continue;
-      leases++;
-      if (!waiting || strcmp(seq_of(v.data[i]), seq_of(waiting)) > 0) waiting = v.data[i];
-    }
-    if (limit == 0 || leases <= limit) waiting = NULL;
-    int any = 0;
-    for (int i = 0; i < v.count && rc >= 0; i++) {
-      if (node_side(v.data[i]) != LEASE_MARK || v.data[i] == waiting) continue;
-      char lease[1400];
-      snprintf(lease, sizeof lease, "%s/%s", node, v.data[i]);
-      rc = force_delete(z, s, lease);
-      if (rc > 0) any = 1;
-    }
-    deallocate_String_vector(&v);
-    if (rc >= 0) rc = any;
-    goto out;
-  }
-  rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)side, &ch, &zrc);
-  if (rc) goto out;
-  if (ch.n == 0) goto out;
-  /* The holders: the first node, or every reader ahead of the first writer. */
-  int holding = 1;
-  if (side == DLOCK__ZK_READ && node_side(ch.sorted[0]) == DLOCK__ZK_READ)
-    while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
-  int any = 0;
-  for (int i = 0; i < holding && rc >= 0; i++) {
-    snprintf(node, sizeof node, "%s/%s", lock_path, ch.sorted[i]);
-    rc = force_delete(z, s, node);
-    if (rc > 0) any = 1;
-  }
-  if (rc >= 0) rc = any;
-out:
-  children_free(&ch);
+  const zk_kind *k;
+  if (!lock_path) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  else if (!(rc = path_kind(z, s, lock_path, &k)) && k) rc = k->force(z, s, lock_path, k);
   free(lock_path);
   dlock__zk_sess_put(s);
   return rc;
