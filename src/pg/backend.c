@@ -226,8 +226,7 @@ static int pg_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
   dlock_mono_ms start = dlock_mono_now();
   /* Cancel: the module's waits look at the flag every 50 ms at most (its
    * LISTEN wait slices), so no wake() is needed. */
-  const char *side = m->kind == DLOCK__KIND_SEMAPHORE ? "p" : m->kind == DLOCK__KIND_READ ? "r"
-                     : m->kind == DLOCK__KIND_WRITE   ? "w" : "";
+  const char *side = dlock__pg_kind_side(m->kind);
   /* A read side taken by a thread that holds the name already goes at once
    * (docs/rwlock.md): looked up at every acquire. */
   char own[DLOCK__TOKEN_HEX + 1];

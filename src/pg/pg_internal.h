@@ -121,4 +121,45 @@ int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals
 void dlock__pg_sql_build(dlock__pg *pg);
 void dlock__pg_sql_free(dlock__pg *pg);
 
+/* ---- Lock kinds (pg_kinds.c): what a kind adds to the acquire loop (pg_lock.c) ---- */
+
+/* What a refused acquire saw: the holder's remaining lease (-1 unknown or
+ * none), the live holds (a semaphore's permits, -1 unknown), the live
+ * waiters ahead of this caller, whether its waiter row was there. */
+typedef struct dlock__pg_seen {
+  int64_t holder_ms;
+  int64_t held;
+  int64_t ahead;
+  int queued;
+} dlock__pg_seen;
+
+/* One acquire try's common parameters, as text. */
+typedef struct dlock__pg_try {
+  const char *lease, *owner_info, *hb, *live, *permits;
+} dlock__pg_try;
+
+typedef struct dlock__pg_kind {
+  const char *side; /* dlock__pg_hold.side: "" mutex, "p" semaphore, "r" / "w" read-write lock */
+  const char *word; /* in messages: "mutex", "semaphore", "read-write lock" */
+  int sql_acquire, sql_release; /* DLOCK__PG_SQL_*: the statements the loop sends */
+  /* The acquire statement's parameters into 'vals' (room for 9); how many. */
+  int (*acquire_args)(const dlock__pg_hold *h, const dlock__pg_try *t, const char **vals);
+  /* The acquire's answer: 1st column the fence (NULL: not acquired), 2nd
+   * the holder's remaining lease; 'col_refused' the other kind (or limit)
+   * that refused it, with 'refused_prefix' put before it; live holds (-1:
+   * none), waiters ahead, our waiter row. */
+  int col_refused;
+  const char *refused_prefix;
+  int col_held, col_ahead, col_queued;
+  /* A try that found it busy: first (may be NULL; 0 when it has nothing to
+   * say), before the messages every kind shares; last, when it is held. */
+  int (*busy_free)(dlock__pg *pg, const dlock__pg_hold *h, const dlock__pg_seen *seen);
+  int (*busy_held)(dlock__pg *pg, const dlock__pg_hold *h, const dlock__pg_seen *seen);
+} dlock__pg_kind;
+
+/* The descriptor of a hold's kind (its side). */
+const dlock__pg_kind *dlock__pg_kind_of(const dlock__pg_hold *h);
+/* The side a handle of the core's kind 'kind' acquires as. */
+const char *dlock__pg_kind_side(dlock__kind kind);
+
 #endif /* DLOCK_PG_INTERNAL_H */

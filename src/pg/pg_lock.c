@@ -342,9 +342,7 @@ static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint
 
 /* ---- Acquire ---- */
 
-static const char *kind_word(const dlock__pg_hold *h) {
-  return h->side[0] == 'p' ? "semaphore" : h->side[0] ? "read-write lock" : "mutex";
-}
+static const char *kind_word(const dlock__pg_hold *h) { return dlock__pg_kind_of(h)->word; }
 
 /* The error of a family acquire that found the name held as another kind
  * ("mutex", "kind <kind>") or with another limit ("limit <n>"). */
@@ -382,37 +380,23 @@ static void listen_ensure(dlock__pg *pg, dlock_mono_ms deadline, const atomic_in
   pthread_mutex_unlock(&pg->ln_mu);
 }
 
-/* What a refused acquire saw: the holder's remaining lease (-1 unknown or
- * none), the live holds (a semaphore's permits, -1 unknown), the live
- * waiters ahead of this caller, whether its waiter row was there. */
-typedef struct acquire_seen {
-  int64_t holder_ms;
-  int64_t held;
-  int64_t ahead;
-  int queued;
-} acquire_seen;
-
-/* One acquire statement. 1 acquired (h->fence, h->valid_until set), 0 busy
- * ('*seen' says why), <0 an error. */
+/* One acquire statement, the kind's. 1 acquired (h->fence, h->valid_until
+ * set), 0 busy ('*seen' says why), <0 an error. */
 static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info, int64_t heartbeat_ms,
-                        acquire_seen *seen) {
+                        dlock__pg_seen *seen) {
+  const dlock__pg_kind *k = dlock__pg_kind_of(h);
   char lease[24], hb[24], permits[16], live[24];
   NUM(lease, h->lease_ms);
   NUM(hb, heartbeat_ms);
   NUM(permits, h->permits);
   NUM(live, heartbeat_ms > 0 ? live_key(pg) : 0);
-  int fam = h->side[0] != '\0';
-  const char *vals[9] = {h->name, h->token, lease, owner_info ? owner_info : "", hb, live};
-  if (fam) {
-    const char *fv[9] = {h->name, h->token, h->side, permits, lease, owner_info ? owner_info : "",
-                         h->shadow, hb, live};
-    memcpy(vals, fv, sizeof vals);
-  }
+  dlock__pg_try t = {lease, owner_info ? owner_info : "", hb, live, permits};
+  const char *vals[9];
+  int n = k->acquire_args(h, &t, vals);
   dlock_mono_ms sent = dlock_mono_now();
   PGresult *r = NULL;
   int maybe_ran = 0;
-  int rc = dlock__pg_run(pg, pg->sql[fam ? DLOCK__PG_SQL_FAM_ACQUIRE : DLOCK__PG_SQL_ACQUIRE], fam ? 9 : 6, vals, 0,
-                         1, &r, &h->resent, &maybe_ran);
+  int rc = dlock__pg_run(pg, pg->sql[k->sql_acquire], n, vals, 0, 1, &r, &h->resent, &maybe_ran);
   if (rc != 0) {
     if (!maybe_ran) return rc;
     /* It may have taken the row: give it back (safe to run twice: marks
@@ -423,8 +407,7 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
     snprintf(ch, sizeof ch, "%s", pg->channel);
     const char *rv[3] = {h->name, h->token, ch};
     PGresult *rr = NULL;
-    int wrc = dlock__pg_run(pg, pg->sql[fam ? DLOCK__PG_SQL_FAM_RELEASE : DLOCK__PG_SQL_RELEASE], 3, rv, 0, 1, &rr,
-                            NULL, NULL);
+    int wrc = dlock__pg_run(pg, pg->sql[k->sql_release], 3, rv, 0, 1, &rr, NULL, NULL);
     PQclear(rr);
     if (wrc != 0)
       return dlock__error(DLOCK_EUNKNOWN,
@@ -437,22 +420,17 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
   if (got) {
     h->fence = (uint64_t)col_i64(r, 0, 0);
     h->valid_until = dlock__valid_until(sent, h->lease_ms);
-  } else if (fam && !PQgetisnull(r, 0, 2)) {
+  } else if (!PQgetisnull(r, 0, k->col_refused)) {
     char err[64];
-    snprintf(err, sizeof err, "%s", PQgetvalue(r, 0, 2));
-    PQclear(r);
-    return family_refused(pg, h, err);
-  } else if (!fam && !PQgetisnull(r, 0, 3)) {
-    char err[64];
-    snprintf(err, sizeof err, "kind %s", PQgetvalue(r, 0, 3));
+    snprintf(err, sizeof err, "%s%s", k->refused_prefix, PQgetvalue(r, 0, k->col_refused));
     PQclear(r);
     return family_refused(pg, h, err);
   }
   if (seen) {
     seen->holder_ms = PQgetisnull(r, 0, 1) ? -1 : col_i64(r, 0, 1);
-    seen->held = fam ? col_i64(r, 0, 4) : -1;
-    seen->ahead = col_i64(r, 0, fam ? 5 : 4);
-    seen->queued = col_i64(r, 0, fam ? 6 : 5) > 0;
+    seen->held = k->col_held >= 0 ? col_i64(r, 0, k->col_held) : -1;
+    seen->ahead = col_i64(r, 0, k->col_ahead);
+    seen->queued = col_i64(r, 0, k->col_queued) > 0;
   }
   PQclear(r);
   return got;
@@ -648,19 +626,14 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   if (rc != 0) return rc;
   h->lease_ms = lease_ms;
 
-  acquire_seen seen = {-1, -1, 0, 0};
+  const dlock__pg_kind *k = dlock__pg_kind_of(h);
+  dlock__pg_seen seen = {-1, -1, 0, 0};
   rc = acquire_once(pg, h, owner_info, 0, &seen);
   if (rc == 1) return 0;
   if (rc < 0) return rc;
   int64_t holder_ms = seen.holder_ms;
   long long ahead = seen.ahead > 0 ? (long long)seen.ahead : 0;
-  if (wait_ms == 0 && h->side[0] == 'p' && seen.held >= 0 && seen.held < h->permits)
-    return dlock__error(DLOCK_EBUSY,
-                        "%lld of %d permits of semaphore '%s' on %s are held and %lld waiter%s ahead of this "
-                        "caller, who %s the free permit%s first; a try does not go ahead of waiters (first come, "
-                        "first served)",
-                        (long long)seen.held, h->permits, name, pg->display, ahead, ahead == 1 ? " is" : "s are",
-                        ahead == 1 ? "gets" : "get", h->permits - seen.held == 1 ? "" : "s");
+  if (wait_ms == 0 && k->busy_free && (rc = k->busy_free(pg, h, &seen)) != 0) return rc;
   if (wait_ms == 0 && holder_ms < 0 && ahead == 0)
     return dlock__error(DLOCK_EBUSY, "%s '%s' on %s is being granted as another kind of lock (a semaphore or "
                         "read-write lock) at this moment: a name is one kind of lock at a time; try again",
@@ -670,16 +643,7 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
                         "%s '%s' on %s is free but %lld other process%s waiting for it; a try does not go ahead "
                         "of them (first come, first served)",
                         kind_word(h), name, pg->display, ahead, ahead == 1 ? " is" : "es are");
-  if (wait_ms == 0 && h->side[0] == 'p')
-    return dlock__error(DLOCK_EBUSY, "all %d permits of semaphore '%s' on %s are held (the first lease ends in "
-                        "%lld ms)", h->permits, name, pg->display, (long long)holder_ms);
-  if (wait_ms == 0 && h->side[0])
-    return dlock__error(DLOCK_EBUSY, "read-write lock '%s' on %s is held %s (the first lease ends in %lld ms)", name,
-                        pg->display, h->side[0] == 'r' ? "for writing, or a writer waits ahead" : "by others",
-                        (long long)holder_ms);
-  if (wait_ms == 0)
-    return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another owner on %s (%lld ms left on its lease)", name,
-                        pg->display, (long long)holder_ms);
+  if (wait_ms == 0) return k->busy_held(pg, h, &seen);
 
   /* Wait: queue by arrival, wake on NOTIFY, re-check at least every poll_ms
    * and when the holder's lease runs out. No transaction stays open. */
@@ -868,7 +832,7 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   const char *vals[3] = {h->name, h->token, ch};
   PGresult *r = NULL;
   int resent = 0, maybe_ran = 0;
-  int rc = dlock__pg_run(pg, pg->sql[h->side[0] ? DLOCK__PG_SQL_FAM_RELEASE : DLOCK__PG_SQL_RELEASE], 3, vals, 0,
+  int rc = dlock__pg_run(pg, pg->sql[dlock__pg_kind_of(h)->sql_release], 3, vals, 0,
                          1, &r, &resent, &maybe_ran);
   dlock_mono_ms now = dlock_mono_now();
   h->resent = resent;

@@ -239,35 +239,6 @@ static int wait_for_wake(dlock__zk *z, unsigned gen, dlock_mono_ms deadline, con
   return 0;
 }
 
-static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info, int64_t wait_ms,
-                   const atomic_int *cancel, dlock__zk_hold *out);
-
-int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
-                      const atomic_int *cancel, dlock__zk_hold *out) {
-  return dlock__zk_acquire_side(z, name, DLOCK__ZK_MUTEX, owner_info, wait_ms, cancel, out);
-}
-
-int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info,
-                           int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out) {
-  memset(out, 0, sizeof *out);
-  int rc = dlock__zk_check_name("lock name", name);
-  if (rc) return rc;
-  return acquire(z, name, side, owner_info, wait_ms, cancel, out);
-}
-
-int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info, dlock__zk_hold *out) {
-  memset(out, 0, sizeof *out);
-  int rc = dlock__zk_check_name("job name", job);
-  if (rc) return rc;
-  size_t n = strlen(job) + sizeof "_dlock_sched//run";
-  char *name = malloc(n);
-  if (!name) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  snprintf(name, n, "_dlock_sched/%s/run", job);
-  rc = acquire(z, name, DLOCK__ZK_MUTEX, owner_info, 0, NULL, out);
-  free(name);
-  return rc;
-}
-
 /* Create our EPHEMERAL_SEQUENTIAL node "<parent>/_c_<uuid>-<mark><seq>"
  * with 'data', its full path into 'node'. A create whose reply was lost is
  * resolved by looking for our protected prefix (Curator's protection mode)
@@ -370,163 +341,252 @@ static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const ch
   return 0;
 }
 
-static int acquire(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info, int64_t wait_ms,
-                   const atomic_int *cancel, dlock__zk_hold *out) {
+/* ---- The lock machine: one acquire, wait and give-up for every kind ----
+ *
+ * Every kind queues the same way: our EPHEMERAL_SEQUENTIAL node goes into
+ * the kind's parent node, and we wait, watching one node, until the kind
+ * says the node holds. What differs is a descriptor (zk_kind, below the
+ * machine): the checks before our node is created and what the kind holds
+ * meanwhile (enter, created, leave), the one look that says whether our
+ * node holds or what to watch (look), and its messages. */
+
+typedef struct zk_kind zk_kind;
+
+/* One acquire in progress. */
+typedef struct zk_turn {
+  dlock__zk *z;
+  dlock__zk_sess *s;
+  const zk_kind *kind;
+  const char *name;       /* as the caller gave it */
+  char *lock_path;        /* "/ns/name": the hold's lock_path, and the path in messages */
+  const char *parent;     /* where our node goes (set by enter) */
+  char node[1200];        /* our node, once created */
+  const char *own;        /* its name below the parent */
+  const char *owner_info; /* our node's data */
+  int64_t wait_ms;
+  const atomic_int *cancel;
+  int permits;            /* a semaphore's limit */
+  int planted_dropped;    /* persistent nodes ahead deleted (a mutex's or read-write lock's queue) */
+  char ahead[600];        /* the node ahead, for the busy message */
+  /* A semaphore's: its "leases" and "locks" paths, and the "locks" mutex
+   * held while our lease is added and waits. */
+  char *leases, *locks;
+  dlock__zk_hold mx;
+} zk_turn;
+
+/* look(): our node holds, we wait (a watch is set), or look again at once. */
+enum { LOOK_WAIT = 0, LOOK_HOLDS = 1, LOOK_AGAIN = 2 };
+
+struct zk_kind {
+  int side;         /* its nodes' dlock__zk_side (a semaphore: its "locks" queue's, DLOCK__ZK_MUTEX) */
+  int mark;         /* the mark of our node: MARK[mark] */
+  /* Before our node is created: check the name's path and set t->parent. */
+  int (*enter)(zk_turn *t);
+  /* Once it is created (may be NULL): checks that need our node there. */
+  int (*created)(zk_turn *t);
+  /* One look at the queue: LOOK_HOLDS, LOOK_WAIT (a watch is set and
+   * t->ahead says on what), LOOK_AGAIN, or a DLOCK_E* status with '*zrc'
+   * the ZooKeeper code behind it (looked at again after a reconnect when it
+   * may not have run). */
+  int (*look)(zk_turn *t, int *zrc);
+  /* The message of a wait that ran out (DLOCK_EBUSY). */
+  int (*busy)(const zk_turn *t);
+  /* After the acquire (may be NULL): let go of what enter took. */
+  void (*leave)(zk_turn *t, int rc);
+  /* Status (dlock__zk_info_get): 0, or LOOK_AGAIN when the holder went
+   * while it was read. */
+  int (*info)(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out);
+  /* Force release (dlock__zk_force_release): delete the holders' nodes; 1
+   * deleted, 0 none held, or < 0. */
+  int (*force)(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, uint64_t fence);
+};
+
+static int queue_info(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out);
+static int queue_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, uint64_t fence);
+static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out);
+static int sem_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, uint64_t fence);
+
+/* Our node is to go: a waiter that gave up, or an acquire that failed.
+ * Deleting it passes the lock on if it had just come to us. A wait that
+ * ran out or was canceled reports a delete that failed instead (the node
+ * would stay ahead of others); a lost session keeps its status (the node
+ * goes with it); any other failure gives way only to DLOCK_EUNKNOWN. */
+static int give_back(zk_turn *t, int rc) {
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int drc = delete_own(t->z, t->s, t->node);
+  if ((rc == DLOCK_EBUSY || rc == DLOCK_ECANCELED) && drc) return drc;
+  if (drc == DLOCK_EUNKNOWN && rc != DLOCK_ELOST) return drc;
+  return dlock__error(rc, "%s", saved);
+}
+
+/* Wait our turn: look, watch, wake, until our node holds (0, '*out'), the
+ * wait runs out, is canceled, or fails. */
+static int wait_turn(zk_turn *t, dlock_mono_ms deadline, dlock__zk_hold *out) {
+  dlock__zk *z = t->z;
+  dlock__zk_sess *s = t->s;
+  while (1) {
+    pthread_mutex_lock(&z->mu);
+    unsigned gen = z->wake_gen;
+    dlock_lost_reason lost = s->lost;
+    pthread_mutex_unlock(&z->mu);
+    if (lost)
+      /* The session may be over: a hold taken now could already be
+       * another's. Our node, if it still exists, goes with the session. */
+      return dlock__error(DLOCK_ELOST, "the ZooKeeper session was lost (%s) while waiting at %s",
+                          dlock_lost_reason_str(lost), t->lock_path);
+    int zrc = ZOK;
+    int rc = t->kind->look(t, &zrc);
+    if (rc == LOOK_AGAIN) continue;
+    if (rc == LOOK_HOLDS) return take_hold(z, s, &t->lock_path, t->node, out);
+    if (rc < 0) {
+      if (zrc != ZOK && dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
+          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+        continue;
+      return rc;
+    }
+    /* Checked once the node watched is known to be a real one. */
+    if (deadline >= 0 && dlock_mono_now() >= deadline) return t->kind->busy(t);
+    if (t->cancel && atomic_load(t->cancel))
+      return dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", t->lock_path);
+    wait_for_wake(z, gen, deadline, t->cancel);
+  }
+}
+
+/* Take the lock 'name' of kind 'k': check its path, create our node, wait
+ * our turn. 'name' has been checked by the caller. */
+static int acquire(dlock__zk *z, const char *name, const zk_kind *k, int permits, const char *owner_info,
+                   int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out) {
   int rc;
   if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
     return dlock__error(DLOCK_EINVAL, "acquire '%s': wait must be >= 0 or DLOCK_WAIT_FOREVER", name);
-  dlock_mono_ms start = dlock_mono_now();
-  dlock_mono_ms deadline = wait_ms == DLOCK_WAIT_FOREVER ? -1 : start + wait_ms;
+  dlock_mono_ms deadline = wait_ms == DLOCK_WAIT_FOREVER ? -1 : dlock_mono_now() + wait_ms;
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
-  char *lock_path = dlock__zk_path(z, name, NULL);
-  char node[1200] = "";
-  children ch = {0};
-  if (!lock_path) {
+  zk_turn t = {.z = z, .s = s, .kind = k, .name = name, .owner_info = owner_info ? owner_info : "",
+               .wait_ms = wait_ms, .cancel = cancel, .permits = permits};
+  t.lock_path = dlock__zk_path(z, name, NULL);
+  if (!t.lock_path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
-
-  /* A lock path that already holds foreign children, or another kind's,
-   * is refused before we add a node to it. */
-  int zrc;
-  rc = list_lock_nodes(z, s, lock_path, side, &ch, &zrc);
-  children_free(&ch);
-  if (rc) goto out;
-
-  rc = create_node(z, s, lock_path, MARK[side], owner_info ? owner_info : "", node, sizeof node);
-  if (rc) goto out;
-  const char *own = strrchr(node, '/') + 1;
-
-  /* Wait our turn. */
-  int planted_dropped = 0;
-  while (1) {
-    unsigned gen;
-    pthread_mutex_lock(&z->mu);
-    gen = z->wake_gen;
-    dlock_lost_reason lost = s->lost;
-    pthread_mutex_unlock(&z->mu);
-    if (lost) {
-      /* The session may be over: a hold taken now could already be
-       * another's. Our node, if it still exists, goes with the session. */
-      rc = dlock__error(DLOCK_ELOST, "the ZooKeeper session was lost (%s) while waiting at %s",
-                        dlock_lost_reason_str(lost), lock_path);
-      delete_own(z, s, node);
-      goto out;
-    }
-    rc = list_lock_nodes(z, s, lock_path, side, &ch, &zrc);
-    if (rc == DLOCK_EFOREIGN || rc == DLOCK_EWRONGTYPE) {
-      delete_own(z, s, node);
-      goto out;
-    }
-    if (rc) {
-      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
-          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
-        continue;
-      goto fail_delete;
-    }
-    int idx = -1;
-    for (int i = 0; i < ch.n; i++)
-      if (!strcmp(ch.sorted[i], own)) idx = i;
-    if (idx < 0) {
-      children_free(&ch);
-      rc = dlock__error(DLOCK_ELOST,
-                        "our lock node %s/%s disappeared while waiting (session expired, or a "
-                        "force-release)",
-                        lock_path, own);
-      goto out;
-    }
-    /* Curator's rules: a mutex's or a writer's node holds when it is the
-     * first of all and watches its predecessor; a reader's holds when no
-     * writer's node comes before it and watches the first that does (so a
-     * waiting writer keeps later readers out). */
-    int watch = idx - 1;
-    if (side == DLOCK__ZK_READ) {
-      watch = -1;
-      for (int i = 0; i < idx && watch < 0; i++)
-        if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) watch = i;
-    }
-    if (watch < 0) {
-      children_free(&ch);
-      rc = take_hold(z, s, &lock_path, node, out);
-      if (rc == DLOCK_ELOST) goto out;
-      if (rc) goto fail_delete;
-      goto out;
-    }
-    /* Watch one node only: no herd when the holder leaves. */
-    char pred[1200];
-    snprintf(pred, sizeof pred, "%s/%s", lock_path, ch.sorted[watch]);
-    char ahead[600]; /* for the message: the writer ahead, or the holder */
-    snprintf(ahead, sizeof ahead, "%s", ch.sorted[side == DLOCK__ZK_READ ? watch : 0]);
-    children_free(&ch);
-    char buf[1];
-    int blen = (int)sizeof buf;
-    struct Stat pst;
-    zrc = zoo_wget(s->zh, pred, dlock__zk_node_watcher, z, buf, &blen, &pst);
-    if (zrc == ZNONODE) continue;
-    if (zrc != ZOK) {
-      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
-          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
-        continue;
-      rc = dlock__zk_fail(z, zrc, "watch the node ahead", pred);
-      goto fail_delete;
-    }
-    /* With a digest, a persistent node ahead (no session owns it) is no
-     * holder nor waiter: every lock node is ephemeral. One is planted by a
-     * client without credentials while the path was open (create_node()
-     * closed it since); it would stay ahead of every waiter for good.
-     * Deleted (only that version of it), then we look again. Bounded: the
-     * path is closed, so no new one can be planted. */
-    if (z->url.digest && pst.ephemeralOwner == 0 && planted_dropped < 64) {
-      planted_dropped++;
-      int drc = zoo_delete(s->zh, pred, pst.version);
-      if (drc == ZOK || drc == ZNONODE || drc == ZBADVERSION) continue;
-      if (dlock__zk_rc_uncertain(drc) && drc != ZSESSIONEXPIRED &&
-          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
-        continue;
-      rc = dlock__error(drc == ZNOAUTH ? DLOCK_EAUTH : DLOCK_EBUSY,
-                        "lock '%s' on %s: the node ahead %s is persistent (no session owns it, so it is no lock "
-                        "holder) and could not be deleted (%s); delete it (zkCli: delete %s) and close the path's "
-                        "ACL",
-                        lock_path, z->server, pred, zerror(drc), pred);
-      goto fail_delete;
-    }
-    /* Checked once the node ahead is known to be a real one. */
-    if (deadline >= 0 && dlock_mono_now() >= deadline) {
-      rc = side == DLOCK__ZK_READ
-               ? dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held for writing or a writer waits ahead (node %s)",
-                              lock_path, z->server, ahead)
-               : dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", lock_path, z->server,
-                              ahead);
-      goto give_up;
-    }
-    if (cancel && atomic_load(cancel)) {
-      rc = dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", lock_path);
-      goto give_up;
-    }
-    wait_for_wake(z, gen, deadline, cancel);
-  }
-
-give_up: {
-  /* A waiter that gives up deletes its node (the lock may even have just
-   * come to it: deleting it passes the lock on). */
-  int drc = delete_own(z, s, node);
-  if (drc) rc = drc;
-  goto out;
-}
-fail_delete: {
-  char saved[1024];
-  snprintf(saved, sizeof saved, "%s", dlock_last_error());
-  int drc = delete_own(z, s, node);
-  if (drc == DLOCK_EUNKNOWN) rc = drc;
-  else dlock__error(rc, "%s", saved);
-}
+  /* A path that holds foreign children, or another kind's, is refused
+   * before we add a node to it. */
+  if ((rc = k->enter(&t))) goto out;
+  if ((rc = create_node(z, s, t.parent, MARK[k->mark], t.owner_info, t.node, sizeof t.node))) goto out;
+  t.own = strrchr(t.node, '/') + 1;
+  if (k->created) rc = k->created(&t);
+  if (!rc) rc = wait_turn(&t, deadline, out);
+  if (rc) rc = give_back(&t, rc);
 out:
-  children_free(&ch);
-  free(lock_path);
+  if (k->leave) k->leave(&t, rc);
+  free(t.lock_path);
   dlock__zk_sess_put(s);
   return rc;
 }
+
+/* ---- Mutexes and read-write locks: Curator's InterProcessMutex and
+ * InterProcessReadWriteLock, our node in the lock path itself ---- */
+
+/* Refuse a path that holds another kind's or foreign children. */
+static int queue_enter(zk_turn *t) {
+  children ch;
+  int zrc;
+  int rc = list_lock_nodes(t->z, t->s, t->lock_path, (dlock__zk_side)t->kind->side, &ch, &zrc);
+  children_free(&ch);
+  t->parent = t->lock_path;
+  return rc;
+}
+
+/* Curator's rules: a mutex's or a writer's node holds when it is the first
+ * of all and watches its predecessor; a reader's holds when no writer's node
+ * comes before it and watches the first that does (so a waiting writer
+ * keeps later readers out). */
+static int queue_look(zk_turn *t, int *zrc) {
+  dlock__zk *z = t->z;
+  dlock__zk_sess *s = t->s;
+  dlock__zk_side side = (dlock__zk_side)t->kind->side;
+  children ch;
+  int rc = list_lock_nodes(z, s, t->lock_path, side, &ch, zrc);
+  if (rc) return rc;
+  int idx = -1;
+  for (int i = 0; i < ch.n; i++)
+    if (!strcmp(ch.sorted[i], t->own)) idx = i;
+  if (idx < 0) {
+    children_free(&ch);
+    return dlock__error(DLOCK_ELOST,
+                        "our lock node %s/%s disappeared while waiting (session expired, or a force-release)",
+                        t->lock_path, t->own);
+  }
+  int watch = idx - 1;
+  if (side == DLOCK__ZK_READ) {
+    watch = -1;
+    for (int i = 0; i < idx && watch < 0; i++)
+      if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) watch = i;
+  }
+  if (watch < 0) {
+    children_free(&ch);
+    return LOOK_HOLDS;
+  }
+  /* Watch one node only: no herd when the holder leaves. */
+  char pred[1200];
+  snprintf(pred, sizeof pred, "%s/%s", t->lock_path, ch.sorted[watch]);
+  /* For the message: the writer ahead, or the holder. */
+  snprintf(t->ahead, sizeof t->ahead, "%s", ch.sorted[side == DLOCK__ZK_READ ? watch : 0]);
+  children_free(&ch);
+  char buf[1];
+  int blen = (int)sizeof buf;
+  struct Stat pst;
+  int wrc = zoo_wget(s->zh, pred, dlock__zk_node_watcher, z, buf, &blen, &pst);
+  if (wrc == ZNONODE) return LOOK_AGAIN;
+  if (wrc != ZOK) {
+    *zrc = wrc;
+    return dlock__zk_fail(z, wrc, "watch the node ahead", pred);
+  }
+  /* With a digest, a persistent node ahead (no session owns it) is no
+   * holder nor waiter: every lock node is ephemeral. One is planted by a
+   * client without credentials while the path was open (create_node()
+   * closed it since); it would stay ahead of every waiter for good.
+   * Deleted (only that version of it), then we look again. Bounded: the
+   * path is closed, so no new one can be planted. */
+  if (z->url.digest && pst.ephemeralOwner == 0 && t->planted_dropped < 64) {
+    t->planted_dropped++;
+    int drc = zoo_delete(s->zh, pred, pst.version);
+    if (drc == ZOK || drc == ZNONODE || drc == ZBADVERSION) return LOOK_AGAIN;
+    if (dlock__zk_rc_uncertain(drc) && drc != ZSESSIONEXPIRED &&
+        dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+      return LOOK_AGAIN;
+    return dlock__error(drc == ZNOAUTH ? DLOCK_EAUTH : DLOCK_EBUSY,
+                        "lock '%s' on %s: the node ahead %s is persistent (no session owns it, so it is no lock "
+                        "holder) and could not be deleted (%s); delete it (zkCli: delete %s) and close the path's "
+                        "ACL",
+                        t->lock_path, z->server, pred, zerror(drc), pred);
+  }
+  return LOOK_WAIT;
+}
+
+static int mutex_busy(const zk_turn *t) {
+  return dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", t->lock_path, t->z->server,
+                      t->ahead);
+}
+
+static int read_busy(const zk_turn *t) {
+  return dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held for writing or a writer waits ahead (node %s)",
+                      t->lock_path, t->z->server, t->ahead);
+}
+
+/* Indexed by dlock__zk_side. */
+static const zk_kind QUEUE_KINDS[] = {
+  [DLOCK__ZK_MUTEX] = {DLOCK__ZK_MUTEX, DLOCK__ZK_MUTEX, queue_enter, NULL, queue_look, mutex_busy, NULL,
+                       queue_info, queue_force},
+  [DLOCK__ZK_READ] = {DLOCK__ZK_READ, DLOCK__ZK_READ, queue_enter, NULL, queue_look, read_busy,
+                      NULL, queue_info, queue_force},
+  [DLOCK__ZK_WRITE] = {DLOCK__ZK_WRITE, DLOCK__ZK_WRITE, queue_enter, NULL, queue_look,
+                       mutex_busy, NULL, queue_info, queue_force},
+  /* An election: a mutex in Curator's LeaderLatch layout. */
+  [DLOCK__ZK_LATCH] = {DLOCK__ZK_LATCH, DLOCK__ZK_LATCH, queue_enter, NULL, queue_look, mutex_busy, NULL,
+                       queue_info, queue_force},
+};
 
 /* ---- Semaphores: Curator's InterProcessSemaphoreV2 ----
  *
@@ -620,137 +680,131 @@ static int sem_check_path(dlock__zk *z, dlock__zk_sess *s, const char *path) {
   return rc;
 }
 
+/* Check the path, then take "locks" (our turn to add a lease) within the
+ * caller's wait; our lease goes into "leases". */
+static int sem_enter(zk_turn *t) {
+  dlock__zk *z = t->z;
+  dlock__zk_sess *s = t->s;
+  t->leases = dlock__zk_path(z, t->name, "leases");
+  size_t ln = strlen(t->name) + sizeof "/locks";
+  t->locks = malloc(ln);
+  if (!t->leases || !t->locks) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(t->locks, ln, "%s/locks", t->name);
+  t->parent = t->leases;
+  int rc = sem_check_path(z, s, t->lock_path);
+  if (rc) return rc;
+  /* A try (wait 0) with a permit free waits a moment for "locks": its
+   * holder may just be adding a lease of its own; with none free it is busy. */
+  int64_t mx_wait = t->wait_ms;
+  if (t->wait_ms == 0) {
+    struct Stat st;
+    char data[64];
+    int len = (int)sizeof data - 1;
+    int zrc = zoo_get(s->zh, t->leases, 0, data, &len, &st);
+    if (zrc != ZOK && zrc != ZNONODE) return dlock__zk_fail(z, zrc, "count the leases of", t->leases);
+    /* Another limit than the stored one is an error, not "busy" (as
+     * sem_limit answers it under "locks"). */
+    int64_t have = zrc == ZOK ? parse_limit(data, len < 0 ? 0 : len) : 0;
+    if (zrc == ZOK && have != 0 && have != t->permits && st.numChildren > 0)
+      return limit_mismatch(z, t->name, have, t->permits);
+    if (zrc == ZOK && st.numChildren >= t->permits)
+      return dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all %d permits are taken", t->lock_path, z->server,
+                          t->permits);
+    mx_wait = 2000;
+  }
+  rc = acquire(z, t->locks, &QUEUE_KINDS[DLOCK__ZK_MUTEX], 0, t->owner_info, mx_wait, t->cancel, &t->mx);
+  if (rc == DLOCK_EBUSY)
+    return dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all permits are taken and others wait ahead",
+                        t->lock_path, z->server);
+  if (rc) return rc;
+  return sem_limit(z, s, t->name, t->leases, t->permits);
+}
+
+static int sem_created(zk_turn *t) {
+  /* Once more: had the server reaped the empty "leases" container in the
+   * meantime, the create made it again, without the limit. */
+  int rc = sem_limit(t->z, t->s, t->name, t->leases, t->permits);
+  if (rc) return rc;
+  /* And the name's children once more, now that "locks" and our lease
+   * exist: a mutex or read-write lock node created after our first look
+   * (its acquire listed the children before "locks" was there) would hold
+   * alongside us. Either its look sees "locks", or this one sees its node. */
+  return sem_check_path(t->z, t->s, t->lock_path);
+}
+
+/* Our lease holds while the leases number at most the limit; we watch
+ * them all (only the holder of "locks" waits here). */
+static int sem_look(zk_turn *t, int *zrc) {
+  struct String_vector v;
+  int wrc = zoo_wget_children(t->s->zh, t->leases, dlock__zk_node_watcher, t->z, &v);
+  if (wrc != ZOK) {
+    *zrc = wrc;
+    return dlock__zk_fail(t->z, wrc, "list the leases of", t->leases);
+  }
+  int mine = 0, count = v.count;
+  for (int i = 0; i < v.count; i++)
+    if (!strcmp(v.data[i], t->own)) mine = 1;
+  deallocate_String_vector(&v);
+  if (!mine)
+    return dlock__error(DLOCK_ELOST, "our lease node %s disappeared while waiting at %s (session expired, or a "
+                        "force-release)", t->own, t->lock_path);
+  return count <= t->permits ? LOOK_HOLDS : LOOK_WAIT;
+}
+
+static int sem_busy(const zk_turn *t) {
+  return dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all %d permits stayed taken", t->lock_path, t->z->server,
+                      t->permits);
+}
+
+/* Let the next caller add its lease; keep our outcome's message. */
+static void sem_leave(zk_turn *t, int rc) {
+  if (t->mx.node_path) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    (void)dlock__zk_release(t->z, &t->mx);
+    if (rc) dlock__error(rc, "%s", saved);
+  }
+  dlock__zk_hold_clear(&t->mx);
+  free(t->leases);
+  free(t->locks);
+}
+
+static const zk_kind SEM_KIND = {DLOCK__ZK_MUTEX, LEASE_MARK, sem_enter, sem_created, sem_look,
+                                 sem_busy, sem_leave, sem_info, sem_force};
+
+/* ---- The kinds' entry points ---- */
+
+int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
+                      const atomic_int *cancel, dlock__zk_hold *out) {
+  return dlock__zk_acquire_side(z, name, DLOCK__ZK_MUTEX, owner_info, wait_ms, cancel, out);
+}
+
+int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info,
+                           int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out) {
+  memset(out, 0, sizeof *out);
+  int rc = dlock__zk_check_name("lock name", name);
+  if (rc) return rc;
+  return acquire(z, name, &QUEUE_KINDS[side], 0, owner_info, wait_ms, cancel, out);
+}
+
 int dlock__zk_sem_acquire(dlock__zk *z, const char *name, int permits, const char *owner_info, int64_t wait_ms,
                           const atomic_int *cancel, dlock__zk_hold *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("semaphore name", name);
   if (rc) return rc;
-  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
-    return dlock__error(DLOCK_EINVAL, "acquire '%s': wait must be >= 0 or DLOCK_WAIT_FOREVER", name);
-  dlock_mono_ms deadline = wait_ms == DLOCK_WAIT_FOREVER ? -1 : dlock_mono_now() + wait_ms;
-  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
-  if (!s) return rc;
-  char *path = dlock__zk_path(z, name, NULL), *leases = dlock__zk_path(z, name, "leases");
-  size_t ln = strlen(name) + sizeof "/locks";
-  char *locks = malloc(ln);
-  dlock__zk_hold mx = {0};
-  char node[1200] = "";
-  if (!path || !leases || !locks) {
-    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-    goto out;
-  }
-  snprintf(locks, ln, "%s/locks", name);
-  if ((rc = sem_check_path(z, s, path))) goto out;
+  return acquire(z, name, &SEM_KIND, permits, owner_info, wait_ms, cancel, out);
+}
 
-  /* Our turn to add a lease: the "locks" mutex, within the caller's wait.
-   * A try (wait 0) with a permit free waits a moment for it: its holder
-   * may just be adding a lease of its own; with none free it is busy. */
-  int64_t mx_wait = wait_ms;
-  if (wait_ms == 0) {
-    struct Stat st;
-    char data[64];
-    int len = (int)sizeof data - 1;
-    int zrc = zoo_get(s->zh, leases, 0, data, &len, &st);
-    if (zrc != ZOK && zrc != ZNONODE) {
-      rc = dlock__zk_fail(z, zrc, "count the leases of", leases);
-      goto out;
-    }
-    /* Another limit than the stored one is an error, not "busy" (as
-     * sem_limit answers it under "locks"). */
-    int64_t have = zrc == ZOK ? parse_limit(data, len < 0 ? 0 : len) : 0;
-    if (zrc == ZOK && have != 0 && have != permits && st.numChildren > 0) {
-      rc = limit_mismatch(z, name, have, permits);
-      goto out;
-    }
-    if (zrc == ZOK && st.numChildren >= permits) {
-      rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all %d permits are taken", path, z->server, permits);
-      goto out;
-    }
-    mx_wait = 2000;
-  }
-  rc = acquire(z, locks, DLOCK__ZK_MUTEX, owner_info, mx_wait, cancel, &mx);
-  if (rc == DLOCK_EBUSY) {
-    rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all permits are taken and others wait ahead", path,
-                      z->server);
-    goto out;
-  }
-  if (rc) goto out;
-  if ((rc = sem_limit(z, s, name, leases, permits))) goto out;
-  if ((rc = create_node(z, s, leases, MARK[LEASE_MARK], owner_info ? owner_info : "", node, sizeof node)))
-    goto out;
-  /* Once more: had the server reaped the empty "leases" container in the
-   * meantime, the create made it again, without the limit. */
-  if ((rc = sem_limit(z, s, name, leases, permits))) goto fail;
-  /* And the name's children once more, now that "locks" and our lease
-   * exist: a mutex or read-write lock node created after our first look
-   * (its acquire listed the children before "locks" was there) would hold
-   * alongside us. Either its look sees "locks", or this one sees its node. */
-  if ((rc = sem_check_path(z, s, path))) goto fail;
-  const char *own = strrchr(node, '/') + 1;
-  while (1) {
-    pthread_mutex_lock(&z->mu);
-    unsigned gen = z->wake_gen;
-    dlock_lost_reason lost = s->lost;
-    pthread_mutex_unlock(&z->mu);
-    if (lost) {
-      rc = dlock__error(DLOCK_ELOST, "the ZooKeeper session was lost (%s) while waiting at %s",
-                        dlock_lost_reason_str(lost), path);
-      break;
-    }
-    struct String_vector v;
-    int zrc = zoo_wget_children(s->zh, leases, dlock__zk_node_watcher, z, &v);
-    if (zrc != ZOK) {
-      if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
-          dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
-        continue;
-      rc = dlock__zk_fail(z, zrc, "list the leases of", leases);
-      break;
-    }
-    int mine = 0, count = v.count;
-    for (int i = 0; i < v.count; i++)
-      if (!strcmp(v.data[i], own)) mine = 1;
-    deallocate_String_vector(&v);
-    if (!mine) {
-      rc = dlock__error(DLOCK_ELOST, "our lease node %s disappeared while waiting at %s (session expired, or a "
-                        "force-release)", own, path);
-      break;
-    }
-    if (count <= permits) {
-      rc = take_hold(z, s, &path, node, out);
-      break;
-    }
-    if (deadline >= 0 && dlock_mono_now() >= deadline) {
-      rc = dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all %d permits stayed taken", path, z->server,
-                        permits);
-      break;
-    }
-    if (cancel && atomic_load(cancel)) {
-      rc = dlock__error(DLOCK_ECANCELED, "canceled while waiting at %s", path);
-      break;
-    }
-    wait_for_wake(z, gen, deadline, cancel);
-  }
-fail:
-  if (rc && node[0]) {
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    int drc = delete_own(z, s, node);
-    if (drc == DLOCK_EUNKNOWN) rc = drc;
-    else dlock__error(rc, "%s", saved);
-  }
-out:
-  if (mx.node_path) {
-    /* Let the next caller add its lease; keep our outcome's message. */
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    (void)dlock__zk_release(z, &mx);
-    if (rc) dlock__error(rc, "%s", saved);
-  }
-  dlock__zk_hold_clear(&mx);
-  free(path);
-  free(leases);
-  free(locks);
-  dlock__zk_sess_put(s);
+int dlock__zk_job_lock_try(dlock__zk *z, const char *job, const char *owner_info, dlock__zk_hold *out) {
+  memset(out, 0, sizeof *out);
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  size_t n = strlen(job) + sizeof "_dlock_sched//run";
+  char *name = malloc(n);
+  if (!name) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(name, n, "_dlock_sched/%s/run", job);
+  rc = acquire(z, name, &QUEUE_KINDS[DLOCK__ZK_MUTEX], 0, owner_info, 0, NULL, out);
+  free(name);
   return rc;
 }
 
@@ -868,22 +922,23 @@ int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms
 
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) { return dlock__zk_is_held_until(z, h, INT64_MAX); }
 
-/* What kind of lock the children of 'lock_path' say it is, into '*side':
- * the side to list with, -1 for a semaphore ("locks"/"leases"), -2 when
- * the path does not exist. 0 or the error. */
-static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int *side) {
+/* What kind of lock the children of 'lock_path' say it is, into '*k': a
+ * mutex's, a read-write lock's (its read side lists both sides), a
+ * semaphore's ("locks"/"leases"), NULL when the path does not exist. 0 or
+ * the error. */
+static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind **k) {
   struct String_vector v;
   int zrc = zoo_get_children(s->zh, lock_path, 0, &v);
-  *side = -2;
+  *k = NULL;
   if (zrc == ZNONODE) return 0;
   if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the lock nodes of", lock_path);
-  *side = DLOCK__ZK_MUTEX;
-  for (int i = 0; i < v.count && *side != -1; i++) {
+  *k = &QUEUE_KINDS[DLOCK__ZK_MUTEX];
+  for (int i = 0; i < v.count && *k != &SEM_KIND; i++) {
     const char *c = v.data[i];
-    int k = node_side(c);
-    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *side = -1;
-    else if (k == DLOCK__ZK_READ || k == DLOCK__ZK_WRITE) *side = DLOCK__ZK_READ;
-    else if (k == DLOCK__ZK_LATCH) *side = DLOCK__ZK_LATCH;
+    int side = node_side(c);
+    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *k = &SEM_KIND;
+    else if (side == DLOCK__ZK_READ || side == DLOCK__ZK_WRITE) *k = &QUEUE_KINDS[DLOCK__ZK_READ];
+    else if (side == DLOCK__ZK_LATCH) *k = &QUEUE_KINDS[DLOCK__ZK_LATCH];
   }
   deallocate_String_vector(&v);
   return 0;
@@ -891,7 +946,8 @@ static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, int
 
 /* A semaphore's state: the leases (permits used), the limit on "leases",
  * the newest lease's data, and the callers queued on "locks". */
-static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, dlock__zk_info *out) {
+static int sem_info(dlock__zk *z, dlock__zk_sess *s, const char *path, const zk_kind *k, dlock__zk_info *out) {
+  (void)k;
   char *leases = malloc(strlen(path) + sizeof "/leases"), *locks = malloc(strlen(path) + sizeof "/locks");
   struct String_vector v = {0};
   int rc = 0, have_v = 0;
@@ -966,6 +1022,54 @@ out:
   return rc;
 }
 
+/* A mutex's or read-write lock's state: the holder is the first node; for
+ * a read-write lock the writer, or the newest of the readers ahead of the
+ * first writer. */
+static int queue_info(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, dlock__zk_info *out) {
+  children ch;
+  int zrc;
+  int rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)k->side, &ch, &zrc);
+  if (rc || ch.n == 0) goto out;
+  int holding = 1;
+  if (k->side == DLOCK__ZK_READ) {
+    out->kind = 2;
+    if (node_side(ch.sorted[0]) == DLOCK__ZK_WRITE) {
+      out->writer = 1;
+    } else {
+      holding = 0;
+      while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
+      out->readers = holding;
+    }
+    for (int i = holding; i < ch.n; i++)
+      if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) out->waiting_writers++;
+  } else {
+    out->kind = 1;
+  }
+  char holder[1200];
+  snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[holding - 1]);
+  struct Stat st;
+  int len = (int)sizeof out->owner_info - 1;
+  zrc = zoo_get(s->zh, holder, 0, out->owner_info, &len, &st);
+  if (zrc == ZNONODE) {
+    rc = LOOK_AGAIN; /* released meanwhile: look again */
+    goto out;
+  }
+  if (zrc != ZOK) {
+    rc = dlock__zk_fail(z, zrc, "read the holder node", holder);
+    goto out;
+  }
+  out->owner_info[len > 0 ? len : 0] = '\0';
+  out->held = 1;
+  out->fence = (uint64_t)st.czxid;
+  out->since_unix_ms = st.ctime;
+  out->owner_session = st.ephemeralOwner;
+  out->waiters = ch.n - holding;
+  snprintf(out->holder, sizeof out->holder, "%s", ch.sorted[holding - 1]);
+out:
+  children_free(&ch);
+  return rc;
+}
+
 int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("lock name", name);
@@ -973,63 +1077,18 @@ int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out) {
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
   char *lock_path = dlock__zk_path(z, name, NULL);
-  children ch = {0};
   if (!lock_path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
   for (int attempt = 0; attempt < 5; attempt++) {
-    int side, zrc;
-    if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
-    if (side < 0) {
-      rc = sem_info(z, s, lock_path, out);
-      goto out;
-    }
-    rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)side, &ch, &zrc);
-    if (rc) goto out;
-    if (ch.n == 0) goto out;
-    /* The holder: the first node; for a read-write lock the writer, or
-     * the newest of the readers ahead of the first writer. */
-    int holding = 1;
-    if (side == DLOCK__ZK_READ) {
-      out->kind = 2;
-      if (node_side(ch.sorted[0]) == DLOCK__ZK_WRITE) {
-        out->writer = 1;
-      } else {
-        holding = 0;
-        while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
-        out->readers = holding;
-      }
-      for (int i = holding; i < ch.n; i++)
-        if (node_side(ch.sorted[i]) == DLOCK__ZK_WRITE) out->waiting_writers++;
-    } else {
-      out->kind = 1;
-    }
-    char holder[1200];
-    snprintf(holder, sizeof holder, "%s/%s", lock_path, ch.sorted[holding - 1]);
-    struct Stat st;
-    int len = (int)sizeof out->owner_info - 1;
-    zrc = zoo_get(s->zh, holder, 0, out->owner_info, &len, &st);
-    if (zrc == ZNONODE) {
-      children_free(&ch);
-      memset(out, 0, sizeof *out);
-      continue; /* released meanwhile: look again */
-    }
-    if (zrc != ZOK) {
-      rc = dlock__zk_fail(z, zrc, "read the holder node", holder);
-      goto out;
-    }
-    out->owner_info[len > 0 ? len : 0] = '\0';
-    out->held = 1;
-    out->fence = (uint64_t)st.czxid;
-    out->since_unix_ms = st.ctime;
-    out->owner_session = st.ephemeralOwner;
-    out->waiters = ch.n - holding;
-    snprintf(out->holder, sizeof out->holder, "%s", ch.sorted[holding - 1]);
-    goto out;
+    const zk_kind *k;
+    if ((rc = path_kind(z, s, lock_path, &k)) || !k) goto out;
+    if ((rc = k->info(z, s, lock_path, k, out)) != LOOK_AGAIN) goto out;
+    memset(out, 0, sizeof *out);
   }
+  rc = 0;
 out:
-  children_free(&ch);
   free(lock_path);
   dlock__zk_sess_put(s);
   return rc;
@@ -1103,6 +1162,85 @@ static int force_delete(dlock__zk *z, dlock__zk_sess *s, const char *node) {
   }
 }
 
+/* Delete the first 'n' of 'names' below 'parent' (only those whose side
+ * is 'mark' when it is not -1, 'skip' left). 1 any deleted, 0 none, or < 0. */
+static int force_delete_each(dlock__zk *z, dlock__zk_sess *s, const char *parent, char **names, int n, int mark,
+                             const char *skip) {
+  int any = 0, rc = 0;
+  for (int i = 0; i < n && rc >= 0; i++) {
+    if ((mark >= 0 && node_side(names[i]) != mark) || names[i] == skip) continue;
+    char node[1400];
+    snprintf(node, sizeof node, "%s/%s", parent, names[i]);
+    rc = force_delete(z, s, node);
+    if (rc > 0) any = 1;
+  }
+  return rc >= 0 ? any : rc;
+}
+
+/* A semaphore's holders: every permit (lease node); the queue stays. */
+static int sem_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, uint64_t fence) {
+  (void)k;
+  if (fence) return 0; /* a term's holder is a mutex's or an election's */
+  struct String_vector v;
+  char node[1200];
+  snprintf(node, sizeof node, "%s/leases", lock_path);
+  char data[64];
+  int len = (int)sizeof data - 1;
+  struct Stat st;
+  int zrc = zoo_get(s->zh, node, 0, data, &len, &st);
+  if (zrc == ZOK) zrc = zoo_get_children(s->zh, node, 0, &v);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the leases of", node);
+  /* More leases than the stored limit: the newest is the caller that
+   * holds "locks" and waits for a permit (only it adds a lease), not a
+   * holder. It stays, and gets a permit now. */
+  int64_t limit = parse_limit(data, len < 0 ? 0 : len);
+  const char *waiting = NULL;
+  int leases = 0;
+  for (int i = 0; i < v.count; i++) {
+    if (node_side(v.data[i]) != LEASE_MARK) continue;
+    leases++;
+    if (!waiting || strcmp(seq_of(v.data[i]), seq_of(waiting)) > 0) waiting = v.data[i];
+  }
+  if (limit == 0 || leases <= limit) waiting = NULL;
+  int rc = force_delete_each(z, s, node, v.data, v.count, LEASE_MARK, waiting);
+  deallocate_String_vector(&v);
+  return rc;
+}
+
+/* A mutex's or read-write lock's holders: the first node, or every reader
+ * ahead of the first writer. 'fence' 0: them; else only a mutex's or an
+ * election's holder whose node has that czxid. */
+static int queue_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind *k, uint64_t fence) {
+  children ch;
+  int zrc;
+  if (fence && k->side != DLOCK__ZK_MUTEX && k->side != DLOCK__ZK_LATCH) return 0; /* no such holder */
+  int rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)k->side, &ch, &zrc);
+  if (rc || ch.n == 0) {
+    children_free(&ch);
+    return rc;
+  }
+  int holding = 1;
+  if (k->side == DLOCK__ZK_READ && node_side(ch.sorted[0]) == DLOCK__ZK_READ)
+    while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
+  if (fence) {
+    /* The holder of that term, or none: a node's name is never reused, so
+     * the one deleted below is the one whose czxid was read. */
+    char node[1400];
+    struct Stat st;
+    snprintf(node, sizeof node, "%s/%s", lock_path, ch.sorted[0]);
+    zrc = zoo_exists(s->zh, node, 0, &st);
+    if (zrc != ZOK || (uint64_t)st.czxid != fence) {
+      rc = zrc == ZOK || zrc == ZNONODE ? 0 : dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
+      children_free(&ch);
+      return rc;
+    }
+  }
+  rc = force_delete_each(z, s, lock_path, ch.sorted, holding, -1, NULL);
+  children_free(&ch);
+  return rc;
+}
+
 /* 'fence' 0: every holder; else only a mutex's or an election's holder
  * whose node has that czxid (dlock__zk_force_release_fence()). */
 static int force_release(dlock__zk *z, const char *name, uint64_t fence) {
@@ -1111,80 +1249,9 @@ static int force_release(dlock__zk *z, const char *name, uint64_t fence) {
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
   char *lock_path = dlock__zk_path(z, name, NULL);
-  children ch = {0};
-  if (!lock_path) {
-    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-    goto out;
-  }
-  int side, zrc;
-  if ((rc = path_kind(z, s, lock_path, &side)) || side == -2) goto out;
-  struct String_vector v;
-  char node[1200];
-  if (fence && side != DLOCK__ZK_MUTEX && side != DLOCK__ZK_LATCH) goto out; /* no such holder */
-  if (side < 0) {
-    /* A semaphore: every permit (lease node); the queue stays. */
-    snprintf(node, sizeof node, "%s/leases", lock_path);
-    char data[64];
-    int len = (int)sizeof data - 1;
-    struct Stat st;
-    zrc = zoo_get(s->zh, node, 0, data, &len, &st);
-    if (zrc == ZOK) zrc = zoo_get_children(s->zh, node, 0, &v);
-    if (zrc == ZNONODE) goto out;
-    if (zrc != ZOK) {
-      rc = dlock__zk_fail(z, zrc, "list the leases of", node);
-      goto out;
-    }
-    /* More leases than the stored limit: the newest is the caller that
-     * holds "locks" and waits for a permit (only it adds a lease), not a
-     * holder. It stays, and gets a permit now. */
-    int64_t limit = parse_limit(data, len < 0 ? 0 : len);
-    const char *waiting = NULL;
-    int leases = 0;
-    for (int i = 0; i < v.count; i++) {
-      if (node_side(v.data[i]) != LEASE_MARK) continue;
-      leases++;
-      if (!waiting || strcmp(seq_of(v.data[i]), seq_of(waiting)) > 0) waiting = v.data[i];
-    }
-    if (limit == 0 || leases <= limit) waiting = NULL;
-    int any = 0;
-    for (int i = 0; i < v.count && rc >= 0; i++) {
-      if (node_side(v.data[i]) != LEASE_MARK || v.data[i] == waiting) continue;
-      char lease[1400];
-      snprintf(lease, sizeof lease, "%s/%s", node, v.data[i]);
-      rc = force_delete(z, s, lease);
-      if (rc > 0) any = 1;
-    }
-    deallocate_String_vector(&v);
-    if (rc >= 0) rc = any;
-    goto out;
-  }
-  rc = list_lock_nodes(z, s, lock_path, (dlock__zk_side)side, &ch, &zrc);
-  if (rc) goto out;
-  if (ch.n == 0) goto out;
-  /* The holders: the first node, or every reader ahead of the first writer. */
-  int holding = 1;
-  if (side == DLOCK__ZK_READ && node_side(ch.sorted[0]) == DLOCK__ZK_READ)
-    while (holding < ch.n && node_side(ch.sorted[holding]) == DLOCK__ZK_READ) holding++;
-  int any = 0;
-  for (int i = 0; i < holding && rc >= 0; i++) {
-    snprintf(node, sizeof node, "%s/%s", lock_path, ch.sorted[i]);
-    if (fence) {
-      /* The holder of that term, or none: a node's name is never reused, so
-       * the one deleted below is the one whose czxid was read. */
-      struct Stat st;
-      zrc = zoo_exists(s->zh, node, 0, &st);
-      if (zrc == ZNONODE || (zrc == ZOK && (uint64_t)st.czxid != fence)) break;
-      if (zrc != ZOK) {
-        rc = dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
-        break;
-      }
-    }
-    rc = force_delete(z, s, node);
-    if (rc > 0) any = 1;
-  }
-  if (rc >= 0) rc = any;
-out:
-  children_free(&ch);
+  const zk_kind *k;
+  if (!lock_path) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  else if (!(rc = path_kind(z, s, lock_path, &k)) && k) rc = k->force(z, s, lock_path, k, fence);
   free(lock_path);
   dlock__zk_sess_put(s);
   return rc;
