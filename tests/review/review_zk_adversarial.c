@@ -494,9 +494,13 @@ TEST(review_adv_guard_admits_a_stale_token_read_from_a_lagging_follower) {
   ASSERT_OK(dlock_guard_check(co, "ledger", 100));
   th_sleep_ms(300);
   ASSERT_OK(dlock_guard_check(cf, "ledger", 100)); /* F has seen 100 */
-  /* F's link to its leader slows down (both ways), as a busy follower's. */
-  fp_delay(via[f][leader], 800);
-  fp_delay(via[leader][f], 800);
+  /* F's link to its leader slows down (both ways), as a busy follower's:
+   * 250 ms keeps F behind when 101 is admitted (the check on F comes at
+   * once) and leaves the sync's round trip (2 x 250 ms, plus the load)
+   * well inside the 2/3 of the negotiated session after which the client
+   * gives up; with 800 ms, on a busy machine, it gave up (ETIMEDOUT). */
+  fp_delay(via[f][leader], 250);
+  fp_delay(via[leader][f], 250);
   th_sleep_ms(2500);
   /* A new holder's token is admitted through the up-to-date servers... */
   ASSERT_OK(dlock_guard_check(co, "ledger", 101));
