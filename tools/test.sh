@@ -13,12 +13,27 @@ passed=0
 failed=0
 status=0
 
+# seed_costs BUILD_DIR: ctest -j starts the tests it knows to be long first,
+# from the times of the build directory's earlier runs; a fresh directory
+# (CI's) has none and would start them in the order they are defined, the
+# fault matrix and the conformance fixtures last. Give it the times of a
+# plain run (tools/test-costs.txt, "name seconds"; refresh it with
+#   awk 'NF == 3 {printf "%s %d\n", $1, $3 + 0.5}' build/plain/Testing/Temporary/CTestCostData.txt
+# ). Later runs keep ctest's own averages.
+seed_costs() {
+  local data=$1/Testing/Temporary/CTestCostData.txt
+  [ -f "$data" ] || [ ! -f "$DLOCK_ROOT/tools/test-costs.txt" ] && return 0
+  mkdir -p "$(dirname "$data")"
+  { awk 'NF == 2 && $2 ~ /^[0-9]+$/ {print $1, 1, $2}' "$DLOCK_ROOT/tools/test-costs.txt"; echo ---; } >"$data"
+}
+
 # run_suite NAME BUILD_DIR [ctest args...]
 run_suite() {
   local name=$1 dir=$2
   shift 2
   echo "=== $name"
   local start=$SECONDS log
+  seed_costs "$dir"
   log=$(mktemp)
   (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|FAIL' || true
   local line
@@ -41,11 +56,37 @@ run_suite() {
 }
 
 B=$DLOCK_ROOT/build
-echo "=== building (plain, ASan+UBSan, TSan)"
-dlock_build "$B/plain" || exit 1
-dlock_build "$B/asan" -DDLOCK_SANITIZE=address || exit 1
-dlock_build "$B/tsan" -DDLOCK_SANITIZE=thread || exit 1
-dlock_build "$B/valgrind" -DCMAKE_BUILD_TYPE=Debug \
+
+# Which tests run in which build (README, "Tests"; each choice is explained
+# where its stage runs below). The sanitizer and valgrind builds build only
+# what their tests need (tools/test-targets.sh: each selected test's program
+# and the helpers it names), not the benchmarks, the examples or the review,
+# fault and conformance programs that they do not run.
+ASAN_TESTS=(-LE 'fault|model|review')
+TSAN_TESTS=(-L 'unit|integration')
+VALGRIND_TESTS=(-L 'unit|integration' -LE 'deployment|pg|mysql' -E 'integration/(test_deadline|test_sched)$')
+
+# build_for NAME DIR SELECTION_ARRAY [cmake args...]: configure DIR, then
+# build the targets the selected tests need (all of them without a selection).
+build_for() {
+  local name=$1 dir=$2 start=$SECONDS targets=""
+  local -n sel=$3
+  shift 3
+  if [ ${#sel[@]} -gt 0 ]; then
+    cmake -S "$DLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON "$@" >/dev/null || return 1
+    targets=$(bash "$DLOCK_ROOT/tools/test-targets.sh" "$dir" "${sel[@]}") || targets=all
+  fi
+  DLOCK_BUILD_TARGETS=$targets dlock_build "$dir" "$@" || return 1
+  echo "=== built $name: $((SECONDS - start)) s${targets:+ ($(echo "$targets" | wc -w) targets)}"
+}
+
+# shellcheck disable=SC2034 # read by build_for (a nameref)
+ALL_TESTS=()
+echo "=== building (plain, ASan+UBSan, TSan, valgrind)"
+build_for plain "$B/plain" ALL_TESTS || exit 1
+build_for "ASan+UBSan" "$B/asan" ASAN_TESTS -DDLOCK_SANITIZE=address || exit 1
+build_for TSan "$B/tsan" TSAN_TESTS -DDLOCK_SANITIZE=thread || exit 1
+build_for valgrind "$B/valgrind" VALGRIND_TESTS -DCMAKE_BUILD_TYPE=Debug \
   "-DDLOCK_TEST_WRAPPER=valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no" || exit 1
 
 # Most tests wait on servers, leases and ticks rather than compute (a -j 2
@@ -61,14 +102,13 @@ DLOCK_MODEL_SECONDS=${DLOCK_MODEL_SECONDS:-60} run_suite "plain build" "$B/plain
 # same code paths in the integration and conformance tests, and CI's time is
 # bounded (README, "Tests").
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 4 -LE 'fault|model|review'
+  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 4 "${ASAN_TESTS[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
-  run_suite "ThreadSanitizer" "$B/tsan" -j 4 -L 'unit|integration'
+  run_suite "ThreadSanitizer" "$B/tsan" -j 4 "${TSAN_TESTS[@]}"
 # Valgrind slows everything ~20x: timing bounds in the tests scale with this.
 # test_deadline and test_sched wait out leases and ticks (90 and 75 s under
 # valgrind, a third of its run): they run in the three other builds.
-DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/valgrind" -j 2 -L 'unit|integration' -LE 'deployment|pg|mysql' \
-  -E 'integration/(test_deadline|test_sched)$'
+DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/valgrind" -j 2 "${VALGRIND_TESTS[@]}"
 
 # libFuzzer: fuzz/run.sh builds with clang in its own directory.
 echo "=== libFuzzer (clang, ASan+UBSan), ${DLOCK_FUZZ_TIME:-20} s per target"
