@@ -4,7 +4,7 @@
 # (-L, -LE, -E, -R) need, on one line: each test's program and every program
 # or library its command line or environment names inside BUILD_DIR (the
 # targets' own add_dependencies come with them). tools/test.sh builds only
-# these in the sanitizer and valgrind builds, which run part of the suite.
+# these in the sanitizer builds, which run part of the suite.
 # Prints "all" when a test names a file of the build that is no target (a
 # helper this script cannot map): the whole build is then the safe choice.
 # BUILD_DIR must be configured (cmake -B), not necessarily built.

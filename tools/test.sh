@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: install what is
-# missing, build with -Werror, then run every test in four builds:
-#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck,
+# missing, build with -Werror, then run every test in three builds and
+# under valgrind:
+#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck
+#   (on the plain build's programs),
 # then the libFuzzer targets (clang, ASan+UBSan) for DLOCK_FUZZ_TIME seconds
 # each (default 30; each target that runs clean counts as one pass).
 # Ends with one line "N passed, N failed" over all of them.
@@ -13,29 +15,14 @@ passed=0
 failed=0
 status=0
 
-# seed_costs BUILD_DIR: ctest -j starts the tests it knows to be long first,
-# from the times of the build directory's earlier runs; a fresh directory
-# (CI's) has none and would start them in the order they are defined, the
-# fault matrix and the conformance fixtures last. Give it the times of a
-# plain run (tools/test-costs.txt, "name seconds"; refresh it with
-#   awk 'NF == 3 {printf "%s %d\n", $1, $3 + 0.5}' build/plain/Testing/Temporary/CTestCostData.txt
-# ). Later runs keep ctest's own averages.
-seed_costs() {
-  local data=$1/Testing/Temporary/CTestCostData.txt
-  [ -f "$data" ] || [ ! -f "$DLOCK_ROOT/tools/test-costs.txt" ] && return 0
-  mkdir -p "$(dirname "$data")"
-  { awk 'NF == 2 && $2 ~ /^[0-9]+$/ {print $1, 1, $2}' "$DLOCK_ROOT/tools/test-costs.txt"; echo ---; } >"$data"
-}
-
 # run_suite NAME BUILD_DIR [ctest args...]
 run_suite() {
   local name=$1 dir=$2
   shift 2
   echo "=== $name"
   local start=$SECONDS log
-  seed_costs "$dir"
   log=$(mktemp)
-  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|FAIL' || true
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ (Test|MemCheck)|tests passed|FAIL|Defects' || true
   local line
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
   if [ -z "$line" ]; then
@@ -58,8 +45,8 @@ run_suite() {
 B=$DLOCK_ROOT/build
 
 # Which tests run in which build (README, "Tests"; each choice is explained
-# where its stage runs below). The sanitizer and valgrind builds build only
-# what their tests need (tools/test-targets.sh: each selected test's program
+# where its stage runs below). The sanitizer builds build only what their
+# tests need (tools/test-targets.sh: each selected test's program
 # and the helpers it names), not the benchmarks, the examples or the review,
 # fault and conformance programs that they do not run.
 ASAN_TESTS=(-LE 'fault|model|review')
@@ -82,12 +69,10 @@ build_for() {
 
 # shellcheck disable=SC2034 # read by build_for (a nameref)
 ALL_TESTS=()
-echo "=== building (plain, ASan+UBSan, TSan, valgrind)"
+echo "=== building (plain, ASan+UBSan, TSan; valgrind runs the plain build's programs)"
 build_for plain "$B/plain" ALL_TESTS || exit 1
 build_for "ASan+UBSan" "$B/asan" ASAN_TESTS -DDLOCK_SANITIZE=address || exit 1
 build_for TSan "$B/tsan" TSAN_TESTS -DDLOCK_SANITIZE=thread || exit 1
-build_for valgrind "$B/valgrind" VALGRIND_TESTS -DCMAKE_BUILD_TYPE=Debug \
-  "-DDLOCK_TEST_WRAPPER=valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no" || exit 1
 
 # Most tests wait on servers, leases and ticks rather than compute (a -j 2
 # run keeps the two CPUs about a third busy), so the native builds run four
@@ -108,7 +93,17 @@ TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
 # Valgrind slows everything ~20x: timing bounds in the tests scale with this.
 # test_deadline and test_sched wait out leases and ticks (90 and 75 s under
 # valgrind, a third of its run): they run in the three other builds.
-DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/valgrind" -j 2 "${VALGRIND_TESTS[@]}"
+# Valgrind needs no build of its own: ctest's memcheck runs the plain build's
+# programs (optimised, with debug information) under it, each with its own
+# report in Testing/Temporary/MemoryChecker.<test number>.log, printed here
+# when it has one (an error fails the test: --error-exitcode).
+VALGRIND_OPTIONS="--quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no"
+rm -f "$B/plain"/Testing/Temporary/MemoryChecker.*.log
+DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/plain" -T memcheck -j 2 "${VALGRIND_TESTS[@]}" \
+  --overwrite "MemoryCheckCommand=$(command -v valgrind)" --overwrite "MemoryCheckCommandOptions=$VALGRIND_OPTIONS"
+for f in "$B/plain"/Testing/Temporary/MemoryChecker.*.log; do
+  [ -s "$f" ] && { echo "--- valgrind's report, $f:"; cat "$f"; }
+done
 
 # libFuzzer: fuzz/run.sh builds with clang in its own directory.
 echo "=== libFuzzer (clang, ASan+UBSan), ${DLOCK_FUZZ_TIME:-20} s per target"
