@@ -95,14 +95,17 @@ TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
 # valgrind, a third of its run): they run in the three other builds.
 # Valgrind needs no build of its own: ctest's memcheck runs the plain build's
 # programs (optimised, with debug information) under it, each with its own
-# report in Testing/Temporary/MemoryChecker.<test number>.log, printed here
-# when it has one (an error fails the test: --error-exitcode).
+# report in Testing/Temporary/MemoryChecker.<test number>.log (an error fails
+# the test: --error-exitcode). Here each report's errors and definite leaks
+# with their stacks; a test that failed also leaks what it had not freed.
 VALGRIND_OPTIONS="--quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no"
 rm -f "$B/plain"/Testing/Temporary/MemoryChecker.*.log
 DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/plain" -T memcheck -j 2 "${VALGRIND_TESTS[@]}" \
   --overwrite "MemoryCheckCommand=$(command -v valgrind)" --overwrite "MemoryCheckCommandOptions=$VALGRIND_OPTIONS"
 for f in "$B/plain"/Testing/Temporary/MemoryChecker.*.log; do
-  [ -s "$f" ] && { echo "--- valgrind's report, $f:"; cat "$f"; }
+  [ -s "$f" ] || continue
+  echo "--- valgrind's report (whole: $f):"
+  grep -E -A 14 'definitely lost|Invalid|uninitialised|Mismatched|overlap|Syscall param|unaddressable' "$f" | head -n 150
 done
 
 # libFuzzer: fuzz/run.sh builds with clang in its own directory.
