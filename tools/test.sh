@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: install what is
-# missing, build with -Werror, then run every test in four builds:
-#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck,
+# missing, build with -Werror, then run every test in three builds and
+# under valgrind:
+#   plain, AddressSanitizer+UBSan, ThreadSanitizer, and valgrind memcheck
+#   (on the plain build's programs),
 # then the libFuzzer targets (clang, ASan+UBSan) for DLOCK_FUZZ_TIME seconds
 # each (default 30; each target that runs clean counts as one pass).
 # Ends with one line "N passed, N failed" over all of them.
@@ -20,7 +22,7 @@ run_suite() {
   echo "=== $name"
   local start=$SECONDS log
   log=$(mktemp)
-  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|FAIL' || true
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ (Test|MemCheck)|tests passed|FAIL|Defects' || true
   local line
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
   if [ -z "$line" ]; then
@@ -41,12 +43,36 @@ run_suite() {
 }
 
 B=$DLOCK_ROOT/build
-echo "=== building (plain, ASan+UBSan, TSan)"
-dlock_build "$B/plain" || exit 1
-dlock_build "$B/asan" -DDLOCK_SANITIZE=address || exit 1
-dlock_build "$B/tsan" -DDLOCK_SANITIZE=thread || exit 1
-dlock_build "$B/valgrind" -DCMAKE_BUILD_TYPE=Debug \
-  "-DDLOCK_TEST_WRAPPER=valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no" || exit 1
+
+# Which tests run in which build (README, "Tests"; each choice is explained
+# where its stage runs below). The sanitizer builds build only what their
+# tests need (tools/test-targets.sh: each selected test's program
+# and the helpers it names), not the benchmarks, the examples or the review,
+# fault and conformance programs that they do not run.
+ASAN_TESTS=(-LE 'fault|model|review')
+TSAN_TESTS=(-L 'unit|integration')
+VALGRIND_TESTS=(-L 'unit|integration' -LE 'deployment|pg|mysql' -E 'integration/(test_deadline|test_sched)$')
+
+# build_for NAME DIR SELECTION_ARRAY [cmake args...]: configure DIR, then
+# build the targets the selected tests need (all of them without a selection).
+build_for() {
+  local name=$1 dir=$2 start=$SECONDS targets=""
+  local -n sel=$3
+  shift 3
+  if [ ${#sel[@]} -gt 0 ]; then
+    cmake -S "$DLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON "$@" >/dev/null || return 1
+    targets=$(bash "$DLOCK_ROOT/tools/test-targets.sh" "$dir" "${sel[@]}") || targets=all
+  fi
+  DLOCK_BUILD_TARGETS=$targets dlock_build "$dir" "$@" || return 1
+  echo "=== built $name: $((SECONDS - start)) s${targets:+ ($(echo "$targets" | wc -w) targets)}"
+}
+
+# shellcheck disable=SC2034 # read by build_for (a nameref)
+ALL_TESTS=()
+echo "=== building (plain, ASan+UBSan, TSan; valgrind runs the plain build's programs)"
+build_for plain "$B/plain" ALL_TESTS || exit 1
+build_for "ASan+UBSan" "$B/asan" ASAN_TESTS -DDLOCK_SANITIZE=address || exit 1
+build_for TSan "$B/tsan" TSAN_TESTS -DDLOCK_SANITIZE=thread || exit 1
 
 # Most tests wait on servers, leases and ticks rather than compute (a -j 2
 # run keeps the two CPUs about a third busy), so the native builds run four
@@ -61,14 +87,26 @@ DLOCK_MODEL_SECONDS=${DLOCK_MODEL_SECONDS:-60} run_suite "plain build" "$B/plain
 # same code paths in the integration and conformance tests, and CI's time is
 # bounded (README, "Tests").
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 4 -LE 'fault|model|review'
+  run_suite "AddressSanitizer + UBSan" "$B/asan" -j 4 "${ASAN_TESTS[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
-  run_suite "ThreadSanitizer" "$B/tsan" -j 4 -L 'unit|integration'
+  run_suite "ThreadSanitizer" "$B/tsan" -j 4 "${TSAN_TESTS[@]}"
 # Valgrind slows everything ~20x: timing bounds in the tests scale with this.
 # test_deadline and test_sched wait out leases and ticks (90 and 75 s under
 # valgrind, a third of its run): they run in the three other builds.
-DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/valgrind" -j 2 -L 'unit|integration' -LE 'deployment|pg|mysql' \
-  -E 'integration/(test_deadline|test_sched)$'
+# Valgrind needs no build of its own: ctest's memcheck runs the plain build's
+# programs (optimised, with debug information) under it, each with its own
+# report in Testing/Temporary/MemoryChecker.<test number>.log (an error fails
+# the test: --error-exitcode). Here each report's errors and definite leaks
+# with their stacks; a test that failed also leaks what it had not freed.
+VALGRIND_OPTIONS="--quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --trace-children=no"
+rm -f "$B/plain"/Testing/Temporary/MemoryChecker.*.log
+DLOCK_TEST_TIME_FACTOR=8 run_suite "valgrind memcheck" "$B/plain" -T memcheck -j 2 "${VALGRIND_TESTS[@]}" \
+  --overwrite "MemoryCheckCommand=$(command -v valgrind)" --overwrite "MemoryCheckCommandOptions=$VALGRIND_OPTIONS"
+for f in "$B/plain"/Testing/Temporary/MemoryChecker.*.log; do
+  [ -s "$f" ] || continue
+  echo "--- valgrind's report (whole: $f):"
+  grep -E -A 14 'definitely lost|Invalid|uninitialised|Mismatched|overlap|Syscall param|unaddressable' "$f" | head -n 150
+done
 
 # libFuzzer: fuzz/run.sh builds with clang in its own directory.
 echo "=== libFuzzer (clang, ASan+UBSan), ${DLOCK_FUZZ_TIME:-20} s per target"
