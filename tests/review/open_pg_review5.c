@@ -1,0 +1,148 @@
+/*
+ * open_pg_review5.c - fifth review round, PostgreSQL lease mode: open
+ * findings (each test FAILS on the code it was written against).
+ *
+ * Run: cmake -S . -B build/plain -DDLOCK_OPEN_FINDINGS=ON && cmake --build
+ * build/plain -j2 && (cd build/plain && ctest -R open/open_pg_review5
+ * --output-on-failure)
+ *
+ * The server runs under libfaketime (TH_PG_PRELOAD) with its offset read
+ * from a file at every clock call (FAKETIME_TIMESTAMP_FILE, no cache), so
+ * a test steps the database host's clock while it runs.
+ */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../harness.h"
+#include "../harness_pg.h"
+#include "../test.h"
+
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+static th_pg pg;
+static int pg_up;
+static char why[256];
+static char offset_file[128];
+
+static void set_offset(const char *off) {
+  char tmp[160];
+  snprintf(tmp, sizeof tmp, "%s.tmp", offset_file);
+  FILE *f = fopen(tmp, "w");
+  if (!f) TEST_FAIL("cannot write %s", tmp);
+  fprintf(f, "%s\n", off);
+  fclose(f);
+  chmod(tmp, 0644);
+  if (rename(tmp, offset_file) != 0) TEST_FAIL("cannot rename %s", tmp);
+}
+
+/* The server's clock, read through psql (µs since the epoch). */
+static long long server_clock_us(void) {
+  char out[64];
+  if (th_pg_sql(&pg, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint") != 0)
+    return -1;
+  return atoll(out);
+}
+
+void test_setup(void) {
+  if (access(FAKETIME_LIB, R_OK) != 0) {
+    snprintf(why, sizeof why, "libfaketime is not installed (%s)", FAKETIME_LIB);
+    return;
+  }
+  snprintf(offset_file, sizeof offset_file, "/tmp/dlock-rev5-faketime-%d", (int)getpid());
+  FILE *f = fopen(offset_file, "w");
+  if (!f) return;
+  fprintf(f, "+0\n");
+  fclose(f);
+  chmod(offset_file, 0644);
+  setenv("TH_PG_PRELOAD", FAKETIME_LIB, 1);
+  setenv("FAKETIME_TIMESTAMP_FILE", offset_file, 1);
+  setenv("FAKETIME_NO_CACHE", "1", 1);
+  setenv("FAKETIME_DONT_RESET", "1", 1);
+  pg_up = th_pg_suite_start(&pg, why, sizeof why);
+}
+
+void test_teardown(void) {
+  if (pg_up) th_pg_stop(&pg);
+  pg_up = 0;
+  if (offset_file[0]) unlink(offset_file);
+}
+
+/* One hold of the semaphore 'name' (limit 1) by a new handle: its fence. */
+static uint64_t one_permit(dlock_client *c, const char *name) {
+  dlock_semaphore *s = test_semaphore(c, name, 1, 5000);
+  int rc = dlock_semaphore_acquire(s, 5000);
+  if (rc != 0) {
+    dlock_semaphore_free(s);
+    TEST_FAIL("acquire of '%s': %s", name, dlock_last_error());
+  }
+  uint64_t f = dlock_semaphore_fence(s);
+  rc = dlock_semaphore_release(s);
+  dlock_semaphore_free(s);
+  if (rc != 0) TEST_FAIL("release of '%s': %s", name, dlock_last_error());
+  return f;
+}
+
+/*
+ * Promise (docs/postgres.md, "A step of the database host's clock"): "A
+ * backward step lengthens leases ...; it is safe: ... the next fence of the
+ * name is above the last, also when the name's row was pruned in between";
+ * ("Semaphores and read-write locks"): each permit has "its own fence from
+ * fence_seq (rising per name; a writer's above every earlier holder's)";
+ * ("Fences"): "at least the last fence of the same name ... plus one, so
+ * that a clock stepped back cannot lower the fences of one name".
+ *
+ * Attack: the semaphore's fence is greatest(nextval, clock, max(holds.fence)
+ * + 1, locks.fence + 1), and the name's locks row of a family keeps fence 0:
+ * only the holds rows carry the name's last fence. fam_acquire() itself
+ * deletes the name's holds that ended more than a minute ago (on the
+ * database clock) before it computes the fence, and does not raise
+ * fence_seq to what it deletes (prune() does). So: A holds at the true time
+ * T (fence F ~ T in µs); the clock steps back 2 h; B1..B3 hold (fences F+1,
+ * F+2, F+3: above the clock, from A's row); the clock steps forward 1 h
+ * (still an hour behind; nothing held). C's acquire deletes B1..B3's rows
+ * (they ended 1 h ago on that clock) but keeps A's (it ends "in the
+ * future"), and takes F + 1: below B3's F + 3, equal to B1's.
+ *
+ * What happened (3 of 3 runs): C's fence is F + 1, B3's F + 3.
+ */
+TEST(rev5_pg_1_semaphore_fence_falls_when_fam_acquire_deletes_old_holds_after_clock_steps) {
+  if (!pg_up) TEST_SKIP("%s", why);
+  set_offset("+0");
+  dlock_client *c = th_pg_client(&pg, "rev5a", NULL);
+  if (!c) TEST_FAIL("client: %s", dlock_last_error());
+  const char *name = "rev5-sem-fence";
+  uint64_t fa = one_permit(c, name);
+  long long before = server_clock_us();
+  set_offset("-2h");
+  long long after = server_clock_us();
+  if (after < 0 || before - after < 3600LL * 1000000) {
+    dlock_client_free(c);
+    TEST_FAIL("the server's clock did not step back (before %lld, after %lld)", before, after);
+  }
+  uint64_t fb = 0;
+  for (int i = 0; i < 3; i++) {
+    uint64_t f = one_permit(c, name);
+    if (f <= fa || f <= fb) {
+      dlock_client_free(c);
+      TEST_FAIL("B%d's fence %llu is not above the last (%llu)", i + 1, (unsigned long long)f,
+                (unsigned long long)(fb ? fb : fa));
+    }
+    fb = f;
+  }
+  set_offset("-1h");
+  uint64_t fc = one_permit(c, name);
+  fprintf(stderr, "  fences: A %llu, last B %llu, C %llu\n", (unsigned long long)fa, (unsigned long long)fb,
+          (unsigned long long)fc);
+  set_offset("+0");
+  dlock_client_free(c);
+  if (fc <= fb)
+    TEST_FAIL("the semaphore's fence fell: C's %llu after B's %llu (A's %llu): fam_acquire deleted B's rows, "
+              "which held the name's last fence, without raising fence_seq",
+              (unsigned long long)fc, (unsigned long long)fb, (unsigned long long)fa);
+}
+
+TEST_MAIN()
