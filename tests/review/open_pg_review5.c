@@ -145,4 +145,52 @@ TEST(rev5_pg_1_semaphore_fence_falls_when_fam_acquire_deletes_old_holds_after_cl
               (unsigned long long)fc, (unsigned long long)fb, (unsigned long long)fa);
 }
 
+/*
+ * Promise (docs/postgres.md, "Fences"): a new fence is "at least the last
+ * fence of the same name (or scheduler job) plus one, so that a clock
+ * stepped back cannot lower the fences of one name"; ("Semaphores and
+ * read-write locks"): "a name is one kind at a time" (the same name, used
+ * as a semaphore and later, once every permit is released, as a mutex).
+ *
+ * Attack: a name's permit is held (fence ~ the true time T, kept in its
+ * holds row); the database clock steps back 2 h; the permit is released
+ * (a live hold's release works across a backward step); the name is then
+ * taken as a mutex. fam_acquire() made the name's locks
+ * row with fence 0, and the mutex's fence is greatest(nextval, clock,
+ * locks.fence + 1): the holds' fences are not looked at.
+ *
+ * What happened (3 of 3 runs): the mutex's fence is T - 2 h, 7200 s of
+ * µs below the semaphore's last fence.
+ */
+TEST(rev5_pg_2_a_mutex_after_a_semaphore_of_the_same_name_gets_a_lower_fence_after_a_backward_step) {
+  if (!pg_up) TEST_SKIP("%s", why);
+  set_offset("+0");
+  dlock_client *c = th_pg_client(&pg, "rev5b", NULL);
+  if (!c) TEST_FAIL("client: %s", dlock_last_error());
+  const char *name = "rev5-kind-change";
+  dlock_semaphore *s = test_semaphore(c, name, 1, 30000);
+  ASSERT_OK(dlock_semaphore_acquire(s, 5000));
+  uint64_t fs = dlock_semaphore_fence(s);
+  set_offset("-2h");
+  int rs = dlock_semaphore_release(s); /* a live hold's release works across the step */
+  dlock_semaphore_free(s);
+  if (rs != 0) {
+    set_offset("+0");
+    dlock_client_free(c);
+    TEST_FAIL("the semaphore's release across the step: %s", dlock_last_error());
+  }
+  dlock_mutex *m = test_mutex(c, name, 5000);
+  int rc = dlock_mutex_acquire(m, 5000);
+  uint64_t fm = rc == 0 ? dlock_mutex_fence(m) : 0;
+  if (rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  set_offset("+0");
+  dlock_client_free(c);
+  if (rc != 0) TEST_FAIL("the mutex's acquire of '%s' failed: %s", name, dlock_err_name(rc));
+  fprintf(stderr, "  fences: semaphore %llu, then mutex %llu\n", (unsigned long long)fs, (unsigned long long)fm);
+  if (fm <= fs)
+    TEST_FAIL("the name's fence fell: the mutex got %llu after the semaphore's %llu (%.0f s lower)",
+              (unsigned long long)fm, (unsigned long long)fs, ((double)fs - (double)fm) / 1e6);
+}
+
 TEST_MAIN()
