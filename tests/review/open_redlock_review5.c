@@ -203,9 +203,13 @@ static long long node_time_s(int i) {
  * look), so the deployment looks new, every node counts at once, and C takes
  * the lock on 3..5 while H's hold is valid.
  *
- * What happened (3 of 3 runs): C acquired with H's hold still valid (several
- * seconds of validity left, not lost). Without the step (control run by
- * hand: comment out set_offset("-3600")) C is refused: nodes held out.
+ * What happened (3 of 3 runs): C acquired with H's hold still valid (3.1 to
+ * 3.4 s of validity left, not lost); C's fence is above H's (the fences
+ * still order them). Control (the same run without the step, done by hand):
+ * C is refused, EQUORUM, nodes 3..5 held out and 1..2 held by H.
+ * Severity: medium (two holders, fences intact). The threshold compares a
+ * node's clock with a 'since' that node wrote: a backward step gives a
+ * negative age, which is no racing look.
  */
 TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
