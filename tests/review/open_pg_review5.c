@@ -11,6 +11,8 @@
  * a test steps the database host's clock while it runs.
  */
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +193,142 @@ TEST(rev5_pg_2_a_mutex_after_a_semaphore_of_the_same_name_gets_a_lower_fence_aft
   if (fm <= fs)
     TEST_FAIL("the name's fence fell: the mutex got %llu after the semaphore's %llu (%.0f s lower)",
               (unsigned long long)fm, (unsigned long long)fs, ((double)fs - (double)fm) / 1e6);
+}
+
+/* ---- The history check (held: run with REV5_HISTORY=1) ---- */
+
+static char hist_path[200];
+static long long hist_until;
+static th_pgbouncer bouncer;
+
+typedef struct worker_arg { int id; } worker_arg;
+
+static int worker(void *arg) {
+  int id = ((worker_arg *)arg)->id;
+  srand((unsigned)(getpid() * 7919 + id));
+  int fd = open(hist_path, O_WRONLY | O_APPEND);
+  if (fd < 0) return 2;
+  char url[900];
+  /* Odd workers through the transaction-mode PgBouncer. */
+  snprintf(url, sizeof url, "%s%cdlock_schema=rev5h", id % 2 ? bouncer.url : pg.url,
+           strchr(id % 2 ? bouncer.url : pg.url, '?') ? '&' : '?');
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &o) != 0) return 5;
+  int holds = 0;
+  for (int round = 0; round < 5000 && th_now_ms() < hist_until; round++) {
+    dlock_mutex_options mo;
+    dlock_mutex_options_init(&mo);
+    mo.lease_ms = 1500;
+    dlock_mutex *m = NULL;
+    if (dlock_mutex_new(&m, c, "rev5-pg-hist", &mo) == 0 && dlock_mutex_acquire(m, 1000) == 0) {
+      dlock_mono_ms in = dlock_mono_now(), vu = dlock_mutex_valid_until(m);
+      uint64_t f = dlock_mutex_fence(m);
+      th_sleep_ms(5 + rand() % 60);
+      dlock_mono_ms out = dlock_mono_now();
+      if (out > vu) out = vu;
+      char line[160];
+      int k = snprintf(line, sizeof line, "H %d %llu %lld %lld\n", id, (unsigned long long)f, (long long)in,
+                       (long long)out);
+      if (write(fd, line, (size_t)k) != k) return 3;
+      dlock_mutex_release(m);
+      holds++;
+    }
+    dlock_mutex_free(m);
+  }
+  dlock_client_free(c);
+  close(fd);
+  return holds > 0 ? 0 : 4;
+}
+
+typedef struct hold { int id; unsigned long long f; long long in, out; } hold;
+
+static int by_in(const void *a, const void *b) {
+  const hold *x = a, *y = b;
+  return x->in < y->in ? -1 : x->in > y->in;
+}
+
+/*
+ * Held (run with REV5_HISTORY=1; skipped otherwise): 4 processes (two
+ * direct, two through a transaction-mode PgBouncer) take one mutex for 30 s
+ * with a 1.5 s lease, while the parent runs dlock_client_prune(0) without
+ * pause, steps the database clock back 10 minutes twice (backward steps are
+ * survived), and freezes a holder (SIGSTOP) past its lease now and then.
+ * Checks: no two holds overlap while both within their validity; fences of
+ * holds that do not overlap rise strictly (across prunes and the steps).
+ */
+TEST(rev5_pg_held_history_prune_steps_pgbouncer) {
+  if (!getenv("REV5_HISTORY")) TEST_SKIP("the history check runs with REV5_HISTORY=1 (it held)");
+  if (!pg_up) TEST_SKIP("%s", why);
+  char bwhy[256];
+  if (!th_pgbouncer_available(bwhy, sizeof bwhy)) TEST_SKIP("%s", bwhy);
+  if (th_pgbouncer_start(&bouncer, &pg, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
+  set_offset("+0");
+  dlock_client *c = th_pg_client(&pg, "rev5h", NULL);
+  if (!c) TEST_FAIL("client: %s", dlock_last_error());
+  snprintf(hist_path, sizeof hist_path, "/tmp/dlock-rev5-pg-hist-%d", (int)getpid());
+  int fd = open(hist_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  close(fd);
+  hist_until = th_now_ms() + 30000;
+  pid_t kids[4];
+  worker_arg wa[4];
+  for (int i = 0; i < 4; i++) {
+    wa[i].id = i;
+    kids[i] = th_spawn(worker, &wa[i]);
+  }
+  int prunes = 0, steps = 0, freezes = 0;
+  long long start = th_now_ms();
+  for (int step = 0; step < 100000 && th_now_ms() < hist_until - 500; step++) {
+    int64_t pruned = 0;
+    if (dlock_client_prune(c, 0, &pruned) == 0) prunes++;
+    long long t = th_now_ms() - start;
+    if (steps == 0 && t > 8000) { set_offset("-10m"); steps++; }
+    if (steps == 1 && t > 16000) { set_offset("-20m"); steps++; }
+    if (step % 50 == 25) {
+      pid_t k = kids[step % 4];
+      kill(k, SIGSTOP);
+      th_sleep_ms(1800);
+      kill(k, SIGCONT);
+      freezes++;
+    }
+    th_sleep_ms(20);
+  }
+  int bad = 0;
+  for (int i = 0; i < 4; i++) {
+    int st = th_wait(kids[i], 30000);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
+  }
+  set_offset("+0");
+  dlock_client_free(c);
+  th_pgbouncer_stop(&bouncer);
+  FILE *f = fopen(hist_path, "r");
+  if (!f) TEST_FAIL("no history");
+  static hold h[40000];
+  int n = 0;
+  while (n < 40000 && fscanf(f, "H %d %llu %lld %lld\n", &h[n].id, &h[n].f, &h[n].in, &h[n].out) == 4) n++;
+  fclose(f);
+  unlink(hist_path);
+  qsort(h, (size_t)n, sizeof h[0], by_in);
+  int overlaps = 0, falls = 0;
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n && h[b].in < h[a].out; b++)
+      if (h[b].out > h[b].in && h[a].out > h[a].in) {
+        overlaps++;
+        if (overlaps < 5)
+          fprintf(stderr, "  overlap: %d fence %llu [%lld, %lld] and %d fence %llu [%lld, %lld]\n", h[a].id, h[a].f,
+                  h[a].in, h[a].out, h[b].id, h[b].f, h[b].in, h[b].out);
+      }
+  for (int a = 1; a < n; a++)
+    if (h[a].f <= h[a - 1].f && h[a].in >= h[a - 1].out) {
+      falls++;
+      if (falls < 5) fprintf(stderr, "  fence fell: %llu then %llu\n", h[a - 1].f, h[a].f);
+    }
+  fprintf(stderr, "  %d holds; %d prunes, %d clock steps back, %d holder freezes; %d overlaps, %d fence falls\n", n,
+          prunes, steps, freezes, overlaps, falls);
+  if (bad) TEST_FAIL("%d workers failed", bad);
+  if (overlaps || falls) TEST_FAIL("%d overlapping holds, %d falling fences", overlaps, falls);
 }
 
 TEST_MAIN()

@@ -11,7 +11,9 @@
  * untouched), so a test steps those nodes' clocks as NTP or a VM restore
  * would.
  */
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +266,140 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
     TEST_FAIL("two holders: C acquired '%s' while H's hold was valid for %lld ms more (the held-out markers of the "
               "nodes whose clocks stepped back read as a racing first look: the deployment looked new)",
               name, (long long)(h_valid - now));
+}
+
+/* ---- The history check (held: run with REV5_HISTORY=1) ---- */
+
+static char hist_path[200];
+static long long hist_until;
+
+typedef struct worker_arg { int id; } worker_arg;
+
+static int worker(void *arg) {
+  int id = ((worker_arg *)arg)->id;
+  srand((unsigned)(getpid() * 7919 + id));
+  char url[1024];
+  th_redlock_url(nodes, N, url, sizeof url);
+  int fd = open(hist_path, O_WRONLY | O_APPEND);
+  if (fd < 0) return 2;
+  int holds = 0;
+  for (int round = 0; round < 2000 && th_now_ms() < hist_until; round++) {
+    dlock_client_options o;
+    dlock_client_options_init(&o);
+    o.url = url;
+    o.command_timeout_ms = id % 2 ? 3000 : 1000;
+    dlock_client *c = NULL;
+    if (dlock_client_new(&c, &o) != 0) {
+      th_sleep_ms(100);
+      continue;
+    }
+    dlock_mutex_options mo;
+    dlock_mutex_options_init(&mo);
+    mo.lease_ms = id < 2 ? 1500 : 3000;
+    dlock_mutex *m = NULL;
+    if (dlock_mutex_new(&m, c, "rev5-hist", &mo) == 0 && dlock_mutex_acquire(m, 1500) == 0) {
+      dlock_mono_ms in = dlock_mono_now(), vu = dlock_mutex_valid_until(m);
+      uint64_t f = dlock_mutex_fence(m);
+      th_sleep_ms(20 + rand() % 130);
+      dlock_mono_ms out = dlock_mono_now();
+      if (out > vu) out = vu; /* believed valid only up to its validity */
+      char line[160];
+      int k = snprintf(line, sizeof line, "H %d %llu %lld %lld\n", id, (unsigned long long)f, (long long)in,
+                       (long long)out);
+      if (write(fd, line, (size_t)k) != k) return 3;
+      dlock_mutex_release(m);
+      holds++;
+    }
+    dlock_mutex_free(m);
+    dlock_client_free(c);
+  }
+  close(fd);
+  return holds > 0 ? 0 : 4;
+}
+
+typedef struct hold { int id; unsigned long long f; long long in, out; } hold;
+
+static int by_in(const void *a, const void *b) {
+  const hold *x = a, *y = b;
+  return x->in < y->in ? -1 : x->in > y->in;
+}
+
+/*
+ * Held (run with REV5_HISTORY=1; the test skips otherwise): 4 processes, a
+ * new client per hold, leases 1.5 s and 3 s, command timeouts 1 s and 3 s,
+ * for 35 s, while every 0.4-0.9 s one of nodes 2..5 is flushed, restarted
+ * empty (kill -9), or frozen (SIGSTOP) for 0.3-1.5 s, or a holder process
+ * is frozen for 1.6-3.6 s (past its lease); node 1 keeps its data
+ * (docs/redlock.md: "any number of them short of all"). Checks: no two holds
+ * overlap while both are within their validity; fences of holds that do not
+ * overlap rise strictly.
+ */
+TEST(rev5_rl_held_history_under_flush_restart_and_freeze) {
+  if (!getenv("REV5_HISTORY")) TEST_SKIP("the history check runs with REV5_HISTORY=1 (it held)");
+  if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
+  snprintf(hist_path, sizeof hist_path, "%s/history", shim_dir);
+  int fd = open(hist_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) TEST_FAIL("cannot create %s", hist_path);
+  close(fd);
+  hist_until = th_now_ms() + 35000;
+  pid_t kids[4];
+  worker_arg wa[4];
+  for (int i = 0; i < 4; i++) {
+    wa[i].id = i;
+    kids[i] = th_spawn(worker, &wa[i]);
+  }
+  srand((unsigned)getpid());
+  int faults[4] = {0, 0, 0, 0};
+  for (int step = 0; step < 200 && th_now_ms() < hist_until - 1000; step++) {
+    th_sleep_ms(400 + rand() % 500);
+    int i = 1 + rand() % (N - 1), what = rand() % 4;
+    char out[64];
+    if (what == 0) {
+      th_redis_cli(&nodes[i], out, sizeof out, "FLUSHALL");
+    } else if (what == 1) {
+      if (th_redis_restart(&nodes[i]) != 0) TEST_FAIL("restart of node %d", i + 1);
+    } else if (what == 2) {
+      kill(nodes[i].pid, SIGSTOP);
+      th_sleep_ms(300 + rand() % 1200);
+      kill(nodes[i].pid, SIGCONT);
+    } else {
+      pid_t k = kids[rand() % 4]; /* a holder paused past its lease */
+      kill(k, SIGSTOP);
+      th_sleep_ms(1600 + rand() % 2000);
+      kill(k, SIGCONT);
+    }
+    faults[what]++;
+  }
+  int bad = 0;
+  for (int i = 0; i < 4; i++) {
+    int st = th_wait(kids[i], 30000);
+    if (st < 0 || !WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 4)) bad++;
+  }
+  FILE *f = fopen(hist_path, "r");
+  if (!f) TEST_FAIL("no history");
+  static hold h[20000];
+  int n = 0;
+  while (n < 20000 && fscanf(f, "H %d %llu %lld %lld\n", &h[n].id, &h[n].f, &h[n].in, &h[n].out) == 4) n++;
+  fclose(f);
+  qsort(h, (size_t)n, sizeof h[0], by_in);
+  int overlaps = 0, falls = 0;
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n && h[b].in < h[a].out; b++)
+      if (h[b].out > h[b].in && h[a].out > h[a].in) {
+        overlaps++;
+        fprintf(stderr, "  overlap: %d fence %llu [%lld, %lld] and %d fence %llu [%lld, %lld]\n", h[a].id, h[a].f,
+                h[a].in, h[a].out, h[b].id, h[b].f, h[b].in, h[b].out);
+      }
+  for (int a = 1; a < n; a++)
+    if (h[a].f <= h[a - 1].f && h[a].in >= h[a - 1].out) {
+      falls++;
+      fprintf(stderr, "  fence fell: %llu then %llu\n", h[a - 1].f, h[a].f);
+    }
+  fprintf(stderr, "  %d holds; faults: %d flushes, %d restarts, %d node freezes, %d holder freezes; %d overlaps, "
+          "%d fence falls\n", n, faults[0], faults[1], faults[2], faults[3], overlaps, falls);
+  stop_all();
+  if (bad) TEST_FAIL("%d workers failed", bad);
+  if (overlaps || falls) TEST_FAIL("%d overlapping holds, %d falling fences", overlaps, falls);
 }
 
 TEST_MAIN()
