@@ -268,6 +268,81 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
               name, (long long)(h_valid - now));
 }
 
+/*
+ * Promise (docs/redlock.md, "Restarts"): "Not survived: ... nodes emptied a
+ * lease apart whose losses were first seen by looks within one command
+ * timeout of each other with no renewal between"; so nodes emptied more than
+ * a lease apart with a renewal between are survived ("Survived: ... (so
+ * nodes emptied a lease apart, as in a rolling restart without persistence,
+ * do not [look new])"); the longest lease is the longest "announced by an
+ * acquire".
+ *
+ * Attack: as rev5_rl_1 without any clock step: nodes 1 and 2 flushed; H
+ * (command timeout 2 s, 6 s watchdog lease) acquires (held-out markers on 1
+ * and 2, its key on all five) and renews for 10 s (15 renewals: they find
+ * their key on 1 and 2, so they write no record there); nodes 3..5 are
+ * restarted empty, 10 s (more than the longest lease announced, 6 s) after
+ * 1 and 2 lost their data. A new client C with a 30 s command timeout and a
+ * 30 s lease looks: judge_markers() takes a held-out marker younger than
+ * min(C's command timeout, C's longest lease) = 30 s for a racing first
+ * look, so the 10 s old markers make the deployment new, and C takes the
+ * lock on 3..5 while H's hold is valid. The window is set by the newcomer's
+ * own options, not by the leases in use, and H's renewals were no record.
+ *
+ * What happened (3 of 3 runs): C acquired with H's hold valid (3.0 to 4.9 s
+ * left) and not lost. Control (REV5_CONTROL=1: C's command timeout 2 s):
+ * C is refused, EQUORUM (the 10 s old markers are a deployment in use).
+ * Severity: medium (two holders; fences intact). Needs no clock step.
+ */
+TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_racing_first_look) {
+  if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
+  const char *name = "rev5-rl-timeout";
+  char out[256];
+  dlock_client *w = rl_client(2000);
+  dlock_mutex *wm = test_mutex(w, "rev5-warm", 3000);
+  ASSERT_OK(dlock_mutex_acquire(wm, 3000));
+  ASSERT_OK(dlock_mutex_release(wm));
+  dlock_mutex_free(wm);
+  dlock_client_free(w);
+  for (int i = 0; i < 2; i++) th_redis_cli(&nodes[i], out, sizeof out, "FLUSHALL");
+
+  dlock_client *h = rl_client(2000);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0;
+  mo.watchdog_lease_ms = 6000;
+  dlock_mutex *hm = NULL;
+  ASSERT_OK(dlock_mutex_new(&hm, h, name, &mo));
+  ASSERT_OK(dlock_mutex_acquire(hm, 5000));
+  uint64_t hf = dlock_mutex_fence(hm);
+  th_sleep_ms(10000);
+  if (dlock_mutex_lost(hm) != DLOCK_LOST_NONE) TEST_FAIL("H's hold was lost before the attack: %s", dlock_last_error());
+  for (int i = 2; i < N; i++)
+    if (th_redis_restart(&nodes[i]) != 0) TEST_FAIL("restart of node %d", i + 1);
+
+  int ct = getenv("REV5_CONTROL") ? 2000 : 30000;
+  dlock_client *c = rl_client(ct);
+  dlock_mutex *cm = test_mutex(c, name, 30000);
+  int rc = dlock_mutex_acquire(cm, 0);
+  dlock_mono_ms now = dlock_mono_now();
+  dlock_mono_ms h_valid = dlock_mutex_valid_until(hm);
+  int h_lost = dlock_mutex_lost(hm) != DLOCK_LOST_NONE;
+  uint64_t cf = rc == 0 ? dlock_mutex_fence(cm) : 0;
+  fprintf(stderr, "  C (command timeout %d ms): %s (%.300s); H (fence %llu) valid for %lld ms more, lost: %d; C's fence %llu\n",
+          ct, dlock_err_name(rc), rc ? dlock_last_error() : "", (unsigned long long)hf, (long long)(h_valid - now),
+          h_lost, (unsigned long long)cf);
+  if (rc == 0) dlock_mutex_release(cm);
+  dlock_mutex_free(cm);
+  dlock_client_free(c);
+  dlock_mutex_free(hm);
+  dlock_client_free(h);
+  stop_all();
+  if (rc == 0 && !h_lost && h_valid > now)
+    TEST_FAIL("two holders: C (command timeout %d ms) acquired '%s' while H's hold was valid for %lld ms more (held-out "
+              "markers 10 s old, older than the longest lease in use, read as a racing first look)",
+              ct, name, (long long)(h_valid - now));
+}
+
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */
 
 static char hist_path[200];
