@@ -22,6 +22,7 @@
 #include "../harness.h"
 #include "../harness_pg.h"
 #include "../test.h"
+#include "review5_history.h"
 
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -219,35 +220,13 @@ static int worker(void *arg) {
   if (dlock_client_new(&c, &o) != 0) return 5;
   int holds = 0;
   for (int round = 0; round < 5000 && th_now_ms() < hist_until; round++) {
-    dlock_mutex_options mo;
-    dlock_mutex_options_init(&mo);
-    mo.lease_ms = 1500;
-    dlock_mutex *m = NULL;
-    if (dlock_mutex_new(&m, c, "rev5-pg-hist", &mo) == 0 && dlock_mutex_acquire(m, 1000) == 0) {
-      dlock_mono_ms in = dlock_mono_now(), vu = dlock_mutex_valid_until(m);
-      uint64_t f = dlock_mutex_fence(m);
-      th_sleep_ms(5 + rand() % 60);
-      dlock_mono_ms out = dlock_mono_now();
-      if (out > vu) out = vu;
-      char line[160];
-      int k = snprintf(line, sizeof line, "H %d %llu %lld %lld\n", id, (unsigned long long)f, (long long)in,
-                       (long long)out);
-      if (write(fd, line, (size_t)k) != k) return 3;
-      dlock_mutex_release(m);
-      holds++;
-    }
-    dlock_mutex_free(m);
+    int held = h5_one_hold(fd, id, c, "rev5-pg-hist", 1500, 1000, 5, 60);
+    if (held < 0) return 3;
+    holds += held;
   }
   dlock_client_free(c);
   close(fd);
   return holds > 0 ? 0 : 4;
-}
-
-typedef struct hold { int id; unsigned long long f; long long in, out; } hold;
-
-static int by_in(const void *a, const void *b) {
-  const hold *x = a, *y = b;
-  return x->in < y->in ? -1 : x->in > y->in;
 }
 
 /*
@@ -295,36 +274,13 @@ TEST(rev5_pg_held_history_prune_steps_pgbouncer) {
     }
     th_sleep_ms(20);
   }
-  int bad = 0;
-  for (int i = 0; i < 4; i++) {
-    int st = th_wait(kids[i], 30000);
-    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
-  }
+  int bad = h5_wait_workers(kids, 4, 0);
   set_offset("+0");
   dlock_client_free(c);
   th_pgbouncer_stop(&bouncer);
-  FILE *f = fopen(hist_path, "r");
-  if (!f) TEST_FAIL("no history");
-  static hold h[40000];
-  int n = 0;
-  while (n < 40000 && fscanf(f, "H %d %llu %lld %lld\n", &h[n].id, &h[n].f, &h[n].in, &h[n].out) == 4) n++;
-  fclose(f);
+  int overlaps, falls, n = h5_check(hist_path, &overlaps, &falls);
   unlink(hist_path);
-  qsort(h, (size_t)n, sizeof h[0], by_in);
-  int overlaps = 0, falls = 0;
-  for (int a = 0; a < n; a++)
-    for (int b = a + 1; b < n && h[b].in < h[a].out; b++)
-      if (h[b].out > h[b].in && h[a].out > h[a].in) {
-        overlaps++;
-        if (overlaps < 5)
-          fprintf(stderr, "  overlap: %d fence %llu [%lld, %lld] and %d fence %llu [%lld, %lld]\n", h[a].id, h[a].f,
-                  h[a].in, h[a].out, h[b].id, h[b].f, h[b].in, h[b].out);
-      }
-  for (int a = 1; a < n; a++)
-    if (h[a].f <= h[a - 1].f && h[a].in >= h[a - 1].out) {
-      falls++;
-      if (falls < 5) fprintf(stderr, "  fence fell: %llu then %llu\n", h[a - 1].f, h[a].f);
-    }
+  if (n < 0) TEST_FAIL("no history in %s", hist_path);
   fprintf(stderr, "  %d holds; %d prunes, %d clock steps back, %d holder freezes; %d overlaps, %d fence falls\n", n,
           prunes, steps, freezes, overlaps, falls);
   if (bad) TEST_FAIL("%d workers failed", bad);

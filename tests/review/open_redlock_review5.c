@@ -22,6 +22,7 @@
 
 #include "../harness.h"
 #include "../test.h"
+#include "review5_history.h"
 
 #define N 5
 
@@ -182,6 +183,59 @@ static long long node_time_s(int i) {
   return atoll(out);
 }
 
+/* The deployment in use (one acquire promotes every node), nodes 1 and 2
+ * flushed, then H (command timeout 2 s, 6 s watchdog lease) acquires 'name'
+ * (its look holds 1 and 2 out; its key goes on all five) and holds it
+ * 'hold_ms', renewing. Returns H's mutex, its client in '*h'. */
+static dlock_mutex *held_across_a_loss(dlock_client **h, const char *name, long hold_ms) {
+  char out[256];
+  dlock_client *w = rl_client(2000);
+  dlock_mutex *wm = test_mutex(w, "rev5-warm", 3000);
+  ASSERT_OK(dlock_mutex_acquire(wm, 3000));
+  ASSERT_OK(dlock_mutex_release(wm));
+  dlock_mutex_free(wm);
+  dlock_client_free(w);
+  for (int i = 0; i < 2; i++) th_redis_cli(&nodes[i], out, sizeof out, "FLUSHALL");
+  *h = rl_client(2000);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = 0;
+  mo.watchdog_lease_ms = 6000;
+  dlock_mutex *hm = NULL;
+  ASSERT_OK(dlock_mutex_new(&hm, *h, name, &mo));
+  ASSERT_OK(dlock_mutex_acquire(hm, 5000));
+  th_sleep_ms(hold_ms);
+  if (dlock_mutex_lost(hm) != DLOCK_LOST_NONE) TEST_FAIL("H's hold was lost before the attack: %s", dlock_last_error());
+  return hm;
+}
+
+/* kill -9 and restart without data nodes 'from'+1 .. N. */
+static void restart_empty_from(int from) {
+  for (int i = from; i < N; i++)
+    if (th_redis_restart(&nodes[i]) != 0) TEST_FAIL("restart of node %d", i + 1);
+}
+
+/* A new client C (command timeout 'ct' ms) tries 'name' with a 'lease' ms
+ * lease while H ('hm', fence 'hf') holds it: how long H's hold was still
+ * valid (and not lost) when C got it, or -1 when C did not get it or H's
+ * hold was over. */
+static long long newcomer_while_held(dlock_mutex *hm, uint64_t hf, const char *name, int ct, int64_t lease) {
+  dlock_client *c = rl_client(ct);
+  dlock_mutex *cm = test_mutex(c, name, lease);
+  int rc = dlock_mutex_acquire(cm, 0);
+  dlock_mono_ms now = dlock_mono_now();
+  dlock_mono_ms h_valid = dlock_mutex_valid_until(hm);
+  int h_lost = dlock_mutex_lost(hm) != DLOCK_LOST_NONE;
+  uint64_t cf = rc == 0 ? dlock_mutex_fence(cm) : 0;
+  fprintf(stderr, "  C (command timeout %d ms): %s (%.300s); H (fence %llu) valid for %lld ms more, lost: %d; C's "
+          "fence %llu\n", ct, dlock_err_name(rc), rc ? dlock_last_error() : "", (unsigned long long)hf,
+          (long long)(h_valid - now), h_lost, (unsigned long long)cf);
+  if (rc == 0) dlock_mutex_release(cm);
+  dlock_mutex_free(cm);
+  dlock_client_free(c);
+  return rc == 0 && !h_lost && h_valid > now ? (long long)(h_valid - now) : -1;
+}
+
 /*
  * Promise (docs/redlock.md, "Restarts"): "Survived: nodes losing their data
  * (restarted empty, flushed, replaced) at any moment, any number of them
@@ -216,56 +270,25 @@ static long long node_time_s(int i) {
 TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
   const char *name = "rev5-rl-step";
-  char out[256];
-  /* The deployment in use: one acquire promotes every node. */
-  dlock_client *w = rl_client(2000);
-  dlock_mutex *wm = test_mutex(w, "rev5-warm", 3000);
-  ASSERT_OK(dlock_mutex_acquire(wm, 3000));
-  ASSERT_OK(dlock_mutex_release(wm));
-  dlock_mutex_free(wm);
-  dlock_client_free(w);
-  for (int i = 0; i < 2; i++) th_redis_cli(&nodes[i], out, sizeof out, "FLUSHALL");
-
-  dlock_client *h = rl_client(2000);
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 0;
-  mo.watchdog_lease_ms = 6000;
-  dlock_mutex *hm = NULL;
-  ASSERT_OK(dlock_mutex_new(&hm, h, name, &mo));
-  ASSERT_OK(dlock_mutex_acquire(hm, 5000));
+  dlock_client *h = NULL;
+  dlock_mutex *hm = held_across_a_loss(&h, name, 7000); /* more than a lease: H renews */
   uint64_t hf = dlock_mutex_fence(hm);
-  th_sleep_ms(7000); /* more than a lease: H renews (its key is on all five) */
-  if (dlock_mutex_lost(hm) != DLOCK_LOST_NONE) TEST_FAIL("H's hold was lost before the attack: %s", dlock_last_error());
 
   long long before = node_time_s(0);
   set_offset("-3600");
   long long after = node_time_s(0);
   if (before < 0 || after < 0 || before - after < 3000) TEST_FAIL("node 1's clock did not step back (%lld, %lld)", before, after);
-  for (int i = 2; i < N; i++)
-    if (th_redis_restart(&nodes[i]) != 0) TEST_FAIL("restart of node %d", i + 1);
+  restart_empty_from(2);
 
-  dlock_client *c = rl_client(2000);
-  dlock_mutex *cm = test_mutex(c, name, 6000);
-  int rc = dlock_mutex_acquire(cm, 0);
-  dlock_mono_ms now = dlock_mono_now();
-  dlock_mono_ms h_valid = dlock_mutex_valid_until(hm);
-  int h_lost = dlock_mutex_lost(hm) != DLOCK_LOST_NONE;
-  uint64_t cf = rc == 0 ? dlock_mutex_fence(cm) : 0;
-  fprintf(stderr, "  C's acquire: %s (%s); H (fence %llu) valid for %lld ms more, lost: %d; C's fence %llu\n",
-          dlock_err_name(rc), rc ? dlock_last_error() : "", (unsigned long long)hf, (long long)(h_valid - now), h_lost,
-          (unsigned long long)cf);
-  if (rc == 0) dlock_mutex_release(cm);
-  dlock_mutex_free(cm);
-  dlock_client_free(c);
+  long long left = newcomer_while_held(hm, hf, name, 2000, 6000);
   dlock_mutex_free(hm);
   dlock_client_free(h);
   set_offset("0");
   stop_all();
-  if (rc == 0 && !h_lost && h_valid > now)
+  if (left >= 0)
     TEST_FAIL("two holders: C acquired '%s' while H's hold was valid for %lld ms more (the held-out markers of the "
               "nodes whose clocks stepped back read as a racing first look: the deployment looked new)",
-              name, (long long)(h_valid - now));
+              name, left);
 }
 
 /*
@@ -297,50 +320,20 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
 TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_racing_first_look) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
   const char *name = "rev5-rl-timeout";
-  char out[256];
-  dlock_client *w = rl_client(2000);
-  dlock_mutex *wm = test_mutex(w, "rev5-warm", 3000);
-  ASSERT_OK(dlock_mutex_acquire(wm, 3000));
-  ASSERT_OK(dlock_mutex_release(wm));
-  dlock_mutex_free(wm);
-  dlock_client_free(w);
-  for (int i = 0; i < 2; i++) th_redis_cli(&nodes[i], out, sizeof out, "FLUSHALL");
-
-  dlock_client *h = rl_client(2000);
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 0;
-  mo.watchdog_lease_ms = 6000;
-  dlock_mutex *hm = NULL;
-  ASSERT_OK(dlock_mutex_new(&hm, h, name, &mo));
-  ASSERT_OK(dlock_mutex_acquire(hm, 5000));
+  dlock_client *h = NULL;
+  dlock_mutex *hm = held_across_a_loss(&h, name, 10000); /* more than a lease: H renews */
   uint64_t hf = dlock_mutex_fence(hm);
-  th_sleep_ms(10000);
-  if (dlock_mutex_lost(hm) != DLOCK_LOST_NONE) TEST_FAIL("H's hold was lost before the attack: %s", dlock_last_error());
-  for (int i = 2; i < N; i++)
-    if (th_redis_restart(&nodes[i]) != 0) TEST_FAIL("restart of node %d", i + 1);
+  restart_empty_from(2);
 
   int ct = getenv("REV5_CONTROL") ? 2000 : 30000;
-  dlock_client *c = rl_client(ct);
-  dlock_mutex *cm = test_mutex(c, name, 30000);
-  int rc = dlock_mutex_acquire(cm, 0);
-  dlock_mono_ms now = dlock_mono_now();
-  dlock_mono_ms h_valid = dlock_mutex_valid_until(hm);
-  int h_lost = dlock_mutex_lost(hm) != DLOCK_LOST_NONE;
-  uint64_t cf = rc == 0 ? dlock_mutex_fence(cm) : 0;
-  fprintf(stderr, "  C (command timeout %d ms): %s (%.300s); H (fence %llu) valid for %lld ms more, lost: %d; C's fence %llu\n",
-          ct, dlock_err_name(rc), rc ? dlock_last_error() : "", (unsigned long long)hf, (long long)(h_valid - now),
-          h_lost, (unsigned long long)cf);
-  if (rc == 0) dlock_mutex_release(cm);
-  dlock_mutex_free(cm);
-  dlock_client_free(c);
+  long long left = newcomer_while_held(hm, hf, name, ct, 30000);
   dlock_mutex_free(hm);
   dlock_client_free(h);
   stop_all();
-  if (rc == 0 && !h_lost && h_valid > now)
+  if (left >= 0)
     TEST_FAIL("two holders: C (command timeout %d ms) acquired '%s' while H's hold was valid for %lld ms more (held-out "
               "markers 10 s old, older than the longest lease in use, read as a racing first look)",
-              ct, name, (long long)(h_valid - now));
+              ct, name, left);
 }
 
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */
@@ -368,35 +361,13 @@ static int worker(void *arg) {
       th_sleep_ms(100);
       continue;
     }
-    dlock_mutex_options mo;
-    dlock_mutex_options_init(&mo);
-    mo.lease_ms = id < 2 ? 1500 : 3000;
-    dlock_mutex *m = NULL;
-    if (dlock_mutex_new(&m, c, "rev5-hist", &mo) == 0 && dlock_mutex_acquire(m, 1500) == 0) {
-      dlock_mono_ms in = dlock_mono_now(), vu = dlock_mutex_valid_until(m);
-      uint64_t f = dlock_mutex_fence(m);
-      th_sleep_ms(20 + rand() % 130);
-      dlock_mono_ms out = dlock_mono_now();
-      if (out > vu) out = vu; /* believed valid only up to its validity */
-      char line[160];
-      int k = snprintf(line, sizeof line, "H %d %llu %lld %lld\n", id, (unsigned long long)f, (long long)in,
-                       (long long)out);
-      if (write(fd, line, (size_t)k) != k) return 3;
-      dlock_mutex_release(m);
-      holds++;
-    }
-    dlock_mutex_free(m);
+    int held = h5_one_hold(fd, id, c, "rev5-hist", id < 2 ? 1500 : 3000, 1500, 20, 130);
+    if (held < 0) return 3;
+    holds += held;
     dlock_client_free(c);
   }
   close(fd);
   return holds > 0 ? 0 : 4;
-}
-
-typedef struct hold { int id; unsigned long long f; long long in, out; } hold;
-
-static int by_in(const void *a, const void *b) {
-  const hold *x = a, *y = b;
-  return x->in < y->in ? -1 : x->in > y->in;
 }
 
 /*
@@ -445,31 +416,9 @@ TEST(rev5_rl_held_history_under_flush_restart_and_freeze) {
     }
     faults[what]++;
   }
-  int bad = 0;
-  for (int i = 0; i < 4; i++) {
-    int st = th_wait(kids[i], 30000);
-    if (st < 0 || !WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 4)) bad++;
-  }
-  FILE *f = fopen(hist_path, "r");
-  if (!f) TEST_FAIL("no history");
-  static hold h[20000];
-  int n = 0;
-  while (n < 20000 && fscanf(f, "H %d %llu %lld %lld\n", &h[n].id, &h[n].f, &h[n].in, &h[n].out) == 4) n++;
-  fclose(f);
-  qsort(h, (size_t)n, sizeof h[0], by_in);
-  int overlaps = 0, falls = 0;
-  for (int a = 0; a < n; a++)
-    for (int b = a + 1; b < n && h[b].in < h[a].out; b++)
-      if (h[b].out > h[b].in && h[a].out > h[a].in) {
-        overlaps++;
-        fprintf(stderr, "  overlap: %d fence %llu [%lld, %lld] and %d fence %llu [%lld, %lld]\n", h[a].id, h[a].f,
-                h[a].in, h[a].out, h[b].id, h[b].f, h[b].in, h[b].out);
-      }
-  for (int a = 1; a < n; a++)
-    if (h[a].f <= h[a - 1].f && h[a].in >= h[a - 1].out) {
-      falls++;
-      fprintf(stderr, "  fence fell: %llu then %llu\n", h[a - 1].f, h[a].f);
-    }
+  int bad = h5_wait_workers(kids, 4, 1);
+  int overlaps, falls, n = h5_check(hist_path, &overlaps, &falls);
+  if (n < 0) TEST_FAIL("no history in %s", hist_path);
   fprintf(stderr, "  %d holds; faults: %d flushes, %d restarts, %d node freezes, %d holder freezes; %d overlaps, "
           "%d fence falls\n", n, faults[0], faults[1], faults[2], faults[3], overlaps, falls);
   stop_all();
