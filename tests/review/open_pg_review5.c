@@ -110,7 +110,14 @@ static uint64_t one_permit(dlock_client *c, const char *name) {
  * (they ended 1 h ago on that clock) but keeps A's (it ends "in the
  * future"), and takes F + 1: below B3's F + 3, equal to B1's.
  *
- * What happened (3 of 3 runs): C's fence is F + 1, B3's F + 3.
+ * What happened (3 of 3 runs, and again under ctest): C's fence is F + 1,
+ * B3's F + 3. Severity: high (a name's fences fall: a paused B2, fence
+ * F + 2, is admitted by a guard after C's write). By reading, the forward
+ * step is not needed: with the clock left 2 h back, C a minute after B3's
+ * release deletes B1..B3's rows the same way (not run: the test would take
+ * a minute longer). The fix wants fam_acquire's own DELETE to carry its
+ * fences (raise fence_seq as prune() does), or the name's last fence kept
+ * in its locks row.
  */
 TEST(rev5_pg_1_semaphore_fence_falls_when_fam_acquire_deletes_old_holds_after_clock_steps) {
   if (!pg_up) TEST_SKIP("%s", why);
@@ -162,8 +169,12 @@ TEST(rev5_pg_1_semaphore_fence_falls_when_fam_acquire_deletes_old_holds_after_cl
  * row with fence 0, and the mutex's fence is greatest(nextval, clock,
  * locks.fence + 1): the holds' fences are not looked at.
  *
- * What happened (3 of 3 runs): the mutex's fence is T - 2 h, 7200 s of
- * µs below the semaphore's last fence.
+ * What happened (3 of 3 runs, and again under ctest): the mutex's fence is
+ * 7200 s (in µs) below the semaphore's last fence. Severity: medium (needs
+ * a name used as a semaphore or read-write lock, then as a mutex, across a
+ * backward step). The mutex's acquire could also take the name's holds
+ * rows into its floor, or fam_acquire could keep its fences in the name's
+ * locks row.
  */
 TEST(rev5_pg_2_a_mutex_after_a_semaphore_of_the_same_name_gets_a_lower_fence_after_a_backward_step) {
   if (!pg_up) TEST_SKIP("%s", why);
