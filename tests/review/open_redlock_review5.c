@@ -316,6 +316,11 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
  * left) and not lost. Control (REV5_CONTROL=1: C's command timeout 2 s):
  * C is refused, EQUORUM (the 10 s old markers are a deployment in use).
  * Severity: medium (two holders; fences intact). Needs no clock step.
+ * Arguable: the "new deployment" bullet defines a racing look by "the
+ * command timeout" (the newcomer's, here 30 s), but the "Survived" and
+ * "Not survived" bullets promise nodes emptied a lease apart with a renewal
+ * between; the window should be bounded by the leases in use (the record
+ * on the markers), not by one client's option, or the docs should say so.
  */
 TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_racing_first_look) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
