@@ -266,7 +266,14 @@ static const char sql_init[] =
     "             AND l.expires > clock_timestamp()) THEN\n"
     "    err := 'mutex'; RETURN;\n"
     "  END IF;\n"
-    "  DELETE FROM @S.holds x WHERE x.name = p_name AND x.expires < clock_timestamp() - interval '1 minute';\n"
+    /* Holds that ended a minute ago go, their fences into the name's locks
+     * row (locked above) in the same statement: the next fence of the name
+     * stays above them when the clock stepped back (fifth review, finding
+     * 1: the name's last fences went with the rows). */
+    "  WITH d AS (DELETE FROM @S.holds x WHERE x.name = p_name\n"
+    "             AND x.expires < clock_timestamp() - interval '1 minute' RETURNING x.fence)\n"
+    "  UPDATE @S.locks l SET fence = m.fence FROM (SELECT max(d.fence) AS fence FROM d) m\n"
+    "    WHERE l.name = p_name AND m.fence > l.fence;\n"
     "  SELECT * INTO h FROM @S.holds x WHERE x.name = p_name AND x.token = p_token;\n"
     "  IF FOUND AND NOT h.released AND h.expires > clock_timestamp() THEN\n"
     "    UPDATE @S.holds x SET expires = clock_timestamp() + p_lease_ms * interval '1 millisecond'\n"
@@ -318,8 +325,12 @@ static const char sql_init[] =
     "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = EXCLUDED.owner_info;\n"
     /* family_since is the hold's own since (not a later clock_timestamp():
      * the clock moves within the transaction), so that its release, which
-     * clears the mark where family_since <= its since, does clear it. */
-    "  UPDATE @S.locks l SET family_since = (SELECT x.since FROM @S.holds x WHERE x.name = p_name\n"
+     * clears the mark where family_since <= its since, does clear it. The
+     * row keeps the name's highest fence, whatever the kind: a mutex's
+     * acquire takes the row's fence + 1 (fifth review, finding 2: it did
+     * not see the holds' fences). */
+    "  UPDATE @S.locks l SET fence = greatest(l.fence, fam_acquire.fence),\n"
+    "      family_since = (SELECT x.since FROM @S.holds x WHERE x.name = p_name\n"
     "      AND x.token = p_token), family_until = greatest(l.family_until,\n"
     "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
     "END $f$;\n"
