@@ -21,7 +21,9 @@ run_suite() {
   shift 2
   echo "=== $name"
   local start=$SECONDS log
-  log=$(mktemp)
+  # The whole ctest output stays in the build directory: what a failing
+  # test printed is shown below, and the file keeps the rest.
+  log="$dir/ctest-$(echo "$name" | tr -c 'A-Za-z0-9\n' '-').log"
   (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ (Test|MemCheck)|tests passed|FAIL|Defects' || true
   local line
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
@@ -36,9 +38,16 @@ run_suite() {
     t=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
     passed=$((passed + t - f))
     failed=$((failed + f))
-    [ "$f" -eq 0 ] || { status=1; sed -n '/The following tests FAILED/,$p' "$log"; }
+    if [ "$f" -ne 0 ]; then
+      status=1
+      # What each failing test printed (--output-on-failure puts it after
+      # the test's status line), then the list of them.
+      echo "--- what the failing tests printed (all of it: $log):"
+      awk '/^ *[0-9]+\/[0-9]+ (Test|MemCheck) +#/ { show = ($0 !~ / Passed /) }
+           show && !/^ +Start +[0-9]+: /' "$log" | head -n 600
+      sed -n '/The following tests FAILED/,$p' "$log"
+    fi
   fi
-  rm -f "$log"
   echo "=== $name: $((SECONDS - start)) s"
 }
 
