@@ -1,15 +1,14 @@
 /*
- * open_redlock_review5.c - fifth review round, Redlock: open findings (each
- * test FAILS on the code it was written against).
- *
- * Run: cmake -S . -B build/plain -DDLOCK_OPEN_FINDINGS=ON && cmake --build
- * build/plain -j2 && (cd build/plain && ctest -R open/open_redlock_review5
- * --output-on-failure)
+ * review_redlock_restart.c - the fifth review of Redlock's restart rule
+ * (formerly open_redlock_review5.c, branch rev5; fixed on branch rl6):
+ * each rev5_rl_* test FAILED on the code it was written against. Registered
+ * as ctest "review/review_redlock_restart" (labels "review;redlock"), apart
+ * from review_redlock.c, which runs for two minutes already.
  *
  * Two of the five redis-servers run with a clock shim (their wall clock,
  * which TIME answers, offset by a file's value; their monotonic clock
  * untouched), so a test steps those nodes' clocks as NTP or a VM restore
- * would.
+ * would. The history check runs only with REV5_HISTORY=1 (it held).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -259,9 +258,10 @@ static long long newcomer_while_held(dlock_mutex *hm, uint64_t hf, const char *n
  * look), so the deployment looks new, every node counts at once, and C takes
  * the lock on 3..5 while H's hold is valid.
  *
- * What happened (3 of 3 runs): C acquired with H's hold still valid (3.1 to
- * 3.4 s of validity left, not lost); C's fence is above H's (the fences
- * still order them). Control (the same run without the step, done by hand):
+ * What happened (3 of 3 runs, before the fix): C acquired with H's hold
+ * still valid (3.1 to 3.4 s of validity left, not lost); C's fence is above
+ * H's (the fences still order them). Fixed (rl6): a held-out marker from its
+ * node's future (a negative age) is no racing first look. Control (the same run without the step, done by hand):
  * C is refused, EQUORUM, nodes 3..5 held out and 1..2 held by H.
  * Severity: medium (two holders, fences intact). The threshold compares a
  * node's clock with a 'since' that node wrote: a backward step gives a
@@ -312,8 +312,11 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
  * lock on 3..5 while H's hold is valid. The window is set by the newcomer's
  * own options, not by the leases in use, and H's renewals were no record.
  *
- * What happened (3 of 3 runs): C acquired with H's hold valid (3.0 to 4.9 s
- * left) and not lost. Control (REV5_CONTROL=1: C's command timeout 2 s):
+ * What happened (3 of 3 runs, before the fix): C acquired with H's hold
+ * valid (3.0 to 4.9 s left) and not lost. Fixed (rl6): the marker records
+ * its writer's look window (rl_marker.lua 'look', H's command timeout, 2 s),
+ * and a reader takes it for a racing look only within that, whatever its
+ * own command timeout. Control (REV5_CONTROL=1: C's command timeout 2 s):
  * C is refused, EQUORUM (the 10 s old markers are a deployment in use).
  * Severity: medium (two holders; fences intact). Needs no clock step.
  * Arguable: the "new deployment" bullet defines a racing look by "the
