@@ -1136,7 +1136,8 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
  * one from the node's future, its clock stepped back since, is not: review
  * 5, finding 1): a new
  * deployment (or one where every node lost its data, which nothing can tell
- * apart). A marker that counts, a renewal's record (2), or a held-out one
+ * apart). A marker that counts, a renewal's or a lock-taking acquire's
+ * record (2), or a held-out one
  * older than that is evidence of a deployment in use: a lock may be held on
  * nodes that lost their data since, taken while the held-out nodes did not
  * count (review 4, finding 1: nodes emptied a lease apart), so the held-out
@@ -1287,7 +1288,14 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
     fc[0].args[1] = call->args[0];
     fc[0].arglens[1] = call->arglens[0];
     fc[0].nargs = 2;
-    size_t nfc = promote[0] ? 2 : 1;
+    /* Also where no node is promoted but some are held out: their markers
+     * get the record of a lock taken while they were out (rl_marker.lua). */
+    int held_out = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++)
+      if (((answered >> i) & 1) && r->node[i].marker == 0) held_out = 1;
+    pthread_mutex_unlock(&r->mu);
+    size_t nfc = promote[0] || held_out ? 2 : 1;
     if (nfc == 2) marker_call(r, &fc[1], "p", ls, promote);
     int confirmed = 0;
     msg fm;

@@ -235,6 +235,18 @@ static long long newcomer_while_held(dlock_mutex *hm, uint64_t hf, const char *n
   return rc == 0 && !h_lost && h_valid > now ? (long long)(h_valid - now) : -1;
 }
 
+/* newcomer_while_held(), then H freed, every clock set right, every node
+ * stopped. */
+static long long newcomer_then_stop(dlock_client *h, dlock_mutex *hm, uint64_t hf, const char *name, int ct,
+                                    int64_t lease) {
+  long long left = newcomer_while_held(hm, hf, name, ct, lease);
+  dlock_mutex_free(hm);
+  dlock_client_free(h);
+  set_offset("0");
+  stop_all();
+  return left;
+}
+
 /*
  * Promise (docs/redlock.md, "Restarts"): "Survived: nodes losing their data
  * (restarted empty, flushed, replaced) at any moment, any number of them
@@ -280,11 +292,7 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
   if (before < 0 || after < 0 || before - after < 3000) TEST_FAIL("node 1's clock did not step back (%lld, %lld)", before, after);
   restart_empty_from(2);
 
-  long long left = newcomer_while_held(hm, hf, name, 2000, 6000);
-  dlock_mutex_free(hm);
-  dlock_client_free(h);
-  set_offset("0");
-  stop_all();
+  long long left = newcomer_then_stop(h, hm, hf, name, 2000, 6000);
   if (left >= 0)
     TEST_FAIL("two holders: C acquired '%s' while H's hold was valid for %lld ms more (the held-out markers of the "
               "nodes whose clocks stepped back read as a racing first look: the deployment looked new)",
@@ -334,14 +342,44 @@ TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_
   restart_empty_from(2);
 
   int ct = getenv("REV5_CONTROL") ? 2000 : 30000;
-  long long left = newcomer_while_held(hm, hf, name, ct, 30000);
-  dlock_mutex_free(hm);
-  dlock_client_free(h);
-  stop_all();
+  long long left = newcomer_then_stop(h, hm, hf, name, ct, 30000);
   if (left >= 0)
     TEST_FAIL("two holders: C (command timeout %d ms) acquired '%s' while H's hold was valid for %lld ms more (held-out "
               "markers 10 s old, older than the longest lease in use, read as a racing first look)",
               ct, name, left);
+}
+
+/*
+ * rev5_rl_1 with a smaller step (rl6): nodes 1 and 2 have their clocks
+ * stepped back by all but under a second of their held-out markers' age, so
+ * the markers read younger than their writer's look window (H's command
+ * timeout, 2 s), as a racing first look would. H's acquire, which took the
+ * lock while 1 and 2 were held out, left its record on their markers
+ * (rl_marker.lua 'p': 'renewed'), so the deployment does not look new
+ * whatever their clocks read, and C is refused.
+ */
+TEST(rev5_rl_1b_a_clock_stepped_back_by_all_but_a_second_of_the_markers_age_is_no_racing_look) {
+  if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
+  const char *name = "rev5-rl-step-small";
+  dlock_client *h = NULL;
+  dlock_mutex *hm = held_across_a_loss(&h, name, 7000);
+  uint64_t hf = dlock_mutex_fence(hm);
+  restart_empty_from(2);
+  char out[64];
+  if (th_redis_cli(&nodes[0], out, sizeof out, "HGET dlock:redlock:marker since") != 0)
+    TEST_FAIL("no restart marker on node 1");
+  long long age_s = node_time_s(0) - atoll(out) / 1000000;
+  if (age_s < 5) TEST_FAIL("node 1's held-out marker is only %lld s old", age_s);
+  char off[32];
+  snprintf(off, sizeof off, "-%lld", age_s);
+  set_offset(off); /* the markers now read 0 to 1 s old (and the shim's 20 ms) */
+  th_sleep_ms(100);
+
+  long long left = newcomer_then_stop(h, hm, hf, name, 2000, 6000);
+  if (left >= 0)
+    TEST_FAIL("two holders: C acquired '%s' while H's hold was valid for %lld ms more (held-out markers %lld s old "
+              "read as younger than their writer's look window after a step back of %lld s)",
+              name, left, age_s, age_s);
 }
 
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */

@@ -19,9 +19,11 @@
 -- renewal wrote the record (rl_extend.lua: a lock was held across the
 -- loss), 0 held out. Any marker found (0, 1, 2) says the deployment is in
 -- use: it is new only where every node answers -1 (topo_redlock.c).
--- promote: counts = '1' when the marker is the one the client read (its
--- 'since' is in ARGV[3]): never onto a node emptied since. Returns 1 when
--- the node counts, 0 when not.
+-- promote (sent by an acquire that took its lock): counts = '1' when the
+-- marker is the one the client read (its 'since' is in ARGV[3]): never
+-- onto a node emptied since; a marker left held out gets the record
+-- 'renewed' (a lock held while it was out). Returns 1 when the node counts,
+-- 0 when not.
 local k = KEYS[1]
 local t = redis.call('TIME')
 local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
@@ -43,6 +45,9 @@ if ARGV[1] == 'p' then
     redis.call('HSET', k, 'counts', '1')
     return 1
   end
+  -- Held out at an acquire that took its lock: the deployment is in use,
+  -- whatever this marker's age reads on a clock stepped since (review 5).
+  if h[1] then redis.call('HSET', k, 'renewed', '1') end
   return 0
 end
 if not h[1] then
