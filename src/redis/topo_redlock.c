@@ -83,6 +83,7 @@ typedef struct rl_node {
   int marker;
   char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
   int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
+  int64_t q_look_ms;             /* how long the look that wrote it may race ours (its 'look') */
   dlock_mono_ms q_at;            /* when the look's reply came */
 } rl_node;
 
@@ -337,19 +338,23 @@ static void note_info(redlock *r, int i, const dlock__reply *server, const dlock
   pthread_mutex_unlock(&r->mu);
 }
 
-/* Is 'v' rl_marker.lua's read reply, {counts, since, now, lease}? Any other
+/* A held-out marker written without a 'look' (by an older client) races
+ * ours for at most this (ms): the default command timeout. */
+#define RL_OLD_LOOK_MS 2000
+
+/* Is 'v' rl_marker.lua's read reply, {counts, since, now, lease, look}? Any other
  * reply (an error: -BUSY, -LOADING, NOPERM, ...) says nothing about the
  * marker: the node did not answer the look. */
 static int marker_reply_ok(const dlock__reply *v) {
-  return v && v->type == DLOCK__REPLY_ARRAY && v->elements == 4 && v->element[0]->type == DLOCK__REPLY_INTEGER &&
+  return v && v->type == DLOCK__REPLY_ARRAY && v->elements == 5 && v->element[0]->type == DLOCK__REPLY_INTEGER &&
          v->element[1]->type == DLOCK__REPLY_STRING && v->element[2]->type == DLOCK__REPLY_STRING &&
-         v->element[3]->type == DLOCK__REPLY_STRING;
+         v->element[3]->type == DLOCK__REPLY_STRING && v->element[4]->type == DLOCK__REPLY_STRING;
 }
 
 /* An ACL without the marker's key: that node gets no marker rule. */
 static int marker_noperm(const dlock__reply *v) { return dlock__reply_error_status(v) == DLOCK_ENOPERM; }
 
-/* The reply to rl_marker.lua's read, {counts, since, now, lease}: noted
+/* The reply to rl_marker.lua's read, {counts, since, now, lease, look}: noted
  * as counting (1), held out (0) or unknown (-1: NOPERM, an ACL without the
  * key); the longest lease it records. Any other error (-BUSY: a long
  * script; -LOADING) keeps what we knew, as no reply would. Whether a node
@@ -367,6 +372,8 @@ static void note_marker(redlock *r, int i, const dlock__reply *v) {
     nd->q_at = dlock_mono_now();
     int64_t ms = strtoll(v->element[3]->str, NULL, 10);
     if (ms > r->marker_lease_ms) r->marker_lease_ms = ms;
+    int64_t look = strtoll(v->element[4]->str, NULL, 10);
+    nd->q_look_ms = look > 0 ? look : RL_OLD_LOOK_MS;
   }
   pthread_mutex_unlock(&r->mu);
 }
@@ -1096,8 +1103,10 @@ static void leave_queues(redlock *r, const dlock__script_call *acq, unsigned mas
   if (run_calls(r, &w, 1, mask, deadline, &x) == 0) run_free(r, &x);
 }
 
-/* A call of rl_marker.lua: 'mode' "r" (read) or "p" (promote the nodes
- * whose marker's 'since' is in 'list'), with the longest lease we know. */
+/* A call of rl_marker.lua: 'mode' "r" (read, 'list' our look window in ms:
+ * how long a marker it writes may race another client's look) or "p"
+ * (promote the nodes whose marker's 'since' is in 'list'), with the longest
+ * lease we know. */
 static void marker_call(redlock *r, dlock__script_call *m, const char *mode, const char *lease, const char *list) {
   memset(m, 0, sizeof *m);
   m->script = DLOCK__SCRIPT_RL_MARKER;
@@ -1121,10 +1130,14 @@ static void marker_call(redlock *r, dlock__script_call *m, const char *mode, con
  * recorded on any node, plus the drift, since a client first found it so;
  * and every node may count only when every node answered and no node had a
  * marker older than one look (rl_marker.lua answers -1 where it wrote it
- * now; a held-out marker younger than the command timeout, on its node's
- * clock, is another client's look racing ours at a new deployment): a new
+ * now; a held-out marker younger than the look window its writer recorded
+ * (the writer's command timeout, not ours: review 5, finding 2), on its
+ * node's clock, is another client's look racing ours at a new deployment;
+ * one from the node's future, its clock stepped back since, is not: review
+ * 5, finding 1): a new
  * deployment (or one where every node lost its data, which nothing can tell
- * apart). A marker that counts, a renewal's record (2), or a held-out one
+ * apart). A marker that counts, a renewal's or a lock-taking acquire's
+ * record (2), or a held-out one
  * older than that is evidence of a deployment in use: a lock may be held on
  * nodes that lost their data since, taken while the held-out nodes did not
  * count (review 4, finding 1: nodes emptied a lease apart), so the held-out
@@ -1142,11 +1155,13 @@ static void judge_markers(redlock *r, const run *x, char *promote, size_t len) {
   }
   pthread_mutex_lock(&r->mu);
   int64_t longest = longest_lease(r);
-  int64_t look = r->command_timeout_ms < longest ? r->command_timeout_ms : longest;
   for (int i = 0; i < r->n && all; i++) {
     const dlock__reply *v = x->res[(size_t)i * 2];
     long long c = v->element[0]->integer; /* -1 written now, 0 held out, 1 counts, 2 a renewal's record */
-    if (c > 0 || (c == 0 && r->node[i].q_age_ms >= look)) any = 1; /* a marker from before this look */
+    const rl_node *nd = &r->node[i];
+    int64_t look = nd->q_look_ms < longest ? nd->q_look_ms : longest;
+    int racing = nd->q_age_ms >= 0 && nd->q_age_ms < look;
+    if (c > 0 || (c == 0 && !racing)) any = 1; /* a marker from before this look */
   }
   size_t o = 0;
   promote[0] = '\0';
@@ -1178,12 +1193,14 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
    * order, they all hand it to the same waiter (docs/redlock.md, "Waiting"). */
   /* In front of the acquire, in the same round trip, each node's restart
    * marker (the restart rule), which announces the longest lease we know. */
-  char ls[24];
+  char ls[24], lw[24];
   pthread_mutex_lock(&r->mu);
-  snprintf(ls, sizeof ls, "%" PRId64, longest_lease(r));
+  int64_t longest = longest_lease(r);
+  snprintf(ls, sizeof ls, "%" PRId64, longest);
+  snprintf(lw, sizeof lw, "%" PRId64, r->command_timeout_ms < longest ? (int64_t)r->command_timeout_ms : longest);
   pthread_mutex_unlock(&r->mu);
   dlock__script_call a[2];
-  marker_call(r, &a[0], "r", ls, NULL);
+  marker_call(r, &a[0], "r", ls, lw);
   a[1] = *call;
   dlock_mono_ms t0 = dlock_mono_now();
   run x;
@@ -1271,7 +1288,14 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
     fc[0].args[1] = call->args[0];
     fc[0].arglens[1] = call->arglens[0];
     fc[0].nargs = 2;
-    size_t nfc = promote[0] ? 2 : 1;
+    /* Also where no node is promoted but some are held out: their markers
+     * get the record of a lock taken while they were out (rl_marker.lua). */
+    int held_out = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++)
+      if (((answered >> i) & 1) && r->node[i].marker == 0) held_out = 1;
+    pthread_mutex_unlock(&r->mu);
+    size_t nfc = promote[0] || held_out ? 2 : 1;
     if (nfc == 2) marker_call(r, &fc[1], "p", ls, promote);
     int confirmed = 0;
     msg fm;

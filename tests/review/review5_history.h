@@ -1,5 +1,5 @@
 /*
- * review5_history.h - the fifth review's history check (open_*_review5.c):
+ * review5_history.h - the fifth review's history check (review_redlock_restart.c, open_pg_review5.c):
  * each holder appends "H id fence in out" (monotonic ms; 'out' cut at the
  * hold's validity) to one O_APPEND file; the check finds two holds that
  * overlap while both were valid, and fences that fall between holds that do

@@ -1,15 +1,14 @@
 /*
- * open_redlock_review5.c - fifth review round, Redlock: open findings (each
- * test FAILS on the code it was written against).
- *
- * Run: cmake -S . -B build/plain -DDLOCK_OPEN_FINDINGS=ON && cmake --build
- * build/plain -j2 && (cd build/plain && ctest -R open/open_redlock_review5
- * --output-on-failure)
+ * review_redlock_restart.c - the fifth review of Redlock's restart rule
+ * (formerly open_redlock_review5.c, branch rev5; fixed on branch rl6):
+ * each rev5_rl_* test FAILED on the code it was written against. Registered
+ * as ctest "review/review_redlock_restart" (labels "review;redlock"), apart
+ * from review_redlock.c, which runs for two minutes already.
  *
  * Two of the five redis-servers run with a clock shim (their wall clock,
  * which TIME answers, offset by a file's value; their monotonic clock
  * untouched), so a test steps those nodes' clocks as NTP or a VM restore
- * would.
+ * would. The history check runs only with REV5_HISTORY=1 (it held).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -18,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../harness.h"
@@ -39,6 +39,26 @@ static void set_offset(const char *off) {
   fclose(f);
   chmod(tmp, 0644);
   if (rename(tmp, offset_file) != 0) TEST_FAIL("cannot rename %s", tmp);
+}
+
+/* Step the clocks of nodes 1 and 2 to 'off_s' seconds from ours, and wait
+ * (up to 5 s) until both answer TIME with it: the shim reads the file at
+ * most every 20 ms. */
+static long long node_time_s(int i);
+static void step_clocks(long long off_s) {
+  char off[32];
+  snprintf(off, sizeof off, "%lld", off_s);
+  set_offset(off);
+  long long t0 = th_now_ms(), a = 0, b = 0, want = 0;
+  for (int k = 0; k < 200 && th_now_ms() - t0 < 5000; k++) {
+    want = (long long)time(NULL) + off_s;
+    a = node_time_s(0);
+    b = node_time_s(1);
+    if (llabs(a - want) <= 2 && llabs(b - want) <= 2) return;
+    th_sleep_ms(25);
+  }
+  TEST_FAIL("the clocks of nodes 1 and 2 did not step to %lld s (they read %lld and %lld, want %lld)", off_s, a,
+            b, want);
 }
 
 static void stop_all(void) {
@@ -236,6 +256,18 @@ static long long newcomer_while_held(dlock_mutex *hm, uint64_t hf, const char *n
   return rc == 0 && !h_lost && h_valid > now ? (long long)(h_valid - now) : -1;
 }
 
+/* newcomer_while_held(), then H freed, every clock set right, every node
+ * stopped. */
+static long long newcomer_then_stop(dlock_client *h, dlock_mutex *hm, uint64_t hf, const char *name, int ct,
+                                    int64_t lease) {
+  long long left = newcomer_while_held(hm, hf, name, ct, lease);
+  dlock_mutex_free(hm);
+  dlock_client_free(h);
+  set_offset("0");
+  stop_all();
+  return left;
+}
+
 /*
  * Promise (docs/redlock.md, "Restarts"): "Survived: nodes losing their data
  * (restarted empty, flushed, replaced) at any moment, any number of them
@@ -259,9 +291,10 @@ static long long newcomer_while_held(dlock_mutex *hm, uint64_t hf, const char *n
  * look), so the deployment looks new, every node counts at once, and C takes
  * the lock on 3..5 while H's hold is valid.
  *
- * What happened (3 of 3 runs): C acquired with H's hold still valid (3.1 to
- * 3.4 s of validity left, not lost); C's fence is above H's (the fences
- * still order them). Control (the same run without the step, done by hand):
+ * What happened (3 of 3 runs, before the fix): C acquired with H's hold
+ * still valid (3.1 to 3.4 s of validity left, not lost); C's fence is above
+ * H's (the fences still order them). Fixed (rl6): a held-out marker from its
+ * node's future (a negative age) is no racing first look. Control (the same run without the step, done by hand):
  * C is refused, EQUORUM, nodes 3..5 held out and 1..2 held by H.
  * Severity: medium (two holders, fences intact). The threshold compares a
  * node's clock with a 'since' that node wrote: a backward step gives a
@@ -274,17 +307,10 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
   dlock_mutex *hm = held_across_a_loss(&h, name, 7000); /* more than a lease: H renews */
   uint64_t hf = dlock_mutex_fence(hm);
 
-  long long before = node_time_s(0);
-  set_offset("-3600");
-  long long after = node_time_s(0);
-  if (before < 0 || after < 0 || before - after < 3000) TEST_FAIL("node 1's clock did not step back (%lld, %lld)", before, after);
+  step_clocks(-3600);
   restart_empty_from(2);
 
-  long long left = newcomer_while_held(hm, hf, name, 2000, 6000);
-  dlock_mutex_free(hm);
-  dlock_client_free(h);
-  set_offset("0");
-  stop_all();
+  long long left = newcomer_then_stop(h, hm, hf, name, 2000, 6000);
   if (left >= 0)
     TEST_FAIL("two holders: C acquired '%s' while H's hold was valid for %lld ms more (the held-out markers of the "
               "nodes whose clocks stepped back read as a racing first look: the deployment looked new)",
@@ -312,8 +338,11 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
  * lock on 3..5 while H's hold is valid. The window is set by the newcomer's
  * own options, not by the leases in use, and H's renewals were no record.
  *
- * What happened (3 of 3 runs): C acquired with H's hold valid (3.0 to 4.9 s
- * left) and not lost. Control (REV5_CONTROL=1: C's command timeout 2 s):
+ * What happened (3 of 3 runs, before the fix): C acquired with H's hold
+ * valid (3.0 to 4.9 s left) and not lost. Fixed (rl6): the marker records
+ * its writer's look window (rl_marker.lua 'look', H's command timeout, 2 s),
+ * and a reader takes it for a racing look only within that, whatever its
+ * own command timeout. Control (REV5_CONTROL=1: C's command timeout 2 s):
  * C is refused, EQUORUM (the 10 s old markers are a deployment in use).
  * Severity: medium (two holders; fences intact). Needs no clock step.
  * Arguable: the "new deployment" bullet defines a racing look by "the
@@ -331,14 +360,41 @@ TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_
   restart_empty_from(2);
 
   int ct = getenv("REV5_CONTROL") ? 2000 : 30000;
-  long long left = newcomer_while_held(hm, hf, name, ct, 30000);
-  dlock_mutex_free(hm);
-  dlock_client_free(h);
-  stop_all();
+  long long left = newcomer_then_stop(h, hm, hf, name, ct, 30000);
   if (left >= 0)
     TEST_FAIL("two holders: C (command timeout %d ms) acquired '%s' while H's hold was valid for %lld ms more (held-out "
               "markers 10 s old, older than the longest lease in use, read as a racing first look)",
               ct, name, left);
+}
+
+/*
+ * rev5_rl_1 with a smaller step (rl6): nodes 1 and 2 have their clocks
+ * stepped back by all but under a second of their held-out markers' age, so
+ * the markers read younger than their writer's look window (H's command
+ * timeout, 2 s), as a racing first look would. H's acquire, which took the
+ * lock while 1 and 2 were held out, left its record on their markers
+ * (rl_marker.lua 'p': 'renewed'), so the deployment does not look new
+ * whatever their clocks read, and C is refused.
+ */
+TEST(rev5_rl_1b_a_clock_stepped_back_by_all_but_a_second_of_the_markers_age_is_no_racing_look) {
+  if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
+  const char *name = "rev5-rl-step-small";
+  dlock_client *h = NULL;
+  dlock_mutex *hm = held_across_a_loss(&h, name, 7000);
+  uint64_t hf = dlock_mutex_fence(hm);
+  restart_empty_from(2);
+  char out[64];
+  if (th_redis_cli(&nodes[0], out, sizeof out, "HGET dlock:redlock:marker since") != 0)
+    TEST_FAIL("no restart marker on node 1");
+  long long age_s = node_time_s(0) - atoll(out) / 1000000;
+  if (age_s < 5) TEST_FAIL("node 1's held-out marker is only %lld s old", age_s);
+  step_clocks(-age_s); /* the markers now read 0 to 1 s old */
+
+  long long left = newcomer_then_stop(h, hm, hf, name, 2000, 6000);
+  if (left >= 0)
+    TEST_FAIL("two holders: C acquired '%s' while H's hold was valid for %lld ms more (held-out markers %lld s old "
+              "read as younger than their writer's look window after a step back of %lld s)",
+              name, left, age_s, age_s);
 }
 
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */
