@@ -10,6 +10,11 @@
 #   directory) against a URL where nothing listens, dlock must exit 69
 #   (unavailable), not 64 (usage); the same line with an unknown option added
 #   must exit 64 (the control);
+# * against a redis-server whose default user wants the credential's password
+#   (the URL has none): each daemon logs in (elect: its command runs), and
+#   SIGTERM, as systemd stops it, ends it within TimeoutStopSec with a status
+#   in SuccessExitStatus=; the oneshot exits 0 on a free lock, 75 (a success
+#   for the unit) while another holds it, and the holder 143 on SIGTERM;
 # * `systemd-analyze verify` accepts every unit (copies whose ExecStart paths
 #   point to the built dlock and to stubs);
 # * the Dockerfile is multi-stage from Debian 12, builds without tests or
@@ -21,8 +26,13 @@ set -u
 dlock=$1
 src=$2
 dir=$src/examples/systemd
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-units.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+# tests/cli/lib.sh: the temp dir ($TEST_DIR), a redis-server stopped by PID on
+# every exit path, bounded waits; no DLOCK_* settings from the caller.
+# shellcheck disable=SC2034 # read by lib.sh
+DLOCK_BIN=$dlock
+# shellcheck source=/dev/null
+. "$src/tests/cli/lib.sh"
+tmp=$TEST_DIR
 passed=0 failed=0
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
@@ -61,7 +71,7 @@ for unit in "${units[@]}"; do
   exec_line=$(unit_get "$unit" ExecStart)
   [[ $exec_line == */dlock\ * ]] || continue
   sub=$(printf '%s\n' "$exec_line" | awk '{print $2}')
-  grep -qiE '(redis|rediss|postgres(ql)?|mysql|zk)://[^/@ ]*:[^/@ ]+@|password *=' "$unit" &&
+  grep -qiE '[a-z]://[^/@ ]*[^/@ :]@|password *=' "$unit" &&
     bad "$name: a password in the unit (use LoadCredential= and --password-file)" || ok
   [[ $exec_line == *"--password-file %d/"* ]] && [ -n "$(unit_get "$unit" LoadCredential)" ] && ok ||
     bad "$name: no 'LoadCredential=' with '--password-file %d/NAME'"
@@ -96,7 +106,8 @@ done
 for unit in "${units[@]}"; do
   for prog in $(grep -oE '/usr/local/bin/[A-Za-z0-9._-]+' "$unit" | sort -u); do
     [ "$prog" = /usr/local/bin/dlock ] && continue
-    printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/${prog##*/}"
+    # A job: leaves a mark; with STUB_HOLD set, runs until a signal ends it.
+    printf '#!/bin/sh\n: >"$0.ran"\n[ -z "${STUB_HOLD:-}" ] || exec sleep 300\nexit 0\n' >"$tmp/bin/${prog##*/}"
     chmod +x "$tmp/bin/${prog##*/}"
   done
   sed -e "s#/usr/local/bin/dlock\\b#$dlock#g" -e "s#/usr/local/bin/#$tmp/bin/#g" "$unit" >"$tmp/units/${unit##*/}"
@@ -107,20 +118,37 @@ done
 # loopback port where nothing listens; no user or system config file.
 url=$(sed -n 's/^DLOCK_URL=//p' "$dir/dlock.env")
 [ -n "$url" ] && ok || bad "examples/systemd/dlock.env sets no DLOCK_URL"
-[[ $url =~ ^[a-z-]+://[^/@]*:[^/@]*@ ]] || grep -v '^#' "$dir/dlock.env" | grep -qiE '^[A-Z_]*(PASSWORD|AUTH)[A-Z_]*=' &&
+[[ $url =~ ^[a-z-]+://[^/@]*[^/@:]@ ]] || grep -v '^#' "$dir/dlock.env" | grep -qiE '^[A-Z_]*(PASSWORD|AUTH)[A-Z_]*=' &&
   bad "examples/systemd/dlock.env: a password in the environment file (use LoadCredential=)" || ok
 dead=$(printf '%s\n' "$url" | sed -E 's#^([a-z]+://([^@/]*@)?)[^/]*#\1127.0.0.1:1#')
+# unit_argv UNIT: argv=(the unit's ExecStart, split as systemd does for these
+# lines: quotes, no variables), %d the temp credentials directory; fails for
+# a unit that does not run the built dlock.
+unit_argv() {
+  local line
+  line=$(unit_get "$1" ExecStart)
+  [[ $line == "$dlock "* ]] || return 1
+  line=${line//%d/$tmp/creds}
+  line=${line//%%/%}
+  mapfile -d '' argv < <(printf '%s\n' "$line" | xargs printf '%s\0')
+  [ "${#argv[@]}" -ge 3 ] || { bad "${1##*/}: cannot split ExecStart into arguments"; return 1; }
+}
+# unit_run URL [VAR=VALUE...] -- ARGS...: dlock ARGS as the unit runs it, with
+# only the environment given (no config file of the caller's); bounded by
+# timeout(1) when $run_limit is set.
+unit_run() {
+  local url=$1
+  shift
+  local vars=()
+  while [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
+  cd "$tmp" && exec env -i PATH="$PATH" HOME="$tmp/home" XDG_CONFIG_HOME="$tmp/home" \
+    DLOCK_SYSTEM_CONFIG="$tmp/none" DLOCK_URL="$url" DLOCK_PREFIX=test "${vars[@]}" \
+    ${run_limit:+timeout "$run_limit"} "$dlock" "$@" </dev/null
+}
 for unit in "$tmp"/units/*.service; do
   name=${unit##*/}
-  exec_line=$(unit_get "$unit" ExecStart)
-  [[ $exec_line == "$dlock "* ]] || continue
-  exec_line=${exec_line//%d/$tmp/creds}
-  exec_line=${exec_line//%%/%}
-  mapfile -d '' argv < <(printf '%s\n' "$exec_line" | xargs printf '%s\0')
-  if [ "${#argv[@]}" -lt 3 ]; then
-    bad "$name: cannot split ExecStart into arguments"
-    continue
-  fi
+  unit_argv "$unit" || continue
   for mode in parses control; do
     args=("${argv[@]:1}")
     want=69
@@ -128,8 +156,7 @@ for unit in "$tmp"/units/*.service; do
       args=("${args[0]}" --no-such-option "${args[@]:1}")
       want=64
     fi
-    out=$(cd "$tmp" && env -i PATH="$PATH" HOME="$tmp/home" DLOCK_SYSTEM_CONFIG="$tmp/none" \
-      DLOCK_URL="$dead" DLOCK_PREFIX=test timeout 60 "$dlock" "${args[@]}" 2>&1 </dev/null)
+    out=$(run_limit=60 unit_run "$dead" -- "${args[@]}" 2>&1)
     rc=$?
     if [ "$rc" = "$want" ]; then
       ok
@@ -142,6 +169,74 @@ for unit in "$tmp"/units/*.service; do
     [[ $out == *not-the-password* ]] && bad "$name: the password file's content was printed: $out" || ok
   done
 done
+
+# ---- against a real server: the password from the credential, and every exit
+# of ordinary operation (stop, busy) one that the unit counts as success ----
+# success UNIT RC: RC is 0 or in the unit's SuccessExitStatus=.
+success() {
+  [ "$2" = 0 ] || [[ " $(unit_get "$1" SuccessExitStatus) " == *" $2 "* ]]
+}
+# dlock_connected: a client of the user the URL names is connected (not redis-cli's own).
+acli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" --user "$user" --pass "$pw" --no-auth-warning "$@"; }
+dlock_connected() { acli CLIENT LIST 2>/dev/null | grep -v 'cmd=client|list' | grep -q "user=$user "; }
+# up_or_gone PID: dlock is connected, or it has exited (then no use waiting).
+up_or_gone() { dlock_connected || pid_gone "$1"; }
+# stop_unit UNIT PID: SIGTERM as systemd sends it; the exit, within TimeoutStopSec, must count as success.
+stop_unit() {
+  local limit
+  limit=$(seconds "$(unit_get "$1" TimeoutStopSec)")
+  kill -TERM "$2" 2>/dev/null
+  wait_exit "$2" "$limit"
+  success "$1" "$EXIT_CODE" && ok ||
+    bad "${1##*/}: stopped by SIGTERM, dlock exited $EXIT_CODE (999: not within TimeoutStopSec, $limit s), not a success for the unit: $(cat "$tmp/${1##*/}.log")"
+}
+if command -v redis-server >/dev/null; then
+  start_redis
+  # The URL has no password: only the credential's file can let dlock in.
+  user=default
+  pw=$(head -n1 "$tmp/creds/dlock-password")
+  rcli ACL SETUSER default on ">$pw" >/dev/null
+  live=$(printf '%s\n' "$url" | sed -E "s#^([a-z]+://([^@/]*@)?)[^/]*#\\1127.0.0.1:$REDIS_PORT#")
+  for unit in "$tmp"/units/*.service; do
+    name=${unit##*/}
+    unit_argv "$unit" || continue
+    job=${argv[${#argv[@]} - 1]}
+    rm -f "$job.ran"
+    case ${argv[1]} in
+      cron | every | elect)
+        (unit_run "$live" STUB_HOLD=1 -- "${argv[@]:1}") >"$tmp/$name.log" 2>&1 &
+        pid=$!
+        bg_track "$pid"
+        wait_for 30 up_or_gone "$pid"
+        dlock_connected && ok || bad "$name: dlock did not log in with the password file: $(cat "$tmp/$name.log")"
+        if [ "${argv[1]}" = elect ]; then
+          wait_for 30 test -e "$job.ran" -o ! -d "/proc/$pid" && [ -e "$job.ran" ] && ok || bad "$name: the command did not start on the only candidate"
+        fi
+        stop_unit "$unit" "$pid"
+        ;;
+      run)
+        (unit_run "$live" -- "${argv[@]:1}") >"$tmp/$name.log" 2>&1
+        rc=$?
+        [ "$rc" = 0 ] && [ -e "$job.ran" ] && ok || bad "$name: a free lock: exit $rc, want 0 and the job run: $(cat "$tmp/$name.log")"
+        rm -f "$job.ran"
+        (unit_run "$live" STUB_HOLD=1 -- "${argv[@]:1}") >"$tmp/$name.hold.log" 2>&1 &
+        pid=$!
+        bg_track "$pid"
+        wait_for 30 test -e "$job.ran" -o ! -d "/proc/$pid" && [ -e "$job.ran" ] && ok || bad "$name: the holder's job did not start: $(cat "$tmp/$name.hold.log")"
+        rm -f "$job.ran"
+        (unit_run "$live" -- "${argv[@]:1}") >"$tmp/$name.log" 2>&1
+        rc=$?
+        [ "$rc" = 75 ] && ! [ -e "$job.ran" ] && ok || bad "$name: another host holds the lock: exit $rc, want 75 and no run"
+        success "$unit" "$rc" && ok || bad "$name: exit $rc (busy) is not a success for the unit (SuccessExitStatus=)"
+        cp "$tmp/$name.hold.log" "$tmp/$name.log"
+        stop_unit "$unit" "$pid"
+        ;;
+    esac
+    grep -q "$pw" "$tmp/$name.log" && bad "$name: the password was printed" || ok
+  done
+else
+  echo "note: redis-server not found: the units' command lines were not run against a server"
+fi
 
 # ---- systemd-analyze verify ----
 skip=""
