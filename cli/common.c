@@ -110,7 +110,24 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, ": %s", dlock_strerror(status));
+  /* A name in use as another kind: the first line names the kind ("the
+   * name is a semaphore, not a mutex"), as the detail says it. */
+  const char *kind = NULL;
+  size_t kind_len = 0;
+  if (status == DLOCK_EWRONGTYPE && detail != NULL) {
+    const char *p = strstr(detail, " is in use as a");
+    p = p != NULL ? p + strlen(" is in use as ") : strstr(detail, " is a");
+    if (p != NULL && p == strstr(detail, " is a"))
+      p += strlen(" is ");
+    if (p != NULL) {
+      kind = p;
+      kind_len = strcspn(p, ":;(");
+    }
+  }
+  if (kind != NULL && kind_len > 0 && kind_len < 120)
+    fprintf(stderr, ": the name is %.*s", (int)kind_len, kind);
+  else
+    fprintf(stderr, ": %s", dlock_strerror(status));
   /* The detail usually repeats the short text with more context; show it
    * alone on its own line so that long server names stay readable. */
   if (detail != NULL && detail[0] != '\0')

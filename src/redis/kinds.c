@@ -69,7 +69,7 @@ static int mutex_wrongtype(dlock_client *c, const char *name, const dlock__lock_
   dlock_lock_info_init(&rw);
   if (dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock)
     return dlock__error(DLOCK_EWRONGTYPE, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a %s: "
-                        "the same name cannot be both; take a side of it (dlock_rwlock_*, 'dlock run -s/-x') or "
+                        "the same name cannot be both; take a side of it (a read or write hold: 'dlock run -s/-x') or "
                         "pick another name", name, (long long)rw.readers, rw.writer ? "a" : "no", kind->name);
   return dlock__error(DLOCK_EWRONGTYPE, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a "
                       "type dlock does not use (%s); it belongs to something else and was left alone: pick "

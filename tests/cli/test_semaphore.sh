@@ -56,6 +56,10 @@ assert_match "... naming both limits" "$out" "has the limit 2 .*asked for 3 perm
 out=$("$DLOCK" run --wait 0 busy -- true 2>&1)
 assert_eq "a mutex on a semaphore's name exits 64" "$?" 64
 assert_match "... saying it is a semaphore" "$out" "is a semaphore, not a mutex"
+# Issue 27 items 6 and 11: the first line names the kind, in the user's words.
+assert_match "... on its first line" "$(printf '%s\n' "$out" | head -n 1)" \
+  "^dlock: acquiring 'busy': the name is a semaphore, not a mutex$"
+check "... and names no C function" sh -c "! printf '%s' '$out' | grep -q 'dlock_[a-z]*_'"
 out=$("$DLOCK" status busy)
 assert_match "status shows the permits" "$out" "permits:  2 of 2 held, 0 free"
 out=$("$DLOCK" status --json busy)

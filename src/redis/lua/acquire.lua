@@ -67,7 +67,7 @@ if type(cur) == 'table' then
   -- Not a string: a semaphore's permits (sem_acquire.lua), or another key.
   if redis.pcall('HGET', KEYS[3], 'kind') == 'semaphore' then
     return redis.error_reply('WRONGTYPE dlock lock ' .. KEYS[1] .. ' is a semaphore, not a mutex: a name ' ..
-      'is one kind of lock at a time; take a permit with dlock_semaphore_* (dlock run --limit N), or ' ..
+      'is one kind of lock at a time; take a permit of the semaphore (dlock run --limit N), or ' ..
       'pick another name for the mutex')
   end
   return cur

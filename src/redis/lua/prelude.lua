@@ -429,7 +429,7 @@ local function dlock_sem_check(keys, limit)
   if t == 'string' then
     return redis.error_reply('WRONGTYPE dlock lock ' .. keys[1] .. ' is a mutex (or another ' ..
       'application\'s string key), not a semaphore: a name is one kind of lock at a time; take it with ' ..
-      'dlock_mutex_* (dlock run without --limit), or pick another name for the semaphore')
+      'a mutex (dlock run without --limit), or pick another name for the semaphore')
   end
   if t ~= 'none' and t ~= 'zset' then
     return redis.error_reply('WRONGTYPE dlock key ' .. keys[1] .. ' holds a ' .. t .. ', expected a zset')
