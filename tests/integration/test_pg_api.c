@@ -622,12 +622,18 @@ TEST(bad_input_is_a_clear_error_naming_the_server) {
   o.url = "host=127.0.0.1 bogus_keyword=1";
   ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EURL);
   ASSERT_CONTAINS(dlock_last_error(), "libpq");
-  /* Redis-style options with a PostgreSQL URL. */
+  /* Redis-style options with a PostgreSQL URL; the password alone is
+   * taken (a password file: issue 27 item 2), over the URL's. */
   char url[700];
   url_of(url, sizeof url, "bad", NULL);
   o.url = url;
-  o.password = "x";
+  o.username = "x";
   ASSERT_STATUS(dlock_client_new(&c, &o), DLOCK_EINVAL);
+  o.username = NULL;
+  o.password = "x";
+  ASSERT_OK(dlock_client_new(&c, &o));
+  dlock_client_free(c);
+  c = NULL;
   o.password = NULL;
   /* A server that is not PostgreSQL. */
   int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -231,6 +231,9 @@ TEST(a_runner_killed_mid_run_blocks_later_ticks_no_longer_than_lock_at_most_for)
   th_sleep_ms(300);
   kill(a, SIGKILL);
   waitpid(a, NULL, 0);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  long long b_started = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
   pid_t b = start_node("node-b", "rate", "1000", 50, 6000, out_b, "2000", NULL);
   int st = th_wait(b, 60000);
   ASSERT(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -254,7 +257,10 @@ TEST(a_runner_killed_mid_run_blocks_later_ticks_no_longer_than_lock_at_most_for)
   ASSERT(nrec >= n);
   int skipped = 0;
   for (int i = 0; i < nrec; i++) skipped += strstr(recs[i].outcome, "skipped") != NULL;
-  ASSERT(skipped >= 1);
+  /* Node B skips the ticks it meets while the killed run's lock holds: at
+   * least one when it was up a whole tick before its first run (on a busy
+   * machine it may start only once the lock is gone: then it skips none). */
+  if (runs[0].tick - b_started >= 2000) ASSERT(skipped >= 1);
   dlock_client_free(c);
 }
 
