@@ -346,8 +346,11 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
                            "longer --lease",
                            grace, lease, most);
   }
-  if (!grace_given && o->grace_ms > o->lease_ms / 2)
-    o->grace_ms = o->lease_ms / 2;
+  /* The default leaves a late renewal more room than the most one may
+   * ask for: a quarter of the lease (5/12 of it for the renewal's round
+   * trip, not 1/6), so that a busy machine does not stop the command. */
+  if (!grace_given && o->grace_ms > o->lease_ms / 4)
+    o->grace_ms = o->lease_ms / 4;
   if (o->nmulti > 0 && o->name != NULL)
     return cli_usage_error(cmdname, "give the lock as NAME or the names with --multi, not both");
   if (o->nmulti > 0 && (o->side != 0 || o->limit > 0))
