@@ -408,10 +408,12 @@ static void a_forced_release_tells_the_holder_at_once(void) {
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   int fd = dlock_mutex_lost_fd(m);
   if (fd < 0) TEST_FAIL("no lost fd: %s", dlock_last_error());
+  int seen = 0;
+  int rc = dlock_lock_list(b, "fr", count_name, &seen); /* the refusal of a mode without admin */
+  conf_offered(CONF_ADMIN, "listing and forcing locks", rc < 0 ? rc : 0);
   int was = 0;
   long long forced_at = th_now_ms();
-  int rc = dlock_lock_force_release(b, "fr", &was);
-  conf_offered(CONF_ADMIN, "a forced release", rc < 0 ? rc : 0);
+  ASSERT_OK(dlock_lock_force_release(b, "fr", &was));
   ASSERT_EQ(was, 1);
   long bound = notify ? slack_ms(2000) : o.watchdog_lease_ms / 3 + slack_ms(2000);
   struct pollfd pfd = {.fd = fd, .events = POLLIN};
