@@ -13,6 +13,7 @@
  * LeaderLatch.hasLeadership() as it polls it every 50 ms.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +223,116 @@ TEST(evicting_a_curator_leader_leaves_it_leading_beside_the_dlock_leader) {
     TEST_FAIL("two leaders: the dlock candidate leads (epoch %llu, lost=%d) and the evicted Curator participant "
               "still says it leads %lld ms later (last line '%s')",
               (unsigned long long)epoch, (int)lost, waited, last[0] ? last : "LEADER");
+}
+
+/* A candidate that resigns and stands again, 'terms' times (bounded in
+ * time), with a pause between so that the name is often free. */
+typedef struct churn {
+  const char *name;
+  int terms;
+  int done, failed;
+  char err[512];
+} churn;
+
+static dlock_client *zk_client(void) {
+  dlock_client_options co;
+  dlock_client_options_init(&co);
+  co.url = zk_url;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&c, &co) != 0) return NULL;
+  return c;
+}
+
+static void *churn_main(void *arg) {
+  churn *ch = arg;
+  dlock_client *c = zk_client();
+  dlock_election *e = NULL;
+  dlock_election_options o;
+  dlock_election_options_init(&o);
+  o.lease_ms = 3000;
+  if (!c || dlock_election_new(&e, c, ch->name, &o) != 0) {
+    snprintf(ch->err, sizeof ch->err, "%s", dlock_last_error());
+    ch->failed = 1;
+  }
+  long long end = th_now_ms() + 20000;
+  for (int i = 0; !ch->failed && i < ch->terms && th_now_ms() < end; i++) {
+    if (dlock_election_campaign(e, "churn", 5000) != 0) {
+      snprintf(ch->err, sizeof ch->err, "campaign: %s", dlock_last_error());
+      ch->failed = 1;
+      break;
+    }
+    th_sleep_ms(2);
+    dlock_election_resign(e);
+    th_sleep_ms(3);
+  }
+  dlock_election_free(e);
+  if (c) dlock_client_free(c);
+  __atomic_store_n(&ch->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/*
+ * Finding 2 (medium): on ZooKeeper, `dlock leader NAME` (dlock_election_leader,
+ * so also the observer and `--am-i`) and `dlock elect --evict` fail with
+ * DLOCK_EWRONGTYPE "lock path ... is held as an election (Curator's
+ * LeaderLatch layout) ..., not as a mutex" when a candidate stands just as
+ * the name was free.
+ *
+ * Promise (docs/election.md): "`dlock leader NAME` exits 0 when someone
+ * leads (and prints who), 3 when no one does"; who leads is
+ * "`dlock_lock_info_get`, read from the server every time"; an eviction
+ * "ends only the term it read (its epoch): when a new term began in
+ * between, that leader is left alone and the command says so, exit 1".
+ *
+ * Attack: one candidate resigns and stands again (a term of 2 ms, 3 ms
+ * free between) while another client asks who leads in a loop (and, in the
+ * race program of the review, evicts by the old epoch).
+ *
+ * What happens: src/zk/lock.c path_kind() lists the name's children once to
+ * pick the kind; an empty list (no candidate at that moment) is taken as a
+ * mutex's; queue_info()/queue_force() then list again, find the new
+ * candidate's "latch-" node and refuse it as another kind's: EWRONGTYPE,
+ * "pick another election name" for the election itself. The reader gets an
+ * error instead of "no leader" or the new leader (`dlock leader` exits with
+ * an error, a health check with --am-i fails), and the eviction fails with
+ * the same wrong message instead of "a new term began".
+ */
+TEST(asking_who_leads_during_a_hand_over_on_zookeeper_is_refused_as_another_kind_of_lock) {
+  need_zk_and_curator();
+  char name[64];
+  snprintf(name, sizeof name, "rev6el-kind-race-%d", (int)getpid());
+  churn ch = {.name = name, .terms = 2000};
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, churn_main, &ch) == 0);
+  dlock_client *c = zk_client();
+  int asks = 0, wrongtype = 0, other = 0, leaders = 0, none = 0;
+  char first[1024] = "";
+  long long end = th_now_ms() + 15000;
+  for (int i = 0; c && i < 20000 && th_now_ms() < end && !__atomic_load_n(&ch.done, __ATOMIC_SEQ_CST); i++) {
+    dlock_leader l;
+    dlock_leader_init(&l);
+    int rc = dlock_election_leader(c, name, &l);
+    asks++;
+    if (rc == DLOCK_EWRONGTYPE) {
+      if (!wrongtype++) snprintf(first, sizeof first, "%s", dlock_last_error());
+    } else if (rc) {
+      if (!other++ && !first[0]) snprintf(first, sizeof first, "%s", dlock_last_error());
+    } else if (l.has_leader) {
+      leaders++;
+    } else {
+      none++;
+    }
+    if (wrongtype >= 3) break;
+  }
+  __atomic_store_n(&ch.terms, 0, __ATOMIC_SEQ_CST);
+  pthread_join(t, NULL);
+  if (c) dlock_client_free(c);
+  fprintf(stderr, "  %d asks: %d leader, %d none, %d EWRONGTYPE, %d other errors\n", asks, leaders, none, wrongtype,
+          other);
+  if (ch.failed) TEST_FAIL("the churning candidate failed: %s", ch.err);
+  if (wrongtype || other)
+    TEST_FAIL("who leads election '%s' failed %d times during hand-overs (%d EWRONGTYPE); first: %s", name,
+              wrongtype + other, wrongtype, first);
 }
 
 TEST_MAIN()
