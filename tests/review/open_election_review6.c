@@ -109,6 +109,16 @@ static void need_zk_and_curator(void) {
   }
 }
 
+/* A client of the shared server (th_client_retry sets Redis timeouts,
+ * which a zk:// URL refuses). */
+static dlock_client *zk_client(void) {
+  dlock_client_options co;
+  dlock_client_options_init(&co);
+  co.url = zk_url;
+  dlock_client *c = NULL;
+  return dlock_client_new(&c, &co) == 0 ? c : NULL;
+}
+
 /* Read lines from the participant until one starts with 'want' (within
  * 'ms'); 0 found, -1 not (the last line read in 'last'). */
 static int await_line(int fd, const char *want, long ms, char *last, size_t len) {
@@ -175,10 +185,7 @@ TEST(evicting_a_curator_leader_leaves_it_leading_beside_the_dlock_leader) {
     stop_child(&cur, &fd);
     TEST_FAIL("the Curator participant did not lead (last line '%s')", last);
   }
-  dlock_client_options co;
-  dlock_client_options_init(&co);
-  co.url = zk_url;
-  if (dlock_client_new(&c, &co) != 0) {
+  if (!(c = zk_client())) {
     stop_child(&cur, &fd);
     TEST_FAIL("connect %s: %s", zk_url, dlock_last_error());
   }
@@ -233,15 +240,6 @@ typedef struct churn {
   int done, failed;
   char err[512];
 } churn;
-
-static dlock_client *zk_client(void) {
-  dlock_client_options co;
-  dlock_client_options_init(&co);
-  co.url = zk_url;
-  dlock_client *c = NULL;
-  if (dlock_client_new(&c, &co) != 0) return NULL;
-  return c;
-}
 
 static void *churn_main(void *arg) {
   churn *ch = arg;
