@@ -293,7 +293,10 @@ static void *churn_main(void *arg) {
  * "pick another election name" for the election itself. The reader gets an
  * error instead of "no leader" or the new leader (`dlock leader` exits with
  * an error, a health check with --am-i fails), and the eviction fails with
- * the same wrong message instead of "a new term began".
+ * the same wrong message instead of "a new term began". By the code, the
+ * same race answers EWRONGTYPE to `dlock release --force NAME` and to
+ * `dlock status` of a read-write lock or a semaphore whose name is free for
+ * a moment (path_kind's default is a mutex's).
  */
 TEST(asking_who_leads_during_a_hand_over_on_zookeeper_is_refused_as_another_kind_of_lock) {
   need_zk_and_curator();
