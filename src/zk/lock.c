@@ -19,6 +19,11 @@
 #define SEQ_DIGITS 10
 /* "_c_" + 36-char uuid + "-": Curator's protected prefix. */
 #define PROTECTED_LEN (3 + 36 + 1)
+/* The last 8 hex digits of the uuid in every node dlock creates: they tell
+ * dlock's nodes from Curator's (whose random uuids match them with a chance
+ * of 2^-32). Curator reads and sorts such a node as any other. */
+#define DLOCK_UUID_TAG "d10cd10c"
+#define TAG_AT (3 + 36 - 8)
 
 /* The text before the sequence number, per side: Curator's lock names
  * (InterProcessMutex "lock-"; InterProcessReadWriteLock "__READ__" and
@@ -89,8 +94,16 @@ static int make_uuid(char out[37]) {
   hex[12] = '4';
   static const char variant[] = "89ab";
   hex[16] = variant[(hex[16] >= 'a' ? hex[16] - 'a' + 10 : hex[16] - '0') & 3];
+  memcpy(hex + 24, DLOCK_UUID_TAG, 8);
   snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
   return 0;
+}
+
+/* 1 when the node 'child' was created by dlock (make_uuid's tag), 0 when by
+ * Curator or anyone else. */
+static int is_dlock_node(const char *child) {
+  return strlen(child) >= PROTECTED_LEN && !strncmp(child, "_c_", 3) && child[PROTECTED_LEN - 1] == '-' &&
+         !memcmp(child + TAG_AT, DLOCK_UUID_TAG, 8);
 }
 
 /* The sorted lock nodes among the children of 'lock_path' (which may not
@@ -924,22 +937,29 @@ int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) { return dlock__zk_
 
 /* What kind of lock the children of 'lock_path' say it is, into '*k': a
  * mutex's, a read-write lock's (its read side lists both sides), a
- * semaphore's ("locks"/"leases"), NULL when the path does not exist. 0 or
- * the error. */
+ * semaphore's ("locks"/"leases"), an election's; NULL when the path does
+ * not exist or has no child (but a semaphore's empty leftovers): nothing is
+ * held, whatever kind the name is about to be (a candidate standing just
+ * then is not a wrong type). 0 or the error. */
 static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const zk_kind **k) {
   struct String_vector v;
   int zrc = zoo_get_children(s->zh, lock_path, 0, &v);
   *k = NULL;
   if (zrc == ZNONODE) return 0;
   if (zrc != ZOK) return dlock__zk_fail(z, zrc, "list the lock nodes of", lock_path);
-  *k = &QUEUE_KINDS[DLOCK__ZK_MUTEX];
+  int any = 0; /* a child that is no semaphore's leftover: a mutex's unless another kind's */
   for (int i = 0; i < v.count && *k != &SEM_KIND; i++) {
     const char *c = v.data[i];
     int side = node_side(c);
-    if ((!strcmp(c, "leases") || !strcmp(c, "locks")) && !sem_leftover(s, lock_path, c)) *k = &SEM_KIND;
-    else if (side == DLOCK__ZK_READ || side == DLOCK__ZK_WRITE) *k = &QUEUE_KINDS[DLOCK__ZK_READ];
+    if (!strcmp(c, "leases") || !strcmp(c, "locks")) {
+      if (!sem_leftover(s, lock_path, c)) *k = &SEM_KIND;
+      continue;
+    }
+    any = 1;
+    if (side == DLOCK__ZK_READ || side == DLOCK__ZK_WRITE) *k = &QUEUE_KINDS[DLOCK__ZK_READ];
     else if (side == DLOCK__ZK_LATCH) *k = &QUEUE_KINDS[DLOCK__ZK_LATCH];
   }
+  if (!*k && any) *k = &QUEUE_KINDS[DLOCK__ZK_MUTEX];
   deallocate_String_vector(&v);
   return 0;
 }
@@ -1235,6 +1255,17 @@ static int queue_force(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, c
       children_free(&ch);
       return rc;
     }
+  }
+  if (k->side == DLOCK__ZK_LATCH && !is_dlock_node(ch.sorted[0])) {
+    /* Curator's LeaderLatch leader watches nothing once it leads: it would
+     * never learn that its node went, and would lead beside the next. */
+    const char *name = lock_path + strlen(z->url.ns) + (lock_path[strlen(z->url.ns)] == '/');
+    rc = dlock__error(DLOCK_EFOREIGN,
+                      "the leader of '%s' on %s is a Curator LeaderLatch participant (node %s), which would not "
+                      "notice an eviction and would go on leading; stop that process instead (nothing deleted)",
+                      name, z->server, ch.sorted[0]);
+    children_free(&ch);
+    return rc;
   }
   rc = force_delete_each(z, s, lock_path, ch.sorted, holding, -1, NULL);
   children_free(&ch);

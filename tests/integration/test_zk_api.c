@@ -526,10 +526,10 @@ TEST(curator_and_the_public_api_exclude_each_other) {
 
 /* A Curator LeaderLatch candidate (CuratorLock latch ID:SECONDS): its pid
  * and the pipe of its lines, once its node exists ("STARTED"). */
-static pid_t latch_spawn(int *fd, const char *path, const char *id_secs) {
+static pid_t latch_spawn_mode(int *fd, const char *path, const char *mode, const char *id_secs) {
   if (curator_ok < 0) curator_ok = th_curator_build(CURATOR_SRC, curator_why, sizeof curator_why) == 0;
   if (!curator_ok) TEST_SKIP("%s", curator_why);
-  pid_t pid = th_curator_spawn(fd, srv.hostport, path, "latch", id_secs);
+  pid_t pid = th_curator_spawn(fd, srv.hostport, path, mode, id_secs);
   ASSERT(pid > 0);
   char line[256] = "";
   if (th_read_line(*fd, line, sizeof line, 30000L * th_time_factor()) != 0 || strcmp(line, "STARTED")) {
@@ -538,6 +538,10 @@ static pid_t latch_spawn(int *fd, const char *path, const char *id_secs) {
     TEST_FAIL("Curator's LeaderLatch at %s did not start: '%s'", path, line);
   }
   return pid;
+}
+
+static pid_t latch_spawn(int *fd, const char *path, const char *id_secs) {
+  return latch_spawn_mode(fd, path, "latch", id_secs);
 }
 
 /* The next line of a latch is 'want' (within 'ms'), else the test fails. */
@@ -647,6 +651,217 @@ TEST(curator_leaderlatch_and_dlock_candidates_stand_in_one_election) {
   dlock_election_free(f);
   dlock_election_free(e);
   dlock_client_free(c);
+}
+
+/* Run the command line 'cmd' (stderr too) into 'out'; its exit status. */
+static int cli_run(const char *cmd, char *out, size_t len) {
+  FILE *p = popen(cmd, "r");
+  ASSERT(p != NULL);
+  size_t n = fread(out, 1, len - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Read a watching latch's lines until one starts with 'want' (within 'ms');
+ * 0 found, -1 not (the last line read in 'last'). */
+static int await_line(int fd, const char *want, long ms, char *last, size_t len) {
+  long long end = th_now_ms() + ms;
+  last[0] = '\0';
+  for (int i = 0; i < 200 && th_now_ms() < end; i++) {
+    char line[256];
+    if (th_read_line(fd, line, sizeof line, end - th_now_ms()) != 0) return -1;
+    snprintf(last, len, "%s", line);
+    if (!strncmp(line, want, strlen(want))) return 0;
+  }
+  return -1;
+}
+
+/*
+ * Sixth review, finding 1 (tests/review/held_election_review6.md): Curator's
+ * LeaderLatch leader watches nothing once it leads, so deleting its node
+ * (`dlock elect --evict`, `--resign --value <its id>`, `dlock release
+ * --force`) would leave it leading beside the next leader. dlock refuses
+ * (its own nodes carry a tag in their uuid); a dlock leader is still evicted,
+ * and Curator's candidate behind it leads next. Two leaders never happen.
+ */
+TEST(evicting_a_curator_leader_is_refused_and_never_makes_two_leaders) {
+  NEED_SERVER();
+#ifndef DLOCK_BIN_PATH
+  TEST_SKIP("built without the dlock command");
+#else
+  const char *name = "evict", *path = "/api12/evict";
+  int fd = -1;
+  pid_t cur = latch_spawn_mode(&fd, path, "watch", "curator-1:25");
+  char last[256];
+  if (await_line(fd, "LEADER", 15000L * th_time_factor(), last, sizeof last)) {
+    kill(cur, SIGKILL);
+    waitpid(cur, NULL, 0);
+    TEST_FAIL("the Curator participant did not lead (last line '%s')", last);
+  }
+  dlock_client *c = client_at(srv.hostport, "/api12", "session_timeout=4s");
+  dlock_election_options o;
+  dlock_election_options_init(&o);
+  o.lease_ms = 3000;
+  dlock_election *e = NULL;
+  ASSERT_OK(dlock_election_new(&e, c, name, &o));
+  int rc = dlock_election_campaign(e, "dlock-1", 300);
+  if (rc != DLOCK_EBUSY) {
+    kill(cur, SIGKILL);
+    waitpid(cur, NULL, 0);
+    TEST_FAIL("the dlock candidate should wait behind the Curator leader: %d %s", rc, dlock_last_error());
+  }
+  /* The three ways to force the leader out, each refused and named. */
+  static const char *const how[] = {"elect --evict evict", "elect --resign evict --value curator-1",
+                                    "release --force evict"};
+  char cmd[1024], out[1024];
+  int refused = 0;
+  for (int i = 0; i < 3; i++) {
+    snprintf(cmd, sizeof cmd, "'%s' %s --url 'zk://%s/api12' 2>&1", DLOCK_BIN_PATH, how[i], srv.hostport);
+    int st = cli_run(cmd, out, sizeof out);
+    fprintf(stderr, "  dlock %s: exit %d: %s", how[i], st, out);
+    if (st != 0 && strstr(out, "Curator LeaderLatch participant") && strstr(out, "stop that process")) refused++;
+  }
+  int was_held = -1;
+  int frc = dlock_lock_force_release(c, name, &was_held);
+  if (frc == DLOCK_EFOREIGN && strstr(dlock_last_error(), "'evict'")) refused++;
+  /* What the review asserted: if the dlock candidate is elected, the
+   * Curator participant has stopped leading (within twice its session). */
+  rc = dlock_election_campaign(e, "dlock-1", 2000);
+  int two = 0;
+  long long waited = 0;
+  if (rc == 0) {
+    long long at = th_now_ms();
+    two = await_line(fd, "NOTLEADER", 8000, last, sizeof last) != 0;
+    waited = th_now_ms() - at;
+  }
+  uint64_t cur_epoch = 0;
+  dlock_leader l;
+  dlock_leader_init(&l);
+  int lrc = dlock_election_leader(c, name, &l);
+  if (lrc == 0 && l.has_leader) cur_epoch = l.epoch;
+  kill(cur, SIGKILL);
+  waitpid(cur, NULL, 0);
+  close(fd);
+  if (two)
+    TEST_FAIL("two leaders: the dlock candidate leads and the evicted Curator participant still says it leads %lld "
+              "ms later (last line '%s')",
+              waited, last[0] ? last : "LEADER");
+  ASSERT_EQ(refused, 4);
+  ASSERT_EQ(rc, DLOCK_EBUSY);
+  ASSERT(lrc == 0 && l.has_leader && !strcmp(l.value, "curator-1"));
+
+  /* Curator's participant is gone (kill -9: its session ends in 4 s): dlock
+   * leads; a Curator candidate queues behind; dlock's leader is evicted by
+   * its epoch, and Curator's candidate leads next. */
+  ASSERT_OK(dlock_election_campaign(e, "dlock-1", 30000L * th_time_factor()));
+  uint64_t mine = dlock_election_epoch(e);
+  ASSERT(mine > cur_epoch);
+  pid_t next = latch_spawn_mode(&fd, path, "watch", "curator-2:25");
+  int evicted = 0;
+  ASSERT_OK(dlock_election_evict(c, name, mine, &evicted));
+  ASSERT_EQ(evicted, 1);
+  if (await_line(fd, "LEADER", 15000L * th_time_factor(), last, sizeof last)) {
+    kill(next, SIGKILL);
+    waitpid(next, NULL, 0);
+    TEST_FAIL("the Curator candidate did not lead after the dlock leader's eviction (last line '%s')", last);
+  }
+  kill(next, SIGKILL);
+  waitpid(next, NULL, 0);
+  close(fd);
+  dlock_election_free(e);
+  dlock_client_free(c);
+#endif
+}
+
+/* A candidate that resigns and stands again, 'terms' times (bounded in
+ * time), with a pause between so that the name is often free. */
+typedef struct churn {
+  const char *url;
+  const char *name;
+  int terms;
+  int done, failed;
+  char err[512];
+} churn;
+
+static void *churn_main(void *arg) {
+  churn *ch = arg;
+  dlock_client_options co;
+  dlock_client_options_init(&co);
+  co.url = ch->url;
+  dlock_client *c = NULL;
+  dlock_election *e = NULL;
+  dlock_election_options o;
+  dlock_election_options_init(&o);
+  o.lease_ms = 3000;
+  if (dlock_client_new(&c, &co) != 0 || dlock_election_new(&e, c, ch->name, &o) != 0) {
+    snprintf(ch->err, sizeof ch->err, "%s", dlock_last_error());
+    ch->failed = 1;
+  }
+  long long end = th_now_ms() + 20000;
+  for (int i = 0; !ch->failed && i < __atomic_load_n(&ch->terms, __ATOMIC_SEQ_CST) && th_now_ms() < end; i++) {
+    if (dlock_election_campaign(e, "churn", 5000) != 0) {
+      snprintf(ch->err, sizeof ch->err, "campaign: %s", dlock_last_error());
+      ch->failed = 1;
+      break;
+    }
+    th_sleep_ms(2);
+    dlock_election_resign(e);
+    th_sleep_ms(3);
+  }
+  dlock_election_free(e);
+  if (c) dlock_client_free(c);
+  __atomic_store_n(&ch->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/*
+ * Sixth review, finding 2: a name with no child (a candidate resigned, the
+ * next not yet standing) is no kind yet: asking who leads just as a
+ * candidate stands answers the leader or "no leader", never "held as an
+ * election, not as a mutex" (DLOCK_EWRONGTYPE).
+ */
+TEST(asking_who_leads_during_hand_overs_is_never_a_wrong_type) {
+  NEED_SERVER();
+  char url[256];
+  snprintf(url, sizeof url, "zk://%s/api13?session_timeout=4s", srv.hostport);
+  churn ch = {.url = url, .name = "race", .terms = 2000};
+  pthread_t t;
+  ASSERT(pthread_create(&t, NULL, churn_main, &ch) == 0);
+  dlock_client_options co;
+  dlock_client_options_init(&co);
+  co.url = url;
+  dlock_client *c = NULL;
+  int crc = dlock_client_new(&c, &co);
+  int asks = 0, wrongtype = 0, other = 0, leaders = 0, none = 0;
+  char first[1024] = "";
+  long long end = th_now_ms() + 5000;
+  for (int i = 0; crc == 0 && i < 20000 && th_now_ms() < end && !__atomic_load_n(&ch.done, __ATOMIC_SEQ_CST); i++) {
+    dlock_leader l;
+    dlock_leader_init(&l);
+    int rc = dlock_election_leader(c, "race", &l);
+    asks++;
+    if (rc == DLOCK_EWRONGTYPE) {
+      if (!wrongtype++) snprintf(first, sizeof first, "%s", dlock_last_error());
+    } else if (rc) {
+      if (!other++ && !first[0]) snprintf(first, sizeof first, "%s", dlock_last_error());
+    } else if (l.has_leader) {
+      leaders++;
+    } else {
+      none++;
+    }
+    if (wrongtype >= 3) break;
+  }
+  __atomic_store_n(&ch.terms, 0, __ATOMIC_SEQ_CST);
+  pthread_join(t, NULL);
+  if (c) dlock_client_free(c);
+  fprintf(stderr, "  %d asks: %d leader, %d none, %d EWRONGTYPE, %d other errors\n", asks, leaders, none, wrongtype,
+          other);
+  ASSERT_EQ(crc, 0);
+  if (ch.failed) TEST_FAIL("the churning candidate failed: %s", ch.err);
+  if (wrongtype || other)
+    TEST_FAIL("who leads election 'race' failed %d times during hand-overs (%d EWRONGTYPE); first: %s",
+              wrongtype + other, wrongtype, first);
 }
 
 TEST_MAIN()

@@ -15,6 +15,12 @@
 //                                            "STARTED" once its node exists,
 //                                            "LEADER" when it leads (within 60 s),
 //                                            leads SECONDS, closes, "CLOSED", exit 0
+//   CuratorLock CONNECT PATH watch ID:SECONDS
+//                                            a LeaderLatch candidate that prints
+//                                            "STARTED", then "LEADER"/"NOTLEADER" at
+//                                            each change of hasLeadership() (polled
+//                                            every 50 ms) for SECONDS, then closes,
+//                                            "END LEADER"/"END NOTLEADER", exit 0
 //   CuratorLock CONNECT PATH leader          LeaderLatch.getLeader(): "LEADER <id>"
 //                                            exit 0, or "NONE" exit 3
 //   CuratorLock CONNECT PATH create [user:pass]
@@ -42,6 +48,17 @@ import org.apache.zookeeper.data.Id;
 import org.apache.zookeeper.server.auth.DigestAuthenticationProvider;
 
 public class CuratorLock {
+  // A LeaderLatch with id 'id' on 'path', started; "STARTED" once its node exists.
+  static LeaderLatch startLatch(CuratorFramework client, String path, String id) throws Exception {
+    LeaderLatch latch = new LeaderLatch(client, path, id);
+    latch.start();
+    for (int i = 0; i < 3000 && latch.getOurPath() == null; i++) Thread.sleep(10);
+    if (latch.getOurPath() == null) throw new Exception("the latch's node was not created in 30 s");
+    System.out.println("STARTED");
+    System.out.flush();
+    return latch;
+  }
+
   public static void main(String[] args) throws Exception {
     if (args.length < 3) {
       System.err.println("usage: CuratorLock CONNECT PATH hold SECONDS | try MILLIS | create [user:pass]");
@@ -114,20 +131,31 @@ public class CuratorLock {
           status = 3;
         }
       } else if (mode.equals("latch")) {
-        String id = args[3].substring(0, args[3].lastIndexOf(':'));
         double secs = Double.parseDouble(args[3].substring(args[3].lastIndexOf(':') + 1));
-        LeaderLatch latch = new LeaderLatch(client, path, id);
-        latch.start();
-        for (int i = 0; i < 3000 && latch.getOurPath() == null; i++) Thread.sleep(10);
-        if (latch.getOurPath() == null) throw new Exception("the latch's node was not created in 30 s");
-        System.out.println("STARTED");
-        System.out.flush();
+        LeaderLatch latch = startLatch(client, path, args[3].substring(0, args[3].lastIndexOf(':')));
         if (!latch.await(60, TimeUnit.SECONDS)) throw new Exception("not leader in 60 s");
         System.out.println("LEADER");
         System.out.flush();
         Thread.sleep((long) (secs * 1000));
         latch.close();
         System.out.println("CLOSED");
+        status = 0;
+      } else if (mode.equals("watch")) {
+        double secs = Double.parseDouble(args[3].substring(args[3].lastIndexOf(':') + 1));
+        LeaderLatch latch = startLatch(client, path, args[3].substring(0, args[3].lastIndexOf(':')));
+        boolean was = false;
+        long end = System.currentTimeMillis() + (long) (secs * 1000);
+        while (System.currentTimeMillis() < end) {
+          boolean h = latch.hasLeadership();
+          if (h != was) {
+            System.out.println(h ? "LEADER" : "NOTLEADER");
+            System.out.flush();
+            was = h;
+          }
+          Thread.sleep(50);
+        }
+        System.out.println(was ? "END LEADER" : "END NOTLEADER");
+        latch.close();
         status = 0;
       } else if (mode.equals("leader")) {
         Participant p = new LeaderLatch(client, path).getLeader();
