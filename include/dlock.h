@@ -990,9 +990,10 @@ DLOCK_API int dlock_election_leader(dlock_client *c, const char *name, dlock_lea
  * server: a term begun since is left alone. '*evicted' (may be NULL): 1
  * when that term ended now, 0 when it had ended already or another term
  * leads (nothing done). The leader learns it at its next renewal.
- * DLOCK_EINVAL where not offered (docs/election.md); DLOCK_EFOREIGN on
- * ZooKeeper when the leader is a Curator LeaderLatch participant, which
- * would not notice (so does dlock_lock_force_release()). */
+ * DLOCK_EINVAL where not offered (docs/election.md); DLOCK_EFOREIGN when
+ * the leader is another program's candidate that would not notice and would
+ * go on leading (docs/election.md says where; so does
+ * dlock_lock_force_release()). */
 DLOCK_API int dlock_election_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted);
 
 /* Watch an election, candidate or not: every change of leader (a new
