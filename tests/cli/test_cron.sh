@@ -179,8 +179,10 @@ assert_eq "fences increase from tick to tick" "$fences" ""
 assert_eq "the command saw DLOCK_JOB, DLOCK_NODE and DLOCK_URL" \
   "$(awk '$3 != "J" || $4 !~ /^node-[123]$/ || $5 != "'"$DLOCK_URL"'"' "$TICKS")" ""
 cat "$TEST_DIR"/node?.log >"$TEST_DIR/all.log"
-ran=$(grep -c ": ran on node-" "$TEST_DIR/all.log")
-assert_eq "the logs have one 'ran' line per tick" "$ran" "$nticks"
+# A tick whose command the SIGTERM stopped before it wrote its line (a busy
+# machine starts it late) is logged and recorded, not ok: at most one, last.
+ran=$(grep -c ": ran on node-.*, exit 0" "$TEST_DIR/all.log")
+assert_eq "the logs have one 'ran ... exit 0' line per tick" "$ran" "$nticks"
 assert_match "a node logs ticks claimed by another" "$(cat "$TEST_DIR/all.log")" \
   "J tick [0-9T:+-]+: skipped, claimed by node-[123]"
 assert_match "a 'ran' line has node, fence, duration and exit status" "$(cat "$TEST_DIR/all.log")" \
@@ -195,7 +197,10 @@ check "--history --json is valid JSON" is_json <"$TEST_DIR/hist.json"
 jticks=$(python3 -c '
 import json, sys
 runs = json.load(open(sys.argv[1]))
-assert all(r["outcome"] == "ok" and r["duration_ms"] >= 0 for r in runs)
+stopped = [r for r in runs if r["outcome"] != "ok"]
+runs = [r for r in runs if r["outcome"] == "ok"]
+assert len(stopped) <= 1 and all(s["scheduled_unix_ms"] > r["scheduled_unix_ms"] for s in stopped for r in runs)
+assert all(r["duration_ms"] >= 0 for r in runs)
 assert all(r["node"] in ("node-1", "node-2", "node-3") for r in runs)
 print(" ".join(str(r["scheduled_unix_ms"] // 1000) for r in sorted(runs, key=lambda r: r["scheduled_unix_ms"])))
 ' "$TEST_DIR/hist.json")
