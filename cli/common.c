@@ -115,14 +115,14 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
   const char *kind = NULL;
   size_t kind_len = 0;
   if (status == DLOCK_EWRONGTYPE && detail != NULL) {
+    /* "X is in use as a semaphore, not ..." or "X is a semaphore, not ..." */
     const char *p = strstr(detail, " is in use as a");
-    p = p != NULL ? p + strlen(" is in use as ") : strstr(detail, " is a");
-    if (p != NULL && p == strstr(detail, " is a"))
-      p += strlen(" is ");
-    if (p != NULL) {
-      kind = p;
-      kind_len = strcspn(p, ":;(");
-    }
+    if (p != NULL)
+      kind = p + strlen(" is in use as ");
+    else if ((p = strstr(detail, " is a")) != NULL)
+      kind = p + strlen(" is ");
+    if (kind != NULL)
+      kind_len = strcspn(kind, ":;(");
   }
   if (kind != NULL && kind_len > 0 && kind_len < 120)
     fprintf(stderr, ": the name is %.*s", (int)kind_len, kind);

@@ -94,4 +94,12 @@ assert_match "... naming the file and where it came from" "$(cat "$TEST_DIR/err"
 printf '%s\n' "$SECRET" >"$TEST_DIR/wrong.pw"
 chmod 600 "$TEST_DIR/wrong.pw"
 no_secret "a wrong password from a file is not shown" status --url "$URL" --password-file "$TEST_DIR/wrong.pw" x
+: >"$TEST_DIR/empty.pw"
+"$DLOCK" status --url "$URL" --password-file "$TEST_DIR/empty.pw" x >/dev/null 2>"$TEST_DIR/err"
+assert_eq "an empty password file is a usage error" "$?" 64
+assert_match "... saying its first line is empty" "$(cat "$TEST_DIR/err")" "empty.pw .*its first line is empty"
+"$DLOCK" status --url "zk://127.0.0.1:1/x" --password-file "$TEST_DIR/wrong.pw" x >/dev/null 2>"$TEST_DIR/err"
+assert_eq "a password file with a ZooKeeper URL is a usage error" "$?" 64
+assert_match "... saying where ZooKeeper takes credentials" "$(tr '\n' ' ' <"$TEST_DIR/err")" "digest"
+check "... without the password" sh -c "! grep -q '$SECRET' '$TEST_DIR/err'"
 finish
