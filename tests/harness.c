@@ -314,6 +314,22 @@ pid_t th_spawn(int (*fn)(void *), void *arg) {
   return pid;
 }
 
+pid_t th_spawn_argv(const char *const argv[]) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+    }
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
 int th_wait(pid_t pid, long timeout_ms) {
   long long deadline = th_now_ms() + timeout_ms;
   int st;

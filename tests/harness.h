@@ -79,6 +79,11 @@ void *th_wait_for_lock(void *arg);
 
 /* Fork a child running fn(arg); returns its pid. The child exits with fn's result. */
 pid_t th_spawn(int (*fn)(void *), void *arg);
+/* Fork and exec argv (found on PATH), its output to /dev/null; returns its
+ * pid. Unlike th_spawn the child runs no test code: under valgrind it is
+ * not checked (--trace-children=no), so what the test had allocated before
+ * the fork is not reported as the child's leak. */
+pid_t th_spawn_argv(const char *const argv[]);
 /* Wait for 'pid' up to 'timeout_ms'; returns the wait status, or -1 on timeout
  * (the child is then killed). */
 int th_wait(pid_t pid, long timeout_ms);
