@@ -59,6 +59,8 @@ struct dlock__zk {
  * NULL with '*rc' and the error set. */
 dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc);
 void dlock__zk_sess_put(dlock__zk_sess *s);
+/* 1 once 's' is lost (expired, or past its deadline). */
+int dlock__zk_sess_over(dlock__zk_sess *s);
 /* Wait until 's' is connected, lost, or 'deadline'. 1 when connected. */
 int dlock__zk_wait_connected(dlock__zk_sess *s, dlock_mono_ms deadline);
 /* The moment after which retrying a call on 's' makes no sense: its
