@@ -10,6 +10,8 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 dlock_install_packages
+# Each stage's wall time, repeated in one line at the end (CI shows the tail).
+stage_times="packages $SECONDS s"
 
 passed=0
 failed=0
@@ -49,6 +51,7 @@ run_suite() {
     fi
   fi
   echo "=== $name: $((SECONDS - start)) s"
+  stage_times+=", $name $((SECONDS - start)) s"
 }
 
 B=$DLOCK_ROOT/build
@@ -74,6 +77,7 @@ build_for() {
   fi
   DLOCK_BUILD_TARGETS=$targets dlock_build "$dir" "$@" || return 1
   echo "=== built $name: $((SECONDS - start)) s${targets:+ ($(echo "$targets" | wc -w) targets)}"
+  stage_times+=", built $name $((SECONDS - start)) s"
 }
 
 # shellcheck disable=SC2034 # read by build_for (a nameref)
@@ -109,6 +113,7 @@ wait "$bg_pid"
 bg_status=$?
 cat "$bg_log"
 echo "=== waited for the sanitizer builds: $((SECONDS - start)) s more"
+stage_times+=", $(sed -nE 's/^=== (built [^:]+): ([0-9]+ s).*/\1 \2 (beside the plain suite)/p' "$bg_log" | paste -sd, | sed 's/,/, /g'), waited for them $((SECONDS - start)) s"
 [ $bg_status -eq 0 ] || { echo "dlock: a sanitizer or fuzz build failed (above; whole log: $bg_log)" >&2; exit 1; }
 # The fault matrix (label fault: whole deployments under faults for a bounded
 # time) and the SPIN model (label model: no library code runs) only in the
@@ -140,6 +145,7 @@ done
 
 # libFuzzer: fuzz/run.sh builds with clang in its own directory.
 echo "=== libFuzzer (clang, ASan+UBSan), ${DLOCK_FUZZ_TIME:-20} s per target"
+fuzz_start=$SECONDS
 flog=$(mktemp)
 DLOCK_FUZZ_BUILD=$B/fuzz bash "$DLOCK_ROOT/fuzz/run.sh" "${DLOCK_FUZZ_TIME:-20}" 2>&1 | tee "$flog"
 fline=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' "$flog" | tail -n 1)
@@ -156,5 +162,7 @@ else
 fi
 rm -f "$flog"
 
+stage_times+=", fuzz $((SECONDS - fuzz_start)) s"
+echo "=== stage times: $stage_times; whole run $SECONDS s"
 echo "$passed passed, $failed failed"
 exit $status
