@@ -301,6 +301,7 @@ static void note_contact(dlock__zk_sess *s, dlock_mono_ms sent) {
   if (sent > s->last_contact) {
     dlock_mono_ms v = valid_after(sent, s->last_contact, s->timeout_ms);
     s->last_contact = sent;
+    s->contacted = 1;
     if (v > s->valid_until) s->valid_until = v;
   }
 }
@@ -567,8 +568,10 @@ dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc) {
   while (1) {
     dlock__zk_sess *s = z->cur;
     /* A process resumed after a pause must not use a session that may
-     * have expired meanwhile before the monitor thread has run. */
-    if (s) mark_lost_past_deadline(s);
+     * have expired meanwhile before the monitor thread has run. Not one
+     * that no ping answered yet: a slow connect (a busy server) can end past
+     * its first deadline, and the ping that follows moves it. */
+    if (s && s->contacted) mark_lost_past_deadline(s);
     if (z->stop) {
       pthread_mutex_unlock(&z->mu);
       *rc = dlock__error(DLOCK_ECLOSED, "%s: the client is shutting down", z->server);

@@ -30,6 +30,7 @@ typedef struct dlock__zk_sess {
   int64_t id;                /* session id, 0 until connected */
   int timeout_ms;            /* negotiated */
   dlock_mono_ms last_contact; /* send time of the last answered sync (through the leader) */
+  int contacted;             /* a sync was answered since the connect */
   dlock_mono_ms valid_until;  /* see the loss rule in session.c */
   dlock_mono_ms next_ping;
   int pings_out;             /* syncs sent and not yet answered */
