@@ -32,10 +32,11 @@ def _candidates() -> list[str]:
         return [env]
     out = []
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    plain = os.path.join(repo, "build", "plain", "src", "libdlock.so")
-    out.append(plain)
-    out.extend(p for p in sorted(glob.glob(os.path.join(repo, "build", "*", "src", "libdlock.so")))
-               if p != plain)
+    if os.path.exists(os.path.join(repo, "include", "dlock.h")):  # running from the tree
+        plain = os.path.join(repo, "build", "plain", "src", "libdlock.so")
+        out.append(plain)
+        out.extend(p for p in sorted(glob.glob(os.path.join(repo, "build", "*", "src",
+                                                            "libdlock.so"))) if p != plain)
     out.append("libdlock.so.0")
     found = ctypes.util.find_library("dlock")
     if found:
