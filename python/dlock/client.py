@@ -99,11 +99,13 @@ class Client:
         return r
 
     def _free(self, r: _Res) -> None:
+        if self._gen != _util.fork_generation:
+            return
         with r.mu:
             ptr, r.ptr = r.ptr, None
         with self._mu:
             self._res.discard(r)
-        if ptr is not None and self._gen == _util.fork_generation:
+        if ptr is not None:
             r.free(ptr)
 
     def close(self) -> None:
@@ -510,6 +512,8 @@ class _Holding:
 
     def close(self) -> None:
         """Free the handle (a hold is released, best effort). Idempotent."""
+        if self._client._gen != _util.fork_generation:
+            return  # the parent's (and its locks, which another thread may have held at fork)
         with self._smu:
             self._active = False
             if self._watch is not None:

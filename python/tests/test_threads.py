@@ -6,7 +6,7 @@ import time
 import pytest
 
 import dlock
-from conftest import RedisServer
+from servers import RedisServer
 
 THREADS, CYCLES = 8, 500
 
