@@ -32,8 +32,33 @@ def _server_fixture(make):
 
 
 redis_server = _server_fixture(RedisServer)
-pg_server = _server_fixture(lambda: HelperServer("pg", os.environ.get("DLOCK_PG_SERVER")))
-zk_server = _server_fixture(lambda: HelperServer("zk", os.environ.get("DLOCK_ZK_SERVER")))
+
+# PostgreSQL and ZooKeeper take seconds to start (initdb, a JVM): their helpers start with
+# the session, so that the servers come up while the Redis tests run.
+_helpers = {}
+
+
+def pytest_sessionstart(session):
+    for kind, env in (("pg", "DLOCK_PG_SERVER"), ("zk", "DLOCK_ZK_SERVER")):
+        try:
+            _helpers[kind] = HelperServer(kind, os.environ.get(env))
+        except Unavailable:
+            pass
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for h in _helpers.values():
+        h.stop()
+
+
+def _helper(kind):
+    if kind not in _helpers:
+        raise Unavailable(f"the {kind} helper is not built (ctest passes its path)")
+    return _helpers[kind].ready()
+
+
+pg_server = _server_fixture(lambda: _helper("pg"))
+zk_server = _server_fixture(lambda: _helper("zk"))
 
 
 @pytest.fixture(params=["redis", "pg", "zk"])
@@ -64,3 +89,8 @@ def dlock_cli():
         if c and os.access(c, os.X_OK):
             return c
     pytest.skip("the dlock CLI is not built (cmake --build build/plain, or set DLOCK_CLI)")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # The tests on PostgreSQL and ZooKeeper last: their servers start meanwhile.
+    items.sort(key=lambda item: "any_url" in getattr(item, "fixturenames", ()))

@@ -91,33 +91,40 @@ class HelperServer:
     tests/zk_server_main.c), which stops its server by PID when sent SIGTERM."""
 
     def __init__(self, kind: str, program: Optional[str]) -> None:
+        """Starts the helper and returns at once: ready() waits for the server."""
         if not program or not os.access(program, os.X_OK):
             raise Unavailable(f"the {kind} helper is not built (ctest passes its path)")
+        self.kind = kind
+        self.url = ""
         self.dir = tempfile.mkdtemp(prefix=f"dlock-py-{kind}-")
-        addr = os.path.join(self.dir, "address")
-        argv = [program] + ([addr] if kind == "zk" else [])
+        self._addr = os.path.join(self.dir, "address")
+        argv = [program] + ([self._addr] if kind == "zk" else [])
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
-        try:
-            if kind == "pg":
-                line = self.proc.stdout.readline().strip()  # the URL once the server answers
-                self.url = line
-            else:
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline and self.proc.poll() is None:
-                    if os.path.exists(addr) and open(addr).read().endswith("\n"):
-                        break
-                    time.sleep(0.1)
-                self.url = "zk://" + open(addr).read().strip() if os.path.exists(addr) else ""
-            if not self.url:
-                rc = self.proc.wait(timeout=120)
-                err = self.proc.stderr.read().strip()
-                if rc == 77:
-                    raise Unavailable(err or f"{kind} is not installed")
-                raise RuntimeError(f"the {kind} server did not start (exit {rc}): {err}")
-        except BaseException:
-            self.stop()
-            raise
+
+    def ready(self, timeout: float = 120.0) -> "HelperServer":
+        """Wait until the server answers (its helper says so): the URL, or an exception."""
+        if self.url:
+            return self
+        if self.kind == "pg":
+            self.url = self.proc.stdout.readline().strip()  # the URL once the server answers
+        else:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if os.path.exists(self._addr) and open(self._addr).read().endswith("\n"):
+                    self.url = "zk://" + open(self._addr).read().strip()
+                    break
+                time.sleep(0.1)
+        if not self.url:
+            try:
+                rc = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                rc = None
+            err = self.proc.stderr.read().strip() if rc is not None else "no answer in time"
+            if rc == 77:
+                raise Unavailable(err or f"{self.kind} is not installed")
+            raise RuntimeError(f"the {self.kind} server did not start (exit {rc}): {err}")
+        return self
 
     def stop(self) -> None:
         _kill(self.proc, signal.SIGTERM, timeout=60)

@@ -20,14 +20,14 @@ def test_lock_fence_busy_and_exclusion(any_url, name):
 
         def worker():
             lk = c.lock(name, wait=30)
-            for _ in range(25):
+            for _ in range(10):
                 with lk:
                     inside[0] += 1
                     if inside[0] != 1:
                         errors.append("overlap")
                     inside[0] -= 1
 
-        ts = [threading.Thread(target=worker) for _ in range(4)]
+        ts = [threading.Thread(target=worker) for _ in range(3)]
         for t in ts:
             t.start()
         for t in ts:
