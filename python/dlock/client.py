@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from ctypes import byref, c_char_p, c_int, c_int64, c_uint64, c_void_p
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, TypeVar
 
 from . import _lib, _monitor, _util, errors
 from ._lib import RW_READ, RW_WRITE, WAIT_FOREVER, lib
@@ -13,6 +13,7 @@ from ._util import Duration, dec, enc, to_ms
 __all__ = ["Client", "Lock", "MultiLock", "Latch", "Election", "LockStatus", "Leader"]
 
 _UNSET = object()
+_H = TypeVar("_H", bound="_Holding")
 LostCallback = Callable[["_Holding", str], None]
 
 
@@ -386,7 +387,7 @@ class _Holding:
 
     # ---- acquire / release ----
 
-    def acquire(self, wait: Optional[Duration] = _UNSET) -> "_Holding":  # type: ignore[assignment]
+    def acquire(self: _H, wait: Optional[Duration] = _UNSET) -> _H:  # type: ignore[assignment]
         """Take it, waiting up to ``wait`` (default: the handle's; None: without limit; 0: try
         once). Raises ``dlock.Busy`` when the wait ends with it taken. Returns the handle."""
         ms = to_ms(self._wait if wait is _UNSET else wait, "wait", forever_ok=True)
@@ -494,7 +495,7 @@ class _Holding:
 
     # ---- context manager, lifetime ----
 
-    def __enter__(self) -> "_Holding":
+    def __enter__(self: _H) -> _H:
         return self.acquire()
 
     def __exit__(self, exc_type, exc, tb) -> None:

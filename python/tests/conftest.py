@@ -11,6 +11,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))  # the package from the tree, not an installed one
 
+# Under python/run_tests.sh --asan, libasan is preloaded into this interpreter only: the
+# servers and programs the tests start (redis-server, a JVM) do not get it.
+ASAN_PRELOAD = os.environ.pop("LD_PRELOAD", None)
+
 import dlock  # noqa: E402
 from servers import HelperServer, RedisServer, Unavailable  # noqa: E402
 
