@@ -16,6 +16,8 @@ import os
 import select
 import sys
 import threading
+import time
+import weakref
 from typing import Dict, List, Optional
 
 
@@ -34,7 +36,9 @@ class _Monitor:
         Returns a key for unwatch()."""
         dfd = os.dup(fd)
         with self._mu:
-            self._watched[dfd] = target
+            # A weak reference: a handle dropped while watched is still collected (its
+            # finalizer unwatches it).
+            self._watched[dfd] = weakref.ref(target)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dlock-loss-monitor",
                                                 daemon=True)
@@ -57,38 +61,48 @@ class _Monitor:
 
     def _run(self) -> None:
         while True:
-            with self._mu:
-                for fd in self._closing:
-                    os.close(fd)
-                self._closing.clear()
-                fds = list(self._watched)
-            p = select.poll()
-            p.register(self._r, select.POLLIN)
-            for fd in fds:
-                p.register(fd, select.POLLIN)
             try:
-                ready = p.poll()
-            except InterruptedError:
-                continue
-            fired = []
-            with self._mu:
-                for fd, _ in ready:
-                    if fd == self._r:
-                        try:
-                            while os.read(self._r, 4096):
-                                pass
-                        except BlockingIOError:
+                self._step()
+            except BaseException:  # reported; the monitor goes on (holds depend on it)
+                sys.excepthook(*sys.exc_info())
+                time.sleep(0.1)
+
+    def _step(self) -> None:
+        """One poll: close what was unwatched, wait, tell the holds whose fd fired."""
+        with self._mu:
+            for fd in self._closing:
+                os.close(fd)
+            self._closing.clear()
+            fds = list(self._watched)
+        p = select.poll()
+        p.register(self._r, select.POLLIN)
+        for fd in fds:
+            p.register(fd, select.POLLIN)
+        try:
+            ready = p.poll()
+        except InterruptedError:
+            return
+        fired = []
+        with self._mu:
+            for fd, _ in ready:
+                if fd == self._r:
+                    try:
+                        while os.read(self._r, 4096):
                             pass
-                        continue
-                    target = self._watched.pop(fd, None)
+                    except BlockingIOError:
+                        pass
+                    continue
+                ref = self._watched.pop(fd, None)
+                if ref is not None:
+                    self._closing.append(fd)
+                    target = ref()
                     if target is not None:
-                        self._closing.append(fd)
                         fired.append(target)
-            for target in fired:
-                try:
-                    target._fire_lost()
-                except BaseException:  # a callback's failure must not stop the monitor
-                    sys.excepthook(*sys.exc_info())
+        for target in fired:
+            try:
+                target._fire_lost()
+            except BaseException:  # a callback's failure must not stop the monitor
+                sys.excepthook(*sys.exc_info())
 
 
 _monitor: Optional[_Monitor] = None

@@ -87,6 +87,7 @@ def test_handles_freed_by_the_gc_and_by_close_release_their_locks(redis_server, 
         h.lost_event  # watched by the monitor while freed
     del h
     gc.collect()
+    assert c.list(name + ":*") == []  # each released when its handle was collected
     held = c.lock(name)
     held.acquire()
     cyc = c.lock(name + ":cycle")
