@@ -14,7 +14,6 @@ from ._util import Duration
 from .client import (Client, Election, Latch, Leader, Lock, LockStatus, MultiLock,
                      lost_reason_str)
 from .errors import Error, Forked, by_code, by_name
-from . import errors as _errors
 from .aio import AsyncLock
 from .sched import Job, Run, Tick
 

@@ -222,6 +222,7 @@ _SIGS = {
     "dlock_election_errmsg": (c_char_p, [P]),
     "dlock_leader_init": (None, [POINTER(Leader)]),
     "dlock_election_leader": (c_int, [P, c_char_p, POINTER(Leader)]),
+    "dlock_election_evict": (c_int, [P, c_char_p, c_uint64, _INTP]),
     "dlock_sched_options_init": (None, [POINTER(SchedOptions)]),
     "dlock_job_options_init": (None, [POINTER(JobOptions)]),
     "dlock_sched_new": (c_int, [POINTER(P), P, POINTER(SchedOptions)]),

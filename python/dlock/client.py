@@ -7,7 +7,7 @@ from ctypes import byref, c_char_p, c_int, c_int64, c_uint64, c_void_p
 from typing import Callable, List, Optional, Sequence, TypeVar
 
 from . import _lib, _monitor, _util, errors
-from ._lib import RW_READ, RW_WRITE, WAIT_FOREVER, lib
+from ._lib import RW_READ, RW_WRITE, lib
 from ._util import Duration, dec, enc, to_ms
 
 __all__ = ["Client", "Lock", "MultiLock", "Latch", "Election", "LockStatus", "Leader"]
@@ -261,6 +261,14 @@ class Client:
         if not o.has_leader:
             return None
         return Leader(o.epoch, dec(o.value), o.since_unix_ms, o.lease_left_ms)
+
+    def evict(self, name: str, epoch: int) -> bool:
+        """End the term ``epoch`` of election ``name`` (as :meth:`leader` read it), only if it
+        is still the one leading: True when it ended now. Its leader learns it at its next
+        renewal (docs/election.md)."""
+        evicted = c_int()
+        errors.check(lib.dlock_election_evict(self._p(), enc(name), epoch, byref(evicted)))
+        return bool(evicted.value)
 
     def guard_check(self, resource: str, fence: int) -> int:
         """Admit a write to ``resource`` by the holder of ``fence``, recording it: returns the

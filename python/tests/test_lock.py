@@ -198,6 +198,14 @@ def test_election_and_leader(client, name):
     assert client.leader(name) is None
 
 
+def test_an_evicted_leader_learns_it(client, name):
+    with client.election(name, "a", lease=1.5, lost_ok=True) as e:
+        ev = e.lost_event
+        assert not client.evict(name, e.epoch + 1)  # another term: nothing done
+        assert client.evict(name, e.epoch)
+        assert ev.wait(10) and e.lost
+
+
 def test_guard_check(client, name):
     with client.lock(name) as h:
         assert client.guard_check(name + ":res", h.fence) == h.fence
