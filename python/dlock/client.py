@@ -383,6 +383,7 @@ class _Holding:
         self._event: Optional[threading.Event] = None
         self._watch: Optional[int] = None
         self._lost_after = 0  # the loss of the last hold, kept after its release
+        self._owner = 0  # the thread holding it (libdlock ties a hold to its thread)
 
     def _p(self) -> int:
         self._client._p()
@@ -417,6 +418,7 @@ class _Holding:
             self._depth += 1
             if self._depth > 1:
                 return
+            self._owner = threading.get_ident()
             self._active = True
             self._lost_after = 0
             if self._event is not None and self._event.is_set():
@@ -432,6 +434,8 @@ class _Holding:
     def _unheld(self) -> int:
         """Before the C release: the loss so far; the monitor stops watching."""
         with self._smu:
+            if self._active and self._owner != threading.get_ident():
+                return 0  # not this thread's hold: libdlock answers NotHeld, the holder goes on
             lost = self._lost_code() if self._active else 0
             if self._depth > 0:
                 self._depth -= 1
@@ -458,10 +462,12 @@ class _Holding:
                 return
             code = self._lost_code()
             self._watch = None
+            if not code:
+                return
             ev, cb = self._event, self._on_lost
         if ev is not None:
             ev.set()
-        if cb is not None and code:
+        if cb is not None:
             cb(self, lost_reason_str(code))
 
     # ---- loss ----

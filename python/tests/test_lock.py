@@ -110,10 +110,19 @@ def test_a_handle_shared_by_threads_waits_locally_and_is_reentrant(client, name)
         with h:  # reentrant on the holding thread
             assert h.fence > 0
         out = []
-        t = threading.Thread(target=lambda: out.append(h.try_acquire()))
+
+        def other():
+            out.append(h.try_acquire())
+            try:
+                h.release()  # not this thread's hold
+            except dlock.NotHeld as e:
+                out.append(str(e))
+
+        t = threading.Thread(target=other)
         t.start()
         t.join(10)
-        assert out == [False]
+        assert out[0] is False and "this thread does not hold it" in out[1]
+        assert h.lost_event is not None and h.fence > 0 and h.is_held()
     assert not client.status(name).held
 
 
@@ -247,3 +256,22 @@ def test_fork_is_detected(client, name):
         assert os.waitstatus_to_exitcode(status) == 0
         assert h.is_held()
     client.ping()
+
+
+def test_a_release_from_another_thread_leaves_the_hold_and_its_loss_signal(client, name):
+    out = []
+    with client.lock(name, lease=0.5, lost_ok=True) as h:
+        ev = h.lost_event
+
+        def other():
+            try:
+                h.release()
+            except dlock.NotHeld as e:
+                out.append(str(e))
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(10)
+        assert "this thread does not hold it" in out[0]
+        assert ev.wait(10), "the holder's loss went untold after another thread's release"
+        assert h.lost
