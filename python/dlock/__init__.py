@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ._lib import LibraryNotFound, lib_path
 from ._util import Duration
-from .client import (Client, Election, Latch, Leader, Lock, LockStatus, MultiLock,
+from .client import (Client, Election, Latch, Leader, Lock, LockStatus, MultiLock, Observer,
                      lost_reason_str)
 from .errors import Error, Forked, by_code, by_name
 from .aio import AsyncLock
@@ -29,7 +29,7 @@ def version() -> str:
     return lib.dlock_version().decode()
 
 
-__all__ = ["Client", "Lock", "MultiLock", "Election", "Latch", "Leader", "LockStatus",
+__all__ = ["Client", "Lock", "MultiLock", "Election", "Latch", "Leader", "LockStatus", "Observer",
            "AsyncLock", "Job", "Run", "Tick", "Error", "Forked", "Duration", "LibraryNotFound",
            "lib_path", "version", "lost_reason_str", "by_code", "by_name"] + \
           [c.__name__ for c in by_code.values()]

@@ -103,6 +103,14 @@ class Leader(Structure):
                 ("since_unix_ms", c_int64), ("lease_left_ms", c_int64), ("value", c_char * 1025)]
 
 
+CHANGE_FN = CFUNCTYPE(None, c_char_p, POINTER(Leader), c_void_p)
+
+
+class ObserverOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("interval_ms", c_int64), ("on_change", CHANGE_FN),
+                ("on_change_arg", c_void_p)]
+
+
 class Tick(Structure):
     _fields_ = [("job", c_char_p), ("scheduled_unix_ms", c_int64), ("fence", c_uint64),
                 ("node", c_char_p)]
@@ -223,6 +231,12 @@ _SIGS = {
     "dlock_leader_init": (None, [POINTER(Leader)]),
     "dlock_election_leader": (c_int, [P, c_char_p, POINTER(Leader)]),
     "dlock_election_evict": (c_int, [P, c_char_p, c_uint64, _INTP]),
+    "dlock_observer_options_init": (None, [POINTER(ObserverOptions)]),
+    "dlock_observer_new": (c_int, [POINTER(P), P, c_char_p, POINTER(ObserverOptions)]),
+    "dlock_observer_free": (None, [P]),
+    "dlock_observer_fd": (c_int, [P]),
+    "dlock_observer_next": (c_int, [P, POINTER(Leader)]),
+    "dlock_observer_errmsg": (c_char_p, [P]),
     "dlock_sched_options_init": (None, [POINTER(SchedOptions)]),
     "dlock_job_options_init": (None, [POINTER(JobOptions)]),
     "dlock_sched_new": (c_int, [POINTER(P), P, POINTER(SchedOptions)]),

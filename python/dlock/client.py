@@ -10,7 +10,7 @@ from . import _lib, _monitor, _util, errors
 from ._lib import RW_READ, RW_WRITE, lib
 from ._util import Duration, dec, enc, to_ms
 
-__all__ = ["Client", "Lock", "MultiLock", "Latch", "Election", "LockStatus", "Leader"]
+__all__ = ["Client", "Lock", "MultiLock", "Latch", "Election", "LockStatus", "Leader", "Observer"]
 
 _UNSET = object()
 _H = TypeVar("_H", bound="_Holding")
@@ -32,7 +32,47 @@ class _Res:
         self.mu = threading.Lock()
 
 
-class Client:
+class _Closeable:
+    """``with`` closes; so does the garbage collector."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _Owned(_Closeable):
+    """A handle on one C object of a client (a lock, a latch, an observer)."""
+
+    _kind = "handle"
+
+    def __init__(self, client: "Client", name: str, res: _Res) -> None:
+        self._client = client
+        self.name = name
+        self._res = res
+
+    def _p(self) -> int:
+        self._client._p()
+        if self._res.ptr is None:
+            raise errors.by_name["ECLOSED"](f"the handle on {self._kind} '{self.name}' is closed")
+        return self._res.ptr
+
+    def close(self) -> None:
+        """Free the handle (a hold is released, best effort). Idempotent."""
+        self._client._free(self._res)
+
+
+class Client(_Closeable):
     """A connection to one dlock deployment (a URL: redis://, rediss://, redis-sentinel://,
     redis-cluster://, redlock://, zk://, postgres://, mysql://; README.md, "Connecting").
 
@@ -123,15 +163,6 @@ class Client:
 
     def __enter__(self) -> "Client":
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def server(self) -> str:
@@ -258,9 +289,17 @@ class Client:
         o = _lib.Leader()
         lib.dlock_leader_init(byref(o))
         errors.check(lib.dlock_election_leader(self._p(), enc(name), byref(o)))
-        if not o.has_leader:
-            return None
-        return Leader(o.epoch, dec(o.value), o.since_unix_ms, o.lease_left_ms)
+        return Leader._of(o)
+
+    def observe(self, name: str, interval: Optional[Duration] = None) -> "Observer":
+        """Watch election ``name`` (candidate or not): every change of leader, in order
+        (read from the server every ``interval``, 0.1 s by default)."""
+        o = _lib.ObserverOptions()
+        lib.dlock_observer_options_init(byref(o))
+        o.interval_ms = to_ms(interval, "interval")
+        out = c_void_p()
+        errors.check(lib.dlock_observer_new(byref(out), self._p(), enc(name), byref(o)))
+        return Observer(self, name, self._own(out.value, lib.dlock_observer_free))
 
     def evict(self, name: str, epoch: int) -> bool:
         """End the term ``epoch`` of election ``name`` (as :meth:`leader` read it), only if it
@@ -361,8 +400,14 @@ class Leader:
     since_unix_ms: int
     lease_left_ms: int
 
+    @staticmethod
+    def _of(o: _lib.Leader) -> Optional["Leader"]:
+        if not o.has_leader:
+            return None
+        return Leader(o.epoch, dec(o.value), o.since_unix_ms, o.lease_left_ms)
 
-class _Holding:
+
+class _Holding(_Owned):
     """What every holding handle shares: the wait, the loss signals, the context manager.
 
     Subclasses give _acquire(ms), _release(), _lost_code(), _lost_fd(), _errmsg().
@@ -371,9 +416,7 @@ class _Holding:
     _kind = "lock"
 
     def __init__(self, client: Client, name: str, res: _Res, wait, on_lost, lost_ok) -> None:
-        self._client = client
-        self.name = name
-        self._res = res
+        super().__init__(client, name, res)
         self._wait = wait
         self._on_lost = on_lost
         self._lost_ok = lost_ok
@@ -384,12 +427,6 @@ class _Holding:
         self._watch: Optional[int] = None
         self._lost_after = 0  # the loss of the last hold, kept after its release
         self._owner = 0  # the thread holding it (libdlock ties a hold to its thread)
-
-    def _p(self) -> int:
-        self._client._p()
-        if self._res.ptr is None:
-            raise errors.by_name["ECLOSED"](f"the handle on {self._kind} '{self.name}' is closed")
-        return self._res.ptr
 
     def _check(self, rc: int) -> int:
         return errors.check(rc, self._errmsg)
@@ -534,13 +571,7 @@ class _Holding:
             if self._watch is not None:
                 _monitor.monitor().unwatch(self._watch)
                 self._watch = None
-        self._client._free(self._res)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+        super().close()
 
     def __repr__(self) -> str:
         return f"<dlock {self._kind} {self.name!r}>"
@@ -695,19 +726,10 @@ class Election(_Holding):
     fence = epoch
 
 
-class Latch:
+class Latch(_Owned):
     """A countdown latch (docs/latch.md): no lease, fence or loss; it only counts."""
 
-    def __init__(self, client: Client, name: str, res: _Res) -> None:
-        self._client = client
-        self.name = name
-        self._res = res
-
-    def _p(self) -> int:
-        self._client._p()
-        if self._res.ptr is None:
-            raise errors.by_name["ECLOSED"](f"the handle on latch '{self.name}' is closed")
-        return self._res.ptr
+    _kind = "latch"
 
     def _check(self, rc: int) -> int:
         return errors.check(rc, lambda: dec(lib.dlock_latch_errmsg(self._res.ptr)))
@@ -736,11 +758,35 @@ class Latch:
     def cancel(self) -> None:
         lib.dlock_latch_cancel(self._p())
 
-    def close(self) -> None:
-        self._client._free(self._res)
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+class Observer(_Owned):
+    """Changes of an election's leader, queued in order by libdlock's observer thread. The
+    first one is the state found at the start. ``next(timeout)`` gives the oldest (a
+    :class:`Leader`, or None for "no leader"); iterate to wait for each in turn; ``fileno()``
+    is readable while changes are queued (selectors, ``loop.add_reader``)."""
+
+    _kind = "observer"
+
+    def fileno(self) -> int:
+        return errors.check(lib.dlock_observer_fd(self._p()))
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
+        """The oldest queued change, waiting up to ``timeout`` seconds (None: without limit)
+        for one; ``dlock.Busy`` when none came."""
+        import select
+        p = self._p()
+        o = _lib.Leader()
+        lib.dlock_leader_init(byref(o))
+        rc = lib.dlock_observer_next(p, byref(o))
+        if rc == errors.by_name["EBUSY"].code and timeout != 0:
+            select.select([self], [], [], timeout)
+            rc = lib.dlock_observer_next(p, byref(o))
+        if rc == errors.by_name["EBUSY"].code:
+            raise errors.by_name["EBUSY"](f"no change of the leader of '{self.name}' came "
+                                          f"in {timeout} s ({dec(lib.dlock_observer_errmsg(p))})")
+        errors.check(rc, lambda: dec(lib.dlock_observer_errmsg(p)))
+        return Leader._of(o)
+
+    def __iter__(self):
+        while True:
+            yield self.next()

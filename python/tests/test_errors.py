@@ -75,6 +75,7 @@ def test_durations():
     (_lib.LockInfo, "dlock_lock_info_init"),
     (_lib.ElectionOptions, "dlock_election_options_init"),
     (_lib.Leader, "dlock_leader_init"),
+    (_lib.ObserverOptions, "dlock_observer_options_init"),
     (_lib.SchedOptions, "dlock_sched_options_init"),
     (_lib.JobOptions, "dlock_job_options_init"),
     (_lib.RunRecord, "dlock_run_record_init"),

@@ -14,6 +14,8 @@ def test_with_gives_a_hold_with_a_fence_and_excludes(client, name):
     with client.lock(name, wait=5) as hold:
         assert hold.fence > 0 and not hold.lost and hold.lost_reason is None
         assert hold.is_held() and 0 < hold.remaining() <= 30
+        hold.extend("1m")
+        assert 30 < hold.remaining() <= 60
         with pytest.raises(dlock.Busy) as e:
             client.lock(name).acquire(wait=0)
         assert e.value.message
@@ -205,6 +207,17 @@ def test_election_and_leader(client, name):
         e.proclaim("node-a2")
         assert client.leader(name).value == "node-a2"
     assert client.leader(name) is None
+
+
+def test_an_observer_sees_each_change_of_leader(client, name):
+    with client.observe(name, interval=0.05) as obs:
+        assert obs.next(10) is None  # the state at the start: no leader
+        with pytest.raises(dlock.Busy):
+            obs.next(0)
+        with client.election(name, "a") as e:
+            ld = obs.next(10)
+            assert ld.value == "a" and ld.epoch == e.epoch
+        assert obs.next(10) is None
 
 
 def test_an_evicted_leader_learns_it(client, name):
