@@ -19,6 +19,7 @@ if [ -z "$py" ]; then
   exit 77
 fi
 export DLOCK_LIB=$lib
+export PYTHONDONTWRITEBYTECODE=1  # nothing written into the source tree
 [ -n "$cli" ] && export DLOCK_CLI=$cli
 cd "$here" || exit 1
 if [ "$asan" = "--asan" ]; then
