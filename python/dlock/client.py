@@ -50,6 +50,11 @@ class _Closeable:
         except Exception:
             pass
 
+    def __reduce__(self):
+        raise TypeError(f"a {type(self).__name__} of dlock cannot be pickled or sent to another "
+                        "process (it is this process's connections and holds): make a "
+                        "dlock.Client in that process")
+
 
 class _Owned(_Closeable):
     """A handle on one C object of a client (a lock, a latch, an observer)."""

@@ -247,6 +247,14 @@ def test_status_and_list(client, name):
         assert client.list(name) == [name]
 
 
+def test_a_client_cannot_be_pickled(client, name):
+    import pickle
+    with pytest.raises(TypeError, match="make a dlock.Client in that process"):
+        pickle.dumps(client)
+    with pytest.raises(TypeError):
+        pickle.dumps(client.lock(name))
+
+
 def test_fork_is_detected(client, name):
     import os
     with client.lock(name) as h:
