@@ -1,12 +1,12 @@
 /*
- * review5_history.h - the fifth review's history check (review_redlock_restart.c, open_pg_review5.c):
+ * hold_history.h - the fifth review's history check (test_redlock_restart.c, test_pg_family.c):
  * each holder appends "H id fence in out" (monotonic ms; 'out' cut at the
  * hold's validity) to one O_APPEND file; the check finds two holds that
  * overlap while both were valid, and fences that fall between holds that do
  * not overlap.
  */
-#ifndef DLOCK_REVIEW5_HISTORY_H
-#define DLOCK_REVIEW5_HISTORY_H
+#ifndef DLOCK_HOLD_HISTORY_H
+#define DLOCK_HOLD_HISTORY_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "../harness.h"
+#include "harness.h"
 
 /* One line for a hold that began at 'in' and ended at 'out' (cut at 'valid_until'). */
 static inline int h5_record(int fd, int id, uint64_t fence, dlock_mono_ms in, dlock_mono_ms out,
