@@ -537,16 +537,11 @@ REVIEW_TEST(pg6_one_name_fences_rise_across_kinds_and_clock_steps) {
 
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */
 
-static char hist_path[200];
-static long long hist_until;
 static th_pgbouncer bouncer;
 
-typedef struct worker_arg { int id; } worker_arg;
-
 static int worker(void *arg) {
-  int id = ((worker_arg *)arg)->id;
-  srand((unsigned)(getpid() * 7919 + id));
-  int fd = open(hist_path, O_WRONLY | O_APPEND);
+  int id;
+  int fd = h5_worker_open(arg, &id);
   if (fd < 0) return 2;
   char url[900];
   /* Odd workers through the transaction-mode PgBouncer. */
@@ -558,7 +553,7 @@ static int worker(void *arg) {
   dlock_client *c = NULL;
   if (dlock_client_new(&c, &o) != 0) return 5;
   int holds = 0;
-  for (int round = 0; round < 5000 && th_now_ms() < hist_until; round++) {
+  for (int round = 0; round < 5000 && th_now_ms() < h5_until; round++) {
     int held = h5_one_hold(fd, id, c, "rev5-pg-hist", 1500, 1000, 5, 60);
     if (held < 0) return 3;
     holds += held;
@@ -587,19 +582,13 @@ REVIEW_TEST(rev5_pg_held_history_prune_steps_pgbouncer) {
   set_offset("+0");
   dlock_client *c = th_pg_client(&ft, "rev5h", NULL);
   if (!c) TEST_FAIL("client: %s", dlock_last_error());
+  char hist_path[200];
   snprintf(hist_path, sizeof hist_path, "/tmp/dlock-rev5-pg-hist-%d", (int)getpid());
-  int fd = open(hist_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  close(fd);
-  hist_until = th_now_ms() + 30000;
   pid_t kids[4];
-  worker_arg wa[4];
-  for (int i = 0; i < 4; i++) {
-    wa[i].id = i;
-    kids[i] = th_spawn(worker, &wa[i]);
-  }
+  if (h5_run_start(hist_path, 30000, worker, 4, kids) != 0) TEST_FAIL("cannot create %s", hist_path);
   int prunes = 0, steps = 0, freezes = 0;
   long long start = th_now_ms();
-  for (int step = 0; step < 100000 && th_now_ms() < hist_until - 500; step++) {
+  for (int step = 0; step < 100000 && th_now_ms() < h5_until - 500; step++) {
     int64_t pruned = 0;
     if (dlock_client_prune(c, 0, &pruned) == 0) prunes++;
     long long t = th_now_ms() - start;

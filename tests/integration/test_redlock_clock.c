@@ -403,20 +403,14 @@ REVIEW_TEST(rev5_rl_1b_a_clock_stepped_back_by_all_but_a_second_of_the_markers_a
 
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */
 
-static char hist_path[200];
-static long long hist_until;
-
-typedef struct worker_arg { int id; } worker_arg;
-
 static int worker(void *arg) {
-  int id = ((worker_arg *)arg)->id;
-  srand((unsigned)(getpid() * 7919 + id));
+  int id;
+  int fd = h5_worker_open(arg, &id);
+  if (fd < 0) return 2;
   char url[1024];
   th_redlock_url(nodes, N, url, sizeof url);
-  int fd = open(hist_path, O_WRONLY | O_APPEND);
-  if (fd < 0) return 2;
   int holds = 0;
-  for (int round = 0; round < 2000 && th_now_ms() < hist_until; round++) {
+  for (int round = 0; round < 2000 && th_now_ms() < h5_until; round++) {
     dlock_client_options o;
     dlock_client_options_init(&o);
     o.url = url;
@@ -449,20 +443,13 @@ static int worker(void *arg) {
 REVIEW_TEST(rev5_rl_held_history_under_flush_restart_and_freeze) {
   if (!getenv("REV5_HISTORY")) TEST_SKIP("the history check runs with REV5_HISTORY=1 (it held)");
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
+  char hist_path[200];
   snprintf(hist_path, sizeof hist_path, "%s/history", shim_dir);
-  int fd = open(hist_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) TEST_FAIL("cannot create %s", hist_path);
-  close(fd);
-  hist_until = th_now_ms() + 35000;
   pid_t kids[4];
-  worker_arg wa[4];
-  for (int i = 0; i < 4; i++) {
-    wa[i].id = i;
-    kids[i] = th_spawn(worker, &wa[i]);
-  }
+  if (h5_run_start(hist_path, 35000, worker, 4, kids) != 0) TEST_FAIL("cannot create %s", hist_path);
   srand((unsigned)getpid());
   int faults[4] = {0, 0, 0, 0};
-  for (int step = 0; step < 200 && th_now_ms() < hist_until - 1000; step++) {
+  for (int step = 0; step < 200 && th_now_ms() < h5_until - 1000; step++) {
     th_sleep_ms(400 + rand() % 500);
     int i = 1 + rand() % (N - 1), what = rand() % 4;
     char out[64];
