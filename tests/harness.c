@@ -246,13 +246,20 @@ void th_redis_stop(th_redis *r) {
   }
 }
 
+void th_redis_crash(th_redis *r) {
+  if (r->pid <= 0) return;
+  kill(r->pid, SIGKILL);
+  waitpid(r->pid, NULL, 0);
+  r->pid = 0;
+}
+
 int th_redis_restart(th_redis *r) {
-  if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+  th_redis_crash(r);
   track(r, 0);
   unlink(r->sock);
   for (int i = 0; i < 100; i++) { /* the port may linger a moment */
     if (launch(r) == 0) return 0;
-    if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+    th_redis_crash(r);
     th_sleep_ms(50);
   }
   return -1;

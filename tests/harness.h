@@ -33,6 +33,9 @@ int th_sentinel_start(th_redis *r, const char *conf);
 void th_redis_stop(th_redis *r);
 /* kill -9 the server and start it again on the same port and dir. */
 int th_redis_restart(th_redis *r);
+/* kill -9 the server and reap it (pid 0: down; th_redis_restart() brings it
+ * back with its files). */
+void th_redis_crash(th_redis *r);
 /* Run redis-cli against the server; output (trimmed) into 'out'. Returns the
  * exit status. 'args' is a shell-quoted argument string. */
 int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, ...)

@@ -44,11 +44,7 @@ static void expect_key(int i, const char *name, const char *want) {
   if (strcmp(out, want) != 0) TEST_FAIL("node %d (port %d): key %s holds '%s', want '%s'", i, srv[i].port, name, out, want);
 }
 
-static void down(int i) {
-  kill(srv[i].pid, SIGKILL);
-  waitpid(srv[i].pid, NULL, 0);
-  srv[i].pid = 0;
-}
+static void down(int i) { th_redis_crash(&srv[i]); }
 
 static void up(int i) {
   if (srv[i].pid <= 0 && th_redis_restart(&srv[i]) != 0) TEST_FAIL("cannot restart node %d", i);

@@ -50,11 +50,7 @@ void test_teardown(void) {
   th_redis_stop_n(srv, N);
 }
 
-static void down(int i) {
-  kill(srv[i].pid, SIGKILL);
-  waitpid(srv[i].pid, NULL, 0);
-  srv[i].pid = 0;
-}
+static void down(int i) { th_redis_crash(&srv[i]); }
 
 static void up(int i) {
   if (srv[i].pid <= 0 && th_redis_restart(&srv[i]) != 0) TEST_FAIL("cannot restart node %d", i);

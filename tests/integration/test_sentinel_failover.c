@@ -35,21 +35,9 @@ void test_teardown(void) {
 
 static dlock_client *client_of(const char *url) { return test_client(url); }
 
-/* Freeze the replica's intake so that the next writes on the master cannot
- * reach it: stop it and fill the replication link with a value larger than
- * the socket buffers (as test_sentinel.c). The replica is left stopped. */
+/* th_sentinel_block_replication(), or the test fails. The replica is left stopped. */
 static void block_replication(th_sentinel_set *s) {
-  char path[600], cmd[1400];
-  snprintf(path, sizeof path, "%s/big", s->master.dir);
-  FILE *f = fopen(path, "w");
-  if (!f) TEST_FAIL("cannot write %s", path);
-  static char chunk[1 << 16];
-  memset(chunk, 'x', sizeof chunk);
-  for (int i = 0; i < 512; i++) fwrite(chunk, 1, sizeof chunk, f); /* 32 MiB */
-  fclose(f);
-  kill(s->replica.pid, SIGSTOP);
-  snprintf(cmd, sizeof cmd, "redis-cli -p %d -x SET big < '%s' > /dev/null", s->master.port, path);
-  if (system(cmd) != 0) TEST_FAIL("SET big failed");
+  if (th_sentinel_block_replication(s) != 0) TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
 }
 
 /* Issue 22 item 5 (with WAIT): a guard admission is a write like an acquire.
