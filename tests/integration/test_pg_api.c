@@ -678,6 +678,35 @@ TEST(bad_input_is_a_clear_error_naming_the_server) {
  * finding, each FAILED on the code as reviewed (labels review, pg: ctest
  * review/test_pg_api). ---- */
 
+/* Two clients and their mutexes on 'name' through a transaction-mode
+ * PgBouncer started in 'bt' ('params' appended to its URL); the test skips
+ * when PgBouncer is not installed. */
+static void bouncer_pair(th_pgbouncer *bt, const char *params, const char *name, dlock_client **a, dlock_client **b,
+                         dlock_mutex **ma, dlock_mutex **mb) {
+  char why[256];
+  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
+  if (th_pgbouncer_start(bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
+  char url[900];
+  snprintf(url, sizeof url, "%s%s", bt->url, params);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  *a = *b = NULL;
+  int rc = dlock_client_new(a, &o);
+  if (rc == 0) rc = dlock_client_new(b, &o);
+  if (rc != 0) {
+    char err[600];
+    snprintf(err, sizeof err, "%s", dlock_last_error());
+    if (*a) dlock_client_free(*a);
+    th_pgbouncer_stop(bt);
+    TEST_FAIL("connect through pgbouncer: %s", err);
+  }
+  *ma = *mb = NULL;
+  dlock_mutex_new(ma, *a, name, NULL);
+  dlock_mutex_new(mb, *b, name, NULL);
+}
+
+
 static dlock_client *client_url(const char *url, int command_timeout_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
@@ -824,28 +853,10 @@ REVIEW_TEST(review_advisory_info_ignores_locks_of_another_database) {
 /* Review of the PostgreSQL backend (branch review-pg), finding 5. */
 REVIEW_TEST(review_advisory_mode_through_transaction_pgbouncer_admits_one_holder) {
   NEED_PG();
-  char why[256];
-  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_pgbouncer bt;
-  if (th_pgbouncer_start(&bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
-  char url[900];
-  snprintf(url, sizeof url, "%s&mode=advisory", bt.url);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *a = NULL, *b = NULL;
-  int rc = dlock_client_new(&a, &o);
-  if (rc == 0) rc = dlock_client_new(&b, &o);
-  if (rc != 0) {
-    char err[600];
-    snprintf(err, sizeof err, "%s", dlock_last_error());
-    if (a) dlock_client_free(a);
-    th_pgbouncer_stop(&bt);
-    TEST_FAIL("connect through pgbouncer: %s", err);
-  }
-  dlock_mutex *ma = NULL, *mb = NULL;
-  dlock_mutex_new(&ma, a, "rv-bouncer", NULL);
-  dlock_mutex_new(&mb, b, "rv-bouncer", NULL);
+  dlock_client *a, *b;
+  dlock_mutex *ma, *mb;
+  bouncer_pair(&bt, "&mode=advisory", "rv-bouncer", &a, &b, &ma, &mb);
   int ra = dlock_mutex_acquire(ma, 0);
   char ea[700];
   snprintf(ea, sizeof ea, "%s", ra ? dlock_last_error() : "");
@@ -1002,28 +1013,10 @@ static void *wait_forever(void *arg) {
 /* Review of the PostgreSQL backend (branch review-pg), finding 9. */
 REVIEW_TEST(review_cancel_of_a_first_wait_through_transaction_pgbouncer_is_prompt) {
   NEED_PG();
-  char why[256];
-  if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_pgbouncer bt;
-  if (th_pgbouncer_start(&bt, &srv, "transaction") != 0) TEST_FAIL("pgbouncer did not start");
-  char url[900];
-  snprintf(url, sizeof url, "%s&dlock_schema=rv_cancel", bt.url);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *a = NULL, *b = NULL;
-  int rc = dlock_client_new(&a, &o);
-  if (rc == 0) rc = dlock_client_new(&b, &o);
-  if (rc != 0) {
-    char err[600];
-    snprintf(err, sizeof err, "%s", dlock_last_error());
-    if (a) dlock_client_free(a);
-    th_pgbouncer_stop(&bt);
-    TEST_FAIL("connect through pgbouncer: %s", err);
-  }
-  dlock_mutex *ma = NULL, *mb = NULL;
-  dlock_mutex_new(&ma, a, "rv-cancel", NULL);
-  dlock_mutex_new(&mb, b, "rv-cancel", NULL);
+  dlock_client *a, *b;
+  dlock_mutex *ma, *mb;
+  bouncer_pair(&bt, "&dlock_schema=rv_cancel", "rv-cancel", &a, &b, &ma, &mb);
   int ra = dlock_mutex_acquire(ma, 0);
   waiter_arg w = {mb, -1};
   pthread_t t;
