@@ -80,6 +80,14 @@ typedef struct th_waiter {
 } th_waiter;
 void *th_wait_for_lock(void *arg);
 
+/* One name taken at the same moment as a mutex on client 'a' and as a
+ * semaphore of 2 permits on client 'b' (a lease of 'lease_ms'; 0: the
+ * default options), each round on a fresh name "race-ROUND", for up to
+ * 'max_rounds' rounds or 'ms': the first round in which both held (-1:
+ * none), '*rounds' the rounds run. A name is one kind at a time. */
+int th_race_mutex_and_semaphore(dlock_client *a, dlock_client *b, int max_rounds, long ms, int64_t lease_ms,
+                                int *rounds);
+
 /* Fork a child running fn(arg); returns its pid. The child exits with fn's result. */
 pid_t th_spawn(int (*fn)(void *), void *arg);
 /* Wait for 'pid' up to 'timeout_ms'; returns the wait status, or -1 on timeout

@@ -215,70 +215,12 @@ REVIEW_TEST(review_a_read_in_the_shadow_of_a_force_released_write_does_not_join_
  * held at once. docs/postgres.md: "a name is one kind at a time ... at most
  * N permits, ... whatever the interleaving". Up to 400 rounds (or 40 s). */
 
-typedef struct {
-  dlock_client *c;
-  pthread_barrier_t *go;
-  char name[64];
-  int rc;
-} racer;
-
-static void *race_mutex(void *arg) {
-  racer *x = arg;
-  dlock_mutex *m = NULL;
-  x->rc = -100;
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 30000;
-  int ok = dlock_mutex_new(&m, x->c, x->name, &mo) == 0;
-  pthread_barrier_wait(x->go);
-  if (ok) x->rc = dlock_mutex_acquire(m, 0);
-  pthread_barrier_wait(x->go); /* both answered: look, then let go */
-  pthread_barrier_wait(x->go);
-  if (x->rc == 0) dlock_mutex_release(m);
-  dlock_mutex_free(m);
-  return NULL;
-}
-
-static void *race_sem(void *arg) {
-  racer *x = arg;
-  dlock_semaphore *s = NULL;
-  x->rc = -100;
-  dlock_mutex_options mo;
-  dlock_mutex_options_init(&mo);
-  mo.lease_ms = 30000;
-  int ok = dlock_semaphore_new(&s, x->c, x->name, 2, &mo) == 0;
-  pthread_barrier_wait(x->go);
-  if (ok) x->rc = dlock_semaphore_acquire(s, 0);
-  pthread_barrier_wait(x->go);
-  pthread_barrier_wait(x->go);
-  if (x->rc == 0) dlock_semaphore_release(s);
-  dlock_semaphore_free(s);
-  return NULL;
-}
-
 /* Review of the PostgreSQL semaphore and rwlock (branch revzkpg), finding 2. */
 REVIEW_TEST(review_a_mutex_and_a_semaphore_racing_on_a_fresh_name_never_both_hold) {
   NEED_SERVER();
   dlock_client *a = client("rpf2"), *b = client("rpf2");
-  long long until = th_now_ms() + 40000L * th_time_factor();
-  int both = -1, rounds = 0;
-  for (int i = 0; i < 400 && th_now_ms() < until && both < 0; i++, rounds++) {
-    pthread_barrier_t go;
-    pthread_barrier_init(&go, NULL, 3);
-    racer rm = {.c = a, .go = &go}, rs = {.c = b, .go = &go};
-    snprintf(rm.name, sizeof rm.name, "race-%d", i);
-    snprintf(rs.name, sizeof rs.name, "race-%d", i);
-    pthread_t tm, ts;
-    pthread_create(&tm, NULL, race_mutex, &rm);
-    pthread_create(&ts, NULL, race_sem, &rs);
-    pthread_barrier_wait(&go);
-    pthread_barrier_wait(&go);
-    if (rm.rc == 0 && rs.rc == 0) both = i;
-    pthread_barrier_wait(&go);
-    pthread_join(tm, NULL);
-    pthread_join(ts, NULL);
-    pthread_barrier_destroy(&go);
-  }
+  int rounds;
+  int both = th_race_mutex_and_semaphore(a, b, 400, 40000L * th_time_factor(), 30000, &rounds);
   if (both >= 0) TEST_FAIL("round %d of %d: the mutex and the semaphore 'race-%d' were both held", both, rounds, both);
   dlock_client_free(a);
   dlock_client_free(b);

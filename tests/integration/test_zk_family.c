@@ -284,65 +284,13 @@ REVIEW_TEST(review_a_try_with_a_smaller_limit_than_the_stored_one_is_elimit_not_
  * Two clients start the two acquires together on a fresh name, up to 300
  * times (or 40 s); any round where both hold fails the test. */
 
-typedef struct {
-  dlock_client *c;
-  pthread_barrier_t *go;
-  char name[64];
-  int rc;
-} racer;
-
-static void *race_mutex(void *arg) {
-  racer *r = arg;
-  dlock_mutex *m = NULL;
-  r->rc = -100;
-  if (dlock_mutex_new(&m, r->c, r->name, NULL) != 0) return NULL;
-  pthread_barrier_wait(r->go);
-  r->rc = dlock_mutex_acquire(m, 0);
-  pthread_barrier_wait(r->go); /* both answered: look, then let go */
-  pthread_barrier_wait(r->go);
-  if (r->rc == 0) dlock_mutex_release(m);
-  dlock_mutex_free(m);
-  return NULL;
-}
-
-static void *race_sem(void *arg) {
-  racer *r = arg;
-  dlock_semaphore *s = NULL;
-  r->rc = -100;
-  if (dlock_semaphore_new(&s, r->c, r->name, 2, NULL) != 0) return NULL;
-  pthread_barrier_wait(r->go);
-  r->rc = dlock_semaphore_acquire(s, 0);
-  pthread_barrier_wait(r->go);
-  pthread_barrier_wait(r->go);
-  if (r->rc == 0) dlock_semaphore_release(s);
-  dlock_semaphore_free(s);
-  return NULL;
-}
-
 /* Review of the ZooKeeper semaphore and rwlock (branch revzkpg), finding 3. */
 REVIEW_TEST(review_a_mutex_and_a_semaphore_racing_on_a_fresh_name_never_both_hold) {
   NEED_SERVER();
   dlock_client *a = client_4s("rzf3"), *b = client_4s("rzf3");
-  long long until = th_now_ms() + 40000L * tf();
-  int both = 0, rounds = 0;
-  for (int i = 0; i < 300 && th_now_ms() < until && !both; i++, rounds++) {
-    pthread_barrier_t go;
-    pthread_barrier_init(&go, NULL, 3);
-    racer rm = {.c = a, .go = &go}, rs = {.c = b, .go = &go};
-    snprintf(rm.name, sizeof rm.name, "race-%d", i);
-    snprintf(rs.name, sizeof rs.name, "race-%d", i);
-    pthread_t tm, ts;
-    pthread_create(&tm, NULL, race_mutex, &rm);
-    pthread_create(&ts, NULL, race_sem, &rs);
-    pthread_barrier_wait(&go);
-    pthread_barrier_wait(&go);
-    if (rm.rc == 0 && rs.rc == 0) both = 1;
-    pthread_barrier_wait(&go);
-    pthread_join(tm, NULL);
-    pthread_join(ts, NULL);
-    pthread_barrier_destroy(&go);
-  }
-  if (both) TEST_FAIL("round %d: the mutex and the semaphore 'race-%d' were both held", rounds, rounds);
+  int rounds;
+  int both = th_race_mutex_and_semaphore(a, b, 300, 40000L * tf(), 0, &rounds);
+  if (both >= 0) TEST_FAIL("round %d: the mutex and the semaphore 'race-%d' were both held", both + 1, both);
   dlock_client_free(a);
   dlock_client_free(b);
 }
