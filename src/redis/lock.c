@@ -123,6 +123,23 @@ static void wake_handle(dlock__sub_target *t, uint64_t fence, uint64_t nonce, in
   pthread_mutex_unlock(&m->mu);
 }
 
+/* A forced release of a name this handle holds (the holder channel's
+ * "forced", waiters.c, under its lock): the watchdog checks every hold now
+ * and reports this one lost (deleted) at once, not at its next renewal. */
+static void wake_holder(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
+  (void)fence, (void)nonce;
+  dlock_mutex *m = t->arg;
+  if (!all && !atomic_load(&m->client->closing)) dlock__watchdog_poke(m->client);
+}
+
+/* "{K}<suffix>": a channel in the lock's slot (malloc'd; NULL: no memory). */
+static char *lock_channel(const dlock__rmutex *rm, const char *suffix, size_t *len) {
+  *len = rm->keys.len[DLOCK__K_LOCK] + 2 + strlen(suffix);
+  char *ch = malloc(*len + 1);
+  if (ch) snprintf(ch, *len + 1, "{%s}%s", rm->keys.key[DLOCK__K_LOCK], suffix);
+  return ch;
+}
+
 int dlock__redis_lock_new(dlock_mutex *m) {
   dlock_client *c = m->client;
   dlock__rmutex *rm = calloc(1, sizeof *rm);
@@ -141,7 +158,16 @@ int dlock__redis_lock_new(dlock_mutex *m) {
     else
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
+  if (!rc && m->kind == DLOCK__KIND_MUTEX) {
+    dlock__sub_target *h = &rm->holder;
+    h->waiter_id = "forced"; /* force_release.lua's message */
+    h->wake = wake_holder;
+    h->arg = m;
+    h->no_wait = 1;
+    if (!(h->channel = lock_channel(rm, ":f", &h->channel_len))) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
   if (rc) {
+    free(rm->target.channel);
     dlock__lock_keys_clear(&rm->keys);
     free(rm);
     return rc;
@@ -154,8 +180,13 @@ void dlock__redis_lock_free(dlock_mutex *m) {
   dlock__rmutex *rm = dlock__rm(m);
   if (!rm) return;
   dlock__subscriber_unwatch(m->client, &rm->target);
+  if (rm->holder.channel) {
+    dlock__subscriber_remove_waiter(m->client, &rm->holder);
+    dlock__subscriber_unwatch(m->client, &rm->holder);
+  }
   dlock__lock_keys_clear(&rm->keys);
   free(rm->target.channel);
+  free(rm->holder.channel);
   free(rm);
   m->be = NULL;
 }
@@ -296,6 +327,7 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     snprintf(rm->waiter_id, sizeof rm->waiter_id, "%s:%s%" PRIu64, c->id, dlock__sharded_pubsub(c) ? "s" : "",
              (uint64_t)atomic_fetch_add(&dlock__rc(c)->waiter_seq, 1));
   int in_table = 0, queued = 0, rc;
+  if (rm->holder.channel && !rm->holder.watch_tried) dlock__subscriber_watch(c, &rm->holder); /* no wait */
 
   for (;;) {
     if (t.queue && !in_table) {
@@ -434,6 +466,18 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     }
   }
   if (in_table) dlock__subscriber_remove_waiter(c, &rm->target);
+  if (rc == 0 && rm->holder.channel) {
+    /* Listen for a forced release while held: the subscription (sent
+     * before the first acquire, once per handle) is confirmed before the
+     * hold is given out, so that no forced release goes unheard; the
+     * handle is in the table until released. A failure only leaves the
+     * news to the next renewal. */
+    if (!rm->holder.settled) {
+      rm->holder.settled = 1;
+      dlock__subscriber_settle(c, &rm->holder);
+    }
+    dlock__subscriber_add_waiter(c, &rm->holder);
+  }
   return rc;
 }
 
@@ -442,6 +486,7 @@ void dlock__redis_undo(dlock_mutex *m) { undo_acquire(m); }
 /* ---- Release, extend, renew, queries ---- */
 
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
+  if (dlock__rm(m)->holder.channel) dlock__subscriber_remove_waiter(m->client, &dlock__rm(m)->holder);
   dlock_lost_reason found = DLOCK_LOST_NONE;
   int rc = dlock__redis_release_token(m, m->token, valid_until, lost, dlock__rm(m)->failovers_at_acquire, &found);
   if (found != DLOCK_LOST_NONE) { /* the hold is still this handle's: keep the loss (dlock_mutex_lost) */

@@ -31,6 +31,8 @@ struct dlock__sub_target {
   void *arg;
   int watch_tried; /* waiters.c: dlock__subscriber_watch() was called for it */
   int subscribed;  /* ... and it holds a reference on this many entries of the channel (Redlock: one per node) */
+  int no_wait;     /* dlock__subscriber_watch() returns without waiting for the confirmation */
+  int settled;     /* lock.c: dlock__subscriber_settle() was called for it */
 };
 
 /* Subscribe this client to 't's channel (once per target); waits up to
@@ -38,6 +40,9 @@ struct dlock__sub_target {
  * caller: waits then fall back to re-checks. */
 int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t);
 void dlock__subscriber_unwatch(dlock_client *c, dlock__sub_target *t);
+/* Wait (up to the command timeout) until 't's subscription is confirmed, as
+ * dlock__subscriber_watch() does unless 't->no_wait'. */
+int dlock__subscriber_settle(dlock_client *c, dlock__sub_target *t);
 /* Make 't' findable by its waiter id for messages (while it waits). */
 void dlock__subscriber_add_waiter(dlock_client *c, dlock__sub_target *t);
 void dlock__subscriber_remove_waiter(dlock_client *c, dlock__sub_target *t);
@@ -65,6 +70,10 @@ typedef struct dlock__rmutex {
    * and wake_handle (lock.c). */
   dlock__sub_target target;
   char waiter_id[48];
+  /* While a mutex is held (lock.c): its name's "{K}:f" channel, on which a
+   * forced release publishes "forced"; the message makes the watchdog check
+   * every hold at once (dlock__watchdog_poke), which finds this one deleted. */
+  dlock__sub_target holder;
   uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
   /* Hand-off without a confirming call (guarded by m->mu): the nonce of the
    * acquire call in flight or last answered, and the fence of a grant
