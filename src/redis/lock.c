@@ -163,7 +163,6 @@ int dlock__redis_lock_new(dlock_mutex *m) {
     h->waiter_id = "forced"; /* force_release.lua's message */
     h->wake = wake_holder;
     h->arg = m;
-    h->no_wait = 1;
     if (!(h->channel = lock_channel(rm, ":f", &h->channel_len))) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   if (rc) {
@@ -327,7 +326,6 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     snprintf(rm->waiter_id, sizeof rm->waiter_id, "%s:%s%" PRIu64, c->id, dlock__sharded_pubsub(c) ? "s" : "",
              (uint64_t)atomic_fetch_add(&dlock__rc(c)->waiter_seq, 1));
   int in_table = 0, queued = 0, rc;
-  if (rm->holder.channel && !rm->holder.watch_tried) dlock__subscriber_watch(c, &rm->holder); /* no wait */
 
   for (;;) {
     if (t.queue && !in_table) {
@@ -466,17 +464,17 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     }
   }
   if (in_table) dlock__subscriber_remove_waiter(c, &rm->target);
-  if (rc == 0 && rm->holder.channel) {
-    /* Listen for a forced release while held: the subscription (sent
-     * before the first acquire, once per handle) is confirmed before the
-     * hold is given out, so that no forced release goes unheard; the
-     * handle is in the table until released. A failure only leaves the
-     * news to the next renewal. */
-    if (!rm->holder.settled) {
-      rm->holder.settled = 1;
-      dlock__subscriber_settle(c, &rm->holder);
-    }
+  if (rc == 0 && rm->holder.channel && m->opts.lease_ms == 0) {
+    /* Listen for a forced release while held. Only once the hold is
+     * granted: an acquire's calls (a lost reply's resend, its cleanup) have
+     * the link to themselves, and a try that fails opens no pub/sub
+     * connection. Only in watchdog mode: a fixed lease is watched at its
+     * deadline alone, the message would have nothing to act on. The handle
+     * is in the table until released; its first hold waits (up to the
+     * command timeout) for the subscription, which then lasts as long as
+     * the handle. A failure only leaves the news to the next renewal. */
     dlock__subscriber_add_waiter(c, &rm->holder);
+    if (!rm->holder.watch_tried && dlock__subscriber_watch(c, &rm->holder)) dlock__error_clear(); /* acquired */
   }
   return rc;
 }

@@ -31,8 +31,6 @@ struct dlock__sub_target {
   void *arg;
   int watch_tried; /* waiters.c: dlock__subscriber_watch() was called for it */
   int subscribed;  /* ... and it holds a reference on this many entries of the channel (Redlock: one per node) */
-  int no_wait;     /* dlock__subscriber_watch() returns without waiting for the confirmation */
-  int settled;     /* lock.c: dlock__subscriber_settle() was called for it */
 };
 
 /* Subscribe this client to 't's channel (once per target); waits up to
@@ -40,9 +38,6 @@ struct dlock__sub_target {
  * caller: waits then fall back to re-checks. */
 int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t);
 void dlock__subscriber_unwatch(dlock_client *c, dlock__sub_target *t);
-/* Wait (up to the command timeout) until 't's subscription is confirmed, as
- * dlock__subscriber_watch() does unless 't->no_wait'. */
-int dlock__subscriber_settle(dlock_client *c, dlock__sub_target *t);
 /* Make 't' findable by its waiter id for messages (while it waits). */
 void dlock__subscriber_add_waiter(dlock_client *c, dlock__sub_target *t);
 void dlock__subscriber_remove_waiter(dlock_client *c, dlock__sub_target *t);

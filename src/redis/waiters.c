@@ -538,23 +538,6 @@ int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t) {
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   poke(s);
-  if (t->no_wait) { /* the holder's channel: dlock__subscriber_settle() waits later */
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-  }
-  pthread_mutex_unlock(&s->mu);
-  return dlock__subscriber_settle(c, t);
-}
-
-int dlock__subscriber_settle(dlock_client *c, dlock__sub_target *t) {
-  dlock__subscriber *s = get(c);
-  if (!s || !t->subscribed) return DLOCK_EIO;
-  dlock__node *home[DLOCK__REDLOCK_MAX];
-  int nh = homes(c, home);
-  const char *name = t->channel;
-  size_t len = t->channel_len;
-  int rc;
-  pthread_mutex_lock(&s->mu);
   /* Wait until every home settled, or (Redlock) a majority confirmed: a
    * release publishes on every node, so any one subscribed node wakes us;
    * a node that is down or frozen must not hold up the wait. */
