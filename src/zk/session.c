@@ -289,6 +289,16 @@ void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path
   pthread_mutex_unlock(&z->mu);
 }
 
+/* A watched hold's node is gone (dlock__zk_watch_held): the monitor
+ * delivers DLOCK__ZK_NODE_GONE. 'z' lives as long as its sessions. */
+void dlock__zk_node_gone(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  if (z->cur) queue_event(z->cur, DLOCK__ZK_NODE_GONE);
+  z->wake_gen++;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
 typedef struct ping_ctx {
   dlock__zk_sess *s;
   dlock_mono_ms sent;
@@ -379,6 +389,7 @@ static void *monitor_main(void *arg) {
         if (pending & (1 << DLOCK__ZK_SUSPENDED)) fn(z, DLOCK__ZK_SUSPENDED, DLOCK_LOST_NONE, fa);
         if ((pending & (1 << DLOCK__ZK_RECONNECTED)) && !reason) fn(z, DLOCK__ZK_RECONNECTED, DLOCK_LOST_NONE, fa);
         if (pending & (1 << DLOCK__ZK_LOST)) fn(z, DLOCK__ZK_LOST, reason, fa);
+        if ((pending & (1 << DLOCK__ZK_NODE_GONE)) && !reason) fn(z, DLOCK__ZK_NODE_GONE, DLOCK_LOST_NONE, fa);
         dlock__zk_sess_put(s);
         pthread_mutex_lock(&z->mu);
         z->in_callback = 0;

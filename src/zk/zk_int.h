@@ -67,6 +67,7 @@ int dlock__zk_wait_connected(dlock__zk_sess *s, dlock_mono_ms deadline);
 /* The moment after which retrying a call on 's' makes no sense: its
  * session would have expired. */
 dlock_mono_ms dlock__zk_retry_limit(dlock__zk_sess *s);
+void dlock__zk_node_gone(dlock__zk *z); /* session.c: deliver DLOCK__ZK_NODE_GONE */
 /* The watcher that node watches use: wakes waiters of 's'->z. */
 void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 /* A ZooKeeper return code as a DLOCK_E* status with a message naming the
