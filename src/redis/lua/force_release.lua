@@ -13,7 +13,9 @@
 local epoch = ARGV[2] or ''
 if epoch ~= '' and redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return -2 end
 if redis.call('TYPE', KEYS[1])['ok'] == 'zset' and redis.call('HGET', KEYS[3], 'kind') == 'rwlock' then
-  return dlock_rw_force(KEYS)
+  local r = dlock_rw_force(KEYS)
+  dlock_event(KEYS, 'ev 1 1')
+  return r
 end
 local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
 if bad then return bad end
@@ -40,4 +42,5 @@ if cur and pttl > 0 then
 end
 local now_ms, now_us = dlock_now()
 if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
+dlock_event(KEYS, 'ev 1 1')
 return existed
