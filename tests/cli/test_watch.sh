@@ -159,7 +159,7 @@ stop_bg
 
 watch_start "$TEST_DIR/w4" list --watch
 sleep 0.5
-"$DLOCK" run newname -- sleep 1 >/dev/null 2>&1 &
+"$DLOCK" run newname -- sleep 4 >/dev/null 2>&1 &
 expect_line "list --watch: a new name's acquire" "newname +acquired"
 expect_line "list --watch: its release" "newname +released" 8
 watch_stop "list --watch ends with exit 0"
