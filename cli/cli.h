@@ -197,9 +197,10 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len);
 void cli_owner_describe(const char *owner_info, char *buf, size_t len);
 /* status NAME --watch (name set) and list --watch (name NULL, 'pattern' a
  * glob or NULL): one line per change until a signal (cmd_watch.c). */
-int cli_watch(dlock_client *c, const char *name, const char *pattern, int json);
+int cli_watch(dlock_client *c, const char *name, const char *pattern, int json, int sfd);
 /* The watch modes' end: SIGINT, SIGTERM and SIGHUP blocked and readable on
- * the returned signalfd (-1 on failure, errno set) (common.c). */
+ * the returned signalfd (-1 on failure, errno set) (common.c). Call it
+ * before connecting: the threads a client starts inherit the mask. */
 int cli_stop_signalfd(void);
 /* Exit code for a failed library call. */
 int cli_exit_for_status(int status);

@@ -4,9 +4,11 @@
  * Who holds a lock comes from the owner_info that "dlock run" stores with
  * it (see owner_info_format() in cmd_run.c for the format parsed here).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -378,6 +380,24 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
   return -1;
 }
 
+/* --watch: the stop signals blocked before the client starts its threads. */
+static int watch_mode(const char *url, const char *name, const char *pattern, int json)
+{
+  int sfd = cli_stop_signalfd();
+  if (sfd < 0) {
+    fprintf(stderr, "dlock: cannot watch for signals: %s\n", strerror(errno));
+    return CLI_EXIT_SOFTWARE;
+  }
+  dlock_client *c;
+  int rc = cli_connect(url, &c);
+  if (rc == 0) {
+    rc = cli_watch(c, name, pattern, json, sfd);
+    dlock_client_free(c);
+  }
+  close(sfd);
+  return rc;
+}
+
 int cmd_status(int argc, char **argv)
 {
   const char *url = NULL;
@@ -392,16 +412,13 @@ int cmd_status(int argc, char **argv)
     return cli_usage_error("status", "-q prints nothing; it does not go with --json");
   if (quiet && watch)
     return cli_usage_error("status", "-q answers once; leave out --watch");
+  if (watch)
+    return watch_mode(url, name, NULL, json);
 
   dlock_client *c;
   rc = cli_connect(url, &c);
   if (rc != 0)
     return rc;
-  if (watch) {
-    rc = cli_watch(c, name, NULL, json);
-    dlock_client_free(c);
-    return rc;
-  }
   dlock_lock_info info;
   dlock_lock_info_init(&info);
   int st = dlock_lock_info_get(c, name, &info);
@@ -534,15 +551,13 @@ int cmd_list(int argc, char **argv)
   if (longer && json)
     return cli_usage_error("list", "--json already gives every field; leave out -l");
 
+  if (watch)
+    return watch_mode(url, NULL, pattern, json);
+
   dlock_client *c;
   rc = cli_connect(url, &c);
   if (rc != 0)
     return rc;
-  if (watch) {
-    rc = cli_watch(c, NULL, pattern, json);
-    dlock_client_free(c);
-    return rc;
-  }
   name_list l = {NULL, 0, 0, 0};
   int n = dlock_lock_list(c, pattern, collect, &l);
   if (n < 0) {

@@ -253,14 +253,9 @@ static int64_t next_expiry(const watcher *wt)
   return at;
 }
 
-int cli_watch(dlock_client *c, const char *name, const char *pattern, int json)
+int cli_watch(dlock_client *c, const char *name, const char *pattern, int json, int sfd)
 {
   int listing = name == NULL;
-  int sfd = cli_stop_signalfd();
-  if (sfd < 0) {
-    fprintf(stderr, "dlock: cannot watch for signals: %s\n", strerror(errno));
-    return CLI_EXIT_SOFTWARE;
-  }
   watcher wt;
   memset(&wt, 0, sizeof wt);
   wt.c = c;
@@ -271,7 +266,6 @@ int cli_watch(dlock_client *c, const char *name, const char *pattern, int json)
   if (st == 0 && !listing && add_name(&wt, name) == NULL)
     st = -1;
   if (st != 0) {
-    close(sfd);
     dlock_watch_free(wt.w);
     return cli_report(st, dlock_last_error(), "watching '%s'", listing ? "the locks" : name);
   }
@@ -305,6 +299,5 @@ int cli_watch(dlock_client *c, const char *name, const char *pattern, int json)
     free(wt.s[i].name);
   free(wt.s);
   dlock_watch_free(wt.w);
-  close(sfd);
   return CLI_EXIT_OK;
 }

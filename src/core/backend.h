@@ -115,6 +115,9 @@ typedef struct dlock__admin_ops {
   int (*watch_open)(dlock_watch *w);
   int (*watch_add)(dlock_watch *w, const char *name);
   void (*watch_close)(dlock_watch *w);
+  /* Called at each dlock_watch_wait() before it looks for a wake-up: set
+   * again the watches that fired (one-shot watches). NULL: nothing to do. */
+  void (*watch_rearm)(dlock_watch *w);
 } dlock__admin_ops;
 
 /* The fencing guard (dlock_guard_check). */

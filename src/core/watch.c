@@ -65,6 +65,8 @@ void dlock__watch_wake(dlock_watch *w, unsigned what) {
 
 int dlock_watch_wait(dlock_watch *w, int64_t wait_ms) {
   if (!w) return dlock__error(DLOCK_EINVAL, "dlock_watch_wait: the watch is NULL");
+  const dlock__admin_ops *a = watch_ops(w->client);
+  if (a && a->watch_rearm) a->watch_rearm(w);
   int64_t bound = dlock_watch_bound_ms(w);
   if (wait_ms < 0 || (bound > 0 && wait_ms > bound)) wait_ms = bound > 0 ? bound : -1;
   dlock_mono_ms until = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;

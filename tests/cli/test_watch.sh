@@ -10,33 +10,6 @@
 
 start_redis
 
-# The lines a watcher wrote are read in order: each expect_line looks for the
-# next line matching after the one the last expect_line found.
-WOUT=""
-W_LAST=0
-watch_start() { # watch_start OUTFILE ARGS...: a watcher in the background
-  WOUT=$1
-  W_LAST=0
-  shift
-  "$DLOCK" "$@" >"$WOUT" 2>"$WOUT.err" &
-  W_PID=$!
-  bg_track $W_PID
-}
-expect_line() { # expect_line "what" PATTERN [SECONDS]
-  local what=$1 pat=$2 limit=${3:-5} i n
-  for i in $(seq 1 $((limit * 20))); do
-    n=$(tail -n +$((W_LAST + 1)) "$WOUT" | grep -n -E -m1 -- "$pat" | cut -d: -f1)
-    if [ -n "$n" ]; then
-      W_LAST=$((W_LAST + n))
-      pass "$what"
-      return 0
-    fi
-    sleep 0.05
-  done
-  fail "$what" "no line matching '$pat' after line $W_LAST within $limit s" "output:" "$(cat "$WOUT")" \
-    "stderr: $(cat "$WOUT.err")"
-  return 1
-}
 # A background "dlock run" whose PID (and its command's) a test kills.
 run_bg() {
   "$DLOCK" run "$@" >/dev/null 2>&1 &
@@ -48,13 +21,6 @@ server_calls() {
   rcli INFO commandstats | tr -d '\r' | grep -v '^cmdstat_info:' |
     sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' | awk '{s += $1} END {print s + 0}'
 }
-# watch_stop: SIGTERM ends a watcher with exit 0.
-watch_stop() { # watch_stop "what" [SIGNAL]
-  kill -"${2:-TERM}" "$W_PID" 2>/dev/null
-  wait_exit "$W_PID" 10
-  assert_eq "$1" "$EXIT_CODE" 0
-}
-
 # ---- status NAME --watch on Redis ----
 
 watch_start "$TEST_DIR/w1" status job --watch

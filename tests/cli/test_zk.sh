@@ -112,6 +112,25 @@ assert_eq "an -x run is busy while a reader holds (75)" "$?" 75
 kill $R1 2>/dev/null
 wait_exit "$R1" 30
 
+# ---- status --watch (issue 27 item 5): ZooKeeper's child watches ----
+
+watch_start "$TEST_DIR/wz" status watched --watch
+expect_line "zk watch: the first line is the state" "watched +free" 10
+"$DLOCK" run watched -- sleep 4 >/dev/null 2>&1 &
+WA=$!
+bg_track $WA
+expect_line "zk watch: an acquire is one line with its pid" "watched +acquired +fence [0-9]+ +pid $WA "
+"$DLOCK" run -w 60 watched -- sleep 1 >/dev/null 2>&1 &
+WB=$!
+bg_track $WB
+expect_line "zk watch: a new waiter is one line" "watched +waiter"
+expect_line "zk watch: the release is one line" "watched +released +fence [0-9]+ +pid $WA " 10
+expect_line "zk watch: the waiter's acquire follows" "watched +acquired +fence [0-9]+ +pid $WB "
+wait_exit "$WB" 20
+expect_line "zk watch: its release" "watched +released +fence [0-9]+ +pid $WB " 10
+watch_stop "zk watch: SIGTERM ends it with exit 0"
+wait_exit "$WA" 10
+
 # ---- doctor, bad URLs ----
 
 "$DLOCK" doctor >"$TEST_DIR/out" 2>&1
