@@ -243,9 +243,14 @@ static void print_text(const char *name, const dlock_lock_info *info, const perm
     printf("holders:  %d\n", pl->n + pl->more);
     for (int i = 0; i < pl->n; i++) {
       char who[1200];
-      cli_format_duration(pl->p[i].ttl_ms < 0 ? 0 : pl->p[i].ttl_ms, ttl, sizeof ttl);
+      if (pl->p[i].ttl_ms < 0) {
+        snprintf(ttl, sizeof ttl, "none (it lasts as its holder's session)");
+      } else {
+        cli_format_duration(pl->p[i].ttl_ms, ttl, sizeof ttl - 5);
+        strcat(ttl, " left");
+      }
       cli_owner_describe(pl->p[i].owner, who, sizeof who);
-      printf("  fence %llu, lease %s left: %s\n", (unsigned long long)pl->p[i].fence, ttl,
+      printf("  fence %llu, lease %s: %s\n", (unsigned long long)pl->p[i].fence, ttl,
              who[0] != '\0' ? who : "(no owner info)");
     }
     if (pl->more > 0)

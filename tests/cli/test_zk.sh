@@ -97,6 +97,9 @@ bg_track $S2
 check "two holders take the two permits" wait_for 20 sh -c "'$DLOCK' status pool | grep -Eq 'permits: +2 of 2|2/2'"
 "$DLOCK" run --limit 2 --wait 0 pool -- true 2>/dev/null
 assert_eq "a third --limit 2 run is busy (75)" "$?" 75
+out=$("$DLOCK" status pool)
+assert_eq "status shows both permit holders (fence, pid), not the newest only" \
+  "$(printf '%s\n' "$out" | grep -E "^  fence [0-9]+, lease [^:]+: pid ($S1|$S2) on " | wc -l)" 2
 assert_eq "the child sees DLOCK_KIND" "$("$DLOCK" run --limit 3 other -- sh -c 'echo $DLOCK_KIND')" semaphore
 kill $S1 $S2 2>/dev/null
 wait_exit "$S1" 30
