@@ -217,6 +217,16 @@ char *cli_child_env_url(const char *url);
 /* Who holds a lock, in one line for messages: "pid 12 on host user u,
  * command: make; since 3s ago; lease 27s left; 2 waiting" (cmd_status.c). */
 void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len);
+/* An owner_info in words: "pid 12 on host (user u), command: make", or the
+ * text as it is when "dlock run" did not write it (cmd_status.c). */
+void cli_owner_describe(const char *owner_info, char *buf, size_t len);
+/* status NAME --watch (name set) and list --watch (name NULL, 'pattern' a
+ * glob or NULL): one line per change until a signal (cmd_watch.c). */
+int cli_watch(dlock_client *c, const char *name, const char *pattern, int json, int sfd);
+/* The watch modes' end: SIGINT, SIGTERM and SIGHUP blocked and readable on
+ * the returned signalfd (-1 on failure, errno set) (common.c). Call it
+ * before connecting: the threads a client starts inherit the mask. */
+int cli_stop_signalfd(void);
 /* Exit code for a failed library call. */
 int cli_exit_for_status(int status);
 /* Print "dlock: <what>: <strerror> (<detail>)" to stderr and return the exit

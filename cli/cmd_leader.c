@@ -60,13 +60,7 @@ static void print_leader(const char *name, const dlock_leader *l, int json)
 /* --watch: until SIGINT, SIGTERM or SIGHUP (exit 0), one line per change. */
 static int watch(dlock_client *c, const char *name, int64_t interval_ms, int json)
 {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigprocmask(SIG_BLOCK, &set, NULL);
-  int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+  int sfd = cli_stop_signalfd();
   dlock_observer_options oo;
   dlock_observer_options_init(&oo);
   oo.interval_ms = interval_ms;

@@ -4,24 +4,37 @@
  * Who holds a lock comes from the owner_info that "dlock run" stores with
  * it (see owner_info_format() in cmd_run.c for the format parsed here).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
-enum { OPT_JSON = 1, OPT_QUIET };
+enum { OPT_JSON = 1, OPT_QUIET, OPT_WATCH, OPT_LONG };
 
-static const cli_opt status_opts[] = {
+/* What the parser of both commands knows; it refuses -q for list and -l
+ * for status, saying what each is for. */
+static const cli_opt view_opts[] = {
   {"json", 0, 0, OPT_JSON},
   {"quiet", 'q', 0, OPT_QUIET},
+  {"watch", 0, 0, OPT_WATCH},
+  {"long", 'l', 0, OPT_LONG},
   {NULL, 0, 0, 0},
 };
 
-/* The command descriptors' option tables (help.c), the ones parsed here;
- * list takes no -q (the parser refuses it, saying what it is for). */
+/* The command descriptors' option tables (help.c): what each one takes. */
+static const cli_opt status_opts[] = {
+  {"json", 0, 0, OPT_JSON},
+  {"quiet", 'q', 0, OPT_QUIET},
+  {"watch", 0, 0, OPT_WATCH},
+  {NULL, 0, 0, 0},
+};
 static const cli_opt list_opts[] = {
   {"json", 0, 0, OPT_JSON},
+  {"watch", 0, 0, OPT_WATCH},
+  {"long", 'l', 0, OPT_LONG},
   {NULL, 0, 0, 0},
 };
 const cli_opt *const cli_status_opts[] = {status_opts, NULL};
@@ -69,7 +82,43 @@ static int holder_parse(const char *owner_info, holder *h)
   return h->host != NULL && h->pid != NULL ? 0 : -1;
 }
 
-static void print_json(const char *name, const dlock_lock_info *info)
+/* Every permit (or read-write hold) of a lock, as dlock_lock_holders gives them. */
+#define MAX_SHOWN 128
+typedef struct permit_list {
+  int n, more;
+  struct {
+    uint64_t fence;
+    int64_t ttl_ms, since_unix_ms;
+    char owner[1025];
+  } p[MAX_SHOWN];
+} permit_list;
+
+static void collect_permit(const dlock_holder *h, void *arg)
+{
+  permit_list *l = arg;
+  if (l->n == MAX_SHOWN) {
+    l->more++;
+    return;
+  }
+  l->p[l->n].fence = h->fence;
+  l->p[l->n].ttl_ms = h->ttl_ms;
+  l->p[l->n].since_unix_ms = h->since_unix_ms;
+  snprintf(l->p[l->n].owner, sizeof l->p[l->n].owner, "%s", h->owner_info);
+  l->n++;
+}
+
+void cli_owner_describe(const char *owner_info, char *buf, size_t len)
+{
+  holder h;
+
+  if (holder_parse(owner_info, &h) == 0)
+    snprintf(buf, len, "pid %s on %s%s%s, command: %s", h.pid, h.host, h.user != NULL ? " user " : "",
+             h.user != NULL ? h.user : "", h.cmd != NULL && h.cmd[0] != '\0' ? h.cmd : "?");
+  else
+    snprintf(buf, len, "%s", owner_info);
+}
+
+static void print_json(const char *name, const dlock_lock_info *info, const permit_list *pl)
 {
   holder h;
 
@@ -107,6 +156,20 @@ static void print_json(const char *name, const dlock_lock_info *info)
   if (info->latch)
     printf(", \"latch\": {\"count\": %lld, \"ttl_ms\": %lld}", (long long)info->latch_count,
            (long long)info->latch_ttl_ms);
+  if (pl != NULL && pl->n > 0) {
+    fputs(", \"holders\": [", stdout);
+    for (int i = 0; i < pl->n; i++) {
+      char who[1200];
+      cli_owner_describe(pl->p[i].owner, who, sizeof who);
+      printf("%s{\"fence\": %llu, \"ttl_ms\": %lld, \"since_unix_ms\": %lld, \"holder\": ", i ? ", " : "",
+             (unsigned long long)pl->p[i].fence, (long long)pl->p[i].ttl_ms, (long long)pl->p[i].since_unix_ms);
+      cli_json_string(stdout, who);
+      fputs(", \"owner_info\": ", stdout);
+      cli_json_string(stdout, pl->p[i].owner);
+      fputc('}', stdout);
+    }
+    fputc(']', stdout);
+  }
   fputc('}', stdout);
 }
 
@@ -146,7 +209,7 @@ static void print_since(int64_t since_unix_ms)
   }
 }
 
-static void print_text(const char *name, const dlock_lock_info *info)
+static void print_text(const char *name, const dlock_lock_info *info, const permit_list *pl)
 {
   char ttl[64];
   holder h;
@@ -191,18 +254,36 @@ static void print_text(const char *name, const dlock_lock_info *info)
     cli_format_duration(info->ttl_ms, ttl, sizeof ttl);
     printf(info->permits != 0 ? "lease:    %s left (the last permit)\n" : "lease:    %s left\n", ttl);
   }
-  if (!info->foreign)
+  if (!info->foreign && pl->n == 0)
     printf("fence:    %llu\n", (unsigned long long)info->fence);
-  if (info->permits != 0 && info->owner_info[0] != '\0')
+  if (pl->n > 0) {
+    /* Every permit (or read-write hold): fence, lease left, holder. */
+    printf("holders:  %d\n", pl->n + pl->more);
+    for (int i = 0; i < pl->n; i++) {
+      char who[1200];
+      if (pl->p[i].ttl_ms < 0) {
+        snprintf(ttl, sizeof ttl, "none (it lasts as its holder's session)");
+      } else {
+        cli_format_duration(pl->p[i].ttl_ms, ttl, sizeof ttl - 5);
+        strcat(ttl, " left");
+      }
+      cli_owner_describe(pl->p[i].owner, who, sizeof who);
+      printf("  fence %llu, lease %s: %s\n", (unsigned long long)pl->p[i].fence, ttl,
+             who[0] != '\0' ? who : "(no owner info)");
+    }
+    if (pl->more > 0)
+      printf("  ... and %d more\n", pl->more);
+  } else if (info->permits != 0 && info->owner_info[0] != '\0') {
     printf("newest holder of a permit:\n");
-  if (holder_parse(info->owner_info, &h) == 0) {
+  }
+  if (pl->n == 0 && holder_parse(info->owner_info, &h) == 0) {
     printf("holder:   pid %s on %s", h.pid, h.host);
     if (h.user != NULL && h.user[0] != '\0')
       printf(" (user %s)", h.user);
     putchar('\n');
     if (h.cmd != NULL)
       printf("command:  %s\n", h.cmd);
-  } else if (info->owner_info[0] != '\0') {
+  } else if (pl->n == 0 && info->owner_info[0] != '\0') {
     printf("owner:    %s\n", info->owner_info);
   }
   if (info->since_unix_ms > 0)
@@ -259,10 +340,11 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
     ADD("%lld reader%s", (long long)info->readers, info->readers == 1 ? "" : "s");
   else if (info->foreign)
     ADD("a client other than dlock (no dlock metadata)");
-  else if (holder_parse(info->owner_info, &h) == 0)
-    ADD("pid %s on %s%s%s, command: %s", h.pid, h.host, h.user != NULL ? " user " : "",
-        h.user != NULL ? h.user : "", h.cmd != NULL && h.cmd[0] != '\0' ? h.cmd : "?");
-  else if (info->owner_info[0] != '\0')
+  else if (holder_parse(info->owner_info, &h) == 0) {
+    if (used < len)
+      cli_owner_describe(info->owner_info, buf + used, len - used);
+    used = strlen(buf);
+  } else if (info->owner_info[0] != '\0')
     ADD("'%s'", info->owner_info);
   else
     ADD("another owner");
@@ -284,17 +366,18 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
 #undef ADD
 }
 
-/* The command line both commands share: --url, --json and at most one
- * positional argument. Returns -1 to go on, else the exit status. */
-static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json,
-                           int *quiet, const char **positional)
+/* The command line both commands share: --url, --json, --watch, and at
+ * most one positional argument; -q for status, -l for list. Returns -1 to
+ * go on, else the exit status. */
+static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json, int *quiet,
+                           int *watch, int *longer, const char **positional)
 {
   cli_args args;
   const char *arg;
   int id;
 
   cli_args_init(&args, argc, argv, cmd, CLI_COMMON_SERVER);
-  while ((id = cli_next_opt(&args, status_opts, &arg)) != CLI_OPT_DONE) {
+  while ((id = cli_next_opt(&args, view_opts, &arg)) != CLI_OPT_DONE) {
     if (id == CLI_OPT_ERROR)
       return CLI_EXIT_USAGE;
     if (cli_common_opt(id, arg, url))
@@ -305,6 +388,12 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
       if (quiet == NULL)
         return cli_usage_error(cmd, "-q is for 'dlock status NAME'");
       *quiet = 1;
+    } else if (id == OPT_WATCH) {
+      *watch = 1;
+    } else if (id == OPT_LONG) {
+      if (longer == NULL)
+        return cli_usage_error(cmd, "-l is for 'dlock list'; 'dlock status NAME' is long already");
+      *longer = 1;
     } else if (id == CLI_OPT_POSITIONAL && *positional == NULL) {
       *positional = arg;
     } else if (id == CLI_OPT_POSITIONAL) {
@@ -314,18 +403,40 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
   return -1;
 }
 
+/* --watch: the stop signals blocked before the client starts its threads. */
+static int watch_mode(const char *url, const char *name, const char *pattern, int json)
+{
+  int sfd = cli_stop_signalfd();
+  if (sfd < 0) {
+    fprintf(stderr, "dlock: cannot watch for signals: %s\n", strerror(errno));
+    return CLI_EXIT_SOFTWARE;
+  }
+  dlock_client *c;
+  int rc = cli_connect(url, &c);
+  if (rc == 0) {
+    rc = cli_watch(c, name, pattern, json, sfd);
+    dlock_client_free(c);
+  }
+  close(sfd);
+  return rc;
+}
+
 int cmd_status(int argc, char **argv)
 {
   const char *url = NULL;
   const char *name = NULL;
-  int json = 0, quiet = 0;
-  int rc = parse_view_args(argc, argv, "status", &url, &json, &quiet, &name);
+  int json = 0, quiet = 0, watch = 0;
+  int rc = parse_view_args(argc, argv, "status", &url, &json, &quiet, &watch, NULL, &name);
   if (rc >= 0)
     return rc;
   if (name == NULL)
     return cli_usage_error("status", "missing lock NAME");
   if (quiet && json)
     return cli_usage_error("status", "-q prints nothing; it does not go with --json");
+  if (quiet && watch)
+    return cli_usage_error("status", "-q answers once; leave out --watch");
+  if (watch)
+    return watch_mode(url, name, NULL, json);
 
   dlock_client *c;
   rc = cli_connect(url, &c);
@@ -334,15 +445,24 @@ int cmd_status(int argc, char **argv)
   dlock_lock_info info;
   dlock_lock_info_init(&info);
   int st = dlock_lock_info_get(c, name, &info);
+  static permit_list pl; /* large: not on the stack */
+  if (st == 0 && !quiet && (info.permits != 0 || info.rwlock) && info.held) {
+    int n = dlock_lock_holders(c, name, collect_permit, &pl);
+    st = n < 0 ? n : 0;
+    /* A backend that gives the newest holder only: say what it knows, as before. */
+    int64_t want = info.permits != 0 ? info.permits_used : info.readers + info.writer;
+    if (n >= 0 && n < want)
+      pl.n = pl.more = 0;
+  }
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "status of '%s'", name);
   } else if (quiet) {
     rc = info.held ? CLI_EXIT_OK : STATUS_FREE;
   } else if (json) {
-    print_json(name, &info);
+    print_json(name, &info, &pl);
     fputc('\n', stdout);
   } else {
-    print_text(name, &info);
+    print_text(name, &info, &pl);
     print_nodes(c, name);
   }
   dlock_client_free(c);
@@ -403,9 +523,47 @@ static int list_json(dlock_client *c, const name_list *l)
       continue; /* released (or expired) since the SCAN */
     fputs(first ? "\n  " : ",\n  ", stdout);
     first = 0;
-    print_json(l->names[i], &info);
+    print_json(l->names[i], &info, NULL);
   }
   fputs(first ? "]\n" : "\n]\n", stdout);
+  return CLI_EXIT_OK;
+}
+
+/* list -l: one line per name, aligned: name, state, fence, lease left, holder. */
+static int list_long(dlock_client *c, const name_list *l)
+{
+  size_t width = 4;
+  for (size_t i = 0; i < l->len; i++)
+    if (strlen(l->names[i]) > width)
+      width = strlen(l->names[i]);
+  printf("%-*s  %-9s  %-20s  %-10s  %s\n", (int)width, "NAME", "STATE", "FENCE", "LEASE LEFT", "HOLDER");
+  for (size_t i = 0; i < l->len; i++) {
+    dlock_lock_info info;
+    dlock_lock_info_init(&info);
+    int st = dlock_lock_info_get(c, l->names[i], &info);
+    if (st != 0)
+      return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
+    if (!info.held && !info.latch)
+      continue; /* released (or expired) since the SCAN */
+    char state[32], ttl[64], who[1200];
+    if (!info.held)
+      snprintf(state, sizeof state, "latch");
+    else if (info.permits != 0)
+      snprintf(state, sizeof state, "%lld/%lld", (long long)info.permits_used, (long long)info.permits);
+    else if (info.rwlock && !info.writer)
+      snprintf(state, sizeof state, "%lld read", (long long)info.readers);
+    else
+      snprintf(state, sizeof state, info.foreign ? "foreign" : "held");
+    if (!info.held || info.ttl_ms < 0)
+      snprintf(ttl, sizeof ttl, "-");
+    else
+      cli_format_duration(info.ttl_ms, ttl, sizeof ttl);
+    cli_owner_describe(info.owner_info, who, sizeof who);
+    if (info.permits != 0 && info.permits_used > 1)
+      snprintf(who + strlen(who), sizeof who - strlen(who), " (newest of %lld)", (long long)info.permits_used);
+    printf("%-*s  %-9s  %-20llu  %-10s  %s\n", (int)width, l->names[i], state,
+           (unsigned long long)(info.held && !info.foreign ? info.fence : 0), ttl, who[0] ? who : "-");
+  }
   return CLI_EXIT_OK;
 }
 
@@ -413,10 +571,15 @@ int cmd_list(int argc, char **argv)
 {
   const char *url = NULL;
   const char *pattern = NULL;
-  int json = 0;
-  int rc = parse_view_args(argc, argv, "list", &url, &json, NULL, &pattern);
+  int json = 0, watch = 0, longer = 0;
+  int rc = parse_view_args(argc, argv, "list", &url, &json, NULL, &watch, &longer, &pattern);
   if (rc >= 0)
     return rc;
+  if (longer && json)
+    return cli_usage_error("list", "--json already gives every field; leave out -l");
+
+  if (watch)
+    return watch_mode(url, NULL, pattern, json);
 
   dlock_client *c;
   rc = cli_connect(url, &c);
@@ -435,6 +598,8 @@ int cmd_list(int argc, char **argv)
       qsort(l.names, l.len, sizeof *l.names, cmp_names);
     if (json) {
       rc = list_json(c, &l);
+    } else if (longer) {
+      rc = list_long(c, &l);
     } else {
       for (size_t i = 0; i < l.len; i++)
         printf("%s\n", l.names[i]);

@@ -4,9 +4,11 @@
  * library's detail, and writing JSON strings. URLs are shown with the
  * password masked, since error messages end up in logs.
  */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 
 #include "cli.h"
 
@@ -229,4 +231,15 @@ void cli_json_string(FILE *out, const char *s)
     }
   }
   fputc('"', out);
+}
+
+int cli_stop_signalfd(void)
+{
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  return signalfd(-1, &set, SFD_CLOEXEC);
 }

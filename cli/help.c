@@ -168,22 +168,37 @@ static const cli_command pages[] = {
    "Usage: dlock status [OPTIONS] NAME\n"
    "Show whether the lock NAME is held, the lease left, the current fence and,\n"
    "when dlock run holds it, who: host, pid, user, command and since when.\n"
+   "A semaphore shows every permit's holder, fence and lease left.\n"
    "\n"
    "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
    "  --prefix P    key prefix of lock names (see 'dlock config')\n"
    "  --json        print one JSON object instead\n"
    "  -q, --quiet   print nothing; exit 0 if held, 1 if free (for scripts)\n"
+   "  --watch       print one line per change until SIGINT or SIGTERM\n"
    "  -h, --help    this help\n"
    "\n"
    "Exit status: 0 whether held or not (see the output; -q: held), 1 (-q)\n"
-   "free, 64 usage error, 69 server unreachable or not ready, 70 internal.\n",
+   "free, 64 usage error, 69 server unreachable or not ready, 70 internal.\n"
+   "--watch ends with 0 on SIGINT, SIGTERM or SIGHUP.\n",
    "JSON fields: `name`, `held` (bool), `foreign` (bool: a key dlock did not\n"
    "write), `ttl_ms`, `fence`, `since_unix_ms` (0 if unknown), `waiters`,\n"
    "`owner_info` (string) and, when the holder is `dlock run`, `holder` with\n"
    "`host`, `pid`, `user` and `command`. A semaphore adds `kind`\n"
    "(\"semaphore\"), `permits` (its limit) and `permits_used`; its `fence`,\n"
    "`owner_info` and `holder` are the newest holder's and `ttl_ms` runs until\n"
-   "its last permit ends.\n",
+   "its last permit ends; `holders` lists every permit (`fence`, `ttl_ms`,\n"
+   "`since_unix_ms`, `holder` in words, `owner_info`).\n"
+   "\n"
+   "`--watch` prints the state, then one line per change, from the server's\n"
+   "notifications (not by polling): `acquired`, `released`, `expired` (a\n"
+   "lease that ran out), `force-released`, `waiter` (one more waiting),\n"
+   "`waiter-left`; each line has the time, the name, the event and, for a\n"
+   "hold, its fence and holder. With `--json` each line is one object:\n"
+   "`time_unix_ms`, `name`, `event`, `fence`, `ttl_ms`, `holder`,\n"
+   "`owner_info`, `waiters`. Changes close together may show as one\n"
+   "reading's difference. A lost connection is said on stderr, and so is\n"
+   "the reconnect. Where the server cannot notify (MySQL) the lock is read\n"
+   "again every 2 s; docs/cli.md, \"Watching\", says each server's bound.\n",
    .summary = "status NAME\tis NAME held, by whom, lease left, fence",
    .common = CLI_COMMON_SERVER, .opts = cli_status_opts},
 
@@ -195,13 +210,18 @@ static const cli_command pages[] = {
    "  --url URL     Redis to use (default $DLOCK_URL, then local)\n"
    "  --prefix P    key prefix of lock names (see 'dlock config')\n"
    "  --json        print a JSON array of objects, as 'dlock status --json'\n"
+   "  -l, --long    one aligned line per name: state, fence, lease left, holder\n"
+   "  --watch       print one line per change until SIGINT or SIGTERM\n"
    "  -h, --help    this help\n"
    "\n"
    "Exit status: 0 (also when none is held), 64 usage error, 69 Redis\n"
    "unreachable or authentication failed, 70 internal error.\n",
    "The list is taken with SCAN, so it is a snapshot that may miss a lock\n"
    "taken or include one released while it runs. With `--json` a lock\n"
-   "released between the listing and the look-up of its details is left out.\n",
+   "released between the listing and the look-up of its details is left out.\n"
+   "`--watch` prints the held locks, then the lines of `dlock status --watch`\n"
+   "for every name that matches, new names included (on Redis a name not\n"
+   "seen before is found by listing again every 2 s).\n",
    .summary = "list [PATTERN]\tlist the locks currently held",
    .common = CLI_COMMON_SERVER, .opts = cli_list_opts},
 

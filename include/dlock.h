@@ -637,6 +637,21 @@ DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *w
 DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags,
                                              int *was_held);
 
+/* One hold of a lock, as dlock_lock_holders() hands it out (read only the
+ * fields you know: it may grow at the end). */
+typedef struct dlock_holder {
+  uint64_t fence;         /* the hold's fence */
+  int64_t ttl_ms;         /* its lease left, -1 without expiry */
+  int64_t since_unix_ms;  /* when it began (server clock), 0 if unknown */
+  const char *owner_info; /* its holder's owner_info ("" if none); valid during the call */
+} dlock_holder;
+/* Call fn(holder, arg) for each live hold of lock 'name': each permit of a
+ * semaphore, each hold of a read-write lock, a mutex's one holder. Returns
+ * how many, or a status. A backend that keeps no per-permit record hands
+ * out the newest holder only (docs/cli.md says which). */
+DLOCK_API int dlock_lock_holders(dlock_client *c, const char *name,
+                                 void (*fn)(const dlock_holder *h, void *arg), void *arg);
+
 /* Call fn(name, arg) for each lock currently held, and each countdown latch
  * set, whose name matches the glob 'pattern' (NULL: all); a name that is
  * both is listed once. Uses SCAN; returns the number listed. */
@@ -657,6 +672,35 @@ DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
  * dlock_last_error() says so (empty after a prune that ran). */
 DLOCK_API int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
 #define DLOCK_PRUNE_BATCH 1000
+
+/* ---- Watching locks change (`dlock status --watch`) ----
+ * A watch sleeps until a lock it watches may have changed (taken, released,
+ * deleted by a forced release, a waiter come or gone), woken by the
+ * server's notifications; then read the lock again (dlock_lock_info_get)
+ * and compare. A wake-up says "look", not what changed: one change may wake
+ * it twice, and a reconnect wakes it too. What no notification tells (a
+ * lease that runs out) is the caller's to time: wait no longer than the
+ * lease left. Where the server sends nothing for a change,
+ * dlock_watch_bound_ms() says how late it may be seen (docs/cli.md, "Watching"). */
+typedef struct dlock_watch dlock_watch;
+/* A watch on client 'c' (which must outlive it), watching nothing yet. */
+DLOCK_API int dlock_watch_new(dlock_watch **out, dlock_client *c);
+/* Watch the lock 'name' too; NULL: every lock of the client's prefix (new
+ * names included). Waits up to the command timeout for the server. */
+DLOCK_API int dlock_watch_add(dlock_watch *w, const char *name);
+/* Sleep until a change may have happened (1, with DLOCK_WATCH_FORCED added
+ * when a forced release was among the changes and the server said so) or
+ * 'wait_ms' passed (0); wait_ms < 0: no limit. */
+DLOCK_API int dlock_watch_wait(dlock_watch *w, int64_t wait_ms);
+#define DLOCK_WATCH_FORCED 2
+/* 0 when every watched change is notified; else the longest a change may
+ * go unseen (the watch then wakes at least that often by itself). */
+DLOCK_API int64_t dlock_watch_bound_ms(const dlock_watch *w);
+/* A descriptor that polls readable while a wake-up waits (for poll(2) beside
+ * the caller's own; dlock_watch_wait(w, 0) takes the wake-up). */
+DLOCK_API int dlock_watch_fd(const dlock_watch *w);
+/* NULL is a no-op. */
+DLOCK_API void dlock_watch_free(dlock_watch *w);
 
 /* ---- Fencing guard ---- */
 

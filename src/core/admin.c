@@ -96,6 +96,21 @@ int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_loc
   return info_get(c, name, 1, i, out);
 }
 
+int dlock_lock_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *h, void *arg),
+                       void *arg) {
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  if (!fn) return dlock__error(DLOCK_EINVAL, "dlock_lock_holders: NULL callback");
+  int rc = info_get(c, name, 0, 0, &info);
+  if (rc) return rc;
+  if ((info.permits != 0 || info.rwlock) && c->ops->admin->holders)
+    return c->ops->admin->holders(c, name, fn, arg);
+  if (!info.held || info.foreign) return 0;
+  dlock_holder h = {info.fence, info.ttl_ms, info.since_unix_ms, info.owner_info};
+  fn(&h, arg);
+  return 1;
+}
+
 int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags, int *was_held) {
   dlock__error_clear();
   if (was_held) *was_held = 0;

@@ -103,6 +103,21 @@ typedef struct dlock__admin_ops {
   /* Delete what ended 'older_than_ms' ago ('*pruned' the rows deleted).
    * NULL: nothing to prune. */
   int (*prune)(dlock_client *c, int64_t older_than_ms, int64_t *pruned);
+  /* dlock_watch_*: set up w->be (no names yet), watch one more lock (name
+   * NULL: every lock of the prefix), free w->be. The backend calls
+   * dlock__watch_wake(w) from any thread when a watched lock may have
+   * changed. watch_add answers 1 when it cannot be told of that change: the
+   * core then wakes the watch every DLOCK__WATCH_BOUND_MS. NULL watch_open:
+   * no notifications at all (the same bound). */
+  /* dlock_lock_holders for a semaphore or a read-write lock (a mutex's
+   * holder comes from info). NULL: the newest holder, as info gives it. */
+  int (*holders)(dlock_client *c, const char *name, void (*fn)(const dlock_holder *, void *), void *arg);
+  int (*watch_open)(dlock_watch *w);
+  int (*watch_add)(dlock_watch *w, const char *name);
+  void (*watch_close)(dlock_watch *w);
+  /* Called at each dlock_watch_wait() before it looks for a wake-up: set
+   * again the watches that fired (one-shot watches). NULL: nothing to do. */
+  void (*watch_rearm)(dlock_watch *w);
 } dlock__admin_ops;
 
 /* The fencing guard (dlock_guard_check). */

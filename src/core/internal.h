@@ -236,4 +236,18 @@ void dlock__watchdog_stop(dlock_client *c);
  * make the watchdog look at 'm' again in time. */
 void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start, int64_t lease_ms);
 
+/* ---- Watches (watch.c) ---- */
+
+/* How often a watch wakes by itself where changes go unnotified. */
+#define DLOCK__WATCH_BOUND_MS 2000
+struct dlock_watch {
+  dlock_client *client;
+  void *be;           /* the backend's state */
+  int wake[2];        /* self-pipe: readable while a wake-up waits */
+  atomic_int bounded; /* some change goes unnotified: wake every DLOCK__WATCH_BOUND_MS */
+};
+/* A watched lock may have changed (any thread; async-signal-safe); 'what'
+ * 1, or DLOCK_WATCH_FORCED | 1 for a forced release. */
+void dlock__watch_wake(dlock_watch *w, unsigned what);
+
 #endif /* DLOCK_INTERNAL_H */

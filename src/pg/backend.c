@@ -396,6 +396,12 @@ static int pg_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   return dlock__pg_info(pgc(c), full, out);
 }
 
+static int pg_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *, void *), void *arg) {
+  char full[FULL_MAX];
+  full_name(c, name, full);
+  return dlock__pg_holders(pgc(c), full, fn, arg);
+}
+
 typedef struct list_arg {
   size_t skip; /* the prefix */
   void (*fn)(const char *name, void *arg);
@@ -635,6 +641,7 @@ static int pg_query(dlock_client *c, int what, int node, void *out, size_t len) 
 
 static const dlock__admin_ops pg_admin = {
   .info = pg_info,
+  .holders = pg_holders,
   .list = pg_list,
   .force_release = pg_force_release,
   .check = pg_check,

@@ -137,6 +137,8 @@ int dlock__pg_remaining(dlock__pg *pg, const dlock__pg_hold *h, int64_t *remaini
 
 /* What the server knows of 'name' (struct from dlock_lock_info_init()). */
 int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out);
+/* dlock_lock_holders for a semaphore or read-write lock (the holds table). */
+int dlock__pg_holders(dlock__pg *pg, const char *name, void (*fn)(const dlock_holder *, void *), void *arg);
 /* fn(name, arg) for each held lock whose name matches 'pattern' (a glob:
  * '*' and '?'; NULL: all). */
 int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *name, void *arg), void *arg);

@@ -1109,6 +1109,21 @@ int dlock__pg_remaining(dlock__pg *pg, const dlock__pg_hold *h, int64_t *remaini
 
 /* ---- Admin ---- */
 
+int dlock__pg_holders(dlock__pg *pg, const char *name, void (*fn)(const dlock_holder *, void *), void *arg) {
+  if (pg->advisory) return 0; /* no family rows: the CLI shows what info knows */
+  const char *vals[1] = {name};
+  PGresult *r = NULL;
+  int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_FAM_HOLDERS], 1, vals, 0, 1, &r, NULL, NULL);
+  if (rc != 0) return rc;
+  int n = PQntuples(r);
+  for (int i = 0; i < n; i++) {
+    dlock_holder h = {(uint64_t)col_i64(r, i, 0), col_i64(r, i, 1), col_i64(r, i, 2), PQgetvalue(r, i, 3)};
+    fn(&h, arg);
+  }
+  PQclear(r);
+  return n;
+}
+
 int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
   int rc = check_name(pg, "lock name", name);
   if (rc != 0) return rc;

@@ -528,6 +528,13 @@ static const char sql_fam_info[] =
     "  WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence DESC LIMIT 1) n\n"
     "  ON true WHERE f.name = $1";
 
+/* $1 name: every live hold of a semaphore or read-write lock
+ * (dlock_lock_holders): fence, ms left, since (ms), owner info. */
+static const char sql_fam_holders[] =
+    "SELECT x.fence, greatest(0, floor(extract(epoch FROM (x.expires - clock_timestamp())) * 1000))::bigint,\n"
+    "  floor(extract(epoch FROM x.since) * 1000)::bigint, coalesce(x.owner_info, '')\n"
+    "FROM @S.holds x WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence";
+
 static const char sql_waiter_del[] = "DELETE FROM @S.waiters WHERE name = $1 AND token = $2";
 
 /* $1 name, $2 token, $3 channel. Marks the row released (a tombstone that
@@ -667,6 +674,7 @@ void dlock__pg_sql_build(dlock__pg *pg) {
       [DLOCK__PG_SQL_HISTORY] = sql_history,     [DLOCK__PG_SQL_INIT] = sql_init,
       [DLOCK__PG_SQL_FAM_ACQUIRE] = sql_fam_acquire, [DLOCK__PG_SQL_FAM_RELEASE] = sql_fam_release,
       [DLOCK__PG_SQL_FAM_INFO] = sql_fam_info,   [DLOCK__PG_SQL_PRUNE] = sql_prune,
+      [DLOCK__PG_SQL_FAM_HOLDERS] = sql_fam_holders,
   };
   for (int i = 0; i < DLOCK__PG_SQL_COUNT; i++) pg->sql[i] = expand(tmpl[i], pg->schema);
 }

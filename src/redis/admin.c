@@ -31,11 +31,12 @@ static int run_for_name(dlock_client *c, dlock__node *at, const char *name, dloc
   /* info only reads, so a lost reply is answered by asking again. A force
    * release is not sent twice: between the two sends a new holder may have
    * taken the lock, and the second would delete its key. */
-  if (id == DLOCK__SCRIPT_INFO || id == DLOCK__SCRIPT_SEM_INFO)
+  int reads = id == DLOCK__SCRIPT_INFO || id == DLOCK__SCRIPT_SEM_INFO || id == DLOCK__SCRIPT_HOLDERS;
+  if (reads)
     rc = dlock__script_run_twice_safe(c, &call, out);
   else
     rc = dlock__script_run(c, &call, 1, out);
-  if (rc && call.maybe_ran && id != DLOCK__SCRIPT_INFO && id != DLOCK__SCRIPT_SEM_INFO) {
+  if (rc && call.maybe_ran && !reads) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     rc = dlock__error(DLOCK_EUNKNOWN, "%s; the command may have run: look with 'dlock status' before "
@@ -55,6 +56,25 @@ static int run_for_name(dlock_client *c, dlock__node *at, const char *name, dloc
 
 static int64_t str_i64(const dlock__reply *r) {
   return r->type == DLOCK__REPLY_STRING && r->len ? strtoll(r->str, NULL, 10) : 0;
+}
+
+int dlock__redis_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *, void *), void *arg) {
+  dlock__reply *r = NULL;
+  int rc = run_for_name(c, NULL, name, DLOCK__SCRIPT_HOLDERS, NULL, &r, "holders of");
+  if (rc) return rc;
+  int n = 0;
+  if (r->type == DLOCK__REPLY_ARRAY)
+    for (size_t i = 0; i + 3 < r->elements; i += 4) {
+      uint64_t fence = 0;
+      const dlock__reply *e = r->element[i];
+      if (e->type == DLOCK__REPLY_STRING) dlock__parse_fence(e->str, e->len, &fence);
+      const char *info = r->element[i + 3]->type == DLOCK__REPLY_STRING ? r->element[i + 3]->str : "";
+      dlock_holder h = {fence, str_i64(r->element[i + 1]), str_i64(r->element[i + 2]), info};
+      fn(&h, arg);
+      n++;
+    }
+  dlock__reply_free(r);
+  return n;
 }
 
 int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out) {

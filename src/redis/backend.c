@@ -259,6 +259,10 @@ static const dlock__admin_ops redis_admin = {
   .list = dlock__redis_list,
   .force_release = dlock__redis_force_release,
   .check = dlock__redis_check,
+  .holders = dlock__redis_holders,
+  .watch_open = dlock__redis_watch_open,
+  .watch_add = dlock__redis_watch_add,
+  .watch_close = dlock__redis_watch_close,
 };
 
 static const dlock__guard_ops redis_guard = {.check = dlock__redis_guard_check};

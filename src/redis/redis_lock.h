@@ -31,6 +31,7 @@ struct dlock__sub_target {
   void *arg;
   int watch_tried; /* waiters.c: dlock__subscriber_watch() was called for it */
   int subscribed;  /* ... and it holds a reference on this many entries of the channel (Redlock: one per node) */
+  int shard;       /* a sharded channel (SSUBSCRIBE) whatever the topology (the watch's, watch.c) */
 };
 
 /* Subscribe this client to 't's channel (once per target); waits up to
@@ -125,6 +126,10 @@ void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mon
 int dlock__redis_held(dlock_mutex *m, const char *token, int64_t *ttl_ms);
 int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out);   /* admin.c */
 int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
+int dlock__redis_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *, void *), void *arg);
+int dlock__redis_watch_open(dlock_watch *w); /* watch.c */
+int dlock__redis_watch_add(dlock_watch *w, const char *name);
+void dlock__redis_watch_close(dlock_watch *w);
 int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held);
 int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
 int dlock__redis_check(dlock_client *c, dlock_check *out, int max);        /* check.c */

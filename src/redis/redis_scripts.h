@@ -39,6 +39,7 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SEM_WITHDRAW,
   DLOCK__SCRIPT_SEM_INFO,
   DLOCK__SCRIPT_PROCLAIM, /* leader election (election.c) */
+  DLOCK__SCRIPT_HOLDERS,  /* every hold of a semaphore or read-write lock (admin.c) */
   DLOCK__SCRIPT_COUNT
 } dlock__script_id;
 

@@ -21,7 +21,7 @@ extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[
 extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
     dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
-extern const char dlock__lua_proclaim[];
+extern const char dlock__lua_proclaim[], dlock__lua_holders[];
 
 /* Each script: its name (messages), its text, and how Redlock folds the
  * nodes' answers to it (dlock__quorum_fold; NULL: it runs on one node). */
@@ -59,6 +59,7 @@ static const struct {
     [DLOCK__SCRIPT_SEM_WITHDRAW] = {"sem_withdraw", dlock__lua_sem_withdraw},
     [DLOCK__SCRIPT_SEM_INFO] = {"sem_info", dlock__lua_sem_info},
     [DLOCK__SCRIPT_PROCLAIM] = {"proclaim", dlock__lua_proclaim},
+    [DLOCK__SCRIPT_HOLDERS] = {"holders", dlock__lua_holders},
 };
 
 static char shas[DLOCK__SCRIPT_COUNT][41];

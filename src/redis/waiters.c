@@ -45,6 +45,7 @@ typedef struct channel {
   dlock__node *node; /* where it was sent (valid while 'sent') */
   int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
   dlock__node *fixed; /* Redlock: this entry's home, one of the nodes; NULL: routed */
+  int shard;     /* SSUBSCRIBE also off a cluster (dlock__sub_target.shard) */
 } channel;
 
 /* One pub/sub connection per node: on a cluster each channel lives on the
@@ -297,7 +298,7 @@ static int sync_subscriptions(dlock__subscriber *s) {
   for (size_t i = 0; i < s->nchannels;) {
     channel *ch = &s->channels[i];
     if (ch->refs == 0) {
-      if (ch->sent) append_cmd(s, ch->node, unsub, ch);
+      if (ch->sent) append_cmd(s, ch->node, ch->shard ? "SUNSUBSCRIBE" : unsub, ch);
       free(ch->name);
       s->channels[i] = s->channels[--s->nchannels];
       continue;
@@ -311,7 +312,7 @@ static int sync_subscriptions(dlock__subscriber *s) {
     if (ch->sent && ch->node != home) {
       /* Its home moved (failover, reshard): hand-offs are published on the
        * new one, maybe already. */
-      append_cmd(s, ch->node, unsub, ch);
+      append_cmd(s, ch->node, ch->shard ? "SUNSUBSCRIBE" : unsub, ch);
       ch->sent = ch->confirmed = 0;
       wake_all_waiters(s);
     }
@@ -358,8 +359,9 @@ static int sync_subscriptions(dlock__subscriber *s) {
       pending = 1;
       continue;
     }
-    const char *argv[2] = {sub, ch->name};
-    size_t lens[2] = {strlen(sub), ch->len};
+    const char *verb = ch->shard ? "SSUBSCRIBE" : sub;
+    const char *argv[2] = {verb, ch->name};
+    size_t lens[2] = {strlen(verb), ch->len};
     dlock__cmd cmd = {2, argv, lens};
     if (dlock__conn_append(sc->conn, &cmd) == 0) {
       ch->sent = 1;
@@ -528,6 +530,7 @@ int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t) {
       memcpy(ch->name, name, len + 1);
       ch->len = len;
       ch->fixed = home[h];
+      ch->shard = t->shard;
       s->nchannels++;
     }
     ch->refs++;

@@ -519,10 +519,23 @@ static int zk_sched_history(dlock_client *c, const char *job, dlock_run_record *
   return dlock__zk_sched_history(ZZ(c), job, out, max);
 }
 
+static int zk_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *, void *), void *arg) {
+  return dlock__zk_holders(ZZ(c), name, fn, arg);
+}
+static int zk_watch_open(dlock_watch *w) { return dlock__zk_watch_open(ZZ(w->client), w); }
+static int zk_watch_add(dlock_watch *w, const char *name) { return dlock__zk_watch_add(ZZ(w->client), w, name); }
+static void zk_watch_rearm(dlock_watch *w) { dlock__zk_watch_rearm(ZZ(w->client), w); }
+static void zk_watch_close(dlock_watch *w) { dlock__zk_watch_close(ZZ(w->client), w); }
+
 static const dlock__admin_ops zk_admin = {
   .info = zk_info,
   .list = zk_list,
   .force_release = zk_force_release,
+  .holders = zk_holders,
+  .watch_open = zk_watch_open,
+  .watch_add = zk_watch_add,
+  .watch_close = zk_watch_close,
+  .watch_rearm = zk_watch_rearm,
 };
 
 static const dlock__guard_ops zk_guard = {.check = zk_guard_check};

@@ -1140,6 +1140,49 @@ out:
   return rc;
 }
 
+int dlock__zk_holders(dlock__zk *z, const char *name, void (*fn)(const dlock_holder *, void *), void *arg) {
+  int rc = dlock__zk_check_name("lock name", name);
+  if (rc) return rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *leases = dlock__zk_path(z, name, "leases");
+  struct String_vector v = {0};
+  int n = 0, zrc = leases ? zoo_get_children(s->zh, leases, 0, &v) : ZSYSTEMERROR;
+  if (!leases) {
+    n = dlock__error(DLOCK_ENOMEM, "out of memory");
+  } else if (zrc != ZOK && zrc != ZNONODE) {
+    n = dlock__zk_fail(z, zrc, "list the leases of", leases);
+  } else if (zrc == ZOK) {
+    /* The leases oldest first; with more than the limit the newest is a
+     * caller still waiting for its permit (sem_info). */
+    char data[64];
+    int len = (int)sizeof data - 1;
+    struct Stat st;
+    int64_t limit = zoo_get(s->zh, leases, 0, data, &len, &st) == ZOK ? parse_limit(data, len < 0 ? 0 : len) : 0;
+    char **l = calloc((size_t)v.count + 1, sizeof *l);
+    int nl = 0;
+    for (int i = 0; l && i < v.count; i++)
+      if (node_side(v.data[i]) == LEASE_MARK) l[nl++] = v.data[i];
+    if (l) qsort(l, (size_t)nl, sizeof *l, cmp_seq);
+    if (limit > 0 && nl > limit) nl--;
+    for (int i = 0; l && i < nl; i++) {
+      char node[1200], info[1025];
+      snprintf(node, sizeof node, "%s/%s", leases, l[i]);
+      len = (int)sizeof info - 1;
+      if (zoo_get(s->zh, node, 0, info, &len, &st) != ZOK) continue; /* gone meanwhile */
+      info[len > 0 ? len : 0] = '\0';
+      dlock_holder h = {(uint64_t)st.czxid, -1, st.ctime, info};
+      fn(&h, arg);
+      n++;
+    }
+    free(l);
+    deallocate_String_vector(&v);
+  }
+  free(leases);
+  dlock__zk_sess_put(s);
+  return n;
+}
+
 static int list_rec(dlock__zk *z, dlock__zk_sess *s, const char *path, const char *rel, int depth,
                     void (*fn)(const char *, void *), void *arg) {
   struct String_vector v;

@@ -193,6 +193,13 @@ int dlock__zk_list(dlock__zk *z, void (*fn)(const char *name, void *arg), void *
  * every reader ahead of the first writer, every permit of a semaphore. 1
  * deleted, 0 not held, or < 0. Safe to resend: a node name is never reused. */
 int dlock__zk_force_release(dlock__zk *z, const char *name);
+/* dlock_lock_holders for a semaphore: each lease, oldest first (lock.c). */
+int dlock__zk_holders(dlock__zk *z, const char *name, void (*fn)(const dlock_holder *, void *), void *arg);
+/* dlock_watch_* (watch.c): child watches on the lock's nodes. */
+int dlock__zk_watch_open(dlock__zk *z, dlock_watch *w);
+int dlock__zk_watch_add(dlock__zk *z, dlock_watch *w, const char *name);
+void dlock__zk_watch_rearm(dlock__zk *z, dlock_watch *w);
+void dlock__zk_watch_close(dlock__zk *z, dlock_watch *w);
 /* As dlock__zk_force_release(), only while the holder of a mutex or an
  * election is the node whose czxid is 'fence' (an election's epoch): 1
  * deleted, 0 when another node holds, none does, or 'fence' is 0. */

@@ -48,7 +48,22 @@ lib3=$(MANWIDTH=200 man -l "$gen/libdlock.3" 2>/dev/null || groff -man -Tutf8 "$
   bad "libdlock.3 is older than include/dlock.h (the build rule is broken)"
 for fn in $(grep -oE 'DLOCK_API [^(]*[ *]dlock_[a-z0-9_]+\(' "$src/include/dlock.h" | grep -oE 'dlock_[a-z0-9_]+\(' | tr -d '('); do
   printf '%s\n' "$lib3" | grep -q "$fn(" && ok || bad "libdlock.3 does not show $fn()"
+  # Its own page (man dlock_mutex_acquire).
+  [ -f "$gen/man3/$fn.3" ] && ok || bad "no page man3/$fn.3 for $fn() (tools/hdr2man.c)"
 done
+# Each page declares its function (one awk for all: the check runs often).
+undeclared=$(awk 'FNR == 1 { if (f != "" && !seen) print f; f = FILENAME; sub(/.*\//, "", f); sub(/\.3$/, "", f); seen = 0 }
+  index($0, f "(") { seen = 1 } END { if (f != "" && !seen) print f }' "$gen"/man3/dlock_*.3)
+[ -z "$undeclared" ] && ok || bad "per-function pages that do not declare their function: $undeclared"
+# One groff run over them all (a page each costs seconds on a busy machine).
+warn=$(cat "$gen"/man3/dlock_*.3 | groff -ww -man -Tutf8 -z 2>&1)
+[ -z "$warn" ] && ok || bad "groff -ww warns about the per-function pages: $warn"
+if command -v man >/dev/null; then
+  warn=$(MANWIDTH=80 man --warnings -l "$gen/man3/dlock_mutex_acquire.3" 2>&1 >/dev/null)
+  [ -z "$warn" ] && ok || bad "man --warnings warns about dlock_mutex_acquire.3: $warn"
+  MANWIDTH=80 man -l "$gen/man3/dlock_mutex_acquire.3" 2>/dev/null | grep -q "^SYNOPSIS" && ok ||
+    bad "man -l dlock_mutex_acquire.3 shows no SYNOPSIS"
+fi
 
 # ---- the help table agrees with the code ----
 # The completion's data: its commands, and per command its options.

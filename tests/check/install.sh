@@ -22,6 +22,9 @@ flags=$(pkg-config --cflags --libs dlock) || fail "pkg-config does not find dloc
 MANPATH=$tmp/prefix/share/man man -w dlock 2>/dev/null | grep -q "^$tmp/prefix/share/man/man1/dlock.1" \
   || fail "man -w dlock does not find the installed page"
 [ -f "$tmp/prefix/share/man/man3/libdlock.3" ] || fail "share/man/man3/libdlock.3 not installed"
+MANPATH=$tmp/prefix/share/man man -w dlock_mutex_acquire 2>/dev/null |
+  grep -q "^$tmp/prefix/share/man/man3/dlock_mutex_acquire.3" ||
+  fail "man -w dlock_mutex_acquire does not find the installed per-function page"
 [ -f "$tmp/prefix/share/bash-completion/completions/dlock" ] || fail "bash completion not installed"
 [ -f "$tmp/prefix/share/zsh/vendor-completions/_dlock" ] || fail "zsh completion not installed"
 # A consumer gets our include directory and nothing else: no dependency's

@@ -212,6 +212,42 @@ usage_error() { # usage_error "what" PATTERN ARGS...
   fi
 }
 
+# ---- Watchers (dlock status --watch, dlock list --watch) ----
+
+# The lines a watcher wrote are read in order: each expect_line looks for the
+# next line matching after the one the last expect_line found.
+WOUT=""
+W_LAST=0
+watch_start() { # watch_start OUTFILE ARGS...: a watcher in the background
+  WOUT=$1
+  W_LAST=0
+  shift
+  "$DLOCK" "$@" >"$WOUT" 2>"$WOUT.err" &
+  W_PID=$!
+  bg_track $W_PID
+}
+expect_line() { # expect_line "what" PATTERN [SECONDS]
+  local what=$1 pat=$2 limit=${3:-5} i n
+  for i in $(seq 1 $((limit * 20))); do
+    n=$(tail -n +$((W_LAST + 1)) "$WOUT" | grep -n -E -m1 -- "$pat" | cut -d: -f1)
+    if [ -n "$n" ]; then
+      W_LAST=$((W_LAST + n))
+      pass "$what"
+      return 0
+    fi
+    sleep 0.05
+  done
+  fail "$what" "no line matching '$pat' after line $W_LAST within $limit s" "output:" "$(cat "$WOUT")" \
+    "stderr: $(cat "$WOUT.err")"
+  return 1
+}
+# watch_stop: SIGTERM ends a watcher with exit 0.
+watch_stop() { # watch_stop "what" [SIGNAL]
+  kill -"${2:-TERM}" "$W_PID" 2>/dev/null
+  wait_exit "$W_PID" 10
+  assert_eq "$1" "$EXIT_CODE" 0
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   if [ "$FAILED" -ne 0 ] || [ "$PASSED" -eq 0 ]; then

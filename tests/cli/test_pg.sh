@@ -114,6 +114,9 @@ assert_eq "a third --limit 2 run is busy (75)" "$?" 75
 check "another limit is refused ($?)" test "$?" -ne 0
 assert_match "it names both limits" "$(cat "$TEST_DIR/err")" "2 permits.*asks for 3"
 assert_match "list shows the semaphore" "$("$DLOCK" list --url "$URL")" "^pool$"
+out=$("$DLOCK" status --url "$URL" pool)
+assert_eq "status shows both permit holders (fence, lease, pid), not the newest only" \
+  "$(printf '%s\n' "$out" | grep -E "^  fence [0-9]+, lease [^:]+: pid ($S1|$S2) on " | wc -l)" 2
 kill $S1 $S2 2>/dev/null
 wait_exit "$S1" 30
 wait_exit "$S2" 30

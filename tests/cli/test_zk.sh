@@ -101,6 +101,9 @@ bg_track $S2
 check "two holders take the two permits" wait_for 20 sh -c "'$DLOCK' status pool | grep -Eq 'permits: +2 of 2|2/2'"
 "$DLOCK" run --limit 2 --wait 0 pool -- true 2>/dev/null
 assert_eq "a third --limit 2 run is busy (75)" "$?" 75
+out=$("$DLOCK" status pool)
+assert_eq "status shows both permit holders (fence, pid), not the newest only" \
+  "$(printf '%s\n' "$out" | grep -E "^  fence [0-9]+, lease [^:]+: pid ($S1|$S2) on " | wc -l)" 2
 assert_eq "the child sees DLOCK_KIND" "$("$DLOCK" run --limit 3 other -- sh -c 'echo $DLOCK_KIND')" semaphore
 kill $S1 $S2 2>/dev/null
 wait_exit "$S1" 30
@@ -115,6 +118,25 @@ assert_eq "a second -s run shares (0)" "$?" 0
 assert_eq "an -x run is busy while a reader holds (75)" "$?" 75
 kill $R1 2>/dev/null
 wait_exit "$R1" 30
+
+# ---- status --watch (issue 27 item 5): ZooKeeper's child watches ----
+
+watch_start "$TEST_DIR/wz" status watched --watch
+expect_line "zk watch: the first line is the state" "watched +free" 10
+"$DLOCK" run watched -- sleep 4 >/dev/null 2>&1 &
+WA=$!
+bg_track $WA
+expect_line "zk watch: an acquire is one line with its pid" "watched +acquired +fence [0-9]+ +pid $WA "
+"$DLOCK" run -w 60 watched -- sleep 1 >/dev/null 2>&1 &
+WB=$!
+bg_track $WB
+expect_line "zk watch: a new waiter is one line" "watched +waiter"
+expect_line "zk watch: the release is one line" "watched +released +fence [0-9]+ +pid $WA " 10
+expect_line "zk watch: the waiter's acquire follows" "watched +acquired +fence [0-9]+ +pid $WB "
+wait_exit "$WB" 20
+expect_line "zk watch: its release" "watched +released +fence [0-9]+ +pid $WB " 10
+watch_stop "zk watch: SIGTERM ends it with exit 0"
+wait_exit "$WA" 10
 
 # ---- doctor, bad URLs ----
 

@@ -429,6 +429,37 @@ static void a_forced_release_tells_the_holder_at_once(void) {
   ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
 }
 
+/* A watch (dlock_watch_*, `dlock status --watch`) wakes when the lock is
+ * taken and when it is given back: within the server's notification, or
+ * within its bound where the backend has none (docs/cli.md, "Watching"). */
+static void a_watch_wakes_when_a_lock_is_taken_and_given_back(void) {
+  dlock_client *a = conf_client("watch"), *b = conf_client("watch");
+  dlock_watch *w = NULL;
+  ASSERT_OK(dlock_watch_new(&w, b));
+  int rc = dlock_watch_add(w, "wl");
+  if (rc) dlock_watch_free(w);
+  ASSERT_OK(rc);
+  int64_t limit = slack_ms(5000) + dlock_watch_bound_ms(w);
+  dlock_mutex *m = conf_mutex(a, "wl", NULL);
+  int woke[2] = {0, 0}, held[2] = {-1, -1};
+  for (int step = 0; step < 2; step++) {
+    while (dlock_watch_wait(w, 0) > 0) {} /* what came before this step */
+    rc = step == 0 ? dlock_mutex_acquire(m, 0) : dlock_mutex_release(m);
+    if (rc) break;
+    dlock_mono_ms t0 = dlock_mono_now();
+    woke[step] = dlock_watch_wait(w, limit) > 0 && dlock_mono_now() - t0 <= limit;
+    dlock_lock_info info;
+    dlock_lock_info_init(&info);
+    if (dlock_lock_info_get(b, "wl", &info) == 0) held[step] = info.held;
+  }
+  dlock_watch_free(w);
+  ASSERT_OK(rc);
+  if (!woke[0] || !woke[1])
+    TEST_FAIL("the watch did not wake within %lld ms of the %s", (long long)limit, woke[0] ? "release" : "acquire");
+  ASSERT_EQ(held[0], 1);
+  ASSERT_EQ(held[1], 0);
+}
+
 /* ---- The guard ---- */
 
 static void the_guard_admits_the_newest_fence_and_refuses_an_older_one(void) {
@@ -585,6 +616,7 @@ const conf_scenario conf_contract[] = {
     SCENARIO(lost_replies_leave_one_holder_and_a_lock_that_frees),
     SCENARIO(status_list_and_force_release_show_and_end_a_hold),
     SCENARIO(a_forced_release_tells_the_holder_at_once),
+    SCENARIO(a_watch_wakes_when_a_lock_is_taken_and_given_back),
     SCENARIO(the_guard_admits_the_newest_fence_and_refuses_an_older_one),
     SCENARIO(two_schedulers_run_each_tick_once),
     SCENARIO(a_multi_lock_takes_all_names_or_none),

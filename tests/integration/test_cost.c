@@ -61,7 +61,7 @@ static void count_cycles(dlock_mutex *m, int64_t wait_ms, int cycles, long long 
   *inside = all_calls(out) - *scripts;
 }
 
-TEST(an_uncontended_cycle_costs_redis_at_most_6_calls_inside_two_scripts) {
+TEST(an_uncontended_cycle_costs_redis_at_most_8_calls_inside_two_scripts) {
   dlock_client *c = test_client(srv.url);
   dlock_mutex *m = test_mutex(c, "cost:try", 10000);
   ASSERT_OK(dlock_mutex_acquire(m, 0)); /* the counter exists from here on */
@@ -70,15 +70,17 @@ TEST(an_uncontended_cycle_costs_redis_at_most_6_calls_inside_two_scripts) {
   count_cycles(m, 0, 20, &scripts, &inside);
   ASSERT_EQ(scripts, 40); /* one script call per acquire and per release */
   /* acquire: SET NX, TIME, SET .. GET of the counter with the hold's
-   * record; release: GET, DEL, EXISTS of the queue. (It was 7 + 3, then
-   * 5 + 3 with the record in a meta hash: HSET and PEXPIRE.) */
-  if (inside > 20 * 6)
-    TEST_FAIL("%lld calls inside the scripts for 20 cycles, want at most %d", inside, 20 * 6);
+   * record; release: GET, DEL, EXISTS of the queue; and one SPUBLISH each
+   * on {K}:ev, which wakes the watchers (dlock status --watch, docs/cli.md
+   * "Watching"). (It was 7 + 3, then 5 + 3 with the record in a meta hash:
+   * HSET and PEXPIRE; then 3 + 3 before the watchers.) */
+  if (inside > 20 * 8)
+    TEST_FAIL("%lld calls inside the scripts for 20 cycles, want at most %d", inside, 20 * 8);
   /* A waiting acquire that finds the lock free also looks at the queue. */
   count_cycles(m, 1000, 20, &scripts, &inside);
   ASSERT_EQ(scripts, 40);
-  if (inside > 20 * 7)
-    TEST_FAIL("%lld calls inside the scripts for 20 waiting cycles, want at most %d", inside, 20 * 7);
+  if (inside > 20 * 9)
+    TEST_FAIL("%lld calls inside the scripts for 20 waiting cycles, want at most %d", inside, 20 * 9);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }

@@ -34,6 +34,7 @@ local taken = redis.REDIS_VERSION_NUM and not DLOCK_EPOCH and (wid == '' or redi
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 local last
 if taken then
+  redis.pcall('SPUBLISH', '{' .. KEYS[1] .. '}:ev', 'ev') -- dlock_event, inline on this path
   -- The record as dlock_hold_record (prelude) writes it.
   last = redis.pcall('SET', KEYS[2], us_s .. '|' .. ms_s .. '|' .. ARGV[1] .. '|' .. ARGV[6], 'PX', FENCE_TTL_MS, 'GET')
   if not last then return {1, us_s} end
@@ -94,6 +95,7 @@ end
 if not cur then
   local f, err = dlock_take(KEYS, token, lease, ARGV[6], now_ms, now_us)
   if not f then return err end
+  dlock_event(KEYS)
   if in_queue then
     redis.call('ZREM', KEYS[4], wid)
     redis.call('HDEL', KEYS[5], wid)
@@ -113,7 +115,7 @@ if wid ~= '' then
   local wait = tonumber(ARGV[4])
   if pttl > 0 and pttl < wait then wait = pttl end
   local ttl = wait + 2000
-  redis.call('ZADD', KEYS[4], 'NX', now_us, wid)
+  if redis.call('ZADD', KEYS[4], 'NX', now_us, wid) == 1 then dlock_event(KEYS) end
   local nonce = ARGV[7] and ARGV[7] ~= '' and ('n' .. ARGV[7] .. '|') or ''
   redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|' .. ARGV[5] .. '|' .. token .. '|' .. nonce .. ARGV[6])
   if redis.call('PTTL', KEYS[4]) < ttl then redis.call('PEXPIRE', KEYS[4], ttl) end

@@ -13,7 +13,9 @@
 local epoch = ARGV[2] or ''
 if epoch ~= '' and redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return -2 end
 if redis.call('TYPE', KEYS[1])['ok'] == 'zset' and redis.call('HGET', KEYS[3], 'kind') == 'rwlock' then
-  return dlock_rw_force(KEYS)
+  local r = dlock_rw_force(KEYS)
+  dlock_event(KEYS, 'ev 1 1')
+  return r
 end
 local bad = dlock_check_type(KEYS[1], 'string') or dlock_check_lock_keys(KEYS)
 if bad then return bad end
@@ -50,4 +52,5 @@ if cur then
   redis.pcall('PUBLISH', ch, 'forced')
   redis.pcall('SPUBLISH', ch, 'forced')
 end
+dlock_event(KEYS, 'ev 1 1')
 return existed

@@ -18,6 +18,14 @@ local function dlock_num(n)
   return string.format('%.0f', n)
 end
 
+-- Tell the watchers (dlock_watch, src/redis/watch.c) that lock keys[1] may
+-- have changed: "ev" on its sharded channel {K}:ev (Redis 7 and later);
+-- 'msg' another payload ("ev 1 1": a forced release). pcall: without the
+-- channel in the ACL the change itself still stands.
+local function dlock_event(keys, msg)
+  if redis.REDIS_VERSION_NUM then redis.pcall('SPUBLISH', '{' .. keys[1] .. '}:ev', msg or 'ev') end
+end
+
 -- Fail (before any write) if 'key' holds a type other than 'want'.
 local function dlock_check_type(key, want)
   local t = redis.call('TYPE', key)['ok']

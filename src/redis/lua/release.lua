@@ -18,9 +18,12 @@ end
 -- the server aborts it half-way).
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[1])
+  -- dlock_event, inline on this path
+  if redis.REDIS_VERSION_NUM then redis.pcall('SPUBLISH', '{' .. KEYS[1] .. '}:ev', 'ev') end
   return 1
 end
 -- @cold
 local now_ms, now_us = dlock_now()
 if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1]) end
+dlock_event(KEYS)
 return 1

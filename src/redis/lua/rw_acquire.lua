@@ -55,6 +55,7 @@ if go then
   rw_keep(KEYS[1], lease)
   rw_keep(KEYS[3], lease)
   unqueue()
+  dlock_event(KEYS)
   return {1, f}
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -66,7 +67,7 @@ if wid ~= '' then
   local wait = tonumber(ARGV[5])
   if left >= 0 and left < wait then wait = left end
   local ttl = wait + 2000
-  redis.call('ZADD', KEYS[4], 'NX', now_us, wid)
+  if redis.call('ZADD', KEYS[4], 'NX', now_us, wid) == 1 then dlock_event(KEYS) end
   redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|' .. side .. '|' .. tok .. '|' .. ARGV[6])
   rw_keep(KEYS[4], ttl)
   rw_keep(KEYS[5], ttl)

@@ -20,4 +20,5 @@ rw_drop(KEYS, tok)
 local writer = rw_prune(KEYS, now_ms)
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
 rw_wake(KEYS, now_ms, writer)
+dlock_event(KEYS)
 return 1

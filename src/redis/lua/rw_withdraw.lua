@@ -17,4 +17,5 @@ end
 local writer = rw_prune(KEYS, now_ms)
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
 rw_wake(KEYS, now_ms, writer)
+dlock_event(KEYS)
 return ended

@@ -37,6 +37,7 @@ local free = n - used
 local granted = 0
 if free > 0 and queued then
   granted = dlock_sem_grant(KEYS, free, limit, now_ms, now_us)
+  if granted > 0 then dlock_event(KEYS) end
   used = used + granted
   free = free - granted
   mine = redis.call('ZSCORE', KEYS[1], token)
@@ -52,6 +53,7 @@ end
 if free > 0 then
   local f, err = dlock_sem_take(KEYS, token, lease, ARGV[6], limit, now_ms, now_us)
   if not f then return err end
+  dlock_event(KEYS)
   dequeue()
   dlock_sem_tidy(KEYS, expired, used + 1, now_ms)
   return {1, f}
@@ -65,7 +67,7 @@ if wid ~= '' then
   local cap = tonumber(ARGV[4])
   if wait > 0 and wait < cap then cap = wait end
   local ttl = cap + 2000
-  redis.call('ZADD', KEYS[4], 'NX', now_us, wid)
+  if redis.call('ZADD', KEYS[4], 'NX', now_us, wid) == 1 then dlock_event(KEYS) end
   redis.call('HSET', KEYS[5], wid, dlock_num(now_ms + ttl) .. '|p' .. ARGV[5] .. '|' .. token .. '|' .. ARGV[6])
   if redis.call('PTTL', KEYS[4]) < ttl then redis.call('PEXPIRE', KEYS[4], ttl) end
   if redis.call('PTTL', KEYS[5]) < ttl then redis.call('PEXPIRE', KEYS[5], ttl) end

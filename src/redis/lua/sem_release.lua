@@ -10,4 +10,6 @@ if bad then
   return bad
 end
 local now_ms, now_us = dlock_now()
-return dlock_sem_give_back(KEYS, ARGV[1], now_ms, now_us)
+local r = dlock_sem_give_back(KEYS, ARGV[1], now_ms, now_us)
+dlock_event(KEYS)
+return r

@@ -5,5 +5,6 @@ local bad = dlock_sem_check(KEYS, nil)
 if bad then return bad end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
+dlock_event(KEYS)
 local now_ms, now_us = dlock_now()
 return dlock_sem_give_back(KEYS, ARGV[2], now_ms, now_us)
