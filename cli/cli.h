@@ -50,6 +50,7 @@ int cmd_doctor(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_leader(int argc, char **argv);
+int cmd_job(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -327,5 +328,8 @@ void demo_server_stop(demo_server *s);
 
 /* Write 's' as a JSON string literal, quotes included. */
 void cli_json_string(FILE *out, const char *s);
+/* Print the last 'n' runs of 'job', newest first: a table, or JSON
+ * (cmd_cron.c). Returns the exit code; 'command' names the usage errors. */
+int cli_history_show(dlock_client *c, const char *command, const char *job, int n, const char *tz, int json);
 
 #endif /* DLOCK_CLI_H */
