@@ -84,6 +84,26 @@ out=$("$DLOCK" job resume J)
 assert_match "job resume again: it was not paused" "$out" "job 'J' was not paused"
 check "the job runs again after resume (2 runs within 20 s)" wait_for 20 at_least $((before + 3))
 
+# The notification: a job whose next tick is an hour away runs a trigger at
+# once (no tick claim could have told of it), and a fixed-delay job too.
+HOURLY="$TEST_DIR/hourly"
+"$DLOCK" every 1h --name H --node hourly -- sh -c "echo run >> '$HOURLY'" 2>"$TEST_DIR/hourly.log" &
+HNODE=$!
+bg_track $HNODE
+"$DLOCK" every 1h --fixed-delay --name D --node delay -- sh -c "echo run >> '$HOURLY.d'" 2>"$TEST_DIR/delay.log" &
+DNODE=$!
+bg_track $DNODE
+check "the fixed-delay job runs once at start" wait_for 10 file_has "$HOURLY.d"
+sleep 1 # both nodes listen now
+"$DLOCK" job trigger H >/dev/null
+check "a trigger reaches a node whose next tick is an hour away (within 5 s)" wait_for 5 file_has "$HOURLY"
+"$DLOCK" job trigger D >/dev/null
+two_runs() { [ "$(wc -l <"$HOURLY.d")" -ge 2 ]; }
+check "a trigger runs a fixed-delay job at once (within 5 s)" wait_for 5 two_runs
+kill -TERM $HNODE $DNODE
+wait_exit $HNODE 15
+wait_exit $DNODE 15
+
 kill -TERM "$NODE1" "$NODE2" "$NODE3"
 for n in 1 2 3; do
   eval "pid=\$NODE$n"
