@@ -390,6 +390,7 @@ static void run_manual(dlock_sched *s, job *j) {
   int rc = claim_init(&cl, s, j, 0, token);
   cl.delay_ms = 0;
   cl.manual = 1;
+  if (j->kind == TRIGGER_DELAY) cl.allow_overlap = 0; /* a fixed delay's runs never overlap */
   if (!rc) rc = s->client->ops->sched->claim(s->client, &cl);
   if (rc) {
     char msg[1024];
