@@ -249,7 +249,7 @@ static int run_job(const dlock_tick *t, void *arg)
   char when[64];
   char env_job[DLOCK_MAX_NAME_LEN + 16];
   char env_tick[48], env_tick_ms[48], env_fence[48], env_node[160];
-  char env_prefix[DLOCK_MAX_NAME_LEN + 16];
+  char env_prefix[DLOCK_MAX_NAME_LEN + 16], env_trigger[32];
   char *env_url = cli_child_env_url(d->url);
   cli_child plan;
 
@@ -267,8 +267,9 @@ static int run_job(const dlock_tick *t, void *arg)
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)t->fence);
   snprintf(env_node, sizeof env_node, "DLOCK_NODE=%s", t->node);
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
+  snprintf(env_trigger, sizeof env_trigger, "DLOCK_TRIGGER=%s", t->trigger != NULL ? t->trigger : "tick");
   const char *env[] = {env_job,  env_tick, env_tick_ms, env_fence,
-                       env_node, env_url,  env_prefix,  NULL};
+                       env_node, env_url,  env_prefix,  env_trigger, NULL};
   int rc = cli_child_build(&plan, d->program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   if (rc != 0) {

@@ -32,7 +32,7 @@ assert_match "job check: it says there is no success" "$out" "^CRITICAL - job J:
 
 RUNS="$TEST_DIR/runs"
 for n in 1 2 3; do
-  "$DLOCK" every 1s --name J --node "node-$n" -- sh -c "echo \"\$DLOCK_TICK \$DLOCK_NODE\" >> '$RUNS'" \
+  "$DLOCK" every 1s --name J --node "node-$n" -- sh -c "echo \"\$DLOCK_TICK \$DLOCK_NODE \$DLOCK_TRIGGER\" >> '$RUNS'" \
     2>"$TEST_DIR/node$n.log" &
   eval "NODE$n=\$!"
   bg_track $!
@@ -68,6 +68,7 @@ check "the trigger ran on a node within 10 s" wait_for 10 manual_ran
 sleep 2
 assert_eq "exactly one manual run in the logs" "$(cat "$TEST_DIR"/node?.log | grep -c "J manual run of")" 1
 assert_eq "exactly one extra run of the command" "$(runs)" "$((before + 1))"
+assert_match "the command saw DLOCK_TRIGGER=manual" "$(tail -1 "$RUNS")" " node-[123] manual$"
 out=$("$DLOCK" job history J -n 100)
 assert_match "job history: the manual run, marked" "$out" "node-[123] .* ok \(manual\)"
 assert_match "job history: the skipped ticks, with who and why" "$out" "skipped: paused by alice: incident 42"
