@@ -50,6 +50,7 @@ int cmd_doctor(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_leader(int argc, char **argv);
+int cmd_job(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -150,6 +151,7 @@ extern const cli_opt *const cli_fence_opts[];
 extern const cli_opt *const cli_latch_opts[], *const cli_cron_opts[], *const cli_every_opts[];
 extern const cli_opt *const cli_leader_opts[], *const cli_doctor_opts[], *const cli_init_opts[];
 extern const cli_opt *const cli_prune_opts[], *const cli_demo_opts[], *const cli_config_opts[];
+extern const cli_opt *const cli_job_opts[];
 
 /* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
 void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);
@@ -362,5 +364,8 @@ void demo_server_stop(demo_server *s);
 
 /* Write 's' as a JSON string literal, quotes included. */
 void cli_json_string(FILE *out, const char *s);
+/* Print the last 'n' runs of 'job', newest first: a table, or JSON
+ * (cmd_cron.c). Returns the exit code; 'command' names the usage errors. */
+int cli_history_show(dlock_client *c, const char *command, const char *job, int n, const char *tz, int json);
 
 #endif /* DLOCK_CLI_H */

@@ -346,6 +346,7 @@ static int cron_next(sched_args *a)
 
 /* ---- cron --history ---- */
 
+/* A job's history, newest first, as JSON or a table ('dlock job history' too). */
 static void history_json(const dlock_run_record *r, int n, const char *tz)
 {
   printf("[");
@@ -362,6 +363,8 @@ static void history_json(const dlock_run_record *r, int n, const char *tz)
     cli_json_string(stdout, start);
     printf(", \"duration_ms\": %lld, \"outcome\": ", (long long)r[i].duration_ms);
     cli_json_string(stdout, r[i].outcome);
+    printf(", \"trigger\": ");
+    cli_json_string(stdout, r[i].trigger[0] != '\0' ? r[i].trigger : "tick");
     printf("}");
   }
   printf("%s]\n", n > 0 ? "\n" : "");
@@ -390,9 +393,35 @@ static void history_text(const dlock_run_record *r, int n, const char *tz)
       cli_format_duration(r[i].duration_ms, took, sizeof took);
     else
       snprintf(took, sizeof took, "-");
-    printf("%-25s  %-*s  %*llu  %-29s  %9s  %s\n", sched, width, r[i].node, fwidth,
-           (unsigned long long)r[i].fence, start, took, r[i].outcome);
+    printf("%-25s  %-*s  %*llu  %-29s  %9s  %s%s\n", sched, width, r[i].node, fwidth,
+           (unsigned long long)r[i].fence, start, took, r[i].outcome,
+           strcmp(r[i].trigger, "manual") == 0 ? " (manual)" : "");
   }
+}
+
+int cli_history_show(dlock_client *c, const char *command, const char *job, int n, const char *tz, int json)
+{
+  dlock_run_record *recs = calloc((size_t)n, sizeof *recs);
+  if (recs == NULL) {
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EXIT_SOFTWARE;
+  }
+  for (int i = 0; i < n; i++)
+    dlock_run_record_init(&recs[i]);
+  int rc = CLI_EXIT_OK;
+  int got = dlock_sched_history(c, job, recs, n);
+  if (got < 0) {
+    rc = got == DLOCK_ENAME ? cli_usage_error(command, "%s", dlock_last_error())
+                            : cli_report(got, dlock_last_error(), "history of '%s'", job);
+  } else if (json) {
+    history_json(recs, got, tz);
+  } else if (got == 0) {
+    fprintf(stderr, "dlock: no runs recorded for job '%s'\n", job);
+  } else {
+    history_text(recs, got, tz);
+  }
+  free(recs);
+  return rc;
 }
 
 static int cron_history(sched_args *a)
@@ -412,33 +441,12 @@ static int cron_history(sched_args *a)
   if (st != 0)
     return input_error("cron", st, "--tz: ");
   int n = a->count != 0 ? (int)a->count : HISTORY_DEFAULT;
-  dlock_run_record *recs = calloc((size_t)n, sizeof *recs);
-  if (recs == NULL) {
-    fprintf(stderr, "dlock: out of memory\n");
-    return CLI_EXIT_SOFTWARE;
-  }
-  for (int i = 0; i < n; i++)
-    dlock_run_record_init(&recs[i]);
   dlock_client *c;
   rc = cli_connect(a->d.url, &c);
-  if (rc != 0) {
-    free(recs);
+  if (rc != 0)
     return rc;
-  }
-  int got = dlock_sched_history(c, a->positional, recs, n);
-  if (got < 0) {
-    rc = got == DLOCK_ENAME ? cli_usage_error("cron", "%s", dlock_last_error())
-                            : cli_report(got, dlock_last_error(), "history of '%s'",
-                                         a->positional);
-  } else if ((a->seen & BIT(OPT_JSON)) != 0) {
-    history_json(recs, got, a->d.tz);
-  } else if (got == 0) {
-    fprintf(stderr, "dlock: no runs recorded for job '%s'\n", a->positional);
-  } else {
-    history_text(recs, got, a->d.tz);
-  }
+  rc = cli_history_show(c, "cron", a->positional, n, a->d.tz, (a->seen & BIT(OPT_JSON)) != 0);
   dlock_client_free(c);
-  free(recs);
   return rc;
 }
 

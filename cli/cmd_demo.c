@@ -466,6 +466,7 @@ static void sched_event(const dlock_sched_event *ev, void *arg)
   }
   case DLOCK_SCHED_SKIPPED_POOL:
   case DLOCK_SCHED_MISFIRED:
+  case DLOCK_SCHED_SKIPPED_PAUSED:
     break;
   case DLOCK_SCHED_ERROR:
     if (sc->errors++ == 0)

@@ -437,7 +437,9 @@ static const cli_command pages[] = {
    "*The run.* COMMAND runs in its own process group, with `DLOCK_JOB` (the\n"
    "job name), `DLOCK_TICK` (the tick's scheduled time in epoch seconds;\n"
    "`DLOCK_TICK_MS` in milliseconds), `DLOCK_FENCE` (the run's fencing token),\n"
-   "`DLOCK_NODE` and `DLOCK_URL`. Its result is its exit status (128+N when\n"
+   "`DLOCK_NODE`, `DLOCK_URL` and `DLOCK_TRIGGER` (`tick`, or `manual` for a\n"
+   "run of `dlock job trigger`, whose time is then `DLOCK_TICK`). Its result\n"
+   "is its exit status (128+N when\n"
    "killed by signal N), logged as `exit 0` or `failed (exit N)` and recorded\n"
    "in the history as `ok` or `failed: N`. When\n"
    "it ends, what it left in its group gets SIGTERM, then SIGKILL after\n"
@@ -498,6 +500,40 @@ static const cli_command pages[] = {
    "time the run became due.\n",
    .summary = "every DUR ... -- CMD\tthe same at a fixed rate or delay (DUR: 10s, 5m)",
    .common = CLI_COMMON_SERVER, .opts = cli_every_opts},
+
+  {"job", cmd_job,
+   "Usage: dlock job pause JOB [--reason TEXT] | resume JOB | trigger JOB\n"
+   "       dlock job list [PATTERN] [--json] | history JOB [-n N] [--json]\n"
+   "       dlock job check JOB --max-age D [--critical D]\n"
+   "Operate the jobs that 'dlock cron' and 'dlock every' run, on every node at\n"
+   "once: the state is kept on the server under the job's name.\n"
+   "\n"
+   "  pause JOB              skip its ticks (recorded as skipped) until resumed;\n"
+   "                         a run in progress goes on\n"
+   "  resume JOB             run it again from its next tick\n"
+   "  trigger JOB            one extra run now, on exactly one node, recorded\n"
+   "                         as manual (when the previous run has ended)\n"
+   "  list [PATTERN]         jobs: paused, pending trigger, last run, last success\n"
+   "  history JOB            the last N runs (-n, default 20), with trigger kind\n"
+   "  check JOB --max-age D  exit 0 when the last success is younger than D,\n"
+   "                         1 (warning) older, 2 (critical) older than\n"
+   "                         --critical (default 2*D) or none; 3 unknown\n"
+   "  --reason TEXT, --by WHO  why and who (default USER@HOST), kept with it\n"
+   "  --json, --tz ZONE, -q/--quiet, --url URL, --prefix P\n"
+   "\n"
+   "Exit: 0 done (also when there was nothing to do: it says so), 64 usage,\n"
+   "69 server unreachable; check: Nagios codes, one line on stdout.\n",
+   "A paused job's ticks are still claimed, once each, and recorded in the\n"
+   "history as `skipped: paused by WHO: REASON`, so the history shows every\n"
+   "decision. A trigger wakes the running nodes at once through the\n"
+   "server's notification (Redis pub/sub); one of them claims it like a tick\n"
+   "(fenced, once), also while the job is paused. One trigger is pending at\n"
+   "a time; it waits while the previous run holds the job lock. Not on\n"
+   "Redlock. `check` measures the age of the last success (from the history,\n"
+   "server times) by this host's clock; its line carries the age as Nagios\n"
+   "performance data. See docs/scheduler.md, \"Operations\".\n",
+   .summary = "job VERB JOB\tpause, resume, trigger a job; its list, history, check",
+   .common = CLI_COMMON_SERVER, .opts = cli_job_opts},
 
   {"bench", cmd_bench,
    "Usage: dlock bench [--quick] [--scenario NAME[,NAME...]] [--json FILE]\n"
@@ -737,10 +773,11 @@ static const char man_tail[] =
   ":   Set by `dlock run` for COMMAND: the lock name, the fencing token of\n"
   "    this hold (decimal), the Redis URL and the key prefix in use.\n"
   "\n"
-  "`DLOCK_JOB`, `DLOCK_TICK`, `DLOCK_TICK_MS`, `DLOCK_FENCE`, `DLOCK_NODE`, `DLOCK_URL`, `DLOCK_PREFIX`\n"
+  "`DLOCK_JOB`, `DLOCK_TICK`, `DLOCK_TICK_MS`, `DLOCK_FENCE`, `DLOCK_NODE`, `DLOCK_URL`, `DLOCK_PREFIX`, `DLOCK_TRIGGER`\n"
   ":   Set by `dlock cron` and `dlock every` for COMMAND: the job name, the\n"
   "    tick's scheduled time (epoch seconds, milliseconds), the run's fencing\n"
-  "    token, the node name, the Redis URL and the key prefix in use.\n"
+  "    token, the node name, the Redis URL, the key prefix in use and what\n"
+  "    started the run (`tick`, or `manual`: `dlock job trigger`).\n"
   "\n"
   "## FILES\n"
   "\n"
@@ -765,8 +802,9 @@ static const char man_tail[] =
   "| code | meaning |\n"
   "| --- | --- |\n"
   "| 0 | success; for `run`, COMMAND's own status is passed through; `doctor`: no check failed |\n"
-  "| 1 | `status -q`: the lock is free; `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used; `leader --am-i`, `elect --resign`: another host leads; `elect --resign`, `--evict`: a term begun since the leader was read is left alone |\n"
-  "| 3 | `leader`, `elect --resign`, `elect --evict`: no one leads the election |\n"
+  "| 1 | `status -q`: the lock is free; `fence check`: the token is stale; `doctor`: a check failed or Redis cannot be used; `leader --am-i`, `elect --resign`: another host leads; `elect --resign`, `--evict`: a term begun since the leader was read is left alone; `job check`: warning (the last success is older than `--max-age`) |\n"
+  "| 2 | `job check`: critical (no success recorded, or older than `--critical`) |\n"
+  "| 3 | `leader`, `elect --resign`, `elect --evict`: no one leads the election; `job check`: unknown (the server could not be asked) |\n"
   "| 64 | usage error (a one-line hint is printed); a bad config file (FILE:LINE); `cron`: a bad expression or zone; the URL's database does not exist (`/99`); the lock name is another key (wrong type, or a string without expiry and without dlock metadata); `release --force` of such a key without `--foreign`; `elect --evict`, `elect --resign`, `release --force` of a Curator LeaderLatch leader (ZooKeeper) |\n"
   "| 69 | the server (Redis, ZooKeeper, PostgreSQL, MySQL) unreachable or timed out, not ready (loading its data, busy with a script, failing over, starting up: retry later), not the server the URL names (an answer dlock cannot read), authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
   "| 70 | internal or unexpected error (a bug: please report it) |\n"

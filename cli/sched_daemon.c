@@ -86,6 +86,8 @@ static void on_event(const dlock_sched_event *ev, void *arg)
    * library call (dlock_time_format() below) clears: copy it first. */
   snprintf(message, sizeof message, "%s", ev->message != NULL ? ev->message : "");
   cli_format_time_ms(ev->scheduled_unix_ms, o->tz, when, sizeof when);
+  /* A run of 'dlock job trigger': its time is the trigger's. */
+  const char *tick = ev->trigger != NULL && strcmp(ev->trigger, "manual") == 0 ? "manual run of" : "tick";
   switch (ev->kind) {
   case DLOCK_SCHED_RAN:
     if (o->quiet && ev->status == 0)
@@ -95,45 +97,49 @@ static void on_event(const dlock_sched_event *ev, void *arg)
     else
       snprintf(took, sizeof took, "? (end not recorded)");
     if (ev->status == 0)
-      say("%s tick %s: ran on %s, fence %llu, %s, exit 0", ev->job, when, node ? node : "?",
+      say("%s %s %s: ran on %s, fence %llu, %s, exit 0", ev->job, tick, when, node ? node : "?",
           (unsigned long long)ev->fence, took);
     else
-      say("%s tick %s: ran on %s, fence %llu, %s, failed (exit %d)", ev->job, when,
+      say("%s %s %s: ran on %s, fence %llu, %s, failed (exit %d)", ev->job, tick, when,
           node ? node : "?", (unsigned long long)ev->fence, took, ev->status);
     return;
   case DLOCK_SCHED_SKIPPED:
     if (!o->quiet) {
-      say("%s tick %s: skipped, claimed by %s", ev->job, when,
+      say("%s %s %s: skipped, claimed by %s", ev->job, tick, when,
           node != NULL ? node : "another node");
     }
     return;
   case DLOCK_SCHED_SKIPPED_BUSY:
     if (!o->quiet) {
-      say("%s tick %s: skipped, busy: the previous run (%s) still holds the job lock",
-          ev->job, when, node != NULL ? node : "?");
+      say("%s %s %s: skipped, busy: the previous run (%s) still holds the job lock",
+          ev->job, tick, when, node != NULL ? node : "?");
     }
     return;
   case DLOCK_SCHED_SKIPPED_POOL:
     if (!o->quiet) {
-      say("%s tick %s: skipped, pool: all %d worker(s) of this node busy, so this node "
-          "did not claim it (it runs only if another node takes it)", ev->job, when,
+      say("%s %s %s: skipped, pool: all %d worker(s) of this node busy, so this node "
+          "did not claim it (it runs only if another node takes it)", ev->job, tick, when,
           o->pool > 0 ? o->pool : 1);
     }
     return;
   case DLOCK_SCHED_MISFIRED:
-    say("%s tick %s: misfired: too late to run (was this process stopped?)", ev->job,
+    say("%s %s %s: misfired: too late to run (was this process stopped?)", ev->job, tick,
         when);
     return;
   case DLOCK_SCHED_ERROR:
-    say("%s tick %s: error: %s%s%s%s", ev->job, when, dlock_strerror(ev->status),
+    say("%s %s %s: error: %s%s%s%s", ev->job, tick, when, dlock_strerror(ev->status),
         message[0] != '\0' ? " (" : "", message, message[0] != '\0' ? ")" : "");
+    return;
+  case DLOCK_SCHED_SKIPPED_PAUSED:
+    if (!o->quiet)
+      say("%s %s %s: %s", ev->job, tick, when, message);
     return;
   case DLOCK_SCHED_CLOCK_SKEW:
     /* Logged even with --quiet: only a fixed clock ends it. */
-    say("%s tick %s: not claimed: %s", ev->job, when, message);
+    say("%s %s %s: not claimed: %s", ev->job, tick, when, message);
     return;
   }
-  say("%s tick %s: unknown event %d", ev->job, when, (int)ev->kind);
+  say("%s %s %s: unknown event %d", ev->job, tick, when, (int)ev->kind);
 }
 
 /* ---- Running one tick (scheduler worker threads) ---- */
@@ -243,7 +249,7 @@ static int run_job(const dlock_tick *t, void *arg)
   char when[64];
   char env_job[DLOCK_MAX_NAME_LEN + 16];
   char env_tick[48], env_tick_ms[48], env_fence[48], env_node[160];
-  char env_prefix[DLOCK_MAX_NAME_LEN + 16];
+  char env_prefix[DLOCK_MAX_NAME_LEN + 16], env_trigger[32];
   char *env_url = cli_child_env_url(d->url);
   cli_child plan;
 
@@ -261,8 +267,9 @@ static int run_job(const dlock_tick *t, void *arg)
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)t->fence);
   snprintf(env_node, sizeof env_node, "DLOCK_NODE=%s", t->node);
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
+  snprintf(env_trigger, sizeof env_trigger, "DLOCK_TRIGGER=%s", t->trigger != NULL ? t->trigger : "tick");
   const char *env[] = {env_job,  env_tick, env_tick_ms, env_fence,
-                       env_node, env_url,  env_prefix,  NULL};
+                       env_node, env_url,  env_prefix,  env_trigger, NULL};
   int rc = cli_child_build(&plan, d->program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   if (rc != 0) {

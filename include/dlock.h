@@ -840,6 +840,7 @@ typedef struct dlock_tick {
   int64_t scheduled_unix_ms; /* the tick: its scheduled fire time */
   uint64_t fence;            /* fencing token of this run */
   const char *node;          /* this scheduler's node name */
+  const char *trigger;       /* "tick", or "manual" (dlock_job_trigger: scheduled_unix_ms is its time) */
 } dlock_tick;
 
 /* A job. Returns 0 on success; anything else is recorded as a failure. */
@@ -856,7 +857,10 @@ typedef enum dlock_sched_event_kind {
    * DLOCK_SCHED_CLOCK_TOLERANCE_MS: the tick was not claimed, so that the
    * nodes with a correct clock run it. 'clock_skew_ms' is the measured skew,
    * 'message' says what to fix. Reported for every tick until fixed. */
-  DLOCK_SCHED_CLOCK_SKEW = 7
+  DLOCK_SCHED_CLOCK_SKEW = 7,
+  /* The job is paused (dlock_job_pause): the tick was consumed and recorded
+   * as skipped; 'message' says who paused it and why. */
+  DLOCK_SCHED_SKIPPED_PAUSED = 8
 } dlock_sched_event_kind;
 
 /* How far a tick may lie ahead of the server's clock when a node
@@ -873,6 +877,7 @@ typedef struct dlock_sched_event {
   int status;           /* RAN: the job's result; ERROR: a DLOCK_E* code */
   const char *message;  /* ERROR, CLOCK_SKEW: detail (valid during the callback only) */
   int64_t clock_skew_ms; /* CLOCK_SKEW: this node's clock minus the server's, measured */
+  const char *trigger;  /* "tick", or "manual" for a run of dlock_job_trigger() */
 } dlock_sched_event;
 
 typedef struct dlock_sched_options {
@@ -936,7 +941,10 @@ typedef struct dlock_run_record {
   int64_t scheduled_unix_ms;
   int64_t start_unix_ms;     /* server clock */
   int64_t duration_ms;       /* -1 for a skipped tick */
-  char outcome[64];          /* "ok", "failed: 3", "skipped: previous run still going" */
+  char outcome[64];          /* "ok", "failed: 3", "skipped: previous run still going",
+                                "skipped: paused by WHO: REASON" */
+  char trigger[16];          /* "tick", or "manual" (dlock_job_trigger; scheduled_unix_ms is
+                                then the time of the trigger) */
 } dlock_run_record;
 
 /* Zero 'rec' and set its struct_size. */
@@ -945,6 +953,50 @@ DLOCK_API void dlock_run_record_init(dlock_run_record *rec);
  * The array is stepped through by out[0].struct_size: initialise every
  * element with dlock_run_record_init(), or at least the first. */
 DLOCK_API int dlock_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
+
+/* ---- Operating jobs: pause, resume, trigger (docs/scheduler.md, "Operations") ----
+ * A job's state is kept on the server under its name, so every scheduler
+ * running the job obeys it at its next tick; a trigger wakes them through
+ * the server's notification. Offered where the backend keeps it
+ * (docs/scheduler.md); elsewhere DLOCK_EINVAL names the backend.
+ * 'by' says who (NULL: "<user>@<hostname>"); it may not contain '|', CR or LF. */
+
+/* Pause 'job': its ticks are consumed and recorded as skipped ("skipped:
+ * paused by BY: REASON") until dlock_job_resume(); a run in progress goes on.
+ * 'reason' may be NULL. Returns 1 when paused now, 0 when it already was
+ * (its first pause is kept). */
+DLOCK_API int dlock_job_pause(dlock_client *c, const char *job, const char *by, const char *reason);
+/* Resume 'job': 1 when it was paused, 0 when it was not. */
+DLOCK_API int dlock_job_resume(dlock_client *c, const char *job, const char *by);
+/* One extra run of 'job' now, on exactly one of the schedulers running it,
+ * claimed like a tick (fenced, recorded with trigger "manual"), also while
+ * the job is paused; if the previous run still holds the job lock, when it
+ * ends. Returns 1 when requested, 0 when a trigger was already pending (one
+ * at a time). Nothing runs while no scheduler runs the job. */
+DLOCK_API int dlock_job_trigger(dlock_client *c, const char *job, const char *by);
+
+typedef struct dlock_job_state {
+  size_t struct_size;           /* set by dlock_job_state_init(); see the top */
+  int paused;
+  char paused_by[128];
+  char paused_reason[256];
+  int64_t paused_unix_ms;       /* server clock */
+  int trigger_pending;
+  char trigger_by[128];
+  int64_t trigger_unix_ms;      /* server clock */
+  /* From the history (its last history_len entries): */
+  int64_t last_run_unix_ms;     /* start of the newest run (skips not counted); 0: none */
+  char last_outcome[64];        /* its outcome */
+  int64_t last_success_unix_ms; /* end of the newest run that returned 0; 0: none */
+} dlock_job_state;
+
+DLOCK_API void dlock_job_state_init(dlock_job_state *st);
+/* The state of 'job' (a job never operated nor run is simply not paused). */
+DLOCK_API int dlock_job_state_get(dlock_client *c, const char *job, dlock_job_state *out);
+/* Call 'fn' with each job that has run in the last 30 days or has a state,
+ * whose name matches the glob 'pattern' (NULL: all); returns how many. */
+DLOCK_API int dlock_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *job, void *arg),
+                             void *arg);
 
 /* ---- Leader election (docs/election.md) ---- */
 

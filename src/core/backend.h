@@ -66,6 +66,8 @@ typedef struct dlock__claim {
   int allow_overlap;
   int history_len;
   int64_t ahead_ms;          /* refuse a tick this far ahead of the server's clock */
+  int manual;                /* 1: claim the job's pending manual trigger (dlock_job_trigger), not a tick;
+                                tick_ms and delay_ms are 0. It runs even while the job is paused. */
   /* out */
   int outcome;               /* DLOCK__CLAIM_* */
   uint64_t fence;            /* YOURS */
@@ -74,6 +76,8 @@ typedef struct dlock__claim {
   int64_t server_now_ms;     /* AHEAD: the server's clock */
   int64_t wait_ms;           /* WAIT: look again after this long */
   char by[128];              /* TAKEN, BUSY: the node that has it */
+  char why[160];             /* PAUSED: "skipped: paused by WHO: REASON", as recorded in the history */
+  int trigger_pending;       /* a tick's claim: a manual trigger waits (claim it with 'manual') */
   int maybe_ran;             /* after a failure: the claim may hold the job lock (undo it) */
 } dlock__claim;
 
@@ -82,8 +86,13 @@ enum {
   DLOCK__CLAIM_TAKEN,        /* this tick (or a later one) was claimed by another run */
   DLOCK__CLAIM_BUSY,         /* the previous run still holds the job lock */
   DLOCK__CLAIM_AHEAD,        /* the tick lies ahead of the server's clock: this host's clock is wrong */
-  DLOCK__CLAIM_WAIT          /* fixed delay: not due yet */
+  DLOCK__CLAIM_WAIT,         /* fixed delay: not due yet */
+  DLOCK__CLAIM_PAUSED,       /* the job is paused: the tick was consumed and recorded as skipped */
+  DLOCK__CLAIM_NONE          /* 'manual': no trigger is pending (another node claimed it) */
 };
+
+/* Operations on a job's state (dlock_job_pause, _resume, _trigger). */
+enum { DLOCK__JOB_PAUSE = 1, DLOCK__JOB_RESUME, DLOCK__JOB_TRIGGER };
 
 /* ---- Optional sub-tables: a backend points to those it offers ----
  * The pointer being there is the capability (NULL: not offered, and the core
@@ -170,6 +179,26 @@ typedef struct dlock__sched_ops {
   /* Up to 'max' newest records into 'out' (full records), newest first;
    * returns how many. */
   int (*history)(dlock_client *c, const char *job, dlock_run_record *out, int max);
+
+  /* ---- A job's state, for operating it (dlock_job_*). NULL: not offered
+   * (then claim() never sees a pause, nor 'manual'). ---- */
+  /* Apply 'op' (DLOCK__JOB_*) by 'by' ('reason': pause only) in one step on
+   * the server, and notify the running schedulers (job_watch). Returns 1
+   * when it changed the state, 0 when there was nothing to do. Safe to send
+   * twice with the same 'id' (fresh per call). */
+  int (*job_set)(dlock_client *c, const char *job, int op, const char *by, const char *reason, const char *id);
+  /* The pause and pending trigger of 'job' into 'out' (a full
+   * dlock_job_state; the core adds the history's part). */
+  int (*job_get)(dlock_client *c, const char *job, dlock_job_state *out);
+  /* Call 'fn' for every job with a state or a claimed tick matching
+   * 'pattern' (NULL: all), each name once; returns how many. */
+  int (*job_list)(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
+  /* Call 'wake(arg)' (from any thread; it must not block nor call dlock)
+   * when the state of 'job' changes, by the backend's notification;
+   * '*handle' for job_unwatch. A failure leaves the scheduler to learn of
+   * triggers from its tick claims (trigger_pending). */
+  int (*job_watch)(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle);
+  void (*job_unwatch)(dlock_client *c, void *handle);
 } dlock__sched_ops;
 
 /* ---- The query hook: rare requests, as curl's connection filters have ----

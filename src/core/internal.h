@@ -44,6 +44,9 @@ const char *dlock__lost_reason_on(const dlock_client *c, dlock_lost_reason reaso
 #define DLOCK__SCHED_OPTIONS_V1 DLOCK__END_OF(dlock_sched_options, on_event_arg)
 #define DLOCK__JOB_OPTIONS_V1 DLOCK__END_OF(dlock_job_options, history_len)
 #define DLOCK__RUN_RECORD_V1 DLOCK__END_OF(dlock_run_record, outcome)
+/* A history entry's outcome as the backend keeps it ("[manual] ok") split
+ * into outcome and trigger (sched/sched.c). */
+void dlock__outcome_decode(dlock_run_record *rec);
 
 /* Check the struct_size (the first member) of the caller's struct 'given'
  * of type 'type' ("dlock_lock_info"): 0 when it lies in [min, full], else

@@ -421,3 +421,12 @@ int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t tok
   free(key);
   return rc;
 }
+
+int dlock__redis_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  /* A job that ran has "{<prefix><name>}:tick"; one operated before it ran
+   * has "{<prefix><name>}:job". The core drops the names seen twice. */
+  int n = scan_names(c, pattern, ":tick", 0, fn, arg);
+  if (n < 0) return n;
+  int m = scan_names(c, pattern, ":job", 0, fn, arg);
+  return m < 0 ? m : n + m;
+}

@@ -288,6 +288,11 @@ static const dlock__sched_ops redis_sched = {
   .finish = dlock__redis_sched_finish,
   .undo = dlock__redis_sched_undo,
   .history = dlock__redis_sched_history,
+  .job_set = dlock__redis_job_set,
+  .job_get = dlock__redis_job_get,
+  .job_list = dlock__redis_job_list,
+  .job_watch = dlock__redis_job_watch,
+  .job_unwatch = dlock__redis_job_unwatch,
 };
 
 extern const struct dlock__election_ops dlock__redis_election_ops; /* election.c */

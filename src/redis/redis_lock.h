@@ -147,6 +147,12 @@ int dlock__redis_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run
                               int *lock_was_ours);
 void dlock__redis_sched_undo(dlock_client *c, const dlock__claim *cl);
 int dlock__redis_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
+int dlock__redis_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason,
+                         const char *id);                                  /* sched.c */
+int dlock__redis_job_get(dlock_client *c, const char *job, dlock_job_state *out);
+int dlock__redis_job_watch(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle);
+void dlock__redis_job_unwatch(dlock_client *c, void *handle);
+int dlock__redis_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg); /* admin.c */
 
 /* ---- Lock kinds (kinds.c): what a kind adds to the lock machine (lock.c) ---- */
 

@@ -21,6 +21,8 @@ typedef enum dlock__script_id {
   DLOCK__SCRIPT_SCHED_DELAY,
   DLOCK__SCRIPT_SCHED_FINISH,
   DLOCK__SCRIPT_SCHED_HISTORY,
+  DLOCK__SCRIPT_JOB_SET, /* a job's state (sched.c, lua/job_*.lua) */
+  DLOCK__SCRIPT_JOB_GET,
   DLOCK__SCRIPT_RL_EXTEND, /* Redlock (topo_redlock.c) */
   DLOCK__SCRIPT_RL_FENCE,
   DLOCK__SCRIPT_RL_SCHED_UNCLAIM,

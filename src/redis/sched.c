@@ -4,7 +4,9 @@
  * The timing (timer, workers, misfires) is the core's (src/sched/sched.c).
  *
  * A job's keys: the job lock is a dlock lock named like the job, plus
- * {K}:tick (the last claimed tick), {K}:history and {K}:lastend.
+ * {K}:tick (the last claimed tick), {K}:history, {K}:lastend and {K}:job
+ * (its state: pause, pending trigger; job_set.lua), whose name is also the
+ * channel a change is published on.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,7 +15,7 @@
 
 #include "redis_lock.h"
 
-enum { JK_TICK, JK_HISTORY, JK_LASTEND, JK_EXTRA };
+enum { JK_TICK, JK_HISTORY, JK_LASTEND, JK_JOB, JK_EXTRA };
 
 typedef struct job_keys {
   dlock__lock_keys lock;
@@ -31,7 +33,7 @@ static int job_keys_init(job_keys *k, dlock_client *c, const char *job) {
   memset(k, 0, sizeof *k);
   int rc = dlock__lock_keys_init(&k->lock, c, job);
   if (rc) return rc;
-  static const char *const suffix[JK_EXTRA] = {"}:tick", "}:history", "}:lastend"};
+  static const char *const suffix[JK_EXTRA] = {"}:tick", "}:history", "}:lastend", "}:job"};
   for (int i = 0; i < JK_EXTRA; i++) {
     const char *base = k->lock.key[DLOCK__K_LOCK];
     size_t len = strlen(base) + strlen(suffix[i]) + 1;
@@ -54,6 +56,12 @@ static void job_call(dlock__script_call *call, dlock__script_id id, const job_ke
     call->keylens[call->nkeys] = k->extra_len[i];
     call->nkeys++;
   }
+}
+
+static void add_key(dlock__script_call *call, const job_keys *k, int which) {
+  call->keys[call->nkeys] = k->extra[which];
+  call->keylens[call->nkeys] = k->extra_len[which];
+  call->nkeys++;
 }
 
 static void add_arg(dlock__script_call *call, const char *s) {
@@ -107,16 +115,20 @@ int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl) {
   dlock__script_call call;
   if (cl->delay_ms) {
     snprintf(delay_s, sizeof delay_s, "%" PRId64, cl->delay_ms);
+    snprintf(hist_s, sizeof hist_s, "%d", cl->history_len);
     job_call(&call, DLOCK__SCRIPT_SCHED_DELAY, &k, 3);
+    add_key(&call, &k, JK_JOB);
     add_arg(&call, delay_s);
     add_arg(&call, cl->token);
     add_arg(&call, atmost_s);
     add_arg(&call, cl->node);
+    add_arg(&call, hist_s);
   } else {
     snprintf(tick_s, sizeof tick_s, "%" PRId64, cl->tick_ms);
     snprintf(hist_s, sizeof hist_s, "%d", cl->history_len);
     snprintf(ahead_s, sizeof ahead_s, "%" PRId64, cl->ahead_ms);
     job_call(&call, DLOCK__SCRIPT_SCHED_CLAIM, &k, 2);
+    add_key(&call, &k, JK_JOB);
     add_arg(&call, tick_s);
     add_arg(&call, cl->token);
     add_arg(&call, atmost_s);
@@ -124,6 +136,7 @@ int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl) {
     add_arg(&call, cl->allow_overlap ? "1" : "0");
     add_arg(&call, hist_s);
     add_arg(&call, ahead_s);
+    add_arg(&call, cl->manual ? "1" : "0");
   }
   dlock__reply *r = NULL;
   /* Twice-safe: a claim records the run token, and a second run that finds
@@ -133,17 +146,23 @@ int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl) {
   job_keys_clear(&k);
   if (rc) return rc;
   long long claimed = r->element[0]->type == DLOCK__REPLY_INTEGER ? r->element[0]->integer : 0;
-  if (claimed == 1 && (!cl->delay_ms || r->elements >= 4)) {
+  if (!cl->delay_ms && !cl->manual && r->elements >= 4) cl->trigger_pending = !strcmp(el_str(r, 3), "1");
+  if (claimed == 1 && (!(cl->delay_ms || cl->manual) || r->elements >= 4)) {
     if ((rc = el_fence(r, 1, cl->job, &cl->fence)) != 0) { /* never run without a valid fence */
       cl->maybe_ran = 1; /* the job lock holds our token: undo it */
     } else {
       cl->outcome = DLOCK__CLAIM_YOURS;
       cl->start_ms = strtoll(el_str(r, 2), NULL, 10);
-      cl->claimed_tick_ms = cl->delay_ms ? strtoll(el_str(r, 3), NULL, 10) : cl->tick_ms;
+      cl->claimed_tick_ms = cl->delay_ms || cl->manual ? strtoll(el_str(r, 3), NULL, 10) : cl->tick_ms;
     }
   } else if (!strcmp(el_str(r, 1), "ahead")) {
     cl->outcome = DLOCK__CLAIM_AHEAD;
     cl->server_now_ms = strtoll(el_str(r, 2), NULL, 10);
+  } else if (!strcmp(el_str(r, 1), "paused")) {
+    cl->outcome = DLOCK__CLAIM_PAUSED;
+    snprintf(cl->why, sizeof cl->why, "%s", el_str(r, 2));
+  } else if (cl->manual && !strcmp(el_str(r, 1), "none")) {
+    cl->outcome = DLOCK__CLAIM_NONE;
   } else if (cl->delay_ms) {
     cl->outcome = DLOCK__CLAIM_WAIT;
     cl->wait_ms = !strcmp(el_str(r, 1), "wait") ? strtoll(el_str(r, 2), NULL, 10) : -1;
@@ -260,4 +279,134 @@ int dlock__redis_sched_history(dlock_client *c, const char *name, dlock_run_reco
   dlock__reply_free(r);
   job_keys_clear(&k);
   return rc ? rc : n;
+}
+
+/* ---- A job's state (job_set.lua, job_get.lua) ---- */
+
+static int no_quorum_state(dlock_client *c, const char *what) {
+  if (!dlock__topo(c)->quorum_run) return 0;
+  return dlock__error(DLOCK_EINVAL, "%s is not offered on Redlock (%s): independent nodes keep no shared job "
+                      "state; pause and trigger jobs on one Redis server, Sentinel or Cluster", what, c->server);
+}
+
+int dlock__redis_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason,
+                         const char *id) {
+  int rc = no_quorum_state(c, "pausing and triggering jobs");
+  if (rc) return rc;
+  job_keys k;
+  if ((rc = job_keys_init(&k, c, job))) return rc;
+  dlock__script_call call;
+  memset(&call, 0, sizeof call);
+  call.script = DLOCK__SCRIPT_JOB_SET;
+  add_key(&call, &k, JK_JOB);
+  add_arg(&call, op == DLOCK__JOB_PAUSE ? "pause" : op == DLOCK__JOB_RESUME ? "resume" : "trigger");
+  add_arg(&call, by);
+  add_arg(&call, reason);
+  add_arg(&call, id);
+  add_arg(&call, k.extra[JK_JOB]); /* the channel: the state key's name */
+  add_arg(&call, dlock__sharded_pubsub(c) ? "SPUBLISH" : "PUBLISH");
+  dlock__reply *r = NULL;
+  /* Twice-safe: a pause or resume sent again changes nothing more; a trigger
+   * names its id, which a second send finds pending or claimed. */
+  rc = dlock__script_run_twice_safe(c, &call, &r);
+  if (!rc && r->type == DLOCK__REPLY_ERROR) {
+    rc = dlock__reply_error_status(r);
+    dlock__error(rc, "on %s, key '%s': %s", c->server, k.extra[JK_JOB], r->str);
+  } else if (!rc && r->type != DLOCK__REPLY_INTEGER) {
+    rc = dlock__error(DLOCK_EPROTO, "unexpected reply from %s to the job_set script", c->server);
+  } else if (!rc) {
+    rc = (int)r->integer;
+  } else {
+    dlock__error_prefix("on %s: ", c->server);
+  }
+  dlock__reply_free(r);
+  job_keys_clear(&k);
+  return rc;
+}
+
+int dlock__redis_job_get(dlock_client *c, const char *job, dlock_job_state *out) {
+  int rc = no_quorum_state(c, "a job's state");
+  if (rc) return rc;
+  job_keys k;
+  if ((rc = job_keys_init(&k, c, job))) return rc;
+  dlock__script_call call;
+  memset(&call, 0, sizeof call);
+  call.script = DLOCK__SCRIPT_JOB_GET;
+  add_key(&call, &k, JK_JOB);
+  add_key(&call, &k, JK_TICK);
+  dlock__reply *r = NULL;
+  rc = run_script(c, job, &call, 5, &r, 1); /* read-only */
+  job_keys_clear(&k);
+  if (rc) return rc;
+  const char *by = el_str(r, 0);
+  if (*by) {
+    out->paused = 1;
+    snprintf(out->paused_by, sizeof out->paused_by, "%s", by);
+    snprintf(out->paused_reason, sizeof out->paused_reason, "%s", el_str(r, 1));
+    out->paused_unix_ms = strtoll(el_str(r, 2), NULL, 10);
+  }
+  const char *trig = el_str(r, 3); /* "at|by|id" */
+  if (*trig) {
+    char *end;
+    out->trigger_pending = 1;
+    out->trigger_unix_ms = strtoll(trig, &end, 10);
+    const char *last = strrchr(trig, '|');
+    if (*end == '|' && last > end)
+      snprintf(out->trigger_by, sizeof out->trigger_by, "%.*s", (int)(last - end - 1), end + 1);
+  }
+  dlock__reply_free(r);
+  return 0;
+}
+
+/* A scheduler's subscription to a job's channel: any message on it (or a
+ * reconnect, when messages may have been missed) wakes the scheduler. */
+typedef struct job_watch {
+  dlock__sub_target target;
+  char *channel;
+  void (*wake)(void *);
+  void *arg;
+} job_watch;
+
+static void wake_watch(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
+  (void)fence;
+  (void)nonce;
+  (void)all;
+  job_watch *w = t->arg;
+  w->wake(w->arg);
+}
+
+int dlock__redis_job_watch(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle) {
+  *handle = NULL;
+  if (dlock__topo(c)->quorum_run) return DLOCK_EINVAL; /* no job state there: nothing to watch */
+  job_keys k;
+  int rc = job_keys_init(&k, c, job);
+  if (rc) return rc;
+  job_watch *w = calloc(1, sizeof *w);
+  if (!w) {
+    job_keys_clear(&k);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  w->channel = k.extra[JK_JOB];
+  k.extra[JK_JOB] = NULL; /* kept */
+  w->target.channel = w->channel;
+  w->target.channel_len = strlen(w->channel);
+  w->target.waiter_id = "job";
+  w->target.wake = wake_watch;
+  w->target.arg = w;
+  w->wake = wake;
+  w->arg = arg;
+  job_keys_clear(&k);
+  dlock__subscriber_watch(c, &w->target);
+  dlock__subscriber_add_waiter(c, &w->target);
+  *handle = w;
+  return 0;
+}
+
+void dlock__redis_job_unwatch(dlock_client *c, void *handle) {
+  job_watch *w = handle;
+  if (!w) return;
+  dlock__subscriber_remove_waiter(c, &w->target);
+  dlock__subscriber_unwatch(c, &w->target);
+  free(w->channel);
+  free(w);
 }

@@ -22,6 +22,7 @@ extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_la
 extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
     dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
 extern const char dlock__lua_proclaim[], dlock__lua_holders[];
+extern const char dlock__lua_job_set[], dlock__lua_job_get[];
 
 /* Each script: its name (messages), its text, and how Redlock folds the
  * nodes' answers to it (dlock__quorum_fold; NULL: it runs on one node). */
@@ -41,6 +42,8 @@ static const struct {
     [DLOCK__SCRIPT_SCHED_DELAY] = {"sched_delay", dlock__lua_sched_delay, dlock__rl_fold_sched_claim},
     [DLOCK__SCRIPT_SCHED_FINISH] = {"sched_finish", dlock__lua_sched_finish, dlock__rl_fold_sched_finish},
     [DLOCK__SCRIPT_SCHED_HISTORY] = {"sched_history", dlock__lua_sched_history, dlock__rl_fold_first},
+    [DLOCK__SCRIPT_JOB_SET] = {"job_set", dlock__lua_job_set},
+    [DLOCK__SCRIPT_JOB_GET] = {"job_get", dlock__lua_job_get},
     [DLOCK__SCRIPT_RL_EXTEND] = {"rl_extend", dlock__lua_rl_extend},
     [DLOCK__SCRIPT_RL_FENCE] = {"rl_fence", dlock__lua_rl_fence},
     [DLOCK__SCRIPT_RL_SCHED_UNCLAIM] = {"rl_sched_unclaim", dlock__lua_rl_sched_unclaim},

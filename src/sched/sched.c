@@ -41,8 +41,14 @@ typedef struct job {
   dlock_job_fn fn;
   void *arg;
   int64_t next_ms;           /* next fire (wall ms); INT64_MAX while a delay job is busy */
+  struct dlock_sched *s;
+  void *watch;               /* the backend's job_watch handle, or NULL */
+  int poked;                 /* a manual trigger may be pending: claim it (under s->mu) */
   struct job *next;
 } job;
+
+/* A work item's tick_ms for a manual trigger's claim. */
+#define MANUAL_TICK INT64_MIN
 
 typedef struct work {
   job *j;
@@ -89,15 +95,36 @@ void dlock_run_record_init(dlock_run_record *rec) {
   rec->struct_size = sizeof *rec;
 }
 
-static void emit(dlock_sched *s, dlock_sched_event_kind kind, const job *j, int64_t tick, const char *node,
-                 uint64_t fence, int64_t duration, int status, const char *message) {
+static void emit_as(dlock_sched *s, const char *trigger, dlock_sched_event_kind kind, const job *j, int64_t tick,
+                    const char *node, uint64_t fence, int64_t duration, int status, const char *message) {
   if (!s->opts.on_event) return;
   /* A copy: 'message' may be this thread's dlock_last_error(), which any
    * dlock call made by the callback would overwrite. */
   char text[1024];
   snprintf(text, sizeof text, "%s", message ? message : "");
-  dlock_sched_event ev = {kind, j->name, tick, node, fence, duration, status, text};
+  dlock_sched_event ev = {kind, j->name, tick, node, fence, duration, status, text, 0, trigger};
   s->opts.on_event(&ev, s->opts.on_event_arg);
+}
+
+static void emit(dlock_sched *s, dlock_sched_event_kind kind, const job *j, int64_t tick, const char *node,
+                 uint64_t fence, int64_t duration, int status, const char *message) {
+  emit_as(s, "tick", kind, j, tick, node, fence, duration, status, message);
+}
+
+/* ---- A run's trigger kind in a history entry (every backend) ----
+ * Kept in the outcome text as a prefix, so that the entry's layout (and
+ * older readers) stay as they were: run_claimed() records "[manual] ok",
+ * the history answers outcome "ok" and trigger "manual". */
+#define MANUAL_PREFIX "[manual] "
+
+void dlock__outcome_decode(dlock_run_record *rec) {
+  size_t n = strlen(MANUAL_PREFIX);
+  if (strncmp(rec->outcome, MANUAL_PREFIX, n) == 0) {
+    memmove(rec->outcome, rec->outcome + n, strlen(rec->outcome + n) + 1);
+    snprintf(rec->trigger, sizeof rec->trigger, "manual");
+  } else {
+    snprintf(rec->trigger, sizeof rec->trigger, "tick");
+  }
 }
 
 /* ---- Creating ---- */
@@ -181,6 +208,7 @@ static int add_job(dlock_sched *s, const char *name, trigger_kind kind, const dl
     return dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   j->kind = kind;
+  j->s = s;
   j->opts = o;
   j->opts.time_zone = NULL;
   j->fn = fn;
@@ -309,8 +337,9 @@ static void claim_failed(dlock_sched *s, const job *j, const dlock__claim *cl, i
 
 /* Run the callback for a claimed tick and record its end. */
 static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
-  int64_t tick = cl->delay_ms ? cl->claimed_tick_ms : cl->tick_ms;
-  dlock_tick t = {j->name, tick, cl->fence, s->node};
+  int64_t tick = cl->delay_ms || cl->manual ? cl->claimed_tick_ms : cl->tick_ms;
+  const char *trigger = cl->manual ? "manual" : "tick";
+  dlock_tick t = {j->name, tick, cl->fence, s->node, trigger};
   dlock_mono_ms began = dlock_mono_now();
   int status = j->fn(&t, j->arg);
   dlock_run_record rec;
@@ -320,11 +349,13 @@ static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
   rec.scheduled_unix_ms = tick;
   rec.start_unix_ms = cl->start_ms;
   rec.duration_ms = dlock_mono_now() - began;
-  if (status == 0) snprintf(rec.outcome, sizeof rec.outcome, "ok");
-  else snprintf(rec.outcome, sizeof rec.outcome, "failed: %d", status);
+  snprintf(rec.trigger, sizeof rec.trigger, "%s", trigger);
+  const char *prefix = cl->manual ? MANUAL_PREFIX : "";
+  if (status == 0) snprintf(rec.outcome, sizeof rec.outcome, "%sok", prefix);
+  else snprintf(rec.outcome, sizeof rec.outcome, "%sfailed: %d", prefix, status);
   int lock_was_ours = 0;
   int rc = s->client->ops->sched->finish(s->client, cl, &rec, &lock_was_ours);
-  emit(s, DLOCK_SCHED_RAN, j, tick, s->node, cl->fence, rc ? -1 : rec.duration_ms, status, NULL);
+  emit_as(s, trigger, DLOCK_SCHED_RAN, j, tick, s->node, cl->fence, rc ? -1 : rec.duration_ms, status, NULL);
   if (rc) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
@@ -336,7 +367,46 @@ static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
   }
 }
 
+/* A claim said a manual trigger waits: have the timer claim it. */
+static void poke(job *j) {
+  dlock_sched *s = j->s;
+  pthread_mutex_lock(&s->mu);
+  j->poked = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void wake_job(void *arg) { poke(arg); }
+
+/* Claim the job's pending manual trigger, if any, and run it. A wake-up
+ * comes with every change of the job's state (and every reconnect of the
+ * notification): a read first, so that only a pending trigger is claimed. */
+static void run_manual(dlock_sched *s, job *j) {
+  dlock_job_state st;
+  dlock_job_state_init(&st);
+  if (s->client->ops->sched->job_get(s->client, j->name, &st) == 0 && !st.trigger_pending) return;
+  char token[DLOCK__TOKEN_HEX + 1];
+  dlock__claim cl;
+  int rc = claim_init(&cl, s, j, 0, token);
+  cl.delay_ms = 0;
+  cl.manual = 1;
+  if (j->kind == TRIGGER_DELAY) cl.allow_overlap = 0; /* a fixed delay's runs never overlap */
+  if (!rc) rc = s->client->ops->sched->claim(s->client, &cl);
+  if (rc) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "manual trigger: %s", dlock_last_error());
+    if (cl.maybe_ran) s->client->ops->sched->undo(s->client, &cl);
+    emit_as(s, "manual", DLOCK_SCHED_ERROR, j, wall_ms(), s->node, 0, -1, rc, msg);
+  } else if (cl.outcome == DLOCK__CLAIM_YOURS) {
+    run_claimed(s, j, &cl);
+  } /* NONE: another node has it; BUSY: it stays pending, and a later tick's claim says so */
+}
+
 static void run_tick(dlock_sched *s, job *j, int64_t tick) {
+  if (tick == MANUAL_TICK) {
+    run_manual(s, j);
+    return;
+  }
   char token[DLOCK__TOKEN_HEX + 1];
   dlock__claim cl;
   int rc = claim_init(&cl, s, j, tick, token);
@@ -349,12 +419,16 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
     claim_failed(s, j, &cl, tick, rc);
     return;
   }
+  if (cl.trigger_pending) poke(j);
   switch (cl.outcome) {
   case DLOCK__CLAIM_YOURS:
     run_claimed(s, j, &cl);
     break;
   case DLOCK__CLAIM_AHEAD:
     report_skew(s, j, tick, sent, wall_ms(), cl.server_now_ms);
+    break;
+  case DLOCK__CLAIM_PAUSED:
+    emit(s, DLOCK_SCHED_SKIPPED_PAUSED, j, tick, s->node, 0, -1, 0, cl.why);
     break;
   default:
     emit(s, cl.outcome == DLOCK__CLAIM_BUSY ? DLOCK_SCHED_SKIPPED_BUSY : DLOCK_SCHED_SKIPPED, j, tick, cl.by, 0, -1,
@@ -374,6 +448,7 @@ static int64_t run_delay(dlock_sched *s, job *j) {
     claim_failed(s, j, &cl, wall_ms(), rc);
     return wall_ms() + poll;
   }
+  if (cl.trigger_pending) poke(j);
   if (cl.outcome == DLOCK__CLAIM_YOURS) {
     run_claimed(s, j, &cl);
     return wall_ms(); /* ask again at once: the server answers how long to wait */
@@ -393,7 +468,7 @@ static void *worker_main(void *arg) {
     s->qlen--;
     s->active++;
     pthread_mutex_unlock(&s->mu);
-    if (w.j->kind == TRIGGER_DELAY) {
+    if (w.j->kind == TRIGGER_DELAY && w.tick_ms != MANUAL_TICK) {
       int64_t next = run_delay(s, w.j);
       pthread_mutex_lock(&s->mu);
       w.j->next_ms = next;
@@ -425,6 +500,10 @@ static void *timer_main(void *arg) {
   while (!s->stopping) {
     int64_t now = wall_ms(), earliest = INT64_MAX;
     for (job *j = s->jobs; j; j = j->next) {
+      if (j->poked) {
+        if (dispatch(s, j, MANUAL_TICK)) j->poked = 0;
+        else if (now + 100 < earliest) earliest = now + 100; /* every worker busy: look again soon */
+      }
       if (j->next_ms <= now) {
         int64_t tick = j->next_ms;
         if (j->kind == TRIGGER_DELAY) {
@@ -471,6 +550,20 @@ int dlock_sched_start(dlock_sched *s) {
     pthread_mutex_unlock(&s->mu);
     return dlock__error(DLOCK_EINVAL, "the scheduler has no job");
   }
+  /* Triggers wake the scheduler through the backend's notification (set up
+   * before the threads start, so that a wake-up finds them); without one
+   * (it failed), the next tick's claim tells of a pending trigger. One made
+   * before this node started is claimed at once. */
+  const dlock__sched_ops *ops = s->client->ops->sched;
+  pthread_mutex_unlock(&s->mu);
+  for (job *j = s->jobs; ops->job_watch && j; j = j->next) {
+    if (!j->watch && ops->job_watch(s->client, j->name, wake_job, j, &j->watch) != 0) j->watch = NULL;
+    dlock_job_state st;
+    dlock_job_state_init(&st);
+    if (ops->job_get(s->client, j->name, &st) == 0 && st.trigger_pending) poke(j);
+  }
+  dlock__error_clear();
+  pthread_mutex_lock(&s->mu);
   int64_t now = wall_ms();
   for (job *j = s->jobs; j; j = j->next) j->next_ms = j->kind == TRIGGER_DELAY ? now : next_tick(j, now);
   s->queue = calloc((size_t)s->nworkers, sizeof *s->queue);
@@ -535,6 +628,8 @@ void dlock_sched_free(dlock_sched *s) {
   pthread_mutex_unlock(&s->mu);
   if (join_timer) pthread_join(s->timer, NULL);
   for (int i = 0; i < s->nworkers && s->workers; i++) pthread_join(s->workers[i], NULL);
+  for (job *j = s->jobs; j; j = j->next)
+    if (j->watch) s->client->ops->sched->job_unwatch(s->client, j->watch);
   for (job *j = s->jobs, *next; j; j = next) {
     next = j->next;
     job_free(j);
@@ -566,6 +661,7 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   if (!full) return dlock__error(DLOCK_ENOMEM, "out of memory");
   int n = c->ops->sched->history(c, name, full, max);
   for (int i = 0; i < n; i++) {
+    dlock__outcome_decode(&full[i]);
     full[i].struct_size = stride;
     memcpy((char *)out + (size_t)i * stride, &full[i], stride);
   }

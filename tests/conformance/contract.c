@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conformance.h"
@@ -534,6 +535,142 @@ static void two_schedulers_run_each_tick_once(void) {
   ASSERT(log.n >= 3);
 }
 
+/* ---- Operating a job: pause, trigger, resume (docs/scheduler.md, "Operations") ---- */
+
+typedef struct run_log {
+  pthread_mutex_t mu;
+  int64_t tick[TICKS_MAX];
+  int manual[TICKS_MAX];
+  int n;
+} run_log;
+
+static int record_run(const dlock_tick *t, void *arg) {
+  run_log *log = arg;
+  pthread_mutex_lock(&log->mu);
+  if (log->n < TICKS_MAX) {
+    log->tick[log->n] = t->scheduled_unix_ms;
+    log->manual[log->n++] = t->trigger && !strcmp(t->trigger, "manual");
+  }
+  pthread_mutex_unlock(&log->mu);
+  th_sleep_ms(20);
+  return 0;
+}
+
+static int64_t wall_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void count_job(const char *name, void *arg) {
+  if (strcmp(name, "jobops") == 0) ++*(int *)arg;
+}
+
+/* Runs of the kind 'manual' (1) or tick (0) scheduled after 'after' (wall ms). */
+static int runs_since(run_log *log, int manual, int64_t after) {
+  pthread_mutex_lock(&log->mu);
+  int n = 0;
+  for (int i = 0; i < log->n; i++) n += log->manual[i] == manual && log->tick[i] > after;
+  pthread_mutex_unlock(&log->mu);
+  return n;
+}
+
+/* Wait (bounded) until 'want' runs of the kind happened after 'after'. */
+static int wait_runs(run_log *log, int manual, int64_t after, int want, int64_t ms) {
+  long long end = th_now_ms() + slack_ms(ms);
+  int n;
+  while ((n = runs_since(log, manual, after)) < want && th_now_ms() < end) th_sleep_ms(20);
+  return n;
+}
+
+static void a_paused_job_runs_no_tick_until_resumed_and_a_trigger_runs_once(void) {
+  const char *job = "jobops";
+  run_log log = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  dlock_client *op = conf_client("jobs");
+  int rc = dlock_job_resume(op, job, "conformance");
+  if (rc < 0) conf_offered(CONF_JOBS, "pausing and triggering jobs", rc);
+  conf_offered(CONF_JOBS, "pausing and triggering jobs", 0);
+  dlock_sched *s[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++) { /* three nodes, each with its own client */
+    dlock_sched_options o;
+    dlock_sched_options_init(&o);
+    o.node_name = i == 0 ? "node-a" : i == 1 ? "node-b" : "node-c";
+    ASSERT_OK(dlock_sched_new(&s[i], conf_client("jobs"), &o));
+    conf_adopt_sched(s[i]);
+    ASSERT_OK(dlock_sched_add_fixed_rate(s[i], job, 300, NULL, record_run, &log));
+  }
+  for (int i = 0; i < 3; i++) ASSERT_OK(dlock_sched_start(s[i]));
+  if (wait_runs(&log, 0, 0, 2, 15000) < 2) TEST_FAIL("the job did not run twice in 15 s before the pause");
+
+  /* Paused: a tick scheduled after the pause returned is claimed after it
+   * (the nodes' clocks are this host's), so it must not run. */
+  ASSERT_EQ(dlock_job_pause(op, job, "conformance", "incident 42"), 1);
+  int64_t paused_at = wall_now_ms();
+  ASSERT_EQ(dlock_job_pause(op, job, "someone else", NULL), 0); /* the first pause is kept */
+  dlock_job_state st;
+  dlock_job_state_init(&st);
+  ASSERT_OK(dlock_job_state_get(op, job, &st));
+  ASSERT_EQ(st.paused, 1);
+  ASSERT_STR_EQ(st.paused_by, "conformance");
+  ASSERT_STR_EQ(st.paused_reason, "incident 42");
+  th_sleep_ms(1500); /* five ticks */
+  ASSERT_EQ(runs_since(&log, 0, paused_at), 0);
+
+  /* A trigger: one run, on one node, also while paused. */
+  ASSERT_EQ(dlock_job_trigger(op, job, "conformance"), 1);
+  if (wait_runs(&log, 1, 0, 1, 10000) < 1) TEST_FAIL("the trigger ran nowhere within 10 s");
+  th_sleep_ms(900); /* three more ticks: no second manual run, no tick run */
+  ASSERT_EQ(runs_since(&log, 1, 0), 1);
+  ASSERT_EQ(runs_since(&log, 0, paused_at), 0);
+  ASSERT_EQ(dlock_job_trigger(op, job, "conformance"), 1); /* claimed: a new one may be asked */
+  if (wait_runs(&log, 1, 0, 2, 10000) < 2) TEST_FAIL("the second trigger ran nowhere within 10 s");
+
+  /* The history shows every decision: the skips, with who and why, once per
+   * tick. A run is recorded when it ends: wait for the second manual one. */
+  dlock_run_record rec[64];
+  int n = 0, skipped = 0, manual = 0;
+  for (long long end = th_now_ms() + slack_ms(10000); manual < 2 && th_now_ms() < end; th_sleep_ms(50)) {
+    for (int i = 0; i < 64; i++) dlock_run_record_init(&rec[i]);
+    n = dlock_sched_history(op, job, rec, 64);
+    ASSERT(n > 0);
+    manual = 0;
+    for (int i = 0; i < n; i++) manual += !strcmp(rec[i].trigger, "manual");
+  }
+  manual = 0;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(rec[i].trigger, "manual")) {
+      manual++;
+      ASSERT_STR_EQ(rec[i].outcome, "ok");
+      ASSERT(rec[i].fence > 0);
+    } else if (!strncmp(rec[i].outcome, "skipped: paused", 15)) {
+      skipped++;
+      ASSERT_STR_EQ(rec[i].outcome, "skipped: paused by conformance: incident 42");
+      for (int k = i + 1; k < n; k++)
+        if (rec[k].scheduled_unix_ms == rec[i].scheduled_unix_ms && !strcmp(rec[k].trigger, "tick"))
+          TEST_FAIL("the tick at %lld was recorded twice", (long long)rec[i].scheduled_unix_ms);
+    }
+  }
+  ASSERT_EQ(manual, 2);
+  if (skipped < 3) TEST_FAIL("%d paused ticks recorded as skipped in the history; want at least 3", skipped);
+
+  /* Resumed: ticks run again. */
+  ASSERT_EQ(dlock_job_resume(op, job, NULL), 1);
+  int64_t resumed_at = wall_now_ms();
+  ASSERT_EQ(dlock_job_resume(op, job, NULL), 0);
+  if (wait_runs(&log, 0, resumed_at, 2, 15000) < 2) TEST_FAIL("the job did not run again within 15 s of the resume");
+  for (int i = 0; i < 3; i++) ASSERT_OK(dlock_sched_stop(s[i], slack_ms(10000)));
+  dlock_job_state_init(&st);
+  ASSERT_OK(dlock_job_state_get(op, job, &st));
+  ASSERT_EQ(st.paused, 0);
+  ASSERT_EQ(st.trigger_pending, 0);
+  ASSERT(st.last_success_unix_ms > 0);
+  ASSERT_STR_EQ(st.last_outcome, "ok");
+  int listed = 0;
+  ASSERT(dlock_job_list(op, "jobop*", count_job, &listed) >= 1);
+  ASSERT_EQ(listed, 1);
+  printf("  %d paused ticks skipped, 2 manual runs\n", skipped);
+}
+
 /* ---- Multi-lock ---- */
 
 static void a_multi_lock_takes_all_names_or_none(void) {
@@ -619,6 +756,7 @@ const conf_scenario conf_contract[] = {
     SCENARIO(a_watch_wakes_when_a_lock_is_taken_and_given_back),
     SCENARIO(the_guard_admits_the_newest_fence_and_refuses_an_older_one),
     SCENARIO(two_schedulers_run_each_tick_once),
+    SCENARIO(a_paused_job_runs_no_tick_until_resumed_and_a_trigger_runs_once),
     SCENARIO(a_multi_lock_takes_all_names_or_none),
 };
 const size_t conf_contract_len = sizeof conf_contract / sizeof conf_contract[0];

@@ -325,6 +325,27 @@ local function dlock_last_tick(key)
   return tonumber(tick) or 0, node or '', token or ''
 end
 
+-- A job's state (job_set.lua): '1' when a manual trigger is pending.
+local function dlock_pending(key)
+  return redis.call('HEXISTS', key, 'trigger') == 1 and '1' or '0'
+end
+
+-- "skipped: paused by WHO: REASON" when the job is paused, else nil.
+local function dlock_paused_why(key)
+  local p = redis.call('HMGET', key, 'paused_by', 'paused_reason')
+  if not p[1] then return nil end
+  if p[2] and p[2] ~= '' then return 'skipped: paused by ' .. p[1] .. ': ' .. p[2] end
+  return 'skipped: paused by ' .. p[1]
+end
+
+-- The trigger time of the manual run claimed by 'token' ('manual' =
+-- "trigger_ms|trigger id|token"), or '' when that token claimed none.
+local function dlock_manual_at(key, token)
+  local at, _, t = string.match(redis.call('HGET', key, 'manual') or '', '^(%d+)|([^|]*)|(.*)$')
+  if t == token then return at end
+  return ''
+end
+
 
 -- ---- Read-write locks (rw_*.lua, docs/rwlock.md) ----
 -- KEYS as for a mutex: 1 the holders (a ZSET: token -> lease expiry in server ms),
