@@ -110,6 +110,7 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
   a->d.command = cmd;
   a->d.grace_ms = 5000;
   cli_args_init(&args, argc, argv, cmd, CLI_COMMON_SERVER);
+  cli_args_chain(&args, cli_metrics_table, NULL, NULL);
   while (!a->dashdash && (id = cli_next_opt(&args, table, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
@@ -146,6 +147,11 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       break;
     case OPT_NAME:
       a->d.job = arg;
+      break;
+    case CLI_OPT_METRICS_FILE:
+    case CLI_OPT_METRICS_LISTEN:
+    case CLI_OPT_METRICS_INTERVAL:
+      rc = cli_metrics_opt(cmd, id, arg, &a->d.metrics);
       break;
     case OPT_TZ:
       /* The library reads "" as UTC; on the command line it is a mistake

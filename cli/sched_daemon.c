@@ -458,6 +458,7 @@ int cli_daemon_run(const cli_daemon_opts *o)
   daemon_state d;
   dlock_client *c = NULL;
   dlock_sched *s = NULL;
+  cli_metrics *mx = NULL;
   int rc = cli_resolve_program(o->shell ? "/bin/sh" : o->cmd[0], program, sizeof program);
 
   if (rc != 0)
@@ -480,7 +481,11 @@ int cli_daemon_run(const cli_daemon_opts *o)
     rc = CLI_EXIT_SOFTWARE;
     goto out;
   }
+  cli_connect_metrics_names(o->job);
   rc = cli_connect(o->url, &c);
+  if (rc != 0)
+    goto out;
+  rc = cli_metrics_start(&mx, c, &o->metrics);
   if (rc != 0)
     goto out;
 
@@ -546,6 +551,7 @@ int cli_daemon_run(const cli_daemon_opts *o)
 
 out:
   dlock_sched_free(s);
+  cli_metrics_stop(mx); /* the file's last write: every run counted */
   dlock_client_free(c);
   if (sigfd >= 0)
     close(sigfd);
