@@ -326,6 +326,7 @@ typedef struct cli_daemon_opts {
   char **cmd;           /* NULL-terminated, from argv */
   int ncmd;
   cli_metrics_opts metrics;
+  int log_json;         /* --log-format json */
 } cli_daemon_opts;
 
 /* Run the job until SIGINT, SIGTERM or SIGHUP, one log line per tick on

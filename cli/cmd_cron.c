@@ -21,7 +21,7 @@
 enum {
   OPT_URL = 1, OPT_NAME, OPT_TZ, OPT_UNIX, OPT_AT_MOST, OPT_AT_LEAST, OPT_POOL, OPT_NODE,
   OPT_GRACE, OPT_SHELL, OPT_QUIET, OPT_VERBOSE, OPT_NEXT, OPT_HISTORY, OPT_COUNT,
-  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_MAX
+  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_LOG_FORMAT, OPT_MAX
 };
 
 static const cli_opt cron_table[] = {
@@ -42,6 +42,7 @@ static const cli_opt cron_table[] = {
   {"from", 0, 1, OPT_FROM},
   {"epoch", 0, 0, OPT_EPOCH},
   {"json", 0, 0, OPT_JSON},
+  {"log-format", 0, 1, OPT_LOG_FORMAT},
   {NULL, 0, 0, 0},
 };
 
@@ -57,6 +58,7 @@ static const cli_opt every_table[] = {
   {"quiet", 'q', 0, OPT_QUIET},
   {"verbose", 'v', 0, OPT_VERBOSE},
   {"fixed-delay", 0, 0, OPT_FIXED_DELAY},
+  {"log-format", 0, 1, OPT_LOG_FORMAT},
   {NULL, 0, 0, 0},
 };
 
@@ -147,6 +149,11 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       break;
     case OPT_NAME:
       a->d.job = arg;
+      break;
+    case OPT_LOG_FORMAT:
+      if (strcmp(arg, "json") != 0 && strcmp(arg, "text") != 0)
+        rc = cli_usage_error(cmd, "--log-format: '%s' is neither text (the default) nor json", arg);
+      a->d.log_json = strcmp(arg, "json") == 0;
       break;
     case CLI_OPT_METRICS_FILE:
     case CLI_OPT_METRICS_LISTEN:

@@ -3,7 +3,8 @@
 # second and a PromQL query over what it stored returns the job's run count;
 # --metrics-file is rewritten atomically and passes `promtool check metrics`;
 # `dlock elect --metrics-file` leaves its term's transitions in the file; a
-# port in use and bad values are errors that say what to do.
+# port in use and bad values are errors that say what to do; --log-format
+# json makes every log line a JSON object.
 . "$DLOCK_TEST_LIB"
 
 for tool in prometheus promtool curl; do
@@ -22,7 +23,7 @@ PPORT=$(free_port)
 mkdir -p "$TEST_DIR/textfile" "$TEST_DIR/prom"
 # The job succeeds three times, then fails: its ok count stays 3.
 "$DLOCK" every 1s --name promjob --metrics-listen "127.0.0.1:$MPORT" \
-  --metrics-file "$TEST_DIR/textfile/dlock.prom" --metrics-interval 200ms --shell -- \
+  --metrics-file "$TEST_DIR/textfile/dlock.prom" --metrics-interval 200ms --log-format json --shell -- \
   "n=\$(cat '$TEST_DIR/count' 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n > '$TEST_DIR/count'; [ \$n -le 3 ]" \
   2>"$TEST_DIR/every.log" &
 EVERY=$!
@@ -66,6 +67,8 @@ usage_error "--metrics-listen takes an address, not a host name" "an address, no
   every 1s --name j --metrics-listen localhost:9464 -- true
 usage_error "--metrics-interval below 100ms" "less than 100ms" cron '* * * * *' --name j \
   --metrics-file "$TEST_DIR/m.prom" --metrics-interval 10ms -- true
+usage_error "--log-format is text or json" "neither text \\(the default\\) nor json" \
+  every 1s --name j --log-format xml -- true
 usage_error "elect takes --metrics-listen too, checked the same" "is not ADDR:PORT" \
   elect --metrics-listen 127.0.0.1:0 el -- true
 
@@ -95,7 +98,17 @@ check "promtool accepts the metrics file" sh -c "promtool check metrics < '$TEST
 kill -TERM $EVERY
 wait_exit $EVERY 30
 assert_eq "dlock every ends on SIGTERM" "$EXIT_CODE" 143
-ran_ok=$(grep -c 'exit 0$' "$TEST_DIR/every.log")
+ran_ok=$(python3 - "$TEST_DIR/every.log" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+events = [json.loads(l) for l in lines]  # every line is one JSON object
+assert all({"time", "level", "event", "job", "host", "pid"} <= e.keys() for e in events), events
+assert all(e["job"] == "promjob" for e in events)
+print(sum(1 for e in events if e["event"] == "ran" and e["exit"] == 0 and e["fence"] > 0))
+PY
+)
+check "--log-format json: every line is a JSON object with time, level, event, job, host, pid" \
+  test -n "$ran_ok"
 assert_eq "the file's last write has the runs the log shows" \
   "$(grep '^dlock_job_runs_total{name="promjob",outcome="ok"}' "$TEST_DIR/textfile/dlock.prom")" \
   "dlock_job_runs_total{name=\"promjob\",outcome=\"ok\"} $ran_ok"
