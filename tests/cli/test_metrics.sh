@@ -83,6 +83,25 @@ out=$(curl -s -H 'Accept: application/openmetrics-text; version=1.0.0' -D "$TEST
 assert_eq "OpenMetrics ends with # EOF" "$out" "# EOF"
 assert_match "... and says so in its Content-Type" "$(cat "$TEST_DIR/headers")" "application/openmetrics-text"
 assert_eq "another path is 404" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/")" 404
+# The dashboard's queries (examples/grafana) and the alerts of docs/metrics.md
+# are valid PromQL over these names.
+SRC=$(cd "$(dirname "$DLOCK_TEST_LIB")/../.." && pwd)
+bad=$(python3 - "$SRC/examples/grafana/dlock-dashboard.json" "$PPORT" <<'PY'
+import json, sys, urllib.parse, urllib.request
+d = json.load(open(sys.argv[1]))
+for p in d["panels"]:
+    for t in p["targets"]:
+        q = t["expr"].replace("$instance", ".*").replace("$__rate_interval", "1m")
+        url = f"http://127.0.0.1:{sys.argv[2]}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+        try:
+            urllib.request.urlopen(url, timeout=30).read()
+        except Exception as e:
+            print(f"{p['title']}: {q}: {e}")
+PY
+)
+assert_eq "Prometheus runs every query of the Grafana dashboard" "$bad" ""
+sed -n '/^```yaml$/,/^```$/p' "$SRC/docs/metrics.md" | sed '1d;$d' >"$TEST_DIR/alerts.yml"
+check "promtool accepts the example alerts of docs/metrics.md" sh -c "promtool check rules '$TEST_DIR/alerts.yml' >/dev/null"
 out=$(curl -s "http://127.0.0.1:$MPORT/metrics")
 check "promtool accepts what /metrics serves" sh -c 'printf "%s\n" "$1" | promtool check metrics' sh "$out"
 
