@@ -198,7 +198,9 @@ static void emit(dlock_client *c, dlock_event ev) {
   if (q->ring && !q->started && !q->stop) {
     if (pthread_create(&q->thread, NULL, deliver_main, x) == 0) q->started = 1;
   }
-  char *name = q->ring && q->started && q->n < QUEUE_MAX ? strdup(ev.name ? ev.name : "") : NULL;
+  /* After dlock__metrics_stop() (a backend's thread during the close) the
+   * delivery thread is gone: dropped, as with a full queue. */
+  char *name = q->ring && q->started && !q->stop && q->n < QUEUE_MAX ? strdup(ev.name ? ev.name : "") : NULL;
   if (!name) {
     pthread_mutex_unlock(&q->mu);
     add(&x->events_dropped);
@@ -239,6 +241,7 @@ void dlock__metrics_free(dlock_client *c) {
   dlock__metrics *x = c->metrics;
   if (!x) return;
   dlock__metrics_stop(c);
+  for (size_t i = 0; x->q.ring && i < x->q.n; i++) free(x->q.ring[(x->q.head + i) % QUEUE_MAX].name);
   free(x->q.ring);
   for (int i = 0; i < x->nnames; i++) free(x->names[i].name);
   free(x->allow);
