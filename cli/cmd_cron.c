@@ -21,7 +21,9 @@
 enum {
   OPT_URL = 1, OPT_NAME, OPT_TZ, OPT_UNIX, OPT_AT_MOST, OPT_AT_LEAST, OPT_POOL, OPT_NODE,
   OPT_GRACE, OPT_SHELL, OPT_QUIET, OPT_VERBOSE, OPT_NEXT, OPT_HISTORY, OPT_COUNT,
-  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_LOG_FORMAT, OPT_MAX
+  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_LOG_FORMAT,
+  OPT_METRICS, /* any of --metrics-file, --metrics-listen, --metrics-interval (cli_metrics_table) */
+  OPT_MAX
 };
 
 static const cli_opt cron_table[] = {
@@ -78,6 +80,8 @@ static const char *opt_name(const cli_opt *table, int id)
 {
   if (id == OPT_URL || id == OPT_PREFIX)
     return opt_name(cli_common_opts, id == OPT_URL ? CLI_OPT_URL : CLI_OPT_PREFIX);
+  if (id == OPT_METRICS)
+    return "metrics-file (or --metrics-listen)";
   for (const cli_opt *o = table; o->long_name != NULL; o++) {
     if (o->id == id)
       return o->long_name;
@@ -158,6 +162,7 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
     case CLI_OPT_METRICS_FILE:
     case CLI_OPT_METRICS_LISTEN:
     case CLI_OPT_METRICS_INTERVAL:
+      a->seen |= 1u << OPT_METRICS; /* for the modes that refuse it */
       rc = cli_metrics_opt(cmd, id, arg, &a->d.metrics);
       break;
     case OPT_TZ:

@@ -4,6 +4,7 @@
  * delivery thread while the program takes and releases a lock.
  * Build: cc events_log.c $(pkg-config --cflags --libs dlock) -o events_log
  */
+#define _POSIX_C_SOURCE 200809L /* gmtime_r */
 #include <inttypes.h>
 #include <stdio.h>
 #include <time.h>

@@ -67,6 +67,8 @@ usage_error "--metrics-listen takes an address, not a host name" "an address, no
   every 1s --name j --metrics-listen localhost:9464 -- true
 usage_error "--metrics-interval below 100ms" "less than 100ms" cron '* * * * *' --name j \
   --metrics-file "$TEST_DIR/m.prom" --metrics-interval 10ms -- true
+usage_error "cron --next has no metrics to write" "does not go with --next" \
+  cron --next '* * * * *' --metrics-file "$TEST_DIR/m.prom"
 usage_error "--log-format is text or json" "neither text \\(the default\\) nor json" \
   every 1s --name j --log-format xml -- true
 usage_error "elect takes --metrics-listen too, checked the same" "is not ADDR:PORT" \
