@@ -293,11 +293,15 @@ static void wait_seen(seen *s, int n) {
   while (count_seen(s) < n && th_now_ms() < until) th_sleep_ms(10);
 }
 
-/* The index of the first event of 'kind' on 'name' at or after 'from'; -1. */
+/* The index of the first event of 'kind' on 'name' at or after 'from'; -1.
+ * Under the lock: the hook may still be adding events. */
 static int find(seen *s, int from, dlock_event_kind kind, const char *name) {
-  for (int i = from; i < s->n; i++)
-    if (s->ev[i].kind == kind && strcmp(s->name[i], name) == 0) return i;
-  return -1;
+  int at = -1;
+  pthread_mutex_lock(&s->mu);
+  for (int i = from; i < s->n && at < 0; i++)
+    if (s->ev[i].kind == kind && strcmp(s->name[i], name) == 0) at = i;
+  pthread_mutex_unlock(&s->mu);
+  return at;
 }
 
 TEST(the_hook_sees_a_scripted_scenario_in_order_and_may_call_dlock) {
