@@ -7,6 +7,7 @@
  * dlock back, which would deadlock otherwise).
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,6 +384,44 @@ TEST(the_hook_sees_a_scripted_scenario_in_order_and_may_call_dlock) {
   dlock_mutex_free(a);
   dlock_client_free(c);
   dlock_client_free(other);
+  pthread_mutex_destroy(&s.mu);
+}
+
+/* A server frozen (SIGSTOP) for 3/4 of a 6 s lease: the renewal due at a
+ * third of it waits (or fails and is tried again) until the thaw, then
+ * succeeds with under a third of the lease left: a late renewal, counted
+ * and told to the hook, and no loss. */
+TEST(a_renewal_after_a_frozen_server_is_counted_late_and_told_to_the_hook) {
+  static seen s;
+  memset(&s, 0, sizeof s);
+  pthread_mutex_init(&s.mu, NULL);
+  long f = th_time_factor();
+  dlock_client *c = client_with(record, &s, NULL);
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.watchdog_lease_ms = 6000 * f;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, "ev:late", &mo));
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  kill(srv.pid, SIGSTOP);
+  th_sleep_ms(4500 * f); /* the scenario: the server answers nothing this long */
+  kill(srv.pid, SIGCONT);
+  long long until = th_now_ms() + 10000 * f;
+  while (MX(c, "dlock_renewals_total{outcome=\"late\"}") < 1 && th_now_ms() < until) th_sleep_ms(20);
+  const char *t = exposition(c);
+  ASSERT_EQ(value_of(t, "dlock_renewals_total{outcome=\"late\"}"), 1);
+  ASSERT(value_of(t, "dlock_renewals_total{outcome=\"ok\"}") >= 1);
+  ASSERT(value_of(t, "dlock_watchdog_round_trip_seconds_count") >= 1);
+  ASSERT_EQ(value_of(t, "dlock_losses_total{kind=\"mutex\",reason=\"unreachable\"}"), 0);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c); /* every event delivered */
+  int late = find(&s, 0, DLOCK_EVENT_RENEWED_LATE, "ev:late");
+  ASSERT(late > find(&s, 0, DLOCK_EVENT_ACQUIRE_FINISHED, "ev:late"));
+  ASSERT(s.ev[late].duration_us >= 0 && s.ev[late].duration_us < 2000 * f * 1000); /* under a third left */
+  ASSERT(find(&s, late, DLOCK_EVENT_RELEASED, "ev:late") > late);
+  ASSERT_EQ(find(&s, 0, DLOCK_EVENT_LOST, "ev:late"), -1);
   pthread_mutex_destroy(&s.mu);
 }
 
