@@ -396,6 +396,9 @@ TEST(a_renewal_after_a_frozen_server_is_counted_late_and_told_to_the_hook) {
   memset(&s, 0, sizeof s);
   pthread_mutex_init(&s.mu, NULL);
   long f = th_time_factor();
+  if (f > 2) /* 36 s and more under valgrind: the other builds run it */
+    TEST_SKIP("DLOCK_TEST_TIME_FACTOR %ld: a frozen server for %ld s is left to the builds that run at speed", f,
+              (long)(4500 * f / 1000));
   dlock_client *c = client_with(record, &s, NULL);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
