@@ -216,10 +216,11 @@ typedef struct dlock_client_options {
    * when dlock_client_free() is called are delivered first. NULL: none. */
   dlock_event_cb on_event;
   void *on_event_arg;
-  /* Names (locks' are not labels by default) that dlock_client_metrics_write()
-   * may show in a 'name' label of the election and job metrics: a
-   * comma-separated list, "*" for every name. NULL: none (one series for
-   * all). Keep it short: every name is a time series. */
+  /* Lock, election and job names that dlock_client_metrics_write() may show
+   * in a 'name' label (by default no name is a label): a comma-separated
+   * list, "*" for every name. NULL: none (elections and jobs then have one
+   * series for all; locks are counted by kind only). Keep it short: every
+   * name is a time series. */
   const char *metrics_names;
 } dlock_client_options;
 

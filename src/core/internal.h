@@ -173,6 +173,9 @@ struct dlock_mutex {
   /* Metrics (metrics.c): a hold counted in the gauges, since when. */
   atomic_int mx_held;
   int64_t mx_since_ns;
+  /* Its series by name: NULL when metrics_names does not name it (set at
+   * _new), then the entry, made at its first count (metrics.c). */
+  _Atomic(void *) mx_named;
 };
 
 /* A handle of any kind ('permits' for a semaphore, else 1); the mutex's
@@ -252,6 +255,8 @@ void dlock__metrics_stop(dlock_client *c);
 void dlock__metrics_free(dlock_client *c);
 /* An acquire begins (returns its start, for _acquire_end) and ends:
  * 'how' 1 a reentrant hold, 2 a hand-off. */
+/* A new handle: find its series by name when metrics_names allows it. */
+void dlock__metrics_lock_new(dlock_mutex *m);
 int64_t dlock__metrics_acquire_begin(dlock_mutex *m);
 void dlock__metrics_acquire_end(dlock_mutex *m, int64_t began, int64_t wait_ms, int rc, int how);
 /* A hold begins (acquired) and ends, released (reason NONE) or lost, once

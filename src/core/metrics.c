@@ -73,7 +73,7 @@ static void observe(hist *h, const hist_shape *shape, int64_t us) {
 /* ---- Elections and jobs, by name ---- */
 
 #define NAMED_MAX 64
-enum { NAMED_ELECTION, NAMED_JOB };
+enum { NAMED_ELECTION, NAMED_JOB, NAMED_LOCK };
 
 typedef struct named {
   int type;
@@ -85,6 +85,9 @@ typedef struct named {
   unsigned long long runs_ok, runs_failed, skipped[SKIPS], errors;
   long long running;
   int64_t last_success_unix_ms, last_duration_ms;
+  /* locks (only the names allowed: no catch-all) */
+  unsigned long long acquired, busy, lost;
+  long long held;
 } named;
 
 /* ---- The event queue ---- */
@@ -268,6 +271,7 @@ static int allowed(const dlock__metrics *x, const char *name) {
  * NULL when the table is full and no entry fits (nothing is counted). */
 static named *named_get(dlock__metrics *x, int type, const char *name) {
   if (!allowed(x, name)) name = "";
+  if (type == NAMED_LOCK && !*name) return NULL; /* locks: by name or not at all */
   for (int i = 0; i < x->nnames; i++)
     if (x->names[i].type == type && strcmp(x->names[i].name, name) == 0) return &x->names[i];
   /* The last slots are kept for the two catch-alls. */
@@ -281,6 +285,38 @@ static named *named_get(dlock__metrics *x, int type, const char *name) {
 }
 
 /* ---- Locks ---- */
+
+/* A lock's series by name, for the names allowed only (the lock families
+ * have no catch-all: the kind series count every lock). The entry is made
+ * at the first count, when an election's handle is known as one (its name
+ * is counted by the election families instead). */
+static char named_pending;
+
+void dlock__metrics_lock_new(dlock_mutex *m) {
+  dlock__metrics *x = m->client->metrics;
+  if ((x->allow || x->allow_all) && allowed(x, m->name)) atomic_store(&m->mx_named, (void *)&named_pending);
+}
+
+/* Add to the named series of 'm' (if any): acquired, busy, held, lost. */
+static void lock_count(dlock_mutex *m, int acquired, int busy, int held, int lost) {
+  if (m->election) return;
+  dlock__metrics *x = m->client->metrics;
+  pthread_mutex_lock(&x->named_mu);
+  named *e = atomic_load(&m->mx_named);
+  if (e == (void *)&named_pending) {
+    e = named_get(x, NAMED_LOCK, m->name);
+    atomic_store(&m->mx_named, e);
+  }
+  if (!e) {
+    pthread_mutex_unlock(&x->named_mu);
+    return;
+  }
+  e->acquired += (unsigned)acquired;
+  e->busy += (unsigned)busy;
+  e->held += held;
+  e->lost += (unsigned)lost;
+  pthread_mutex_unlock(&x->named_mu);
+}
 
 int64_t dlock__metrics_acquire_begin(dlock_mutex *m) {
   dlock__metrics *x = m->client->metrics;
@@ -299,6 +335,7 @@ void dlock__metrics_acquire_end(dlock_mutex *m, int64_t began, int64_t wait_ms, 
                 : rc == DLOCK_ECANCELED ? ACQ_CANCELED : ACQ_ERROR;
   add(&x->acq[k][outcome]);
   if (outcome == ACQ_ACQUIRED) observe(&x->wait[k], &wait_shape, us);
+  if (atomic_load_explicit(&m->mx_named, memory_order_relaxed)) lock_count(m, outcome == ACQ_ACQUIRED, outcome == ACQ_BUSY || outcome == ACQ_TIMED_OUT, 0, 0);
   if (rc == 0 && how == 2) add(&x->handoffs[k]);
   if (rc == DLOCK_EUNKNOWN) add(&x->unknown[OP_ACQUIRE]);
   if (x->on_event) {
@@ -316,6 +353,7 @@ void dlock__metrics_hold_begin(dlock_mutex *m) {
   m->mx_since_ns = dlock__mono_ns();
   atomic_store_explicit(&m->mx_held, 1, memory_order_release);
   gauge(&x->held[k], 1);
+  if (atomic_load_explicit(&m->mx_named, memory_order_relaxed)) lock_count(m, 0, 0, 1, 0);
   if (!m->election) return;
   pthread_mutex_lock(&x->named_mu);
   named *e = named_get(x, NAMED_ELECTION, m->name);
@@ -336,6 +374,7 @@ void dlock__metrics_hold_end(dlock_mutex *m, dlock_lost_reason reason) {
   int64_t us = (dlock__mono_ns() - m->mx_since_ns) / 1000;
   gauge(&x->held[k], -1);
   observe(&x->hold[k], &hold_shape, us);
+  if (atomic_load_explicit(&m->mx_named, memory_order_relaxed)) lock_count(m, 0, 0, -1, reason != DLOCK_LOST_NONE);
   if (reason != DLOCK_LOST_NONE) {
     add(&x->lost[k][(unsigned)reason < REASONS ? (int)reason : 0]);
     dlock_event ev = event_of(DLOCK_EVENT_LOST, m->name, kind_label[k]);
@@ -510,7 +549,8 @@ static void name_label(FILE *f, const named *e, const char *rest) {
   }
 }
 
-enum { F_LEADER, F_TRANSITIONS, F_RUNS, F_SKIPPED, F_ERRORS, F_RUNNING, F_LAST_SUCCESS, F_LAST_DURATION };
+enum { F_LEADER, F_TRANSITIONS, F_RUNS, F_SKIPPED, F_ERRORS, F_RUNNING, F_LAST_SUCCESS, F_LAST_DURATION,
+       F_LOCK_ACQUIRED, F_LOCK_HELD, F_LOCK_LOST };
 
 static void ms_as_seconds(FILE *f, int64_t ms) { fprintf(f, " %lld.%03lld\n", (long long)(ms / 1000), (long long)(ms % 1000)); }
 
@@ -523,11 +563,13 @@ static void named_family(out *o, dlock__metrics *x, int type, int field, const c
   for (int i = 0; i < x->nnames; i++) {
     named *e = &x->names[i];
     if (e->type != type) continue;
-    if (field == F_TRANSITIONS || field == F_RUNS) {
-      const char *what[2] = {field == F_RUNS ? "outcome=\"ok\"" : "to=\"leader\"",
-                             field == F_RUNS ? "outcome=\"failed\"" : "to=\"follower\""};
-      unsigned long long v[2] = {field == F_RUNS ? e->runs_ok : e->elected,
-                                 field == F_RUNS ? e->runs_failed : e->deposed};
+    if (field == F_TRANSITIONS || field == F_RUNS || field == F_LOCK_ACQUIRED) {
+      const char *what[2] = {field == F_RUNS ? "outcome=\"ok\"" : field == F_LOCK_ACQUIRED ? "outcome=\"acquired\""
+                                                                                              : "to=\"leader\"",
+                             field == F_RUNS ? "outcome=\"failed\"" : field == F_LOCK_ACQUIRED ? "outcome=\"busy\""
+                                                                                                  : "to=\"follower\""};
+      unsigned long long v[2] = {field == F_RUNS ? e->runs_ok : field == F_LOCK_ACQUIRED ? e->acquired : e->elected,
+                                 field == F_RUNS ? e->runs_failed : field == F_LOCK_ACQUIRED ? e->busy : e->deposed};
       for (int j = 0; j < 2; j++) {
         fputs(name, f);
         name_label(f, e, what[j]);
@@ -552,7 +594,9 @@ static void named_family(out *o, dlock__metrics *x, int type, int field, const c
     else if (field == F_ERRORS) fprintf(f, " %llu\n", e->errors);
     else if (field == F_RUNNING) fprintf(f, " %lld\n", e->running);
     else if (field == F_LAST_SUCCESS) ms_as_seconds(f, e->last_success_unix_ms);
-    else ms_as_seconds(f, e->last_duration_ms);
+    else if (field == F_LAST_DURATION) ms_as_seconds(f, e->last_duration_ms);
+    else if (field == F_LOCK_HELD) fprintf(f, " %lld\n", e->held);
+    else fprintf(f, " %llu\n", e->lost);
   }
 }
 
@@ -571,6 +615,12 @@ static void write_named(out *o, dlock__metrics *x) {
                "When the last run that succeeded here ended (Unix time; 0: none yet)");
   named_family(o, x, NAMED_JOB, F_LAST_DURATION, "dlock_job_last_duration_seconds", "gauge",
                "How long the last run here took");
+  named_family(o, x, NAMED_LOCK, F_LOCK_ACQUIRED, "dlock_lock_acquisitions_total", "counter",
+               "Acquire calls on a lock named in metrics_names: acquired, busy (a try or a wait that ended)");
+  named_family(o, x, NAMED_LOCK, F_LOCK_HELD, "dlock_lock_held", "gauge",
+               "Holds now of a lock named in metrics_names");
+  named_family(o, x, NAMED_LOCK, F_LOCK_LOST, "dlock_lock_losses_total", "counter",
+               "Holds lost of a lock named in metrics_names");
 }
 
 /* A counter by kind and one more label ('key': its values from 'from' on),

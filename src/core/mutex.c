@@ -91,6 +91,7 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
   pthread_mutex_init(&m->mu, NULL);
   dlock__cond_init(&m->cv);
   rc = m->name && m->owner_info ? c->ops->lock_new(m) : dlock__error(DLOCK_ENOMEM, "out of memory");
+  if (!rc) dlock__metrics_lock_new(m);
   if (rc) {
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);

@@ -171,6 +171,26 @@ TEST(elections_are_counted_by_name_only_when_allowed) {
   ASSERT_EQ(value_of(t, "dlock_election_leader{name=\"el:named\"}"), 0);
   ASSERT_EQ(value_of(t, "dlock_election_transitions_total{name=\"el:named\",to=\"leader\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_election_transitions_total{name=\"el:named\",to=\"follower\"}"), 1);
+  ASSERT(!strstr(t, "dlock_lock_held{name=\"el:named\"}")); /* an election is not a lock here */
+  /* A lock named in the list has series of its own; another has none. */
+  dlock_client *b = client_with(NULL, NULL, "other");
+  dlock_mutex *named_lock = test_mutex(a, "other", 0), *plain = test_mutex(a, "plain", 0);
+  dlock_mutex *rival = test_mutex(b, "other", 0);
+  ASSERT_OK(dlock_mutex_acquire(named_lock, 0));
+  ASSERT_OK(dlock_mutex_acquire(plain, 0));
+  ASSERT_STATUS(dlock_mutex_acquire(rival, 0), DLOCK_EBUSY);
+  t = exposition(a);
+  ASSERT_EQ(value_of(t, "dlock_lock_held{name=\"other\"}"), 1);
+  ASSERT_EQ(value_of(t, "dlock_lock_acquisitions_total{name=\"other\",outcome=\"acquired\"}"), 1);
+  ASSERT(!strstr(t, "\"plain\""));
+  ASSERT_EQ(MX(b, "dlock_lock_acquisitions_total{name=\"other\",outcome=\"busy\"}"), 1);
+  ASSERT_OK(dlock_mutex_release(named_lock));
+  ASSERT_EQ(MX(a, "dlock_lock_held{name=\"other\"}"), 0);
+  ASSERT_EQ(MX(a, "dlock_lock_losses_total{name=\"other\"}"), 0);
+  dlock_mutex_free(rival);
+  dlock_mutex_free(plain);
+  dlock_mutex_free(named_lock);
+  dlock_client_free(b);
   dlock_election_free(named);
   dlock_election_free(anon);
   dlock_client_free(a);
