@@ -53,12 +53,23 @@ int cmd_leader(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
-/* A command's descriptor. */
+struct cli_opt;
+
+/* A command's descriptor: everything about a command is said here once,
+ * and main (dispatch), the help, the man page and the completion read it. */
 typedef struct cli_command {
   const char *name;    /* NULL: the overview ("dlock --help") */
   int (*run)(int argc, char **argv); /* argv[0] is the command's name; NULL for the overview */
-  const char *page;    /* the --help text: at most 24 lines of 80 columns */
+  const char *page;    /* the --help text (usage first): at most 24 lines of 80 columns */
   const char *more;    /* Markdown only in the manual page, may be NULL */
+  /* Its line in the overview's list of commands, "SYNOPSIS\tSUMMARY";
+   * NULL: not listed on a line of its own (named on another's line). */
+  const char *summary;
+  /* The common options it takes (CLI_COMMON_*) and its own option tables,
+   * NULL-ended, as its parser reads them: the completion offers exactly
+   * these. NULL: the page's options (a command that passes them on). */
+  unsigned common;
+  const struct cli_opt *const *opts;
 } cli_command;
 
 /* The one command table (help.c), which main, every help text, the man
@@ -67,6 +78,9 @@ typedef struct cli_command {
 const cli_command *cli_commands(size_t *n);
 /* The descriptor of command 'name' (NULL: the overview), or NULL. */
 const cli_command *cli_command_find(const char *name);
+/* The --help page of 'c': its page, or for the overview the page with
+ * the commands' summary lines. */
+const char *cli_command_page(const cli_command *c);
 const char *cli_help_man_tail(void);
 
 /* Print the --help page of 'command' (NULL: the overview) to 'out'.
@@ -125,6 +139,17 @@ enum {
 /* The one table of the options shared by the commands that talk to a
  * server, in the order the help lists them. */
 extern const cli_opt cli_common_opts[];
+/* The CLI_COMMON_* bit of common option 'id' (0: not a common option). */
+unsigned cli_common_bit(int id);
+
+/* Each command's option tables, NULL-ended, in the order its parser looks
+ * in them (its descriptor's 'opts'; defined beside the parser). */
+extern const cli_opt *const cli_run_opts[], *const cli_hold_opts[], *const cli_elect_opts[];
+extern const cli_opt *const cli_status_opts[], *const cli_list_opts[], *const cli_release_opts[];
+extern const cli_opt *const cli_fence_opts[];
+extern const cli_opt *const cli_latch_opts[], *const cli_cron_opts[], *const cli_every_opts[];
+extern const cli_opt *const cli_leader_opts[], *const cli_doctor_opts[], *const cli_init_opts[];
+extern const cli_opt *const cli_prune_opts[], *const cli_demo_opts[], *const cli_config_opts[];
 
 /* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
 void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);

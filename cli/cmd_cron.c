@@ -64,6 +64,10 @@ static const cli_opt every_table[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_cron_opts[] = {cron_table, cli_metrics_table, NULL};
+const cli_opt *const cli_every_opts[] = {every_table, cli_metrics_table, NULL};
+
 /* Everything either command line can say; 'seen' has bit (1 << id) set for
  * each option given, so that each mode can refuse the others' options. */
 typedef struct sched_args {

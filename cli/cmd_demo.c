@@ -32,6 +32,9 @@ static const cli_opt demo_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_demo_opts[] = {demo_opts, NULL};
+
 static void sleep_us(long us)
 {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};

@@ -14,6 +14,9 @@ static const cli_opt doctor_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_doctor_opts[] = {doctor_opts, NULL};
+
 static const char *level_name(dlock_check_level level)
 {
   switch (level) {

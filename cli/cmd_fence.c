@@ -16,6 +16,9 @@ static const cli_opt fence_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_fence_opts[] = {fence_opts, NULL};
+
 int cmd_fence(int argc, char **argv)
 {
   cli_args args;

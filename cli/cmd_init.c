@@ -13,6 +13,9 @@ static const cli_opt init_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_init_opts[] = {init_opts, NULL};
+
 int cmd_init(int argc, char **argv)
 {
   cli_args args;

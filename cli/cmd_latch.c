@@ -17,6 +17,9 @@ static const cli_opt latch_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_latch_opts[] = {latch_opts, NULL};
+
 int cmd_latch(int argc, char **argv)
 {
   cli_args args;

@@ -27,6 +27,9 @@ static const cli_opt leader_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_leader_opts[] = {leader_opts, NULL};
+
 static void print_leader(const char *name, const dlock_leader *l, int json)
 {
   if (json) {

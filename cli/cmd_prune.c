@@ -17,6 +17,9 @@ static const cli_opt prune_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_prune_opts[] = {prune_opts, NULL};
+
 /* At most this many batches (DLOCK_PRUNE_BATCH rows per table each) in one
  * run: a table of millions of rows is pruned by running it again. */
 #define PRUNE_MAX_BATCHES 1000

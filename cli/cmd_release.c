@@ -19,6 +19,9 @@ static const cli_opt release_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_release_opts[] = {release_opts, NULL};
+
 int cmd_release(int argc, char **argv)
 {
   cli_args args;

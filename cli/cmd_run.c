@@ -111,6 +111,12 @@ static const cli_opt elect_table[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptors' option tables (help.c), in the order the parser
+ * looks in them: the command's own, then the chained ones. */
+const cli_opt *const cli_run_opts[] = {run_table, lock_table, kinds_table, command_table, NULL};
+const cli_opt *const cli_hold_opts[] = {kinds_table, lock_table, NULL};
+const cli_opt *const cli_elect_opts[] = {elect_table, lock_table, command_table, cli_metrics_table, NULL};
+
 /* "run", "hold" or "elect": the command being parsed, for messages. */
 static const char *cmdname = "run";
 
@@ -204,14 +210,10 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
 
   cli_args_init(&args, argc, argv, cmdname, CLI_COMMON_SERVER);
   /* run: its own, lock, kinds, command; elect: its own, lock, command;
-   * hold: lock and kinds. */
-  if (o->elect)
-    cli_args_chain(&args, lock_table, command_table, cli_metrics_table);
-  else if (o->hold)
-    cli_args_chain(&args, lock_table, NULL, NULL);
-  else
-    cli_args_chain(&args, lock_table, kinds_table, command_table);
-  const cli_opt *own = o->elect ? elect_table : o->hold ? kinds_table : run_table;
+   * hold: kinds and lock (the lists above). */
+  const cli_opt *const *tables = o->elect ? cli_elect_opts : o->hold ? cli_hold_opts : cli_run_opts;
+  const cli_opt *own = tables[0];
+  cli_args_chain(&args, tables[1], tables[1] ? tables[2] : NULL, tables[1] && tables[2] ? tables[3] : NULL);
   while (!dashdash && !cmd_at && (id = cli_next_opt(&args, own, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;

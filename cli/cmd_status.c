@@ -18,6 +18,15 @@ static const cli_opt status_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptors' option tables (help.c), the ones parsed here;
+ * list takes no -q (the parser refuses it, saying what it is for). */
+static const cli_opt list_opts[] = {
+  {"json", 0, 0, OPT_JSON},
+  {NULL, 0, 0, 0},
+};
+const cli_opt *const cli_status_opts[] = {status_opts, NULL};
+const cli_opt *const cli_list_opts[] = {list_opts, NULL};
+
 /* "status -q": the answer is the exit status alone, for "if dlock status
  * -q NAME; then ...": held 0, free 1 (as grep -q and fence check -q). */
 #define STATUS_FREE 1

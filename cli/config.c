@@ -297,6 +297,9 @@ static const cli_opt config_opts[] = {
   {NULL, 0, 0, 0},
 };
 
+/* The command descriptor's option tables (help.c), the ones parsed here. */
+const cli_opt *const cli_config_opts[] = {config_opts, NULL};
+
 int cmd_config(int argc, char **argv)
 {
   cli_args args;

@@ -20,27 +20,7 @@ static const cli_command pages[] = {
    "Usage: dlock COMMAND [OPTIONS] [ARGS]\n"
    "Distributed locks on Redis or PostgreSQL, from the shell.\n"
    "\n"
-   "Commands:\n"
-   "  run NAME -- CMD [ARGS]  run a command while holding the lock NAME\n"
-   "  status NAME             is NAME held, by whom, lease left, fence\n"
-   "  list [PATTERN]          list the locks currently held\n"
-   "  release --force NAME    delete a lock whatever its owner (admin)\n"
-   "  fence check RES TOKEN   fencing guard for shell pipelines\n"
-   "  latch set|down|wait N   countdown latch: set a count, count down, wait\n"
-   "  cron EXPR ... -- CMD    run CMD on cron ticks, once per tick fleet-wide\n"
-   "  every DUR ... -- CMD    the same at a fixed rate or delay (DUR: 10s, 5m)\n"
-   "  elect NAME -- CMD       run CMD only while this host leads; 'leader NAME'\n"
-   "  demo, bench             local races and fences; latency, hand-off, renewal\n"
-   "  doctor                  is the server fit for locks (eviction, rights...)\n"
-   "  init, prune             create dlock's tables; delete old rows (PostgreSQL)\n"
-   "  config [show], version  the settings in use and their sources; versions\n"
-   "\n"
-   "Server: --url URL, else $DLOCK_URL, else the config files, else local;\n"
-   "  key prefix: --prefix P, else $DLOCK_PREFIX, else the config files.\n"
-   "  redis://[user:pass@]host[:port][/db], rediss://, unix://, redlock://, zk://,\n"
-   "  redis-cluster://, redis-sentinel://, postgresql://, mysql://, mariadb://\n"
-   "Exit status: 0 ok, 64 usage, 69 no server, 70 bug, 75 busy, 79 lost: dlock(1)\n"
-   "Help: 'dlock help COMMAND' or 'dlock COMMAND --help', dlock(1), --version.\n",
+   "Commands:\n",
    "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
    "is one Redis key named exactly like the lock; it expires when its lease\n"
    "runs out, so a crashed holder cannot block everyone forever. Every hold\n"
@@ -148,7 +128,9 @@ static const cli_command pages[] = {
    "`mutex`. Every caller of NAME must give the same N: the limit is stored\n"
    "with the permits, and another one is refused (exit 64) naming both. A\n"
    "name is one kind of lock at a time: `--limit` on a mutex's name, or no\n"
-   "`--limit` on a semaphore's, exits 64. Not offered on Redlock.\n"},
+   "`--limit` on a semaphore's, exits 64. Not offered on Redlock.\n",
+   .summary = "run NAME -- CMD [ARGS]\trun a command while holding the lock NAME",
+   .common = CLI_COMMON_SERVER, .opts = cli_run_opts},
 
   {"hold", cmd_run,
    "Usage: dlock hold [OPTIONS] NAME\n"
@@ -178,7 +160,9 @@ static const cli_command pages[] = {
    "library reports the loss, at the local deadline at the latest; a shell\n"
    "that must stop at once on a loss should read the coprocess's output\n"
    "between steps (`read -t 0`), or use `dlock run`, which stops its\n"
-   "command itself. Nothing renews the lease while dlock is stopped.\n"},
+   "command itself. Nothing renews the lease while dlock is stopped.\n",
+   .summary = NULL,
+   .common = CLI_COMMON_SERVER, .opts = cli_hold_opts},
 
   {"status", cmd_status,
    "Usage: dlock status [OPTIONS] NAME\n"
@@ -199,7 +183,9 @@ static const cli_command pages[] = {
    "`host`, `pid`, `user` and `command`. A semaphore adds `kind`\n"
    "(\"semaphore\"), `permits` (its limit) and `permits_used`; its `fence`,\n"
    "`owner_info` and `holder` are the newest holder's and `ttl_ms` runs until\n"
-   "its last permit ends.\n"},
+   "its last permit ends.\n",
+   .summary = "status NAME\tis NAME held, by whom, lease left, fence",
+   .common = CLI_COMMON_SERVER, .opts = cli_status_opts},
 
   {"list", cmd_list,
    "Usage: dlock list [OPTIONS] [PATTERN]\n"
@@ -215,7 +201,9 @@ static const cli_command pages[] = {
    "unreachable or authentication failed, 70 internal error.\n",
    "The list is taken with SCAN, so it is a snapshot that may miss a lock\n"
    "taken or include one released while it runs. With `--json` a lock\n"
-   "released between the listing and the look-up of its details is left out.\n"},
+   "released between the listing and the look-up of its details is left out.\n",
+   .summary = "list [PATTERN]\tlist the locks currently held",
+   .common = CLI_COMMON_SERVER, .opts = cli_list_opts},
 
   {"release", cmd_release,
    "Usage: dlock release --force [OPTIONS] NAME\n"
@@ -238,7 +226,9 @@ static const cli_command pages[] = {
    "which releases it when its command ends. A key without dlock's record of\n"
    "its hold (in `{NAME}:fence`) may be an application's own data under a mistyped name,\n"
    "so it is deleted only with `--foreign`; check it with `dlock status`\n"
-   "(\"held by something other than dlock\") first.\n"},
+   "(\"held by something other than dlock\") first.\n",
+   .summary = "release --force NAME\tdelete a lock whatever its owner (admin)",
+   .common = CLI_COMMON_SERVER, .opts = cli_release_opts},
 
   {"elect", cmd_run,
    "Usage: dlock elect [OPTIONS] NAME [--] COMMAND [ARGS...]\n"
@@ -260,7 +250,7 @@ static const cli_command pages[] = {
    "  -q/--quiet, -v/--verbose  errors only; say when leading, with the epoch\n"
    "  --resign NAME          the leader steps down if it is this host (--value)\n"
    "  --evict NAME           force out whoever leads (admin)\n"
-   "  --metrics-file PATH, --metrics-listen ADDR:PORT: as for cron\n"
+   "  --metrics-file F, --metrics-listen ADDR:PORT, --metrics-interval D: as cron\n"
    "\n"
    "COMMAND gets DLOCK_LEADER_EPOCH (the term's fence, for 'dlock fence check')\n"
    "and DLOCK_LEADER_VALUE. Exit: COMMAND's status, 75 not elected in --wait,\n"
@@ -287,7 +277,9 @@ static const cli_command pages[] = {
    "which cannot check the epoch, they delete the lock as `dlock release\n"
    "--force`. The leader's dlock finds its term lost at its next renewal\n"
    "(a third of its lease at most) and stops COMMAND; the first candidate in\n"
-   "line leads at once.\n"},
+   "line leads at once.\n",
+   .summary = "elect NAME -- CMD\trun CMD only while this host leads; 'leader NAME'",
+   .common = CLI_COMMON_SERVER, .opts = cli_elect_opts},
 
   {"leader", cmd_leader,
    "Usage: dlock leader [OPTIONS] NAME\n"
@@ -311,7 +303,9 @@ static const cli_command pages[] = {
    "  dlock leader db-primary --am-i --value \"$(hostname):5432\" && promote\n",
    "`--watch` prints the state found at the start, then every change it\n"
    "sees. It asks the server every `--interval`: two terms that both begin and\n"
-   "end within one interval show as one change. See docs/election.md.\n"},
+   "end within one interval show as one change. See docs/election.md.\n",
+   .summary = NULL,
+   .common = CLI_COMMON_SERVER, .opts = cli_leader_opts},
 
   {"fence", cmd_fence,
    "Usage: dlock fence check [OPTIONS] RESOURCE TOKEN\n"
@@ -337,7 +331,9 @@ static const cli_command pages[] = {
    "The check and the write are two steps, so the guard protects a resource\n"
    "only as far as every writer checks right before writing; a store that\n"
    "can compare the token itself in the same transaction is stronger.\n"
-   "RESOURCE names a Redis key like a lock name does.\n"},
+   "RESOURCE names a Redis key like a lock name does.\n",
+   .summary = "fence check RES TOKEN\tfencing guard for shell pipelines",
+   .common = CLI_COMMON_SERVER, .opts = cli_fence_opts},
 
   {"latch", cmd_latch,
    "Usage: dlock latch set NAME COUNT [--expire DURATION]\n"
@@ -365,7 +361,9 @@ static const cli_command pages[] = {
    "whose reply is lost is not sent again (each would count): dlock exits 70\n"
    "with an \"outcome unknown\" message, and `dlock latch count` tells. The\n"
    "latch is the Redis hash `{NAME}:latch` (with the prefix); see\n"
-   "docs/latch.md. Not on Redlock.\n"},
+   "docs/latch.md. Not on Redlock.\n",
+   .summary = "latch set|down|wait N\tcountdown latch: set a count, count down, wait",
+   .common = CLI_COMMON_SERVER, .opts = cli_latch_opts},
 
   {"cron", cmd_cron,
    "Usage: dlock cron 'EXPR' --name JOB [OPTIONS] [--] COMMAND [ARGS...]\n"
@@ -383,7 +381,7 @@ static const cli_command pages[] = {
    "  --node NAME            this node's name (default HOST:PID)\n"
    "  --grace D              SIGTERM to SIGKILL when stopping a run (5s)\n"
    "  --shell, --url URL, --prefix P, -q/--quiet, -v/--verbose: as for run\n"
-   "  --metrics-file PATH, --metrics-listen ADDR:PORT  metrics (docs/metrics.md)\n"
+   "  --metrics-file PATH, --metrics-listen ADDR:PORT, --metrics-interval D\n"
    "  --log-format json      one JSON object per log line (time, level, event...)\n"
    "  --next                 the next N fire times (-n, default 5) after --from\n"
    "                         TIME (ISO 8601, @EPOCH; default now); --epoch: as such\n"
@@ -455,7 +453,9 @@ static const cli_command pages[] = {
    "scheduled time, node, fence, start (Redis server clock), duration and\n"
    "outcome of each run, and of each tick skipped as busy; with `--json` an\n"
    "array of objects with `node`, `fence`, `scheduled_unix_ms`, `scheduled`,\n"
-   "`start_unix_ms`, `start`, `duration_ms` (-1: skipped) and `outcome`.\n"},
+   "`start_unix_ms`, `start`, `duration_ms` (-1: skipped) and `outcome`.\n",
+   .summary = "cron EXPR ... -- CMD\trun CMD on cron ticks, once per tick fleet-wide",
+   .common = CLI_COMMON_SERVER, .opts = cli_cron_opts},
 
   {"every", cmd_every,
    "Usage: dlock every DURATION --name JOB [OPTIONS] [--] COMMAND [ARGS...]\n"
@@ -476,7 +476,8 @@ static const cli_command pages[] = {
    "  --grace D              SIGTERM to SIGKILL when stopping a run (5s)\n"
    "  --tz ZONE              show times in this zone (default UTC)\n"
    "  --shell, --url URL, --prefix P, -q/--quiet, -v/--verbose: as for run\n"
-   "  --metrics-file PATH, --metrics-listen ADDR:PORT, --log-format json: as cron\n"
+   "  --metrics-file PATH, --metrics-listen ADDR:PORT, --metrics-interval D,\n"
+   "  --log-format json: as for cron\n"
    "\n"
    "DURATION, D: 250ms, 10s, 1m30s, 1h; DURATION at least 100ms. COMMAND's\n"
    "environment, signals and exit status: as for 'dlock cron'.\n"
@@ -490,7 +491,9 @@ static const cli_command pages[] = {
    "Fixed delay: the end of each run is recorded in Redis on the server's\n"
    "clock; the next run, on any node, starts DURATION after it, so runs\n"
    "never overlap and the fleet does not drift. `DLOCK_TICK` is then the\n"
-   "time the run became due.\n"},
+   "time the run became due.\n",
+   .summary = "every DUR ... -- CMD\tthe same at a fixed rate or delay (DUR: 10s, 5m)",
+   .common = CLI_COMMON_SERVER, .opts = cli_every_opts},
 
   {"bench", cmd_bench,
    "Usage: dlock bench [--quick] [--scenario NAME[,NAME...]] [--json FILE]\n"
@@ -531,7 +534,9 @@ static const cli_command pages[] = {
    "not comparable: a round trip between processes on one core differs from\n"
    "one across cores, so every table states its layout. These are\n"
    "measurements, not tests; the test suite runs only `--quick` to check that\n"
-   "every scenario still completes and stays correct.\n"},
+   "every scenario still completes and stays correct.\n",
+   .summary = NULL,
+   .common = 0, .opts = NULL},
 
   {"doctor", cmd_doctor,
    "Usage: dlock doctor [--url URL] [--prefix P] [--json]\n"
@@ -559,7 +564,9 @@ static const cli_command pages[] = {
    "are a WARN that says so. Every other command also warns on stderr,\n"
    "once, when the server's maxmemory-policy can evict lock keys:\n"
    "`CONFIG SET maxmemory-policy noeviction` and the same line in\n"
-   "redis.conf fix it.\n"},
+   "redis.conf fix it.\n",
+   .summary = "doctor\tis the server fit for locks (eviction, rights...)",
+   .common = CLI_COMMON_SERVER, .opts = cli_doctor_opts},
 
   {"init", cmd_init,
    "Usage: dlock init [--url URL]\n"
@@ -580,7 +587,9 @@ static const cli_command pages[] = {
    "\n"
    "Exit status: 0 done, 64 usage, 69 the server cannot be used (no rights:\n"
    "the message says which), 70 bug.\n",
-   NULL},
+   NULL,
+   .summary = "init, prune\tcreate dlock's tables; delete old rows (PostgreSQL)",
+   .common = CLI_COMMON_URL, .opts = cli_init_opts},
 
   {"prune", cmd_prune,
    "Usage: dlock prune [--older-than DURATION] [--url URL]\n"
@@ -602,7 +611,9 @@ static const cli_command pages[] = {
    "A release whose reply was lost is sent again and recognises its own\n"
    "released row; with `--older-than 0` that row may be gone already, and the\n"
    "second release then answers from the hold's own deadline, as after any\n"
-   "lost reply (docs/postgres.md, \"Lost replies\").\n"},
+   "lost reply (docs/postgres.md, \"Lost replies\").\n",
+   .summary = NULL,
+   .common = CLI_COMMON_URL, .opts = cli_prune_opts},
 
   {"demo", cmd_demo,
    "Usage: dlock demo [OPTIONS]\n"
@@ -637,7 +648,9 @@ static const cli_command pages[] = {
    "The three \"nodes\" of the scheduler scene are three schedulers\n"
    "(`dlock_sched`) in the demo process, named node-1 to node-3, each firing\n"
    "the job by its own clock: without coordination each would run every\n"
-   "tick. The table shows which node ran each tick and which skipped it.\n"},
+   "tick. The table shows which node ran each tick and which skipped it.\n",
+   .summary = "demo, bench\tlocal races and fences; latency, hand-off, renewal",
+   .common = CLI_COMMON_SERVER, .opts = cli_demo_opts},
 
   {"config", cmd_config,
    "Usage: dlock config show [--url URL] [--prefix P] [--json]\n"
@@ -661,13 +674,17 @@ static const cli_command pages[] = {
    "config show` prints what `dlock run` would use. An unknown key, a line\n"
    "without `=` or a bad duration is an error naming `FILE:LINE`, for every\n"
    "command: a typo is never silently ignored. A missing file is no error.\n"
-   "`DLOCK_SYSTEM_CONFIG` names another system file (for tests).\n"},
+   "`DLOCK_SYSTEM_CONFIG` names another system file (for tests).\n",
+   .summary = "config [show], version\tthe settings in use and their sources; versions",
+   .common = CLI_COMMON_SERVER, .opts = cli_config_opts},
 
   {"version", cmd_version,
    "Usage: dlock version\n"
    "Print the version of dlock and, when another libdlock is loaded at run\n"
    "time, the library's (dlock_version()). The same as 'dlock --version'.\n",
-   NULL},
+   NULL,
+   .summary = NULL,
+   .common = 0, .opts = NULL},
 
   {"help", cmd_help,
    "Usage: dlock help [COMMAND]\n"
@@ -677,7 +694,9 @@ static const cli_command pages[] = {
    "manual page in Markdown, as kept in docs/dlock.1.md; --roff the same page\n"
    "for man(1), as installed as dlock.1. --completion prints the completion\n"
    "script for the shell, as installed with dlock.\n",
-   NULL},
+   NULL,
+   .summary = NULL,
+   .common = 0, .opts = NULL},
 };
 
 /* Sections of the manual page that belong to no single command. */
@@ -763,6 +782,39 @@ const cli_command *cli_commands(size_t *n)
   return pages;
 }
 
+/* The overview's lines after its list of commands (the commands' summaries,
+ * cli_command_page()). */
+static const char overview_tail[] =
+  "\n"
+  "Server: --url URL, else $DLOCK_URL, else the config files, else local;\n"
+  "  key prefix: --prefix P, else $DLOCK_PREFIX, else the config files.\n"
+  "  redis://[user:pass@]host[:port][/db], rediss://, unix://, redlock://, zk://,\n"
+  "  redis-cluster://, redis-sentinel://, postgresql://, mysql://, mariadb://\n"
+  "Exit status: 0 ok, 64 usage, 69 no server, 70 bug, 75 busy, 79 lost: dlock(1)\n"
+  "Help: 'dlock help COMMAND' or 'dlock COMMAND --help', dlock(1), --version.\n";
+
+const char *cli_command_page(const cli_command *c)
+{
+  static char overview[4096];
+
+  if (c->name != NULL)
+    return c->page;
+  if (overview[0] == '\0') {
+    /* "  SYNOPSIS  SUMMARY", one line per command that has a summary, in
+     * the table's order. */
+    size_t len = (size_t)snprintf(overview, sizeof overview, "%s", c->page);
+    for (size_t i = 0; i < sizeof pages / sizeof pages[0] && len < sizeof overview; i++) {
+      const char *sum = pages[i].summary, *tab = sum != NULL ? strchr(sum, '\t') : NULL;
+      if (tab != NULL)
+        len += (size_t)snprintf(overview + len, sizeof overview - len, "  %-22.*s  %s\n", (int)(tab - sum), sum,
+                                tab + 1);
+    }
+    if (len < sizeof overview)
+      snprintf(overview + len, sizeof overview - len, "%s", overview_tail);
+  }
+  return overview;
+}
+
 const char *cli_help_man_tail(void)
 {
   return man_tail;
@@ -784,7 +836,7 @@ int cli_help_print(FILE *out, const char *command)
   const cli_command *p = cli_command_find(command);
   if (p == NULL)
     return -1;
-  fputs(p->page, out);
+  fputs(cli_command_page(p), out);
   return 0;
 }
 
@@ -796,7 +848,7 @@ void cli_help_markdown(FILE *out)
         "Do not edit. -->\n", out);
   fprintf(out, "# dlock(1) - distributed locks on Redis, from the shell\n\n");
   fprintf(out, "dlock %s\n\n", DLOCK_VERSION);
-  fprintf(out, "## SYNOPSIS\n\n```text\n%s```\n\n", top->page);
+  fprintf(out, "## SYNOPSIS\n\n```text\n%s```\n\n", cli_command_page(top));
   fprintf(out, "## DESCRIPTION\n\n%s\n", top->more);
   fprintf(out, "## COMMANDS\n\n");
   for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {

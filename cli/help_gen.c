@@ -3,8 +3,10 @@
  * the Markdown manual: the roff manual page (dlock.1) and the bash and zsh
  * completion scripts. The build runs "dlock help --roff" and "dlock help
  * --completion SHELL" and installs the output, so the man page and the
- * completions cannot drift from --help: a new command, option or URL scheme
- * written into a help page shows up in all of them.
+ * completions cannot drift from --help: a new command or URL scheme written
+ * into the table shows up in all of them. A command's options are those of
+ * its descriptor's option tables (what its parser accepts), each with the
+ * value word its help page gives it.
  *
  * The "more" texts and the manual's tail are a small Markdown subset:
  * paragraphs, "## " and "### " headings, ``` blocks, `code`, *emphasis*,
@@ -199,7 +201,7 @@ void cli_help_roff(FILE *out)
   fputs(".SH NAME\ndlock \\- distributed locks on Redis, from the shell\n", out);
   fputs(".SH SYNOPSIS\n", out);
   if (top != NULL)
-    roff_verbatim(out, top->page);
+    roff_verbatim(out, cli_command_page(top));
   fputs(".SH DESCRIPTION\n", out);
   if (top != NULL && top->more != NULL)
     roff_markdown(out, top->more);
@@ -375,21 +377,71 @@ typedef struct gen_all {
   int nschemes;
 } gen_all;
 
+/* The value word the page gives option 'name' (or its alias 'alias'). */
+static const char *gen_prose_arg(const gen_cmd *prose, const char *name, const char *alias)
+{
+  for (int i = 0; i < prose->nopts; i++)
+    if (prose->opts[i].arg[0] != '\0' &&
+        (strcmp(prose->opts[i].name, name) == 0 || (alias != NULL && strcmp(prose->opts[i].name, alias) == 0)))
+      return prose->opts[i].arg;
+  return NULL;
+}
+
+/* The options of descriptor 'd' into 'c': the common ones it takes, then
+ * those of its tables, in the parser's order, each with the value word of
+ * its page ('prose'; "VALUE" when the page gives none). */
+static void gen_table_opts(gen_cmd *c, const cli_command *d, const gen_cmd *prose)
+{
+  const cli_opt *const common[] = {cli_common_opts, NULL};
+
+  for (int pass = 0; pass < 2; pass++) {
+    const cli_opt *const *tables = pass == 0 ? common : d->opts;
+    for (size_t t = 0; tables[t] != NULL; t++) {
+      for (const cli_opt *o = tables[t]; o->long_name != NULL; o++) {
+        if (pass == 0 && (d->common & cli_common_bit(o->id)) == 0)
+          continue;
+        char name[48], alias[4] = "";
+        snprintf(name, sizeof name, "--%s", o->long_name);
+        if (o->short_name != 0)
+          snprintf(alias, sizeof alias, "-%c", o->short_name);
+        const char *arg = o->has_arg ? gen_prose_arg(prose, name, alias[0] ? alias : NULL) : "";
+        if (arg == NULL)
+          arg = o->id == CLI_OPT_PASSWORD_FILE ? "FILE" : "VALUE";
+        gen_add_opt(c, name, strlen(name), arg, strlen(arg));
+        if (alias[0] != '\0')
+          gen_add_opt(c, alias, 2, arg, strlen(arg));
+      }
+    }
+  }
+}
+
 static void gen_collect(gen_all *g)
 {
   size_t n;
   const cli_command *pages = cli_commands(&n);
+  static gen_cmd prose;
 
   memset(g, 0, sizeof *g);
   for (size_t i = 0; i < n; i++) {
-    gen_scan_schemes(pages[i].page, g->schemes, &g->nschemes, 16);
+    gen_scan_schemes(cli_command_page(&pages[i]), g->schemes, &g->nschemes, 16);
     if (pages[i].more != NULL)
       gen_scan_schemes(pages[i].more, g->schemes, &g->nschemes, 16);
     if (pages[i].name == NULL || g->ncmds == 32)
       continue;
     gen_cmd *c = &g->cmds[g->ncmds++];
     c->name = pages[i].name;
-    gen_scan_page(c, pages[i].page);
+    if (pages[i].opts == NULL) {
+      /* A command that passes its options on (bench): its page's. */
+      gen_scan_page(c, pages[i].page);
+    } else {
+      /* Its verbs from the usage lines, its options from its tables. */
+      memset(&prose, 0, sizeof prose);
+      prose.name = c->name;
+      gen_scan_page(&prose, pages[i].page);
+      memcpy(c->words, prose.words, sizeof c->words);
+      c->nwords = prose.nwords;
+      gen_table_opts(c, &pages[i], &prose);
+    }
     gen_add_opt(c, "-h", 2, "", 0);
     gen_add_opt(c, "--help", 6, "", 0);
   }

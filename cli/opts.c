@@ -16,7 +16,7 @@ const cli_opt cli_common_opts[] = {
   {NULL, 0, 0, 0},
 };
 
-static unsigned common_bit(int id)
+unsigned cli_common_bit(int id)
 {
   return id == CLI_OPT_URL || id == CLI_OPT_PASSWORD_FILE ? CLI_COMMON_URL
          : id == CLI_OPT_PREFIX                           ? CLI_COMMON_PREFIX
@@ -68,7 +68,7 @@ static const cli_opt *find_in(const cli_opt *table, const char *name, size_t len
 static const cli_opt *find_long(const cli_args *a, const cli_opt *table, const char *name, size_t len)
 {
   const cli_opt *o = find_in(cli_common_opts, name, len);
-  if (o != NULL && (a->common & common_bit(o->id)) != 0)
+  if (o != NULL && (a->common & cli_common_bit(o->id)) != 0)
     return o;
   o = find_in(table, name, len);
   for (int i = 0; o == NULL && i < 3; i++)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# fuzz/run.sh [SECONDS]: build the libFuzzer targets with clang (ASan+UBSan)
-# in their own build directory and run each for SECONDS (default 30) from
+# fuzz/run.sh [SECONDS | --build-only]: build the libFuzzer targets with clang
+# (ASan+UBSan) in their own build directory and run each for SECONDS
+# (default 30; --build-only: build, run nothing) from
 # its seed corpus in fuzz/corpus/<target>/. The seed corpus is only read: new
 # inputs go to a scratch directory. A crash leaves its input in the build
 # directory (crash-<target>-*) and the target counts as failed.
@@ -11,12 +12,14 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-30}
+build_only=0
+[ "$secs" = --build-only ] && build_only=1 && secs=0
 dir=${DLOCK_FUZZ_BUILD:-$root/build/fuzz}
 rss=${DLOCK_FUZZ_RSS_MB:-2048}
 jobs=${DLOCK_FUZZ_JOBS:-$(nproc)}
 targets=(url cron duration reply)
 
-case $secs in '' | *[!0-9]*) echo "usage: fuzz/run.sh [SECONDS]" >&2; exit 64 ;; esac
+case $secs in '' | *[!0-9]*) echo "usage: fuzz/run.sh [SECONDS | --build-only]" >&2; exit 64 ;; esac
 case $jobs in '' | *[!0-9]* | 0) echo "fuzz: DLOCK_FUZZ_JOBS must be a number of targets (1 or more)" >&2; exit 64 ;; esac
 if ! command -v clang >/dev/null; then
   echo "fuzz: clang is not installed (apt-get install clang libclang-rt-14-dev)" >&2
@@ -33,6 +36,7 @@ if ! cmake -S "$root" -B "$dir" -DCMAKE_C_COMPILER=clang -DDLOCK_FUZZ=ON -DDLOCK
   echo "fuzz: 0 passed, ${#targets[@]} failed"
   exit 1
 fi
+[ $build_only = 1 ] && exit 0
 
 # Built only with the MySQL backend (DLOCK_WITH_MYSQL).
 [ -x "$dir/fuzz/fuzz_url_mysql" ] && targets+=(url_mysql)

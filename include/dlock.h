@@ -687,9 +687,11 @@ DLOCK_API const char *dlock_client_node_name(const dlock_client *c, int i);
 DLOCK_API int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_lock_info *out);
 
 /* Delete the lock 'name' whatever its owner (admin). 'was_held' (may be NULL)
- * receives 1 if a key was deleted. Wakes a waiter. The holder's next renewal
- * or release reports DLOCK_LOST_DELETED (a tombstone tells it apart from an
- * expired lease). A key that dlock did not
+ * receives 1 if a key was deleted. Wakes a waiter. A watchdog-mode holder is
+ * told at once where the server can notify it (each backend's page says
+ * whether and how): its lost callback and fd fire within milliseconds;
+ * elsewhere at its next renewal, a third of its lease. Its loss, and its release, report DLOCK_LOST_DELETED
+ * (a tombstone tells it apart from an expired lease). A key that dlock did not
  * take (no "{K}:meta" metadata: an application's own key, or another
  * library's lock) is left alone: DLOCK_EFOREIGN. Never sent twice: when its
  * reply is lost the answer is DLOCK_EUNKNOWN (look before trying again). */

@@ -31,8 +31,9 @@ typedef struct buf {
 typedef struct pair {
   int cfd, sfd;      /* -1 when closed */
   buf in_c, in_s;    /* bytes read, not yet forwarded (incomplete frame) */
-  unsigned char *pending; /* per command sent to the server and not answered: 1 = drop its reply */
+  unsigned char *pending; /* per command sent to the server and not answered: 1 = drop its reply, 2 = hold it */
   size_t npending, pending_head, pending_cap;
+  int held; /* a reply is held at the start of in_s (fp_hold_reply): the server side is not read */
 } pair;
 
 struct fp_proxy {
@@ -44,6 +45,9 @@ struct fp_proxy {
   char *pattern;      /* drop rule, NULL when none */
   size_t patlen;
   int drop_left;
+  char *hold_pattern; /* hold rule, NULL when none */
+  size_t hold_patlen;
+  int hold_left, held, release_held;
   int delay_ms;
   int blackhole;
   int blackhole_after_drop;
@@ -175,11 +179,12 @@ static void hold(fp_proxy *p) {
   }
 }
 
-/* Client to server: forward whole commands, marking those the rule matches.
- * Returns -1 when the pair must close. */
-static int from_client(fp_proxy *p, pair *pr) {
+/* Read what 'from' sent: dropped (blackhole), forwarded to 'to' as it
+ * came (raw), or added to 'in' for the caller to frame (1). -1: the pair
+ * must close; 0: done. */
+static int take_in(fp_proxy *p, int from, int to, buf *in) {
   char tmp[65536];
-  ssize_t n = recv(pr->cfd, tmp, sizeof tmp, 0);
+  ssize_t n = recv(from, tmp, sizeof tmp, 0);
   if (n <= 0) return (n < 0 && errno == EINTR) ? 0 : -1;
   pthread_mutex_lock(&p->mu);
   int black = p->blackhole, raw = p->raw;
@@ -187,9 +192,16 @@ static int from_client(fp_proxy *p, pair *pr) {
   if (black) return 0;
   if (raw) {
     hold(p);
-    return send_all(pr->sfd, tmp, (size_t)n);
+    return send_all(to, tmp, (size_t)n);
   }
-  if (buf_add(&pr->in_c, tmp, (size_t)n)) return -1;
+  return buf_add(in, tmp, (size_t)n) ? -1 : 1;
+}
+
+/* Client to server: forward whole commands, marking those the rule matches.
+ * Returns -1 when the pair must close. */
+static int from_client(fp_proxy *p, pair *pr) {
+  int rc = take_in(p, pr->cfd, pr->sfd, &pr->in_c);
+  if (rc <= 0) return rc;
   size_t off = 0;
   for (;;) {
     long f = frame_len(pr->in_c.data + off, pr->in_c.len - off, 0);
@@ -199,6 +211,9 @@ static int from_client(fp_proxy *p, pair *pr) {
     pthread_mutex_lock(&p->mu);
     if (p->pattern && p->drop_left > 0 && memmem(pr->in_c.data + off, (size_t)f, p->pattern, p->patlen))
       drop = 1;
+    else if (p->hold_pattern && p->hold_left > 0 &&
+             memmem(pr->in_c.data + off, (size_t)f, p->hold_pattern, p->hold_patlen))
+      drop = 2;
     pthread_mutex_unlock(&p->mu);
     if (push_pending(pr, drop)) return -1;
     off += (size_t)f;
@@ -211,37 +226,31 @@ static int from_client(fp_proxy *p, pair *pr) {
   return 0;
 }
 
-/* Server to client: forward whole replies until one that is to be dropped. */
-static int from_server(fp_proxy *p, pair *pr) {
-  char tmp[65536];
-  ssize_t n = recv(pr->sfd, tmp, sizeof tmp, 0);
-  if (n <= 0) return (n < 0 && errno == EINTR) ? 0 : -1;
-  pthread_mutex_lock(&p->mu);
-  int black = p->blackhole, raw = p->raw;
-  pthread_mutex_unlock(&p->mu);
-  if (black) return 0;
-  if (raw) {
-    hold(p);
-    return send_all(pr->cfd, tmp, (size_t)n);
-  }
-  if (buf_add(&pr->in_s, tmp, (size_t)n)) return -1;
+/* Forward the whole replies in in_s until one that is to be dropped (-1:
+ * the pair must close) or held (0, the pair held). */
+static int forward_replies(fp_proxy *p, pair *pr) {
   size_t off = 0;
-  int drop = 0;
+  int drop = 0, keep = 0;
   for (;;) {
     long f = frame_len(pr->in_s.data + off, pr->in_s.len - off, 1); /* replies are never inline */
     if (f < 0) return -1;
     if (f == 0) break;
-    if (pop_pending(pr)) {
-      /* NOSCRIPT means the script did not run (the client sends it again as
-       * EVAL): pass it on and keep the rule for the command that runs. */
-      int noscript = f >= 9 && !memcmp(pr->in_s.data + off, "-NOSCRIPT", 9);
+    int mark = pop_pending(pr);
+    /* NOSCRIPT means the script did not run (the client sends it again as
+     * EVAL): pass it on and keep the rule for the command that runs. */
+    int noscript = f >= 9 && !memcmp(pr->in_s.data + off, "-NOSCRIPT", 9);
+    if (mark && !noscript) {
       pthread_mutex_lock(&p->mu);
-      if (!noscript && p->drop_left > 0) {
+      if (mark == 1 && p->drop_left > 0) {
         p->drop_left--;
         drop = 1;
+      } else if (mark == 2 && p->hold_left > 0) {
+        p->hold_left--;
+        p->held++;
+        keep = 1;
       }
       pthread_mutex_unlock(&p->mu);
-      if (drop) break;
+      if (drop || keep) break;
     }
     off += (size_t)f;
   }
@@ -250,6 +259,7 @@ static int from_server(fp_proxy *p, pair *pr) {
     if (send_all(pr->cfd, pr->in_s.data, off)) return -1;
     buf_consume(&pr->in_s, off);
   }
+  if (keep) pr->held = 1;
   if (drop) {
     pthread_mutex_lock(&p->mu);
     p->dropped++;
@@ -258,6 +268,21 @@ static int from_server(fp_proxy *p, pair *pr) {
     return -1;
   }
   return 0;
+}
+
+/* fp_release_held(): the held reply goes on, then those after it. */
+static int release_held(fp_proxy *p, pair *pr) {
+  pr->held = 0;
+  long f = frame_len(pr->in_s.data, pr->in_s.len, 1);
+  if (f <= 0 || send_all(pr->cfd, pr->in_s.data, (size_t)f)) return -1;
+  buf_consume(&pr->in_s, (size_t)f);
+  return forward_replies(p, pr);
+}
+
+/* Server to client. */
+static int from_server(fp_proxy *p, pair *pr) {
+  int rc = take_in(p, pr->sfd, pr->cfd, &pr->in_s);
+  return rc <= 0 ? rc : forward_replies(p, pr);
 }
 
 static void accept_one(fp_proxy *p) {
@@ -293,9 +318,17 @@ static void *proxy_main(void *arg) {
   int idx[1 + 2 * FP_MAX_PAIRS];
   for (;;) {
     pthread_mutex_lock(&p->mu);
-    int stop = p->stop, close_all = p->close_all;
+    int stop = p->stop, close_all = p->close_all, release = p->release_held;
     pthread_mutex_unlock(&p->mu);
     if (stop) break;
+    if (release) {
+      for (int i = 0; i < FP_MAX_PAIRS; i++)
+        if (p->pairs[i].cfd >= 0 && p->pairs[i].held && release_held(p, &p->pairs[i])) pair_close(&p->pairs[i]);
+      pthread_mutex_lock(&p->mu);
+      p->held = 0;
+      p->release_held = 0; /* fp_release_held() waits for this */
+      pthread_mutex_unlock(&p->mu);
+    }
     if (close_all) {
       for (int i = 0; i < FP_MAX_PAIRS; i++)
         if (p->pairs[i].cfd >= 0) pair_close(&p->pairs[i]);
@@ -309,6 +342,7 @@ static void *proxy_main(void *arg) {
       if (p->pairs[i].cfd < 0) continue;
       idx[n] = i;
       pfd[n++] = (struct pollfd){p->pairs[i].cfd, POLLIN, 0};
+      if (p->pairs[i].held) continue; /* its replies wait behind the held one */
       idx[n] = i;
       pfd[n++] = (struct pollfd){p->pairs[i].sfd, POLLIN, 0};
     }
@@ -367,6 +401,7 @@ void fp_stop(fp_proxy *p) {
   close(p->lfd);
   pthread_mutex_destroy(&p->mu);
   free(p->pattern);
+  free(p->hold_pattern);
   free(p);
 }
 
@@ -378,6 +413,10 @@ void fp_pass(fp_proxy *p) {
   free(p->pattern);
   p->pattern = NULL;
   p->drop_left = 0;
+  free(p->hold_pattern);
+  p->hold_pattern = NULL;
+  p->hold_left = 0;
+  if (p->held) p->release_held = 1;
   p->delay_ms = 0;
   p->blackhole = 0;
   p->blackhole_after_drop = 0;
@@ -390,13 +429,18 @@ void fp_blackhole_after_drop(fp_proxy *p, int on) {
   pthread_mutex_unlock(&p->mu);
 }
 
-void fp_drop_reply(fp_proxy *p, const char *pattern, int count) {
+/* A rule for the next 'count' commands that contain 'pattern'. */
+static void set_rule(fp_proxy *p, char **pat, size_t *patlen, int *left, const char *pattern, int count) {
   pthread_mutex_lock(&p->mu);
-  free(p->pattern);
-  p->pattern = strdup(pattern);
-  p->patlen = strlen(pattern);
-  p->drop_left = p->pattern ? count : 0;
+  free(*pat);
+  *pat = strdup(pattern);
+  *patlen = strlen(pattern);
+  *left = *pat ? count : 0;
   pthread_mutex_unlock(&p->mu);
+}
+
+void fp_drop_reply(fp_proxy *p, const char *pattern, int count) {
+  set_rule(p, &p->pattern, &p->patlen, &p->drop_left, pattern, count);
 }
 
 void fp_delay(fp_proxy *p, int ms) {
@@ -417,14 +461,15 @@ void fp_blackhole(fp_proxy *p, int on) {
   pthread_mutex_unlock(&p->mu);
 }
 
-void fp_close_all(fp_proxy *p) {
+/* Set '*flag' and let the thread act on it (it clears it) before the
+ * caller goes on, half a second at most. */
+static void request(fp_proxy *p, int *flag) {
   pthread_mutex_lock(&p->mu);
-  p->close_all = 1;
+  *flag = 1;
   pthread_mutex_unlock(&p->mu);
-  /* Let the thread act on it before the caller goes on. */
   for (int i = 0; i < 100; i++) {
     pthread_mutex_lock(&p->mu);
-    int pendingc = p->close_all;
+    int pendingc = *flag;
     pthread_mutex_unlock(&p->mu);
     if (!pendingc) break;
     struct timespec ts = {0, 5000000L};
@@ -432,22 +477,36 @@ void fp_close_all(fp_proxy *p) {
   }
 }
 
-int fp_dropped(fp_proxy *p) {
-  pthread_mutex_lock(&p->mu);
-  int d = p->dropped;
-  pthread_mutex_unlock(&p->mu);
-  return d;
+void fp_close_all(fp_proxy *p) { request(p, &p->close_all); }
+
+void fp_hold_reply(fp_proxy *p, const char *pattern, int count) {
+  set_rule(p, &p->hold_pattern, &p->hold_patlen, &p->hold_left, pattern, count);
 }
 
-int fp_wait_dropped(fp_proxy *p, int n, long timeout_ms) {
+void fp_release_held(fp_proxy *p) { request(p, &p->release_held); }
+
+static int count_of(fp_proxy *p, const int *field) {
+  pthread_mutex_lock(&p->mu);
+  int n = *field;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+/* Wait until '*field' >= n or timeout_ms passed; returns '*field'. */
+static int wait_count(fp_proxy *p, const int *field, int n, long timeout_ms) {
   long long end = now_ms() + timeout_ms;
   int d;
-  while ((d = fp_dropped(p)) < n && now_ms() < end) {
+  while ((d = count_of(p, field)) < n && now_ms() < end) {
     struct timespec ts = {0, 5000000L};
     nanosleep(&ts, NULL);
   }
   return d;
 }
+
+int fp_held(fp_proxy *p) { return count_of(p, &p->held); }
+int fp_wait_held(fp_proxy *p, int n, long timeout_ms) { return wait_count(p, &p->held, n, timeout_ms); }
+int fp_dropped(fp_proxy *p) { return count_of(p, &p->dropped); }
+int fp_wait_dropped(fp_proxy *p, int n, long timeout_ms) { return wait_count(p, &p->dropped, n, timeout_ms); }
 
 int fp_server_command(fp_proxy *p, int argc, const char **argv, const size_t *lens) {
   buf out = {0};

@@ -22,6 +22,12 @@
  *                           again as EVAL (which the rule then matches if 'pat'
  *                           is in it; a SHA1 is not, so match EVALSHA by SHA1
  *                           only once the script is cached, or by a key).
+ *   fp_hold_reply(p, pat, n) the next n commands whose bytes contain 'pat'
+ *                           are forwarded; the server's reply to such a command
+ *                           (it ran) is held, with the later replies of its
+ *                           connection, until fp_release_held() or fp_pass():
+ *                           a reply late on one connection while the others
+ *                           (pub/sub) go on. fp_held() counts the replies held.
  *   fp_blackhole_after_drop(p, on) once a reply was dropped, blackhole (as
  *                           below) until fp_pass(): the client's retry then
  *                           gets no answer either, as when the server is gone
@@ -57,6 +63,11 @@ const char *fp_url(const fp_proxy *p);
 
 void fp_pass(fp_proxy *p);
 void fp_drop_reply(fp_proxy *p, const char *pattern, int count);
+void fp_hold_reply(fp_proxy *p, const char *pattern, int count);
+void fp_release_held(fp_proxy *p);
+int fp_held(fp_proxy *p);
+/* Wait until fp_held() >= n or timeout_ms passed; returns fp_held(). */
+int fp_wait_held(fp_proxy *p, int n, long timeout_ms);
 void fp_delay(fp_proxy *p, int ms);
 void fp_blackhole(fp_proxy *p, int on);
 void fp_blackhole_after_drop(fp_proxy *p, int on);

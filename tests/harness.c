@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -246,13 +247,20 @@ void th_redis_stop(th_redis *r) {
   }
 }
 
+void th_redis_crash(th_redis *r) {
+  if (r->pid <= 0) return;
+  kill(r->pid, SIGKILL);
+  waitpid(r->pid, NULL, 0);
+  r->pid = 0;
+}
+
 int th_redis_restart(th_redis *r) {
-  if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+  th_redis_crash(r);
   track(r, 0);
   unlink(r->sock);
   for (int i = 0; i < 100; i++) { /* the port may linger a moment */
     if (launch(r) == 0) return 0;
-    if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+    th_redis_crash(r);
     th_sleep_ms(50);
   }
   return -1;
@@ -314,6 +322,22 @@ pid_t th_spawn(int (*fn)(void *), void *arg) {
   return pid;
 }
 
+pid_t th_spawn_argv(const char *const argv[]) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+    }
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
 int th_wait(pid_t pid, long timeout_ms) {
   long long deadline = th_now_ms() + timeout_ms;
   int st;
@@ -326,4 +350,75 @@ int th_wait(pid_t pid, long timeout_ms) {
   kill(pid, SIGKILL);
   waitpid(pid, &st, 0);
   return -1;
+}
+
+/* ---- a mutex and a semaphore racing on one name ---- */
+
+typedef struct th_racer {
+  dlock_client *c;
+  pthread_barrier_t *go;
+  char name[64];
+  int64_t lease_ms;
+  int rc;
+} th_racer;
+
+/* Both racers: create, meet, acquire, meet (both answered: the caller
+ * looks), meet, let go. A handle that could not be made still meets. */
+static void *th_race_mutex(void *arg) {
+  th_racer *x = arg;
+  dlock_mutex *m = NULL;
+  x->rc = -100;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = x->lease_ms;
+  int ok = dlock_mutex_new(&m, x->c, x->name, x->lease_ms ? &mo : NULL) == 0;
+  pthread_barrier_wait(x->go);
+  if (ok) x->rc = dlock_mutex_acquire(m, 0);
+  pthread_barrier_wait(x->go);
+  pthread_barrier_wait(x->go);
+  if (x->rc == 0) dlock_mutex_release(m);
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+static void *th_race_sem(void *arg) {
+  th_racer *x = arg;
+  dlock_semaphore *s = NULL;
+  x->rc = -100;
+  dlock_mutex_options mo;
+  dlock_mutex_options_init(&mo);
+  mo.lease_ms = x->lease_ms;
+  int ok = dlock_semaphore_new(&s, x->c, x->name, 2, x->lease_ms ? &mo : NULL) == 0;
+  pthread_barrier_wait(x->go);
+  if (ok) x->rc = dlock_semaphore_acquire(s, 0);
+  pthread_barrier_wait(x->go);
+  pthread_barrier_wait(x->go);
+  if (x->rc == 0) dlock_semaphore_release(s);
+  dlock_semaphore_free(s);
+  return NULL;
+}
+
+int th_race_mutex_and_semaphore(dlock_client *a, dlock_client *b, int max_rounds, long ms, int64_t lease_ms,
+                                int *rounds) {
+  long long until = th_now_ms() + ms;
+  int both = -1;
+  *rounds = 0;
+  for (int i = 0; i < max_rounds && th_now_ms() < until && both < 0; i++, (*rounds)++) {
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 3);
+    th_racer rm = {.c = a, .go = &go, .lease_ms = lease_ms}, rs = {.c = b, .go = &go, .lease_ms = lease_ms};
+    snprintf(rm.name, sizeof rm.name, "race-%d", i);
+    snprintf(rs.name, sizeof rs.name, "race-%d", i);
+    pthread_t tm, ts;
+    pthread_create(&tm, NULL, th_race_mutex, &rm);
+    pthread_create(&ts, NULL, th_race_sem, &rs);
+    pthread_barrier_wait(&go);
+    pthread_barrier_wait(&go);
+    if (rm.rc == 0 && rs.rc == 0) both = i;
+    pthread_barrier_wait(&go);
+    pthread_join(tm, NULL);
+    pthread_join(ts, NULL);
+    pthread_barrier_destroy(&go);
+  }
+  return both;
 }

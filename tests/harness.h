@@ -33,6 +33,9 @@ int th_sentinel_start(th_redis *r, const char *conf);
 void th_redis_stop(th_redis *r);
 /* kill -9 the server and start it again on the same port and dir. */
 int th_redis_restart(th_redis *r);
+/* kill -9 the server and reap it (pid 0: down; th_redis_restart() brings it
+ * back with its files). */
+void th_redis_crash(th_redis *r);
 /* Run redis-cli against the server; output (trimmed) into 'out'. Returns the
  * exit status. 'args' is a shell-quoted argument string. */
 int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, ...)
@@ -77,8 +80,21 @@ typedef struct th_waiter {
 } th_waiter;
 void *th_wait_for_lock(void *arg);
 
+/* One name taken at the same moment as a mutex on client 'a' and as a
+ * semaphore of 2 permits on client 'b' (a lease of 'lease_ms'; 0: the
+ * default options), each round on a fresh name "race-ROUND", for up to
+ * 'max_rounds' rounds or 'ms': the first round in which both held (-1:
+ * none), '*rounds' the rounds run. A name is one kind at a time. */
+int th_race_mutex_and_semaphore(dlock_client *a, dlock_client *b, int max_rounds, long ms, int64_t lease_ms,
+                                int *rounds);
+
 /* Fork a child running fn(arg); returns its pid. The child exits with fn's result. */
 pid_t th_spawn(int (*fn)(void *), void *arg);
+/* Fork and exec argv (found on PATH), its output to /dev/null; returns its
+ * pid. Unlike th_spawn the child runs no test code: under valgrind it is
+ * not checked (--trace-children=no), so what the test had allocated before
+ * the fork is not reported as the child's leak. */
+pid_t th_spawn_argv(const char *const argv[]);
 /* Wait for 'pid' up to 'timeout_ms'; returns the wait status, or -1 on timeout
  * (the child is then killed). */
 int th_wait(pid_t pid, long timeout_ms);

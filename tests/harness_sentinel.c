@@ -4,6 +4,7 @@
  */
 #include "harness_sentinel.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,4 +91,25 @@ int th_sentinel_wait_master(th_sentinel_set *s, int port, long timeout_ms) {
     th_sleep_ms(50);
   }
   return -1;
+}
+
+int th_sentinel_block_replication(th_sentinel_set *s) {
+  char path[600], cmd[1400];
+  snprintf(path, sizeof path, "%s/big", s->master.dir);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", path);
+    return -1;
+  }
+  static char chunk[1 << 16];
+  memset(chunk, 'x', sizeof chunk);
+  for (int i = 0; i < 512; i++) fwrite(chunk, 1, sizeof chunk, f); /* 32 MiB */
+  fclose(f);
+  kill(s->replica.pid, SIGSTOP);
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d -x SET big < '%s' > /dev/null", s->master.port, path);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "SET big on the master (port %d) failed\n", s->master.port);
+    return -1;
+  }
+  return 0;
 }

@@ -28,5 +28,11 @@ int th_sentinel_start_one(th_redis *r, const char *service, int master_port, int
 /* Wait until every sentinel of the set names 'port' as the master and that
  * server answers ROLE master. 0, or -1 after 'timeout_ms'. */
 int th_sentinel_wait_master(th_sentinel_set *s, int port, long timeout_ms);
+/* Freeze the replica's intake so that the next writes on the master cannot
+ * reach it: stop the replica (SIGSTOP; it is left stopped) and fill the
+ * replication link with a value larger than the socket buffers. Writes
+ * after this are lost when the master dies. 0, or -1 with a message on
+ * stderr. */
+int th_sentinel_block_replication(th_sentinel_set *s);
 
 #endif

@@ -8,6 +8,12 @@
  * failure) and says why; when every test that ran was skipped the process
  * exits TEST_EXIT_SKIP, which ctest reports as "Skipped" (SKIP_RETURN_CODE).
  * Argument: a substring to run only the matching tests.
+ *
+ * REVIEW_TEST(name) is a TEST that stands for a review's finding (a
+ * regression test since its fix), filed with the tests of its subject. A
+ * file that has some is run twice by ctest: "--no-review" runs the others
+ * (its integration run), "--review" only these (ctest review/NAME, label
+ * review: the plain build only, tools/test.sh); then the substring.
  */
 #ifndef DLOCK_TEST_H
 #define DLOCK_TEST_H
@@ -21,7 +27,7 @@
 #include "dlock.h"
 
 typedef void (*test_fn)(void);
-struct test_entry { const char *name; test_fn fn; };
+struct test_entry { const char *name; test_fn fn; int review; };
 
 #define TEST_MAX 256
 extern struct test_entry test__list[TEST_MAX];
@@ -33,13 +39,15 @@ extern int test__skipped_here;
 /* Exit status of a test binary whose tests were all skipped (automake's 77). */
 #define TEST_EXIT_SKIP 77
 
-#define TEST(name)                                                        \
+#define TEST_REGISTER_(name, is_review)                                   \
   static void test_##name(void);                                          \
   __attribute__((constructor)) static void test__reg_##name(void) {       \
     if (test__count < TEST_MAX)                                           \
-      test__list[test__count++] = (struct test_entry){#name, test_##name}; \
+      test__list[test__count++] = (struct test_entry){#name, test_##name, is_review}; \
   }                                                                       \
   static void test_##name(void)
+#define TEST(name) TEST_REGISTER_(name, 0)
+#define REVIEW_TEST(name) TEST_REGISTER_(name, 1)
 
 #define TEST_FAIL(...)                                                    \
   do {                                                                    \
@@ -143,13 +151,19 @@ void test_teardown(void) __attribute__((weak));
   int test__failed_here;                                                  \
   int test__skipped_here;                                                 \
   int main(int argc, char **argv) {                                       \
-    volatile int failed = 0, ran = 0, skipped = 0;                        \
+    volatile int failed = 0, ran = 0, skipped = 0, review = -1;           \
     setvbuf(stdout, NULL, _IONBF, 0);                                     \
+    const char *volatile only = argc > 1 ? argv[1] : NULL;                \
+    if (only && (!strcmp(only, "--review") || !strcmp(only, "--no-review"))) { \
+      review = !strcmp(only, "--review");                                 \
+      only = argc > 2 ? argv[2] : NULL;                                   \
+    }                                                                     \
     void (*volatile setup_)(void) = test_setup;                           \
     void (*volatile teardown_)(void) = test_teardown;                     \
     if (setup_) setup_();                                                 \
     for (volatile int i = 0; i < test__count; i++) {                      \
-      if (argc > 1 && !strstr(test__list[i].name, argv[1])) continue;     \
+      if (only && !strstr(test__list[i].name, only)) continue;            \
+      if (review >= 0 && test__list[i].review != review) continue;        \
       printf("test %s ...\n", test__list[i].name);                        \
       test__failed_here = 0;                                              \
       test__skipped_here = 0;                                             \

@@ -40,6 +40,9 @@ struct dlock__watchdog {
    * pass, lowered whenever a valid_until may go down). While it lies ahead,
    * a pass may stop at a full batch without missing a deadline. */
   dlock_mono_ms floor;
+  /* dlock__watchdog_poke() calls: one during a renewal's I/O asked for a
+   * look at the holds that the renewal's answer must not put off. */
+  unsigned pokes;
 };
 
 static void unlink_locked(dlock__watchdog *wd, dlock_mutex *m) {
@@ -92,11 +95,15 @@ static void run_callbacks(dlock__watchdog *wd, pending_loss *losses, size_t nlos
  * answers. Called and returns with wd->mu held; drops it for the I/O. */
 static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *ops, size_t nbatch,
                   dlock_mono_ms limit, pending_loss *losses, size_t *nloss) {
+  unsigned pokes = wd->pokes;
   pthread_mutex_unlock(&wd->mu);
   int64_t began = dlock__mono_ns();
   wd->client->ops->renew(wd->client, batch, nbatch, limit);
   dlock__metrics_renew_batch(wd->client, nbatch, dlock__mono_ns() - began);
   pthread_mutex_lock(&wd->mu);
+  /* Poked meanwhile (a forced release heard while the renewal was in
+   * flight; the renewal may have run just before it): look again at once. */
+  int poked = wd->pokes != pokes;
   dlock_mono_ms now = dlock_mono_now();
   for (size_t i = 0; i < nbatch; i++) {
     dlock__renewal *r = &batch[i];
@@ -129,7 +136,7 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
     if (lost != DLOCK_LOST_NONE) {
       lose(wd, m, lost, losses, nloss);
     } else if (renewed) {
-      m->wd_next_renew = r->sent + lease / 3;
+      m->wd_next_renew = poked ? 0 : r->sent + lease / 3;
       if (valid_until < r->valid_until) {
         /* It counts only on the deadline of a shorter call it overlapped (the
          * caller's extend), which may have run last: renew again before that
@@ -372,6 +379,7 @@ void dlock__watchdog_poke(dlock_client *c) {
    * at once, through renew(), which reads the session's state. */
   for (dlock_mutex *m = wd->head; m; m = m->wd_next) m->wd_next_renew = 0;
   wd->floor = 0;
+  wd->pokes++;
   pthread_cond_broadcast(&wd->cv);
   pthread_mutex_unlock(&wd->mu);
   pthread_mutex_unlock(&c->lazy_mu);

@@ -627,15 +627,18 @@ static void my_undo(dlock_mutex *m) {
   dlock__error_clear();
 }
 
-/* Why the hold of 'token' is gone: another owner has the name, or not. */
+/* Why the hold of 'token' is gone: another owner has the name, a forced
+ * release ended it (its 'last' is "<token>!", my_force_release), or neither. */
 static dlock_lost_reason why_lost(dlock_mutex *m, const char *token) {
   char sql[700];
-  snprintf(sql, sizeof sql, "SELECT token FROM dlock_locks WHERE name = %s", myl(m)->hname);
+  snprintf(sql, sizeof sql, "SELECT token, last FROM dlock_locks WHERE name = %s", myl(m)->hname);
   dlock__my_res r;
   dlock_lost_reason why = DLOCK_LOST_EXPIRED;
   if (dlock__my_run(myc(m->client), sql, 1, &r) == 0) {
-    const char *t = dlock__my_cell(&r, 0);
-    if (t[0] && strcmp(t, token) != 0) why = DLOCK_LOST_TAKEN;
+    const char *t = dlock__my_cell(&r, 0), *last = dlock__my_cell(&r, 1);
+    size_t tl = strlen(token);
+    if (!strncmp(last, token, tl) && !strcmp(last + tl, "!")) why = DLOCK_LOST_DELETED;
+    else if (t[0] && strcmp(t, token) != 0) why = DLOCK_LOST_TAKEN;
     mysql_free_result(r.rows);
   }
   dlock__error_clear();
@@ -675,8 +678,8 @@ static int my_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
   if (r.affected == 1) return 0;
   *lost = why_lost(m, token);
   return dlock__error(DLOCK_ELOST, "lock '%s' on %s is no longer held by this owner (%s)", myl(m)->name,
-                      my->display, *lost == DLOCK_LOST_TAKEN ? "another owner has it" : "its lease ran out or it was "
-                      "freed");
+                      my->display, *lost == DLOCK_LOST_TAKEN ? "another owner has it"
+                      : *lost == DLOCK_LOST_DELETED ? "it was force-released" : "its lease ran out or it was freed");
 }
 
 static void my_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms limit) {

@@ -205,6 +205,13 @@ static void pg_lock_free(dlock_mutex *m) {
   m->be = NULL;
 }
 
+/* A notification naming a held name (a forced release): the watchdog
+ * checks every hold now and reports that one lost (deleted) at once. */
+static void poke_watchdog(void *arg) {
+  dlock_client *c = arg;
+  if (!atomic_load(&c->closing)) dlock__watchdog_poke(c);
+}
+
 static int pg_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *out) {
   dlock__pg *pg = pgc(m->client);
   pg_lock *l = pgl(m);
@@ -251,6 +258,7 @@ static int pg_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     out->valid_until = h.valid_until;
     out->start = h.valid_until - (lease_ms - (lease_ms / 100 + 2));
     if (out->start < start) out->start = start;
+    dlock__pg_watch_add(pg, name, poke_watchdog, m->client, dlock_mono_now() + m->client->command_timeout_ms);
   }
   return 0;
 }
@@ -267,6 +275,7 @@ static int pg_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
   } else {
     dlock__pg_hold h = l->hold;
     pthread_mutex_unlock(&l->mu);
+    dlock__pg_watch_remove(pg, h.name); /* before: the release notifies the name too */
     h.valid_until = valid_until;
     h.lost = (int)lost;
     return dlock__pg_release(pg, &h);

@@ -110,6 +110,12 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
 /* Release: 0, DLOCK_ENOTHELD (the lease ran out or another owner has it),
  * DLOCK_EUNKNOWN when that cannot be told after a lost reply. */
 int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h);
+/* Lease mode: watch 'name' while it is held (after the acquire, before the
+ * release): a notification naming it (a forced release) calls 'poke(arg)'
+ * at once, from the watch thread. The first add starts the thread and the
+ * LISTEN connection (bounded by 'until'). Advisory mode: nothing. */
+void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), void *arg, dlock_mono_ms until);
+void dlock__pg_watch_remove(dlock__pg *pg, const char *name);
 
 /* One renewal of a batch: in 'h', 'lease_ms'; out 'status' (0 renewed and
  * h->valid_until moved; DLOCK_ELOST with 'lost' EXPIRED or TAKEN; another

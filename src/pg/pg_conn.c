@@ -650,6 +650,7 @@ void dlock__pg_close(dlock__pg *pg) {
     PQfinish(pg->hidle[i]->conn);
     free(pg->hidle[i]);
   }
+  dlock__pg_watch_stop(pg); /* it reads the LISTEN connection */
   if (pg->listen_conn) PQfinish(pg->listen_conn);
   if (pg->ln_pend) PQfinish(pg->ln_pend);
   pthread_mutex_destroy(&pg->mu);

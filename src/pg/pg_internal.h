@@ -90,6 +90,17 @@ struct dlock__pg {
    * Random, 1..2^31-1; fixed for the client. */
   int32_t ln_key;
   int ln_keyed; /* the LISTEN connection holds it (with ln_state 1) */
+  /* The holders' watch (pg_lock.c, dlock__pg_watch_*): while lease-mode
+   * holds are held, a thread reads the LISTEN connection and calls hw_poke
+   * on a notification that names one of them (a forced release notifies
+   * the name). Under ln_mu; hw_names a multiset of the names held. */
+  pthread_t hw_thread;
+  int hw_started;
+  atomic_int hw_stop;
+  void (*hw_poke)(void *arg);
+  void *hw_arg;
+  char (*hw_names)[DLOCK__PG_NAME_MAX + 1];
+  size_t hw_n, hw_cap;
   /* When the last opportunistic prune ran (0: never). */
   atomic_llong pruned_at;
 };
@@ -98,6 +109,7 @@ struct dlock__pg {
 #define DLOCK__PG_LIVE_CLASS 1684826999
 
 int dlock__pg_open(dlock__pg *pg, PGconn **out);
+void dlock__pg_watch_stop(dlock__pg *pg); /* pg_lock.c: end the holders' watch (at close) */
 /* The same, given up at 'limit' (0: none) when that comes first. */
 int dlock__pg_open_until(dlock__pg *pg, dlock_mono_ms limit, PGconn **out);
 /* The same, given up also when '*cancel' is set (DLOCK_ECANCELED). */

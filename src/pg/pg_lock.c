@@ -290,6 +290,34 @@ static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *ca
   return 1;
 }
 
+/* Read the LISTEN connection for up to 'slice' ms into the ring, unless
+ * another thread reads it (then wait as long for its news). Called and
+ * returns with ln_mu held. */
+static void read_slice(dlock__pg *pg, dlock_mono_ms now, dlock_mono_ms slice) {
+  if (pg->ln_state == 1 && !pg->ln_reader) {
+    pg->ln_reader = 1;
+    PGconn *conn = pg->listen_conn;
+    pthread_mutex_unlock(&pg->ln_mu);
+    struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+    poll(&p, 1, (int)slice);
+    int ok = PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK;
+    pthread_mutex_lock(&pg->ln_mu);
+    PGnotify *n;
+    while ((n = PQnotifies(conn)) != NULL) {
+      snprintf(pg->ln_ring[pg->ln_gen % DLOCK__PG_RING], sizeof pg->ln_ring[0], "%s", n->extra);
+      pg->ln_gen++;
+      PQfreemem(n);
+    }
+    if (!ok) pg->ln_state = 0; /* reconnect at the next wait; polling covers the gap */
+    pg->ln_reader = 0;
+    pthread_cond_broadcast(&pg->ln_cv);
+  } else {
+    struct timespec ts;
+    dlock__deadline_timespec(now + slice, &ts);
+    pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
+  }
+}
+
 /* Wait until a notification for 'name' (addressed to 'token' or to no one
  * in particular) arrived after 'gen', or 'until', or 'cancel'. 'deadline':
  * the end of the whole wait (until is the next re-check), which bounds
@@ -314,30 +342,97 @@ static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint
     if (now >= until || (cancel && atomic_load(cancel))) break;
     dlock_mono_ms slice = until - now > 50 ? 50 : until - now;
     if (pg->ln_state != 1 && !pg->ln_starting && listen_start(pg, deadline, cancel)) continue; /* ln_mu was let go */
-    if (pg->ln_state == 1 && !pg->ln_reader) {
-      pg->ln_reader = 1;
-      PGconn *conn = pg->listen_conn;
-      pthread_mutex_unlock(&pg->ln_mu);
-      struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
-      poll(&p, 1, (int)slice);
-      int ok = PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK;
-      pthread_mutex_lock(&pg->ln_mu);
-      PGnotify *n;
-      while ((n = PQnotifies(conn)) != NULL) {
-        snprintf(pg->ln_ring[pg->ln_gen % DLOCK__PG_RING], sizeof pg->ln_ring[0], "%s", n->extra);
-        pg->ln_gen++;
-        PQfreemem(n);
-      }
-      if (!ok) pg->ln_state = 0; /* reconnect at the next wait; polling covers the gap */
-      pg->ln_reader = 0;
-      pthread_cond_broadcast(&pg->ln_cv);
-    } else {
-      struct timespec ts;
-      dlock__deadline_timespec(now + slice, &ts);
-      pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
-    }
+    read_slice(pg, now, slice);
   }
   pthread_mutex_unlock(&pg->ln_mu);
+}
+
+/* ---- The holders' watch ---- */
+
+/* The index of 'name' (up to 'len' bytes) in hw_names, or -1. Under ln_mu. */
+static long watched(const dlock__pg *pg, const char *name, size_t len) {
+  for (size_t i = 0; i < pg->hw_n; i++)
+    if (strlen(pg->hw_names[i]) == len && !memcmp(pg->hw_names[i], name, len)) return (long)i;
+  return -1;
+}
+
+/* The thread: reads the LISTEN connection (or lets a waiter read it) while
+ * names are held, and pokes on a notification that names one. */
+static void *watch_main(void *arg) {
+  dlock__pg *pg = arg;
+  pthread_mutex_lock(&pg->ln_mu);
+  uint64_t gen = pg->ln_gen;
+  while (!atomic_load(&pg->hw_stop)) {
+    if (pg->hw_n == 0) {
+      gen = pg->ln_gen;
+      pthread_cond_wait(&pg->ln_cv, &pg->ln_mu);
+      continue;
+    }
+    int poke = 0;
+    if (pg->ln_gen - gen > DLOCK__PG_RING) gen = pg->ln_gen - DLOCK__PG_RING;
+    for (; gen < pg->ln_gen; gen++) {
+      const char *e = pg->ln_ring[gen % DLOCK__PG_RING], *sp = strchr(e, ' ');
+      if (sp && watched(pg, e, (size_t)(sp - e)) >= 0) poke = 1;
+    }
+    if (poke) {
+      pthread_mutex_unlock(&pg->ln_mu);
+      pg->hw_poke(pg->hw_arg);
+      pthread_mutex_lock(&pg->ln_mu);
+      continue;
+    }
+    if (pg->ln_state != 1 && !pg->ln_starting && listen_start(pg, dlock_mono_now() + 5000, &pg->hw_stop)) continue;
+    read_slice(pg, dlock_mono_now(), 500);
+  }
+  pthread_mutex_unlock(&pg->ln_mu);
+  return NULL;
+}
+
+void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), void *arg, dlock_mono_ms until) {
+  if (pg->advisory) return;
+  pthread_mutex_lock(&pg->ln_mu);
+  if (pg->hw_n == pg->hw_cap) {
+    size_t cap = pg->hw_cap ? pg->hw_cap * 2 : 8;
+    void *grown = realloc(pg->hw_names, cap * sizeof *pg->hw_names);
+    if (!grown) { /* the news then waits for the next renewal */
+      pthread_mutex_unlock(&pg->ln_mu);
+      return;
+    }
+    pg->hw_names = grown;
+    pg->hw_cap = cap;
+  }
+  snprintf(pg->hw_names[pg->hw_n++], sizeof pg->hw_names[0], "%s", name);
+  pg->hw_poke = poke;
+  pg->hw_arg = arg;
+  if (!pg->hw_started && pthread_create(&pg->hw_thread, NULL, watch_main, pg) == 0) pg->hw_started = 1;
+  /* The first hold waits for the LISTEN connection, so that a forced
+   * release right after the acquire is heard too. */
+  if (pg->ln_state != 1 && !pg->ln_starting) listen_start(pg, until, NULL);
+  while (pg->ln_starting && dlock_mono_now() < until) {
+    struct timespec ts;
+    dlock__deadline_timespec(dlock_mono_now() + 50, &ts);
+    pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
+  }
+  pthread_cond_broadcast(&pg->ln_cv);
+  pthread_mutex_unlock(&pg->ln_mu);
+}
+
+void dlock__pg_watch_remove(dlock__pg *pg, const char *name) {
+  if (pg->advisory) return;
+  pthread_mutex_lock(&pg->ln_mu);
+  long i = watched(pg, name, strlen(name));
+  if (i >= 0) memcpy(pg->hw_names[i], pg->hw_names[--pg->hw_n], sizeof pg->hw_names[0]);
+  pthread_mutex_unlock(&pg->ln_mu);
+}
+
+void dlock__pg_watch_stop(dlock__pg *pg) {
+  pthread_mutex_lock(&pg->ln_mu);
+  int started = pg->hw_started;
+  atomic_store(&pg->hw_stop, 1);
+  pthread_cond_broadcast(&pg->ln_cv);
+  pthread_mutex_unlock(&pg->ln_mu);
+  if (started) pthread_join(pg->hw_thread, NULL);
+  free(pg->hw_names);
+  pg->hw_names = NULL;
 }
 
 /* ---- Acquire ---- */
@@ -976,6 +1071,8 @@ int dlock__pg_renew(dlock__pg *pg, dlock__pg_renewal *r, size_t n, dlock_mono_ms
       r[i].lost = DLOCK_LOST_NONE;
       r[i].h->lease_ms = r[i].lease_ms;
       r[i].h->valid_until = dlock__valid_until(sent, r[i].lease_ms);
+    } else if (col_bool(res, row, 3)) {
+      r[i].lost = DLOCK_LOST_DELETED;
     } else if (col_bool(res, row, 2)) {
       r[i].lost = DLOCK_LOST_TAKEN;
     }

@@ -558,7 +558,10 @@ static const char sql_renew[] =
     "      WHERE l.name = v.name AND l.token = v.token AND NOT l.released AND l.expires > clock_timestamp()\n"
     "      RETURNING l.name, l.token)\n"
     "SELECT v.i, (u.name IS NOT NULL OR uf.name IS NOT NULL),\n"
-    "       COALESCE(c.token <> v.token AND NOT c.released AND c.expires > clock_timestamp(), false)\n"
+    "       COALESCE(c.token <> v.token AND NOT c.released AND c.expires > clock_timestamp(), false),\n"
+    /* Ended by a forced release (sql_force marks the token). */
+    "       COALESCE(c.token = 'forced:' || v.token, false)\n"
+    "         OR EXISTS (SELECT 1 FROM @S.holds f WHERE f.name = v.name AND f.token = 'forced:' || v.token)\n"
     "FROM v LEFT JOIN u ON u.name = v.name AND u.token = v.token\n"
     "  LEFT JOIN uf ON uf.name = v.name AND uf.token = v.token LEFT JOIN @S.locks c ON c.name = v.name\n"
     "ORDER BY v.i";
@@ -595,9 +598,10 @@ static const char sql_list[] =
 /* $1 name, $2 channel. Not safe to run twice: between two runs a new holder
  * may take the lock, and the second would end its hold. The token is
  * replaced, so that the holder's release answers "not held" rather than
- * taking the row for its own earlier release. */
+ * taking the row for its own earlier release; "forced:<token>" tells the
+ * holder's renewal that it was a forced release (lost: deleted). */
 static const char sql_force[] =
-    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp(), token = 'forced'\n"
+    "WITH upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp(), token = 'forced:' || token\n"
     "             WHERE name = $1 AND NOT released AND expires > clock_timestamp()\n"
     "             AND ($3::bigint = 0 OR fence = $3::bigint) RETURNING 1),\n"
     /* Every hold of a family name (each permit, the readers or the writer);

@@ -123,6 +123,23 @@ static void wake_handle(dlock__sub_target *t, uint64_t fence, uint64_t nonce, in
   pthread_mutex_unlock(&m->mu);
 }
 
+/* A forced release of a name this handle holds (the holder channel's
+ * "forced", waiters.c, under its lock): the watchdog checks every hold now
+ * and reports this one lost (deleted) at once, not at its next renewal. */
+static void wake_holder(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
+  (void)fence, (void)nonce;
+  dlock_mutex *m = t->arg;
+  if (!all && !atomic_load(&m->client->closing)) dlock__watchdog_poke(m->client);
+}
+
+/* "{K}<suffix>": a channel in the lock's slot (malloc'd; NULL: no memory). */
+static char *lock_channel(const dlock__rmutex *rm, const char *suffix, size_t *len) {
+  *len = rm->keys.len[DLOCK__K_LOCK] + 2 + strlen(suffix);
+  char *ch = malloc(*len + 1);
+  if (ch) snprintf(ch, *len + 1, "{%s}%s", rm->keys.key[DLOCK__K_LOCK], suffix);
+  return ch;
+}
+
 int dlock__redis_lock_new(dlock_mutex *m) {
   dlock_client *c = m->client;
   dlock__rmutex *rm = calloc(1, sizeof *rm);
@@ -141,7 +158,15 @@ int dlock__redis_lock_new(dlock_mutex *m) {
     else
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
+  if (!rc && m->kind == DLOCK__KIND_MUTEX) {
+    dlock__sub_target *h = &rm->holder;
+    h->waiter_id = "forced"; /* force_release.lua's message */
+    h->wake = wake_holder;
+    h->arg = m;
+    if (!(h->channel = lock_channel(rm, ":f", &h->channel_len))) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
   if (rc) {
+    free(rm->target.channel);
     dlock__lock_keys_clear(&rm->keys);
     free(rm);
     return rc;
@@ -154,8 +179,13 @@ void dlock__redis_lock_free(dlock_mutex *m) {
   dlock__rmutex *rm = dlock__rm(m);
   if (!rm) return;
   dlock__subscriber_unwatch(m->client, &rm->target);
+  if (rm->holder.channel) {
+    dlock__subscriber_remove_waiter(m->client, &rm->holder);
+    dlock__subscriber_unwatch(m->client, &rm->holder);
+  }
   dlock__lock_keys_clear(&rm->keys);
   free(rm->target.channel);
+  free(rm->holder.channel);
   free(rm);
   m->be = NULL;
 }
@@ -434,6 +464,18 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
     }
   }
   if (in_table) dlock__subscriber_remove_waiter(c, &rm->target);
+  if (rc == 0 && rm->holder.channel && m->opts.lease_ms == 0) {
+    /* Listen for a forced release while held. Only once the hold is
+     * granted: an acquire's calls (a lost reply's resend, its cleanup) have
+     * the link to themselves, and a try that fails opens no pub/sub
+     * connection. Only in watchdog mode: a fixed lease is watched at its
+     * deadline alone, the message would have nothing to act on. The handle
+     * is in the table until released; its first hold waits (up to the
+     * command timeout) for the subscription, which then lasts as long as
+     * the handle. A failure only leaves the news to the next renewal. */
+    dlock__subscriber_add_waiter(c, &rm->holder);
+    if (!rm->holder.watch_tried && dlock__subscriber_watch(c, &rm->holder)) dlock__error_clear(); /* acquired */
+  }
   return rc;
 }
 
@@ -442,6 +484,7 @@ void dlock__redis_undo(dlock_mutex *m) { undo_acquire(m); }
 /* ---- Release, extend, renew, queries ---- */
 
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost) {
+  if (dlock__rm(m)->holder.channel) dlock__subscriber_remove_waiter(m->client, &dlock__rm(m)->holder);
   dlock_lost_reason found = DLOCK_LOST_NONE;
   int rc = dlock__redis_release_token(m, m->token, valid_until, lost, dlock__rm(m)->failovers_at_acquire, &found);
   if (found != DLOCK_LOST_NONE) { /* the hold is still this handle's: keep the loss (dlock_mutex_lost) */

@@ -65,6 +65,10 @@ typedef struct dlock__rmutex {
    * and wake_handle (lock.c). */
   dlock__sub_target target;
   char waiter_id[48];
+  /* While a mutex is held (lock.c): its name's "{K}:f" channel, on which a
+   * forced release publishes "forced"; the message makes the watchdog check
+   * every hold at once (dlock__watchdog_poke), which finds this one deleted. */
+  dlock__sub_target holder;
   uint64_t failovers_at_acquire; /* dlock__failovers() for the lock key when the hold began */
   /* Hand-off without a confirming call (guarded by m->mu): the nonce of the
    * acquire call in flight or last answered, and the fence of a grant

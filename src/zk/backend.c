@@ -261,6 +261,7 @@ static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     }
   }
   if (rc) return rc;
+  dlock__zk_watch_held(z, &l->hold); /* a forced release is seen at once */
   out->fence = l->hold.fence;
   out->lease_ms = dlock__zk_session_timeout_ms(z);
   out->start = start;

@@ -935,6 +935,32 @@ int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms
 
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h) { return dlock__zk_is_held_until(z, h, INT64_MAX); }
 
+/* ---- The holder's watch ---- */
+
+static void held_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+  (void)zh, (void)state, (void)path;
+  if (type == ZOO_DELETED_EVENT) dlock__zk_node_gone(ctx);
+}
+
+/* The exists that sets the watch: the node may be gone already (a forced
+ * release before it arrived). */
+static void held_exists_done(int rc, const struct Stat *st, const void *data) {
+  (void)st;
+  if (rc == ZNONODE) dlock__zk_node_gone((dlock__zk *)data);
+}
+
+void dlock__zk_watch_held(dlock__zk *z, const dlock__zk_hold *h) {
+  int rc;
+  if (!h->node_path) return;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) {
+    dlock__error_clear(); /* the watchdog's next look finds out */
+    return;
+  }
+  (void)zoo_awexists(s->zh, h->node_path, held_watcher, z, held_exists_done, z);
+  dlock__zk_sess_put(s);
+}
+
 /* What kind of lock the children of 'lock_path' say it is, into '*k': a
  * mutex's, a read-write lock's (its read side lists both sides), a
  * semaphore's ("locks"/"leases"), an election's; NULL when the path does

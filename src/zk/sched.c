@@ -73,6 +73,19 @@ static int may_retry(dlock__zk_sess *s, int zrc, int *tries) {
 
 /* ---- Guard ---- */
 
+/* The guard is bound to no session: after ours ended (e.g. a process paused
+ * past it), the check goes on in a new one, once; what a lost reply may have
+ * written is read again first. 1: go on with '*s'; 0: give up (with '*s'
+ * still ours to put, or NULL and '*rc' set). */
+static int guard_retry(dlock__zk *z, dlock__zk_sess **s, int zrc, int *tries, int *new_session, int *rc) {
+  if (may_retry(*s, zrc, tries)) return 1;
+  if (!dlock__zk_rc_uncertain(zrc) || *new_session || !dlock__zk_sess_over(*s)) return 0;
+  *new_session = 1;
+  dlock__zk_sess_put(*s);
+  *s = dlock__zk_sess_get(z, rc);
+  return *s != NULL;
+}
+
 int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, uint64_t *highest) {
   if (highest) *highest = 0;
   int rc = dlock__zk_check_name("resource name", resource);
@@ -85,7 +98,7 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, ui
   char *path = dlock__zk_path(z, "_dlock_guard", resource);
   char want[24];
   snprintf(want, sizeof want, "%" PRIu64, token);
-  int tries = 0;
+  int tries = 0, new_session = 0;
   if (!path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
@@ -121,13 +134,13 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, ui
         goto out;
       }
       if (zrc == ZNODEEXISTS) continue;
-      if (may_retry(s, zrc, &tries)) continue; /* re-read: our create or another's */
-      rc = dlock__zk_fail(z, zrc, "guard: create", path);
+      if (guard_retry(z, &s, zrc, &tries, &new_session, &rc)) continue; /* re-read: our create or another's */
+      if (s) rc = dlock__zk_fail(z, zrc, "guard: create", path);
       goto out;
     }
     if (zrc != ZOK) {
-      if (may_retry(s, zrc, &tries)) continue;
-      rc = dlock__zk_fail(z, zrc, "guard: read", path);
+      if (guard_retry(z, &s, zrc, &tries, &new_session, &rc)) continue;
+      if (s) rc = dlock__zk_fail(z, zrc, "guard: read", path);
       goto out;
     }
     uint64_t cur;
@@ -155,15 +168,15 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, ui
       goto out;
     }
     if (zrc == ZBADVERSION || zrc == ZNONODE) continue;
-    if (may_retry(s, zrc, &tries)) continue; /* re-read decides */
-    rc = dlock__zk_fail(z, zrc, "guard: conditional setData", path);
+    if (guard_retry(z, &s, zrc, &tries, &new_session, &rc)) continue; /* re-read decides */
+    if (s) rc = dlock__zk_fail(z, zrc, "guard: conditional setData", path);
     goto out;
   }
   rc = dlock__error(DLOCK_ETIMEDOUT, "guard '%s' on %s: too much contention on %s", resource, z->server, path);
 out:
   if (rc == 0 && highest) *highest = token;
   free(path);
-  dlock__zk_sess_put(s);
+  if (s) dlock__zk_sess_put(s);
   return rc;
 }
 

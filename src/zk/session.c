@@ -217,6 +217,16 @@ int dlock__zk_close_path(dlock__zk *z, dlock__zk_sess *s, const char *path, int 
 
 static void queue_event(dlock__zk_sess *s, dlock__zk_event ev) { s->ev_pending |= 1 << ev; }
 
+/* Caller holds z->mu. Past 'valid_until' the session may have expired
+ * (e.g. our process was paused): its holds are lost, as the monitor
+ * thread would find on its next turn. */
+static void mark_lost_past_deadline(dlock__zk_sess *s) {
+  if (s->lost || !s->connected_once || dlock_mono_now() < s->valid_until) return;
+  s->lost = DLOCK_LOST_UNREACHABLE;
+  queue_event(s, DLOCK__ZK_LOST);
+  pthread_cond_broadcast(&s->z->cv);
+}
+
 /* How long after a contact sent at 'sent' (the one before it sent at
  * 'prev') the session surely lives. */
 static dlock_mono_ms valid_after(dlock_mono_ms sent, dlock_mono_ms prev, int timeout_ms) {
@@ -279,6 +289,16 @@ void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path
   pthread_mutex_unlock(&z->mu);
 }
 
+/* A watched hold's node is gone (dlock__zk_watch_held): the monitor
+ * delivers DLOCK__ZK_NODE_GONE. 'z' lives as long as its sessions. */
+void dlock__zk_node_gone(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  if (z->cur) queue_event(z->cur, DLOCK__ZK_NODE_GONE);
+  z->wake_gen++;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
 typedef struct ping_ctx {
   dlock__zk_sess *s;
   dlock_mono_ms sent;
@@ -291,6 +311,7 @@ static void note_contact(dlock__zk_sess *s, dlock_mono_ms sent) {
   if (sent > s->last_contact) {
     dlock_mono_ms v = valid_after(sent, s->last_contact, s->timeout_ms);
     s->last_contact = sent;
+    s->contacted = 1;
     if (v > s->valid_until) s->valid_until = v;
   }
 }
@@ -343,10 +364,7 @@ static void *monitor_main(void *arg) {
     dlock__zk_sess *s = z->cur;
     dlock_mono_ms wake = now + 1000;
     if (s && s->connected_once) {
-      if (!s->lost && now >= s->valid_until) {
-        s->lost = DLOCK_LOST_UNREACHABLE;
-        queue_event(s, DLOCK__ZK_LOST);
-      }
+      mark_lost_past_deadline(s);
       /* One ping at a time: while a sync waits (our server cannot reach its
        * leader), later ones would queue behind it on the same session. */
       if (!s->lost && s->state == ZOO_CONNECTED_STATE && now >= s->next_ping && !s->pings_out) {
@@ -371,6 +389,7 @@ static void *monitor_main(void *arg) {
         if (pending & (1 << DLOCK__ZK_SUSPENDED)) fn(z, DLOCK__ZK_SUSPENDED, DLOCK_LOST_NONE, fa);
         if ((pending & (1 << DLOCK__ZK_RECONNECTED)) && !reason) fn(z, DLOCK__ZK_RECONNECTED, DLOCK_LOST_NONE, fa);
         if (pending & (1 << DLOCK__ZK_LOST)) fn(z, DLOCK__ZK_LOST, reason, fa);
+        if ((pending & (1 << DLOCK__ZK_NODE_GONE)) && !reason) fn(z, DLOCK__ZK_NODE_GONE, DLOCK_LOST_NONE, fa);
         dlock__zk_sess_put(s);
         pthread_mutex_lock(&z->mu);
         z->in_callback = 0;
@@ -559,6 +578,11 @@ dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc) {
   pthread_mutex_lock(&z->mu);
   while (1) {
     dlock__zk_sess *s = z->cur;
+    /* A process resumed after a pause must not use a session that may
+     * have expired meanwhile before the monitor thread has run. Not one
+     * that no ping answered yet: a slow connect (a busy server) can end past
+     * its first deadline, and the ping that follows moves it. */
+    if (s && s->contacted) mark_lost_past_deadline(s);
     if (z->stop) {
       pthread_mutex_unlock(&z->mu);
       *rc = dlock__error(DLOCK_ECLOSED, "%s: the client is shutting down", z->server);
@@ -591,6 +615,13 @@ dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc) {
     }
     z->cur = n;
   }
+}
+
+int dlock__zk_sess_over(dlock__zk_sess *s) {
+  pthread_mutex_lock(&s->z->mu);
+  int over = s->lost != DLOCK_LOST_NONE;
+  pthread_mutex_unlock(&s->z->mu);
+  return over;
 }
 
 void dlock__zk_sess_put(dlock__zk_sess *s) {
@@ -678,11 +709,7 @@ dlock_lost_reason dlock__zk_session_view(dlock__zk *z, int64_t *id, dlock_mono_m
   *id = 0;
   *valid_until = 0;
   if (s) {
-    if (!s->lost && dlock_mono_now() >= s->valid_until) {
-      s->lost = DLOCK_LOST_UNREACHABLE;
-      queue_event(s, DLOCK__ZK_LOST);
-      pthread_cond_broadcast(&z->cv);
-    }
+    mark_lost_past_deadline(s);
     r = s->lost;
     *id = s->id;
     *valid_until = s->valid_until;
@@ -698,11 +725,7 @@ dlock_lost_reason dlock__zk_lost(dlock__zk *z) {
   if (!s) {
     r = DLOCK_LOST_EXPIRED;
   } else {
-    if (!s->lost && dlock_mono_now() >= s->valid_until) {
-      s->lost = DLOCK_LOST_UNREACHABLE;
-      queue_event(s, DLOCK__ZK_LOST);
-      pthread_cond_broadcast(&z->cv);
-    }
+    mark_lost_past_deadline(s);
     r = s->lost;
   }
   pthread_mutex_unlock(&z->mu);

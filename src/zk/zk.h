@@ -57,7 +57,9 @@ typedef struct dlock__zk dlock__zk;
 typedef enum dlock__zk_event {
   DLOCK__ZK_SUSPENDED = 1,   /* connection lost: holds are uncertain from now */
   DLOCK__ZK_RECONNECTED = 2, /* the same session again: holds are certain again */
-  DLOCK__ZK_LOST = 3         /* the session is over (or may be): every hold is lost */
+  DLOCK__ZK_LOST = 3,        /* the session is over (or may be): every hold is lost */
+  DLOCK__ZK_NODE_GONE = 4    /* a watched hold's node was deleted (a forced release, or our
+                                own release): look at the holds now (dlock__zk_watch_held) */
 } dlock__zk_event;
 
 /* Called from the session's monitor thread, never with a module lock held.
@@ -160,6 +162,10 @@ int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h);
 /* 1 while our node exists and belongs to this session, 0 if not, or < 0
  * (DLOCK_ETIMEDOUT when no answer came before the session's deadline). */
 int dlock__zk_is_held(dlock__zk *z, const dlock__zk_hold *h);
+/* Set an exists watch on the node of 'h' (asynchronous: no wait): its
+ * deletion while the session lives, or its absence already, delivers
+ * DLOCK__ZK_NODE_GONE, so that a forced release is seen at once. */
+void dlock__zk_watch_held(dlock__zk *z, const dlock__zk_hold *h);
 /* The same, waiting for the answer no later than 'deadline' either. */
 int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms deadline);
 

@@ -30,6 +30,7 @@ typedef struct dlock__zk_sess {
   int64_t id;                /* session id, 0 until connected */
   int timeout_ms;            /* negotiated */
   dlock_mono_ms last_contact; /* send time of the last answered sync (through the leader) */
+  int contacted;             /* a sync was answered since the connect */
   dlock_mono_ms valid_until;  /* see the loss rule in session.c */
   dlock_mono_ms next_ping;
   int pings_out;             /* syncs sent and not yet answered */
@@ -59,11 +60,14 @@ struct dlock__zk {
  * NULL with '*rc' and the error set. */
 dlock__zk_sess *dlock__zk_sess_get(dlock__zk *z, int *rc);
 void dlock__zk_sess_put(dlock__zk_sess *s);
+/* 1 once 's' is lost (expired, or past its deadline). */
+int dlock__zk_sess_over(dlock__zk_sess *s);
 /* Wait until 's' is connected, lost, or 'deadline'. 1 when connected. */
 int dlock__zk_wait_connected(dlock__zk_sess *s, dlock_mono_ms deadline);
 /* The moment after which retrying a call on 's' makes no sense: its
  * session would have expired. */
 dlock_mono_ms dlock__zk_retry_limit(dlock__zk_sess *s);
+void dlock__zk_node_gone(dlock__zk *z); /* session.c: deliver DLOCK__ZK_NODE_GONE */
 /* The watcher that node watches use: wakes waiters of 's'->z. */
 void dlock__zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 /* A ZooKeeper return code as a DLOCK_E* status with a message naming the

@@ -83,6 +83,25 @@ for cmd in $commands; do
   done
 done
 
+# The completion offers what the parsers take (each command's option tables
+# in its descriptor, cli/help.c): each of them is named on the command's
+# help page, by its long or its short name.
+pairs=$(grep -ohE "^ *\{\"[a-z-]+\", '[a-zA-Z]'" "$src"/cli/*.c | sed -E "s/^ *\{\"([a-z-]+)\", '(.)'/--\1 -\2/")
+for cmd in $commands; do
+  page=$("$dlock" "$cmd" --help 2>&1)
+  opts=
+  _dlock_spec "$cmd" ""
+  for opt in $opts; do
+    case $opt in -h | --help | --password-file) continue ;; esac
+    alias=$(printf '%s\n' "$pairs" | awk -v o="$opt" '$1 == o { print $2 } $2 == o { print $1 }' | head -n 1)
+    named=0
+    for form in $opt $alias; do
+      printf '%s\n' "$page" | grep -qE -- "(^|[^a-z-])$form([^a-z-]|\$)" && named=1
+    done
+    [ $named = 1 ] && ok || bad "'dlock $cmd' takes $opt (its option table), but its help page does not name it"
+  done
+done
+
 # ---- one exit status table ----
 # The manual's EXIT STATUS table (from cli/help.c) is the one table; the
 # README carries a copy between markers, and every exit code of cli/cli.h

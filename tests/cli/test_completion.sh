@@ -38,7 +38,9 @@ for o in --url --wait --lease --on-lost --grace --shell --conflict-exit-code --q
 done
 assert_eq "run: short options" "$(reply dlock run -w 5s -q)" "-q"
 assert_eq "run: no option of another command" "$(reply dlock run --js)" ""
-assert_eq "status: its options" "$(reply dlock status --)" "--help --json --prefix --quiet --url"
+# The options of the command's tables (cli/help.c's descriptor), the common ones among them.
+assert_eq "status: its options" "$(reply dlock status --)" "--help --json --password-file --prefix --quiet --url"
+assert_eq "list: no -q (status's only)" "$(reply dlock list --)" "--help --json --password-file --prefix --url"
 assert_eq "run --url: the schemes" "$(reply dlock run --url '')" "mariadb:// mysql:// postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix:// zk://"
 assert_eq "run --url: a scheme by prefix" "$(reply dlock run --url redis)" "redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss://"
 assert_eq "status --url=: the schemes" "$(reply dlock status --url = u)" "unix://"

@@ -1,5 +1,5 @@
 # test_lost.sh - the lock lost while the command runs: (a) deleted by an
-# admin (dlock release --force), (b) dlock frozen with SIGSTOP past its lease
+# admin (dlock release --force; (a2) at the default lease, told at once), (b) dlock frozen with SIGSTOP past its lease
 # while another process takes the lock. The command's whole process group
 # gets SIGTERM (or SIGKILL, per --on-lost), dlock exits 79, and the new
 # holder's key is never touched.
@@ -34,6 +34,21 @@ check "(a) the child is gone" pid_gone "$(cat "$TEST_DIR/child.pid")"
 check "(a) the grandchild is gone" pid_gone "$(cat "$TEST_DIR/gc.pid")"
 assert_match "(a) stderr says what happened, with the lock name" "$(cat "$TEST_DIR/err")" \
   "lock 'A' lost: another client deleted the key with a forced release; sending SIGTERM"
+
+# ---- (a2) the same at the default 30 s lease: told at once, not at the next renewal ----
+# The forced release notifies the holder (its next renewal is ~8 s off):
+# the command gets SIGTERM within a few seconds and dlock exits 79.
+
+rm -f "$TEST_DIR"/child.* "$TEST_DIR"/gc.*
+"$DLOCK" run A2 -- sh -c "$(victim)" 2>"$TEST_DIR/err" &
+DL=$!
+bg_track $DL
+check "(a2) child started" wait_for 10 file_has "$TEST_DIR/gc.pid"
+out=$("$DLOCK" release --force A2)
+assert_eq "(a2) release --force deletes the held lock" "$out" "released 'A2'"
+check "(a2) the child got SIGTERM within 4 s of the forced release" wait_for 4 file_has "$TEST_DIR/child.term"
+wait_exit "$DL" 20
+assert_eq "(a2) dlock exits 79" "$EXIT_CODE" 79
 
 # ---- (b) dlock frozen past its lease ----
 

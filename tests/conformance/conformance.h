@@ -31,6 +31,7 @@
 #define CONF_ADMIN 0x40u     /* list and force release */
 #define CONF_DEADLINE 0x80u  /* a hold ends at a local deadline (valid_until) */
 #define CONF_QUEUE 0x100u    /* waiters queue by arrival, counted in the status */
+#define CONF_FORCE_NOTIFY 0x200u /* a forced release notifies the holder (not: its next renewal) */
 
 /* Which reply conf_fixture.drop_next_reply() loses. */
 typedef enum conf_call { CONF_ACQUIRE, CONF_RELEASE } conf_call;

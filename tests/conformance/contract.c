@@ -394,6 +394,41 @@ static void status_list_and_force_release_show_and_end_a_hold(void) {
   ASSERT_EQ(info.held, 0);
 }
 
+/* A forced release tells the holder at once where the server can notify it
+ * (CONF_FORCE_NOTIFY): its lost fd fires within 2 s of a 30 s watchdog
+ * lease, whose next renewal is ~8 s off; elsewhere the docs bound it by the
+ * watchdog's next renewal (a third of the lease). Reason: deleted. */
+static void a_forced_release_tells_the_holder_at_once(void) {
+  int notify = (conf_fx->caps & CONF_FORCE_NOTIFY) != 0;
+  dlock_client *a = conf_client("forced"), *b = conf_client("forced");
+  dlock_mutex_options o;
+  dlock_mutex_options_init(&o);
+  o.watchdog_lease_ms = notify ? 30000 : 3000; /* the bound below, kept short */
+  dlock_mutex *m = conf_mutex(a, "fr", &o);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  int fd = dlock_mutex_lost_fd(m);
+  if (fd < 0) TEST_FAIL("no lost fd: %s", dlock_last_error());
+  int seen = 0;
+  int rc = dlock_lock_list(b, "fr", count_name, &seen); /* the refusal of a mode without admin */
+  conf_offered(CONF_ADMIN, "listing and forcing locks", rc < 0 ? rc : 0);
+  int was = 0;
+  long long forced_at = th_now_ms();
+  ASSERT_OK(dlock_lock_force_release(b, "fr", &was));
+  ASSERT_EQ(was, 1);
+  long bound = notify ? slack_ms(2000) : o.watchdog_lease_ms / 3 + slack_ms(2000);
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  int signalled = poll(&pfd, 1, (int)bound) == 1;
+  long long took = th_now_ms() - forced_at;
+  printf("  %s: lost fd %s %lld ms after the forced release (bound %ld ms, %s)\n", conf_fx->name,
+         signalled ? "readable" : "still quiet", took, bound, notify ? "notified" : "next renewal");
+  if (!signalled)
+    TEST_FAIL("the holder was not told of the forced release within %ld ms (%s)", bound,
+              notify ? "the docs say the release notifies it" : "the docs bound it by the next renewal");
+  if (dlock_mutex_lost(m) != DLOCK_LOST_DELETED)
+    TEST_FAIL("the loss reads %s, not deleted", dlock_lost_reason_str(dlock_mutex_lost(m)));
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+}
+
 /* ---- The guard ---- */
 
 static void the_guard_admits_the_newest_fence_and_refuses_an_older_one(void) {
@@ -594,6 +629,7 @@ const conf_scenario conf_contract[] = {
     SCENARIO(a_holder_killed_with_sigkill_frees_the_lock_after_its_lease),
     SCENARIO(lost_replies_leave_one_holder_and_a_lock_that_frees),
     SCENARIO(status_list_and_force_release_show_and_end_a_hold),
+    SCENARIO(a_forced_release_tells_the_holder_at_once),
     SCENARIO(the_guard_admits_the_newest_fence_and_refuses_an_older_one),
     SCENARIO(two_schedulers_run_each_tick_once),
     SCENARIO(a_multi_lock_takes_all_names_or_none),

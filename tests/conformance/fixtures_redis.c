@@ -17,7 +17,7 @@
 #include "harness_proxy.h"
 #include "harness_sentinel.h"
 
-#define REDIS_CAPS (CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | CONF_SCHED | CONF_GUARD | CONF_ADMIN)
+#define REDIS_CAPS (CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | CONF_SCHED | CONF_GUARD | CONF_ADMIN)
 
 /* The servers a fixture freezes, and its URL. */
 static th_redis *frozen_set[TH_CLUSTER_MAX];
@@ -269,7 +269,7 @@ static int redlock_dropped(void) {
  * lock or latch (docs/redlock.md, docs/semaphore.md, docs/latch.md). */
 const conf_fixture conf_fx_redlock = {
     .name = "redlock",
-    .caps = CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
+    .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
     .start = redlock_start,
     .stop = redlock_stop,
     .client = url_client,

@@ -710,24 +710,20 @@ TEST(a_successful_call_clears_the_last_error) {
 
 /* ---- Command timeouts ---- */
 
-static int debug_sleep(void *arg) {
-  int secs = *(int *)arg;
-  char out[128];
-  return th_redis_cli(&srv, out, sizeof out, "DEBUG SLEEP %d", secs) == 0 ? 0 : 1;
-}
-
 /* Start DEBUG SLEEP in a child and return once the server has stopped
  * answering (as seen by 'probe', a client with a short command timeout). */
 static pid_t start_server_sleep(int secs) {
-  static int s;
-  s = secs;
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
   o.command_timeout_ms = 100;
   dlock_client *probe = NULL;
   if (dlock_client_new(&probe, &o) != 0) TEST_FAIL("probe client: %s", dlock_last_error());
-  pid_t pid = th_spawn(debug_sleep, &s);
+  char port[16], sleep_s[16];
+  snprintf(port, sizeof port, "%d", srv.port);
+  snprintf(sleep_s, sizeof sleep_s, "%d", secs);
+  const char *argv[] = {"redis-cli", "-p", port, "DEBUG", "SLEEP", sleep_s, NULL};
+  pid_t pid = th_spawn_argv(argv);
   long long t0 = th_now_ms();
   int asleep = 0;
   while (th_now_ms() - t0 < 3000) {

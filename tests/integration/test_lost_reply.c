@@ -6,6 +6,7 @@
  * is replaced before use, and the scheduler neither skips a tick nor leaves
  * an orphan job lock when a claim, delay or finish reply is lost.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -652,10 +653,13 @@ TEST(a_shortening_extend_still_in_flight_bounds_the_deadline) {
 /* The acquire's reply is lost, and before the resend arrives someone deletes
  * the lock's fence counter (where the fence of the hold is recorded). The resend
  * finds the key ours but no fence: that is an error, never a hold with
- * fence 0 (which a fresh guard would admit). */
-TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
+ * fence 0 (which a fresh guard would admit). The proxy holds every chunk of
+ * every connection 800 ms in one thread, so any other traffic of the client
+ * during the acquire (a pub/sub connection opened beside it) delays the
+ * resend past its timeout: an acquire's sequence must have the link to itself. */
+static void acquire_resent_after_its_fence_record_vanished(const char *name, int64_t lease_ms) {
   dlock_client *c = client_via_proxy((int)(5000 * th_time_factor()), 0);
-  dlock_mutex *m = test_mutex(c, "lr:nometa", 30000);
+  dlock_mutex *m = test_mutex(c, name, lease_ms);
   int before = arm(DLOCK__SCRIPT_ACQUIRE);
   fp_delay(fp, 800);
   th_waiter w = {.m = m, .wait_ms = 0};
@@ -663,16 +667,114 @@ TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
   pthread_create(&t, NULL, th_wait_for_lock, &w);
   if (fp_wait_dropped(fp, before + 1, (long)(5000 * th_time_factor())) != before + 1)
     TEST_FAIL("the proxy dropped no acquire reply");
-  char out[64];
-  cli(out, sizeof out, "DEL {lr:nometa}:fence");
+  char out[64], cmd[128];
+  snprintf(cmd, sizeof cmd, "DEL {%s}:fence", name);
+  cli(out, sizeof out, cmd);
   pthread_join(t, NULL);
   fp_pass(fp);
   if (w.rc == 0)
     TEST_FAIL("acquired with fence %" PRIu64 " although no fence was recorded for the hold", w.fence);
-  ASSERT_STATUS(w.rc, DLOCK_EFENCE);
-  ASSERT_EQ(key_exists("lr:nometa"), 0); /* given back */
+  if (w.rc != DLOCK_EFENCE)
+    TEST_FAIL("acquire: %s, want EFENCE: %s", dlock_err_name(w.rc), dlock_mutex_errmsg(m));
+  ASSERT_EQ(key_exists(name), 0); /* given back */
   dlock_mutex_free(m);
   dlock_client_free(c);
+}
+
+TEST(an_acquire_resent_after_its_fence_record_vanished_is_efence_not_fence_0) {
+  acquire_resent_after_its_fence_record_vanished("lr:nometa", 30000);
+}
+
+/* The same in watchdog mode, where the holder listens for a forced release
+ * (lock.c): it subscribes only once the hold is granted. */
+TEST(a_watchdog_acquire_resent_after_its_fence_record_vanished_is_efence_too) {
+  acquire_resent_after_its_fence_record_vanished("lr:nometa-wd", 0);
+}
+
+/* ---- A holder that listens for a forced release ---- */
+
+/* A watchdog-mode holder through the proxy (it listens on "{K}:f", the
+ * pub/sub connection through the proxy too), and a client straight to Redis. */
+static dlock_mutex *listening_holder(dlock_client *c, const char *name, int64_t watchdog_lease_ms) {
+  dlock_mutex_options o;
+  dlock_mutex_options_init(&o);
+  o.watchdog_lease_ms = watchdog_lease_ms;
+  dlock_mutex *m = NULL;
+  ASSERT_OK(dlock_mutex_new(&m, c, name, &o));
+  return m;
+}
+
+/* Force-release 'name' from 'admin' and wait for the holder's lost fd, up
+ * to 'bound_ms' from 'from_ms': the loss must read deleted. */
+static void forced_release_is_heard(dlock_client *admin, dlock_mutex *m, const char *name, long long from_ms,
+                                    int force, long bound_ms, const char *when) {
+  int fd = dlock_mutex_lost_fd(m);
+  if (fd < 0) TEST_FAIL("no lost fd: %s", dlock_last_error());
+  if (force) {
+    int was = 0;
+    ASSERT_OK(dlock_lock_force_release(admin, name, &was));
+    ASSERT_EQ(was, 1);
+  }
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  long left = bound_ms - (long)(th_now_ms() - from_ms);
+  if (poll(&pfd, 1, left > 0 ? (int)left : 0) != 1)
+    TEST_FAIL("the holder was not told of the forced release within %ld ms %s (its next renewal is a third "
+              "of its lease later)", bound_ms, when);
+  if (dlock_mutex_lost(m) != DLOCK_LOST_DELETED)
+    TEST_FAIL("the loss reads %s, not deleted", dlock_lost_reason_str(dlock_mutex_lost(m)));
+}
+
+/* The holder's renewal runs, and before its reply arrives (the proxy holds
+ * it) another client force-releases the lock: the holder hears the message
+ * while the renewal is in flight. The renewal's answer (renewed: it ran
+ * first) must not put the check the message asked for off to the next
+ * renewal, a third of the lease later. */
+TEST(a_forced_release_heard_while_a_renewal_is_in_flight_is_acted_on_once_it_answers) {
+  dlock_client *c = proxied_client(), *admin = test_client(srv.url);
+  dlock_mutex *m = listening_holder(c, "lr:inflight", 12000); /* renewals 4 s apart */
+  fp_pass(fp);
+  fp_hold_reply(fp, dlock__script_sha(DLOCK__SCRIPT_EXTEND), 1);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  if (fp_wait_held(fp, 1, (long)(10000 * th_time_factor())) != 1) TEST_FAIL("no renewal within 10 s");
+  int was = 0;
+  ASSERT_OK(dlock_lock_force_release(admin, "lr:inflight", &was));
+  ASSERT_EQ(was, 1);
+  th_sleep_ms(300); /* the message reaches the holder meanwhile (if later, it only comes after the answer) */
+  long long at = th_now_ms();
+  fp_release_held(fp);
+  forced_release_is_heard(admin, m, "lr:inflight", at, 0, (long)(2000 * th_time_factor()),
+                          "of the renewal's answer");
+  fp_pass(fp);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  dlock_client_free(admin);
+}
+
+/* An acquire whose reply is lost (resent) and a release whose reply is
+ * lost (resent) while the handle listens: the hold, its release and the
+ * next hold are exact, and a forced release of that next hold is heard at
+ * once on the subscription the first hold made. */
+TEST(lost_acquire_and_release_replies_leave_a_listening_holder_that_hears_a_forced_release) {
+  dlock_client *c = proxied_client(), *admin = test_client(srv.url);
+  dlock_mutex *m = listening_holder(c, "lr:listen", 30000);
+  int before = arm(DLOCK__SCRIPT_ACQUIRE);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  ASSERT_EQ((long long)dlock_mutex_fence(m), meta_fence("lr:listen"));
+  before = arm(DLOCK__SCRIPT_RELEASE);
+  int rc = dlock_mutex_release(m);
+  ASSERT_EQ(fp_dropped(fp), before + 1);
+  if (rc != 0) TEST_FAIL("release after a lost reply: %s: %s", dlock_err_name(rc), dlock_mutex_errmsg(m));
+  ASSERT_EQ(key_exists("lr:listen"), 0);
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_NONE);
+  fp_pass(fp);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  forced_release_is_heard(admin, m, "lr:listen", th_now_ms(), 1, (long)(2000 * th_time_factor()),
+                          "on the handle's second hold");
+  ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  dlock_client_free(admin);
 }
 
 /* An acquire whose reply was lost is sent again; the first send may still

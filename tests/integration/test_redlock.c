@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "faultproxy.h"
 #include "harness.h"
 #include "test.h"
 
@@ -43,11 +44,7 @@ static void expect_key(int i, const char *name, const char *want) {
   if (strcmp(out, want) != 0) TEST_FAIL("node %d (port %d): key %s holds '%s', want '%s'", i, srv[i].port, name, out, want);
 }
 
-static void down(int i) {
-  kill(srv[i].pid, SIGKILL);
-  waitpid(srv[i].pid, NULL, 0);
-  srv[i].pid = 0;
-}
+static void down(int i) { th_redis_crash(&srv[i]); }
 
 static void up(int i) {
   if (srv[i].pid <= 0 && th_redis_restart(&srv[i]) != 0) TEST_FAIL("cannot restart node %d", i);
@@ -980,6 +977,120 @@ TEST(a_fixed_delay_job_runs_on_the_majority_with_a_node_down) {
   up(0);
   dlock_client_free(c2);
   dlock_client_free(c);
+}
+
+/* ---- The review of b28f110, d9e4c88 and d3f4d89 (branch rev2), the Redlock
+ * finding: FAILED on the code as reviewed (labels review, redlock: ctest
+ * review/test_redlock; three servers of its own). ---- */
+/* ---- b28f110, finding: a node that answers "free" but does not count
+ * (restarted recently) lowers the messages a Redlock waiter waits for ----
+ *
+ * rl_acquire() (src/redis/topo_redlock.c) sets rl_need = quorum minus the
+ * nodes that took the try (okmask), counting a node that does not count
+ * toward a quorum (restarted within the longest lease in use, counts()).
+ * Three nodes, quorum 2: the holder held A and B, C restarted empty. The
+ * waiter's try is refused on A and B, "ok" on C, which does not count; it
+ * is told to wake at 1 message. The release reaches A at once and B late
+ * (here 300 ms, a slow link): the waiter wakes at A's hand-off, tries while
+ * B still holds, fails and gives A back (its key is deleted, or handed to
+ * the next waiter there): the early try the commit meant to end. Seen from
+ * A: its key is absent between the hand-off and the waiter's success. */
+/* A waiter that keeps the lock until told to let go. */
+struct rl_waiter {
+  dlock_mutex *m;
+  int rc;
+  int got;  /* atomic: acquire answered */
+  int stop; /* atomic: release now */
+};
+
+static void *rl_waiter_thread(void *arg) {
+  struct rl_waiter *x = arg;
+  x->rc = dlock_mutex_acquire(x->m, 10000);
+  __atomic_store_n(&x->got, 1, __ATOMIC_SEQ_CST);
+  while (!__atomic_load_n(&x->stop, __ATOMIC_SEQ_CST)) th_sleep_ms(5);
+  if (x->rc == 0) dlock_mutex_release(x->m);
+  return NULL;
+}
+
+struct rl_poll {
+  const th_redis *node;
+  const char *name;
+  const struct rl_waiter *w;
+  int absent, polls;
+};
+
+/* Until the waiter is done (or 1.5 s): is the key on the node ever absent? */
+static void *rl_poll_thread(void *arg) {
+  struct rl_poll *x = arg;
+  long long until = th_now_ms() + 1500;
+  char out[64];
+  while (!__atomic_load_n(&x->w->got, __ATOMIC_SEQ_CST) && th_now_ms() < until) {
+    th_redis_cli(x->node, out, sizeof out, "EXISTS %s", x->name);
+    if (strcmp(out, "0") == 0) x->absent = 1;
+    x->polls++;
+  }
+  return NULL;
+}
+
+/* Review of b28f110, d9e4c88 and d3f4d89 (branch rev2): the b28f110 finding. */
+REVIEW_TEST(review_redlock_a_restarted_node_does_not_count_toward_the_hand_offs_a_waiter_needs) {
+  th_redis n[3];
+  if (th_redis_start_n(n, 3, NULL) != 0) TEST_FAIL("cannot start 3 redis-servers");
+  fp_proxy *pb = NULL;
+  if (fp_start(&pb, n[1].port) != 0) TEST_FAIL("fault proxy");
+  char wurl[512], hurl[512];
+  th_redlock_url(n, 3, wurl, sizeof wurl);
+  snprintf(hurl, sizeof hurl, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", n[0].port, fp_port(pb), n[2].port);
+  dlock_client *hc = test_client(hurl), *wc = test_client(wurl);
+  /* The waiter's client uses a 30 s lease: a node restarted less than 30 s
+   * ago does not count for it. */
+  dlock_mutex *big = test_mutex(wc, "rv2:rl:big", 30000);
+  ASSERT_OK(dlock_mutex_acquire(big, 0));
+  ASSERT_OK(dlock_mutex_release(big));
+  const char *name = "rv2:rl";
+  dlock_mutex *h = test_mutex(hc, name, 20000);
+  ASSERT_OK(dlock_mutex_acquire(h, 0));
+  if (th_redis_restart(&n[2]) != 0) TEST_FAIL("restart of the third node");
+  /* The waiter's client sees the restart: C is free but not counted. */
+  dlock_mutex *w = test_mutex(wc, name, 20000);
+  ASSERT_STATUS(dlock_mutex_acquire(w, 0), DLOCK_EBUSY);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(w), "restarted recently");
+  struct rl_waiter tw = {w, -1, 0, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, rl_waiter_thread, &tw);
+  char out[256];
+  long long until = th_now_ms() + 5000L * th_time_factor();
+  for (;;) { /* queued on A and B */
+    char o2[64];
+    th_redis_cli(&n[0], out, sizeof out, "ZCARD {%s}:queue", name);
+    th_redis_cli(&n[1], o2, sizeof o2, "ZCARD {%s}:queue", name);
+    if ((atoi(out) >= 1 && atoi(o2) >= 1) || th_now_ms() > until) break;
+    th_sleep_ms(10);
+  }
+  th_sleep_ms(150); /* its second call (after subscribing) is answered: it waits */
+  /* The release reaches B 300 ms late (each way). */
+  fp_delay(pb, 300);
+  struct rl_poll poll = {&n[0], name, &tw, 0, 0};
+  pthread_t tp;
+  pthread_create(&tp, NULL, rl_poll_thread, &poll);
+  int rc = dlock_mutex_release(h);
+  pthread_join(tp, NULL);
+  __atomic_store_n(&tw.stop, 1, __ATOMIC_SEQ_CST);
+  pthread_join(t, NULL);
+  fp_pass(pb);
+  if (rc) TEST_FAIL("release: %s", dlock_mutex_errmsg(h));
+  ASSERT_OK(tw.rc);
+  if (poll.absent)
+    TEST_FAIL("the waiter woke at A's hand-off alone (C, restarted, does not count), tried while B still "
+              "held and gave A back: A's key was absent before the waiter's success (%d polls)",
+              poll.polls);
+  dlock_mutex_free(w);
+  dlock_mutex_free(h);
+  dlock_mutex_free(big);
+  dlock_client_free(hc);
+  dlock_client_free(wc);
+  fp_stop(pb);
+  th_redis_stop_n(n, 3);
 }
 
 TEST_MAIN()

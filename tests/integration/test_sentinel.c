@@ -306,21 +306,9 @@ static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, 
   atomic_store(&lost_reason, (int)reason);
 }
 
-/* Freeze the replica's intake so that the next writes on the master cannot
- * reach it: stop it and fill the replication link with a value larger than
- * the socket buffers. Writes after this are lost when the master dies. */
+/* th_sentinel_block_replication(), or the test fails. */
 static void block_replication(th_sentinel_set *s) {
-  char path[600], cmd[1400];
-  snprintf(path, sizeof path, "%s/big", s->master.dir);
-  FILE *f = fopen(path, "w");
-  if (!f) TEST_FAIL("cannot write %s", path);
-  static char chunk[1 << 16];
-  memset(chunk, 'x', sizeof chunk);
-  for (int i = 0; i < 512; i++) fwrite(chunk, 1, sizeof chunk, f); /* 32 MiB */
-  fclose(f);
-  kill(s->replica.pid, SIGSTOP);
-  snprintf(cmd, sizeof cmd, "redis-cli -p %d -x SET big < '%s' > /dev/null", s->master.port, path);
-  if (system(cmd) != 0) TEST_FAIL("SET big failed");
+  if (th_sentinel_block_replication(s) != 0) TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
 }
 
 /* Acquire in watchdog mode, fail the master over, and report what the

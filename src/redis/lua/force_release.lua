@@ -40,4 +40,14 @@ if cur and pttl > 0 then
 end
 local now_ms, now_us = dlock_now()
 if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
+-- Tell the holder at once: its client listens on "{K}:f" while it holds
+-- (lock.c) and checks its holds on the message, instead of running on until
+-- its next renewal. SUBSCRIBE or, on a cluster, SSUBSCRIBE: publish both
+-- ways (a forced release is rare); pcall: no channel rights (ACL), no
+-- SPUBLISH (Redis < 7) only delay the news to the next renewal.
+if cur then
+  local ch = '{' .. KEYS[1] .. '}:f'
+  redis.pcall('PUBLISH', ch, 'forced')
+  redis.pcall('SPUBLISH', ch, 'forced')
+end
 return existed

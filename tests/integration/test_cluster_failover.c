@@ -1,12 +1,13 @@
 /*
- * review_cluster.c - issue 22, item 10 (the Cluster part): a release during
+ * test_cluster_failover.c - issue 22, item 10 (the Cluster part): a release during
  * CLUSTERDOWN. The failover test FAILED on the code as reviewed (base
  * 8894107: the release failed at once on the refused connection); the
  * state-fail test passed there already and guards the back-off.
  * The last test: the guard's floor across the failover of its slot's master
  * (an open finding of the next review, FAILED before its fix).
  * Real Redis Cluster (harness_cluster.h), real faults, public API only.
- * Registered as ctest "review/review_cluster", labels "review;deployment".
+ * Registered as ctest "review/test_cluster_failover" (REVIEW_TEST, test.h),
+ * labels "review;deployment".
  */
 #include <pthread.h>
 #include <signal.h>
@@ -19,7 +20,7 @@
 #include "dlock.h"
 #include "harness_cluster.h"
 #include "test.h"
-#include "review_twice.h"
+#include "guard_history.h"
 
 static th_cluster cl;
 static th_cluster fc; /* the failover test's own cluster */
@@ -58,7 +59,8 @@ static void *resume_main(void *arg) {
  * down (the cluster is in state fail, every node answers CLUSTERDOWN) failed
  * at once; once the cluster is whole again within the command timeout, the
  * release must have gone through. */
-TEST(issue22_item10_a_cluster_release_during_clusterdown_is_retried_within_the_command_timeout) {
+/* Issue 22 item 10 (first review, base 8894107). */
+REVIEW_TEST(issue22_item10_a_cluster_release_during_clusterdown_is_retried_within_the_command_timeout) {
   ASSERT_EQ(th_cluster_start(&cl, 3, 0), 0);
   long f = th_time_factor();
   dlock_client_options o;
@@ -117,7 +119,8 @@ TEST(issue22_item10_a_cluster_release_during_clusterdown_is_retried_within_the_c
  * connection, and the lock stayed held on the promoted replica until its
  * lease ran out. */
 
-TEST(issue22_item10_a_cluster_release_while_the_locks_master_fails_over_waits_for_the_new_master) {
+/* Issue 22 item 10 (first review, base 8894107). */
+REVIEW_TEST(issue22_item10_a_cluster_release_while_the_locks_master_fails_over_waits_for_the_new_master) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
   long f = th_time_factor();
   dlock_client_options o;
@@ -191,7 +194,8 @@ static void fail_over(const char *key) {
  * later. The floor used to be the clock at that first guard check, so the
  * token was refused as "issued before the master changed"; it is now the
  * clock at the first fence issued in that slot by the new master. */
-TEST(the_guard_admits_a_token_issued_on_the_slots_new_master_before_its_first_check) {
+/* Sentinel/Cluster review (open_sp_adversarial.c), the guard across a failover per slot. */
+REVIEW_TEST(the_guard_admits_a_token_issued_on_the_slots_new_master_before_its_first_check) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
   dlock_client *c = test_client(fc.url);
   const char *gkey = "{spadv2}:guard";
@@ -229,7 +233,8 @@ TEST(the_guard_admits_a_token_issued_on_the_slots_new_master_before_its_first_ch
  * taken at that later check: the promotion's time is not known); the token
  * of the old master is refused too (never a stale admission); a token
  * acquired again is admitted. */
-TEST(the_guard_refuses_once_a_token_of_a_lock_in_another_slot_issued_before_its_slots_first_check) {
+/* Sentinel/Cluster review (open_sp_adversarial.c), the guard across a failover per slot. */
+REVIEW_TEST(the_guard_refuses_once_a_token_of_a_lock_in_another_slot_issued_before_its_slots_first_check) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 1), 0);
   dlock_client *c = test_client(fc.url);
   const char *gkey = "{spx-res}:guard";
@@ -273,13 +278,14 @@ TEST(the_guard_refuses_once_a_token_of_a_lock_in_another_slot_issued_before_its_
 }
 
 /* Issue 22 finding 3 (second review, moved here once fixed): finding 1 of
- * review_sentinel.c per slot. A 3-master cluster without replicas; fa then
+ * test_sentinel_failover.c per slot. A 3-master cluster without replicas; fa then
  * fb > fa admitted for a resource named like its lock; the slot's master is
  * SIGKILLed and restarted empty (nodes.conf kept) in fa's second; the stale
  * holder checks fa early in a later second. The slot's floor used to be
  * floor(start) + the check's fraction of a second, below fa (admitted); it
  * is now the end of the start's second. Up to 5 tries (30 s at most). */
-TEST(the_guard_refuses_a_token_of_the_same_second_after_a_slot_master_restarts_without_data) {
+/* Issue 22, second review, finding 3. */
+REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_slot_master_restarts_without_data) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 0), 0);
   dlock_client *c = NULL, *c2 = NULL;
   dlock_mutex *a = NULL, *b = NULL;
@@ -392,7 +398,8 @@ static int kill_master_for_good(int dead, int b, int x) {
  * marked failed. dlock_client_new() with the two live masters as seeds used
  * to fail with DLOCK_ECONNECT naming the dead master (its PING was routed to
  * slot 0); it now goes to a node that gave the map. */
-TEST(a_client_starts_while_the_master_of_slot_0_is_down) {
+/* Issue 22, second review, finding 5. */
+REVIEW_TEST(a_client_starts_while_the_master_of_slot_0_is_down) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 0), 0);
   int z = slot0_owner(&fc);
   if (z < 0) { th_cluster_stop(&fc); TEST_FAIL("no slot-0 owner found"); }
@@ -419,7 +426,8 @@ TEST(a_client_starts_while_the_master_of_slot_0_is_down) {
  * issued before the loss may be admitted there (docs/topologies.md, "The
  * fence guarantee": not covered); what is promised: once a token issued
  * after the move is admitted, every earlier one is refused. */
-TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shuts_out_old_tokens) {
+/* Issue 22, second review, finding 4. */
+REVIEW_TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shuts_out_old_tokens) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 0), 0);
   char out[16384], slot[32] = "", bid[64] = "", namebuf[64], fail[512] = "";
   const char *name = NULL;
@@ -490,7 +498,7 @@ TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shuts_out_o
 }
 
 /* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 1 on a
- * cluster, fixed as under Sentinel (review_sentinel.c). */
+ * cluster, fixed as under Sentinel (test_sentinel_failover.c). */
 /* ==== Finding 1, on a cluster ====
  *
  * The same promise per slot (docs/topologies.md, Redis Cluster: "after a
@@ -510,7 +518,8 @@ static int epoch_key_of_slot(const th_redis *r, int slot, char *key, size_t len)
   return -1;
 }
 
-TEST(cluster_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 1. */
+REVIEW_TEST(cluster_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
   th_cluster rc3;
   memset(&rc3, 0, sizeof rc3);
   if (th_cluster_start(&rc3, 3, 1) != 0) TEST_SKIP("could not start a cluster of 3 masters with a replica each");
@@ -617,7 +626,8 @@ static int cluster_id(const th_redis *r, char *id, size_t len) {
   return th_redis_cli(r, id, len, "CLUSTER MYID") == 0 && id[0] ? 0 : -1;
 }
 
-TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder_once) {
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 3 (a documented limit). */
+REVIEW_TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder_once) {
   th_cluster rc3;
   memset(&rc3, 0, sizeof rc3);
   if (th_cluster_start(&rc3, 3, 0) != 0) TEST_SKIP("could not start a 3-master cluster");

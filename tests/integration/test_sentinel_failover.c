@@ -1,11 +1,11 @@
 /*
- * review_sentinel.c - issue 22, items 5 and 6: what the guard and a holder
+ * test_sentinel_failover.c - issue 22, items 5 and 6: what the guard and a holder
  * are told across a Sentinel failover. One test per finding, each FAILED on
  * the code as reviewed (base 8894107). Real servers (harness_sentinel.h: a
  * master, a replica, three sentinels), real faults (SIGSTOP, SIGKILL, a
  * failover), public API only. The last four: the guard's floor across a
  * change of master (the open findings of the next review, fixed). Registered
- * as ctest "review/review_sentinel",
+ * as ctest "review/test_sentinel_failover" (REVIEW_TEST, test.h),
  * labels "review;deployment" (a failover's timing: not under valgrind).
  */
 #include <inttypes.h>
@@ -19,7 +19,7 @@
 #include "dlock.h"
 #include "harness_sentinel.h"
 #include "test.h"
-#include "review_twice.h"
+#include "guard_history.h"
 
 static th_sentinel_set set; /* the tests that do not fail over */
 static th_sentinel_set fo;  /* started by each failover test */
@@ -35,28 +35,17 @@ void test_teardown(void) {
 
 static dlock_client *client_of(const char *url) { return test_client(url); }
 
-/* Freeze the replica's intake so that the next writes on the master cannot
- * reach it: stop it and fill the replication link with a value larger than
- * the socket buffers (as test_sentinel.c). The replica is left stopped. */
+/* th_sentinel_block_replication(), or the test fails. The replica is left stopped. */
 static void block_replication(th_sentinel_set *s) {
-  char path[600], cmd[1400];
-  snprintf(path, sizeof path, "%s/big", s->master.dir);
-  FILE *f = fopen(path, "w");
-  if (!f) TEST_FAIL("cannot write %s", path);
-  static char chunk[1 << 16];
-  memset(chunk, 'x', sizeof chunk);
-  for (int i = 0; i < 512; i++) fwrite(chunk, 1, sizeof chunk, f); /* 32 MiB */
-  fclose(f);
-  kill(s->replica.pid, SIGSTOP);
-  snprintf(cmd, sizeof cmd, "redis-cli -p %d -x SET big < '%s' > /dev/null", s->master.port, path);
-  if (system(cmd) != 0) TEST_FAIL("SET big failed");
+  if (th_sentinel_block_replication(s) != 0) TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
 }
 
 /* Issue 22 item 5 (with WAIT): a guard admission is a write like an acquire.
  * With wait_replicas=1 the guard did not WAIT: with the only replica stopped
  * it answered "admitted" for a write no replica had, which a failover then
  * forgets. It must fail closed with DLOCK_EREPLICAS, as the acquire does. */
-TEST(issue22_item5_the_guard_with_wait_replicas_refuses_an_admission_no_replica_acknowledged) {
+/* Issue 22 item 5 (first review, base 8894107). */
+REVIEW_TEST(issue22_item5_the_guard_with_wait_replicas_refuses_an_admission_no_replica_acknowledged) {
   char url[700];
   snprintf(url, sizeof url, "%s?wait_replicas=1&wait_timeout=300", set.url);
   dlock_client *c = client_of(url);
@@ -79,7 +68,8 @@ TEST(issue22_item5_the_guard_with_wait_replicas_refuses_an_admission_no_replica_
  * promoted with the guard at T1 < T2. The holder of T1 (whose writes T2's
  * admission had fenced off) was admitted again. After a change of master
  * the guard must not admit a token issued before the failover. */
-TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lower_token_in) {
+/* Issue 22 item 5 (first review, base 8894107). */
+REVIEW_TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lower_token_in) {
   if (th_sentinel_set_start(&fo, "rvguard") != 0) TEST_FAIL("sentinel set");
   dlock_client *c = client_of(fo.url);
   dlock_mutex *m = test_mutex(c, "rv:g:lock", 60000);
@@ -131,7 +121,8 @@ TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lower_tok
 /* Issue 22 item 5: the guard tells a change of master by the server's
  * run id (INFO, in @dangerous). A user without INFO is refused
  * with DLOCK_ENOPERM and told what to grant, never admitted blindly. */
-TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_grant) {
+/* Issue 22 item 5 (first review, base 8894107). */
+REVIEW_TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_grant) {
   char out[256], url[800];
   th_redis_cli(&set.master, out, sizeof out,
                "ACL SETUSER rvnoinfo on '>rvpw' '~*' '&*' +@all -@dangerous +role");
@@ -161,7 +152,8 @@ TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_g
  * "another owner holds it now (our lease had expired)" with no loss
  * reason: its lease had not expired, a failover took the hold. The table in
  * docs/topologies.md promises DLOCK_LOST_FAILOVER. */
-TEST(issue22_item6_a_hold_lost_to_a_frozen_masters_failover_is_reported_as_failover_at_release) {
+/* Issue 22 item 6 (first review, base 8894107). */
+REVIEW_TEST(issue22_item6_a_hold_lost_to_a_frozen_masters_failover_is_reported_as_failover_at_release) {
   if (th_sentinel_set_start(&fo, "rvfrozen") != 0) TEST_FAIL("sentinel set");
   long f = th_time_factor();
   dlock_client *a = client_of(fo.url);
@@ -287,7 +279,8 @@ static void replica_cut(th_sentinel_set *s) {
  * is admitted: the floor was taken by the acquire that issued it (it used to
  * be the clock at that first check, which refused the token as "issued
  * before the Redis master changed"). */
-TEST(the_guard_admits_a_token_issued_on_the_new_master_before_its_first_check) {
+/* Sentinel/Cluster review (open_sp_adversarial.c), the guard across a change of master. */
+REVIEW_TEST(the_guard_admits_a_token_issued_on_the_new_master_before_its_first_check) {
   fo_start("spadv1");
   dlock_client *c = client_of(fo.url);
   dlock_mutex *m = NULL;
@@ -316,7 +309,8 @@ TEST(the_guard_admits_a_token_issued_on_the_new_master_before_its_first_check) {
  * record was lost with the data. It used to start again at 0 and admit A's
  * stale token, lower than the one B was admitted with; a missing record now
  * means the floor is taken again. */
-TEST(the_guard_refuses_an_old_token_after_the_master_restarted_empty) {
+/* Sentinel/Cluster review (open_sp_adversarial.c), the guard across a change of master. */
+REVIEW_TEST(the_guard_refuses_an_old_token_after_the_master_restarted_empty) {
   fo_start("spadv3");
   char out[256];
   for (int i = 0; i < TH_SENTINELS; i++)
@@ -342,7 +336,8 @@ TEST(the_guard_refuses_an_old_token_after_the_master_restarted_empty) {
  * its first check on the new master used to start a record at floor 0 and
  * admit a token issued on the old master. The holders are told
  * (DLOCK_LOST_FAILOVER) and fences rise; the guard must refuse the old token. */
-TEST(the_guard_first_used_after_a_failover_refuses_a_token_issued_before_it) {
+/* Sentinel/Cluster review (open_sp_adversarial.c), the guard across a change of master. */
+REVIEW_TEST(the_guard_first_used_after_a_failover_refuses_a_token_issued_before_it) {
   fo_start("spadv5");
   dlock_client *ch = client_of(fo.url), *cb = client_of(fo.url);
   dlock_mutex_options mo;
@@ -392,7 +387,8 @@ TEST(the_guard_first_used_after_a_failover_refuses_a_token_issued_before_it) {
  * replica: the guard key and the floor's record are lost together. On the
  * promoted replica the guard used to start at floor 0 and admit A's token,
  * issued on the old master and lower than the one B was admitted with. */
-TEST(the_guard_refuses_an_old_token_when_its_first_admission_was_lost_in_a_failover) {
+/* Sentinel/Cluster review (open_sp_adversarial.c), the guard across a change of master. */
+REVIEW_TEST(the_guard_refuses_an_old_token_when_its_first_admission_was_lost_in_a_failover) {
   fo_start("spadv4");
   dlock_client *c = client_of(fo.url);
   dlock_mutex *a = NULL, *b = NULL;
@@ -421,7 +417,8 @@ TEST(the_guard_refuses_an_old_token_when_its_first_admission_was_lost_in_a_failo
  * a second before the real start, below fa, and fa was admitted; the floor is
  * now the end of the start's second. The restart must land in fa's second:
  * tried up to 6 times (30 s at most), skipped if it never does. */
-TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without_data) {
+/* Issue 22, second review, finding 1. */
+REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without_data) {
   fo_start("revsp2a");
   dlock_client *c = NULL, *c2 = NULL;
   dlock_mutex *a = NULL, *b = NULL;
@@ -533,7 +530,8 @@ TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without_data) 
  * passes the guard after a newer one wrote. A fresh promotion (floor = now)
  * would have refused it.
  */
-TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 1. */
+REVIEW_TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_time) {
   th_sentinel_set s;
   memset(&s, 0, sizeof s);
   if (th_sentinel_set_start(&s, "rev3") != 0) TEST_SKIP("could not start the Sentinel set");

@@ -1,9 +1,10 @@
 /*
- * review_redlock_restart.c - the fifth review of Redlock's restart rule
+ * test_redlock_clock.c - the fifth review of Redlock's restart rule
  * (formerly open_redlock_review5.c, branch rev5; fixed on branch rl6):
  * each rev5_rl_* test FAILED on the code it was written against. Registered
- * as ctest "review/review_redlock_restart" (labels "review;redlock"), apart
- * from review_redlock.c, which runs for two minutes already.
+ * as ctest "review/test_redlock_clock" (labels "review;redlock"; REVIEW_TEST,
+ * test.h), apart from test_redlock_faults.c, which runs for two minutes
+ * already.
  *
  * Two of the five redis-servers run with a clock shim (their wall clock,
  * which TIME answers, offset by a file's value; their monotonic clock
@@ -20,9 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../harness.h"
-#include "../test.h"
-#include "review5_history.h"
+#include "harness.h"
+#include "hold_history.h"
+#include "test.h"
 
 #define N 5
 
@@ -300,7 +301,8 @@ static long long newcomer_then_stop(dlock_client *h, dlock_mutex *hm, uint64_t h
  * node's clock with a 'since' that node wrote: a backward step gives a
  * negative age, which is no racing look.
  */
-TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
+/* Fifth review of Redlock (branch rev5), finding 1. */
+REVIEW_TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
   const char *name = "rev5-rl-step";
   dlock_client *h = NULL;
@@ -351,7 +353,8 @@ TEST(rev5_rl_1_a_node_clock_stepped_back_makes_a_deployment_in_use_look_new) {
  * between; the window should be bounded by the leases in use (the record
  * on the markers), not by one client's option, or the docs should say so.
  */
-TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_racing_first_look) {
+/* Fifth review of Redlock (branch rev5), finding 2. */
+REVIEW_TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_racing_first_look) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
   const char *name = "rev5-rl-timeout";
   dlock_client *h = NULL;
@@ -376,7 +379,8 @@ TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_markers_as_a_
  * (rl_marker.lua 'p': 'renewed'), so the deployment does not look new
  * whatever their clocks read, and C is refused.
  */
-TEST(rev5_rl_1b_a_clock_stepped_back_by_all_but_a_second_of_the_markers_age_is_no_racing_look) {
+/* Fifth review of Redlock (branch rev5), finding 1b. */
+REVIEW_TEST(rev5_rl_1b_a_clock_stepped_back_by_all_but_a_second_of_the_markers_age_is_no_racing_look) {
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
   const char *name = "rev5-rl-step-small";
   dlock_client *h = NULL;
@@ -399,20 +403,14 @@ TEST(rev5_rl_1b_a_clock_stepped_back_by_all_but_a_second_of_the_markers_age_is_n
 
 /* ---- The history check (held: run with REV5_HISTORY=1) ---- */
 
-static char hist_path[200];
-static long long hist_until;
-
-typedef struct worker_arg { int id; } worker_arg;
-
 static int worker(void *arg) {
-  int id = ((worker_arg *)arg)->id;
-  srand((unsigned)(getpid() * 7919 + id));
+  int id;
+  int fd = h5_worker_open(arg, &id);
+  if (fd < 0) return 2;
   char url[1024];
   th_redlock_url(nodes, N, url, sizeof url);
-  int fd = open(hist_path, O_WRONLY | O_APPEND);
-  if (fd < 0) return 2;
   int holds = 0;
-  for (int round = 0; round < 2000 && th_now_ms() < hist_until; round++) {
+  for (int round = 0; round < 2000 && th_now_ms() < h5_until; round++) {
     dlock_client_options o;
     dlock_client_options_init(&o);
     o.url = url;
@@ -441,23 +439,17 @@ static int worker(void *arg) {
  * overlap while both are within their validity; fences of holds that do not
  * overlap rise strictly.
  */
-TEST(rev5_rl_held_history_under_flush_restart_and_freeze) {
+/* Fifth review of Redlock (branch rev5): an attack that held (REV5_HISTORY=1). */
+REVIEW_TEST(rev5_rl_held_history_under_flush_restart_and_freeze) {
   if (!getenv("REV5_HISTORY")) TEST_SKIP("the history check runs with REV5_HISTORY=1 (it held)");
   if (start_all() != 0) TEST_FAIL("could not start %d redis-servers", N);
+  char hist_path[200];
   snprintf(hist_path, sizeof hist_path, "%s/history", shim_dir);
-  int fd = open(hist_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) TEST_FAIL("cannot create %s", hist_path);
-  close(fd);
-  hist_until = th_now_ms() + 35000;
   pid_t kids[4];
-  worker_arg wa[4];
-  for (int i = 0; i < 4; i++) {
-    wa[i].id = i;
-    kids[i] = th_spawn(worker, &wa[i]);
-  }
+  if (h5_run_start(hist_path, 35000, worker, 4, kids) != 0) TEST_FAIL("cannot create %s", hist_path);
   srand((unsigned)getpid());
   int faults[4] = {0, 0, 0, 0};
-  for (int step = 0; step < 200 && th_now_ms() < hist_until - 1000; step++) {
+  for (int step = 0; step < 200 && th_now_ms() < h5_until - 1000; step++) {
     th_sleep_ms(400 + rand() % 500);
     int i = 1 + rand() % (N - 1), what = rand() % 4;
     char out[64];

@@ -1,8 +1,8 @@
 /*
- * review_zk_adversarial.c - adversarial review of the ZooKeeper backend
+ * test_zk_attacks.c - adversarial review of the ZooKeeper backend
  * (branch revzk): attacks on the promises of docs/zookeeper.md with real
  * servers and a raw, unauthenticated libzookeeper client. Registered as
- * ctest "review/review_zk_adversarial" (labels "review" and "zk").
+ * ctest "review/test_zk_attacks" (labels "review" and "zk").
  *
  * FINDING 1 (ACLs, "Parents left open"): dlock__zk_close_path() decides a
  * parent is open only from its world:anyone entry (world_beyond_read() in
@@ -187,12 +187,14 @@ out_refused:
   zookeeper_close(raw);
 }
 
-TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_delete_a_holders_node) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 1. */
+REVIEW_TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_delete_a_holders_node) {
   NEED_SERVER();
   attack_mutex("/adv1", 1);
 }
 
-TEST(review_adv_acl_ip_loopback_entry_lets_an_unauthenticated_client_delete_a_holders_node) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 1. */
+REVIEW_TEST(review_adv_acl_ip_loopback_entry_lets_an_unauthenticated_client_delete_a_holders_node) {
   NEED_SERVER();
   attack_mutex("/adv2", 0);
 }
@@ -200,7 +202,8 @@ TEST(review_adv_acl_ip_loopback_entry_lets_an_unauthenticated_client_delete_a_ho
 /* The guard: _dlock_guard made first by the attacker with ip:0.0.0.0/0:cdrwa.
  * dlock trusts it; the attacker lowers the guard and a stale token is
  * admitted. */
-TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_lower_a_guard) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 1. */
+REVIEW_TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_lower_a_guard) {
   NEED_SERVER();
   zhandle_t *raw = raw_connect();
   ASSERT_EQ(zoo_create(raw, "/adv3", NULL, -1, ip_open_acl(1), ZOO_PERSISTENT, NULL, 0), ZOK);
@@ -428,13 +431,15 @@ static int long_tests(void) {
   return lt && !strcmp(lt, "1");
 }
 
-TEST(review_adv_partition_follower_cut_at_the_minimum_session_of_two_ticks) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 2 candidates: held. */
+REVIEW_TEST(review_adv_partition_follower_cut_at_the_minimum_session_of_two_ticks) {
   /* One trial by default (an ensemble each: 10-50 s on a busy machine),
    * the reviewer's 4 with DLOCK_LONG_TESTS=1. */
   partition_trials(0, long_tests() ? 4 : 1, 1000, 10, 2000);
 }
 
-TEST(review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_to_it) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 2 candidates: held. */
+REVIEW_TEST(review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_to_it) {
   /* Elections after the cut can drag for minutes: too long for CI. */
   if (!long_tests())
     TEST_SKIP("takes several minutes (elections after the leader is cut off); set DLOCK_LONG_TESTS=1 to run it");
@@ -459,7 +464,8 @@ TEST(review_adv_partition_leader_that_loses_its_quorum_while_the_holder_talks_to
  * as reviewed. (A lower stored value is safe: the conditional setData goes
  * through the leader and fails on the version.)
  */
-TEST(review_adv_guard_admits_a_stale_token_read_from_a_lagging_follower) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 3. */
+REVIEW_TEST(review_adv_guard_admits_a_stale_token_read_from_a_lagging_follower) {
   char why[256];
   if (!th_zk_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_zk_ensemble e;
@@ -585,7 +591,8 @@ static int cmp_hrec(const void *x, const void *y) {
   return p->a < q->a ? -1 : p->a > q->a;
 }
 
-TEST(review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_has_no_overlap) {
+/* Adversarial review of ZooKeeper (branch revzk): an attack that held. */
+REVIEW_TEST(review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_has_no_overlap) {
   char why[256];
   if (!th_zk_available(why, sizeof why)) TEST_SKIP("%s", why);
   th_zk_ensemble e;
@@ -663,7 +670,8 @@ TEST(review_adv_history_of_four_processes_under_sigstop_and_a_killed_leader_has_
  * queue: every acquire of the lock waits behind a node no session owns,
  * which the docs' "nor create a node in a lock path (no queue jumping)"
  * rules out. FAILS today (the acquire answers DLOCK_EBUSY). */
-TEST(review_adv_acl_open_namespace_lets_an_unauthenticated_client_jam_a_closed_lock_path) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 4. */
+REVIEW_TEST(review_adv_acl_open_namespace_lets_an_unauthenticated_client_jam_a_closed_lock_path) {
   NEED_SERVER();
   zhandle_t *raw = raw_connect();
   ASSERT_EQ(zoo_create(raw, "/adv5", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0), ZOK);
@@ -702,7 +710,8 @@ TEST(review_adv_acl_open_namespace_lets_an_unauthenticated_client_jam_a_closed_l
  * credentials, with a second waiter-like planted node) is no holder: a
  * try-acquire (wait 0) with the digest closes the path, deletes what no
  * session owns, and gets the lock at once. */
-TEST(review_adv_acl_planted_persistent_nodes_are_removed_on_a_try_acquire) {
+/* Adversarial review of ZooKeeper (branch revzk), finding 4, the fix (zkfix2). */
+REVIEW_TEST(review_adv_acl_planted_persistent_nodes_are_removed_on_a_try_acquire) {
   NEED_SERVER();
   zhandle_t *raw = raw_connect();
   ASSERT_EQ(zoo_create(raw, "/adv6", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0), ZOK);
@@ -729,6 +738,285 @@ TEST(review_adv_acl_planted_persistent_nodes_are_removed_on_a_try_acquire) {
   dlock__zk_free(z);
   if (rc != 0) TEST_FAIL("a try-acquire behind planted persistent nodes answered %d (%s)", rc, err);
   ASSERT_EQ(zrc, ZNOAUTH);
+}
+
+/* ---- Issue 22 item 2 (branch zkacl): "ZooKeeper ACLs are not applied to
+ * dlock's nodes". Every node was created with an open ACL (world:anyone
+ * cdrwa), even with ?digest=: a client with no credentials could lower a
+ * guard (a stale token was then admitted), delete a holder's lock node (the
+ * holder was not told) or create a child that sorts ahead in a lock's
+ * queue. Each test FAILED on the code as reviewed (the raw client's delete,
+ * setData or create succeeded). ---- */
+
+/* The rights world:anyone has on 'path' (ZOO_PERM_*), or -1 with zrc. */
+static int world_perms(zhandle_t *zh, const char *path, int *zrc) {
+  struct ACL_vector acl;
+  struct Stat st;
+  *zrc = zoo_get_acl(zh, path, &acl, &st);
+  if (*zrc != ZOK) return -1;
+  int perms = 0;
+  for (int i = 0; i < acl.count; i++)
+    if (!strcmp(acl.data[i].id.scheme, "world") && !strcmp(acl.data[i].id.id, "anyone")) perms |= acl.data[i].perms;
+  deallocate_ACL_vector(&acl);
+  return perms;
+}
+
+/* The attacks on one node: delete it, write it, create a child of it (for a
+ * lock path: a node that sorts ahead of every other), take its ACL. Each
+ * must be refused: ZNOAUTH (ZNOTEMPTY would do for a delete, but the parent's
+ * ACL is checked first). */
+static void expect_closed(zhandle_t *zh, const char *path) {
+  int zrc = zoo_set(zh, path, "1", 1, -1);
+  if (zrc != ZNOAUTH) TEST_FAIL("an unauthenticated setData on %s answered %s, not ZNOAUTH", path, zerror(zrc));
+  char child[1200];
+  snprintf(child, sizeof child, "%s/_c_00000000-0000-4000-8000-000000000000-lock-0000000000", path);
+  zrc = zoo_create(zh, child, "x", 1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+  if (zrc != ZNOAUTH && zrc != ZNOCHILDRENFOREPHEMERALS)
+    TEST_FAIL("an unauthenticated create of %s answered %s, not ZNOAUTH", child, zerror(zrc));
+  zrc = zoo_delete(zh, path, -1);
+  if (zrc == ZOK) TEST_FAIL("an unauthenticated client deleted %s", path);
+  zrc = zoo_set_acl(zh, path, -1, &ZOO_OPEN_ACL_UNSAFE);
+  if (zrc != ZNOAUTH) TEST_FAIL("an unauthenticated setAcl on %s answered %s, not ZNOAUTH", path, zerror(zrc));
+  int perms = world_perms(zh, path, &zrc);
+  if (perms < 0) TEST_FAIL("getAcl %s: %s", path, zerror(zrc));
+  if (perms & ~ZOO_PERM_READ)
+    TEST_FAIL("%s grants world:anyone more than read (perms 0x%x)", path, (unsigned)perms);
+}
+
+/* expect_closed() on 'path' and every node below it; how many. */
+static int expect_tree_closed(zhandle_t *zh, const char *path, int depth) {
+  if (depth > 12) return 0;
+  expect_closed(zh, path);
+  struct String_vector v;
+  int zrc = zoo_get_children(zh, path, 0, &v);
+  if (zrc != ZOK) TEST_FAIL("list %s: %s", path, zerror(zrc));
+  int n = 1;
+  for (int i = 0; i < v.count; i++) {
+    char child[1200];
+    snprintf(child, sizeof child, "%s/%s", path, v.data[i]);
+    n += expect_tree_closed(zh, child, depth + 1);
+  }
+  deallocate_String_vector(&v);
+  return n;
+}
+
+
+/* ---- A mutex: its holder's node, its lock path, its queue ---- */
+
+/* Issue 22 item 2 (branch zkacl): ZooKeeper ACLs on dlock's nodes. */
+REVIEW_TEST(review_with_a_digest_an_unauthenticated_client_can_neither_delete_nor_write_nor_jump_a_mutex) {
+  NEED_SERVER();
+  dlock__zk *z1 = zk_connect(url_of("/acl1", DIGEST));
+  dlock__zk *z2 = zk_connect(url_of("/acl1", DIGEST));
+  zhandle_t *raw = raw_connect();
+  dlock__zk_hold h1, h2;
+  ASSERT_OK(dlock__zk_acquire(z1, "orders/eu", "alice-1", 0, NULL, &h1));
+
+  /* The holder's node, the lock path and the namespace above it. */
+  expect_closed(raw, h1.node_path);
+  expect_closed(raw, "/acl1/orders/eu");
+  expect_closed(raw, "/acl1/orders");
+  expect_closed(raw, "/acl1");
+  /* Nor a sequential node, which would queue (or, named so, sort first). */
+  char node[600];
+  int zrc = zoo_create(raw, "/acl1/orders/eu/_c_00000000-0000-4000-8000-000000000000-lock-", "x", 1,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, node, (int)sizeof node);
+  ASSERT_EQ(zrc, ZNOAUTH);
+
+  /* The holder keeps its lock, and nothing jumped the queue. */
+  ASSERT_EQ(dlock__zk_is_held(z1, &h1), 1);
+  dlock__zk_info info;
+  ASSERT_OK(dlock__zk_info_get(z1, "orders/eu", &info));
+  ASSERT_EQ(info.held, 1);
+  ASSERT_EQ(info.waiters, 0);
+  ASSERT_STR_EQ(info.holder, strrchr(h1.node_path, '/') + 1);
+
+  /* A second client with the same digest is the same identity: excluded
+   * while z1 holds, and it gets the lock once z1 releases. */
+  ASSERT_STATUS(dlock__zk_acquire(z2, "orders/eu", "alice-2", 0, NULL, &h2), DLOCK_EBUSY);
+  uint64_t fence1 = h1.fence;
+  ASSERT_OK(dlock__zk_release(z1, &h1));
+  dlock__zk_hold_clear(&h1);
+  ASSERT_OK(dlock__zk_acquire(z2, "orders/eu", "alice-2", 0, NULL, &h2));
+  ASSERT(h2.fence > fence1);
+  ASSERT_STATUS(dlock__zk_acquire(z1, "orders/eu", "alice-1", 0, NULL, &h1), DLOCK_EBUSY);
+  expect_closed(raw, h2.node_path);
+  /* The same identity may force-release (the operator's tool). */
+  ASSERT_EQ(dlock__zk_force_release(z1, "orders/eu"), 1);
+  ASSERT_EQ(dlock__zk_is_held(z2, &h2), 0);
+  dlock__zk_hold_clear(&h2);
+  ASSERT_OK(dlock__zk_acquire(z1, "orders/eu", "alice-1", 0, NULL, &h1));
+
+  /* A dlock client without credentials may read (status) but not queue:
+   * a clear error naming the path and what to give. */
+  dlock__zk *anon = zk_connect(url_of("/acl1", NULL));
+  ASSERT_OK(dlock__zk_info_get(anon, "orders/eu", &info));
+  ASSERT_EQ(info.held, 1);
+  dlock__zk_hold h3;
+  ASSERT_STATUS(dlock__zk_acquire(anon, "orders/eu", NULL, 0, NULL, &h3), DLOCK_EAUTH);
+  ASSERT_CONTAINS(dlock_last_error(), "/acl1/orders/eu");
+  ASSERT_CONTAINS(dlock_last_error(), "digest");
+  ASSERT_STATUS(dlock__zk_force_release(anon, "orders/eu"), DLOCK_EAUTH);
+  ASSERT_EQ(dlock__zk_is_held(z1, &h1), 1);
+  /* A digest that is not alice's is another identity: refused too. */
+  dlock__zk *bob = zk_connect(url_of("/acl1", "digest=bob:other"));
+  ASSERT_STATUS(dlock__zk_acquire(bob, "orders/eu", NULL, 0, NULL, &h3), DLOCK_EAUTH);
+  ASSERT_STATUS(dlock__zk_force_release(bob, "orders/eu"), DLOCK_EAUTH);
+  ASSERT_EQ(dlock__zk_is_held(z1, &h1), 1);
+  ASSERT_OK(dlock__zk_release(z1, &h1));
+
+  dlock__zk_hold_clear(&h1);
+  dlock__zk_hold_clear(&h2);
+  dlock__zk_free(bob);
+  dlock__zk_free(anon);
+  zookeeper_close(raw);
+  dlock__zk_free(z2);
+  dlock__zk_free(z1);
+}
+
+/* ---- The guard: no lowering by setData, nor by delete and create ---- */
+
+/* Issue 22 item 2 (branch zkacl): ZooKeeper ACLs on dlock's nodes. */
+REVIEW_TEST(review_with_a_digest_an_unauthenticated_client_cannot_lower_a_guard) {
+  NEED_SERVER();
+  dlock__zk *z = zk_connect(url_of("/acl2", DIGEST));
+  zhandle_t *raw = raw_connect();
+  ASSERT_OK(dlock__zk_guard_check(z, "ledger", 100, NULL));
+  expect_closed(raw, "/acl2/_dlock_guard/ledger");
+  expect_closed(raw, "/acl2/_dlock_guard");
+  /* Nor a guard of its own making for a resource not checked yet. */
+  ASSERT_EQ(zoo_create(raw, "/acl2/_dlock_guard/payments", "1", 1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0),
+            ZNOAUTH);
+  /* Still 100: a stale token is refused, the current one admitted. */
+  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 50, NULL), DLOCK_ESTALE);
+  ASSERT_OK(dlock__zk_guard_check(z, "ledger", 100, NULL));
+  char buf[32];
+  int len = (int)sizeof buf - 1;
+  ASSERT_EQ(zoo_get(raw, "/acl2/_dlock_guard/ledger", 0, buf, &len, NULL), ZOK); /* world may read */
+  buf[len > 0 ? len : 0] = '\0';
+  ASSERT_STR_EQ(buf, "100");
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+}
+
+/* ---- Every other node: read-write lock, semaphore, scheduler ---- */
+
+/* Issue 22 item 2 (branch zkacl): ZooKeeper ACLs on dlock's nodes. */
+REVIEW_TEST(review_with_a_digest_every_node_dlock_creates_is_closed_to_unauthenticated_clients) {
+  NEED_SERVER();
+  dlock__zk *z = zk_connect(url_of("/acl3", DIGEST));
+  zhandle_t *raw = raw_connect();
+  dlock__zk_hold rd, sem, job;
+  ASSERT_OK(dlock__zk_acquire_side(z, "rw", DLOCK__ZK_READ, "reader", 0, NULL, &rd));
+  ASSERT_OK(dlock__zk_sem_acquire(z, "pool", 2, "permit", 0, NULL, &sem));
+  uint64_t fence = 0;
+  char by[128];
+  int64_t tick = 1700000000000;
+  ASSERT_EQ(dlock__zk_sched_claim(z, "nightly", tick, "run-1", "host-a", 0, 16, &fence, by, sizeof by), 1);
+  ASSERT_OK(dlock__zk_job_lock_try(z, "nightly", "host-a", &job));
+  dlock_run_record rec;
+  dlock_run_record_init(&rec);
+  snprintf(rec.node, sizeof rec.node, "host-a");
+  snprintf(rec.outcome, sizeof rec.outcome, "ok");
+  rec.fence = fence;
+  rec.scheduled_unix_ms = tick;
+  ASSERT_OK(dlock__zk_sched_finish(z, "nightly", &rec, 16));
+  ASSERT_OK(dlock__zk_guard_check(z, "r", 7, NULL));
+
+  /* /acl3, rw + its reader, pool + locks (empty once the permit is taken)
+   * + leases + a lease, _dlock_sched + nightly + ticks + a tick + history +
+   * a record + run + its node, _dlock_guard + r: 17 nodes, each closed. */
+  int n = expect_tree_closed(raw, "/acl3", 0);
+  if (n < 17) TEST_FAIL("only %d nodes under /acl3", n);
+  /* The scheduler's tick stays claimed (no second claim of it). */
+  ASSERT_EQ(dlock__zk_sched_claim(z, "nightly", tick, "run-2", "host-b", 0, 16, &fence, by, sizeof by), 0);
+  ASSERT_EQ(dlock__zk_is_held(z, &rd), 1);
+  ASSERT_EQ(dlock__zk_is_held(z, &sem), 1);
+  ASSERT_EQ(dlock__zk_is_held(z, &job), 1);
+  ASSERT_OK(dlock__zk_release(z, &rd));
+  ASSERT_OK(dlock__zk_release(z, &sem));
+  ASSERT_OK(dlock__zk_release(z, &job));
+  dlock__zk_hold_clear(&rd);
+  dlock__zk_hold_clear(&sem);
+  dlock__zk_hold_clear(&job);
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+}
+
+/* ---- Paths left open by a dlock without credentials ----
+ *
+ * A lock path and a guard created by an earlier client without a digest
+ * are open to everyone. A client with a digest that puts a node there
+ * closes them (it may: world:anyone has admin rights on them), so that its
+ * node cannot be deleted and the guard cannot be lowered. */
+
+/* Issue 22 item 2 (branch zkacl): ZooKeeper ACLs on dlock's nodes. */
+REVIEW_TEST(review_a_digest_client_closes_a_lock_path_and_a_guard_left_open_by_a_client_without_one) {
+  NEED_SERVER();
+  dlock__zk *anon = zk_connect(url_of("/acl4", NULL));
+  dlock__zk *z = zk_connect(url_of("/acl4", DIGEST));
+  zhandle_t *raw = raw_connect();
+  int zrc;
+  dlock__zk_hold ha, h;
+  /* The client without credentials holds: the lock path is open. */
+  ASSERT_OK(dlock__zk_acquire(anon, "legacy", "anon", 0, NULL, &ha));
+  ASSERT_EQ(world_perms(raw, "/acl4/legacy", &zrc), ZOO_PERM_ALL);
+  ASSERT_OK(dlock__zk_guard_check(anon, "g", 10, NULL));
+  ASSERT_EQ(world_perms(raw, "/acl4/_dlock_guard/g", &zrc), ZOO_PERM_ALL);
+
+  /* The digest client queues there (busy): that closes the path. */
+  ASSERT_STATUS(dlock__zk_acquire(z, "legacy", "alice", 0, NULL, &h), DLOCK_EBUSY);
+  ASSERT_EQ(world_perms(raw, "/acl4/legacy", &zrc), ZOO_PERM_READ);
+  /* The client without credentials can no longer delete its node: its
+   * release says why, and the node goes with its session. */
+  ASSERT_STATUS(dlock__zk_release(anon, &ha), DLOCK_EAUTH);
+  ASSERT_CONTAINS(dlock_last_error(), "digest");
+  dlock__zk_hold_clear(&ha);
+  dlock__zk_free(anon);
+  ASSERT_OK(dlock__zk_acquire(z, "legacy", "alice", 30000L * th_time_factor(), NULL, &h));
+  expect_closed(raw, h.node_path);
+  expect_closed(raw, "/acl4/legacy");
+  ASSERT_EQ(dlock__zk_is_held(z, &h), 1);
+
+  /* The guard: checked with a digest, then closed; 10 stays the floor. */
+  ASSERT_OK(dlock__zk_guard_check(z, "g", 20, NULL));
+  expect_closed(raw, "/acl4/_dlock_guard/g");
+  expect_closed(raw, "/acl4/_dlock_guard");
+  ASSERT_STATUS(dlock__zk_guard_check(z, "g", 15, NULL), DLOCK_ESTALE);
+  ASSERT_OK(dlock__zk_release(z, &h));
+  dlock__zk_hold_clear(&h);
+  zookeeper_close(raw);
+  dlock__zk_free(z);
+}
+
+/* An open path we may not close (world:anyone may create, delete and
+ * write, but not change the ACL): refused with DLOCK_EAUTH naming it and
+ * what to do, and our node is not left there; a guard is not trusted. */
+/* Issue 22 item 2 (branch zkacl): ZooKeeper ACLs on dlock's nodes. */
+REVIEW_TEST(review_a_digest_client_refuses_an_open_lock_path_it_may_not_close) {
+  NEED_SERVER();
+  zhandle_t *raw = raw_connect();
+  struct ACL open_no_admin[1];
+  open_no_admin[0].perms = ZOO_PERM_ALL & ~ZOO_PERM_ADMIN;
+  open_no_admin[0].id = ZOO_ANYONE_ID_UNSAFE;
+  struct ACL_vector acl = {1, open_no_admin};
+  ASSERT_EQ(zoo_create(raw, "/acl5", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_EQ(zoo_create(raw, "/acl5/stuck", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
+  dlock__zk *z = zk_connect(url_of("/acl5", DIGEST));
+  dlock__zk_hold h;
+  ASSERT_STATUS(dlock__zk_acquire(z, "stuck", NULL, 0, NULL, &h), DLOCK_EAUTH);
+  ASSERT_CONTAINS(dlock_last_error(), "/acl5/stuck");
+  ASSERT_CONTAINS(dlock_last_error(), "setAcl");
+  ASSERT(!strstr(dlock_last_error(), "s3cret"));
+  struct Stat st;
+  ASSERT_EQ(zoo_exists(raw, "/acl5/stuck", 0, &st), ZOK);
+  ASSERT_EQ(st.numChildren, 0);
+  /* The same for a guard whose parent is open that way. */
+  ASSERT_EQ(zoo_create(raw, "/acl5/_dlock_guard", NULL, -1, &acl, ZOO_PERSISTENT, NULL, 0), ZOK);
+  ASSERT_STATUS(dlock__zk_guard_check(z, "ledger", 5, NULL), DLOCK_EAUTH);
+  ASSERT_CONTAINS(dlock_last_error(), "/acl5/_dlock_guard");
+  zookeeper_close(raw);
+  dlock__zk_free(z);
 }
 
 TEST_MAIN()

@@ -1,12 +1,12 @@
 /*
- * review_pg_adv.c - issue 22 items 7, 8 and 9 (PostgreSQL): advisory mode
+ * test_pg_deployment.c - issue 22 items 7, 8 and 9 (PostgreSQL): advisory mode
  * through a transaction pooler under load, the fence after a failover to an
  * asynchronous standby, the doctor's replication and clock checks, and
  * advisory mode's hold connections kept in a pool, the doctor on quorum
  * standbys; and a step back of the database clock (which passed on the code
  * as it was: it guards the fence floor and the leases). One test per
  * finding, each FAILED on the code before its fix. Registered as ctest
- * "review/review_pg_adv" with the labels "review" and "pg". Real
+ * "review/test_pg_deployment" (REVIEW_TEST, test.h) with the labels "review" and "pg". Real
  * PostgreSQL (and PgBouncer, and a streaming standby) through
  * harness_pg.h, public API only (dlock.h).
  */
@@ -126,7 +126,8 @@ static void *adv_worker(void *arg) {
  * one name (a handle each) 8 times: never two holders at once. (The first
  * fix refused the pooler; a hold is now one transaction, which the pooler
  * keeps on one server session, so it is accepted and must hold.) */
-TEST(review_advisory_through_a_busy_transaction_pooler_never_admits_two_holders) {
+/* Issue 22 item 7 (first review). */
+REVIEW_TEST(review_advisory_through_a_busy_transaction_pooler_never_admits_two_holders) {
   NEED_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
@@ -194,7 +195,8 @@ TEST(review_advisory_through_a_busy_transaction_pooler_never_admits_two_holders)
  * server session the pooler lends to nobody. One client holds; 40 raw
  * clients through the pooler leave inside a transaction; a second client
  * must still find the lock busy, and the holder's release must be clean. */
-TEST(review_advisory_hold_survives_pooler_clients_leaving_inside_a_transaction) {
+/* Issue 22 item 7 (first review): the cause the fault matrix found. */
+REVIEW_TEST(review_advisory_hold_survives_pooler_clients_leaving_inside_a_transaction) {
   NEED_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
@@ -246,7 +248,8 @@ TEST(review_advisory_hold_survives_pooler_clients_leaving_inside_a_transaction) 
 
 /* Item 7, the other side: direct and through a session-mode pooler the
  * check passes (one server session per connection), on every acquire. */
-TEST(advisory_direct_and_through_a_session_pooler_is_accepted) {
+/* Issue 22 item 7 (first review): what the fix still accepts. */
+REVIEW_TEST(advisory_direct_and_through_a_session_pooler_is_accepted) {
   NEED_PG();
   char why[256];
   if (!th_pgbouncer_available(why, sizeof why)) TEST_SKIP("%s", why);
@@ -296,7 +299,8 @@ TEST(advisory_direct_and_through_a_session_pooler_is_accepted) {
  * of hold connections." 20 acquire/release cycles on one client: the lock
  * is held by at most 2 server sessions in all (the pool reuses them), and
  * a session terminated while idle in the pool is replaced unnoticed. */
-TEST(review_advisory_mode_reuses_its_hold_connections) {
+/* Issue 22 item 9 (first review). */
+REVIEW_TEST(review_advisory_mode_reuses_its_hold_connections) {
   NEED_PG();
   char url[900];
   snprintf(url, sizeof url, "%s?mode=advisory", srv.url);
@@ -354,7 +358,8 @@ static uint64_t db_clock_us(const th_pg *p) {
 /* Issue 22 item 8 (fence floor): a fence is at least the database clock
  * in microseconds when it was taken, so that a server whose sequence went
  * back (a promoted asynchronous standby) still hands out higher ones. */
-TEST(review_a_fence_is_at_least_the_database_clock_in_microseconds) {
+/* Issue 22 item 8 (first review): the fence floor. */
+REVIEW_TEST(review_a_fence_is_at_least_the_database_clock_in_microseconds) {
   NEED_PG();
   dlock_client *c = th_pg_client(&srv, "rv_floor", NULL);
   if (!c) TEST_FAIL("connect: %s", dlock_last_error());
@@ -383,7 +388,8 @@ TEST(review_a_fence_is_at_least_the_database_clock_in_microseconds) {
  * primary handed out. On the way the doctor, on the primary with the async
  * standby attached, warns about it ("replication"), also to a user who
  * cannot read pg_stat_replication's sync_state (saying so). */
-TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
+/* Issue 22 item 8 (first review). */
+REVIEW_TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
   NEED_PG();
   th_pg pri, sb;
   if (th_pg_start(&pri, NULL) != 0) TEST_FAIL("primary did not start");
@@ -506,7 +512,8 @@ static int replication_rows(const th_pg *p, const char *state) {
  * "ok: replication: 2 standbys, all synchronous"; it must warn. FAILED
  * before the fix (level ok).
  */
-TEST(review_doctor_warns_about_quorum_standbys) {
+/* Issue 22, second review: the doctor on quorum standbys. */
+REVIEW_TEST(review_doctor_warns_about_quorum_standbys) {
   th_pg p, s1, s2;
   char why[256];
   if (!th_pg_suite_start(&p, why, sizeof why)) TEST_SKIP("%s", why);
@@ -563,7 +570,8 @@ static int clock_file_set(const char *path, const char *offset) {
  * cut (another client is refused, the holder's renewal and release work)
  * nor lost.
  */
-TEST(review_fences_rise_and_a_hold_stays_across_a_step_back_of_the_database_clock) {
+/* Issue 22 item 8 (first review): a step back of the database clock (held). */
+REVIEW_TEST(review_fences_rise_and_a_hold_stays_across_a_step_back_of_the_database_clock) {
   const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
   char why[256];
   if (!th_pg_available(why, sizeof why)) TEST_SKIP("%s", why);
@@ -660,7 +668,8 @@ TEST(review_fences_rise_and_a_hold_stays_across_a_step_back_of_the_database_cloc
  * before the fix; now the admission of f3 waits for the standby (the call
  * times out: not acknowledged), or, if acknowledged, survives.
  */
-TEST(review_guard_admission_survives_a_failover_to_a_synchronous_standby) {
+/* Issue 22, second review, finding 2. */
+REVIEW_TEST(review_guard_admission_survives_a_failover_to_a_synchronous_standby) {
   char why[256], out[512], fail[1024] = "";
   th_pg p, sb;
   if (!th_pg_suite_start(&p, why, sizeof why)) TEST_SKIP("%s", why);
@@ -763,7 +772,8 @@ static int pg_cycle(dlock_client *c, const char *who, uint64_t *fence, int *guar
   return rc;
 }
 
-TEST(review_fences_rise_after_a_backward_clock_step_and_a_prune) {
+/* Third Sentinel/Cluster/PostgreSQL review (branch rev3sp), finding 2. */
+REVIEW_TEST(review_fences_rise_after_a_backward_clock_step_and_a_prune) {
   char why[512] = "";
   const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
   if (access(lib, R_OK) != 0) TEST_SKIP("libfaketime is not installed (Debian: faketime)");
@@ -940,7 +950,8 @@ static void *r4_acquirer(void *arg) {
   return NULL;
 }
 
-TEST(review4_prune_racing_an_acquire_after_a_backward_clock_step_keeps_fences_rising) {
+/* Fourth Sentinel/Cluster/PostgreSQL review, PostgreSQL finding 1. */
+REVIEW_TEST(review4_prune_racing_an_acquire_after_a_backward_clock_step_keeps_fences_rising) {
   char why[256];
   if (access(R4_FAKETIME_LIB, R_OK) != 0) TEST_SKIP("libfaketime is not installed (%s)", R4_FAKETIME_LIB);
   snprintf(r4_ft_file, sizeof r4_ft_file, "/tmp/dlock-rev4sp-ft-%d", (int)getpid());
@@ -1041,7 +1052,8 @@ static dlock_client *granted_client(const char *schema, const char *role, const 
   return dlock_client_new(&c, &o) == 0 ? c : NULL;
 }
 
-TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
+/* Fourth Sentinel/Cluster/PostgreSQL review, PostgreSQL finding 2. */
+REVIEW_TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
   if (!srv_up) TEST_SKIP("%s", skip_why);
   /* The schema by its owner (the superuser's first use), then 'app' granted as the docs say. */
   int rc0, g;
@@ -1071,7 +1083,8 @@ TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
  * grant the docs gave before) is flagged by the doctor, and the release's
  * own prune that fails leaves a warning instead of failing silently; the
  * warning goes once a prune works. */
-TEST(review4_doctor_and_the_release_tell_of_a_prune_without_rights) {
+/* Fourth Sentinel/Cluster/PostgreSQL review, PostgreSQL finding 2 (its other half). */
+REVIEW_TEST(review4_doctor_and_the_release_tell_of_a_prune_without_rights) {
   if (!srv_up) TEST_SKIP("%s", skip_why);
   char out[512] = "";
   int rc0, g;

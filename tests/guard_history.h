@@ -1,13 +1,13 @@
 /*
- * review_twice.h - helpers of the guard tests through two failovers and a
+ * guard_history.h - helpers of the guard tests through two failovers and a
  * reshard (third Sentinel/Cluster/PostgreSQL review, branch rev3sp), shared
- * by review_sentinel.c and review_cluster.c: a history of guard admissions
+ * by test_sentinel_guard.c and test_cluster_guard.c: a history of guard admissions
  * appended to an O_APPEND file and checked at the end, waits on INFO
  * replication, a replication link cut by the replica's own configuration,
  * and a holder that passes the guard once.
  */
-#ifndef DLOCK_REVIEW_TWICE_H
-#define DLOCK_REVIEW_TWICE_H
+#ifndef DLOCK_GUARD_HISTORY_H
+#define DLOCK_GUARD_HISTORY_H
 
 #include <fcntl.h>
 #include <inttypes.h>

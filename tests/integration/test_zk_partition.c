@@ -1,5 +1,5 @@
 /*
- * review_zk_partition.c - issue 22 item 1: a ZooKeeper follower cut off from
+ * test_zk_partition.c - issue 22 item 1: a ZooKeeper follower cut off from
  * its leader keeps a hold alive.
  *
  * Finding (verbatim): "ZooKeeper, a partitioned follower keeps a hold alive
@@ -19,7 +19,7 @@
  * (dlock_mutex_valid_until()) lies before the waiter's grant, and its
  * on_lost callback came (reason "unreachable" or "deadline").
  *
- * Registered as ctest "review/review_zk_partition" (labels "review" and
+ * Registered as ctest "review/test_zk_partition" (labels "review" and
  * "zk"). Public API only (dlock.h).
  */
 #include <pthread.h>
@@ -107,8 +107,8 @@ static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, 
   atomic_store(&lost_at, (long long)dlock_mono_now());
 }
 
-/* issue 22 item 1 */
-TEST(a_hold_on_a_follower_cut_off_from_its_leader_is_lost_before_the_ensemble_can_grant_the_lock_to_another) {
+/* Issue 22 item 1 (first review). */
+REVIEW_TEST(a_hold_on_a_follower_cut_off_from_its_leader_is_lost_before_the_ensemble_can_grant_the_lock_to_another) {
   start_routed_ensemble();
   int leader = th_zk_leader(&ens);
   ASSERT(leader >= 0);

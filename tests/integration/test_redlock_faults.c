@@ -1,7 +1,7 @@
 /*
- * review_redlock.c - issue 22, the Redlock findings (branch redlock): one
+ * test_redlock_faults.c - issue 22, the Redlock findings (branch redlock): one
  * test per finding, each FAILED on the code as reviewed. Registered as ctest
- * "review/review_redlock" (labels "review;redlock"). Five real, independent
+ * "review/test_redlock_faults" (labels "review;redlock"; REVIEW_TEST, test.h). Five real, independent
  * redis-servers (harness.h), fault proxies (faultproxy.h) in front of some
  * of them, SIGSTOP and kill -9; public API only, but for the SHA1 of one
  * script (redis.h) that a proxy rule matches. The marker* tests are the
@@ -50,11 +50,7 @@ void test_teardown(void) {
   th_redis_stop_n(srv, N);
 }
 
-static void down(int i) {
-  kill(srv[i].pid, SIGKILL);
-  waitpid(srv[i].pid, NULL, 0);
-  srv[i].pid = 0;
-}
+static void down(int i) { th_redis_crash(&srv[i]); }
 
 static void up(int i) {
   if (srv[i].pid <= 0 && th_redis_restart(&srv[i]) != 0) TEST_FAIL("cannot restart node %d", i);
@@ -80,7 +76,8 @@ static void key_on(int i, const char *name, char *out, size_t len) {
  * confirmed, and a new connection to the frozen node held up the others';
  * with a lease under about 3 x the command timeout the renewal came back
  * after the hold's local deadline and the hold was lost. ---- */
-TEST(item3_one_frozen_node_of_five_loses_no_short_lease_hold) {
+/* Issue 22 item 3 (Redlock findings, branch redlock). */
+REVIEW_TEST(item3_one_frozen_node_of_five_loses_no_short_lease_hold) {
   fresh();
   dlock_client *c = test_client(url); /* the default command timeout, 2000 ms */
   static const int64_t lease[3] = {1500, 3000, 6000};
@@ -132,7 +129,8 @@ TEST(item3_one_frozen_node_of_five_loses_no_short_lease_hold) {
  * completes once its outcome is decided (a node freed our key, and no
  * majority of others can hold it); the frozen node runs the release when
  * it resumes (it was sent there). */
-TEST(item3_a_release_with_a_frozen_node_does_not_wait_for_it) {
+/* Issue 22 item 3 (Redlock findings, branch redlock). */
+REVIEW_TEST(item3_a_release_with_a_frozen_node_does_not_wait_for_it) {
   fresh();
   dlock_client *c = test_client(url); /* the default command timeout, 2000 ms */
   dlock_mutex *m = test_mutex(c, "rv:rel", 30000);
@@ -164,7 +162,8 @@ TEST(item3_a_release_with_a_frozen_node_does_not_wait_for_it) {
  * client (each `dlock run`) defeated it. A client counted a node that had
  * restarted empty while another client held on it, as long as it had not
  * itself seen the node before: two holders for the rest of the lease. ---- */
-TEST(item4_a_node_restarted_empty_is_not_counted_by_a_new_client) {
+/* Issue 22 item 4 (Redlock findings, branch redlock). */
+REVIEW_TEST(item4_a_node_restarted_empty_is_not_counted_by_a_new_client) {
   fresh();
   dlock_client *a = test_client(url);
   dlock_mutex *ma = test_mutex(a, "rv:run", 20000);
@@ -210,7 +209,8 @@ TEST(item4_a_node_restarted_empty_is_not_counted_by_a_new_client) {
 
 /* A fresh deployment (every node just started, no dlock data anywhere) is
  * usable at once by a new client: the restart rule does not stop it. */
-TEST(item4_a_fresh_deployment_is_usable_at_once) {
+/* Issue 22 item 4 (Redlock findings, branch redlock). */
+REVIEW_TEST(item4_a_fresh_deployment_is_usable_at_once) {
   for (int i = 0; i < N; i++) {
     kill(srv[i].pid, SIGCONT);
     down(i);
@@ -229,7 +229,8 @@ TEST(item4_a_fresh_deployment_is_usable_at_once) {
  * data while the nodes with the marker are cut off (marker1 below), so each is
  * held out for the longest lease on its own clock, then counts, and is
  * promoted (its marker then says it counts, for every client). */
-TEST(item4_a_new_deployment_with_a_node_down_waits_the_longest_lease_once) {
+/* Issue 22 item 4 (Redlock findings, branch redlock). */
+REVIEW_TEST(item4_a_new_deployment_with_a_node_down_waits_the_longest_lease_once) {
   fresh();
   down(4);
   dlock_client *c = test_client(url);
@@ -260,7 +261,8 @@ TEST(item4_a_new_deployment_with_a_node_down_waits_the_longest_lease_once) {
  * up (those nodes no longer answer) answered "not acquired" (EQUORUM) though
  * its token may remain on a majority: the outcome is unknown. Before the fix
  * this test got EQUORUM. ---- */
-TEST(item10_a_majority_taken_and_not_cleaned_up_is_unknown) {
+/* Issue 22 item 10, the Redlock part (branch redlock). */
+REVIEW_TEST(item10_a_majority_taken_and_not_cleaned_up_is_unknown) {
   fresh();
   char purl[1024];
   int o = snprintf(purl, sizeof purl, "redlock://");
@@ -412,7 +414,8 @@ static int try_while_a_holds(dlock_client *c, const char *name, dlock_mutex *a, 
  * holders. Expected: B is refused (node 3 not counted: it may have forgotten
  * a hold; nodes 1/2 unknown), at worst DLOCK_EQUORUM.
  */
-TEST(marker1_a_node_restarted_empty_is_held_out_while_the_marked_nodes_are_frozen) {
+/* Adversarial review of the restart marker (open_redlock_adversarial.c), finding 1. */
+REVIEW_TEST(marker1_a_node_restarted_empty_is_held_out_while_the_marked_nodes_are_frozen) {
   fresh();
   dlock_client *ca = NULL, *cb = NULL;
   dlock_mutex *a = a_on_bare_majority(&ca, NULL, "orders", "orders");
@@ -451,7 +454,8 @@ TEST(marker1_a_node_restarted_empty_is_held_out_while_the_marked_nodes_are_froze
  * counts node 3 (restarted empty) at once: B gets nodes 3, 4, 5 and holds
  * the key A holds. No node is frozen here: one data loss is enough.
  */
-TEST(marker2_a_client_with_another_key_prefix_on_the_same_key_holds_it_out_too) {
+/* Adversarial review of the restart marker (open_redlock_adversarial.c), finding 2. */
+REVIEW_TEST(marker2_a_client_with_another_key_prefix_on_the_same_key_holds_it_out_too) {
   fresh();
   dlock_client *ca = NULL, *cb = NULL;
   dlock_mutex *a = a_on_bare_majority(&ca, "app:", "orders", "app:orders");
@@ -486,7 +490,8 @@ TEST(marker2_a_client_with_another_key_prefix_on_the_same_key_holds_it_out_too) 
  * hold (nodes 1-3) is still valid. The pause is over before C's acquire; C
  * itself sees every node answer.
  */
-TEST(marker3_another_lock_cannot_write_the_marker_onto_the_emptied_node) {
+/* Adversarial review of the restart marker (open_redlock_adversarial.c), finding 3. */
+REVIEW_TEST(marker3_another_lock_cannot_write_the_marker_onto_the_emptied_node) {
   fresh();
   dlock_client *ca = NULL, *cb = NULL, *cc = NULL;
   dlock_mutex *a = a_on_bare_majority(&ca, NULL, "orders", "orders");
@@ -547,7 +552,8 @@ TEST(marker3_another_lock_cannot_write_the_marker_onto_the_emptied_node) {
  * B's fence is below A's. A late write of A's is then not refused by
  * fence checks where the data lives (WHERE fence < token).
  */
-TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreachable) {
+/* Adversarial review of the restart marker (open_redlock_adversarial.c), finding 4. */
+REVIEW_TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreachable) {
   fresh();
   char out[256];
   struct timeval tv;
@@ -607,7 +613,8 @@ TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreachable) 
  * client B is told node 3 has no marker, yet counts it (up 10 s > 8 s) and
  * holds 'orders' on nodes 3, 4, 5 while A's hold is valid.
  */
-TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) {
+/* Adversarial review of the restart marker (open_redlock_adversarial.c), finding 5. */
+REVIEW_TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) {
   fresh();
   char out[256];
   up_at_least_s(10);
@@ -652,7 +659,8 @@ TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) {
  * "nodes"). The promise (docs/redlock.md, "Nodes and URLs"): a node listed
  * twice is refused. Before the fix this test failed with "was accepted, and
  * ... acquired on 127.0.0.1:P alone (counted twice, 2 of 3)". ---- */
-TEST(review2_open3_one_server_listed_under_two_names_is_refused) {
+/* Second review of Redlock, open3. */
+REVIEW_TEST(review2_open3_one_server_listed_under_two_names_is_refused) {
   char why[200], u[512];
   if (!th_localhost_resolves(why, sizeof why)) TEST_SKIP("the name localhost does not resolve to 127.0.0.1 here");
   fresh();
@@ -692,7 +700,8 @@ TEST(review2_open3_one_server_listed_under_two_names_is_refused) {
  * records the start of its quarantine there (rl_extend.lua). Before the fix
  * this test failed with "B acquired 'job' (fence ...) while A held it for
  * 2051 ms more". ---- */
-TEST(review2_open1_nodes_emptied_a_lease_apart_do_not_make_the_deployment_look_new) {
+/* Second review of Redlock, open1. */
+REVIEW_TEST(review2_open1_nodes_emptied_a_lease_apart_do_not_make_the_deployment_look_new) {
   char out[512];
   fresh();
   dlock_client *ca = rl_client(NULL, 1000);
@@ -735,7 +744,8 @@ TEST(review2_open1_nodes_emptied_a_lease_apart_do_not_make_the_deployment_look_n
  * frozen too, a new client C (1 s lease) still holds them out for 8 s. (When
  * every node that knows the lease is unreachable before any client carried it,
  * the client knows only its own: the limit the docs state.) ---- */
-TEST(review2_open2_emptied_nodes_are_held_out_for_the_longest_lease_an_answering_node_knows) {
+/* Second review of Redlock, open2 (a documented limit). */
+REVIEW_TEST(review2_open2_emptied_nodes_are_held_out_for_the_longest_lease_an_answering_node_knows) {
   char out[64];
   fresh();
   dlock_client *ca = rl_client(NULL, 1000), *cb = rl_client(NULL, 1000), *cc = rl_client(NULL, 1000);
@@ -799,9 +809,11 @@ static void renewal_takes_absent_nodes(int kept_data) {
               rc, (int)lost, msg);
 }
 
-TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_empty) { renewal_takes_absent_nodes(0); }
+/* The fault matrix's Redlock finding (fault/redlock lost a hold): a renewal takes the absent nodes. */
+REVIEW_TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_empty) { renewal_takes_absent_nodes(0); }
 
-TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_with_its_data) {
+/* The fault matrix's Redlock finding (fault/redlock lost a hold): a renewal takes the absent nodes. */
+REVIEW_TEST(rlrenew_a_renewal_takes_the_absent_nodes_when_a_held_node_restarts_with_its_data) {
   renewal_takes_absent_nodes(1);
 }
 
@@ -844,7 +856,8 @@ static dlock_lost_reason watch_hold(dlock_mutex *a, long long t0, long long *los
  * as two nodes; with the third frozen, an acquire on one server answered 0
  * (acquired: one server made the majority)".
  */
-TEST(review3_one_server_under_its_ipv4_mapped_name_is_refused) {
+/* Third review of Redlock (branch rev3rl), finding 4. */
+REVIEW_TEST(review3_one_server_under_its_ipv4_mapped_name_is_refused) {
   fresh();
   char u[512];
   snprintf(u, sizeof u, "redlock://127.0.0.1:%d,[::ffff:127.0.0.1]:%d,127.0.0.1:%d", srv[0].port, srv[0].port,
@@ -878,7 +891,8 @@ TEST(review3_one_server_under_its_ipv4_mapped_name_is_refused) {
  * nothing at the start and is met later, it is not counted: with nodes 2
  * and 3 frozen, node 1 and the proxy do not make 3 of 5.
  */
-TEST(review3_one_server_behind_a_proxy_is_refused_or_counted_once) {
+/* Third review of Redlock (branch rev3rl), finding 4. */
+REVIEW_TEST(review3_one_server_behind_a_proxy_is_refused_or_counted_once) {
   fresh();
   char out[64], u[512], want[64];
   for (int i = 0; i < N; i++) /* every marker counts: no acquire waits for the new deployment's rule */
@@ -937,7 +951,8 @@ TEST(review3_one_server_behind_a_proxy_is_refused_or_counted_once) {
  * waited for the frozen node, and the taking of nodes 4 and 5 came after
  * the deadline.
  */
-TEST(review3_a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
+/* Third review of Redlock (branch rev3rl), finding 2. */
+REVIEW_TEST(review3_a_renewal_takes_the_absent_nodes_also_when_a_held_node_is_frozen) {
   fresh_warm();
   char out[128];
   for (int i = 3; i < 5; i++)
@@ -1022,7 +1037,8 @@ static void end_busy(int i) {
  * for 18605 ms more": the -BUSY reply to the marker's read counted as an
  * answer without a marker, so the deployment looked new.
  */
-TEST(review3_a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_from_looking_new) {
+/* Third review of Redlock (branch rev3rl), finding 1. */
+REVIEW_TEST(review3_a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_from_looking_new) {
   fresh_warm();
   char out[128];
   dlock_client *ca = rl_client(NULL, 2000), *cb = NULL;
@@ -1068,7 +1084,8 @@ TEST(review3_a_node_that_kept_its_marker_but_answers_busy_keeps_the_deployment_f
  * ms": node 3's "key gone" (not counted: restarted) and the contender's
  * token on 2 of 5 counted as a final no, though nobody held the lock.
  */
-TEST(review3_a_contenders_partial_attempt_does_not_end_the_hold_when_a_held_node_restarted) {
+/* Third review of Redlock (branch rev3rl), finding 3. */
+REVIEW_TEST(review3_a_contenders_partial_attempt_does_not_end_the_hold_when_a_held_node_restarted) {
   fresh_warm();
   char out[128];
   for (int i = 3; i < 5; i++)
@@ -1142,7 +1159,7 @@ TEST(review3_a_contenders_partial_attempt_does_not_end_the_hold_when_a_held_node
  *    message, no safety loss; arguable, the docs say "on a majority").
  *
  * Attacks that held (the history_* tests, skipped unless
- * DLOCK_REV4_HISTORY=1 is set: DLOCK_REV4_HISTORY=1 review_redlock
+ * DLOCK_REV4_HISTORY=1 is set: DLOCK_REV4_HISTORY=1 test_redlock_faults
  * review4_history): 4 processes, watchdog leases 1.5/3 s, a new client every other
  * hold, faults on one, two, or three nodes at a time (kill -9 + restart
  * empty, FLUSHALL; SIGSTOP 1-3 s + SIGCONT of at most two): no two holds
@@ -1348,13 +1365,16 @@ static void run_history(int width, unsigned seed) {
   if (bad) TEST_FAIL("the history has %d violations: %s", bad, why);
 }
 
-TEST(review4_history_one_node_faulted_at_a_time_watchdog_renewals_new_clients) { run_history(1, 12345); }
+/* Fourth review of Redlock (branch rev4rl): the history check (DLOCK_REV4_HISTORY=1). */
+REVIEW_TEST(review4_history_one_node_faulted_at_a_time_watchdog_renewals_new_clients) { run_history(1, 12345); }
 
-TEST(review4_history_two_nodes_faulted_at_a_time_watchdog_renewals_new_clients) { run_history(2, 777); }
+/* Fourth review of Redlock (branch rev4rl): the history check (DLOCK_REV4_HISTORY=1). */
+REVIEW_TEST(review4_history_two_nodes_faulted_at_a_time_watchdog_renewals_new_clients) { run_history(2, 777); }
 
 /* Three of five lose their data at once (short of all: survived, says
  * docs/redlock.md), or two are frozen. */
-TEST(review4_history_three_nodes_lose_data_at_a_time_watchdog_renewals_new_clients) { run_history(3, 4242); }
+/* Fourth review of Redlock (branch rev4rl): the history check (DLOCK_REV4_HISTORY=1). */
+REVIEW_TEST(review4_history_three_nodes_lose_data_at_a_time_watchdog_renewals_new_clients) { run_history(3, 4242); }
 
 /* A new client A takes 'name' with a watchdog lease of 'lease_ms'; else
  * 'msg' says why. */
@@ -1465,13 +1485,15 @@ done:
     TEST_FAIL("two holders at once: %s", msg);
 }
 
-TEST(review4_finding1_nodes_emptied_a_lease_apart_make_the_deployment_look_new) { emptied_a_lease_apart(0); }
+/* Fourth review of Redlock (branch rev4rl), finding 1. */
+REVIEW_TEST(review4_finding1_nodes_emptied_a_lease_apart_make_the_deployment_look_new) { emptied_a_lease_apart(0); }
 
 /* Finding 1, by another road: 4 and 5 are flushed while A holds, a
  * contender's failed attempt writes their markers (counts 0), A's renewal
  * re-seeds them (no renewal's quarantine: the marker exists); a lease later
  * 1-3 restart empty and a new client takes the lock while A's hold is valid. */
-TEST(review4_finding1b_flushed_while_held_then_the_others_a_lease_later) { emptied_a_lease_apart(1); }
+/* Fourth review of Redlock (branch rev4rl), finding 1b. */
+REVIEW_TEST(review4_finding1b_flushed_while_held_then_the_others_a_lease_later) { emptied_a_lease_apart(1); }
 
 /*
  * Finding 2 (low: a hold given up early, no safety loss): a crashed
@@ -1496,7 +1518,8 @@ TEST(review4_finding1b_flushed_while_held_then_the_others_a_lease_later) { empti
  * 4 and 5 again. (Arguable: the docs say "on a majority" of the nodes,
  * but treat a node that is not counted as no evidence elsewhere.)
  */
-TEST(review4_finding2_a_crashed_contenders_keys_on_uncounted_nodes_end_a_valid_hold) {
+/* Fourth review of Redlock (branch rev4rl), finding 2. */
+REVIEW_TEST(review4_finding2_a_crashed_contenders_keys_on_uncounted_nodes_end_a_valid_hold) {
   signal(SIGPIPE, SIG_IGN);
   fresh();
   dlock_client *s = NULL, *a = NULL;
@@ -1561,7 +1584,8 @@ static int acquire_after_held_out_markers(int age_s, char *err, size_t len) {
   return rc;
 }
 
-TEST(review4_a_racing_first_look_keeps_a_new_deployment_new_an_older_one_does_not) {
+/* Fourth review of Redlock (branch rev4rl): a racing first look. */
+REVIEW_TEST(review4_a_racing_first_look_keeps_a_new_deployment_new_an_older_one_does_not) {
   char err[1500];
   int rc = acquire_after_held_out_markers(0, err, sizeof err);
   if (rc != 0) TEST_FAIL("a new deployment with a racing first look's markers: acquire %d: %s", rc, err);

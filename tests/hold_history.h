@@ -1,13 +1,14 @@
 /*
- * review5_history.h - the fifth review's history check (review_redlock_restart.c, open_pg_review5.c):
+ * hold_history.h - the fifth review's history check (test_redlock_restart.c, test_pg_family.c):
  * each holder appends "H id fence in out" (monotonic ms; 'out' cut at the
  * hold's validity) to one O_APPEND file; the check finds two holds that
  * overlap while both were valid, and fences that fall between holds that do
  * not overlap.
  */
-#ifndef DLOCK_REVIEW5_HISTORY_H
-#define DLOCK_REVIEW5_HISTORY_H
+#ifndef DLOCK_HOLD_HISTORY_H
+#define DLOCK_HOLD_HISTORY_H
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "../harness.h"
+#include "harness.h"
 
 /* One line for a hold that began at 'in' and ended at 'out' (cut at 'valid_until'). */
 static inline int h5_record(int fd, int id, uint64_t fence, dlock_mono_ms in, dlock_mono_ms out,
@@ -75,6 +76,40 @@ static inline int h5_check(const char *path, int *overlaps, int *falls) {
     if (h[a].f <= h[a - 1].f && h[a].in >= h[a - 1].out && ++*falls < 5)
       fprintf(stderr, "  fence fell: %llu then %llu\n", h[a - 1].f, h[a].f);
   return n;
+}
+
+/* ---- The run: worker processes appending their holds to one file ---- */
+
+/* The run's file and its end (th_now_ms()), set by h5_run_start(). */
+static char h5_path[512] __attribute__((unused));
+static long long h5_until __attribute__((unused));
+
+typedef struct h5_worker_arg { int id; } h5_worker_arg;
+
+/* Makes 'path' empty, sets the run's end 'ms' from now and spawns 'n' (at
+ * most 8) processes of 'worker', each given its id 0..n-1 (an
+ * h5_worker_arg) and begun with h5_worker_open(). 0, or -1 when the file
+ * cannot be made. */
+static inline int h5_run_start(const char *path, long long ms, int (*worker)(void *), int n, pid_t *kids) {
+  static h5_worker_arg args[8];
+  snprintf(h5_path, sizeof h5_path, "%s", path);
+  int fd = open(h5_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return -1;
+  close(fd);
+  h5_until = th_now_ms() + ms;
+  for (int i = 0; i < n && i < 8; i++) {
+    args[i].id = i;
+    kids[i] = th_spawn(worker, &args[i]);
+  }
+  return 0;
+}
+
+/* A worker's start: its id, a random sequence of its own, and the run's file
+ * opened to append (-1: it could not be). */
+static inline int h5_worker_open(void *arg, int *id) {
+  *id = ((h5_worker_arg *)arg)->id;
+  srand((unsigned)(getpid() * 7919 + *id));
+  return open(h5_path, O_WRONLY | O_APPEND);
 }
 
 /* Waits for the 'n' workers (exit 0, or 4: no hold, allowed when
