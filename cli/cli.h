@@ -166,6 +166,33 @@ int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg);
  * 1 when 'id' was one, else 0. */
 int cli_common_opt(int id, const char *arg, const char **url);
 
+/* ---- Metrics of the long-running commands (metrics.c) ---- */
+
+/* --metrics-file PATH, --metrics-listen ADDR:PORT, --metrics-interval D:
+ * the option table to chain (cli_args_chain) and its ids. */
+enum { CLI_OPT_METRICS_FILE = -30, CLI_OPT_METRICS_LISTEN = -31, CLI_OPT_METRICS_INTERVAL = -32 };
+extern const cli_opt cli_metrics_table[];
+
+typedef struct cli_metrics_opts {
+  const char *file;    /* NULL: none */
+  const char *listen;  /* "127.0.0.1:9464"; NULL: none */
+  int64_t interval_ms; /* the file's; 0: 10 s */
+} cli_metrics_opts;
+
+/* Take option 'id' (one of the CLI_OPT_METRICS_*) into 'o': 0, or the
+ * usage error's exit code. */
+int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *o);
+/* The names that label the metrics of the client cli_connect() makes next
+ * (dlock_client_options.metrics_names): the command's job or election. */
+void cli_connect_metrics_names(const char *names);
+
+typedef struct cli_metrics cli_metrics;
+/* Start what 'o' asks for (nothing: *out NULL) on client 'c': 0, or an
+ * exit code after saying why (a port in use: 69). */
+int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts *o);
+/* Stop serving, write the file a last time, free. NULL: nothing. */
+void cli_metrics_stop(cli_metrics *m);
+
 /* ---- Durations and numbers (duration.c) ---- */
 
 /* dlock_duration_parse(): "250ms", "1m30s", "2d", "1.5s" or a bare number
@@ -335,6 +362,8 @@ typedef struct cli_daemon_opts {
   int quiet, verbose;
   char **cmd;           /* NULL-terminated, from argv */
   int ncmd;
+  cli_metrics_opts metrics;
+  int log_json;         /* --log-format json */
 } cli_daemon_opts;
 
 /* Run the job until SIGINT, SIGTERM or SIGHUP, one log line per tick on

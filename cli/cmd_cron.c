@@ -21,7 +21,9 @@
 enum {
   OPT_URL = 1, OPT_NAME, OPT_TZ, OPT_UNIX, OPT_AT_MOST, OPT_AT_LEAST, OPT_POOL, OPT_NODE,
   OPT_GRACE, OPT_SHELL, OPT_QUIET, OPT_VERBOSE, OPT_NEXT, OPT_HISTORY, OPT_COUNT,
-  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_MAX
+  OPT_FROM, OPT_EPOCH, OPT_JSON, OPT_FIXED_DELAY, OPT_PREFIX, OPT_LOG_FORMAT,
+  OPT_METRICS, /* any of --metrics-file, --metrics-listen, --metrics-interval (cli_metrics_table) */
+  OPT_MAX
 };
 
 static const cli_opt cron_table[] = {
@@ -42,6 +44,7 @@ static const cli_opt cron_table[] = {
   {"from", 0, 1, OPT_FROM},
   {"epoch", 0, 0, OPT_EPOCH},
   {"json", 0, 0, OPT_JSON},
+  {"log-format", 0, 1, OPT_LOG_FORMAT},
   {NULL, 0, 0, 0},
 };
 
@@ -57,12 +60,13 @@ static const cli_opt every_table[] = {
   {"quiet", 'q', 0, OPT_QUIET},
   {"verbose", 'v', 0, OPT_VERBOSE},
   {"fixed-delay", 0, 0, OPT_FIXED_DELAY},
+  {"log-format", 0, 1, OPT_LOG_FORMAT},
   {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
-const cli_opt *const cli_cron_opts[] = {cron_table, NULL};
-const cli_opt *const cli_every_opts[] = {every_table, NULL};
+const cli_opt *const cli_cron_opts[] = {cron_table, cli_metrics_table, NULL};
+const cli_opt *const cli_every_opts[] = {every_table, cli_metrics_table, NULL};
 
 /* Everything either command line can say; 'seen' has bit (1 << id) set for
  * each option given, so that each mode can refuse the others' options. */
@@ -80,6 +84,8 @@ static const char *opt_name(const cli_opt *table, int id)
 {
   if (id == OPT_URL || id == OPT_PREFIX)
     return opt_name(cli_common_opts, id == OPT_URL ? CLI_OPT_URL : CLI_OPT_PREFIX);
+  if (id == OPT_METRICS)
+    return "metrics-file (or --metrics-listen)";
   for (const cli_opt *o = table; o->long_name != NULL; o++) {
     if (o->id == id)
       return o->long_name;
@@ -114,6 +120,7 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
   a->d.command = cmd;
   a->d.grace_ms = 5000;
   cli_args_init(&args, argc, argv, cmd, CLI_COMMON_SERVER);
+  cli_args_chain(&args, cli_metrics_table, NULL, NULL);
   while (!a->dashdash && (id = cli_next_opt(&args, table, &arg)) != CLI_OPT_DONE) {
     int rc = 0;
     uint64_t n;
@@ -150,6 +157,17 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       break;
     case OPT_NAME:
       a->d.job = arg;
+      break;
+    case OPT_LOG_FORMAT:
+      if (strcmp(arg, "json") != 0 && strcmp(arg, "text") != 0)
+        rc = cli_usage_error(cmd, "--log-format: '%s' is neither text (the default) nor json", arg);
+      a->d.log_json = strcmp(arg, "json") == 0;
+      break;
+    case CLI_OPT_METRICS_FILE:
+    case CLI_OPT_METRICS_LISTEN:
+    case CLI_OPT_METRICS_INTERVAL:
+      a->seen |= 1u << OPT_METRICS; /* for the modes that refuse it */
+      rc = cli_metrics_opt(cmd, id, arg, &a->d.metrics);
       break;
     case OPT_TZ:
       /* The library reads "" as UTC; on the command line it is a mistake

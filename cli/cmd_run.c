@@ -56,6 +56,7 @@ typedef struct run_opts {
   const char *active_file;  /* --active-file: written while leading */
   int on_elected, on_lost;  /* --on-elected SIG, --on-lost SIG: COMMAND runs throughout, told */
   char host[256];
+  cli_metrics_opts metrics; /* --metrics-file, --metrics-listen */
 } run_opts;
 
 enum {
@@ -114,7 +115,7 @@ static const cli_opt elect_table[] = {
  * looks in them: the command's own, then the chained ones. */
 const cli_opt *const cli_run_opts[] = {run_table, lock_table, kinds_table, command_table, NULL};
 const cli_opt *const cli_hold_opts[] = {kinds_table, lock_table, NULL};
-const cli_opt *const cli_elect_opts[] = {elect_table, lock_table, command_table, NULL};
+const cli_opt *const cli_elect_opts[] = {elect_table, lock_table, command_table, cli_metrics_table, NULL};
 
 /* "run", "hold" or "elect": the command being parsed, for messages. */
 static const char *cmdname = "run";
@@ -293,6 +294,11 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin)
       if (o->side != 0 && o->side != (id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE))
         rc = cli_usage_error(cmdname, "-s/--shared and -x/--exclusive exclude each other");
       o->side = id == OPT_SHARED ? DLOCK_RW_READ : DLOCK_RW_WRITE;
+      break;
+    case CLI_OPT_METRICS_FILE:
+    case CLI_OPT_METRICS_LISTEN:
+    case CLI_OPT_METRICS_INTERVAL:
+      rc = cli_metrics_opt(cmdname, id, arg, &o->metrics);
       break;
     case OPT_VALUE:
       if (strlen(arg) > 1024)
@@ -1235,6 +1241,7 @@ int cmd_run(int argc, char **argv)
   char owner[1025];
   sig_setup sig = {.fd = -1, .tty = -1};
   dlock_client *c = NULL;
+  cli_metrics *mx = NULL;
   dlock_mutex *m = NULL;
   run_hold hold = {NULL, NULL};
   lock_thread t;
@@ -1265,7 +1272,11 @@ int cmd_run(int argc, char **argv)
   /* Orphans of the command come to us, so we can wait for them to go. */
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
+  if (o.elect)
+    cli_connect_metrics_names(o.name);
   rc = cli_connect(o.url, &c);
+  if (rc == 0)
+    rc = cli_metrics_start(&mx, c, &o.metrics);
   if (rc != 0)
     goto out;
 
@@ -1508,6 +1519,7 @@ out:
   else
     dlock_mutex_free(m);
   dlock_multi_free(hold.mm);
+  cli_metrics_stop(mx); /* after the resign: the file's last write shows it */
   dlock_client_free(c);
   free(o.multi_buf);
   free(o.multi_joined);

@@ -154,6 +154,13 @@ void cli_print_warnings(const dlock_client *c)
   }
 }
 
+static const char *metrics_names;
+
+void cli_connect_metrics_names(const char *names)
+{
+  metrics_names = names;
+}
+
 int cli_connect(const char *url, dlock_client **out)
 {
   dlock_client_options opts;
@@ -168,6 +175,7 @@ int cli_connect(const char *url, dlock_client **out)
   if (rc != 0)
     return rc;
   cli_config_apply(&opts);
+  opts.metrics_names = metrics_names;
   rc = dlock_client_new(out, &opts);
   if (rc == 0) {
     cli_print_warnings(*out);

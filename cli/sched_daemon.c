@@ -37,6 +37,55 @@ typedef struct daemon_state {
 
 /* ---- Logging ---- */
 
+/* --log-format json: one JSON object per line, for the job 'log_job'. */
+static int log_json;
+static const char *log_job = "";
+
+/* One JSON line to stderr (see say()): time, level, event, job, host, pid,
+ * then the event's fields: 'tick' (0: none), 'fence', 'duration_ms' (< 0:
+ * none), 'node', 'exit' (with has_exit) and 'message' (NULL: none). */
+static void say_json(const char *level, const char *event, int64_t tick, uint64_t fence, int64_t duration_ms,
+                     const char *node, int has_exit, int exit_status, const char *message)
+{
+  char *text = NULL, when[64], host[256] = "";
+  size_t len = 0;
+  struct timespec now;
+  FILE *f = open_memstream(&text, &len);
+
+  if (f == NULL)
+    return;
+  clock_gettime(CLOCK_REALTIME, &now);
+  cli_format_time_ms((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000, "UTC", when, sizeof when);
+  gethostname(host, sizeof host - 1);
+  fprintf(f, "{\"time\":\"%s\",\"level\":\"%s\",\"event\":\"%s\",\"job\":", when, level, event);
+  cli_json_string(f, log_job);
+  fputs(",\"host\":", f);
+  cli_json_string(f, host);
+  fprintf(f, ",\"pid\":%ld", (long)getpid());
+  if (tick != 0) {
+    cli_format_time_ms(tick, "UTC", when, sizeof when);
+    fprintf(f, ",\"tick\":\"%s\",\"tick_unix_ms\":%lld", when, (long long)tick);
+  }
+  if (node != NULL) {
+    fputs(",\"node\":", f);
+    cli_json_string(f, node);
+  }
+  if (fence != 0)
+    fprintf(f, ",\"fence\":%llu", (unsigned long long)fence);
+  if (duration_ms >= 0)
+    fprintf(f, ",\"duration_ms\":%lld", (long long)duration_ms);
+  if (has_exit)
+    fprintf(f, ",\"exit\":%d", exit_status);
+  if (message != NULL) {
+    fputs(",\"message\":", f);
+    cli_json_string(f, message);
+  }
+  fputs("}\n", f);
+  if (fclose(f) == 0)
+    (void)!write(STDERR_FILENO, text, len);
+  free(text);
+}
+
 /* One line to stderr with one write(), so that the lines of several
  * threads (and of several daemons sharing a log) never interleave. */
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -51,8 +100,45 @@ static void say(const char *fmt, ...)
   va_end(ap);
   if (n > (int)sizeof line - 2)
     n = (int)sizeof line - 2;
+  if (log_json) {
+    line[n] = '\0';
+    say_json("info", "message", 0, 0, -1, NULL, 0, 0, line + 7);
+    return;
+  }
   line[n++] = '\n';
   (void)!write(STDERR_FILENO, line, (size_t)n);
+}
+
+/* The JSON line of a tick's event (--log-format json). */
+static void event_json(const dlock_sched_event *ev, const char *node, const char *message, int quiet)
+{
+  switch (ev->kind) {
+  case DLOCK_SCHED_RAN:
+    if (!quiet || ev->status != 0)
+      say_json(ev->status == 0 ? "info" : "warning", "ran", ev->scheduled_unix_ms, ev->fence, ev->duration_ms, node,
+               1, ev->status, NULL);
+    return;
+  case DLOCK_SCHED_SKIPPED:
+  case DLOCK_SCHED_SKIPPED_BUSY:
+  case DLOCK_SCHED_SKIPPED_POOL:
+    if (!quiet)
+      say_json("info", ev->kind == DLOCK_SCHED_SKIPPED ? "skipped" : ev->kind == DLOCK_SCHED_SKIPPED_BUSY
+               ? "skipped_busy" : "skipped_pool", ev->scheduled_unix_ms, 0, -1, node, 0, 0, NULL);
+    return;
+  case DLOCK_SCHED_SKIPPED_PAUSED:
+    if (!quiet)
+      say_json("info", "skipped_paused", ev->scheduled_unix_ms, 0, -1, node, 0, 0, message);
+    return;
+  case DLOCK_SCHED_MISFIRED:
+    say_json("warning", "misfired", ev->scheduled_unix_ms, 0, -1, NULL, 0, 0, "too late to run (was this "
+             "process stopped?)");
+    return;
+  case DLOCK_SCHED_ERROR:
+  case DLOCK_SCHED_CLOCK_SKEW:
+    say_json("error", ev->kind == DLOCK_SCHED_ERROR ? "error" : "clock_skew", ev->scheduled_unix_ms, ev->fence,
+             -1, NULL, 0, 0, message[0] != '\0' ? message : dlock_strerror(ev->status));
+    return;
+  }
 }
 
 void cli_format_time_ms(int64_t unix_ms, const char *tz, char *buf, size_t len)
@@ -85,6 +171,10 @@ static void on_event(const dlock_sched_event *ev, void *arg)
   /* The message may be the thread's dlock_last_error(), which the next
    * library call (dlock_time_format() below) clears: copy it first. */
   snprintf(message, sizeof message, "%s", ev->message != NULL ? ev->message : "");
+  if (log_json) {
+    event_json(ev, node, message, o->quiet);
+    return;
+  }
   cli_format_time_ms(ev->scheduled_unix_ms, o->tz, when, sizeof when);
   /* A run of 'dlock job trigger': its time is the trigger's. */
   const char *tick = ev->trigger != NULL && strcmp(ev->trigger, "manual") == 0 ? "manual run of" : "tick";
@@ -465,12 +555,15 @@ int cli_daemon_run(const cli_daemon_opts *o)
   daemon_state d;
   dlock_client *c = NULL;
   dlock_sched *s = NULL;
+  cli_metrics *mx = NULL;
   int rc = cli_resolve_program(o->shell ? "/bin/sh" : o->cmd[0], program, sizeof program);
 
   if (rc != 0)
     return rc;
   memset(&d, 0, sizeof d);
   d.o = o;
+  log_json = o->log_json;
+  log_job = o->job;
   d.program = program;
   d.url = cli_effective_url(o->url);
   d.cap = o->pool > 0 ? o->pool : 1;
@@ -487,7 +580,11 @@ int cli_daemon_run(const cli_daemon_opts *o)
     rc = CLI_EXIT_SOFTWARE;
     goto out;
   }
+  cli_connect_metrics_names(o->job);
   rc = cli_connect(o->url, &c);
+  if (rc != 0)
+    goto out;
+  rc = cli_metrics_start(&mx, c, &o->metrics);
   if (rc != 0)
     goto out;
 
@@ -553,6 +650,7 @@ int cli_daemon_run(const cli_daemon_opts *o)
 
 out:
   dlock_sched_free(s);
+  cli_metrics_stop(mx); /* the file's last write: every run counted */
   dlock_client_free(c);
   if (sigfd >= 0)
     close(sigfd);

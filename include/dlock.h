@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,6 +147,9 @@ DLOCK_API int dlock_duration_parse(const char *text, int64_t *ms);
 /* ---- Client ---- */
 
 typedef struct dlock_client dlock_client;
+/* An event of a client (see "Events" below); the hook that receives them. */
+typedef struct dlock_event dlock_event;
+typedef void (*dlock_event_cb)(const dlock_event *ev, void *arg);
 
 typedef struct dlock_client_options {
   size_t struct_size;      /* set by dlock_client_options_init(); see the top */
@@ -205,6 +209,19 @@ typedef struct dlock_client_options {
    * See docs/redlock.md. */
   const char *const *redlock_urls;
   int redlock_nurls;
+  /* Called for every event of this client's locks, elections and jobs, in
+   * order, from one thread of the client's own that holds no dlock lock (a
+   * queue in between: the call that made the event does not wait for it).
+   * It may call dlock functions, but not dlock_client_free(). Events queued
+   * when dlock_client_free() is called are delivered first. NULL: none. */
+  dlock_event_cb on_event;
+  void *on_event_arg;
+  /* Lock, election and job names that dlock_client_metrics_write() may show
+   * in a 'name' label (by default no name is a label): a comma-separated
+   * list, "*" for every name. NULL: none (elections and jobs then have one
+   * series for all; locks are counted by kind only). Keep it short: every
+   * name is a time series. */
+  const char *metrics_names;
 } dlock_client_options;
 
 /* Fill 'opts' with defaults (all zero/NULL) and set its struct_size. */
@@ -332,6 +349,59 @@ typedef enum dlock_lost_reason {
 } dlock_lost_reason;
 
 DLOCK_API const char *dlock_lost_reason_str(dlock_lost_reason reason);
+
+/* ---- Events (docs/metrics.md) ---- */
+
+/* What happened to a lock, an election or a job of a client, for traces and
+ * custom sinks (dlock_client_options.on_event). */
+typedef enum dlock_event_kind {
+  DLOCK_EVENT_ACQUIRE_STARTED = 1,  /* an acquire began (it may wait) */
+  DLOCK_EVENT_ACQUIRE_FINISHED = 2, /* it ended: 'status' 0 (acquired, 'fence') or why not;
+                                     * 'duration_us' the wait */
+  DLOCK_EVENT_RELEASED = 3,         /* the last hold was released: 'status' the release's
+                                     * (0 for a pipelined one, queued); 'duration_us' the hold */
+  DLOCK_EVENT_LOST = 4,             /* a hold was lost: 'reason'; 'duration_us' the hold */
+  DLOCK_EVENT_RENEWED_LATE = 5,     /* a renewal succeeded with less than a third of the
+                                     * lease left: 'duration_us' what was left */
+  DLOCK_EVENT_ELECTED = 6,          /* this client leads the election 'name' ('fence': epoch) */
+  DLOCK_EVENT_DEPOSED = 7,          /* its term ended: 'reason' NONE when it resigned */
+  DLOCK_EVENT_JOB_STARTED = 8,      /* a run of job 'name' began on this node */
+  DLOCK_EVENT_JOB_FINISHED = 9      /* it ended: 'status' the job's result; 'duration_us' the run */
+} dlock_event_kind;
+
+struct dlock_event {
+  dlock_event_kind kind;
+  uint64_t seq;              /* 1, 2, 3 ... per client, in order: a gap is events dropped
+                              * because the queue (4096) was full */
+  int64_t unix_us;           /* when it happened, wall clock */
+  const char *name;          /* the lock, election or job name (valid during the call) */
+  const char *lock_kind;     /* "mutex", "semaphore", "read", "write", "election", "job" */
+  int status;                /* 0 or a DLOCK_E* status; a job's own result */
+  uint64_t fence;            /* the hold's fence, the term's epoch, the run's fence; 0 if none */
+  int64_t duration_us;       /* see the kinds; -1 when it does not apply */
+  dlock_lost_reason reason;  /* LOST, DEPOSED */
+  int64_t scheduled_unix_ms; /* jobs: the tick; 0 otherwise */
+};
+
+/* "acquire.started", "acquire.finished", "released", "lost", "renewed.late",
+ * "elected", "deposed", "job.started", "job.finished"; "unknown". */
+DLOCK_API const char *dlock_event_kind_str(dlock_event_kind kind);
+
+/* ---- Metrics (docs/metrics.md) ---- */
+
+typedef enum dlock_metrics_format {
+  DLOCK_METRICS_PROMETHEUS = 0, /* the Prometheus text format 0.0.4 */
+  DLOCK_METRICS_OPENMETRICS = 1 /* OpenMetrics 1.0 text (ends with "# EOF") */
+} dlock_metrics_format;
+
+/* Write the client's metrics (counters, gauges and histograms named dlock_*,
+ * always kept, docs/metrics.md) to 'f'. 0, or DLOCK_EINVAL, DLOCK_ESYS (a
+ * write failed, errno in dlock_last_error()). No I/O to the server. */
+DLOCK_API int dlock_client_metrics_write(dlock_client *c, FILE *f, dlock_metrics_format format);
+/* The same into 'buf' (NUL-terminated, truncated to 'len'): returns the
+ * length of the whole text (as snprintf), or a negative status. */
+DLOCK_API int dlock_client_metrics_snprint(dlock_client *c, char *buf, size_t len, dlock_metrics_format format);
+
 
 /* Called once, from the client's watchdog thread, when a held lock is found
  * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is

@@ -54,6 +54,7 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   c->ops = ops;
   pthread_mutex_init(&c->lazy_mu, NULL);
   rc = set_prefix(c, o.key_prefix);
+  if (!rc) rc = dlock__metrics_new(c, &o);
   if (!rc) rc = ops->open(c, &o, url);
   if (rc) {
     dlock_client_free(c);
@@ -67,7 +68,9 @@ void dlock_client_free(dlock_client *c) {
   if (!c) return;
   atomic_store(&c->closing, 1);
   dlock__watchdog_stop(c);
+  dlock__metrics_stop(c); /* the events queued are delivered first */
   if (c->ops) c->ops->close(c);
+  dlock__metrics_free(c);
   pthread_mutex_destroy(&c->lazy_mu);
   free(c->prefix);
   free(c);

@@ -85,6 +85,7 @@ int dlock__parse_fence(const char *s, size_t len, uint64_t *out);
 /* ---- Client (client.c) ---- */
 
 typedef struct dlock__watchdog dlock__watchdog;
+typedef struct dlock__metrics dlock__metrics;
 
 struct dlock_client {
   const dlock__backend_ops *ops;
@@ -99,6 +100,7 @@ struct dlock_client {
   dlock__watchdog *watchdog;     /* started on first hold */
   pthread_mutex_t lazy_mu;       /* guards starting lazy threads (watchdog, a backend's) */
   char warnings[1024];           /* dlock_client_warnings(): set once at connect */
+  dlock__metrics *metrics;       /* metrics.c: counters, the event queue */
 };
 
 /* ---- Lock handles (mutex.c) ---- */
@@ -170,6 +172,13 @@ struct dlock_mutex {
   dlock_mono_ms wd_next_renew;
 
   char errmsg[512];
+
+  /* Metrics (metrics.c): a hold counted in the gauges, since when. */
+  atomic_int mx_held;
+  int64_t mx_since_ns;
+  /* Its series by name: NULL when metrics_names does not name it (set at
+   * _new), then the entry, made at its first count (metrics.c). */
+  _Atomic(void *) mx_named;
 };
 
 /* A handle of any kind ('permits' for a semaphore, else 1); the mutex's
@@ -252,5 +261,40 @@ struct dlock_watch {
 /* A watched lock may have changed (any thread; async-signal-safe); 'what'
  * 1, or DLOCK_WATCH_FORCED | 1 for a forced release. */
 void dlock__watch_wake(dlock_watch *w, unsigned what);
+
+/* ---- Metrics and events (metrics.c, docs/metrics.md) ---- */
+
+/* Always on: relaxed atomic counters on the hot path, no lock; the event
+ * queue only when the client has an on_event hook. */
+int dlock__metrics_new(dlock_client *c, const dlock_client_options *o);
+/* Deliver the events queued, stop the event thread (dlock_client_free). */
+void dlock__metrics_stop(dlock_client *c);
+void dlock__metrics_free(dlock_client *c);
+/* An acquire begins (returns its start, for _acquire_end) and ends:
+ * 'how' 1 a reentrant hold, 2 a hand-off. */
+/* A new handle: find its series by name when metrics_names allows it. */
+void dlock__metrics_lock_new(dlock_mutex *m);
+int64_t dlock__metrics_acquire_begin(dlock_mutex *m);
+void dlock__metrics_acquire_end(dlock_mutex *m, int64_t began, int64_t wait_ms, int rc, int how);
+/* A hold begins (acquired) and ends, released (reason NONE) or lost, once
+ * whichever comes first. Either may be called under m->mu. */
+void dlock__metrics_hold_begin(dlock_mutex *m);
+void dlock__metrics_hold_end(dlock_mutex *m, dlock_lost_reason reason);
+/* A release's outcome ('pipelined': of dlock_mutex_release_async); the
+ * RELEASED event of a last hold. */
+void dlock__metrics_release_outcome(dlock_mutex *m, int rc);
+void dlock__metrics_released(dlock_mutex *m, int rc);
+void dlock__metrics_unknown(dlock_client *c, const char *op);
+/* The watchdog: a batch of 'n' renewals took 'ns'; one renewal's outcome
+ * (status as dlock__renewal's; 'left_ms' of the hold's deadline when it was
+ * renewed, 'lease_ms' the lease it renewed). */
+void dlock__metrics_renew_batch(dlock_client *c, size_t n, int64_t ns);
+void dlock__metrics_renewed(dlock_mutex *m, int status, int64_t left_ms, int64_t lease_ms);
+/* The scheduler: a run starts and ends, a tick's other outcomes
+ * (dlock_sched_event_kind). */
+void dlock__metrics_job_started(dlock_client *c, const char *job, int64_t tick, uint64_t fence);
+void dlock__metrics_job_finished(dlock_client *c, const char *job, int64_t tick, uint64_t fence, int status,
+                                 int64_t duration_ms);
+void dlock__metrics_job_other(dlock_client *c, const char *job, int kind);
 
 #endif /* DLOCK_INTERNAL_H */

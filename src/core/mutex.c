@@ -91,6 +91,7 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
   pthread_mutex_init(&m->mu, NULL);
   dlock__cond_init(&m->cv);
   rc = m->name && m->owner_info ? c->ops->lock_new(m) : dlock__error(DLOCK_ENOMEM, "out of memory");
+  if (!rc) dlock__metrics_lock_new(m);
   if (rc) {
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
@@ -140,6 +141,7 @@ dlock_mono_ms dlock__valid_until(dlock_mono_ms start, int64_t lease_ms) {
 void dlock__mutex_mark_lost(dlock_mutex *m, dlock_lost_reason reason) {
   if (atomic_load(&m->lost) != DLOCK_LOST_NONE) return;
   atomic_store(&m->lost, (int)reason);
+  dlock__metrics_hold_end(m, reason);
   if (m->lost_fd >= 0) {
     uint64_t one = 1;
     ssize_t n = write(m->lost_fd, &one, sizeof one);
@@ -264,6 +266,7 @@ const atomic_int *dlock__mutex_cancel_flag(dlock_mutex *m) { return &m->canceled
 /* ---- Pipelined release (dlock_mutex_release_async) ---- */
 
 void dlock__mutex_release_done(dlock_mutex *m, int rc, const char *msg) {
+  dlock__metrics_release_outcome(m, rc);
   pthread_mutex_lock(&m->mu);
   m->rel_rc = rc;
   snprintf(m->rel_msg, sizeof m->rel_msg, "%s", msg ? msg : "");
@@ -288,6 +291,7 @@ static int rel_take(dlock_mutex *m, int *rc) {
   pthread_mutex_lock(&m->mu);
   int had = m->rel_state != DLOCK__REL_NONE;
   if (m->rel_state == DLOCK__REL_PENDING) { /* not read: the backend could not */
+    dlock__metrics_release_outcome(m, DLOCK_EUNKNOWN);
     m->rel_rc = DLOCK_EUNKNOWN;
     snprintf(m->rel_msg, sizeof m->rel_msg, "the release was sent, but its reply could not be read; it is not "
              "sent again: if it did not run, the key expires with its lease");
@@ -314,12 +318,13 @@ static void set_held(dlock_mutex *m, const dlock__grant *g) {
   m->claim_ms = g->claim_ms;
   m->renew_tried = 0;
   m->hold_count = 1;
+  dlock__metrics_hold_begin(m);
   pthread_mutex_unlock(&m->mu);
 }
 
-int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
-  dlock__error_clear();
-  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_acquire: handle is NULL");
+/* dlock_mutex_acquire() without its metrics: '*how' 1 for a reentrant
+ * hold, 2 for a hand-off. */
+static int acquire(dlock_mutex *m, int64_t wait_ms, int *how) {
   if (wait_ms != DLOCK_WAIT_FOREVER) {
     int rc = dlock__check_duration("wait_ms", wait_ms, 1);
     if (rc) return fail(m, rc, "acquire");
@@ -355,6 +360,7 @@ again:;
     }
     m->hold_count++;
     pthread_mutex_unlock(&m->mu);
+    *how = 1;
     return 0;
   }
   /* Another thread of ours holds it through this handle: wait for it locally. */
@@ -406,6 +412,7 @@ again:;
   if (!rc) rc = ops->acquire(m, lease, wait_ms, deadline, &g);
   if (!rc) {
     set_held(m, &g);
+    if (g.claim_ms) *how = 2;
     rc = dlock__watchdog_add(m->client, m);
     if (rc) { /* the watchdog could not start: do not keep an unguarded lock */
       char saved[1024];
@@ -416,6 +423,7 @@ again:;
   }
   if (rc) {
     pthread_mutex_lock(&m->mu);
+    dlock__metrics_hold_end(m, DLOCK_LOST_NONE); /* the watchdog could not start: undone */
     m->busy = 0;
     m->hold_count = 0;
     m->fence = 0;
@@ -429,6 +437,16 @@ again:;
     return rc;
   }
   return 0;
+}
+
+int dlock_mutex_acquire(dlock_mutex *m, int64_t wait_ms) {
+  dlock__error_clear();
+  if (!m) return dlock__error(DLOCK_EINVAL, "dlock_mutex_acquire: handle is NULL");
+  int64_t began = dlock__metrics_acquire_begin(m);
+  int how = 0;
+  int rc = acquire(m, wait_ms, &how);
+  dlock__metrics_acquire_end(m, began, wait_ms, rc, how);
+  return rc;
 }
 
 void dlock_mutex_cancel(dlock_mutex *m) {
@@ -462,6 +480,7 @@ static int release_begin(dlock_mutex *m, dlock_mono_ms *valid_until, dlock_lost_
     pthread_mutex_unlock(&m->mu);
     return 0;
   }
+  dlock__metrics_hold_end(m, DLOCK_LOST_NONE); /* a lost hold ended at its loss */
   pthread_mutex_unlock(&m->mu);
   dlock__watchdog_remove(m->client, m);
   pthread_mutex_lock(&m->mu);
@@ -489,7 +508,10 @@ int dlock_mutex_release(dlock_mutex *m) {
   int last = release_begin(m, &valid_until, &lost);
   if (last <= 0) return last;
   pthread_mutex_unlock(&m->mu);
-  return release_end(m, m->client->ops->release(m, valid_until, lost));
+  int rc = m->client->ops->release(m, valid_until, lost);
+  dlock__metrics_release_outcome(m, rc);
+  dlock__metrics_released(m, rc);
+  return release_end(m, rc);
 }
 
 int dlock_mutex_release_async(dlock_mutex *m) {
@@ -509,12 +531,14 @@ int dlock_mutex_release_async(dlock_mutex *m) {
       pthread_mutex_lock(&m->mu);
       m->rel_state = DLOCK__REL_NONE;
       pthread_mutex_unlock(&m->mu);
+      dlock__metrics_release_outcome(m, rc);
     }
   } else { /* a backend without pipelining: the outcome waits all the same */
     int out = ops->release(m, valid_until, lost);
     dlock__mutex_release_done(m, out, out ? dlock_last_error() : "");
     rc = 0;
   }
+  dlock__metrics_released(m, rc);
   return release_end(m, rc);
 }
 
@@ -574,6 +598,7 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
                 "extend");
   }
   if (rc) {
+    if (rc == DLOCK_EUNKNOWN) dlock__metrics_unknown(m->client, "extend");
     /* The extend may have run (a lost reply, replicas short): the server may
      * then end the hold 'lease_ms' after it, sooner than our deadline if the
      * lease was shortened. Count the hold as ending at the earlier of both. */

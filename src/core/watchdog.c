@@ -97,7 +97,9 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
                   dlock_mono_ms limit, pending_loss *losses, size_t *nloss) {
   unsigned pokes = wd->pokes;
   pthread_mutex_unlock(&wd->mu);
+  int64_t began = dlock__mono_ns();
   wd->client->ops->renew(wd->client, batch, nbatch, limit);
+  dlock__metrics_renew_batch(wd->client, nbatch, dlock__mono_ns() - began);
   pthread_mutex_lock(&wd->mu);
   /* Poked meanwhile (a forced release heard while the renewal was in
    * flight; the renewal may have run just before it): look again at once. */
@@ -110,6 +112,7 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
     m->wd_in_callback = 0;
     int renewed = 0;
     pthread_mutex_lock(&m->mu);
+    int64_t left = m->valid_until - now; /* before this renewal moves it */
     dlock_mono_ms safe = dlock__lease_op_end(m, &ops[i], r->status == 0 ? r->valid_until : INT64_MAX);
     if (r->status == 0 && (renewed = dlock__mutex_renewed(m, safe, now))) {
       m->claim_ms = 0; /* a hand-off's claim: the full lease is set now */
@@ -125,6 +128,10 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
     }
     dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
     dlock_mono_ms valid_until = m->valid_until;
+    /* A reply after the deadline is a loss; a session backend's renewal
+     * reads the session: no lease to be late on. */
+    dlock__metrics_renewed(m, renewed ? 0 : r->status ? r->status : DLOCK_ELOST, left,
+                           wd->client->caps & DLOCK__CAP_SESSION ? 0 : lease);
     pthread_mutex_unlock(&m->mu);
     if (lost != DLOCK_LOST_NONE) {
       lose(wd, m, lost, losses, nloss);

@@ -97,6 +97,7 @@ void dlock_run_record_init(dlock_run_record *rec) {
 
 static void emit_as(dlock_sched *s, const char *trigger, dlock_sched_event_kind kind, const job *j, int64_t tick,
                     const char *node, uint64_t fence, int64_t duration, int status, const char *message) {
+  dlock__metrics_job_other(s->client, j->name, kind); /* skips and errors (a run counts in run_claimed) */
   if (!s->opts.on_event) return;
   /* A copy: 'message' may be this thread's dlock_last_error(), which any
    * dlock call made by the callback would overwrite. */
@@ -322,6 +323,7 @@ static void report_skew(dlock_sched *s, const job *j, int64_t tick, int64_t sent
            "so it was not claimed: claiming it would make every node skip the ticks before it. Fix this node's "
            "clock (NTP)", (double)skew / 1000, s->client->ops->name, s->client->server, (long long)(received - sent),
            (double)(tick - server_now) / 1000, DLOCK_SCHED_CLOCK_TOLERANCE_MS / 1000.0);
+  dlock__metrics_job_other(s->client, j->name, DLOCK_SCHED_CLOCK_SKEW);
   if (!s->opts.on_event) return;
   dlock_sched_event ev = {DLOCK_SCHED_CLOCK_SKEW, j->name, tick, s->node, 0, -1, 0, text, skew};
   s->opts.on_event(&ev, s->opts.on_event_arg);
@@ -341,6 +343,7 @@ static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
   const char *trigger = cl->manual ? "manual" : "tick";
   dlock_tick t = {j->name, tick, cl->fence, s->node, trigger};
   dlock_mono_ms began = dlock_mono_now();
+  dlock__metrics_job_started(s->client, j->name, tick, cl->fence);
   int status = j->fn(&t, j->arg);
   dlock_run_record rec;
   dlock_run_record_init(&rec);
@@ -350,6 +353,7 @@ static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
   rec.start_unix_ms = cl->start_ms;
   rec.duration_ms = dlock_mono_now() - began;
   snprintf(rec.trigger, sizeof rec.trigger, "%s", trigger);
+  dlock__metrics_job_finished(s->client, j->name, tick, cl->fence, status, rec.duration_ms);
   const char *prefix = cl->manual ? MANUAL_PREFIX : "";
   if (status == 0) snprintf(rec.outcome, sizeof rec.outcome, "%sok", prefix);
   else snprintf(rec.outcome, sizeof rec.outcome, "%sfailed: %d", prefix, status);

@@ -694,6 +694,47 @@ static void a_multi_lock_takes_all_names_or_none(void) {
 
 /* ---- Loss at the local deadline (last: it freezes the deployment) ---- */
 
+/* ---- Metrics (docs/metrics.md): the same counts on every backend ---- */
+
+/* The sum of the series of 'c' whose name and labels begin with 'prefix'
+ * ("dlock_losses_total{kind=\"mutex\","), from its Prometheus text. */
+static double metric_sum(dlock_client *c, const char *prefix) {
+  static char text[1 << 17];
+  int n = dlock_client_metrics_snprint(c, text, sizeof text, DLOCK_METRICS_PROMETHEUS);
+  if (n < 0 || (size_t)n >= sizeof text) TEST_FAIL("metrics: %d: %s", n, dlock_last_error());
+  double sum = 0;
+  size_t len = strlen(prefix);
+  for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+    const char *sp = strchr(line, ' ');
+    if (strncmp(line, prefix, len) == 0 && sp) sum += atof(sp + 1);
+    if (!strchr(line, '\n')) break;
+  }
+  return sum;
+}
+
+static void metrics_count_acquisitions_busy_tries_releases_and_holds(void) {
+  dlock_client *a = conf_client("metrics"), *b = conf_client("metrics");
+  dlock_mutex *ma = conf_mutex(a, "m", NULL), *mb = conf_mutex(b, "m", NULL);
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  ASSERT_OK(dlock_mutex_acquire(ma, 0));
+  ASSERT_EQ(metric_sum(a, "dlock_held{kind=\"mutex\"}"), 1);
+  ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_release(ma));
+  ASSERT_OK(dlock_mutex_acquire(mb, slack_ms(10000)));
+  ASSERT_OK(dlock_mutex_release(mb));
+  ASSERT_EQ(metric_sum(a, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"acquired\"}"), 1);
+  ASSERT_EQ(metric_sum(a, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"reentered\"}"), 1);
+  ASSERT_EQ(metric_sum(a, "dlock_releases_total{kind=\"mutex\",outcome=\"ok\"}"), 1);
+  ASSERT_EQ(metric_sum(a, "dlock_hold_seconds_count{kind=\"mutex\"}"), 1);
+  ASSERT_EQ(metric_sum(a, "dlock_held{kind=\"mutex\"}"), 0);
+  ASSERT_EQ(metric_sum(b, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"busy\"}"), 1);
+  ASSERT_EQ(metric_sum(b, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"acquired\"}"), 1);
+  ASSERT_EQ(metric_sum(b, "dlock_acquire_wait_seconds_count{kind=\"mutex\"}"), 1);
+  ASSERT_EQ(metric_sum(b, "dlock_waiting{kind=\"mutex\"}"), 0);
+  ASSERT_EQ(metric_sum(b, "dlock_losses_total{"), 0);
+}
+
 static void a_frozen_server_loses_the_hold_no_later_than_the_local_deadline(void) {
   CONF_NEED(freeze, "freeze its servers");
   dlock_client *c = conf_client("freeze");
@@ -734,7 +775,11 @@ static void a_frozen_server_loses_the_hold_no_later_than_the_local_deadline(void
          dlock_lost_reason_str(at_deadline), late);
   if (at_deadline == DLOCK_LOST_NONE) TEST_FAIL("at valid_until the hold was not reported lost");
   if (!signalled) TEST_FAIL("the lost fd was not readable %ld ms after valid_until", slack_ms(3000));
+  /* The metrics count the loss, and the hold no longer (docs/metrics.md). */
+  ASSERT_EQ(metric_sum(c, "dlock_losses_total{kind=\"mutex\","), 1);
+  ASSERT_EQ(metric_sum(c, "dlock_held{kind=\"mutex\"}"), 0);
   ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
+  ASSERT_EQ(metric_sum(c, "dlock_releases_total{kind=\"mutex\",outcome=\"not_held\"}"), 1);
   /* The deployment serves again and the lock is free within the lease. */
   dlock_mutex *next = conf_mutex(conf_client("freeze"), "z", NULL);
   ASSERT_OK(dlock_mutex_acquire(next, slack_ms(30000)));
@@ -758,6 +803,7 @@ const conf_scenario conf_contract[] = {
     SCENARIO(two_schedulers_run_each_tick_once),
     SCENARIO(a_paused_job_runs_no_tick_until_resumed_and_a_trigger_runs_once),
     SCENARIO(a_multi_lock_takes_all_names_or_none),
+    SCENARIO(metrics_count_acquisitions_busy_tries_releases_and_holds),
 };
 const size_t conf_contract_len = sizeof conf_contract / sizeof conf_contract[0];
 const conf_scenario conf_last[] = {
