@@ -18,12 +18,12 @@
 static const cli_command pages[] = {
   {NULL, NULL,
    "Usage: dlock COMMAND [OPTIONS] [ARGS]\n"
-   "Distributed locks on Redis or PostgreSQL, from the shell.\n"
-   "\n"
+   "Locks, elections and fleet jobs on Redis, ZooKeeper, PostgreSQL or MySQL.\n"
    "Commands:\n",
-   "dlock takes named, leased, fenced locks in Redis through libdlock. A lock\n"
-   "is one Redis key named exactly like the lock; it expires when its lease\n"
-   "runs out, so a crashed holder cannot block everyone forever. Every hold\n"
+   "dlock takes named, leased, fenced locks through libdlock, on the server\n"
+   "the URL names (Redis in any topology, ZooKeeper, PostgreSQL, MySQL). A\n"
+   "lock expires when its lease runs out (on ZooKeeper: with its holder's\n"
+   "session), so a crashed holder cannot block everyone forever. Every hold\n"
    "gets a *fence*: a number larger than any given out before for that name.\n"
    "A resource that remembers the highest fence it has seen can refuse the\n"
    "writes of a holder that lost the lock without knowing it (a process\n"

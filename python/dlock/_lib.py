@@ -75,7 +75,9 @@ class ClientOptions(Structure):
                 ("password", c_char_p), ("tls_ca_file", c_char_p), ("tls_cert_file", c_char_p),
                 ("tls_key_file", c_char_p), ("tls_server_name", c_char_p), ("tls_skip_verify", c_int),
                 ("max_connections", c_int), ("wait_replicas", c_int), ("wait_timeout_ms", c_int),
-                ("redlock_urls", POINTER(c_char_p)), ("redlock_nurls", c_int)]
+                ("redlock_urls", POINTER(c_char_p)), ("redlock_nurls", c_int),
+                # The event hook is C's (docs/metrics.md); the binding leaves it NULL.
+                ("on_event", c_void_p), ("on_event_arg", c_void_p), ("metrics_names", c_char_p)]
 
 
 class MutexOptions(Structure):
@@ -142,7 +144,7 @@ class JobOptions(Structure):
 class RunRecord(Structure):
     _fields_ = [("struct_size", c_size_t), ("node", c_char * 128), ("fence", c_uint64),
                 ("scheduled_unix_ms", c_int64), ("start_unix_ms", c_int64), ("duration_ms", c_int64),
-                ("outcome", c_char * 64)]
+                ("outcome", c_char * 64), ("trigger", c_char * 16)]
 
 
 LIST_FN = CFUNCTYPE(None, c_char_p, c_void_p)
