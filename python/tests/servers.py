@@ -16,6 +16,13 @@ class Unavailable(Exception):
     """The server's program is not installed or not built; the message says which."""
 
 
+def _die_with_us() -> None:
+    """In the server's child before exec: killed when the test process dies (a crash skips
+    every cleanup; PR_SET_PDEATHSIG = 1)."""
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,7 +59,7 @@ class RedisServer:
                     f.write(f"port {self.port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\n"
                             f"dir {self.dir}\nlogfile {self.dir}/redis.log\n")
                 self.proc = subprocess.Popen(["redis-server", conf], stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
+                                             stderr=subprocess.DEVNULL, preexec_fn=_die_with_us)
                 if self._ready(10.0):
                     break
                 _kill(self.proc)
@@ -100,7 +107,7 @@ class HelperServer:
         self._addr = os.path.join(self.dir, "address")
         argv = [program] + ([self._addr] if kind == "zk" else [])
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, preexec_fn=_die_with_us)
 
     def ready(self, timeout: float = 120.0) -> "HelperServer":
         """Wait until the server answers (its helper says so): the URL, or an exception."""
