@@ -136,6 +136,53 @@ scenario_forced_during_cut() {
   fi
 }
 
+# ---- Finding 3: a 'dlock run' waiting for a busy lock exits 70 ("internal
+# error: a bug") with "outcome unknown" when its Redis answers BUSY (a long
+# Lua script) during the wait.
+#
+# Promise: docs/dlock.1.md:795-796 (EXIT STATUS: 69 "the server ... not ready
+# (loading its data, busy with a script, failing over, ...: retry later)";
+# 70 "internal or unexpected error (a bug: please report it)"), issue 27
+# item 3 (BUSY exits 69, 70 kept for real bugs), docs/cli.md:45-46.
+# Attack: a holder with a 30 s lease; 'dlock run -w 60s' waits on the same
+# name; the server runs EVAL "while true do end" for ~5 s (busy-reply-
+# threshold 100 ms), longer than the waiter's 2 s re-check; SCRIPT KILL.
+# What happened: the waiter exits 70 at once, saying "outcome unknown: the
+# lock may be held until its lease ends", although a BUSY reply means the
+# script did not run (and its cleanup got BUSY too). Expected: 69 (or a
+# wait that goes on and runs the command once the holder is gone).
+scenario_busy_while_waiting() {
+  local h w b
+  rcli CONFIG SET busy-reply-threshold 100 >/dev/null
+  "$DLOCK" run --lease 30s bw -- sh -c 'echo started >"$0"; exec sleep 40' "$TEST_DIR/bw.started" \
+    >/dev/null 2>"$TEST_DIR/bwh.err" &
+  h=$!
+  bg_track "$h"
+  if ! wait_for 30 file_has "$TEST_DIR/bw.started"; then
+    fail "busy_while_waiting: the holder did not start" "$(cat "$TEST_DIR/bwh.err")"
+    return
+  fi
+  "$DLOCK" run -w 60s --lease 30s bw -- true >/dev/null 2>"$TEST_DIR/bww.err" &
+  w=$!
+  bg_track "$w"
+  sleep 2 # the waiter is in its wait
+  timeout 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" EVAL 'local i = 0 while true do i = i + 1 end' 0 \
+    >/dev/null 2>&1 &
+  b=$!
+  sleep 5 # longer than the waiter's 2 s re-check
+  rcli SCRIPT KILL >/dev/null 2>&1
+  wait "$b"
+  "$DLOCK" release --force bw >/dev/null 2>&1
+  wait_exit "$w" 40
+  if [ "$EXIT_CODE" = 0 ] || [ "$EXIT_CODE" = 69 ]; then
+    pass "a waiter whose server was BUSY for 5 s exits 0 (ran) or 69 (exit $EXIT_CODE)"
+  else
+    fail "a waiter whose server was BUSY for 5 s exits 0 (ran) or 69, never 70 (docs/dlock.1.md:795-796)" \
+      "exit $EXIT_CODE" "$(cat "$TEST_DIR/bww.err")"
+  fi
+  rcli CONFIG SET busy-reply-threshold 5000 >/dev/null
+}
+
 # ---- History check (held so far): many 'dlock run --lease 2s' on one name,
 # forced releases in between. Each command logs its start and end on
 # CLOCK_MONOTONIC (a helper compiled here); no two commands may overlap by
@@ -209,7 +256,7 @@ PY
   fi
 }
 
-SCENARIOS="${*:-rwlock_forced forced_during_cut}"
+SCENARIOS="${*:-rwlock_forced forced_during_cut busy_while_waiting}"
 for s in $SCENARIOS; do
   "scenario_$s"
 done
