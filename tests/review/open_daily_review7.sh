@@ -143,43 +143,64 @@ scenario_forced_during_cut() {
 # Promise: docs/dlock.1.md:795-796 (EXIT STATUS: 69 "the server ... not ready
 # (loading its data, busy with a script, failing over, ...: retry later)";
 # 70 "internal or unexpected error (a bug: please report it)"), issue 27
-# item 3 (BUSY exits 69, 70 kept for real bugs), docs/cli.md:45-46.
+# item 3 (BUSY exits 69, 70 kept for real bugs), docs/cli.md:70-71 ("70 is
+# kept for what can only be a bug").
 # Attack: a holder with a 30 s lease; 'dlock run -w 60s' waits on the same
-# name; the server runs EVAL "while true do end" for ~5 s (busy-reply-
-# threshold 100 ms), longer than the waiter's 2 s re-check; SCRIPT KILL.
-# What happened: the waiter exits 70 at once, saying "outcome unknown: the
+# name (also 'dlock hold -w', 'run -x -w', 'run --limit 1 -w' on theirs);
+# the server runs EVAL "while true do end" for ~5 s (busy-reply-threshold
+# 100 ms), longer than the waiters' 2 s re-check; SCRIPT KILL.
+# What happened: every waiter exits 70 at once, saying "outcome unknown: the
 # lock may be held until its lease ends", although a BUSY reply means the
 # script did not run (and its cleanup got BUSY too). Expected: 69 (or a
 # wait that goes on and runs the command once the holder is gone).
 scenario_busy_while_waiting() {
-  local h w b
+  local kind opts h b i
+  local -A waiter
   rcli CONFIG SET busy-reply-threshold 100 >/dev/null
-  "$DLOCK" run --lease 30s bw -- sh -c 'echo started >"$0"; exec sleep 40' "$TEST_DIR/bw.started" \
-    >/dev/null 2>"$TEST_DIR/bwh.err" &
-  h=$!
-  bg_track "$h"
-  if ! wait_for 30 file_has "$TEST_DIR/bw.started"; then
-    fail "busy_while_waiting: the holder did not start" "$(cat "$TEST_DIR/bwh.err")"
-    return
-  fi
-  "$DLOCK" run -w 60s --lease 30s bw -- true >/dev/null 2>"$TEST_DIR/bww.err" &
-  w=$!
-  bg_track "$w"
-  sleep 2 # the waiter is in its wait
+  # One holder and one waiter per kind: mutex (run and hold), write side, semaphore.
+  for kind in mutex hold write sem; do
+    case $kind in
+      write) opts="-x" ;;
+      sem) opts="--limit 1" ;;
+      *) opts="" ;;
+    esac
+    # shellcheck disable=SC2086
+    "$DLOCK" run $opts --lease 30s "bw$kind" -- sh -c 'echo started >"$0"; exec sleep 40' \
+      "$TEST_DIR/bw$kind.started" >/dev/null 2>"$TEST_DIR/bwh$kind.err" &
+    h=$!
+    bg_track "$h"
+    if ! wait_for 30 file_has "$TEST_DIR/bw$kind.started"; then
+      fail "busy_while_waiting: the $kind holder did not start" "$(cat "$TEST_DIR/bwh$kind.err")"
+      return
+    fi
+    if [ "$kind" = hold ]; then
+      sleep 30 | "$DLOCK" hold -w 60s --lease 30s "bw$kind" >/dev/null 2>"$TEST_DIR/bww$kind.err" &
+    else
+      # shellcheck disable=SC2086
+      "$DLOCK" run $opts -w 60s --lease 30s "bw$kind" -- true >/dev/null 2>"$TEST_DIR/bww$kind.err" &
+    fi
+    waiter[$kind]=$!
+    bg_track "$!"
+  done
+  sleep 2 # the waiters are in their waits
   timeout 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" EVAL 'local i = 0 while true do i = i + 1 end' 0 \
     >/dev/null 2>&1 &
   b=$!
-  sleep 5 # longer than the waiter's 2 s re-check
+  sleep 5 # longer than a waiter's 2 s re-check
   rcli SCRIPT KILL >/dev/null 2>&1
   wait "$b"
-  "$DLOCK" release --force bw >/dev/null 2>&1
-  wait_exit "$w" 40
-  if [ "$EXIT_CODE" = 0 ] || [ "$EXIT_CODE" = 69 ]; then
-    pass "a waiter whose server was BUSY for 5 s exits 0 (ran) or 69 (exit $EXIT_CODE)"
-  else
-    fail "a waiter whose server was BUSY for 5 s exits 0 (ran) or 69, never 70 (docs/dlock.1.md:795-796)" \
-      "exit $EXIT_CODE" "$(cat "$TEST_DIR/bww.err")"
-  fi
+  for kind in mutex hold write sem; do
+    "$DLOCK" release --force "bw$kind" >/dev/null 2>&1
+  done
+  for kind in mutex hold write sem; do
+    wait_exit "${waiter[$kind]}" 40
+    if [ "$EXIT_CODE" = 0 ] || [ "$EXIT_CODE" = 69 ]; then
+      pass "a $kind waiter whose server was BUSY for 5 s exits 0 (ran) or 69 (exit $EXIT_CODE)"
+    else
+      fail "a $kind waiter whose server was BUSY for 5 s exits 0 (ran) or 69, never 70 (docs/dlock.1.md:795-796)" \
+        "exit $EXIT_CODE" "$(head -c 600 "$TEST_DIR/bww$kind.err")"
+    fi
+  done
   rcli CONFIG SET busy-reply-threshold 5000 >/dev/null
 }
 
