@@ -143,7 +143,7 @@ scenario_forced_during_cut() {
 # Promise: docs/dlock.1.md:795-796 (EXIT STATUS: 69 "the server ... not ready
 # (loading its data, busy with a script, failing over, ...: retry later)";
 # 70 "internal or unexpected error (a bug: please report it)"), issue 27
-# item 3 (BUSY exits 69, 70 kept for real bugs), docs/cli.md:70-71 ("70 is
+# item 3 (BUSY exits 69, 70 kept for real bugs), docs/cli.md:69-70 ("70 is
 # kept for what can only be a bug").
 # Attack: a holder with a 30 s lease; 'dlock run -w 60s' waits on the same
 # name (also 'dlock hold -w', 'run -x -w', 'run --limit 1 -w' on theirs);
@@ -202,6 +202,39 @@ scenario_busy_while_waiting() {
     fi
   done
   rcli CONFIG SET busy-reply-threshold 5000 >/dev/null
+}
+
+# ---- Finding 4 (low, docs): the manual and the README still say that a
+# forced release reaches the holder at its next renewal/check.
+#
+# Promise: docs/cli.md:296-299 and include/dlock.h:619-625 (the branch's
+# change: told at once on Redis, PostgreSQL lease mode and ZooKeeper; MySQL
+# at its next renewal), issue 27 item 1 ("where a backend cannot notify, say
+# so and bound it").
+# Attack: read what a user reads: 'dlock release --help' (= dlock(1),
+# docs/dlock.1.md:235-237) and README.md:350.
+# What happened: the help says "a 'dlock run' holding NAME finds out at its
+# next renewal" for every backend, and README.md:350 says a ZooKeeper holder
+# learns "at its next check, within a third of the session timeout": both
+# contradict docs/cli.md and the header, and neither names the one backend
+# (MySQL) that really waits for a renewal.
+scenario_release_help() {
+  local help
+  help=$("$DLOCK" release --help 2>&1)
+  if printf '%s' "$help" | tr '\n' ' ' | grep -q "finds out at its next renewal"; then
+    fail "'dlock release --help' says when the holder learns of a forced release as docs/cli.md:296-299 does" \
+      "it says: $(printf '%s' "$help" | sed -n 2,4p | tr '\n' ' ')"
+  else
+    pass "'dlock release --help' agrees with docs/cli.md on when the holder learns"
+  fi
+  local readme
+  readme="$(dirname "$DLOCK_TEST_LIB")/../../README.md"
+  if [ -f "$readme" ] && tr '\n' ' ' <"$readme" | grep -q "reaches the holder at its next check"; then
+    fail "README.md's ZooKeeper paragraph agrees that a forced release reaches the holder at once" \
+      "README.md: $(grep -n "reaches the holder at its next check" "$readme")"
+  else
+    pass "README.md's ZooKeeper paragraph agrees on forced releases"
+  fi
 }
 
 # ---- History check (held so far): many 'dlock run --lease 2s' on one name,
@@ -277,7 +310,7 @@ PY
   fi
 }
 
-SCENARIOS="${*:-rwlock_forced forced_during_cut busy_while_waiting}"
+SCENARIOS="${*:-rwlock_forced forced_during_cut busy_while_waiting release_help}"
 for s in $SCENARIOS; do
   "scenario_$s"
 done
