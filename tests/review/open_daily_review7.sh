@@ -18,25 +18,38 @@ start_redis
 # is well below the 10 s a renewal (a third of a 30 s lease) takes.
 FORCED_BOUND=4
 
-# forced_exit NAME ARGS...: start 'dlock run ARGS NAME -- sleep 120' with a
-# 30 s lease, wait until it holds, force-release NAME, and set EXIT_CODE and
-# ELAPSED (whole seconds from the release to its exit, or 999).
-forced_exit() {
-  local name=$1 i t0 pid
+# forced_start NAME ARGS...: start 'dlock run ARGS NAME -- sleep 120' with a
+# 30 s lease and wait until its command runs; FORCED_PID is its pid (empty
+# when it did not start).
+forced_start() {
+  local name=$1
   shift
   "$DLOCK" run "$@" --lease 30s "$name" -- sh -c 'echo started >"$0"; exec sleep 120' \
     "$TEST_DIR/$name.started" >"$TEST_DIR/$name.out" 2>"$TEST_DIR/$name.err" &
-  pid=$!
-  bg_track "$pid"
-  if ! wait_for 30 file_has "$TEST_DIR/$name.started"; then
+  FORCED_PID=$!
+  bg_track "$FORCED_PID"
+  wait_for 30 file_has "$TEST_DIR/$name.started" || FORCED_PID=""
+}
+
+# forced_wait PID T0: wait for a forced-released holder; sets EXIT_CODE and
+# ELAPSED (whole seconds since T0, date +%s%N).
+forced_wait() {
+  wait_exit "$1" 20
+  ELAPSED=$((($(date +%s%N) - $2) / 1000000000))
+}
+
+# forced_exit NAME ARGS...: forced_start, force-release NAME, forced_wait.
+forced_exit() {
+  local name=$1 t0
+  forced_start "$@"
+  if [ -z "$FORCED_PID" ]; then
     EXIT_CODE=998
     ELAPSED=999
     return
   fi
   t0=$(date +%s%N)
   "$DLOCK" release --force "$name" >/dev/null 2>&1
-  wait_exit "$pid" 20
-  ELAPSED=$((($(date +%s%N) - t0) / 1000000000))
+  forced_wait "$FORCED_PID" "$t0"
 }
 
 # ---- Finding 1: a forced release of a read-write lock is heard only at the
@@ -61,9 +74,23 @@ scenario_rwlock_forced() {
   else
     fail "control: mutex holder after a forced release" "exit $EXIT_CODE after ${ELAPSED}s" "$(cat "$TEST_DIR/ctl.err")"
   fi
-  local side
+  local side t0
+  local -A pid
+  for side in -x -s; do # both at once: each waits for its renewal
+    forced_start "rw$side" "$side"
+    pid[$side]=$FORCED_PID
+  done
+  t0=$(date +%s%N)
   for side in -x -s; do
-    forced_exit "rw$side" "$side"
+    "$DLOCK" release --force "rw$side" >/dev/null 2>&1
+  done
+  for side in -x -s; do
+    if [ -n "${pid[$side]}" ]; then
+      forced_wait "${pid[$side]}" "$t0"
+    else
+      EXIT_CODE=998
+      ELAPSED=999
+    fi
     if [ "$EXIT_CODE" = 79 ] && [ "$ELAPSED" -le "$FORCED_BOUND" ]; then
       pass "a 'dlock run $side' holder stops within ${FORCED_BOUND}s of a forced release (exit 79, ${ELAPSED}s)"
     else
