@@ -231,6 +231,48 @@ scenario_busy_while_waiting() {
   rcli CONFIG SET busy-reply-threshold 5000 >/dev/null
 }
 
+# ---- Finding 3b: the same when the waiter's Redis is down for 3 s (a
+# restart): the waiter exits 70, "outcome unknown", after "cannot connect:
+# Connection refused", a call that cannot have run.
+#
+# Promise: as finding 3: docs/dlock.1.md:795 (69: "the server ...
+# unreachable or timed out ... retry later"), 796 (70: a bug).
+# Attack: holder (30 s lease) and 'dlock run -w 60s' waiter on one name;
+# redis-server is stopped by PID (SIGKILL) and started again on the same
+# port 3 s later (longer than the waiter's 2 s re-check).
+# What happened: the waiter exits 70 with "acquiring 'NAME': outcome
+# unknown: ... cannot connect: Connection refused; then the cleanup failed".
+# Expected: 69 (or the wait goes on and runs the command).
+scenario_restart_while_waiting() {
+  local h w i
+  "$DLOCK" run --lease 30s rw3 -- sh -c 'echo started >"$0"; exec sleep 40' "$TEST_DIR/rw3.started" \
+    >/dev/null 2>"$TEST_DIR/rw3h.err" &
+  h=$!
+  bg_track "$h"
+  if ! wait_for 30 file_has "$TEST_DIR/rw3.started"; then
+    fail "restart_while_waiting: the holder did not start" "$(cat "$TEST_DIR/rw3h.err")"
+    return
+  fi
+  "$DLOCK" run -w 60s --lease 30s rw3 -- true >/dev/null 2>"$TEST_DIR/rw3w.err" &
+  w=$!
+  bg_track "$w"
+  sleep 2 # the waiter is in its wait
+  kill -KILL "$REDIS_PID"
+  wait_for 10 pid_gone "$REDIS_PID"
+  sleep 3
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$TEST_DIR" --daemonize no --logfile "$TEST_DIR/redis2.log" >/dev/null 2>&1 &
+  REDIS_PID=$! # lib.sh's cleanup stops this one
+  wait_for 20 sh -c "[ \"\$(redis-cli -p $REDIS_PORT PING 2>/dev/null)\" = PONG ]"
+  wait_exit "$w" 40
+  if [ "$EXIT_CODE" = 0 ] || [ "$EXIT_CODE" = 69 ]; then
+    pass "a waiter whose Redis restarted (3 s down) exits 0 (ran) or 69 (exit $EXIT_CODE)"
+  else
+    fail "a waiter whose Redis restarted (3 s down) exits 0 (ran) or 69, never 70 (docs/dlock.1.md:795-796)" \
+      "exit $EXIT_CODE" "$(head -c 600 "$TEST_DIR/rw3w.err")"
+  fi
+}
+
 # ---- Finding 4 (low, docs): the manual and the README still say that a
 # forced release reaches the holder at its next renewal/check.
 #
@@ -337,7 +379,7 @@ PY
   fi
 }
 
-SCENARIOS="${*:-rwlock_forced forced_during_cut busy_while_waiting release_help}"
+SCENARIOS="${*:-rwlock_forced forced_during_cut busy_while_waiting restart_while_waiting release_help}"
 for s in $SCENARIOS; do
   "scenario_$s"
 done
