@@ -42,6 +42,7 @@ typedef struct channel {
   int refs;
   int sent;      /* SUBSCRIBE written on the current connection */
   int confirmed; /* 1 subscribed, -1 refused by the server */
+  int ever;      /* confirmed once: a later confirmation ends a gap */
   dlock__node *node; /* where it was sent (valid while 'sent') */
   int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
   dlock__node *fixed; /* Redlock: this entry's home, one of the nodes; NULL: routed */
@@ -86,9 +87,11 @@ static void poke(dlock__subscriber *s) {
   (void)n; /* a full pipe already means "wake up" */
 }
 
-static void wake_all_waiters(dlock__subscriber *s) {
-  for (size_t i = 0; i < s->nwaiters; i++) s->waiters[i]->wake(s->waiters[i], 0, 0, 1);
+static void wake_all(dlock__subscriber *s, int how) {
+  for (size_t i = 0; i < s->nwaiters; i++) s->waiters[i]->wake(s->waiters[i], 0, 0, how);
 }
+
+static void wake_all_waiters(dlock__subscriber *s) { wake_all(s, 1); }
 
 /* "<id> <fence> <nonce>" ("<id> <fence>" from scripts before the nonce):
  * the fence and the nonce as numbers, 0 when absent or malformed. */
@@ -171,7 +174,15 @@ static void handle_reply(dlock__subscriber *s, dlock__node *node, const dlock__r
   } else if (!strcmp(kind, "subscribe") || !strcmp(kind, "ssubscribe")) {
     pthread_mutex_lock(&s->mu);
     channel *ch = find_sent(s, r->element[1]->str, r->element[1]->len, node);
-    if (ch) ch->confirmed = 1;
+    if (ch) {
+      ch->confirmed = 1;
+      /* Subscribed again after a reconnect or a move: a message published
+       * in the gap went unheard. Waiters were woken at the reconnect; a
+       * holder checks its hold now (a forced release in the gap), which
+       * only this moment makes sure of. */
+      if (ch->ever) wake_all(s, DLOCK__WAKE_RESUBSCRIBED);
+      ch->ever = 1;
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
   } else if (!strcmp(kind, "sunsubscribe")) {
