@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# open_daily_review7.sh - open findings of the seventh review (daily use of
-# the dlock command, issue 27), each failing on today's code (branch forced2).
-# Run: cmake -DDLOCK_OPEN_FINDINGS=ON ... && ctest -R open/daily_review7
-#      (or DLOCK_BIN=build/plain/cli/dlock DLOCK_TEST_LIB=tests/cli/lib.sh
-#       bash tests/review/open_daily_review7.sh [SCENARIO...])
+# test_forced.sh - 'dlock release --force' reaches the old holder at once
+# (issue 27 item 1; the seventh review's findings 1, 2 and 4): a read-write
+# lock's holders (-x, -s) as a mutex's, a holder whose links were cut for a
+# moment while the release ran, and what --help and the README say.
 # Real redis-server (lib.sh: own port, own directory, stopped by PID on every
-# exit path); every wait bounded.
+# exit path) and tests' fault proxy; every wait bounded.
+# Run one: DLOCK_BIN=... DLOCK_TEST_LIB=tests/cli/lib.sh DLOCK_FAULTPROXY=...
+#          bash tests/cli/test_forced.sh [SCENARIO...] ('history' is opt-in:
+#          the seventh review's overlap check, ~60 s).
 
-# shellcheck source=../cli/lib.sh
+# shellcheck source=lib.sh
 . "${DLOCK_TEST_LIB:?DLOCK_TEST_LIB must point to tests/cli/lib.sh}"
 
 start_redis
@@ -52,8 +54,9 @@ forced_exit() {
   forced_wait "$FORCED_PID" "$t0"
 }
 
-# ---- Finding 1: a forced release of a read-write lock is heard only at the
-# holder's next renewal (8-10 s at the default lease), not at once.
+# ---- A forced release of a read-write lock is heard at once (it was heard
+# only at the holder's next renewal, 8-10 s at the default lease: review 7
+# finding 1).
 #
 # Promise: docs/cli.md:296-299 ("release ... The old holder is told at once
 # (Redis, PostgreSQL lease mode, ZooKeeper; MySQL: at its next renewal) and a
@@ -63,7 +66,7 @@ forced_exit() {
 # every backend"): no exception for `dlock run -s/-x`.
 # Attack: `dlock run -x NAME` (and -s) with a 30 s lease, then
 # `dlock release --force NAME`.
-# What happened: exit 79 after 8-10 s (the next renewal): force_release.lua
+# What happened before the fix: exit 79 after 8-10 s (the next renewal): force_release.lua
 # returns from dlock_rw_force before its PUBLISH on {K}:f, and lock.c
 # subscribes the holder channel only for DLOCK__KIND_MUTEX. A plain mutex
 # (control) stops in well under a second.
@@ -100,7 +103,7 @@ scenario_rwlock_forced() {
   done
 }
 
-# ---- Finding 2: a forced release during a short cut of the holder's
+# ---- (review 7 finding 2) A forced release during a short cut of the holder's
 # connections (its pub/sub link reconnects a moment later) is heard only at
 # the next renewal (7-10 s at the default lease), not at once.
 #
@@ -113,7 +116,7 @@ scenario_rwlock_forced() {
 # the proxy closes every connection and accepts but forwards nothing for
 # 0.8 s (a blip, far shorter than the lease); meanwhile 'dlock release
 # --force' goes straight to the server; then the proxy passes again.
-# What happened: exit 79 after ~8 s, at the holder's next renewal: the
+# What happened before the fix: exit 79 after ~8 s, at the holder's next renewal: the
 # message was published while the holder's subscriber was reconnecting, and
 # after the reconnect the subscriber wakes every target with all=1, which
 # the holder's target (lock.c's wake_holder) ignores, so no hold is checked.
@@ -163,118 +166,9 @@ scenario_forced_during_cut() {
   fi
 }
 
-# ---- Finding 3: a 'dlock run' waiting for a busy lock exits 70 ("internal
-# error: a bug") with "outcome unknown" when its Redis answers BUSY (a long
-# Lua script) during the wait.
-#
-# Promise: docs/dlock.1.md:795-796 (EXIT STATUS: 69 "the server ... not ready
-# (loading its data, busy with a script, failing over, ...: retry later)";
-# 70 "internal or unexpected error (a bug: please report it)"), issue 27
-# item 3 (BUSY exits 69, 70 kept for real bugs), docs/cli.md:69-70 ("70 is
-# kept for what can only be a bug").
-# Attack: a holder with a 30 s lease; 'dlock run -w 60s' waits on the same
-# name (also 'dlock hold -w', 'run -x -w', 'run --limit 1 -w' on theirs);
-# the server runs EVAL "while true do end" for ~5 s (busy-reply-threshold
-# 100 ms), longer than the waiters' 2 s re-check; SCRIPT KILL.
-# What happened: every waiter exits 70 at once, saying "outcome unknown: the
-# lock may be held until its lease ends", although a BUSY reply means the
-# script did not run (and its cleanup got BUSY too). Expected: 69 (or a
-# wait that goes on and runs the command once the holder is gone).
-scenario_busy_while_waiting() {
-  local kind opts h b i
-  local -A waiter
-  rcli CONFIG SET busy-reply-threshold 100 >/dev/null
-  # One holder and one waiter per kind: mutex (run and hold), write side, semaphore.
-  for kind in mutex hold write sem; do
-    case $kind in
-      write) opts="-x" ;;
-      sem) opts="--limit 1" ;;
-      *) opts="" ;;
-    esac
-    # shellcheck disable=SC2086
-    "$DLOCK" run $opts --lease 30s "bw$kind" -- sh -c 'echo started >"$0"; exec sleep 40' \
-      "$TEST_DIR/bw$kind.started" >/dev/null 2>"$TEST_DIR/bwh$kind.err" &
-    h=$!
-    bg_track "$h"
-    if ! wait_for 30 file_has "$TEST_DIR/bw$kind.started"; then
-      fail "busy_while_waiting: the $kind holder did not start" "$(cat "$TEST_DIR/bwh$kind.err")"
-      return
-    fi
-    if [ "$kind" = hold ]; then
-      sleep 30 | "$DLOCK" hold -w 60s --lease 30s "bw$kind" >/dev/null 2>"$TEST_DIR/bww$kind.err" &
-    else
-      # shellcheck disable=SC2086
-      "$DLOCK" run $opts -w 60s --lease 30s "bw$kind" -- true >/dev/null 2>"$TEST_DIR/bww$kind.err" &
-    fi
-    waiter[$kind]=$!
-    bg_track "$!"
-  done
-  sleep 2 # the waiters are in their waits
-  timeout 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" EVAL 'local i = 0 while true do i = i + 1 end' 0 \
-    >/dev/null 2>&1 &
-  b=$!
-  sleep 5 # longer than a waiter's 2 s re-check
-  rcli SCRIPT KILL >/dev/null 2>&1
-  wait "$b"
-  for kind in mutex hold write sem; do
-    "$DLOCK" release --force "bw$kind" >/dev/null 2>&1
-  done
-  for kind in mutex hold write sem; do
-    wait_exit "${waiter[$kind]}" 40
-    if [ "$EXIT_CODE" = 0 ] || [ "$EXIT_CODE" = 69 ]; then
-      pass "a $kind waiter whose server was BUSY for 5 s exits 0 (ran) or 69 (exit $EXIT_CODE)"
-    else
-      fail "a $kind waiter whose server was BUSY for 5 s exits 0 (ran) or 69, never 70 (docs/dlock.1.md:795-796)" \
-        "exit $EXIT_CODE" "$(head -c 600 "$TEST_DIR/bww$kind.err")"
-    fi
-  done
-  rcli CONFIG SET busy-reply-threshold 5000 >/dev/null
-}
-
-# ---- Finding 3b: the same when the waiter's Redis is down for 3 s (a
-# restart): the waiter exits 70, "outcome unknown", after "cannot connect:
-# Connection refused", a call that cannot have run.
-#
-# Promise: as finding 3: docs/dlock.1.md:795 (69: "the server ...
-# unreachable or timed out ... retry later"), 796 (70: a bug).
-# Attack: holder (30 s lease) and 'dlock run -w 60s' waiter on one name;
-# redis-server is stopped by PID (SIGKILL) and started again on the same
-# port 3 s later (longer than the waiter's 2 s re-check).
-# What happened: the waiter exits 70 with "acquiring 'NAME': outcome
-# unknown: ... cannot connect: Connection refused; then the cleanup failed".
-# Expected: 69 (or the wait goes on and runs the command).
-scenario_restart_while_waiting() {
-  local h w i
-  "$DLOCK" run --lease 30s rw3 -- sh -c 'echo started >"$0"; exec sleep 40' "$TEST_DIR/rw3.started" \
-    >/dev/null 2>"$TEST_DIR/rw3h.err" &
-  h=$!
-  bg_track "$h"
-  if ! wait_for 30 file_has "$TEST_DIR/rw3.started"; then
-    fail "restart_while_waiting: the holder did not start" "$(cat "$TEST_DIR/rw3h.err")"
-    return
-  fi
-  "$DLOCK" run -w 60s --lease 30s rw3 -- true >/dev/null 2>"$TEST_DIR/rw3w.err" &
-  w=$!
-  bg_track "$w"
-  sleep 2 # the waiter is in its wait
-  kill -KILL "$REDIS_PID"
-  wait_for 10 pid_gone "$REDIS_PID"
-  sleep 3
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$TEST_DIR" --daemonize no --logfile "$TEST_DIR/redis2.log" >/dev/null 2>&1 &
-  REDIS_PID=$! # lib.sh's cleanup stops this one
-  wait_for 20 sh -c "[ \"\$(redis-cli -p $REDIS_PORT PING 2>/dev/null)\" = PONG ]"
-  wait_exit "$w" 40
-  if [ "$EXIT_CODE" = 0 ] || [ "$EXIT_CODE" = 69 ]; then
-    pass "a waiter whose Redis restarted (3 s down) exits 0 (ran) or 69 (exit $EXIT_CODE)"
-  else
-    fail "a waiter whose Redis restarted (3 s down) exits 0 (ran) or 69, never 70 (docs/dlock.1.md:795-796)" \
-      "exit $EXIT_CODE" "$(head -c 600 "$TEST_DIR/rw3w.err")"
-  fi
-}
-
-# ---- Finding 4 (low, docs): the manual and the README still say that a
-# forced release reaches the holder at its next renewal/check.
+# ---- (review 7 finding 4) The manual and the README say when a forced
+# release reaches the holder as docs/cli.md does (they said "at its next
+# renewal/check").
 #
 # Promise: docs/cli.md:296-299 and include/dlock.h:619-625 (the branch's
 # change: told at once on Redis, PostgreSQL lease mode and ZooKeeper; MySQL
@@ -282,7 +176,7 @@ scenario_restart_while_waiting() {
 # so and bound it").
 # Attack: read what a user reads: 'dlock release --help' (= dlock(1),
 # docs/dlock.1.md:235-237) and README.md:350.
-# What happened: the help says "a 'dlock run' holding NAME finds out at its
+# What happened before the fix: the help said "a 'dlock run' holding NAME finds out at its
 # next renewal" for every backend, and README.md:350 says a ZooKeeper holder
 # learns "at its next check, within a third of the session timeout": both
 # contradict docs/cli.md and the header, and neither names the one backend
@@ -379,7 +273,7 @@ PY
   fi
 }
 
-SCENARIOS="${*:-rwlock_forced forced_during_cut busy_while_waiting restart_while_waiting release_help}"
+SCENARIOS="${*:-rwlock_forced forced_during_cut release_help}"
 for s in $SCENARIOS; do
   "scenario_$s"
 done
