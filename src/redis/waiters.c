@@ -43,6 +43,7 @@ typedef struct channel {
   int sent;      /* SUBSCRIBE written on the current connection */
   int confirmed; /* 1 subscribed, -1 refused by the server */
   int ever;      /* confirmed once: a later confirmation ends a gap */
+  dlock_mono_ms sent_at; /* when 'sent' was set: unconfirmed for long, the link is dead */
   dlock__node *node; /* where it was sent (valid while 'sent') */
   int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
   dlock__node *fixed; /* Redlock: this entry's home, one of the nodes; NULL: routed */
@@ -375,6 +376,7 @@ static int sync_subscriptions(dlock__subscriber *s) {
     if (dlock__conn_append(sc->conn, &cmd) == 0) {
       ch->sent = 1;
       ch->node = home;
+      ch->sent_at = dlock_mono_now();
     }
   }
   /* Close the connections no channel lives on, except the single server's
@@ -400,6 +402,29 @@ static int sync_subscriptions(dlock__subscriber *s) {
     i++;
   }
   return pending;
+}
+
+/* A SUBSCRIBE unanswered for longer than the command timeout: the
+ * connection carries nothing (a link that swallowed it), so drop it; the
+ * channels are sent again on a new one (and, confirmed, wake their holders
+ * to check). Subscriber thread alone. */
+static void drop_unconfirmed(dlock__subscriber *s) {
+  dlock_mono_ms now = dlock_mono_now();
+  for (int i = s->nconns - 1; i >= 0; i--) {
+    int stale = 0;
+    pthread_mutex_lock(&s->mu);
+    for (size_t j = 0; j < s->nchannels && !stale; j++) {
+      const channel *ch = &s->channels[j];
+      stale = ch->sent && !ch->confirmed && ch->node == s->conns[i].node &&
+              now - ch->sent_at > s->client->command_timeout_ms;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (stale) {
+      dlock__error(DLOCK_ETIMEDOUT, "%s: no answer to SUBSCRIBE within %lld ms", s->conns[i].node->ep.host,
+                   (long long)s->client->command_timeout_ms);
+      drop_conn(s, &s->conns[i]);
+    }
+  }
 }
 
 static void *subscriber_main(void *arg) {
@@ -438,6 +463,7 @@ static void *subscriber_main(void *arg) {
       handle_reply(s, sc->node, r);
       dlock__reply_free(r);
     }
+    drop_unconfirmed(s);
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
