@@ -91,11 +91,14 @@ int cli_exit_for_status(int status)
   /* An answer dlock cannot read: most often a port where another server
    * listens (the message names what was expected), not dlock's bug. */
   case DLOCK_EPROTO:
+  /* The server stopped answering in the middle of a call (or of its
+   * cleanup): what is left is the server's doing, not a bug; the detail
+   * says what may be left (a hold until its lease ends, a count). */
+  case DLOCK_EUNKNOWN:
     return CLI_EXIT_UNAVAILABLE;
   case DLOCK_ESERVER:
   case DLOCK_EFENCE:
   case DLOCK_ENOMEM:
-  case DLOCK_EUNKNOWN:
   case DLOCK_ESYS:
   case DLOCK_ECLOSED:
   case DLOCK_ECANCELED:

@@ -228,8 +228,9 @@ static const cli_command pages[] = {
   {"release", cmd_release,
    "Usage: dlock release --force [OPTIONS] NAME\n"
    "Delete the lock NAME whatever its owner, and wake a waiter. For admins:\n"
-   "a 'dlock run' holding NAME finds out at its next renewal, stops its\n"
-   "command as its --on-lost says and exits 79.\n"
+   "a 'dlock run' holding NAME is told at once (Redis, PostgreSQL lease\n"
+   "mode, ZooKeeper; MySQL: at its next renewal), stops its command as its\n"
+   "--on-lost says and exits 79.\n"
    "\n"
    "  --force       required: say that you mean it\n"
    "  --foreign     also delete a key that dlock did not take (a redis-py\n"
@@ -378,7 +379,7 @@ static const cli_command pages[] = {
    "    (work $s; dlock latch down batch) & done; dlock latch wait batch\n",
    "'down' on a latch at zero leaves it at zero. 'set' on a latch that is\n"
    "still counting is refused (exit 75); at zero it starts again. A 'down'\n"
-   "whose reply is lost is not sent again (each would count): dlock exits 70\n"
+   "whose reply is lost is not sent again (each would count): dlock exits 69\n"
    "with an \"outcome unknown\" message, and `dlock latch count` tells. The\n"
    "latch is the Redis hash `{NAME}:latch` (with the prefix); see\n"
    "docs/latch.md. Not on Redlock.\n",
@@ -822,7 +823,7 @@ static const char man_tail[] =
   "| 2 | `job check`: critical (no success recorded, or older than `--critical`) |\n"
   "| 3 | `leader`, `elect --resign`, `elect --evict`: no one leads the election; `job check`: unknown (the server could not be asked) |\n"
   "| 64 | usage error (a one-line hint is printed); a bad config file (FILE:LINE); `cron`: a bad expression or zone; the URL's database does not exist (`/99`); the lock name is another key (wrong type, or a string without expiry and without dlock metadata); `release --force` of such a key without `--foreign`; `elect --evict`, `elect --resign`, `release --force` of a Curator LeaderLatch leader (ZooKeeper) |\n"
-  "| 69 | the server (Redis, ZooKeeper, PostgreSQL, MySQL) unreachable or timed out, not ready (loading its data, busy with a script, failing over, starting up: retry later), not the server the URL names (an answer dlock cannot read), authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); `demo`: `redis-server` missing |\n"
+  "| 69 | the server (Redis, ZooKeeper, PostgreSQL, MySQL) unreachable or timed out, not ready (loading its data, busy with a script, failing over, starting up: retry later), not the server the URL names (an answer dlock cannot read), authentication or ACL failure, a read-only replica or standby, Redis out of memory, a Sentinel deployment that cannot be resolved, replicas that did not acknowledge (`wait_replicas`); an outcome unknown (the server stopped answering during a call or its cleanup: the message says what may be left, e.g. a lock held until its lease ends); `demo`: `redis-server` missing |\n"
   "| 70 | internal or unexpected error (a bug: please report it) |\n"
   "| 75 | `run`: the lock was not acquired within `--wait` (`elect`: not elected) (`--multi`: one of the names); `-E N` (`--conflict-exit-code`) replaces it; `latch set`: the latch is still counting; `latch wait`: not zero within `--wait` |\n"
   "| 79 | `run`: the lock was lost while COMMAND ran (`elect`: the leadership); `--lost-exit-code N` replaces it; `latch`: no such latch (never set, or expired) |\n"

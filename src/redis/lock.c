@@ -104,6 +104,10 @@ static int reply_int(const dlock__reply *r, long long *v) {
   return dlock__error(DLOCK_EPROTO, "expected an integer reply");
 }
 
+/* A failure that says the server is away for a moment (busy with a
+ * script, loading, failing over, restarting), not that the call is wrong. */
+static int server_away(int rc) { return rc == DLOCK_ENOTREADY || rc == DLOCK_ECONNECT || rc == DLOCK_EIO; }
+
 /* ---- Handles ---- */
 
 /* The subscriber's wake-up of a waiting handle (waiters.c, under its
@@ -124,12 +128,14 @@ static void wake_handle(dlock__sub_target *t, uint64_t fence, uint64_t nonce, in
 }
 
 /* A forced release of a name this handle holds (the holder channel's
- * "forced", waiters.c, under its lock): the watchdog checks every hold now
- * and reports this one lost (deleted) at once, not at its next renewal. */
+ * "forced", waiters.c, under its lock), or the channel subscribed again
+ * after a gap (the message may have come in it): the watchdog checks every
+ * hold now and reports this one lost (deleted) at once, not at its next
+ * renewal. Other wakes (a connection lost or opened) are for waiters. */
 static void wake_holder(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all) {
   (void)fence, (void)nonce;
   dlock_mutex *m = t->arg;
-  if (!all && !atomic_load(&m->client->closing)) dlock__watchdog_poke(m->client);
+  if ((!all || all == DLOCK__WAKE_RESUBSCRIBED) && !atomic_load(&m->client->closing)) dlock__watchdog_poke(m->client);
 }
 
 /* "{K}<suffix>": a channel in the lock's slot (malloc'd; NULL: no memory). */
@@ -158,7 +164,7 @@ int dlock__redis_lock_new(dlock_mutex *m) {
     else
       rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
-  if (!rc && m->kind == DLOCK__KIND_MUTEX) {
+  if (!rc) { /* every kind: force_release.lua tells a read-write lock's holders too */
     dlock__sub_target *h = &rm->holder;
     h->waiter_id = "forced"; /* force_release.lua's message */
     h->wake = wake_holder;
@@ -386,6 +392,26 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
         break;
       }
       continue;
+    }
+    if (rc && queued && !call.maybe_ran && server_away(rc)) {
+      /* A re-check in the wait that surely did not run (BUSY, LOADING, a
+       * restart: no connection): the server is away for a moment, not the
+       * lock for good. Go on waiting and look again (a hand-off published
+       * meanwhile is found then); at the deadline, clean up as below.
+       * Giving up now could not clean up either (the same server is away),
+       * and would end a wait that has time left as "outcome unknown". */
+      dlock_mono_ms now = dlock_mono_now();
+      if (now < deadline) {
+        dlock__error_clear();
+        dlock_mono_ms until = now + RECHECK_CAP_MS < deadline ? now + RECHECK_CAP_MS : deadline;
+        if (dlock__mutex_wait(m, until)) {
+          dlock__error(DLOCK_ECANCELED, "wait canceled");
+          rc = give_up(m, lease, DLOCK_ECANCELED);
+          break;
+        }
+        continue;
+      }
+      dlock__error_prefix("for the whole wait (%lld ms), the last look failed: ", (long long)wait_ms);
     }
     if (rc) {
       /* If this call may have run, or an earlier one queued us (a hand-off

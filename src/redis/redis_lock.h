@@ -19,6 +19,7 @@ void dlock__check_at_connect(dlock_client *c);
  * the waiter id a message names, and a callback. A lock handle's is in its
  * dlock__rmutex (lock.c), a latch's in its state (latch.c). */
 typedef struct dlock__sub_target dlock__sub_target;
+#define DLOCK__WAKE_RESUBSCRIBED 2 /* 'all' of a wake: subscribed again after a gap */
 struct dlock__sub_target {
   char *channel;
   size_t channel_len;
@@ -26,7 +27,9 @@ struct dlock__sub_target {
   /* Called on the subscriber's thread, under its lock: a message naming
    * waiter_id, with its fence and nonce (0 when absent); or 'all' set (no
    * message) when every waiter must look again (a reconnect, a channel
-   * that moved). It must not call the subscriber. */
+   * that moved): DLOCK__WAKE_RESUBSCRIBED when a subscription came back
+   * after a gap in which messages may have been missed. It must not call
+   * the subscriber. */
   void (*wake)(dlock__sub_target *t, uint64_t fence, uint64_t nonce, int all);
   void *arg;
   int watch_tried; /* waiters.c: dlock__subscriber_watch() was called for it */

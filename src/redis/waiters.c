@@ -42,6 +42,8 @@ typedef struct channel {
   int refs;
   int sent;      /* SUBSCRIBE written on the current connection */
   int confirmed; /* 1 subscribed, -1 refused by the server */
+  int ever;      /* confirmed once: a later confirmation ends a gap */
+  dlock_mono_ms sent_at; /* when 'sent' was set: unconfirmed for long, the link is dead */
   dlock__node *node; /* where it was sent (valid while 'sent') */
   int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
   dlock__node *fixed; /* Redlock: this entry's home, one of the nodes; NULL: routed */
@@ -87,9 +89,11 @@ static void poke(dlock__subscriber *s) {
   (void)n; /* a full pipe already means "wake up" */
 }
 
-static void wake_all_waiters(dlock__subscriber *s) {
-  for (size_t i = 0; i < s->nwaiters; i++) s->waiters[i]->wake(s->waiters[i], 0, 0, 1);
+static void wake_all(dlock__subscriber *s, int how) {
+  for (size_t i = 0; i < s->nwaiters; i++) s->waiters[i]->wake(s->waiters[i], 0, 0, how);
 }
+
+static void wake_all_waiters(dlock__subscriber *s) { wake_all(s, 1); }
 
 /* "<id> <fence> <nonce>" ("<id> <fence>" from scripts before the nonce):
  * the fence and the nonce as numbers, 0 when absent or malformed. */
@@ -172,7 +176,15 @@ static void handle_reply(dlock__subscriber *s, dlock__node *node, const dlock__r
   } else if (!strcmp(kind, "subscribe") || !strcmp(kind, "ssubscribe")) {
     pthread_mutex_lock(&s->mu);
     channel *ch = find_sent(s, r->element[1]->str, r->element[1]->len, node);
-    if (ch) ch->confirmed = 1;
+    if (ch) {
+      ch->confirmed = 1;
+      /* Subscribed again after a reconnect or a move: a message published
+       * in the gap went unheard. Waiters were woken at the reconnect; a
+       * holder checks its hold now (a forced release in the gap), which
+       * only this moment makes sure of. */
+      if (ch->ever) wake_all(s, DLOCK__WAKE_RESUBSCRIBED);
+      ch->ever = 1;
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
   } else if (!strcmp(kind, "sunsubscribe")) {
@@ -366,6 +378,7 @@ static int sync_subscriptions(dlock__subscriber *s) {
     if (dlock__conn_append(sc->conn, &cmd) == 0) {
       ch->sent = 1;
       ch->node = home;
+      ch->sent_at = dlock_mono_now();
     }
   }
   /* Close the connections no channel lives on, except the single server's
@@ -391,6 +404,29 @@ static int sync_subscriptions(dlock__subscriber *s) {
     i++;
   }
   return pending;
+}
+
+/* A SUBSCRIBE unanswered for longer than the command timeout: the
+ * connection carries nothing (a link that swallowed it), so drop it; the
+ * channels are sent again on a new one (and, confirmed, wake their holders
+ * to check). Subscriber thread alone. */
+static void drop_unconfirmed(dlock__subscriber *s) {
+  dlock_mono_ms now = dlock_mono_now();
+  for (int i = s->nconns - 1; i >= 0; i--) {
+    int stale = 0;
+    pthread_mutex_lock(&s->mu);
+    for (size_t j = 0; j < s->nchannels && !stale; j++) {
+      const channel *ch = &s->channels[j];
+      stale = ch->sent && !ch->confirmed && ch->node == s->conns[i].node &&
+              now - ch->sent_at > s->client->command_timeout_ms;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (stale) {
+      dlock__error(DLOCK_ETIMEDOUT, "%s: no answer to SUBSCRIBE within %lld ms", s->conns[i].node->ep.host,
+                   (long long)s->client->command_timeout_ms);
+      drop_conn(s, &s->conns[i]);
+    }
+  }
 }
 
 static void *subscriber_main(void *arg) {
@@ -429,6 +465,7 @@ static void *subscriber_main(void *arg) {
       handle_reply(s, sc->node, r);
       dlock__reply_free(r);
     }
+    drop_unconfirmed(s);
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);

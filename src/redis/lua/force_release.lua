@@ -12,8 +12,20 @@
 -- dlock_rw_force (prelude.lua) does; a semaphore's is refused (WRONGTYPE, below).
 local epoch = ARGV[2] or ''
 if epoch ~= '' and redis.call('TYPE', KEYS[1])['ok'] == 'zset' then return -2 end
+-- Tell the holders at once: a holder's client listens on "{K}:f" while it
+-- holds (lock.c, every kind) and checks its holds on the message, instead of
+-- running on until its next renewal. SUBSCRIBE or, on a cluster,
+-- SSUBSCRIBE: publish both ways (a forced release is rare); pcall: no
+-- channel rights (ACL), no SPUBLISH (Redis < 7) only delay the news to the
+-- next renewal.
+local function tell_holders()
+  local ch = '{' .. KEYS[1] .. '}:f'
+  redis.pcall('PUBLISH', ch, 'forced')
+  redis.pcall('SPUBLISH', ch, 'forced')
+end
 if redis.call('TYPE', KEYS[1])['ok'] == 'zset' and redis.call('HGET', KEYS[3], 'kind') == 'rwlock' then
   local r = dlock_rw_force(KEYS)
+  if r == 1 then tell_holders() end
   dlock_event(KEYS, 'ev 1 1')
   return r
 end
@@ -42,15 +54,6 @@ if cur and pttl > 0 then
 end
 local now_ms, now_us = dlock_now()
 if not dlock_grant_next(KEYS, now_ms, now_us) then redis.call('DEL', KEYS[1], KEYS[3]) end
--- Tell the holder at once: its client listens on "{K}:f" while it holds
--- (lock.c) and checks its holds on the message, instead of running on until
--- its next renewal. SUBSCRIBE or, on a cluster, SSUBSCRIBE: publish both
--- ways (a forced release is rare); pcall: no channel rights (ACL), no
--- SPUBLISH (Redis < 7) only delay the news to the next renewal.
-if cur then
-  local ch = '{' .. KEYS[1] .. '}:f'
-  redis.pcall('PUBLISH', ch, 'forced')
-  redis.pcall('SPUBLISH', ch, 'forced')
-end
+if cur then tell_holders() end
 dlock_event(KEYS, 'ev 1 1')
 return existed
