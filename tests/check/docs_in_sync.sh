@@ -101,7 +101,7 @@ done
 # The completion offers what the parsers take (each command's option tables
 # in its descriptor, cli/help.c): each of them is named on the command's
 # help page, by its long or its short name.
-pairs=$(grep -ohE "^ *\{\"[a-z-]+\", '[a-zA-Z]'" "$src"/cli/*.c | sed -E "s/^ *\{\"([a-z-]+)\", '(.)'/--\1 -\2/")
+pairs=$(grep -ohE "\{\"[a-z-]+\", '[a-zA-Z]'" "$src"/cli/*.c | sed -E "s/^\{\"([a-z-]+)\", '(.)'/--\1 -\2/")
 for cmd in $commands; do
   page=$("$dlock" "$cmd" --help 2>&1)
   opts=
