@@ -27,7 +27,7 @@ typedef struct bench_opts {
   const char *json_path; /* NULL: no JSON */
   const char *scenario;  /* NULL: all */
   int quick;
-  int sentinel;          /* libdlock goes through a sentinel to the private server */
+  int sentinel; /* libdlock goes through a sentinel to the private server */
   bench_layout layout;
   int watchdog_locks;
   int64_t watchdog_lease_ms;
@@ -41,10 +41,10 @@ typedef struct bench_server {
   char host[64];
   int port;
   char url[128];
-  pid_t own_pid;          /* > 0 when we started it (and must stop it) */
-  long server_pid;        /* process_id from INFO; 0 if unknown */
-  char dir[256];          /* temp dir of our own server */
-  char layout_used[64];   /* what the placement really is, for the table */
+  pid_t own_pid;        /* > 0 when we started it (and must stop it) */
+  long server_pid;      /* process_id from INFO; 0 if unknown */
+  char dir[256];        /* temp dir of our own server */
+  char layout_used[64]; /* what the placement really is, for the table */
   char version[32];
 } bench_server;
 
@@ -79,16 +79,14 @@ typedef struct bench_cmdstats {
   char name[BENCH_MAX_CMDS][32];
   long long calls[BENCH_MAX_CMDS];
   double usec[BENCH_MAX_CMDS]; /* time inside the command; a script's includes its calls */
-  double server_cpu_s; /* used_cpu_user + used_cpu_sys of redis-server */
+  double server_cpu_s;         /* used_cpu_user + used_cpu_sys of redis-server */
 } bench_cmdstats;
 
 int bench_cmdstats_read(redisContext *ctx, bench_cmdstats *out);
 /* Calls of 'cmd' ("evalsha") in after - before. */
-long long bench_cmdstats_delta(const bench_cmdstats *before, const bench_cmdstats *after,
-                               const char *cmd);
+long long bench_cmdstats_delta(const bench_cmdstats *before, const bench_cmdstats *after, const char *cmd);
 /* Microseconds Redis spent in 'cmd' in after - before. */
-double bench_cmdstats_usec_delta(const bench_cmdstats *before, const bench_cmdstats *after,
-                                 const char *cmd);
+double bench_cmdstats_usec_delta(const bench_cmdstats *before, const bench_cmdstats *after, const char *cmd);
 /* Calls of every command except INFO (our own probes), including the
  * commands that scripts run inside Redis. */
 long long bench_cmdstats_delta_all(const bench_cmdstats *before, const bench_cmdstats *after);
@@ -118,8 +116,8 @@ double bench_samples_max_us(bench_samples *s);
 /* ---- Results (main.c) ---- */
 
 /* One figure. 'impl' says whose figure it is (dlock, hiredis-bare, ...). */
-void bench_row(const char *scenario, const char *impl, const char *metric, double value,
-               const char *unit, const char *note);
+void bench_row(const char *scenario, const char *impl, const char *metric, double value, const char *unit,
+               const char *note);
 /* The value of a row reported earlier in this run; 0 with *found = 0 if none. */
 double bench_row_value(const char *scenario, const char *impl, const char *metric, int *found);
 /* A target from the issue: 'met' 1/0, 'detail' what was compared. */
@@ -130,8 +128,8 @@ void bench_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Outcome of a scenario. */
 typedef enum bench_status {
   BENCH_OK = 0,
-  BENCH_FAILED = 1,       /* a correctness check failed: the run fails */
-  BENCH_UNAVAILABLE = 2   /* cannot run here; not a failure */
+  BENCH_FAILED = 1,     /* a correctness check failed: the run fails */
+  BENCH_UNAVAILABLE = 2 /* cannot run here; not a failure */
 } bench_status;
 
 /* ---- Scenarios (sc_*.c) ---- */

@@ -256,13 +256,16 @@ int main(int argc, char **argv) {
   const char *only[8];
   int n_only = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--lease-ms") && i + 1 < argc) lease_ms = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--backend") && i + 1 < argc && n_only < 8) only[n_only++] = argv[++i];
-    else if (argv[i][0] != '-' && !dlock_bin) dlock_bin = argv[i];
+    if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--lease-ms") && i + 1 < argc)
+      lease_ms = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--backend") && i + 1 < argc && n_only < 8)
+      only[n_only++] = argv[++i];
+    else if (argv[i][0] != '-' && !dlock_bin)
+      dlock_bin = argv[i];
     else {
-      fprintf(stderr, "usage: %s DLOCK_BIN [--rounds N] [--lease-ms MS] [--backend redis|zk|pg|redlock]...\n",
-              argv[0]);
+      fprintf(stderr, "usage: %s DLOCK_BIN [--rounds N] [--lease-ms MS] [--backend redis|zk|pg|redlock]...\n", argv[0]);
       return 2;
     }
   }

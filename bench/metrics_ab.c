@@ -12,8 +12,7 @@
 
 #include <dlock.h>
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: dlock-metrics-ab URL SECONDS\n");
     return 64;
@@ -30,11 +29,9 @@ int main(int argc, char **argv)
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 30000; /* fixed: no watchdog traffic */
   dlock_mutex *m;
-  if (dlock_mutex_new(&m, c, "bench:metrics-ab", &mo) != 0)
-    return 70;
+  if (dlock_mutex_new(&m, c, "bench:metrics-ab", &mo) != 0) return 70;
   for (int i = 0; i < 200; i++) { /* warm: connection, scripts */
-    if (dlock_mutex_acquire(m, 0) != 0 || dlock_mutex_release(m) != 0)
-      return 70;
+    if (dlock_mutex_acquire(m, 0) != 0 || dlock_mutex_release(m) != 0) return 70;
   }
   dlock_mono_ms end = dlock_mono_now() + (dlock_mono_ms)(atof(argv[2]) * 1000);
   long long n = 0;
@@ -45,8 +42,7 @@ int main(int argc, char **argv)
       return 70;
     }
     n++;
-    if ((n & 63) == 0)
-      now = dlock_mono_now();
+    if ((n & 63) == 0) now = dlock_mono_now();
   }
   now = dlock_mono_now();
   printf("%.1f\n", (double)n * 1000.0 / (double)(now - start));

@@ -14,22 +14,19 @@
 
 #include "internal.h"
 
-static double cpu_ns(void)
-{
+static double cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 5000000;
   static dlock_client c;
   static dlock_mutex m;
   dlock_client_options o;
   dlock_client_options_init(&o);
-  if (dlock__metrics_new(&c, &o) != 0)
-    return 70;
+  if (dlock__metrics_new(&c, &o) != 0) return 70;
   m.client = &c;
   static char name[] = "bench";
   m.name = name;

@@ -141,8 +141,10 @@ typedef struct waiter {
 static void *wait_main(void *arg) {
   waiter *w = arg;
   atomic_store(&w->ready, 1);
-  if (w->m) w->ok = dlock_mutex_acquire(w->m, 20000) == 0;
-  else w->ok = one(w->c, "SELECT GET_LOCK('bench:handoff', 20)");
+  if (w->m)
+    w->ok = dlock_mutex_acquire(w->m, 20000) == 0;
+  else
+    w->ok = one(w->c, "SELECT GET_LOCK('bench:handoff', 20)");
   w->got_us = now_us();
   if (w->ok && w->m) dlock_mutex_release(w->m);
   if (w->ok && !w->m) one(w->c, "SELECT RELEASE_LOCK('bench:handoff')");
@@ -160,7 +162,8 @@ static int handoff(int use_dlock, int rounds, double *lat) {
   dlock_mutex *ma = NULL, *mb = NULL;
   MYSQL *a = NULL, *b = NULL;
   if (use_dlock) {
-    if (!(ca = client()) || !(cb = client()) || !(ma = mutex(ca, "bench:handoff")) || !(mb = mutex(cb, "bench:handoff")))
+    if (!(ca = client()) || !(cb = client()) || !(ma = mutex(ca, "bench:handoff")) ||
+        !(mb = mutex(cb, "bench:handoff")))
       return -1;
   } else if (!(a = connect_raw()) || !(b = connect_raw())) {
     return -1;
@@ -179,8 +182,10 @@ static int handoff(int use_dlock, int rounds, double *lat) {
      * the release lands anywhere in a back-off step). */
     sleep_ms(300 + (i * 37) % 200);
     double s = now_us();
-    if (use_dlock) dlock_mutex_release(ma);
-    else one(a, "SELECT RELEASE_LOCK('bench:handoff')");
+    if (use_dlock)
+      dlock_mutex_release(ma);
+    else
+      one(a, "SELECT RELEASE_LOCK('bench:handoff')");
     pthread_join(t, NULL);
     if (!w.ok) rc = -1;
     lat[i] = w.got_us - s;

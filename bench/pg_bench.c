@@ -40,8 +40,8 @@ static int cmp_d(const void *a, const void *b) {
 
 static void report(const char *scenario, double *lat, int n, double total_us) {
   qsort(lat, (size_t)n, sizeof *lat, cmp_d);
-  printf("%-12s %8d ops %10.0f ops/s   p50 %7.0f us   p99 %7.0f us\n", scenario, n, n / (total_us / 1e6),
-         lat[n / 2], lat[(int)(n * 0.99)]);
+  printf("%-12s %8d ops %10.0f ops/s   p50 %7.0f us   p99 %7.0f us\n", scenario, n, n / (total_us / 1e6), lat[n / 2],
+         lat[(int)(n * 0.99)]);
 }
 
 static int floor_loop(const char *url, int n) {
@@ -84,8 +84,10 @@ static int uncontended(const char *url, int n) {
     if (rc == 0) rc = dlock__pg_release(pg, &h);
     lat[i] = now_us() - s;
   }
-  if (rc != 0) fprintf(stderr, "dlock-pg-bench: uncontended: %s\n", dlock_last_error());
-  else report("uncontended", lat, n, now_us() - t0);
+  if (rc != 0)
+    fprintf(stderr, "dlock-pg-bench: uncontended: %s\n", dlock_last_error());
+  else
+    report("uncontended", lat, n, now_us() - t0);
   free(lat);
   dlock__pg_close(pg);
   return rc ? 1 : 0;
@@ -110,8 +112,10 @@ static int advisory(const char *url, int n) {
     if (rc == 0) rc = dlock__pg_release(pg, &h);
     lat[i] = now_us() - s;
   }
-  if (rc != 0) fprintf(stderr, "dlock-pg-bench: advisory: %s\n", dlock_last_error());
-  else report("advisory", lat, n, now_us() - t0);
+  if (rc != 0)
+    fprintf(stderr, "dlock-pg-bench: advisory: %s\n", dlock_last_error());
+  else
+    report("advisory", lat, n, now_us() - t0);
   free(lat);
   dlock__pg_close(pg);
   return rc ? 1 : 0;

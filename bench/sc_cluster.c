@@ -37,22 +37,18 @@ typedef struct node {
 static node nodes[NODES];
 static char workdir[256];
 
-static int free_port(void)
-{
+static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
   int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
     port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
+  if (fd >= 0) close(fd);
   return port;
 }
 
-static int ping(int port)
-{
+static int ping(int port) {
   struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
   redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
   int ok = 0;
@@ -65,19 +61,16 @@ static int ping(int port)
   return ok;
 }
 
-static int start_node_once(int i, int cluster)
-{
+static int start_node_once(int i, int cluster) {
   char dir[320], port_s[16], bus_s[16], log[360];
   snprintf(dir, sizeof dir, "%s/n%d", workdir, i);
-  if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-    return -1;
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
   nodes[i].port = free_port();
   snprintf(port_s, sizeof port_s, "%d", nodes[i].port);
   snprintf(bus_s, sizeof bus_s, "%d", free_port());
   snprintf(log, sizeof log, "%s/redis.log", dir);
   pid_t pid = fork();
-  if (pid < 0)
-    return -1;
+  if (pid < 0) return -1;
   if (pid == 0) {
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) {
@@ -85,14 +78,12 @@ static int start_node_once(int i, int cluster)
       dup2(devnull, 1);
     }
     if (cluster)
-      execlp("redis-server", "redis-server", "--port", port_s, "--bind", "127.0.0.1", "--dir", dir, "--logfile",
-             log, "--save", "", "--appendonly", "no", "--daemonize", "no", "--maxmemory-policy", "noeviction",
-             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", bus_s,
-             (char *)NULL);
+      execlp("redis-server", "redis-server", "--port", port_s, "--bind", "127.0.0.1", "--dir", dir, "--logfile", log,
+             "--save", "", "--appendonly", "no", "--daemonize", "no", "--maxmemory-policy", "noeviction",
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", bus_s, (char *)NULL);
     else
-      execlp("redis-server", "redis-server", "--port", port_s, "--bind", "127.0.0.1", "--dir", dir, "--logfile",
-             log, "--save", "", "--appendonly", "no", "--daemonize", "no", "--maxmemory-policy", "noeviction",
-             (char *)NULL);
+      execlp("redis-server", "redis-server", "--port", port_s, "--bind", "127.0.0.1", "--dir", dir, "--logfile", log,
+             "--save", "", "--appendonly", "no", "--daemonize", "no", "--maxmemory-policy", "noeviction", (char *)NULL);
     _exit(127);
   }
   nodes[i].pid = pid;
@@ -104,18 +95,15 @@ static int start_node_once(int i, int cluster)
       nodes[i].pid = 0;
       return -1;
     }
-    if (ping(nodes[i].port))
-      return 0;
+    if (ping(nodes[i].port)) return 0;
   }
   return -1;
 }
 
 /* Ports found free may be taken before redis-server binds them: try a few. */
-static int start_node(int i, int cluster)
-{
+static int start_node(int i, int cluster) {
   for (int attempt = 0; attempt < 5; attempt++) {
-    if (start_node_once(i, cluster) == 0)
-      return 0;
+    if (start_node_once(i, cluster) == 0) return 0;
     if (nodes[i].pid > 0) {
       kill(nodes[i].pid, SIGKILL);
       waitpid(nodes[i].pid, NULL, 0);
@@ -126,11 +114,9 @@ static int start_node(int i, int cluster)
   return -1;
 }
 
-static void stop_all(void)
-{
+static void stop_all(void) {
   for (int i = 0; i < NODES; i++) {
-    if (nodes[i].pid <= 0)
-      continue;
+    if (nodes[i].pid <= 0) continue;
     kill(nodes[i].pid, SIGKILL);
     waitpid(nodes[i].pid, NULL, 0);
     bench_untrack_child(nodes[i].pid);
@@ -139,14 +125,12 @@ static void stop_all(void)
   if (workdir[0]) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-    if (system(cmd) != 0)
-      fprintf(stderr, "dlock-bench: could not remove %s\n", workdir);
+    if (system(cmd) != 0) fprintf(stderr, "dlock-bench: could not remove %s\n", workdir);
     workdir[0] = '\0';
   }
 }
 
-static int setup(char *cluster_url, size_t n, char *single_url, size_t m)
-{
+static int setup(char *cluster_url, size_t n, char *single_url, size_t m) {
   snprintf(workdir, sizeof workdir, "/tmp/dlock-bench-cluster.XXXXXX");
   if (!mkdtemp(workdir)) {
     workdir[0] = '\0';
@@ -169,11 +153,9 @@ static int setup(char *cluster_url, size_t n, char *single_url, size_t m)
   int ok = 0;
   for (int t = 0; t < 200 && !ok; t++) {
     ok = system(cmd) == 0;
-    if (!ok)
-      bench_sleep_ms(100);
+    if (!ok) bench_sleep_ms(100);
   }
-  if (!ok)
-    return -1;
+  if (!ok) return -1;
   snprintf(cluster_url, n, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", nodes[1].port, nodes[2].port);
   snprintf(single_url, m, "redis://127.0.0.1:%d", nodes[0].port);
   return 0;
@@ -194,8 +176,7 @@ typedef struct contender {
 
 static long shared_counter;
 
-static void *contend(void *arg)
-{
+static void *contend(void *arg) {
   contender *c = arg;
   dlock_client_options o;
   dlock_client_options_init(&o);
@@ -205,24 +186,20 @@ static void *contend(void *arg)
   if ((c->rc = dlock_client_new(&cl, &o)) != 0 || (c->rc = dlock_mutex_new(&m, cl, "bench:cluster:contended", NULL)))
     goto out;
   while (atomic_load(c->done) < c->target && bench_now_ns() < c->deadline_ns) {
-    if ((c->rc = dlock_mutex_acquire(m, 30000)) != 0)
-      break;
+    if ((c->rc = dlock_mutex_acquire(m, 30000)) != 0) break;
     long v = __atomic_load_n(&shared_counter, __ATOMIC_RELAXED);
     __atomic_store_n(&shared_counter, v + 1, __ATOMIC_RELAXED);
     atomic_fetch_add(c->done, 1);
-    if ((c->rc = dlock_mutex_release(m)) != 0)
-      break;
+    if ((c->rc = dlock_mutex_release(m)) != 0) break;
   }
 out:
-  if (c->rc)
-    fprintf(stderr, "dlock-bench: contender: %s\n", dlock_last_error());
+  if (c->rc) fprintf(stderr, "dlock-bench: contender: %s\n", dlock_last_error());
   dlock_mutex_free(m);
   dlock_client_free(cl);
   return NULL;
 }
 
-static int run_contended(const char *url, const char *impl, long target, int64_t max_ns)
-{
+static int run_contended(const char *url, const char *impl, long target, int64_t max_ns) {
   atomic_long done = 0;
   shared_counter = 0;
   contender cs[CONTENDERS];
@@ -235,8 +212,7 @@ static int run_contended(const char *url, const char *impl, long target, int64_t
   int rc = 0;
   for (int i = 0; i < CONTENDERS; i++) {
     pthread_join(th[i], NULL);
-    if (cs[i].rc)
-      rc = -1;
+    if (cs[i].rc) rc = -1;
   }
   double s = (double)(bench_now_ns() - t0) / 1e9;
   long n = atomic_load(&done);
@@ -244,15 +220,13 @@ static int run_contended(const char *url, const char *impl, long target, int64_t
   snprintf(note, sizeof note, "%d threads, one client each, %ld acquisitions", CONTENDERS, n);
   bench_row("cluster", impl, "contended acquisitions per second", s > 0 ? (double)n / s : 0, "/s", note);
   if (shared_counter != n) {
-    fprintf(stderr, "dlock-bench: %s: counter %ld after %ld acquisitions: exclusion broken\n", impl,
-            shared_counter, n);
+    fprintf(stderr, "dlock-bench: %s: counter %ld after %ld acquisitions: exclusion broken\n", impl, shared_counter, n);
     rc = -1;
   }
   return rc;
 }
 
-bench_status bench_scenario_cluster(void)
-{
+bench_status bench_scenario_cluster(void) {
   int quick = bench_options.quick;
   size_t count = quick ? 2000 : 40000;
   int64_t max_ns = (quick ? 2 : 20) * 1000000000LL;
@@ -291,8 +265,7 @@ bench_status bench_scenario_cluster(void)
     goto done;
   }
   for (int i = 0; i < 200 && status == BENCH_OK; i++)
-    if (dlock_mutex_acquire(cm, 0) || dlock_mutex_release(cm) || dlock_mutex_acquire(sm, 0) ||
-        dlock_mutex_release(sm))
+    if (dlock_mutex_acquire(cm, 0) || dlock_mutex_release(cm) || dlock_mutex_acquire(sm, 0) || dlock_mutex_release(sm))
       status = BENCH_FAILED;
   bench_progress("%zu uncontended cycles each: 3-master cluster and single node, blocks of %d", count, BLOCK);
   double c_busy = 0, s_busy = 0;
@@ -306,8 +279,7 @@ bench_status bench_scenario_cluster(void)
       for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
         int64_t t0 = bench_now_ns();
         int rc = dlock_mutex_acquire(m, 0);
-        if (rc == 0)
-          rc = dlock_mutex_release(m);
+        if (rc == 0) rc = dlock_mutex_release(m);
         if (rc != 0) {
           fprintf(stderr, "dlock-bench: cycle: %s: %s\n", dlock_err_name(rc), dlock_mutex_errmsg(m));
           status = BENCH_FAILED;

@@ -30,17 +30,17 @@ typedef enum contender_kind {
 /* Lives in a MAP_SHARED page that every forked contender sees. */
 typedef struct contended_shm {
   atomic_int ready, go, stop, finished, snapshot_taken;
-  atomic_int inside;        /* > 1 means two holders at once */
+  atomic_int inside; /* > 1 means two holders at once */
   atomic_long overlaps;
   atomic_long acquisitions;
   atomic_long errors;
   atomic_long poll_attempts;
   atomic_long owner_changes;
-  atomic_int last_owner;    /* -1: nobody yet */
+  atomic_int last_owner; /* -1: nobody yet */
   atomic_llong release_start_ns;
   atomic_llong max_wait_ns;
   atomic_long sample_count;
-  volatile long counter;    /* the read-modify-write guarded by the lock */
+  volatile long counter; /* the read-modify-write guarded by the lock */
   char poll_sha[41];
   int64_t handoff_ns[MAX_SAMPLES];
 } contended_shm;
@@ -48,53 +48,43 @@ typedef struct contended_shm {
 typedef struct contended_run {
   contender_kind kind;
   int procs;
-  long target;     /* acquisitions in total: the count bound */
-  int64_t run_ns;  /* the time bound */
+  long target;    /* acquisitions in total: the count bound */
+  int64_t run_ns; /* the time bound */
   char name[64];
 } contended_run;
 
-static void note_max(atomic_llong *slot, long long value)
-{
+static void note_max(atomic_llong *slot, long long value) {
   long long cur = atomic_load(slot);
   for (int i = 0; i < 1000 && value > cur; i++)
-    if (atomic_compare_exchange_weak(slot, &cur, value))
-      return;
+    if (atomic_compare_exchange_weak(slot, &cur, value)) return;
 }
 
 /* Everything a holder does between acquire returning and release starting. */
-static void critical_section(contended_shm *sh, const contended_run *run, int me,
-                             int64_t wait_started, int64_t acquired)
-{
+static void critical_section(contended_shm *sh, const contended_run *run, int me, int64_t wait_started,
+                             int64_t acquired) {
   note_max(&sh->max_wait_ns, acquired - wait_started);
   long long released = atomic_load(&sh->release_start_ns);
   if (released > 0) {
     long i = atomic_fetch_add(&sh->sample_count, 1);
-    if (i < MAX_SAMPLES)
-      sh->handoff_ns[i] = acquired - released;
+    if (i < MAX_SAMPLES) sh->handoff_ns[i] = acquired - released;
   }
   int prev = atomic_exchange(&sh->last_owner, me);
-  if (prev >= 0 && prev != me)
-    atomic_fetch_add(&sh->owner_changes, 1);
-  if (atomic_fetch_add(&sh->inside, 1) != 0)
-    atomic_fetch_add(&sh->overlaps, 1);
+  if (prev >= 0 && prev != me) atomic_fetch_add(&sh->owner_changes, 1);
+  if (atomic_fetch_add(&sh->inside, 1) != 0) atomic_fetch_add(&sh->overlaps, 1);
   /* Not an atomic increment on purpose: two holders at once lose updates. */
   long v = sh->counter;
   sh->counter = v + 1;
-  if (atomic_fetch_add(&sh->acquisitions, 1) + 1 >= run->target)
-    atomic_store(&sh->stop, 1);
+  if (atomic_fetch_add(&sh->acquisitions, 1) + 1 >= run->target) atomic_store(&sh->stop, 1);
   atomic_fetch_sub(&sh->inside, 1);
   atomic_store(&sh->release_start_ns, bench_now_ns());
 }
 
-static int wait_flag(atomic_int *flag, int64_t max_ms)
-{
-  for (int64_t i = 0; i < max_ms && !atomic_load(flag); i++)
-    bench_sleep_ms(1);
+static int wait_flag(atomic_int *flag, int64_t max_ms) {
+  for (int64_t i = 0; i < max_ms && !atomic_load(flag); i++) bench_sleep_ms(1);
   return atomic_load(flag);
 }
 
-static int dlock_contender(contended_shm *sh, const contended_run *run, int me)
-{
+static int dlock_contender(contended_shm *sh, const contended_run *run, int me) {
   dlock_client_options copts;
   dlock_client_options_init(&copts);
   copts.url = bench_redis.url;
@@ -115,16 +105,14 @@ static int dlock_contender(contended_shm *sh, const contended_run *run, int me)
     int rc = dlock_mutex_acquire(m, DLOCK_WAIT_FOREVER);
     int64_t t1 = bench_now_ns();
     if (rc != 0) {
-      fprintf(stderr, "dlock-bench: contender %d acquire: %s: %s\n", me, dlock_err_name(rc),
-              dlock_mutex_errmsg(m));
+      fprintf(stderr, "dlock-bench: contender %d acquire: %s: %s\n", me, dlock_err_name(rc), dlock_mutex_errmsg(m));
       atomic_fetch_add(&sh->errors, 1);
       break;
     }
     critical_section(sh, run, me, t0, t1);
     rc = dlock_mutex_release(m);
     if (rc != 0) {
-      fprintf(stderr, "dlock-bench: contender %d release: %s: %s\n", me, dlock_err_name(rc),
-              dlock_mutex_errmsg(m));
+      fprintf(stderr, "dlock-bench: contender %d release: %s: %s\n", me, dlock_err_name(rc), dlock_mutex_errmsg(m));
       atomic_fetch_add(&sh->errors, 1);
       break;
     }
@@ -138,13 +126,11 @@ static int dlock_contender(contended_shm *sh, const contended_run *run, int me)
   return 0;
 }
 
-static int poll_contender(contended_shm *sh, const contended_run *run, int me)
-{
+static int poll_contender(contended_shm *sh, const contended_run *run, int me) {
   redisContext *ctx = bench_connect();
   char token[33];
   bench_token(token);
-  if (!ctx)
-    atomic_fetch_add(&sh->errors, 1);
+  if (!ctx) atomic_fetch_add(&sh->errors, 1);
   atomic_fetch_add(&sh->ready, 1);
   int ok = ctx && wait_flag(&sh->go, 30000);
   int64_t end = bench_now_ns() + run->run_ns;
@@ -160,11 +146,9 @@ static int poll_contender(contended_shm *sh, const contended_run *run, int me)
       got = r->type == REDIS_REPLY_STATUS;
       freeReplyObject(r);
       atomic_fetch_add(&sh->poll_attempts, 1);
-      if (!got)
-        bench_sleep_ms(1);
+      if (!got) bench_sleep_ms(1);
     }
-    if (!got)
-      break;
+    if (!got) break;
     critical_section(sh, run, me, t0, bench_now_ns());
     redisReply *r = bench_cmd(ctx, "EVALSHA %s 1 %s %s", sh->poll_sha, run->name, token);
     if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
@@ -173,8 +157,7 @@ static int poll_contender(contended_shm *sh, const contended_run *run, int me)
     }
     freeReplyObject(r);
   }
-  if (!ok && ctx && ctx->err)
-    atomic_fetch_add(&sh->errors, 1);
+  if (!ok && ctx && ctx->err) atomic_fetch_add(&sh->errors, 1);
   atomic_fetch_add(&sh->finished, 1);
   wait_flag(&sh->snapshot_taken, 30000);
   redisFree(ctx);
@@ -183,19 +166,16 @@ static int poll_contender(contended_shm *sh, const contended_run *run, int me)
 
 /* Fork the contenders, start them together, wait within the time bound.
  * Returns 0, or -1 when a contender hung or could not start. */
-static int run_contenders(contended_shm *sh, const contended_run *run, redisContext *ctx,
-                          bench_cmdstats *before, bench_cmdstats *after, double *secs)
-{
+static int run_contenders(contended_shm *sh, const contended_run *run, redisContext *ctx, bench_cmdstats *before,
+                          bench_cmdstats *after, double *secs) {
   pid_t pids[MAX_PROCS];
   int started = 0, rc = 0;
   fflush(NULL);
   for (int i = 0; i < run->procs; i++) {
     pid_t pid = fork();
-    if (pid < 0)
-      break;
+    if (pid < 0) break;
     if (pid == 0) {
-      int status = run->kind == CONTENDER_DLOCK ? dlock_contender(sh, run, i)
-                                                : poll_contender(sh, run, i);
+      int status = run->kind == CONTENDER_DLOCK ? dlock_contender(sh, run, i) : poll_contender(sh, run, i);
       _exit(status);
     }
     pids[started++] = pid;
@@ -205,23 +185,21 @@ static int run_contenders(contended_shm *sh, const contended_run *run, redisCont
     fprintf(stderr, "dlock-bench: could only fork %d of %d contenders\n", started, run->procs);
     rc = -1;
   }
-  for (int i = 0; i < 30000 && atomic_load(&sh->ready) < started; i++)
-    bench_sleep_ms(1);
+  for (int i = 0; i < 30000 && atomic_load(&sh->ready) < started; i++) bench_sleep_ms(1);
   bench_cmdstats_read(ctx, before);
   int64_t t0 = bench_now_ns();
   atomic_store(&sh->go, 1);
   /* Every contender returns within run_ns unless a hand-off hangs; allow a
    * margin for the waiters' own re-check (5 s) before calling it a hang. */
   int64_t limit = t0 + run->run_ns + 15000000000LL;
-  for (int i = 0; i < 1000000 && atomic_load(&sh->finished) < started && bench_now_ns() < limit; i++)
-    bench_sleep_ms(1);
+  for (int i = 0; i < 1000000 && atomic_load(&sh->finished) < started && bench_now_ns() < limit; i++) bench_sleep_ms(1);
   *secs = (double)(bench_now_ns() - t0) / 1e9;
   int finished = atomic_load(&sh->finished);
   bench_cmdstats_read(ctx, after);
   atomic_store(&sh->snapshot_taken, 1);
   if (finished < started) {
-    fprintf(stderr, "dlock-bench: %d of %d contenders still waiting after the time bound\n",
-            started - finished, started);
+    fprintf(stderr, "dlock-bench: %d of %d contenders still waiting after the time bound\n", started - finished,
+            started);
     rc = -1;
   }
   for (int i = 0; i < started; i++) {
@@ -253,29 +231,27 @@ typedef struct contended_result {
 } contended_result;
 
 static bench_status report(contended_shm *sh, const contended_run *run, const bench_cmdstats *before,
-                           const bench_cmdstats *after, double secs, contended_result *res)
-{
+                           const bench_cmdstats *after, double secs, contended_result *res) {
   const char *impl = run->kind == CONTENDER_DLOCK ? "dlock" : "hiredis-poll-1ms";
   long acq = atomic_load(&sh->acquisitions);
   long counter = sh->counter;
   bench_status st = BENCH_OK;
   char metric[64], note[160];
-#define ROW(label, value, unit, text)                                   \
-  do {                                                                  \
-    snprintf(metric, sizeof metric, "K=%d %s", run->procs, label);      \
-    bench_row("contended", impl, metric, value, unit, text);            \
+#define ROW(label, value, unit, text)                              \
+  do {                                                             \
+    snprintf(metric, sizeof metric, "K=%d %s", run->procs, label); \
+    bench_row("contended", impl, metric, value, unit, text);       \
   } while (0)
 
-  snprintf(note, sizeof note, "%ld acquisitions in %.2f s (bounds: %ld, %.0f s)", acq, secs,
-           run->target, (double)run->run_ns / 1e9);
+  snprintf(note, sizeof note, "%ld acquisitions in %.2f s (bounds: %ld, %.0f s)", acq, secs, run->target,
+           (double)run->run_ns / 1e9);
   res->rate = secs > 0 ? (double)acq / secs : 0;
   ROW("acquisitions/s", res->rate, "/s", note);
   snprintf(note, sizeof note, "%s (must equal acquisitions %ld; overlaps %ld)",
            counter == acq && atomic_load(&sh->overlaps) == 0 ? "exact" : "WRONG", acq,
            (long)atomic_load(&sh->overlaps));
   ROW("counter", (double)counter, "", note);
-  if (counter != acq || atomic_load(&sh->overlaps) != 0 || atomic_load(&sh->errors) != 0 || acq == 0)
-    st = BENCH_FAILED;
+  if (counter != acq || atomic_load(&sh->overlaps) != 0 || atomic_load(&sh->errors) != 0 || acq == 0) st = BENCH_FAILED;
 
   bench_samples s = {0};
   long n = atomic_load(&sh->sample_count);
@@ -293,16 +269,15 @@ static bench_status report(contended_shm *sh, const contended_run *run, const be
   long long all = bench_cmdstats_delta_all(before, after);
   res->all_per_handoff = acq > 0 ? (double)all / (double)acq : 0;
   if (run->kind == CONTENDER_DLOCK) {
-    long long scripts = bench_cmdstats_delta(before, after, "evalsha") +
-                        bench_cmdstats_delta(before, after, "eval");
+    long long scripts = bench_cmdstats_delta(before, after, "evalsha") + bench_cmdstats_delta(before, after, "eval");
     /* Per acquisition: one release call; and a waiter handed the lock
      * returns on the grant message, or (message too late, or naming an
      * older call) confirms with one more acquire call, which finds its own
      * token and reads the fence with HGET. The only other HGETs: one of
      * the waiter's record per grant (one PUBLISH each), and a release or
      * renewal of a hold already lost (none here). */
-    long long confirmations = bench_cmdstats_delta(before, after, "hget") -
-                              bench_cmdstats_delta(before, after, "publish");
+    long long confirmations =
+        bench_cmdstats_delta(before, after, "hget") - bench_cmdstats_delta(before, after, "publish");
     long long acquire_calls = scripts - acq - confirmations;
     res->acquire_calls_per_acq = acq > 0 ? (double)acquire_calls / (double)acq : 0;
     snprintf(note, sizeof note, "EVALSHA %lld - %ld releases - %lld hand-off confirmations", scripts, acq,
@@ -329,14 +304,12 @@ static bench_status report(contended_shm *sh, const contended_run *run, const be
 }
 
 static bench_status run_one(contended_shm *sh, redisContext *ctx, contender_kind kind, int procs,
-                            contended_result *res)
-{
+                            contended_result *res) {
   int quick = bench_options.quick;
   contended_run run = {.kind = kind, .procs = procs};
   run.target = quick ? 150 : (procs >= 32 ? 3000 : 5000);
   run.run_ns = (quick ? 3 : 20) * 1000000000LL;
-  snprintf(run.name, sizeof run.name, "bench:contended:%s:%d", kind == CONTENDER_DLOCK ? "dlock" : "poll",
-           procs);
+  snprintf(run.name, sizeof run.name, "bench:contended:%s:%d", kind == CONTENDER_DLOCK ? "dlock" : "poll", procs);
   char sha[41];
   memcpy(sha, sh->poll_sha, sizeof sha);
   memset(sh, 0, sizeof *sh);
@@ -352,8 +325,7 @@ static bench_status run_one(contended_shm *sh, redisContext *ctx, contender_kind
   return rc != 0 ? BENCH_FAILED : st;
 }
 
-bench_status bench_scenario_contended(void)
-{
+bench_status bench_scenario_contended(void) {
   static const int full_counts[] = {2, 8, 32, 100};
   static const int quick_counts[] = {2, 8};
   int quick = bench_options.quick;
@@ -381,20 +353,14 @@ bench_status bench_scenario_contended(void)
   for (size_t i = 0; i < ncounts; i++) {
     int k = counts[i];
     contended_result res = {0};
-    if (run_one(sh, ctx, CONTENDER_DLOCK, k, &res) != BENCH_OK)
-      status = BENCH_FAILED;
-    if (k == 2)
-      at2 = res;
-    if (k == 8)
-      at8 = res;
-    if (k == 100)
-      at100 = res;
+    if (run_one(sh, ctx, CONTENDER_DLOCK, k, &res) != BENCH_OK) status = BENCH_FAILED;
+    if (k == 2) at2 = res;
+    if (k == 8) at8 = res;
+    if (k == 100) at100 = res;
     if (k <= 8) {
       contended_result pres = {0};
-      if (run_one(sh, ctx, CONTENDER_POLL_1MS, k, &pres) != BENCH_OK)
-        status = BENCH_FAILED;
-      if (k == 8)
-        poll8 = pres;
+      if (run_one(sh, ctx, CONTENDER_POLL_1MS, k, &pres) != BENCH_OK) status = BENCH_FAILED;
+      if (k == 8) poll8 = pres;
     }
   }
   if (at8.rate > 0) {
@@ -405,8 +371,7 @@ bench_status bench_scenario_contended(void)
     bench_target("contended", "K=8 longest wait <= 100 ms", at8.longest_wait_ms <= 100, d);
     snprintf(d, sizeof d, "%.1f%% (need >= 90%%)", at8.owner_change_share);
     bench_target("contended", "K=8 owner changes >= 90% of releases", at8.owner_change_share >= 90, d);
-    snprintf(d, sizeof d, "%.2f acquire attempts per acquisition (need <= 1.5)",
-             at8.acquire_calls_per_acq);
+    snprintf(d, sizeof d, "%.2f acquire attempts per acquisition (need <= 1.5)", at8.acquire_calls_per_acq);
     bench_target("contended", "K=8 acquire attempts <= 1.5", at8.acquire_calls_per_acq <= 1.5, d);
     /* Issue 15: the grant message completes the waiter's acquire. A few
      * confirmations remain when a waiter wakes late (its claim nearly used). */
@@ -419,13 +384,11 @@ bench_status bench_scenario_contended(void)
     char d[160];
     snprintf(d, sizeof d, "client commands %.2f vs %.2f (%.2fx); incl. in scripts %.1f vs %.1f (%.2fx)",
              at100.wire_per_handoff, at2.wire_per_handoff,
-             at2.wire_per_handoff > 0 ? at100.wire_per_handoff / at2.wire_per_handoff : 0,
-             at100.all_per_handoff, at2.all_per_handoff,
-             at2.all_per_handoff > 0 ? at100.all_per_handoff / at2.all_per_handoff : 0);
-    bench_target("contended", "K=100 commands/hand-off <= 1.5x K=2",
-                 at100.wire_per_handoff <= 1.5 * at2.wire_per_handoff &&
-                     at100.all_per_handoff <= 1.5 * at2.all_per_handoff,
-                 d);
+             at2.wire_per_handoff > 0 ? at100.wire_per_handoff / at2.wire_per_handoff : 0, at100.all_per_handoff,
+             at2.all_per_handoff, at2.all_per_handoff > 0 ? at100.all_per_handoff / at2.all_per_handoff : 0);
+    bench_target(
+        "contended", "K=100 commands/hand-off <= 1.5x K=2",
+        at100.wire_per_handoff <= 1.5 * at2.wire_per_handoff && at100.all_per_handoff <= 1.5 * at2.all_per_handoff, d);
   }
   redisFree(ctx);
   munmap(sh, sizeof *sh);

@@ -7,29 +7,25 @@
 
 #include "bench.h"
 
-int bench_ping_samples(redisContext *ctx, bench_samples *s, size_t count, int64_t max_ns)
-{
+int bench_ping_samples(redisContext *ctx, bench_samples *s, size_t count, int64_t max_ns) {
   int64_t start = bench_now_ns();
   for (size_t i = 0; i < count && bench_now_ns() - start < max_ns; i++) {
     int64_t t0 = bench_now_ns();
     redisReply *r = bench_cmd(ctx, "PING");
     int64_t t1 = bench_now_ns();
-    if (!r)
-      return -1;
+    if (!r) return -1;
     freeReplyObject(r);
     bench_samples_add(s, t1 - t0);
   }
   return 0;
 }
 
-bench_status bench_scenario_floor(void)
-{
+bench_status bench_scenario_floor(void) {
   int quick = bench_options.quick;
   size_t count = quick ? 3000 : 100000;
   int64_t max_ns = (quick ? 1 : 5) * 1000000000LL;
   redisContext *ctx = bench_connect();
-  if (!ctx)
-    return BENCH_FAILED;
+  if (!ctx) return BENCH_FAILED;
   bench_samples s;
   if (bench_samples_init(&s, count) != 0) {
     redisFree(ctx);

@@ -18,24 +18,21 @@
 #include "bench.h"
 
 /* The string value of "key" in a flat JSON object line ("" if absent). */
-static void json_str(const char *line, const char *key, char *out, size_t len)
-{
+static void json_str(const char *line, const char *key, char *out, size_t len) {
   char pat[48];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   size_t n = 0;
   const char *p = strstr(line, pat);
   if (p) {
     p += strlen(pat);
-    while (*p == ' ')
-      p++;
+    while (*p == ' ') p++;
     if (*p == '"') {
       for (p++; *p && *p != '"' && n + 1 < len; p++) {
         if (*p == '\\' && p[1]) {
           p++;
           if (*p == 'u') { /* \uXXXX: not needed for our figures */
             out[n++] = '?';
-            for (int i = 0; i < 4 && p[1]; i++)
-              p++;
+            for (int i = 0; i < 4 && p[1]; i++) p++;
             continue;
           }
           out[n++] = *p == 'n' ? ' ' : *p;
@@ -49,13 +46,11 @@ static void json_str(const char *line, const char *key, char *out, size_t len)
 }
 
 /* The number value of "key"; -1 if absent or not a number. */
-static int json_num(const char *line, const char *key, double *v)
-{
+static int json_num(const char *line, const char *key, double *v) {
   char pat[48];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   const char *p = strstr(line, pat);
-  if (!p)
-    return -1;
+  if (!p) return -1;
   p += strlen(pat);
   char *end;
   *v = strtod(p, &end);
@@ -63,8 +58,7 @@ static int json_num(const char *line, const char *key, double *v)
 }
 
 /* One row from a peer's JSON line; returns 1 if it was one. */
-static int ingest(const char *line)
-{
+static int ingest(const char *line) {
   char scenario[24], impl[24], metric[64], unit[16], note[160];
   double value;
   json_str(line, "scenario", scenario, sizeof scenario);
@@ -72,8 +66,7 @@ static int ingest(const char *line)
   json_str(line, "metric", metric, sizeof metric);
   json_str(line, "unit", unit, sizeof unit);
   json_str(line, "note", note, sizeof note);
-  if (!scenario[0] || !impl[0] || !metric[0] || json_num(line, "value", &value) != 0)
-    return 0;
+  if (!scenario[0] || !impl[0] || !metric[0] || json_num(line, "value", &value) != 0) return 0;
   bench_row(scenario, impl, metric, value, unit, note);
   return 1;
 }
@@ -81,12 +74,10 @@ static int ingest(const char *line)
 /* Run argv[0] with stdout into us, reading rows until it exits or 'max_s'
  * passes (then it is killed by PID). Returns the rows read, or -1 when it
  * could not start; *status gets its exit status (-1: killed or unknown). */
-static int run_peer(const char *const argv[], int max_s, int *status)
-{
+static int run_peer(const char *const argv[], int max_s, int *status) {
   *status = -1;
   int fds[2];
-  if (pipe(fds) != 0)
-    return -1;
+  if (pipe(fds) != 0) return -1;
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
@@ -99,8 +90,7 @@ static int run_peer(const char *const argv[], int max_s, int *status)
     close(fds[0]);
     close(fds[1]);
     char *args[16] = {0}; /* execvp() wants non-const strings it does not change */
-    for (int i = 0; i < 15 && argv[i]; i++)
-      args[i] = (char *)(uintptr_t)argv[i];
+    for (int i = 0; i < 15 && argv[i]; i++) args[i] = (char *)(uintptr_t)argv[i];
     execvp(args[0], args);
     fprintf(stderr, "dlock-bench: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -120,15 +110,11 @@ static int run_peer(const char *const argv[], int max_s, int *status)
     }
     struct pollfd p = {fds[0], POLLIN, 0};
     int n = poll(&p, 1, left_ms > 1000 ? 1000 : (int)left_ms);
-    if (n < 0 && errno != EINTR)
-      break;
-    if (n <= 0)
-      continue;
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
     ssize_t got = read(fds[0], buf + have, sizeof buf - 1 - have);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      break;
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
     have += (size_t)got;
     buf[have] = '\0';
     char *line = buf, *nl;
@@ -139,24 +125,20 @@ static int run_peer(const char *const argv[], int max_s, int *status)
     }
     have = strlen(line);
     memmove(buf, line, have);
-    if (have == sizeof buf - 1)
-      have = 0; /* a line longer than any figure: drop it */
+    if (have == sizeof buf - 1) have = 0; /* a line longer than any figure: drop it */
   }
   close(fds[0]);
   int st;
-  if (waitpid(pid, &st, 0) == pid && WIFEXITED(st))
-    *status = WEXITSTATUS(st);
+  if (waitpid(pid, &st, 0) == pid && WIFEXITED(st)) *status = WEXITSTATUS(st);
   bench_untrack_child(pid);
   return rows;
 }
 
-static void ratio(const char *peer)
-{
+static void ratio(const char *peer) {
   int f1, f2;
   double lib = bench_row_value("uncontended", "dlock", "cycles per second", &f1);
   double other = bench_row_value("uncontended", peer, "cycles per second", &f2);
-  if (!f1 || !f2 || other <= 0)
-    return;
+  if (!f1 || !f2 || other <= 0) return;
   char metric[64], detail[160];
   snprintf(metric, sizeof metric, "dlock / %s, cycles/s", peer);
   bench_row("uncontended", "ratio", metric, lib / other, "x", "same server, same layout, one after the other");
@@ -165,8 +147,7 @@ static void ratio(const char *peer)
   bench_target("uncontended", metric, lib >= 3 * other, detail);
 }
 
-bench_status bench_scenario_peers(void)
-{
+bench_status bench_scenario_peers(void) {
   const bench_opts *o = &bench_options;
   const char *dir = o->peers_dir;
   /* Which loops to ask for: those selected ("contended" as a whole word,
@@ -178,17 +159,13 @@ bench_status bench_scenario_peers(void)
     const char *p = o->scenario;
     for (int guard = 0; guard < 64 && *p; guard++) {
       size_t len = strcspn(p, ",");
-      if (len == 11 && !strncmp(p, "uncontended", 11))
-        unc = 1;
-      if (len == 9 && !strncmp(p, "contended", 9))
-        con = 1;
+      if (len == 11 && !strncmp(p, "uncontended", 11)) unc = 1;
+      if (len == 9 && !strncmp(p, "contended", 9)) con = 1;
       p += len;
-      if (*p == ',')
-        p++;
+      if (*p == ',') p++;
     }
   }
-  if (!unc && !con)
-    unc = con = 1; /* --scenario peers alone: both */
+  if (!unc && !con) unc = con = 1; /* --scenario peers alone: both */
   const char *which = unc && con ? "uncontended,contended" : unc ? "uncontended" : "contended";
   int max_s = o->quick ? 90 : 400;
   const char *quick = o->quick ? "--quick" : NULL;
@@ -196,8 +173,7 @@ bench_status bench_scenario_peers(void)
 
   /* redis-py */
   const char *py = getenv("DLOCK_BENCH_PYTHON");
-  if (!py || !*py)
-    py = "/usr/bin/python3";
+  if (!py || !*py) py = "/usr/bin/python3";
   char script[512];
   snprintf(script, sizeof script, "%s/redis_py_peer.py", dir);
   if (access(script, R_OK) != 0) {
@@ -206,8 +182,8 @@ bench_status bench_scenario_peers(void)
     bench_row("peers", "redis-py", "not run", 0, "", "no python3 (set DLOCK_BENCH_PYTHON)");
   } else {
     bench_progress("redis-py peer (%s)", which);
-    const char *const argv[] = {py, script, "--url", bench_redis.url, "--layout", bench_redis.layout_used,
-                                "--scenario", which, quick, NULL};
+    const char *const argv[] = {
+        py, script, "--url", bench_redis.url, "--layout", bench_redis.layout_used, "--scenario", which, quick, NULL};
     int status;
     int rows = run_peer(argv, max_s, &status);
     if (rows > 0) {
@@ -216,8 +192,7 @@ bench_status bench_scenario_peers(void)
       bench_row("peers", "redis-py", "not run", 0, "",
                 "the peer reported nothing: is python3-redis installed (apt-get install python3-redis)?");
     }
-    if (status != 0)
-      bench_row("peers", "redis-py", "exit status", status, "", "nonzero: see its stderr above");
+    if (status != 0) bench_row("peers", "redis-py", "exit status", status, "", "nonzero: see its stderr above");
   }
 
   /* node-redlock */
@@ -230,16 +205,15 @@ bench_status bench_scenario_peers(void)
     bench_row("peers", "node-redlock", "not run", 0, "", "its packages are missing: run 'npm ci' in the peers dir");
   } else {
     bench_progress("node-redlock peer (%s)", which);
-    const char *const argv[] = {"node", js, "--url", bench_redis.url, "--layout", bench_redis.layout_used,
-                                "--scenario", which, quick, NULL};
+    const char *const argv[] = {
+        "node", js, "--url", bench_redis.url, "--layout", bench_redis.layout_used, "--scenario", which, quick, NULL};
     int status;
     int rows = run_peer(argv, max_s, &status);
     if (rows > 0)
       ran++;
     else
       bench_row("peers", "node-redlock", "not run", 0, "", "the peer reported nothing: is node installed?");
-    if (status != 0)
-      bench_row("peers", "node-redlock", "exit status", status, "", "nonzero: see its stderr above");
+    if (status != 0) bench_row("peers", "node-redlock", "exit status", status, "", "nonzero: see its stderr above");
   }
 
   ratio("redis-py");

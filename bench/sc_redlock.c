@@ -28,28 +28,23 @@ typedef struct rl_server {
   char dir[64];
 } rl_server;
 
-static int rl_free_port(void)
-{
+static int rl_free_port(void) {
   /* Pick from the private server's neighbourhood: bind to 0 would need
    * sockets here; redis-server refuses a taken port and we try the next. */
   static int next;
-  if (!next)
-    next = 20000 + (int)(getpid() % 20000);
+  if (!next) next = 20000 + (int)(getpid() % 20000);
   return next++;
 }
 
-static int rl_start(rl_server *s)
-{
+static int rl_start(rl_server *s) {
   snprintf(s->dir, sizeof s->dir, "/tmp/dlock-bench-rl.XXXXXX");
-  if (!mkdtemp(s->dir))
-    return -1;
+  if (!mkdtemp(s->dir)) return -1;
   for (int attempt = 0; attempt < 20; attempt++) {
     s->port = rl_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", s->port);
     pid_t pid = fork();
-    if (pid < 0)
-      return -1;
+    if (pid < 0) return -1;
     if (pid == 0) {
       int devnull = open("/dev/null", O_RDWR);
       if (devnull >= 0) {
@@ -57,8 +52,8 @@ static int rl_start(rl_server *s)
         dup2(devnull, 1);
         dup2(devnull, 2);
       }
-      execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", s->dir, (char *)NULL);
+      execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", s->dir, (char *)NULL);
       _exit(127);
     }
     s->pid = pid;
@@ -79,8 +74,7 @@ static int rl_start(rl_server *s)
         freeReplyObject(r);
       }
       redisFree(ctx);
-      if (ok)
-        return 0;
+      if (ok) return 0;
     }
     if (s->pid > 0) {
       kill(s->pid, SIGKILL);
@@ -92,8 +86,7 @@ static int rl_start(rl_server *s)
   return -1;
 }
 
-static void rl_stop(rl_server *s)
-{
+static void rl_stop(rl_server *s) {
   if (s->pid > 0) {
     kill(s->pid, SIGTERM);
     waitpid(s->pid, NULL, 0);
@@ -116,8 +109,7 @@ typedef struct target {
   bench_samples s;
 } target;
 
-static int open_target(target *t, const char *impl, const char *url, size_t count)
-{
+static int open_target(target *t, const char *impl, const char *url, size_t count) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
@@ -133,24 +125,20 @@ static int open_target(target *t, const char *impl, const char *url, size_t coun
   return 0;
 }
 
-static int cycle(target *t)
-{
+static int cycle(target *t) {
   int64_t t0 = bench_now_ns();
   int rc = dlock_mutex_acquire(t->m, 0);
-  if (rc == 0)
-    rc = dlock_mutex_release(t->m);
+  if (rc == 0) rc = dlock_mutex_release(t->m);
   int64_t t1 = bench_now_ns();
   if (rc != 0) {
-    fprintf(stderr, "dlock-bench: redlock cycle (%s): %s: %s\n", t->impl, dlock_err_name(rc),
-            dlock_mutex_errmsg(t->m));
+    fprintf(stderr, "dlock-bench: redlock cycle (%s): %s: %s\n", t->impl, dlock_err_name(rc), dlock_mutex_errmsg(t->m));
     return -1;
   }
   bench_samples_add(&t->s, t1 - t0);
   return 0;
 }
 
-bench_status bench_scenario_redlock(void)
-{
+bench_status bench_scenario_redlock(void) {
   int quick = bench_options.quick;
   size_t count = quick ? 600 : 10000;
   int64_t max_ns = (quick ? 2 : 30) * 1000000000LL;
@@ -177,21 +165,16 @@ bench_status bench_scenario_redlock(void)
   }
   for (int i = 0; i < 100 && status == BENCH_OK; i++)
     for (int k = 0; k < 3; k++)
-      if (cycle(&t[k]) != 0)
-        status = BENCH_FAILED;
-  for (int k = 0; k < 3; k++)
-    t[k].s.count = 0; /* warm-up not counted */
+      if (cycle(&t[k]) != 0) status = BENCH_FAILED;
+  for (int k = 0; k < 3; k++) t[k].s.count = 0; /* warm-up not counted */
   bench_progress("%zu cycles each: one node, Redlock on 3, Redlock on 5, in blocks of %d", count, BLOCK);
   int64_t start = bench_now_ns();
-  for (int round = 0; status == BENCH_OK && t[2].s.count < count && bench_now_ns() - start < max_ns &&
-                      round < 100000;
+  for (int round = 0; status == BENCH_OK && t[2].s.count < count && bench_now_ns() - start < max_ns && round < 100000;
        round++)
     for (int k = 0; k < 3 && status == BENCH_OK; k++)
       for (int i = 0; i < BLOCK && status == BENCH_OK; i++)
-        if (cycle(&t[k]) != 0)
-          status = BENCH_FAILED;
-  if (status != BENCH_OK)
-    goto done;
+        if (cycle(&t[k]) != 0) status = BENCH_FAILED;
+  if (status != BENCH_OK) goto done;
   double p50[3];
   for (int k = 0; k < 3; k++) {
     char note[64];
@@ -212,7 +195,6 @@ done:
     dlock_client_free(t[k].c);
     bench_samples_free(&t[k].s);
   }
-  for (int i = 0; i < NODES; i++)
-    rl_stop(&srv[i]);
+  for (int i = 0; i < NODES; i++) rl_stop(&srv[i]);
   return status;
 }

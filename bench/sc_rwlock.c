@@ -22,28 +22,24 @@ static const char *const kind_impl[K_COUNT] = {"mutex", "rwlock-read", "rwlock-w
 /* ---- Hand-off: one waiter thread, woken by the main thread's release ---- */
 
 typedef struct handoff {
-  dlock_mutex *waiter;      /* the waiting side (a mutex, or a read side's mutex view) */
+  dlock_mutex *waiter; /* the waiting side (a mutex, or a read side's mutex view) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int go, done, stop, rc;
   int64_t acquired_ns;
 } handoff;
 
-static void *waiter_main(void *arg)
-{
+static void *waiter_main(void *arg) {
   handoff *h = arg;
   pthread_mutex_lock(&h->mu);
   for (;;) {
-    while (!h->go && !h->stop)
-      pthread_cond_wait(&h->cv, &h->mu);
-    if (h->stop)
-      break;
+    while (!h->go && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
+    if (h->stop) break;
     h->go = 0;
     pthread_mutex_unlock(&h->mu);
     int rc = dlock_mutex_acquire(h->waiter, 10000);
     int64_t t = bench_now_ns();
-    if (rc == 0)
-      rc = dlock_mutex_release(h->waiter);
+    if (rc == 0) rc = dlock_mutex_release(h->waiter);
     pthread_mutex_lock(&h->mu);
     h->rc = rc;
     h->acquired_ns = t;
@@ -55,8 +51,7 @@ static void *waiter_main(void *arg)
 }
 
 /* 'rounds' hand-offs from 'holder' to h->waiter. 0 or -1. */
-static int measure_handoff(dlock_mutex *holder, handoff *h, int rounds, bench_samples *s)
-{
+static int measure_handoff(dlock_mutex *holder, handoff *h, int rounds, bench_samples *s) {
   for (int i = 0; i < rounds; i++) {
     if (dlock_mutex_acquire(holder, 0) != 0) {
       fprintf(stderr, "dlock-bench: rwlock hand-off: %s\n", dlock_mutex_errmsg(holder));
@@ -69,11 +64,9 @@ static int measure_handoff(dlock_mutex *holder, handoff *h, int rounds, bench_sa
     pthread_mutex_unlock(&h->mu);
     bench_sleep_ms(5); /* the waiter is queued by now (one round trip) */
     int64_t t0 = bench_now_ns();
-    if (dlock_mutex_release(holder) != 0)
-      return -1;
+    if (dlock_mutex_release(holder) != 0) return -1;
     pthread_mutex_lock(&h->mu);
-    while (!h->done)
-      pthread_cond_wait(&h->cv, &h->mu);
+    while (!h->done) pthread_cond_wait(&h->cv, &h->mu);
     int rc = h->rc;
     int64_t t1 = h->acquired_ns;
     pthread_mutex_unlock(&h->mu);
@@ -87,14 +80,12 @@ static int measure_handoff(dlock_mutex *holder, handoff *h, int rounds, bench_sa
   return 0;
 }
 
-static int run_handoff(dlock_mutex *holder, dlock_mutex *waiter, int rounds, bench_samples *s)
-{
+static int run_handoff(dlock_mutex *holder, dlock_mutex *waiter, int rounds, bench_samples *s) {
   handoff h = {.waiter = waiter};
   pthread_mutex_init(&h.mu, NULL);
   pthread_cond_init(&h.cv, NULL);
   pthread_t t;
-  if (pthread_create(&t, NULL, waiter_main, &h) != 0)
-    return -1;
+  if (pthread_create(&t, NULL, waiter_main, &h) != 0) return -1;
   int rc = measure_handoff(holder, &h, rounds, s);
   pthread_mutex_lock(&h.mu);
   h.stop = 1;
@@ -106,8 +97,7 @@ static int run_handoff(dlock_mutex *holder, dlock_mutex *waiter, int rounds, ben
   return rc;
 }
 
-bench_status bench_scenario_rwlock(void)
-{
+bench_status bench_scenario_rwlock(void) {
   int quick = bench_options.quick;
   size_t count = quick ? 2000 : 30000;
   int rounds = quick ? 30 : 300;
@@ -136,27 +126,23 @@ bench_status bench_scenario_rwlock(void)
   }
   dlock_mutex *h[K_COUNT] = {m, dlock_rwlock_mutex(r), dlock_rwlock_mutex(w)};
   for (int k = 0; k < K_COUNT; k++)
-    if (bench_samples_init(&s[k], count))
-      status = BENCH_FAILED;
+    if (bench_samples_init(&s[k], count)) status = BENCH_FAILED;
   if (bench_samples_init(&hand_rw, (size_t)rounds) || bench_samples_init(&hand_mutex, (size_t)rounds))
     status = BENCH_FAILED;
   for (int i = 0; i < 200 && status == BENCH_OK; i++) /* warm up: script caches, connections */
     for (int k = 0; k < K_COUNT; k++)
-      if (dlock_mutex_acquire(h[k], 0) != 0 || dlock_mutex_release(h[k]) != 0)
-        status = BENCH_FAILED;
+      if (dlock_mutex_acquire(h[k], 0) != 0 || dlock_mutex_release(h[k]) != 0) status = BENCH_FAILED;
   bench_progress("%zu uncontended cycles each: mutex, read side, write side, in blocks of %d", count, BLOCK);
   double busy[K_COUNT] = {0};
   int64_t start = bench_now_ns();
-  for (int round = 0; status == BENCH_OK && s[K_MUTEX].count < count && bench_now_ns() - start < max_ns &&
-                      round < 100000;
-       round++) {
+  for (int round = 0;
+       status == BENCH_OK && s[K_MUTEX].count < count && bench_now_ns() - start < max_ns && round < 100000; round++) {
     for (int k = 0; k < K_COUNT && status == BENCH_OK; k++) {
       int64_t b0 = bench_now_ns();
       for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
         int64_t t0 = bench_now_ns();
         int rc = dlock_mutex_acquire(h[k], 0);
-        if (rc == 0)
-          rc = dlock_mutex_release(h[k]);
+        if (rc == 0) rc = dlock_mutex_release(h[k]);
         if (rc != 0) {
           fprintf(stderr, "dlock-bench: %s cycle: %s: %s\n", kind_impl[k], dlock_err_name(rc),
                   dlock_mutex_errmsg(h[k]));
@@ -167,8 +153,7 @@ bench_status bench_scenario_rwlock(void)
       busy[k] += (double)(bench_now_ns() - b0) / 1e9;
     }
   }
-  if (status != BENCH_OK)
-    goto done;
+  if (status != BENCH_OK) goto done;
   double rate[K_COUNT];
   for (int k = 0; k < K_COUNT; k++) {
     char note[64];
@@ -178,10 +163,10 @@ bench_status bench_scenario_rwlock(void)
     bench_row("rwlock", kind_impl[k], "uncontended cycle p99", bench_samples_pct_us(&s[k], 99), "us", "");
     bench_row("rwlock", kind_impl[k], "uncontended cycles per second", rate[k], "/s", "");
   }
-  bench_row("rwlock", "ratio", "read side / mutex, cycles/s", rate[K_MUTEX] > 0 ? rate[K_READ] / rate[K_MUTEX] : 0,
-            "x", "same run, same server");
-  bench_row("rwlock", "ratio", "write side / mutex, cycles/s",
-            rate[K_MUTEX] > 0 ? rate[K_WRITE] / rate[K_MUTEX] : 0, "x", "");
+  bench_row("rwlock", "ratio", "read side / mutex, cycles/s", rate[K_MUTEX] > 0 ? rate[K_READ] / rate[K_MUTEX] : 0, "x",
+            "same run, same server");
+  bench_row("rwlock", "ratio", "write side / mutex, cycles/s", rate[K_MUTEX] > 0 ? rate[K_WRITE] / rate[K_MUTEX] : 0,
+            "x", "");
 
   bench_progress("%d hand-offs each: write side -> waiting reader, mutex -> waiting mutex", rounds);
   dlock_rwlock *hw = NULL;
@@ -190,8 +175,7 @@ bench_status bench_scenario_rwlock(void)
       run_handoff(m, m2, rounds, &hand_mutex) != 0)
     status = BENCH_FAILED;
   dlock_rwlock_free(hw);
-  if (status != BENCH_OK)
-    goto done;
+  if (status != BENCH_OK) goto done;
   char note[64];
   snprintf(note, sizeof note, "%zu hand-offs, release -> acquire returns", hand_rw.count);
   bench_row("rwlock", "rwlock write->read", "hand-off p50", bench_samples_pct_us(&hand_rw, 50), "us", note);
@@ -200,8 +184,7 @@ bench_status bench_scenario_rwlock(void)
   bench_row("rwlock", "mutex", "hand-off p99", bench_samples_pct_us(&hand_mutex, 99), "us", "");
 
 done:
-  for (int k = 0; k < K_COUNT; k++)
-    bench_samples_free(&s[k]);
+  for (int k = 0; k < K_COUNT; k++) bench_samples_free(&s[k]);
   bench_samples_free(&hand_rw);
   bench_samples_free(&hand_mutex);
   dlock_rwlock_free(r);

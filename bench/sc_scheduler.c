@@ -19,23 +19,22 @@ typedef struct cron_case {
 } cron_case;
 
 static const cron_case cases[] = {
-  {"0 * * * * ?", 0, NULL, "every minute"},
-  {"*/5 * * * *", DLOCK__CRON_UNIX5, NULL, "Unix 5-field, every 5 minutes"},
-  {"0 0/15 9-17 ? * MON-FRI", 0, NULL, "office hours, quarter-hourly"},
-  {"0 0 12 L * ?", 0, NULL, "last day of the month"},
-  {"0 15 10 ? * 6#3", 0, NULL, "third Friday"},
-  {"0 0 8 LW * ?", 0, NULL, "last weekday of the month"},
-  {"0 0 0 29 2 ? *", 0, NULL, "leap days only"},
-  {"0 30 2 * * ?", 0, "Europe/Berlin", "daily at 02:30 in a DST zone"},
+    {"0 * * * * ?", 0, NULL, "every minute"},
+    {"*/5 * * * *", DLOCK__CRON_UNIX5, NULL, "Unix 5-field, every 5 minutes"},
+    {"0 0/15 9-17 ? * MON-FRI", 0, NULL, "office hours, quarter-hourly"},
+    {"0 0 12 L * ?", 0, NULL, "last day of the month"},
+    {"0 15 10 ? * 6#3", 0, NULL, "third Friday"},
+    {"0 0 8 LW * ?", 0, NULL, "last weekday of the month"},
+    {"0 0 0 29 2 ? *", 0, NULL, "leap days only"},
+    {"0 30 2 * * ?", 0, "Europe/Berlin", "daily at 02:30 in a DST zone"},
 };
 #define CASE_COUNT ((int)(sizeof cases / sizeof cases[0]))
 
-bench_status bench_scenario_scheduler(void)
-{
+bench_status bench_scenario_scheduler(void) {
   int quick = bench_options.quick;
   long per_case = quick ? 20000 : 500000;
   int64_t max_ns = (quick ? 100 : 2000) * 1000000LL; /* per expression */
-  const int64_t start_at = 1767225600; /* 2026-01-01T00:00:00Z */
+  const int64_t start_at = 1767225600;               /* 2026-01-01T00:00:00Z */
   bench_status status = BENCH_OK;
   long total = 0;
   double total_secs = 0;
@@ -60,14 +59,12 @@ bench_status bench_scenario_scheduler(void)
     long done = 0;
     int64_t t0 = bench_now_ns();
     for (long k = 0; k < per_case; k++) {
-      if ((k & 255) == 0 && bench_now_ns() - t0 > max_ns)
-        break;
+      if ((k & 255) == 0 && bench_now_ns() - t0 > max_ns) break;
       int rc = dlock__cron_next(cron, tz, after, &next);
       if (rc == DLOCK__CRON_NO_NEXT) {
         after = start_at; /* ran past 2099: start over */
       } else if (rc != 0 || next <= after) {
-        fprintf(stderr, "dlock-bench: cron '%s' next after %lld failed (%d)\n", cc->expr,
-                (long long)after, rc);
+        fprintf(stderr, "dlock-bench: cron '%s' next after %lld failed (%d)\n", cc->expr, (long long)after, rc);
         status = BENCH_FAILED;
         break;
       } else {
@@ -87,7 +84,6 @@ bench_status bench_scenario_scheduler(void)
     dlock__tz_free(tz);
   }
   if (total_secs > 0)
-    bench_row("scheduler", "dlock", "all expressions", (double)total / total_secs, "next/s",
-              "mean over the mix above");
+    bench_row("scheduler", "dlock", "all expressions", (double)total / total_secs, "next/s", "mean over the mix above");
   return status;
 }

@@ -15,14 +15,12 @@
 
 #define BLOCK 500
 
-static int cycle(dlock_mutex *m)
-{
+static int cycle(dlock_mutex *m) {
   int rc = dlock_mutex_acquire(m, 0);
-  if (rc == 0)
-    rc = dlock_mutex_release(m);
+  if (rc == 0) rc = dlock_mutex_release(m);
   if (rc != 0)
-    fprintf(stderr, "dlock-bench: semaphore scenario, '%s': %s: %s\n", dlock_mutex_name(m),
-            dlock_err_name(rc), dlock_mutex_errmsg(m));
+    fprintf(stderr, "dlock-bench: semaphore scenario, '%s': %s: %s\n", dlock_mutex_name(m), dlock_err_name(rc),
+            dlock_mutex_errmsg(m));
   return rc;
 }
 
@@ -39,13 +37,11 @@ typedef struct handoff {
   int rounds;
 } handoff;
 
-static void *waiter_main(void *arg)
-{
+static void *waiter_main(void *arg) {
   handoff *h = arg;
   for (int i = 0; i < h->rounds; i++) {
     pthread_mutex_lock(&h->mu);
-    while (h->go <= i)
-      pthread_cond_wait(&h->cv, &h->mu);
+    while (h->go <= i) pthread_cond_wait(&h->cv, &h->mu);
     pthread_mutex_unlock(&h->mu);
     int rc = dlock_mutex_acquire(h->waiter, 10000);
     int64_t t = bench_now_ns();
@@ -59,8 +55,7 @@ static void *waiter_main(void *arg)
     h->done = i + 1;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
-    if (rc != 0)
-      break;
+    if (rc != 0) break;
   }
   return NULL;
 }
@@ -68,8 +63,7 @@ static void *waiter_main(void *arg)
 /* 'rounds' times: the holder takes it, lets the waiter start its wait,
  * releases; the sample runs from the release call to the waiter's acquire
  * returning (one hand-off message and one confirming script). */
-static int handoff_run(dlock_mutex *holder, dlock_mutex *waiter, int rounds, bench_samples *s)
-{
+static int handoff_run(dlock_mutex *holder, dlock_mutex *waiter, int rounds, bench_samples *s) {
   handoff h;
   memset(&h, 0, sizeof h);
   h.waiter = waiter;
@@ -77,8 +71,7 @@ static int handoff_run(dlock_mutex *holder, dlock_mutex *waiter, int rounds, ben
   pthread_mutex_init(&h.mu, NULL);
   pthread_cond_init(&h.cv, NULL);
   pthread_t t;
-  if (pthread_create(&t, NULL, waiter_main, &h) != 0)
-    return -1;
+  if (pthread_create(&t, NULL, waiter_main, &h) != 0) return -1;
   int status = 0;
   for (int i = 0; i < rounds && status == 0; i++) {
     if (dlock_mutex_acquire(holder, 10000) != 0) {
@@ -89,15 +82,12 @@ static int handoff_run(dlock_mutex *holder, dlock_mutex *waiter, int rounds, ben
     h.go = status == 0 ? i + 1 : rounds; /* on failure: let the waiter run out */
     pthread_cond_broadcast(&h.cv);
     pthread_mutex_unlock(&h.mu);
-    if (status != 0)
-      break;
+    if (status != 0) break;
     bench_sleep_ms(20); /* the waiter is queued by now */
     int64_t t0 = bench_now_ns();
-    if (dlock_mutex_release(holder) != 0)
-      status = -1;
+    if (dlock_mutex_release(holder) != 0) status = -1;
     pthread_mutex_lock(&h.mu);
-    while (h.done <= i && h.rc == 0)
-      pthread_cond_wait(&h.cv, &h.mu);
+    while (h.done <= i && h.rc == 0) pthread_cond_wait(&h.cv, &h.mu);
     if (h.rc != 0)
       status = -1;
     else
@@ -114,8 +104,7 @@ static int handoff_run(dlock_mutex *holder, dlock_mutex *waiter, int rounds, ben
   return status;
 }
 
-bench_status bench_scenario_semaphore(void)
-{
+bench_status bench_scenario_semaphore(void) {
   int quick = bench_options.quick;
   size_t count = quick ? 3000 : 30000;
   int rounds = quick ? 30 : 200;
@@ -147,8 +136,7 @@ bench_status bench_scenario_semaphore(void)
     goto done;
   }
   for (int i = 0; i < 200 && status == BENCH_OK; i++)
-    if (cycle(mx) != 0 || cycle(sm) != 0)
-      status = BENCH_FAILED;
+    if (cycle(mx) != 0 || cycle(sm) != 0) status = BENCH_FAILED;
   bench_progress("%zu uncontended cycles each: mutex, semaphore (1 permit), in blocks of %d", count, BLOCK);
   double busy[2] = {0, 0};
   int64_t start = bench_now_ns();
@@ -159,15 +147,13 @@ bench_status bench_scenario_semaphore(void)
       int64_t b0 = bench_now_ns();
       for (int i = 0; i < BLOCK && status == BENCH_OK; i++) {
         int64_t t0 = bench_now_ns();
-        if (cycle(m) != 0)
-          status = BENCH_FAILED;
+        if (cycle(m) != 0) status = BENCH_FAILED;
         bench_samples_add(s, bench_now_ns() - t0);
       }
       busy[k] += (double)(bench_now_ns() - b0) / 1e9;
     }
   }
-  if (status != BENCH_OK)
-    goto done;
+  if (status != BENCH_OK) goto done;
   for (int k = 0; k < 2; k++) {
     bench_samples *s = k == 0 ? &s_mx : &s_sem;
     const char *impl = k == 0 ? "mutex" : "semaphore";
@@ -175,8 +161,8 @@ bench_status bench_scenario_semaphore(void)
     snprintf(note, sizeof note, "%zu cycles", s->count);
     bench_row("semaphore", impl, "uncontended cycle p50", bench_samples_pct_us(s, 50), "us", note);
     bench_row("semaphore", impl, "uncontended cycle p99", bench_samples_pct_us(s, 99), "us", "");
-    bench_row("semaphore", impl, "uncontended cycles per second", busy[k] > 0 ? (double)s->count / busy[k] : 0,
-              "/s", "");
+    bench_row("semaphore", impl, "uncontended cycles per second", busy[k] > 0 ? (double)s->count / busy[k] : 0, "/s",
+              "");
   }
   double r_mx = busy[0] > 0 ? (double)s_mx.count / busy[0] : 0, r_sem = busy[1] > 0 ? (double)s_sem.count / busy[1] : 0;
   bench_row("semaphore", "ratio", "semaphore / mutex, uncontended cycles/s", r_mx > 0 ? r_sem / r_mx : 0, "x",

@@ -12,25 +12,21 @@
 
 #include "bench.h"
 
-static double cpu_seconds(void)
-{
+static double cpu_seconds(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
          (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-static int count_lost(dlock_mutex **locks, int n)
-{
+static int count_lost(dlock_mutex **locks, int n) {
   int lost = 0;
   for (int i = 0; i < n; i++)
-    if (dlock_mutex_lost(locks[i]) != DLOCK_LOST_NONE)
-      lost++;
+    if (dlock_mutex_lost(locks[i]) != DLOCK_LOST_NONE) lost++;
   return lost;
 }
 
-bench_status bench_scenario_watchdog(void)
-{
+bench_status bench_scenario_watchdog(void) {
   int n = bench_options.watchdog_locks;
   int64_t lease = bench_options.watchdog_lease_ms;
   int64_t hold_ms = bench_options.watchdog_hold_ms;
@@ -59,8 +55,7 @@ bench_status bench_scenario_watchdog(void)
     char name[64];
     snprintf(name, sizeof name, "bench:watchdog:%d", i);
     int rc = dlock_mutex_new(&locks[i], c, name, &mopts);
-    if (rc == 0)
-      rc = dlock_mutex_acquire(locks[i], 0);
+    if (rc == 0) rc = dlock_mutex_acquire(locks[i], 0);
     if (rc != 0) {
       fprintf(stderr, "dlock-bench: acquire %s: %s: %s\n", name, dlock_err_name(rc),
               locks[i] ? dlock_mutex_errmsg(locks[i]) : dlock_last_error());
@@ -83,8 +78,8 @@ bench_status bench_scenario_watchdog(void)
       int64_t left_ms = (end - bench_now_ns()) / 1000000;
       bench_sleep_ms(left_ms < 200 ? left_ms + 1 : 200);
       if (bench_now_ns() >= next_report) {
-        bench_progress("holding %d locks: %.0f s of %.0f s, %d lost so far", held,
-                       (double)(bench_now_ns() - t0) / 1e9, (double)hold_ms / 1e3, count_lost(locks, held));
+        bench_progress("holding %d locks: %.0f s of %.0f s, %d lost so far", held, (double)(bench_now_ns() - t0) / 1e9,
+                       (double)hold_ms / 1e3, count_lost(locks, held));
         next_report += 10000000000LL;
       }
     }
@@ -92,11 +87,11 @@ bench_status bench_scenario_watchdog(void)
     double cpu = cpu_seconds() - cpu0;
     bench_cmdstats_read(ctx, &after);
     int lost = count_lost(locks, held);
-    long long renewals = bench_cmdstats_delta(&before, &after, "evalsha") +
-                         bench_cmdstats_delta(&before, &after, "eval");
+    long long renewals =
+        bench_cmdstats_delta(&before, &after, "evalsha") + bench_cmdstats_delta(&before, &after, "eval");
     char note[160];
-    snprintf(note, sizeof note, "%d locks, lease %lld ms, held %.0f s (acquired in %.1f s)", held,
-             (long long)lease, wall, acq_secs);
+    snprintf(note, sizeof note, "%d locks, lease %lld ms, held %.0f s (acquired in %.1f s)", held, (long long)lease,
+             wall, acq_secs);
     bench_row("watchdog", "dlock", "locks held", held, "", note);
     snprintf(note, sizeof note, "%lld renewals; expected about %.0f/s (N / (lease/3))", renewals,
              (double)held / ((double)lease / 3000.0));
@@ -106,13 +101,12 @@ bench_status bench_scenario_watchdog(void)
     bench_row("watchdog", "dlock", "redis-server CPU", 100 * (after.server_cpu_s - before.server_cpu_s) / wall,
               "% of a core", "INFO cpu over the hold");
     bench_row("watchdog", "dlock", "locks lost", lost, "", lost ? "MUST be 0" : "");
-    if (lost != 0)
-      status = BENCH_FAILED;
+    if (lost != 0) status = BENCH_FAILED;
     if (held >= 10000) {
       char detail[160];
       snprintf(detail, sizeof detail, "%d locks: %.2f%% of one core, %d lost", held, 100 * cpu / wall, lost);
-      bench_target("watchdog", "10,000 locks renewed with < 5% of a core, none lost",
-                   100 * cpu / wall < 5 && lost == 0, detail);
+      bench_target("watchdog", "10,000 locks renewed with < 5% of a core, none lost", 100 * cpu / wall < 5 && lost == 0,
+                   detail);
     }
   }
   bench_progress("releasing %d locks", held);

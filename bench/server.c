@@ -23,14 +23,13 @@
 /* What the signal handler needs, in plain globals it may read. */
 static volatile pid_t own_server_pid;
 static pid_t bench_main_pid;
-static char dir_paths[4][320]; /* files to unlink, then the dir to rmdir */
+static char dir_paths[4][320];      /* files to unlink, then the dir to rmdir */
 static char sentinel_paths[2][320]; /* --sentinel: its config and log, in the same dir */
 static volatile pid_t sentinel_pid;
 #define MAX_TRACKED 256
 static volatile pid_t tracked_children[MAX_TRACKED];
 
-void bench_track_child(pid_t pid)
-{
+void bench_track_child(pid_t pid) {
   for (int i = 0; i < MAX_TRACKED; i++) {
     if (tracked_children[i] == 0) {
       tracked_children[i] = pid;
@@ -39,69 +38,54 @@ void bench_track_child(pid_t pid)
   }
 }
 
-void bench_untrack_child(pid_t pid)
-{
+void bench_untrack_child(pid_t pid) {
   for (int i = 0; i < MAX_TRACKED; i++)
-    if (tracked_children[i] == pid)
-      tracked_children[i] = 0;
+    if (tracked_children[i] == pid) tracked_children[i] = 0;
 }
 
 /* Only async-signal-safe calls: kill, waitpid, unlink, rmdir, _exit. */
-static void on_fatal_signal(int sig)
-{
-  if (getpid() != bench_main_pid)
-    _exit(128 + sig); /* a forked waiter: the parent cleans up */
+static void on_fatal_signal(int sig) {
+  if (getpid() != bench_main_pid) _exit(128 + sig); /* a forked waiter: the parent cleans up */
   for (int i = 0; i < MAX_TRACKED; i++)
-    if (tracked_children[i] > 0)
-      kill(tracked_children[i], SIGKILL);
+    if (tracked_children[i] > 0) kill(tracked_children[i], SIGKILL);
   if (own_server_pid > 0) {
     kill(own_server_pid, SIGKILL);
     waitpid(own_server_pid, NULL, 0);
     for (int i = 0; i < 3; i++)
-      if (dir_paths[i][0])
-        unlink(dir_paths[i]);
+      if (dir_paths[i][0]) unlink(dir_paths[i]);
     if (sentinel_pid > 0) {
       kill(sentinel_pid, SIGKILL);
       waitpid(sentinel_pid, NULL, 0);
     }
     for (int i = 0; i < 2; i++)
-      if (sentinel_paths[i][0])
-        unlink(sentinel_paths[i]);
-    if (dir_paths[3][0])
-      rmdir(dir_paths[3]);
+      if (sentinel_paths[i][0]) unlink(sentinel_paths[i]);
+    if (dir_paths[3][0]) rmdir(dir_paths[3]);
   }
   _exit(128 + sig);
 }
 
-static void at_exit_cleanup(void)
-{
-  if (getpid() == bench_main_pid)
-    bench_server_teardown(&bench_redis);
+static void at_exit_cleanup(void) {
+  if (getpid() == bench_main_pid) bench_server_teardown(&bench_redis);
 }
 
-static int free_port(void)
-{
+static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return -1;
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0) return -1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof sa;
   int port = -1;
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-      getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
     port = ntohs(sa.sin_port);
   close(fd);
   return port;
 }
 
-redisContext *bench_connect(void)
-{
+redisContext *bench_connect(void) {
   struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
   redisContext *ctx = redisConnectWithTimeout(bench_redis.host, bench_redis.port, tv);
   if (!ctx || ctx->err) {
-    fprintf(stderr, "dlock-bench: cannot connect to %s:%d: %s\n", bench_redis.host,
-            bench_redis.port, ctx ? ctx->errstr : "out of memory");
+    fprintf(stderr, "dlock-bench: cannot connect to %s:%d: %s\n", bench_redis.host, bench_redis.port,
+            ctx ? ctx->errstr : "out of memory");
     redisFree(ctx);
     return NULL;
   }
@@ -111,21 +95,18 @@ redisContext *bench_connect(void)
   return ctx;
 }
 
-redisReply *bench_cmd(redisContext *ctx, const char *fmt, ...)
-{
+redisReply *bench_cmd(redisContext *ctx, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   redisReply *r = redisvCommand(ctx, fmt, ap);
   va_end(ap);
-  if (!r)
-    fprintf(stderr, "dlock-bench: Redis command failed: %s\n", ctx->errstr);
+  if (!r) fprintf(stderr, "dlock-bench: Redis command failed: %s\n", ctx->errstr);
   return r;
 }
 
 /* "redis://host:port[/db]": the bench only needs host and port for its own
  * hiredis connections and redis-benchmark; libdlock gets the URL as given. */
-static int parse_url(const char *url, bench_server *srv)
-{
+static int parse_url(const char *url, bench_server *srv) {
   const char *p = url;
   if (strncmp(p, "redis://", 8) != 0) {
     fprintf(stderr, "dlock-bench: --url must be redis://HOST:PORT (got %s)\n", url);
@@ -133,8 +114,7 @@ static int parse_url(const char *url, bench_server *srv)
   }
   p += 8;
   const char *at = strchr(p, '@');
-  if (at)
-    p = at + 1;
+  if (at) p = at + 1;
   const char *colon = strchr(p, ':');
   size_t hostlen = colon ? (size_t)(colon - p) : strcspn(p, "/");
   if (hostlen == 0 || hostlen >= sizeof srv->host) {
@@ -148,8 +128,7 @@ static int parse_url(const char *url, bench_server *srv)
   return 0;
 }
 
-static int start_own_server(bench_server *srv)
-{
+static int start_own_server(bench_server *srv) {
   snprintf(srv->dir, sizeof srv->dir, "/tmp/dlock-bench.XXXXXX");
   if (!mkdtemp(srv->dir)) {
     fprintf(stderr, "dlock-bench: mkdtemp: %s\n", strerror(errno));
@@ -164,19 +143,17 @@ static int start_own_server(bench_server *srv)
   /* A port found free may be taken before redis binds it: try a few. */
   for (int attempt = 0; attempt < 5; attempt++) {
     srv->port = free_port();
-    if (srv->port <= 0)
-      continue;
+    if (srv->port <= 0) continue;
     FILE *f = fopen(dir_paths[0], "w");
-    if (!f)
-      return -1;
-    fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsave \"\"\nappendonly no\n"
-               "daemonize no\nprotected-mode yes\nmaxmemory-policy noeviction\n"
-               "maxclients 10000\n",
+    if (!f) return -1;
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsave \"\"\nappendonly no\n"
+            "daemonize no\nprotected-mode yes\nmaxmemory-policy noeviction\n"
+            "maxclients 10000\n",
             srv->port, srv->dir, dir_paths[1]);
     fclose(f);
     pid_t pid = fork();
-    if (pid < 0)
-      return -1;
+    if (pid < 0) return -1;
     if (pid == 0) {
       int devnull = open("/dev/null", O_RDWR);
       if (devnull >= 0) {
@@ -226,26 +203,24 @@ static int start_own_server(bench_server *srv)
 /* --sentinel: one sentinel (quorum 1) monitoring our own server as
  * 'dlockbench'; libdlock then gets a redis-sentinel:// URL and resolves the
  * master through it, while the bare clients keep talking to the server. */
-static int start_sentinel(bench_server *srv)
-{
+static int start_sentinel(bench_server *srv) {
   snprintf(sentinel_paths[0], sizeof sentinel_paths[0], "%s/sentinel.conf", srv->dir);
   snprintf(sentinel_paths[1], sizeof sentinel_paths[1], "%s/sentinel.log", srv->dir);
   for (int attempt = 0; attempt < 5; attempt++) {
     int port = free_port();
     FILE *f = fopen(sentinel_paths[0], "w");
     if (port <= 0 || !f) {
-      if (f)
-        fclose(f);
+      if (f) fclose(f);
       continue;
     }
-    fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\ndaemonize no\n"
-               "sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n"
-               "sentinel monitor dlockbench 127.0.0.1 %d 1\n",
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\ndaemonize no\n"
+            "sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n"
+            "sentinel monitor dlockbench 127.0.0.1 %d 1\n",
             port, srv->dir, sentinel_paths[1], srv->port);
     fclose(f);
     pid_t pid = fork();
-    if (pid < 0)
-      return -1;
+    if (pid < 0) return -1;
     if (pid == 0) {
       int devnull = open("/dev/null", O_RDWR);
       if (devnull >= 0) {
@@ -259,8 +234,7 @@ static int start_sentinel(bench_server *srv)
     bench_track_child(pid);
     for (int i = 0; i < 100; i++) { /* at most 5 s */
       bench_sleep_ms(50);
-      if (waitpid(pid, NULL, WNOHANG) == pid)
-        break;
+      if (waitpid(pid, NULL, WNOHANG) == pid) break;
       struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
       redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
       redisReply *r = ctx && !ctx->err ? redisCommand(ctx, "SENTINEL get-master-addr-by-name dlockbench") : NULL;
@@ -282,66 +256,53 @@ static int start_sentinel(bench_server *srv)
 }
 
 /* Pin 'pid' (0: this process) to one CPU, or to all CPUs when cpu < 0. */
-static int pin(pid_t pid, int cpu)
-{
+static int pin(pid_t pid, int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpu >= 0) {
     CPU_SET(cpu, &set);
   } else {
-    for (long i = 0; i < ncpu && i < CPU_SETSIZE; i++)
-      CPU_SET((int)i, &set);
+    for (long i = 0; i < ncpu && i < CPU_SETSIZE; i++) CPU_SET((int)i, &set);
   }
   return sched_setaffinity(pid, sizeof set, &set);
 }
 
 /* sched_setaffinity() on a PID moves one thread: move each of the server's
  * threads (main, bio, io) so that none runs on the client's CPU. */
-static int pin_process(pid_t pid, int cpu)
-{
+static int pin_process(pid_t pid, int cpu) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
   DIR *d = opendir(path);
-  if (!d)
-    return pin(pid, cpu);
+  if (!d) return pin(pid, cpu);
   int rc = 0;
   struct dirent *e;
   for (int n = 0; n < 1024 && (e = readdir(d)) != NULL; n++) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9')
-      continue;
-    if (pin((pid_t)atol(e->d_name), cpu) != 0)
-      rc = -1;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    if (pin((pid_t)atol(e->d_name), cpu) != 0) rc = -1;
   }
   closedir(d);
   return rc;
 }
 
-static void read_server_info(redisContext *ctx, bench_server *srv)
-{
+static void read_server_info(redisContext *ctx, bench_server *srv) {
   redisReply *r = bench_cmd(ctx, "INFO server");
   if (r && r->type == REDIS_REPLY_STRING) {
     const char *p = strstr(r->str, "process_id:");
-    if (p)
-      srv->server_pid = atol(p + 11);
+    if (p) srv->server_pid = atol(p + 11);
     p = strstr(r->str, "redis_version:");
-    if (p)
-      sscanf(p + 14, "%31[^\r\n]", srv->version);
+    if (p) sscanf(p + 14, "%31[^\r\n]", srv->version);
   }
   freeReplyObject(r);
 }
 
 /* Pin by the server's own PID from INFO, so that the layout holds for a
  * server started by run-all.sh as well as for our own. */
-static void apply_layout(const bench_opts *opts, bench_server *srv)
-{
+static void apply_layout(const bench_opts *opts, bench_server *srv) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *want = opts->layout == BENCH_LAYOUT_CROSS  ? "cross"
-                     : opts->layout == BENCH_LAYOUT_SAME ? "same"
-                                                         : "none";
+  const char *want = opts->layout == BENCH_LAYOUT_CROSS ? "cross" : opts->layout == BENCH_LAYOUT_SAME ? "same" : "none";
   if (opts->layout == BENCH_LAYOUT_NONE) {
-    if (srv->server_pid > 0)
-      pin_process((pid_t)srv->server_pid, -1);
+    if (srv->server_pid > 0) pin_process((pid_t)srv->server_pid, -1);
     pin(0, -1);
     snprintf(srv->layout_used, sizeof srv->layout_used, "none");
     return;
@@ -358,16 +319,14 @@ static void apply_layout(const bench_opts *opts, bench_server *srv)
     return;
   }
   if (pin(0, client_cpu) != 0) {
-    snprintf(srv->layout_used, sizeof srv->layout_used, "none (pinning client failed: %s)",
-             strerror(errno));
+    snprintf(srv->layout_used, sizeof srv->layout_used, "none (pinning client failed: %s)", strerror(errno));
     pin_process((pid_t)srv->server_pid, -1);
     return;
   }
   snprintf(srv->layout_used, sizeof srv->layout_used, "%s", want);
 }
 
-int bench_server_setup(const bench_opts *opts, bench_server *srv)
-{
+int bench_server_setup(const bench_opts *opts, bench_server *srv) {
   bench_main_pid = getpid();
   atexit(at_exit_cleanup);
   struct sigaction sa;
@@ -385,24 +344,21 @@ int bench_server_setup(const bench_opts *opts, bench_server *srv)
       fprintf(stderr, "dlock-bench: --sentinel starts its own server and sentinel; drop --url\n");
       return -1;
     }
-    if (parse_url(opts->url, srv) != 0)
-      return -1;
+    if (parse_url(opts->url, srv) != 0) return -1;
   } else if (start_own_server(srv) != 0) {
     return -1;
   } else if (opts->sentinel && start_sentinel(srv) != 0) {
     return -1;
   }
   redisContext *ctx = bench_connect();
-  if (!ctx)
-    return -1;
+  if (!ctx) return -1;
   read_server_info(ctx, srv);
   redisFree(ctx);
   apply_layout(opts, srv);
   return 0;
 }
 
-void bench_server_teardown(bench_server *srv)
-{
+void bench_server_teardown(bench_server *srv) {
   if (sentinel_pid > 0) {
     pid_t spid = sentinel_pid;
     sentinel_pid = 0;
@@ -412,8 +368,7 @@ void bench_server_teardown(bench_server *srv)
     unlink(sentinel_paths[0]);
     unlink(sentinel_paths[1]);
   }
-  if (srv->own_pid <= 0)
-    return;
+  if (srv->own_pid <= 0) return;
   pid_t pid = srv->own_pid;
   srv->own_pid = 0;
   kill(pid, SIGTERM);
@@ -429,13 +384,11 @@ void bench_server_teardown(bench_server *srv)
     waitpid(pid, NULL, 0);
   }
   own_server_pid = 0;
-  for (int i = 0; i < 3; i++)
-    unlink(dir_paths[i]);
+  for (int i = 0; i < 3; i++) unlink(dir_paths[i]);
   rmdir(dir_paths[3]);
 }
 
-int bench_cmdstats_read(redisContext *ctx, bench_cmdstats *out)
-{
+int bench_cmdstats_read(redisContext *ctx, bench_cmdstats *out) {
   memset(out, 0, sizeof *out);
   redisReply *r = bench_cmd(ctx, "INFO commandstats");
   if (!r || r->type != REDIS_REPLY_STRING) {
@@ -460,59 +413,46 @@ int bench_cmdstats_read(redisContext *ctx, bench_cmdstats *out)
   if (r && r->type == REDIS_REPLY_STRING) {
     const char *u = strstr(r->str, "used_cpu_user:");
     const char *s = strstr(r->str, "used_cpu_sys:");
-    if (u && s)
-      out->server_cpu_s = atof(u + 14) + atof(s + 13);
+    if (u && s) out->server_cpu_s = atof(u + 14) + atof(s + 13);
   }
   freeReplyObject(r);
   return 0;
 }
 
-static long long calls_of(const bench_cmdstats *st, const char *cmd)
-{
+static long long calls_of(const bench_cmdstats *st, const char *cmd) {
   for (int i = 0; i < st->count; i++)
-    if (strcmp(st->name[i], cmd) == 0)
-      return st->calls[i];
+    if (strcmp(st->name[i], cmd) == 0) return st->calls[i];
   return 0;
 }
 
-long long bench_cmdstats_delta(const bench_cmdstats *before, const bench_cmdstats *after,
-                               const char *cmd)
-{
+long long bench_cmdstats_delta(const bench_cmdstats *before, const bench_cmdstats *after, const char *cmd) {
   return calls_of(after, cmd) - calls_of(before, cmd);
 }
 
-double bench_cmdstats_usec_delta(const bench_cmdstats *before, const bench_cmdstats *after,
-                                 const char *cmd)
-{
+double bench_cmdstats_usec_delta(const bench_cmdstats *before, const bench_cmdstats *after, const char *cmd) {
   double a = 0, b = 0;
   for (int i = 0; i < after->count; i++)
-    if (strcmp(after->name[i], cmd) == 0)
-      a = after->usec[i];
+    if (strcmp(after->name[i], cmd) == 0) a = after->usec[i];
   for (int i = 0; i < before->count; i++)
-    if (strcmp(before->name[i], cmd) == 0)
-      b = before->usec[i];
+    if (strcmp(before->name[i], cmd) == 0) b = before->usec[i];
   return a - b;
 }
 
-long long bench_cmdstats_delta_all(const bench_cmdstats *before, const bench_cmdstats *after)
-{
+long long bench_cmdstats_delta_all(const bench_cmdstats *before, const bench_cmdstats *after) {
   long long total = 0;
   for (int i = 0; i < after->count; i++)
-    if (strcmp(after->name[i], "info") != 0)
-      total += after->calls[i] - calls_of(before, after->name[i]);
+    if (strcmp(after->name[i], "info") != 0) total += after->calls[i] - calls_of(before, after->name[i]);
   return total;
 }
 
-long long bench_cmdstats_delta_wire(const bench_cmdstats *before, const bench_cmdstats *after)
-{
+long long bench_cmdstats_delta_wire(const bench_cmdstats *before, const bench_cmdstats *after) {
   /* Redis counts commands run by scripts in commandstats too. In the lock
    * runs measured here data commands are sent only by scripts, except the
    * bare clients' SET/DEL, which are measured separately. */
-  static const char *const wire[] = {"evalsha", "eval", "ping", "subscribe", "unsubscribe",
-                                     "psubscribe", "punsubscribe", "select", "auth", "hello",
-                                     "client|setname", "client|id", "script|load", "readonly"};
+  static const char *const wire[] = {"evalsha",        "eval",         "ping",        "subscribe", "unsubscribe",
+                                     "psubscribe",     "punsubscribe", "select",      "auth",      "hello",
+                                     "client|setname", "client|id",    "script|load", "readonly"};
   long long total = 0;
-  for (size_t i = 0; i < sizeof wire / sizeof wire[0]; i++)
-    total += bench_cmdstats_delta(before, after, wire[i]);
+  for (size_t i = 0; i < sizeof wire / sizeof wire[0]; i++) total += bench_cmdstats_delta(before, after, wire[i]);
   return total;
 }

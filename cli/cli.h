@@ -21,15 +21,15 @@
  * can tell "try again later" from "you called me wrong". */
 enum {
   CLI_EXIT_OK = 0,
-  CLI_EXIT_STALE = 1,       /* fence check: the token is stale; leader --am-i: not this host */
-  CLI_EXIT_NOLEADER = 3,    /* leader, elect --resign/--evict: no one leads */
-  CLI_EXIT_USAGE = 64,      /* EX_USAGE */
-  CLI_EXIT_UNAVAILABLE = 69,/* EX_UNAVAILABLE: Redis unreachable, auth failed */
-  CLI_EXIT_SOFTWARE = 70,   /* EX_SOFTWARE: internal or unexpected error */
-  CLI_EXIT_BUSY = 75,       /* EX_TEMPFAIL: lock not acquired within --wait */
-  CLI_EXIT_LOST = 79,       /* the lock was lost while the command ran */
-  CLI_EXIT_NOEXEC = 126,    /* command found but not executable */
-  CLI_EXIT_NOTFOUND = 127   /* command not found */
+  CLI_EXIT_STALE = 1,        /* fence check: the token is stale; leader --am-i: not this host */
+  CLI_EXIT_NOLEADER = 3,     /* leader, elect --resign/--evict: no one leads */
+  CLI_EXIT_USAGE = 64,       /* EX_USAGE */
+  CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: Redis unreachable, auth failed */
+  CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal or unexpected error */
+  CLI_EXIT_BUSY = 75,        /* EX_TEMPFAIL: lock not acquired within --wait */
+  CLI_EXIT_LOST = 79,        /* the lock was lost while the command ran */
+  CLI_EXIT_NOEXEC = 126,     /* command found but not executable */
+  CLI_EXIT_NOTFOUND = 127    /* command not found */
 };
 
 /* ---- Subcommands ---- */
@@ -59,10 +59,10 @@ struct cli_opt;
 /* A command's descriptor: everything about a command is said here once,
  * and main (dispatch), the help, the man page and the completion read it. */
 typedef struct cli_command {
-  const char *name;    /* NULL: the overview ("dlock --help") */
+  const char *name;                  /* NULL: the overview ("dlock --help") */
   int (*run)(int argc, char **argv); /* argv[0] is the command's name; NULL for the overview */
-  const char *page;    /* the --help text (usage first): at most 24 lines of 80 columns */
-  const char *more;    /* Markdown only in the manual page, may be NULL */
+  const char *page;                  /* the --help text (usage first): at most 24 lines of 80 columns */
+  const char *more;                  /* Markdown only in the manual page, may be NULL */
   /* Its line in the overview's list of commands, "SYNOPSIS\tSUMMARY";
    * NULL: not listed on a line of its own (named on another's line). */
   const char *summary;
@@ -95,8 +95,7 @@ void cli_help_roff(FILE *out);
  * help pages: commands, their options and the URL schemes. -1: no such shell. */
 int cli_help_completion(FILE *out, const char *shell);
 /* Print "dlock: <msg>; see 'dlock CMD --help'" and return CLI_EXIT_USAGE. */
-int cli_usage_error(const char *command, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Option parsing (opts.c) ---- */
 
@@ -110,11 +109,11 @@ typedef struct cli_opt {
 typedef struct cli_args {
   int argc;
   char **argv;
-  int index;           /* next argv element to look at */
-  const char *command; /* for error messages */
-  const char *cluster; /* rest of a "-qv" cluster being taken apart */
-  int after_dashdash;  /* 1 once "--" was seen */
-  unsigned common;     /* CLI_COMMON_*: the common options this command takes */
+  int index;                 /* next argv element to look at */
+  const char *command;       /* for error messages */
+  const char *cluster;       /* rest of a "-qv" cluster being taken apart */
+  int after_dashdash;        /* 1 once "--" was seen */
+  unsigned common;           /* CLI_COMMON_*: the common options this command takes */
   const cli_opt *chained[3]; /* tables looked in after the command's (cli_args_chain) */
 } cli_args;
 
@@ -125,8 +124,8 @@ enum {
   CLI_OPT_ERROR = -4,      /* a usage error was printed */
   /* The common options (cli_common_opts), looked up before the command's
    * own table: */
-  CLI_OPT_URL = -10,       /* --url URL */
-  CLI_OPT_PREFIX = -11,    /* --prefix P */
+  CLI_OPT_URL = -10,    /* --url URL */
+  CLI_OPT_PREFIX = -11, /* --prefix P */
   /* --password-file F: taken by the parser itself (into the settings, as
    * 'password_file'), never returned; with --url. */
   CLI_OPT_PASSWORD_FILE = -12
@@ -260,8 +259,7 @@ int cli_stop_signalfd(void);
 int cli_exit_for_status(int status);
 /* Print "dlock: <what>: <strerror> (<detail>)" to stderr and return the exit
  * code for 'status'. 'detail' may be NULL or empty. */
-int cli_report(int status, const char *detail, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int cli_report(int status, const char *detail, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- Running a command (child.c) ---- */
 
@@ -286,8 +284,7 @@ typedef struct cli_child {
  * with 'shell', /bin/sh -c cmd[0]). 'env' is a NULL-terminated list of
  * "NAME=value" that replace or join our environment. 0, or -1 (no memory;
  * cli_child_free() is still needed). 'cmd' must outlive the plan. */
-int cli_child_build(cli_child *p, const char *program, char **cmd, int ncmd, int shell,
-                    const char *const *env);
+int cli_child_build(cli_child *p, const char *program, char **cmd, int ncmd, int shell, const char *const *env);
 void cli_child_free(cli_child *p);
 
 /* fork() and execve() the plan in a new process group that it leads, with
@@ -339,31 +336,31 @@ void cli_stop_group(pid_t pgid, int64_t grace_ms, int quiet, int sigfd);
 /* ---- The scheduler daemon of "cron" and "every" (sched_daemon.c) ---- */
 
 typedef enum cli_trigger {
-  CLI_TRIGGER_CRON,  /* 'expr' */
-  CLI_TRIGGER_RATE,  /* every 'period_ms' on the epoch-aligned grid */
-  CLI_TRIGGER_DELAY  /* 'period_ms' after the previous run ended */
+  CLI_TRIGGER_CRON, /* 'expr' */
+  CLI_TRIGGER_RATE, /* every 'period_ms' on the epoch-aligned grid */
+  CLI_TRIGGER_DELAY /* 'period_ms' after the previous run ended */
 } cli_trigger;
 
 typedef struct cli_daemon_opts {
-  const char *command;  /* "cron" or "every", for messages */
+  const char *command; /* "cron" or "every", for messages */
   cli_trigger trigger;
   const char *expr;
   int64_t period_ms;
-  unsigned cron_flags;  /* DLOCK_CRON_UNIX */
+  unsigned cron_flags; /* DLOCK_CRON_UNIX */
   const char *job;
-  const char *tz;       /* cron: the zone of 'expr'; both: how times are shown */
-  const char *node;     /* NULL: the library's "<hostname>:<pid>" */
+  const char *tz;   /* cron: the zone of 'expr'; both: how times are shown */
+  const char *node; /* NULL: the library's "<hostname>:<pid>" */
   const char *url;
-  int64_t at_most_ms;   /* 0: the library's default (10 minutes) */
+  int64_t at_most_ms; /* 0: the library's default (10 minutes) */
   int64_t at_least_ms;
   int64_t grace_ms;
-  int pool;             /* 0: 1 */
+  int pool; /* 0: 1 */
   int shell;
   int quiet, verbose;
-  char **cmd;           /* NULL-terminated, from argv */
+  char **cmd; /* NULL-terminated, from argv */
   int ncmd;
   cli_metrics_opts metrics;
-  int log_json;         /* --log-format json */
+  int log_json; /* --log-format json */
 } cli_daemon_opts;
 
 /* Run the job until SIGINT, SIGTERM or SIGHUP, one log line per tick on
@@ -377,9 +374,9 @@ void cli_format_time_ms(int64_t unix_ms, const char *tz, char *buf, size_t len);
 /* ---- The demo's private Redis (demo_server.c) ---- */
 
 typedef struct demo_server {
-  int pid;        /* of redis-server; 0 when none runs */
+  int pid; /* of redis-server; 0 when none runs */
   int port;
-  char dir[512];  /* temporary directory, removed by demo_server_stop() */
+  char dir[512]; /* temporary directory, removed by demo_server_stop() */
   char url[64];
 } demo_server;
 

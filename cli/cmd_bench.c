@@ -15,8 +15,7 @@
 
 /* Where dlock-bench may be: beside this binary (installed), in the build
  * tree's bench/ next to cli/, then on PATH. */
-static int find_bench(char *out, size_t len)
-{
+static int find_bench(char *out, size_t len) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {
@@ -35,8 +34,7 @@ static int find_bench(char *out, size_t len)
   return -1;
 }
 
-int cmd_bench(int argc, char **argv)
-{
+int cmd_bench(int argc, char **argv) {
   /* Which server: --url, else $DLOCK_URL and the config files for a
    * PostgreSQL server (dlock-bench starts a private redis-server when no
    * --url is given). */
@@ -47,8 +45,7 @@ int cmd_bench(int argc, char **argv)
     else if (strncmp(argv[i], "--url=", 6) == 0)
       url = argv[i] + 6;
   }
-  if (url == NULL && cli_config_load() == 0)
-    url = cli_config_url();
+  if (url == NULL && cli_config_load() == 0) url = cli_config_url();
   int pg = url != NULL && strcmp(cli_server_kind(url), "PostgreSQL") == 0;
   /* dlock-bench takes the same arguments after "bench", "--url=U" as
    * "--url U", and a PostgreSQL URL from the settings as "--url U". */
@@ -80,8 +77,10 @@ int cmd_bench(int argc, char **argv)
     execv(path, args);
   else
     execvp(path, args);
-  fprintf(stderr, "dlock: cannot run the benchmark program '%s': %s; build it with the "
-                  "dlock-bench target or install it beside dlock\n", path, strerror(errno));
+  fprintf(stderr,
+          "dlock: cannot run the benchmark program '%s': %s; build it with the "
+          "dlock-bench target or install it beside dlock\n",
+          path, strerror(errno));
   free(args);
   return CLI_EXIT_SOFTWARE;
 }

@@ -27,16 +27,14 @@
 #define TICKS 5          /* ticks shown */
 #define PERIOD_MS 1000
 
-
 static const cli_opt demo_opts[] = {
-  {NULL, 0, 0, 0},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
 const cli_opt *const cli_demo_opts[] = {demo_opts, NULL};
 
-static void sleep_us(long us)
-{
+static void sleep_us(long us) {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
     ;
@@ -54,15 +52,13 @@ typedef struct watcher {
   atomic_int stop;
 } watcher;
 
-static void *watch_signals(void *arg)
-{
+static void *watch_signals(void *arg) {
   watcher *w = arg;
   struct timespec tick = {0, 200 * 1000000L};
 
   while (!atomic_load(&w->stop)) {
     int sig = sigtimedwait(&w->set, NULL, &tick);
-    if (sig <= 0)
-      continue;
+    if (sig <= 0) continue;
     fprintf(stderr, "\ndlock: demo interrupted; stopping\n");
     demo_server_stop(w->server);
     fflush(stdout); /* _exit() would drop what is still buffered */
@@ -80,16 +76,14 @@ static void *watch_signals(void *arg)
 typedef struct store {
   atomic_int stock[SKUS];
   atomic_int sold;
-  atomic_int refused;  /* deductions that found the stock at zero */
-  atomic_int done;     /* deductions finished, for the progress line */
-  atomic_int errors;   /* lock calls that failed */
+  atomic_int refused; /* deductions that found the stock at zero */
+  atomic_int done;    /* deductions finished, for the progress line */
+  atomic_int errors;  /* lock calls that failed */
   atomic_int first_error;
 } store;
 
-static void store_init(store *s)
-{
-  for (int i = 0; i < SKUS; i++)
-    atomic_init(&s->stock[i], STOCK_PER_SKU);
+static void store_init(store *s) {
+  for (int i = 0; i < SKUS; i++) atomic_init(&s->stock[i], STOCK_PER_SKU);
   atomic_init(&s->sold, 0);
   atomic_init(&s->refused, 0);
   atomic_init(&s->done, 0);
@@ -98,8 +92,7 @@ static void store_init(store *s)
 }
 
 /* Read, work, write: the lost update waits between the two calls. */
-static void deduct(store *s, int sku)
-{
+static void deduct(store *s, int sku) {
   int stock = atomic_load_explicit(&s->stock[sku], memory_order_relaxed);
   sleep_us(WORK_US);
   if (stock > 0) {
@@ -117,8 +110,7 @@ typedef struct worker {
   dlock_mutex *locks[SKUS]; /* NULL: no lock */
 } worker;
 
-static void *worker_main(void *arg)
-{
+static void *worker_main(void *arg) {
   worker *w = arg;
 
   for (int r = 0; r < ROUNDS; r++) {
@@ -148,25 +140,19 @@ typedef struct stock_result {
   int64_t ms;
 } stock_result;
 
-static void progress(const char *label, int done, int total, int tty, int final)
-{
-  if (!tty && !final)
-    return;
+static void progress(const char *label, int done, int total, int tty, int final) {
+  if (!tty && !final) return;
   int width = 30;
   int filled = total > 0 ? done * width / total : width;
   fprintf(stderr, "%s   %-14s [", tty ? "\r" : "", label);
-  for (int i = 0; i < width; i++)
-    fputc(i < filled ? '#' : '.', stderr);
+  for (int i = 0; i < width; i++) fputc(i < filled ? '#' : '.', stderr);
   fprintf(stderr, "] %3d/%d", done, total);
-  if (final)
-    fputc('\n', stderr);
+  if (final) fputc('\n', stderr);
   fflush(stderr);
 }
 
 /* 'c' NULL: no lock. Returns 0, or -1 when the workers could not start. */
-static int stock_run(dlock_client *c, const char *prefix, const char *label,
-                     stock_result *res)
-{
+static int stock_run(dlock_client *c, const char *prefix, const char *label, stock_result *res) {
   static worker workers[WORKERS];
   store s;
   int tty = isatty(2);
@@ -209,40 +195,34 @@ static int stock_run(dlock_client *c, const char *prefix, const char *label,
     progress(label, atomic_load(&s.done), total, tty, 0);
     sleep_us(100 * 1000);
   }
-  for (int i = 0; i < started; i++)
-    pthread_join(workers[i].tid, NULL);
+  for (int i = 0; i < started; i++) pthread_join(workers[i].tid, NULL);
   res->ms = dlock_mono_now() - t0;
-  if (started == WORKERS)
-    progress(label, atomic_load(&s.done), total, tty, 1);
+  if (started == WORKERS) progress(label, atomic_load(&s.done), total, tty, 1);
 
   res->sold = atomic_load(&s.sold);
   res->refused = atomic_load(&s.refused);
   res->errors = atomic_load(&s.errors);
   res->first_error = atomic_load(&s.first_error);
   res->left = 0;
-  for (int k = 0; k < SKUS; k++)
-    res->left += atomic_load(&s.stock[k]);
+  for (int k = 0; k < SKUS; k++) res->left += atomic_load(&s.stock[k]);
   for (int i = 0; i < WORKERS; i++) {
-    for (int k = 0; k < SKUS; k++)
-      dlock_mutex_free(workers[i].locks[k]);
+    for (int k = 0; k < SKUS; k++) dlock_mutex_free(workers[i].locks[k]);
   }
   return rc;
 }
 
-static void stock_row(const char *label, const stock_result *r)
-{
+static void stock_row(const char *label, const stock_result *r) {
   int total = SKUS * STOCK_PER_SKU;
   int dropped = total - r->left;
   int lost = r->sold - dropped;
   int oversold = r->sold > total ? r->sold - total : 0;
   int exact = lost == 0 && oversold == 0 && r->errors == 0;
 
-  printf("   %-9s %6d %8d %8d %8d %9d   %s\n", label, r->sold, dropped, r->left, lost,
-         oversold, exact ? "exact" : "WRONG");
+  printf("   %-9s %6d %8d %8d %8d %9d   %s\n", label, r->sold, dropped, r->left, lost, oversold,
+         exact ? "exact" : "WRONG");
 }
 
-static int stock_exact(const stock_result *r)
-{
+static int stock_exact(const stock_result *r) {
   int total = SKUS * STOCK_PER_SKU;
   return r->errors == 0 && r->sold == total - r->left && r->sold <= total;
 }
@@ -270,8 +250,7 @@ typedef struct newer_holder {
   char ledger[64]; /* the in-memory record both try to write */
 } newer_holder;
 
-static void *newer_main(void *arg)
-{
+static void *newer_main(void *arg) {
   newer_holder *n = arg;
   dlock_mutex *m = NULL;
   dlock_mutex_options o;
@@ -287,9 +266,7 @@ static void *newer_main(void *arg)
   if (n->rc == 0) {
     n->fence = dlock_mutex_fence(m);
     n->guard_rc = dlock_guard_check(n->c, n->resource, n->fence);
-    if (n->guard_rc == 0)
-      snprintf(n->ledger, sizeof n->ledger, "written by fence %llu",
-               (unsigned long long)n->fence);
+    if (n->guard_rc == 0) snprintf(n->ledger, sizeof n->ledger, "written by fence %llu", (unsigned long long)n->fence);
     dlock_mutex_release(m);
   }
   dlock_mutex_free(m);
@@ -297,8 +274,7 @@ static void *newer_main(void *arg)
   return NULL;
 }
 
-static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z)
-{
+static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z) {
   char lock[256], resource[256];
   dlock_mutex *m = NULL;
   dlock_mutex_options o;
@@ -312,8 +288,7 @@ static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z)
   dlock_mutex_options_init(&o);
   o.lease_ms = 1000; /* fixed lease, no watchdog: the frozen worker's case */
   int st = dlock_mutex_new(&m, c, lock, &o);
-  if (st == 0)
-    st = dlock_mutex_acquire(m, 10000);
+  if (st == 0) st = dlock_mutex_acquire(m, 10000);
   if (st != 0) {
     cli_report(st, dlock_last_error(), "demo: zombie lock '%s'", lock);
     dlock_mutex_free(m);
@@ -337,8 +312,7 @@ static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z)
   /* Frozen: at least 1.5 s, and until the other worker has written (at
    * most 30 s on a very slow machine). */
   sleep_us(1500 * 1000);
-  for (int i = 0; i < 3000 && !atomic_load(&n.done); i++)
-    sleep_us(10 * 1000);
+  for (int i = 0; i < 3000 && !atomic_load(&n.done); i++) sleep_us(10 * 1000);
   pthread_join(tid, NULL);
 
   char waited[64];
@@ -353,14 +327,14 @@ static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z)
   printf("   worker  waits %s, gets the lock when the lease runs out (fence\n"
          "           %llu); the guard %s\n",
          waited, (unsigned long long)n.fence,
-         n.guard_rc == 0 ? "admits it: the ledger is written"
-                         : dlock_strerror(n.guard_rc));
+         n.guard_rc == 0 ? "admits it: the ledger is written" : dlock_strerror(n.guard_rc));
 
   /* The zombie wakes up and carries on as if nothing happened. */
   z->zombie_held = dlock_mutex_is_held(m);
   z->zombie_lost = dlock_mutex_lost(m);
-  printf("   zombie  wakes up. Does Redis still hold its token? %s",
-         z->zombie_held == 1 ? "yes" : z->zombie_held == 0 ? "no" : "(error)");
+  printf("   zombie  wakes up. Does Redis still hold its token? %s", z->zombie_held == 1   ? "yes"
+                                                                     : z->zombie_held == 0 ? "no"
+                                                                                           : "(error)");
   printf("\n");
   if (z->zombie_lost != DLOCK_LOST_NONE)
     printf("           its handle says: lost, %s\n", dlock_lost_reason_str(z->zombie_lost));
@@ -368,14 +342,14 @@ static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z)
   z->zombie_rejected = g == DLOCK_ESTALE;
   printf("   zombie  writes anyway with fence %llu:\n           the guard says %s\n",
          (unsigned long long)z->zombie_fence,
-         g == 0 ? "admitted (the newer write would be lost!)"
-                : g == DLOCK_ESTALE ? "ESTALE: stale token, the write is rejected"
-                                    : dlock_strerror(g));
+         g == 0              ? "admitted (the newer write would be lost!)"
+         : g == DLOCK_ESTALE ? "ESTALE: stale token, the write is rejected"
+                             : dlock_strerror(g));
   z->zombie_release = dlock_mutex_release(m);
-  printf("   zombie  releases: %s\n",
-         z->zombie_release == DLOCK_ENOTHELD
-             ? "ENOTHELD, nothing deleted (compare-and-delete)"
-             : z->zombie_release == 0 ? "ok" : dlock_strerror(z->zombie_release));
+  printf("   zombie  releases: %s\n", z->zombie_release == DLOCK_ENOTHELD
+                                          ? "ENOTHELD, nothing deleted (compare-and-delete)"
+                                      : z->zombie_release == 0 ? "ok"
+                                                               : dlock_strerror(z->zombie_release));
   dlock_mutex_free(m);
   return 0;
 }
@@ -385,8 +359,8 @@ static int zombie_run(dlock_client *c, const char *prefix, zombie_result *z)
 /* What the three nodes reported about one tick. */
 typedef struct tick_row {
   int64_t tick_ms;
-  int runs;              /* job callbacks that ran for it, on any node */
-  int skipped;           /* nodes that found it claimed */
+  int runs;    /* job callbacks that ran for it, on any node */
+  int skipped; /* nodes that found it claimed */
   char ran_on[16];
   uint64_t fence;
   char skipped_by[64];
@@ -403,16 +377,12 @@ typedef struct sched_scene {
 
 /* The row of 'tick_ms', made on first sight; NULL when full or too early.
  * Caller holds sc->mu. */
-static tick_row *row_of(sched_scene *sc, int64_t tick_ms)
-{
-  if (tick_ms < sc->first_tick_ms)
-    return NULL;
+static tick_row *row_of(sched_scene *sc, int64_t tick_ms) {
+  if (tick_ms < sc->first_tick_ms) return NULL;
   for (int i = 0; i < sc->nrows; i++) {
-    if (sc->rows[i].tick_ms == tick_ms)
-      return &sc->rows[i];
+    if (sc->rows[i].tick_ms == tick_ms) return &sc->rows[i];
   }
-  if (sc->nrows == (int)(sizeof sc->rows / sizeof sc->rows[0]))
-    return NULL;
+  if (sc->nrows == (int)(sizeof sc->rows / sizeof sc->rows[0])) return NULL;
   tick_row *r = &sc->rows[sc->nrows++];
   memset(r, 0, sizeof *r);
   r->tick_ms = tick_ms;
@@ -421,8 +391,7 @@ static tick_row *row_of(sched_scene *sc, int64_t tick_ms)
 
 /* The job: "close the unpaid orders of the last second". What matters
  * here is that it is counted once per run. */
-static int close_unpaid_orders(const dlock_tick *t, void *arg)
-{
+static int close_unpaid_orders(const dlock_tick *t, void *arg) {
   sched_scene *sc = arg;
 
   sleep_us(20 * 1000);
@@ -442,24 +411,21 @@ typedef struct node_arg {
   const char *node;
 } node_arg;
 
-static void sched_event(const dlock_sched_event *ev, void *arg)
-{
+static void sched_event(const dlock_sched_event *ev, void *arg) {
   const node_arg *na = arg;
   sched_scene *sc = na->sc;
 
   pthread_mutex_lock(&sc->mu);
   switch (ev->kind) {
   case DLOCK_SCHED_RAN:
-    if (ev->status != 0 && sc->errors++ == 0)
-      sc->first_error = DLOCK_EUNKNOWN;
+    if (ev->status != 0 && sc->errors++ == 0) sc->first_error = DLOCK_EUNKNOWN;
     break;
   case DLOCK_SCHED_SKIPPED:
   case DLOCK_SCHED_SKIPPED_BUSY: {
     tick_row *r = row_of(sc, ev->scheduled_unix_ms);
     if (r != NULL) {
       size_t used = strlen(r->skipped_by);
-      snprintf(r->skipped_by + used, sizeof r->skipped_by - used, "%s%s",
-               used > 0 ? ", " : "", na->node);
+      snprintf(r->skipped_by + used, sizeof r->skipped_by - used, "%s%s", used > 0 ? ", " : "", na->node);
       r->skipped++;
     }
     break;
@@ -469,52 +435,45 @@ static void sched_event(const dlock_sched_event *ev, void *arg)
   case DLOCK_SCHED_SKIPPED_PAUSED:
     break;
   case DLOCK_SCHED_ERROR:
-    if (sc->errors++ == 0)
-      sc->first_error = ev->status;
+    if (sc->errors++ == 0) sc->first_error = ev->status;
     break;
   case DLOCK_SCHED_CLOCK_SKEW: /* cannot happen on one machine's clock */
-    if (sc->errors++ == 0)
-      sc->first_error = DLOCK_ETIME;
+    if (sc->errors++ == 0) sc->first_error = DLOCK_ETIME;
     break;
   }
   pthread_mutex_unlock(&sc->mu);
 }
 
 /* 1 when the first TICKS ticks have been reported by every node. */
-static int sched_seen_all(sched_scene *sc)
-{
+static int sched_seen_all(sched_scene *sc) {
   int done = 0;
   pthread_mutex_lock(&sc->mu);
   for (int i = 0; i < sc->nrows; i++) {
-    if (sc->rows[i].runs + sc->rows[i].skipped >= NODES)
-      done++;
+    if (sc->rows[i].runs + sc->rows[i].skipped >= NODES) done++;
   }
   pthread_mutex_unlock(&sc->mu);
   return done >= TICKS;
 }
 
-static int cmp_rows(const void *a, const void *b)
-{
+static int cmp_rows(const void *a, const void *b) {
   const tick_row *x = a, *y = b;
   return x->tick_ms < y->tick_ms ? -1 : x->tick_ms > y->tick_ms;
 }
 
 typedef struct sched_result {
-  int ticks;  /* ticks shown */
-  int runs;   /* runs of those ticks */
-  int once;   /* ticks that ran exactly once */
+  int ticks; /* ticks shown */
+  int runs;  /* runs of those ticks */
+  int once;  /* ticks that ran exactly once */
   int errors;
 } sched_result;
 
-static int64_t wall_now_ms(void)
-{
+static int64_t wall_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int sched_run(dlock_client *c, const char *prefix, sched_result *res)
-{
+static int sched_run(dlock_client *c, const char *prefix, sched_result *res) {
   static sched_scene sc;
   static const char *const names[NODES] = {"node-1", "node-2", "node-3"};
   node_arg args[NODES];
@@ -539,10 +498,8 @@ static int sched_run(dlock_client *c, const char *prefix, sched_result *res)
     so.on_event = sched_event;
     so.on_event_arg = &args[i];
     int st = dlock_sched_new(&s[i], c, &so);
-    if (st == 0)
-      st = dlock_sched_add_fixed_rate(s[i], job, PERIOD_MS, &jo, close_unpaid_orders, &sc);
-    if (st == 0)
-      st = dlock_sched_start(s[i]);
+    if (st == 0) st = dlock_sched_add_fixed_rate(s[i], job, PERIOD_MS, &jo, close_unpaid_orders, &sc);
+    if (st == 0) st = dlock_sched_start(s[i]);
     if (st != 0) {
       cli_report(st, dlock_last_error(), "demo: scheduler %s", names[i]);
       rc = -1;
@@ -553,14 +510,11 @@ static int sched_run(dlock_client *c, const char *prefix, sched_result *res)
   sc.first_tick_ms = (wall_now_ms() / PERIOD_MS + 1) * PERIOD_MS;
   pthread_mutex_unlock(&sc.mu);
   /* Bounded: TICKS periods and a margin for a slow machine. */
-  for (int i = 0; rc == 0 && i < (TICKS + 10) * 20 && !sched_seen_all(&sc); i++)
-    sleep_us(50 * 1000);
+  for (int i = 0; rc == 0 && i < (TICKS + 10) * 20 && !sched_seen_all(&sc); i++) sleep_us(50 * 1000);
   for (int i = 0; i < NODES; i++) {
-    if (s[i] != NULL)
-      dlock_sched_stop(s[i], 10000);
+    if (s[i] != NULL) dlock_sched_stop(s[i], 10000);
   }
-  for (int i = 0; i < NODES; i++)
-    dlock_sched_free(s[i]);
+  for (int i = 0; i < NODES; i++) dlock_sched_free(s[i]);
 
   qsort(sc.rows, (size_t)sc.nrows, sizeof sc.rows[0], cmp_rows);
   res->errors = sc.errors;
@@ -570,24 +524,21 @@ static int sched_run(dlock_client *c, const char *prefix, sched_result *res)
     char iso[64];
     if (dlock_time_format(r->tick_ms / 1000, NULL, iso, sizeof iso) != 0)
       snprintf(iso, sizeof iso, "@%lld", (long long)(r->tick_ms / 1000));
-    printf("   %-10.8s %-8s %-18llu %s\n", iso + 11, r->runs > 0 ? r->ran_on : "-",
-           (unsigned long long)r->fence, r->skipped_by);
-    if (r->runs > 1)
-      printf("   %-10s ran %d times!\n", "", r->runs);
+    printf("   %-10.8s %-8s %-18llu %s\n", iso + 11, r->runs > 0 ? r->ran_on : "-", (unsigned long long)r->fence,
+           r->skipped_by);
+    if (r->runs > 1) printf("   %-10s ran %d times!\n", "", r->runs);
     res->ticks++;
     res->runs += r->runs;
     res->once += r->runs == 1;
   }
-  if (sc.errors > 0)
-    printf("   (%d scheduler errors: %s)\n", sc.errors, dlock_strerror(sc.first_error));
+  if (sc.errors > 0) printf("   (%d scheduler errors: %s)\n", sc.errors, dlock_strerror(sc.first_error));
   pthread_mutex_destroy(&sc.mu);
   return rc;
 }
 
 /* ---- The command ---- */
 
-int cmd_demo(int argc, char **argv)
-{
+int cmd_demo(int argc, char **argv) {
   cli_args args;
   const char *arg;
   const char *url = NULL;
@@ -595,8 +546,7 @@ int cmd_demo(int argc, char **argv)
 
   cli_args_init(&args, argc, argv, "demo", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, demo_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
     if (!cli_common_opt(id, arg, &url))
       return cli_usage_error("demo", "unexpected argument '%s'", arg != NULL ? arg : "--");
   }
@@ -624,19 +574,16 @@ int cmd_demo(int argc, char **argv)
   printf("dlock demo: what a distributed lock and a fencing token are for\n");
   if (private_server) {
     rc = demo_server_start(&server);
-    if (rc != 0)
-      goto out;
+    if (rc != 0) goto out;
     url = server.url;
-    printf("Redis: a private redis-server on 127.0.0.1:%d (temporary, no persistence)\n",
-           server.port);
+    printf("Redis: a private redis-server on 127.0.0.1:%d (temporary, no persistence)\n", server.port);
   } else {
     cli_redact_url(cli_effective_url(url), shown, sizeof shown);
     printf("Redis: %s\n", shown);
   }
   dlock_client *c = NULL;
   rc = cli_connect(url, &c);
-  if (rc != 0)
-    goto out;
+  if (rc != 0) goto out;
 
   char prefix[64];
   snprintf(prefix, sizeof prefix, "dlock-demo:%ld", (long)getpid());
@@ -651,25 +598,21 @@ int cmd_demo(int argc, char **argv)
          WORKERS, ROUNDS, SKUS, STOCK_PER_SKU, WORK_US / 1000);
   fflush(stdout);
   int bad = 0;
-  if (stock_run(NULL, prefix, "without lock", &nolock) != 0 ||
-      stock_run(c, prefix, "with dlock", &locked) != 0) {
+  if (stock_run(NULL, prefix, "without lock", &nolock) != 0 || stock_run(c, prefix, "with dlock", &locked) != 0) {
     bad = 1;
   }
-  printf("\n   %-9s %6s %8s %8s %8s %9s\n", "", "sold", "dropped", "left", "lost",
-         "oversold");
+  printf("\n   %-9s %6s %8s %8s %8s %9s\n", "", "sold", "dropped", "left", "lost", "oversold");
   stock_row("no lock", &nolock);
   stock_row("dlock", &locked);
   if (locked.errors > 0) {
-    printf("   (%d lock calls failed: %s)\n", locked.errors,
-           dlock_strerror(locked.first_error));
+    printf("   (%d lock calls failed: %s)\n", locked.errors, dlock_strerror(locked.first_error));
   }
   printf("   sold = sales counted; dropped = how much the stock went down;\n"
          "   lost = sales whose write was overwritten (sold - dropped).\n");
 
   printf("\n2. Zombie: a worker frozen past its lease, then a fenced write\n");
   fflush(stdout);
-  if (zombie_run(c, prefix, &z) != 0)
-    bad = 1;
+  if (zombie_run(c, prefix, &z) != 0) bad = 1;
 
   printf("\n3. Scheduler: \"close unpaid orders\" every second, deployed on %d nodes\n"
          "   (%d schedulers in this process, node-1..%d, each firing by its own clock).\n"
@@ -677,33 +620,26 @@ int cmd_demo(int argc, char **argv)
          NODES, NODES, NODES);
   fflush(stdout);
   sched_result sr;
-  if (sched_run(c, prefix, &sr) != 0)
-    bad = 1;
+  if (sched_run(c, prefix, &sr) != 0) bad = 1;
 
   int stock_ok = !bad && stock_exact(&locked);
-  int zombie_ok = !bad && z.worker_admitted && z.zombie_rejected &&
-                  z.worker_fence > z.zombie_fence;
-  int sched_ok = !bad && sr.ticks == TICKS && sr.once == TICKS && sr.runs == TICKS &&
-                 sr.errors == 0;
+  int zombie_ok = !bad && z.worker_admitted && z.zombie_rejected && z.worker_fence > z.zombie_fence;
+  int sched_ok = !bad && sr.ticks == TICKS && sr.once == TICKS && sr.runs == TICKS && sr.errors == 0;
   int total = SKUS * STOCK_PER_SKU;
   char a[96], b[96];
   printf("\nSummary\n");
   printf("   %-28s %-24s %s\n", "scenario", "without dlock", "with dlock");
   snprintf(a, sizeof a, "sold %d, %d lost", nolock.sold, nolock.sold - (total - nolock.left));
-  snprintf(b, sizeof b, "sold %d of %d, %s", locked.sold, total,
-           stock_ok ? "exact" : "NOT EXACT");
+  snprintf(b, sizeof b, "sold %d of %d, %s", locked.sold, total, stock_ok ? "exact" : "NOT EXACT");
   printf("   %-28s %-24s %s\n", "stock, 500 deductions", a, b);
   snprintf(b, sizeof b, "%s", zombie_ok ? "rejected by its fence" : "NOT REJECTED");
   printf("   %-28s %-24s %s\n", "zombie write after lease", "overwrites newer data", b);
   snprintf(a, sizeof a, "%d runs (%d per tick)", sr.ticks * NODES, NODES);
-  snprintf(b, sizeof b, "%d runs, %s", sr.runs,
-           sched_ok ? "once per tick" : "NOT ONCE PER TICK");
+  snprintf(b, sizeof b, "%d runs, %s", sr.runs, sched_ok ? "once per tick" : "NOT ONCE PER TICK");
   printf("   %-28s %-24s %s\n", "job on 3 nodes, 5 ticks", a, b);
-  printf("   times: without lock %.1fs, with dlock %.1fs\n", nolock.ms / 1000.0,
-         locked.ms / 1000.0);
+  printf("   times: without lock %.1fs, with dlock %.1fs\n", nolock.ms / 1000.0, locked.ms / 1000.0);
 
-  if (!stock_ok || !zombie_ok || !sched_ok)
-    rc = CLI_EXIT_SOFTWARE;
+  if (!stock_ok || !zombie_ok || !sched_ok) rc = CLI_EXIT_SOFTWARE;
   dlock_client_free(c);
 out:
   fflush(stdout);

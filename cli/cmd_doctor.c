@@ -10,15 +10,14 @@
 enum { OPT_JSON = 1 };
 
 static const cli_opt doctor_opts[] = {
-  {"json", 0, 0, OPT_JSON},
-  {NULL, 0, 0, 0},
+    {"json", 0, 0, OPT_JSON},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
 const cli_opt *const cli_doctor_opts[] = {doctor_opts, NULL};
 
-static const char *level_name(dlock_check_level level)
-{
+static const char *level_name(dlock_check_level level) {
   switch (level) {
   case DLOCK_CHECK_OK:
     return "OK";
@@ -30,9 +29,7 @@ static const char *level_name(dlock_check_level level)
   return "FAIL";
 }
 
-static void print_json(const char *server, const char *url, const dlock_check *checks, int n,
-                       int failed)
-{
+static void print_json(const char *server, const char *url, const dlock_check *checks, int n, int failed) {
   printf("{\"server\": ");
   cli_json_string(stdout, server);
   printf(", \"url\": ");
@@ -54,18 +51,15 @@ static void print_json(const char *server, const char *url, const dlock_check *c
   printf("]}\n");
 }
 
-static void print_text(const dlock_check *checks, int n)
-{
+static void print_text(const dlock_check *checks, int n) {
   for (int i = 0; i < n; i++) {
     printf("%-4s  %-12s %s\n", level_name(checks[i].level), checks[i].name, checks[i].found);
-    if (checks[i].fix[0] != '\0')
-      printf("      %-12s fix: %s\n", "", checks[i].fix);
+    if (checks[i].fix[0] != '\0') printf("      %-12s fix: %s\n", "", checks[i].fix);
   }
 }
 
 /* Redlock: the checks of each node, one block per node ("node" in JSON). */
-static int doctor_nodes(dlock_client *c, const char *shown, int json)
-{
+static int doctor_nodes(dlock_client *c, const char *shown, int json) {
   int nodes = dlock_client_node_count(c), failed = 0;
 
   if (json) {
@@ -84,15 +78,14 @@ static int doctor_nodes(dlock_client *c, const char *shown, int json)
       memset(checks, 0, sizeof checks);
       checks[0].name = "connect";
       checks[0].level = DLOCK_CHECK_FAIL;
-      snprintf(checks[0].found, sizeof checks[0].found, "cannot use node %s: %s: %s",
-               dlock_client_node_name(c, k), dlock_strerror(n), dlock_last_error());
+      snprintf(checks[0].found, sizeof checks[0].found, "cannot use node %s: %s: %s", dlock_client_node_name(c, k),
+               dlock_strerror(n), dlock_last_error());
       snprintf(checks[0].fix, sizeof checks[0].fix, "%s",
                "bring the node back; Redlock works while a majority answers");
       n = 1;
     }
     int node_failed = 0;
-    for (int i = 0; i < n; i++)
-      node_failed |= checks[i].level == DLOCK_CHECK_FAIL;
+    for (int i = 0; i < n; i++) node_failed |= checks[i].level == DLOCK_CHECK_FAIL;
     failed |= node_failed;
     if (json) {
       printf("%s", k ? ", " : "");
@@ -102,14 +95,12 @@ static int doctor_nodes(dlock_client *c, const char *shown, int json)
       print_text(checks, n);
     }
   }
-  if (json)
-    printf("], \"ok\": %s}\n", failed ? "false" : "true");
+  if (json) printf("], \"ok\": %s}\n", failed ? "false" : "true");
   dlock_client_free(c);
   return failed ? 1 : CLI_EXIT_OK;
 }
 
-int cmd_doctor(int argc, char **argv)
-{
+int cmd_doctor(int argc, char **argv) {
   cli_args args;
   const char *arg;
   const char *url = NULL;
@@ -118,10 +109,8 @@ int cmd_doctor(int argc, char **argv)
 
   cli_args_init(&args, argc, argv, "doctor", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, doctor_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (cli_common_opt(id, arg, &url))
-      continue;
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (cli_common_opt(id, arg, &url)) continue;
     if (id == OPT_JSON)
       json = 1;
     else if (id == CLI_OPT_POSITIONAL)
@@ -138,8 +127,7 @@ int cmd_doctor(int argc, char **argv)
   if (st == DLOCK_EURL || st == DLOCK_EINVAL)
     return cli_report(st, dlock_last_error(), "cannot use %s at %s", cli_server_kind(shown), shown);
 
-  if (st == 0 && dlock_client_node_count(c) > 0)
-    return doctor_nodes(c, shown, json);
+  if (st == 0 && dlock_client_node_count(c) > 0) return doctor_nodes(c, shown, json);
   dlock_check checks[DLOCK_CHECK_MAX];
   int n = st == 0 ? dlock_client_check(c, checks, DLOCK_CHECK_MAX) : st;
   if (n < 0) {
@@ -157,8 +145,7 @@ int cmd_doctor(int argc, char **argv)
     n = 1;
   }
   int failed = 0;
-  for (int i = 0; i < n; i++)
-    failed |= checks[i].level == DLOCK_CHECK_FAIL;
+  for (int i = 0; i < n; i++) failed |= checks[i].level == DLOCK_CHECK_FAIL;
   if (json) {
     print_json(c != NULL ? dlock_client_server(c) : "", shown, checks, n, failed);
   } else {

@@ -11,16 +11,15 @@
 enum { OPT_QUIET = 1, OPT_JSON };
 
 static const cli_opt fence_opts[] = {
-  {"json", 0, 0, OPT_JSON},
-  {"quiet", 'q', 0, OPT_QUIET},
-  {NULL, 0, 0, 0},
+    {"json", 0, 0, OPT_JSON},
+    {"quiet", 'q', 0, OPT_QUIET},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
 const cli_opt *const cli_fence_opts[] = {fence_opts, NULL};
 
-int cmd_fence(int argc, char **argv)
-{
+int cmd_fence(int argc, char **argv) {
   cli_args args;
   const char *arg;
   const char *url = NULL;
@@ -32,10 +31,8 @@ int cmd_fence(int argc, char **argv)
 
   cli_args_init(&args, argc, argv, "fence", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, fence_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (cli_common_opt(id, arg, &url))
-      continue;
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (cli_common_opt(id, arg, &url)) continue;
     if (id == OPT_QUIET) {
       quiet = 1;
     } else if (id == OPT_JSON) {
@@ -46,46 +43,43 @@ int cmd_fence(int argc, char **argv)
       return cli_usage_error("fence", "unexpected argument '%s'", arg);
     }
   }
-  if (npos == 0)
-    return cli_usage_error("fence", "missing action: dlock fence check RESOURCE TOKEN");
-  if (strcmp(pos[0], "check") != 0)
-    return cli_usage_error("fence", "unknown fence action '%s' (only 'check')", pos[0]);
-  if (npos < 3)
-    return cli_usage_error("fence", "usage: dlock fence check RESOURCE TOKEN");
+  if (npos == 0) return cli_usage_error("fence", "missing action: dlock fence check RESOURCE TOKEN");
+  if (strcmp(pos[0], "check") != 0) return cli_usage_error("fence", "unknown fence action '%s' (only 'check')", pos[0]);
+  if (npos < 3) return cli_usage_error("fence", "usage: dlock fence check RESOURCE TOKEN");
   uint64_t token;
   if (cli_parse_u64(pos[2], UINT64_MAX, &token) != 0 || token == 0) {
-    return cli_usage_error("fence", "bad token '%s' (a positive decimal number, "
-                                    "e.g. $DLOCK_FENCE)", pos[2]);
+    return cli_usage_error("fence",
+                           "bad token '%s' (a positive decimal number, "
+                           "e.g. $DLOCK_FENCE)",
+                           pos[2]);
   }
 
   dlock_client *c;
   int rc = cli_connect(url, &c);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   uint64_t highest = 0;
   int st = dlock_guard_check_highest(c, pos[1], token, &highest);
   if ((st == 0 || st == DLOCK_ESTALE) && json) {
     fputs("{\"resource\": ", stdout);
     cli_json_string(stdout, pos[1]);
-    printf(", \"token\": %llu, \"admitted\": %s, \"highest\": %llu}\n",
-           (unsigned long long)token, st == 0 ? "true" : "false", (unsigned long long)highest);
+    printf(", \"token\": %llu, \"admitted\": %s, \"highest\": %llu}\n", (unsigned long long)token,
+           st == 0 ? "true" : "false", (unsigned long long)highest);
   }
   if (st == 0) {
     if (!quiet && !json)
-      printf("admitted: token %llu for '%s' (highest seen: %llu)\n", (unsigned long long)token,
-             pos[1], (unsigned long long)highest);
+      printf("admitted: token %llu for '%s' (highest seen: %llu)\n", (unsigned long long)token, pos[1],
+             (unsigned long long)highest);
     rc = CLI_EXIT_OK;
   } else if (st == DLOCK_ESTALE) {
     if (!quiet && !json) {
-      printf("stale: token %llu for '%s' is older than %llu, the highest seen\n",
-             (unsigned long long)token, pos[1], (unsigned long long)highest);
+      printf("stale: token %llu for '%s' is older than %llu, the highest seen\n", (unsigned long long)token, pos[1],
+             (unsigned long long)highest);
     }
     rc = CLI_EXIT_STALE;
   } else {
     rc = cli_report(st, dlock_last_error(), "fence check of '%s'", pos[1]);
     /* A stale token maps to 1; no error may pass for "stale" or "ok". */
-    if (rc == CLI_EXIT_OK || rc == CLI_EXIT_STALE)
-      rc = CLI_EXIT_SOFTWARE;
+    if (rc == CLI_EXIT_OK || rc == CLI_EXIT_STALE) rc = CLI_EXIT_SOFTWARE;
   }
   dlock_client_free(c);
   return rc;

@@ -10,14 +10,13 @@
 #include "cli.h"
 
 static const cli_opt init_opts[] = {
-  {NULL, 0, 0, 0},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
 const cli_opt *const cli_init_opts[] = {init_opts, NULL};
 
-int cmd_init(int argc, char **argv)
-{
+int cmd_init(int argc, char **argv) {
   cli_args args;
   const char *arg;
   const char *url = NULL;
@@ -25,15 +24,12 @@ int cmd_init(int argc, char **argv)
 
   cli_args_init(&args, argc, argv, "init", CLI_COMMON_URL);
   while ((id = cli_next_opt(&args, init_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (!cli_common_opt(id, arg, &url))
-      return cli_usage_error("init", "unexpected argument '%s'", arg);
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (!cli_common_opt(id, arg, &url)) return cli_usage_error("init", "unexpected argument '%s'", arg);
   }
   dlock_client *c = NULL;
   int rc = cli_connect(url, &c);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   int st = dlock_client_setup(c);
   if (st != 0) {
     char server[400];

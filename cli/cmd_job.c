@@ -20,51 +20,42 @@ enum { CHECK_OK = 0, CHECK_WARNING = 1, CHECK_CRITICAL = 2, CHECK_UNKNOWN = 3 };
 enum { OPT_REASON = 1, OPT_BY, OPT_JSON, OPT_COUNT, OPT_TZ, OPT_MAX_AGE, OPT_CRITICAL, OPT_QUIET };
 
 static const cli_opt job_opts[] = {
-  {"reason", 0, 1, OPT_REASON},
-  {"by", 0, 1, OPT_BY},
-  {"json", 0, 0, OPT_JSON},
-  {"count", 'n', 1, OPT_COUNT},
-  {"tz", 0, 1, OPT_TZ},
-  {"max-age", 0, 1, OPT_MAX_AGE},
-  {"critical", 0, 1, OPT_CRITICAL},
-  {"quiet", 'q', 0, OPT_QUIET},
-  {NULL, 0, 0, 0},
+    {"reason", 0, 1, OPT_REASON},     {"by", 0, 1, OPT_BY},         {"json", 0, 0, OPT_JSON},
+    {"count", 'n', 1, OPT_COUNT},     {"tz", 0, 1, OPT_TZ},         {"max-age", 0, 1, OPT_MAX_AGE},
+    {"critical", 0, 1, OPT_CRITICAL}, {"quiet", 'q', 0, OPT_QUIET}, {NULL, 0, 0, 0},
 };
 const cli_opt *const cli_job_opts[] = {job_opts, NULL};
 
 typedef struct job_args {
   const char *url;
   const char *verb;
-  const char *job;   /* JOB, or list's PATTERN */
+  const char *job; /* JOB, or list's PATTERN */
   const char *reason;
   const char *by;
   const char *tz;
   int json, quiet;
   uint64_t count;
   int64_t max_age_ms, critical_ms;
-  unsigned seen;     /* bits of OPT_* given */
+  unsigned seen; /* bits of OPT_* given */
 } job_args;
 
 #define BIT(o) (1u << (o))
 
-static int64_t now_ms(void)
-{
+static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* "12s ago" for a server time, by this host's clock. */
-static void ago(int64_t unix_ms, char *buf, size_t len)
-{
+static void ago(int64_t unix_ms, char *buf, size_t len) {
   int64_t d = now_ms() - unix_ms;
   char dur[32];
   cli_format_duration(d < 0 ? 0 : d, dur, sizeof dur);
   snprintf(buf, len, "%s ago", dur);
 }
 
-static int parse(int argc, char **argv, job_args *a)
-{
+static int parse(int argc, char **argv, job_args *a) {
   cli_args args;
   const char *arg;
   int id;
@@ -118,34 +109,28 @@ static int parse(int argc, char **argv, job_args *a)
     default:
       return cli_usage_error("job", "internal: unhandled option");
     }
-    if (id > 0)
-      a->seen |= BIT(id);
+    if (id > 0) a->seen |= BIT(id);
   }
   return 0;
 }
 
 /* The options 'verb' takes: any other given is a usage error. */
-static int only(const job_args *a, unsigned allowed)
-{
+static int only(const job_args *a, unsigned allowed) {
   for (int o = OPT_REASON; o <= OPT_QUIET; o++) {
     if ((a->seen & BIT(o)) && !(allowed & BIT(o))) {
       for (const cli_opt *t = job_opts; t->long_name; t++)
-        if (t->id == o)
-          return cli_usage_error("job", "--%s does not go with '%s'", t->long_name, a->verb);
+        if (t->id == o) return cli_usage_error("job", "--%s does not go with '%s'", t->long_name, a->verb);
     }
   }
   return 0;
 }
 
-static int report(int st, const job_args *a, const char *what)
-{
-  if (st == DLOCK_ENAME)
-    return cli_usage_error("job", "%s", dlock_last_error());
+static int report(int st, const job_args *a, const char *what) {
+  if (st == DLOCK_ENAME) return cli_usage_error("job", "%s", dlock_last_error());
   return cli_report(st, dlock_last_error(), "%s job '%s'", what, a->job);
 }
 
-static int do_set(dlock_client *c, const job_args *a)
-{
+static int do_set(dlock_client *c, const job_args *a) {
   dlock_job_state st;
   dlock_job_state_init(&st);
   int rc;
@@ -155,37 +140,33 @@ static int do_set(dlock_client *c, const job_args *a)
     rc = dlock_job_resume(c, a->job, a->by);
   else
     rc = dlock_job_trigger(c, a->job, a->by);
-  if (rc < 0)
-    return report(rc, a, a->verb);
-  if (a->quiet)
-    return CLI_EXIT_OK;
+  if (rc < 0) return report(rc, a, a->verb);
+  if (a->quiet) return CLI_EXIT_OK;
   if (rc == 1) {
     if (strcmp(a->verb, "pause") == 0)
-      printf("job '%s' paused: its ticks are skipped (and recorded) until 'dlock job resume %s'\n",
-             a->job, a->job);
+      printf("job '%s' paused: its ticks are skipped (and recorded) until 'dlock job resume %s'\n", a->job, a->job);
     else if (strcmp(a->verb, "resume") == 0)
       printf("job '%s' resumed: it runs from its next tick\n", a->job);
     else
       printf("job '%s' triggered: one run, on one of the nodes running the job, when one is free "
-             "('dlock job history %s' shows it)\n", a->job, a->job);
+             "('dlock job history %s' shows it)\n",
+             a->job, a->job);
     return CLI_EXIT_OK;
   }
   /* Nothing to do: say why, from the state. */
   int sr = dlock_job_state_get(c, a->job, &st);
   char when[64] = "?";
   if (strcmp(a->verb, "pause") == 0) {
-    if (sr == 0 && st.paused)
-      ago(st.paused_unix_ms, when, sizeof when);
-    printf("job '%s' was already paused (by %s, %s%s%s); left as it was\n", a->job,
-           sr == 0 ? st.paused_by : "?", when, sr == 0 && st.paused_reason[0] ? ": " : "",
-           sr == 0 ? st.paused_reason : "");
+    if (sr == 0 && st.paused) ago(st.paused_unix_ms, when, sizeof when);
+    printf("job '%s' was already paused (by %s, %s%s%s); left as it was\n", a->job, sr == 0 ? st.paused_by : "?", when,
+           sr == 0 && st.paused_reason[0] ? ": " : "", sr == 0 ? st.paused_reason : "");
   } else if (strcmp(a->verb, "resume") == 0) {
     printf("job '%s' was not paused\n", a->job);
   } else {
-    if (sr == 0 && st.trigger_pending)
-      ago(st.trigger_unix_ms, when, sizeof when);
+    if (sr == 0 && st.trigger_pending) ago(st.trigger_unix_ms, when, sizeof when);
     printf("job '%s': a trigger is already pending (by %s, %s), not added: it runs once when a node "
-           "of the job is free\n", a->job, sr == 0 ? st.trigger_by : "?", when);
+           "of the job is free\n",
+           a->job, sr == 0 ? st.trigger_by : "?", when);
   }
   return CLI_EXIT_OK;
 }
@@ -198,8 +179,7 @@ typedef struct list_ctx {
   int json, n, failed;
 } list_ctx;
 
-static void list_one(const char *job, void *arg)
-{
+static void list_one(const char *job, void *arg) {
   list_ctx *l = arg;
   dlock_job_state st;
   dlock_job_state_init(&st);
@@ -209,10 +189,8 @@ static void list_one(const char *job, void *arg)
     return;
   }
   char run[64] = "-", ok[64] = "-";
-  if (st.last_run_unix_ms)
-    cli_format_time_ms(st.last_run_unix_ms, l->tz, run, sizeof run);
-  if (st.last_success_unix_ms)
-    cli_format_time_ms(st.last_success_unix_ms, l->tz, ok, sizeof ok);
+  if (st.last_run_unix_ms) cli_format_time_ms(st.last_run_unix_ms, l->tz, run, sizeof run);
+  if (st.last_success_unix_ms) cli_format_time_ms(st.last_success_unix_ms, l->tz, ok, sizeof ok);
   if (l->json) {
     printf("%s\n  {\"job\": ", l->n ? "," : "");
     cli_json_string(stdout, job);
@@ -221,32 +199,27 @@ static void list_one(const char *job, void *arg)
     printf(", \"paused_reason\": ");
     cli_json_string(stdout, st.paused_reason);
     printf(", \"paused_unix_ms\": %lld, \"trigger_pending\": %s, \"last_run_unix_ms\": %lld, "
-           "\"last_outcome\": ", (long long)st.paused_unix_ms, st.trigger_pending ? "true" : "false",
-           (long long)st.last_run_unix_ms);
+           "\"last_outcome\": ",
+           (long long)st.paused_unix_ms, st.trigger_pending ? "true" : "false", (long long)st.last_run_unix_ms);
     cli_json_string(stdout, st.last_outcome);
     printf(", \"last_success_unix_ms\": %lld}", (long long)st.last_success_unix_ms);
   } else {
     if (l->n == 0)
       printf("%-24s  %-6s  %-7s  %-29s  %-12s  %s\n", "JOB", "PAUSED", "TRIGGER", "LAST RUN", "OUTCOME",
              "LAST SUCCESS");
-    printf("%-24s  %-6s  %-7s  %-29s  %-12s  %s\n", job, st.paused ? "yes" : "no",
-           st.trigger_pending ? "pending" : "-", run, st.last_outcome[0] ? st.last_outcome : "-", ok);
-    if (st.paused)
-      printf("  paused by %s%s%s\n", st.paused_by, st.paused_reason[0] ? ": " : "", st.paused_reason);
+    printf("%-24s  %-6s  %-7s  %-29s  %-12s  %s\n", job, st.paused ? "yes" : "no", st.trigger_pending ? "pending" : "-",
+           run, st.last_outcome[0] ? st.last_outcome : "-", ok);
+    if (st.paused) printf("  paused by %s%s%s\n", st.paused_by, st.paused_reason[0] ? ": " : "", st.paused_reason);
   }
   l->n++;
 }
 
-static int do_list(dlock_client *c, const job_args *a)
-{
+static int do_list(dlock_client *c, const job_args *a) {
   list_ctx l = {c, a->tz, a->json, 0, 0};
-  if (a->json)
-    printf("[");
+  if (a->json) printf("[");
   int rc = dlock_job_list(c, a->job, list_one, &l);
-  if (a->json)
-    printf("%s]\n", l.n ? "\n" : "");
-  if (rc < 0)
-    return cli_report(rc, dlock_last_error(), "list jobs");
+  if (a->json) printf("%s]\n", l.n ? "\n" : "");
+  if (rc < 0) return cli_report(rc, dlock_last_error(), "list jobs");
   if (rc == 0 && !a->json && !a->quiet)
     fprintf(stderr, "dlock: no job has run in the last 30 days%s%s\n", a->job ? " matching " : "",
             a->job ? a->job : "");
@@ -255,15 +228,13 @@ static int do_list(dlock_client *c, const job_args *a)
 
 /* ---- history ---- */
 
-static int do_history(dlock_client *c, const job_args *a)
-{
+static int do_history(dlock_client *c, const job_args *a) {
   return cli_history_show(c, "job", a->job, a->count ? (int)a->count : HISTORY_DEFAULT, a->tz, a->json);
 }
 
 /* ---- check: one line, Nagios exit codes ---- */
 
-static int do_check(dlock_client *c, const job_args *a)
-{
+static int do_check(dlock_client *c, const job_args *a) {
   dlock_job_state st;
   dlock_job_state_init(&st);
   int rc = dlock_job_state_get(c, a->job, &st);
@@ -287,27 +258,23 @@ static int do_check(dlock_client *c, const job_args *a)
   int64_t critical = a->critical_ms ? a->critical_ms : 2 * a->max_age_ms;
   int code = age > critical ? CHECK_CRITICAL : age > a->max_age_ms ? CHECK_WARNING : CHECK_OK;
   static const char *const label[] = {"OK", "WARNING", "CRITICAL"};
-  printf("%s - job %s: last success %s ago (max age %s)%s | age=%llds;%lld;%lld\n", label[code], a->job,
-         took, max, paused, (long long)(age < 0 ? 0 : age / 1000), (long long)(a->max_age_ms / 1000),
+  printf("%s - job %s: last success %s ago (max age %s)%s | age=%llds;%lld;%lld\n", label[code], a->job, took, max,
+         paused, (long long)(age < 0 ? 0 : age / 1000), (long long)(a->max_age_ms / 1000),
          (long long)(critical / 1000));
   return code;
 }
 
-int cmd_job(int argc, char **argv)
-{
+int cmd_job(int argc, char **argv) {
   job_args a;
   int rc = parse(argc, argv, &a);
-  if (rc != 0)
-    return rc;
-  if (a.verb == NULL)
-    return cli_usage_error("job", "missing action: pause, resume, trigger, list, history or check");
+  if (rc != 0) return rc;
+  if (a.verb == NULL) return cli_usage_error("job", "missing action: pause, resume, trigger, list, history or check");
   const char *v = a.verb;
   int set = strcmp(v, "pause") == 0 || strcmp(v, "resume") == 0 || strcmp(v, "trigger") == 0;
   int is_check = strcmp(v, "check") == 0;
   if (!set && !is_check && strcmp(v, "list") != 0 && strcmp(v, "history") != 0)
     return cli_usage_error("job", "unknown action '%s' (pause, resume, trigger, list, history or check)", v);
-  if (a.job == NULL && strcmp(v, "list") != 0)
-    return cli_usage_error("job", "missing JOB: dlock job %s JOB", v);
+  if (a.job == NULL && strcmp(v, "list") != 0) return cli_usage_error("job", "missing JOB: dlock job %s JOB", v);
   if (strcmp(v, "pause") == 0)
     rc = only(&a, BIT(OPT_REASON) | BIT(OPT_BY) | BIT(OPT_QUIET));
   else if (set)
@@ -318,8 +285,7 @@ int cmd_job(int argc, char **argv)
     rc = only(&a, BIT(OPT_JSON) | BIT(OPT_TZ) | BIT(OPT_COUNT));
   else
     rc = only(&a, BIT(OPT_MAX_AGE) | BIT(OPT_CRITICAL));
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   if (is_check && !a.max_age_ms)
     return cli_usage_error("job", "check needs --max-age D: the age of the last success that is still fine");
   if (is_check && a.critical_ms && a.critical_ms < a.max_age_ms)

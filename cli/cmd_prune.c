@@ -13,8 +13,8 @@
 enum { OPT_OLDER = 1 };
 
 static const cli_opt prune_opts[] = {
-  {"older-than", 0, 1, OPT_OLDER},
-  {NULL, 0, 0, 0},
+    {"older-than", 0, 1, OPT_OLDER},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
@@ -24,8 +24,7 @@ const cli_opt *const cli_prune_opts[] = {prune_opts, NULL};
  * run: a table of millions of rows is pruned by running it again. */
 #define PRUNE_MAX_BATCHES 1000
 
-int cmd_prune(int argc, char **argv)
-{
+int cmd_prune(int argc, char **argv) {
   cli_args args;
   const char *arg;
   const char *url = NULL;
@@ -34,10 +33,8 @@ int cmd_prune(int argc, char **argv)
 
   cli_args_init(&args, argc, argv, "prune", CLI_COMMON_URL);
   while ((id = cli_next_opt(&args, prune_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (cli_common_opt(id, arg, &url))
-      continue;
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (cli_common_opt(id, arg, &url)) continue;
     if (id == OPT_OLDER) {
       if (cli_parse_duration(arg, &older_ms) != 0)
         return cli_usage_error("prune", "--older-than: %s", dlock_last_error());
@@ -47,8 +44,7 @@ int cmd_prune(int argc, char **argv)
   }
   dlock_client *c = NULL;
   int rc = cli_connect(url, &c);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   char server[400];
   snprintf(server, sizeof server, "%s", dlock_client_server(c));
   int64_t total = 0;
@@ -69,8 +65,7 @@ int cmd_prune(int argc, char **argv)
       return CLI_EXIT_OK;
     }
     total += n;
-    if (n == 0)
-      break;
+    if (n == 0) break;
   }
   char age[64];
   cli_format_duration(older_ms, age, sizeof age);

@@ -13,17 +13,16 @@
 enum { OPT_FORCE = 1, OPT_QUIET, OPT_FOREIGN };
 
 static const cli_opt release_opts[] = {
-  {"force", 0, 0, OPT_FORCE},
-  {"foreign", 0, 0, OPT_FOREIGN},
-  {"quiet", 'q', 0, OPT_QUIET},
-  {NULL, 0, 0, 0},
+    {"force", 0, 0, OPT_FORCE},
+    {"foreign", 0, 0, OPT_FOREIGN},
+    {"quiet", 'q', 0, OPT_QUIET},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptor's option tables (help.c), the ones parsed here. */
 const cli_opt *const cli_release_opts[] = {release_opts, NULL};
 
-int cmd_release(int argc, char **argv)
-{
+int cmd_release(int argc, char **argv) {
   cli_args args;
   const char *arg;
   const char *url = NULL;
@@ -35,10 +34,8 @@ int cmd_release(int argc, char **argv)
 
   cli_args_init(&args, argc, argv, "release", CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, release_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (cli_common_opt(id, arg, &url))
-      continue;
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (cli_common_opt(id, arg, &url)) continue;
     if (id == OPT_FORCE) {
       force = 1;
     } else if (id == OPT_FOREIGN) {
@@ -51,8 +48,7 @@ int cmd_release(int argc, char **argv)
       return cli_usage_error("release", "unexpected argument '%s'", arg);
     }
   }
-  if (name == NULL)
-    return cli_usage_error("release", "missing lock NAME");
+  if (name == NULL) return cli_usage_error("release", "missing lock NAME");
   if (!force) {
     return cli_usage_error("release", "only 'release --force NAME' exists: a lock "
                                       "is released by its holder");
@@ -60,8 +56,7 @@ int cmd_release(int argc, char **argv)
 
   dlock_client *c;
   int rc = cli_connect(url, &c);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   int was_held = 0;
   int st = dlock_lock_force_release_flags(c, name, foreign ? DLOCK_FORCE_FOREIGN : 0, &was_held);
   if (st != 0) {

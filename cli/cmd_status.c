@@ -17,25 +17,22 @@ enum { OPT_JSON = 1, OPT_QUIET, OPT_WATCH, OPT_LONG };
 /* What the parser of both commands knows; it refuses -q for list and -l
  * for status, saying what each is for. */
 static const cli_opt view_opts[] = {
-  {"json", 0, 0, OPT_JSON},
-  {"quiet", 'q', 0, OPT_QUIET},
-  {"watch", 0, 0, OPT_WATCH},
-  {"long", 'l', 0, OPT_LONG},
-  {NULL, 0, 0, 0},
+    {"json", 0, 0, OPT_JSON}, {"quiet", 'q', 0, OPT_QUIET}, {"watch", 0, 0, OPT_WATCH}, {"long", 'l', 0, OPT_LONG},
+    {NULL, 0, 0, 0},
 };
 
 /* The command descriptors' option tables (help.c): what each one takes. */
 static const cli_opt status_opts[] = {
-  {"json", 0, 0, OPT_JSON},
-  {"quiet", 'q', 0, OPT_QUIET},
-  {"watch", 0, 0, OPT_WATCH},
-  {NULL, 0, 0, 0},
+    {"json", 0, 0, OPT_JSON},
+    {"quiet", 'q', 0, OPT_QUIET},
+    {"watch", 0, 0, OPT_WATCH},
+    {NULL, 0, 0, 0},
 };
 static const cli_opt list_opts[] = {
-  {"json", 0, 0, OPT_JSON},
-  {"watch", 0, 0, OPT_WATCH},
-  {"long", 'l', 0, OPT_LONG},
-  {NULL, 0, 0, 0},
+    {"json", 0, 0, OPT_JSON},
+    {"watch", 0, 0, OPT_WATCH},
+    {"long", 'l', 0, OPT_LONG},
+    {NULL, 0, 0, 0},
 };
 const cli_opt *const cli_status_opts[] = {status_opts, NULL};
 const cli_opt *const cli_list_opts[] = {list_opts, NULL};
@@ -52,13 +49,11 @@ typedef struct holder {
 
 /* "dlock-run host=H pid=P user=U cmd=REST": cmd comes last so that it may
  * hold spaces. Returns 0 when owner_info has that form. */
-static int holder_parse(const char *owner_info, holder *h)
-{
+static int holder_parse(const char *owner_info, holder *h) {
   static const char magic[] = "dlock-run ";
 
   memset(h, 0, sizeof *h);
-  if (strncmp(owner_info, magic, strlen(magic)) != 0)
-    return -1;
+  if (strncmp(owner_info, magic, strlen(magic)) != 0) return -1;
   snprintf(h->buf, sizeof h->buf, "%s", owner_info + strlen(magic));
   char *p = h->buf;
   while (*p != '\0') {
@@ -67,16 +62,14 @@ static int holder_parse(const char *owner_info, holder *h)
       break;
     }
     char *end = strchr(p, ' ');
-    if (end != NULL)
-      *end = '\0';
+    if (end != NULL) *end = '\0';
     if (strncmp(p, "host=", 5) == 0)
       h->host = p + 5;
     else if (strncmp(p, "pid=", 4) == 0)
       h->pid = p + 4;
     else if (strncmp(p, "user=", 5) == 0)
       h->user = p + 5;
-    if (end == NULL)
-      break;
+    if (end == NULL) break;
     p = end + 1;
   }
   return h->host != NULL && h->pid != NULL ? 0 : -1;
@@ -93,8 +86,7 @@ typedef struct permit_list {
   } p[MAX_SHOWN];
 } permit_list;
 
-static void collect_permit(const dlock_holder *h, void *arg)
-{
+static void collect_permit(const dlock_holder *h, void *arg) {
   permit_list *l = arg;
   if (l->n == MAX_SHOWN) {
     l->more++;
@@ -107,8 +99,7 @@ static void collect_permit(const dlock_holder *h, void *arg)
   l->n++;
 }
 
-void cli_owner_describe(const char *owner_info, char *buf, size_t len)
-{
+void cli_owner_describe(const char *owner_info, char *buf, size_t len) {
   holder h;
 
   if (holder_parse(owner_info, &h) == 0)
@@ -118,21 +109,19 @@ void cli_owner_describe(const char *owner_info, char *buf, size_t len)
     snprintf(buf, len, "%s", owner_info);
 }
 
-static void print_json(const char *name, const dlock_lock_info *info, const permit_list *pl)
-{
+static void print_json(const char *name, const dlock_lock_info *info, const permit_list *pl) {
   holder h;
 
   fputs("{\"name\": ", stdout);
   cli_json_string(stdout, name);
   printf(", \"held\": %s, \"foreign\": %s, \"ttl_ms\": %lld, \"fence\": %llu, "
          "\"since_unix_ms\": %lld, \"waiters\": %lld, \"owner_info\": ",
-         info->held ? "true" : "false", info->foreign ? "true" : "false",
-         (long long)(info->held ? info->ttl_ms : 0), (unsigned long long)info->fence,
-         (long long)info->since_unix_ms, (long long)info->waiters);
+         info->held ? "true" : "false", info->foreign ? "true" : "false", (long long)(info->held ? info->ttl_ms : 0),
+         (unsigned long long)info->fence, (long long)info->since_unix_ms, (long long)info->waiters);
   cli_json_string(stdout, info->owner_info);
   if (info->permits != 0) /* a semaphore: fence and holder are its newest holder's */
-    printf(", \"kind\": \"semaphore\", \"permits\": %lld, \"permits_used\": %lld",
-           (long long)info->permits, (long long)info->permits_used);
+    printf(", \"kind\": \"semaphore\", \"permits\": %lld, \"permits_used\": %lld", (long long)info->permits,
+           (long long)info->permits_used);
   if (info->held && holder_parse(info->owner_info, &h) == 0) {
     fputs(", \"holder\": {\"host\": ", stdout);
     cli_json_string(stdout, h.host);
@@ -174,8 +163,7 @@ static void print_json(const char *name, const dlock_lock_info *info, const perm
 }
 
 /* A read-write lock's sides (docs/rwlock.md): who holds which, who waits. */
-static void print_rw_text(const dlock_lock_info *info)
-{
+static void print_rw_text(const dlock_lock_info *info) {
   printf("kind:     read-write lock\n");
   if (info->writer)
     printf("writer:   holds it (the holder below)\n");
@@ -186,16 +174,14 @@ static void print_rw_text(const dlock_lock_info *info)
          info->waiters - info->waiting_writers == 1 ? "" : "s");
 }
 
-static void print_since(int64_t since_unix_ms)
-{
+static void print_since(int64_t since_unix_ms) {
   time_t secs = (time_t)(since_unix_ms / 1000);
   struct tm tm;
   char when[64];
   char ago[64];
   struct timespec now;
 
-  if (localtime_r(&secs, &tm) == NULL ||
-      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm) == 0) {
+  if (localtime_r(&secs, &tm) == NULL || strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm) == 0) {
     snprintf(when, sizeof when, "%lld ms since the epoch", (long long)since_unix_ms);
   }
   clock_gettime(CLOCK_REALTIME, &now);
@@ -209,8 +195,7 @@ static void print_since(int64_t since_unix_ms)
   }
 }
 
-static void print_text(const char *name, const dlock_lock_info *info, const permit_list *pl)
-{
+static void print_text(const char *name, const dlock_lock_info *info, const permit_list *pl) {
   char ttl[64];
   holder h;
 
@@ -225,17 +210,15 @@ static void print_text(const char *name, const dlock_lock_info *info, const perm
   if (info->permits != 0) {
     printf("kind:     semaphore\n");
     if (info->permits > 0)
-      printf("permits:  %lld of %lld held, %lld free\n", (long long)info->permits_used,
-             (long long)info->permits, (long long)(info->permits - info->permits_used));
+      printf("permits:  %lld of %lld held, %lld free\n", (long long)info->permits_used, (long long)info->permits,
+             (long long)(info->permits - info->permits_used));
     else
       printf("permits:  %lld held (limit not recorded)\n", (long long)info->permits_used);
   }
   if (!info->held) {
     printf("state:    free\n");
-    if (info->fence > 0)
-      printf("fence:    %llu (last issued)\n", (unsigned long long)info->fence);
-    if (info->waiters > 0)
-      printf("waiters:  %lld\n", (long long)info->waiters);
+    if (info->fence > 0) printf("fence:    %llu (last issued)\n", (unsigned long long)info->fence);
+    if (info->waiters > 0) printf("waiters:  %lld\n", (long long)info->waiters);
     return;
   }
   if (info->foreign && info->ttl_ms < 0) {
@@ -246,16 +229,14 @@ static void print_text(const char *name, const dlock_lock_info *info, const perm
   } else {
     printf("state:    held\n");
   }
-  if (info->rwlock)
-    print_rw_text(info);
+  if (info->rwlock) print_rw_text(info);
   if (info->ttl_ms < 0) {
     printf("lease:    none (the key never expires)\n");
   } else {
     cli_format_duration(info->ttl_ms, ttl, sizeof ttl);
     printf(info->permits != 0 ? "lease:    %s left (the last permit)\n" : "lease:    %s left\n", ttl);
   }
-  if (!info->foreign && pl->n == 0)
-    printf("fence:    %llu\n", (unsigned long long)info->fence);
+  if (!info->foreign && pl->n == 0) printf("fence:    %llu\n", (unsigned long long)info->fence);
   if (pl->n > 0) {
     /* Every permit (or read-write hold): fence, lease left, holder. */
     printf("holders:  %d\n", pl->n + pl->more);
@@ -271,29 +252,24 @@ static void print_text(const char *name, const dlock_lock_info *info, const perm
       printf("  fence %llu, lease %s: %s\n", (unsigned long long)pl->p[i].fence, ttl,
              who[0] != '\0' ? who : "(no owner info)");
     }
-    if (pl->more > 0)
-      printf("  ... and %d more\n", pl->more);
+    if (pl->more > 0) printf("  ... and %d more\n", pl->more);
   } else if (info->permits != 0 && info->owner_info[0] != '\0') {
     printf("newest holder of a permit:\n");
   }
   if (pl->n == 0 && holder_parse(info->owner_info, &h) == 0) {
     printf("holder:   pid %s on %s", h.pid, h.host);
-    if (h.user != NULL && h.user[0] != '\0')
-      printf(" (user %s)", h.user);
+    if (h.user != NULL && h.user[0] != '\0') printf(" (user %s)", h.user);
     putchar('\n');
-    if (h.cmd != NULL)
-      printf("command:  %s\n", h.cmd);
+    if (h.cmd != NULL) printf("command:  %s\n", h.cmd);
   } else if (pl->n == 0 && info->owner_info[0] != '\0') {
     printf("owner:    %s\n", info->owner_info);
   }
-  if (info->since_unix_ms > 0)
-    print_since(info->since_unix_ms);
+  if (info->since_unix_ms > 0) print_since(info->since_unix_ms);
   printf("waiters:  %lld\n", (long long)info->waiters);
 }
 
 /* Redlock: one line per node, as that node alone sees the lock. */
-static void print_nodes(dlock_client *c, const char *name)
-{
+static void print_nodes(dlock_client *c, const char *name) {
   int n = dlock_client_node_count(c);
 
   for (int i = 0; i < n; i++) {
@@ -316,16 +292,14 @@ static void print_nodes(dlock_client *c, const char *name)
   }
 }
 
-void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
-{
+void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len) {
   holder h;
   char ttl[64];
   size_t used = 0;
 
-#define ADD(...)                                                        \
-  do {                                                                  \
-    if (used < len)                                                     \
-      used += (size_t)snprintf(buf + used, len - used, __VA_ARGS__);    \
+#define ADD(...)                                                                   \
+  do {                                                                             \
+    if (used < len) used += (size_t)snprintf(buf + used, len - used, __VA_ARGS__); \
   } while (0)
   buf[0] = '\0';
   if (!info->held) {
@@ -341,8 +315,7 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
   else if (info->foreign)
     ADD("a client other than dlock (no dlock metadata)");
   else if (holder_parse(info->owner_info, &h) == 0) {
-    if (used < len)
-      cli_owner_describe(info->owner_info, buf + used, len - used);
+    if (used < len) cli_owner_describe(info->owner_info, buf + used, len - used);
     used = strlen(buf);
   } else if (info->owner_info[0] != '\0')
     ADD("'%s'", info->owner_info);
@@ -353,46 +326,39 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len)
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     char ago[64];
-    cli_format_duration(now_ms > info->since_unix_ms ? now_ms - info->since_unix_ms : 0, ago,
-                        sizeof ago);
+    cli_format_duration(now_ms > info->since_unix_ms ? now_ms - info->since_unix_ms : 0, ago, sizeof ago);
     ADD("; since %s ago", ago);
   }
   if (info->ttl_ms >= 0) {
     cli_format_duration(info->ttl_ms, ttl, sizeof ttl);
     ADD("; lease %s left", ttl);
   }
-  if (info->waiters > 0)
-    ADD("; %lld waiting", (long long)info->waiters);
+  if (info->waiters > 0) ADD("; %lld waiting", (long long)info->waiters);
 #undef ADD
 }
 
 /* The command line both commands share: --url, --json, --watch, and at
  * most one positional argument; -q for status, -l for list. Returns -1 to
  * go on, else the exit status. */
-static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json, int *quiet,
-                           int *watch, int *longer, const char **positional)
-{
+static int parse_view_args(int argc, char **argv, const char *cmd, const char **url, int *json, int *quiet, int *watch,
+                           int *longer, const char **positional) {
   cli_args args;
   const char *arg;
   int id;
 
   cli_args_init(&args, argc, argv, cmd, CLI_COMMON_SERVER);
   while ((id = cli_next_opt(&args, view_opts, &arg)) != CLI_OPT_DONE) {
-    if (id == CLI_OPT_ERROR)
-      return CLI_EXIT_USAGE;
-    if (cli_common_opt(id, arg, url))
-      continue;
+    if (id == CLI_OPT_ERROR) return CLI_EXIT_USAGE;
+    if (cli_common_opt(id, arg, url)) continue;
     if (id == OPT_JSON) {
       *json = 1;
     } else if (id == OPT_QUIET) {
-      if (quiet == NULL)
-        return cli_usage_error(cmd, "-q is for 'dlock status NAME'");
+      if (quiet == NULL) return cli_usage_error(cmd, "-q is for 'dlock status NAME'");
       *quiet = 1;
     } else if (id == OPT_WATCH) {
       *watch = 1;
     } else if (id == OPT_LONG) {
-      if (longer == NULL)
-        return cli_usage_error(cmd, "-l is for 'dlock list'; 'dlock status NAME' is long already");
+      if (longer == NULL) return cli_usage_error(cmd, "-l is for 'dlock list'; 'dlock status NAME' is long already");
       *longer = 1;
     } else if (id == CLI_OPT_POSITIONAL && *positional == NULL) {
       *positional = arg;
@@ -404,8 +370,7 @@ static int parse_view_args(int argc, char **argv, const char *cmd, const char **
 }
 
 /* --watch: the stop signals blocked before the client starts its threads. */
-static int watch_mode(const char *url, const char *name, const char *pattern, int json)
-{
+static int watch_mode(const char *url, const char *name, const char *pattern, int json) {
   int sfd = cli_stop_signalfd();
   if (sfd < 0) {
     fprintf(stderr, "dlock: cannot watch for signals: %s\n", strerror(errno));
@@ -421,27 +386,20 @@ static int watch_mode(const char *url, const char *name, const char *pattern, in
   return rc;
 }
 
-int cmd_status(int argc, char **argv)
-{
+int cmd_status(int argc, char **argv) {
   const char *url = NULL;
   const char *name = NULL;
   int json = 0, quiet = 0, watch = 0;
   int rc = parse_view_args(argc, argv, "status", &url, &json, &quiet, &watch, NULL, &name);
-  if (rc >= 0)
-    return rc;
-  if (name == NULL)
-    return cli_usage_error("status", "missing lock NAME");
-  if (quiet && json)
-    return cli_usage_error("status", "-q prints nothing; it does not go with --json");
-  if (quiet && watch)
-    return cli_usage_error("status", "-q answers once; leave out --watch");
-  if (watch)
-    return watch_mode(url, name, NULL, json);
+  if (rc >= 0) return rc;
+  if (name == NULL) return cli_usage_error("status", "missing lock NAME");
+  if (quiet && json) return cli_usage_error("status", "-q prints nothing; it does not go with --json");
+  if (quiet && watch) return cli_usage_error("status", "-q answers once; leave out --watch");
+  if (watch) return watch_mode(url, name, NULL, json);
 
   dlock_client *c;
   rc = cli_connect(url, &c);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   dlock_lock_info info;
   dlock_lock_info_init(&info);
   int st = dlock_lock_info_get(c, name, &info);
@@ -451,8 +409,7 @@ int cmd_status(int argc, char **argv)
     st = n < 0 ? n : 0;
     /* A backend that gives the newest holder only: say what it knows, as before. */
     int64_t want = info.permits != 0 ? info.permits_used : info.readers + info.writer;
-    if (n >= 0 && n < want)
-      pl.n = pl.more = 0;
+    if (n >= 0 && n < want) pl.n = pl.more = 0;
   }
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "status of '%s'", name);
@@ -477,12 +434,10 @@ typedef struct name_list {
   int oom;
 } name_list;
 
-static void collect(const char *name, void *arg)
-{
+static void collect(const char *name, void *arg) {
   name_list *l = arg;
 
-  if (l->oom)
-    return;
+  if (l->oom) return;
   if (l->len == l->cap) {
     size_t cap = l->cap == 0 ? 16 : l->cap * 2;
     char **n = realloc(l->names, cap * sizeof *n);
@@ -501,13 +456,9 @@ static void collect(const char *name, void *arg)
   l->len++;
 }
 
-static int cmp_names(const void *a, const void *b)
-{
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int list_json(dlock_client *c, const name_list *l)
-{
+static int list_json(dlock_client *c, const name_list *l) {
   int first = 1;
 
   fputc('[', stdout);
@@ -519,8 +470,7 @@ static int list_json(dlock_client *c, const name_list *l)
       fputs("]\n", stdout);
       return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
     }
-    if (!info.held && !info.latch)
-      continue; /* released (or expired) since the SCAN */
+    if (!info.held && !info.latch) continue; /* released (or expired) since the SCAN */
     fputs(first ? "\n  " : ",\n  ", stdout);
     first = 0;
     print_json(l->names[i], &info, NULL);
@@ -530,21 +480,17 @@ static int list_json(dlock_client *c, const name_list *l)
 }
 
 /* list -l: one line per name, aligned: name, state, fence, lease left, holder. */
-static int list_long(dlock_client *c, const name_list *l)
-{
+static int list_long(dlock_client *c, const name_list *l) {
   size_t width = 4;
   for (size_t i = 0; i < l->len; i++)
-    if (strlen(l->names[i]) > width)
-      width = strlen(l->names[i]);
+    if (strlen(l->names[i]) > width) width = strlen(l->names[i]);
   printf("%-*s  %-9s  %-20s  %-10s  %s\n", (int)width, "NAME", "STATE", "FENCE", "LEASE LEFT", "HOLDER");
   for (size_t i = 0; i < l->len; i++) {
     dlock_lock_info info;
     dlock_lock_info_init(&info);
     int st = dlock_lock_info_get(c, l->names[i], &info);
-    if (st != 0)
-      return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
-    if (!info.held && !info.latch)
-      continue; /* released (or expired) since the SCAN */
+    if (st != 0) return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
+    if (!info.held && !info.latch) continue; /* released (or expired) since the SCAN */
     char state[32], ttl[64], who[1200];
     if (!info.held)
       snprintf(state, sizeof state, "latch");
@@ -567,24 +513,19 @@ static int list_long(dlock_client *c, const name_list *l)
   return CLI_EXIT_OK;
 }
 
-int cmd_list(int argc, char **argv)
-{
+int cmd_list(int argc, char **argv) {
   const char *url = NULL;
   const char *pattern = NULL;
   int json = 0, watch = 0, longer = 0;
   int rc = parse_view_args(argc, argv, "list", &url, &json, NULL, &watch, &longer, &pattern);
-  if (rc >= 0)
-    return rc;
-  if (longer && json)
-    return cli_usage_error("list", "--json already gives every field; leave out -l");
+  if (rc >= 0) return rc;
+  if (longer && json) return cli_usage_error("list", "--json already gives every field; leave out -l");
 
-  if (watch)
-    return watch_mode(url, NULL, pattern, json);
+  if (watch) return watch_mode(url, NULL, pattern, json);
 
   dlock_client *c;
   rc = cli_connect(url, &c);
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   name_list l = {NULL, 0, 0, 0};
   int n = dlock_lock_list(c, pattern, collect, &l);
   if (n < 0) {
@@ -594,19 +535,16 @@ int cmd_list(int argc, char **argv)
     rc = CLI_EXIT_SOFTWARE;
   } else {
     /* SCAN order is arbitrary; sorted output diffs well. */
-    if (l.len > 1)
-      qsort(l.names, l.len, sizeof *l.names, cmp_names);
+    if (l.len > 1) qsort(l.names, l.len, sizeof *l.names, cmp_names);
     if (json) {
       rc = list_json(c, &l);
     } else if (longer) {
       rc = list_long(c, &l);
     } else {
-      for (size_t i = 0; i < l.len; i++)
-        printf("%s\n", l.names[i]);
+      for (size_t i = 0; i < l.len; i++) printf("%s\n", l.names[i]);
     }
   }
-  for (size_t i = 0; i < l.len; i++)
-    free(l.names[i]);
+  for (size_t i = 0; i < l.len; i++) free(l.names[i]);
   free(l.names);
   dlock_client_free(c);
   return rc;

@@ -12,33 +12,25 @@
 
 #include "cli.h"
 
-const char *cli_effective_url(const char *url)
-{
-  if (url != NULL && url[0] != '\0')
-    cli_config_set_flag("url", url);
+const char *cli_effective_url(const char *url) {
+  if (url != NULL && url[0] != '\0') cli_config_set_flag("url", url);
   return cli_config_url();
 }
 
-const char *cli_server_kind(const char *url)
-{
+const char *cli_server_kind(const char *url) {
   const char *kind = dlock_url_backend(url);
   return kind != NULL ? kind : "the server";
 }
 
-void cli_redact_url(const char *url, char *buf, size_t len)
-{
-  dlock_url_redact(url, buf, len);
-}
+void cli_redact_url(const char *url, char *buf, size_t len) { dlock_url_redact(url, buf, len); }
 
-char *cli_child_env_url(const char *url)
-{
+char *cli_child_env_url(const char *url) {
   /* A password given on the command line or in a config file is not handed
    * to the command (nor to /proc/PID/environ): DLOCK_URL shows it as ***.
    * One that came in dlock's own $DLOCK_URL is the caller's to hand on. */
   size_t len = strlen("DLOCK_URL=") + strlen(url) + 16;
   char *env = malloc(len);
-  if (env == NULL)
-    return NULL;
+  if (env == NULL) return NULL;
   const char *own = getenv("DLOCK_URL");
   int n = snprintf(env, len, "DLOCK_URL=");
   if (own != NULL && strcmp(own, url) == 0)
@@ -48,8 +40,7 @@ char *cli_child_env_url(const char *url)
   return env;
 }
 
-int cli_exit_for_status(int status)
-{
+int cli_exit_for_status(int status) {
   switch ((dlock_status)status) {
   case DLOCK_OK:
     return CLI_EXIT_OK;
@@ -70,7 +61,7 @@ int cli_exit_for_status(int status)
   case DLOCK_ETIME:
   case DLOCK_EFOREIGN: /* release --force without --foreign; run on an application key */
   case DLOCK_EDB:
-  case DLOCK_ELIMIT: /* run --limit N with another limit than the holders gave */
+  case DLOCK_ELIMIT:     /* run --limit N with another limit than the holders gave */
   case DLOCK_EWRONGTYPE: /* the name is another key's: pick another name or --prefix */
   case DLOCK_EUPGRADE:
     return CLI_EXIT_USAGE;
@@ -107,8 +98,7 @@ int cli_exit_for_status(int status)
   return CLI_EXIT_SOFTWARE;
 }
 
-int cli_report(int status, const char *detail, const char *fmt, ...)
-{
+int cli_report(int status, const char *detail, const char *fmt, ...) {
   va_list ap;
 
   fputs("dlock: ", stderr);
@@ -126,8 +116,7 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
       kind = p + strlen(" is in use as ");
     else if ((p = strstr(detail, " is a")) != NULL)
       kind = p + strlen(" is ");
-    if (kind != NULL)
-      kind_len = strcspn(kind, ":;(");
+    if (kind != NULL) kind_len = strcspn(kind, ":;(");
   }
   if (kind != NULL && kind_len > 0 && kind_len < 120)
     fprintf(stderr, ": the name is %.*s", (int)kind_len, kind);
@@ -135,19 +124,19 @@ int cli_report(int status, const char *detail, const char *fmt, ...)
     fprintf(stderr, ": %s", dlock_strerror(status));
   /* The detail usually repeats the short text with more context; show it
    * alone on its own line so that long server names stay readable. */
-  if (detail != NULL && detail[0] != '\0')
-    fprintf(stderr, "\ndlock:   %s", detail);
+  if (detail != NULL && detail[0] != '\0') fprintf(stderr, "\ndlock:   %s", detail);
   fputc('\n', stderr);
   int code = cli_exit_for_status(status);
   /* A newcomer's first run: say where the server came from. */
   if (code == CLI_EXIT_UNAVAILABLE && cli_config_url_defaulted())
-    fprintf(stderr, "dlock:   no --url, $DLOCK_URL or config file named a server, so the "
-                    "default %s was used\n", cli_config_url());
+    fprintf(stderr,
+            "dlock:   no --url, $DLOCK_URL or config file named a server, so the "
+            "default %s was used\n",
+            cli_config_url());
   return code;
 }
 
-void cli_print_warnings(const dlock_client *c)
-{
+void cli_print_warnings(const dlock_client *c) {
   const char *w = dlock_client_warnings(c);
   /* One "dlock: warning:" line per warning; the library separates them by '\n'. */
   while (w != NULL && *w != '\0') {
@@ -159,24 +148,18 @@ void cli_print_warnings(const dlock_client *c)
 
 static const char *metrics_names;
 
-void cli_connect_metrics_names(const char *names)
-{
-  metrics_names = names;
-}
+void cli_connect_metrics_names(const char *names) { metrics_names = names; }
 
-int cli_connect(const char *url, dlock_client **out)
-{
+int cli_connect(const char *url, dlock_client **out) {
   dlock_client_options opts;
   char shown[512];
 
   *out = NULL;
   dlock_client_options_init(&opts);
   /* --url '' counts as not given: $DLOCK_URL, the config files, the default. */
-  if (url != NULL && url[0] != '\0')
-    cli_config_set_flag("url", url);
+  if (url != NULL && url[0] != '\0') cli_config_set_flag("url", url);
   int rc = cli_config_load();
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   cli_config_apply(&opts);
   opts.metrics_names = metrics_names;
   rc = dlock_client_new(out, &opts);
@@ -189,13 +172,14 @@ int cli_connect(const char *url, dlock_client **out)
 }
 
 /* Length of the well-formed UTF-8 sequence at 'p' (1..4), or 0. */
-static int utf8_sequence(const unsigned char *p)
-{
-  int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-        : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+static int utf8_sequence(const unsigned char *p) {
+  int n = p[0] < 0x80                    ? 1
+          : p[0] >= 0xc2 && p[0] <= 0xdf ? 2
+          : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+          : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                         : 0;
   for (int i = 1; i < n; i++)
-    if ((p[i] & 0xc0) != 0x80)
-      return 0;
+    if ((p[i] & 0xc0) != 0x80) return 0;
   /* Overlong forms, surrogates and code points above U+10FFFF. */
   if ((n == 3 && p[0] == 0xe0 && p[1] < 0xa0) || (n == 3 && p[0] == 0xed && p[1] >= 0xa0) ||
       (n == 4 && p[0] == 0xf0 && p[1] < 0x90) || (n == 4 && p[0] == 0xf4 && p[1] >= 0x90))
@@ -203,8 +187,7 @@ static int utf8_sequence(const unsigned char *p)
   return n;
 }
 
-void cli_json_string(FILE *out, const char *s)
-{
+void cli_json_string(FILE *out, const char *s) {
   fputc('"', out);
   for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
     switch (*p) {
@@ -244,8 +227,7 @@ void cli_json_string(FILE *out, const char *s)
   fputc('"', out);
 }
 
-int cli_stop_signalfd(void)
-{
+int cli_stop_signalfd(void) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);

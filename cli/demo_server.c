@@ -25,11 +25,9 @@
  * thread at once. */
 static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int find_on_path(const char *file, char *out, size_t len)
-{
+static int find_on_path(const char *file, char *out, size_t len) {
   const char *path = getenv("PATH");
-  if (path == NULL || path[0] == '\0')
-    path = "/usr/local/bin:/usr/bin:/bin";
+  if (path == NULL || path[0] == '\0') path = "/usr/local/bin:/usr/bin:/bin";
   for (const char *p = path;;) {
     size_t dirlen = strcspn(p, ":");
     struct stat st;
@@ -37,52 +35,44 @@ static int find_on_path(const char *file, char *out, size_t len)
       snprintf(out, len, "./%s", file);
     else
       snprintf(out, len, "%.*s/%s", (int)dirlen, p, file);
-    if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
-      return 0;
-    if (p[dirlen] == '\0')
-      return -1;
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return 0;
+    if (p[dirlen] == '\0') return -1;
     p += dirlen + 1;
   }
 }
 
 /* Ask the kernel for a free port. Another process could take it before
  * redis-server binds it; the caller retries then. */
-static int free_port(void)
-{
+static int free_port(void) {
   struct sockaddr_in a;
   socklen_t alen = sizeof a;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-  if (fd < 0)
-    return -1;
+  if (fd < 0) return -1;
   memset(&a, 0, sizeof a);
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = 0;
   int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
     port = ntohs(a.sin_port);
   close(fd);
   return port;
 }
 
-static void sleep_ms(long ms)
-{
+static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
     ;
 }
 
-static void remove_dir(const char *dir)
-{
+static void remove_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (d != NULL) {
     struct dirent *e;
     char path[1024];
     while ((e = readdir(d)) != NULL) {
-      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-        continue;
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       unlink(path);
     }
@@ -93,25 +83,22 @@ static void remove_dir(const char *dir)
 
 /* One attempt on one port: 0 when it answers, 1 when it died (try another
  * port), -1 when it neither answers nor dies. */
-static int try_port(demo_server *s, const char *exe)
-{
+static int try_port(demo_server *s, const char *exe) {
   char port[16];
   char log[600];
 
   s->port = free_port();
-  if (s->port < 0)
-    return -1;
+  if (s->port < 0) return -1;
   snprintf(port, sizeof port, "%d", s->port);
   snprintf(log, sizeof log, "%s/redis.log", s->dir);
   snprintf(s->url, sizeof s->url, "redis://127.0.0.1:%d", s->port);
-  char *argv[] = {(char *)exe, (char *)"--port", port, (char *)"--bind", (char *)"127.0.0.1",
-                  (char *)"--save", (char *)"", (char *)"--appendonly", (char *)"no",
-                  (char *)"--dir", s->dir, (char *)"--daemonize", (char *)"no",
-                  (char *)"--logfile", log, NULL};
+  char *argv[] = {(char *)exe,         (char *)"--port",    port,       (char *)"--bind",
+                  (char *)"127.0.0.1", (char *)"--save",    (char *)"", (char *)"--appendonly",
+                  (char *)"no",        (char *)"--dir",     s->dir,     (char *)"--daemonize",
+                  (char *)"no",        (char *)"--logfile", log,        NULL};
 
   pid_t pid = fork();
-  if (pid < 0)
-    return -1;
+  if (pid < 0) return -1;
   if (pid == 0) {
     /* Its own group, so that a Ctrl-C in the terminal reaches dlock only
      * and dlock stops the server in order. */
@@ -152,8 +139,7 @@ static int try_port(demo_server *s, const char *exe)
   return -1;
 }
 
-int demo_server_start(demo_server *s)
-{
+int demo_server_start(demo_server *s) {
   char exe[4096];
   const char *tmp = getenv("TMPDIR");
 
@@ -163,23 +149,18 @@ int demo_server_start(demo_server *s)
                     "apt-get install redis-server) or pass --url\n");
     return CLI_EXIT_UNAVAILABLE;
   }
-  snprintf(s->dir, sizeof s->dir, "%s/dlock-demo.XXXXXX",
-           tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+  snprintf(s->dir, sizeof s->dir, "%s/dlock-demo.XXXXXX", tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
   if (mkdtemp(s->dir) == NULL) {
-    fprintf(stderr, "dlock: demo: cannot create a temporary directory: %s\n",
-            strerror(errno));
+    fprintf(stderr, "dlock: demo: cannot create a temporary directory: %s\n", strerror(errno));
     s->dir[0] = '\0';
     return CLI_EXIT_SOFTWARE;
   }
   for (int attempt = 0; attempt < 3; attempt++) {
     int r = try_port(s, exe);
-    if (r == 0)
-      return 0;
-    if (r < 0)
-      break;
+    if (r == 0) return 0;
+    if (r < 0) break;
   }
-  fprintf(stderr, "dlock: demo: %s did not start on 127.0.0.1 (log: %s/redis.log)\n",
-          exe, s->dir);
+  fprintf(stderr, "dlock: demo: %s did not start on 127.0.0.1 (log: %s/redis.log)\n", exe, s->dir);
   /* Keep the log for a look: stop the process, leave the directory. */
   if (s->pid > 0) {
     kill(s->pid, SIGKILL);
@@ -190,8 +171,7 @@ int demo_server_start(demo_server *s)
   return CLI_EXIT_UNAVAILABLE;
 }
 
-void demo_server_stop(demo_server *s)
-{
+void demo_server_stop(demo_server *s) {
   pthread_mutex_lock(&stop_mu);
   if (s->pid > 0) {
     pid_t pid = s->pid;

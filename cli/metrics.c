@@ -27,10 +27,10 @@ struct MHD_Daemon;
 #define DEFAULT_INTERVAL_MS 10000
 
 const cli_opt cli_metrics_table[] = {
-  {"metrics-file", 0, 1, CLI_OPT_METRICS_FILE},
-  {"metrics-listen", 0, 1, CLI_OPT_METRICS_LISTEN},
-  {"metrics-interval", 0, 1, CLI_OPT_METRICS_INTERVAL},
-  {NULL, 0, 0, 0},
+    {"metrics-file", 0, 1, CLI_OPT_METRICS_FILE},
+    {"metrics-listen", 0, 1, CLI_OPT_METRICS_LISTEN},
+    {"metrics-interval", 0, 1, CLI_OPT_METRICS_INTERVAL},
+    {NULL, 0, 0, 0},
 };
 
 struct cli_metrics {
@@ -46,17 +46,14 @@ struct cli_metrics {
 };
 
 /* ADDR:PORT, ADDR an IPv4 address or [IPv6]: into 'sa'. 0, or -1. */
-static int parse_listen(const char *text, struct sockaddr_storage *sa, socklen_t *len)
-{
+static int parse_listen(const char *text, struct sockaddr_storage *sa, socklen_t *len) {
   const char *colon = strrchr(text, ':');
   uint64_t port;
   char host[64];
 
-  if (colon == NULL || cli_parse_u64(colon + 1, 65535, &port) != 0 || port == 0)
-    return -1;
+  if (colon == NULL || cli_parse_u64(colon + 1, 65535, &port) != 0 || port == 0) return -1;
   size_t n = (size_t)(colon - text);
-  if (n >= sizeof host)
-    return -1;
+  if (n >= sizeof host) return -1;
   memcpy(host, text, n);
   host[n] = '\0';
   memset(sa, 0, sizeof *sa);
@@ -75,21 +72,21 @@ static int parse_listen(const char *text, struct sockaddr_storage *sa, socklen_t
   return inet_pton(AF_INET, host, &s4->sin_addr) == 1 ? 0 : -1;
 }
 
-int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *o)
-{
+int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *o) {
   struct sockaddr_storage sa;
   socklen_t len;
 
   switch (id) {
   case CLI_OPT_METRICS_FILE:
-    if (arg[0] == '\0')
-      return cli_usage_error(cmd, "--metrics-file: empty path");
+    if (arg[0] == '\0') return cli_usage_error(cmd, "--metrics-file: empty path");
     o->file = arg;
     return 0;
   case CLI_OPT_METRICS_LISTEN:
     if (parse_listen(arg, &sa, &len) != 0)
-      return cli_usage_error(cmd, "--metrics-listen: '%s' is not ADDR:PORT (127.0.0.1:9464, "
-                                  "[::1]:9464; an address, not a host name)", arg);
+      return cli_usage_error(cmd,
+                             "--metrics-listen: '%s' is not ADDR:PORT (127.0.0.1:9464, "
+                             "[::1]:9464; an address, not a host name)",
+                             arg);
 #ifndef DLOCK_HAVE_MICROHTTPD
     return cli_usage_error(cmd, "--metrics-listen: this dlock was built without libmicrohttpd; install it "
                                 "(Debian: libmicrohttpd-dev) and build again, or use --metrics-file");
@@ -99,8 +96,7 @@ int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *
   case CLI_OPT_METRICS_INTERVAL:
     if (cli_parse_duration(arg, &o->interval_ms) != 0)
       return cli_usage_error(cmd, "--metrics-interval: %s", dlock_last_error());
-    if (o->interval_ms < 100)
-      return cli_usage_error(cmd, "--metrics-interval: %s is less than 100ms", arg);
+    if (o->interval_ms < 100) return cli_usage_error(cmd, "--metrics-interval: %s is less than 100ms", arg);
     return 0;
   }
   return 0;
@@ -110,8 +106,7 @@ int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *
 
 /* Write the file once: a temporary file next to it, renamed over it, so
  * that a reader sees the old text or the new one, never a part. */
-static void write_file(cli_metrics *m)
-{
+static void write_file(cli_metrics *m) {
   char tmp[4096];
   int e = 0;
 
@@ -121,25 +116,22 @@ static void write_file(cli_metrics *m)
     e = errno;
   } else {
     int rc = dlock_client_metrics_write(m->c, f, DLOCK_METRICS_PROMETHEUS);
-    if (rc != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0)
-      e = errno ? errno : EIO;
-    if (fclose(f) != 0 && e == 0)
-      e = errno;
-    if (e == 0 && rename(tmp, m->o.file) != 0)
-      e = errno;
-    if (e != 0)
-      unlink(tmp);
+    if (rc != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) e = errno ? errno : EIO;
+    if (fclose(f) != 0 && e == 0) e = errno;
+    if (e == 0 && rename(tmp, m->o.file) != 0) e = errno;
+    if (e != 0) unlink(tmp);
   }
   if (e != 0 && e != m->last_errno)
-    fprintf(stderr, "dlock: cannot write the metrics to %s: %s; check that its directory exists "
-                    "and is writable (trying again every interval)\n", m->o.file, strerror(e));
+    fprintf(stderr,
+            "dlock: cannot write the metrics to %s: %s; check that its directory exists "
+            "and is writable (trying again every interval)\n",
+            m->o.file, strerror(e));
   else if (e == 0 && m->last_errno != 0)
     fprintf(stderr, "dlock: metrics written to %s again\n", m->o.file);
   m->last_errno = e;
 }
 
-static void *writer_main(void *arg)
-{
+static void *writer_main(void *arg) {
   cli_metrics *m = arg;
   pthread_mutex_lock(&m->mu);
   while (!m->stop) {
@@ -164,9 +156,7 @@ static void *writer_main(void *arg)
 #ifdef DLOCK_HAVE_MICROHTTPD
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                              const char *version, const char *upload_data, size_t *upload_data_size,
-                              void **con_cls)
-{
+                              const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
   cli_metrics *m = cls;
   (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
   int status = MHD_HTTP_OK;
@@ -184,17 +174,14 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
     int om = accept != NULL && strstr(accept, "application/openmetrics-text") != NULL;
     FILE *f = open_memstream(&text, &len);
-    if (f == NULL || dlock_client_metrics_write(m->c, f, om ? DLOCK_METRICS_OPENMETRICS
-                                                             : DLOCK_METRICS_PROMETHEUS) != 0) {
+    if (f == NULL ||
+        dlock_client_metrics_write(m->c, f, om ? DLOCK_METRICS_OPENMETRICS : DLOCK_METRICS_PROMETHEUS) != 0) {
       status = MHD_HTTP_INTERNAL_SERVER_ERROR;
     }
-    if (f != NULL)
-      fclose(f);
-    if (om)
-      type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    if (f != NULL) fclose(f);
+    if (om) type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
   }
-  if (text == NULL)
-    return MHD_NO; /* out of memory: the connection is closed */
+  if (text == NULL) return MHD_NO; /* out of memory: the connection is closed */
   struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
   if (r == NULL) {
     free(text);
@@ -210,11 +197,9 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 
 /* ---- Start, stop ---- */
 
-int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts *o)
-{
+int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts *o) {
   *out = NULL;
-  if (o->file == NULL && o->listen == NULL)
-    return 0;
+  if (o->file == NULL && o->listen == NULL) return 0;
   cli_metrics *m = calloc(1, sizeof *m);
   if (m == NULL) {
     fprintf(stderr, "dlock: out of memory\n");
@@ -222,8 +207,7 @@ int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts
   }
   m->c = c;
   m->o = *o;
-  if (m->o.interval_ms == 0)
-    m->o.interval_ms = DEFAULT_INTERVAL_MS;
+  if (m->o.interval_ms == 0) m->o.interval_ms = DEFAULT_INTERVAL_MS;
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
 #ifdef DLOCK_HAVE_MICROHTTPD
@@ -236,8 +220,10 @@ int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (m->http == NULL) {
       int e = errno;
-      fprintf(stderr, "dlock: --metrics-listen: cannot listen on %s: %s; give a free port of an "
-                      "address of this host\n", o->listen, e ? strerror(e) : "refused");
+      fprintf(stderr,
+              "dlock: --metrics-listen: cannot listen on %s: %s; give a free port of an "
+              "address of this host\n",
+              o->listen, e ? strerror(e) : "refused");
       cli_metrics_stop(m);
       return CLI_EXIT_UNAVAILABLE;
     }
@@ -255,20 +241,16 @@ int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts
   return 0;
 }
 
-void cli_metrics_stop(cli_metrics *m)
-{
-  if (m == NULL)
-    return;
+void cli_metrics_stop(cli_metrics *m) {
+  if (m == NULL) return;
 #ifdef DLOCK_HAVE_MICROHTTPD
-  if (m->http != NULL)
-    MHD_stop_daemon(m->http);
+  if (m->http != NULL) MHD_stop_daemon(m->http);
 #endif
   pthread_mutex_lock(&m->mu);
   m->stop = 1;
   pthread_cond_broadcast(&m->cv);
   pthread_mutex_unlock(&m->mu);
-  if (m->writer_started)
-    pthread_join(m->writer, NULL);
+  if (m->writer_started) pthread_join(m->writer, NULL);
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->cv);
   free(m);

@@ -10,21 +10,19 @@
 #include "cli.h"
 
 const cli_opt cli_common_opts[] = {
-  {"url", 0, 1, CLI_OPT_URL},
-  {"prefix", 0, 1, CLI_OPT_PREFIX},
-  {"password-file", 0, 1, CLI_OPT_PASSWORD_FILE},
-  {NULL, 0, 0, 0},
+    {"url", 0, 1, CLI_OPT_URL},
+    {"prefix", 0, 1, CLI_OPT_PREFIX},
+    {"password-file", 0, 1, CLI_OPT_PASSWORD_FILE},
+    {NULL, 0, 0, 0},
 };
 
-unsigned cli_common_bit(int id)
-{
+unsigned cli_common_bit(int id) {
   return id == CLI_OPT_URL || id == CLI_OPT_PASSWORD_FILE ? CLI_COMMON_URL
          : id == CLI_OPT_PREFIX                           ? CLI_COMMON_PREFIX
                                                           : 0;
 }
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common)
-{
+void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common) {
   a->argc = argc;
   a->argv = argv;
   a->index = 1; /* argv[0] is the subcommand's own name */
@@ -35,15 +33,13 @@ void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsi
   a->chained[0] = a->chained[1] = a->chained[2] = NULL;
 }
 
-void cli_args_chain(cli_args *a, const cli_opt *t1, const cli_opt *t2, const cli_opt *t3)
-{
+void cli_args_chain(cli_args *a, const cli_opt *t1, const cli_opt *t2, const cli_opt *t3) {
   a->chained[0] = t1;
   a->chained[1] = t2;
   a->chained[2] = t3;
 }
 
-int cli_common_opt(int id, const char *arg, const char **url)
-{
+int cli_common_opt(int id, const char *arg, const char **url) {
   if (id == CLI_OPT_URL) {
     *url = arg;
     return 1;
@@ -55,47 +51,37 @@ int cli_common_opt(int id, const char *arg, const char **url)
   return 0;
 }
 
-static const cli_opt *find_in(const cli_opt *table, const char *name, size_t len)
-{
+static const cli_opt *find_in(const cli_opt *table, const char *name, size_t len) {
   for (const cli_opt *o = table; o->long_name != NULL; o++) {
-    if (strlen(o->long_name) == len && strncmp(o->long_name, name, len) == 0)
-      return o;
+    if (strlen(o->long_name) == len && strncmp(o->long_name, name, len) == 0) return o;
   }
   return NULL;
 }
 
 /* The common options this command takes, then its own, then the chained. */
-static const cli_opt *find_long(const cli_args *a, const cli_opt *table, const char *name, size_t len)
-{
+static const cli_opt *find_long(const cli_args *a, const cli_opt *table, const char *name, size_t len) {
   const cli_opt *o = find_in(cli_common_opts, name, len);
-  if (o != NULL && (a->common & cli_common_bit(o->id)) != 0)
-    return o;
+  if (o != NULL && (a->common & cli_common_bit(o->id)) != 0) return o;
   o = find_in(table, name, len);
-  for (int i = 0; o == NULL && i < 3; i++)
-    o = a->chained[i] != NULL ? find_in(a->chained[i], name, len) : NULL;
+  for (int i = 0; o == NULL && i < 3; i++) o = a->chained[i] != NULL ? find_in(a->chained[i], name, len) : NULL;
   return o;
 }
 
-static const cli_opt *find_short_in(const cli_opt *table, char c)
-{
+static const cli_opt *find_short_in(const cli_opt *table, char c) {
   for (const cli_opt *o = table; o != NULL && o->long_name != NULL; o++) {
-    if (o->short_name == c)
-      return o;
+    if (o->short_name == c) return o;
   }
   return NULL;
 }
 
-static const cli_opt *find_short(const cli_args *a, const cli_opt *table, char c)
-{
+static const cli_opt *find_short(const cli_args *a, const cli_opt *table, char c) {
   const cli_opt *o = find_short_in(table, c);
-  for (int i = 0; o == NULL && i < 3; i++)
-    o = find_short_in(a->chained[i], c);
+  for (int i = 0; o == NULL && i < 3; i++) o = find_short_in(a->chained[i], c);
   return o;
 }
 
 /* Take the value of option 'o' from the next argv element. */
-static int take_value(cli_args *a, const cli_opt *o, const char *shown, const char **arg)
-{
+static int take_value(cli_args *a, const cli_opt *o, const char *shown, const char **arg) {
   if (a->index >= a->argc) {
     cli_usage_error(a->command, "%s needs a value", shown);
     return CLI_OPT_ERROR;
@@ -104,8 +90,7 @@ static int take_value(cli_args *a, const cli_opt *o, const char *shown, const ch
   return o->id;
 }
 
-static int next_short(cli_args *a, const cli_opt *table, const char **arg)
-{
+static int next_short(cli_args *a, const cli_opt *table, const char **arg) {
   char c = *a->cluster++;
   char shown[3] = {'-', c, '\0'};
   const cli_opt *o = find_short(a, table, c);
@@ -116,8 +101,7 @@ static int next_short(cli_args *a, const cli_opt *table, const char **arg)
     return CLI_OPT_ERROR;
   }
   if (!o->has_arg) {
-    if (*a->cluster == '\0')
-      a->cluster = NULL;
+    if (*a->cluster == '\0') a->cluster = NULL;
     return o->id;
   }
   /* "-w5s" and "-w 5s" both work; a value ends the cluster. */
@@ -132,23 +116,18 @@ static int next_short(cli_args *a, const cli_opt *table, const char **arg)
 
 static int next_opt(cli_args *a, const cli_opt *table, const char **arg);
 
-int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg)
-{
+int cli_next_opt(cli_args *a, const cli_opt *table, const char **arg) {
   int id;
   /* Where the password comes from concerns only the connection: no
    * command sees it (each that takes --url takes it). */
-  while ((id = next_opt(a, table, arg)) == CLI_OPT_PASSWORD_FILE)
-    cli_config_set_flag("password_file", *arg);
+  while ((id = next_opt(a, table, arg)) == CLI_OPT_PASSWORD_FILE) cli_config_set_flag("password_file", *arg);
   return id;
 }
 
-static int next_opt(cli_args *a, const cli_opt *table, const char **arg)
-{
+static int next_opt(cli_args *a, const cli_opt *table, const char **arg) {
   *arg = NULL;
-  if (a->cluster != NULL)
-    return next_short(a, table, arg);
-  if (a->index >= a->argc)
-    return CLI_OPT_DONE;
+  if (a->cluster != NULL) return next_short(a, table, arg);
+  if (a->index >= a->argc) return CLI_OPT_DONE;
 
   const char *s = a->argv[a->index];
   if (a->after_dashdash || s[0] != '-' || s[1] == '\0') {

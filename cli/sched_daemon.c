@@ -26,13 +26,13 @@
 
 typedef struct daemon_state {
   const cli_daemon_opts *o;
-  const char *program;  /* resolved path of the command */
-  const char *url;      /* for DLOCK_URL */
-  sigset_t child_mask;  /* what children get back: dlock's mask at start */
+  const char *program; /* resolved path of the command */
+  const char *url;     /* for DLOCK_URL */
+  sigset_t child_mask; /* what children get back: dlock's mask at start */
   pthread_mutex_t mu;
-  pid_t *groups;        /* process groups of the commands running now */
+  pid_t *groups; /* process groups of the commands running now */
   int ngroups, cap;
-  int stop_signal;      /* set once a stop was asked for */
+  int stop_signal; /* set once a stop was asked for */
 } daemon_state;
 
 /* ---- Logging ---- */
@@ -45,15 +45,13 @@ static const char *log_job = "";
  * then the event's fields: 'tick' (0: none), 'fence', 'duration_ms' (< 0:
  * none), 'node', 'exit' (with has_exit) and 'message' (NULL: none). */
 static void say_json(const char *level, const char *event, int64_t tick, uint64_t fence, int64_t duration_ms,
-                     const char *node, int has_exit, int exit_status, const char *message)
-{
+                     const char *node, int has_exit, int exit_status, const char *message) {
   char *text = NULL, when[64], host[256] = "";
   size_t len = 0;
   struct timespec now;
   FILE *f = open_memstream(&text, &len);
 
-  if (f == NULL)
-    return;
+  if (f == NULL) return;
   clock_gettime(CLOCK_REALTIME, &now);
   cli_format_time_ms((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000, "UTC", when, sizeof when);
   gethostname(host, sizeof host - 1);
@@ -70,27 +68,22 @@ static void say_json(const char *level, const char *event, int64_t tick, uint64_
     fputs(",\"node\":", f);
     cli_json_string(f, node);
   }
-  if (fence != 0)
-    fprintf(f, ",\"fence\":%llu", (unsigned long long)fence);
-  if (duration_ms >= 0)
-    fprintf(f, ",\"duration_ms\":%lld", (long long)duration_ms);
-  if (has_exit)
-    fprintf(f, ",\"exit\":%d", exit_status);
+  if (fence != 0) fprintf(f, ",\"fence\":%llu", (unsigned long long)fence);
+  if (duration_ms >= 0) fprintf(f, ",\"duration_ms\":%lld", (long long)duration_ms);
+  if (has_exit) fprintf(f, ",\"exit\":%d", exit_status);
   if (message != NULL) {
     fputs(",\"message\":", f);
     cli_json_string(f, message);
   }
   fputs("}\n", f);
-  if (fclose(f) == 0)
-    (void)!write(STDERR_FILENO, text, len);
+  if (fclose(f) == 0) (void)!write(STDERR_FILENO, text, len);
   free(text);
 }
 
 /* One line to stderr with one write(), so that the lines of several
  * threads (and of several daemons sharing a log) never interleave. */
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
+static void say(const char *fmt, ...) {
   char line[1024];
   va_list ap;
   int n = snprintf(line, sizeof line, "dlock: ");
@@ -98,8 +91,7 @@ static void say(const char *fmt, ...)
   va_start(ap, fmt);
   n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
   va_end(ap);
-  if (n > (int)sizeof line - 2)
-    n = (int)sizeof line - 2;
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
   if (log_json) {
     line[n] = '\0';
     say_json("info", "message", 0, 0, -1, NULL, 0, 0, line + 7);
@@ -110,39 +102,40 @@ static void say(const char *fmt, ...)
 }
 
 /* The JSON line of a tick's event (--log-format json). */
-static void event_json(const dlock_sched_event *ev, const char *node, const char *message, int quiet)
-{
+static void event_json(const dlock_sched_event *ev, const char *node, const char *message, int quiet) {
   switch (ev->kind) {
   case DLOCK_SCHED_RAN:
     if (!quiet || ev->status != 0)
-      say_json(ev->status == 0 ? "info" : "warning", "ran", ev->scheduled_unix_ms, ev->fence, ev->duration_ms, node,
-               1, ev->status, NULL);
+      say_json(ev->status == 0 ? "info" : "warning", "ran", ev->scheduled_unix_ms, ev->fence, ev->duration_ms, node, 1,
+               ev->status, NULL);
     return;
   case DLOCK_SCHED_SKIPPED:
   case DLOCK_SCHED_SKIPPED_BUSY:
   case DLOCK_SCHED_SKIPPED_POOL:
     if (!quiet)
-      say_json("info", ev->kind == DLOCK_SCHED_SKIPPED ? "skipped" : ev->kind == DLOCK_SCHED_SKIPPED_BUSY
-               ? "skipped_busy" : "skipped_pool", ev->scheduled_unix_ms, 0, -1, node, 0, 0, NULL);
+      say_json("info",
+               ev->kind == DLOCK_SCHED_SKIPPED        ? "skipped"
+               : ev->kind == DLOCK_SCHED_SKIPPED_BUSY ? "skipped_busy"
+                                                      : "skipped_pool",
+               ev->scheduled_unix_ms, 0, -1, node, 0, 0, NULL);
     return;
   case DLOCK_SCHED_SKIPPED_PAUSED:
-    if (!quiet)
-      say_json("info", "skipped_paused", ev->scheduled_unix_ms, 0, -1, node, 0, 0, message);
+    if (!quiet) say_json("info", "skipped_paused", ev->scheduled_unix_ms, 0, -1, node, 0, 0, message);
     return;
   case DLOCK_SCHED_MISFIRED:
-    say_json("warning", "misfired", ev->scheduled_unix_ms, 0, -1, NULL, 0, 0, "too late to run (was this "
+    say_json("warning", "misfired", ev->scheduled_unix_ms, 0, -1, NULL, 0, 0,
+             "too late to run (was this "
              "process stopped?)");
     return;
   case DLOCK_SCHED_ERROR:
   case DLOCK_SCHED_CLOCK_SKEW:
-    say_json("error", ev->kind == DLOCK_SCHED_ERROR ? "error" : "clock_skew", ev->scheduled_unix_ms, ev->fence,
-             -1, NULL, 0, 0, message[0] != '\0' ? message : dlock_strerror(ev->status));
+    say_json("error", ev->kind == DLOCK_SCHED_ERROR ? "error" : "clock_skew", ev->scheduled_unix_ms, ev->fence, -1,
+             NULL, 0, 0, message[0] != '\0' ? message : dlock_strerror(ev->status));
     return;
   }
 }
 
-void cli_format_time_ms(int64_t unix_ms, const char *tz, char *buf, size_t len)
-{
+void cli_format_time_ms(int64_t unix_ms, const char *tz, char *buf, size_t len) {
   int64_t s = unix_ms >= 0 ? unix_ms / 1000 : -((-unix_ms + 999) / 1000);
   int ms = (int)(unix_ms - s * 1000);
   char iso[48];
@@ -159,8 +152,7 @@ void cli_format_time_ms(int64_t unix_ms, const char *tz, char *buf, size_t len)
   snprintf(buf, len, "%.19s.%03d%s", iso, ms, iso + 19);
 }
 
-static void on_event(const dlock_sched_event *ev, void *arg)
-{
+static void on_event(const dlock_sched_event *ev, void *arg) {
   daemon_state *d = arg;
   const cli_daemon_opts *o = d->o;
   char when[64];
@@ -180,8 +172,7 @@ static void on_event(const dlock_sched_event *ev, void *arg)
   const char *tick = ev->trigger != NULL && strcmp(ev->trigger, "manual") == 0 ? "manual run of" : "tick";
   switch (ev->kind) {
   case DLOCK_SCHED_RAN:
-    if (o->quiet && ev->status == 0)
-      return;
+    if (o->quiet && ev->status == 0) return;
     if (ev->duration_ms >= 0)
       cli_format_duration(ev->duration_ms, took, sizeof took);
     else
@@ -190,39 +181,36 @@ static void on_event(const dlock_sched_event *ev, void *arg)
       say("%s %s %s: ran on %s, fence %llu, %s, exit 0", ev->job, tick, when, node ? node : "?",
           (unsigned long long)ev->fence, took);
     else
-      say("%s %s %s: ran on %s, fence %llu, %s, failed (exit %d)", ev->job, tick, when,
-          node ? node : "?", (unsigned long long)ev->fence, took, ev->status);
+      say("%s %s %s: ran on %s, fence %llu, %s, failed (exit %d)", ev->job, tick, when, node ? node : "?",
+          (unsigned long long)ev->fence, took, ev->status);
     return;
   case DLOCK_SCHED_SKIPPED:
     if (!o->quiet) {
-      say("%s %s %s: skipped, claimed by %s", ev->job, tick, when,
-          node != NULL ? node : "another node");
+      say("%s %s %s: skipped, claimed by %s", ev->job, tick, when, node != NULL ? node : "another node");
     }
     return;
   case DLOCK_SCHED_SKIPPED_BUSY:
     if (!o->quiet) {
-      say("%s %s %s: skipped, busy: the previous run (%s) still holds the job lock",
-          ev->job, tick, when, node != NULL ? node : "?");
+      say("%s %s %s: skipped, busy: the previous run (%s) still holds the job lock", ev->job, tick, when,
+          node != NULL ? node : "?");
     }
     return;
   case DLOCK_SCHED_SKIPPED_POOL:
     if (!o->quiet) {
       say("%s %s %s: skipped, pool: all %d worker(s) of this node busy, so this node "
-          "did not claim it (it runs only if another node takes it)", ev->job, tick, when,
-          o->pool > 0 ? o->pool : 1);
+          "did not claim it (it runs only if another node takes it)",
+          ev->job, tick, when, o->pool > 0 ? o->pool : 1);
     }
     return;
   case DLOCK_SCHED_MISFIRED:
-    say("%s %s %s: misfired: too late to run (was this process stopped?)", ev->job, tick,
-        when);
+    say("%s %s %s: misfired: too late to run (was this process stopped?)", ev->job, tick, when);
     return;
   case DLOCK_SCHED_ERROR:
-    say("%s %s %s: error: %s%s%s%s", ev->job, tick, when, dlock_strerror(ev->status),
-        message[0] != '\0' ? " (" : "", message, message[0] != '\0' ? ")" : "");
+    say("%s %s %s: error: %s%s%s%s", ev->job, tick, when, dlock_strerror(ev->status), message[0] != '\0' ? " (" : "",
+        message, message[0] != '\0' ? ")" : "");
     return;
   case DLOCK_SCHED_SKIPPED_PAUSED:
-    if (!o->quiet)
-      say("%s %s %s: %s", ev->job, tick, when, message);
+    if (!o->quiet) say("%s %s %s: %s", ev->job, tick, when, message);
     return;
   case DLOCK_SCHED_CLOCK_SKEW:
     /* Logged even with --quiet: only a fixed clock ends it. */
@@ -234,14 +222,11 @@ static void on_event(const dlock_sched_event *ev, void *arg)
 
 /* ---- Running one tick (scheduler worker threads) ---- */
 
-static void groups_add(daemon_state *d, pid_t pgid)
-{
-  if (d->ngroups < d->cap)
-    d->groups[d->ngroups++] = pgid;
+static void groups_add(daemon_state *d, pid_t pgid) {
+  if (d->ngroups < d->cap) d->groups[d->ngroups++] = pgid;
 }
 
-static void groups_remove(daemon_state *d, pid_t pgid)
-{
+static void groups_remove(daemon_state *d, pid_t pgid) {
   pthread_mutex_lock(&d->mu);
   for (int i = 0; i < d->ngroups; i++) {
     if (d->groups[i] == pgid) {
@@ -254,21 +239,18 @@ static void groups_remove(daemon_state *d, pid_t pgid)
 
 /* Send 'sig' (and SIGCONT, so that a stopped job sees it) to every running
  * command's group; returns how many there are. */
-static int groups_signal(daemon_state *d, int sig)
-{
+static int groups_signal(daemon_state *d, int sig) {
   pthread_mutex_lock(&d->mu);
   int n = d->ngroups;
   for (int i = 0; i < n; i++) {
     kill(-d->groups[i], sig);
-    if (sig != SIGKILL)
-      kill(-d->groups[i], SIGCONT);
+    if (sig != SIGKILL) kill(-d->groups[i], SIGCONT);
   }
   pthread_mutex_unlock(&d->mu);
   return n;
 }
 
-static int groups_count(daemon_state *d)
-{
+static int groups_count(daemon_state *d) {
   pthread_mutex_lock(&d->mu);
   int n = d->ngroups;
   pthread_mutex_unlock(&d->mu);
@@ -278,8 +260,7 @@ static int groups_count(daemon_state *d)
 /* Wait for the command 'pid' in this worker thread. A run that reaches
  * --lock-at-most-for is stopped (SIGTERM, SIGKILL after --grace): its job
  * lock has expired by then, and another node may start the next tick. */
-static int wait_command(daemon_state *d, const dlock_tick *t, pid_t pid)
-{
+static int wait_command(daemon_state *d, const dlock_tick *t, pid_t pid) {
   const cli_daemon_opts *o = d->o;
   int64_t at_most = o->at_most_ms > 0 ? o->at_most_ms : 10 * 60 * 1000;
   dlock_mono_ms term_at = dlock_mono_now() + at_most;
@@ -291,8 +272,7 @@ static int wait_command(daemon_state *d, const dlock_tick *t, pid_t pid)
 
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid)
-      break;
+    if (r == pid) break;
     if (r < 0 && errno != EINTR) {
       say("%s: waiting for the command (pid %ld): %s", t->job, (long)pid, strerror(errno));
       status = CLI_EXIT_SOFTWARE << 8;
@@ -303,7 +283,8 @@ static int wait_command(daemon_state *d, const dlock_tick *t, pid_t pid)
       char limit[32];
       cli_format_duration(at_most, limit, sizeof limit);
       say("%s: the run passed --lock-at-most-for (%s) and its job lock expired; "
-          "sending SIGTERM", t->job, limit);
+          "sending SIGTERM",
+          t->job, limit);
       kill(-pid, SIGTERM);
       kill(-pid, SIGCONT);
       term_at = 0;
@@ -316,10 +297,8 @@ static int wait_command(daemon_state *d, const dlock_tick *t, pid_t pid)
     }
     dlock_mono_ms next = term_at != 0 ? term_at : kill_at;
     int64_t timeout = next != 0 ? next - now : 1000;
-    if (timeout > 1000)
-      timeout = 1000;
-    if (timeout < 1)
-      timeout = 1;
+    if (timeout > 1000) timeout = 1000;
+    if (timeout < 1) timeout = 1;
     if (pidfd >= 0) {
       struct pollfd pfd = {pidfd, POLLIN, 0};
       poll(&pfd, 1, (int)timeout);
@@ -327,13 +306,11 @@ static int wait_command(daemon_state *d, const dlock_tick *t, pid_t pid)
       poll(NULL, 0, timeout < 20 ? (int)timeout : 20);
     }
   }
-  if (pidfd >= 0)
-    close(pidfd);
+  if (pidfd >= 0) close(pidfd);
   return status;
 }
 
-static int run_job(const dlock_tick *t, void *arg)
-{
+static int run_job(const dlock_tick *t, void *arg) {
   daemon_state *d = arg;
   const cli_daemon_opts *o = d->o;
   char when[64];
@@ -348,18 +325,15 @@ static int run_job(const dlock_tick *t, void *arg)
     say("%s tick %s: out of memory", t->job, when);
     return CLI_EXIT_SOFTWARE;
   }
-  int64_t tick_s = t->scheduled_unix_ms >= 0 ? t->scheduled_unix_ms / 1000
-                                             : -((-t->scheduled_unix_ms + 999) / 1000);
+  int64_t tick_s = t->scheduled_unix_ms >= 0 ? t->scheduled_unix_ms / 1000 : -((-t->scheduled_unix_ms + 999) / 1000);
   snprintf(env_job, sizeof env_job, "DLOCK_JOB=%s", t->job);
   snprintf(env_tick, sizeof env_tick, "DLOCK_TICK=%lld", (long long)tick_s);
-  snprintf(env_tick_ms, sizeof env_tick_ms, "DLOCK_TICK_MS=%lld",
-           (long long)t->scheduled_unix_ms);
+  snprintf(env_tick_ms, sizeof env_tick_ms, "DLOCK_TICK_MS=%lld", (long long)t->scheduled_unix_ms);
   snprintf(env_fence, sizeof env_fence, "DLOCK_FENCE=%llu", (unsigned long long)t->fence);
   snprintf(env_node, sizeof env_node, "DLOCK_NODE=%s", t->node);
   snprintf(env_prefix, sizeof env_prefix, "DLOCK_PREFIX=%s", cli_config_prefix());
   snprintf(env_trigger, sizeof env_trigger, "DLOCK_TRIGGER=%s", t->trigger != NULL ? t->trigger : "tick");
-  const char *env[] = {env_job,  env_tick, env_tick_ms, env_fence,
-                       env_node, env_url,  env_prefix,  env_trigger, NULL};
+  const char *env[] = {env_job, env_tick, env_tick_ms, env_fence, env_node, env_url, env_prefix, env_trigger, NULL};
   int rc = cli_child_build(&plan, d->program, o->cmd, o->ncmd, o->shell, env);
   free(env_url);
   if (rc != 0) {
@@ -375,8 +349,7 @@ static int run_job(const dlock_tick *t, void *arg)
   pid_t pid = -1;
   if (!stopping) {
     pid = cli_child_spawn(&plan, &d->child_mask, -1, o->shell ? "/bin/sh" : o->cmd[0]);
-    if (pid > 0)
-      groups_add(d, pid);
+    if (pid > 0) groups_add(d, pid);
   }
   pthread_mutex_unlock(&d->mu);
   cli_child_free(&plan);
@@ -384,11 +357,9 @@ static int run_job(const dlock_tick *t, void *arg)
     say("%s tick %s: claimed while stopping; not run", t->job, when);
     return 128 + stopping;
   }
-  if (pid < 0)
-    return CLI_EXIT_SOFTWARE;
+  if (pid < 0) return CLI_EXIT_SOFTWARE;
   if (o->verbose) {
-    say("%s tick %s: running the command (pid %ld, fence %llu)", t->job, when, (long)pid,
-        (unsigned long long)t->fence);
+    say("%s tick %s: running the command (pid %ld, fence %llu)", t->job, when, (long)pid, (unsigned long long)t->fence);
   }
 
   cli_guard guard;
@@ -406,16 +377,14 @@ static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 
 /* Block the stop signals in every thread (before any exists) and return a
  * signalfd for them; -1 on failure. */
-static int signals_start(sigset_t *old_mask)
-{
+static int signals_start(sigset_t *old_mask) {
   struct sigaction sa;
   sigset_t watched;
 
   sigemptyset(&watched);
   for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++) {
     /* Respect nohup: a signal ignored at start stays ignored. */
-    if (sigaction(stop_signals[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
-      continue;
+    if (sigaction(stop_signals[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) continue;
     sigaddset(&watched, stop_signals[i]);
   }
   /* SIGCHLD set to SIG_IGN by our parent would make the kernel reap the
@@ -424,22 +393,18 @@ static int signals_start(sigset_t *old_mask)
   sa.sa_handler = SIG_DFL;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGCHLD, &sa, NULL);
-  if (pthread_sigmask(SIG_BLOCK, &watched, old_mask) != 0)
-    return -1;
+  if (pthread_sigmask(SIG_BLOCK, &watched, old_mask) != 0) return -1;
   return signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
 /* Block until a stop signal comes; returns it. */
-static int wait_signal(int sigfd)
-{
+static int wait_signal(int sigfd) {
   struct signalfd_siginfo si;
 
   for (;;) {
     struct pollfd pfd = {sigfd, POLLIN, 0};
-    if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-      return SIGTERM; /* cannot wait for signals: stop as if told to */
-    if (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si)
-      return (int)si.ssi_signo;
+    if (poll(&pfd, 1, -1) < 0 && errno != EINTR) return SIGTERM; /* cannot wait for signals: stop as if told to */
+    if (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) return (int)si.ssi_signo;
   }
 }
 
@@ -452,8 +417,7 @@ typedef struct stopper {
   char message[512]; /* dlock_last_error() is per thread: kept from the call */
 } stopper;
 
-static void *stopper_main(void *arg)
-{
+static void *stopper_main(void *arg) {
   stopper *st = arg;
   int rc = dlock_sched_stop(st->s, st->timeout_ms);
   pthread_mutex_lock(&st->mu);
@@ -464,8 +428,7 @@ static void *stopper_main(void *arg)
   return NULL;
 }
 
-static int stopper_done(stopper *st)
-{
+static int stopper_done(stopper *st) {
   pthread_mutex_lock(&st->mu);
   int done = st->done;
   pthread_mutex_unlock(&st->mu);
@@ -475,8 +438,7 @@ static int stopper_done(stopper *st)
 /* Stop the scheduler after signal 'sig': no new ticks; running commands
  * get the signal, then SIGKILL after --grace. Returns 0 when the scheduler
  * has stopped (it may be freed), -1 when a run is still stuck. */
-static int stop_all(daemon_state *d, dlock_sched *s, int sigfd, int sig)
-{
+static int stop_all(daemon_state *d, dlock_sched *s, int sigfd, int sig) {
   const cli_daemon_opts *o = d->o;
   char grace[32];
 
@@ -486,8 +448,7 @@ static int stop_all(daemon_state *d, dlock_sched *s, int sigfd, int sig)
   int running = groups_signal(d, sig);
   cli_format_duration(o->grace_ms, grace, sizeof grace);
   if (running > 0 && !o->quiet) {
-    say("%s: stopping; passed %s to the running command, SIGKILL after %s",
-        cli_signame(sig), cli_signame(sig), grace);
+    say("%s: stopping; passed %s to the running command, SIGKILL after %s", cli_signame(sig), cli_signame(sig), grace);
   } else if (!o->quiet) {
     say("%s: stopping", cli_signame(sig));
   }
@@ -507,12 +468,10 @@ static int stop_all(daemon_state *d, dlock_sched *s, int sigfd, int sig)
     struct signalfd_siginfo si;
     poll(&pfd, 1, 50);
     while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-      if (!killed)
-        groups_signal(d, (int)si.ssi_signo);
+      if (!killed) groups_signal(d, (int)si.ssi_signo);
     }
     if (!killed && dlock_mono_now() >= kill_at && groups_count(d) > 0) {
-      if (!o->quiet)
-        say("the command outlived --grace (%s); sending SIGKILL", grace);
+      if (!o->quiet) say("the command outlived --grace (%s); sending SIGKILL", grace);
       groups_signal(d, SIGKILL);
       killed = 1;
     }
@@ -528,13 +487,11 @@ static int stop_all(daemon_state *d, dlock_sched *s, int sigfd, int sig)
 
 /* ---- The daemon ---- */
 
-static void describe(const cli_daemon_opts *o, char *buf, size_t len)
-{
+static void describe(const cli_daemon_opts *o, char *buf, size_t len) {
   char period[32];
   switch (o->trigger) {
   case CLI_TRIGGER_CRON:
-    snprintf(buf, len, "cron '%s'%s in %s", o->expr,
-             (o->cron_flags & DLOCK_CRON_UNIX) != 0 ? " (Unix)" : "",
+    snprintf(buf, len, "cron '%s'%s in %s", o->expr, (o->cron_flags & DLOCK_CRON_UNIX) != 0 ? " (Unix)" : "",
              o->tz != NULL ? o->tz : "UTC");
     return;
   case CLI_TRIGGER_RATE:
@@ -549,8 +506,7 @@ static void describe(const cli_daemon_opts *o, char *buf, size_t len)
   snprintf(buf, len, "?");
 }
 
-int cli_daemon_run(const cli_daemon_opts *o)
-{
+int cli_daemon_run(const cli_daemon_opts *o) {
   char program[4096];
   daemon_state d;
   dlock_client *c = NULL;
@@ -558,8 +514,7 @@ int cli_daemon_run(const cli_daemon_opts *o)
   cli_metrics *mx = NULL;
   int rc = cli_resolve_program(o->shell ? "/bin/sh" : o->cmd[0], program, sizeof program);
 
-  if (rc != 0)
-    return rc;
+  if (rc != 0) return rc;
   memset(&d, 0, sizeof d);
   d.o = o;
   log_json = o->log_json;
@@ -582,11 +537,9 @@ int cli_daemon_run(const cli_daemon_opts *o)
   }
   cli_connect_metrics_names(o->job);
   rc = cli_connect(o->url, &c);
-  if (rc != 0)
-    goto out;
+  if (rc != 0) goto out;
   rc = cli_metrics_start(&mx, c, &o->metrics);
-  if (rc != 0)
-    goto out;
+  if (rc != 0) goto out;
 
   /* The library's default node name, made here so that the log can show it. */
   char node[128];
@@ -626,8 +579,7 @@ int cli_daemon_run(const cli_daemon_opts *o)
     st = dlock_sched_add_fixed_delay(s, o->job, o->period_ms, &jo, run_job, &d);
     break;
   }
-  if (st == 0)
-    st = dlock_sched_start(s);
+  if (st == 0) st = dlock_sched_start(s);
   if (st != 0) {
     rc = cli_report(st, dlock_last_error(), "job '%s'", o->job);
     goto out;
@@ -635,8 +587,7 @@ int cli_daemon_run(const cli_daemon_opts *o)
   if (!o->quiet) {
     char what[DLOCK_MAX_NAME_LEN + 128];
     describe(o, what, sizeof what);
-    say("job '%s' started on node %s: %s; stop with SIGTERM or Ctrl-C", o->job, node,
-        what);
+    say("job '%s' started on node %s: %s; stop with SIGTERM or Ctrl-C", o->job, node, what);
   }
 
   int sig = wait_signal(sigfd);
@@ -652,8 +603,7 @@ out:
   dlock_sched_free(s);
   cli_metrics_stop(mx); /* the file's last write: every run counted */
   dlock_client_free(c);
-  if (sigfd >= 0)
-    close(sigfd);
+  if (sigfd >= 0) close(sigfd);
   pthread_mutex_destroy(&d.mu);
   free(d.groups);
   return rc;

@@ -13,8 +13,8 @@
 
 static int close_unpaid_orders(const dlock_tick *tick, void *arg) {
   (void)arg;
-  printf("%s: tick %" PRId64 " runs here, on %s, fence %" PRIu64 "\n", tick->job,
-         tick->scheduled_unix_ms / 1000, tick->node, tick->fence);
+  printf("%s: tick %" PRId64 " runs here, on %s, fence %" PRIu64 "\n", tick->job, tick->scheduled_unix_ms / 1000,
+         tick->node, tick->fence);
   return 0;
 }
 

@@ -20,8 +20,10 @@ int main(void) {
     return 1;
   }
   int rc = dlock_with_lock(c, "jobs:close-unpaid-orders", 0, close_unpaid_orders, NULL);
-  if (rc == DLOCK_EBUSY) printf("another node is running it\n");
-  else if (rc < 0) fprintf(stderr, "with_lock: %s: %s\n", dlock_err_name(rc), dlock_last_error());
+  if (rc == DLOCK_EBUSY)
+    printf("another node is running it\n");
+  else if (rc < 0)
+    fprintf(stderr, "with_lock: %s: %s\n", dlock_err_name(rc), dlock_last_error());
   dlock_client_free(c);
   return rc < 0 && rc != DLOCK_EBUSY ? 1 : 0;
 }

@@ -16,13 +16,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(cond)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "fuzz: invariant broken at %s:%d: %s\n", __FILE__,       \
-              __LINE__, #cond);                                                \
-      abort();                                                                 \
-    }                                                                          \
+#define FUZZ_CHECK(cond)                                                                   \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      fprintf(stderr, "fuzz: invariant broken at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                             \
+    }                                                                                      \
   } while (0)
 
 /* 'data' as a NUL-terminated string (malloc'd: ASan sees overreads). */

@@ -13,9 +13,8 @@
 #include "fuzz.h"
 #include "tz.h"
 
-static const char *const zones[] = {"UTC", "Europe/Berlin", "America/New_York",
-                                    "Australia/Lord_Howe", "Asia/Kolkata", "Pacific/Apia",
-                                    "Asia/Jerusalem", "America/St_Johns"};
+static const char *const zones[] = {"UTC",          "Europe/Berlin", "America/New_York", "Australia/Lord_Howe",
+                                    "Asia/Kolkata", "Pacific/Apia",  "Asia/Jerusalem",   "America/St_Johns"};
 #define NZONES (sizeof zones / sizeof zones[0])
 
 static dlock__tz *zone(size_t i) {

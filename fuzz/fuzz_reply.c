@@ -11,8 +11,7 @@
 #include "redis.h"
 
 /* Replies as text, to compare the readings; returns the final status. */
-static int read_all(const char *buf, size_t len, size_t chunk, const dlock__reader_limits *l,
-                    char *out, size_t cap) {
+static int read_all(const char *buf, size_t len, size_t chunk, const dlock__reader_limits *l, char *out, size_t cap) {
   dlock__reader *rd = dlock__reader_new(l);
   if (!rd) return DLOCK_ENOMEM;
   int rc = 0;
@@ -26,9 +25,7 @@ static int read_all(const char *buf, size_t len, size_t chunk, const dlock__read
       if (rc != 0 || !r) break;
       /* Only the shape and sizes: enough to tell readings apart. */
       size_t o = strlen(out);
-      if (o + 48 < cap)
-        snprintf(out + o, cap - o, "%d/%zu/%zu/%lld;", (int)r->type, r->len, r->elements,
-                 r->integer);
+      if (o + 48 < cap) snprintf(out + o, cap - o, "%d/%zu/%zu/%lld;", (int)r->type, r->len, r->elements, r->integer);
       FUZZ_CHECK(r->type != DLOCK__REPLY_STRING || r->len <= l->max_bulk);
       FUZZ_CHECK(r->elements <= l->max_elements);
       dlock__reply_free(r);

@@ -51,51 +51,50 @@ extern "C" {
 #define DLOCK_VERSION_PATCH 0
 #define DLOCK_VERSION "0.1.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH: 0.1.0 is 100. */
-#define DLOCK_VERSION_NUMBER \
-  (DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 + DLOCK_VERSION_PATCH)
+#define DLOCK_VERSION_NUMBER (DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 + DLOCK_VERSION_PATCH)
 
 /* ---- Errors ---- */
 
 /* Status codes. Negative, named, numbered here and never renumbered. */
-#define DLOCK_ERRNO_MAP(XX)                                                        \
-  XX(EBUSY,      -1, "lock is held by another owner")                              \
-  XX(ENOTHELD,   -2, "lock is not held by this owner")                             \
-  XX(EINVAL,     -3, "invalid argument")                                           \
-  XX(ENAME,      -4, "invalid lock or resource name")                              \
-  XX(ERANGE,     -5, "duration or number out of range")                            \
-  XX(EURL,       -6, "malformed server URL")                                       \
-  XX(ECONNECT,   -7, "cannot connect to the server")                               \
-  XX(EAUTH,      -8, "authentication to the server failed")                        \
-  XX(ETIMEDOUT,  -9, "the server did not answer in time")                          \
-  XX(EIO,        -10, "connection to the server lost")                             \
-  XX(ETLS,       -11, "TLS failure")                                               \
-  XX(EPROTO,     -12, "unexpected reply from the server")                          \
-  XX(ESERVER,    -13, "the server returned an error")                              \
-  XX(EWRONGTYPE, -14, "key exists with a type dlock does not use")                 \
-  XX(ENOPERM,    -15, "the server's ACL denied the command or key")                \
-  XX(ELOST,      -16, "lock was lost")                                             \
-  XX(ESTALE,     -17, "fencing token is stale")                                    \
-  XX(ENOMEM,     -18, "out of memory")                                             \
-  XX(EUNKNOWN,   -19, "outcome unknown: the lock may be held until its lease ends") \
-  XX(ESYS,       -20, "operating system error")                                    \
-  XX(ECLOSED,    -21, "client is shutting down")                                   \
-  XX(EREADONLY,  -22, "the server is read-only (a replica or standby)")            \
-  XX(ESERVEROOM, -23, "the server is out of memory (maxmemory)")                   \
-  XX(ECANCELED,  -24, "wait was canceled")                                         \
-  XX(ECRON,      -25, "invalid cron expression")                                   \
-  XX(ETZ,        -26, "unknown or unreadable time zone")                           \
-  XX(ETIME,      -27, "invalid time")                                              \
-  XX(EFENCE,     -28, "fence counter holds a value dlock cannot continue from")    \
-  XX(ETOPOLOGY,  -29, "the deployment's topology could not be resolved")           \
-  XX(EREPLICAS,  -30, "replicas did not acknowledge the write in time")            \
-  XX(ECLUSTER,   -31, "the cluster is not usable as the URL says")                 \
-  XX(EFOREIGN,   -32, "key is not a dlock lock (no dlock metadata)")               \
-  XX(EQUORUM,    -33, "no majority of the nodes confirmed in time")                \
-  XX(EDB,        -34, "the server has no such database (the URL's /db)")         \
-  XX(ELIMIT,     -35, "semaphore's stored limit differs from the caller's")         \
-  XX(EUPGRADE,   -36, "read -> write upgrade refused: it would deadlock")           \
-  XX(ENOLATCH,   -37, "no such latch: never set, or expired")                      \
-  XX(ENOTREADY,  -38, "the server is not ready (loading, busy or failing over)")
+#define DLOCK_ERRNO_MAP(XX)                                                       \
+  XX(EBUSY, -1, "lock is held by another owner")                                  \
+  XX(ENOTHELD, -2, "lock is not held by this owner")                              \
+  XX(EINVAL, -3, "invalid argument")                                              \
+  XX(ENAME, -4, "invalid lock or resource name")                                  \
+  XX(ERANGE, -5, "duration or number out of range")                               \
+  XX(EURL, -6, "malformed server URL")                                            \
+  XX(ECONNECT, -7, "cannot connect to the server")                                \
+  XX(EAUTH, -8, "authentication to the server failed")                            \
+  XX(ETIMEDOUT, -9, "the server did not answer in time")                          \
+  XX(EIO, -10, "connection to the server lost")                                   \
+  XX(ETLS, -11, "TLS failure")                                                    \
+  XX(EPROTO, -12, "unexpected reply from the server")                             \
+  XX(ESERVER, -13, "the server returned an error")                                \
+  XX(EWRONGTYPE, -14, "key exists with a type dlock does not use")                \
+  XX(ENOPERM, -15, "the server's ACL denied the command or key")                  \
+  XX(ELOST, -16, "lock was lost")                                                 \
+  XX(ESTALE, -17, "fencing token is stale")                                       \
+  XX(ENOMEM, -18, "out of memory")                                                \
+  XX(EUNKNOWN, -19, "outcome unknown: the lock may be held until its lease ends") \
+  XX(ESYS, -20, "operating system error")                                         \
+  XX(ECLOSED, -21, "client is shutting down")                                     \
+  XX(EREADONLY, -22, "the server is read-only (a replica or standby)")            \
+  XX(ESERVEROOM, -23, "the server is out of memory (maxmemory)")                  \
+  XX(ECANCELED, -24, "wait was canceled")                                         \
+  XX(ECRON, -25, "invalid cron expression")                                       \
+  XX(ETZ, -26, "unknown or unreadable time zone")                                 \
+  XX(ETIME, -27, "invalid time")                                                  \
+  XX(EFENCE, -28, "fence counter holds a value dlock cannot continue from")       \
+  XX(ETOPOLOGY, -29, "the deployment's topology could not be resolved")           \
+  XX(EREPLICAS, -30, "replicas did not acknowledge the write in time")            \
+  XX(ECLUSTER, -31, "the cluster is not usable as the URL says")                  \
+  XX(EFOREIGN, -32, "key is not a dlock lock (no dlock metadata)")                \
+  XX(EQUORUM, -33, "no majority of the nodes confirmed in time")                  \
+  XX(EDB, -34, "the server has no such database (the URL's /db)")                 \
+  XX(ELIMIT, -35, "semaphore's stored limit differs from the caller's")           \
+  XX(EUPGRADE, -36, "read -> write upgrade refused: it would deadlock")           \
+  XX(ENOLATCH, -37, "no such latch: never set, or expired")                       \
+  XX(ENOTREADY, -38, "the server is not ready (loading, busy or failing over)")
 
 typedef enum dlock_status {
   DLOCK_OK = 0,
@@ -152,7 +151,7 @@ typedef struct dlock_event dlock_event;
 typedef void (*dlock_event_cb)(const dlock_event *ev, void *arg);
 
 typedef struct dlock_client_options {
-  size_t struct_size;      /* set by dlock_client_options_init(); see the top */
+  size_t struct_size; /* set by dlock_client_options_init(); see the top */
   /* redis://[user[:password]@]host[:port][/db]
    * rediss://... (TLS; query: ?cacert=F&cert=F&key=F&sni=NAME)
    * unix:///path/to/redis.sock[?db=N&user=U&password=P]
@@ -172,8 +171,8 @@ typedef struct dlock_client_options {
    *   backend of a URL)
    * NULL: $DLOCK_URL, else redis://127.0.0.1:6379 */
   const char *url;
-  int connect_timeout_ms;  /* 0: 2000 */
-  int command_timeout_ms;  /* 0: 2000 */
+  int connect_timeout_ms; /* 0: 2000 */
+  int command_timeout_ms; /* 0: 2000 */
   /* Prepended to every lock and resource name to form the server's names
    * (keys, paths, rows). May not
    * contain braces. A prefix is a whole key segment: it always ends with
@@ -202,7 +201,7 @@ typedef struct dlock_client_options {
    * docs/topologies.md). 0: no WAIT (or what the URL says). Costs one
    * replication round trip per acquire and renewal. */
   int wait_replicas;
-  int wait_timeout_ms;         /* 0: the URL's, else half the command timeout */
+  int wait_timeout_ms; /* 0: the URL's, else half the command timeout */
   /* redlock:// with a full URL per node (redis:// or rediss://, so TLS and
    * credentials may differ per node): 'redlock_nurls' (3 or more) entries;
    * 'url' must then be NULL. The overrides above apply to every node.
@@ -283,12 +282,12 @@ typedef enum dlock_check_level {
 
 /* One finding of dlock_client_check(). */
 typedef struct dlock_check {
-  const char *name;        /* "eviction", "persistence", "replication", "clock",
+  const char *name; /* "eviction", "persistence", "replication", "clock",
                             * "scripts" or "pubsub" (static strings) */
   dlock_check_level level;
-  char found[512];         /* what was found, naming the server */
-  char fix[512];           /* what to do; "" when OK */
-  int64_t skew_ms;         /* "clock": server clock minus ours (midpoint of the round trip) */
+  char found[512]; /* what was found, naming the server */
+  char fix[512];   /* what to do; "" when OK */
+  int64_t skew_ms; /* "clock": server clock minus ours (midpoint of the round trip) */
 } dlock_check;
 
 /* Up to this many checks (size 'out' with it). */
@@ -402,7 +401,6 @@ DLOCK_API int dlock_client_metrics_write(dlock_client *c, FILE *f, dlock_metrics
  * length of the whole text (as snprintf), or a negative status. */
 DLOCK_API int dlock_client_metrics_snprint(dlock_client *c, char *buf, size_t len, dlock_metrics_format format);
 
-
 /* Called once, from the client's watchdog thread, when a held lock is found
  * lost, with the reason dlock_mutex_lost() reports. A loss at the deadline is
  * reported at valid_until, also while the server does not answer. Keep it short:
@@ -410,11 +408,10 @@ DLOCK_API int dlock_client_metrics_snprint(dlock_client *c, char *buf, size_t le
  * dlock_mutex_free() on 'm' from it. For a semaphore 'm' is the
  * semaphore's own pointer (dlock_semaphore_mutex()): cast it back to
  * dlock_semaphore *. */
-typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name,
-                              dlock_lost_reason reason, void *arg);
+typedef void (*dlock_lost_cb)(dlock_mutex *m, const char *name, dlock_lost_reason reason, void *arg);
 
 typedef struct dlock_mutex_options {
-  size_t struct_size;      /* set by dlock_mutex_options_init(); see the top */
+  size_t struct_size; /* set by dlock_mutex_options_init(); see the top */
   /* Fixed lease: the lock expires 'lease_ms' after acquire unless extended,
    * and the hold is lost (DLOCK_LOST_DEADLINE) at its valid_until.
    * 0: watchdog mode, a 'watchdog_lease_ms' lease renewed every third of it
@@ -434,8 +431,7 @@ DLOCK_API void dlock_mutex_options_init(dlock_mutex_options *opts);
 
 /* A handle on the lock 'name' (1..DLOCK_MAX_NAME_LEN bytes, no NUL, CR, LF,
  * '{' or '}'). Creating it does no I/O. 'opts' may be NULL. */
-DLOCK_API int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name,
-                              const dlock_mutex_options *opts);
+DLOCK_API int dlock_mutex_new(dlock_mutex **out, dlock_client *c, const char *name, const dlock_mutex_options *opts);
 
 /* Releases the lock if held (best effort), then frees. NULL is a no-op. */
 DLOCK_API void dlock_mutex_free(dlock_mutex *m);
@@ -543,8 +539,8 @@ DLOCK_API const char *dlock_mutex_errmsg(const dlock_mutex *m);
 /* One call: acquire 'name' (waiting up to 'wait_ms'), run fn(fence, arg),
  * release. Returns fn's result when it ran (>= 0 expected), else the status
  * of the acquire. If the lock was lost while fn ran, returns DLOCK_ELOST. */
-DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms,
-                              int (*fn)(uint64_t fence, void *arg), void *arg);
+DLOCK_API int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms, int (*fn)(uint64_t fence, void *arg),
+                              void *arg);
 
 /* ---- Semaphore (docs/semaphore.md) ---- */
 
@@ -646,15 +642,15 @@ DLOCK_API dlock_mutex *dlock_rwlock_mutex(dlock_rwlock *rw);
 /* ---- Inspection and admin ---- */
 
 typedef struct dlock_lock_info {
-  size_t struct_size;     /* set by dlock_lock_info_init(); see the top */
-  int held;               /* 1 when the key exists */
-  int foreign;            /* 1 when held by a non-dlock client (no metadata) */
-  int64_t ttl_ms;         /* remaining lease, -1 when held without expiry */
-  uint64_t fence;         /* fence of the current hold, else the last issued */
-  int64_t since_unix_ms;  /* when the current hold began (server clock), 0 if unknown;
+  size_t struct_size;    /* set by dlock_lock_info_init(); see the top */
+  int held;              /* 1 when the key exists */
+  int foreign;           /* 1 when held by a non-dlock client (no metadata) */
+  int64_t ttl_ms;        /* remaining lease, -1 when held without expiry */
+  uint64_t fence;        /* fence of the current hold, else the last issued */
+  int64_t since_unix_ms; /* when the current hold began (server clock), 0 if unknown;
                            * on zk:// when the holder queued (its node's creation) */
-  int64_t waiters;        /* processes registered as waiting */
-  char owner_info[1025];  /* owner_info of the holder, "" if none */
+  int64_t waiters;       /* processes registered as waiting */
+  char owner_info[1025]; /* owner_info of the holder, "" if none */
   /* Added after the first layout (see the top): */
   /* A semaphore: its limit (0: not a semaphore) and the permits held now.
    * 'held' is 1 while one is held; fence, since_unix_ms and owner_info are
@@ -662,15 +658,15 @@ typedef struct dlock_lock_info {
   int64_t permits;
   int64_t permits_used;
   /* Read-write locks: */
-  int rwlock;             /* 1 when the name is held as a read-write lock */
-  int64_t readers;        /* live read holds */
-  int writer;             /* 1 when the write side is held (held, fence, since and owner_info are its) */
+  int rwlock;              /* 1 when the name is held as a read-write lock */
+  int64_t readers;         /* live read holds */
+  int writer;              /* 1 when the write side is held (held, fence, since and owner_info are its) */
   int64_t waiting_writers; /* waiters for the write side (the rest of 'waiters' wait to read) */
   /* A countdown latch of the same name (dlock_latch_*: a name may be a lock
    * and a latch at once; 'held' and the rest above are the lock's): */
-  int latch;              /* 1 when one is set and has not expired */
-  int64_t latch_count;    /* what is left to count down (0: open) */
-  int64_t latch_ttl_ms;   /* until it expires */
+  int latch;            /* 1 when one is set and has not expired */
+  int64_t latch_count;  /* what is left to count down (0: open) */
+  int64_t latch_ttl_ms; /* until it expires */
 } dlock_lock_info;
 
 /* Zero 'info' and set its struct_size: call before dlock_lock_info_get(). */
@@ -704,8 +700,7 @@ DLOCK_API int dlock_lock_force_release(dlock_client *c, const char *name, int *w
 #define DLOCK_FORCE_FOREIGN 1u
 
 /* dlock_lock_force_release() with 'flags' (0 or DLOCK_FORCE_FOREIGN). */
-DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags,
-                                             int *was_held);
+DLOCK_API int dlock_lock_force_release_flags(dlock_client *c, const char *name, unsigned flags, int *was_held);
 
 /* One hold of a lock, as dlock_lock_holders() hands it out (read only the
  * fields you know: it may grow at the end). */
@@ -719,14 +714,13 @@ typedef struct dlock_holder {
  * semaphore, each hold of a read-write lock, a mutex's one holder. Returns
  * how many, or a status. A backend that keeps no per-permit record hands
  * out the newest holder only (docs/cli.md says which). */
-DLOCK_API int dlock_lock_holders(dlock_client *c, const char *name,
-                                 void (*fn)(const dlock_holder *h, void *arg), void *arg);
+DLOCK_API int dlock_lock_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *h, void *arg),
+                                 void *arg);
 
 /* Call fn(name, arg) for each lock currently held, and each countdown latch
  * set, whose name matches the glob 'pattern' (NULL: all); a name that is
  * both is listed once. Uses SCAN; returns the number listed. */
-DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern,
-                              void (*fn)(const char *name, void *arg), void *arg);
+DLOCK_API int dlock_lock_list(dlock_client *c, const char *pattern, void (*fn)(const char *name, void *arg), void *arg);
 
 /* Delete what the backend keeps of locks that no one holds or waits for any
  * more, whose time ended more than 'older_than_ms' ago (admin, `dlock
@@ -787,8 +781,7 @@ DLOCK_API int dlock_guard_check(dlock_client *c, const char *resource, uint64_t 
 /* dlock_guard_check() that also gives the highest token seen for 'resource'
  * after the check: 'token' when admitted, the newer one when DLOCK_ESTALE
  * (0 on other errors). 'highest' may be NULL. */
-DLOCK_API int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token,
-                                        uint64_t *highest);
+DLOCK_API int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
 
 /* ---- Multi-lock: several names, all or nothing (docs/multilock.md) ---- */
 
@@ -889,8 +882,8 @@ DLOCK_API const char *dlock_latch_errmsg(const dlock_latch *l);
  * (NULL: UTC). Writes up to 'n' times to 'out' and returns how many (fewer
  * when the expression stops firing), or DLOCK_ECRON (the message names the
  * field and column), DLOCK_ETZ, DLOCK_EINVAL. */
-DLOCK_API int dlock_cron_next(const char *expr, const char *tz, unsigned flags, int64_t after_unix_s,
-                              int64_t *out, int n);
+DLOCK_API int dlock_cron_next(const char *expr, const char *tz, unsigned flags, int64_t after_unix_s, int64_t *out,
+                              int n);
 
 /* 'unix_s' as ISO 8601 with the offset in 'tz' (NULL: UTC), e.g.
  * "2026-03-29T03:00:00+02:00". 'len' >= 32 is always enough. */
@@ -917,12 +910,12 @@ typedef struct dlock_tick {
 typedef int (*dlock_job_fn)(const dlock_tick *tick, void *arg);
 
 typedef enum dlock_sched_event_kind {
-  DLOCK_SCHED_RAN = 1,           /* this node ran the tick ('status' is the job's result) */
-  DLOCK_SCHED_SKIPPED = 2,       /* another node claimed the tick ('node' says which) */
-  DLOCK_SCHED_SKIPPED_BUSY = 3,  /* the previous run still held the job lock: no overlap */
-  DLOCK_SCHED_SKIPPED_POOL = 4,  /* every worker of this node was busy; left to other nodes */
-  DLOCK_SCHED_MISFIRED = 5,      /* the tick was too late to run (see docs/scheduler.md) */
-  DLOCK_SCHED_ERROR = 6,         /* the server failed; 'status' and 'message' say how */
+  DLOCK_SCHED_RAN = 1,          /* this node ran the tick ('status' is the job's result) */
+  DLOCK_SCHED_SKIPPED = 2,      /* another node claimed the tick ('node' says which) */
+  DLOCK_SCHED_SKIPPED_BUSY = 3, /* the previous run still held the job lock: no overlap */
+  DLOCK_SCHED_SKIPPED_POOL = 4, /* every worker of this node was busy; left to other nodes */
+  DLOCK_SCHED_MISFIRED = 5,     /* the tick was too late to run (see docs/scheduler.md) */
+  DLOCK_SCHED_ERROR = 6,        /* the server failed; 'status' and 'message' say how */
   /* This node's clock is ahead of the server's by more than
    * DLOCK_SCHED_CLOCK_TOLERANCE_MS: the tick was not claimed, so that the
    * nodes with a correct clock run it. 'clock_skew_ms' is the measured skew,
@@ -941,36 +934,36 @@ typedef struct dlock_sched_event {
   dlock_sched_event_kind kind;
   const char *job;
   int64_t scheduled_unix_ms;
-  const char *node;     /* who ran or claimed the tick */
+  const char *node; /* who ran or claimed the tick */
   uint64_t fence;
-  int64_t duration_ms;  /* RAN: how long the run took */
-  int status;           /* RAN: the job's result; ERROR: a DLOCK_E* code */
-  const char *message;  /* ERROR, CLOCK_SKEW: detail (valid during the callback only) */
+  int64_t duration_ms;   /* RAN: how long the run took */
+  int status;            /* RAN: the job's result; ERROR: a DLOCK_E* code */
+  const char *message;   /* ERROR, CLOCK_SKEW: detail (valid during the callback only) */
   int64_t clock_skew_ms; /* CLOCK_SKEW: this node's clock minus the server's, measured */
-  const char *trigger;  /* "tick", or "manual" for a run of dlock_job_trigger() */
+  const char *trigger;   /* "tick", or "manual" for a run of dlock_job_trigger() */
 } dlock_sched_event;
 
 typedef struct dlock_sched_options {
-  size_t struct_size;      /* set by dlock_sched_options_init(); see the top */
-  int pool_size;           /* worker threads; 0: 1 (as Spring's default) */
-  const char *node_name;   /* NULL: "<hostname>:<pid>" */
+  size_t struct_size;    /* set by dlock_sched_options_init(); see the top */
+  int pool_size;         /* worker threads; 0: 1 (as Spring's default) */
+  const char *node_name; /* NULL: "<hostname>:<pid>" */
   /* Called for every tick outcome, from scheduler threads. May be NULL. */
   void (*on_event)(const dlock_sched_event *ev, void *arg);
   void *on_event_arg;
 } dlock_sched_options;
 
 typedef struct dlock_job_options {
-  size_t struct_size;      /* set by dlock_job_options_init(); see the top */
+  size_t struct_size; /* set by dlock_job_options_init(); see the top */
   /* The job lock's lease: a run (or a crashed runner) blocks later ticks at
    * most this long. 0: 10 minutes. */
   int64_t lock_at_most_for_ms;
   /* Keep the job lock at least this long after a run starts, even if the
    * run ends sooner. 0: release at the end. */
   int64_t lock_at_least_for_ms;
-  int allow_overlap;       /* 1: a tick may start while the previous run goes on */
-  const char *time_zone;   /* cron only: IANA zone; NULL: UTC */
-  unsigned cron_flags;     /* cron only: DLOCK_CRON_UNIX */
-  int history_len;         /* runs kept on the server; 0: 100 */
+  int allow_overlap;     /* 1: a tick may start while the previous run goes on */
+  const char *time_zone; /* cron only: IANA zone; NULL: UTC */
+  unsigned cron_flags;   /* cron only: DLOCK_CRON_UNIX */
+  int history_len;       /* runs kept on the server; 0: 100 */
 } dlock_job_options;
 
 DLOCK_API void dlock_sched_options_init(dlock_sched_options *opts);
@@ -980,8 +973,8 @@ DLOCK_API void dlock_job_options_init(dlock_job_options *opts);
 DLOCK_API int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_options *opts);
 
 /* Add a job named 'job' (a lock name) fired by a Quartz cron expression. */
-DLOCK_API int dlock_sched_add_cron(dlock_sched *s, const char *job, const char *expr,
-                                   const dlock_job_options *opts, dlock_job_fn fn, void *arg);
+DLOCK_API int dlock_sched_add_cron(dlock_sched *s, const char *job, const char *expr, const dlock_job_options *opts,
+                                   dlock_job_fn fn, void *arg);
 /* The shortest period of a fixed rate or delay: every tick is claimed on the
  * server, so a shorter one cannot be kept (DLOCK_ERANGE). */
 #define DLOCK_SCHED_MIN_PERIOD_MS 100
@@ -1005,15 +998,15 @@ DLOCK_API void dlock_sched_free(dlock_sched *s);
 
 /* One entry of a job's run history, newest first. */
 typedef struct dlock_run_record {
-  size_t struct_size;        /* set by dlock_run_record_init(); see the top */
+  size_t struct_size; /* set by dlock_run_record_init(); see the top */
   char node[128];
   uint64_t fence;
   int64_t scheduled_unix_ms;
-  int64_t start_unix_ms;     /* server clock */
-  int64_t duration_ms;       /* -1 for a skipped tick */
-  char outcome[64];          /* "ok", "failed: 3", "skipped: previous run still going",
+  int64_t start_unix_ms; /* server clock */
+  int64_t duration_ms;   /* -1 for a skipped tick */
+  char outcome[64];      /* "ok", "failed: 3", "skipped: previous run still going",
                                 "skipped: paused by WHO: REASON" */
-  char trigger[16];          /* "tick", or "manual" (dlock_job_trigger; scheduled_unix_ms is
+  char trigger[16];      /* "tick", or "manual" (dlock_job_trigger; scheduled_unix_ms is
                                 then the time of the trigger) */
 } dlock_run_record;
 
@@ -1046,14 +1039,14 @@ DLOCK_API int dlock_job_resume(dlock_client *c, const char *job, const char *by)
 DLOCK_API int dlock_job_trigger(dlock_client *c, const char *job, const char *by);
 
 typedef struct dlock_job_state {
-  size_t struct_size;           /* set by dlock_job_state_init(); see the top */
+  size_t struct_size; /* set by dlock_job_state_init(); see the top */
   int paused;
   char paused_by[128];
   char paused_reason[256];
-  int64_t paused_unix_ms;       /* server clock */
+  int64_t paused_unix_ms; /* server clock */
   int trigger_pending;
   char trigger_by[128];
-  int64_t trigger_unix_ms;      /* server clock */
+  int64_t trigger_unix_ms; /* server clock */
   /* From the history (its last history_len entries): */
   int64_t last_run_unix_ms;     /* start of the newest run (skips not counted); 0: none */
   char last_outcome[64];        /* its outcome */
@@ -1065,8 +1058,7 @@ DLOCK_API void dlock_job_state_init(dlock_job_state *st);
 DLOCK_API int dlock_job_state_get(dlock_client *c, const char *job, dlock_job_state *out);
 /* Call 'fn' with each job that has run in the last 30 days or has a state,
  * whose name matches the glob 'pattern' (NULL: all); returns how many. */
-DLOCK_API int dlock_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *job, void *arg),
-                             void *arg);
+DLOCK_API int dlock_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *job, void *arg), void *arg);
 
 /* ---- Leader election (docs/election.md) ---- */
 
@@ -1083,8 +1075,8 @@ DLOCK_API int dlock_job_list(dlock_client *c, const char *pattern, void (*fn)(co
 typedef struct dlock_election dlock_election;
 
 typedef struct dlock_election_options {
-  size_t struct_size;      /* set by dlock_election_options_init(); see the top */
-  int64_t lease_ms;        /* the leadership's lease, renewed every third of it; 0: 15000 */
+  size_t struct_size; /* set by dlock_election_options_init(); see the top */
+  int64_t lease_ms;   /* the leadership's lease, renewed every third of it; 0: 15000 */
   /* Called once, from the watchdog thread, when leadership is lost (as a
    * mutex's on_lost; 'm' is dlock_election_mutex()). May be NULL. */
   dlock_lost_cb on_lost;
@@ -1139,14 +1131,14 @@ DLOCK_API const char *dlock_election_errmsg(const dlock_election *e);
 
 /* Who leads an election, as its server says. */
 typedef struct dlock_leader {
-  size_t struct_size;      /* set by dlock_leader_init(); see the top */
-  int has_leader;          /* 0: no one leads now (the fields below are 0 and "") */
-  uint64_t epoch;          /* the leader's epoch (the hold's fence) */
-  int64_t since_unix_ms;   /* when the term began (server clock), 0 if unknown; on
+  size_t struct_size;    /* set by dlock_leader_init(); see the top */
+  int has_leader;        /* 0: no one leads now (the fields below are 0 and "") */
+  uint64_t epoch;        /* the leader's epoch (the hold's fence) */
+  int64_t since_unix_ms; /* when the term began (server clock), 0 if unknown; on
                             * zk:// when the leader's node was created, i.e. when it
                             * stood as a candidate (queued), which may be earlier */
-  int64_t lease_left_ms;   /* remaining lease; -1 when it lasts as long as a session */
-  char value[1025];        /* the leader's value */
+  int64_t lease_left_ms; /* remaining lease; -1 when it lasts as long as a session */
+  char value[1025];      /* the leader's value */
 } dlock_leader;
 
 DLOCK_API void dlock_leader_init(dlock_leader *out);
@@ -1172,8 +1164,8 @@ DLOCK_API int dlock_election_evict(dlock_client *c, const char *name, uint64_t e
 typedef struct dlock_observer dlock_observer;
 
 typedef struct dlock_observer_options {
-  size_t struct_size;      /* set by dlock_observer_options_init(); see the top */
-  int64_t interval_ms;     /* how often the server is asked; 0: 100 */
+  size_t struct_size;  /* set by dlock_observer_options_init(); see the top */
+  int64_t interval_ms; /* how often the server is asked; 0: 100 */
   /* Called from the observer's thread for every change, after it is queued.
    * Keep it short. May be NULL. */
   void (*on_change)(const char *name, const dlock_leader *now, void *arg);

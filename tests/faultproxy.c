@@ -29,8 +29,8 @@ typedef struct buf {
 } buf;
 
 typedef struct pair {
-  int cfd, sfd;      /* -1 when closed */
-  buf in_c, in_s;    /* bytes read, not yet forwarded (incomplete frame) */
+  int cfd, sfd;           /* -1 when closed */
+  buf in_c, in_s;         /* bytes read, not yet forwarded (incomplete frame) */
   unsigned char *pending; /* per command sent to the server and not answered: 1 = drop its reply, 2 = hold it */
   size_t npending, pending_head, pending_cap;
   int held; /* a reply is held at the start of in_s (fp_hold_reply): the server side is not read */
@@ -42,7 +42,7 @@ struct fp_proxy {
   pthread_t thread;
   pthread_mutex_t mu; /* guards the rule fields and 'dropped' */
   int stop;
-  char *pattern;      /* drop rule, NULL when none */
+  char *pattern; /* drop rule, NULL when none */
   size_t patlen;
   int drop_left;
   char *hold_pattern; /* hold rule, NULL when none */
@@ -97,13 +97,25 @@ static long frame_len(const char *p, size_t n, int depth) {
   if (!l) return 0;
   long long count = strtoll(p + 1, NULL, 10);
   switch (p[0]) {
-  case '+': case '-': case ':': case '_': case ',': case '#': case '(':
+  case '+':
+  case '-':
+  case ':':
+  case '_':
+  case ',':
+  case '#':
+  case '(':
     return (long)l;
-  case '$': case '=': case '!':
+  case '$':
+  case '=':
+  case '!':
     if (count < 0) return (long)l;
     if ((size_t)count + 2 > n - l) return 0;
     return (long)(l + (size_t)count + 2);
-  case '*': case '~': case '>': case '%': case '|': {
+  case '*':
+  case '~':
+  case '>':
+  case '%':
+  case '|': {
     if (count < 0) return (long)l;
     if (p[0] == '%' || p[0] == '|') count *= 2;
     size_t off = l;
@@ -175,7 +187,8 @@ static void hold(fp_proxy *p) {
   pthread_mutex_unlock(&p->mu);
   if (ms > 0) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
   }
 }
 
@@ -532,7 +545,10 @@ int fp_server_command(fp_proxy *p, int argc, const char **argv, const size_t *le
     long long end = now_ms() + 10000;
     for (;;) {
       long f = frame_len(in.data, in.len, 1);
-      if (f > 0) { rc = in.data[0] == '-' ? -1 : 0; break; }
+      if (f > 0) {
+        rc = in.data[0] == '-' ? -1 : 0;
+        break;
+      }
       struct pollfd pf = {fd, POLLIN, 0};
       long long left = end - now_ms();
       if (f < 0 || left <= 0 || poll(&pf, 1, (int)left) <= 0) break;

@@ -34,14 +34,24 @@ static void apply(fp_proxy *p, char *line) {
   char a[256] = "", b[256] = "";
   int n = 1;
   if (sscanf(line, "%255s %255s %d", a, b, &n) < 1) return;
-  if (!strcmp(a, "pass")) fp_pass(p);
-  else if (!strcmp(a, "drop")) fp_drop_reply(p, b, n);
-  else if (!strcmp(a, "drop-script")) { const char *sha = script_sha(b); if (sha) fp_drop_reply(p, sha, n); }
-  else if (!strcmp(a, "delay")) fp_delay(p, atoi(b));
-  else if (!strcmp(a, "blackhole")) fp_blackhole(p, !strcmp(b, "on"));
-  else if (!strcmp(a, "close")) fp_close_all(p);
-  else if (!strcmp(a, "dropped")) { printf("dropped %d\n", fp_dropped(p)); fflush(stdout); }
-  else fprintf(stderr, "faultproxy: unknown rule '%s'\n", a);
+  if (!strcmp(a, "pass"))
+    fp_pass(p);
+  else if (!strcmp(a, "drop"))
+    fp_drop_reply(p, b, n);
+  else if (!strcmp(a, "drop-script")) {
+    const char *sha = script_sha(b);
+    if (sha) fp_drop_reply(p, sha, n);
+  } else if (!strcmp(a, "delay"))
+    fp_delay(p, atoi(b));
+  else if (!strcmp(a, "blackhole"))
+    fp_blackhole(p, !strcmp(b, "on"));
+  else if (!strcmp(a, "close"))
+    fp_close_all(p);
+  else if (!strcmp(a, "dropped")) {
+    printf("dropped %d\n", fp_dropped(p));
+    fflush(stdout);
+  } else
+    fprintf(stderr, "faultproxy: unknown rule '%s'\n", a);
 }
 
 int main(int argc, char **argv) {
@@ -49,19 +59,40 @@ int main(int argc, char **argv) {
   const char *port_file = NULL, *pattern = NULL;
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(argv[i], "--stdin")) { use_stdin = 1; continue; }
-    if (!strcmp(argv[i], "--then-blackhole")) { then_black = 1; continue; }
-    if (!v) { fprintf(stderr, "faultproxy: %s needs a value\n", argv[i]); return 2; }
-    if (!strcmp(argv[i], "--target")) target = atoi(v);
-    else if (!strcmp(argv[i], "--port-file")) port_file = v;
-    else if (!strcmp(argv[i], "--drop")) pattern = v;
-    else if (!strcmp(argv[i], "--drop-script")) { if (!(pattern = script_sha(v))) return 2; }
-    else if (!strcmp(argv[i], "--count")) count = atoi(v);
-    else if (!strcmp(argv[i], "--delay")) delay = atoi(v);
-    else { fprintf(stderr, "faultproxy: unknown option %s\n", argv[i]); return 2; }
+    if (!strcmp(argv[i], "--stdin")) {
+      use_stdin = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--then-blackhole")) {
+      then_black = 1;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "faultproxy: %s needs a value\n", argv[i]);
+      return 2;
+    }
+    if (!strcmp(argv[i], "--target"))
+      target = atoi(v);
+    else if (!strcmp(argv[i], "--port-file"))
+      port_file = v;
+    else if (!strcmp(argv[i], "--drop"))
+      pattern = v;
+    else if (!strcmp(argv[i], "--drop-script")) {
+      if (!(pattern = script_sha(v))) return 2;
+    } else if (!strcmp(argv[i], "--count"))
+      count = atoi(v);
+    else if (!strcmp(argv[i], "--delay"))
+      delay = atoi(v);
+    else {
+      fprintf(stderr, "faultproxy: unknown option %s\n", argv[i]);
+      return 2;
+    }
     i++;
   }
-  if (target <= 0) { fprintf(stderr, "faultproxy: --target PORT is required\n"); return 2; }
+  if (target <= 0) {
+    fprintf(stderr, "faultproxy: --target PORT is required\n");
+    return 2;
+  }
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -76,9 +107,16 @@ int main(int argc, char **argv) {
   if (delay) fp_delay(p, delay);
   if (then_black) fp_blackhole_after_drop(p, 1);
   FILE *f = port_file ? fopen(port_file, "w") : stdout;
-  if (!f) { fprintf(stderr, "faultproxy: cannot write %s\n", port_file); fp_stop(p); return 1; }
+  if (!f) {
+    fprintf(stderr, "faultproxy: cannot write %s\n", port_file);
+    fp_stop(p);
+    return 1;
+  }
   fprintf(f, "%d\n", fp_port(p));
-  if (port_file) fclose(f); else fflush(stdout);
+  if (port_file)
+    fclose(f);
+  else
+    fflush(stdout);
   if (use_stdin) {
     char line[1024];
     while (fgets(line, sizeof line, stdin)) apply(p, line);

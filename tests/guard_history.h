@@ -32,7 +32,8 @@ static inline void hist_note(const char *who, uint64_t fence, int rc) {
   if (fd < 0) return;
   char line[160];
   int n = snprintf(line, sizeof line, "%s %" PRIu64 " %s\n", who, fence, rc == 0 ? "admitted" : dlock_err_name(rc));
-  if (write(fd, line, (size_t)n) != n) { /* the check below reads what is there */ }
+  if (write(fd, line, (size_t)n) != n) { /* the check below reads what is there */
+  }
   close(fd);
 }
 
@@ -40,7 +41,10 @@ static inline void hist_note(const char *who, uint64_t fence, int rc) {
  * 0, or -1 with the violation in 'why'. */
 static inline int hist_check(char *why, size_t len) {
   FILE *f = fopen(hist_path, "r");
-  if (!f) { snprintf(why, len, "no history at %s", hist_path); return -1; }
+  if (!f) {
+    snprintf(why, len, "no history at %s", hist_path);
+    return -1;
+  }
   char who[64], what[64];
   uint64_t fence, highest = 0;
   char highest_who[64] = "";
@@ -48,8 +52,8 @@ static inline int hist_check(char *why, size_t len) {
   while (!bad && fscanf(f, "%63s %" SCNu64 " %63s", who, &fence, what) == 3) {
     if (strcmp(what, "admitted") != 0) continue;
     if (fence < highest) {
-      snprintf(why, len, "%s's fence %" PRIu64 " admitted after %s's %" PRIu64 " was admitted", who, fence,
-               highest_who, highest);
+      snprintf(why, len, "%s's fence %" PRIu64 " admitted after %s's %" PRIu64 " was admitted", who, fence, highest_who,
+               highest);
       bad = 1;
     } else {
       highest = fence;
@@ -64,11 +68,11 @@ static inline int hist_check(char *why, size_t len) {
 
 /* In a test body with locals why[], failed and a label done: note why and
  * go to the cleanup. */
-#define STEP_FAIL(...)                              \
-  do {                                              \
-    snprintf(why, sizeof why, __VA_ARGS__);         \
-    failed = 1;                                     \
-    goto done;                                      \
+#define STEP_FAIL(...)                      \
+  do {                                      \
+    snprintf(why, sizeof why, __VA_ARGS__); \
+    failed = 1;                             \
+    goto done;                              \
   } while (0)
 
 /* Wait until INFO replication on 'r' contains every one of the (up to 3)
@@ -142,7 +146,7 @@ static inline int hold_and_guard(dlock_client *c, const char *who, int64_t lease
 /* hold_and_guard() tried every 0.5 s for 10 s while the acquire fails (the
  * client finding the new master after a failover). */
 static inline int hold_and_guard_retry(dlock_client *c, const char *who, int64_t lease_ms, dlock_mutex **m,
-                                uint64_t *fence) {
+                                       uint64_t *fence) {
   int rc = -1;
   for (int i = 0; i < 20; i++) {
     *fence = 0;

@@ -45,8 +45,14 @@ static void track(th_redis *r, int add) {
     signal(SIGABRT, on_fatal_signal);
   }
   for (int i = 0; i < TH_MAX_SERVERS; i++) {
-    if (add && !live[i]) { live[i] = r; return; }
-    if (!add && live[i] == r) { live[i] = NULL; return; }
+    if (add && !live[i]) {
+      live[i] = r;
+      return;
+    }
+    if (!add && live[i] == r) {
+      live[i] = NULL;
+      return;
+    }
   }
 }
 
@@ -96,7 +102,8 @@ dlock_client *th_client_retry(const char *url) {
 
 void th_sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 int th_localhost_resolves(char *why, size_t len) {
@@ -106,17 +113,19 @@ int th_localhost_resolves(char *why, size_t len) {
   hints.ai_socktype = SOCK_STREAM;
   int gai = getaddrinfo("localhost", NULL, &hints, &res);
   if (gai != 0) {
-    snprintf(why, len, "the name 'localhost' does not resolve here (getaddrinfo: %s); "
-             "add '127.0.0.1 localhost' to /etc/hosts to run this test", gai_strerror(gai));
+    snprintf(why, len,
+             "the name 'localhost' does not resolve here (getaddrinfo: %s); "
+             "add '127.0.0.1 localhost' to /etc/hosts to run this test",
+             gai_strerror(gai));
     return 0;
   }
   int found = 0;
   for (struct addrinfo *ai = res; ai && !found; ai = ai->ai_next)
-    found = ai->ai_family == AF_INET &&
-            ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK);
+    found = ai->ai_family == AF_INET && ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK);
   freeaddrinfo(res);
   if (!found)
-    snprintf(why, len, "the name 'localhost' does not resolve to 127.0.0.1 here, where the test "
+    snprintf(why, len,
+             "the name 'localhost' does not resolve to 127.0.0.1 here, where the test "
              "server listens; add '127.0.0.1 localhost' to /etc/hosts to run this test");
   return found;
 }
@@ -157,7 +166,8 @@ int th_redis_cli(const th_redis *r, char *out, size_t outlen, const char *fmt, .
     while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r')) out[--n] = '\0';
   } else {
     char sink[512];
-    while (fread(sink, 1, sizeof sink, p) > 0) {}
+    while (fread(sink, 1, sizeof sink, p) > 0) {
+    }
   }
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -194,7 +204,10 @@ static int launch(th_redis *r) {
   if (pid < 0) return -1;
   if (pid == 0) {
     int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) { dup2(devnull, 1); dup2(devnull, 2); }
+    if (devnull >= 0) {
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+    }
     /* Own process group: a Ctrl-C aimed at the test does not hit the server
      * before the test has stopped it by PID. */
     setpgid(0, 0);
@@ -210,14 +223,21 @@ static int start(th_redis *r, const char *extra_conf, int sentinel) {
   memset(r, 0, sizeof *r);
   r->sentinel = sentinel;
   snprintf(r->dir, sizeof r->dir, "%s/dlock-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!mkdtemp(r->dir)) { perror("harness: mkdtemp"); return -1; }
+  if (!mkdtemp(r->dir)) {
+    perror("harness: mkdtemp");
+    return -1;
+  }
   snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
   snprintf(r->extra, sizeof r->extra, "%s", extra_conf ? extra_conf : "");
   for (int attempt = 0; attempt < 5; attempt++) {
     r->port = th_free_port();
     snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
     if (launch(r) == 0) return 0;
-    if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+    if (r->pid > 0) {
+      kill(r->pid, SIGKILL);
+      waitpid(r->pid, NULL, 0);
+      r->pid = 0;
+    }
   }
   return -1;
 }
@@ -230,10 +250,17 @@ static void stop_pid(th_redis *r) {
   kill(r->pid, SIGCONT); /* a test may have left it stopped */
   kill(r->pid, SIGTERM);
   for (int i = 0; i < 250; i++) {
-    if (waitpid(r->pid, NULL, WNOHANG) == r->pid) { r->pid = 0; break; }
+    if (waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+      r->pid = 0;
+      break;
+    }
     th_sleep_ms(20);
   }
-  if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+  if (r->pid > 0) {
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    r->pid = 0;
+  }
 }
 
 void th_redis_stop(th_redis *r) {

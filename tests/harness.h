@@ -15,13 +15,13 @@
 
 typedef struct th_redis {
   pid_t pid;
-  int port;          /* plain TCP port */
-  int tls_port;      /* 0 unless tls */
-  char dir[256];     /* temp dir: config, logs, socket, certificates */
-  char sock[300];    /* unix socket path */
-  char url[512];     /* redis://127.0.0.1:PORT */
-  char extra[2048];  /* extra config lines given at start (kept for restart) */
-  int sentinel;      /* run with --sentinel (see harness_sentinel.h) */
+  int port;         /* plain TCP port */
+  int tls_port;     /* 0 unless tls */
+  char dir[256];    /* temp dir: config, logs, socket, certificates */
+  char sock[300];   /* unix socket path */
+  char url[512];    /* redis://127.0.0.1:PORT */
+  char extra[2048]; /* extra config lines given at start (kept for restart) */
+  int sentinel;     /* run with --sentinel (see harness_sentinel.h) */
 } th_redis;
 
 /* Start a server; 'extra_conf' (may be NULL) is appended to its config.

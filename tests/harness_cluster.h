@@ -11,10 +11,10 @@
 #define TH_CLUSTER_MAX 6
 
 typedef struct th_cluster {
-  int n;                      /* nodes started */
-  int masters, replicas;      /* replicas per master */
+  int n;                 /* nodes started */
+  int masters, replicas; /* replicas per master */
   th_redis node[TH_CLUSTER_MAX];
-  char url[1024];             /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,... (masters) */
+  char url[1024]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,... (masters) */
 } th_cluster;
 
 /* Start 'masters' nodes (+ 'replicas' per master) with a small node timeout

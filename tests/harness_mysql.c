@@ -34,7 +34,8 @@ static void kill_live(void) {
     if (live[i]->dir[0]) {
       char cmd[600];
       snprintf(cmd, sizeof cmd, "rm -rf '%s'", live[i]->dir);
-      if (system(cmd) != 0) {}
+      if (system(cmd) != 0) {
+      }
       live[i]->dir[0] = '\0';
     }
   }
@@ -63,8 +64,14 @@ static void track(th_my *p, int add) {
   for (int i = 0; i < THM_MAX; i++)
     if (add && live[i] == p) return;
   for (int i = 0; i < THM_MAX; i++) {
-    if (add && !live[i]) { live[i] = p; return; }
-    if (!add && live[i] == p) { live[i] = NULL; return; }
+    if (add && !live[i]) {
+      live[i] = p;
+      return;
+    }
+    if (!add && live[i] == p) {
+      live[i] = NULL;
+      return;
+    }
   }
 }
 
@@ -115,7 +122,8 @@ int th_my_sql(const th_my *p, char *out, size_t outlen, const char *fmt, ...) {
     while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ')) out[--n] = '\0';
   } else {
     char buf[512];
-    while (fread(buf, 1, sizeof buf, pp) > 0) {}
+    while (fread(buf, 1, sizeof buf, pp) > 0) {
+    }
   }
   int st = pclose(pp);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -128,9 +136,20 @@ static int launch(th_my *p) {
   snprintf(port, sizeof port, "--port=%d", p->port);
   snprintf(log, sizeof log, "--log-error=%s/server.log", p->dir);
   snprintf(pidf, sizeof pidf, "--pid-file=%s/pid", p->dir);
-  const char *argv[] = {"/usr/sbin/mariadbd", "--no-defaults", data, sock, port, "--bind-address=127.0.0.1", log,
-                        pidf, "--skip-name-resolve", "--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M",
-                        "--max-connections=100", "--performance-schema=OFF", NULL};
+  const char *argv[] = {"/usr/sbin/mariadbd",
+                        "--no-defaults",
+                        data,
+                        sock,
+                        port,
+                        "--bind-address=127.0.0.1",
+                        log,
+                        pidf,
+                        "--skip-name-resolve",
+                        "--innodb-buffer-pool-size=16M",
+                        "--innodb-log-file-size=8M",
+                        "--max-connections=100",
+                        "--performance-schema=OFF",
+                        NULL};
   snprintf(out, sizeof out, "%s/stderr.log", p->dir);
   p->pid = spawn(argv, out);
   if (p->pid < 0) return -1;
@@ -168,8 +187,13 @@ int th_my_start(th_my *p) {
   char data[300], log[300];
   snprintf(data, sizeof data, "--datadir=%s/data", p->dir);
   snprintf(log, sizeof log, "%s/install.log", p->dir);
-  const char *argv[] = {"/usr/bin/mariadb-install-db", "--no-defaults", data, "--auth-root-authentication-method=normal",
-                        "--skip-test-db", "--user=mysql", NULL};
+  const char *argv[] = {"/usr/bin/mariadb-install-db",
+                        "--no-defaults",
+                        data,
+                        "--auth-root-authentication-method=normal",
+                        "--skip-test-db",
+                        "--user=mysql",
+                        NULL};
   pid_t pid = spawn(argv, log);
   int st = -1;
   if (pid > 0) {
@@ -185,11 +209,15 @@ int th_my_start(th_my *p) {
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
     /* Its log goes with the temp dir: show its end first. */
     fprintf(stderr, "harness_mysql: mariadb-install-db failed (%s %d); the end of %s:\n",
-            WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? WTERMSIG(st) : -1,
+            WIFEXITED(st) ? "exit" : "signal",
+            WIFEXITED(st)     ? WEXITSTATUS(st)
+            : WIFSIGNALED(st) ? WTERMSIG(st)
+                              : -1,
             log);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "tail -n 15 '%s' >&2", log);
-    if (system(cmd) != 0) {}
+    if (system(cmd) != 0) {
+    }
     th_my_stop(p);
     return -1;
   }
@@ -206,14 +234,16 @@ int th_my_start(th_my *p) {
     fprintf(stderr, "harness_mysql: mariadbd did not start, log:\n");
     char cmd[400];
     snprintf(cmd, sizeof cmd, "tail -20 '%s/server.log' >&2", p->dir);
-    if (system(cmd) != 0) {}
+    if (system(cmd) != 0) {
+    }
     th_my_stop(p);
     return -1;
   }
   char out[512];
   if (th_my_sql(p, out, sizeof out,
                 "CREATE DATABASE dlock; CREATE USER 'dlock'@'127.0.0.1' IDENTIFIED BY '%s'; "
-                "GRANT ALL ON dlock.* TO 'dlock'@'127.0.0.1';", TH_MY_PASSWORD) != 0) {
+                "GRANT ALL ON dlock.* TO 'dlock'@'127.0.0.1';",
+                TH_MY_PASSWORD) != 0) {
     fprintf(stderr, "harness_mysql: creating the test user failed: %s\n", out);
     th_my_stop(p);
     return -1;
@@ -249,7 +279,8 @@ void th_my_stop(th_my *p) {
   if (p->dir[0]) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", p->dir);
-    if (system(cmd) != 0) {}
+    if (system(cmd) != 0) {
+    }
     p->dir[0] = '\0';
   }
   track(p, 0);

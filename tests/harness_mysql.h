@@ -22,8 +22,8 @@
 typedef struct th_my {
   pid_t pid;
   int port;
-  char dir[256];  /* temp dir: data/, the socket, the log */
-  char url[512];  /* mysql://dlock:PASSWORD@127.0.0.1:PORT/dlock */
+  char dir[256]; /* temp dir: data/, the socket, the log */
+  char url[512]; /* mysql://dlock:PASSWORD@127.0.0.1:PORT/dlock */
 } th_my;
 
 /* 1 when mariadbd and mariadb-install-db are installed, else 0 and why. */
@@ -46,7 +46,6 @@ void th_my_halt(th_my *p, int kill9);
 int th_my_relaunch(th_my *p);
 /* Run SQL through the mariadb client as root; output (tab-separated, no
  * column names) into 'out', trailing newline trimmed. Its exit status. */
-int th_my_sql(const th_my *p, char *out, size_t outlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+int th_my_sql(const th_my *p, char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -36,7 +36,8 @@ static void kill_live(void) {
     if (live[i]->dir[0]) {
       char cmd[600];
       snprintf(cmd, sizeof cmd, "rm -rf '%s'", live[i]->dir);
-      if (system(cmd) != 0) {}
+      if (system(cmd) != 0) {
+      }
       live[i]->dir[0] = '\0';
     }
   }
@@ -70,8 +71,14 @@ static void track(th_pg *p, int add) {
   for (int i = 0; i < THP_MAX; i++)
     if (add && live[i] == p) return;
   for (int i = 0; i < THP_MAX; i++) {
-    if (add && !live[i]) { live[i] = p; return; }
-    if (!add && live[i] == p) { live[i] = NULL; return; }
+    if (add && !live[i]) {
+      live[i] = p;
+      return;
+    }
+    if (!add && live[i] == p) {
+      live[i] = NULL;
+      return;
+    }
   }
 }
 
@@ -195,15 +202,16 @@ int th_pg_start(th_pg *p, const char *extra) {
   snprintf(initdb, sizeof initdb, "%s/initdb", p->bindir);
   snprintf(data, sizeof data, "%s/data", p->dir);
   snprintf(log, sizeof log, "%s/initdb.log", p->dir);
-  const char *argv[] = {initdb, "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8",
-                  "--locale=C", NULL};
+  const char *argv[] = {initdb,      "-D", data,   "-U",         "postgres", "--auth=trust",
+                        "--no-sync", "-E", "UTF8", "--locale=C", NULL};
   pid_t pid = spawn(argv, log);
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     fprintf(stderr, "harness_pg: initdb failed, see %s\n", log);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "cat '%s' >&2", log);
-    if (system(cmd) != 0) {}
+    if (system(cmd) != 0) {
+    }
     th_pg_stop(p);
     return -1;
   }
@@ -220,7 +228,8 @@ int th_pg_start(th_pg *p, const char *extra) {
   fprintf(stderr, "harness_pg: postgres did not start, log:\n");
   char cmd[400];
   snprintf(cmd, sizeof cmd, "tail -20 '%s/server.log' >&2", p->dir);
-  if (system(cmd) != 0) {}
+  if (system(cmd) != 0) {
+  }
   th_pg_stop(p);
   return -1;
 }
@@ -232,7 +241,8 @@ void th_pg_stop(th_pg *p) {
   if (p->dir[0]) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", p->dir);
-    if (system(cmd) != 0) {}
+    if (system(cmd) != 0) {
+    }
     p->dir[0] = '\0';
   }
   track(p, 0);
@@ -278,8 +288,8 @@ int th_pg_start_standby(th_pg *s, const th_pg *primary) {
   snprintf(data, sizeof data, "%s/data", s->dir);
   snprintf(log, sizeof log, "%s/basebackup.log", s->dir);
   snprintf(port, sizeof port, "%d", primary->port);
-  const char *argv[] = {bb, "-D", data, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-R", "-X", "stream",
-                        "--no-sync", NULL};
+  const char *argv[] = {bb,   "-D",       data, "-h", "127.0.0.1", "-p",        port,
+                        "-U", "postgres", "-R", "-X", "stream",    "--no-sync", NULL};
   pid_t pid = spawn(argv, log);
   int st = -1;
   if (pid > 0) {
@@ -361,7 +371,8 @@ int th_pg_sql(const th_pg *p, const char *user, char *out, size_t outlen, const 
     while (got > 0 && (out[got - 1] == '\n' || out[got - 1] == ' ')) out[--got] = '\0';
   } else {
     char sink[512];
-    while (fread(sink, 1, sizeof sink, f) > 0) {}
+    while (fread(sink, 1, sizeof sink, f) > 0) {
+    }
   }
   int st = pclose(f);
   unlink(path);
@@ -386,8 +397,14 @@ static void track_bouncer(th_pgbouncer *b, int add) {
     atexit(kill_bouncers);
   }
   for (int i = 0; i < THB_MAX; i++) {
-    if (add && !live_bouncers[i]) { live_bouncers[i] = b; return; }
-    if (!add && live_bouncers[i] == b) { live_bouncers[i] = NULL; return; }
+    if (add && !live_bouncers[i]) {
+      live_bouncers[i] = b;
+      return;
+    }
+    if (!add && live_bouncers[i] == b) {
+      live_bouncers[i] = NULL;
+      return;
+    }
   }
 }
 
@@ -441,7 +458,8 @@ int th_pgbouncer_start(th_pgbouncer *b, const th_pg *pg, const char *pool_mode) 
     char cmd[600];
     snprintf(cmd, sizeof cmd,
              "PGCONNECT_TIMEOUT=3 psql -X -q -A -t -h 127.0.0.1 -p %d -U postgres -d postgres -c 'SELECT 1' "
-             ">/dev/null 2>&1", b->port);
+             ">/dev/null 2>&1",
+             b->port);
     if (system(cmd) == 0) return 0;
     if (waitpid(b->pid, NULL, WNOHANG) == b->pid) {
       b->pid = 0;
@@ -458,8 +476,10 @@ void th_pgbouncer_stop(th_pgbouncer *b) {
   if (b->pid > 0) {
     kill(b->pid, SIGTERM);
     for (int i = 0; i < 250 && b->pid > 0; i++) {
-      if (waitpid(b->pid, NULL, WNOHANG) == b->pid) b->pid = 0;
-      else th_sleep_ms(20);
+      if (waitpid(b->pid, NULL, WNOHANG) == b->pid)
+        b->pid = 0;
+      else
+        th_sleep_ms(20);
     }
     if (b->pid > 0) {
       kill(b->pid, SIGKILL);
@@ -471,7 +491,8 @@ void th_pgbouncer_stop(th_pgbouncer *b) {
   if (b->dir[0]) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", b->dir);
-    if (system(cmd) != 0) {}
+    if (system(cmd) != 0) {
+    }
     b->dir[0] = '\0';
   }
 }

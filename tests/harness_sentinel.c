@@ -50,7 +50,10 @@ int th_sentinel_set_start(th_sentinel_set *s, const char *service) {
     char out[4096];
     th_redis_cli(&s->replica, out, sizeof out, "INFO replication");
     if (strstr(out, "master_link_status:up")) break;
-    if (i == 499) { fprintf(stderr, "harness: replica never synced\n"); goto fail; }
+    if (i == 499) {
+      fprintf(stderr, "harness: replica never synced\n");
+      goto fail;
+    }
     th_sleep_ms(20);
   }
   size_t n = (size_t)snprintf(s->url, sizeof s->url, "redis-sentinel://");

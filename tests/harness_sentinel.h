@@ -11,11 +11,11 @@
 #define TH_SENTINELS 3
 
 typedef struct th_sentinel_set {
-  th_redis master;  /* as started: after a failover, the replica may be master */
+  th_redis master; /* as started: after a failover, the replica may be master */
   th_redis replica;
   th_redis sentinel[TH_SENTINELS];
   char service[64];
-  char url[512];    /* redis-sentinel://127.0.0.1:P1,...,127.0.0.1:P3/SERVICE */
+  char url[512]; /* redis-sentinel://127.0.0.1:P1,...,127.0.0.1:P3/SERVICE */
 } th_sentinel_set;
 
 /* Start the set for 'service' (down-after-milliseconds 1000, failover-timeout

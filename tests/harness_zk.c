@@ -23,7 +23,7 @@
 
 #define ZK_JAR "/usr/share/java/zookeeper.jar"
 #define ZK_CONF_DIR "/etc/zookeeper/conf"
-#define CURATOR_CP                                                                                           \
+#define CURATOR_CP                                                                                                \
   "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:" \
   "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:"                   \
   "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar"
@@ -235,8 +235,7 @@ int th_zk_ensemble_start(th_zk_ensemble *e, int tick_ms) {
     z->myid = i + 1;
     z->port = th_free_port();
     size_t o = strlen(servers);
-    snprintf(servers + o, sizeof servers - o, "server.%d=127.0.0.1:%d:%d\n", i + 1, th_free_port(),
-             th_free_port());
+    snprintf(servers + o, sizeof servers - o, "server.%d=127.0.0.1:%d:%d\n", i + 1, th_free_port(), th_free_port());
     size_t h = strlen(e->hosts);
     snprintf(e->hosts + h, sizeof e->hosts - h, "%s127.0.0.1:%d", i ? "," : "", z->port);
   }
@@ -354,8 +353,8 @@ int th_curator_build(const char *src, char *why, size_t len) {
   }
   atexit(remove_curator_dir);
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "javac -nowarn -cp '%s' -d '%s' '%s' >'%s/javac.log' 2>&1", CURATOR_CP, curator_dir,
-           src, curator_dir);
+  snprintf(cmd, sizeof cmd, "javac -nowarn -cp '%s' -d '%s' '%s' >'%s/javac.log' 2>&1", CURATOR_CP, curator_dir, src,
+           curator_dir);
   if (system(cmd) != 0) {
     snprintf(why, len, "javac failed on %s (see %s/javac.log)", src, curator_dir);
     return -1;
@@ -379,8 +378,8 @@ pid_t th_curator_spawn(int *out_fd, const char *connect, const char *path, const
     close(p[1]);
     char cp[1400];
     snprintf(cp, sizeof cp, "%s:%s", curator_dir, CURATOR_CP);
-    execlp("java", "java", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "CuratorLock",
-           connect, path, a1, a2 ? a2 : (char *)NULL, (char *)NULL);
+    execlp("java", "java", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "CuratorLock", connect,
+           path, a1, a2 ? a2 : (char *)NULL, (char *)NULL);
     _exit(127);
   }
   close(p[1]);

@@ -49,7 +49,11 @@ static inline int h5_one_hold(int fd, int id, dlock_client *c, const char *name,
   return held;
 }
 
-typedef struct h5_hold { int id; unsigned long long f; long long in, out; } h5_hold;
+typedef struct h5_hold {
+  int id;
+  unsigned long long f;
+  long long in, out;
+} h5_hold;
 
 static inline int h5_by_in(const void *a, const void *b) {
   const h5_hold *x = a, *y = b;
@@ -84,7 +88,9 @@ static inline int h5_check(const char *path, int *overlaps, int *falls) {
 static char h5_path[512] __attribute__((unused));
 static long long h5_until __attribute__((unused));
 
-typedef struct h5_worker_arg { int id; } h5_worker_arg;
+typedef struct h5_worker_arg {
+  int id;
+} h5_worker_arg;
 
 /* Makes 'path' empty, sets the run's end 'ms' from now and spawns 'n' (at
  * most 8) processes of 'worker', each given its id 0..n-1 (an

@@ -110,9 +110,8 @@ static void serve(void *owner, int cfd) {
   unsigned char buf[65536];
   if (c->sfd[0] < 0 || c->sfd[1] < 0 || handshake(c) != 0) goto out;
   while (!atomic_load(&p->l.stop)) {
-    struct pollfd f[3] = {{.fd = c->cfd, .events = POLLIN},
-                          {.fd = c->sfd[0], .events = POLLIN},
-                          {.fd = c->sfd[1], .events = POLLIN}};
+    struct pollfd f[3] = {
+        {.fd = c->cfd, .events = POLLIN}, {.fd = c->sfd[0], .events = POLLIN}, {.fd = c->sfd[1], .events = POLLIN}};
     int r = poll(f, 3, 100);
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) continue;

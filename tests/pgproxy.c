@@ -71,8 +71,10 @@ static void *listener_main(void *arg) {
     pthread_mutex_lock(&l->mu);
     int slot = a && l->nthreads < PGP_MAX_CONNS ? l->nthreads : -1;
     if (slot >= 0) *a = (pgp_incoming){.l = l, .cfd = cfd};
-    if (slot >= 0 && pthread_create(&l->threads[slot], NULL, serve_main, a) == 0) l->nthreads++;
-    else slot = -1;
+    if (slot >= 0 && pthread_create(&l->threads[slot], NULL, serve_main, a) == 0)
+      l->nthreads++;
+    else
+      slot = -1;
     pthread_mutex_unlock(&l->mu);
     if (slot < 0) {
       close(cfd);

@@ -20,10 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void text(FILE *out, const char *s)
-{
-  if (s[0] == '.' || s[0] == '\'')
-    fputs("\\&", out);
+static void text(FILE *out, const char *s) {
+  if (s[0] == '.' || s[0] == '\'') fputs("\\&", out);
   for (; *s != '\0'; s++) {
     if (*s == '\\')
       fputs("\\e", out);
@@ -37,10 +35,7 @@ static void text(FILE *out, const char *s)
   fputc('\n', out);
 }
 
-static int starts(const char *s, const char *prefix)
-{
-  return strncmp(s, prefix, strlen(prefix)) == 0;
-}
+static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
 /* ---- One page per function ---- */
 
@@ -50,35 +45,29 @@ static struct {
   char section[1024];
   char comment[BLOCK_MAX][1024]; /* the last comment's lines, cleaned */
   int ncomment;
-  int comment_open;   /* the comment is the one just above the code block */
+  int comment_open; /* the comment is the one just above the code block */
   char code[BLOCK_MAX][1024];
   int ncode;
   int failed;
 } pg;
 
 /* The first sentence of the comment (for NAME), without its period. */
-static void summary(char *buf, size_t len)
-{
+static void summary(char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
   for (int i = 0; i < pg.ncomment && used + 1 < len; i++) {
     const char *s = pg.comment[i];
-    if (*s == '\0')
-      break;
+    if (*s == '\0') break;
     used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " " : "", s);
   }
   char *stop = strstr(buf, ". ");
-  if (stop != NULL)
-    *stop = '\0';
+  if (stop != NULL) *stop = '\0';
   size_t n = strlen(buf);
-  if (n > 0 && buf[n - 1] == '.')
-    buf[n - 1] = '\0';
-  if (strlen(buf) > 160)
-    strcpy(buf + 150, "...");
+  if (n > 0 && buf[n - 1] == '.') buf[n - 1] = '\0';
+  if (strlen(buf) > 160) strcpy(buf + 150, "...");
 }
 
-static void write_page(const char *fn)
-{
+static void write_page(const char *fn) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.3", pg.dir, fn);
   FILE *out = fopen(path, "w");
@@ -106,7 +95,8 @@ static void write_page(const char *fn)
   for (int k = 0; k < pg.ncode; k++)
     text(out, starts(pg.code[k], "DLOCK_API ") ? pg.code[k] + strlen("DLOCK_API ") : pg.code[k]);
   fputs(".fi\n.PP\nLink with \\fB\\-ldlock\\fR (\\fBpkg\\-config \\-\\-cflags \\-\\-libs dlock\\fR).\n"
-        ".SH DESCRIPTION\n", out);
+        ".SH DESCRIPTION\n",
+        out);
   int para = 1;
   for (int k = 0; k < nc; k++) {
     if (pg.comment[k][0] == '\0') {
@@ -119,8 +109,7 @@ static void write_page(const char *fn)
       para = 0;
       continue;
     }
-    if (para)
-      fputs(".PP\n", out);
+    if (para) fputs(".PP\n", out);
     para = 0;
     text(out, pg.comment[k]);
   }
@@ -131,27 +120,21 @@ static void write_page(const char *fn)
   fputs(".PP\nIn libdlock(3), section\n", out);
   text(out, pg.section);
   fputs(".SH SEE ALSO\nlibdlock(3), dlock(1)\n", out);
-  if (fclose(out) != 0)
-    pg.failed = 1;
+  if (fclose(out) != 0) pg.failed = 1;
 }
 
 /* The code block ended: a page for each function it declares. */
-static void end_block(void)
-{
+static void end_block(void) {
   for (int k = 0; pg.dir != NULL && k < pg.ncode; k++) {
     const char *s = pg.code[k];
-    if (!starts(s, "DLOCK_API "))
-      continue;
+    if (!starts(s, "DLOCK_API ")) continue;
     const char *open = strchr(s, '(');
-    if (open == NULL)
-      continue;
+    if (open == NULL) continue;
     const char *b = open;
-    while (b > s && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') || (b[-1] >= '0' && b[-1] <= '9')))
-      b--;
+    while (b > s && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') || (b[-1] >= '0' && b[-1] <= '9'))) b--;
     char fn[128];
     size_t n = (size_t)(open - b);
-    if (n == 0 || n >= sizeof fn || !starts(b, "dlock_"))
-      continue;
+    if (n == 0 || n >= sizeof fn || !starts(b, "dlock_")) continue;
     memcpy(fn, b, n);
     fn[n] = '\0';
     write_page(fn);
@@ -160,45 +143,37 @@ static void end_block(void)
   pg.comment_open = 0;
 }
 
-static void add_code(const char *s)
-{
-  if (pg.ncode < BLOCK_MAX)
-    snprintf(pg.code[pg.ncode++], sizeof pg.code[0], "%s", s);
+static void add_code(const char *s) {
+  if (pg.ncode < BLOCK_MAX) snprintf(pg.code[pg.ncode++], sizeof pg.code[0], "%s", s);
 }
 
 /* A comment begins: the block before it is done. */
-static void begin_comment(void)
-{
-  if (pg.ncode > 0)
-    end_block();
+static void begin_comment(void) {
+  if (pg.ncode > 0) end_block();
   pg.ncomment = 0;
   pg.comment_open = 1;
 }
 
-static void add_comment_line(const char *s)
-{
-  if (pg.ncomment < BLOCK_MAX)
-    snprintf(pg.comment[pg.ncomment++], sizeof pg.comment[0], "%s", s);
+static void add_comment_line(const char *s) {
+  if (pg.ncomment < BLOCK_MAX) snprintf(pg.comment[pg.ncomment++], sizeof pg.comment[0], "%s", s);
 }
 
 /* Lines of the header that only serve the compiler. */
-static int plumbing(const char *s)
-{
+static int plumbing(const char *s) {
   static const char *const skip[] = {
-    "#ifndef DLOCK_H", "#define DLOCK_H", "#include", "#ifdef __cplusplus", "extern \"C\"",
-    "#if defined(DLOCK_BUILDING)", "#define DLOCK_API", "#else", "#endif",
+      "#ifndef DLOCK_H",    "#define DLOCK_H", "#include",
+      "#ifdef __cplusplus", "extern \"C\"",    "#if defined(DLOCK_BUILDING)",
+      "#define DLOCK_API",  "#else",           "#endif",
   };
   if (strcmp(s, "}") == 0) /* of extern "C" */
     return 1;
   for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++) {
-    if (starts(s, skip[i]))
-      return 1;
+    if (starts(s, skip[i])) return 1;
   }
   return 0;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   if (argc != 3 && argc != 4) {
     fprintf(stderr, "usage: hdr2man HEADER VERSION [DIR]\n");
     return 2;
@@ -222,25 +197,23 @@ int main(int argc, char **argv)
         "Link with \\fB\\-ldlock\\fR (\\fBpkg\\-config \\-\\-cflags \\-\\-libs dlock\\fR), or in\n"
         "CMake with \\fBfind_package(dlock CONFIG)\\fR and the target \\fBdlock::dlock\\fR\n"
         "(or \\fBdlock::dlock_static\\fR).\n"
-        ".SH DESCRIPTION\n", out);
+        ".SH DESCRIPTION\n",
+        out);
   while (fgets(line, sizeof line, in) != NULL) {
     line[strcspn(line, "\n")] = '\0';
     char *s = line;
 
     if (!in_comment && starts(s, "/* ---- ")) {
-      if (in_code)
-        fputs(".fi\n", out);
+      if (in_code) fputs(".fi\n", out);
       in_code = 0;
       where = BODY;
       char *title = s + strlen("/* ---- ");
       char *end = strstr(title, " ----");
-      if (end != NULL)
-        *end = '\0';
+      if (end != NULL) *end = '\0';
       end_block();
       pg.ncomment = 0;
       snprintf(pg.section, sizeof pg.section, "%s", title);
-      for (char *p = title; *p != '\0'; p++)
-        *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+      for (char *p = title; *p != '\0'; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
       fputs(".SH ", out);
       text(out, title);
       para = 1;
@@ -248,29 +221,21 @@ int main(int argc, char **argv)
     }
     if (!in_comment && starts(s, "/*") && (where == BODY || !first_comment_done)) {
       in_comment = 1;
-      if (in_code)
-        fputs(".fi\n", out);
+      if (in_code) fputs(".fi\n", out);
       in_code = 0;
       para = 1;
       s += 2;
-      if (where == BODY)
-        begin_comment();
+      if (where == BODY) begin_comment();
     }
     if (in_comment) {
       char *close = strstr(s, "*/");
-      if (close != NULL)
-        *close = '\0';
-      while (*s == ' ')
-        s++;
-      if (*s == '*' && s[1] != '/')
-        s++;
-      while (*s == ' ')
-        s++;
+      if (close != NULL) *close = '\0';
+      while (*s == ' ') s++;
+      if (*s == '*' && s[1] != '/') s++;
+      while (*s == ' ') s++;
       size_t n = strlen(s);
-      while (n > 0 && s[n - 1] == ' ')
-        s[--n] = '\0';
-      if (where == BODY && (*s != '\0' || pg.ncomment > 0))
-        add_comment_line(s);
+      while (n > 0 && s[n - 1] == ' ') s[--n] = '\0';
+      if (where == BODY && (*s != '\0' || pg.ncomment > 0)) add_comment_line(s);
       if (*s == '\0') {
         para = 1;
         in_item = 0;
@@ -280,10 +245,8 @@ int main(int argc, char **argv)
         in_item = 1;
         para = 0;
       } else {
-        if (para)
-          fputs(in_item ? ".IP\n" : ".PP\n", out);
-        if (para)
-          in_item = 0;
+        if (para) fputs(in_item ? ".IP\n" : ".PP\n", out);
+        if (para) in_item = 0;
         para = 0;
         text(out, s);
       }
@@ -294,29 +257,25 @@ int main(int argc, char **argv)
       }
       continue;
     }
-    if (where == TOP || plumbing(s))
-      continue;
+    if (where == TOP || plumbing(s)) continue;
     if (*s == '\0') {
-      if (in_code)
-        fputs(".fi\n", out);
+      if (in_code) fputs(".fi\n", out);
       in_code = 0;
       end_block();
       continue;
     }
     add_code(s);
-    if (!in_code)
-      fputs(".PP\n.nf\n", out);
+    if (!in_code) fputs(".PP\n.nf\n", out);
     in_code = 1;
     char *api = strstr(s, "DLOCK_API ");
-    if (api != NULL)
-      memmove(api, api + strlen("DLOCK_API "), strlen(api + strlen("DLOCK_API ")) + 1);
+    if (api != NULL) memmove(api, api + strlen("DLOCK_API "), strlen(api + strlen("DLOCK_API ")) + 1);
     text(out, s);
   }
-  if (in_code)
-    fputs(".fi\n", out);
+  if (in_code) fputs(".fi\n", out);
   end_block();
   fputs(".SH SEE ALSO\n"
-        "dlock(1); docs/errors.md, docs/design.md and docs/keys.md in the source tree.\n", out);
+        "dlock(1); docs/errors.md, docs/design.md and docs/keys.md in the source tree.\n",
+        out);
   fclose(in);
   return fflush(out) == 0 && !pg.failed ? 0 : 1;
 }

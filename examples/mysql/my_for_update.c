@@ -66,8 +66,10 @@ static unsigned sql(MYSQL *c, const char *fmt, ...) {
   if (mysql_real_query(c, q, strlen(q)) != 0) return mysql_errno(c);
   /* A SELECT's error (a lock wait timeout) may come after its columns. */
   MYSQL_RES *r = mysql_store_result(c);
-  if (r) mysql_free_result(r);
-  else if (mysql_field_count(c) > 0) return mysql_errno(c);
+  if (r)
+    mysql_free_result(r);
+  else if (mysql_field_count(c) > 0)
+    return mysql_errno(c);
   return 0;
 }
 
@@ -97,8 +99,8 @@ static int autocommit_on(MYSQL *a, MYSQL *b) {
   must(sql(a, "UPDATE ex_stock SET qty = %lld WHERE item = 'a'", qa - 1), a, "sale a");
   must(sql(b, "UPDATE ex_stock SET qty = %lld WHERE item = 'a'", qb - 1), b, "sale b");
   long long left = value(a, "SELECT qty FROM ex_stock WHERE item = 'a'");
-  printf("1. autocommit on: both clients 'locked' the row (read %lld and %lld), two sales left %lld, not 98: %s\n",
-         qa, qb, left, left == 99 ? "one sale lost (reproduced)" : "not reproduced");
+  printf("1. autocommit on: both clients 'locked' the row (read %lld and %lld), two sales left %lld, not 98: %s\n", qa,
+         qb, left, left == 99 ? "one sale lost (reproduced)" : "not reproduced");
   return left == 99;
 }
 
@@ -138,7 +140,8 @@ static dlock_mutex *lock_for(dlock_client *c, int64_t lease_ms) {
 /* The fenced sale: 1 applied, 0 refused (a newer fence wrote first). */
 static int fenced_sale(MYSQL *c, uint64_t fence) {
   must(sql(c, "UPDATE ex_stock SET qty = qty - 1, fence = %" PRIu64 " WHERE item = 'a' AND fence <= %" PRIu64, fence,
-           fence), c, "fenced sale");
+           fence),
+       c, "fenced sale");
   return (int)mysql_affected_rows(c);
 }
 
@@ -170,7 +173,8 @@ static int fenced(MYSQL *a, MYSQL *b) {
   long long left = value(a, "SELECT qty FROM ex_stock WHERE item = 'a'");
   int held = ok && b_applied == 1 && a_applied == 0 && left == 99 && fb > fa;
   printf("3. fenced write: the new holder (fence %" PRIu64 ") sold one, the paused one (fence %" PRIu64
-         ") changed %d rows, %lld left: %s\n", fb, fa, a_applied, left, held ? "held" : "NOT held");
+         ") changed %d rows, %lld left: %s\n",
+         fb, fa, a_applied, left, held ? "held" : "NOT held");
   dlock_mutex_free(ma);
   dlock_mutex_free(mb);
   dlock_client_free(ca);
@@ -191,7 +195,8 @@ int main(int argc, char **argv) {
   MYSQL *a = connect_app(), *b = connect_app();
   must(sql(a, "DROP TABLE IF EXISTS ex_stock, ex_stock_noidx"), a, "drop");
   must(sql(a, "CREATE TABLE ex_stock (item VARCHAR(20) PRIMARY KEY, qty BIGINT NOT NULL, "
-              "fence BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB"), a, "create");
+              "fence BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB"),
+       a, "create");
   must(sql(a, "CREATE TABLE ex_stock_noidx (item VARCHAR(20) NOT NULL, qty BIGINT NOT NULL) ENGINE=InnoDB"), a,
        "create");
   must(sql(a, "INSERT INTO ex_stock VALUES ('a', 100, 0), ('b', 100, 0)"), a, "insert");

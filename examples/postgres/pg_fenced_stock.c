@@ -72,8 +72,9 @@ int main(int argc, char **argv) {
     char fence[24];
     snprintf(fence, sizeof fence, "%" PRIu64, h.fence);
     const char *vals[2] = {fence, sku};
-    PGresult *r = PQexecParams(db, "UPDATE stock SET n = n - 1, fence = $1::bigint WHERE sku = $2 AND fence <= $1::bigint",
-                               2, NULL, vals, NULL, NULL, 0);
+    PGresult *r =
+        PQexecParams(db, "UPDATE stock SET n = n - 1, fence = $1::bigint WHERE sku = $2 AND fence <= $1::bigint", 2,
+                     NULL, vals, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       fprintf(stderr, "pg_fenced_stock: %s", PQresultErrorMessage(r));
       failed++;

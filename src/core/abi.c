@@ -8,13 +8,9 @@
 
 #include "internal.h"
 
-const char *dlock_version(void) {
-  return DLOCK_VERSION;
-}
+const char *dlock_version(void) { return DLOCK_VERSION; }
 
-int dlock_version_number(void) {
-  return DLOCK_VERSION_NUMBER;
-}
+int dlock_version_number(void) { return DLOCK_VERSION_NUMBER; }
 
 int dlock__struct_check(const void *given, size_t min, size_t full, const char *type) {
   size_t size;

@@ -96,15 +96,13 @@ int dlock_lock_info_get_node(dlock_client *c, const char *name, int i, dlock_loc
   return info_get(c, name, 1, i, out);
 }
 
-int dlock_lock_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *h, void *arg),
-                       void *arg) {
+int dlock_lock_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *h, void *arg), void *arg) {
   dlock_lock_info info;
   dlock_lock_info_init(&info);
   if (!fn) return dlock__error(DLOCK_EINVAL, "dlock_lock_holders: NULL callback");
   int rc = info_get(c, name, 0, 0, &info);
   if (rc) return rc;
-  if ((info.permits != 0 || info.rwlock) && c->ops->admin->holders)
-    return c->ops->admin->holders(c, name, fn, arg);
+  if ((info.permits != 0 || info.rwlock) && c->ops->admin->holders) return c->ops->admin->holders(c, name, fn, arg);
   if (!info.held || info.foreign) return 0;
   dlock_holder h = {info.fence, info.ttl_ms, info.since_unix_ms, info.owner_info};
   fn(&h, arg);
@@ -136,8 +134,10 @@ int dlock_client_prune(dlock_client *c, int64_t older_than_ms, int64_t *pruned) 
                         (long long)older_than_ms);
   if (!c->ops->admin || !c->ops->admin->prune) {
     /* Success, and dlock_last_error() says why nothing was deleted. */
-    dlock__error(0, "nothing to prune on %s (the %s backend): its locks leave nothing behind (what a hold keeps "
-                 "on the server goes with its lease or its session)", c->server, c->ops->name);
+    dlock__error(0,
+                 "nothing to prune on %s (the %s backend): its locks leave nothing behind (what a hold keeps "
+                 "on the server goes with its lease or its session)",
+                 c->server, c->ops->name);
     return 0;
   }
   int64_t n = 0;
@@ -172,8 +172,10 @@ static void seen_add(const char *name, void *arg) {
     s->names = p;
     s->cap = cap;
   }
-  if (!(s->names[s->n] = strdup(name))) s->oom = 1;
-  else s->n++;
+  if (!(s->names[s->n] = strdup(name)))
+    s->oom = 1;
+  else
+    s->n++;
 }
 
 static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -218,7 +220,8 @@ int dlock_guard_check_highest(dlock_client *c, const char *resource, uint64_t to
   if (rc) return rc;
   if (token == 0) return dlock__error(DLOCK_ERANGE, "guard on '%s': token 0 is never issued", resource);
   if (token > (uint64_t)INT64_MAX)
-    return dlock__error(DLOCK_ERANGE, "guard on '%s': token %" PRIu64 " is above 2^63-1, the largest fence dlock "
+    return dlock__error(DLOCK_ERANGE,
+                        "guard on '%s': token %" PRIu64 " is above 2^63-1, the largest fence dlock "
                         "issues: it is no dlock fence (a wrapped or corrupted value?), so it is not admitted",
                         resource, token);
   if (!c->ops->guard) return unsupported(c, "the fencing guard");

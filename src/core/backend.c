@@ -37,10 +37,10 @@ extern const dlock__backend_ops dlock__mysql_ops;
 #define KEYWORD_VALUE ""
 
 static const struct scheme {
-  const char *prefix;             /* "zk://" */
-  const char *display;            /* the backend's name in messages */
-  const dlock__backend_ops *ops;  /* NULL: this build leaves the backend out */
-  const char *option, *package;   /* the CMake option that builds it in, and what that needs */
+  const char *prefix;            /* "zk://" */
+  const char *display;           /* the backend's name in messages */
+  const dlock__backend_ops *ops; /* NULL: this build leaves the backend out */
+  const char *option, *package;  /* the CMake option that builds it in, and what that needs */
 } schemes[] = {
     /* The first row is the default backend's (no URL: redis://127.0.0.1:6379). */
     {"redis://", "Redis", REDIS_OPS, NULL, NULL},
@@ -81,8 +81,8 @@ static int unknown_scheme(const char *url) {
   for (size_t i = 0; i < NSCHEMES && k < sizeof known; i++)
     k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "",
                           *schemes[i].prefix ? schemes[i].prefix : "key=value (libpq)");
-  return dlock__error(DLOCK_EURL, "bad URL '%.200s': unknown scheme; libdlock takes %s (README.md, Connecting)",
-                      shown, known);
+  return dlock__error(DLOCK_EURL, "bad URL '%.200s': unknown scheme; libdlock takes %s (README.md, Connecting)", shown,
+                      known);
 }
 
 const dlock__backend_ops *dlock__backend_for(const char *url, int *rc) {
@@ -94,8 +94,10 @@ const dlock__backend_ops *dlock__backend_for(const char *url, int *rc) {
   if (s->ops) return s->ops;
   char shown[512];
   dlock_url_redact(url, shown, sizeof shown);
-  *rc = dlock__error(DLOCK_EURL, "'%.200s' is a %s URL, but this libdlock was built without the %s backend: "
-                     "rebuild with -D%s=ON (it needs %s)", shown, s->display, s->display, s->option, s->package);
+  *rc = dlock__error(DLOCK_EURL,
+                     "'%.200s' is a %s URL, but this libdlock was built without the %s backend: "
+                     "rebuild with -D%s=ON (it needs %s)",
+                     shown, s->display, s->display, s->option, s->package);
   return NULL;
 }
 

@@ -27,7 +27,8 @@ typedef struct dlock__backend_ops dlock__backend_ops;
 
 /* Capabilities: per-client facts only, set by open() in c->caps (what a
  * backend offers as a whole is the sub-tables it points to, below). */
-#define DLOCK__CAP_SESSION 1u   /* holds live as long as a session (or a transaction): the
+#define DLOCK__CAP_SESSION \
+  1u                            /* holds live as long as a session (or a transaction): the
                                    watchdog's renew() only reads the session's validity */
 #define DLOCK__CAP_SEMAPHORE 2u /* handles of kind DLOCK__KIND_SEMAPHORE (internal.h) */
 #define DLOCK__CAP_RWLOCK 4u    /* handles of kind DLOCK__KIND_READ and _WRITE */
@@ -57,38 +58,38 @@ typedef struct dlock__renewal {
 typedef struct dlock__claim {
   /* in */
   const char *job;
-  int64_t tick_ms;           /* the tick (wall ms); fixed delay: 0, the backend names the tick */
-  int64_t delay_ms;          /* fixed delay: the delay after the last end; else 0 */
-  const char *token;         /* the run's random token (32 hex) */
-  const char *node;          /* this node's name */
-  int64_t at_most_ms;        /* lock_at_most_for */
-  int64_t at_least_ms;       /* lock_at_least_for */
+  int64_t tick_ms;     /* the tick (wall ms); fixed delay: 0, the backend names the tick */
+  int64_t delay_ms;    /* fixed delay: the delay after the last end; else 0 */
+  const char *token;   /* the run's random token (32 hex) */
+  const char *node;    /* this node's name */
+  int64_t at_most_ms;  /* lock_at_most_for */
+  int64_t at_least_ms; /* lock_at_least_for */
   int allow_overlap;
   int history_len;
-  int64_t ahead_ms;          /* refuse a tick this far ahead of the server's clock */
-  int manual;                /* 1: claim the job's pending manual trigger (dlock_job_trigger), not a tick;
+  int64_t ahead_ms; /* refuse a tick this far ahead of the server's clock */
+  int manual;       /* 1: claim the job's pending manual trigger (dlock_job_trigger), not a tick;
                                 tick_ms and delay_ms are 0. It runs even while the job is paused. */
   /* out */
-  int outcome;               /* DLOCK__CLAIM_* */
-  uint64_t fence;            /* YOURS */
-  int64_t start_ms;          /* YOURS: the server's clock at the claim */
-  int64_t claimed_tick_ms;   /* YOURS with a fixed delay: the tick claimed */
-  int64_t server_now_ms;     /* AHEAD: the server's clock */
-  int64_t wait_ms;           /* WAIT: look again after this long */
-  char by[128];              /* TAKEN, BUSY: the node that has it */
-  char why[160];             /* PAUSED: "skipped: paused by WHO: REASON", as recorded in the history */
-  int trigger_pending;       /* a tick's claim: a manual trigger waits (claim it with 'manual') */
-  int maybe_ran;             /* after a failure: the claim may hold the job lock (undo it) */
+  int outcome;             /* DLOCK__CLAIM_* */
+  uint64_t fence;          /* YOURS */
+  int64_t start_ms;        /* YOURS: the server's clock at the claim */
+  int64_t claimed_tick_ms; /* YOURS with a fixed delay: the tick claimed */
+  int64_t server_now_ms;   /* AHEAD: the server's clock */
+  int64_t wait_ms;         /* WAIT: look again after this long */
+  char by[128];            /* TAKEN, BUSY: the node that has it */
+  char why[160];           /* PAUSED: "skipped: paused by WHO: REASON", as recorded in the history */
+  int trigger_pending;     /* a tick's claim: a manual trigger waits (claim it with 'manual') */
+  int maybe_ran;           /* after a failure: the claim may hold the job lock (undo it) */
 } dlock__claim;
 
 enum {
   DLOCK__CLAIM_YOURS = 1,
-  DLOCK__CLAIM_TAKEN,        /* this tick (or a later one) was claimed by another run */
-  DLOCK__CLAIM_BUSY,         /* the previous run still holds the job lock */
-  DLOCK__CLAIM_AHEAD,        /* the tick lies ahead of the server's clock: this host's clock is wrong */
-  DLOCK__CLAIM_WAIT,         /* fixed delay: not due yet */
-  DLOCK__CLAIM_PAUSED,       /* the job is paused: the tick was consumed and recorded as skipped */
-  DLOCK__CLAIM_NONE          /* 'manual': no trigger is pending (another node claimed it) */
+  DLOCK__CLAIM_TAKEN,  /* this tick (or a later one) was claimed by another run */
+  DLOCK__CLAIM_BUSY,   /* the previous run still holds the job lock */
+  DLOCK__CLAIM_AHEAD,  /* the tick lies ahead of the server's clock: this host's clock is wrong */
+  DLOCK__CLAIM_WAIT,   /* fixed delay: not due yet */
+  DLOCK__CLAIM_PAUSED, /* the job is paused: the tick was consumed and recorded as skipped */
+  DLOCK__CLAIM_NONE    /* 'manual': no trigger is pending (another node claimed it) */
 };
 
 /* Operations on a job's state (dlock_job_pause, _resume, _trigger). */
@@ -147,7 +148,7 @@ typedef struct dlock__pipeline_ops {
 
 /* Countdown latches. l->be is the backend's state. */
 typedef struct dlock__latch_ops {
-  int (*create)(dlock_latch *l);   /* check the name, set up l->be (no I/O) */
+  int (*create)(dlock_latch *l); /* check the name, set up l->be (no I/O) */
   void (*destroy)(dlock_latch *l);
   /* Start at 'count' expiring 'expire_ms' from now; DLOCK_EBUSY while counting. */
   int (*set)(dlock_latch *l, int64_t count, int64_t expire_ms);
@@ -234,7 +235,7 @@ typedef struct dlock__node_info {
 
 /* ---- The required table: every backend fills every slot ---- */
 struct dlock__backend_ops {
-  const char *name;          /* short, lower case: dlock_client_backend() */
+  const char *name; /* short, lower case: dlock_client_backend() */
   /* Why a hold was lost when its server could not be reached (DLOCK_LOST_UNREACHABLE),
    * in the backend's words: it names the server's technology. */
   const char *unreachable;
@@ -251,7 +252,7 @@ struct dlock__backend_ops {
    * the URL without, say, the scheduler). 'url' is NULL when 'o' names the
    * servers another way (takes_options). On failure the core calls close(). */
   int (*open)(dlock_client *c, const dlock_client_options *o, const char *url);
-  void (*close)(dlock_client *c);    /* after the watchdog stopped; c->be may be NULL */
+  void (*close)(dlock_client *c); /* after the watchdog stopped; c->be may be NULL */
   int (*ping)(dlock_client *c);
   /* Rare requests (DLOCK__Q_*): dlock__query_none answers none. */
   int (*query)(dlock_client *c, int what, int node, void *out, size_t len);
@@ -283,8 +284,7 @@ struct dlock__backend_ops {
    * the hold is gone; another status when it is not known (the core then
    * counts the hold as ending at the earlier deadline). '*sent' the moment
    * the request left. */
-  int (*extend)(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
-                dlock_lost_reason *lost);
+  int (*extend)(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent, dlock_lost_reason *lost);
   /* The watchdog's batch: renew each hold, giving up at 'limit'. */
   void (*renew)(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms limit);
   /* Is the hold of 'token' still ours on the server: 1 and '*ttl_ms' (-1: no

@@ -31,7 +31,6 @@ static int set_prefix(dlock_client *c, const char *pre) {
   return dlock__random_hex(c->id, 8);
 }
 
-
 int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_client_new: 'out' is NULL");
@@ -42,8 +41,8 @@ int dlock_client_new(dlock_client **out, const dlock_client_options *opts) {
   if (rc) return rc;
   if (o.key_prefix && *o.key_prefix && (rc = dlock__check_name("key prefix", o.key_prefix))) return rc;
   if (o.max_connections < 0 || o.max_connections > MAX_CONNECTIONS)
-    return dlock__error(DLOCK_ERANGE, "max_connections is %d; it must be 0 (default %d) or 1..%d",
-                        o.max_connections, DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS);
+    return dlock__error(DLOCK_ERANGE, "max_connections is %d; it must be 0 (default %d) or 1..%d", o.max_connections,
+                        DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS);
 
   const char *url = o.url ? o.url : getenv("DLOCK_URL");
   if (url && !*url) url = NULL;

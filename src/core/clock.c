@@ -22,7 +22,8 @@ int64_t dlock__mono_ns(void) {
 void dlock__sleep_ms(int64_t ms) {
   if (ms <= 0) return;
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 void dlock__deadline_timespec(dlock_mono_ms deadline, struct timespec *ts) {

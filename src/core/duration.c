@@ -18,7 +18,7 @@ typedef struct unit {
 
 /* Largest first: a compound must use them in this order, each once. */
 static const unit units[] = {
-  {"d", 24 * 3600 * 1000}, {"h", 3600 * 1000}, {"m", 60 * 1000}, {"s", 1000}, {"ms", 1},
+    {"d", 24 * 3600 * 1000}, {"h", 3600 * 1000}, {"m", 60 * 1000}, {"s", 1000}, {"ms", 1},
 };
 #define NUNITS ((int)(sizeof units / sizeof units[0]))
 
@@ -52,10 +52,8 @@ int dlock_duration_parse(const char *text, int64_t *ms) {
     const char *term = p;
     if (*p == ' ' || *p == '\t')
       return dlock__error(DLOCK_EINVAL, "bad duration '%s': no spaces allowed (write 1h2m, not 1h 2m)", text);
-    if (*p == '-')
-      return dlock__error(DLOCK_EINVAL, "bad duration '%s': a duration cannot be negative", text);
-    if (!is_digit(*p))
-      return dlock__error(DLOCK_EINVAL, "bad duration '%s': expected a digit at '%s' " HINT, text, p);
+    if (*p == '-') return dlock__error(DLOCK_EINVAL, "bad duration '%s': a duration cannot be negative", text);
+    if (!is_digit(*p)) return dlock__error(DLOCK_EINVAL, "bad duration '%s': expected a digit at '%s' " HINT, text, p);
     int64_t whole = 0;
     for (; is_digit(*p); p++) {
       whole = whole * 10 + (*p - '0');
@@ -81,11 +79,10 @@ int dlock_duration_parse(const char *text, int64_t *ms) {
       u = 3; /* a lone number counts seconds */
       ulen = 0;
     } else if (*p == '\0') {
-      return dlock__error(DLOCK_EINVAL, "bad duration '%s': '%s' has no unit; only a lone number counts seconds",
-                          text, term);
+      return dlock__error(DLOCK_EINVAL, "bad duration '%s': '%s' has no unit; only a lone number counts seconds", text,
+                          term);
     } else if ((u = unit_at(p, &ulen)) < 0) {
-      return dlock__error(DLOCK_EINVAL, "bad duration '%s': unknown unit at '%s', use d, h, m, s or ms " HINT,
-                          text, p);
+      return dlock__error(DLOCK_EINVAL, "bad duration '%s': unknown unit at '%s', use d, h, m, s or ms " HINT, text, p);
     }
     if (u <= last_unit)
       return dlock__error(DLOCK_EINVAL,
@@ -96,8 +93,8 @@ int dlock_duration_parse(const char *text, int64_t *ms) {
     /* A fraction must land on a whole millisecond: "1.5ms" is nothing the
      * library could honour, so say so rather than round silently. */
     if ((frac * unit_ms) % scale != 0)
-      return dlock__error(DLOCK_EINVAL, "bad duration '%s': '%.*s' is not a whole number of milliseconds",
-                          text, (int)(p + ulen - term), term);
+      return dlock__error(DLOCK_EINVAL, "bad duration '%s': '%.*s' is not a whole number of milliseconds", text,
+                          (int)(p + ulen - term), term);
     if (whole > (DLOCK_MAX_DURATION_MS - total) / unit_ms)
       return dlock__error(DLOCK_ERANGE, "bad duration '%s': longer than the maximum of 30 days", text);
     total += whole * unit_ms;

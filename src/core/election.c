@@ -70,8 +70,7 @@ void dlock_observer_options_init(dlock_observer_options *opts) {
   opts->struct_size = sizeof *opts;
 }
 
-int dlock_election_new(dlock_election **out, dlock_client *c, const char *name,
-                       const dlock_election_options *opts) {
+int dlock_election_new(dlock_election **out, dlock_client *c, const char *name, const dlock_election_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_election_new: 'out' is NULL");
   *out = NULL;
@@ -82,9 +81,11 @@ int dlock_election_new(dlock_election **out, dlock_client *c, const char *name,
   if (rc) return rc;
   if ((rc = dlock__check_duration("lease_ms", o.lease_ms, 1))) return rc;
   if (!c->ops->election)
-    return dlock__error(DLOCK_EINVAL, "leader election is not offered on %s (the %s backend in a mode without "
+    return dlock__error(DLOCK_EINVAL,
+                        "leader election is not offered on %s (the %s backend in a mode without "
                         "fences): a term's epoch is its lock's fence; use the backend's lease mode "
-                        "(docs/election.md)", c->server, c->ops->name);
+                        "(docs/election.md)",
+                        c->server, c->ops->name);
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.watchdog_lease_ms = o.lease_ms ? o.lease_ms : DEFAULT_LEASE_MS;
@@ -130,9 +131,12 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
   dlock_lost_reason lost = held ? dlock__mutex_check_deadline(m, dlock_mono_now()) : DLOCK_LOST_NONE;
   if (held && lost == DLOCK_LOST_NONE) {
     pthread_mutex_unlock(&m->mu);
-    return fail(e, dlock__error(DLOCK_EINVAL, "this candidate leads already (epoch %llu): resign first, or "
-                                "use dlock_election_proclaim() to change its value",
-                                (unsigned long long)m->fence), "campaign");
+    return fail(e,
+                dlock__error(DLOCK_EINVAL,
+                             "this candidate leads already (epoch %llu): resign first, or "
+                             "use dlock_election_proclaim() to change its value",
+                             (unsigned long long)m->fence),
+                "campaign");
   }
   if (held) { /* a lost term: let it go before standing again */
     m->hold_count = 1;
@@ -182,18 +186,22 @@ int dlock_election_proclaim(dlock_election *e, const char *value) {
   dlock_lost_reason lost = held ? dlock__mutex_check_deadline(m, dlock_mono_now()) : DLOCK_LOST_NONE;
   snprintf(token, sizeof token, "%s", m->token);
   pthread_mutex_unlock(&m->mu);
-  if (!held)
-    return fail(e, dlock__error(DLOCK_ENOTHELD, "this candidate does not lead: campaign first"), "proclaim");
+  if (!held) return fail(e, dlock__error(DLOCK_ENOTHELD, "this candidate does not lead: campaign first"), "proclaim");
   if (lost != DLOCK_LOST_NONE)
-    return fail(e, dlock__error(DLOCK_ENOTHELD, "this candidate's term was lost (%s); the value was not written",
-                                dlock__lost_reason_on(e->client, lost)), "proclaim");
+    return fail(e,
+                dlock__error(DLOCK_ENOTHELD, "this candidate's term was lost (%s); the value was not written",
+                             dlock__lost_reason_on(e->client, lost)),
+                "proclaim");
   const dlock__backend_ops *ops = e->client->ops;
   char deployment[80];
   if (!ops->election || !ops->election->proclaim)
-    return fail(e, dlock__error(DLOCK_EINVAL, "changing a leader's value is not offered on %s (the %s backend%s); "
-                                "resign and campaign again with the new value (docs/election.md)",
-                                e->client->server, ops->name,
-                                dlock__deployment_suffix(e->client, deployment, sizeof deployment)), "proclaim");
+    return fail(e,
+                dlock__error(DLOCK_EINVAL,
+                             "changing a leader's value is not offered on %s (the %s backend%s); "
+                             "resign and campaign again with the new value (docs/election.md)",
+                             e->client->server, ops->name,
+                             dlock__deployment_suffix(e->client, deployment, sizeof deployment)),
+                "proclaim");
   int rc = ops->election->proclaim(m, token, value);
   if (rc) return fail(e, rc, "proclaim");
   char *v = strdup(value);
@@ -224,13 +232,9 @@ int dlock_election_resign(dlock_election *e) {
 }
 
 uint64_t dlock_election_epoch(const dlock_election *e) { return e ? dlock_mutex_fence(e->m) : 0; }
-dlock_lost_reason dlock_election_lost(const dlock_election *e) {
-  return e ? dlock_mutex_lost(e->m) : DLOCK_LOST_NONE;
-}
+dlock_lost_reason dlock_election_lost(const dlock_election *e) { return e ? dlock_mutex_lost(e->m) : DLOCK_LOST_NONE; }
 int dlock_election_lost_fd(dlock_election *e) { return e ? dlock_mutex_lost_fd(e->m) : -1; }
-dlock_mono_ms dlock_election_valid_until(const dlock_election *e) {
-  return e ? dlock_mutex_valid_until(e->m) : 0;
-}
+dlock_mono_ms dlock_election_valid_until(const dlock_election *e) { return e ? dlock_mutex_valid_until(e->m) : 0; }
 dlock_mutex *dlock_election_mutex(dlock_election *e) { return e ? e->m : NULL; }
 const char *dlock_election_name(const dlock_election *e) { return e ? e->m->name : ""; }
 const char *dlock_election_errmsg(const dlock_election *e) { return e ? e->errmsg : ""; }
@@ -258,9 +262,13 @@ int dlock_election_leader(dlock_client *c, const char *name, dlock_leader *out) 
     l.lease_left_ms = info.ttl_ms;
     snprintf(l.value, sizeof l.value, "%s", info.owner_info);
   } else if (info.held) {
-    return dlock__error(DLOCK_EWRONGTYPE, "who leads election '%s' on %s: the name is held as %s, not as an "
-                        "election's mutex; pick another election name", name, c->server,
-                        info.foreign ? "a key dlock did not write" : info.rwlock ? "a read-write lock" : "a semaphore");
+    return dlock__error(DLOCK_EWRONGTYPE,
+                        "who leads election '%s' on %s: the name is held as %s, not as an "
+                        "election's mutex; pick another election name",
+                        name, c->server,
+                        info.foreign  ? "a key dlock did not write"
+                        : info.rwlock ? "a read-write lock"
+                                      : "a semaphore");
   }
   l.struct_size = size;
   memcpy(out, &l, size);
@@ -277,9 +285,10 @@ int dlock_election_evict(dlock_client *c, const char *name, uint64_t epoch, int 
   const dlock__backend_ops *ops = c->ops;
   char deployment[80];
   if (!ops->election || !ops->election->evict)
-    return dlock__error(DLOCK_EINVAL, "evicting a leader by its epoch is not offered on %s (the %s backend%s); "
-                        "'dlock release --force NAME' ends whichever term holds (docs/election.md)", c->server,
-                        ops->name, dlock__deployment_suffix(c, deployment, sizeof deployment));
+    return dlock__error(DLOCK_EINVAL,
+                        "evicting a leader by its epoch is not offered on %s (the %s backend%s); "
+                        "'dlock release --force NAME' ends whichever term holds (docs/election.md)",
+                        c->server, ops->name, dlock__deployment_suffix(c, deployment, sizeof deployment));
   int out = 0;
   if ((rc = ops->election->evict(c, name, epoch, &out))) {
     dlock__error_prefix("evict the leader of election '%s' (epoch %llu): ", name, (unsigned long long)epoch);
@@ -334,7 +343,8 @@ static void *observe_main(void *arg) {
         o->queue[(o->head + o->count) % OBSERVER_QUEUE] = now;
         o->count++;
         uint64_t one = 1;
-        if (o->count == 1 && write(o->efd, &one, sizeof one) < 0) { /* cannot fail below 2^64-1 */ }
+        if (o->count == 1 && write(o->efd, &one, sizeof one) < 0) { /* cannot fail below 2^64-1 */
+        }
         if (o->opts.on_change) {
           pthread_mutex_unlock(&o->mu);
           o->opts.on_change(o->name, &now, o->opts.on_change_arg);
@@ -351,8 +361,7 @@ static void *observe_main(void *arg) {
   return NULL;
 }
 
-int dlock_observer_new(dlock_observer **out, dlock_client *c, const char *name,
-                       const dlock_observer_options *opts) {
+int dlock_observer_new(dlock_observer **out, dlock_client *c, const char *name, const dlock_observer_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "dlock_observer_new: 'out' is NULL");
   *out = NULL;
@@ -424,7 +433,8 @@ int dlock_observer_next(dlock_observer *o, dlock_leader *out) {
   o->head = (o->head + 1) % OBSERVER_QUEUE;
   if (--o->count == 0) { /* not readable any more */
     uint64_t n;
-    if (read(o->efd, &n, sizeof n) < 0) { /* EAGAIN: already drained */ }
+    if (read(o->efd, &n, sizeof n) < 0) { /* EAGAIN: already drained */
+    }
   }
   pthread_mutex_unlock(&o->mu);
   l.struct_size = size;

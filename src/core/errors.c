@@ -13,8 +13,11 @@ static _Thread_local char last_error[1024];
 
 const char *dlock_strerror(int status) {
   switch ((dlock_status)status) {
-    case DLOCK_OK: return "success";
-#define DLOCK__TEXT(name, code, text) case DLOCK_##name: return text;
+  case DLOCK_OK:
+    return "success";
+#define DLOCK__TEXT(name, code, text) \
+  case DLOCK_##name:                  \
+    return text;
     DLOCK_ERRNO_MAP(DLOCK__TEXT)
 #undef DLOCK__TEXT
   }
@@ -23,8 +26,11 @@ const char *dlock_strerror(int status) {
 
 const char *dlock_err_name(int status) {
   switch ((dlock_status)status) {
-    case DLOCK_OK: return "OK";
-#define DLOCK__NAME(name, code, text) case DLOCK_##name: return #name;
+  case DLOCK_OK:
+    return "OK";
+#define DLOCK__NAME(name, code, text) \
+  case DLOCK_##name:                  \
+    return #name;
     DLOCK_ERRNO_MAP(DLOCK__NAME)
 #undef DLOCK__NAME
   }
@@ -60,15 +66,22 @@ void dlock__error_prefix(const char *fmt, ...) {
 
 const char *dlock_lost_reason_str(dlock_lost_reason reason) {
   switch (reason) {
-    case DLOCK_LOST_NONE: return "not lost";
-    case DLOCK_LOST_EXPIRED: return "the key is gone: its lease expired, or it was deleted without dlock";
-    case DLOCK_LOST_TAKEN: return "another owner holds the lock now";
-    case DLOCK_LOST_UNREACHABLE:
-      return "the server could not be reached in time to renew the lease or keep the session";
-    case DLOCK_LOST_MAX_HOLD: return "the maximum hold time was reached";
-    case DLOCK_LOST_DEADLINE: return "the lease ran out before a renewal";
-    case DLOCK_LOST_DELETED: return "another client deleted the key with a forced release";
-    case DLOCK_LOST_FAILOVER: return "a failover replaced the master, and the new master does not hold this lock";
+  case DLOCK_LOST_NONE:
+    return "not lost";
+  case DLOCK_LOST_EXPIRED:
+    return "the key is gone: its lease expired, or it was deleted without dlock";
+  case DLOCK_LOST_TAKEN:
+    return "another owner holds the lock now";
+  case DLOCK_LOST_UNREACHABLE:
+    return "the server could not be reached in time to renew the lease or keep the session";
+  case DLOCK_LOST_MAX_HOLD:
+    return "the maximum hold time was reached";
+  case DLOCK_LOST_DEADLINE:
+    return "the lease ran out before a renewal";
+  case DLOCK_LOST_DELETED:
+    return "another client deleted the key with a forced release";
+  case DLOCK_LOST_FAILOVER:
+    return "a failover replaced the master, and the new master does not hold this lock";
   }
   return "unknown reason";
 }

@@ -89,18 +89,18 @@ typedef struct dlock__metrics dlock__metrics;
 
 struct dlock_client {
   const dlock__backend_ops *ops;
-  void *be;               /* the backend's state */
-  unsigned caps;          /* DLOCK__CAP_* of this client */
-  char server[300];       /* display name of the server(s), for messages */
+  void *be;         /* the backend's state */
+  unsigned caps;    /* DLOCK__CAP_* of this client */
+  char server[300]; /* display name of the server(s), for messages */
   int command_timeout_ms;
   char *prefix; /* "" when none; ends in ':' otherwise */
   size_t prefix_len;
   char id[17]; /* random; names this client (wake-up channels, lock nodes) */
   atomic_int closing;
-  dlock__watchdog *watchdog;     /* started on first hold */
-  pthread_mutex_t lazy_mu;       /* guards starting lazy threads (watchdog, a backend's) */
-  char warnings[1024];           /* dlock_client_warnings(): set once at connect */
-  dlock__metrics *metrics;       /* metrics.c: counters, the event queue */
+  dlock__watchdog *watchdog; /* started on first hold */
+  pthread_mutex_t lazy_mu;   /* guards starting lazy threads (watchdog, a backend's) */
+  char warnings[1024];       /* dlock_client_warnings(): set once at connect */
+  dlock__metrics *metrics;   /* metrics.c: counters, the event queue */
 };
 
 /* ---- Lock handles (mutex.c) ---- */
@@ -130,9 +130,9 @@ struct dlock_mutex {
   dlock_client *client;
   char *name;
   dlock__kind kind;
-  int permits; /* semaphore: the limit given to _new() */
+  int permits;  /* semaphore: the limit given to _new() */
   int election; /* an election's mutex (core/election.c): a backend may keep it in another layout */
-  void *be; /* the backend's state for this handle */
+  void *be;     /* the backend's state for this handle */
   dlock_mutex_options opts;
   char *owner_info;
 
@@ -143,27 +143,27 @@ struct dlock_mutex {
   unsigned hold_count;
   char token[DLOCK__TOKEN_HEX + 1];
   uint64_t fence;
-  int64_t lease_ms;       /* lease in force (fixed or watchdog) */
+  int64_t lease_ms; /* lease in force (fixed or watchdog) */
   int watchdog_mode;
   dlock_mono_ms acquired_at;
   dlock_mono_ms valid_until;
-  int renew_tried;        /* the watchdog sent a renewal that has not succeeded (yet) */
+  int renew_tried;            /* the watchdog sent a renewal that has not succeeded (yet) */
   dlock__lease_op *lease_ops; /* renewals and extends in flight */
-  int64_t claim_ms;       /* dlock__grant.claim_ms: renew once to lease_ms, even a fixed lease */
-  atomic_int lost;        /* dlock_lost_reason; written under mu, read anywhere */
-  int lost_fd;            /* eventfd, -1 until asked for */
+  int64_t claim_ms;           /* dlock__grant.claim_ms: renew once to lease_ms, even a fixed lease */
+  atomic_int lost;            /* dlock_lost_reason; written under mu, read anywhere */
+  int lost_fd;                /* eventfd, -1 until asked for */
 
   /* A pipelined release (dlock_mutex_release_async): its reply is awaited
    * (PENDING) or its outcome not yet read (DONE). */
-  int rel_state;          /* DLOCK__REL_NONE, _PENDING, _DONE */
+  int rel_state; /* DLOCK__REL_NONE, _PENDING, _DONE */
   int rel_rc;
   char rel_msg[512];
 
   /* Waiting. */
-  int woken;              /* a wake-up (grant message, release) arrived */
-  unsigned cancel_gen;    /* bumped by dlock_mutex_cancel(): waits begun before end */
-  unsigned wait_gen;      /* cancel_gen when the thread now acquiring began */
-  atomic_int canceled;    /* the acquire in progress was canceled (for backends that poll) */
+  int woken;           /* a wake-up (grant message, release) arrived */
+  unsigned cancel_gen; /* bumped by dlock_mutex_cancel(): waits begun before end */
+  unsigned wait_gen;   /* cancel_gen when the thread now acquiring began */
+  atomic_int canceled; /* the acquire in progress was canceled (for backends that poll) */
 
   /* Watchdog list membership (guarded by the watchdog's mutex). */
   struct dlock_mutex *wd_prev, *wd_next;
@@ -205,9 +205,9 @@ void dlock__rw_forget(dlock_mutex *m);
 struct dlock_latch {
   dlock_client *client;
   char *name;
-  void *be;            /* the backend's state */
-  pthread_mutex_t mu;  /* guards what follows */
-  int waiting;         /* a thread is in dlock_latch_wait() on this handle */
+  void *be;           /* the backend's state */
+  pthread_mutex_t mu; /* guards what follows */
+  int waiting;        /* a thread is in dlock_latch_wait() on this handle */
   char errmsg[512];
 };
 

@@ -34,8 +34,10 @@ int dlock_latch_new(dlock_latch **out, dlock_client *c, const char *name) {
   int rc = dlock__check_name("latch name", name);
   if (rc) return rc;
   if (!c->ops->latch)
-    return dlock__error(DLOCK_EINVAL, "countdown latches are not offered on %s (the %s backend); use a backend "
-                        "that offers them (docs/latch.md)", c->server, c->ops->name);
+    return dlock__error(DLOCK_EINVAL,
+                        "countdown latches are not offered on %s (the %s backend); use a backend "
+                        "that offers them (docs/latch.md)",
+                        c->server, c->ops->name);
   dlock_latch *l = calloc(1, sizeof *l);
   if (!l || !(l->name = strdup(name))) {
     free(l);
@@ -65,8 +67,9 @@ int dlock_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms) {
   dlock__error_clear();
   if (!l) return dlock__error(DLOCK_EINVAL, "dlock_latch_set: handle is NULL");
   if (count < 1 || count > DLOCK_LATCH_MAX_COUNT)
-    return latch_fail(l, dlock__error(DLOCK_ERANGE, "count is %lld; it must be 1..%d", (long long)count,
-                                      DLOCK_LATCH_MAX_COUNT), "set");
+    return latch_fail(
+        l, dlock__error(DLOCK_ERANGE, "count is %lld; it must be 1..%d", (long long)count, DLOCK_LATCH_MAX_COUNT),
+        "set");
   int rc = dlock__check_duration("expire_ms", expire_ms, 0);
   if (!rc) rc = l->client->ops->latch->set(l, count, expire_ms);
   return rc ? latch_fail(l, rc, "set") : 0;
@@ -102,8 +105,10 @@ int dlock_latch_wait(dlock_latch *l, int64_t wait_ms) {
   l->waiting = 1;
   pthread_mutex_unlock(&l->mu);
   if (busy)
-    return latch_fail(l, dlock__error(DLOCK_EINVAL, "another thread waits through this handle; give each "
-                                      "waiting thread its own dlock_latch"), "wait");
+    return latch_fail(l,
+                      dlock__error(DLOCK_EINVAL, "another thread waits through this handle; give each "
+                                                 "waiting thread its own dlock_latch"),
+                      "wait");
   dlock_mono_ms deadline = wait_ms < 0 ? INT64_MAX : dlock_mono_now() + wait_ms;
   int rc = l->client->ops->latch->wait(l, wait_ms, deadline);
   pthread_mutex_lock(&l->mu);

@@ -32,7 +32,7 @@ enum { REL_OK, REL_NOT_HELD, REL_UNKNOWN, REL_ERROR, REL_N };
 static const char *const rel_label[REL_N] = {"ok", "not_held", "unknown", "error"};
 
 #define REASONS 8 /* dlock_lost_reason 1..7 */
-static const char *const reason_label[REASONS] = {"none", "expired", "taken", "unreachable",
+static const char *const reason_label[REASONS] = {"none",     "expired",  "taken",    "unreachable",
                                                   "max_hold", "deadline", "failover", "deleted"};
 
 enum { OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_N };
@@ -40,7 +40,8 @@ static const char *const op_label[OP_N] = {"acquire", "release", "extend"};
 
 /* The tick outcomes other than a run (dlock_sched_event_kind 2..7). */
 #define SKIPS 9
-static const char *const skip_label[SKIPS] = {"", "", "other_node", "busy", "pool_full", "misfired", "", "clock_skew", "paused"};
+static const char *const skip_label[SKIPS] = {"",         "", "other_node", "busy",  "pool_full",
+                                              "misfired", "", "clock_skew", "paused"};
 
 /* ---- Histograms: fixed buckets in microseconds ---- */
 
@@ -50,12 +51,14 @@ typedef struct hist_shape {
   int64_t le_us[BUCKETS_MAX]; /* upper bounds; +Inf after them */
 } hist_shape;
 
-static const hist_shape wait_shape = {17, {500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
-                                           1000000, 2500000, 5000000, 10000000, 30000000, 60000000, 300000000}};
-static const hist_shape hold_shape = {13, {1000, 10000, 100000, 500000, 1000000, 5000000, 10000000, 30000000,
-                                           60000000, 300000000, 900000000, 3600000000, 14400000000}};
-static const hist_shape rtt_shape = {14, {100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
-                                          500000, 1000000, 2500000}};
+static const hist_shape wait_shape = {17,
+                                      {500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+                                       2500000, 5000000, 10000000, 30000000, 60000000, 300000000}};
+static const hist_shape hold_shape = {13,
+                                      {1000, 10000, 100000, 500000, 1000000, 5000000, 10000000, 30000000, 60000000,
+                                       300000000, 900000000, 3600000000, 14400000000}};
+static const hist_shape rtt_shape = {
+    14, {100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000}};
 
 typedef struct hist {
   atomic_ullong bucket[BUCKETS_MAX + 1]; /* per bucket, not cumulative; the last is +Inf */
@@ -132,8 +135,9 @@ struct dlock__metrics {
   event_queue q;
 };
 
-static const char *const event_names[] = {"unknown", "acquire.started", "acquire.finished", "released", "lost",
-                                          "renewed.late", "elected", "deposed", "job.started", "job.finished"};
+static const char *const event_names[] = {"unknown",     "acquire.started", "acquire.finished", "released",
+                                          "lost",        "renewed.late",    "elected",          "deposed",
+                                          "job.started", "job.finished"};
 
 const char *dlock_event_kind_str(dlock_event_kind kind) {
   return kind >= 1 && kind <= DLOCK_EVENT_JOB_FINISHED ? event_names[kind] : event_names[0];
@@ -330,12 +334,14 @@ void dlock__metrics_acquire_end(dlock_mutex *m, int64_t began, int64_t wait_ms, 
   int k = kind_of(m);
   int64_t us = (dlock__mono_ns() - began) / 1000;
   gauge(&x->waiting[k], -1);
-  int outcome = rc == 0 ? (how == 1 ? ACQ_REENTERED : ACQ_ACQUIRED)
-                : rc == DLOCK_EBUSY ? (wait_ms == 0 ? ACQ_BUSY : ACQ_TIMED_OUT)
-                : rc == DLOCK_ECANCELED ? ACQ_CANCELED : ACQ_ERROR;
+  int outcome = rc == 0                 ? (how == 1 ? ACQ_REENTERED : ACQ_ACQUIRED)
+                : rc == DLOCK_EBUSY     ? (wait_ms == 0 ? ACQ_BUSY : ACQ_TIMED_OUT)
+                : rc == DLOCK_ECANCELED ? ACQ_CANCELED
+                                        : ACQ_ERROR;
   add(&x->acq[k][outcome]);
   if (outcome == ACQ_ACQUIRED) observe(&x->wait[k], &wait_shape, us);
-  if (atomic_load_explicit(&m->mx_named, memory_order_relaxed)) lock_count(m, outcome == ACQ_ACQUIRED, outcome == ACQ_BUSY || outcome == ACQ_TIMED_OUT, 0, 0);
+  if (atomic_load_explicit(&m->mx_named, memory_order_relaxed))
+    lock_count(m, outcome == ACQ_ACQUIRED, outcome == ACQ_BUSY || outcome == ACQ_TIMED_OUT, 0, 0);
   if (rc == 0 && how == 2) add(&x->handoffs[k]);
   if (rc == DLOCK_EUNKNOWN) add(&x->unknown[OP_ACQUIRE]);
   if (x->on_event) {
@@ -400,8 +406,7 @@ void dlock__metrics_hold_end(dlock_mutex *m, dlock_lost_reason reason) {
 
 void dlock__metrics_release_outcome(dlock_mutex *m, int rc) {
   dlock__metrics *x = m->client->metrics;
-  int outcome = rc == 0 ? REL_OK : rc == DLOCK_ENOTHELD ? REL_NOT_HELD : rc == DLOCK_EUNKNOWN ? REL_UNKNOWN
-                                                                                                : REL_ERROR;
+  int outcome = rc == 0 ? REL_OK : rc == DLOCK_ENOTHELD ? REL_NOT_HELD : rc == DLOCK_EUNKNOWN ? REL_UNKNOWN : REL_ERROR;
   add(&x->rel[kind_of(m)][outcome]);
   if (rc == DLOCK_EUNKNOWN) add(&x->unknown[OP_RELEASE]);
 }
@@ -487,8 +492,10 @@ void dlock__metrics_job_other(dlock_client *c, const char *job, int kind) {
   dlock__metrics *x = c->metrics;
   pthread_mutex_lock(&x->named_mu);
   named *e = named_get(x, NAMED_JOB, job);
-  if (e && kind == DLOCK_SCHED_ERROR) e->errors++;
-  else if (e) e->skipped[kind]++;
+  if (e && kind == DLOCK_SCHED_ERROR)
+    e->errors++;
+  else if (e)
+    e->skipped[kind]++;
   pthread_mutex_unlock(&x->named_mu);
 }
 
@@ -514,14 +521,20 @@ static void family(out *o, const char *name, const char *type, const char *help)
 /* A label value: backslash, double quote and newline escaped. */
 static void label_value(FILE *f, const char *v) {
   for (; *v; v++) {
-    if (*v == '\\') fputs("\\\\", f);
-    else if (*v == '"') fputs("\\\"", f);
-    else if (*v == '\n') fputs("\\n", f);
-    else fputc(*v, f);
+    if (*v == '\\')
+      fputs("\\\\", f);
+    else if (*v == '"')
+      fputs("\\\"", f);
+    else if (*v == '\n')
+      fputs("\\n", f);
+    else
+      fputc(*v, f);
   }
 }
 
-static void seconds(FILE *f, int64_t us) { fprintf(f, "%lld.%06lld", (long long)(us / 1000000), (long long)(us % 1000000)); }
+static void seconds(FILE *f, int64_t us) {
+  fprintf(f, "%lld.%06lld", (long long)(us / 1000000), (long long)(us % 1000000));
+}
 
 static void write_hist(out *o, const char *name, const char *label, hist *h, const hist_shape *shape) {
   unsigned long long cum = 0;
@@ -529,8 +542,10 @@ static void write_hist(out *o, const char *name, const char *label, hist *h, con
   for (int i = 0; i <= shape->n; i++) {
     cum += get(&h->bucket[i]);
     fprintf(o->f, "%s_bucket{%s%sle=\"", name, label, sep);
-    if (i < shape->n) seconds(o->f, shape->le_us[i]);
-    else fputs("+Inf", o->f);
+    if (i < shape->n)
+      seconds(o->f, shape->le_us[i]);
+    else
+      fputs("+Inf", o->f);
     fprintf(o->f, "\"} %llu\n", cum);
   }
   fprintf(o->f, "%s_sum%s%s%s ", name, *label ? "{" : "", label, *label ? "}" : "");
@@ -549,10 +564,23 @@ static void name_label(FILE *f, const named *e, const char *rest) {
   }
 }
 
-enum { F_LEADER, F_TRANSITIONS, F_RUNS, F_SKIPPED, F_ERRORS, F_RUNNING, F_LAST_SUCCESS, F_LAST_DURATION,
-       F_LOCK_ACQUIRED, F_LOCK_HELD, F_LOCK_LOST };
+enum {
+  F_LEADER,
+  F_TRANSITIONS,
+  F_RUNS,
+  F_SKIPPED,
+  F_ERRORS,
+  F_RUNNING,
+  F_LAST_SUCCESS,
+  F_LAST_DURATION,
+  F_LOCK_ACQUIRED,
+  F_LOCK_HELD,
+  F_LOCK_LOST
+};
 
-static void ms_as_seconds(FILE *f, int64_t ms) { fprintf(f, " %lld.%03lld\n", (long long)(ms / 1000), (long long)(ms % 1000)); }
+static void ms_as_seconds(FILE *f, int64_t ms) {
+  fprintf(f, " %lld.%03lld\n", (long long)(ms / 1000), (long long)(ms % 1000));
+}
 
 /* One family of the series by name: its header, then a sample (or a few,
  * one per value of its second label) of every entry of 'type'. */
@@ -564,12 +592,18 @@ static void named_family(out *o, dlock__metrics *x, int type, int field, const c
     named *e = &x->names[i];
     if (e->type != type) continue;
     if (field == F_TRANSITIONS || field == F_RUNS || field == F_LOCK_ACQUIRED) {
-      const char *what[2] = {field == F_RUNS ? "outcome=\"ok\"" : field == F_LOCK_ACQUIRED ? "outcome=\"acquired\""
-                                                                                              : "to=\"leader\"",
-                             field == F_RUNS ? "outcome=\"failed\"" : field == F_LOCK_ACQUIRED ? "outcome=\"busy\""
-                                                                                                  : "to=\"follower\""};
-      unsigned long long v[2] = {field == F_RUNS ? e->runs_ok : field == F_LOCK_ACQUIRED ? e->acquired : e->elected,
-                                 field == F_RUNS ? e->runs_failed : field == F_LOCK_ACQUIRED ? e->busy : e->deposed};
+      const char *what[2] = {field == F_RUNS            ? "outcome=\"ok\""
+                             : field == F_LOCK_ACQUIRED ? "outcome=\"acquired\""
+                                                        : "to=\"leader\"",
+                             field == F_RUNS            ? "outcome=\"failed\""
+                             : field == F_LOCK_ACQUIRED ? "outcome=\"busy\""
+                                                        : "to=\"follower\""};
+      unsigned long long v[2] = {field == F_RUNS            ? e->runs_ok
+                                 : field == F_LOCK_ACQUIRED ? e->acquired
+                                                            : e->elected,
+                                 field == F_RUNS            ? e->runs_failed
+                                 : field == F_LOCK_ACQUIRED ? e->busy
+                                                            : e->deposed};
       for (int j = 0; j < 2; j++) {
         fputs(name, f);
         name_label(f, e, what[j]);
@@ -590,13 +624,20 @@ static void named_family(out *o, dlock__metrics *x, int type, int field, const c
     }
     fputs(name, f);
     name_label(f, e, "");
-    if (field == F_LEADER) fprintf(f, " %lld\n", e->leading);
-    else if (field == F_ERRORS) fprintf(f, " %llu\n", e->errors);
-    else if (field == F_RUNNING) fprintf(f, " %lld\n", e->running);
-    else if (field == F_LAST_SUCCESS) ms_as_seconds(f, e->last_success_unix_ms);
-    else if (field == F_LAST_DURATION) ms_as_seconds(f, e->last_duration_ms);
-    else if (field == F_LOCK_HELD) fprintf(f, " %lld\n", e->held);
-    else fprintf(f, " %llu\n", e->lost);
+    if (field == F_LEADER)
+      fprintf(f, " %lld\n", e->leading);
+    else if (field == F_ERRORS)
+      fprintf(f, " %llu\n", e->errors);
+    else if (field == F_RUNNING)
+      fprintf(f, " %lld\n", e->running);
+    else if (field == F_LAST_SUCCESS)
+      ms_as_seconds(f, e->last_success_unix_ms);
+    else if (field == F_LAST_DURATION)
+      ms_as_seconds(f, e->last_duration_ms);
+    else if (field == F_LOCK_HELD)
+      fprintf(f, " %lld\n", e->held);
+    else
+      fprintf(f, " %llu\n", e->lost);
   }
 }
 
@@ -617,8 +658,7 @@ static void write_named(out *o, dlock__metrics *x) {
                "How long the last run here took");
   named_family(o, x, NAMED_LOCK, F_LOCK_ACQUIRED, "dlock_lock_acquisitions_total", "counter",
                "Acquire calls on a lock named in metrics_names: acquired, busy (a try or a wait that ended)");
-  named_family(o, x, NAMED_LOCK, F_LOCK_HELD, "dlock_lock_held", "gauge",
-               "Holds now of a lock named in metrics_names");
+  named_family(o, x, NAMED_LOCK, F_LOCK_HELD, "dlock_lock_held", "gauge", "Holds now of a lock named in metrics_names");
   named_family(o, x, NAMED_LOCK, F_LOCK_LOST, "dlock_lock_losses_total", "counter",
                "Holds lost of a lock named in metrics_names");
 }
@@ -652,7 +692,8 @@ static void write_all(out *o, dlock_client *c) {
   family(o, "dlock_unknown_outcomes_total", "counter", "Calls whose outcome could not be learned (EUNKNOWN)");
   for (int i = 0; i < OP_N; i++)
     fprintf(f, "dlock_unknown_outcomes_total{op=\"%s\"} %llu\n", op_label[i], get(&x->unknown[i]));
-  family(o, "dlock_renewals_total", "counter", "Watchdog renewals by outcome (late: with under a third of the "
+  family(o, "dlock_renewals_total", "counter",
+         "Watchdog renewals by outcome (late: with under a third of the "
          "lease left; counted in ok too)");
   fprintf(f, "dlock_renewals_total{outcome=\"ok\"} %llu\n", get(&x->renew_ok));
   fprintf(f, "dlock_renewals_total{outcome=\"failed\"} %llu\n", get(&x->renew_failed));
@@ -663,8 +704,7 @@ static void write_all(out *o, dlock_client *c) {
   family(o, "dlock_held", "gauge", "Holds now (acquired, not released nor lost), by kind");
   for (int k = 0; k < KINDS; k++) fprintf(f, "dlock_held{kind=\"%s\"} %lld\n", kind_label[k], getg(&x->held[k]));
   family(o, "dlock_waiting", "gauge", "Acquire calls in progress now, by kind");
-  for (int k = 0; k < KINDS; k++)
-    fprintf(f, "dlock_waiting{kind=\"%s\"} %lld\n", kind_label[k], getg(&x->waiting[k]));
+  for (int k = 0; k < KINDS; k++) fprintf(f, "dlock_waiting{kind=\"%s\"} %lld\n", kind_label[k], getg(&x->waiting[k]));
   family(o, "dlock_watchdog_batch_size", "gauge", "Holds renewed in the watchdog's last batch");
   fprintf(f, "dlock_watchdog_batch_size %lld\n", getg(&x->batch_size));
 
@@ -693,8 +733,10 @@ int dlock_client_metrics_write(dlock_client *c, FILE *f, dlock_metrics_format fo
   dlock__error_clear();
   if (!c || !f) return dlock__error(DLOCK_EINVAL, "dlock_client_metrics_write: NULL argument");
   if (format != DLOCK_METRICS_PROMETHEUS && format != DLOCK_METRICS_OPENMETRICS)
-    return dlock__error(DLOCK_EINVAL, "dlock_client_metrics_write: format %d is neither "
-                        "DLOCK_METRICS_PROMETHEUS nor DLOCK_METRICS_OPENMETRICS", (int)format);
+    return dlock__error(DLOCK_EINVAL,
+                        "dlock_client_metrics_write: format %d is neither "
+                        "DLOCK_METRICS_PROMETHEUS nor DLOCK_METRICS_OPENMETRICS",
+                        (int)format);
   out o = {f, format == DLOCK_METRICS_OPENMETRICS};
   write_all(&o, c);
   if (ferror(f)) return dlock__error(DLOCK_ESYS, "writing the metrics failed: %s", strerror(errno));

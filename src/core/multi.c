@@ -24,7 +24,7 @@ struct dlock_multi {
   dlock_mutex **sorted; /* the same handles in the canonical (taking) order */
   int epfd;             /* dlock_multi_lost_fd(), -1 until asked for */
 
-  pthread_mutex_t mu;   /* guards what follows */
+  pthread_mutex_t mu; /* guards what follows */
   pthread_cond_t cv;
   unsigned cancel_gen;  /* bumped by dlock_multi_cancel() */
   dlock_mutex *waiting; /* the handle an acquire is in now, NULL between names */
@@ -51,8 +51,8 @@ int dlock_multi_new(dlock_multi **out, dlock_client *c, const char *const *names
   *out = NULL;
   if (!c) return dlock__error(DLOCK_EINVAL, "dlock_multi_new: client is NULL");
   if (!names || n == 0 || n > DLOCK_MULTI_MAX)
-    return dlock__error(DLOCK_EINVAL, "dlock_multi_new: give 1 to %d lock names (got %zu%s)", DLOCK_MULTI_MAX,
-                        n, names ? "" : ", names is NULL");
+    return dlock__error(DLOCK_EINVAL, "dlock_multi_new: give 1 to %d lock names (got %zu%s)", DLOCK_MULTI_MAX, n,
+                        names ? "" : ", names is NULL");
   dlock_multi *mm = calloc(1, sizeof *mm);
   if (!mm) return dlock__error(DLOCK_ENOMEM, "out of memory");
   mm->client = c;
@@ -64,8 +64,10 @@ int dlock_multi_new(dlock_multi **out, dlock_client *c, const char *const *names
   int rc = mm->given && mm->sorted ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
   for (size_t i = 0; !rc && i < n; i++) {
     rc = dlock__lock_new(&mm->given[i], c, names[i], DLOCK__KIND_MUTEX, 1, opts);
-    if (rc) dlock__error_prefix("multi-lock name %zu of %zu: ", i + 1, n);
-    else mm->n = i + 1;
+    if (rc)
+      dlock__error_prefix("multi-lock name %zu of %zu: ", i + 1, n);
+    else
+      mm->n = i + 1;
   }
   if (!rc) {
     memcpy(mm->sorted, mm->given, n * sizeof *mm->sorted);
@@ -145,7 +147,7 @@ int dlock_multi_acquire(dlock_multi *mm, int64_t wait_ms) {
     pthread_mutex_lock(&mm->mu);
     mm->waiting = NULL;
     mm->step++;
-    size_t held = k; /* names of ours to give back: sorted[0..held) */
+    size_t held = k;                        /* names of ours to give back: sorted[0..held) */
     if (rc == 0 && mm->cancel_gen != gen) { /* canceled as it was granted: give this one back too */
       held = k + 1;
       rc = dlock__error(DLOCK_ECANCELED, "wait canceled");
@@ -220,9 +222,7 @@ int dlock_multi_extend(dlock_multi *mm, int64_t lease_ms) {
 
 size_t dlock_multi_count(const dlock_multi *mm) { return mm ? mm->n : 0; }
 
-const char *dlock_multi_name(const dlock_multi *mm, size_t i) {
-  return mm && i < mm->n ? mm->given[i]->name : "";
-}
+const char *dlock_multi_name(const dlock_multi *mm, size_t i) { return mm && i < mm->n ? mm->given[i]->name : ""; }
 
 uint64_t dlock_multi_fence(const dlock_multi *mm, size_t i) {
   return mm && i < mm->n ? dlock_mutex_fence(mm->given[i]) : 0;

@@ -58,23 +58,25 @@ int dlock__lock_new(dlock_mutex **out, dlock_client *c, const char *name, dlock_
   static const unsigned cap_of[] = {0, DLOCK__CAP_SEMAPHORE, DLOCK__CAP_RWLOCK, DLOCK__CAP_RWLOCK};
   if (cap_of[kind] && !(c->caps & cap_of[kind])) {
     char deployment[80];
-    return dlock__error(DLOCK_EINVAL, "a %s is not offered on %s (the %s backend%s); use a mutex there, or a "
-                        "backend that has it (docs/)", kind_names[kind], c->server, c->ops->name,
+    return dlock__error(DLOCK_EINVAL,
+                        "a %s is not offered on %s (the %s backend%s); use a mutex there, or a "
+                        "backend that has it (docs/)",
+                        kind_names[kind], c->server, c->ops->name,
                         dlock__deployment_suffix(c, deployment, sizeof deployment));
   }
   dlock_mutex_options o;
   dlock_mutex_options_init(&o);
-  if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__MUTEX_OPTIONS_V1, "dlock_mutex_options")))
-    return rc;
+  if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__MUTEX_OPTIONS_V1, "dlock_mutex_options"))) return rc;
   if ((rc = dlock__check_duration("lease_ms", o.lease_ms, 1)) ||
       (rc = dlock__check_duration("watchdog_lease_ms", o.watchdog_lease_ms, 1)) ||
       (rc = dlock__check_duration("max_hold_ms", o.max_hold_ms, 1)))
     return rc;
   if (o.watchdog_lease_ms == 0) o.watchdog_lease_ms = DEFAULT_WATCHDOG_LEASE_MS;
   if (o.watchdog_lease_ms < MIN_WATCHDOG_LEASE_MS)
-    return dlock__error(DLOCK_ERANGE, "watchdog_lease_ms is %lld; it must be at least %d ms so that "
-                        "renewal every third of it is possible", (long long)o.watchdog_lease_ms,
-                        MIN_WATCHDOG_LEASE_MS);
+    return dlock__error(DLOCK_ERANGE,
+                        "watchdog_lease_ms is %lld; it must be at least %d ms so that "
+                        "renewal every third of it is possible",
+                        (long long)o.watchdog_lease_ms, MIN_WATCHDOG_LEASE_MS);
   if (o.owner_info && strlen(o.owner_info) > 1024)
     return dlock__error(DLOCK_EINVAL, "owner_info is longer than 1024 bytes");
 
@@ -293,7 +295,8 @@ static int rel_take(dlock_mutex *m, int *rc) {
   if (m->rel_state == DLOCK__REL_PENDING) { /* not read: the backend could not */
     dlock__metrics_release_outcome(m, DLOCK_EUNKNOWN);
     m->rel_rc = DLOCK_EUNKNOWN;
-    snprintf(m->rel_msg, sizeof m->rel_msg, "the release was sent, but its reply could not be read; it is not "
+    snprintf(m->rel_msg, sizeof m->rel_msg,
+             "the release was sent, but its reply could not be read; it is not "
              "sent again: if it did not run, the key expires with its lease");
   }
   *rc = m->rel_rc;
@@ -349,14 +352,17 @@ again:;
   if (m->busy && pthread_equal(m->owner, self)) {
     if (m->hold_count == 0) {
       pthread_mutex_unlock(&m->mu);
-      return fail(m, dlock__error(DLOCK_EINVAL, "acquire called again while this thread is acquiring"),
-                  "acquire");
+      return fail(m, dlock__error(DLOCK_EINVAL, "acquire called again while this thread is acquiring"), "acquire");
     }
     dlock_lost_reason why = dlock__mutex_check_deadline(m, dlock_mono_now());
     if (why != DLOCK_LOST_NONE) {
       pthread_mutex_unlock(&m->mu);
-      return fail(m, dlock__error(DLOCK_ELOST, "re-entry refused: the lock was lost (%s); release it and "
-                                  "acquire again", dlock__lost_reason_on(m->client, why)), "acquire");
+      return fail(m,
+                  dlock__error(DLOCK_ELOST,
+                               "re-entry refused: the lock was lost (%s); release it and "
+                               "acquire again",
+                               dlock__lost_reason_on(m->client, why)),
+                  "acquire");
     }
     m->hold_count++;
     pthread_mutex_unlock(&m->mu);
@@ -375,8 +381,7 @@ again:;
       pthread_mutex_unlock(&m->mu);
       return fail(m, dlock__error(DLOCK_ECANCELED, "wait canceled"), "acquire");
     }
-    if (wait_ms == 0 ||
-        (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT && m->busy)) {
+    if (wait_ms == 0 || (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT && m->busy)) {
       pthread_mutex_unlock(&m->mu);
       return fail(m, dlock__error(DLOCK_EBUSY, "held by another thread of this process"), "acquire");
     }
@@ -572,11 +577,19 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   dlock_lost_reason lost = dlock__mutex_check_deadline(m, dlock_mono_now());
   pthread_mutex_unlock(&m->mu);
   if (lost != DLOCK_LOST_NONE)
-    return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) and a lost hold stays lost; not "
-                                "extended: release it and acquire again", dlock__lost_reason_on(m->client, lost)), "extend");
+    return fail(m,
+                dlock__error(DLOCK_ENOTHELD,
+                             "the hold was lost (%s) and a lost hold stays lost; not "
+                             "extended: release it and acquire again",
+                             dlock__lost_reason_on(m->client, lost)),
+                "extend");
   if (m->client->caps & DLOCK__CAP_SESSION)
-    return fail(m, dlock__error(DLOCK_EINVAL, "this backend (%s) holds locks for as long as the session lives; "
-                                "there is no lease to extend", m->client->ops->name), "extend");
+    return fail(m,
+                dlock__error(DLOCK_EINVAL,
+                             "this backend (%s) holds locks for as long as the session lives; "
+                             "there is no lease to extend",
+                             m->client->ops->name),
+                "extend");
   dlock_mono_ms sent = dlock_mono_now();
   dlock_lost_reason why = DLOCK_LOST_NONE;
   dlock__lease_op op;
@@ -617,8 +630,12 @@ int dlock_mutex_extend(dlock_mutex *m, int64_t lease_ms) {
   lost = (dlock_lost_reason)atomic_load(&m->lost);
   pthread_mutex_unlock(&m->mu);
   if (!counts)
-    return fail(m, dlock__error(DLOCK_ENOTHELD, "the hold was lost (%s) before the extend's reply came; "
-                                "release it and acquire again", dlock__lost_reason_on(m->client, lost)), "extend");
+    return fail(m,
+                dlock__error(DLOCK_ENOTHELD,
+                             "the hold was lost (%s) before the extend's reply came; "
+                             "release it and acquire again",
+                             dlock__lost_reason_on(m->client, lost)),
+                "extend");
   dlock__watchdog_rearm(m->client, m, sent, lease_ms);
   return 0;
 }
@@ -686,7 +703,9 @@ int dlock_with_lock(dlock_client *c, const char *name, int64_t wait_ms, int (*fn
     return dlock__error(DLOCK_ELOST, "lock '%s' was lost while the function ran: %s", name,
                         dlock__lost_reason_on(c, lost));
   if (rel == DLOCK_ENOTHELD)
-    return dlock__error(DLOCK_ELOST, "lock '%s' was no longer held at release: its lease ran out while "
-                        "the function ran", name);
+    return dlock__error(DLOCK_ELOST,
+                        "lock '%s' was no longer held at release: its lease ran out while "
+                        "the function ran",
+                        name);
   return result;
 }

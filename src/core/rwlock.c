@@ -93,7 +93,8 @@ int dlock__rw_own_token(const dlock_mutex *m, char *token) {
 
 int dlock__rw_check_upgrade(dlock_mutex *m) {
   if (m->kind != DLOCK__KIND_WRITE || held_by_me(m) || !find_mine(m, DLOCK__KIND_READ, NULL)) return 0;
-  return dlock__error(DLOCK_EUPGRADE, "this thread holds the read side of this read-write lock, and taking the "
+  return dlock__error(DLOCK_EUPGRADE,
+                      "this thread holds the read side of this read-write lock, and taking the "
                       "write side would wait for that read hold forever (a read -> write upgrade deadlocks): "
                       "release the read side first, then acquire the write side");
 }
@@ -102,14 +103,15 @@ int dlock__rw_check_upgrade(dlock_mutex *m) {
 
 static dlock_mutex *M(const dlock_rwlock *rw) { return (dlock_mutex *)rw; }
 
-int dlock_rwlock_new(dlock_rwlock **out, dlock_client *c, const char *name, int side,
-                     const dlock_mutex_options *opts) {
+int dlock_rwlock_new(dlock_rwlock **out, dlock_client *c, const char *name, int side, const dlock_mutex_options *opts) {
   dlock__error_clear();
   if (!out) return dlock__error(DLOCK_EINVAL, "new read-write lock: 'out' is NULL");
   *out = NULL;
   if (side != DLOCK_RW_READ && side != DLOCK_RW_WRITE)
-    return dlock__error(DLOCK_EINVAL, "new read-write lock: side is %d; it must be DLOCK_RW_READ (%d) or "
-                        "DLOCK_RW_WRITE (%d)", side, DLOCK_RW_READ, DLOCK_RW_WRITE);
+    return dlock__error(DLOCK_EINVAL,
+                        "new read-write lock: side is %d; it must be DLOCK_RW_READ (%d) or "
+                        "DLOCK_RW_WRITE (%d)",
+                        side, DLOCK_RW_READ, DLOCK_RW_WRITE);
   dlock_mutex *m;
   int rc = dlock__lock_new(&m, c, name, side == DLOCK_RW_READ ? DLOCK__KIND_READ : DLOCK__KIND_WRITE, 1, opts);
   if (rc) return rc;

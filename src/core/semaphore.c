@@ -15,8 +15,8 @@ int dlock_semaphore_new(dlock_semaphore **out, dlock_client *c, const char *name
   if (!out) return dlock__error(DLOCK_EINVAL, "new semaphore: 'out' is NULL");
   *out = NULL;
   if (permits < 1 || permits > DLOCK_SEMAPHORE_MAX_PERMITS)
-    return dlock__error(DLOCK_ERANGE, "new semaphore '%s': %d permits; give 1..%d",
-                        name ? name : "(null)", permits, DLOCK_SEMAPHORE_MAX_PERMITS);
+    return dlock__error(DLOCK_ERANGE, "new semaphore '%s': %d permits; give 1..%d", name ? name : "(null)", permits,
+                        DLOCK_SEMAPHORE_MAX_PERMITS);
   dlock_mutex *m;
   int rc = dlock__lock_new(&m, c, name, DLOCK__KIND_SEMAPHORE, permits, opts);
   if (!rc) *out = (dlock_semaphore *)m;

@@ -15,8 +15,7 @@ static int load_zone(const char *name, dlock__tz **tz) {
   return 0;
 }
 
-int dlock_cron_next(const char *expr, const char *tz, unsigned flags, int64_t after_unix_s, int64_t *out,
-                    int n) {
+int dlock_cron_next(const char *expr, const char *tz, unsigned flags, int64_t after_unix_s, int64_t *out, int n) {
   dlock__error_clear();
   if (!expr || !out || n < 0) return dlock__error(DLOCK_EINVAL, "dlock_cron_next: NULL argument or n < 0");
   if (flags & ~DLOCK_CRON_UNIX) return dlock__error(DLOCK_EINVAL, "dlock_cron_next: unknown flags %#x", flags);

@@ -20,15 +20,16 @@ int dlock__check_name(const char *what, const char *name) {
     if (ch == '{' || ch == '}')
       return dlock__error(DLOCK_ENAME,
                           "%s '%.40s' contains '%c' at byte %zu; braces are reserved for "
-                          "dlock's hash tags", what, name, ch, i);
+                          "dlock's hash tags",
+                          what, name, ch, i);
   }
   return 0;
 }
 
 int dlock__check_duration(const char *what, int64_t ms, int allow_zero) {
   if (ms < 0 || (ms == 0 && !allow_zero) || ms > DLOCK_MAX_DURATION_MS)
-    return dlock__error(DLOCK_ERANGE, "%s is %lld ms; it must be %s1..%lld ms", what,
-                        (long long)ms, allow_zero ? "0 or " : "", (long long)DLOCK_MAX_DURATION_MS);
+    return dlock__error(DLOCK_ERANGE, "%s is %lld ms; it must be %s1..%lld ms", what, (long long)ms,
+                        allow_zero ? "0 or " : "", (long long)DLOCK_MAX_DURATION_MS);
   return 0;
 }
 

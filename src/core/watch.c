@@ -89,9 +89,7 @@ int dlock_watch_wait(dlock_watch *w, int64_t wait_ms) {
   return 0;
 }
 
-int64_t dlock_watch_bound_ms(const dlock_watch *w) {
-  return w && atomic_load(&w->bounded) ? DLOCK__WATCH_BOUND_MS : 0;
-}
+int64_t dlock_watch_bound_ms(const dlock_watch *w) { return w && atomic_load(&w->bounded) ? DLOCK__WATCH_BOUND_MS : 0; }
 
 int dlock_watch_fd(const dlock_watch *w) { return w ? w->wake[0] : -1; }
 

@@ -47,7 +47,10 @@ struct dlock__watchdog {
 
 static void unlink_locked(dlock__watchdog *wd, dlock_mutex *m) {
   if (!m->wd_registered) return;
-  if (m->wd_prev) m->wd_prev->wd_next = m->wd_next; else wd->head = m->wd_next;
+  if (m->wd_prev)
+    m->wd_prev->wd_next = m->wd_next;
+  else
+    wd->head = m->wd_next;
   if (m->wd_next) m->wd_next->wd_prev = m->wd_prev;
   m->wd_prev = m->wd_next = NULL;
   m->wd_registered = 0;
@@ -93,8 +96,8 @@ static void run_callbacks(dlock__watchdog *wd, pending_loss *losses, size_t nlos
 /* Renew the holds of 'batch' through the backend (one batch) that
  * gives up at 'limit' (the earliest deadline watched), then apply the
  * answers. Called and returns with wd->mu held; drops it for the I/O. */
-static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *ops, size_t nbatch,
-                  dlock_mono_ms limit, pending_loss *losses, size_t *nloss) {
+static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *ops, size_t nbatch, dlock_mono_ms limit,
+                  pending_loss *losses, size_t *nloss) {
   unsigned pokes = wd->pokes;
   pthread_mutex_unlock(&wd->mu);
   int64_t began = dlock__mono_ns();
@@ -115,7 +118,7 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
     int64_t left = m->valid_until - now; /* before this renewal moves it */
     dlock_mono_ms safe = dlock__lease_op_end(m, &ops[i], r->status == 0 ? r->valid_until : INT64_MAX);
     if (r->status == 0 && (renewed = dlock__mutex_renewed(m, safe, now))) {
-      m->claim_ms = 0; /* a hand-off's claim: the full lease is set now */
+      m->claim_ms = 0;                     /* a hand-off's claim: the full lease is set now */
     } else if (r->status == DLOCK_ELOST) { /* unless the deadline was seen passing first */
       dlock__mutex_mark_lost(m, r->lost);
     } else if (r->sent && m->valid_until && !(wd->client->caps & DLOCK__CAP_SESSION)) {
@@ -130,8 +133,11 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
     dlock_mono_ms valid_until = m->valid_until;
     /* A reply after the deadline is a loss; a session backend's renewal
      * reads the session: no lease to be late on. */
-    dlock__metrics_renewed(m, renewed ? 0 : r->status ? r->status : DLOCK_ELOST, left,
-                           wd->client->caps & DLOCK__CAP_SESSION ? 0 : lease);
+    dlock__metrics_renewed(m,
+                           renewed     ? 0
+                           : r->status ? r->status
+                                       : DLOCK_ELOST,
+                           left, wd->client->caps & DLOCK__CAP_SESSION ? 0 : lease);
     pthread_mutex_unlock(&m->mu);
     if (lost != DLOCK_LOST_NONE) {
       lose(wd, m, lost, losses, nloss);
@@ -241,8 +247,8 @@ static void *watchdog_main(void *arg) {
         memcpy(tokens[i].token, m->token, sizeof tokens[i].token);
         m->renew_tried = 1;
         /* A session backend's renewal sets no lease: it bounds nothing. */
-        dlock_mono_ms until = m->client->caps & DLOCK__CAP_SESSION
-                                  ? INT64_MAX : dlock__valid_until(dlock_mono_now(), batch[i].lease_ms);
+        dlock_mono_ms until =
+            m->client->caps & DLOCK__CAP_SESSION ? INT64_MAX : dlock__valid_until(dlock_mono_now(), batch[i].lease_ms);
         dlock__lease_op_begin(m, &ops[i], until);
         /* It may run before its answer comes: its deadline (when earlier,
          * after a longer extend) bounds the pipeline and the floor too. */

@@ -49,8 +49,7 @@ int64_t dlock__my_session_value(dlock__my *my, MYSQL *s, const char *sql, int *r
 
 int dlock__my_session_row(dlock__my *my, MYSQL *s, const char *sql, int64_t *vals, int n) {
   if (mysql_real_query(s, sql, strlen(sql)) != 0)
-    return dlock__error(DLOCK_EIO, "%s: the session holding the advisory lock failed: %s", my->display,
-                        mysql_error(s));
+    return dlock__error(DLOCK_EIO, "%s: the session holding the advisory lock failed: %s", my->display, mysql_error(s));
   MYSQL_RES *res = mysql_store_result(s);
   if (!res) return dlock__error(DLOCK_EIO, "%s: no answer on the advisory lock's session", my->display);
   MYSQL_ROW row = mysql_fetch_row(res);
@@ -62,9 +61,11 @@ int dlock__my_session_row(dlock__my *my, MYSQL *s, const char *sql, int64_t *val
 
 /* The refusal: the hold's statements ran on more than one server session. */
 static int shared_session(dlock__my *my, int code, const char *what) {
-  return dlock__error(code, "%s: advisory mode needs its own server session; a proxy at %s:%u shares "
+  return dlock__error(code,
+                      "%s: advisory mode needs its own server session; a proxy at %s:%u shares "
                       "sessions (%s): point the advisory URL at the server itself, or use lease mode (drop "
-                      "mode=advisory from the URL)", my->display, my->host, my->port, what);
+                      "mode=advisory from the URL)",
+                      my->display, my->host, my->port, what);
 }
 
 int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int64_t wait_ms, dlock_mono_ms deadline,
@@ -109,7 +110,8 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
        * with GET_LOCK's 1 cannot come from a session without the mark, so
        * nothing was taken on another session. */
       mysql_close(s);
-      return shared_session(my, DLOCK_EINVAL, "a statement of this connection ran on a server session other than the one "
+      return shared_session(my, DLOCK_EINVAL,
+                            "a statement of this connection ran on a server session other than the one "
                             "its first statement ran on; nothing is held");
     }
     id = v[1];
@@ -120,8 +122,10 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
     }
     if (v[0] != 0) {
       mysql_close(s);
-      return dlock__error(DLOCK_ESERVER, "lock '%s' on %s: the server could not take the advisory lock (an error "
-                          "on the server)", shown, my->display);
+      return dlock__error(DLOCK_ESERVER,
+                          "lock '%s' on %s: the server could not take the advisory lock (an error "
+                          "on the server)",
+                          shown, my->display);
     }
     if (canceled(arg)) {
       mysql_close(s);
@@ -129,8 +133,7 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
     }
     if (wait_ms == 0 || dlock_mono_now() >= deadline) {
       mysql_close(s);
-      return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session (%s, advisory mode)", shown,
-                          my->display);
+      return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session (%s, advisory mode)", shown, my->display);
     }
   }
 }
@@ -154,12 +157,15 @@ int dlock__my_adv_release(dlock__my *my, void *session, const char *key, int64_t
   mysql_close(session);
   if (rc == 0 && v[1] != session_id) {
     dlock__error_clear();
-    return shared_session(my, DLOCK_ENOTHELD, "the release ran on another server session than the hold's; the lock ends when the "
+    return shared_session(my, DLOCK_ENOTHELD,
+                          "the release ran on another server session than the hold's; the lock ends when the "
                           "proxy ends that session");
   }
   if (rc || v[0] != 1)
-    return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: the session that held it had ended, and the lock with "
-                        "it (advisory mode)", shown, my->display);
+    return dlock__error(DLOCK_ENOTHELD,
+                        "lock '%s' on %s: the session that held it had ended, and the lock with "
+                        "it (advisory mode)",
+                        shown, my->display);
   return 0;
 }
 

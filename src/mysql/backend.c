@@ -65,8 +65,13 @@ static my_lock *myl(const dlock_mutex *m) { return (my_lock *)m->be; }
 static int is_family(const dlock_mutex *m) { return m->kind != DLOCK__KIND_MUTEX; }
 static dlock__my_fam fam_of(dlock_mutex *m, const char *token, int64_t lease_ms, const char *shadow) {
   my_lock *l = myl(m);
-  dlock__my_fam f = {.hname = l->hname, .name = l->name, .token = token, .permits = m->permits, .shadow = shadow,
-                     .owner_hex = l->owner_hex, .lease_ms = lease_ms};
+  dlock__my_fam f = {.hname = l->hname,
+                     .name = l->name,
+                     .token = token,
+                     .permits = m->permits,
+                     .shadow = shadow,
+                     .owner_hex = l->owner_hex,
+                     .lease_ms = lease_ms};
   f.side = m->kind == DLOCK__KIND_SEMAPHORE ? 'p' : m->kind == DLOCK__KIND_READ ? 'r' : 'w';
   return f;
 }
@@ -76,9 +81,10 @@ int dlock__my_full_hex(const dlock_client *c, const char *what, const char *name
   snprintf(full, sizeof full, "%s%s", c->prefix ? c->prefix : "", name);
   size_t len = strlen(full);
   if (len > DLOCK__MY_NAME_MAX)
-    return dlock__error(DLOCK_ENAME, "%s name '%.40s...' is %zu bytes%s; dlock's MySQL tables hold names of at "
-                        "most %d bytes (%s): use a shorter name", what, full, len,
-                        c->prefix_len ? " with the key prefix" : "", DLOCK__MY_NAME_MAX, c->server);
+    return dlock__error(DLOCK_ENAME,
+                        "%s name '%.40s...' is %zu bytes%s; dlock's MySQL tables hold names of at "
+                        "most %d bytes (%s): use a shorter name",
+                        what, full, len, c->prefix_len ? " with the key prefix" : "", DLOCK__MY_NAME_MAX, c->server);
   dlock__my_hex(full, len, hex);
   return 0;
 }
@@ -101,8 +107,10 @@ static int my_open(dlock_client *c, const dlock_client_options *o, const char *u
 }
 
 static int not_advisory(dlock_client *c, const char *what) {
-  return dlock__error(DLOCK_EINVAL, "%s is not offered in advisory mode (%s): GET_LOCK has no fence and no list "
-                      "of names; drop mode=advisory from the URL to use dlock's lease table", what, c->server);
+  return dlock__error(DLOCK_EINVAL,
+                      "%s is not offered in advisory mode (%s): GET_LOCK has no fence and no list "
+                      "of names; drop mode=advisory from the URL to use dlock's lease table",
+                      what, c->server);
 }
 
 static void my_close(dlock_client *c) {
@@ -121,10 +129,10 @@ static int my_setup(dlock_client *c) { return dlock__my_init(myc(c)); }
 
 /* ---- The doctor ---- */
 
-static void add_check(dlock_check *out, int max, int *n, const char *name, dlock_check_level level,
-                      const char *fix, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static void add_check(dlock_check *out, int max, int *n, const char *name, dlock_check_level level,
-                      const char *fix, const char *fmt, ...) {
+static void add_check(dlock_check *out, int max, int *n, const char *name, dlock_check_level level, const char *fix,
+                      const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static void add_check(dlock_check *out, int max, int *n, const char *name, dlock_check_level level, const char *fix,
+                      const char *fmt, ...) {
   if (*n >= max) return;
   dlock_check *k = &out[(*n)++];
   memset(k, 0, sizeof *k);
@@ -157,43 +165,52 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
   MYSQL_ROW row;
   while ((row = mysql_fetch_row(r.rows)) != NULL) {
     const char *k = row[0], *v = row[1] ? row[1] : "";
-    if (!strcmp(k, "version")) snprintf(version, sizeof version, "%s", v);
-    else if (!strcmp(k, "version_comment")) snprintf(comment, sizeof comment, "%s", v);
-    else if (!strcmp(k, "innodb_flush_log_at_trx_commit")) snprintf(flush, sizeof flush, "%s", v);
-    else if (!strcmp(k, "sync_binlog")) snprintf(sync, sizeof sync, "%s", v);
-    else if (!strcmp(k, "log_bin")) snprintf(log_bin, sizeof log_bin, "%s", v);
-    else if (!strcmp(k, "wsrep_on")) snprintf(wsrep, sizeof wsrep, "%s", v);
-    else if (!strcmp(v, "ON")) ro = 1; /* read_only, super_read_only, innodb_read_only */
+    if (!strcmp(k, "version"))
+      snprintf(version, sizeof version, "%s", v);
+    else if (!strcmp(k, "version_comment"))
+      snprintf(comment, sizeof comment, "%s", v);
+    else if (!strcmp(k, "innodb_flush_log_at_trx_commit"))
+      snprintf(flush, sizeof flush, "%s", v);
+    else if (!strcmp(k, "sync_binlog"))
+      snprintf(sync, sizeof sync, "%s", v);
+    else if (!strcmp(k, "log_bin"))
+      snprintf(log_bin, sizeof log_bin, "%s", v);
+    else if (!strcmp(k, "wsrep_on"))
+      snprintf(wsrep, sizeof wsrep, "%s", v);
+    else if (!strcmp(v, "ON"))
+      ro = 1; /* read_only, super_read_only, innodb_read_only */
   }
   mysql_free_result(r.rows);
   int n = 0;
   add_check(out, max, &n, "server", DLOCK_CHECK_OK, "", "%s answers, %s %s", my->display,
             strstr(version, "MariaDB") ? "MariaDB" : "MySQL", version);
   if (ro)
-    add_check(out, max, &n, "read-only", DLOCK_CHECK_FAIL,
-              "point the URL at the primary, or SET GLOBAL read_only = OFF",
-              "%s is read-only (read_only, super_read_only or innodb_read_only is ON): no lock can be taken",
-              my->display);
+    add_check(
+        out, max, &n, "read-only", DLOCK_CHECK_FAIL, "point the URL at the primary, or SET GLOBAL read_only = OFF",
+        "%s is read-only (read_only, super_read_only or innodb_read_only is ON): no lock can be taken", my->display);
   else
     add_check(out, max, &n, "read-only", DLOCK_CHECK_OK, "", "%s takes writes", my->display);
   if (strcmp(flush, "1") != 0)
     add_check(out, max, &n, "durability", DLOCK_CHECK_FAIL,
               "SET GLOBAL innodb_flush_log_at_trx_commit = 1 (and in my.cnf)",
               "innodb_flush_log_at_trx_commit is %s on %s: a crash can lose the last second of commits, so a lease "
-              "or a fence already handed out can be handed out again", flush, my->display);
+              "or a fence already handed out can be handed out again",
+              flush, my->display);
   else if (!strcmp(log_bin, "ON") && strcmp(sync, "1") != 0)
     add_check(out, max, &n, "durability", DLOCK_CHECK_WARN, "SET GLOBAL sync_binlog = 1 (and in my.cnf)",
               "binary log on with sync_binlog = %s on %s: after an OS crash a replica promoted from the binary "
-              "log may lack the last fences", sync, my->display);
+              "log may lack the last fences",
+              sync, my->display);
   else
     add_check(out, max, &n, "durability", DLOCK_CHECK_OK, "",
-              "innodb_flush_log_at_trx_commit = 1%s on %s: a commit survives a crash", !strcmp(log_bin, "ON") ?
-              ", sync_binlog = 1" : "", my->display);
+              "innodb_flush_log_at_trx_commit = 1%s on %s: a commit survives a crash",
+              !strcmp(log_bin, "ON") ? ", sync_binlog = 1" : "", my->display);
   if (!strcmp(wsrep, "ON"))
     add_check(out, max, &n, "replication", DLOCK_CHECK_WARN,
               "point every dlock client at one node of the cluster (or a proxy that sends all writes to one)",
               "%s is a Galera node (wsrep_on): writes to dlock's rows on two nodes at once are settled only at "
-              "commit, and GET_LOCK is not replicated", my->display);
+              "commit, and GET_LOCK is not replicated",
+              my->display);
   /* The tables and the rights on them: statements that change nothing. */
   static const char *const probes[] = {
       "SELECT name FROM dlock_locks WHERE 1 = 0",
@@ -243,7 +260,8 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
       add_check(out, max, &n, "rights", DLOCK_CHECK_FAIL,
                 "run `dlock init` as a user that may CREATE, then GRANT SELECT, INSERT, UPDATE on dlock_locks, "
                 "dlock_guards and dlock_sched, and SELECT, INSERT, UPDATE, DELETE on dlock_holds, dlock_waiters "
-                "and dlock_sched_runs (docs/mysql.md)", "%s", dlock_last_error());
+                "and dlock_sched_runs (docs/mysql.md)",
+                "%s", dlock_last_error());
     } else if (prc && prc != DLOCK_EREADONLY) {
       return prc;
     }
@@ -262,10 +280,10 @@ static int my_check(dlock_client *c, dlock_check *out, int max) {
   int64_t skew = server - (t0 + t1) / 2;
   int64_t a = skew < 0 ? -skew : skew;
   if (a > 2000)
-    add_check(out, max, &n, "clock", a > 30000 ? DLOCK_CHECK_FAIL : DLOCK_CHECK_WARN,
-              "run NTP (chrony) on both hosts",
+    add_check(out, max, &n, "clock", a > 30000 ? DLOCK_CHECK_FAIL : DLOCK_CHECK_WARN, "run NTP (chrony) on both hosts",
               "the clock of %s differs from this host's by %" PRId64 " ms: leases are decided on the server's "
-              "clock, but a schedule's ticks come from this one", my->display, skew);
+              "clock, but a schedule's ticks come from this one",
+              my->display, skew);
   else
     add_check(out, max, &n, "clock", DLOCK_CHECK_OK, "", "the clock of %s is within %" PRId64 " ms of this host's",
               my->display, a);
@@ -328,8 +346,8 @@ static int try_take(dlock_mutex *m, const char *token, int64_t lease_ms, uint64_
     if (r.affected == 1) {
       if (r.insert_id == 0 || r.insert_id > (uint64_t)INT64_MAX) {
         *maybe_ran = 1;
-        return dlock__error(DLOCK_EFENCE, "lock '%s' on %s: the fence counter gave %" PRIu64 ", not 1..2^63-1",
-                            l->name, my->display, r.insert_id);
+        return dlock__error(DLOCK_EFENCE, "lock '%s' on %s: the fence counter gave %" PRIu64 ", not 1..2^63-1", l->name,
+                            my->display, r.insert_id);
       }
       *fence = r.insert_id;
       return 1;
@@ -348,8 +366,8 @@ static int try_take(dlock_mutex *m, const char *token, int64_t lease_ms, uint64_
     snprintf(marker, sizeof marker, "%s", family ? row[0] : "");
     mysql_free_result(r.rows);
     if (family)
-      return dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s: a name is one kind of lock at a time",
-                          l->name, my->display, marker[1] == 's' ? "semaphore" : "read-write lock");
+      return dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s: a name is one kind of lock at a time", l->name,
+                          my->display, marker[1] == 's' ? "semaphore" : "read-write lock");
     if (there) break; /* held */
     snprintf(q, sizeof q, "INSERT IGNORE INTO dlock_locks (name) VALUES (%s)", l->hname);
     rc = dlock__my_run(my, q, 1, &r);
@@ -386,8 +404,7 @@ static int adv_check(dlock_mutex *m, int *moved) {
   my_lock *l = myl(m);
   pthread_mutex_lock(&l->mu);
   int rc = DLOCK_ELOST, now_moved = 0;
-  if (l->session && !l->moved)
-    rc = dlock__my_adv_check(myc(m->client), l->session, l->key, l->session_id, &now_moved);
+  if (l->session && !l->moved) rc = dlock__my_adv_check(myc(m->client), l->session, l->key, l->session_id, &now_moved);
   l->moved |= now_moved;
   if (moved) *moved = l->moved;
   pthread_mutex_unlock(&l->mu);
@@ -608,18 +625,23 @@ static int release_lease(dlock_mutex *m) {
     snprintf(last, sizeof last, "%s", dlock__my_cell(&r, 0));
     mysql_free_result(r.rows);
     if (strncmp(last, token, DLOCK__TOKEN_HEX) != 0)
-      return dlock__error(DLOCK_EUNKNOWN, "release of '%s' on %s: its reply was lost and the lock has changed "
-                          "hands since, so whether the hold lasted until the release cannot be told", l->name,
-                          my->display);
+      return dlock__error(DLOCK_EUNKNOWN,
+                          "release of '%s' on %s: its reply was lost and the lock has changed "
+                          "hands since, so whether the hold lasted until the release cannot be told",
+                          l->name, my->display);
     live = last[DLOCK__TOKEN_HEX] == '+';
     r.affected = 1;
   }
   if (live) return 0;
   if (r.affected == 1)
-    return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: its lease had run out before the release (no other owner "
-                        "took it meanwhile)", l->name, my->display);
-  return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s is no longer held by this owner: its lease ran out or it "
-                      "was freed, and another owner may have it", l->name, my->display);
+    return dlock__error(DLOCK_ENOTHELD,
+                        "lock '%s' on %s: its lease had run out before the release (no other owner "
+                        "took it meanwhile)",
+                        l->name, my->display);
+  return dlock__error(DLOCK_ENOTHELD,
+                      "lock '%s' on %s is no longer held by this owner: its lease ran out or it "
+                      "was freed, and another owner may have it",
+                      l->name, my->display);
 }
 
 static void my_undo(dlock_mutex *m) {
@@ -637,8 +659,10 @@ static dlock_lost_reason why_lost(dlock_mutex *m, const char *token) {
   if (dlock__my_run(myc(m->client), sql, 1, &r) == 0) {
     const char *t = dlock__my_cell(&r, 0), *last = dlock__my_cell(&r, 1);
     size_t tl = strlen(token);
-    if (!strncmp(last, token, tl) && !strcmp(last + tl, "!")) why = DLOCK_LOST_DELETED;
-    else if (t[0] && strcmp(t, token) != 0) why = DLOCK_LOST_TAKEN;
+    if (!strncmp(last, token, tl) && !strcmp(last + tl, "!"))
+      why = DLOCK_LOST_DELETED;
+    else if (t[0] && strcmp(t, token) != 0)
+      why = DLOCK_LOST_TAKEN;
     mysql_free_result(r.rows);
   }
   dlock__error_clear();
@@ -654,10 +678,12 @@ static int my_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
     if (adv_check(m, &moved) == 0) return 0;
     *lost = DLOCK_LOST_EXPIRED;
     if (moved)
-      return dlock__error(DLOCK_ELOST, "lock '%s' on %s: a look at it ran on another server session than the "
+      return dlock__error(DLOCK_ELOST,
+                          "lock '%s' on %s: a look at it ran on another server session than the "
                           "hold's, so a proxy at %s:%u shares sessions and other clients may run on the one that "
                           "holds it: advisory mode needs its own server session (point the URL at the server "
-                          "itself, or use lease mode)", myl(m)->name, my->display, my->host, my->port);
+                          "itself, or use lease mode)",
+                          myl(m)->name, my->display, my->host, my->port);
     return dlock__error(DLOCK_ELOST, "lock '%s' on %s: the session that held it has ended (advisory mode)",
                         myl(m)->name, my->display);
   }
@@ -677,9 +703,10 @@ static int my_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_
   if (rc) return rc;
   if (r.affected == 1) return 0;
   *lost = why_lost(m, token);
-  return dlock__error(DLOCK_ELOST, "lock '%s' on %s is no longer held by this owner (%s)", myl(m)->name,
-                      my->display, *lost == DLOCK_LOST_TAKEN ? "another owner has it"
-                      : *lost == DLOCK_LOST_DELETED ? "it was force-released" : "its lease ran out or it was freed");
+  return dlock__error(DLOCK_ELOST, "lock '%s' on %s is no longer held by this owner (%s)", myl(m)->name, my->display,
+                      *lost == DLOCK_LOST_TAKEN     ? "another owner has it"
+                      : *lost == DLOCK_LOST_DELETED ? "it was force-released"
+                                                    : "its lease ran out or it was freed");
 }
 
 static void my_renew(dlock_client *c, dlock__renewal *r, size_t n, dlock_mono_ms limit) {
@@ -742,7 +769,8 @@ static int my_info(dlock_client *c, const char *name, dlock_lock_info *out) {
   snprintf(sql, sizeof sql,
            "SELECT token <> '' AND expires > " NOW6 ", fence, TIMESTAMPDIFF(MICROSECOND, " NOW6 ", expires) DIV "
            "1000, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since) DIV 1000, owner_info, token FROM dlock_locks "
-           "WHERE name = %s", hex);
+           "WHERE name = %s",
+           hex);
   dlock__my_res r;
   rc = dlock__my_run(myc(c), sql, 1, &r);
   if (rc) return rc;
@@ -774,8 +802,10 @@ static int my_list(dlock_client *c, const char *pattern, void (*fn)(const char *
   snprintf(full, sizeof full, "%s%s", c->prefix ? c->prefix : "", pattern ? pattern : "*");
   size_t o = 0;
   for (const char *p = full; *p; p++) {
-    if (*p == '*') like[o++] = '%';
-    else if (*p == '?') like[o++] = '_';
+    if (*p == '*')
+      like[o++] = '%';
+    else if (*p == '?')
+      like[o++] = '_';
     else {
       if (*p == '%' || *p == '_' || *p == '!') like[o++] = '!';
       like[o++] = *p;
@@ -784,7 +814,8 @@ static int my_list(dlock_client *c, const char *pattern, void (*fn)(const char *
   dlock__my_hex(like, o, hex);
   snprintf(sql, sizeof sql,
            "SELECT name FROM dlock_locks WHERE token <> '' AND expires > " NOW6 " AND name LIKE %s ESCAPE '!' "
-           "ORDER BY name", hex);
+           "ORDER BY name",
+           hex);
   dlock__my_res r;
   int rc = dlock__my_run(myc(c), sql, 1, &r);
   if (rc) return rc;
@@ -807,7 +838,8 @@ static int my_force_release(dlock_client *c, const char *name, unsigned flags, i
   if (rc) return rc;
   snprintf(sql, sizeof sql,
            "UPDATE dlock_locks SET owner_info = IF(LAST_INSERT_ID(IF(token <> '' AND expires > " NOW6 ", 2, 1)) > 0, "
-           "'', ''), last = CONCAT(token, '!'), token = '', expires = LEAST(expires, " NOW6 ") WHERE name = %s", hex);
+           "'', ''), last = CONCAT(token, '!'), token = '', expires = LEAST(expires, " NOW6 ") WHERE name = %s",
+           hex);
   dlock__my_res r;
   rc = dlock__my_run(myc(c), sql, 0, &r); /* never twice: it frees whoever holds it */
   if (rc) {
@@ -838,35 +870,36 @@ static int my_guard_check(dlock_client *c, const char *resource, uint64_t token,
   uint64_t top = r.insert_id > token ? r.insert_id : token;
   if (highest) *highest = top;
   if (top > token)
-    return dlock__error(DLOCK_ESTALE, "resource '%s' on %s: fence %" PRIu64 " is stale, %" PRIu64 " was admitted "
-                        "before: a newer holder has written, drop this write", resource, c->server, token, top);
+    return dlock__error(DLOCK_ESTALE,
+                        "resource '%s' on %s: fence %" PRIu64 " is stale, %" PRIu64 " was admitted "
+                        "before: a newer holder has written, drop this write",
+                        resource, c->server, token, top);
   return 0;
 }
 
 static const dlock__admin_ops my_admin = {
-  .info = my_info,
-  .list = my_list,
-  .force_release = my_force_release,
-  .check = my_check,
-  .setup = my_setup,
+    .info = my_info,
+    .list = my_list,
+    .force_release = my_force_release,
+    .check = my_check,
+    .setup = my_setup,
 };
 
 static const dlock__guard_ops my_guard = {.check = my_guard_check};
 
 static const dlock__sched_ops my_sched = {
-  .claim = dlock__my_sched_claim,
-  .finish = dlock__my_sched_finish,
-  .undo = dlock__my_sched_undo,
-  .history = dlock__my_sched_history,
+    .claim = dlock__my_sched_claim,
+    .finish = dlock__my_sched_finish,
+    .undo = dlock__my_sched_undo,
+    .history = dlock__my_sched_history,
 };
 
 /* Both modes' table; advisory mode has no scheduler (GET_LOCK keeps no claims). */
-#define MY_REQUIRED_OPS                                                                                      \
-  .name = "mysql", .unreachable = "MySQL could not be reached in time to renew the lease",                  \
-  .redact = dlock__my_redact, .open = my_open, .close = my_close, .ping = my_ping, .query = dlock__query_none, \
-  .lock_new = my_lock_new, .lock_free = my_lock_free, .acquire = my_acquire, .undo = my_undo,                \
-  .release = my_release, .extend = my_extend, .renew = my_renew, .held = my_held, .admin = &my_admin,        \
-  .guard = &my_guard
+#define MY_REQUIRED_OPS                                                                                                \
+  .name = "mysql", .unreachable = "MySQL could not be reached in time to renew the lease", .redact = dlock__my_redact, \
+  .open = my_open, .close = my_close, .ping = my_ping, .query = dlock__query_none, .lock_new = my_lock_new,            \
+  .lock_free = my_lock_free, .acquire = my_acquire, .undo = my_undo, .release = my_release, .extend = my_extend,       \
+  .renew = my_renew, .held = my_held, .admin = &my_admin, .guard = &my_guard
 
 /* Elections ride on the lease-mode mutex; proclaim is not there yet. */
 static const struct dlock__election_ops my_election = {.proclaim = NULL};

@@ -43,9 +43,7 @@ typedef struct acq {
   int64_t live, first_ttl;
 } acq;
 
-static const char *kind_of(const char *marker) {
-  return marker[1] == 's' ? "semaphore" : "read-write lock";
-}
+static const char *kind_of(const char *marker) { return marker[1] == 's' ? "semaphore" : "read-write lock"; }
 
 static int fam_acquire_tx(dlock__my_tx *tx, void *arg) {
   acq *a = arg;
@@ -67,9 +65,10 @@ static int fam_acquire_tx(dlock__my_tx *tx, void *arg) {
   int row_live = row[1] && row[1][0] == '1';
   mysql_free_result(r.rows);
   if (row_live && marker[0] && marker[0] != '*')
-    return dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a mutex: a name is one kind of lock at a time "
-                        "(use another name for the %s)", f->name, my->display,
-                        f->side == 'p' ? "semaphore" : "read-write lock");
+    return dlock__error(DLOCK_EWRONGTYPE,
+                        "'%s' on %s is held as a mutex: a name is one kind of lock at a time "
+                        "(use another name for the %s)",
+                        f->name, my->display, f->side == 'p' ? "semaphore" : "read-write lock");
   /* Ended holds and gone waiters, a minute after their end. */
   snprintf(sql, sizeof sql, "DELETE FROM dlock_holds WHERE name = %s AND expires < " NOW6 " - INTERVAL 1 MINUTE",
            f->hname);
@@ -108,16 +107,19 @@ static int fam_acquire_tx(dlock__my_tx *tx, void *arg) {
     a->fence = own_fence;
   }
   char want[40];
-  if (f->side == 'p') snprintf(want, sizeof want, "*s:%d", f->permits);
-  else snprintf(want, sizeof want, "*r");
+  if (f->side == 'p')
+    snprintf(want, sizeof want, "*s:%d", f->permits);
+  else
+    snprintf(want, sizeof want, "*r");
   if (!own && a->live > 0 && marker[0] == '*') {
     if ((marker[1] == 's') != (f->side == 'p'))
-      return dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s: a name is one kind of lock at a time",
-                          f->name, my->display, kind_of(marker));
+      return dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s: a name is one kind of lock at a time", f->name,
+                          my->display, kind_of(marker));
     if (f->side == 'p' && strcmp(marker, want) != 0)
-      return dlock__error(DLOCK_ELIMIT, "semaphore '%s' on %s has %s permits (stored by its holders), but this "
-                          "caller asks for %d: every holder of a name must give the same limit", f->name,
-                          my->display, marker + 3, f->permits);
+      return dlock__error(DLOCK_ELIMIT,
+                          "semaphore '%s' on %s has %s permits (stored by its holders), but this "
+                          "caller asks for %d: every holder of a name must give the same limit",
+                          f->name, my->display, marker + 3, f->permits);
   }
   if (!own) {
     /* The queue: live waiters ahead of this caller (by arrival). */
@@ -137,10 +139,14 @@ static int fam_acquire_tx(dlock__my_tx *tx, void *arg) {
     }
     mysql_free_result(r.rows);
     int ok;
-    if (shadow) ok = 1; /* this thread's other hold of the name stands: the read goes at once */
-    else if (f->side == 'p') ok = a->live + ahead < f->permits;
-    else if (f->side == 'w') ok = a->live == 0 && ahead == 0;
-    else ok = !writer && writers_ahead == 0;
+    if (shadow)
+      ok = 1; /* this thread's other hold of the name stands: the read goes at once */
+    else if (f->side == 'p')
+      ok = a->live + ahead < f->permits;
+    else if (f->side == 'w')
+      ok = a->live == 0 && ahead == 0;
+    else
+      ok = !writer && writers_ahead == 0;
     if (!ok) {
       if (a->queue) {
         snprintf(sql, sizeof sql,
@@ -202,9 +208,10 @@ int dlock__my_fam_try(dlock__my *my, const dlock__my_fam *f, int queue, uint64_t
       snprintf(busy, len, "all %d permits of semaphore '%s' on %s are held (the first lease ends in %" PRId64 " ms)",
                f->permits, f->name, my->display, a.first_ttl);
     else
-      snprintf(busy, len, "read-write lock '%s' on %s is held (%" PRId64 " hold%s%s; the first lease ends in %" PRId64
-               " ms)", f->name, my->display, a.live, a.live == 1 ? "" : "s",
-               a.live == 0 ? ", and a writer waits ahead" : "", a.first_ttl);
+      snprintf(busy, len,
+               "read-write lock '%s' on %s is held (%" PRId64 " hold%s%s; the first lease ends in %" PRId64 " ms)",
+               f->name, my->display, a.live, a.live == 1 ? "" : "s", a.live == 0 ? ", and a writer waits ahead" : "",
+               a.first_ttl);
     return 0;
   }
   return dlock__error(DLOCK_EIO, "'%s' on %s: its row in dlock_locks keeps vanishing", f->name, my->display);
@@ -282,14 +289,15 @@ int dlock__my_fam_release(dlock__my *my, const dlock__my_fam *f) {
   if (x.changed == 1 || resent) {
     if (x.released == 1) return 0;
     if (x.released == 2)
-      return dlock__error(DLOCK_ENOTHELD, "'%s' on %s: its lease had run out before the release", f->name,
-                          my->display);
+      return dlock__error(DLOCK_ENOTHELD, "'%s' on %s: its lease had run out before the release", f->name, my->display);
   }
   if (x.released == 3)
-    return dlock__error(DLOCK_ENOTHELD, "'%s' on %s: the hold had been force-released (dlock release --force)",
-                        f->name, my->display);
-  return dlock__error(DLOCK_ENOTHELD, "'%s' on %s is no longer held by this owner: its lease ran out or it was "
-                      "freed", f->name, my->display);
+    return dlock__error(DLOCK_ENOTHELD, "'%s' on %s: the hold had been force-released (dlock release --force)", f->name,
+                        my->display);
+  return dlock__error(DLOCK_ENOTHELD,
+                      "'%s' on %s is no longer held by this owner: its lease ran out or it was "
+                      "freed",
+                      f->name, my->display);
 }
 
 static int fam_extend_tx(dlock__my_tx *tx, void *arg) {

@@ -99,11 +99,15 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
     const char *colon = memchr(a, ':', (size_t)(at - a));
     size_t ulen = (size_t)((colon ? colon : at) - a);
     if (decode(a, ulen, my->user, sizeof my->user) != 0)
-      return dlock__error(DLOCK_EURL, "'%s': the user name is malformed or longer than %zu bytes (percent-encode "
-                          "special characters: %%40 for '@')", shown, sizeof my->user - 1);
+      return dlock__error(DLOCK_EURL,
+                          "'%s': the user name is malformed or longer than %zu bytes (percent-encode "
+                          "special characters: %%40 for '@')",
+                          shown, sizeof my->user - 1);
     if (colon && decode(colon + 1, (size_t)(at - colon - 1), my->password, sizeof my->password) != 0)
-      return dlock__error(DLOCK_EURL, "'%s': the password is malformed or longer than %zu bytes (percent-encode "
-                          "special characters)", shown, sizeof my->password - 1);
+      return dlock__error(DLOCK_EURL,
+                          "'%s': the password is malformed or longer than %zu bytes (percent-encode "
+                          "special characters)",
+                          shown, sizeof my->password - 1);
     hostp = at + 1;
   }
   const char *pe = end;
@@ -129,8 +133,10 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
     char *e;
     long p = strtol(portp, &e, 10);
     if ((e == portp || e != end || p < 1 || p > 65535) && !at && strchr(end, '@'))
-      return dlock__error(DLOCK_EURL, "'%s': the password seems to hold a '/', '?' or '#': percent-encode it "
-                          "(%%2F, %%3F, %%23)", shown);
+      return dlock__error(DLOCK_EURL,
+                          "'%s': the password seems to hold a '/', '?' or '#': percent-encode it "
+                          "(%%2F, %%3F, %%23)",
+                          shown);
     if (e == portp || e != end || p < 1 || p > 65535)
       return dlock__error(DLOCK_EURL, "'%s': the port must be a number 1..65535", shown);
     my->port = (unsigned)p;
@@ -139,14 +145,12 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
     return dlock__error(DLOCK_EURL, "'%s': no database: write mysql://user@host/DB (dlock's tables go in it)", shown);
   const char *db = end + 1;
   size_t dlen = strcspn(db, "?#");
-  if (dlen >= sizeof my->db)
-    return dlock__error(DLOCK_EURL, "'%s': the database name is longer than 64 bytes", shown);
+  if (dlen >= sizeof my->db) return dlock__error(DLOCK_EURL, "'%s': the database name is longer than 64 bytes", shown);
   for (size_t i = 0; i < dlen; i++) {
     char ch = db[i];
     if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '$' ||
           ch == '-'))
-      return dlock__error(DLOCK_EURL, "'%s': the database name may hold letters, digits, '_', '$' and '-' only",
-                          shown);
+      return dlock__error(DLOCK_EURL, "'%s': the database name may hold letters, digits, '_', '$' and '-' only", shown);
   }
   snprintf(my->db, sizeof my->db, "%.*s", (int)dlen, db);
   const char *q = db + dlen;
@@ -161,11 +165,14 @@ static int parse_url(dlock__my *my, const char *url, const char *shown) {
       /* The option's name only: its value may be a secret (password=). */
       size_t k = strcspn(q, "=&#");
       if (k == 8 && !strncasecmp(q, "password", 8))
-        return dlock__error(DLOCK_EURL, "'%s': the MySQL URL takes no password option: write it as "
+        return dlock__error(DLOCK_EURL,
+                            "'%s': the MySQL URL takes no password option: write it as "
                             "mysql://user:PASSWORD@host/db (percent-encoded) or set the client's password option",
                             shown);
-      return dlock__error(DLOCK_EURL, "'%s': unknown option '%.*s': the MySQL URL takes mode=lease (the default) "
-                          "or mode=advisory (docs/mysql.md)", shown, (int)(k > 60 ? 60 : k), q);
+      return dlock__error(DLOCK_EURL,
+                          "'%s': unknown option '%.*s': the MySQL URL takes mode=lease (the default) "
+                          "or mode=advisory (docs/mysql.md)",
+                          shown, (int)(k > 60 ? 60 : k), q);
     }
     q += n;
     if (*q == '&') q++;
@@ -232,14 +239,16 @@ static int connect_one(dlock__my *my, MYSQL **out, int *setup_lost) {
     snprintf(msg, sizeof msg, "%s", mysql_error(conn));
     mysql_close(conn);
     if (e == 1045 || e == 1698)
-      return dlock__error(DLOCK_EAUTH, "%s refused user '%s' (%s): check the user and password in the URL",
-                          my->display, my->user, msg);
+      return dlock__error(DLOCK_EAUTH, "%s refused user '%s' (%s): check the user and password in the URL", my->display,
+                          my->user, msg);
     if (e == 1049)
       return dlock__error(DLOCK_EDB, "%s has no database '%s': create it (CREATE DATABASE %s) or name another",
                           my->display, my->db, my->db);
     if (e == 1044)
-      return dlock__error(DLOCK_ENOPERM, "%s: user '%s' may not use database '%s': GRANT it the rights "
-                          "docs/mysql.md lists", my->display, my->user, my->db);
+      return dlock__error(DLOCK_ENOPERM,
+                          "%s: user '%s' may not use database '%s': GRANT it the rights "
+                          "docs/mysql.md lists",
+                          my->display, my->user, my->db);
     return dlock__error(DLOCK_ECONNECT, "cannot connect to %s: %s: is the server up and the host and port right?",
                         my->display, msg);
   }
@@ -299,15 +308,19 @@ int dlock__my_connect(const char *url, const dlock_client_options *o, dlock__my 
   char shown[512];
   dlock__my_redact(url, shown, sizeof shown);
   if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
-    return dlock__error(DLOCK_EINVAL, "'%s': TLS to MySQL/MariaDB is not offered yet (issue 31): use a loopback or "
-                        "private network, or a TLS tunnel", shown);
+    return dlock__error(DLOCK_EINVAL,
+                        "'%s': TLS to MySQL/MariaDB is not offered yet (issue 31): use a loopback or "
+                        "private network, or a TLS tunnel",
+                        shown);
   if (o->wait_replicas || o->wait_timeout_ms)
     return dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms are Redis options; on MySQL use semi-"
-                        "synchronous replication on the server");
+                                      "synchronous replication on the server");
   if (o->connect_timeout_ms < 0 || o->connect_timeout_ms > 3600 * 1000 || o->command_timeout_ms < 0 ||
       o->command_timeout_ms > 3600 * 1000)
-    return dlock__error(DLOCK_ERANGE, "connect_timeout_ms %d / command_timeout_ms %d: each must be 0 (default) or "
-                        "1..3600000", o->connect_timeout_ms, o->command_timeout_ms);
+    return dlock__error(DLOCK_ERANGE,
+                        "connect_timeout_ms %d / command_timeout_ms %d: each must be 0 (default) or "
+                        "1..3600000",
+                        o->connect_timeout_ms, o->command_timeout_ms);
   dlock__my *my = calloc(1, sizeof *my);
   if (!my) return dlock__error(DLOCK_ENOMEM, "out of memory");
   pthread_mutex_init(&my->mu, NULL);
@@ -369,8 +382,10 @@ static int get_conn(dlock__my *my, dlock_mono_ms deadline, MYSQL **out, int *set
     }
     if (dlock_mono_now() >= deadline) {
       pthread_mutex_unlock(&my->mu);
-      return dlock__error(DLOCK_ETIMEDOUT, "%s: all %d connections stayed busy for the command timeout (%d ms): "
-                          "raise max_connections", my->display, my->max_connections, my->command_timeout_ms);
+      return dlock__error(DLOCK_ETIMEDOUT,
+                          "%s: all %d connections stayed busy for the command timeout (%d ms): "
+                          "raise max_connections",
+                          my->display, my->max_connections, my->command_timeout_ms);
     }
     struct timespec ts;
     dlock__deadline_timespec(deadline, &ts);
@@ -408,17 +423,31 @@ static int conn_lost(unsigned e) {
 
 static int server_error(dlock__my *my, unsigned e, const char *msg) {
   switch (e) {
-  case 1290: case 1836: case 1792: case 1015:
-    return dlock__error(DLOCK_EREADONLY, "%s is read-only (%s): point the URL at the primary, or turn read_only "
-                        "off", my->display, msg);
-  case 1142: case 1143: case 1044: case 1227: case 1370:
-    return dlock__error(DLOCK_ENOPERM, "%s: user '%s' lacks a right dlock needs (%s): GRANT SELECT, INSERT, UPDATE "
+  case 1290:
+  case 1836:
+  case 1792:
+  case 1015:
+    return dlock__error(DLOCK_EREADONLY,
+                        "%s is read-only (%s): point the URL at the primary, or turn read_only "
+                        "off",
+                        my->display, msg);
+  case 1142:
+  case 1143:
+  case 1044:
+  case 1227:
+  case 1370:
+    return dlock__error(DLOCK_ENOPERM,
+                        "%s: user '%s' lacks a right dlock needs (%s): GRANT SELECT, INSERT, UPDATE "
                         "ON %s.dlock_locks, dlock_guards and dlock_sched, and SELECT, INSERT, UPDATE, DELETE on "
                         "dlock_holds, dlock_waiters and dlock_sched_runs (docs/mysql.md), and run `dlock init` as "
-                        "a user that may CREATE", my->display, my->user, msg, my->db);
-  case 1205: case 1213:
-    return dlock__error(DLOCK_ETIMEDOUT, "%s: the statement waited too long for a row lock (%s): another "
-                        "session holds dlock's row; try again", my->display, msg);
+                        "a user that may CREATE",
+                        my->display, my->user, msg, my->db);
+  case 1205:
+  case 1213:
+    return dlock__error(DLOCK_ETIMEDOUT,
+                        "%s: the statement waited too long for a row lock (%s): another "
+                        "session holds dlock's row; try again",
+                        my->display, msg);
   default:
     return dlock__error(DLOCK_ESERVER, "%s answered error %u: %s", my->display, e, msg);
   }
@@ -509,9 +538,11 @@ int dlock__my_init(dlock__my *my) {
     if (r.rows) mysql_free_result(r.rows);
     if (rc) {
       if (rc == DLOCK_ENOPERM)
-        dlock__error(DLOCK_ENOPERM, "%s: user '%s' may not create dlock's tables in '%s': run `dlock init --url "
+        dlock__error(DLOCK_ENOPERM,
+                     "%s: user '%s' may not create dlock's tables in '%s': run `dlock init --url "
                      "...` once as a user with CREATE on it, then grant this one the rights docs/mysql.md lists "
-                     "on dlock's tables in %s", my->display, my->user, my->db, my->db);
+                     "on dlock's tables in %s",
+                     my->display, my->user, my->db, my->db);
       return rc;
     }
   }
@@ -570,17 +601,20 @@ static int run_loop(dlock__my *my, const char *what, int twice_safe, body_fn bod
         continue;
       }
       if (tx.unstarted && !res->resent)
-        return dlock__error(DLOCK_EIO, "%s: the connection was lost %d times before the transaction began (%s): "
-                            "nothing ran; is the server up, or is something ending its connections?", my->display,
-                            fresh + 1, msg);
+        return dlock__error(DLOCK_EIO,
+                            "%s: the connection was lost %d times before the transaction began (%s): "
+                            "nothing ran; is the server up, or is something ending its connections?",
+                            my->display, fresh + 1, msg);
       if (twice_safe && !res->resent) {
         res->resent = 1; /* the same statement: it decides the same way by its token */
         continue;
       }
       res->maybe_ran = 1;
       int st = strstr(msg, "timeout") || strstr(msg, "timed out") ? DLOCK_ETIMEDOUT : DLOCK_EIO;
-      return dlock__error(st, "%s: the connection was lost or timed out before the reply (%s): the statement may "
-                          "have run", my->display, msg);
+      return dlock__error(st,
+                          "%s: the connection was lost or timed out before the reply (%s): the statement may "
+                          "have run",
+                          my->display, msg);
     }
     put_conn(my, tx.conn, 0);
     if (e == 1146 && !made && strncmp(what, "CREATE", 6) != 0) { /* the tables are missing: make them, once */

@@ -29,24 +29,24 @@ typedef struct dlock__my {
   char display[400]; /* mysql://user:***@host:port/db: no password */
   char host[256], user[128], password[256], db[65];
   unsigned port;
-  int advisory;      /* ?mode=advisory (refused for now: docs/mysql.md) */
+  int advisory; /* ?mode=advisory (refused for now: docs/mysql.md) */
   int command_timeout_ms, connect_timeout_ms, max_connections;
   pthread_mutex_t mu; /* the pool */
   pthread_cond_t cv;
   MYSQL *idle[DLOCK__MY_POOL_MAX];
   int nidle, nopen;
-  int created; /* the tables were made by this client (once) */
+  int created;                   /* the tables were made by this client (once) */
   MYSQL *bells[DLOCK__MY_BELLS]; /* idle doorbell sessions (under mu) */
   int nbells, bells_out;         /* idle; in use */
 } dlock__my;
 
 /* One statement's outcome. */
 typedef struct dlock__my_res {
-  MYSQL_RES *rows;        /* a SELECT's rows (mysql_free_result), else NULL */
-  uint64_t affected;      /* rows matched (CLIENT_FOUND_ROWS) */
-  uint64_t insert_id;     /* LAST_INSERT_ID(expr) of the statement */
-  int resent;             /* sent a second time after a lost reply (twice-safe only) */
-  int maybe_ran;          /* failed after it may have run */
+  MYSQL_RES *rows;    /* a SELECT's rows (mysql_free_result), else NULL */
+  uint64_t affected;  /* rows matched (CLIENT_FOUND_ROWS) */
+  uint64_t insert_id; /* LAST_INSERT_ID(expr) of the statement */
+  int resent;         /* sent a second time after a lost reply (twice-safe only) */
+  int maybe_ran;      /* failed after it may have run */
 } dlock__my_res;
 
 /* Parse 'url' and open a first connection. */
@@ -72,7 +72,6 @@ int dlock__my_init(dlock__my *my);
 void dlock__my_hex(const char *s, size_t n, char *out);
 /* The first column of the first row of a result as text ("" when NULL or none). */
 const char *dlock__my_cell(dlock__my_res *r, unsigned col);
-
 
 /* A connection of its own (advisory mode's hold), not from the pool. */
 int dlock__my_open_session(dlock__my *my, MYSQL **out);

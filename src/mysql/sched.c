@@ -28,14 +28,17 @@ static int claim_update(dlock_client *c, const dlock__claim *cl, const char *hex
   /* With allow_overlap no job lock keeps the next tick out: a 1 ms lock. */
   int64_t lock_ms = cl->allow_overlap && !cl->delay_ms ? 1 : cl->at_most_ms;
   if (cl->delay_ms) {
-    snprintf(tick, sizeof tick, "claimed = IF(run_token = '%s', claimed, IF(tick >= 0, tick + %" PRId64 ", " NOW_MS
-             ")), tick = IF(run_token = '%s', tick, " NOW_MS ")", cl->token, cl->delay_ms, cl->token);
+    snprintf(tick, sizeof tick,
+             "claimed = IF(run_token = '%s', claimed, IF(tick >= 0, tick + %" PRId64 ", " NOW_MS
+             ")), tick = IF(run_token = '%s', tick, " NOW_MS ")",
+             cl->token, cl->delay_ms, cl->token);
     snprintf(cond, sizeof cond, "lock_expires <= " NOW6 " AND (tick < 0 OR " NOW_MS " >= tick + %" PRId64 ")",
              cl->delay_ms);
   } else {
     snprintf(tick, sizeof tick, "claimed = %" PRId64 ", tick = %" PRId64, cl->tick_ms, cl->tick_ms);
-    snprintf(cond, sizeof cond, "tick < %" PRId64 " AND lock_expires <= " NOW6 " AND %" PRId64 " - " NOW_MS
-             " <= %" PRId64, cl->tick_ms, cl->tick_ms, cl->ahead_ms);
+    snprintf(cond, sizeof cond,
+             "tick < %" PRId64 " AND lock_expires <= " NOW6 " AND %" PRId64 " - " NOW_MS " <= %" PRId64, cl->tick_ms,
+             cl->tick_ms, cl->ahead_ms);
   }
   snprintf(sql, sizeof sql,
            "UPDATE dlock_sched SET fence = IF(run_token = '%s', LAST_INSERT_ID(fence), LAST_INSERT_ID(fence + 1)), "
@@ -84,8 +87,8 @@ int dlock__my_sched_claim(dlock_client *c, dlock__claim *cl) {
       return 0;
     }
     /* Not claimed: why (the row as it is now), or there is no row yet. */
-    snprintf(sql, sizeof sql,
-             "SELECT tick, lock_expires > " NOW6 ", node, " NOW_MS " FROM dlock_sched WHERE job = %s", hex);
+    snprintf(sql, sizeof sql, "SELECT tick, lock_expires > " NOW6 ", node, " NOW_MS " FROM dlock_sched WHERE job = %s",
+             hex);
     rc = dlock__my_run(my, sql, 1, &r);
     if (rc) return rc;
     MYSQL_ROW row = mysql_fetch_row(r.rows);

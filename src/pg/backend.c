@@ -51,20 +51,21 @@ static int pg_open(dlock_client *c, const dlock_client_options *o, const char *u
   if (!url) return dlock__error(DLOCK_EURL, "PostgreSQL: no URL given");
   /* Credentials and TLS are libpq's: the URL, PGPASSWORD, ~/.pgpass, sslmode...;
    * a password given apart (a password file) overrides them. */
-  if (o->username || o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name ||
-      o->tls_skip_verify)
+  if (o->username || o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
     return dlock__error(DLOCK_EINVAL, "username/TLS options given with a PostgreSQL URL: put them in the "
-                        "URL (user, sslmode, sslrootcert, sslcert, sslkey), as libpq reads them");
-  if (o->password && strlen(o->password) >= sizeof ((dlock__pg_options *)0)->password)
+                                      "URL (user, sslmode, sslrootcert, sslcert, sslkey), as libpq reads them");
+  if (o->password && strlen(o->password) >= sizeof((dlock__pg_options *)0)->password)
     return dlock__error(DLOCK_ERANGE, "PostgreSQL: the password is longer than %zu bytes",
-                        sizeof ((dlock__pg_options *)0)->password - 1);
+                        sizeof((dlock__pg_options *)0)->password - 1);
   if (o->wait_replicas || o->wait_timeout_ms)
     return dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms are Redis options; on PostgreSQL use "
-                        "synchronous replication (synchronous_commit) on the server");
+                                      "synchronous replication (synchronous_commit) on the server");
   if (o->connect_timeout_ms < 0 || o->connect_timeout_ms > 3600 * 1000 || o->command_timeout_ms < 0 ||
       o->command_timeout_ms > 3600 * 1000)
-    return dlock__error(DLOCK_ERANGE, "connect_timeout_ms %d / command_timeout_ms %d: each must be 0 (default) or "
-                        "1..3600000", o->connect_timeout_ms, o->command_timeout_ms);
+    return dlock__error(DLOCK_ERANGE,
+                        "connect_timeout_ms %d / command_timeout_ms %d: each must be 0 (default) or "
+                        "1..3600000",
+                        o->connect_timeout_ms, o->command_timeout_ms);
   dlock__pg_options po = {0};
   po.max_connections = o->max_connections;
   po.command_timeout_ms = o->command_timeout_ms;
@@ -96,8 +97,7 @@ static int pg_setup(dlock_client *c) { return dlock__pg_init(pgc(c)); }
 static int pg_topology_warning(dlock_client *c, char *buf, size_t len) {
   dlock__pg *pg = pgc(c);
   pthread_mutex_lock(&pg->ln_mu);
-  snprintf(buf, len, "%s%s%s", pg->warnings, pg->warnings[0] && pg->prune_warning[0] ? "; " : "",
-           pg->prune_warning);
+  snprintf(buf, len, "%s%s%s", pg->warnings, pg->warnings[0] && pg->prune_warning[0] ? "; " : "", pg->prune_warning);
   pthread_mutex_unlock(&pg->ln_mu);
   return buf[0] != '\0';
 }
@@ -114,8 +114,8 @@ static const char *check_name_of(const char *line) {
   return "rights";
 }
 
-static void add_check(dlock_check *out, int max, int *n, const char *name, dlock_check_level level,
-                      const char *found, const char *fix) {
+static void add_check(dlock_check *out, int max, int *n, const char *name, dlock_check_level level, const char *found,
+                      const char *fix) {
   if (*n >= max) return;
   dlock_check *k = &out[(*n)++];
   memset(k, 0, sizeof *k);
@@ -181,9 +181,10 @@ static int pg_lock_new(dlock_mutex *m) {
   full_name(c, m->name, full);
   size_t len = strlen(full);
   if (len > DLOCK__PG_NAME_MAX)
-    return dlock__error(DLOCK_ENAME, "lock name '%.40s...' is %zu bytes%s; the PostgreSQL backend's table holds "
-                        "names of at most %d bytes (%s): use a shorter name", full, len,
-                        c->prefix_len ? " with the key prefix" : "", DLOCK__PG_NAME_MAX, c->server);
+    return dlock__error(DLOCK_ENAME,
+                        "lock name '%.40s...' is %zu bytes%s; the PostgreSQL backend's table holds "
+                        "names of at most %d bytes (%s): use a shorter name",
+                        full, len, c->prefix_len ? " with the key prefix" : "", DLOCK__PG_NAME_MAX, c->server);
   pg_lock *l = calloc(1, sizeof *l);
   if (!l) return dlock__error(DLOCK_ENOMEM, "out of memory");
   pthread_mutex_init(&l->mu, NULL);
@@ -430,8 +431,10 @@ static int pg_force_release(dlock_client *c, const char *name, unsigned flags, i
 }
 
 static int no_fence(dlock_client *c, const char *what) {
-  return dlock__error(DLOCK_EINVAL, "%s needs fences, and advisory mode (%s) has none: drop mode=advisory from "
-                      "the URL to use dlock's lease table", what, c->server);
+  return dlock__error(DLOCK_EINVAL,
+                      "%s needs fences, and advisory mode (%s) has none: drop mode=advisory from "
+                      "the URL to use dlock's lease table",
+                      what, c->server);
 }
 
 static int pg_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest) {
@@ -448,14 +451,17 @@ static int pg_guard_check(dlock_client *c, const char *resource, uint64_t token,
 static int claim_delay(dlock_client *c, dlock__claim *cl, const char *full) {
   dlock__pg *pg = pgc(c);
   if (strlen(full) > DLOCK__PG_NAME_MAX)
-    return dlock__error(DLOCK_ENAME, "job name '%.40s...' is %zu bytes; the PostgreSQL backend's tables hold at "
-                        "most %d (%s)", full, strlen(full), DLOCK__PG_NAME_MAX, c->server);
+    return dlock__error(DLOCK_ENAME,
+                        "job name '%.40s...' is %zu bytes; the PostgreSQL backend's tables hold at "
+                        "most %d (%s)",
+                        full, strlen(full), DLOCK__PG_NAME_MAX, c->server);
   char sql[400], delay[24], lock[24];
   /* set_config(..., true): this transaction commits synchronously, so a
    * crash cannot lose a fence already handed out (works through poolers). */
   snprintf(sql, sizeof sql,
            "SELECT outcome, fence, start_ms, tick, wait_ms, set_config('synchronous_commit', 'on', true) FROM "
-           "\"%s\".sched_claim_delay($1, $2::bigint, $3, $4, $5::bigint)", pg->schema);
+           "\"%s\".sched_claim_delay($1, $2::bigint, $3, $4, $5::bigint)",
+           pg->schema);
   snprintf(delay, sizeof delay, "%" PRId64, cl->delay_ms);
   snprintf(lock, sizeof lock, "%" PRId64, cl->at_most_ms);
   const char *vals[5] = {full, delay, cl->token, cl->node ? cl->node : "", lock};
@@ -513,8 +519,8 @@ static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
   int outcome = 0;
   uint64_t fence = 0;
   int64_t start = 0, skew = 0;
-  int rc = dlock__pg_sched_claim(pg, full, cl->tick_ms, cl->token, cl->node, lock_ms, cl->ahead_ms, &outcome,
-                                 &fence, &start, &skew);
+  int rc = dlock__pg_sched_claim(pg, full, cl->tick_ms, cl->token, cl->node, lock_ms, cl->ahead_ms, &outcome, &fence,
+                                 &start, &skew);
   if (rc) {
     cl->maybe_ran = 1; /* the claim may have run: undo frees the job lock if it holds our token */
     dlock__error_prefix("job '%s': ", cl->job);
@@ -532,8 +538,14 @@ static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
     cl->start_ms = start;
     cl->claimed_tick_ms = cl->tick_ms;
     break;
-  case 0: cl->outcome = DLOCK__CLAIM_TAKEN; claimed_by(c, full, cl); break;
-  case 2: cl->outcome = DLOCK__CLAIM_BUSY; claimed_by(c, full, cl); break;
+  case 0:
+    cl->outcome = DLOCK__CLAIM_TAKEN;
+    claimed_by(c, full, cl);
+    break;
+  case 2:
+    cl->outcome = DLOCK__CLAIM_BUSY;
+    claimed_by(c, full, cl);
+    break;
   case -1:
     cl->outcome = DLOCK__CLAIM_AHEAD;
     cl->server_now_ms = cl->tick_ms - skew;
@@ -640,32 +652,31 @@ static int pg_query(dlock_client *c, int what, int node, void *out, size_t len) 
 }
 
 static const dlock__admin_ops pg_admin = {
-  .info = pg_info,
-  .holders = pg_holders,
-  .list = pg_list,
-  .force_release = pg_force_release,
-  .check = pg_check,
-  .setup = pg_setup,
-  .prune = pg_prune,
+    .info = pg_info,
+    .holders = pg_holders,
+    .list = pg_list,
+    .force_release = pg_force_release,
+    .check = pg_check,
+    .setup = pg_setup,
+    .prune = pg_prune,
 };
 
 static const dlock__guard_ops pg_guard = {.check = pg_guard_check};
 
 static const dlock__sched_ops pg_sched = {
-  .claim = pg_sched_claim,
-  .finish = pg_sched_finish,
-  .undo = pg_sched_undo,
-  .history = pg_sched_history,
+    .claim = pg_sched_claim,
+    .finish = pg_sched_finish,
+    .undo = pg_sched_undo,
+    .history = pg_sched_history,
 };
 
 /* Both modes' required table; advisory mode has no scheduler. */
-#define PG_REQUIRED_OPS                                                                                       \
-  .name = "postgres",                                                                                        \
-  .unreachable = "PostgreSQL could not be reached in time to renew the lease or check the session",         \
-  .redact = pg_redact, .open = pg_open, .close = pg_close, .ping = pg_ping, .query = pg_query,               \
-  .lock_new = pg_lock_new, .lock_free = pg_lock_free, .acquire = pg_acquire, .undo = pg_undo,                \
-  .release = pg_release, .extend = pg_extend, .renew = pg_renew, .held = pg_held, .admin = &pg_admin,        \
-  .guard = &pg_guard
+#define PG_REQUIRED_OPS                                                                                              \
+  .name = "postgres",                                                                                                \
+  .unreachable = "PostgreSQL could not be reached in time to renew the lease or check the session",                  \
+  .redact = pg_redact, .open = pg_open, .close = pg_close, .ping = pg_ping, .query = pg_query,                       \
+  .lock_new = pg_lock_new, .lock_free = pg_lock_free, .acquire = pg_acquire, .undo = pg_undo, .release = pg_release, \
+  .extend = pg_extend, .renew = pg_renew, .held = pg_held, .admin = &pg_admin, .guard = &pg_guard
 
 extern const struct dlock__election_ops dlock__pg_election_ops; /* election.c */
 

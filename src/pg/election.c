@@ -15,7 +15,8 @@ static int pg_proclaim(dlock_mutex *m, const char *token, const char *value) {
   char sql[256 + DLOCK__PG_SCHEMA_MAX];
   snprintf(sql, sizeof sql,
            "UPDATE \"%s\".locks SET owner_info = $3 WHERE name = $1 AND token = $2 AND NOT released "
-           "AND expires > clock_timestamp()", pg->schema);
+           "AND expires > clock_timestamp()",
+           pg->schema);
   const char *vals[3] = {m->name, token, value};
   PGresult *r = NULL;
   /* Twice-safe: the same value for the same token again. */
@@ -24,8 +25,10 @@ static int pg_proclaim(dlock_mutex *m, const char *token, const char *value) {
   int n = atoi(PQcmdTuples(r));
   PQclear(r);
   if (n != 1)
-    return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s is no longer held by this candidate (its lease ran out, "
-                        "or it was evicted); the value was not written", m->name, pg->display);
+    return dlock__error(DLOCK_ENOTHELD,
+                        "lock '%s' on %s is no longer held by this candidate (its lease ran out, "
+                        "or it was evicted); the value was not written",
+                        m->name, pg->display);
   return 0;
 }
 
@@ -38,6 +41,6 @@ static int pg_evict(dlock_client *c, const char *name, uint64_t epoch, int *evic
 }
 
 const struct dlock__election_ops dlock__pg_election_ops = {
-  .proclaim = pg_proclaim,
-  .evict = pg_evict,
+    .proclaim = pg_proclaim,
+    .evict = pg_evict,
 };

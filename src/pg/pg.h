@@ -44,12 +44,12 @@ typedef struct dlock__pg_options {
 typedef struct dlock__pg_hold {
   char name[DLOCK__PG_NAME_MAX + 1];
   char token[DLOCK__TOKEN_HEX + 1];
-  uint64_t fence;          /* 0 in advisory mode (no fence) */
+  uint64_t fence; /* 0 in advisory mode (no fence) */
   int64_t lease_ms;
   dlock_mono_ms valid_until; /* local deadline; INT64_MAX in advisory mode */
-  void *session;           /* advisory mode: the connection that holds it */
-  int resent;              /* out: the last statement was sent twice */
-  int lost;                /* in (release): the core saw the hold lost (dlock_lost_reason) */
+  void *session;             /* advisory mode: the connection that holds it */
+  int resent;                /* out: the last statement was sent twice */
+  int lost;                  /* in (release): the core saw the hold lost (dlock_lost_reason) */
   /* The lock family (table mode): "" a mutex, "p" a semaphore's permit of
    * 'permits', "r" or "w" a read-write lock's side; 'shadow': the token of
    * this thread's other hold of the name ("" none): while that hold is live
@@ -94,12 +94,12 @@ int dlock__pg_init(dlock__pg *pg);
  * >0 wait up to that long, <0 forever; 'cancel' (may be NULL) ends a wait
  * with DLOCK_ECANCELED when it becomes nonzero. lease_ms: the lease
  * (table mode). DLOCK_EBUSY when not acquired in time. */
-int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const char *owner_info,
-                      int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h);
+int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
+                      const atomic_int *cancel, dlock__pg_hold *h);
 /* The same for the hold of 'token' (32 hex: the core's token for the
  * handle; NULL: chosen here). */
-int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
-                         const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h);
+int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms, const char *owner_info,
+                         int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h);
 /* The same for a semaphore's permit or a read-write lock's side ('side'
  * "p", "r" or "w", with 'permits' and 'shadow' (NULL: none) as dlock__pg_hold has them;
  * "" is the mutex). DLOCK_EWRONGTYPE when the name is held as another kind,
@@ -162,9 +162,9 @@ int dlock__pg_guard_check_highest(dlock__pg *pg, const char *resource, uint64_t 
  * (skip), -1 the tick lies ahead of the database clock by more than
  * 'tolerance_ms' (this node's clock is wrong; '*skew_ms' says by how much).
  * Safe to run twice with the same run token. */
-int dlock__pg_sched_claim(dlock__pg *pg, const char *job, int64_t tick_unix_ms, const char *run_token,
-                          const char *node, int64_t lock_ms, int64_t tolerance_ms, int *outcome, uint64_t *fence,
-                          int64_t *start_unix_ms, int64_t *skew_ms);
+int dlock__pg_sched_claim(dlock__pg *pg, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
+                          int64_t lock_ms, int64_t tolerance_ms, int *outcome, uint64_t *fence, int64_t *start_unix_ms,
+                          int64_t *skew_ms);
 /* End the run: release the job lock (if still ours) and record it in the
  * history (kept to 'history_len' entries). Safe to run twice. */
 int dlock__pg_sched_finish(dlock__pg *pg, const char *job, const char *run_token, const dlock_run_record *rec,

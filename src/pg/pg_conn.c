@@ -42,9 +42,7 @@ static const char *uri_parts(const char *url, const char **at, const char **quer
 }
 
 /* 1 when a parameter's key names a secret: password, sslpassword, ... */
-static int secret_key(const char *k, size_t klen) {
-  return klen >= 8 && memcmp(k + klen - 8, "password", 8) == 0;
-}
+static int secret_key(const char *k, size_t klen) { return klen >= 8 && memcmp(k + klen - 8, "password", 8) == 0; }
 
 static void put_n(char *out, size_t len, size_t *o, const char *s, size_t n) {
   for (size_t i = 0; i < n && *o + 1 < len; i++) out[(*o)++] = s[i];
@@ -110,8 +108,10 @@ void dlock__pg_mask_url(const char *url, char *out, size_t len) {
       }
       put_n(out, len, &o, k, klen);
       put_n(out, len, &o, "=", 1);
-      if (secret_key(k, klen)) put_n(out, len, &o, "***", 3);
-      else put_n(out, len, &o, v, (size_t)(p - v));
+      if (secret_key(k, klen))
+        put_n(out, len, &o, "***", 3);
+      else
+        put_n(out, len, &o, v, (size_t)(p - v));
     }
   }
   out[o] = '\0';
@@ -223,38 +223,42 @@ static void make_display(dlock__pg *pg, PQconninfoOption *opts) {
   const char *host = NULL, *port = NULL, *db = NULL, *user = NULL;
   for (PQconninfoOption *o = opts; o && o->keyword; o++) {
     if (!o->val || !*o->val) continue;
-    if (strcmp(o->keyword, "host") == 0 || (!host && strcmp(o->keyword, "hostaddr") == 0)) host = o->val;
-    else if (strcmp(o->keyword, "port") == 0) port = o->val;
-    else if (strcmp(o->keyword, "dbname") == 0) db = o->val;
-    else if (strcmp(o->keyword, "user") == 0) user = o->val;
+    if (strcmp(o->keyword, "host") == 0 || (!host && strcmp(o->keyword, "hostaddr") == 0))
+      host = o->val;
+    else if (strcmp(o->keyword, "port") == 0)
+      port = o->val;
+    else if (strcmp(o->keyword, "dbname") == 0)
+      db = o->val;
+    else if (strcmp(o->keyword, "user") == 0)
+      user = o->val;
   }
   snprintf(pg->display, sizeof pg->display, "postgresql://%s%s%s%s%s/%s (schema %s%s)", user ? user : "",
-           user ? "@" : "", host ? host : "(libpq default host)", port ? ":" : "", port ? port : "",
-           db ? db : "", pg->schema, pg->advisory ? ", advisory mode" : "");
+           user ? "@" : "", host ? host : "(libpq default host)", port ? ":" : "", port ? port : "", db ? db : "",
+           pg->schema, pg->advisory ? ", advisory mode" : "");
 }
 
 /* ---- Errors ---- */
 
 static int sqlstate_status(const char *st) {
   if (!st) return DLOCK_ESERVER;
-  if (strcmp(st, "25006") == 0) return DLOCK_EREADONLY;       /* read_only_sql_transaction */
-  if (strcmp(st, "42501") == 0) return DLOCK_ENOPERM;         /* insufficient_privilege */
-  if (strcmp(st, "57014") == 0) return DLOCK_ETIMEDOUT;       /* query_canceled (statement_timeout) */
-  if (strcmp(st, "55P03") == 0) return DLOCK_ETIMEDOUT;       /* lock_not_available (lock_timeout) */
-  if (strcmp(st, "22001") == 0) return DLOCK_ENAME;           /* string_data_right_truncation */
-  if (strcmp(st, "57P03") == 0) return DLOCK_ENOTREADY;       /* cannot_connect_now: starting up */
-  if (strncmp(st, "57P", 3) == 0) return DLOCK_EIO;           /* shutdown, terminated */
-  if (strncmp(st, "08", 2) == 0) return DLOCK_EIO;            /* connection exceptions */
+  if (strcmp(st, "25006") == 0) return DLOCK_EREADONLY; /* read_only_sql_transaction */
+  if (strcmp(st, "42501") == 0) return DLOCK_ENOPERM;   /* insufficient_privilege */
+  if (strcmp(st, "57014") == 0) return DLOCK_ETIMEDOUT; /* query_canceled (statement_timeout) */
+  if (strcmp(st, "55P03") == 0) return DLOCK_ETIMEDOUT; /* lock_not_available (lock_timeout) */
+  if (strcmp(st, "22001") == 0) return DLOCK_ENAME;     /* string_data_right_truncation */
+  if (strcmp(st, "57P03") == 0) return DLOCK_ENOTREADY; /* cannot_connect_now: starting up */
+  if (strncmp(st, "57P", 3) == 0) return DLOCK_EIO;     /* shutdown, terminated */
+  if (strncmp(st, "08", 2) == 0) return DLOCK_EIO;      /* connection exceptions */
   if (strncmp(st, "28", 2) == 0) return DLOCK_EAUTH;
-  if (strcmp(st, "53200") == 0) return DLOCK_ESERVEROOM;      /* out_of_memory */
+  if (strcmp(st, "53200") == 0) return DLOCK_ESERVEROOM; /* out_of_memory */
   return DLOCK_ESERVER;
 }
 
 static int missing_object(const char *st) {
   /* A table, schema or function, or a column added later (waiters.side):
    * an older schema that `dlock init` brings up to date. */
-  return st && (strcmp(st, "42P01") == 0 || strcmp(st, "3F000") == 0 || strcmp(st, "42883") == 0 ||
-                strcmp(st, "42703") == 0);
+  return st &&
+         (strcmp(st, "42P01") == 0 || strcmp(st, "3F000") == 0 || strcmp(st, "42883") == 0 || strcmp(st, "42703") == 0);
 }
 
 static void trim(char *s) {
@@ -264,16 +268,20 @@ static void trim(char *s) {
 
 static const char *advice(int status) {
   switch (status) {
-    case DLOCK_EREADONLY:
-      return "the server is a read-only standby or has default_transaction_read_only on; point the URL at the primary";
-    case DLOCK_ENOPERM:
-      return "GRANT this user SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA, USAGE, UPDATE ON ALL "
-             "SEQUENCES IN SCHEMA and USAGE on the schema (docs/postgres.md), or run `dlock init` as the schema's "
-             "owner";
-    case DLOCK_ETIMEDOUT: return "the server is slow or a transaction holds the row; check pg_stat_activity";
-    case DLOCK_ENAME: return "use a shorter name";
-    case DLOCK_EIO: return "the connection was closed (server restart, pg_terminate_backend, a proxy)";
-    default: return "see the server's log";
+  case DLOCK_EREADONLY:
+    return "the server is a read-only standby or has default_transaction_read_only on; point the URL at the primary";
+  case DLOCK_ENOPERM:
+    return "GRANT this user SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA, USAGE, UPDATE ON ALL "
+           "SEQUENCES IN SCHEMA and USAGE on the schema (docs/postgres.md), or run `dlock init` as the schema's "
+           "owner";
+  case DLOCK_ETIMEDOUT:
+    return "the server is slow or a transaction holds the row; check pg_stat_activity";
+  case DLOCK_ENAME:
+    return "use a shorter name";
+  case DLOCK_EIO:
+    return "the connection was closed (server restart, pg_terminate_backend, a proxy)";
+  default:
+    return "see the server's log";
   }
 }
 
@@ -375,8 +383,7 @@ int dlock__pg_open_cancel(dlock__pg *pg, dlock_mono_ms limit, const atomic_int *
       what = "no PostgreSQL handshake in time: is the server up, and is this port a PostgreSQL server?";
     } else if (strstr(msg, "invalid response") || strstr(msg, "expected authentication request") ||
                strstr(msg, "unexpected message") || strstr(msg, "invalid length") ||
-               strstr(msg, "server closed the connection unexpectedly") ||
-               strstr(msg, "received invalid")) {
+               strstr(msg, "server closed the connection unexpectedly") || strstr(msg, "received invalid")) {
       status = DLOCK_EPROTO;
       what = "the server did not answer as PostgreSQL does: is this port a PostgreSQL server?";
     }
@@ -508,14 +515,18 @@ int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const
     if (!r) break;
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {
-      if (!err) err = r;
-      else PQclear(r);
+      if (!err)
+        err = r;
+      else
+        PQclear(r);
     } else if (st == PGRES_TUPLES_OK && (!first || PQresultStatus(first) != PGRES_TUPLES_OK)) {
       PQclear(first); /* the first rows win over an earlier command's status ("BEGIN; SELECT ...") */
       first = r;
     } else {
-      if (!first) first = r;
-      else PQclear(r);
+      if (!first)
+        first = r;
+      else
+        PQclear(r);
     }
   }
   if (err) {
@@ -538,8 +549,8 @@ timeout:
                       pg->display, pg->opts.command_timeout_ms);
 }
 
-int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit,
-                  int twice_safe, PGresult **out, int *resent, int *maybe_ran) {
+int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit, int twice_safe,
+                  PGresult **out, int *resent, int *maybe_ran) {
   dlock_mono_ms deadline = dlock_mono_now() + pg->opts.command_timeout_ms;
   if (limit > 0 && limit < deadline) deadline = limit;
   if (resent) *resent = 0;
@@ -666,9 +677,7 @@ const char *dlock__pg_display(const dlock__pg *pg) { return pg->display; }
 const char *dlock__pg_schema(const dlock__pg *pg) { return pg->schema; }
 int dlock__pg_is_advisory(const dlock__pg *pg) { return pg->advisory; }
 
-const char *dlock__pg_warnings(dlock__pg *pg) {
-  return pg->warnings;
-}
+const char *dlock__pg_warnings(dlock__pg *pg) { return pg->warnings; }
 
 unsigned dlock__pg_caps(const dlock__pg *pg) {
   return pg->advisory ? DLOCK__PG_CAP_SESSION : (DLOCK__PG_CAP_WATCHDOG | DLOCK__PG_CAP_FENCE);

@@ -70,8 +70,8 @@ struct dlock__pg {
   pthread_mutex_t ln_mu;
   pthread_cond_t ln_cv;
   PGconn *listen_conn;
-  int ln_state;  /* 0 not started, 1 listening, -1 unusable (polling only) */
-  int ln_reader; /* a thread is reading the socket */
+  int ln_state;    /* 0 not started, 1 listening, -1 unusable (polling only) */
+  int ln_reader;   /* a thread is reading the socket */
   int ln_starting; /* a thread is opening it (without ln_mu: connect, LISTEN, the probe) */
   /* A start cut short by its waiter's deadline or cancel once connected:
    * the connection, kept for the next start to go on with, and where it
@@ -128,8 +128,8 @@ int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const
  * connection broke after sending (*resent = 1). '*maybe_ran': the call
  * failed after the statement may have run. Creates dlock's tables when they
  * are missing, once. */
-int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit,
-                  int twice_safe, PGresult **out, int *resent, int *maybe_ran);
+int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit, int twice_safe,
+                  PGresult **out, int *resent, int *maybe_ran);
 
 void dlock__pg_sql_build(dlock__pg *pg);
 void dlock__pg_sql_free(dlock__pg *pg);
@@ -152,8 +152,8 @@ typedef struct dlock__pg_try {
 } dlock__pg_try;
 
 typedef struct dlock__pg_kind {
-  const char *side; /* dlock__pg_hold.side: "" mutex, "p" semaphore, "r" / "w" read-write lock */
-  const char *word; /* in messages: "mutex", "semaphore", "read-write lock" */
+  const char *side;             /* dlock__pg_hold.side: "" mutex, "p" semaphore, "r" / "w" read-write lock */
+  const char *word;             /* in messages: "mutex", "semaphore", "read-write lock" */
   int sql_acquire, sql_release; /* DLOCK__PG_SQL_*: the statements the loop sends */
   /* The acquire statement's parameters into 'vals' (room for 9); how many. */
   int (*acquire_args)(const dlock__pg_hold *h, const dlock__pg_try *t, const char **vals);

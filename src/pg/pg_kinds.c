@@ -41,13 +41,15 @@ static int sem_busy_free(dlock__pg *pg, const dlock__pg_hold *h, const dlock__pg
 }
 
 static int sem_busy(dlock__pg *pg, const dlock__pg_hold *h, const dlock__pg_seen *seen) {
-  return dlock__error(DLOCK_EBUSY, "all %d permits of semaphore '%s' on %s are held (the first lease ends in "
-                      "%lld ms)", h->permits, h->name, pg->display, (long long)seen->holder_ms);
+  return dlock__error(DLOCK_EBUSY,
+                      "all %d permits of semaphore '%s' on %s are held (the first lease ends in "
+                      "%lld ms)",
+                      h->permits, h->name, pg->display, (long long)seen->holder_ms);
 }
 
 static int rw_busy(dlock__pg *pg, const dlock__pg_hold *h, const dlock__pg_seen *seen) {
-  return dlock__error(DLOCK_EBUSY, "read-write lock '%s' on %s is held %s (the first lease ends in %lld ms)",
-                      h->name, pg->display, h->side[0] == 'r' ? "for writing, or a writer waits ahead" : "by others",
+  return dlock__error(DLOCK_EBUSY, "read-write lock '%s' on %s is held %s (the first lease ends in %lld ms)", h->name,
+                      pg->display, h->side[0] == 'r' ? "for writing, or a writer waits ahead" : "by others",
                       (long long)seen->holder_ms);
 }
 
@@ -56,14 +58,14 @@ static int rw_busy(dlock__pg *pg, const dlock__pg_hold *h, const dlock__pg_seen 
  * waiter row); the family's (fence, holder's ms left, refusal, _, live
  * holds, waiters ahead, our waiter row): see pg_sql.c. */
 static const dlock__pg_kind KINDS[] = {
-  [DLOCK__KIND_MUTEX] = {"", "mutex", DLOCK__PG_SQL_ACQUIRE, DLOCK__PG_SQL_RELEASE, mutex_args, 3, "kind ", -1, 4,
-                         5, NULL, mutex_busy},
-  [DLOCK__KIND_SEMAPHORE] = {"p", "semaphore", DLOCK__PG_SQL_FAM_ACQUIRE, DLOCK__PG_SQL_FAM_RELEASE, family_args,
-                             2, "", 4, 5, 6, sem_busy_free, sem_busy},
-  [DLOCK__KIND_READ] = {"r", "read-write lock", DLOCK__PG_SQL_FAM_ACQUIRE, DLOCK__PG_SQL_FAM_RELEASE, family_args,
-                        2, "", 4, 5, 6, NULL, rw_busy},
-  [DLOCK__KIND_WRITE] = {"w", "read-write lock", DLOCK__PG_SQL_FAM_ACQUIRE, DLOCK__PG_SQL_FAM_RELEASE, family_args,
-                         2, "", 4, 5, 6, NULL, rw_busy},
+    [DLOCK__KIND_MUTEX] = {"", "mutex", DLOCK__PG_SQL_ACQUIRE, DLOCK__PG_SQL_RELEASE, mutex_args, 3, "kind ", -1, 4, 5,
+                           NULL, mutex_busy},
+    [DLOCK__KIND_SEMAPHORE] = {"p", "semaphore", DLOCK__PG_SQL_FAM_ACQUIRE, DLOCK__PG_SQL_FAM_RELEASE, family_args, 2,
+                               "", 4, 5, 6, sem_busy_free, sem_busy},
+    [DLOCK__KIND_READ] = {"r", "read-write lock", DLOCK__PG_SQL_FAM_ACQUIRE, DLOCK__PG_SQL_FAM_RELEASE, family_args, 2,
+                          "", 4, 5, 6, NULL, rw_busy},
+    [DLOCK__KIND_WRITE] = {"w", "read-write lock", DLOCK__PG_SQL_FAM_ACQUIRE, DLOCK__PG_SQL_FAM_RELEASE, family_args, 2,
+                           "", 4, 5, 6, NULL, rw_busy},
 };
 
 const dlock__pg_kind *dlock__pg_kind_of(const dlock__pg_hold *h) {

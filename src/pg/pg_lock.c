@@ -195,8 +195,8 @@ static int listen_start(dlock__pg *pg, dlock_mono_ms until, const atomic_int *ca
     snprintf(p, sizeof p, " probe-%s", token);
     const char *vals[2] = {pg->channel, p};
     PGresult *pr = NULL;
-    if (dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, until == INT64_MAX ? 0 : until, 1, &pr, NULL,
-                      NULL) == 0) {
+    if (dlock__pg_run(pg, "SELECT pg_notify($1, $2)", 2, vals, until == INT64_MAX ? 0 : until, 1, &pr, NULL, NULL) ==
+        0) {
       PQclear(pr);
       snprintf(probe, sizeof probe, "%s", p);
       probe_until = dlock_mono_now() + 2000;
@@ -328,8 +328,8 @@ static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint
   pthread_mutex_lock(&pg->ln_mu);
   for (;;) {
     /* Anything for us since 'gen'? */
-    uint64_t from = pg->ln_gen > DLOCK__PG_RING && gen < pg->ln_gen - DLOCK__PG_RING ? pg->ln_gen - DLOCK__PG_RING
-                                                                                      : gen;
+    uint64_t from =
+        pg->ln_gen > DLOCK__PG_RING && gen < pg->ln_gen - DLOCK__PG_RING ? pg->ln_gen - DLOCK__PG_RING : gen;
     for (uint64_t g = from; g < pg->ln_gen; g++) {
       const char *e = pg->ln_ring[g % DLOCK__PG_RING];
       if (strncmp(e, name, nlen) == 0 && e[nlen] == ' ' && (e[nlen + 1] == '\0' || strcmp(e + nlen + 1, token) == 0)) {
@@ -447,8 +447,9 @@ static int family_refused(dlock__pg *pg, const dlock__pg_hold *h, const char *er
                         "semaphore '%s' on %s has %s permits (stored by its holders), but this caller asks for %d: "
                         "all callers must give the same number; the stored limit goes with the last permit",
                         h->name, pg->display, err + 6, h->permits);
-  const char *other = !strcmp(err, "mutex") ? "mutex" : !strcmp(err, "kind semaphore") ? "semaphore"
-                                                                                        : "read-write lock";
+  const char *other = !strcmp(err, "mutex")            ? "mutex"
+                      : !strcmp(err, "kind semaphore") ? "semaphore"
+                                                       : "read-write lock";
   return dlock__error(DLOCK_EWRONGTYPE,
                       "'%s' on %s is held as a %s, not as a %s: a name is one kind of lock at a time; use that "
                       "kind's calls, or another name",
@@ -541,9 +542,9 @@ static int acquire_once(dlock__pg *pg, dlock__pg_hold *h, const char *owner_info
  * taken in one server session and checked or freed in another, nor be left
  * in a server session the pooler hands to another client: it ends with the
  * transaction, whoever ends it. */
-#define ADV_HELD                                                                                    \
+#define ADV_HELD                                                                                           \
   "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND " \
-  "objsubid = 1 AND classid::bigint = (((%lld)::bigint >> 32) & 4294967295) AND "                        \
+  "objsubid = 1 AND classid::bigint = (((%lld)::bigint >> 32) & 4294967295) AND "                          \
   "objid::bigint = ((%lld)::bigint & 4294967295))"
 
 static int hconn_exec(dlock__pg *pg, dlock__pg_hconn *hc, const char *sql, int n, const char *const *vals,
@@ -626,8 +627,10 @@ static int advisory_try(dlock__pg *pg, dlock__pg_hconn *hc, int64_t key, int *go
   int ok = PQntuples(r) == 1 && col_bool(r, 0, 0);
   PQclear(r);
   if (PQtransactionStatus(hc->conn) != PQTRANS_INTRANS)
-    return dlock__error(DLOCK_EPROTO, "PostgreSQL %s: the acquire's transaction did not stay open (a pooler in "
-                        "statement mode?); advisory mode needs transactions", pg->display);
+    return dlock__error(DLOCK_EPROTO,
+                        "PostgreSQL %s: the acquire's transaction did not stay open (a pooler in "
+                        "statement mode?); advisory mode needs transactions",
+                        pg->display);
   if (ok) {
     *got = 1;
     return 0;
@@ -685,8 +688,7 @@ static int acquire_advisory(dlock__pg *pg, dlock__pg_hold *h, int64_t wait_ms, c
     listen_wait(pg, h->name, "", gen, until, deadline, cancel);
   }
   hconn_put(pg, hc, 1);
-  return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session on %s (advisory mode)", h->name,
-                      pg->display);
+  return dlock__error(DLOCK_EBUSY, "lock '%s' is held by another session on %s (advisory mode)", h->name, pg->display);
 }
 
 int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const char *owner_info, int64_t wait_ms,
@@ -694,8 +696,8 @@ int dlock__pg_acquire(dlock__pg *pg, const char *name, int64_t lease_ms, const c
   return dlock__pg_acquire_as(pg, name, NULL, lease_ms, owner_info, wait_ms, cancel, h);
 }
 
-int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms,
-                         const char *owner_info, int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h) {
+int dlock__pg_acquire_as(dlock__pg *pg, const char *name, const char *token, int64_t lease_ms, const char *owner_info,
+                         int64_t wait_ms, const atomic_int *cancel, dlock__pg_hold *h) {
   return dlock__pg_acquire_kind(pg, name, token, "", 0, NULL, lease_ms, owner_info, wait_ms, cancel, h);
 }
 
@@ -714,8 +716,10 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   h->permits = permits;
   snprintf(h->shadow, sizeof h->shadow, "%s", shadow ? shadow : "");
   if (pg->advisory && h->side[0])
-    return dlock__error(DLOCK_EINVAL, "a %s is not offered in advisory mode (%s): drop ?mode=advisory from the "
-                        "URL to use the lease tables", kind_word(h), pg->display);
+    return dlock__error(DLOCK_EINVAL,
+                        "a %s is not offered in advisory mode (%s): drop ?mode=advisory from the "
+                        "URL to use the lease tables",
+                        kind_word(h), pg->display);
   if (pg->advisory) return acquire_advisory(pg, h, wait_ms, cancel);
   rc = dlock__check_duration("lease", lease_ms, 0);
   if (rc != 0) return rc;
@@ -730,7 +734,8 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   long long ahead = seen.ahead > 0 ? (long long)seen.ahead : 0;
   if (wait_ms == 0 && k->busy_free && (rc = k->busy_free(pg, h, &seen)) != 0) return rc;
   if (wait_ms == 0 && holder_ms < 0 && ahead == 0)
-    return dlock__error(DLOCK_EBUSY, "%s '%s' on %s is being granted as another kind of lock (a semaphore or "
+    return dlock__error(DLOCK_EBUSY,
+                        "%s '%s' on %s is being granted as another kind of lock (a semaphore or "
                         "read-write lock) at this moment: a name is one kind of lock at a time; try again",
                         kind_word(h), name, pg->display);
   if (wait_ms == 0 && holder_ms < 0)
@@ -789,9 +794,11 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
     if (now >= deadline) {
       ahead = seen.ahead > 0 ? (long long)seen.ahead : 0;
       if (ahead > 0)
-        result = dlock__error(DLOCK_EBUSY, "%s '%s' on %s stayed held by others for %lld ms (%lld waiter%s still "
-                              "ahead of this caller)", kind_word(h), name, pg->display, (long long)wait_ms, ahead,
-                              ahead == 1 ? " was" : "s were");
+        result =
+            dlock__error(DLOCK_EBUSY,
+                         "%s '%s' on %s stayed held by others for %lld ms (%lld waiter%s still "
+                         "ahead of this caller)",
+                         kind_word(h), name, pg->display, (long long)wait_ms, ahead, ahead == 1 ? " was" : "s were");
       else
         result = dlock__error(DLOCK_EBUSY, "%s '%s' on %s stayed held by others for %lld ms", kind_word(h), name,
                               pg->display, (long long)wait_ms);
@@ -810,8 +817,10 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
   int drc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_WAITER_DEL], 2, dv, 0, 1, &r, NULL, NULL);
   PQclear(r);
   (void)drc; /* a row left behind expires after its heartbeat */
-  if (result != 0) dlock__error(result, "%s", saved);
-  else dlock__error_clear();
+  if (result != 0)
+    dlock__error(result, "%s", saved);
+  else
+    dlock__error_clear();
   return result;
 }
 
@@ -820,8 +829,10 @@ int dlock__pg_acquire_kind(dlock__pg *pg, const char *name, const char *token, c
 int dlock__pg_prune(dlock__pg *pg, int64_t older_than_ms, int limit, int64_t *pruned) {
   if (pruned) *pruned = 0;
   if (pg->advisory)
-    return dlock__error(DLOCK_EINVAL, "nothing to prune on %s in advisory mode: its locks are held by sessions "
-                        "and leave no rows", pg->display);
+    return dlock__error(DLOCK_EINVAL,
+                        "nothing to prune on %s in advisory mode: its locks are held by sessions "
+                        "and leave no rows",
+                        pg->display);
   char age[24], lim[16];
   NUM(age, older_than_ms);
   NUM(lim, limit);
@@ -863,8 +874,10 @@ static void prune_now_and_then(dlock__pg *pg) {
     for (char *nl = pg->prune_warning; (nl = strchr(nl, '\n')) != NULL;) *nl = ' '; /* one line of a report */
     pthread_mutex_unlock(&pg->ln_mu);
   }
-  if (saved[0]) dlock__error(0, "%s", saved);
-  else dlock__error_clear();
+  if (saved[0])
+    dlock__error(0, "%s", saved);
+  else
+    dlock__error_clear();
 }
 
 /* ---- Release ---- */
@@ -927,8 +940,7 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
   const char *vals[3] = {h->name, h->token, ch};
   PGresult *r = NULL;
   int resent = 0, maybe_ran = 0;
-  int rc = dlock__pg_run(pg, pg->sql[dlock__pg_kind_of(h)->sql_release], 3, vals, 0,
-                         1, &r, &resent, &maybe_ran);
+  int rc = dlock__pg_run(pg, pg->sql[dlock__pg_kind_of(h)->sql_release], 3, vals, 0, 1, &r, &resent, &maybe_ran);
   dlock_mono_ms now = dlock_mono_now();
   h->resent = resent;
   if (rc != 0) {
@@ -936,8 +948,10 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
       /* A copy: dlock__error() writes the buffer dlock_last_error() reads. */
       char saved[700];
       snprintf(saved, sizeof saved, "%s", dlock_last_error());
-      return dlock__error(DLOCK_EUNKNOWN, "%s; release of '%s': it may have run, whether it did is unknown; the "
-                          "lock is free at the latest when its lease ends", saved, h->name);
+      return dlock__error(DLOCK_EUNKNOWN,
+                          "%s; release of '%s': it may have run, whether it did is unknown; the "
+                          "lock is free at the latest when its lease ends",
+                          saved, h->name);
     }
     return rc; /* exact: the statement did not run, or the server refused it (rolled back) */
   }
@@ -950,10 +964,10 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h) {
     /* The core saw the hold lost (e.g. at its local deadline): the row may
      * still have carried our token and been deleted, but the hold was not
      * ours to trust any more; the caller learns it. */
-    return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: the hold had been lost before this release (%s)%s",
-                        h->name, pg->display, dlock_lost_reason_str((dlock_lost_reason)h->lost),
+    return dlock__error(DLOCK_ENOTHELD, "lock '%s' on %s: the hold had been lost before this release (%s)%s", h->name,
+                        pg->display, dlock_lost_reason_str((dlock_lost_reason)h->lost),
                         now_released || (ours && released) ? "; the row still held our token and was deleted"
-                                                          : "; nothing was deleted");
+                                                           : "; nothing was deleted");
   }
   if (now_released) return 0;
   if (ours && released) return 0; /* our first run (before a lost reply) released it */
@@ -1005,8 +1019,8 @@ static int renew_advisory(dlock__pg *pg, dlock__pg_renewal *r, size_t n) {
     snprintf(sql, sizeof sql, "SELECT " ADV_HELD, key, key);
     /* Inside the hold's transaction (a pooler keeps it on one server
      * session): a transaction that ended or failed is a lost hold. */
-    int rc = hc && PQtransactionStatus(hc->conn) == PQTRANS_INTRANS ? hconn_exec(pg, hc, sql, -1, NULL, &res)
-                                                                     : DLOCK_EIO;
+    int rc =
+        hc && PQtransactionStatus(hc->conn) == PQTRANS_INTRANS ? hconn_exec(pg, hc, sql, -1, NULL, &res) : DLOCK_EIO;
     if (rc != 0 || PQntuples(res) != 1 || col_i64(res, 0, 0) < 1 || PQtransactionStatus(hc->conn) != PQTRANS_INTRANS) {
       r[i].status = DLOCK_ELOST;
       r[i].lost = DLOCK_LOST_EXPIRED;
@@ -1024,7 +1038,8 @@ int dlock__pg_renew(dlock__pg *pg, dlock__pg_renewal *r, size_t n, dlock_mono_ms
   int rc = 0;
   for (int k = 0; k < 3 && rc == 0; k++) {
     a[k] = malloc(64);
-    if (!a[k]) rc = DLOCK_ENOMEM;
+    if (!a[k])
+      rc = DLOCK_ENOMEM;
     else {
       cap[k] = 64;
       a[k][0] = '{';
@@ -1141,7 +1156,7 @@ int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
                        "database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "
                        "objsubid = 1 AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND "
-                                      "objid::bigint = ($1::bigint & 4294967295)",
+                       "objid::bigint = ($1::bigint & 4294967295)",
                        1, vals, 0, 1, &r, NULL, NULL);
     if (rc != 0) return rc;
     out->held = col_i64(r, 0, 0) > 0;
@@ -1201,8 +1216,10 @@ int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *na
   if (!like) return dlock__error(DLOCK_ENOMEM, "out of memory");
   char *o = like;
   for (const char *p = pat; *p; p++) {
-    if (*p == '*') *o++ = '%';
-    else if (*p == '?') *o++ = '_';
+    if (*p == '*')
+      *o++ = '%';
+    else if (*p == '?')
+      *o++ = '_';
     else {
       if (*p == '%' || *p == '_' || *p == '\\') *o++ = '\\';
       *o++ = *p;
@@ -1244,8 +1261,10 @@ int dlock__pg_force_release_fence(dlock__pg *pg, const char *name, uint64_t fenc
     if (maybe_ran) {
       char saved[700]; /* a copy: dlock__error() writes the buffer dlock_last_error() reads */
       snprintf(saved, sizeof saved, "%s", dlock_last_error());
-      return dlock__error(DLOCK_EUNKNOWN, "%s; force release of '%s' may have run; look (dlock status) before "
-                          "trying again", saved, name);
+      return dlock__error(DLOCK_EUNKNOWN,
+                          "%s; force release of '%s' may have run; look (dlock status) before "
+                          "trying again",
+                          saved, name);
     }
     return rc;
   }
@@ -1283,9 +1302,9 @@ int dlock__pg_guard_check_highest(dlock__pg *pg, const char *resource, uint64_t 
 
 /* ---- Scheduler ---- */
 
-int dlock__pg_sched_claim(dlock__pg *pg, const char *job, int64_t tick_unix_ms, const char *run_token,
-                          const char *node, int64_t lock_ms, int64_t tolerance_ms, int *outcome, uint64_t *fence,
-                          int64_t *start_unix_ms, int64_t *skew_ms) {
+int dlock__pg_sched_claim(dlock__pg *pg, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
+                          int64_t lock_ms, int64_t tolerance_ms, int *outcome, uint64_t *fence, int64_t *start_unix_ms,
+                          int64_t *skew_ms) {
   int rc = check_name(pg, "job name", job);
   if (rc != 0) return rc;
   char tick[24], lk[24], tol[24];
@@ -1501,7 +1520,8 @@ int dlock__pg_doctor(dlock__pg *pg, char *report, size_t len) {
              "this host's: run NTP on both",
              (long long)skew);
   } else {
-    add_line(report, len, "ok: the database clock is within %lld ms of this host's", (long long)(skew < 0 ? -skew : skew));
+    add_line(report, len, "ok: the database clock is within %lld ms of this host's",
+             (long long)(skew < 0 ? -skew : skew));
   }
   pthread_mutex_lock(&pg->ln_mu);
   if (pg->warnings[0]) {

@@ -43,9 +43,9 @@
 #define NAME_CLASS_STR "1684826998"
 #define NAME_KEY(name) NAME_CLASS_STR ", hashtext('@S.' || " name ")"
 #define PRUNE_KEY "1684826997, 0"
-#define WAITER_LIVE(a)                                                                                       \
-  "(" a ".live_key = 0 OR " a ".live_key IN (SELECT k.objid::bigint FROM pg_locks k WHERE k.locktype = "     \
-  "'advisory' AND k.classid = " LIVE_CLASS_STR "::oid AND k.objsubid = 2 AND k.granted AND k.database = "   \
+#define WAITER_LIVE(a)                                                                                    \
+  "(" a ".live_key = 0 OR " a ".live_key IN (SELECT k.objid::bigint FROM pg_locks k WHERE k.locktype = "  \
+  "'advisory' AND k.classid = " LIVE_CLASS_STR "::oid AND k.objsubid = 2 AND k.granted AND k.database = " \
   "(SELECT d.oid FROM pg_database d WHERE d.datname = current_database())))"
 
 /* Schema objects. Created in one transaction, serialized by an advisory
@@ -294,47 +294,53 @@ static const char sql_init[] =
     "  SELECT w.seq INTO my_seq FROM @S.waiters w WHERE w.name = p_name AND w.token = p_token;\n"
     "  my_seq := COALESCE(my_seq, 9223372036854775807);\n"
     "  SELECT count(*) INTO ahead FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
-    "    AND w.expires > clock_timestamp() AND w.seq < my_seq AND " WAITER_LIVE("w") ";\n"
-    "  IF p_shadow <> '' AND EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.token = p_shadow\n"
-    "                                AND NOT x.released AND x.expires > clock_timestamp()) THEN\n"
-    "    ok := true;\n"
-    "  ELSIF p_side = 'p' THEN\n"
-    "    ok := live + ahead < f.permits;\n"
-    "  ELSIF p_side = 'w' THEN\n"
-    "    ok := live = 0 AND ahead = 0;\n"
-    "  ELSE\n"
-    "    ok := NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.side = 'w' AND NOT x.released\n"
-    "                      AND x.expires > clock_timestamp())\n"
-    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
-    "                      AND w.side = 'w' AND w.expires > clock_timestamp() AND w.seq < my_seq\n"
-    "                      AND " WAITER_LIVE("w") ");\n"
-    "  END IF;\n"
-    "  IF NOT ok THEN\n"
-    "    SELECT greatest(0, ceil(extract(epoch FROM (min(x.expires) - clock_timestamp())) * 1000))::bigint\n"
-    "      INTO wait_ms FROM @S.holds x WHERE x.name = p_name AND NOT x.released\n"
-    "      AND x.expires > clock_timestamp();\n"
-    "    wait_ms := COALESCE(wait_ms, -1);\n"
-    "    RETURN;\n"
-    "  END IF;\n"
-    "  fence := greatest(" DLOCK__PG_FENCE_NEXT ",\n"
-    "    COALESCE((SELECT max(x.fence) FROM @S.holds x WHERE x.name = p_name), 0) + 1,\n"
-    "    COALESCE((SELECT l.fence FROM @S.locks l WHERE l.name = p_name), 0) + 1);\n"
-    "  INSERT INTO @S.holds AS x VALUES (p_name, p_token, p_side, fence,\n"
-    "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, p_info)\n"
-    "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
-    "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = EXCLUDED.owner_info;\n"
-    /* family_since is the hold's own since (not a later clock_timestamp():
+    "    AND w.expires > clock_timestamp() AND w.seq < my_seq AND " WAITER_LIVE(
+        "w") ";\n"
+             "  IF p_shadow <> '' AND EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.token = p_shadow\n"
+             "                                AND NOT x.released AND x.expires > clock_timestamp()) THEN\n"
+             "    ok := true;\n"
+             "  ELSIF p_side = 'p' THEN\n"
+             "    ok := live + ahead < f.permits;\n"
+             "  ELSIF p_side = 'w' THEN\n"
+             "    ok := live = 0 AND ahead = 0;\n"
+             "  ELSE\n"
+             "    ok := NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = p_name AND x.side = 'w' AND NOT "
+             "x.released\n"
+             "                      AND x.expires > clock_timestamp())\n"
+             "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = p_name AND w.token <> p_token\n"
+             "                      AND w.side = 'w' AND w.expires > clock_timestamp() AND w.seq < my_seq\n"
+             "                      AND " WAITER_LIVE(
+                 "w") ");\n"
+                      "  END IF;\n"
+                      "  IF NOT ok THEN\n"
+                      "    SELECT greatest(0, ceil(extract(epoch FROM (min(x.expires) - clock_timestamp())) * "
+                      "1000))::bigint\n"
+                      "      INTO wait_ms FROM @S.holds x WHERE x.name = p_name AND NOT x.released\n"
+                      "      AND x.expires > clock_timestamp();\n"
+                      "    wait_ms := COALESCE(wait_ms, -1);\n"
+                      "    RETURN;\n"
+                      "  END IF;\n"
+                      "  fence := greatest(" DLOCK__PG_FENCE_NEXT ",\n"
+                      "    COALESCE((SELECT max(x.fence) FROM @S.holds x WHERE x.name = p_name), 0) + 1,\n"
+                      "    COALESCE((SELECT l.fence FROM @S.locks l WHERE l.name = p_name), 0) + 1);\n"
+                      "  INSERT INTO @S.holds AS x VALUES (p_name, p_token, p_side, fence,\n"
+                      "      clock_timestamp() + p_lease_ms * interval '1 millisecond', clock_timestamp(), false, "
+                      "p_info)\n"
+                      "    ON CONFLICT (name, token) DO UPDATE SET side = EXCLUDED.side, fence = EXCLUDED.fence,\n"
+                      "      expires = EXCLUDED.expires, since = EXCLUDED.since, released = false, owner_info = "
+                      "EXCLUDED.owner_info;\n"
+                      /* family_since is the hold's own since (not a later clock_timestamp():
      * the clock moves within the transaction), so that its release, which
      * clears the mark where family_since <= its since, does clear it. The
      * row keeps the name's highest fence, whatever the kind: a mutex's
      * acquire takes the row's fence + 1 (fifth review, finding 2: it did
      * not see the holds' fences). */
-    "  UPDATE @S.locks l SET fence = greatest(l.fence, fam_acquire.fence),\n"
-    "      family_since = (SELECT x.since FROM @S.holds x WHERE x.name = p_name\n"
-    "      AND x.token = p_token), family_until = greatest(l.family_until,\n"
-    "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
-    "END $f$;\n"
-    /* Pruning (dlock prune, and now and then after a release): rows that no
+                      "  UPDATE @S.locks l SET fence = greatest(l.fence, fam_acquire.fence),\n"
+                      "      family_since = (SELECT x.since FROM @S.holds x WHERE x.name = p_name\n"
+                      "      AND x.token = p_token), family_until = greatest(l.family_until,\n"
+                      "      clock_timestamp() + p_lease_ms * interval '1 millisecond') WHERE l.name = p_name;\n"
+                      "END $f$;\n"
+                      /* Pruning (dlock prune, and now and then after a release): rows that no
      * hold or waiter needs, whose time ended before 'p_older_ms' ago, at most
      * 'p_limit' per table. A row is deleted only while its own condition
      * holds on its newest version (the DELETE's WHERE names the target row:
@@ -350,49 +356,59 @@ static const char sql_init[] =
      * when they vanished under it. The guards and the scheduler's rows are
      * never pruned: they are what refuses a stale fence or a tick claimed
      * twice. */
-    "CREATE OR REPLACE FUNCTION @S.prune(p_older_ms bigint, p_limit int,\n"
-    "    OUT n_locks bigint, OUT n_waiters bigint, OUT n_holds bigint, OUT n_families bigint)\n"
-    "LANGUAGE plpgsql AS $f$\n"
-    "DECLARE\n"
-    "  cutoff timestamptz := clock_timestamp() - greatest(p_older_ms, 0) * interval '1 millisecond';\n"
-    "  n bigint;\n"
-    "  hw bigint := 0;\n"
-    "  m bigint;\n"
-    "  r record;\n"
-    "BEGIN\n"
-    "  n_locks := 0; n_families := 0;\n"
-    "  DELETE FROM @S.waiters w WHERE (w.name, w.token) IN (SELECT x.name, x.token FROM @S.waiters x\n"
-    "    WHERE x.expires < cutoff LIMIT p_limit) AND w.expires < cutoff;\n"
-    "  GET DIAGNOSTICS n_waiters = ROW_COUNT;\n"
-    "  WITH d AS (DELETE FROM @S.holds h WHERE (h.name, h.token) IN (SELECT x.name, x.token FROM @S.holds x\n"
-    "    WHERE x.expires < cutoff LIMIT p_limit) AND h.expires < cutoff RETURNING h.fence)\n"
-    "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n_holds, hw FROM d;\n"
-    "  FOR r IN SELECT f.name FROM @S.families f WHERE NOT EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = f.name)\n"
-    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = f.name AND w.expires >= cutoff)\n"
-    "      LIMIT p_limit FOR UPDATE SKIP LOCKED LOOP\n"
-    /* Looked at again under the row's lock: this statement sees every
+                      "CREATE OR REPLACE FUNCTION @S.prune(p_older_ms bigint, p_limit int,\n"
+                      "    OUT n_locks bigint, OUT n_waiters bigint, OUT n_holds bigint, OUT n_families bigint)\n"
+                      "LANGUAGE plpgsql AS $f$\n"
+                      "DECLARE\n"
+                      "  cutoff timestamptz := clock_timestamp() - greatest(p_older_ms, 0) * interval '1 "
+                      "millisecond';\n"
+                      "  n bigint;\n"
+                      "  hw bigint := 0;\n"
+                      "  m bigint;\n"
+                      "  r record;\n"
+                      "BEGIN\n"
+                      "  n_locks := 0; n_families := 0;\n"
+                      "  DELETE FROM @S.waiters w WHERE (w.name, w.token) IN (SELECT x.name, x.token FROM @S.waiters "
+                      "x\n"
+                      "    WHERE x.expires < cutoff LIMIT p_limit) AND w.expires < cutoff;\n"
+                      "  GET DIAGNOSTICS n_waiters = ROW_COUNT;\n"
+                      "  WITH d AS (DELETE FROM @S.holds h WHERE (h.name, h.token) IN (SELECT x.name, x.token FROM "
+                      "@S.holds x\n"
+                      "    WHERE x.expires < cutoff LIMIT p_limit) AND h.expires < cutoff RETURNING h.fence)\n"
+                      "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n_holds, hw FROM d;\n"
+                      "  FOR r IN SELECT f.name FROM @S.families f WHERE NOT EXISTS (SELECT 1 FROM @S.holds x WHERE "
+                      "x.name = f.name)\n"
+                      "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = f.name AND w.expires >= "
+                      "cutoff)\n"
+                      "      LIMIT p_limit FOR UPDATE SKIP LOCKED LOOP\n"
+                      /* Looked at again under the row's lock: this statement sees every
      * grant that committed before it. */
-    "    CONTINUE WHEN EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = r.name)\n"
-    "      OR EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = r.name AND w.expires >= cutoff);\n"
-    "    WITH d AS (DELETE FROM @S.locks l WHERE l.name = r.name AND CASE WHEN l.expires < cutoff\n"
-    "      AND (l.family_until IS NULL OR l.family_until < cutoff)\n"
-    "      THEN pg_try_advisory_xact_lock(" NAME_KEY("l.name") ") ELSE false END RETURNING l.fence)\n"
-    "      SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
-    "    hw := greatest(hw, m);\n"
-    "    n_locks := n_locks + n;\n"
-    "    DELETE FROM @S.families f WHERE f.name = r.name;\n"
-    "    n_families := n_families + 1;\n"
-    "  END LOOP;\n"
-    "  WITH d AS (DELETE FROM @S.locks l WHERE l.name IN (SELECT x.name FROM @S.locks x WHERE x.expires < cutoff\n"
-    "      AND (x.family_until IS NULL OR x.family_until < cutoff)\n"
-    "      AND NOT EXISTS (SELECT 1 FROM @S.families f WHERE f.name = x.name)\n"
-    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = x.name AND w.expires >= cutoff)\n"
-    "      LIMIT p_limit)\n"
-    "    AND CASE WHEN l.expires < cutoff AND (l.family_until IS NULL OR l.family_until < cutoff)\n"
-    "      THEN pg_try_advisory_xact_lock(" NAME_KEY("l.name") ") ELSE false END RETURNING l.fence)\n"
-    "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
-    "  n_locks := n_locks + n;\n"
-    /* The sequence is a non-transactional counter: setval takes effect at
+                      "    CONTINUE WHEN EXISTS (SELECT 1 FROM @S.holds x WHERE x.name = r.name)\n"
+                      "      OR EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = r.name AND w.expires >= cutoff);\n"
+                      "    WITH d AS (DELETE FROM @S.locks l WHERE l.name = r.name AND CASE WHEN l.expires < cutoff\n"
+                      "      AND (l.family_until IS NULL OR l.family_until < cutoff)\n"
+                      "      THEN pg_try_advisory_xact_lock(" NAME_KEY(
+                          "l.name") ") ELSE false END RETURNING l.fence)\n"
+                                    "      SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
+                                    "    hw := greatest(hw, m);\n"
+                                    "    n_locks := n_locks + n;\n"
+                                    "    DELETE FROM @S.families f WHERE f.name = r.name;\n"
+                                    "    n_families := n_families + 1;\n"
+                                    "  END LOOP;\n"
+                                    "  WITH d AS (DELETE FROM @S.locks l WHERE l.name IN (SELECT x.name FROM @S.locks "
+                                    "x WHERE x.expires < cutoff\n"
+                                    "      AND (x.family_until IS NULL OR x.family_until < cutoff)\n"
+                                    "      AND NOT EXISTS (SELECT 1 FROM @S.families f WHERE f.name = x.name)\n"
+                                    "      AND NOT EXISTS (SELECT 1 FROM @S.waiters w WHERE w.name = x.name AND "
+                                    "w.expires >= cutoff)\n"
+                                    "      LIMIT p_limit)\n"
+                                    "    AND CASE WHEN l.expires < cutoff AND (l.family_until IS NULL OR "
+                                    "l.family_until < cutoff)\n"
+                                    "      THEN pg_try_advisory_xact_lock(" NAME_KEY(
+                                        "l.name") ") ELSE false END RETURNING l.fence)\n"
+                                                  "    SELECT count(*), COALESCE(max(d.fence), 0) INTO n, m FROM d;\n"
+                                                  "  n_locks := n_locks + n;\n"
+                                                  /* The sequence is a non-transactional counter: setval takes effect at
      * once, before this transaction's commit, which the acquires of the
      * deleted names wait for (NAME_KEY). Prunes raise it one at a time
      * (PRUNE_KEY), and only above a value nextval just handed out (nextval
@@ -400,15 +416,15 @@ static const char sql_init[] =
      * compare-and-set exists for sequences: other names' nextvals between
      * the two that pass hw would be handed out again, to other names (a
      * name's fences still rise: its row's fence + 1). */
-    "  hw := greatest(hw, m);\n"
-    "  IF hw > 0 THEN\n"
-    "    PERFORM pg_advisory_xact_lock(" PRUNE_KEY ");\n"
-    "    IF hw > nextval('@S.fence_seq') THEN\n"
-    "      PERFORM setval('@S.fence_seq', hw);\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "END $f$;\n"
-    "COMMIT;";
+                                                  "  hw := greatest(hw, m);\n"
+                                                  "  IF hw > 0 THEN\n"
+                                                  "    PERFORM pg_advisory_xact_lock(" PRUNE_KEY ");\n"
+                                                  "    IF hw > nextval('@S.fence_seq') THEN\n"
+                                                  "      PERFORM setval('@S.fence_seq', hw);\n"
+                                                  "    END IF;\n"
+                                                  "  END IF;\n"
+                                                  "END $f$;\n"
+                                                  "COMMIT;";
 
 /* $1 name, $2 token, $3 lease ms, $4 owner info, $5 waiter heartbeat ms,
  * $6 the waiter's live key (WAITER_LIVE; 0 none).
@@ -428,36 +444,42 @@ static const char sql_acquire[] =
     "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $5::bigint * interval '1 millisecond',\n"
     "             live_key = $6::bigint WHERE name = $1 AND token = $2 RETURNING seq),\n"
     "ahead AS (SELECT count(*) AS n FROM @S.waiters x WHERE x.name = $1 AND x.token <> $2\n"
-    "          AND x.expires > clock_timestamp() AND " WAITER_LIVE("x") "\n"
-    "          AND x.seq < COALESCE((SELECT seq FROM w), 9223372036854775807)),\n"
-    "cur AS (SELECT token, expires, released FROM @S.locks WHERE name = $1),\n"
-    "fam AS (SELECT 1 FROM @S.holds h WHERE h.name = $1 AND NOT h.released AND h.expires > clock_timestamp()\n"
-    "        LIMIT 1),\n"
-    "pk AS (SELECT pg_advisory_xact_lock_shared(" NAME_KEY("$1") ")),\n"
-    "ins AS (INSERT INTO @S.locks AS l (name, token, fence, expires, since, released, owner_info)\n"
-    "  SELECT $1, $2, " DLOCK__PG_FENCE_NEXT ", clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
-    "         clock_timestamp(), false, $4\n"
-    "  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.token <> $2 AND NOT cur.released\n"
-    "                    AND cur.expires > clock_timestamp())\n"
-    "    AND (SELECT n FROM ahead) = 0\n"
-    "    AND NOT EXISTS (SELECT 1 FROM fam)\n"
-    "    AND EXISTS (SELECT 1 FROM pk)\n"
-    "  ON CONFLICT (name) DO UPDATE SET\n"
-    "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
-    "                 THEN l.fence ELSE greatest(EXCLUDED.fence, l.fence + 1) END,\n"
-    "    since = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > clock_timestamp()\n"
-    "                 THEN l.since ELSE EXCLUDED.since END,\n"
-    "    token = EXCLUDED.token, expires = EXCLUDED.expires, released = false,\n"
-    "    owner_info = EXCLUDED.owner_info\n"
-    "  WHERE (l.released OR l.expires <= clock_timestamp() OR l.token = EXCLUDED.token)\n"
-    "    AND (l.family_until IS NULL OR l.family_until <= clock_timestamp())\n"
-    "  RETURNING l.fence)\n"
-    "SELECT (SELECT fence FROM ins),\n"
-    "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * 1000))::bigint\n"
-    "          FROM cur WHERE NOT cur.released),\n"
-    "       set_config('synchronous_commit', 'on', true),\n"
-    "       (SELECT f.kind FROM @S.families f WHERE f.name = $1 AND EXISTS (SELECT 1 FROM fam)),\n"
-    "       (SELECT n FROM ahead), (SELECT count(*) FROM w)";
+    "          AND x.expires > clock_timestamp() AND " WAITER_LIVE(
+        "x") "\n"
+             "          AND x.seq < COALESCE((SELECT seq FROM w), 9223372036854775807)),\n"
+             "cur AS (SELECT token, expires, released FROM @S.locks WHERE name = $1),\n"
+             "fam AS (SELECT 1 FROM @S.holds h WHERE h.name = $1 AND NOT h.released AND h.expires > clock_timestamp()\n"
+             "        LIMIT 1),\n"
+             "pk AS (SELECT pg_advisory_xact_lock_shared(" NAME_KEY(
+                 "$1") ")),\n"
+                       "ins AS (INSERT INTO @S.locks AS l (name, token, fence, expires, since, released, owner_info)\n"
+                       "  SELECT $1, $2, " DLOCK__PG_FENCE_NEXT
+                       ", clock_timestamp() + $3::bigint * interval '1 millisecond',\n"
+                       "         clock_timestamp(), false, $4\n"
+                       "  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.token <> $2 AND NOT cur.released\n"
+                       "                    AND cur.expires > clock_timestamp())\n"
+                       "    AND (SELECT n FROM ahead) = 0\n"
+                       "    AND NOT EXISTS (SELECT 1 FROM fam)\n"
+                       "    AND EXISTS (SELECT 1 FROM pk)\n"
+                       "  ON CONFLICT (name) DO UPDATE SET\n"
+                       "    fence = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > "
+                       "clock_timestamp()\n"
+                       "                 THEN l.fence ELSE greatest(EXCLUDED.fence, l.fence + 1) END,\n"
+                       "    since = CASE WHEN l.token = EXCLUDED.token AND NOT l.released AND l.expires > "
+                       "clock_timestamp()\n"
+                       "                 THEN l.since ELSE EXCLUDED.since END,\n"
+                       "    token = EXCLUDED.token, expires = EXCLUDED.expires, released = false,\n"
+                       "    owner_info = EXCLUDED.owner_info\n"
+                       "  WHERE (l.released OR l.expires <= clock_timestamp() OR l.token = EXCLUDED.token)\n"
+                       "    AND (l.family_until IS NULL OR l.family_until <= clock_timestamp())\n"
+                       "  RETURNING l.fence)\n"
+                       "SELECT (SELECT fence FROM ins),\n"
+                       "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * "
+                       "1000))::bigint\n"
+                       "          FROM cur WHERE NOT cur.released),\n"
+                       "       set_config('synchronous_commit', 'on', true),\n"
+                       "       (SELECT f.kind FROM @S.families f WHERE f.name = $1 AND EXISTS (SELECT 1 FROM fam)),\n"
+                       "       (SELECT n FROM ahead), (SELECT count(*) FROM w)";
 
 /* $1 name, $2 token, $3 heartbeat ms, $4 side ('' for a mutex, else as
  * fam_acquire), $5 live key: queue by arrival (waiter_seq); a second run
@@ -521,12 +543,16 @@ static const char sql_fam_info[] =
     "  (SELECT greatest(0, floor(extract(epoch FROM (max(x.expires) - clock_timestamp())) * 1000))::bigint\n"
     "     FROM @S.holds x WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp()),\n"
     "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
-    "     AND " WAITER_LIVE("w") "),\n"
-    "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.side = 'w' AND w.expires > clock_timestamp()\n"
-    "     AND " WAITER_LIVE("w") ")\n"
-    "FROM @S.families f LEFT JOIN LATERAL (SELECT x.fence, x.since, x.owner_info FROM @S.holds x\n"
-    "  WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence DESC LIMIT 1) n\n"
-    "  ON true WHERE f.name = $1";
+    "     AND " WAITER_LIVE(
+        "w") "),\n"
+             "  (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.side = 'w' AND w.expires > "
+             "clock_timestamp()\n"
+             "     AND " WAITER_LIVE(
+                 "w") ")\n"
+                      "FROM @S.families f LEFT JOIN LATERAL (SELECT x.fence, x.since, x.owner_info FROM @S.holds x\n"
+                      "  WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence DESC "
+                      "LIMIT 1) n\n"
+                      "  ON true WHERE f.name = $1";
 
 /* $1 name: every live hold of a semaphore or read-write lock
  * (dlock_lock_holders): fence, ms left, since (ms), owner info. */
@@ -546,17 +572,19 @@ static const char sql_release[] =
     "upd AS (UPDATE @S.locks SET released = true, expires = clock_timestamp()\n"
     "        WHERE name = $1 AND token = $2 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT w.token FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
-    "       AND " WAITER_LIVE("w") " ORDER BY w.seq LIMIT 1),\n"
-    "n AS (SELECT pg_notify($3, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
-    "SELECT (SELECT count(*) FROM upd), COALESCE((SELECT token = $2 FROM cur), false),\n"
-    "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
-    "       set_config('synchronous_commit', 'on', true)";
+    "       AND " WAITER_LIVE(
+        "w") " ORDER BY w.seq LIMIT 1),\n"
+             "n AS (SELECT pg_notify($3, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd)\n"
+             "SELECT (SELECT count(*) FROM upd), COALESCE((SELECT token = $2 FROM cur), false),\n"
+             "       COALESCE((SELECT released FROM cur), false), (SELECT count(*) FROM n),\n"
+             "       set_config('synchronous_commit', 'on', true)";
 
 /* $1 names, $2 tokens, $3 lease ms (arrays). Compare-and-extend: never
  * revives an expired, released or re-taken row. Per item: renewed, taken by
  * another owner. */
 static const char sql_renew[] =
-    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS v(name, token, lease, i)),\n"
+    "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS v(name, token, lease, "
+    "i)),\n"
     "u AS (UPDATE @S.locks l SET expires = clock_timestamp() + v.lease * interval '1 millisecond' FROM v\n"
     "      WHERE l.name = v.name AND l.token = v.token AND NOT l.released AND l.expires > clock_timestamp()\n"
     "      RETURNING l.name, l.token),\n"
@@ -589,12 +617,13 @@ static const char sql_remaining[] =
 static const char sql_info[] =
     "SELECT l.live, l.ms, l.fence, l.since_ms, l.owner_info,\n"
     "       (SELECT count(*) FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
-    "          AND " WAITER_LIVE("w") ")\n"
-    "FROM (SELECT 1) one LEFT JOIN (\n"
-    "  SELECT NOT released AND expires > clock_timestamp() AS live,\n"
-    "         greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint AS ms,\n"
-    "         fence, floor(extract(epoch FROM since) * 1000)::bigint AS since_ms, owner_info\n"
-    "  FROM @S.locks WHERE name = $1) l ON true";
+    "          AND " WAITER_LIVE(
+        "w") ")\n"
+             "FROM (SELECT 1) one LEFT JOIN (\n"
+             "  SELECT NOT released AND expires > clock_timestamp() AS live,\n"
+             "         greatest(0, floor(extract(epoch FROM (expires - clock_timestamp())) * 1000))::bigint AS ms,\n"
+             "         fence, floor(extract(epoch FROM since) * 1000)::bigint AS since_ms, owner_info\n"
+             "  FROM @S.locks WHERE name = $1) l ON true";
 
 /* $1 LIKE pattern. */
 static const char sql_list[] =
@@ -616,12 +645,14 @@ static const char sql_force[] =
     "updf AS (UPDATE @S.holds SET released = true, expires = clock_timestamp(), token = 'forced:' || token\n"
     "         WHERE name = $1 AND $3::bigint = 0 AND NOT released AND expires > clock_timestamp() RETURNING 1),\n"
     "nx AS (SELECT w.token FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
-    "       AND " WAITER_LIVE("w") " ORDER BY w.seq LIMIT 1),\n"
-    "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"
-    "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf)),\n"
-    "clr AS (UPDATE @S.locks SET family_until = clock_timestamp()\n"
-    "        WHERE name = $1 AND EXISTS (SELECT 1 FROM updf) AND family_until > clock_timestamp())\n"
-    "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM updf), (SELECT count(*) FROM n) + (SELECT count(*) FROM nf)";
+    "       AND " WAITER_LIVE(
+        "w") " ORDER BY w.seq LIMIT 1),\n"
+             "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"
+             "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf)),\n"
+             "clr AS (UPDATE @S.locks SET family_until = clock_timestamp()\n"
+             "        WHERE name = $1 AND EXISTS (SELECT 1 FROM updf) AND family_until > clock_timestamp())\n"
+             "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM updf), (SELECT count(*) FROM n) + (SELECT "
+             "count(*) FROM nf)";
 
 /* $1 resource, $2 fence: admitted when not below the highest seen (an
  * equal fence is admitted again, so a second run answers as the first). */
@@ -635,8 +666,9 @@ static const char sql_guard[] =
 /* $1 older than (ms), $2 at most this many rows per table: prune(). */
 static const char sql_prune[] = "SELECT n_locks, n_waiters, n_holds, n_families FROM @S.prune($1::bigint, $2::int)";
 
-static const char sql_claim[] = "SELECT outcome, fence, start_ms, skew_ms, set_config('synchronous_commit', 'on', true) "
-                                "FROM @S.sched_claim($1, $2::bigint, $3, $4, $5::bigint, $6::bigint)";
+static const char sql_claim[] =
+    "SELECT outcome, fence, start_ms, skew_ms, set_config('synchronous_commit', 'on', true) "
+    "FROM @S.sched_claim($1, $2::bigint, $3, $4, $5::bigint, $6::bigint)";
 static const char sql_finish[] = "SELECT @S.sched_finish($1, $2, $3, $4::bigint, $5::bigint, $6::bigint, $7::bigint, "
                                  "$8, $9::int)";
 static const char sql_history[] = "SELECT node, fence, scheduled_ms, start_ms, duration_ms, outcome FROM "
@@ -665,15 +697,24 @@ static char *expand(const char *tmpl, const char *schema) {
 
 void dlock__pg_sql_build(dlock__pg *pg) {
   static const char *const tmpl[DLOCK__PG_SQL_COUNT] = {
-      [DLOCK__PG_SQL_ACQUIRE] = sql_acquire,     [DLOCK__PG_SQL_WAITER_ADD] = sql_waiter_add,
-      [DLOCK__PG_SQL_WAITER_DEL] = sql_waiter_del, [DLOCK__PG_SQL_RELEASE] = sql_release,
-      [DLOCK__PG_SQL_RENEW] = sql_renew,         [DLOCK__PG_SQL_REMAINING] = sql_remaining,
-      [DLOCK__PG_SQL_INFO] = sql_info,           [DLOCK__PG_SQL_LIST] = sql_list,
-      [DLOCK__PG_SQL_FORCE] = sql_force,         [DLOCK__PG_SQL_GUARD] = sql_guard,
-      [DLOCK__PG_SQL_CLAIM] = sql_claim,         [DLOCK__PG_SQL_FINISH] = sql_finish,
-      [DLOCK__PG_SQL_HISTORY] = sql_history,     [DLOCK__PG_SQL_INIT] = sql_init,
-      [DLOCK__PG_SQL_FAM_ACQUIRE] = sql_fam_acquire, [DLOCK__PG_SQL_FAM_RELEASE] = sql_fam_release,
-      [DLOCK__PG_SQL_FAM_INFO] = sql_fam_info,   [DLOCK__PG_SQL_PRUNE] = sql_prune,
+      [DLOCK__PG_SQL_ACQUIRE] = sql_acquire,
+      [DLOCK__PG_SQL_WAITER_ADD] = sql_waiter_add,
+      [DLOCK__PG_SQL_WAITER_DEL] = sql_waiter_del,
+      [DLOCK__PG_SQL_RELEASE] = sql_release,
+      [DLOCK__PG_SQL_RENEW] = sql_renew,
+      [DLOCK__PG_SQL_REMAINING] = sql_remaining,
+      [DLOCK__PG_SQL_INFO] = sql_info,
+      [DLOCK__PG_SQL_LIST] = sql_list,
+      [DLOCK__PG_SQL_FORCE] = sql_force,
+      [DLOCK__PG_SQL_GUARD] = sql_guard,
+      [DLOCK__PG_SQL_CLAIM] = sql_claim,
+      [DLOCK__PG_SQL_FINISH] = sql_finish,
+      [DLOCK__PG_SQL_HISTORY] = sql_history,
+      [DLOCK__PG_SQL_INIT] = sql_init,
+      [DLOCK__PG_SQL_FAM_ACQUIRE] = sql_fam_acquire,
+      [DLOCK__PG_SQL_FAM_RELEASE] = sql_fam_release,
+      [DLOCK__PG_SQL_FAM_INFO] = sql_fam_info,
+      [DLOCK__PG_SQL_PRUNE] = sql_prune,
       [DLOCK__PG_SQL_FAM_HOLDERS] = sql_fam_holders,
   };
   for (int i = 0; i < DLOCK__PG_SQL_COUNT; i++) pg->sql[i] = expand(tmpl[i], pg->schema);

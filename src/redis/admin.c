@@ -39,8 +39,10 @@ static int run_for_name(dlock_client *c, dlock__node *at, const char *name, dloc
   if (rc && call.maybe_ran && !reads) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    rc = dlock__error(DLOCK_EUNKNOWN, "%s; the command may have run: look with 'dlock status' before "
-                      "running it again", saved);
+    rc = dlock__error(DLOCK_EUNKNOWN,
+                      "%s; the command may have run: look with 'dlock status' before "
+                      "running it again",
+                      saved);
   }
   if (!rc && (*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
@@ -109,7 +111,8 @@ int dlock__redis_info_at(dlock_client *c, dlock__node *at, const char *name, dlo
     if (dlock__parse_fence(f->str, f->len, i == 2 ? &hold_fence : &last_fence) != 0) {
       dlock__lock_keys keys;
       int krc = dlock__lock_keys_init(&keys, c, name);
-      dlock__error(DLOCK_EFENCE, "status of '%s' on %s: %s '%s' holds '%.40s', not a fencing token (an integer in "
+      dlock__error(DLOCK_EFENCE,
+                   "status of '%s' on %s: %s '%s' holds '%.40s', not a fencing token (an integer in "
                    "0..2^63-1); acquiring this lock fails until it is repaired (see docs/errors.md, DLOCK_EFENCE)",
                    name, c->server, i == 2 ? "the hold's record in" : "the fence counter",
                    krc ? "?" : keys.key[DLOCK__K_FENCE], f->str);
@@ -141,18 +144,22 @@ int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags
   if (rc == DLOCK_EWRONGTYPE && strstr(dlock_last_error(), "holds a zset")) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    return dlock__error(rc, "%s: it is a semaphore (docs/semaphore.md), which a forced release does not take "
+    return dlock__error(rc,
+                        "%s: it is a semaphore (docs/semaphore.md), which a forced release does not take "
                         "apart; nothing was deleted. Its permits return when their holders release them or "
-                        "their leases end", saved);
+                        "their leases end",
+                        saved);
   }
   if (rc) return rc;
   if (r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "force release of '%s': unexpected reply from %s", name, c->server);
   } else if (r->integer < 0) {
-    rc = dlock__error(DLOCK_EFOREIGN, "force release of '%s' on %s: the key '%s%s' was not set by dlock (no "
+    rc = dlock__error(DLOCK_EFOREIGN,
+                      "force release of '%s' on %s: the key '%s%s' was not set by dlock (no "
                       "dlock metadata): it may be an application's own data; nothing was deleted. If it is "
                       "a lock of redis-py or node-redlock, force it with DLOCK_FORCE_FOREIGN "
-                      "(dlock release --force --foreign)", name, c->server, c->prefix, name);
+                      "(dlock release --force --foreign)",
+                      name, c->server, c->prefix, name);
   } else if (was_held) {
     *was_held = r->integer > 0;
   }
@@ -229,12 +236,12 @@ static int keep_held(dlock_client *c, dlock__node *node, char (*names)[DLOCK_MAX
    * not on this node, as a SCAN snapshot may miss a lock anyway. */
   for (size_t i = 0; i < n; i++) {
     const dlock__reply *e = replies[i];
-    if (e->type == DLOCK__REPLY_ERROR && (!strncmp(e->str, "ASK ", 4) || !strncmp(e->str, "MOVED ", 6) ||
-                                          !strncmp(e->str, "TRYAGAIN", 8)))
+    if (e->type == DLOCK__REPLY_ERROR &&
+        (!strncmp(e->str, "ASK ", 4) || !strncmp(e->str, "MOVED ", 6) || !strncmp(e->str, "TRYAGAIN", 8)))
       continue;
     if (replies[i]->type == DLOCK__REPLY_ERROR) {
-      rc = dlock__error(dlock__reply_error_status(replies[i]), "list on %s: EXISTS %s%s failed: %s",
-                        node->ep.display, c->prefix, names[i], replies[i]->str);
+      rc = dlock__error(dlock__reply_error_status(replies[i]), "list on %s: EXISTS %s%s failed: %s", node->ep.display,
+                        c->prefix, names[i], replies[i]->str);
       goto out;
     }
     if (replies[i]->type != DLOCK__REPLY_INTEGER) {
@@ -289,56 +296,56 @@ static int scan_names(dlock_client *c, const char *pattern, const char *suffix, 
   }
   int count = 0;
   for (int ni = 0; ni < nnodes; ni++) {
-  dlock__node *node = nodes[ni];
-  char cursor[32] = "0";
-  do {
-    const char *argv[6] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
-    size_t lens[6];
-    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-    dlock__cmd cmd = {6, argv, lens};
-    dlock__reply *r = NULL;
-    int rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
-    if (!rc && r->type == DLOCK__REPLY_ERROR) {
-      rc = dlock__reply_error_status(r);
-      dlock__error(rc, "list on %s: SCAN failed: %s", node->ep.display, r->str);
-    } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2 ||
-                       r->element[0]->type != DLOCK__REPLY_STRING || r->element[1]->type != DLOCK__REPLY_ARRAY)) {
-      rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected SCAN reply", node->ep.display);
-    } else if (rc) {
-      dlock__error_prefix("list on %s: ", node->ep.display);
-    }
-    if (rc) {
+    dlock__node *node = nodes[ni];
+    char cursor[32] = "0";
+    do {
+      const char *argv[6] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
+      size_t lens[6];
+      for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+      dlock__cmd cmd = {6, argv, lens};
+      dlock__reply *r = NULL;
+      int rc = dlock__node_exec(node, &cmd, 1, &r, NULL);
+      if (!rc && r->type == DLOCK__REPLY_ERROR) {
+        rc = dlock__reply_error_status(r);
+        dlock__error(rc, "list on %s: SCAN failed: %s", node->ep.display, r->str);
+      } else if (!rc && (r->type != DLOCK__REPLY_ARRAY || r->elements != 2 ||
+                         r->element[0]->type != DLOCK__REPLY_STRING || r->element[1]->type != DLOCK__REPLY_ARRAY)) {
+        rc = dlock__error(DLOCK_EPROTO, "list on %s: unexpected SCAN reply", node->ep.display);
+      } else if (rc) {
+        dlock__error_prefix("list on %s: ", node->ep.display);
+      }
+      if (rc) {
+        dlock__reply_free(r);
+        if (nodes != &one) free(nodes);
+        return rc;
+      }
+      snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+      const dlock__reply *keys = r->element[1];
+      char(*names)[DLOCK_MAX_NAME_LEN + 1] = keys->elements ? malloc(keys->elements * sizeof *names) : NULL;
+      size_t n = 0;
+      if (keys->elements && !names) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+      for (size_t i = 0; !rc && i < keys->elements; i++) {
+        const dlock__reply *k = keys->element[i];
+        size_t skip = 1 + c->prefix_len, tail = 1 + strlen(suffix);
+        if (k->type != DLOCK__REPLY_STRING || k->len < skip + tail + 1) continue;
+        size_t nlen = k->len - skip - tail;
+        if (nlen > DLOCK_MAX_NAME_LEN) continue;
+        memcpy(names[n], k->str + skip, nlen);
+        names[n][nlen] = '\0';
+        if (pattern && !glob_match(pattern, names[n])) continue;
+        n++;
+      }
       dlock__reply_free(r);
-      if (nodes != &one) free(nodes);
-      return rc;
-    }
-    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-    const dlock__reply *keys = r->element[1];
-    char (*names)[DLOCK_MAX_NAME_LEN + 1] = keys->elements ? malloc(keys->elements * sizeof *names) : NULL;
-    size_t n = 0;
-    if (keys->elements && !names) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < keys->elements; i++) {
-      const dlock__reply *k = keys->element[i];
-      size_t skip = 1 + c->prefix_len, tail = 1 + strlen(suffix);
-      if (k->type != DLOCK__REPLY_STRING || k->len < skip + tail + 1) continue;
-      size_t nlen = k->len - skip - tail;
-      if (nlen > DLOCK_MAX_NAME_LEN) continue;
-      memcpy(names[n], k->str + skip, nlen);
-      names[n][nlen] = '\0';
-      if (pattern && !glob_match(pattern, names[n])) continue;
-      n++;
-    }
-    dlock__reply_free(r);
-    int kept = rc ? rc : held ? keep_held(c, node, names, n) : (int)n;
-    if (kept < 0) {
+      int kept = rc ? rc : held ? keep_held(c, node, names, n) : (int)n;
+      if (kept < 0) {
+        free(names);
+        if (nodes != &one) free(nodes);
+        return kept;
+      }
+      for (int i = 0; i < kept; i++) fn(names[i], arg);
+      count += kept;
       free(names);
-      if (nodes != &one) free(nodes);
-      return kept;
-    }
-    for (int i = 0; i < kept; i++) fn(names[i], arg);
-    count += kept;
-    free(names);
-  } while (strcmp(cursor, "0") != 0);
+    } while (strcmp(cursor, "0") != 0);
   }
   if (nodes != &one) free(nodes);
   return count;
@@ -395,15 +402,18 @@ int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t tok
     if (highest && r->element[1]->type == DLOCK__REPLY_STRING)
       dlock__parse_fence(r->element[1]->str, r->element[1]->len, highest);
     if (r->elements == 3)
-      rc = dlock__error(DLOCK_ESTALE, "guard on '%s' at %s: token %s is stale: it was issued before the Redis "
-                        "master changed (a failover or a restart), and admissions made on the old master may "
-                        "have been lost, so only tokens issued since (at least %s) are admitted. Reject this "
-                        "write; acquire the lock again for a new token", resource, c->server, tok,
-                        r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+      rc =
+          dlock__error(DLOCK_ESTALE,
+                       "guard on '%s' at %s: token %s is stale: it was issued before the Redis "
+                       "master changed (a failover or a restart), and admissions made on the old master may "
+                       "have been lost, so only tokens issued since (at least %s) are admitted. Reject this "
+                       "write; acquire the lock again for a new token",
+                       resource, c->server, tok, r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
     else
-      rc = dlock__error(DLOCK_ESTALE, "guard on '%s': token %s is stale; a newer holder wrote with %s. "
-                        "Reject this write: the lock was lost", resource, tok,
-                        r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
+      rc = dlock__error(DLOCK_ESTALE,
+                        "guard on '%s': token %s is stale; a newer holder wrote with %s. "
+                        "Reject this write: the lock was lost",
+                        resource, tok, r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
   } else if (rc) {
     dlock__error_prefix("guard on '%s' at %s: ", resource, c->server);
   } else if (dlock__replicas_short(c, &call)) {
@@ -411,9 +421,11 @@ int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t tok
      * and admit a lower token. Not a clean admission. */
     char why[512];
     snprintf(why, sizeof why, "%s", dlock_last_error());
-    rc = dlock__error(DLOCK_EREPLICAS, "guard on '%s' at %s: token %s was recorded on the master, but %s: do "
+    rc = dlock__error(DLOCK_EREPLICAS,
+                      "guard on '%s' at %s: token %s was recorded on the master, but %s: do "
                       "not write (a failover could forget this admission and admit a lower token); check the "
-                      "replicas, then check the token again", resource, c->server, tok, why);
+                      "replicas, then check the token again",
+                      resource, c->server, tok, why);
   } else if (highest) {
     *highest = token; /* admitted: recorded, and no higher one was */
   }

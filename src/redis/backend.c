@@ -48,8 +48,10 @@ static int build_endpoint(const dlock_client_options *o, const char *url, dlock_
     char shown[256];
     dlock_url_redact(url, shown, sizeof shown);
     dlock__endpoint_clear(ep);
-    return dlock__error(DLOCK_EINVAL, "TLS files or server name given, but the URL '%.200s' is not "
-                        "rediss://; use rediss:// for TLS", shown);
+    return dlock__error(DLOCK_EINVAL,
+                        "TLS files or server name given, but the URL '%.200s' is not "
+                        "rediss://; use rediss:// for TLS",
+                        shown);
   }
   ep->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
   ep->command_timeout_ms = o->command_timeout_ms ? o->command_timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -65,7 +67,7 @@ static int build_sentinel(const dlock_client_options *o, const char *url, dlock_
     return rc;
   if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
     return dlock__error(DLOCK_EINVAL, "TLS options given with a redis-sentinel:// URL; dlock speaks to "
-                        "sentinels and their master without TLS only");
+                                      "sentinels and their master without TLS only");
   if ((rc = dlock__url_parse_sentinel(url, u))) return rc;
   if ((rc = override(&u->master.username, o->username)) || (rc = override(&u->master.password, o->password))) {
     dlock__sentinel_url_clear(u);
@@ -91,7 +93,8 @@ static int set_wait(dlock__topology *t, const dlock_client_options *o, int url_r
   int timeout = o->wait_timeout_ms ? o->wait_timeout_ms : url_timeout_ms;
   if (!timeout) timeout = command_timeout_ms / 2;
   if (replicas && (timeout <= 0 || timeout >= command_timeout_ms))
-    return dlock__error(DLOCK_ERANGE, "wait_timeout is %d ms; it must be 1 ms or more and shorter than the "
+    return dlock__error(DLOCK_ERANGE,
+                        "wait_timeout is %d ms; it must be 1 ms or more and shorter than the "
                         "command timeout (%d ms), which bounds the pipeline that carries the WAIT",
                         timeout, command_timeout_ms);
   t->wait_replicas = replicas;
@@ -110,17 +113,20 @@ static int open_redlock(dlock_client *c, dlock__redis *rc_, const dlock_client_o
     if (o->url)
       return dlock__error(DLOCK_EINVAL, "both 'url' and 'redlock_urls' are set; give the Redlock nodes one way");
     if (!o->redlock_urls || o->redlock_nurls < 3 || o->redlock_nurls > DLOCK__REDLOCK_MAX)
-      return dlock__error(DLOCK_EINVAL, "redlock_urls has %d entries%s; Redlock needs 3 or more independent "
-                          "masters (5 advised), at most %d", o->redlock_nurls, o->redlock_urls ? "" : " (NULL)",
-                          DLOCK__REDLOCK_MAX);
+      return dlock__error(DLOCK_EINVAL,
+                          "redlock_urls has %d entries%s; Redlock needs 3 or more independent "
+                          "masters (5 advised), at most %d",
+                          o->redlock_nurls, o->redlock_urls ? "" : " (NULL)", DLOCK__REDLOCK_MAX);
     n = o->redlock_nurls;
   }
   if (n < 3) {
     dlock__redlock_urls_free(urls, n);
     char shown[512];
     dlock_url_redact(url, shown, sizeof shown);
-    return dlock__error(DLOCK_EURL, "bad Redlock URL '%s': %d node%s; Redlock needs 3 or more independent "
-                        "masters (5 advised)", shown, n, n == 1 ? "" : "s");
+    return dlock__error(DLOCK_EURL,
+                        "bad Redlock URL '%s': %d node%s; Redlock needs 3 or more independent "
+                        "masters (5 advised)",
+                        shown, n, n == 1 ? "" : "s");
   }
   dlock__endpoint eps[DLOCK__REDLOCK_MAX];
   int built = 0;
@@ -142,10 +148,9 @@ static int open_redlock(dlock_client *c, dlock__redis *rc_, const dlock_client_o
                                    &rc_->topo, c->server, sizeof c->server);
   if (!rc && (o->wait_replicas || o->wait_timeout_ms))
     rc = dlock__error(DLOCK_EINVAL, "wait_replicas with Redlock: its nodes are independent masters without "
-                      "replicas; the quorum replaces WAIT");
+                                    "replicas; the quorum replaces WAIT");
   return rc; /* no PING: Redlock starts while one node answers */
 }
-
 
 static int redis_ping(dlock_client *c) {
   const char *argv[1] = {"PING"};
@@ -175,8 +180,8 @@ static int open_topology(dlock_client *c, const dlock_client_options *o, const c
     if ((rc = build_sentinel(o, url, &u))) return rc;
     c->command_timeout_ms = u.master.command_timeout_ms;
     int url_replicas = u.wait_replicas, url_timeout = u.wait_timeout_ms;
-    rc = dlock__topology_sentinel_new(&u, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
-                                      &r->topo, c->server, sizeof c->server);
+    rc = dlock__topology_sentinel_new(&u, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS, &r->topo,
+                                      c->server, sizeof c->server);
     if (!rc) rc = set_wait(r->topo, o, url_replicas, url_timeout, c->command_timeout_ms);
   } else {
     dlock__endpoint ep;
@@ -189,7 +194,7 @@ static int open_topology(dlock_client *c, const dlock_client_options *o, const c
       if (o->wait_replicas || o->wait_timeout_ms) {
         dlock__endpoint_clear(&ep);
         rc = dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms given with a redis-cluster:// URL: WAIT is "
-                          "offered on a single server and through Sentinel only (docs/topologies.md)");
+                                        "offered on a single server and through Sentinel only (docs/topologies.md)");
       } else {
         snprintf(c->server, sizeof c->server, "cluster %s", ep.display);
         rc = dlock__topology_cluster_new(&ep, o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS,
@@ -255,69 +260,69 @@ static int redis_query(dlock_client *c, int what, int node, void *out, size_t le
 }
 
 static const dlock__admin_ops redis_admin = {
-  .info = dlock__redis_info,
-  .list = dlock__redis_list,
-  .force_release = dlock__redis_force_release,
-  .check = dlock__redis_check,
-  .holders = dlock__redis_holders,
-  .watch_open = dlock__redis_watch_open,
-  .watch_add = dlock__redis_watch_add,
-  .watch_close = dlock__redis_watch_close,
+    .info = dlock__redis_info,
+    .list = dlock__redis_list,
+    .force_release = dlock__redis_force_release,
+    .check = dlock__redis_check,
+    .holders = dlock__redis_holders,
+    .watch_open = dlock__redis_watch_open,
+    .watch_add = dlock__redis_watch_add,
+    .watch_close = dlock__redis_watch_close,
 };
 
 static const dlock__guard_ops redis_guard = {.check = dlock__redis_guard_check};
 
 static const dlock__pipeline_ops redis_pipeline = {
-  .release_async = dlock__redis_release_async,
-  .release_collect = dlock__redis_release_collect,
+    .release_async = dlock__redis_release_async,
+    .release_collect = dlock__redis_release_collect,
 };
 
 static const dlock__latch_ops redis_latch = {
-  .create = dlock__redis_latch_new,
-  .destroy = dlock__redis_latch_free,
-  .set = dlock__redis_latch_set,
-  .count_down = dlock__redis_latch_count_down,
-  .get = dlock__redis_latch_get,
-  .list = dlock__redis_latch_list,
-  .wait = dlock__redis_latch_wait,
-  .cancel = dlock__redis_latch_cancel,
+    .create = dlock__redis_latch_new,
+    .destroy = dlock__redis_latch_free,
+    .set = dlock__redis_latch_set,
+    .count_down = dlock__redis_latch_count_down,
+    .get = dlock__redis_latch_get,
+    .list = dlock__redis_latch_list,
+    .wait = dlock__redis_latch_wait,
+    .cancel = dlock__redis_latch_cancel,
 };
 
 static const dlock__sched_ops redis_sched = {
-  .claim = dlock__redis_sched_claim,
-  .finish = dlock__redis_sched_finish,
-  .undo = dlock__redis_sched_undo,
-  .history = dlock__redis_sched_history,
-  .job_set = dlock__redis_job_set,
-  .job_get = dlock__redis_job_get,
-  .job_list = dlock__redis_job_list,
-  .job_watch = dlock__redis_job_watch,
-  .job_unwatch = dlock__redis_job_unwatch,
+    .claim = dlock__redis_sched_claim,
+    .finish = dlock__redis_sched_finish,
+    .undo = dlock__redis_sched_undo,
+    .history = dlock__redis_sched_history,
+    .job_set = dlock__redis_job_set,
+    .job_get = dlock__redis_job_get,
+    .job_list = dlock__redis_job_list,
+    .job_watch = dlock__redis_job_watch,
+    .job_unwatch = dlock__redis_job_unwatch,
 };
 
 extern const struct dlock__election_ops dlock__redis_election_ops; /* election.c */
 
 const dlock__backend_ops dlock__redis_ops = {
-  .name = "redis",
-  .unreachable = "Redis could not be reached to renew the lease in time",
-  .takes_options = redis_takes_options,
-  .redact = dlock__redis_redact,
-  .open = redis_open,
-  .close = redis_close,
-  .ping = redis_ping,
-  .query = redis_query,
-  .lock_new = dlock__redis_lock_new,
-  .lock_free = dlock__redis_lock_free,
-  .acquire = dlock__redis_acquire,
-  .undo = dlock__redis_undo,
-  .release = dlock__redis_release,
-  .extend = dlock__redis_extend,
-  .renew = dlock__redis_renew,
-  .held = dlock__redis_held,
-  .admin = &redis_admin,
-  .guard = &redis_guard,
-  .pipeline = &redis_pipeline,
-  .latch = &redis_latch,
-  .sched = &redis_sched,
-  .election = &dlock__redis_election_ops,
+    .name = "redis",
+    .unreachable = "Redis could not be reached to renew the lease in time",
+    .takes_options = redis_takes_options,
+    .redact = dlock__redis_redact,
+    .open = redis_open,
+    .close = redis_close,
+    .ping = redis_ping,
+    .query = redis_query,
+    .lock_new = dlock__redis_lock_new,
+    .lock_free = dlock__redis_lock_free,
+    .acquire = dlock__redis_acquire,
+    .undo = dlock__redis_undo,
+    .release = dlock__redis_release,
+    .extend = dlock__redis_extend,
+    .renew = dlock__redis_renew,
+    .held = dlock__redis_held,
+    .admin = &redis_admin,
+    .guard = &redis_guard,
+    .pipeline = &redis_pipeline,
+    .latch = &redis_latch,
+    .sched = &redis_sched,
+    .election = &dlock__redis_election_ops,
 };

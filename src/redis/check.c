@@ -17,7 +17,8 @@
 #include "redis_lock.h"
 
 #define PROBE_NAME "dlock-doctor"
-#define NOEVICTION_FIX "run 'CONFIG SET maxmemory-policy noeviction' and put 'maxmemory-policy noeviction' in redis.conf"
+#define NOEVICTION_FIX \
+  "run 'CONFIG SET maxmemory-policy noeviction' and put 'maxmemory-policy noeviction' in redis.conf"
 
 /* One command to the server (not to a key's node); an error reply is
  * returned as a reply, transport failures as a status. */
@@ -95,7 +96,8 @@ static void set(dlock_check *k, const char *name, dlock_check_level level, const
 }
 
 /* The policy and the limit from INFO memory; -1 when INFO is denied. */
-static int eviction_policy(dlock_client *c, dlock__node *at, char *policy, size_t plen, long long *maxmemory, char *why, size_t wlen) {
+static int eviction_policy(dlock_client *c, dlock__node *at, char *policy, size_t plen, long long *maxmemory, char *why,
+                           size_t wlen) {
   dlock__reply *r = info(c, at, "memory", why, wlen);
   if (!r) return -1;
   char mm[32] = "0";
@@ -124,23 +126,29 @@ void dlock__check_at_connect(dlock_client *c) {
   dlock__error_clear();
 }
 
-
 static void check_eviction(dlock_client *c, dlock__node *at, dlock_check *k) {
   char policy[64], why[256];
   long long maxmemory = 0;
   if (eviction_policy(c, at, policy, sizeof policy, &maxmemory, why, sizeof why) != 0) {
-    set(k, "eviction", DLOCK_CHECK_WARN, "grant the user INFO (+info), or check 'maxmemory-policy' by hand: it "
-        "must be noeviction", "cannot read maxmemory-policy on %s: %s", c->server, why);
+    set(k, "eviction", DLOCK_CHECK_WARN,
+        "grant the user INFO (+info), or check 'maxmemory-policy' by hand: it "
+        "must be noeviction",
+        "cannot read maxmemory-policy on %s: %s", c->server, why);
   } else if (!strcmp(policy, "noeviction")) {
-    set(k, "eviction", DLOCK_CHECK_OK, NULL, "maxmemory-policy noeviction: lock keys are never evicted "
+    set(k, "eviction", DLOCK_CHECK_OK, NULL,
+        "maxmemory-policy noeviction: lock keys are never evicted "
         "(a full server refuses writes instead: DLOCK_ESERVEROOM)");
   } else if (maxmemory == 0) {
-    set(k, "eviction", DLOCK_CHECK_WARN, NOEVICTION_FIX, "maxmemory-policy %s, but maxmemory is 0: nothing is "
-        "evicted today; once a limit is set, held lock keys (all with a TTL) may be evicted", policy);
+    set(k, "eviction", DLOCK_CHECK_WARN, NOEVICTION_FIX,
+        "maxmemory-policy %s, but maxmemory is 0: nothing is "
+        "evicted today; once a limit is set, held lock keys (all with a TTL) may be evicted",
+        policy);
   } else {
-    set(k, "eviction", DLOCK_CHECK_FAIL, NOEVICTION_FIX, "maxmemory-policy %s with maxmemory %lld bytes: "
+    set(k, "eviction", DLOCK_CHECK_FAIL, NOEVICTION_FIX,
+        "maxmemory-policy %s with maxmemory %lld bytes: "
         "keys with a TTL may be evicted, and every dlock key has one: a held lock can vanish and another "
-        "client acquire it", policy, maxmemory);
+        "client acquire it",
+        policy, maxmemory);
   }
 }
 
@@ -156,16 +164,22 @@ static void check_persistence(dlock_client *c, dlock__node *at, dlock_check *k) 
   info_field(r->str, "aof_enabled", aof, sizeof aof);
   dlock__reply_free(r);
   if (!strcmp(aof, "1")) {
-    set(k, "persistence", DLOCK_CHECK_OK, NULL, "AOF on: held locks and fence counters survive a restart "
+    set(k, "persistence", DLOCK_CHECK_OK, NULL,
+        "AOF on: held locks and fence counters survive a restart "
         "(up to the last fsync)");
   } else if (config_get(c, at, "save", save, sizeof save) != 0) {
-    set(k, "persistence", DLOCK_CHECK_WARN, fix, "AOF off, and the RDB 'save' rules cannot be read (%s): "
-        "a restart may free held locks; fences keep rising by the server clock", save);
+    set(k, "persistence", DLOCK_CHECK_WARN, fix,
+        "AOF off, and the RDB 'save' rules cannot be read (%s): "
+        "a restart may free held locks; fences keep rising by the server clock",
+        save);
   } else if (save[0]) {
-    set(k, "persistence", DLOCK_CHECK_WARN, fix, "RDB snapshots only (save %s): a restart frees the locks "
-        "taken since the last snapshot; fences keep rising by the server clock", save);
+    set(k, "persistence", DLOCK_CHECK_WARN, fix,
+        "RDB snapshots only (save %s): a restart frees the locks "
+        "taken since the last snapshot; fences keep rising by the server clock",
+        save);
   } else {
-    set(k, "persistence", DLOCK_CHECK_WARN, fix, "no persistence (AOF off, no RDB 'save' rules): a restart "
+    set(k, "persistence", DLOCK_CHECK_WARN, fix,
+        "no persistence (AOF off, no RDB 'save' rules): a restart "
         "frees every held lock; fences keep rising by the server clock");
   }
   dlock__error_clear();
@@ -175,8 +189,10 @@ static void check_replication(dlock_client *c, dlock__node *at, dlock_check *k) 
   char why[256], role[32] = "", slaves[32] = "0", good[32], minrep[64], master[128] = "?", mport[16] = "?";
   dlock__reply *r = info(c, at, "replication", why, sizeof why);
   if (!r) {
-    set(k, "replication", DLOCK_CHECK_WARN, "grant the user INFO (+info), or check the replicas and "
-        "'min-replicas-to-write' by hand", "cannot read the replication state on %s: %s", c->server, why);
+    set(k, "replication", DLOCK_CHECK_WARN,
+        "grant the user INFO (+info), or check the replicas and "
+        "'min-replicas-to-write' by hand",
+        "cannot read the replication state on %s: %s", c->server, why);
     return;
   }
   info_field(r->str, "role", role, sizeof role);
@@ -191,16 +207,21 @@ static void check_replication(dlock_client *c, dlock__node *at, dlock_check *k) 
     set(k, "replication", DLOCK_CHECK_FAIL, "point the URL at the master (or use a Sentinel URL)",
         "%s is a replica of %s:%s: it refuses the writes every lock needs", c->server, master, mport);
   } else if (n == 0) {
-    set(k, "replication", DLOCK_CHECK_OK, NULL, "a master without replicas: no failover can lose a lock "
+    set(k, "replication", DLOCK_CHECK_OK, NULL,
+        "a master without replicas: no failover can lose a lock "
         "(the server is a single point of failure)");
   } else if (have_min || (config_get(c, at, "min-replicas-to-write", minrep, sizeof minrep) == 0 && atoi(minrep) > 0)) {
-    set(k, "replication", DLOCK_CHECK_OK, NULL, "%ld replica(s), and min-replicas-to-write is in force: "
-        "writes stop when no replica keeps up", n);
+    set(k, "replication", DLOCK_CHECK_OK, NULL,
+        "%ld replica(s), and min-replicas-to-write is in force: "
+        "writes stop when no replica keeps up",
+        n);
   } else {
-    set(k, "replication", DLOCK_CHECK_WARN, "run 'CONFIG SET min-replicas-to-write 1' and "
+    set(k, "replication", DLOCK_CHECK_WARN,
+        "run 'CONFIG SET min-replicas-to-write 1' and "
         "'CONFIG SET min-replicas-max-lag 10' (and put both in redis.conf); guard writes with the fence",
         "%ld replica(s), min-replicas-to-write 0: replication is asynchronous, so a failover to a replica "
-        "that missed a new lock lets a second holder in", n);
+        "that missed a new lock lets a second holder in",
+        n);
   }
   dlock__error_clear();
 }
@@ -223,7 +244,9 @@ static void check_clock(dlock_client *c, dlock__node *at, dlock_check *k) {
       r->element[1]->type != DLOCK__REPLY_STRING) {
     set(k, "clock", DLOCK_CHECK_WARN, "grant the user TIME (+time): the lock scripts need it too",
         "cannot read the server clock on %s: %s", c->server,
-        rc ? dlock_last_error() : r->type == DLOCK__REPLY_ERROR ? r->str : "unexpected reply to TIME");
+        rc                              ? dlock_last_error()
+        : r->type == DLOCK__REPLY_ERROR ? r->str
+                                        : "unexpected reply to TIME");
     dlock__reply_free(r);
     dlock__error_clear();
     return;
@@ -234,15 +257,18 @@ static void check_clock(dlock_client *c, dlock__node *at, dlock_check *k) {
   int64_t skew = skew_us / 1000, mag = skew < 0 ? -skew : skew;
   k->skew_ms = skew;
   if (mag <= 1000) {
-    set(k, "clock", DLOCK_CHECK_OK, NULL, "server clock %+lld ms from ours (round trip %lld ms)",
-        (long long)skew, (long long)rtt_ms);
-  } else if (mag <= 60000) {
-    set(k, "clock", DLOCK_CHECK_WARN, fix, "server clock %+lld ms from ours (round trip %lld ms): the "
-        "scheduler fires ticks by this host's clock and shows run times by the server's", (long long)skew,
+    set(k, "clock", DLOCK_CHECK_OK, NULL, "server clock %+lld ms from ours (round trip %lld ms)", (long long)skew,
         (long long)rtt_ms);
+  } else if (mag <= 60000) {
+    set(k, "clock", DLOCK_CHECK_WARN, fix,
+        "server clock %+lld ms from ours (round trip %lld ms): the "
+        "scheduler fires ticks by this host's clock and shows run times by the server's",
+        (long long)skew, (long long)rtt_ms);
   } else {
-    set(k, "clock", DLOCK_CHECK_FAIL, fix, "server clock %+lld ms from ours (round trip %lld ms): "
-        "scheduled jobs on this host run at the wrong time or are refused", (long long)skew, (long long)rtt_ms);
+    set(k, "clock", DLOCK_CHECK_FAIL, fix,
+        "server clock %+lld ms from ours (round trip %lld ms): "
+        "scheduled jobs on this host run at the wrong time or are refused",
+        (long long)skew, (long long)rtt_ms);
   }
 }
 
@@ -265,14 +291,21 @@ static void check_scripts(dlock_client *c, dlock__node *at, dlock_check *k, char
   if (!rc) rc = dlock_mutex_acquire(m, 2000);
   if (!rc) rc = dlock_mutex_release(m);
   if (!rc) {
-    set(k, "scripts", DLOCK_CHECK_OK, NULL, "user '%s' took and released the lock '%s%s' (EVALSHA, EVAL and "
-        "the commands the scripts call)", user, c->prefix, PROBE_NAME);
+    set(k, "scripts", DLOCK_CHECK_OK, NULL,
+        "user '%s' took and released the lock '%s%s' (EVALSHA, EVAL and "
+        "the commands the scripts call)",
+        user, c->prefix, PROBE_NAME);
   } else if (rc == DLOCK_EBUSY) {
-    set(k, "scripts", DLOCK_CHECK_WARN, "run the check again", "the probe lock '%s%s' was held by someone "
-        "else for 2 s (another dlock doctor?): scripts not tested", c->prefix, PROBE_NAME);
+    set(k, "scripts", DLOCK_CHECK_WARN, "run the check again",
+        "the probe lock '%s%s' was held by someone "
+        "else for 2 s (another dlock doctor?): scripts not tested",
+        c->prefix, PROBE_NAME);
   } else {
-    set(k, "scripts", rc == DLOCK_ENOPERM || rc == DLOCK_ESERVER || rc == DLOCK_EREADONLY ||
-        rc == DLOCK_ESERVEROOM || rc == DLOCK_EWRONGTYPE ? DLOCK_CHECK_FAIL : DLOCK_CHECK_WARN,
+    set(k, "scripts",
+        rc == DLOCK_ENOPERM || rc == DLOCK_ESERVER || rc == DLOCK_EREADONLY || rc == DLOCK_ESERVEROOM ||
+                rc == DLOCK_EWRONGTYPE
+            ? DLOCK_CHECK_FAIL
+            : DLOCK_CHECK_WARN,
         rc == DLOCK_ENOPERM ? fix : "read the message", "user '%s' cannot take the lock '%s%s': %s: %s", user,
         c->prefix, PROBE_NAME, dlock_err_name(rc), m ? dlock_mutex_errmsg(m) : dlock_last_error());
   }
@@ -285,7 +318,7 @@ static void check_scripts(dlock_client *c, dlock__node *at, dlock_check *k, char
  * waiters do: SSUBSCRIBE on the master of the channel's slot. */
 static int try_subscribe(dlock_client *c, dlock__node *at, const char *channel, char *why, size_t len) {
   int sharded = dlock__sharded_pubsub(c), rc;
-  dlock__node *node = at                ? at
+  dlock__node *node = at        ? at
                       : sharded ? dlock__topo(c)->route(dlock__topo(c), channel, strlen(channel))
                                 : dlock__route(c, "", 0, INT64_MAX, &rc);
   if (!node) {
@@ -342,8 +375,10 @@ static void check_pubsub(dlock_client *c, dlock__node *at, dlock_check *k, const
   } else if (try_subscribe(c, at, channel, why, sizeof why) != 0) {
     set(k, "pubsub", DLOCK_CHECK_WARN, fix, "user '%s' cannot %s to '%s': %s", user, sub, channel, why);
   } else {
-    set(k, "pubsub", DLOCK_CHECK_OK, NULL, "user '%s' may %s and %s on the hand-off channels "
-        "(waiters are woken at once)", user, pub, sub);
+    set(k, "pubsub", DLOCK_CHECK_OK, NULL,
+        "user '%s' may %s and %s on the hand-off channels "
+        "(waiters are woken at once)",
+        user, pub, sub);
   }
   dlock__reply_free(r);
   dlock__error_clear();

@@ -35,7 +35,7 @@ struct dlock__conn {
   size_t out_len, out_cap;
   int64_t last_reply_ns; /* CLOCK_MONOTONIC when the last whole reply was read */
   int broken;
-  int block_ms; /* plain sockets: SO_RCVTIMEO of blocking reads (0: never block) */
+  int block_ms;        /* plain sockets: SO_RCVTIMEO of blocking reads (0: never block) */
   const char *display; /* points into the endpoint, which outlives us */
 };
 
@@ -67,7 +67,7 @@ int dlock__reply_error_status(const dlock__reply *r) {
   if (!strncmp(s, "LOADING", 7) || !strncmp(s, "BUSY", 4) || !strncmp(s, "MASTERDOWN", 10) ||
       !strncmp(s, "TRYAGAIN", 8) || !strncmp(s, "CLUSTERDOWN", 11))
     return DLOCK_ENOTREADY;
-  if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE; /* dlock's scripts */
+  if (!strncmp(s, "EFENCE", 6)) return DLOCK_EFENCE;   /* dlock's scripts */
   if (!strncmp(s, "EQUORUM", 7)) return DLOCK_EQUORUM; /* Redlock's per-call answers */
   if (!strncmp(s, "EFOREIGN", 8)) return DLOCK_EFOREIGN;
   if (!strncmp(s, "ELIMIT", 6)) return DLOCK_ELIMIT; /* sem_acquire.lua */
@@ -113,8 +113,10 @@ int dlock__tls_ctx_new(const dlock__endpoint *ep, SSL_CTX **out) {
     if (SSL_CTX_use_PrivateKey_file(ctx, ep->tls_key_file, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
       SSL_CTX_free(ctx);
-      return dlock__error(DLOCK_ETLS, "TLS: cannot load client key '%s' (or it does not match the "
-                          "certificate): %s", ep->tls_key_file, tls_error_text());
+      return dlock__error(DLOCK_ETLS,
+                          "TLS: cannot load client key '%s' (or it does not match the "
+                          "certificate): %s",
+                          ep->tls_key_file, tls_error_text());
     }
   }
   *out = ctx;
@@ -136,8 +138,7 @@ static int wait_fd(int fd, short events, dlock_mono_ms deadline) {
   }
 }
 
-static int conn_fail(dlock__conn *c, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int conn_fail(dlock__conn *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int conn_fail(dlock__conn *c, int status, const char *fmt, ...) {
   char detail[512];
   va_list ap;
@@ -174,8 +175,7 @@ static int open_socket(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms 
     sa.sun_family = AF_UNIX;
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", ep->path);
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c->fd < 0 || set_nonblocking(c->fd) != 0)
-      return conn_fail(c, DLOCK_ESYS, "socket: %s", strerror(errno));
+    if (c->fd < 0 || set_nonblocking(c->fd) != 0) return conn_fail(c, DLOCK_ESYS, "socket: %s", strerror(errno));
     int err = connect_addr(c->fd, (struct sockaddr *)&sa, sizeof sa, deadline);
     if (err)
       return conn_fail(c, err == ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT,
@@ -189,14 +189,15 @@ static int open_socket(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms 
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   int gai = getaddrinfo(ep->host, port, &hints, &res);
-  if (gai != 0)
-    return conn_fail(c, DLOCK_ECONNECT, "cannot resolve host '%s': %s", ep->host, gai_strerror(gai));
+  if (gai != 0) return conn_fail(c, DLOCK_ECONNECT, "cannot resolve host '%s': %s", ep->host, gai_strerror(gai));
   int err = ECONNREFUSED;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (c->fd < 0) { err = errno; continue; }
-    if (set_nonblocking(c->fd) == 0 &&
-        (err = connect_addr(c->fd, ai->ai_addr, ai->ai_addrlen, deadline)) == 0) {
+    if (c->fd < 0) {
+      err = errno;
+      continue;
+    }
+    if (set_nonblocking(c->fd) == 0 && (err = connect_addr(c->fd, ai->ai_addr, ai->ai_addrlen, deadline)) == 0) {
       int one = 1;
       setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -226,8 +227,8 @@ static int tls_handshake(dlock__conn *c, const dlock__endpoint *ep, SSL_CTX *ctx
   const char *name = ep->tls_server_name ? ep->tls_server_name : ep->host;
   if (!ep->tls_skip_verify) {
     X509_VERIFY_PARAM *param = SSL_get0_param(c->ssl);
-    int ok = is_ip_literal(name) ? X509_VERIFY_PARAM_set1_ip_asc(param, name)
-                                 : X509_VERIFY_PARAM_set1_host(param, name, 0);
+    int ok =
+        is_ip_literal(name) ? X509_VERIFY_PARAM_set1_ip_asc(param, name) : X509_VERIFY_PARAM_set1_host(param, name, 0);
     if (ok != 1) return conn_fail(c, DLOCK_ETLS, "TLS: cannot set the name to verify ('%s')", name);
   }
   if (!is_ip_literal(name)) SSL_set_tlsext_host_name(c->ssl, name);
@@ -243,10 +244,14 @@ static int tls_handshake(dlock__conn *c, const dlock__endpoint *ep, SSL_CTX *ctx
     }
     long vr = SSL_get_verify_result(c->ssl);
     if (vr != X509_V_OK)
-      return conn_fail(c, DLOCK_ETLS, "TLS: server certificate rejected for '%s': %s; check the CA "
-                       "(cacert) and the server name (sni)", name, X509_verify_cert_error_string(vr));
-    return conn_fail(c, DLOCK_ETLS, "TLS handshake failed: %s; is this a TLS port, and does the server "
-                     "require a client certificate?", tls_error_text());
+      return conn_fail(c, DLOCK_ETLS,
+                       "TLS: server certificate rejected for '%s': %s; check the CA "
+                       "(cacert) and the server name (sni)",
+                       name, X509_verify_cert_error_string(vr));
+    return conn_fail(c, DLOCK_ETLS,
+                     "TLS handshake failed: %s; is this a TLS port, and does the server "
+                     "require a client certificate?",
+                     tls_error_text());
   }
 }
 
@@ -278,10 +283,10 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
     if (r->type == DLOCK__REPLY_ERROR) {
       c->broken = 1;
       /* A server may quote what it was sent; the password never goes into a message. */
-      const char *said = *ep->password && strstr(r->str, ep->password) ? "(reply withheld: it quotes the password)"
-                                                                       : r->str;
-      rc = dlock__error(DLOCK_EAUTH, "%s: authentication%s%s failed: %s; check the user and password",
-                        c->display, ep->username ? " as " : "", ep->username ? ep->username : "", said);
+      const char *said =
+          *ep->password && strstr(r->str, ep->password) ? "(reply withheld: it quotes the password)" : r->str;
+      rc = dlock__error(DLOCK_EAUTH, "%s: authentication%s%s failed: %s; check the user and password", c->display,
+                        ep->username ? " as " : "", ep->username ? ep->username : "", said);
       dlock__reply_free(r);
       return rc;
     }
@@ -297,7 +302,8 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
       /* "DB index is out of range", or no SELECT at all (Redis Cluster): the
        * URL asks for what this server does not have. */
       if (rc != DLOCK_EAUTH && rc != DLOCK_ENOPERM)
-        rc = dlock__error(DLOCK_EDB, "%s: SELECT %s failed: %s; the URL names database %s, which this "
+        rc = dlock__error(DLOCK_EDB,
+                          "%s: SELECT %s failed: %s; the URL names database %s, which this "
                           "server does not offer (see its 'databases' setting; 0 always exists)",
                           c->display, db, r->str, db);
       else
@@ -311,7 +317,8 @@ static int handshake(dlock__conn *c, const dlock__endpoint *ep, dlock_mono_ms de
   if (r->type == DLOCK__REPLY_ERROR) {
     c->broken = 1;
     int st = dlock__reply_error_status(r);
-    rc = dlock__error(st == DLOCK_EAUTH || st == DLOCK_ENOTREADY ? st : DLOCK_ESERVER, "%s: PING failed: %s%s", c->display, r->str,
+    rc = dlock__error(st == DLOCK_EAUTH || st == DLOCK_ENOTREADY ? st : DLOCK_ESERVER, "%s: PING failed: %s%s",
+                      c->display, r->str,
                       st == DLOCK_EAUTH ? "; the server requires a password (redis://user:password@host)" : "");
     dlock__reply_free(r);
     return rc;
@@ -345,7 +352,10 @@ int dlock__conn_open_until(const dlock__endpoint *ep, SSL_CTX *ctx, dlock_mono_m
   c->fd = -1;
   c->display = ep->display;
   c->reader = dlock__reader_new(NULL);
-  if (!c->reader) { free(c); return dlock__error(DLOCK_ENOMEM, "out of memory"); }
+  if (!c->reader) {
+    free(c);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
   dlock_mono_ms deadline = dlock_mono_now() + ep->connect_timeout_ms;
   if (limit < deadline) deadline = limit;
   int rc = open_socket(c, ep, deadline);
@@ -378,7 +388,8 @@ int dlock__conn_broken(const dlock__conn *c) { return c->broken; }
 static size_t put_decimal(char *p, size_t v) {
   char tmp[24];
   size_t n = 0;
-  do tmp[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+  do tmp[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
   for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
   return n;
 }
@@ -452,7 +463,10 @@ int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline) {
     if (c->ssl) {
       ERR_clear_error();
       int n = ssl_write_nosigpipe(c->ssl, c->out + sent, left > 1 << 30 ? 1 << 30 : (int)left);
-      if (n > 0) { sent += (size_t)n; continue; }
+      if (n > 0) {
+        sent += (size_t)n;
+        continue;
+      }
       int e = SSL_get_error(c->ssl, n);
       if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
         if (wait_fd(c->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline) != 0)
@@ -462,7 +476,10 @@ int dlock__conn_flush(dlock__conn *c, dlock_mono_ms deadline) {
       return conn_fail(c, DLOCK_EIO, "TLS write failed: %s", tls_error_text());
     }
     ssize_t n = send(c->fd, c->out + sent, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) { sent += (size_t)n; continue; }
+    if (n > 0) {
+      sent += (size_t)n;
+      continue;
+    }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (wait_fd(c->fd, POLLOUT, deadline) != 0) return conn_fail(c, DLOCK_ETIMEDOUT, "timed out writing");
@@ -486,8 +503,7 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
   for (;;) {
     dlock__reply *reply = NULL;
     if (dlock__reader_get(c->reader, &reply) != 0)
-      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
-                       dlock__reader_error(c->reader));
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?", dlock__reader_error(c->reader));
     if (reply) {
       *out = reply;
       c->last_reply_ns = dlock__mono_ns();
@@ -515,8 +531,10 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
         /* An alert from the server (e.g. "certificate required") is a TLS
          * failure, not a dropped connection. */
         if (e == SSL_ERROR_SSL)
-          return conn_fail(c, DLOCK_ETLS, "TLS error from the server: %s; does it require a client "
-                           "certificate (cert=, key=)?", tls_error_text());
+          return conn_fail(c, DLOCK_ETLS,
+                           "TLS error from the server: %s; does it require a client "
+                           "certificate (cert=, key=)?",
+                           tls_error_text());
         return conn_fail(c, DLOCK_EIO, "TLS read failed: %s", tls_error_text());
       }
     } else {
@@ -536,8 +554,7 @@ int dlock__conn_read(dlock__conn *c, dlock_mono_ms deadline, dlock__reply **out)
     }
     fed = 1;
     if (dlock__reader_feed(c->reader, buf, (size_t)n) != 0)
-      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
-                       dlock__reader_error(c->reader));
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?", dlock__reader_error(c->reader));
   }
 }
 
@@ -546,8 +563,7 @@ int dlock__conn_try_read(dlock__conn *c, dlock__reply **out) {
   if (c->broken) return conn_fail(c, DLOCK_EIO, "connection already failed");
   for (;;) {
     if (dlock__reader_get(c->reader, out) != 0)
-      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
-                       dlock__reader_error(c->reader));
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?", dlock__reader_error(c->reader));
     if (*out) return 0;
     char buf[16384];
     ssize_t n;
@@ -571,8 +587,7 @@ int dlock__conn_try_read(dlock__conn *c, dlock__reply **out) {
       }
     }
     if (dlock__reader_feed(c->reader, buf, (size_t)n) != 0)
-      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?",
-                       dlock__reader_error(c->reader));
+      return conn_fail(c, DLOCK_EPROTO, "protocol error: %s; is this a Redis server?", dlock__reader_error(c->reader));
   }
 }
 

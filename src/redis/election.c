@@ -13,7 +13,7 @@ static int redis_proclaim(dlock_mutex *m, const char *token, const char *value) 
   dlock_client *c = m->client;
   if (dlock__redis_node_count(c) > 0)
     return dlock__error(DLOCK_EINVAL, "changing a leader's value is not offered on Redlock (each node keeps its "
-                        "own record); resign and campaign again with the new value (docs/election.md)");
+                                      "own record); resign and campaign again with the new value (docs/election.md)");
   dlock__lock_keys keys;
   int rc = dlock__lock_keys_init(&keys, c, m->name);
   if (rc) return rc;
@@ -35,8 +35,10 @@ static int redis_proclaim(dlock_mutex *m, const char *token, const char *value) 
   } else if (!rc && r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "proclaim on key '%s': unexpected reply", keys.key[DLOCK__K_LOCK]);
   } else if (!rc && r->integer != 1) {
-    rc = dlock__error(DLOCK_ENOTHELD, "the server no longer has this candidate as the leader of key '%s' (its "
-                      "lease ran out, or it was evicted); the value was not written", keys.key[DLOCK__K_LOCK]);
+    rc = dlock__error(DLOCK_ENOTHELD,
+                      "the server no longer has this candidate as the leader of key '%s' (its "
+                      "lease ran out, or it was evicted); the value was not written",
+                      keys.key[DLOCK__K_LOCK]);
   }
   if (r) dlock__reply_free(r);
   dlock__lock_keys_clear(&keys);
@@ -48,7 +50,8 @@ static int redis_proclaim(dlock_mutex *m, const char *token, const char *value) 
  * reply cannot end a later term. */
 static int redis_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted) {
   if (dlock__redis_node_count(c) > 0)
-    return dlock__error(DLOCK_EINVAL, "an eviction checked against the epoch is not offered on Redlock (each "
+    return dlock__error(DLOCK_EINVAL,
+                        "an eviction checked against the epoch is not offered on Redlock (each "
                         "node keeps its own record); 'dlock release --force NAME' ends whichever term holds");
   dlock__lock_keys keys;
   int rc = dlock__lock_keys_init(&keys, c, name);
@@ -72,8 +75,10 @@ static int redis_evict(dlock_client *c, const char *name, uint64_t epoch, int *e
   } else if (!rc && r->type != DLOCK__REPLY_INTEGER) {
     rc = dlock__error(DLOCK_EPROTO, "evict the leader of key '%s': unexpected reply", keys.key[DLOCK__K_LOCK]);
   } else if (!rc && r->integer == -1) {
-    rc = dlock__error(DLOCK_EFOREIGN, "key '%s' was not set by dlock (no dlock metadata): no election's; nothing "
-                      "was deleted", keys.key[DLOCK__K_LOCK]);
+    rc = dlock__error(DLOCK_EFOREIGN,
+                      "key '%s' was not set by dlock (no dlock metadata): no election's; nothing "
+                      "was deleted",
+                      keys.key[DLOCK__K_LOCK]);
   } else if (!rc) {
     *evicted = r->integer == 1;
   }
@@ -83,6 +88,6 @@ static int redis_evict(dlock_client *c, const char *name, uint64_t epoch, int *e
 }
 
 const struct dlock__election_ops dlock__redis_election_ops = {
-  .proclaim = redis_proclaim,
-  .evict = redis_evict,
+    .proclaim = redis_proclaim,
+    .evict = redis_evict,
 };

@@ -63,50 +63,53 @@ static void rw_args(const dlock_mutex *m, dlock__script_call *call, dlock__acqui
   arg(call, t->scratch);
 }
 
-static int mutex_wrongtype(dlock_client *c, const char *name, const dlock__lock_keys *k,
-                           const dlock__redis_kind *kind, const dlock__script_call *call, const char *err) {
+static int mutex_wrongtype(dlock_client *c, const char *name, const dlock__lock_keys *k, const dlock__redis_kind *kind,
+                           const dlock__script_call *call, const char *err) {
   dlock_lock_info rw; /* a read-write lock's name (rwlock.c): say so */
   dlock_lock_info_init(&rw);
   if (dlock__redis_rw_info(c, name, &rw) == 0 && rw.rwlock)
-    return dlock__error(DLOCK_EWRONGTYPE, "'%s' is in use as a read-write lock (%lld readers, %s writer), not a %s: "
+    return dlock__error(DLOCK_EWRONGTYPE,
+                        "'%s' is in use as a read-write lock (%lld readers, %s writer), not a %s: "
                         "the same name cannot be both; take a side of it (a read or write hold: 'dlock run -s/-x') or "
-                        "pick another name", name, (long long)rw.readers, rw.writer ? "a" : "no", kind->name);
-  return dlock__error(DLOCK_EWRONGTYPE, "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a "
+                        "pick another name",
+                        name, (long long)rw.readers, rw.writer ? "a" : "no", kind->name);
+  return dlock__error(DLOCK_EWRONGTYPE,
+                      "%s script: key '%s' or one of its keys '%s', '%s', '%s', '%s' holds a "
                       "type dlock does not use (%s); it belongs to something else and was left alone: pick "
-                      "another lock name", dlock__script_name(call->script), k->key[DLOCK__K_LOCK],
-                      k->key[DLOCK__K_FENCE], k->key[DLOCK__K_META], k->key[DLOCK__K_QUEUE],
-                      k->key[DLOCK__K_WAITERS], err);
+                      "another lock name",
+                      dlock__script_name(call->script), k->key[DLOCK__K_LOCK], k->key[DLOCK__K_FENCE],
+                      k->key[DLOCK__K_META], k->key[DLOCK__K_QUEUE], k->key[DLOCK__K_WAITERS], err);
 }
 
-static int rw_wrongtype(dlock_client *c, const char *name, const dlock__lock_keys *k,
-                        const dlock__redis_kind *kind, const dlock__script_call *call, const char *err) {
+static int rw_wrongtype(dlock_client *c, const char *name, const dlock__lock_keys *k, const dlock__redis_kind *kind,
+                        const dlock__script_call *call, const char *err) {
   (void)c;
   (void)name;
   (void)kind;
-  return dlock__error(DLOCK_EWRONGTYPE, "%s script: key '%s' or one of '%s', '%s', '%s', '%s' holds a type a "
+  return dlock__error(DLOCK_EWRONGTYPE,
+                      "%s script: key '%s' or one of '%s', '%s', '%s', '%s' holds a type a "
                       "read-write lock does not use (%s): a mutex's name with its hand-off keys, or another "
-                      "application's key; pick another name", dlock__script_name(call->script),
-                      k->key[DLOCK__K_LOCK], k->key[DLOCK__K_FENCE], k->key[DLOCK__K_META],
-                      k->key[DLOCK__K_QUEUE], k->key[DLOCK__K_WAITERS], err);
+                      "application's key; pick another name",
+                      dlock__script_name(call->script), k->key[DLOCK__K_LOCK], k->key[DLOCK__K_FENCE],
+                      k->key[DLOCK__K_META], k->key[DLOCK__K_QUEUE], k->key[DLOCK__K_WAITERS], err);
 }
 
 /* The mutex and the semaphore (lua/sem_*.lua): the same arguments and
  * answers, but for the semaphore's limit. */
-#define ONE_KEY_KIND(kname, prefix, args, len, gone)                                                            \
+#define ONE_KEY_KIND(kname, prefix, args, len, gone)                                                             \
   {                                                                                                              \
     .name = kname,                                                                                               \
     .script = {DLOCK__SCRIPT_##prefix##ACQUIRE, DLOCK__SCRIPT_##prefix##RELEASE, DLOCK__SCRIPT_##prefix##EXTEND, \
                DLOCK__SCRIPT_##prefix##WITHDRAW, DLOCK__SCRIPT_##prefix##INFO},                                  \
-    .acquire_args = args, .wrongtype = mutex_wrongtype, .info_len = len, .info_mine = 7, .info_ttl = 1,        \
+    .acquire_args = args, .wrongtype = mutex_wrongtype, .info_len = len, .info_mine = 7, .info_ttl = 1,          \
     .busy = "held by another owner", .busy_wait = "held by another owner",                                       \
-    .left_behind = "the lock may be held by our token", .release_gone = gone, .fence_key = DLOCK__K_FENCE,      \
+    .left_behind = "the lock may be held by our token", .release_gone = gone, .fence_key = DLOCK__K_FENCE,       \
   }
 
 static const dlock__redis_kind kind_mutex =
     ONE_KEY_KIND("mutex", , mutex_args, 8, "the key was gone (the lease had expired); nothing was deleted");
-static const dlock__redis_kind kind_semaphore =
-    ONE_KEY_KIND("semaphore", SEM_, semaphore_args, 10,
-                 "our permit was gone or its lease had run out; no permit was touched");
+static const dlock__redis_kind kind_semaphore = ONE_KEY_KIND(
+    "semaphore", SEM_, semaphore_args, 10, "our permit was gone or its lease had run out; no permit was touched");
 
 /* lua/rw_*.lua (docs/rwlock.md): the holders are a ZSET of token -> lease
  * expiry at the lock's name; the queue is the mutex's, each entry marked
@@ -114,14 +117,14 @@ static const dlock__redis_kind kind_semaphore =
  * acquire call takes the lock (no hand-off to confirm: the wake-up message
  * carries fence 0). rw_release and rw_extend answer as release and extend
  * do (1, 0, -2; never -1). */
-#define RW_KIND(side_busy, side_busy_wait, side_left)                                                            \
-  {                                                                                                              \
-    .name = "read-write lock",                                                                                   \
-    .script = {DLOCK__SCRIPT_RW_ACQUIRE, DLOCK__SCRIPT_RW_RELEASE, DLOCK__SCRIPT_RW_EXTEND,                      \
-               DLOCK__SCRIPT_RW_WITHDRAW, DLOCK__SCRIPT_RW_INFO},                                                \
-    .acquire_args = rw_args, .wrongtype = rw_wrongtype, .info_len = 12, .info_mine = 10, .info_ttl = 11,       \
-    .busy = side_busy, .busy_wait = side_busy_wait, .left_behind = side_left,                                    \
-    .release_gone = "the key was gone (the lease had expired); nothing was deleted", .fence_key = DLOCK__K_META, \
+#define RW_KIND(side_busy, side_busy_wait, side_left)                                                                  \
+  {                                                                                                                    \
+    .name = "read-write lock",                                                                                         \
+    .script = {DLOCK__SCRIPT_RW_ACQUIRE, DLOCK__SCRIPT_RW_RELEASE, DLOCK__SCRIPT_RW_EXTEND, DLOCK__SCRIPT_RW_WITHDRAW, \
+               DLOCK__SCRIPT_RW_INFO},                                                                                 \
+    .acquire_args = rw_args, .wrongtype = rw_wrongtype, .info_len = 12, .info_mine = 10, .info_ttl = 11,               \
+    .busy = side_busy, .busy_wait = side_busy_wait, .left_behind = side_left,                                          \
+    .release_gone = "the key was gone (the lease had expired); nothing was deleted", .fence_key = DLOCK__K_META,       \
   }
 
 const dlock__redis_kind dlock__redis_kind_rw =
@@ -132,10 +135,14 @@ static const dlock__redis_kind kind_write =
 
 const dlock__redis_kind *dlock__redis_kind_of(const dlock_mutex *m) {
   switch (m->kind) {
-  case DLOCK__KIND_MUTEX: break;
-  case DLOCK__KIND_SEMAPHORE: return &kind_semaphore;
-  case DLOCK__KIND_READ: return &dlock__redis_kind_rw;
-  case DLOCK__KIND_WRITE: return &kind_write;
+  case DLOCK__KIND_MUTEX:
+    break;
+  case DLOCK__KIND_SEMAPHORE:
+    return &kind_semaphore;
+  case DLOCK__KIND_READ:
+    return &dlock__redis_kind_rw;
+  case DLOCK__KIND_WRITE:
+    return &kind_write;
   }
   return &kind_mutex;
 }
@@ -155,8 +162,8 @@ int dlock__grant_decode(const dlock__reply *r, uint64_t *fence, long long *pttl)
   return DLOCK__GRANT_BAD;
 }
 
-int dlock__redis_kind_run(dlock_client *c, const char *name, const dlock__lock_keys *k,
-                          const dlock__redis_kind *kind, dlock__script_call *call, dlock__reply **out) {
+int dlock__redis_kind_run(dlock_client *c, const char *name, const dlock__lock_keys *k, const dlock__redis_kind *kind,
+                          dlock__script_call *call, dlock__reply **out) {
   int rc = dlock__script_run_twice_safe(c, call, out);
   if (rc || (*out)->type != DLOCK__REPLY_ERROR) return rc;
   const char *s = (*out)->str;
@@ -170,14 +177,15 @@ int dlock__redis_kind_run(dlock_client *c, const char *name, const dlock__lock_k
   } else if (rc == DLOCK_EWRONGTYPE) {
     rc = kind->wrongtype(c, name, k, kind, call, s);
   } else if (rc == DLOCK_EFOREIGN) {
-    rc = dlock__error(rc, "key '%s' exists without an expiry and without dlock metadata: it is not a dlock "
+    rc = dlock__error(rc,
+                      "key '%s' exists without an expiry and without dlock metadata: it is not a dlock "
                       "lock but another key (an application's?), and waiting for it would never end; pick "
-                      "another lock name or a key prefix", k->key[DLOCK__K_LOCK]);
+                      "another lock name or a key prefix",
+                      k->key[DLOCK__K_LOCK]);
   } else {
-    rc = dlock__error(rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script),
-                      k->key[DLOCK__K_LOCK], s,
-                      rc == DLOCK_ENOPERM ? " (grant the ACL user the lock's keys and channels, see docs/keys.md)"
-                                          : "");
+    rc = dlock__error(
+        rc, "%s script failed on key '%s': %s%s", dlock__script_name(call->script), k->key[DLOCK__K_LOCK], s,
+        rc == DLOCK_ENOPERM ? " (grant the ACL user the lock's keys and channels, see docs/keys.md)" : "");
   }
   dlock__reply_free(*out);
   *out = NULL;

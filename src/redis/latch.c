@@ -60,8 +60,10 @@ static int sleep_until(rlatch *r, dlock_mono_ms until) {
 int dlock__redis_latch_new(dlock_latch *l) {
   dlock_client *c = l->client;
   if (dlock__topo(c)->quorum_run)
-    return dlock__error(DLOCK_EINVAL, "countdown latches are not supported on redlock (%s): independent nodes "
-                        "keep no shared count; use one Redis server, Sentinel or Cluster for latches", c->server);
+    return dlock__error(DLOCK_EINVAL,
+                        "countdown latches are not supported on redlock (%s): independent nodes "
+                        "keep no shared count; use one Redis server, Sentinel or Cluster for latches",
+                        c->server);
   rlatch *r = calloc(1, sizeof *r);
   if (!r) return dlock__error(DLOCK_ENOMEM, "out of memory");
   size_t nlen = strlen(l->name);
@@ -111,15 +113,19 @@ static void arg(dlock__script_call *call, const char *s) {
 static int reply_error(const rlatch *r, dlock__reply *reply) {
   int rc = dlock__reply_error_status(reply);
   if (rc == DLOCK_EWRONGTYPE)
-    return dlock__error(rc, "key '%s' holds a type a latch does not use (%s); it belongs to something else and "
-                        "was left alone: pick another latch name", r->key, reply->str);
+    return dlock__error(rc,
+                        "key '%s' holds a type a latch does not use (%s); it belongs to something else and "
+                        "was left alone: pick another latch name",
+                        r->key, reply->str);
   return dlock__error(rc, "on key '%s': %s%s", r->key, reply->str,
                       rc == DLOCK_ENOPERM ? " (grant the ACL user the latch's key and channel, see docs/keys.md)" : "");
 }
 
 static int no_latch(const rlatch *r) {
-  return dlock__error(DLOCK_ENOLATCH, "'%s' does not exist: the latch was never set, or its expiry passed; set it "
-                      "first (dlock_latch_set, `dlock latch set`)", r->key);
+  return dlock__error(DLOCK_ENOLATCH,
+                      "'%s' does not exist: the latch was never set, or its expiry passed; set it "
+                      "first (dlock_latch_set, `dlock latch set`)",
+                      r->key);
 }
 
 int dlock__redis_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms) {
@@ -143,8 +149,10 @@ int dlock__redis_latch_set(dlock_latch *l, int64_t count, int64_t expire_ms) {
   } else if (reply->type == DLOCK__REPLY_ARRAY && reply->elements == 2 &&
              reply->element[0]->type == DLOCK__REPLY_INTEGER && reply->element[1]->type == DLOCK__REPLY_INTEGER) {
     if (reply->element[0]->integer != 1)
-      rc = dlock__error(DLOCK_EBUSY, "'%s' is already counting (%lld left); a latch is set again only once it "
-                        "reached zero (or expired)", r->key, reply->element[1]->integer);
+      rc = dlock__error(DLOCK_EBUSY,
+                        "'%s' is already counting (%lld left); a latch is set again only once it "
+                        "reached zero (or expired)",
+                        r->key, reply->element[1]->integer);
   } else {
     rc = dlock__error(DLOCK_EPROTO, "latch_set script on '%s' gave an unexpected reply", r->key);
   }
@@ -166,14 +174,19 @@ int dlock__redis_latch_count_down(dlock_latch *l, int64_t *left) {
     if (!call.maybe_ran) return rc;
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    return dlock__error(DLOCK_EUNKNOWN, "%s; the count-down may have counted or not (it is not sent again): read "
-                        "the count (dlock_latch_count) before counting down again", saved);
+    return dlock__error(DLOCK_EUNKNOWN,
+                        "%s; the count-down may have counted or not (it is not sent again): read "
+                        "the count (dlock_latch_count) before counting down again",
+                        saved);
   }
-  if (reply->type == DLOCK__REPLY_ERROR) rc = reply_error(r, reply);
+  if (reply->type == DLOCK__REPLY_ERROR)
+    rc = reply_error(r, reply);
   else if (reply->type != DLOCK__REPLY_INTEGER)
     rc = dlock__error(DLOCK_EPROTO, "latch_down script on '%s' gave an unexpected reply", r->key);
-  else if (reply->integer < 0) rc = no_latch(r);
-  else *left = reply->integer;
+  else if (reply->integer < 0)
+    rc = no_latch(r);
+  else
+    *left = reply->integer;
   dlock__reply_free(reply);
   return rc;
 }
@@ -185,7 +198,8 @@ int dlock__redis_latch_get(dlock_latch *l, int64_t *count, int64_t *ttl_ms) {
   dlock__reply *reply = NULL;
   int rc = dlock__script_run_twice_safe(l->client, &call, &reply); /* read-only */
   if (rc) return rc;
-  if (reply->type == DLOCK__REPLY_ERROR) rc = reply_error(r, reply);
+  if (reply->type == DLOCK__REPLY_ERROR)
+    rc = reply_error(r, reply);
   else if (reply->type == DLOCK__REPLY_INTEGER && reply->integer < 0)
     rc = no_latch(r);
   else if (reply->type != DLOCK__REPLY_ARRAY || reply->elements != 2 ||

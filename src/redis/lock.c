@@ -100,7 +100,10 @@ static int run_one(dlock_mutex *m, dlock__script_call *call, dlock__reply **out)
 }
 
 static int reply_int(const dlock__reply *r, long long *v) {
-  if (r->type == DLOCK__REPLY_INTEGER) { *v = r->integer; return 0; }
+  if (r->type == DLOCK__REPLY_INTEGER) {
+    *v = r->integer;
+    return 0;
+  }
   return dlock__error(DLOCK_EPROTO, "expected an integer reply");
 }
 
@@ -217,7 +220,8 @@ static int undo_acquire(dlock_mutex *m) {
 
 dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply) {
   const dlock__lock_keys *k = &dlock__rm(m)->keys;
-  if (dlock__failovers(dlock__topo(m->client), k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK]) != dlock__rm(m)->failovers_at_acquire)
+  if (dlock__failovers(dlock__topo(m->client), k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK]) !=
+      dlock__rm(m)->failovers_at_acquire)
     return DLOCK_LOST_FAILOVER;
   if (reply == -2) return DLOCK_LOST_DELETED;
   return reply != 0 ? DLOCK_LOST_TAKEN : DLOCK_LOST_EXPIRED;
@@ -232,8 +236,8 @@ static int give_up(dlock_mutex *m, int64_t lease, int status) {
   if (undo_acquire(m) == 0) return dlock__error(status, "%s", saved);
   char cleanup[512];
   snprintf(cleanup, sizeof cleanup, "%s", dlock_last_error());
-  return dlock__error(DLOCK_EUNKNOWN, "%s; then the cleanup failed (%s), so %s until its lease (%lld ms) ends",
-                      saved, cleanup, dlock__redis_kind_of(m)->left_behind, (long long)lease);
+  return dlock__error(DLOCK_EUNKNOWN, "%s; then the cleanup failed (%s), so %s until its lease (%lld ms) ends", saved,
+                      cleanup, dlock__redis_kind_of(m)->left_behind, (long long)lease);
 }
 
 /* The extend script with our token: *result 1 extended, 0 key gone, -1
@@ -298,10 +302,11 @@ static int decode_acquire(dlock_mutex *m, int64_t lease, dlock__reply *r, uint64
    * fence a guard can order. */
   if (got == DLOCK__GRANT_OK && *fence == 0) got = DLOCK__GRANT_NOFENCE;
   if (got == DLOCK__GRANT_NOFENCE)
-    dlock__error(DLOCK_EFENCE, "%s script: the hold is ours, but no fence is recorded for it in '%s' (the answer "
+    dlock__error(DLOCK_EFENCE,
+                 "%s script: the hold is ours, but no fence is recorded for it in '%s' (the answer "
                  "was '%.40s', not an integer in 1..2^63-1), so it is given back. Acquire it again: a new hold "
-                 "records its fence", dlock__script_name(kind->script[DLOCK__OP_ACQUIRE]),
-                 dlock__rm(m)->keys.key[kind->fence_key],
+                 "records its fence",
+                 dlock__script_name(kind->script[DLOCK__OP_ACQUIRE]), dlock__rm(m)->keys.key[kind->fence_key],
                  r->element[1]->type == DLOCK__REPLY_STRING ? r->element[1]->str : "?");
   dlock__reply_free(r);
   if (got == DLOCK__GRANT_NOFENCE) return give_up(m, lease, DLOCK_EFENCE);
@@ -311,8 +316,7 @@ static int decode_acquire(dlock_mutex *m, int64_t lease, dlock__reply *r, uint64
   return got;
 }
 
-int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
-                         dlock__grant *grant) {
+int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *grant) {
   dlock_client *c = m->client;
   dlock__rmutex *rm = dlock__rm(m);
   const dlock__redis_kind *kind = dlock__redis_kind_of(m);
@@ -530,8 +534,8 @@ const char *dlock__release_failover_msg(long long v) {
                   "that holder may have overlapped it; their key was left untouched";
 }
 
-int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until,
-                               dlock_lost_reason lost, uint64_t failovers_at_acquire, dlock_lost_reason *found) {
+int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until, dlock_lost_reason lost,
+                               uint64_t failovers_at_acquire, dlock_lost_reason *found) {
   dlock__script_call call;
   dlock__reply *r = NULL;
   call_init(&call, DLOCK__OP_RELEASE, m);
@@ -550,7 +554,8 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
     if (lost == DLOCK_LOST_NONE && valid_until != 0 && dlock_mono_now() < valid_until)
       v = 1;
     else
-      rc = dlock__error(DLOCK_EUNKNOWN, "the reply to the release was lost, and when it was sent again the "
+      rc = dlock__error(DLOCK_EUNKNOWN,
+                        "the reply to the release was lost, and when it was sent again the "
                         "key %s and our lease had run out: whether our release or the lease ended the hold "
                         "is unknown; nothing of another owner was touched",
                         v == 0 ? "was gone" : "belonged to another owner");
@@ -558,11 +563,13 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
   if (rc && rc != DLOCK_EUNKNOWN && call.maybe_ran) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    rc = dlock__error(DLOCK_EUNKNOWN, "release sent twice and no reply came (%s): it may have run; if it did "
-                      "not, the key expires with its lease", saved);
+    rc = dlock__error(DLOCK_EUNKNOWN,
+                      "release sent twice and no reply came (%s): it may have run; if it did "
+                      "not, the key expires with its lease",
+                      saved);
   } else if (!rc && v == -2)
     rc = dlock__error(DLOCK_ENOTHELD, "another client had deleted the key with a forced release; nothing was "
-                      "deleted");
+                                      "deleted");
   else if (!rc && (v == 0 || v == -1) && lost == DLOCK_LOST_NONE &&
            dlock__failovers(dlock__topo(m->client), dlock__rm(m)->keys.key[DLOCK__K_LOCK],
                             dlock__rm(m)->keys.len[DLOCK__K_LOCK]) != failovers_at_acquire) {
@@ -575,10 +582,12 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
     rc = dlock__error(DLOCK_ENOTHELD, "%s", dlock__redis_kind_of(m)->release_gone);
   else if (!rc && v < 0)
     rc = dlock__error(DLOCK_ENOTHELD, "another owner holds it now (our lease had expired); their key was "
-                      "left untouched");
+                                      "left untouched");
   else if (!rc && lost != DLOCK_LOST_NONE)
-    rc = dlock__error(DLOCK_ENOTHELD, "the hold had been lost before this release (%s); the key still held "
-                      "our token and was deleted", dlock_lost_reason_str(lost));
+    rc = dlock__error(DLOCK_ENOTHELD,
+                      "the hold had been lost before this release (%s); the key still held "
+                      "our token and was deleted",
+                      dlock_lost_reason_str(lost));
   else if (rc)
     dlock__error_prefix("release not confirmed, the key expires with its lease: ");
   return rc;
@@ -588,14 +597,16 @@ int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms 
  * answers), as DLOCK_ELOST with the reason in '*lost'. */
 static int gone(dlock_mutex *m, long long v, dlock_lost_reason *lost) {
   *lost = dlock__lost_reason(m, v);
-  return dlock__error(DLOCK_ELOST, "%s", *lost == DLOCK_LOST_FAILOVER ? "the Redis master failed over and the new "
-                      "one does not hold this lock"
-                      : v == 0  ? "the key is gone"
-                      : v == -2 ? "another client deleted the key with a forced release"
-                                : "another owner holds it now");
+  return dlock__error(DLOCK_ELOST, "%s",
+                      *lost == DLOCK_LOST_FAILOVER ? "the Redis master failed over and the new "
+                                                     "one does not hold this lock"
+                      : v == 0                     ? "the key is gone"
+                      : v == -2                    ? "another client deleted the key with a forced release"
+                                                   : "another owner holds it now");
 }
 
-int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent, dlock_lost_reason *lost) {
+int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
+                        dlock_lost_reason *lost) {
   char lease_s[24];
   format_i64(lease_s, sizeof lease_s, lease_ms);
   *sent = dlock_mono_now();
@@ -610,7 +621,7 @@ int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlo
 void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mono_ms limit) {
   dlock__script_call *calls = malloc(n * sizeof *calls);
   dlock__reply **replies = malloc(n * sizeof *replies);
-  char (*lease_s)[24] = malloc(n * sizeof *lease_s);
+  char(*lease_s)[24] = malloc(n * sizeof *lease_s);
   if (!calls || !replies || !lease_s) {
     for (size_t i = 0; i < n; i++) rn[i].status = DLOCK_ENOMEM;
     free(calls);
@@ -660,9 +671,10 @@ static int info_call(dlock_mutex *m, const char *token, dlock__reply **out) {
   size_t want = kind->info_len;
   if (!rc && (*out)->type == DLOCK__REPLY_ARRAY && ((*out)->elements == 10 || (*out)->elements == 12) &&
       (*out)->elements != want) {
-    rc = dlock__error(DLOCK_EWRONGTYPE, "'%s' on %s is held as a %s now, not as a %s: a name is one kind of lock "
-                      "at a time", m->name, m->client->server, (*out)->elements == 10 ? "semaphore" : "read-write lock",
-                      kind->name);
+    rc = dlock__error(DLOCK_EWRONGTYPE,
+                      "'%s' on %s is held as a %s now, not as a %s: a name is one kind of lock "
+                      "at a time",
+                      m->name, m->client->server, (*out)->elements == 10 ? "semaphore" : "read-write lock", kind->name);
   } else if (!rc && ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements != want)) {
     rc = dlock__error(DLOCK_EPROTO, "%s script gave an unexpected reply", dlock__script_name(call.script));
   }

@@ -66,11 +66,11 @@ static int borrow(dlock__node *n, dlock__conn **out, dlock_mono_ms deadline, dlo
     if (n->nopen < n->max_conns) break;
     struct timespec ts;
     dlock__deadline_timespec(deadline, &ts);
-    if (pthread_cond_timedwait(&n->cv, &n->mu, &ts) != 0 && dlock_mono_now() >= deadline &&
-        n->nidle == 0 && n->nopen >= n->max_conns) {
+    if (pthread_cond_timedwait(&n->cv, &n->mu, &ts) != 0 && dlock_mono_now() >= deadline && n->nidle == 0 &&
+        n->nopen >= n->max_conns) {
       pthread_mutex_unlock(&n->mu);
-      return dlock__error(DLOCK_ETIMEDOUT, "%s: all %d connections busy for the whole command timeout",
-                          n->ep.display, n->max_conns);
+      return dlock__error(DLOCK_ETIMEDOUT, "%s: all %d connections busy for the whole command timeout", n->ep.display,
+                          n->max_conns);
     }
   }
   n->nopen++;
@@ -98,8 +98,8 @@ static void give_back(dlock__node *n, dlock__conn *conn) {
   pthread_mutex_unlock(&n->mu);
 }
 
-static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__reply **replies,
-                   dlock_mono_ms deadline, size_t *nread, int *sent) {
+static int exec_on(dlock__conn *conn, const dlock__cmd *cmds, size_t n, dlock__reply **replies, dlock_mono_ms deadline,
+                   size_t *nread, int *sent) {
   *nread = 0;
   for (size_t i = 0; i < n; i++) {
     int rc = dlock__conn_append(conn, &cmds[i]);
@@ -259,7 +259,10 @@ int dlock__topology_standalone_new(const dlock__endpoint *ep, int max_conns, dlo
   standalone *s = calloc(1, sizeof *s);
   if (!s) return dlock__error(DLOCK_ENOMEM, "out of memory");
   int rc = dlock__node_init(&s->node, ep, max_conns);
-  if (rc) { free(s); return rc; }
+  if (rc) {
+    free(s);
+    return rc;
+  }
   s->base.kind = "standalone";
   s->base.route = standalone_route;
   s->base.destroy = standalone_destroy;

@@ -128,8 +128,10 @@ static void deliver(const pending *e, const dlock__reply *r) {
   msg[0] = '\0';
   if (r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
-    snprintf(msg, sizeof msg, "release script failed on key '%s': %s; release not confirmed, the key expires "
-             "with its lease", key, r->str);
+    snprintf(msg, sizeof msg,
+             "release script failed on key '%s': %s; release not confirmed, the key expires "
+             "with its lease",
+             key, r->str);
   } else if (r->type != DLOCK__REPLY_INTEGER) {
     rc = DLOCK_EPROTO;
     snprintf(msg, sizeof msg, "release script gave an unexpected reply for key '%s'", key);
@@ -152,8 +154,10 @@ static void deliver(const pending *e, const dlock__reply *r) {
     snprintf(msg, sizeof msg, "another owner holds it now (our lease had expired); their key was left untouched");
   } else if (e->lost != DLOCK_LOST_NONE) {
     rc = DLOCK_ENOTHELD;
-    snprintf(msg, sizeof msg, "the hold had been lost before this release (%s); the key still held our token "
-             "and was deleted", dlock_lost_reason_str(e->lost));
+    snprintf(msg, sizeof msg,
+             "the hold had been lost before this release (%s); the key still held our token "
+             "and was deleted",
+             dlock_lost_reason_str(e->lost));
   }
   dlock__mutex_release_done(m, rc, msg);
 }
@@ -163,8 +167,10 @@ static void deliver(const pending *e, const dlock__reply *r) {
  * sent); close it. */
 static void fail_all(dlock__pipeline *p, const char *why, int unsent) {
   char msg[512], never[512];
-  snprintf(msg, sizeof msg, "the release was sent, but its reply was lost (%s); it is not sent again: if it did "
-           "not run, the key expires with its lease", why);
+  snprintf(msg, sizeof msg,
+           "the release was sent, but its reply was lost (%s); it is not sent again: if it did "
+           "not run, the key expires with its lease",
+           why);
   snprintf(never, sizeof never, "the release was never sent (%s); the key expires with its lease", why);
   int written = p->n - (unsent ? atomic_load(&p->corked) : 0);
   for (; p->n > 0; atomic_fetch_sub(&p->n, 1), p->head = (p->head + 1) % PIPE_MAX, written--)
@@ -191,9 +197,7 @@ static int write_out(dlock_client *c, dlock__pipeline *p) {
   return 0;
 }
 
-static int uncork(dlock_client *c, dlock__pipeline *p) {
-  return atomic_load(&p->corked) ? write_out(c, p) : 0;
-}
+static int uncork(dlock_client *c, dlock__pipeline *p) { return atomic_load(&p->corked) ? write_out(c, p) : 0; }
 
 /* Writes corked releases that waited CORK_MS for a command to ride with. */
 static void *flusher_main(void *arg) {
@@ -265,8 +269,7 @@ static int drain(dlock_client *c, dlock__pipeline *p) {
  * failover). A refusal (ACL without SCRIPT) is ignored: EVALSHA's NOSCRIPT
  * path remains. 0, or a status when the connection failed. */
 static int load_release_scripts(dlock_client *c, dlock__conn *conn) {
-  static const dlock__script_id ids[] = {DLOCK__SCRIPT_RELEASE, DLOCK__SCRIPT_SEM_RELEASE,
-                                         DLOCK__SCRIPT_RW_RELEASE};
+  static const dlock__script_id ids[] = {DLOCK__SCRIPT_RELEASE, DLOCK__SCRIPT_SEM_RELEASE, DLOCK__SCRIPT_RW_RELEASE};
   enum { N = sizeof ids / sizeof ids[0] };
   const char *argv[N][3];
   size_t lens[N][3];
@@ -302,8 +305,8 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   }
   const dlock__lock_keys *k = &dlock__rm(m)->keys;
   int rc = 0;
-  dlock__node *node = dlock__route(c, k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK],
-                                   dlock_mono_now() + c->command_timeout_ms, &rc);
+  dlock__node *node =
+      dlock__route(c, k->key[DLOCK__K_LOCK], k->len[DLOCK__K_LOCK], dlock_mono_now() + c->command_timeout_ms, &rc);
   if (!node) return rc;
   lock(p);
   if (p->conn && !p->n && dlock_mono_now() >= p->last_cork + FLUSHER_IDLE_MS && dlock__conn_idle_closed(p->conn)) {
@@ -368,13 +371,14 @@ int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_
   if (p->flusher_asleep) pthread_cond_signal(&p->cv);
   /* Replies of releases written earlier (not through a later command, or
    * the flusher's) may be here: read those, without waiting. */
-  while (p->n > atomic_load(&p->corked) && read_one(c, p, 0) > 0) {}
+  while (p->n > atomic_load(&p->corked) && read_one(c, p, 0) > 0) {
+  }
   unlock(p);
   return 0;
 }
 
-int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
-                         dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out) {
+int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies,
+                         int *sent, dlock_mono_ms limit, int *out) {
   dlock__pipeline *p = atomic_load(&dlock__rc(c)->pipeline);
   /* Any pending release, corked or written with its reply not read yet:
    * sent on another connection, this call could run before it. */
@@ -408,8 +412,12 @@ int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *c
    * first; then ours. */
   if (write_out(c, p) < 0 || drain(c, p) < 0) {
     unlock(p);
-    *out = dlock__node_note_outcome(node, dlock__error(DLOCK_EIO, "%s: the connection failed before the reply "
-                                                       "came", node->ep.display), NULL, 0);
+    *out = dlock__node_note_outcome(node,
+                                    dlock__error(DLOCK_EIO,
+                                                 "%s: the connection failed before the reply "
+                                                 "came",
+                                                 node->ep.display),
+                                    NULL, 0);
     return 1;
   }
   for (size_t i = 0; i < n && !rc; i++) rc = dlock__conn_read(p->conn, deadline, &replies[i]);

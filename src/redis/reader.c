@@ -51,8 +51,10 @@ void dlock__reader_default_limits(dlock__reader_limits *l) {
 dlock__reader *dlock__reader_new(const dlock__reader_limits *limits) {
   dlock__reader *rd = calloc(1, sizeof *rd);
   if (!rd) return NULL;
-  if (limits) rd->limits = *limits;
-  else dlock__reader_default_limits(&rd->limits);
+  if (limits)
+    rd->limits = *limits;
+  else
+    dlock__reader_default_limits(&rd->limits);
   return rd;
 }
 
@@ -176,7 +178,8 @@ static dlock__reply *new_reply(dlock__reply_type type) {
 /* Place a new item: the root of the reply, or the next slot of the array
  * on top of the stack (so that freeing the root frees everything). */
 static void place(dlock__reader *rd, dlock__reply *r) {
-  if (rd->depth == 0) rd->root = r;
+  if (rd->depth == 0)
+    rd->root = r;
   else {
     level *top = &rd->stack[rd->depth - 1];
     top->array->element[top->filled] = r;
@@ -210,78 +213,73 @@ int dlock__reader_get(dlock__reader *rd, dlock__reply **out) {
     dlock__reply *r = NULL;
     long long n = 0;
     switch (type) {
-      case '+':
-      case '-': {
-        r = new_reply(type == '+' ? DLOCK__REPLY_STATUS : DLOCK__REPLY_ERROR);
-        if (!r || !(r->str = malloc(line_len + 1))) {
-          free(r);
-          return fail(rd, "out of memory reading a reply");
-        }
-        memcpy(r->str, line, line_len);
-        r->str[line_len] = '\0';
-        r->len = line_len;
+    case '+':
+    case '-': {
+      r = new_reply(type == '+' ? DLOCK__REPLY_STATUS : DLOCK__REPLY_ERROR);
+      if (!r || !(r->str = malloc(line_len + 1))) {
+        free(r);
+        return fail(rd, "out of memory reading a reply");
+      }
+      memcpy(r->str, line, line_len);
+      r->str[line_len] = '\0';
+      r->len = line_len;
+      break;
+    }
+    case ':':
+      if (parse_ll(line, line_len, &n) != 0)
+        return fail(rd, "bad integer in reply: \":%.*s\"", (int)(line_len > 40 ? 40 : line_len), line);
+      if (!(r = new_reply(DLOCK__REPLY_INTEGER))) return fail(rd, "out of memory reading a reply");
+      r->integer = n;
+      break;
+    case '$': {
+      if (parse_ll(line, line_len, &n) != 0 || n < -1)
+        return fail(rd, "bad bulk length in reply: \"$%.*s\"", (int)(line_len > 40 ? 40 : line_len), line);
+      if (n == -1) {
+        if (!(r = new_reply(DLOCK__REPLY_NIL))) return fail(rd, "out of memory reading a reply");
         break;
       }
-      case ':':
-        if (parse_ll(line, line_len, &n) != 0)
-          return fail(rd, "bad integer in reply: \":%.*s\"", (int)(line_len > 40 ? 40 : line_len),
-                      line);
-        if (!(r = new_reply(DLOCK__REPLY_INTEGER))) return fail(rd, "out of memory reading a reply");
-        r->integer = n;
-        break;
-      case '$': {
-        if (parse_ll(line, line_len, &n) != 0 || n < -1)
-          return fail(rd, "bad bulk length in reply: \"$%.*s\"",
-                      (int)(line_len > 40 ? 40 : line_len), line);
-        if (n == -1) {
-          if (!(r = new_reply(DLOCK__REPLY_NIL))) return fail(rd, "out of memory reading a reply");
-          break;
-        }
-        if ((unsigned long long)n > rd->limits.max_bulk)
-          return fail(rd, "reply announces a bulk string of %lld bytes, more than the limit of %zu",
-                      n, rd->limits.max_bulk);
-        if (rd->bytes + (next - rd->pos) + (size_t)n + 2 > rd->limits.max_reply)
-          return fail(rd, "reply larger than the limit of %zu bytes", rd->limits.max_reply);
-        if (rd->len - next < (size_t)n + 2) return 0; /* wait for the rest */
-        const char *body = rd->buf + next;
-        if (body[n] != '\r' || body[n + 1] != '\n')
-          return fail(rd, "bulk string of %lld bytes not followed by CRLF", n);
-        r = new_reply(DLOCK__REPLY_STRING);
-        if (!r || !(r->str = malloc((size_t)n + 1))) {
-          free(r);
-          return fail(rd, "out of memory reading a reply");
-        }
-        memcpy(r->str, body, (size_t)n);
-        r->str[n] = '\0';
-        r->len = (size_t)n;
-        next += (size_t)n + 2;
+      if ((unsigned long long)n > rd->limits.max_bulk)
+        return fail(rd, "reply announces a bulk string of %lld bytes, more than the limit of %zu", n,
+                    rd->limits.max_bulk);
+      if (rd->bytes + (next - rd->pos) + (size_t)n + 2 > rd->limits.max_reply)
+        return fail(rd, "reply larger than the limit of %zu bytes", rd->limits.max_reply);
+      if (rd->len - next < (size_t)n + 2) return 0; /* wait for the rest */
+      const char *body = rd->buf + next;
+      if (body[n] != '\r' || body[n + 1] != '\n') return fail(rd, "bulk string of %lld bytes not followed by CRLF", n);
+      r = new_reply(DLOCK__REPLY_STRING);
+      if (!r || !(r->str = malloc((size_t)n + 1))) {
+        free(r);
+        return fail(rd, "out of memory reading a reply");
+      }
+      memcpy(r->str, body, (size_t)n);
+      r->str[n] = '\0';
+      r->len = (size_t)n;
+      next += (size_t)n + 2;
+      break;
+    }
+    case '*': {
+      if (parse_ll(line, line_len, &n) != 0 || n < -1)
+        return fail(rd, "bad array length in reply: \"*%.*s\"", (int)(line_len > 40 ? 40 : line_len), line);
+      if (n == -1) {
+        if (!(r = new_reply(DLOCK__REPLY_NIL))) return fail(rd, "out of memory reading a reply");
         break;
       }
-      case '*': {
-        if (parse_ll(line, line_len, &n) != 0 || n < -1)
-          return fail(rd, "bad array length in reply: \"*%.*s\"",
-                      (int)(line_len > 40 ? 40 : line_len), line);
-        if (n == -1) {
-          if (!(r = new_reply(DLOCK__REPLY_NIL))) return fail(rd, "out of memory reading a reply");
-          break;
-        }
-        if ((unsigned long long)n > rd->limits.max_elements - rd->elements)
-          return fail(rd, "reply announces %lld array elements, more than the limit of %zu",
-                      n + (long long)rd->elements, rd->limits.max_elements);
-        if (n > 0 && rd->depth == READER_MAX_DEPTH)
-          return fail(rd, "reply nests arrays deeper than %d levels", READER_MAX_DEPTH);
-        r = new_reply(DLOCK__REPLY_ARRAY);
-        if (!r || (n > 0 && !(r->element = calloc((size_t)n, sizeof *r->element)))) {
-          free(r);
-          return fail(rd, "out of memory reading a reply");
-        }
-        r->elements = (size_t)n;
-        rd->elements += (size_t)n;
-        break;
+      if ((unsigned long long)n > rd->limits.max_elements - rd->elements)
+        return fail(rd, "reply announces %lld array elements, more than the limit of %zu", n + (long long)rd->elements,
+                    rd->limits.max_elements);
+      if (n > 0 && rd->depth == READER_MAX_DEPTH)
+        return fail(rd, "reply nests arrays deeper than %d levels", READER_MAX_DEPTH);
+      r = new_reply(DLOCK__REPLY_ARRAY);
+      if (!r || (n > 0 && !(r->element = calloc((size_t)n, sizeof *r->element)))) {
+        free(r);
+        return fail(rd, "out of memory reading a reply");
       }
-      default:
-        return fail(rd, "unexpected byte 0x%02x at the start of a reply item",
-                    (unsigned char)type);
+      r->elements = (size_t)n;
+      rd->elements += (size_t)n;
+      break;
+    }
+    default:
+      return fail(rd, "unexpected byte 0x%02x at the start of a reply item", (unsigned char)type);
     }
     place(rd, r);
     rd->bytes += next - rd->pos;
@@ -301,8 +299,8 @@ int dlock__reader_get(dlock__reader *rd, dlock__reply **out) {
   }
 }
 
-int dlock__reply_parse(const char *buf, size_t len, const dlock__reader_limits *limits,
-                       dlock__reply **out, size_t *used, char *err, size_t err_len) {
+int dlock__reply_parse(const char *buf, size_t len, const dlock__reader_limits *limits, dlock__reply **out,
+                       size_t *used, char *err, size_t err_len) {
   *out = NULL;
   if (used) *used = 0;
   if (err && err_len) err[0] = '\0';

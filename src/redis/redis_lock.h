@@ -104,10 +104,9 @@ dlock_lost_reason dlock__lost_reason(dlock_mutex *m, long long reply);
 
 /* ---- The operations of dlock__redis_ops (backend.c) ---- */
 
-int dlock__redis_lock_new(dlock_mutex *m);                                 /* lock.c */
+int dlock__redis_lock_new(dlock_mutex *m); /* lock.c */
 void dlock__redis_lock_free(dlock_mutex *m);
-int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline,
-                         dlock__grant *grant);
+int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_mono_ms deadline, dlock__grant *grant);
 void dlock__redis_undo(dlock_mutex *m);
 int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost);
 /* The same for the hold of 'token' (a pipelined release resent after
@@ -115,8 +114,8 @@ int dlock__redis_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_r
  * acquired when dlock__failovers() was 'failovers_at_acquire': a hold the
  * master no longer has after a failover since then is reported as lost at
  * the failover, and '*found' (may be NULL) set to DLOCK_LOST_FAILOVER. */
-int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until,
-                               dlock_lost_reason lost, uint64_t failovers_at_acquire, dlock_lost_reason *found);
+int dlock__redis_release_token(dlock_mutex *m, const char *token, dlock_mono_ms valid_until, dlock_lost_reason lost,
+                               uint64_t failovers_at_acquire, dlock_lost_reason *found);
 /* The release's message for a hold lost at a failover; 'v' as release.lua answers (0 or -1). */
 const char *dlock__release_failover_msg(long long v);
 int dlock__redis_release_async(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reason lost); /* pipeline.c */
@@ -127,7 +126,7 @@ int dlock__redis_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlo
                         dlock_lost_reason *lost);
 void dlock__redis_renew(dlock_client *c, dlock__renewal *rn, size_t n, dlock_mono_ms limit);
 int dlock__redis_held(dlock_mutex *m, const char *token, int64_t *ttl_ms);
-int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out);   /* admin.c */
+int dlock__redis_info(dlock_client *c, const char *name, dlock_lock_info *out); /* admin.c */
 int dlock__redis_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
 int dlock__redis_holders(dlock_client *c, const char *name, void (*fn)(const dlock_holder *, void *), void *arg);
 int dlock__redis_watch_open(dlock_watch *w); /* watch.c */
@@ -135,27 +134,27 @@ int dlock__redis_watch_add(dlock_watch *w, const char *name);
 void dlock__redis_watch_close(dlock_watch *w);
 int dlock__redis_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held);
 int dlock__redis_guard_check(dlock_client *c, const char *resource, uint64_t token, uint64_t *highest);
-int dlock__redis_check(dlock_client *c, dlock_check *out, int max);        /* check.c */
+int dlock__redis_check(dlock_client *c, dlock_check *out, int max); /* check.c */
 /* The same for one node alone (NULL: the topology's), passed explicitly:
  * Redlock's per-node views (dlock_client_check_node, dlock_lock_info_get_node). */
 int dlock__redis_check_at(dlock_client *c, dlock__node *at, dlock_check *out, int max);
 int dlock__redis_info_at(dlock_client *c, dlock__node *at, const char *name, dlock_lock_info *out);
-int dlock__redis_node_count(const dlock_client *c);                        /* topo_redlock.c */
+int dlock__redis_node_count(const dlock_client *c); /* topo_redlock.c */
 const char *dlock__redis_node_name(const dlock_client *c, int i);
 dlock__node *dlock__redlock_node(dlock_client *c, int i); /* the subscriber's homes (waiters.c) */
 int dlock__redis_info_node(dlock_client *c, const char *name, int i, dlock_lock_info *out);
 int dlock__redis_check_node(dlock_client *c, int i, dlock_check *out, int max);
-int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl);           /* sched.c */
-int dlock__redis_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run_record *rec,
-                              int *lock_was_ours);
+int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl); /* sched.c */
+int dlock__redis_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run_record *rec, int *lock_was_ours);
 void dlock__redis_sched_undo(dlock_client *c, const dlock__claim *cl);
 int dlock__redis_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
 int dlock__redis_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason,
-                         const char *id);                                  /* sched.c */
+                         const char *id); /* sched.c */
 int dlock__redis_job_get(dlock_client *c, const char *job, dlock_job_state *out);
 int dlock__redis_job_watch(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle);
 void dlock__redis_job_unwatch(dlock_client *c, void *handle);
-int dlock__redis_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg); /* admin.c */
+int dlock__redis_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *),
+                          void *arg); /* admin.c */
 
 /* ---- Lock kinds (kinds.c): what a kind adds to the lock machine (lock.c) ---- */
 
@@ -172,7 +171,7 @@ typedef enum dlock__lock_op {
 /* One acquire try as the machine prepared it: the common arguments, and
  * room for the kind's own (which must live until the call is sent). */
 typedef struct dlock__acquire_try {
-  int queue;       /* 1: the caller waits (a waiter id is set) */
+  int queue; /* 1: the caller waits (a waiter id is set) */
   const char *lease_s, *cap_s, *claim_s, *nonce_s;
   char scratch[DLOCK__TOKEN_HEX + 24];
 } dlock__acquire_try;
@@ -185,8 +184,8 @@ typedef struct dlock__redis_kind {
   void (*acquire_args)(const dlock_mutex *m, dlock__script_call *call, dlock__acquire_try *t);
   /* A WRONGTYPE error not in the script's own words: the message, as
    * dlock__error(DLOCK_EWRONGTYPE, ...) returns it. 'name' is the lock's. */
-  int (*wrongtype)(dlock_client *c, const char *name, const dlock__lock_keys *k,
-                   const struct dlock__redis_kind *kind, const dlock__script_call *call, const char *err);
+  int (*wrongtype)(dlock_client *c, const char *name, const dlock__lock_keys *k, const struct dlock__redis_kind *kind,
+                   const dlock__script_call *call, const char *err);
   /* The info script's answer: its length, and where 'ours' (1) and the TTL are. */
   size_t info_len;
   int info_mine, info_ttl;
@@ -213,8 +212,8 @@ int dlock__grant_decode(const dlock__reply *r, uint64_t *fence, long long *pttl)
  * sending it again after a lost reply (dlock__script_run_twice_safe: each
  * caller says why that is safe); an error reply becomes a status whose
  * message names the key and says what to do. */
-int dlock__redis_kind_run(dlock_client *c, const char *name, const dlock__lock_keys *k,
-                          const dlock__redis_kind *kind, dlock__script_call *call, dlock__reply **out);
+int dlock__redis_kind_run(dlock_client *c, const char *name, const dlock__lock_keys *k, const dlock__redis_kind *kind,
+                          dlock__script_call *call, dlock__reply **out);
 
 /* ---- Read-write locks (rwlock.c): their status ---- */
 

@@ -37,10 +37,10 @@ void dlock__reply_free(dlock__reply *r);
 /* Bounds on one reply. Real replies to dlock's commands are far smaller
  * (the largest are INFO and SCAN pages); a reply that announces more is
  * refused with DLOCK_EPROTO before anything is allocated for it. */
-#define DLOCK__REPLY_MAX_ELEMENTS ((size_t)1 << 20)    /* array elements, all levels */
-#define DLOCK__REPLY_MAX_BULK ((size_t)64 << 20)       /* one bulk string */
-#define DLOCK__REPLY_MAX_BYTES ((size_t)256 << 20)     /* the whole reply */
-#define DLOCK__REPLY_MAX_LINE ((size_t)1 << 20)        /* status, error, length lines */
+#define DLOCK__REPLY_MAX_ELEMENTS ((size_t)1 << 20) /* array elements, all levels */
+#define DLOCK__REPLY_MAX_BULK ((size_t)64 << 20)    /* one bulk string */
+#define DLOCK__REPLY_MAX_BYTES ((size_t)256 << 20)  /* the whole reply */
+#define DLOCK__REPLY_MAX_LINE ((size_t)1 << 20)     /* status, error, length lines */
 
 typedef struct dlock__reader_limits {
   size_t max_elements;
@@ -65,8 +65,8 @@ size_t dlock__reader_pending(const dlock__reader *rd);
 /* One reply from a byte buffer, through the same reader (tests, fuzzing):
  * 0 with *out set (or NULL when 'buf' holds no whole reply) and *used the
  * bytes it took; DLOCK_EPROTO/DLOCK_ENOMEM with the reason in 'err'. */
-int dlock__reply_parse(const char *buf, size_t len, const dlock__reader_limits *limits,
-                       dlock__reply **out, size_t *used, char *err, size_t err_len);
+int dlock__reply_parse(const char *buf, size_t len, const dlock__reader_limits *limits, dlock__reply **out,
+                       size_t *used, char *err, size_t err_len);
 /* Map an error reply to a DLOCK_E* status (WRONGTYPE, NOPERM, NOAUTH, ...). */
 int dlock__reply_error_status(const dlock__reply *r);
 

@@ -79,11 +79,11 @@ struct dlock__script_call {
  * calls of one script: one synthesized reply per call, or
  * DLOCK__QUORUM_PASS to leave them to one node (route()). Each script
  * names its fold in scripts.c's table, next to its text; NULL: one node. */
-typedef int (*dlock__quorum_fold)(dlock__topology *t, dlock__script_call *calls, size_t n,
-                                  dlock__reply **replies, dlock_mono_ms limit);
+typedef int (*dlock__quorum_fold)(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                                  dlock_mono_ms limit);
 dlock__quorum_fold dlock__script_fold(dlock__script_id id);
 /* The folds (topo_redlock.c). */
-#define DLOCK__QUORUM_FOLD(name)                                                                           \
+#define DLOCK__QUORUM_FOLD(name) \
   int name(dlock__topology *t, dlock__script_call *calls, size_t n, dlock__reply **replies, dlock_mono_ms limit)
 DLOCK__QUORUM_FOLD(dlock__rl_fold_acquire);
 DLOCK__QUORUM_FOLD(dlock__rl_fold_extend);

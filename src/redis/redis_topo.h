@@ -15,9 +15,9 @@ typedef struct ssl_ctx_st SSL_CTX;
 typedef struct dlock__endpoint {
   int is_unix;
   int tls;
-  char *host;      /* tcp */
-  int port;        /* tcp */
-  char *path;      /* unix */
+  char *host; /* tcp */
+  int port;   /* tcp */
+  char *path; /* unix */
   int db;
   char *username;
   char *password;
@@ -32,7 +32,7 @@ typedef struct dlock__endpoint {
   struct dlock__seed {
     char *host;
     int port;
-  } *seeds;
+  } * seeds;
 } dlock__endpoint;
 
 /* Parse 'url' into 'ep' (zeroed first). */
@@ -147,8 +147,8 @@ struct dlock__topology {
    * answer and others fail, the failed commands get an error reply that
    * starts with "DLOCKIO" (outcome unknown) and the call returns 0. When
    * set, every command goes through it; route() only names the owner. */
-  int (*exec)(dlock__topology *t, const dlock__cmd *cmds, const char *const *keys, const size_t *keylens,
-              size_t n, dlock__reply **replies, int *sent, dlock_mono_ms limit);
+  int (*exec)(dlock__topology *t, const dlock__cmd *cmds, const char *const *keys, const size_t *keylens, size_t n,
+              dlock__reply **replies, int *sent, dlock_mono_ms limit);
   /* How many master failovers this client has seen that may have moved
    * 'key' to another server: Sentinel counts every switch of its one
    * master, Cluster the failovers of the key's slot. A hold that began at
@@ -167,8 +167,8 @@ struct dlock__topology {
   /* Redlock: run 'calls' on every node and answer for the quorum (one
    * synthesized reply per call); DLOCK__QUORUM_PASS for the scripts it
    * leaves to route() (guard, scheduler). NULL elsewhere. */
-  int (*quorum_run)(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n,
-                    dlock__reply **replies, dlock_mono_ms limit);
+  int (*quorum_run)(dlock__topology *t, dlock_client *c, dlock__script_call *calls, size_t n, dlock__reply **replies,
+                    dlock_mono_ms limit);
 };
 #define DLOCK__QUORUM_PASS 1
 
@@ -256,7 +256,7 @@ static inline int dlock__sharded_pubsub(const dlock_client *c) { return dlock__t
  * after them on the pipeline connection, in the same write, and read their
  * replies, as dlock__node_exec_until would: returns 1 with the status in
  * '*out'. 0 when nothing is corked there: the caller sends them itself. */
-int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n,
-                         dlock__reply **replies, int *sent, dlock_mono_ms limit, int *out);
+int dlock__pipeline_exec(dlock_client *c, dlock__node *node, const dlock__cmd *cmds, size_t n, dlock__reply **replies,
+                         int *sent, dlock_mono_ms limit, int *out);
 
 #endif /* DLOCK_REDIS_TOPO_H */

@@ -82,8 +82,7 @@ static int run_script(dlock_client *c, const char *job, dlock__script_call *call
   }
   if ((*out)->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(*out);
-    dlock__error(rc, "job '%s' on %s: %s script: %s", job, c->server, dlock__script_name(call->script),
-                 (*out)->str);
+    dlock__error(rc, "job '%s' on %s: %s script: %s", job, c->server, dlock__script_name(call->script), (*out)->str);
   } else if ((*out)->type != DLOCK__REPLY_ARRAY || (*out)->elements < min) {
     rc = dlock__error(DLOCK_EPROTO, "job '%s': unexpected reply from the %s script", job,
                       dlock__script_name(call->script));
@@ -149,7 +148,7 @@ int dlock__redis_sched_claim(dlock_client *c, dlock__claim *cl) {
   if (!cl->delay_ms && !cl->manual && r->elements >= 4) cl->trigger_pending = !strcmp(el_str(r, 3), "1");
   if (claimed == 1 && (!(cl->delay_ms || cl->manual) || r->elements >= 4)) {
     if ((rc = el_fence(r, 1, cl->job, &cl->fence)) != 0) { /* never run without a valid fence */
-      cl->maybe_ran = 1; /* the job lock holds our token: undo it */
+      cl->maybe_ran = 1;                                   /* the job lock holds our token: undo it */
     } else {
       cl->outcome = DLOCK__CLAIM_YOURS;
       cl->start_ms = strtoll(el_str(r, 2), NULL, 10);
@@ -285,12 +284,13 @@ int dlock__redis_sched_history(dlock_client *c, const char *name, dlock_run_reco
 
 static int no_quorum_state(dlock_client *c, const char *what) {
   if (!dlock__topo(c)->quorum_run) return 0;
-  return dlock__error(DLOCK_EINVAL, "%s is not offered on Redlock (%s): independent nodes keep no shared job "
-                      "state; pause and trigger jobs on one Redis server, Sentinel or Cluster", what, c->server);
+  return dlock__error(DLOCK_EINVAL,
+                      "%s is not offered on Redlock (%s): independent nodes keep no shared job "
+                      "state; pause and trigger jobs on one Redis server, Sentinel or Cluster",
+                      what, c->server);
 }
 
-int dlock__redis_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason,
-                         const char *id) {
+int dlock__redis_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason, const char *id) {
   int rc = no_quorum_state(c, "pausing and triggering jobs");
   if (rc) return rc;
   job_keys k;

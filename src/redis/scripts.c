@@ -13,11 +13,11 @@
 
 #include "redis_scripts.h"
 
-extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[],
-    dlock__lua_withdraw[], dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[],
-    dlock__lua_sched_claim[], dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[],
-    dlock__lua_rl_extend[], dlock__lua_rl_fence[], dlock__lua_rl_sched_unclaim[], dlock__lua_rl_marker[], dlock__lua_rw_acquire[], dlock__lua_rw_release[],
-    dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[];
+extern const char dlock__lua_acquire[], dlock__lua_release[], dlock__lua_extend[], dlock__lua_withdraw[],
+    dlock__lua_info[], dlock__lua_force_release[], dlock__lua_guard[], dlock__lua_sched_claim[],
+    dlock__lua_sched_delay[], dlock__lua_sched_finish[], dlock__lua_sched_history[], dlock__lua_rl_extend[],
+    dlock__lua_rl_fence[], dlock__lua_rl_sched_unclaim[], dlock__lua_rl_marker[], dlock__lua_rw_acquire[],
+    dlock__lua_rw_release[], dlock__lua_rw_extend[], dlock__lua_rw_withdraw[], dlock__lua_rw_info[];
 extern const char dlock__lua_latch_set[], dlock__lua_latch_down[], dlock__lua_latch_get[];
 extern const char dlock__lua_sem_acquire[], dlock__lua_sem_release[], dlock__lua_sem_extend[],
     dlock__lua_sem_withdraw[], dlock__lua_sem_info[];
@@ -152,7 +152,8 @@ size_t dlock__epoch_key(dlock_client *c, const char *key0, size_t len0, char *bu
     n = snprintf(buf, cap, "%sdlock-epoch", c->prefix);
   } else if (!strcmp(t->kind, "cluster")) {
     uint32_t tag;
-    if (dlock__epoch_slot_tag(dlock__cluster_slot(key0, len0), &tag) == 0) n = snprintf(buf, cap, "%s{%u}:dlock-epoch", c->prefix, tag);
+    if (dlock__epoch_slot_tag(dlock__cluster_slot(key0, len0), &tag) == 0)
+      n = snprintf(buf, cap, "%s{%u}:dlock-epoch", c->prefix, tag);
   }
   return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
@@ -271,8 +272,8 @@ int dlock__script_run_until(dlock_client *c, dlock__script_call *calls, size_t n
     if (qrc != DLOCK__QUORUM_PASS) return qrc;
   }
   int route_rc;
-  dlock__node *node = calls[0].node ? calls[0].node
-                                    : dlock__route(c, calls[0].keys[0], calls[0].keylens[0], limit, &route_rc);
+  dlock__node *node =
+      calls[0].node ? calls[0].node : dlock__route(c, calls[0].keys[0], calls[0].keylens[0], limit, &route_rc);
   if (!node) {
     for (size_t i = 0; i < n; i++) calls[i].maybe_ran = 0, calls[i].replicas = -1;
     return route_rc;
@@ -349,7 +350,7 @@ int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dloc
   if (rc && call->maybe_ran && !atomic_load(&c->closing)) {
     call->resent = 1;
     rc = dlock__script_run(c, call, 1, reply);
-    call->maybe_ran = 1; /* the first try may have run whatever the second did */
+    call->maybe_ran = 1;           /* the first try may have run whatever the second did */
     if (!rc) dlock__error_clear(); /* the first try's error is answered */
   }
   return rc;
@@ -358,8 +359,9 @@ int dlock__script_run_twice_safe(dlock_client *c, dlock__script_call *call, dloc
 int dlock__replicas_short(dlock_client *c, const dlock__script_call *call) {
   int want = dlock__topo(c)->wait_replicas;
   if (want <= 0 || call->replicas >= want) return 0;
-  dlock__error(DLOCK_EREPLICAS, "only %d of the %d replicas required acknowledged the write within %d ms "
-               "(WAIT); check the replicas (INFO replication)", call->replicas < 0 ? 0 : call->replicas, want,
-               dlock__topo(c)->wait_timeout_ms);
+  dlock__error(DLOCK_EREPLICAS,
+               "only %d of the %d replicas required acknowledged the write within %d ms "
+               "(WAIT); check the replicas (INFO replication)",
+               call->replicas < 0 ? 0 : call->replicas, want, dlock__topo(c)->wait_timeout_ms);
   return 1;
 }

@@ -81,9 +81,12 @@ static int parse_addr(const char *s, size_t n, const char *self, dlock__hostport
 }
 
 int dlock__cluster_parse_redirect(const char *err, const char *self, int *is_ask, int *slot, dlock__hostport *to) {
-  if (!strncmp(err, "MOVED ", 6)) *is_ask = 0;
-  else if (!strncmp(err, "ASK ", 4)) *is_ask = 1;
-  else return -1;
+  if (!strncmp(err, "MOVED ", 6))
+    *is_ask = 0;
+  else if (!strncmp(err, "ASK ", 4))
+    *is_ask = 1;
+  else
+    return -1;
   const char *p = err + (*is_ask ? 4 : 6);
   char *end;
   long s = strtol(p, &end, 10);
@@ -96,7 +99,10 @@ int dlock__cluster_parse_redirect(const char *err, const char *self, int *is_ask
 }
 
 static int reply_int(const dlock__reply *r, long long *v) {
-  if (r->type == DLOCK__REPLY_INTEGER) { *v = r->integer; return 0; }
+  if (r->type == DLOCK__REPLY_INTEGER) {
+    *v = r->integer;
+    return 0;
+  }
   return -1;
 }
 
@@ -145,11 +151,11 @@ typedef struct cluster {
   dlock__topology base;
   dlock__endpoint tmpl; /* credentials, TLS and timeouts for every node */
   int max_conns;
-  pthread_mutex_t mu;   /* node creation and map changes */
+  pthread_mutex_t mu; /* node creation and map changes */
   dlock__node *nodes[MAX_NODES];
   atomic_int nnodes;
-  int replica_of[MAX_NODES]; /* in the last CLUSTER SLOTS: index of its master, or -1 */
-  int new_replica_of[MAX_NODES]; /* scratch for apply_map() */
+  int replica_of[MAX_NODES];           /* in the last CLUSTER SLOTS: index of its master, or -1 */
+  int new_replica_of[MAX_NODES];       /* scratch for apply_map() */
   unsigned char was_master[MAX_NODES]; /* scratch for apply_map() */
   _Atomic uint16_t slot_node[16384];
   atomic_uint_fast64_t slot_failovers[16384];
@@ -172,7 +178,10 @@ static int ep_copy(const dlock__endpoint *src, const char *host, int port, dlock
   dst->tls_skip_verify = src->tls_skip_verify;
   dst->connect_timeout_ms = src->connect_timeout_ms;
   dst->command_timeout_ms = src->command_timeout_ms;
-  struct { char **d; const char *s; } strs[] = {
+  struct {
+    char **d;
+    const char *s;
+  } strs[] = {
       {&dst->host, host},
       {&dst->username, src->username},
       {&dst->password, src->password},
@@ -186,8 +195,8 @@ static int ep_copy(const dlock__endpoint *src, const char *host, int port, dlock
       dlock__endpoint_clear(dst);
       return dlock__error(DLOCK_ENOMEM, "out of memory");
     }
-  snprintf(dst->display, sizeof dst->display, "%s%s%s%s:%d", dst->tls ? "tls " : "", strchr(host, ':') ? "[" : "",
-           host, strchr(host, ':') ? "]" : "", port);
+  snprintf(dst->display, sizeof dst->display, "%s%s%s%s:%d", dst->tls ? "tls " : "", strchr(host, ':') ? "[" : "", host,
+           strchr(host, ':') ? "]" : "", port);
   return 0;
 }
 
@@ -266,12 +275,16 @@ static int apply_map(cluster *cl, const dlock__slot_range *v, size_t n) {
   if (!masters) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   for (size_t i = 0; i < n && !rc; i++) {
     masters[i] = node_index_locked(cl, v[i].master.host, v[i].master.port);
-    if (masters[i] < 0) rc = DLOCK_ENOMEM;
-    else new_replica_of[masters[i]] = -1;
+    if (masters[i] < 0)
+      rc = DLOCK_ENOMEM;
+    else
+      new_replica_of[masters[i]] = -1;
     for (int j = 0; j < v[i].nreplicas && !rc; j++) {
       int r = node_index_locked(cl, v[i].replica[j].host, v[i].replica[j].port);
-      if (r < 0) rc = DLOCK_ENOMEM;
-      else new_replica_of[r] = masters[i];
+      if (r < 0)
+        rc = DLOCK_ENOMEM;
+      else
+        new_replica_of[r] = masters[i];
     }
   }
   for (size_t i = 0; i < n && !rc; i++)
@@ -288,17 +301,17 @@ static int apply_map(cluster *cl, const dlock__slot_range *v, size_t n) {
   return rc;
 }
 
-static int is_transport_error(int rc) {
-  return rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNECT;
-}
+static int is_transport_error(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNECT; }
 
 /* Note how a command to 'node' ended: a transport failure makes it suspect,
  * an answer clears that. */
 static void note_node_result(cluster *cl, const dlock__node *node, int rc) {
   int i = index_of(cl, node);
   if (i < 0) return;
-  if (!rc) atomic_store(&cl->suspect[i], 0);
-  else if (is_transport_error(rc)) atomic_store(&cl->suspect[i], 1);
+  if (!rc)
+    atomic_store(&cl->suspect[i], 0);
+  else if (is_transport_error(rc))
+    atomic_store(&cl->suspect[i], 1);
 }
 
 /* Ask 'node' for CLUSTER SLOTS (before 'limit') and apply the answer. */
@@ -314,7 +327,8 @@ static int refresh_from(cluster *cl, dlock__node *node, dlock_mono_ms limit) {
   if (r->type == DLOCK__REPLY_ERROR) {
     rc = dlock__reply_error_status(r);
     if (strstr(r->str, "cluster support disabled"))
-      rc = dlock__error(DLOCK_ECLUSTER, "%s is not in cluster mode (CLUSTER SLOTS: %s): use a redis:// URL for a "
+      rc = dlock__error(DLOCK_ECLUSTER,
+                        "%s is not in cluster mode (CLUSTER SLOTS: %s): use a redis:// URL for a "
                         "standalone server, or start it with 'cluster-enabled yes' and create the cluster",
                         node->ep.display, r->str);
     else
@@ -330,8 +344,10 @@ static int refresh_from(cluster *cl, dlock__node *node, dlock_mono_ms limit) {
   if (prc) return dlock__error(DLOCK_EPROTO, "%s: unexpected CLUSTER SLOTS reply", node->ep.display);
   if (n == 0) {
     free(v);
-    return dlock__error(DLOCK_ECLUSTER, "%s: the cluster has no slots assigned yet: create it first "
-                        "(redis-cli --cluster create ...)", node->ep.display);
+    return dlock__error(DLOCK_ECLUSTER,
+                        "%s: the cluster has no slots assigned yet: create it first "
+                        "(redis-cli --cluster create ...)",
+                        node->ep.display);
   }
   rc = apply_map(cl, v, n);
   free(v);
@@ -380,8 +396,7 @@ static int refresh(cluster *cl, int force, dlock_mono_ms limit) {
   pthread_mutex_unlock(&cl->refresh_mu);
   if (!rc || rc == DLOCK_ENOMEM) return rc;
   if (asked == 1 && refused == 1) return first_rc; /* its own message says what to fix */
-  if (!asked)
-    return dlock__error(DLOCK_ETIMEDOUT, "no time left to reload the cluster slot map (%d nodes known)", n);
+  if (!asked) return dlock__error(DLOCK_ETIMEDOUT, "no time left to reload the cluster slot map (%d nodes known)", n);
   if (refused == asked) {
     /* Every node answered, none with a map: a wrong credential is what to
      * fix first, then permissions, then the cluster itself. */
@@ -626,8 +641,10 @@ static int cluster_exec(dlock__topology *t, const dlock__cmd *cmds, const char *
     int grc = exec_group(t, gc, gk, gkl, g, gr, &gsent, limit);
     if (gsent) *sent = 1;
     for (size_t j = 0; j < g; j++) replies[idx[j]] = grc ? failure_reply() : gr[j];
-    if (grc) last_rc = grc;
-    else answered = 1;
+    if (grc)
+      last_rc = grc;
+    else
+      answered = 1;
     for (size_t j = 0; j < g && grc; j++)
       if (!replies[idx[j]]) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }

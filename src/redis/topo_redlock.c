@@ -81,10 +81,10 @@ typedef struct rl_node {
    * a new deployment) once promoted, 0 held out, -1 unknown (not read yet,
    * or the read failed: an ACL without the key). */
   int marker;
-  char q_since[24];              /* the marker's 'since' (the node's clock, µs) */
-  int64_t q_age_ms;              /* the node's clock minus 'since' at the look */
-  int64_t q_look_ms;             /* how long the look that wrote it may race ours (its 'look') */
-  dlock_mono_ms q_at;            /* when the look's reply came */
+  char q_since[24];   /* the marker's 'since' (the node's clock, µs) */
+  int64_t q_age_ms;   /* the node's clock minus 'since' at the look */
+  int64_t q_look_ms;  /* how long the look that wrote it may race ours (its 'look') */
+  dlock_mono_ms q_at; /* when the look's reply came */
 } rl_node;
 
 typedef struct redlock {
@@ -92,10 +92,10 @@ typedef struct redlock {
   pthread_mutex_t mu;
   int n, quorum;
   int command_timeout_ms;
-  int64_t max_lease_ms; /* the longest lease seen in use: the restart rule's wait */
+  int64_t max_lease_ms;    /* the longest lease seen in use: the restart rule's wait */
   int64_t marker_lease_ms; /* the longest lease a node's marker records */
-  int threads;          /* open_thread()s running; rl_destroy waits for them */
-  char marker_key[32];  /* the restart marker: dlock:redlock:marker, whatever the key prefix */
+  int threads;             /* open_thread()s running; rl_destroy waits for them */
+  char marker_key[32];     /* the restart marker: dlock:redlock:marker, whatever the key prefix */
   pthread_cond_t cv;
   rl_node node[DLOCK__REDLOCK_MAX];
 } redlock;
@@ -119,7 +119,14 @@ void dlock__redlock_redact(const char *url, char *buf, size_t len) {
   buf[0] = '\0';
   if (!url) return;
   size_t o = 0;
-#define PUT(s, k) do { size_t k_ = (k); if (o + k_ >= len) k_ = len - 1 - o; memcpy(buf + o, (s), k_); o += k_; buf[o] = '\0'; } while (0)
+#define PUT(s, k)                        \
+  do {                                   \
+    size_t k_ = (k);                     \
+    if (o + k_ >= len) k_ = len - 1 - o; \
+    memcpy(buf + o, (s), k_);            \
+    o += k_;                             \
+    buf[o] = '\0';                       \
+  } while (0)
   const char *p = url;
   if (dlock__url_is_redlock(url)) {
     PUT(url, strlen(SCHEME));
@@ -161,9 +168,11 @@ void dlock__redlock_redact(const char *url, char *buf, size_t len) {
 static int bad_redlock(const char *url, const char *why) {
   char shown[512];
   dlock__redlock_redact(url, shown, sizeof shown);
-  return dlock__error(DLOCK_EURL, "bad Redlock URL '%s': %s (expected redlock://[user:pass@]host1:port1,"
+  return dlock__error(DLOCK_EURL,
+                      "bad Redlock URL '%s': %s (expected redlock://[user:pass@]host1:port1,"
                       "[user:pass@]host2:port2,[...]host3:port3[/db][?options of redis://]; Redlock needs 3 or "
-                      "more independent masters, 5 advised)", shown, why);
+                      "more independent masters, 5 advised)",
+                      shown, why);
 }
 
 int dlock__redlock_split(const char *url, char ***out, int *n) {
@@ -275,22 +284,22 @@ static dlock__reply *copy_reply(const dlock__reply *s) {
 
 /* One node's part of a parallel run. */
 typedef struct slot {
-  int active;          /* in: run on this node */
-  size_t k;            /* in: commands */
-  dlock__cmd *cmds;    /* in */
-  const dlock__cmd *alt; /* in: cmds[j] as EVAL, sent at once when cmds[j] answers NOSCRIPT, or NULL */
-  size_t nretry;       /* EVALs sent again so far */
+  int active;                    /* in: run on this node */
+  size_t k;                      /* in: commands */
+  dlock__cmd *cmds;              /* in */
+  const dlock__cmd *alt;         /* in: cmds[j] as EVAL, sent at once when cmds[j] answers NOSCRIPT, or NULL */
+  size_t nretry;                 /* EVALs sent again so far */
   size_t retry_of[RL_RETRY_MAX]; /* which command each answers */
   dlock__conn *conn;
   int fresh;
-  size_t ninfo;        /* a fresh connection's INFO replies, first */
-  size_t extra;        /* ninfo: replies in front of the commands' */
+  size_t ninfo; /* a fresh connection's INFO replies, first */
+  size_t extra; /* ninfo: replies in front of the commands' */
   size_t got;
-  int seen;            /* the INFO replies were noted */
-  dlock__reply **rep;  /* extra + k */
-  int rc;              /* out: 0, or why this node failed */
-  int sent;            /* out: the commands may have reached the node */
-  char err[300];       /* out: the failure, for messages */
+  int seen;           /* the INFO replies were noted */
+  dlock__reply **rep; /* extra + k */
+  int rc;             /* out: 0, or why this node failed */
+  int sent;           /* out: the commands may have reached the node */
+  char err[300];      /* out: the failure, for messages */
 } slot;
 
 static const char *info_field(const char *info, const char *name, char *out, size_t len) {
@@ -412,8 +421,8 @@ typedef struct opener {
   redlock *r;
   int i;
   dlock_mono_ms deadline;
-  int wfd;            /* the call's wake-up pipe; -1 once the call stopped waiting */
-  int refs;           /* the call's and the thread's */
+  int wfd;  /* the call's wake-up pipe; -1 once the call stopped waiting */
+  int refs; /* the call's and the thread's */
   int done, taken;
   dlock__conn *conn;
   int fresh, rc;
@@ -455,7 +464,8 @@ static void *open_thread(void *arg) {
   o->done = 1;
   if (o->wfd >= 0) {
     char b = 1;
-    if (write(o->wfd, &b, 1) < 0) { /* full: the call is awake anyway */ }
+    if (write(o->wfd, &b, 1) < 0) { /* full: the call is awake anyway */
+    }
   }
   int last = --o->refs == 0;
   pthread_mutex_unlock(&r->mu);
@@ -646,8 +656,7 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline, decide_fn deci
         x->rep[at] = rep;
         /* NOSCRIPT: that command did not run; send it as EVAL on this
          * connection now, so that this node's answer comes within the call. */
-        if (at >= x->extra && x->alt && x->nretry < x->k && x->k <= RL_RETRY_MAX &&
-            dlock__reply_is_noscript(rep)) {
+        if (at >= x->extra && x->alt && x->nretry < x->k && x->k <= RL_RETRY_MAX && dlock__reply_is_noscript(rep)) {
           rc = dlock__conn_append(x->conn, &x->alt[at - x->extra]);
           if (!rc) rc = dlock__conn_flush(x->conn, deadline);
           if (rc) {
@@ -685,8 +694,10 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline, decide_fn deci
     int64_t wait = end - now;
     if (wait > 1000) wait = 1000;
     int nfd = np;
-    if (waiting && wake[0] >= 0) pfd[nfd++] = (struct pollfd){.fd = wake[0], .events = POLLIN};
-    else if (waiting && wait > 5) wait = 5; /* no pipe: look again soon */
+    if (waiting && wake[0] >= 0)
+      pfd[nfd++] = (struct pollfd){.fd = wake[0], .events = POLLIN};
+    else if (waiting && wait > 5)
+      wait = 5; /* no pipe: look again soon */
     int pr = poll(pfd, (nfds_t)nfd, (int)wait);
     if (pr < 0 && errno != EINTR) {
       for (int j = 0; j < np; j++) slot_fail(&s[idx[j]], DLOCK_ESYS, "poll failed");
@@ -703,8 +714,10 @@ static void par_exec(redlock *r, slot *s, dlock_mono_ms deadline, decide_fn deci
       snprintf(why, sizeof why, "%s: not connected %s (nothing was sent to it)", r->node[i].node.ep.display,
                early ? "when the other nodes had decided the outcome" : "within the per-node deadline");
     else
-      snprintf(why, sizeof why, "%s: no reply %s (its connection is closed, not reused; the command may still run "
-               "there)", r->node[i].node.ep.display,
+      snprintf(why, sizeof why,
+               "%s: no reply %s (its connection is closed, not reused; the command may still run "
+               "there)",
+               r->node[i].node.ep.display,
                early ? "yet when the other nodes had decided the outcome" : "within the per-node deadline");
     slot_fail(x, DLOCK_ETIMEDOUT, why);
   }
@@ -739,8 +752,8 @@ static void run_free(redlock *r, run *x) {
 
 /* Run 'calls' on the nodes in 'mask' (bit i: node i), EVALSHA first and
  * EVAL for the calls a node answered NOSCRIPT (those did not run there). */
-static int run_calls_ex(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask,
-                        dlock_mono_ms deadline, run *x, decide_fn decided, void *ctx) {
+static int run_calls_ex(redlock *r, const dlock__script_call *calls, size_t n, unsigned mask, dlock_mono_ms deadline,
+                        run *x, decide_fn decided, void *ctx) {
   memset(x->s, 0, sizeof x->s);
   x->n = n;
   x->res = calloc((size_t)r->n * n, sizeof *x->res);
@@ -873,16 +886,19 @@ static int counts_ex(redlock *r, int i, char *why, size_t len, int marker_rule) 
   if (dup >= 0) {
     /* Met at a connection opened after the client started (the check at
      * the start refuses the client): one server counts once. */
-    snprintf(why, len, "%s is the same server as %s (one run_id in INFO server): it counts once; list each "
-             "independent master once", nd->node.ep.display, r->node[dup].node.ep.display);
+    snprintf(why, len,
+             "%s is the same server as %s (one run_id in INFO server): it counts once; list each "
+             "independent master once",
+             nd->node.ep.display, r->node[dup].node.ep.display);
     ok = 0;
   } else if (nd->not_master) {
     snprintf(why, len, "%s is not a master (role:%s)", nd->node.ep.display, nd->role);
     ok = 0;
   } else if (nd->restarted_until > now) {
-    snprintf(why, len, "%s restarted recently (run_id changed, up %" PRId64 " s; counts again in %" PRId64
-             " ms, when the longest lease in use, %" PRId64 " ms, has passed)", nd->node.ep.display, nd->uptime_s,
-             (int64_t)(nd->restarted_until - now), r->max_lease_ms);
+    snprintf(why, len,
+             "%s restarted recently (run_id changed, up %" PRId64 " s; counts again in %" PRId64
+             " ms, when the longest lease in use, %" PRId64 " ms, has passed)",
+             nd->node.ep.display, nd->uptime_s, (int64_t)(nd->restarted_until - now), r->max_lease_ms);
     ok = 0;
   } else if (marker_rule && nd->marker == 0) {
     /* The restart rule for every client, also one that never saw the node
@@ -892,9 +908,11 @@ static int counts_ex(redlock *r, int i, char *why, size_t len, int marker_rule) 
      * a client first found it so (rl_acquire decides when that passed). */
     int64_t longest = longest_lease(r);
     int64_t left = longest + longest / 100 + 2 - nd->q_age_ms - (int64_t)(now - nd->q_at);
-    snprintf(why, len, "%s restarted without its data, was flushed or is new (the restart marker '%s' is missing "
-             "there); held out for the longest lease, %" PRId64 " ms, on its own clock: counts again in about %"
-             PRId64 " ms", nd->node.ep.display, r->marker_key, longest, left > 0 ? left : 0);
+    snprintf(why, len,
+             "%s restarted without its data, was flushed or is new (the restart marker '%s' is missing "
+             "there); held out for the longest lease, %" PRId64 " ms, on its own clock: counts again in about %" PRId64
+             " ms",
+             nd->node.ep.display, r->marker_key, longest, left > 0 ? left : 0);
     ok = 0;
   }
   pthread_mutex_unlock(&r->mu);
@@ -948,8 +966,10 @@ static int acquire_decided(redlock *r, const slot *s, void *ctx) {
     /* Counts early: a marker that counts, or none readable (NOPERM: no
      * marker rule). Another error (-BUSY) is no answer: not early. */
     int marked = marker_reply_ok(mk) ? mk->element[0]->integer == 1 : marker_noperm(mk);
-    if (got != 1 || !counts_ex(r, i, why, sizeof why, 0)) no++;
-    else if (marked) yes++;
+    if (got != 1 || !counts_ex(r, i, why, sizeof why, 0))
+      no++;
+    else if (marked)
+      yes++;
   }
   return yes >= r->quorum || r->n - no < r->quorum;
 }
@@ -966,11 +986,14 @@ static int extend_decided(redlock *r, const slot *s, void *ctx) {
       int pending;
       const dlock__reply *v = answer(&s[i], j, &pending);
       char why[300];
-      if (pending) pend++;
+      if (pending)
+        pend++;
       else if (v && v->type == DLOCK__REPLY_INTEGER && (v->integer == 1 || v->integer == 0) &&
                counts(r, i, why, sizeof why)) {
-        if (v->integer == 1) conf++;
-        else takeable++;
+        if (v->integer == 1)
+          conf++;
+        else
+          takeable++;
       }
     }
     if (conf < r->quorum && conf + pend >= r->quorum && conf + takeable < r->quorum) return 0;
@@ -1008,9 +1031,12 @@ static int delete_decided(redlock *r, const slot *s, void *ctx) {
     for (int i = 0; i < r->n; i++) {
       int pending;
       const dlock__reply *v = answer(&s[i], j, &pending);
-      if (pending) other++;
-      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1) one++;
-      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer < 0) other++;
+      if (pending)
+        other++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer == 1)
+        one++;
+      else if (v && v->type == DLOCK__REPLY_INTEGER && v->integer < 0)
+        other++;
     }
     if (!one || other >= r->quorum) return 0;
   }
@@ -1310,8 +1336,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
         int promoted = p && p->type == DLOCK__REPLY_INTEGER && p->integer == 1;
         pthread_mutex_lock(&r->mu);
         int need = r->node[i].marker == 2;
-        if (need && promoted) r->node[i].marker = 1;
-        else if (need && p && p->type == DLOCK__REPLY_INTEGER) r->node[i].marker = 0; /* emptied since the look */
+        if (need && promoted)
+          r->node[i].marker = 1;
+        else if (need && p && p->type == DLOCK__REPLY_INTEGER)
+          r->node[i].marker = 0; /* emptied since the look */
         pthread_mutex_unlock(&r->mu);
         if (!((okmask >> i) & 1)) continue;
         char why[300];
@@ -1341,8 +1369,10 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
       snprintf(fencemsg, sizeof fencemsg, " the fence write-back was confirmed by only %d (%s)", confirmed,
                fm.o ? fm.buf : "nodes not counted");
     else
-      snprintf(slow, sizeof slow, " too slow: the validity was spent (%" PRId64 " ms elapsed of a %" PRId64
-               " ms lease, less %" PRId64 " ms drift)", (int64_t)(t1 - t0), lease, lease / 100 + 2);
+      snprintf(slow, sizeof slow,
+               " too slow: the validity was spent (%" PRId64 " ms elapsed of a %" PRId64 " ms lease, less %" PRId64
+               " ms drift)",
+               (int64_t)(t1 - t0), lease, lease / 100 + 2);
   }
   /* Not acquired: delete our token everywhere, also where no reply came. */
   unsigned failed = 0;
@@ -1369,17 +1399,17 @@ static int rl_acquire(redlock *r, dlock__script_call *call, dlock__reply **reply
   if (need > queued_on) need = queued_on;
   call->rl_need = need < 1 ? 1 : need;
   if (unknown)
-    add(&m, "outcome unknown: our token may remain on a majority of the Redlock nodes until its lease (%" PRId64
+    add(&m,
+        "outcome unknown: our token may remain on a majority of the Redlock nodes until its lease (%" PRId64
         " ms) ends, so the lock may be held by it: wait for the lease to end before trying again, or, when no "
         "other holder can exist, force-release it (dlock release --force NAME). %d of %d nodes took it (%d "
-        "needed)%s%s%s", lease, ok, r->n, r->quorum,
-        ok >= r->quorum ? ", but" : "", slow, fencemsg);
+        "needed)%s%s%s",
+        lease, ok, r->n, r->quorum, ok >= r->quorum ? ", but" : "", slow, fencemsg);
   else if (ok >= r->quorum)
-    add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow,
-        fencemsg);
+    add(&m, "not acquired: %d of %d Redlock nodes took it (%d needed), but%s%s", ok, r->n, r->quorum, slow, fencemsg);
   else
-    add(&m, "%s: %d of %d Redlock nodes confirmed, %d needed", status == DLOCK_EBUSY ? "held by another owner" :
-        "no quorum", ok, r->n, r->quorum);
+    add(&m, "%s: %d of %d Redlock nodes confirmed, %d needed",
+        status == DLOCK_EBUSY ? "held by another owner" : "no quorum", ok, r->n, r->quorum);
   if (busy) add(&m, "; held by another owner on %d (%s)", busy, held.buf);
   if (down) add(&m, "; unreachable or failing on %d (%s)", down, unreach.buf);
   if (out) add(&m, "; not counted on %d (%s)", out, excl.buf);
@@ -1470,8 +1500,10 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
       const dlock__reply *v = x.res[(size_t)i * n + j];
       if (!v || v->type != DLOCK__REPLY_INTEGER) {
         failed++;
-        if (x.s[i].rc) add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
-        else add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display, v ? v->str : "no reply");
+        if (x.s[i].rc)
+          add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+        else
+          add(&m, "%s%s: %s", m.o ? "; " : "", r->node[i].node.ep.display, v ? v->str : "no reply");
       } else if (v->integer == 1) {
         if (counted[i]) {
           conf++;
@@ -1488,8 +1520,10 @@ static int rl_extend(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
          * "taken" only on a counted node: a node that restarted empty or
          * is held out may carry a crashed contender's key, which is no
          * majority of the counted nodes (review 4, finding 2). */
-        if (counted[i]) neg++;
-        else others++;
+        if (counted[i])
+          neg++;
+        else
+          others++;
         if (v->integer == -2) tomb++;
         add(&m, "%s%s: %s%s%s", m.o ? "; " : "", r->node[i].node.ep.display,
             v->integer == -2 ? "deleted by a forced release" : "held by another owner", counted[i] ? "" : ", and ",
@@ -1573,19 +1607,26 @@ static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
             v->type == DLOCK__REPLY_ERROR ? v->str : "unexpected reply");
       } else {
         answered++;
-        if (v->integer == 1) one++;
-        else if (v->integer < 0) neg++, tomb += v->integer == -2;
-        else zero++;
+        if (v->integer == 1)
+          one++;
+        else if (v->integer < 0)
+          neg++, tomb += v->integer == -2;
+        else
+          zero++;
       }
     }
-    if (neg >= r->quorum) replies[j] = mk_int(tomb ? -2 : -1);
-    else if (one) replies[j] = mk_int(1);
+    if (neg >= r->quorum)
+      replies[j] = mk_int(tomb ? -2 : -1);
+    else if (one)
+      replies[j] = mk_int(1);
     else if (maybe || (!answered && !errrep)) {
       calls[j].maybe_ran = maybe > 0;
       rc = dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT, "%s on no Redlock node confirmed (%s)",
                         dlock__script_name(calls[j].script), m.buf);
-    } else if (!answered) replies[j] = copy_reply(errrep);
-    else replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
+    } else if (!answered)
+      replies[j] = copy_reply(errrep);
+    else
+      replies[j] = mk_int(tomb ? -2 : neg ? -1 : 0);
     if (!rc && !replies[j]) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   }
   run_free(r, &x);
@@ -1670,8 +1711,8 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
 
 /* Raise the fence counters of the nodes in 'mask' to 'fs' (rl_fence.lua,
  * the acquire's write-back); how many counted nodes confirmed. */
-static int fence_back(redlock *r, const dlock__script_call *call, const char *fs, unsigned mask,
-                      dlock_mono_ms deadline, msg *why) {
+static int fence_back(redlock *r, const dlock__script_call *call, const char *fs, unsigned mask, dlock_mono_ms deadline,
+                      msg *why) {
   dlock__script_call fc;
   memset(&fc, 0, sizeof fc);
   fc.script = DLOCK__SCRIPT_RL_FENCE;
@@ -1840,8 +1881,8 @@ static int rl_sched_claim(redlock *r, dlock__script_call *call, dlock__reply **r
     int others = claimed + busy;
     /* Claimers split the nodes and none has a majority, though enough
      * nodes answer for one: try again (each claimer gave its part back). */
-    int tie = yoursmask && others < r->quorum && ahead < r->quorum && wait < r->quorum &&
-              r->n - down - failed >= r->quorum;
+    int tie =
+        yoursmask && others < r->quorum && ahead < r->quorum && wait < r->quorum && r->n - down - failed >= r->quorum;
     if (tie && attempt < 3) {
       run_free(r, &x);
       char rnd[5];
@@ -1850,9 +1891,9 @@ static int rl_sched_claim(redlock *r, dlock__script_call *call, dlock__reply **r
       nanosleep(&ts, NULL);
       continue;
     }
-    int pick = ahead >= r->quorum  ? first_ahead
-               : wait >= r->quorum ? first_wait
-               : busy >= r->quorum ? first_busy
+    int pick = ahead >= r->quorum    ? first_ahead
+               : wait >= r->quorum   ? first_wait
+               : busy >= r->quorum   ? first_busy
                : others >= r->quorum ? (first_claimed >= 0 ? first_claimed : first_busy)
                                      : -1;
     if (pick < 0 && errrep && failed == r->n) pick = -2; /* the same script error everywhere: the caller's to map */
@@ -1862,10 +1903,11 @@ static int rl_sched_claim(redlock *r, dlock__script_call *call, dlock__reply **r
       return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
     }
     run_free(r, &x);
-    return dlock__error(DLOCK_EQUORUM, "tick claim: no majority of the %d Redlock nodes (%d needed) answered "
+    return dlock__error(DLOCK_EQUORUM,
+                        "tick claim: no majority of the %d Redlock nodes (%d needed) answered "
                         "for one claimer: ours on %d, another node's or the previous run's on %d, unreachable or "
-                        "failing on %d (%s); our part was given back", r->n, r->quorum, yours, others,
-                        down + failed, m.buf);
+                        "failing on %d (%s); our part was given back",
+                        r->n, r->quorum, yours, others, down + failed, m.buf);
   }
 }
 
@@ -1911,8 +1953,10 @@ static int rl_sched_finish(redlock *r, dlock__script_call *call, dlock__reply **
   }
   call->maybe_ran = maybe > 0;
   run_free(r, &x);
-  return dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT, "the end of the run was confirmed by no Redlock "
-                      "node (%s)", m.buf);
+  return dlock__error(maybe ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT,
+                      "the end of the run was confirmed by no Redlock "
+                      "node (%s)",
+                      m.buf);
 }
 
 /* Read-only scripts (the run history): the first node, in the order of the
@@ -1929,8 +1973,10 @@ static int rl_first(redlock *r, dlock__script_call *call, dlock__reply **reply) 
   memset(&m, 0, sizeof m);
   for (int i = 0; i < r->n; i++) {
     const dlock__reply *v = x.res[i];
-    if (!v) add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
-    else if (!pick || (pick->type == DLOCK__REPLY_ERROR && v->type != DLOCK__REPLY_ERROR)) pick = v;
+    if (!v)
+      add(&m, "%s%s", m.o ? "; " : "", x.s[i].err);
+    else if (!pick || (pick->type == DLOCK__REPLY_ERROR && v->type != DLOCK__REPLY_ERROR))
+      pick = v;
   }
   if (!pick) {
     run_free(r, &x);
@@ -1979,8 +2025,10 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
     char why[300];
     if (v->element[0]->integer == 1) {
       if (parsed && f > prev) prev = f;
-      if (counts(r, i, why, sizeof why)) admitted++;
-      else add(&m, "%s%s", m.o ? "; " : "", why);
+      if (counts(r, i, why, sizeof why))
+        admitted++;
+      else
+        add(&m, "%s%s", m.o ? "; " : "", why);
     } else {
       if (stale < 0 || (parsed && f > high)) stale = i;
       if (parsed && f > high) high = f;
@@ -1989,9 +2037,12 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
   char fs[24];
   if (stale >= 0 || admitted >= r->quorum) {
     run_free(r, &x);
-    if (stale >= 0) snprintf(fs, sizeof fs, "%" PRIu64, high);
-    else if (prev) snprintf(fs, sizeof fs, "%" PRIu64, prev);
-    else fs[0] = '\0';
+    if (stale >= 0)
+      snprintf(fs, sizeof fs, "%" PRIu64, high);
+    else if (prev)
+      snprintf(fs, sizeof fs, "%" PRIu64, prev);
+    else
+      fs[0] = '\0';
     *reply = mk_pair(stale >= 0 ? 0 : 1, mk_str(DLOCK__REPLY_STRING, fs));
     return *reply ? 0 : dlock__error(DLOCK_ENOMEM, "out of memory");
   }
@@ -2004,8 +2055,10 @@ static int rl_guard(redlock *r, dlock__script_call *call, dlock__reply **reply) 
    * the caller may send it once more. */
   call->maybe_ran = !answered && maybe;
   run_free(r, &x);
-  return dlock__error(DLOCK_EQUORUM, "admitted by %d of %d Redlock nodes, %d needed, and none knows a higher "
-                      "token (%s); the write must not proceed", admitted, r->n, r->quorum, m.buf);
+  return dlock__error(DLOCK_EQUORUM,
+                      "admitted by %d of %d Redlock nodes, %d needed, and none knows a higher "
+                      "token (%s); the write must not proceed",
+                      admitted, r->n, r->quorum, m.buf);
 }
 
 /* ---- The folds: how the nodes' answers to each script make one ----
@@ -2019,9 +2072,7 @@ DLOCK__QUORUM_FOLD(dlock__rl_fold_acquire) {
   return rl_acquire((redlock *)t, &calls[0], &replies[0]);
 }
 
-DLOCK__QUORUM_FOLD(dlock__rl_fold_extend) {
-  return rl_extend((redlock *)t, calls, n, replies, limit);
-}
+DLOCK__QUORUM_FOLD(dlock__rl_fold_extend) { return rl_extend((redlock *)t, calls, n, replies, limit); }
 
 DLOCK__QUORUM_FOLD(dlock__rl_fold_delete) {
   (void)limit;
@@ -2029,10 +2080,10 @@ DLOCK__QUORUM_FOLD(dlock__rl_fold_delete) {
 }
 
 /* Folds of one call at a time (a pipeline of them goes to one node). */
-#define ONE_CALL_FOLD(name, fn)                                                                             \
-  DLOCK__QUORUM_FOLD(name) {                                                                                \
-    (void)limit;                                                                                            \
-    return n == 1 ? fn((redlock *)t, &calls[0], &replies[0]) : DLOCK__QUORUM_PASS;                          \
+#define ONE_CALL_FOLD(name, fn)                                                    \
+  DLOCK__QUORUM_FOLD(name) {                                                       \
+    (void)limit;                                                                   \
+    return n == 1 ? fn((redlock *)t, &calls[0], &replies[0]) : DLOCK__QUORUM_PASS; \
   }
 ONE_CALL_FOLD(dlock__rl_fold_info, rl_info)
 ONE_CALL_FOLD(dlock__rl_fold_sched_claim, rl_sched_claim)
@@ -2105,9 +2156,9 @@ static int shares_address(const struct addrinfo *ra, const struct addrinfo *rb) 
 static int listed_before(dlock__endpoint *eps, struct addrinfo **ai, int i) {
   for (int j = 0; j < i; j++) {
     if (eps[i].is_unix != eps[j].is_unix) continue;
-    if (eps[i].is_unix ? !strcmp(eps[i].path, eps[j].path)
-                       : eps[i].port == eps[j].port &&
-                             (!strcmp(eps[i].host, eps[j].host) || shares_address(ai[i], ai[j])))
+    if (eps[i].is_unix
+            ? !strcmp(eps[i].path, eps[j].path)
+            : eps[i].port == eps[j].port && (!strcmp(eps[i].host, eps[j].host) || shares_address(ai[i], ai[j])))
       return j;
   }
   return -1;
@@ -2118,8 +2169,10 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   *out = NULL;
   if (n < 3 || n > DLOCK__REDLOCK_MAX) {
     for (int i = 0; i < n; i++) dlock__endpoint_clear(&eps[i]);
-    return dlock__error(DLOCK_EURL, "Redlock needs 3 or more independent masters (5 advised), at most %d; %d %s "
-                        "given", DLOCK__REDLOCK_MAX, n, n == 1 ? "was" : "were");
+    return dlock__error(DLOCK_EURL,
+                        "Redlock needs 3 or more independent masters (5 advised), at most %d; %d %s "
+                        "given",
+                        DLOCK__REDLOCK_MAX, n, n == 1 ? "was" : "were");
   }
   struct addrinfo *ai[DLOCK__REDLOCK_MAX] = {0};
   struct addrinfo hints;
@@ -2135,11 +2188,15 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
     if (ai[i]) freeaddrinfo(ai[i]);
   if (dup >= 0) {
     int rc = !strcmp(eps[dup].display, eps[first].display)
-                 ? dlock__error(DLOCK_EURL, "Redlock node %s is listed twice; each node must be a separate, "
-                                "independent master", eps[dup].display)
-                 : dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (the same "
+                 ? dlock__error(DLOCK_EURL,
+                                "Redlock node %s is listed twice; each node must be a separate, "
+                                "independent master",
+                                eps[dup].display)
+                 : dlock__error(DLOCK_EURL,
+                                "Redlock nodes %s and %s are one server listed twice (the same "
                                 "address and port); each node must be a separate, independent master: list it "
-                                "once", eps[first].display, eps[dup].display);
+                                "once",
+                                eps[first].display, eps[dup].display);
     for (int k = 0; k < n; k++) dlock__endpoint_clear(&eps[k]);
     return rc;
   }
@@ -2189,8 +2246,10 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
   msg m;
   memset(&m, 0, sizeof m);
   for (int i = 0; i < n; i++) {
-    if (!s[i].rc) answered++;
-    else add(&m, "%s%s", m.o ? "; " : "", s[i].err);
+    if (!s[i].rc)
+      answered++;
+    else
+      add(&m, "%s%s", m.o ? "; " : "", s[i].err);
   }
   slots_free(s, n);
   if (!answered) {
@@ -2207,7 +2266,8 @@ int dlock__topology_redlock_new(dlock__endpoint *eps, int n, int max_conns, dloc
     if ((first = same_server_as(r, i)) >= 0) dup = i;
   pthread_mutex_unlock(&r->mu);
   if (dup >= 0) {
-    rc = dlock__error(DLOCK_EURL, "Redlock nodes %s and %s are one server listed twice (both report run_id %s in "
+    rc = dlock__error(DLOCK_EURL,
+                      "Redlock nodes %s and %s are one server listed twice (both report run_id %s in "
                       "INFO server); each node must be a separate, independent master: list it once",
                       r->node[first].node.ep.display, r->node[dup].node.ep.display, r->node[dup].run_id);
     rl_destroy(&r->base);

@@ -44,7 +44,7 @@ typedef struct sentinel_topo {
   atomic_int recheck; /* the watcher saw a switch: resolve before the next command */
   atomic_uint_fast64_t epoch;
   pthread_mutex_t warn_mu; /* guards 'warning' (asked with or without 'mu') */
-  char warning[512];  /* the last disagreement between sentinels, "" if none */
+  char warning[512];       /* the last disagreement between sentinels, "" if none */
   /* Watcher thread. */
   pthread_t thread;
   int thread_started;
@@ -173,8 +173,10 @@ static int ask_sentinels(sentinel_topo *t, char *host, size_t hostlen, int *port
     }
     pthread_mutex_lock(&t->warn_mu);
     if (warning[0])
-      snprintf(t->warning, sizeof t->warning, "sentinels disagree on the master of '%.100s': %s; following the %d of %d "
-               "that name %s:%d", svc, warning, best_votes, answered, a[best].host, a[best].port);
+      snprintf(t->warning, sizeof t->warning,
+               "sentinels disagree on the master of '%.100s': %s; following the %d of %d "
+               "that name %s:%d",
+               svc, warning, best_votes, answered, a[best].host, a[best].port);
     else
       t->warning[0] = '\0';
     pthread_mutex_unlock(&t->warn_mu);
@@ -191,29 +193,39 @@ static int ask_sentinels(sentinel_topo *t, char *host, size_t hostlen, int *port
   if (not_sentinel == n) {
     for (int i = 0; i < n; i++)
       append(msg, sizeof msg, "%s%s (%s)", i ? ", " : "", t->u.sentinel[i].display, a[i].detail);
-    return dlock__error(DLOCK_ETOPOLOGY, "%s: not a Redis Sentinel: %s; a redis-sentinel:// URL lists the sentinels "
+    return dlock__error(DLOCK_ETOPOLOGY,
+                        "%s: not a Redis Sentinel: %s; a redis-sentinel:// URL lists the sentinels "
                         "(port 26379 by default), not the Redis server (use redis://host:port for one server)",
                         n == 1 ? t->u.sentinel[0].display : "none of the servers is", msg);
   }
   if (answered == 0) {
     for (int i = 0; i < n; i++)
       append(msg, sizeof msg, "%s%s: %s", i ? "; " : "", t->u.sentinel[i].display, a[i].detail);
-    return dlock__error(DLOCK_ETOPOLOGY, "no sentinel could be asked for the master of '%.100s': %s; are the "
-                        "sentinels running at these addresses?", svc, msg);
+    return dlock__error(DLOCK_ETOPOLOGY,
+                        "no sentinel could be asked for the master of '%.100s': %s; are the "
+                        "sentinels running at these addresses?",
+                        svc, msg);
   }
   if (unknown == answered) {
     for (int i = 0; i < n; i++)
       if (a[i].kind == ANS_UNKNOWN) append(msg, sizeof msg, "%s%s", msg[0] ? ", " : "", t->u.sentinel[i].display);
-    return dlock__error(DLOCK_ETOPOLOGY, "service '%.100s' is unknown to the sentinels (%s); check the service "
-                        "name (SENTINEL MASTERS lists the monitored ones)", svc, msg);
+    return dlock__error(DLOCK_ETOPOLOGY,
+                        "service '%.100s' is unknown to the sentinels (%s); check the service "
+                        "name (SENTINEL MASTERS lists the monitored ones)",
+                        svc, msg);
   }
   for (int i = 0; i < n; i++) {
-    if (a[i].kind == ANS_ADDR) append(msg, sizeof msg, "%s%s names %s:%d", msg[0] ? "; " : "", t->u.sentinel[i].display, a[i].host, a[i].port);
-    else if (a[i].kind == ANS_UNKNOWN) append(msg, sizeof msg, "%s%s does not know it", msg[0] ? "; " : "", t->u.sentinel[i].display);
-    else append(msg, sizeof msg, "%s%s failed: %s", msg[0] ? "; " : "", t->u.sentinel[i].display, a[i].detail);
+    if (a[i].kind == ANS_ADDR)
+      append(msg, sizeof msg, "%s%s names %s:%d", msg[0] ? "; " : "", t->u.sentinel[i].display, a[i].host, a[i].port);
+    else if (a[i].kind == ANS_UNKNOWN)
+      append(msg, sizeof msg, "%s%s does not know it", msg[0] ? "; " : "", t->u.sentinel[i].display);
+    else
+      append(msg, sizeof msg, "%s%s failed: %s", msg[0] ? "; " : "", t->u.sentinel[i].display, a[i].detail);
   }
-  return dlock__error(DLOCK_ETOPOLOGY, "no majority of the %d sentinels that answered names one master for "
-                      "'%.100s': %s; a failover may be under way: retry", answered, svc, msg);
+  return dlock__error(DLOCK_ETOPOLOGY,
+                      "no majority of the %d sentinels that answered names one master for "
+                      "'%.100s': %s; a failover may be under way: retry",
+                      answered, svc, msg);
 }
 
 /* ---- Nodes per master address ---- */
@@ -222,8 +234,10 @@ static dlock__node *node_for(sentinel_topo *t, const char *host, int port, int *
   for (int i = 0; i < t->nnodes; i++)
     if (t->nodes[i]->ep.port == port && !strcmp(t->nodes[i]->ep.host, host)) return t->nodes[i];
   if (t->nnodes == MAX_NODES) {
-    *rc = dlock__error(DLOCK_ETOPOLOGY, "the master of '%.100s' moved between more than %d addresses; create "
-                       "a new client", t->u.service, MAX_NODES);
+    *rc = dlock__error(DLOCK_ETOPOLOGY,
+                       "the master of '%.100s' moved between more than %d addresses; create "
+                       "a new client",
+                       t->u.service, MAX_NODES);
     return NULL;
   }
   dlock__endpoint ep = t->u.master; /* copy the template's strings */
@@ -233,8 +247,8 @@ static dlock__node *node_for(sentinel_topo *t, const char *host, int port, int *
   if (t->u.master.password) ep.password = strdup(t->u.master.password);
   ep.path = ep.tls_ca_file = ep.tls_cert_file = ep.tls_key_file = ep.tls_server_name = NULL;
   ep.port = port;
-  snprintf(ep.display, sizeof ep.display, "%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
-           strchr(host, ':') ? "]" : "", port);
+  snprintf(ep.display, sizeof ep.display, "%s%s%s:%d", strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+           port);
   dlock__node *n = calloc(1, sizeof *n);
   if (!n || !ep.host || (t->u.master.username && !ep.username) || (t->u.master.password && !ep.password)) {
     free(n);
@@ -275,7 +289,8 @@ static int check_role(dlock__node *n, char *role, size_t rolelen, dlock_mono_ms 
 static int resolve_timed_out(sentinel_topo *t, const char *what) {
   char list[600];
   sentinel_list(t, list, sizeof list);
-  return dlock__error(DLOCK_ETIMEDOUT, "the master of '%.100s' was not resolved through the sentinels (%s) before "
+  return dlock__error(DLOCK_ETIMEDOUT,
+                      "the master of '%.100s' was not resolved through the sentinels (%s) before "
                       "the deadline: %.400s; the lock may be lost: check the master and the sentinels",
                       t->u.service, list, what);
 }
@@ -308,14 +323,16 @@ static dlock__node *resolve(sentinel_topo *t, dlock_mono_ms limit, int *rc) {
     }
     if (is_master < 0) {
       *rc = is_master;
-      dlock__error_prefix("the sentinels name %s as the master of '%.100s', but it cannot be used: ",
-                          n->ep.display, t->u.service);
+      dlock__error_prefix("the sentinels name %s as the master of '%.100s', but it cannot be used: ", n->ep.display,
+                          t->u.service);
       return NULL;
     }
     /* A replica or a demoted master: the sentinels have not caught up yet. */
     if (dlock_mono_now() + ROLE_RETRY_MS >= deadline) {
-      *rc = dlock__error(DLOCK_ETOPOLOGY, "the sentinels name %s as the master of '%.100s', but it reports role "
-                         "'%s'; a failover is probably under way: retry", n->ep.display, t->u.service, role);
+      *rc = dlock__error(DLOCK_ETOPOLOGY,
+                         "the sentinels name %s as the master of '%.100s', but it reports role "
+                         "'%s'; a failover is probably under way: retry",
+                         n->ep.display, t->u.service, role);
       return NULL;
     }
     dlock__sleep_ms(ROLE_RETRY_MS);
@@ -379,7 +396,8 @@ static int subscribe(sentinel_topo *t, int idx, dlock__conn **out) {
   const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
   size_t lens[2] = {9, 14};
   dlock__cmd cmd = {2, argv, lens};
-  if ((rc = dlock__conn_append(conn, &cmd)) || (rc = dlock__conn_flush(conn, dlock_mono_now() + ep.command_timeout_ms))) {
+  if ((rc = dlock__conn_append(conn, &cmd)) ||
+      (rc = dlock__conn_flush(conn, dlock_mono_now() + ep.command_timeout_ms))) {
     dlock__conn_close(conn);
     return rc;
   }

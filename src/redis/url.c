@@ -41,9 +41,17 @@ static char *decode(const char *s, size_t n, int *bad) {
   if (!out) return NULL;
   for (size_t i = 0; i < n; i++) {
     if (s[i] == '%') {
-      if (i + 2 >= n) { *bad = 1; free(out); return NULL; }
+      if (i + 2 >= n) {
+        *bad = 1;
+        free(out);
+        return NULL;
+      }
       int h = hexval((unsigned char)s[i + 1]), l = hexval((unsigned char)s[i + 2]);
-      if (h < 0 || l < 0 || (h == 0 && l == 0)) { *bad = 1; free(out); return NULL; }
+      if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+        *bad = 1;
+        free(out);
+        return NULL;
+      }
       out[o++] = (char)(h * 16 + l);
       i += 2;
     } else {
@@ -157,12 +165,12 @@ static int bad_url(const char *url, const char *why) {
   return dlock__error(DLOCK_EURL,
                       "bad Redis URL '%.200s': %s (expected redis://[user[:password]@]host[:port][/db], "
                       "rediss://..., unix:///path/to/redis.sock, redis-sentinel://host:port,.../SERVICE "
-                      "or redis-cluster://host:port,host:port,...)", shown, why);
+                      "or redis-cluster://host:port,host:port,...)",
+                      shown, why);
 }
 
 /* Apply one ?key=value parameter. */
-static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size_t kn,
-                       const char *v, size_t vn) {
+static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size_t kn, const char *v, size_t vn) {
   int bad = 0;
   char **target = NULL;
   if (kn == 2 && !memcmp(k, "db", 2)) {
@@ -175,22 +183,31 @@ static int apply_param(dlock__endpoint *ep, const char *url, const char *k, size
     ep->tls_skip_verify = (vn == 1 && v[0] == '1');
     return 0;
   }
-  if (kn == 4 && !memcmp(k, "user", 4)) target = &ep->username;
-  else if (kn == 8 && !memcmp(k, "password", 8)) target = &ep->password;
-  else if (kn == 6 && !memcmp(k, "cacert", 6)) target = &ep->tls_ca_file;
-  else if (kn == 4 && !memcmp(k, "cert", 4)) target = &ep->tls_cert_file;
-  else if (kn == 3 && !memcmp(k, "key", 3)) target = &ep->tls_key_file;
-  else if (kn == 3 && !memcmp(k, "sni", 3)) target = &ep->tls_server_name;
+  if (kn == 4 && !memcmp(k, "user", 4))
+    target = &ep->username;
+  else if (kn == 8 && !memcmp(k, "password", 8))
+    target = &ep->password;
+  else if (kn == 6 && !memcmp(k, "cacert", 6))
+    target = &ep->tls_ca_file;
+  else if (kn == 4 && !memcmp(k, "cert", 4))
+    target = &ep->tls_cert_file;
+  else if (kn == 3 && !memcmp(k, "key", 3))
+    target = &ep->tls_key_file;
+  else if (kn == 3 && !memcmp(k, "sni", 3))
+    target = &ep->tls_server_name;
   else {
     char shown[256];
     dlock_url_redact(url, shown, sizeof shown);
-    return dlock__error(DLOCK_EURL, "bad Redis URL '%.200s': unknown parameter '%.*s' (known: db, user, "
-                        "password, cacert, cert, key, sni, insecure)", shown, (int)kn, k);
+    return dlock__error(DLOCK_EURL,
+                        "bad Redis URL '%.200s': unknown parameter '%.*s' (known: db, user, "
+                        "password, cacert, cert, key, sni, insecure)",
+                        shown, (int)kn, k);
   }
   free(*target);
   *target = decode(v, vn, &bad);
-  if (!*target) return bad ? bad_url(url, "bad percent-encoding in a parameter")
-                           : dlock__error(DLOCK_ENOMEM, "out of memory parsing URL");
+  if (!*target)
+    return bad ? bad_url(url, "bad percent-encoding in a parameter")
+               : dlock__error(DLOCK_ENOMEM, "out of memory parsing URL");
   return 0;
 }
 
@@ -291,8 +308,8 @@ static int parse_tcp(dlock__endpoint *ep, const char *url, const char *rest) {
     int rc = parse_query(ep, url, qm + 1);
     if (rc) return rc;
   }
-  snprintf(ep->display, sizeof ep->display, "%s%s%s%s:%d", ep->tls ? "tls " : "",
-           strchr(ep->host, ':') ? "[" : "", ep->host, strchr(ep->host, ':') ? "]" : "", ep->port);
+  snprintf(ep->display, sizeof ep->display, "%s%s%s%s:%d", ep->tls ? "tls " : "", strchr(ep->host, ':') ? "[" : "",
+           ep->host, strchr(ep->host, ':') ? "]" : "", ep->port);
   return 0;
 }
 
@@ -408,9 +425,7 @@ void dlock__endpoint_clear(dlock__endpoint *ep) {
 
 #define SENTINEL_SCHEME "redis-sentinel://"
 
-int dlock__url_is_sentinel(const char *url) {
-  return url && !strncmp(url, SENTINEL_SCHEME, strlen(SENTINEL_SCHEME));
-}
+int dlock__url_is_sentinel(const char *url) { return url && !strncmp(url, SENTINEL_SCHEME, strlen(SENTINEL_SCHEME)); }
 
 /* 'url' with the passwords (userinfo, master_password=) replaced by "****". */
 static void mask_sentinel_url(const char *url, char *out, size_t outlen) {
@@ -420,7 +435,14 @@ static void mask_sentinel_url(const char *url, char *out, size_t outlen) {
     if (*p == '@') at = p;
   size_t o = 0;
   out[0] = '\0';
-#define PUT(s, n) do { size_t n_ = (n); if (o + n_ >= outlen) n_ = outlen - 1 - o; memcpy(out + o, (s), n_); o += n_; out[o] = '\0'; } while (0)
+#define PUT(s, n)                              \
+  do {                                         \
+    size_t n_ = (n);                           \
+    if (o + n_ >= outlen) n_ = outlen - 1 - o; \
+    memcpy(out + o, (s), n_);                  \
+    o += n_;                                   \
+    out[o] = '\0';                             \
+  } while (0)
   PUT(url, strlen(SENTINEL_SCHEME));
   if (at) {
     const char *colon = memchr(rest, ':', (size_t)(at - rest));
@@ -458,7 +480,8 @@ static int bad_sentinel_url(const dlock__sentinel_url *u, const char *why) {
   return dlock__error(DLOCK_EURL,
                       "bad Redis Sentinel URL '%s': %s (expected redis-sentinel://[user[:password]@]"
                       "host[:port][,host[:port]...]/SERVICE[?db=N&master_user=U&master_password=P"
-                      "&wait_replicas=N&wait_timeout=MS])", u->shown, why);
+                      "&wait_replicas=N&wait_timeout=MS])",
+                      u->shown, why);
 }
 
 /* One "host[:port]" of the sentinel list into 'ep' (port 26379 by default). */
@@ -481,7 +504,8 @@ static int parse_sentinel_host(dlock__sentinel_url *u, const char *s, size_t n, 
   }
   if (hend == hstart) return bad_sentinel_url(u, "a sentinel address without a host");
   for (const char *p = hstart; p < hend; p++)
-    if (!isalnum((unsigned char)*p) && !strchr(".-_:", *p)) return bad_sentinel_url(u, "bad character in a sentinel host");
+    if (!isalnum((unsigned char)*p) && !strchr(".-_:", *p))
+      return bad_sentinel_url(u, "bad character in a sentinel host");
   if (!(ep->host = dup_range(hstart, (size_t)(hend - hstart)))) return DLOCK_ENOMEM;
   ep->port = 26379;
   if (port) {
@@ -518,10 +542,15 @@ static int apply_sentinel_param(dlock__sentinel_url *u, const char *k, size_t kn
     u->wait_timeout_ms = (int)num;
     return 0;
   }
-  if (KEY_IS("master_user")) target = &u->master.username;
-  else if (KEY_IS("master_password")) target = &u->master.password;
-  else return dlock__error(DLOCK_EURL, "bad Redis Sentinel URL '%s': unknown parameter '%.*s' (known: db, "
-                           "master_user, master_password, wait_replicas, wait_timeout)", u->shown, (int)kn, k);
+  if (KEY_IS("master_user"))
+    target = &u->master.username;
+  else if (KEY_IS("master_password"))
+    target = &u->master.password;
+  else
+    return dlock__error(DLOCK_EURL,
+                        "bad Redis Sentinel URL '%s': unknown parameter '%.*s' (known: db, "
+                        "master_user, master_password, wait_replicas, wait_timeout)",
+                        u->shown, (int)kn, k);
 #undef KEY_IS
   free(*target);
   *target = decode(v, vn, &bad);

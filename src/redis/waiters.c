@@ -40,14 +40,14 @@ typedef struct channel {
   char *name;
   size_t len;
   int refs;
-  int sent;      /* SUBSCRIBE written on the current connection */
-  int confirmed; /* 1 subscribed, -1 refused by the server */
-  int ever;      /* confirmed once: a later confirmation ends a gap */
+  int sent;              /* SUBSCRIBE written on the current connection */
+  int confirmed;         /* 1 subscribed, -1 refused by the server */
+  int ever;              /* confirmed once: a later confirmation ends a gap */
   dlock_mono_ms sent_at; /* when 'sent' was set: unconfirmed for long, the link is dead */
-  dlock__node *node; /* where it was sent (valid while 'sent') */
-  int reroute;   /* cluster: the slot moved or its node failed; ask the router again */
-  dlock__node *fixed; /* Redlock: this entry's home, one of the nodes; NULL: routed */
-  int shard;     /* SSUBSCRIBE also off a cluster (dlock__sub_target.shard) */
+  dlock__node *node;     /* where it was sent (valid while 'sent') */
+  int reroute;           /* cluster: the slot moved or its node failed; ask the router again */
+  dlock__node *fixed;    /* Redlock: this entry's home, one of the nodes; NULL: routed */
+  int shard;             /* SSUBSCRIBE also off a cluster (dlock__sub_target.shard) */
 } channel;
 
 /* One pub/sub connection per node: on a cluster each channel lives on the
@@ -71,7 +71,7 @@ struct dlock__subscriber {
   size_t nwaiters, capwaiters;
   int sharded; /* SSUBSCRIBE on the slot's master (cluster) */
   sub_conn conns[MAX_SUB_CONNS];
-  int nconns;  /* guarded by the subscriber thread alone */
+  int nconns; /* guarded by the subscriber thread alone */
   /* Redlock nodes whose connect failed: not tried again before 'at', so
    * that a node that is down or frozen seldom holds up this thread (and the
    * other nodes' messages). Subscriber thread alone. */
@@ -102,8 +102,7 @@ static void parse_grant(const char *rest, uint64_t *fence, uint64_t *nonce) {
   const char *sp = rest ? strchr(rest, ' ') : NULL;
   if (!rest || !sp) return;
   uint64_t f = 0, n = 0;
-  if (dlock__parse_fence(rest, (size_t)(sp - rest), &f) != 0 ||
-      dlock__parse_fence(sp + 1, strlen(sp + 1), &n) != 0)
+  if (dlock__parse_fence(rest, (size_t)(sp - rest), &f) != 0 || dlock__parse_fence(sp + 1, strlen(sp + 1), &n) != 0)
     return;
   *fence = f;
   *nonce = n;
@@ -449,13 +448,13 @@ static void *subscriber_main(void *arg) {
     int n = buffered ? 1 : poll(p, (nfds_t)s->nconns + 1, pending ? (int)backoff : 1000);
     if (!buffered && n > 0 && (p[s->nconns].revents & POLLIN)) {
       char buf[64];
-      while (read(s->wake[0], buf, sizeof buf) > 0) {}
+      while (read(s->wake[0], buf, sizeof buf) > 0) {
+      }
     }
     backoff = pending ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
     for (int i = s->nconns - 1; n > 0 && i >= 0; i--) {
       sub_conn *sc = &s->conns[i];
-      if (!dlock__conn_has_buffered(sc->conn) && (buffered || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))))
-        continue;
+      if (!dlock__conn_has_buffered(sc->conn) && (buffered || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))) continue;
       dlock__reply *r = NULL;
       int rc = dlock__conn_read(sc->conn, dlock_mono_now() + c->command_timeout_ms, &r);
       if (rc) {
@@ -598,8 +597,9 @@ int dlock__subscriber_watch(dlock_client *c, dlock__sub_target *t) {
     if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) break;
   }
   rc = ok > 0 ? 0 : DLOCK_EIO;
-  if (rc) dlock__error(rc, "subscribe to %s failed (%s); waiting falls back to re-checks", name,
-                       s->last_error[0] ? s->last_error : "no confirmation in time");
+  if (rc)
+    dlock__error(rc, "subscribe to %s failed (%s); waiting falls back to re-checks", name,
+                 s->last_error[0] ? s->last_error : "no confirmation in time");
   pthread_mutex_unlock(&s->mu);
   return rc;
 }

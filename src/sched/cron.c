@@ -41,19 +41,19 @@ typedef enum dom_kind {
 } dom_kind;
 
 typedef enum dow_kind {
-  DOW_SET = 0,          /* the weekdays in 'dow' */
-  DOW_ANY = 1,          /* '?' */
+  DOW_SET = 0,           /* the weekdays in 'dow' */
+  DOW_ANY = 1,           /* '?' */
   DOW_LAST_IN_MONTH = 2, /* nL: the last weekday 'dow_arg' of the month */
-  DOW_NTH = 3           /* n#k: weekday 'dow_arg', occurrence 'dow_nth' */
+  DOW_NTH = 3            /* n#k: weekday 'dow_arg', occurrence 'dow_nth' */
 } dow_kind;
 
 struct dlock__cron {
-  uint64_t seconds; /* bit s, 0..59 */
-  uint64_t minutes; /* bit m, 0..59 */
-  uint32_t hours;   /* bit h, 0..23 */
-  uint32_t dom;     /* bit d, 1..31 */
-  uint32_t months;  /* bit m, 1..12 */
-  uint32_t dow;     /* bit w, 0 = Sunday .. 6 = Saturday */
+  uint64_t seconds;  /* bit s, 0..59 */
+  uint64_t minutes;  /* bit m, 0..59 */
+  uint32_t hours;    /* bit h, 0..23 */
+  uint32_t dom;      /* bit d, 1..31 */
+  uint32_t months;   /* bit m, 1..12 */
+  uint32_t dow;      /* bit w, 0 = Sunday .. 6 = Saturday */
   uint64_t years[3]; /* bit y - 1970, 1970..2099 (a year field) */
   int any_year;      /* no year field: every year, no end (see find_wall) */
   dom_kind dom_kind;
@@ -77,8 +77,8 @@ typedef struct parser {
   char *err;
   size_t err_len;
   field_id field;
-  size_t pos; /* index into expr */
-  size_t end; /* end of the current field */
+  size_t pos;      /* index into expr */
+  size_t end;      /* end of the current field */
   uint64_t set[3]; /* the values named so far, bit (value - field_min) */
   /* The special form of the field, if any (it must stand alone). */
   const char *special;
@@ -92,19 +92,25 @@ typedef struct field_range {
 
 static field_range range_of(const parser *p, field_id f) {
   switch (f) {
-    case FIELD_SECONDS: return (field_range){0, 59};
-    case FIELD_MINUTES: return (field_range){0, 59};
-    case FIELD_HOURS: return (field_range){0, 23};
-    case FIELD_DAY_OF_MONTH: return (field_range){1, 31};
-    case FIELD_MONTH: return (field_range){1, 12};
-    case FIELD_DAY_OF_WEEK: return p->unix_mode ? (field_range){0, 7} : (field_range){1, 7};
-    case FIELD_YEAR: return (field_range){DLOCK__CRON_MIN_YEAR, DLOCK__CRON_MAX_YEAR};
+  case FIELD_SECONDS:
+    return (field_range){0, 59};
+  case FIELD_MINUTES:
+    return (field_range){0, 59};
+  case FIELD_HOURS:
+    return (field_range){0, 23};
+  case FIELD_DAY_OF_MONTH:
+    return (field_range){1, 31};
+  case FIELD_MONTH:
+    return (field_range){1, 12};
+  case FIELD_DAY_OF_WEEK:
+    return p->unix_mode ? (field_range){0, 7} : (field_range){1, 7};
+  case FIELD_YEAR:
+    return (field_range){DLOCK__CRON_MIN_YEAR, DLOCK__CRON_MAX_YEAR};
   }
   return (field_range){0, 0};
 }
 
-static int fail_at(parser *p, size_t pos, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int fail_at(parser *p, size_t pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail_at(parser *p, size_t pos, const char *fmt, ...) {
   if (p->err == NULL || p->err_len == 0) return DLOCK_EINVAL;
   char what[160];
@@ -112,14 +118,11 @@ static int fail_at(parser *p, size_t pos, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof(what), fmt, ap);
   va_end(ap);
-  snprintf(p->err, p->err_len, "%s: %s at column %zu in \"%s\"", field_names[p->field], what,
-           pos + 1, p->expr);
+  snprintf(p->err, p->err_len, "%s: %s at column %zu in \"%s\"", field_names[p->field], what, pos + 1, p->expr);
   return DLOCK_EINVAL;
 }
 
-static int peek(const parser *p) {
-  return p->pos < p->end ? (unsigned char)p->expr[p->pos] : -1;
-}
+static int peek(const parser *p) { return p->pos < p->end ? (unsigned char)p->expr[p->pos] : -1; }
 
 static int is_digit(int c) { return c >= '0' && c <= '9'; }
 static int is_alpha(int c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
@@ -132,15 +135,12 @@ static int unexpected(parser *p) {
   if (c < 0) return fail_at(p, p->pos, "expected a value");
   int u = upper(c);
   if (p->unix_mode && (u == 'L' || u == 'W' || u == '#' || u == '?'))
-    return fail_at(p, p->pos, "unexpected '%c' ('%c' is not supported in 5-field Unix cron)", c,
-                   c);
+    return fail_at(p, p->pos, "unexpected '%c' ('%c' is not supported in 5-field Unix cron)", c, c);
   if (c == '?' && p->field != FIELD_DAY_OF_MONTH && p->field != FIELD_DAY_OF_WEEK)
-    return fail_at(p, p->pos,
-                   "unexpected '?' ('?' is only allowed in day-of-month and day-of-week)");
+    return fail_at(p, p->pos, "unexpected '?' ('?' is only allowed in day-of-month and day-of-week)");
   if (c == '?') return fail_at(p, p->pos, "unexpected '?' ('?' must be the whole field)");
   if (u == 'L' && p->field != FIELD_DAY_OF_MONTH && p->field != FIELD_DAY_OF_WEEK)
-    return fail_at(p, p->pos,
-                   "unexpected '%c' ('L' is only allowed in day-of-month and day-of-week)", c);
+    return fail_at(p, p->pos, "unexpected '%c' ('L' is only allowed in day-of-month and day-of-week)", c);
   if (u == 'W' && p->field != FIELD_DAY_OF_MONTH)
     return fail_at(p, p->pos, "unexpected '%c' ('W' is only allowed in day-of-month)", c);
   if (c == '#' && p->field != FIELD_DAY_OF_WEEK)
@@ -166,7 +166,7 @@ static void parse_number(parser *p, int *out) {
 }
 
 static const char *const month_names[12] = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN",
-                                             "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"};
+                                            "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"};
 static const char *const day_names[7] = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"};
 
 /* A number or, in month and day-of-week, a three-letter name. */
@@ -205,8 +205,7 @@ static int parse_value(parser *p, int *out) {
   int next = upper(peek(p));
   if (is_alpha(next) && next != 'L' && next != 'W') return unexpected(p);
   if (v < r.min || v > r.max)
-    return fail_at(p, start, "value %.*s out of range %d-%d", (int)(p->pos - start),
-                   p->expr + start, r.min, r.max);
+    return fail_at(p, start, "value %.*s out of range %d-%d", (int)(p->pos - start), p->expr + start, r.min, r.max);
   *out = v;
   return 0;
 }
@@ -217,13 +216,19 @@ static int parse_value(parser *p, int *out) {
  * for years; we stop at the number of years a field can name. */
 static int max_step(const parser *p) {
   switch (p->field) {
-    case FIELD_SECONDS:
-    case FIELD_MINUTES: return 59;
-    case FIELD_HOURS: return 23;
-    case FIELD_DAY_OF_MONTH: return 31;
-    case FIELD_MONTH: return 12;
-    case FIELD_DAY_OF_WEEK: return 7;
-    case FIELD_YEAR: break;
+  case FIELD_SECONDS:
+  case FIELD_MINUTES:
+    return 59;
+  case FIELD_HOURS:
+    return 23;
+  case FIELD_DAY_OF_MONTH:
+    return 31;
+  case FIELD_MONTH:
+    return 12;
+  case FIELD_DAY_OF_WEEK:
+    return 7;
+  case FIELD_YEAR:
+    break;
   }
   return DLOCK__CRON_MAX_YEAR - DLOCK__CRON_MIN_YEAR + 1;
 }
@@ -239,9 +244,7 @@ static int parse_step(parser *p, int first, int *out) {
   }
   parse_number(p, &v);
   int max = max_step(p);
-  if (v < 1)
-    return fail_at(p, start, "step %.*s out of range 1-%d", (int)(p->pos - start),
-                   p->expr + start, max);
+  if (v < 1) return fail_at(p, start, "step %.*s out of range 1-%d", (int)(p->pos - start), p->expr + start, max);
   if (v > max)
     return fail_at(p, start,
                    "step %.*s out of range 1-%d (Quartz rejects larger steps; for one fire "
@@ -270,8 +273,7 @@ static int add_range(parser *p, size_t at, int lo, int hi, int step) {
     for (int v = lo; v <= hi; v += step) add_value(p, v);
     return 0;
   }
-  if (p->field == FIELD_YEAR)
-    return fail_at(p, at, "range %d-%d goes backwards (years do not wrap)", lo, hi);
+  if (p->field == FIELD_YEAR) return fail_at(p, at, "range %d-%d goes backwards (years do not wrap)", lo, hi);
   int span = cycle_max - r.min + 1;
   int count = (cycle_max - lo + 1) + (hi - r.min + 1);
   for (int k = 0; k < count; k += step) {
@@ -285,16 +287,14 @@ static int add_range(parser *p, size_t at, int lo, int hi, int step) {
 /* L, L-n, LW, nW, nL and n#k stand alone in their field, as Quartz
  * documents; 'form' names the one found, for messages. */
 static int mark_special(parser *p, size_t at, int items_before, const char *form) {
-  if (items_before > 0)
-    return fail_at(p, at, "'%s' must be the only value in %s", form, field_names[p->field]);
+  if (items_before > 0) return fail_at(p, at, "'%s' must be the only value in %s", form, field_names[p->field]);
   p->special = form;
   p->special_pos = at;
   return 0;
 }
 
 static int special_not_alone(parser *p) {
-  return fail_at(p, p->special_pos, "'%s' must be the only value in %s", p->special,
-                 field_names[p->field]);
+  return fail_at(p, p->special_pos, "'%s' must be the only value in %s", p->special, field_names[p->field]);
 }
 
 /* The three-letter name of value 'v' in month or day-of-week. */
@@ -306,9 +306,8 @@ static const char *value_name(const parser *p, int v) {
 /* Quartz reads a range as two names or two numbers, never one of each
  * ("MON-5", "1-MAR"): say so, and give both spellings of what was meant. */
 static int mixed_range(parser *p, size_t at, int lo, int hi) {
-  return fail_at(p, at,
-                 "range %.*s mixes a name and a number (write %s-%s or %d-%d)",
-                 (int)(p->pos - at), p->expr + at, value_name(p, lo), value_name(p, hi), lo, hi);
+  return fail_at(p, at, "range %.*s mixes a name and a number (write %s-%s or %d-%d)", (int)(p->pos - at), p->expr + at,
+                 value_name(p, lo), value_name(p, hi), lo, hi);
 }
 
 /* One comma-separated item of a field. */
@@ -348,8 +347,10 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
       }
       parse_number(p, &n);
       if (n > 30)
-        return fail_at(p, npos, "offset %.*s out of range 0-30 in 'L-n' (no month has more "
-                       "than 31 days)", (int)(p->pos - npos), p->expr + npos);
+        return fail_at(p, npos,
+                       "offset %.*s out of range 0-30 in 'L-n' (no month has more "
+                       "than 31 days)",
+                       (int)(p->pos - npos), p->expr + npos);
       c->dom_arg = n;
     }
     int weekday = upper(peek(p)) == 'W';
@@ -382,10 +383,10 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
     step = 1;
     if (peek(p) == '/' && (rc = parse_step(p, lo, &step)) != 0) return rc;
     u = upper(peek(p));
-    if (quartz && ((u == 'W' && p->field == FIELD_DAY_OF_MONTH) ||
-                   ((u == 'L' || u == '#') && p->field == FIELD_DAY_OF_WEEK)))
-      return fail_at(p, p->pos, "unexpected '%c' ('%c' needs a single day, not a range)",
-                     p->expr[p->pos], p->expr[p->pos]);
+    if (quartz &&
+        ((u == 'W' && p->field == FIELD_DAY_OF_MONTH) || ((u == 'L' || u == '#') && p->field == FIELD_DAY_OF_WEEK)))
+      return fail_at(p, p->pos, "unexpected '%c' ('%c' needs a single day, not a range)", p->expr[p->pos],
+                     p->expr[p->pos]);
     return add_range(p, start, lo, hi, step);
   }
   if (peek(p) == '/') {
@@ -418,8 +419,7 @@ static int parse_item(parser *p, dlock__cron *c, int items_before) {
     }
     parse_number(p, &k);
     if (k < 1 || k > 5)
-      return fail_at(p, npos, "occurrence %.*s out of range 1-5", (int)(p->pos - npos),
-                     p->expr + npos);
+      return fail_at(p, npos, "occurrence %.*s out of range 1-5", (int)(p->pos - npos), p->expr + npos);
     c->dow_kind = DOW_NTH;
     c->dow_arg = lo - 1;
     c->dow_nth = k;
@@ -436,14 +436,15 @@ static int parse_field(parser *p, dlock__cron *c, field_id f, size_t start, size
   memset(p->set, 0, sizeof(p->set));
   p->special = NULL;
 
-  if (p->expr[start] == '?' && !p->unix_mode &&
-      (f == FIELD_DAY_OF_MONTH || f == FIELD_DAY_OF_WEEK)) {
+  if (p->expr[start] == '?' && !p->unix_mode && (f == FIELD_DAY_OF_MONTH || f == FIELD_DAY_OF_WEEK)) {
     if (end - start > 1) {
       p->pos = start + 1;
       return unexpected(p);
     }
-    if (f == FIELD_DAY_OF_MONTH) c->dom_kind = DOM_ANY;
-    else c->dow_kind = DOW_ANY;
+    if (f == FIELD_DAY_OF_MONTH)
+      c->dom_kind = DOM_ANY;
+    else
+      c->dow_kind = DOW_ANY;
     return 0;
   }
   if (f == FIELD_DAY_OF_MONTH) c->dom_star = p->expr[start] == '*';
@@ -463,33 +464,45 @@ static int parse_field(parser *p, dlock__cron *c, field_id f, size_t start, size
 
   uint64_t lo = p->set[0];
   switch (f) {
-    case FIELD_SECONDS: c->seconds = lo; break;
-    case FIELD_MINUTES: c->minutes = lo; break;
-    case FIELD_HOURS: c->hours = (uint32_t)lo; break;
-    /* Bit (value - min): shift days and months back to bit 'value'. */
-    case FIELD_DAY_OF_MONTH: c->dom = (uint32_t)(lo << 1); break;
-    case FIELD_MONTH: c->months = (uint32_t)(lo << 1); break;
-    case FIELD_DAY_OF_WEEK:
-      if (p->unix_mode) c->dow = (uint32_t)lo;
-      else c->dow = (uint32_t)(lo & 0x7f); /* Quartz 1..7 is bit 0..6 already */
-      break;
-    case FIELD_YEAR: memcpy(c->years, p->set, sizeof(c->years)); break;
+  case FIELD_SECONDS:
+    c->seconds = lo;
+    break;
+  case FIELD_MINUTES:
+    c->minutes = lo;
+    break;
+  case FIELD_HOURS:
+    c->hours = (uint32_t)lo;
+    break;
+  /* Bit (value - min): shift days and months back to bit 'value'. */
+  case FIELD_DAY_OF_MONTH:
+    c->dom = (uint32_t)(lo << 1);
+    break;
+  case FIELD_MONTH:
+    c->months = (uint32_t)(lo << 1);
+    break;
+  case FIELD_DAY_OF_WEEK:
+    if (p->unix_mode)
+      c->dow = (uint32_t)lo;
+    else
+      c->dow = (uint32_t)(lo & 0x7f); /* Quartz 1..7 is bit 0..6 already */
+    break;
+  case FIELD_YEAR:
+    memcpy(c->years, p->set, sizeof(c->years));
+    break;
   }
   return 0;
 }
 
-static int is_space(char ch) {
-  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
-}
+static int is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
 
 /* dlock's extension (Vixie cron's, not Quartz's): "@daily" and the like,
  * each the Quartz expression of the usual Unix meaning. */
 static const struct {
   const char *name, *quartz;
 } macros[] = {
-  {"@yearly", "0 0 0 1 1 ? *"}, {"@annually", "0 0 0 1 1 ? *"}, {"@monthly", "0 0 0 1 * ?"},
-  {"@weekly", "0 0 0 ? * SUN"}, {"@daily", "0 0 0 * * ?"},      {"@midnight", "0 0 0 * * ?"},
-  {"@hourly", "0 0 * * * ?"},
+    {"@yearly", "0 0 0 1 1 ? *"}, {"@annually", "0 0 0 1 1 ? *"}, {"@monthly", "0 0 0 1 * ?"},
+    {"@weekly", "0 0 0 ? * SUN"}, {"@daily", "0 0 0 * * ?"},      {"@midnight", "0 0 0 * * ?"},
+    {"@hourly", "0 0 * * * ?"},
 };
 
 /* The expansion of a macro 'expr' (blanks around it allowed), NULL when
@@ -511,8 +524,7 @@ static const char *cron_macro(const char *expr, int *unknown) {
   return NULL;
 }
 
-int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char *err,
-                      size_t err_len) {
+int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char *err, size_t err_len) {
   if (out) *out = NULL;
   if (err && err_len) err[0] = '\0';
   if (expr == NULL || out == NULL) {
@@ -540,8 +552,10 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
   }
   if (unknown_macro) {
     if (err && err_len)
-      snprintf(err, err_len, "unknown cron macro in \"%s\": dlock knows @yearly, @annually, @monthly, "
-               "@weekly, @daily, @midnight and @hourly, alone (an extension of dlock; Quartz has none)", expr);
+      snprintf(err, err_len,
+               "unknown cron macro in \"%s\": dlock knows @yearly, @annually, @monthly, "
+               "@weekly, @daily, @midnight and @hourly, alone (an extension of dlock; Quartz has none)",
+               expr);
     return DLOCK_EINVAL;
   }
 
@@ -597,13 +611,11 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
   if (p.unix_mode) {
     /* m h dom mon dow: seconds are always 0, any year. */
     c->seconds = 1;
-    static const field_id unix_fields[5] = {FIELD_MINUTES, FIELD_HOURS, FIELD_DAY_OF_MONTH,
-                                            FIELD_MONTH, FIELD_DAY_OF_WEEK};
-    for (size_t f = 0; f < 5 && rc == 0; f++)
-      rc = parse_field(&p, c, unix_fields[f], starts[f], ends[f]);
+    static const field_id unix_fields[5] = {FIELD_MINUTES, FIELD_HOURS, FIELD_DAY_OF_MONTH, FIELD_MONTH,
+                                            FIELD_DAY_OF_WEEK};
+    for (size_t f = 0; f < 5 && rc == 0; f++) rc = parse_field(&p, c, unix_fields[f], starts[f], ends[f]);
   } else {
-    for (size_t f = 0; f < nfields && rc == 0; f++)
-      rc = parse_field(&p, c, (field_id)f, starts[f], ends[f]);
+    for (size_t f = 0; f < nfields && rc == 0; f++) rc = parse_field(&p, c, (field_id)f, starts[f], ends[f]);
   }
   /* A year field '*' is every year, with no last one, as no year field:
    * '@yearly' ("0 0 0 1 1 ? *") must not stop in 2099 (issue 22 item 10).
@@ -615,8 +627,7 @@ int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char 
     int dom_q = c->dom_kind == DOM_ANY, dow_q = c->dow_kind == DOW_ANY;
     p.field = FIELD_DAY_OF_WEEK;
     if (dom_q && dow_q)
-      rc = fail_at(&p, starts[5],
-                   "'?' may be used in only one of day-of-month and day-of-week");
+      rc = fail_at(&p, starts[5], "'?' may be used in only one of day-of-month and day-of-week");
     else if (!dom_q && !dow_q)
       rc = fail_at(&p, starts[5],
                    "one of day-of-month and day-of-week must be '?' (e.g. \"0 0 12 ? * MON\" or "
@@ -636,13 +647,9 @@ void dlock__cron_free(dlock__cron *cron) {
   free(cron);
 }
 
-const char *dlock__cron_text(const dlock__cron *cron) {
-  return cron ? cron->text : "";
-}
+const char *dlock__cron_text(const dlock__cron *cron) { return cron ? cron->text : ""; }
 
-int dlock__cron_is_unix(const dlock__cron *cron) {
-  return cron ? cron->unix_mode : 0;
-}
+int dlock__cron_is_unix(const dlock__cron *cron) { return cron ? cron->unix_mode : 0; }
 
 /* ---- Next fire time ---- */
 
@@ -667,56 +674,62 @@ static uint32_t day_mask(const dlock__cron *c, int64_t y, int m) {
   int first_wd = dlock__tz_weekday(dlock__tz_days_from_civil(y, m, 1));
   uint32_t all = (uint32_t)(((UINT64_C(1) << dim) - 1) << 1);
   uint32_t dom = all, dow = all;
-#define WEEKDAY_OF(day) ((first_wd + (day) - 1) % 7)
+#define WEEKDAY_OF(day) ((first_wd + (day)-1) % 7)
 
   switch (c->dom_kind) {
-    case DOM_SET: dom = c->dom & all; break;
-    case DOM_ANY: break;
-    case DOM_LAST: {
-      int d = dim - c->dom_arg;
-      dom = d >= 1 ? UINT32_C(1) << d : 0;
-      break;
-    }
-    case DOM_LAST_WEEKDAY:
-    case DOM_NEAREST_WEEKDAY: {
-      /* LW and L-nW are nW with n counted from the month's end, as in
+  case DOM_SET:
+    dom = c->dom & all;
+    break;
+  case DOM_ANY:
+    break;
+  case DOM_LAST: {
+    int d = dim - c->dom_arg;
+    dom = d >= 1 ? UINT32_C(1) << d : 0;
+    break;
+  }
+  case DOM_LAST_WEEKDAY:
+  case DOM_NEAREST_WEEKDAY: {
+    /* LW and L-nW are nW with n counted from the month's end, as in
        * Quartz's CronExpression. */
-      int n = c->dom_kind == DOM_LAST_WEEKDAY ? dim - c->dom_arg : c->dom_arg;
-      if (n > dim || n < 1) {
-        /* The day does not exist this month: no fire, as for plain "31"
+    int n = c->dom_kind == DOM_LAST_WEEKDAY ? dim - c->dom_arg : c->dom_arg;
+    if (n > dim || n < 1) {
+      /* The day does not exist this month: no fire, as for plain "31"
          * and for L-n. */
-        dom = 0;
-        break;
-      }
-      int d = n, wd = WEEKDAY_OF(n);
-      /* Never leave the month: 1st on a Saturday -> Monday the 3rd, last
-       * day on a Sunday -> the Friday before. */
-      if (wd == 6) d = n == 1 ? 3 : n - 1;
-      else if (wd == 0) d = n == dim ? n - 2 : n + 1;
-      dom = UINT32_C(1) << d;
+      dom = 0;
       break;
     }
+    int d = n, wd = WEEKDAY_OF(n);
+    /* Never leave the month: 1st on a Saturday -> Monday the 3rd, last
+       * day on a Sunday -> the Friday before. */
+    if (wd == 6)
+      d = n == 1 ? 3 : n - 1;
+    else if (wd == 0)
+      d = n == dim ? n - 2 : n + 1;
+    dom = UINT32_C(1) << d;
+    break;
+  }
   }
 
   switch (c->dow_kind) {
-    case DOW_SET:
-      dow = 0;
-      for (int w = 0; w < 7; w++) {
-        if (!(c->dow & (UINT32_C(1) << w))) continue;
-        for (int d = 1 + (w - first_wd + 7) % 7; d <= dim; d += 7) dow |= UINT32_C(1) << d;
-      }
-      break;
-    case DOW_ANY: break;
-    case DOW_LAST_IN_MONTH: {
-      int d = dim - (WEEKDAY_OF(dim) - c->dow_arg + 7) % 7;
-      dow = UINT32_C(1) << d;
-      break;
+  case DOW_SET:
+    dow = 0;
+    for (int w = 0; w < 7; w++) {
+      if (!(c->dow & (UINT32_C(1) << w))) continue;
+      for (int d = 1 + (w - first_wd + 7) % 7; d <= dim; d += 7) dow |= UINT32_C(1) << d;
     }
-    case DOW_NTH: {
-      int d = 1 + (c->dow_arg - first_wd + 7) % 7 + 7 * (c->dow_nth - 1);
-      dow = d <= dim ? UINT32_C(1) << d : 0;
-      break;
-    }
+    break;
+  case DOW_ANY:
+    break;
+  case DOW_LAST_IN_MONTH: {
+    int d = dim - (WEEKDAY_OF(dim) - c->dow_arg + 7) % 7;
+    dow = UINT32_C(1) << d;
+    break;
+  }
+  case DOW_NTH: {
+    int d = 1 + (c->dow_arg - first_wd + 7) % 7 + 7 * (c->dow_nth - 1);
+    dow = d <= dim ? UINT32_C(1) << d : 0;
+    break;
+  }
   }
 #undef WEEKDAY_OF
 
@@ -849,38 +862,38 @@ int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after
     dlock__tz_local r;
     dlock__tz_resolve(tz, local, &r);
     switch (r.kind) {
-      case DLOCK__TZ_LOCAL_UNIQUE:
-        if (r.first > after) {
-          if (r.first < best) best = r.first;
-          done = 1;
-        } else {
-          /* Only a search started back in a spring-forward gap (above) gets
+    case DLOCK__TZ_LOCAL_UNIQUE:
+      if (r.first > after) {
+        if (r.first < best) best = r.first;
+        done = 1;
+      } else {
+        /* Only a search started back in a spring-forward gap (above) gets
            * here: a wall time past the gap, in the offset of 'from', whose
            * instant is not after 'after'. Neither is any wall time up to that
            * of 'after' + 1 s in this offset, so jump there, not to the next
            * match: a 2 h gap's worth of matches (every 7 minutes in
            * Antarctica/Troll) used up the rounds and answered "never"
            * (issue 22 item 10). */
-          wall_from = local + (after - r.first) + 1;
-        }
-        break;
-      case DLOCK__TZ_LOCAL_REPEATED:
-        if (r.first > after) {
-          if (r.first < best) best = r.first;
-          done = 1;
-        } else {
-          /* We are in the second pass of a repeated stretch: each of its
+        wall_from = local + (after - r.first) + 1;
+      }
+      break;
+    case DLOCK__TZ_LOCAL_REPEATED:
+      if (r.first > after) {
+        if (r.first < best) best = r.first;
+        done = 1;
+      } else {
+        /* We are in the second pass of a repeated stretch: each of its
            * wall times fired on the first pass, so resume after it. */
-          wall_from = r.wall_after > local ? r.wall_after : local + 1;
-        }
-        break;
-      case DLOCK__TZ_LOCAL_SKIPPED:
-        /* Shifted forward by the gap. A wall time just past the gap may
-         * still come first in real time: look there once more. */
-        if (r.first > after && r.first < best) best = r.first;
-        wall_limit = r.first + (r.wall_after - r.after_gap);
         wall_from = r.wall_after > local ? r.wall_after : local + 1;
-        break;
+      }
+      break;
+    case DLOCK__TZ_LOCAL_SKIPPED:
+      /* Shifted forward by the gap. A wall time just past the gap may
+         * still come first in real time: look there once more. */
+      if (r.first > after && r.first < best) best = r.first;
+      wall_limit = r.first + (r.wall_after - r.after_gap);
+      wall_from = r.wall_after > local ? r.wall_after : local + 1;
+      break;
     }
   }
   /* A wall time late on 31 December 9999 west of Greenwich is already in

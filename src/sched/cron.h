@@ -47,8 +47,7 @@ typedef struct dlock__cron dlock__cron;
  * DLOCK_ENOMEM) and 'err' (may be NULL) names the field and the 1-based
  * column, e.g.
  *   day-of-week: unexpected 'X' at column 15 in "0 0 12 ? * MONX" */
-int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char *err,
-                      size_t err_len);
+int dlock__cron_parse(const char *expr, unsigned flags, dlock__cron **out, char *err, size_t err_len);
 
 /* NULL is a no-op. */
 void dlock__cron_free(dlock__cron *cron);
@@ -65,7 +64,6 @@ int dlock__cron_is_unix(const dlock__cron *cron);
  * DST rule: a wall time skipped by a spring-forward gap fires shifted forward
  * by the gap's length (02:30 -> 03:30 when 02:00 jumps to 03:00); a wall
  * time repeated by a fall-back fires once, at its first occurrence. */
-int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after,
-                     int64_t *next);
+int dlock__cron_next(const dlock__cron *cron, const dlock__tz *tz, int64_t after, int64_t *next);
 
 #endif

@@ -27,8 +27,10 @@ static int job_args(dlock_client *c, const char *job, const char *what) {
   int rc = dlock__check_name("job name", job);
   if (rc) return rc;
   if (!c->ops->sched || !c->ops->sched->job_set)
-    return dlock__error(DLOCK_EINVAL, "%s: pausing and triggering jobs is not offered by the %s backend (%s); "
-                        "docs/scheduler.md lists where it is", what, c->ops->name, c->server);
+    return dlock__error(DLOCK_EINVAL,
+                        "%s: pausing and triggering jobs is not offered by the %s backend (%s); "
+                        "docs/scheduler.md lists where it is",
+                        what, c->ops->name, c->server);
   return 0;
 }
 
@@ -134,8 +136,10 @@ static void collect(const char *name, void *arg) {
     sn->names = p;
     sn->cap = cap;
   }
-  if (!(sn->names[sn->n] = strdup(name))) sn->nomem = 1;
-  else sn->n++;
+  if (!(sn->names[sn->n] = strdup(name)))
+    sn->nomem = 1;
+  else
+    sn->n++;
 }
 
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -36,14 +36,14 @@ typedef struct job {
   trigger_kind kind;
   dlock__cron *cron;
   dlock__tz *tz;
-  int64_t period_ms;         /* rate or delay */
+  int64_t period_ms; /* rate or delay */
   dlock_job_options opts;
   dlock_job_fn fn;
   void *arg;
-  int64_t next_ms;           /* next fire (wall ms); INT64_MAX while a delay job is busy */
+  int64_t next_ms; /* next fire (wall ms); INT64_MAX while a delay job is busy */
   struct dlock_sched *s;
-  void *watch;               /* the backend's job_watch handle, or NULL */
-  int poked;                 /* a manual trigger may be pending: claim it (under s->mu) */
+  void *watch; /* the backend's job_watch handle, or NULL */
+  int poked;   /* a manual trigger may be pending: claim it (under s->mu) */
   struct job *next;
 } job;
 
@@ -66,9 +66,9 @@ struct dlock_sched {
   pthread_t timer;
   pthread_t *workers;
   int nworkers;
-  work *queue;               /* ring of nworkers entries */
+  work *queue; /* ring of nworkers entries */
   int qhead, qlen;
-  int active;                /* runs in progress */
+  int active; /* runs in progress */
 };
 
 static int64_t wall_ms(void) {
@@ -139,8 +139,7 @@ int dlock_sched_new(dlock_sched **out, dlock_client *c, const dlock_sched_option
   int rc = dlock__options_in(&o, sizeof o, opts, DLOCK__SCHED_OPTIONS_V1, "dlock_sched_options");
   if (rc) return rc;
   if (!c->ops->sched)
-    return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
-                        c->server);
+    return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name, c->server);
   if (o.pool_size < 0 || o.pool_size > 256)
     return dlock__error(DLOCK_ERANGE, "pool_size is %d; it must be 0 (default 1) or 1..256", o.pool_size);
   dlock_sched *s = calloc(1, sizeof *s);
@@ -175,16 +174,15 @@ static void job_free(job *j) {
   free(j);
 }
 
-static int add_job(dlock_sched *s, const char *name, trigger_kind kind, const dlock_job_options *opts,
-                   dlock_job_fn fn, void *arg, job **out) {
+static int add_job(dlock_sched *s, const char *name, trigger_kind kind, const dlock_job_options *opts, dlock_job_fn fn,
+                   void *arg, job **out) {
   dlock__error_clear();
   if (!s || !fn) return dlock__error(DLOCK_EINVAL, "add job: NULL scheduler or callback");
   int rc = dlock__check_name("job name", name);
   if (rc) return rc;
   dlock_job_options o;
   dlock_job_options_init(&o);
-  if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__JOB_OPTIONS_V1, "dlock_job_options")))
-    return rc;
+  if ((rc = dlock__options_in(&o, sizeof o, opts, DLOCK__JOB_OPTIONS_V1, "dlock_job_options"))) return rc;
   if ((rc = dlock__check_duration("lock_at_most_for_ms", o.lock_at_most_for_ms, 1)) ||
       (rc = dlock__check_duration("lock_at_least_for_ms", o.lock_at_least_for_ms, 1)))
     return rc;
@@ -255,9 +253,10 @@ static int add_periodic(dlock_sched *s, const char *name, trigger_kind kind, int
   int rc = dlock__check_duration(what, period_ms, 0);
   if (rc) return rc;
   if (period_ms < DLOCK_SCHED_MIN_PERIOD_MS)
-    return dlock__error(DLOCK_ERANGE, "job '%s': %s is %lld ms; it must be at least %d ms, since every tick "
-                        "is claimed on the server", name ? name : "(null)", what, (long long)period_ms,
-                        DLOCK_SCHED_MIN_PERIOD_MS);
+    return dlock__error(DLOCK_ERANGE,
+                        "job '%s': %s is %lld ms; it must be at least %d ms, since every tick "
+                        "is claimed on the server",
+                        name ? name : "(null)", what, (long long)period_ms, DLOCK_SCHED_MIN_PERIOD_MS);
   job *j;
   if ((rc = add_job(s, name, kind, opts, fn, arg, &j))) return rc;
   j->period_ms = period_ms;
@@ -318,10 +317,12 @@ static void report_skew(dlock_sched *s, const job *j, int64_t tick, int64_t sent
                         int64_t server_now) {
   int64_t skew = sent + (received - sent) / 2 - server_now;
   char text[1024];
-  snprintf(text, sizeof text, "this node's clock is %.1f s ahead of the clock of the %s server %s (measured "
+  snprintf(text, sizeof text,
+           "this node's clock is %.1f s ahead of the clock of the %s server %s (measured "
            "over a %lld ms round trip); the tick is %.1f s in the server's future, beyond the %.1f s tolerance, "
            "so it was not claimed: claiming it would make every node skip the ticks before it. Fix this node's "
-           "clock (NTP)", (double)skew / 1000, s->client->ops->name, s->client->server, (long long)(received - sent),
+           "clock (NTP)",
+           (double)skew / 1000, s->client->ops->name, s->client->server, (long long)(received - sent),
            (double)(tick - server_now) / 1000, DLOCK_SCHED_CLOCK_TOLERANCE_MS / 1000.0);
   dlock__metrics_job_other(s->client, j->name, DLOCK_SCHED_CLOCK_SKEW);
   if (!s->opts.on_event) return;
@@ -355,8 +356,10 @@ static void run_claimed(dlock_sched *s, job *j, const dlock__claim *cl) {
   snprintf(rec.trigger, sizeof rec.trigger, "%s", trigger);
   dlock__metrics_job_finished(s->client, j->name, tick, cl->fence, status, rec.duration_ms);
   const char *prefix = cl->manual ? MANUAL_PREFIX : "";
-  if (status == 0) snprintf(rec.outcome, sizeof rec.outcome, "%sok", prefix);
-  else snprintf(rec.outcome, sizeof rec.outcome, "%sfailed: %d", prefix, status);
+  if (status == 0)
+    snprintf(rec.outcome, sizeof rec.outcome, "%sok", prefix);
+  else
+    snprintf(rec.outcome, sizeof rec.outcome, "%sfailed: %d", prefix, status);
   int lock_was_ours = 0;
   int rc = s->client->ops->sched->finish(s->client, cl, &rec, &lock_was_ours);
   emit_as(s, trigger, DLOCK_SCHED_RAN, j, tick, s->node, cl->fence, rc ? -1 : rec.duration_ms, status, NULL);
@@ -435,8 +438,8 @@ static void run_tick(dlock_sched *s, job *j, int64_t tick) {
     emit(s, DLOCK_SCHED_SKIPPED_PAUSED, j, tick, s->node, 0, -1, 0, cl.why);
     break;
   default:
-    emit(s, cl.outcome == DLOCK__CLAIM_BUSY ? DLOCK_SCHED_SKIPPED_BUSY : DLOCK_SCHED_SKIPPED, j, tick, cl.by, 0, -1,
-         0, NULL);
+    emit(s, cl.outcome == DLOCK__CLAIM_BUSY ? DLOCK_SCHED_SKIPPED_BUSY : DLOCK_SCHED_SKIPPED, j, tick, cl.by, 0, -1, 0,
+         NULL);
   }
 }
 
@@ -505,14 +508,18 @@ static void *timer_main(void *arg) {
     int64_t now = wall_ms(), earliest = INT64_MAX;
     for (job *j = s->jobs; j; j = j->next) {
       if (j->poked) {
-        if (dispatch(s, j, MANUAL_TICK)) j->poked = 0;
-        else if (now + 100 < earliest) earliest = now + 100; /* every worker busy: look again soon */
+        if (dispatch(s, j, MANUAL_TICK))
+          j->poked = 0;
+        else if (now + 100 < earliest)
+          earliest = now + 100; /* every worker busy: look again soon */
       }
       if (j->next_ms <= now) {
         int64_t tick = j->next_ms;
         if (j->kind == TRIGGER_DELAY) {
-          if (dispatch(s, j, 0)) j->next_ms = INT64_MAX; /* the worker sets it */
-          else j->next_ms = now + 100;
+          if (dispatch(s, j, 0))
+            j->next_ms = INT64_MAX; /* the worker sets it */
+          else
+            j->next_ms = now + 100;
         } else if (now - tick > misfire_ms(j)) {
           j->next_ms = next_tick(j, now);
           pthread_mutex_unlock(&s->mu);
@@ -581,7 +588,8 @@ int dlock_sched_start(dlock_sched *s) {
       break;
     }
   }
-  if (!rc && pthread_create(&s->timer, NULL, timer_main, s) != 0) rc = dlock__error(DLOCK_ESYS, "cannot start the timer thread");
+  if (!rc && pthread_create(&s->timer, NULL, timer_main, s) != 0)
+    rc = dlock__error(DLOCK_ESYS, "cannot start the timer thread");
   if (rc) {
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv);
@@ -617,8 +625,8 @@ int dlock_sched_stop(dlock_sched *s, int64_t timeout_ms) {
   int still = s->active;
   pthread_mutex_unlock(&s->mu);
   if (still)
-    return dlock__error(DLOCK_ETIMEDOUT, "%d job run%s still going after %lld ms; they finish in the background",
-                        still, still == 1 ? "" : "s", (long long)timeout_ms);
+    return dlock__error(DLOCK_ETIMEDOUT, "%d job run%s still going after %lld ms; they finish in the background", still,
+                        still == 1 ? "" : "s", (long long)timeout_ms);
   return 0;
 }
 
@@ -654,8 +662,7 @@ int dlock_sched_history(dlock_client *c, const char *name, dlock_run_record *out
   if (rc) return rc;
   if (max == 0) return 0;
   if (!c->ops->sched)
-    return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name,
-                        c->server);
+    return dlock__error(DLOCK_EINVAL, "the scheduler is not offered by the %s backend (%s)", c->ops->name, c->server);
   if ((rc = dlock__struct_check(out, DLOCK__RUN_RECORD_V1, sizeof *out, "dlock_run_record"))) return rc;
   /* The caller's element size: a program built against an older dlock.h
    * has smaller records, of which only the known part is written. */

@@ -33,9 +33,7 @@
 
 /* ---- Calendar ---- */
 
-static int is_leap(int64_t y) {
-  return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-}
+static int is_leap(int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
 
 static int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -94,8 +92,8 @@ typedef enum rule_kind {
 
 typedef struct posix_rule {
   rule_kind kind;
-  int day;      /* Jn and n */
-  int month;    /* Mm.w.d */
+  int day;   /* Jn and n */
+  int month; /* Mm.w.d */
   int week;
   int weekday;
   int32_t time; /* seconds after local midnight; may be negative or > 24 h */
@@ -135,16 +133,16 @@ static int64_t clamp_civil(int64_t t) {
 static int64_t rule_local_day(const posix_rule *r, int64_t y) {
   int64_t jan1 = dlock__tz_days_from_civil(y, 1, 1);
   switch (r->kind) {
-    case RULE_JULIAN_NO_LEAP:
-      return jan1 + r->day - 1 + ((is_leap(y) && r->day >= 60) ? 1 : 0);
-    case RULE_DAY_OF_YEAR:
-      return jan1 + r->day;
-    case RULE_MONTH_WEEK_DAY: {
-      int64_t first = dlock__tz_days_from_civil(y, r->month, 1);
-      int64_t day = first + (r->weekday - dlock__tz_weekday(first) + 7) % 7 + 7 * (r->week - 1);
-      if (day >= first + dlock__tz_days_in_month(y, r->month)) day -= 7;
-      return day;
-    }
+  case RULE_JULIAN_NO_LEAP:
+    return jan1 + r->day - 1 + ((is_leap(y) && r->day >= 60) ? 1 : 0);
+  case RULE_DAY_OF_YEAR:
+    return jan1 + r->day;
+  case RULE_MONTH_WEEK_DAY: {
+    int64_t first = dlock__tz_days_from_civil(y, r->month, 1);
+    int64_t day = first + (r->weekday - dlock__tz_weekday(first) + 7) % 7 + 7 * (r->week - 1);
+    if (day >= first + dlock__tz_days_in_month(y, r->month)) day -= 7;
+    return day;
+  }
   }
   return jan1;
 }
@@ -201,8 +199,10 @@ static void posix_span(const posix_tz *p, int64_t t, span *s) {
   }
   /* Outside the civil range the rule was evaluated at the clamp point. */
   if (t != tc) {
-    if (t < tc) s->begin = INT64_MIN;
-    else s->end = INT64_MAX;
+    if (t < tc)
+      s->begin = INT64_MIN;
+    else
+      s->end = INT64_MAX;
   }
 }
 
@@ -239,8 +239,10 @@ static void find_span(const dlock__tz *tz, int64_t t, span *s) {
   size_t lo = 0, hi = n - 1;
   while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
-    if (tz->at[mid] <= t) lo = mid;
-    else hi = mid;
+    if (tz->at[mid] <= t)
+      lo = mid;
+    else
+      hi = mid;
   }
   s->begin = tz->at[lo];
   s->end = tz->at[hi];
@@ -261,9 +263,7 @@ void dlock__tz_period_at(const dlock__tz *tz, int64_t t, dlock__tz_period *out) 
   out->off = s.off;
 }
 
-const char *dlock__tz_name(const dlock__tz *tz) {
-  return tz ? tz->name : "UTC";
-}
+const char *dlock__tz_name(const dlock__tz *tz) { return tz ? tz->name : "UTC"; }
 
 void dlock__tz_resolve(const dlock__tz *tz, int64_t local, dlock__tz_local *out) {
   local = clamp_civil(local);
@@ -296,8 +296,7 @@ void dlock__tz_resolve(const dlock__tz *tz, int64_t local, dlock__tz_local *out)
     if (s.end == INT64_MAX || s.end > local + MAX_OFFSET_SPREAD) break;
     span next;
     find_span(tz, s.end, &next);
-    if (!found && !gap && next.off > s.off && local >= s.end + s.off &&
-        local < s.end + next.off) {
+    if (!found && !gap && next.off > s.off && local >= s.end + s.off && local < s.end + next.off) {
       gap = 1;
       gap_first = local - s.off;
       gap_end = s.end;
@@ -338,8 +337,7 @@ int64_t dlock__tz_local_to_utc(const dlock__tz *tz, int64_t local) {
 
 /* ---- Loading ---- */
 
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t err_len, const char *fmt, ...) {
   if (err == NULL || err_len == 0) return;
   va_list ap;
@@ -359,8 +357,7 @@ static int check_zone_name(const char *name, char *err, size_t err_len) {
     return DLOCK_EINVAL;
   }
   if (name[0] == '/' || name[len - 1] == '/') {
-    set_err(err, err_len,
-            "invalid time zone name \"%s\": must be a relative name like Europe/Berlin", name);
+    set_err(err, err_len, "invalid time zone name \"%s\": must be a relative name like Europe/Berlin", name);
     return DLOCK_EINVAL;
   }
   if (strstr(name, "..") != NULL) {
@@ -369,11 +366,10 @@ static int check_zone_name(const char *name, char *err, size_t err_len) {
   }
   for (size_t i = 0; i < len; i++) {
     char c = name[i];
-    int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-             c == '/' || c == '_' || c == '+' || c == '-' || c == '.';
+    int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '/' || c == '_' ||
+             c == '+' || c == '-' || c == '.';
     if (!ok) {
-      set_err(err, err_len, "invalid time zone name \"%s\": unexpected character at position %zu",
-              name, i + 1);
+      set_err(err, err_len, "invalid time zone name \"%s\": unexpected character at position %zu", name, i + 1);
       return DLOCK_EINVAL;
     }
     if (c == '/' && (name[i + 1] == '/' || name[i + 1] == '.')) {
@@ -389,8 +385,8 @@ static int check_zone_name(const char *name, char *err, size_t err_len) {
 }
 
 /* Reads at most MAX_TZIF_BYTES + 1 so that oversized files are detected. */
-static int read_file(const char *path, const char *name, unsigned char **buf_out, size_t *len_out,
-                     char *err, size_t err_len) {
+static int read_file(const char *path, const char *name, unsigned char **buf_out, size_t *len_out, char *err,
+                     size_t err_len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -468,9 +464,7 @@ typedef struct cursor {
   size_t i;
 } cursor;
 
-static int cur_peek(const cursor *c) {
-  return c->i < c->len ? (unsigned char)c->s[c->i] : -1;
-}
+static int cur_peek(const cursor *c) { return c->i < c->len ? (unsigned char)c->s[c->i] : -1; }
 
 static int is_digit(int ch) { return ch >= '0' && ch <= '9'; }
 static int is_alpha(int ch) { return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z'); }
@@ -607,13 +601,12 @@ static uint64_t block_size(const tzif_header *h, unsigned time_size) {
          (uint64_t)h->leapcnt * (time_size + 4) + h->isstdcnt + h->isutcnt;
 }
 
-static int parse_tzif(const unsigned char *buf, size_t len, dlock__tz *tz, const char *path,
-                      char *err, size_t err_len) {
-#define CORRUPT(why)                                                                     \
-  do {                                                                                   \
-    set_err(err, err_len, "time zone \"%s\": %s is not a valid TZif file (%s)", tz->name, \
-            path, why);                                                                  \
-    return DLOCK_EINVAL;                                                                 \
+static int parse_tzif(const unsigned char *buf, size_t len, dlock__tz *tz, const char *path, char *err,
+                      size_t err_len) {
+#define CORRUPT(why)                                                                                  \
+  do {                                                                                                \
+    set_err(err, err_len, "time zone \"%s\": %s is not a valid TZif file (%s)", tz->name, path, why); \
+    return DLOCK_EINVAL;                                                                              \
   } while (0)
   if (len < 44 || memcmp(buf, "TZif", 4) != 0) CORRUPT("bad magic");
   int version = buf[4];
@@ -687,8 +680,8 @@ static int parse_tzif(const unsigned char *buf, size_t len, dlock__tz *tz, const
     size_t flen = (size_t)(nl - start);
     if (flen > 0) {
       if (parse_posix_tz((const char *)start, flen, &tz->footer) != 0) {
-        set_err(err, err_len, "time zone \"%s\": %s has a TZ footer libdlock cannot read: \"%.*s\"",
-                tz->name, path, (int)(flen > 64 ? 64 : flen), (const char *)start);
+        set_err(err, err_len, "time zone \"%s\": %s has a TZ footer libdlock cannot read: \"%.*s\"", tz->name, path,
+                (int)(flen > 64 ? 64 : flen), (const char *)start);
         return DLOCK_EINVAL;
       }
       tz->has_footer = 1;
@@ -771,13 +764,12 @@ int dlock__tz_format_iso8601(const dlock__tz *tz, int64_t t, char *buf, size_t b
   char sign = off < 0 ? '-' : '+';
   int n;
   if (aoff % 60 != 0)
-    n = snprintf(buf, buf_len, "%04d-%02d-%02dT%02d:%02d:%02d%c%02d:%02d:%02d", (int)y, m, d,
-                 (int)(secs / 3600), (int)(secs / 60 % 60), (int)(secs % 60), sign,
-                 (int)(aoff / 3600), (int)(aoff / 60 % 60), (int)(aoff % 60));
+    n = snprintf(buf, buf_len, "%04d-%02d-%02dT%02d:%02d:%02d%c%02d:%02d:%02d", (int)y, m, d, (int)(secs / 3600),
+                 (int)(secs / 60 % 60), (int)(secs % 60), sign, (int)(aoff / 3600), (int)(aoff / 60 % 60),
+                 (int)(aoff % 60));
   else
-    n = snprintf(buf, buf_len, "%04d-%02d-%02dT%02d:%02d:%02d%c%02d:%02d", (int)y, m, d,
-                 (int)(secs / 3600), (int)(secs / 60 % 60), (int)(secs % 60), sign,
-                 (int)(aoff / 3600), (int)(aoff / 60 % 60));
+    n = snprintf(buf, buf_len, "%04d-%02d-%02dT%02d:%02d:%02d%c%02d:%02d", (int)y, m, d, (int)(secs / 3600),
+                 (int)(secs / 60 % 60), (int)(secs % 60), sign, (int)(aoff / 3600), (int)(aoff / 60 % 60));
   if (n < 0 || (size_t)n >= buf_len) {
     buf[0] = '\0';
     return DLOCK_ERANGE;
@@ -798,8 +790,7 @@ static int take_digits(const char *text, size_t *pos, int n, int *out) {
   return 0;
 }
 
-int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out, char *err,
-                         size_t err_len) {
+int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out, char *err, size_t err_len) {
   if (err && err_len) err[0] = '\0';
   if (text == NULL || text[0] == '\0') {
     set_err(err, err_len, "empty time; expected ISO 8601 (2026-03-29T03:00:00+02:00) or @EPOCH");
@@ -821,8 +812,7 @@ int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out, ch
       digits++;
     }
     if (digits == 0 || text[i] != '\0') {
-      set_err(err, err_len, "time \"%s\": expected @ followed by seconds since 1970-01-01 UTC",
-              text);
+      set_err(err, err_len, "time \"%s\": expected @ followed by seconds since 1970-01-01 UTC", text);
       return DLOCK_EINVAL;
     }
     *out = neg ? -v : v;
@@ -831,11 +821,13 @@ int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out, ch
 
   size_t pos = 0;
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
-#define BAD(what)                                                                               \
-  do {                                                                                          \
-    set_err(err, err_len, "time \"%s\": %s at column %zu (expected 2026-03-29T03:00:00+02:00, " \
-            "2026-03-29T03:00:00Z, a local time or @EPOCH)", text, what, pos + 1);               \
-    return DLOCK_EINVAL;                                                                        \
+#define BAD(what)                                                                 \
+  do {                                                                            \
+    set_err(err, err_len,                                                         \
+            "time \"%s\": %s at column %zu (expected 2026-03-29T03:00:00+02:00, " \
+            "2026-03-29T03:00:00Z, a local time or @EPOCH)",                      \
+            text, what, pos + 1);                                                 \
+    return DLOCK_EINVAL;                                                          \
   } while (0)
   if (take_digits(text, &pos, 4, &y) != 0) BAD("expected a 4-digit year");
   if (text[pos] != '-') BAD("expected '-'");

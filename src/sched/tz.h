@@ -100,7 +100,6 @@ int dlock__tz_format_iso8601(const dlock__tz *tz, int64_t t, char *buf, size_t b
  *   "2026-03-29 03:00", "2026-03-29"  as by dlock__tz_local_to_utc()
  * A fraction of a second (".250") is accepted and dropped (rounded down).
  * Returns 0 or DLOCK_EINVAL with a message in 'err'. */
-int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out,
-                         char *err, size_t err_len);
+int dlock__tz_parse_time(const char *text, const dlock__tz *tz, int64_t *out, char *err, size_t err_len);
 
 #endif

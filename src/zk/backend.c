@@ -68,27 +68,35 @@ static void on_event(dlock__zk *z, dlock__zk_event ev, dlock_lost_reason reason,
 
 static int zk_open(dlock_client *c, const dlock_client_options *o, const char *url) {
   c->caps = DLOCK__CAP_SESSION | DLOCK__CAP_SEMAPHORE | DLOCK__CAP_RWLOCK;
-  if (!url)
-    return dlock__error(DLOCK_EINVAL, "the ZooKeeper backend needs a zk:// URL (redlock_urls are Redis only)");
+  if (!url) return dlock__error(DLOCK_EINVAL, "the ZooKeeper backend needs a zk:// URL (redlock_urls are Redis only)");
   char shown[512];
   dlock__zk_url_redact(url, shown, sizeof shown);
   if (c->prefix && *c->prefix)
-    return dlock__error(DLOCK_EINVAL, "key_prefix ('%.*s') is not used with ZooKeeper: put the namespace in the "
+    return dlock__error(DLOCK_EINVAL,
+                        "key_prefix ('%.*s') is not used with ZooKeeper: put the namespace in the "
                         "URL's path instead (zk://host:2181/%.*s), '%s' has its own",
                         (int)(c->prefix_len ? c->prefix_len - 1 : 0), c->prefix,
                         (int)(c->prefix_len ? c->prefix_len - 1 : 0), c->prefix, shown);
   if (o->username || o->password)
-    return dlock__error(DLOCK_EINVAL, "username/password given for the ZooKeeper URL '%s': ZooKeeper takes "
-                        "digest credentials in the URL (?digest=user:pass)", shown);
+    return dlock__error(DLOCK_EINVAL,
+                        "username/password given for the ZooKeeper URL '%s': ZooKeeper takes "
+                        "digest credentials in the URL (?digest=user:pass)",
+                        shown);
   if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file || o->tls_server_name || o->tls_skip_verify)
-    return dlock__error(DLOCK_EINVAL, "TLS options given for the ZooKeeper URL '%s': dlock speaks to ZooKeeper "
-                        "without TLS only", shown);
+    return dlock__error(DLOCK_EINVAL,
+                        "TLS options given for the ZooKeeper URL '%s': dlock speaks to ZooKeeper "
+                        "without TLS only",
+                        shown);
   if (o->wait_replicas || o->wait_timeout_ms)
-    return dlock__error(DLOCK_EINVAL, "wait_replicas/wait_timeout_ms given for the ZooKeeper URL '%s': they are "
-                        "Redis options (ZooKeeper writes are acknowledged by a quorum already)", shown);
+    return dlock__error(DLOCK_EINVAL,
+                        "wait_replicas/wait_timeout_ms given for the ZooKeeper URL '%s': they are "
+                        "Redis options (ZooKeeper writes are acknowledged by a quorum already)",
+                        shown);
   if (o->connect_timeout_ms || o->command_timeout_ms)
-    return dlock__error(DLOCK_EINVAL, "connect_timeout_ms/command_timeout_ms given for the ZooKeeper URL '%s': "
-                        "give them in the URL (?connect_timeout=5s&session_timeout=10s)", shown);
+    return dlock__error(DLOCK_EINVAL,
+                        "connect_timeout_ms/command_timeout_ms given for the ZooKeeper URL '%s': "
+                        "give them in the URL (?connect_timeout=5s&session_timeout=10s)",
+                        shown);
   dlock__zk_url u;
   int rc = dlock__zk_url_parse(url, &u);
   if (rc) return rc;
@@ -240,14 +248,15 @@ static int zk_acquire(dlock_mutex *m, int64_t lease_ms, int64_t wait_ms, dlock_m
     int64_t session;
     dlock_mono_ms valid_until;
     dlock_lost_reason lost = dlock__zk_session_view(z, &session, &valid_until);
-    int held = lost == DLOCK_LOST_NONE ? dlock__zk_is_held(z, &(dlock__zk_hold){.node_path = l->hold.node_path,
-                                                                                  .session = session})
-                                       : 0;
+    int held = lost == DLOCK_LOST_NONE
+                   ? dlock__zk_is_held(z, &(dlock__zk_hold){.node_path = l->hold.node_path, .session = session})
+                   : 0;
     if (held != 1) {
       rw_unshare(m->client, l);
       dlock__zk_hold_clear(&l->hold);
-      return held < 0 ? held : dlock__error(DLOCK_ELOST, "read lock '%s' on %s: the hold it would share ended",
-                                            m->name, m->client->server);
+      return held < 0 ? held
+                      : dlock__error(DLOCK_ELOST, "read lock '%s' on %s: the hold it would share ended", m->name,
+                                     m->client->server);
     }
     l->hold.session = session;
     l->hold.valid_until = valid_until;
@@ -288,12 +297,14 @@ static int zk_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
   } else if (!last) {
     /* Another hold of this thread stands on the node: it stays until that
      * one's release. */
-    rc = lost == DLOCK_LOST_NONE ? 0 : dlock__error(DLOCK_ENOTHELD, "the hold was lost before (%s)",
-                                                    dlock_lost_reason_str(lost));
+    rc = lost == DLOCK_LOST_NONE
+             ? 0
+             : dlock__error(DLOCK_ENOTHELD, "the hold was lost before (%s)", dlock_lost_reason_str(lost));
   } else if (l->hold.session != dlock__zk_session_id(z)) {
-    rc = dlock__error(DLOCK_ENOTHELD, "the ZooKeeper session that held %s has ended (%s); its lock node went "
-                      "with it", l->hold.node_path, dlock_lost_reason_str(lost != DLOCK_LOST_NONE ? lost
-                                                                           : DLOCK_LOST_EXPIRED));
+    rc = dlock__error(DLOCK_ENOTHELD,
+                      "the ZooKeeper session that held %s has ended (%s); its lock node went "
+                      "with it",
+                      l->hold.node_path, dlock_lost_reason_str(lost != DLOCK_LOST_NONE ? lost : DLOCK_LOST_EXPIRED));
   } else {
     rc = dlock__zk_release(z, &l->hold);
     /* A hold already reported lost (at its deadline, the session still alive)
@@ -314,8 +325,10 @@ static int zk_release(dlock_mutex *m, dlock_mono_ms valid_until, dlock_lost_reas
 static int zk_extend(dlock_mutex *m, const char *token, int64_t lease_ms, dlock_mono_ms *sent,
                      dlock_lost_reason *lost) {
   (void)token, (void)lease_ms, (void)sent, (void)lost; /* the core refuses before calling */
-  return dlock__error(DLOCK_EINVAL, "ZooKeeper holds live as long as the session; there is no lease to extend "
-                      "(%s)", m->client->server);
+  return dlock__error(DLOCK_EINVAL,
+                      "ZooKeeper holds live as long as the session; there is no lease to extend "
+                      "(%s)",
+                      m->client->server);
 }
 
 /* A hold is valid as long as its session, whose validity the zk module
@@ -438,13 +451,15 @@ static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
   int rc = dlock__zk_check_name("job name", cl->job);
   if (rc) return rc;
   if (cl->delay_ms)
-    return dlock__error(DLOCK_EINVAL, "job '%s': fixed-delay jobs (dlock_sched_every_delay, 'dlock every "
+    return dlock__error(DLOCK_EINVAL,
+                        "job '%s': fixed-delay jobs (dlock_sched_every_delay, 'dlock every "
                         "--delay') are not offered by the ZooKeeper backend (%s); use a fixed rate or a cron "
-                        "expression", cl->job, c->server);
+                        "expression",
+                        cl->job, c->server);
   uint64_t fence = 0;
   char by[128] = "";
-  rc = dlock__zk_sched_claim(zc->z, cl->job, cl->tick_ms, cl->token, cl->node, cl->ahead_ms, TICKS_KEPT, &fence,
-                             by, sizeof by);
+  rc = dlock__zk_sched_claim(zc->z, cl->job, cl->tick_ms, cl->token, cl->node, cl->ahead_ms, TICKS_KEPT, &fence, by,
+                             sizeof by);
   if (rc < 0) return rc;
   if (rc == 0) {
     cl->outcome = DLOCK__CLAIM_TAKEN;
@@ -528,23 +543,23 @@ static void zk_watch_rearm(dlock_watch *w) { dlock__zk_watch_rearm(ZZ(w->client)
 static void zk_watch_close(dlock_watch *w) { dlock__zk_watch_close(ZZ(w->client), w); }
 
 static const dlock__admin_ops zk_admin = {
-  .info = zk_info,
-  .list = zk_list,
-  .force_release = zk_force_release,
-  .holders = zk_holders,
-  .watch_open = zk_watch_open,
-  .watch_add = zk_watch_add,
-  .watch_close = zk_watch_close,
-  .watch_rearm = zk_watch_rearm,
+    .info = zk_info,
+    .list = zk_list,
+    .force_release = zk_force_release,
+    .holders = zk_holders,
+    .watch_open = zk_watch_open,
+    .watch_add = zk_watch_add,
+    .watch_close = zk_watch_close,
+    .watch_rearm = zk_watch_rearm,
 };
 
 static const dlock__guard_ops zk_guard = {.check = zk_guard_check};
 
 static const dlock__sched_ops zk_sched = {
-  .claim = zk_sched_claim,
-  .finish = zk_sched_finish,
-  .undo = zk_sched_undo,
-  .history = zk_sched_history,
+    .claim = zk_sched_claim,
+    .finish = zk_sched_finish,
+    .undo = zk_sched_undo,
+    .history = zk_sched_history,
 };
 
 /* Not offered: an election is in Curator's LeaderLatch layout (lock.c), and
@@ -554,9 +569,11 @@ static const dlock__sched_ops zk_sched = {
 static int zk_proclaim(dlock_mutex *m, const char *token, const char *value) {
   (void)token;
   (void)value;
-  return dlock__error(DLOCK_EINVAL, "changing a leader's value is not offered on %s: Curator's LeaderLatch "
+  return dlock__error(DLOCK_EINVAL,
+                      "changing a leader's value is not offered on %s: Curator's LeaderLatch "
                       "candidates watch the leader's node and would miss its end after a change to it; resign "
-                      "and campaign again with the new value (docs/election.md)", m->client->server);
+                      "and campaign again with the new value (docs/election.md)",
+                      m->client->server);
 }
 
 static int zk_evict(dlock_client *c, const char *name, uint64_t epoch, int *evicted) {
@@ -571,25 +588,25 @@ static int zk_evict(dlock_client *c, const char *name, uint64_t epoch, int *evic
 static const struct dlock__election_ops zk_election_ops = {.proclaim = zk_proclaim, .evict = zk_evict};
 
 const dlock__backend_ops dlock__zk_ops = {
-  .name = "zookeeper",
-  .unreachable = "ZooKeeper could not be reached before the session timeout ran out, so the session (and the "
-                 "hold with it) may be gone",
-  .redact = dlock__zk_url_redact,
-  .open = zk_open,
-  .close = zk_close,
-  .ping = zk_ping,
-  .query = dlock__query_none,
-  .lock_new = zk_lock_new,
-  .lock_free = zk_lock_free,
-  .acquire = zk_acquire,
-  .wake = zk_wake,
-  .undo = zk_undo,
-  .release = zk_release,
-  .extend = zk_extend,
-  .renew = zk_renew,
-  .held = zk_held,
-  .admin = &zk_admin,
-  .guard = &zk_guard,
-  .sched = &zk_sched,
-  .election = &zk_election_ops,
+    .name = "zookeeper",
+    .unreachable = "ZooKeeper could not be reached before the session timeout ran out, so the session (and the "
+                   "hold with it) may be gone",
+    .redact = dlock__zk_url_redact,
+    .open = zk_open,
+    .close = zk_close,
+    .ping = zk_ping,
+    .query = dlock__query_none,
+    .lock_new = zk_lock_new,
+    .lock_free = zk_lock_free,
+    .acquire = zk_acquire,
+    .wake = zk_wake,
+    .undo = zk_undo,
+    .release = zk_release,
+    .extend = zk_extend,
+    .renew = zk_renew,
+    .held = zk_held,
+    .admin = &zk_admin,
+    .guard = &zk_guard,
+    .sched = &zk_sched,
+    .election = &zk_election_ops,
 };

@@ -137,8 +137,8 @@ static int sem_leftover(dlock__zk_sess *s, const char *lock_path, const char *ch
   return zrc == ZNONODE || (zrc == ZOK && st.numChildren == 0);
 }
 
-static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, dlock__zk_side side,
-                           children *out, int *zrc_out) {
+static int list_lock_nodes(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, dlock__zk_side side, children *out,
+                           int *zrc_out) {
   memset(out, 0, sizeof *out);
   int zrc = zoo_get_children(s->zh, lock_path, 0, &out->v);
   *zrc_out = zrc;
@@ -268,8 +268,8 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
   snprintf(create_path, cpn, "%s/%s%s", parent, prefix, mark);
   int tries = 0;
   while (1) {
-    int zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), dlock__zk_acl(z), ZOO_EPHEMERAL_SEQUENTIAL,
-                         node, (int)nodelen - 1);
+    int zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), dlock__zk_acl(z), ZOO_EPHEMERAL_SEQUENTIAL, node,
+                         (int)nodelen - 1);
     if (zrc == ZOK) break;
     if (zrc == ZNONODE && tries++ < 8) {
       rc = create_parents(z, s, parent);
@@ -321,8 +321,10 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     int drc = delete_own(z, s, node);
-    if (drc == DLOCK_EUNKNOWN) rc = drc;
-    else dlock__error(rc, "%s", saved);
+    if (drc == DLOCK_EUNKNOWN)
+      rc = drc;
+    else
+      dlock__error(rc, "%s", saved);
     node[0] = '\0';
   }
   return rc;
@@ -342,8 +344,10 @@ static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const ch
   dlock_lost_reason gone = s->lost;
   pthread_mutex_unlock(&z->mu);
   if (gone != DLOCK_LOST_NONE || dlock_mono_now() >= valid_until)
-    return dlock__error(DLOCK_ELOST, "the session that holds our node %s ended (or may have) before the lock "
-                        "came to us; its node goes with it: try again", node);
+    return dlock__error(DLOCK_ELOST,
+                        "the session that holds our node %s ended (or may have) before the lock "
+                        "came to us; its node goes with it: try again",
+                        node);
   out->node_path = strdup(node);
   if (!out->node_path) return dlock__error(DLOCK_ENOMEM, "out of memory");
   out->lock_path = *lock_path;
@@ -378,9 +382,9 @@ typedef struct zk_turn {
   const char *owner_info; /* our node's data */
   int64_t wait_ms;
   const atomic_int *cancel;
-  int permits;            /* a semaphore's limit */
-  int planted_dropped;    /* persistent nodes ahead deleted (a mutex's or read-write lock's queue) */
-  char ahead[600];        /* the node ahead, for the busy message */
+  int permits;         /* a semaphore's limit */
+  int planted_dropped; /* persistent nodes ahead deleted (a mutex's or read-write lock's queue) */
+  char ahead[600];     /* the node ahead, for the busy message */
   /* A semaphore's: its "leases" and "locks" paths, and the "locks" mutex
    * held while our lease is added and waits. */
   char *leases, *locks;
@@ -391,8 +395,8 @@ typedef struct zk_turn {
 enum { LOOK_WAIT = 0, LOOK_HOLDS = 1, LOOK_AGAIN = 2 };
 
 struct zk_kind {
-  int side;         /* its nodes' dlock__zk_side (a semaphore: its "locks" queue's, DLOCK__ZK_MUTEX) */
-  int mark;         /* the mark of our node: MARK[mark] */
+  int side; /* its nodes' dlock__zk_side (a semaphore: its "locks" queue's, DLOCK__ZK_MUTEX) */
+  int mark; /* the mark of our node: MARK[mark] */
   /* Before our node is created: check the name's path and set t->parent. */
   int (*enter)(zk_turn *t);
   /* Once it is created (may be NULL): checks that need our node there. */
@@ -476,8 +480,14 @@ static int acquire(dlock__zk *z, const char *name, const zk_kind *k, int permits
   dlock_mono_ms deadline = wait_ms == DLOCK_WAIT_FOREVER ? -1 : dlock_mono_now() + wait_ms;
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
-  zk_turn t = {.z = z, .s = s, .kind = k, .name = name, .owner_info = owner_info ? owner_info : "",
-               .wait_ms = wait_ms, .cancel = cancel, .permits = permits};
+  zk_turn t = {.z = z,
+               .s = s,
+               .kind = k,
+               .name = name,
+               .owner_info = owner_info ? owner_info : "",
+               .wait_ms = wait_ms,
+               .cancel = cancel,
+               .permits = permits};
   t.lock_path = dlock__zk_path(z, name, NULL);
   if (!t.lock_path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
@@ -566,8 +576,7 @@ static int queue_look(zk_turn *t, int *zrc) {
     t->planted_dropped++;
     int drc = zoo_delete(s->zh, pred, pst.version);
     if (drc == ZOK || drc == ZNONODE || drc == ZBADVERSION) return LOOK_AGAIN;
-    if (dlock__zk_rc_uncertain(drc) && drc != ZSESSIONEXPIRED &&
-        dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
+    if (dlock__zk_rc_uncertain(drc) && drc != ZSESSIONEXPIRED && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
       return LOOK_AGAIN;
     return dlock__error(drc == ZNOAUTH ? DLOCK_EAUTH : DLOCK_EBUSY,
                         "lock '%s' on %s: the node ahead %s is persistent (no session owns it, so it is no lock "
@@ -579,8 +588,7 @@ static int queue_look(zk_turn *t, int *zrc) {
 }
 
 static int mutex_busy(const zk_turn *t) {
-  return dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", t->lock_path, t->z->server,
-                      t->ahead);
+  return dlock__error(DLOCK_EBUSY, "lock '%s' on %s is held (holder node %s)", t->lock_path, t->z->server, t->ahead);
 }
 
 static int read_busy(const zk_turn *t) {
@@ -590,15 +598,15 @@ static int read_busy(const zk_turn *t) {
 
 /* Indexed by dlock__zk_side. */
 static const zk_kind QUEUE_KINDS[] = {
-  [DLOCK__ZK_MUTEX] = {DLOCK__ZK_MUTEX, DLOCK__ZK_MUTEX, queue_enter, NULL, queue_look, mutex_busy, NULL,
-                       queue_info, queue_force},
-  [DLOCK__ZK_READ] = {DLOCK__ZK_READ, DLOCK__ZK_READ, queue_enter, NULL, queue_look, read_busy,
-                      NULL, queue_info, queue_force},
-  [DLOCK__ZK_WRITE] = {DLOCK__ZK_WRITE, DLOCK__ZK_WRITE, queue_enter, NULL, queue_look,
-                       mutex_busy, NULL, queue_info, queue_force},
-  /* An election: a mutex in Curator's LeaderLatch layout. */
-  [DLOCK__ZK_LATCH] = {DLOCK__ZK_LATCH, DLOCK__ZK_LATCH, queue_enter, NULL, queue_look, mutex_busy, NULL,
-                       queue_info, queue_force},
+    [DLOCK__ZK_MUTEX] = {DLOCK__ZK_MUTEX, DLOCK__ZK_MUTEX, queue_enter, NULL, queue_look, mutex_busy, NULL, queue_info,
+                         queue_force},
+    [DLOCK__ZK_READ] = {DLOCK__ZK_READ, DLOCK__ZK_READ, queue_enter, NULL, queue_look, read_busy, NULL, queue_info,
+                        queue_force},
+    [DLOCK__ZK_WRITE] = {DLOCK__ZK_WRITE, DLOCK__ZK_WRITE, queue_enter, NULL, queue_look, mutex_busy, NULL, queue_info,
+                         queue_force},
+    /* An election: a mutex in Curator's LeaderLatch layout. */
+    [DLOCK__ZK_LATCH] = {DLOCK__ZK_LATCH, DLOCK__ZK_LATCH, queue_enter, NULL, queue_look, mutex_busy, NULL, queue_info,
+                         queue_force},
 };
 
 /* ---- Semaphores: Curator's InterProcessSemaphoreV2 ----
@@ -665,8 +673,8 @@ static int sem_limit(dlock__zk *z, dlock__zk_sess *s, const char *name, const ch
     if (zrc == ZOK) return 0;
     if (zrc != ZBADVERSION && zrc != ZNONODE) return dlock__zk_fail(z, zrc, "record the limit on", leases);
   }
-  return dlock__error(DLOCK_EUNKNOWN, "semaphore '%s' on %s: the limit on %s kept changing; try again", name,
-                      z->server, leases);
+  return dlock__error(DLOCK_EUNKNOWN, "semaphore '%s' on %s: the limit on %s kept changing; try again", name, z->server,
+                      leases);
 }
 
 /* The children of the semaphore's path must be "locks" and "leases" only. */
@@ -727,8 +735,8 @@ static int sem_enter(zk_turn *t) {
   }
   rc = acquire(z, t->locks, &QUEUE_KINDS[DLOCK__ZK_MUTEX], 0, t->owner_info, mx_wait, t->cancel, &t->mx);
   if (rc == DLOCK_EBUSY)
-    return dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all permits are taken and others wait ahead",
-                        t->lock_path, z->server);
+    return dlock__error(DLOCK_EBUSY, "semaphore '%s' on %s: all permits are taken and others wait ahead", t->lock_path,
+                        z->server);
   if (rc) return rc;
   return sem_limit(z, s, t->name, t->leases, t->permits);
 }
@@ -759,8 +767,10 @@ static int sem_look(zk_turn *t, int *zrc) {
     if (!strcmp(v.data[i], t->own)) mine = 1;
   deallocate_String_vector(&v);
   if (!mine)
-    return dlock__error(DLOCK_ELOST, "our lease node %s disappeared while waiting at %s (session expired, or a "
-                        "force-release)", t->own, t->lock_path);
+    return dlock__error(DLOCK_ELOST,
+                        "our lease node %s disappeared while waiting at %s (session expired, or a "
+                        "force-release)",
+                        t->own, t->lock_path);
   return count <= t->permits ? LOOK_HOLDS : LOOK_WAIT;
 }
 
@@ -783,17 +793,17 @@ static void sem_leave(zk_turn *t, int rc) {
 }
 
 static const zk_kind SEM_KIND = {DLOCK__ZK_MUTEX, LEASE_MARK, sem_enter, sem_created, sem_look,
-                                 sem_busy, sem_leave, sem_info, sem_force};
+                                 sem_busy,        sem_leave,  sem_info,  sem_force};
 
 /* ---- The kinds' entry points ---- */
 
-int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
-                      const atomic_int *cancel, dlock__zk_hold *out) {
+int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms, const atomic_int *cancel,
+                      dlock__zk_hold *out) {
   return dlock__zk_acquire_side(z, name, DLOCK__ZK_MUTEX, owner_info, wait_ms, cancel, out);
 }
 
-int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info,
-                           int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out) {
+int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info, int64_t wait_ms,
+                           const atomic_int *cancel, dlock__zk_hold *out) {
   memset(out, 0, sizeof *out);
   int rc = dlock__zk_check_name("lock name", name);
   if (rc) return rc;
@@ -828,8 +838,7 @@ int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h) {
   if (!s) return rc;
   if (s->id != h->session) {
     dlock__zk_sess_put(s);
-    return dlock__error(DLOCK_ENOTHELD,
-                        "release '%s' on %s: the session that held it is over (the node went with it)",
+    return dlock__error(DLOCK_ENOTHELD, "release '%s' on %s: the session that held it is over (the node went with it)",
                         h->lock_path, z->server);
   }
   int resent = 0;
@@ -843,8 +852,8 @@ int dlock__zk_release(dlock__zk *z, dlock__zk_hold *h) {
       /* After a lost reply in the same session, only our first delete (or
        * a force-release) can have removed it: released. */
       rc = resent ? 0
-                  : dlock__error(DLOCK_ENOTHELD, "release '%s' on %s: our lock node %s was already gone",
-                                 h->lock_path, z->server, h->node_path);
+                  : dlock__error(DLOCK_ENOTHELD, "release '%s' on %s: our lock node %s was already gone", h->lock_path,
+                                 z->server, h->node_path);
       break;
     }
     if (dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED) {
@@ -918,8 +927,10 @@ int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms
   if (!done) c->abandoned = 1;
   pthread_mutex_unlock(&z->mu);
   if (!done) {
-    rc = dlock__error(DLOCK_ETIMEDOUT, "check our lock node '%s' on %s: no answer before the session's deadline "
-                      "(is the server cut off from the ensemble's leader?)", h->node_path, z->server);
+    rc = dlock__error(DLOCK_ETIMEDOUT,
+                      "check our lock node '%s' on %s: no answer before the session's deadline "
+                      "(is the server cut off from the ensemble's leader?)",
+                      h->node_path, z->server);
   } else {
     free(c);
     if (zrc == ZOK)
@@ -982,8 +993,10 @@ static int path_kind(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, con
       continue;
     }
     any = 1;
-    if (side == DLOCK__ZK_READ || side == DLOCK__ZK_WRITE) *k = &QUEUE_KINDS[DLOCK__ZK_READ];
-    else if (side == DLOCK__ZK_LATCH) *k = &QUEUE_KINDS[DLOCK__ZK_LATCH];
+    if (side == DLOCK__ZK_READ || side == DLOCK__ZK_WRITE)
+      *k = &QUEUE_KINDS[DLOCK__ZK_READ];
+    else if (side == DLOCK__ZK_LATCH)
+      *k = &QUEUE_KINDS[DLOCK__ZK_LATCH];
   }
   if (!*k && any) *k = &QUEUE_KINDS[DLOCK__ZK_MUTEX];
   deallocate_String_vector(&v);
@@ -1350,8 +1363,10 @@ static int force_release(dlock__zk *z, const char *name, uint64_t fence) {
   if (!s) return rc;
   char *lock_path = dlock__zk_path(z, name, NULL);
   const zk_kind *k;
-  if (!lock_path) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
-  else if (!(rc = path_kind(z, s, lock_path, &k)) && k) rc = k->force(z, s, lock_path, k, fence);
+  if (!lock_path)
+    rc = dlock__error(DLOCK_ENOMEM, "out of memory");
+  else if (!(rc = path_kind(z, s, lock_path, &k)) && k)
+    rc = k->force(z, s, lock_path, k, fence);
   free(lock_path);
   dlock__zk_sess_put(s);
   return rc;

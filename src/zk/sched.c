@@ -38,8 +38,8 @@ static int close_parent(dlock__zk *z, dlock__zk_sess *s, const char *path, int *
  * removes them once empty), all with our ACL (dlock__zk_acl()). The caller
  * closes the parent once created (close_parent()): one left open by a
  * client without credentials existed before. */
-static int create_with_parents(dlock__zk *z, dlock__zk_sess *s, const char *path, const char *data, int len,
-                               int mode, struct Stat *st, int *zrc_out) {
+static int create_with_parents(dlock__zk *z, dlock__zk_sess *s, const char *path, const char *data, int len, int mode,
+                               struct Stat *st, int *zrc_out) {
   for (int attempt = 0; attempt < 2; attempt++) {
     int zrc = st ? zoo_create2(s->zh, path, data, len, dlock__zk_acl(z), mode, NULL, 0, st)
                  : zoo_create(s->zh, path, data, len, dlock__zk_acl(z), mode, NULL, 0);
@@ -91,8 +91,7 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, ui
   int rc = dlock__zk_check_name("resource name", resource);
   if (rc) return rc;
   if (token == 0 || token > (uint64_t)INT64_MAX)
-    return dlock__error(DLOCK_ERANGE, "guard '%s': token %" PRIu64 " was never issued (1..2^63-1)", resource,
-                        token);
+    return dlock__error(DLOCK_ERANGE, "guard '%s': token %" PRIu64 " was never issued (1..2^63-1)", resource, token);
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
   char *path = dlock__zk_path(z, "_dlock_guard", resource);
@@ -245,9 +244,8 @@ static int tick_owner(const char *data, int len, const char *token, char *by, si
   return !strncmp(buf, want, strlen(want));
 }
 
-int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token,
-                          const char *node, int64_t ahead_ms, int keep, uint64_t *fence, char *by,
-                          size_t bylen) {
+int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
+                          int64_t ahead_ms, int keep, uint64_t *fence, char *by, size_t bylen) {
   int rc = dlock__zk_check_name("job name", job);
   if (rc) return rc;
   if (tick_unix_ms < 0 || !run_token || !*run_token || strlen(run_token) > 128)

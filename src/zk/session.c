@@ -69,35 +69,31 @@ int dlock__zk_fail(dlock__zk *z, int zrc, const char *op, const char *path) {
                         "nodes admit only the digest that created them: all clients of a lock use the same one)",
                         op, p, z->server);
   case ZAUTHFAILED:
-    return dlock__error(DLOCK_EAUTH, "%s '%s' on %s: the ensemble refused our digest credentials", op, p,
-                        z->server);
+    return dlock__error(DLOCK_EAUTH, "%s '%s' on %s: the ensemble refused our digest credentials", op, p, z->server);
   case ZCONNECTIONLOSS:
   case ZSESSIONMOVED:
-    return dlock__error(DLOCK_EIO, "%s '%s' on %s: connection to ZooKeeper lost (%s)", op, p, z->server,
-                        zerror(zrc));
+    return dlock__error(DLOCK_EIO, "%s '%s' on %s: connection to ZooKeeper lost (%s)", op, p, z->server, zerror(zrc));
   case ZOPERATIONTIMEOUT:
     return dlock__error(DLOCK_ETIMEDOUT, "%s '%s' on %s: ZooKeeper did not answer in time", op, p, z->server);
   case ZSESSIONEXPIRED:
   case ZINVALIDSTATE:
-    return dlock__error(DLOCK_ELOST, "%s '%s' on %s: the ZooKeeper session expired (its ephemeral nodes are gone)",
-                        op, p, z->server);
+    return dlock__error(DLOCK_ELOST, "%s '%s' on %s: the ZooKeeper session expired (its ephemeral nodes are gone)", op,
+                        p, z->server);
   case ZCLOSING:
     return dlock__error(DLOCK_ECLOSED, "%s '%s' on %s: the ZooKeeper handle is closing", op, p, z->server);
   case ZNOCHILDRENFOREPHEMERALS:
     return dlock__error(DLOCK_EFOREIGN,
-                        "%s '%s' on %s: a parent is an ephemeral node of some other program, not a lock path", op,
-                        p, z->server);
+                        "%s '%s' on %s: a parent is an ephemeral node of some other program, not a lock path", op, p,
+                        z->server);
   case ZNOTREADONLY:
     return dlock__error(DLOCK_EREADONLY, "%s '%s' on %s: the server is in read-only mode (no quorum)", op, p,
                         z->server);
   case ZMARSHALLINGERROR:
     return dlock__error(DLOCK_EPROTO, "%s '%s' on %s: %s", op, p, z->server, zerror(zrc));
   case ZBADARGUMENTS:
-    return dlock__error(DLOCK_ENAME, "%s '%s' on %s: ZooKeeper refused the path (%s)", op, p, z->server,
-                        zerror(zrc));
+    return dlock__error(DLOCK_ENAME, "%s '%s' on %s: ZooKeeper refused the path (%s)", op, p, z->server, zerror(zrc));
   default:
-    return dlock__error(DLOCK_ESERVER, "%s '%s' on %s: %s (ZooKeeper error %d)", op, p, z->server, zerror(zrc),
-                        zrc);
+    return dlock__error(DLOCK_ESERVER, "%s '%s' on %s: %s (ZooKeeper error %d)", op, p, z->server, zerror(zrc), zrc);
   }
 }
 

@@ -117,8 +117,8 @@ static char *decode(const char *s, size_t n) {
   return out;
 }
 
-static int parse_duration_param(const char *url, const char *what, const char *v, size_t n, int min_ms,
-                                int max_ms, int *out) {
+static int parse_duration_param(const char *url, const char *what, const char *v, size_t n, int min_ms, int max_ms,
+                                int *out) {
   char text[64], why[200];
   int64_t ms;
   if (n == 0 || n >= sizeof text) {
@@ -128,8 +128,7 @@ static int parse_duration_param(const char *url, const char *what, const char *v
   memcpy(text, v, n);
   text[n] = '\0';
   if (dlock_duration_parse(text, &ms) != 0 || ms < min_ms || ms > max_ms) {
-    snprintf(why, sizeof why, "%s '%s' must be a duration from %d ms to %d s", what, text, min_ms,
-             max_ms / 1000);
+    snprintf(why, sizeof why, "%s '%s' must be a duration from %d ms to %d s", what, text, min_ms, max_ms / 1000);
     return bad_url(url, why);
   }
   *out = (int)ms;
@@ -176,18 +175,17 @@ int dlock__zk_check_name(const char *what, const char *name) {
   if (n > DLOCK_MAX_NAME_LEN)
     return dlock__error(DLOCK_ENAME, "%s is %zu bytes long (at most %d)", what, n, DLOCK_MAX_NAME_LEN);
   if (!strncmp(name, "_dlock_", 7))
-    return dlock__error(DLOCK_ENAME, "%s '%.100s' starts with '_dlock_', which dlock reserves for its own nodes",
-                        what, name);
+    return dlock__error(DLOCK_ENAME, "%s '%.100s' starts with '_dlock_', which dlock reserves for its own nodes", what,
+                        name);
   const char *p = name;
   while (1) {
     const char *slash = strchr(p, '/');
     size_t cn = slash ? (size_t)(slash - p) : strlen(p);
     if (cn == 0)
-      return dlock__error(DLOCK_ENAME,
-                          "%s '%.100s' has an empty path component (a leading, trailing or double '/')", what, name);
+      return dlock__error(DLOCK_ENAME, "%s '%.100s' has an empty path component (a leading, trailing or double '/')",
+                          what, name);
     if ((cn == 1 && p[0] == '.') || (cn == 2 && p[0] == '.' && p[1] == '.'))
-      return dlock__error(DLOCK_ENAME, "%s '%.100s' has a '.' or '..' component, which ZooKeeper refuses", what,
-                          name);
+      return dlock__error(DLOCK_ENAME, "%s '%.100s' has a '.' or '..' component, which ZooKeeper refuses", what, name);
     for (size_t i = 0; i < cn; i++) {
       unsigned char ch = (unsigned char)p[i];
       if (ch < 0x20 || ch == 0x7f)

@@ -27,12 +27,12 @@
 
 /* zk://host1:2181,host2:2181[/namespace][?session_timeout=10s&connect_timeout=5s&digest=user:pass] */
 typedef struct dlock__zk_url {
-  char *hosts;             /* "host1:2181,host2:2181" as the C client takes it */
-  char *ns;                /* "" or "/a/b": no trailing '/' */
-  int session_timeout_ms;  /* asked for; the server may grant another */
+  char *hosts;            /* "host1:2181,host2:2181" as the C client takes it */
+  char *ns;               /* "" or "/a/b": no trailing '/' */
+  int session_timeout_ms; /* asked for; the server may grant another */
   int connect_timeout_ms;
-  char *digest;            /* "user:pass" or NULL */
-  char shown[512];         /* the URL with the digest password masked */
+  char *digest;    /* "user:pass" or NULL */
+  char shown[512]; /* the URL with the digest password masked */
 } dlock__zk_url;
 
 /* 1 when 'url' starts with "zk://". */
@@ -120,10 +120,10 @@ typedef enum dlock__zk_side {
 
 /* One hold: our lock node. */
 typedef struct dlock__zk_hold {
-  char *lock_path;   /* "/ns/name" */
-  char *node_path;   /* "/ns/name/_c_<uuid>-lock-0000000007" */
-  uint64_t fence;    /* czxid of node_path */
-  int64_t session;   /* the session that owns the node */
+  char *lock_path;           /* "/ns/name" */
+  char *node_path;           /* "/ns/name/_c_<uuid>-lock-0000000007" */
+  uint64_t fence;            /* czxid of node_path */
+  int64_t session;           /* the session that owns the node */
   dlock_mono_ms valid_until; /* that session's validity when the lock was ours */
 } dlock__zk_hold;
 
@@ -137,14 +137,14 @@ void dlock__zk_hold_clear(dlock__zk_hold *h);
  * (the lock path holds children that are not lock nodes), DLOCK_EUNKNOWN
  * (our node may exist and could not be found or deleted: it goes with the
  * session), connection errors. */
-int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms,
-                      const atomic_int *cancel, dlock__zk_hold *out);
+int dlock__zk_acquire(dlock__zk *z, const char *name, const char *owner_info, int64_t wait_ms, const atomic_int *cancel,
+                      dlock__zk_hold *out);
 /* As dlock__zk_acquire(), for one side of a read-write lock (or the mutex):
  * a writer holds when its node is the first of all, a reader when no
  * writer's node comes before it (a waiting writer keeps later readers out).
  * DLOCK_EWRONGTYPE when the name is held as another kind. */
-int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info,
-                           int64_t wait_ms, const atomic_int *cancel, dlock__zk_hold *out);
+int dlock__zk_acquire_side(dlock__zk *z, const char *name, dlock__zk_side side, const char *owner_info, int64_t wait_ms,
+                           const atomic_int *cancel, dlock__zk_hold *out);
 /* One permit of the semaphore 'name' (Curator's InterProcessSemaphoreV2
  * layout, see lock.c) with 'permits' in all: DLOCK_ELIMIT when its holders
  * stored another limit; otherwise as dlock__zk_acquire(). The hold is the
@@ -170,17 +170,17 @@ void dlock__zk_watch_held(dlock__zk *z, const dlock__zk_hold *h);
 int dlock__zk_is_held_until(dlock__zk *z, const dlock__zk_hold *h, dlock_mono_ms deadline);
 
 typedef struct dlock__zk_info {
-  int held;                 /* a lock node exists */
-  uint64_t fence;           /* czxid of the holder's node */
-  int64_t since_unix_ms;    /* its ctime (the ensemble's clock) */
-  int64_t owner_session;    /* its ephemeralOwner */
-  int64_t waiters;          /* lock nodes after the holder's */
-  char holder[256];         /* the holder's node name */
-  char owner_info[1025];    /* its data (Curator writes the holder's IP) */
-  int kind;                 /* 0 nothing there, 1 mutex, 2 read-write lock, 3 semaphore */
+  int held;                         /* a lock node exists */
+  uint64_t fence;                   /* czxid of the holder's node */
+  int64_t since_unix_ms;            /* its ctime (the ensemble's clock) */
+  int64_t owner_session;            /* its ephemeralOwner */
+  int64_t waiters;                  /* lock nodes after the holder's */
+  char holder[256];                 /* the holder's node name */
+  char owner_info[1025];            /* its data (Curator writes the holder's IP) */
+  int kind;                         /* 0 nothing there, 1 mutex, 2 read-write lock, 3 semaphore */
   int64_t readers, waiting_writers; /* a read-write lock's read holders and waiting writers */
-  int writer;               /* 1 when its write side is held */
-  int64_t permits, permits_used; /* a semaphore's stored limit (0: unknown) and leases */
+  int writer;                       /* 1 when its write side is held */
+  int64_t permits, permits_used;    /* a semaphore's stored limit (0: unknown) and leases */
 } dlock__zk_info;
 
 int dlock__zk_info_get(dlock__zk *z, const char *name, dlock__zk_info *out);
@@ -222,9 +222,8 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, ui
  * claim is withdrawn), or < 0. A create whose reply was lost is resolved by
  * reading the node back (our run token or not). Old tick nodes beyond the
  * newest 'keep' are deleted. */
-int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token,
-                          const char *node, int64_t ahead_ms, int keep, uint64_t *fence, char *by,
-                          size_t bylen);
+int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
+                          int64_t ahead_ms, int keep, uint64_t *fence, char *by, size_t bylen);
 /* Append a run record to /ns/_dlock_sched/<job>/history (sequential nodes),
  * keeping the newest 'keep'. */
 int dlock__zk_sched_finish(dlock__zk *z, const char *job, const dlock_run_record *rec, int keep);

@@ -22,21 +22,21 @@
 typedef struct dlock__zk_sess {
   dlock__zk *z;
   zhandle_t *zh;
-  int refs;                  /* under z->mu */
-  int detached;              /* no longer z->cur */
-  int state;                 /* last session state the watcher saw */
+  int refs;     /* under z->mu */
+  int detached; /* no longer z->cur */
+  int state;    /* last session state the watcher saw */
   int connected_once;
   int auth_failed;
-  int64_t id;                /* session id, 0 until connected */
-  int timeout_ms;            /* negotiated */
+  int64_t id;                 /* session id, 0 until connected */
+  int timeout_ms;             /* negotiated */
   dlock_mono_ms last_contact; /* send time of the last answered sync (through the leader) */
-  int contacted;             /* a sync was answered since the connect */
+  int contacted;              /* a sync was answered since the connect */
   dlock_mono_ms valid_until;  /* see the loss rule in session.c */
   dlock_mono_ms next_ping;
-  int pings_out;             /* syncs sent and not yet answered */
+  int pings_out; /* syncs sent and not yet answered */
   int uncertain;
   dlock_lost_reason lost;
-  int ev_pending;            /* bit (1 << dlock__zk_event) to deliver */
+  int ev_pending; /* bit (1 << dlock__zk_event) to deliver */
   int lost_reported;
 } dlock__zk_sess;
 

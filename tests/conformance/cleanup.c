@@ -27,15 +27,33 @@ static void keep(enum kind kind, void *p) {
 
 static void free_one(enum kind kind, void *p) {
   switch (kind) {
-  case K_CLIENT: dlock_client_free(p); break;
-  case K_MUTEX: dlock_mutex_free(p); break;
-  case K_SEM: dlock_semaphore_free(p); break;
-  case K_RW: dlock_rwlock_free(p); break;
-  case K_LATCH: dlock_latch_free(p); break;
-  case K_MULTI: dlock_multi_free(p); break;
-  case K_SCHED: dlock_sched_free(p); break;
-  case K_ELECTION: dlock_election_free(p); break;
-  case K_OBSERVER: dlock_observer_free(p); break;
+  case K_CLIENT:
+    dlock_client_free(p);
+    break;
+  case K_MUTEX:
+    dlock_mutex_free(p);
+    break;
+  case K_SEM:
+    dlock_semaphore_free(p);
+    break;
+  case K_RW:
+    dlock_rwlock_free(p);
+    break;
+  case K_LATCH:
+    dlock_latch_free(p);
+    break;
+  case K_MULTI:
+    dlock_multi_free(p);
+    break;
+  case K_SCHED:
+    dlock_sched_free(p);
+    break;
+  case K_ELECTION:
+    dlock_election_free(p);
+    break;
+  case K_OBSERVER:
+    dlock_observer_free(p);
+    break;
   }
 }
 

@@ -22,17 +22,17 @@
 #include "dlock.h"
 
 /* What the docs say a deployment offers. */
-#define CONF_FENCE 0x01u     /* fences rise per name (not: fence 0) */
+#define CONF_FENCE 0x01u /* fences rise per name (not: fence 0) */
 #define CONF_SEMAPHORE 0x02u
 #define CONF_RWLOCK 0x04u
 #define CONF_LATCH 0x08u
-#define CONF_SCHED 0x10u     /* fixed-rate jobs */
+#define CONF_SCHED 0x10u /* fixed-rate jobs */
 #define CONF_GUARD 0x20u
-#define CONF_ADMIN 0x40u     /* list and force release */
-#define CONF_DEADLINE 0x80u  /* a hold ends at a local deadline (valid_until) */
-#define CONF_QUEUE 0x100u    /* waiters queue by arrival, counted in the status */
+#define CONF_ADMIN 0x40u         /* list and force release */
+#define CONF_DEADLINE 0x80u      /* a hold ends at a local deadline (valid_until) */
+#define CONF_QUEUE 0x100u        /* waiters queue by arrival, counted in the status */
 #define CONF_FORCE_NOTIFY 0x200u /* a forced release notifies the holder (not: its next renewal) */
-#define CONF_JOBS 0x400u     /* a job's state: pause, resume, trigger (docs/scheduler.md) */
+#define CONF_JOBS 0x400u         /* a job's state: pause, resume, trigger (docs/scheduler.md) */
 
 /* Which reply conf_fixture.drop_next_reply() loses. */
 typedef enum conf_call { CONF_ACQUIRE, CONF_RELEASE } conf_call;
@@ -77,8 +77,8 @@ void conf_offered(unsigned cap, const char *what, int rc);
 /* End the scenario as "n/a": the fixture cannot inject the fault it needs
  * (the library is not at fault, and the docs promise it all the same). */
 void conf_not_applicable(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-#define CONF_NEED(hook, what) \
-  do {                        \
+#define CONF_NEED(hook, what)                                                                 \
+  do {                                                                                        \
     if (!conf_fx->hook) conf_not_applicable("the %s fixture cannot %s", conf_fx->name, what); \
   } while (0)
 

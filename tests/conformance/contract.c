@@ -123,7 +123,8 @@ static void fences_rise_strictly_across_holders(void) {
     dlock_mutex *m = i % 2 ? mb : ma;
     ASSERT_OK(dlock_mutex_acquire(m, slack_ms(10000)));
     uint64_t f = dlock_mutex_fence(m);
-    if (f <= last) TEST_FAIL("acquisition %d got fence %llu after %llu", i, (unsigned long long)f, (unsigned long long)last);
+    if (f <= last)
+      TEST_FAIL("acquisition %d got fence %llu after %llu", i, (unsigned long long)f, (unsigned long long)last);
     last = f;
     ASSERT_OK(dlock_mutex_release(m));
   }
@@ -188,8 +189,8 @@ static void waiters_get_the_lock_in_arrival_order(void) {
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
   if (!queued)
     TEST_FAIL("a waiter did not show in the lock's status within %ld ms (%lld waiters seen): %s keeps no wait "
-              "queue, so nothing serves waiters in arrival order", wait_ms, (long long)conf_waiters(h, "q"),
-              conf_fx->name);
+              "queue, so nothing serves waiters in arrival order",
+              wait_ms, (long long)conf_waiters(h, "q"), conf_fx->name);
   for (int i = 0; i < FIFO_WAITERS; i++) {
     ASSERT_OK(w[i].rc);
     if (w[i].place != i) TEST_FAIL("waiter %d (in arrival order) got the lock as number %d", i, w[i].place);
@@ -214,7 +215,8 @@ static void *wait_forever(void *arg) {
 
 static void a_wait_ends_at_its_deadline_and_a_cancel_ends_it_sooner(void) {
   dlock_client *a = conf_client("wait"), *b = conf_client("wait"), *d = conf_client("wait");
-  dlock_mutex *holder = conf_mutex(a, "w", NULL), *late = conf_mutex(b, "w", NULL), *canceled = conf_mutex(d, "w", NULL);
+  dlock_mutex *holder = conf_mutex(a, "w", NULL), *late = conf_mutex(b, "w", NULL),
+              *canceled = conf_mutex(d, "w", NULL);
   ASSERT_OK(dlock_mutex_acquire(holder, 0));
   long long t0 = th_now_ms();
   ASSERT_STATUS(dlock_mutex_acquire(late, 800), DLOCK_EBUSY);
@@ -444,7 +446,8 @@ static void a_watch_wakes_when_a_lock_is_taken_and_given_back(void) {
   dlock_mutex *m = conf_mutex(a, "wl", NULL);
   int woke[2] = {0, 0}, held[2] = {-1, -1};
   for (int step = 0; step < 2; step++) {
-    while (dlock_watch_wait(w, 0) > 0) {} /* what came before this step */
+    while (dlock_watch_wait(w, 0) > 0) {
+    } /* what came before this step */
     rc = step == 0 ? dlock_mutex_acquire(m, 0) : dlock_mutex_release(m);
     if (rc) break;
     dlock_mono_ms t0 = dlock_mono_now();
@@ -482,8 +485,9 @@ static void the_guard_admits_the_newest_fence_and_refuses_an_older_one(void) {
   /* The highest token seen: the token when admitted, the newer one when not. */
   if (admitted != now || refused != now)
     TEST_FAIL("dlock_guard_check_highest gave %llu when it admitted %llu and %llu when it refused %llu (both "
-              "should be %llu, dlock.h)", (unsigned long long)admitted, (unsigned long long)now,
-              (unsigned long long)refused, (unsigned long long)old, (unsigned long long)now);
+              "should be %llu, dlock.h)",
+              (unsigned long long)admitted, (unsigned long long)now, (unsigned long long)refused,
+              (unsigned long long)old, (unsigned long long)now);
 }
 
 /* ---- The scheduler ---- */
@@ -786,7 +790,8 @@ static void a_frozen_server_loses_the_hold_no_later_than_the_local_deadline(void
   ASSERT_OK(dlock_mutex_release(next));
 }
 
-#define SCENARIO(fn) {#fn, fn}
+#define SCENARIO(fn) \
+  { #fn, fn }
 const conf_scenario conf_contract[] = {
     SCENARIO(exclusion_under_contention_never_two_holders),
     SCENARIO(fences_rise_strictly_across_holders),

@@ -56,7 +56,8 @@ static void probe_offered(void) {
   dlock_client_free(c);
   int claimed = (conf_fx->caps & CONF_FENCE) != 0;
   if (rc == DLOCK_EINVAL && strstr(err, "not offered")) {
-    if (claimed) TEST_FAIL("the docs say %s offers leader election, but the library refuses it: %s", conf_fx->name, err);
+    if (claimed)
+      TEST_FAIL("the docs say %s offers leader election, but the library refuses it: %s", conf_fx->name, err);
     conf_not_offered("leader election: %s", err);
   }
   if (rc) TEST_FAIL("leader election on %s returned %s: %s", conf_fx->name, dlock_err_name(rc), err);
@@ -203,8 +204,8 @@ static void election_a_paused_leader_is_refused_by_the_guard_after_the_new_leade
   close(go[1]);
   th_wait(pid, 10000);
   if (!got) TEST_FAIL("the resumed leader did not report its guard check");
-  printf("  the resumed leader's write with epoch %llu: %s (new epoch %llu); it %s its loss\n",
-         (unsigned long long)old, dlock_err_name(out[0]), (unsigned long long)now, out[1] ? "saw" : "did not see");
+  printf("  the resumed leader's write with epoch %llu: %s (new epoch %llu); it %s its loss\n", (unsigned long long)old,
+         dlock_err_name(out[0]), (unsigned long long)now, out[1] ? "saw" : "did not see");
   ASSERT_STATUS(out[0], DLOCK_ESTALE);
   ASSERT_EQ(out[1], 1); /* past its local deadline, lost() says so by itself */
   ASSERT_OK(dlock_election_resign(b));
@@ -462,7 +463,8 @@ static void election_an_eviction_with_an_old_epoch_leaves_the_new_leader_alone(v
   ASSERT_EQ(evicted, 0);
 }
 
-#define SCENARIO(fn) {#fn, fn}
+#define SCENARIO(fn) \
+  { #fn, fn }
 const conf_scenario conf_election[] = {
     SCENARIO(election_a_resign_hands_over_at_once_and_proclaim_keeps_the_epoch),
     SCENARIO(election_observers_see_every_change_in_order_with_rising_epochs),

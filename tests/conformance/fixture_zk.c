@@ -35,7 +35,8 @@ static void zk_thaw(void) { th_zk_thaw(&zk); }
 /* No countdown latches (docs/latch.md, docs/zookeeper.md). */
 const conf_fixture conf_fx_zk = {
     .name = "zk",
-    .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
+    .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED |
+            CONF_GUARD | CONF_ADMIN,
     .start = zk_start,
     .stop = zk_stop,
     .client = zk_client,

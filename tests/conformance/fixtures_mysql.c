@@ -69,7 +69,8 @@ static void lease_drop(conf_call call, const char *name) {
   char full[200], lit[420];
   snprintf(full, sizeof full, "%s:%s", proxy_space, name);
   size_t o = (size_t)snprintf(lit, sizeof lit, "X'");
-  for (const unsigned char *s = (const unsigned char *)full; *s; s++) o += (size_t)snprintf(lit + o, sizeof lit - o, "%02x", *s);
+  for (const unsigned char *s = (const unsigned char *)full; *s; s++)
+    o += (size_t)snprintf(lit + o, sizeof lit - o, "%02x", *s);
   snprintf(lit + o, sizeof lit - o, "'");
   pgp_drop_reply(pp, lit, 1);
 }

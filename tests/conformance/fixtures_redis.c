@@ -17,7 +17,9 @@
 #include "harness_proxy.h"
 #include "harness_sentinel.h"
 
-#define REDIS_CAPS (CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | CONF_SCHED | CONF_GUARD | CONF_ADMIN | CONF_JOBS)
+#define REDIS_CAPS                                                                                           \
+  (CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | \
+   CONF_SCHED | CONF_GUARD | CONF_ADMIN | CONF_JOBS)
 
 /* The servers a fixture freezes, and its URL. */
 static th_redis *frozen_set[TH_CLUSTER_MAX];

@@ -95,7 +95,8 @@ static int eight_child(void *arg) {
     }
     int now = atomic_fetch_add(&shared->inside, 1) + 1;
     int m = atomic_load(&shared->max_inside);
-    while (now > m && !atomic_compare_exchange_weak(&shared->max_inside, &m, now)) {}
+    while (now > m && !atomic_compare_exchange_weak(&shared->max_inside, &m, now)) {
+    }
     th_sleep_ms(300);
     atomic_fetch_sub(&shared->inside, 1);
     if (dlock_semaphore_release(s) != 0) return 13;
@@ -148,8 +149,8 @@ static void readers_overlap_a_writer_holds_alone_and_a_waiting_writer_keeps_late
   dlock_rwlock *w = conf_rw(d, "doc", DLOCK_RW_WRITE);
   ASSERT_OK(dlock_rwlock_acquire(r1, 0));
   ASSERT_OK(dlock_rwlock_acquire(r2, 0)); /* readers overlap */
-  uint64_t last_read = dlock_rwlock_fence(r2) > dlock_rwlock_fence(r1) ? dlock_rwlock_fence(r2)
-                                                                        : dlock_rwlock_fence(r1);
+  uint64_t last_read =
+      dlock_rwlock_fence(r2) > dlock_rwlock_fence(r1) ? dlock_rwlock_fence(r2) : dlock_rwlock_fence(r1);
   ASSERT_STATUS(dlock_rwlock_acquire(w, 0), DLOCK_EBUSY);
   dlock_lock_info info;
   dlock_lock_info_init(&info);
@@ -266,7 +267,6 @@ static void mixed_readers_and_writers_keep_a_writers_only_counter_exact(void) {
   ASSERT_EQ(mix->counter, (long)atomic_load(&mix->writes));
 }
 
-
 /* A semaphore waiter that gives up (its wait ends, or it is canceled)
  * leaves nothing queued, and the permit goes on as if it never came. */
 typedef struct sem_waiter {
@@ -380,7 +380,8 @@ static void a_latch_counted_down_to_zero_wakes_its_waiter(void) {
   ASSERT_EQ(left, 0);
 }
 
-#define SCENARIO(fn) {#fn, fn}
+#define SCENARIO(fn) \
+  { #fn, fn }
 const conf_scenario conf_kinds[] = {
     SCENARIO(permits_are_counted_fences_rise_and_status_shows_them),
     SCENARIO(a_limit_other_than_the_stored_one_is_an_error_naming_both),

@@ -46,12 +46,14 @@ static const char *known_finding(const char *fixture, const char *scenario) {
 }
 
 static const conf_fixture *const fixtures[] = {
-    &conf_fx_redis, &conf_fx_tls, &conf_fx_sentinel, &conf_fx_cluster, &conf_fx_redlock,
+    &conf_fx_redis,       &conf_fx_tls,
+    &conf_fx_sentinel,    &conf_fx_cluster,
+    &conf_fx_redlock,
 #ifdef CONF_WITH_ZK
     &conf_fx_zk,
 #endif
 #ifdef CONF_WITH_PG
-    &conf_fx_pg_lease, &conf_fx_pg_advisory,
+    &conf_fx_pg_lease,    &conf_fx_pg_advisory,
 #endif
 #ifdef CONF_WITH_MYSQL
     &conf_fx_mysql_lease, &conf_fx_mysql_advisory,
@@ -223,8 +225,10 @@ int main(int argc, char **argv) {
   const struct {
     const conf_scenario *list;
     size_t n;
-  } parts[] = {{conf_contract, conf_contract_len}, {conf_kinds, conf_kinds_len},
-                 {conf_election, conf_election_len}, {conf_last, conf_last_len}};
+  } parts[] = {{conf_contract, conf_contract_len},
+               {conf_kinds, conf_kinds_len},
+               {conf_election, conf_election_len},
+               {conf_last, conf_last_len}};
   enum result res[128];
   const char *names[128];
   int n = 0, failed = 0;

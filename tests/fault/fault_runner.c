@@ -78,23 +78,23 @@ typedef struct scenario {
   const char *name;
   enum deployment dep;
   unsigned faults;
-  const char *kinds;   /* fault_worker --kinds */
-  int no_lease;        /* ZooKeeper: the session is the lease */
-  int lease_min, lease_max; /* worker leases, ms */
+  const char *kinds;           /* fault_worker --kinds */
+  int no_lease;                /* ZooKeeper: the session is the lease */
+  int lease_min, lease_max;    /* worker leases, ms */
   int allow_reported_failover; /* history.h fh_policy */
   int no_loss;                 /* history.h fh_policy */
-  const char *server_conf;    /* extra redis.conf lines */
-  int server_stop_max_ms;     /* F_SERVER_STOP: longest freeze */
-  int seconds;                /* default length (DLOCK_FAULT_SECONDS overrides) */
-  int hold_max;               /* fault_worker --hold-max, ms */
-  int cmd_timeout;            /* fault_worker --timeout, ms (-1: the library's default) */
-  int fresh_client;           /* fault_worker --fresh-client */
-  int guard;                  /* fault_worker --guard: writes through the fencing guard */
-  int workers;                /* 0: 6 (--workers overrides) */
-  int may_refuse;             /* the fixed deployment refuses every acquire: no minimum of holds */
-  int min_holds;              /* holds a run must have (0: one per 4 s of the run) */
-  const char *url_more;       /* appended to the URL */
-  const char *about;   /* what it checks, and the doc sentence it encodes */
+  const char *server_conf;     /* extra redis.conf lines */
+  int server_stop_max_ms;      /* F_SERVER_STOP: longest freeze */
+  int seconds;                 /* default length (DLOCK_FAULT_SECONDS overrides) */
+  int hold_max;                /* fault_worker --hold-max, ms */
+  int cmd_timeout;             /* fault_worker --timeout, ms (-1: the library's default) */
+  int fresh_client;            /* fault_worker --fresh-client */
+  int guard;                   /* fault_worker --guard: writes through the fencing guard */
+  int workers;                 /* 0: 6 (--workers overrides) */
+  int may_refuse;              /* the fixed deployment refuses every acquire: no minimum of holds */
+  int min_holds;               /* holds a run must have (0: one per 4 s of the run) */
+  const char *url_more;        /* appended to the URL */
+  const char *about;           /* what it checks, and the doc sentence it encodes */
 } scenario;
 
 /* A field left 0 takes its default (with_defaults): worker leases 1.5-6 s,
@@ -110,14 +110,14 @@ static const scenario scenarios[] = {
      * out)": losses are allowed, overlaps are not. */
     {"redis-single", D_SINGLE, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_KILL | F_SERVER_STOP, "mutex,sem,rw",
      .guard = 1, .server_conf = "appendonly yes\n", .server_stop_max_ms = 3000,
-     .about = "single Redis with appendonly: kill -9 and SIGSTOP of workers, kill -9 + restart and SIGSTOP of the server"},
+     .about =
+         "single Redis with appendonly: kill -9 and SIGSTOP of workers, kill -9 + restart and SIGSTOP of the server"},
     /* docs/topologies.md, Redlock: "Survives: any minority of the nodes
      * down, frozen or restarted". Here with persistence and leases of
      * 8-20 s; the short leases and the empty restart are items 3 and 4
      * below. Redlock offers the mutex only (docs/redlock.md). */
-    {"redlock", D_REDLOCK, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_KILL | F_SERVER_STOP, "mutex",
-     .lease_min = 8000, .lease_max = 20000, .no_loss = 1, .guard = 1, .server_conf = "appendonly yes\n",
-     .server_stop_max_ms = 4000,
+    {"redlock", D_REDLOCK, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_KILL | F_SERVER_STOP, "mutex", .lease_min = 8000,
+     .lease_max = 20000, .no_loss = 1, .guard = 1, .server_conf = "appendonly yes\n", .server_stop_max_ms = 4000,
      .about = "Redlock, 5 nodes with appendonly: kill -9 and SIGSTOP of workers, kill -9 + restart and SIGSTOP of one "
               "node; no hold may be lost"},
     /* Issue 22 item 3: "one SIGSTOPped node of five makes short-lease
@@ -155,15 +155,16 @@ static const scenario scenarios[] = {
      * grants the lock to a second holder and neither is told". A command
      * timeout longer than the failover, so that a command sent to the
      * frozen master runs there after SIGCONT. */
-    {"sentinel-frozen-master", D_SENTINEL, F_FROZEN_MASTER, "mutex", .allow_reported_failover = 1,
-     .seconds = 30, .cmd_timeout = 6000,
+    {"sentinel-frozen-master", D_SENTINEL, F_FROZEN_MASTER, "mutex", .allow_reported_failover = 1, .seconds = 30,
+     .cmd_timeout = 6000,
      .about = "issue 22 item 6: Sentinel, the master SIGSTOPped until the failover, then SIGCONT; a loss must be "
               "reported"},
     /* Issue 22 item 5: "a guard admission is lost at a failover ... and a
      * lower token is then admitted, also with ?wait_replicas=1" (here
      * without, where more holds are taken in a run). dlock.h,
      * dlock_guard_check: "0: admitted (token >= highest seen)". */
-    {"sentinel-guard", D_SENTINEL, F_FAILOVER | F_WORKER_STOP, "mutex", .allow_reported_failover = 1, .seconds = 30, .guard = 1,
+    {"sentinel-guard", D_SENTINEL, F_FAILOVER | F_WORKER_STOP, "mutex", .allow_reported_failover = 1, .seconds = 30,
+     .guard = 1,
      .about = "issue 22 item 5: Sentinel, writes through the guard, SIGSTOP of workers, the master kill -9 and "
               "failover; no lower fence admitted after a higher one"},
     /* docs/topologies.md, Cluster: the same losses as Sentinel at a
@@ -175,9 +176,8 @@ static const scenario scenarios[] = {
      * whose server is frozen moves to another within the session, and a
      * loss is reported by valid_until (3/4 of the session timeout). The
      * ensemble survives one frozen node of three. */
-    {"zk-ensemble", D_ZK, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_STOP, "mutex,sem,rw",
-     .no_lease = 1, .server_stop_max_ms = 3000, .cmd_timeout = -1,
-     .url_more = "?session_timeout=4s&connect_timeout=2s",
+    {"zk-ensemble", D_ZK, F_WORKER_KILL | F_WORKER_STOP | F_SERVER_STOP, "mutex,sem,rw", .no_lease = 1,
+     .server_stop_max_ms = 3000, .cmd_timeout = -1, .url_more = "?session_timeout=4s&connect_timeout=2s",
      .about = "ZooKeeper, 3 nodes: kill -9 and SIGSTOP of workers, SIGSTOP of one node"},
     /* Issue 22 item 2: "ZooKeeper ACLs open (an unauthenticated client
      * deletes a lock node)". With ?digest= the nodes must refuse a client
@@ -199,8 +199,7 @@ static const scenario scenarios[] = {
      * acquires through the pooler succeed (may_refuse stays for a refused
      * try). Load: 12 workers, a new client per hold. */
     {"pg-advisory-pgbouncer", D_PGBOUNCER, 0, "mutex", .hold_max = 400, .may_refuse = 1, .fresh_client = 1,
-     .workers = 12,
-     .url_more = "&mode=advisory",
+     .workers = 12, .url_more = "&mode=advisory",
      .about = "issue 22 item 7: PostgreSQL advisory mode through PgBouncer in transaction mode; no overlap"},
     {.name = NULL},
 };
@@ -417,10 +416,14 @@ static void stop_deployment(void) {
   if (R.sc->dep == D_PGBOUNCER) th_pgbouncer_stop(&R.pgb);
   if (R.sc->dep == D_PG || R.sc->dep == D_PGBOUNCER) th_pg_stop(&R.pg);
 #endif
-  if (R.sc->dep == D_SINGLE) th_redis_stop(&R.single);
-  else if (R.sc->dep == D_REDLOCK) th_redis_stop_n(R.nodes, R.nnodes);
-  else if (R.sc->dep == D_SENTINEL) th_sentinel_set_stop(&R.sent);
-  else if (R.sc->dep == D_CLUSTER) th_cluster_stop(&R.cl);
+  if (R.sc->dep == D_SINGLE)
+    th_redis_stop(&R.single);
+  else if (R.sc->dep == D_REDLOCK)
+    th_redis_stop_n(R.nodes, R.nnodes);
+  else if (R.sc->dep == D_SENTINEL)
+    th_sentinel_set_stop(&R.sent);
+  else if (R.sc->dep == D_CLUSTER)
+    th_cluster_stop(&R.cl);
 }
 
 /* kill -9 a server and reap it; its pid becomes 0, so that nothing signals
@@ -458,8 +461,10 @@ static void sentinel_failover(int frozen) {
   th_redis *old = R.master, *nu = R.replica;
   long tf = th_time_factor();
   flog("F kind=%s t=%" PRId64 " what=master:%d", frozen ? "master-stop" : "master-kill", now_ns(), old->port);
-  if (frozen) kill(old->pid, SIGSTOP);
-  else kill9(old);
+  if (frozen)
+    kill(old->pid, SIGSTOP);
+  else
+    kill9(old);
   int ok = th_sentinel_wait_master(&R.sent, nu->port, 30000 * tf) == 0;
   flog("F kind=failover t=%" PRId64 " what=master:%d ok=%d", now_ns(), nu->port, ok);
   if (frozen) {
@@ -558,8 +563,10 @@ static void foreign_delete(void) {
     for (int i = 0; i < sv.count; i++) {
       snprintf(child, sizeof child, "%s/%s", parent, sv.data[i]);
       int rc = zoo_delete(R.foreign, child, -1);
-      if (rc == ZOK) deleted++;
-      else if (rc == ZNOAUTH) refused++;
+      if (rc == ZOK)
+        deleted++;
+      else if (rc == ZNOAUTH)
+        refused++;
     }
     deallocate_String_vector(&sv);
   }
@@ -580,15 +587,18 @@ static void server_fault(unsigned kind) {
     return;
   }
   if (kind == F_FAILOVER || kind == F_FROZEN_MASTER) {
-    if (R.sc->dep == D_SENTINEL) sentinel_failover(kind == F_FROZEN_MASTER);
-    else if (R.sc->dep == D_CLUSTER) cluster_failover();
+    if (R.sc->dep == D_SENTINEL)
+      sentinel_failover(kind == F_FROZEN_MASTER);
+    else if (R.sc->dep == D_CLUSTER)
+      cluster_failover();
     return;
   }
   const scenario *sc = R.sc;
   th_redis *srv = NULL;
   const char *what = "server";
   char label[64];
-  if (sc->dep == D_SINGLE) srv = &R.single;
+  if (sc->dep == D_SINGLE)
+    srv = &R.single;
   else if (sc->dep == D_REDLOCK) {
     int i = (int)(rnd() % (unsigned)R.nnodes);
     srv = &R.nodes[i];
@@ -714,11 +724,16 @@ int main(int argc, char **argv) {
   R.seed = (uint64_t)time(NULL);
   int keep = 0;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--keep")) keep = 1;
-    else if (i + 1 < argc && !strcmp(argv[i], "--seconds")) R.seconds = atol(argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--workers")) R.nworkers = atoi(argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--seed")) R.seed = strtoull(argv[++i], NULL, 10);
-    else return usage();
+    if (!strcmp(argv[i], "--keep"))
+      keep = 1;
+    else if (i + 1 < argc && !strcmp(argv[i], "--seconds"))
+      R.seconds = atol(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--workers"))
+      R.nworkers = atoi(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--seed"))
+      R.seed = strtoull(argv[++i], NULL, 10);
+    else
+      return usage();
   }
   if (R.nworkers < 1 || R.nworkers > MAXW || R.seconds < 1) return usage();
   rng = R.seed * 2654435761u + 7;
@@ -731,8 +746,8 @@ int main(int argc, char **argv) {
   char path[400];
   snprintf(path, sizeof path, "%s/faults.log", R.dir);
   R.flog = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  printf("fault_runner %s: %s\n  %ld s, %d workers, seed %" PRIu64 ", logs in %s\n", R.sc->name, R.sc->about,
-         R.seconds, R.nworkers, R.seed, R.dir);
+  printf("fault_runner %s: %s\n  %ld s, %d workers, seed %" PRIu64 ", logs in %s\n", R.sc->name, R.sc->about, R.seconds,
+         R.nworkers, R.seed, R.dir);
   atexit(at_exit);
   /* SIGALRM: the harnesses stop their servers and exit; at_exit kills the
    * workers (and they die with us anyway). */
@@ -759,8 +774,10 @@ int main(int argc, char **argv) {
     reap();
     if (nk && th_now_ms() >= next && th_now_ms() + 4000 < R.end_ms) {
       unsigned k = kinds[rnd() % (unsigned)nk];
-      if (k == F_WORKER_KILL || k == F_WORKER_STOP) worker_fault(k);
-      else server_fault(k);
+      if (k == F_WORKER_KILL || k == F_WORKER_STOP)
+        worker_fault(k);
+      else
+        server_fault(k);
       next = th_now_ms() + rnd_between(500, 2500);
     }
     th_sleep_ms(50);
@@ -798,8 +815,8 @@ int main(int argc, char **argv) {
   /* A run in which (almost) nothing was held proves nothing. */
   int min_holds = R.sc->may_refuse ? 0 : R.sc->min_holds ? R.sc->min_holds : (int)R.seconds / 4;
   if (holds < min_holds) {
-    printf("fault_runner %s: only %d holds in %ld s (fewer than %d): the deployment did not work; see %s\n",
-           R.sc->name, holds, R.seconds, min_holds, R.dir);
+    printf("fault_runner %s: only %d holds in %ld s (fewer than %d): the deployment did not work; see %s\n", R.sc->name,
+           holds, R.seconds, min_holds, R.dir);
     bad++;
   }
   int known = known_failing(R.sc->name);
@@ -818,7 +835,8 @@ int main(int argc, char **argv) {
     /* Expected: the report above says it all; the logs go (--keep keeps
      * them), so that CI runs do not pile them up. */
     printf("fault_runner %s: %d violations\n  KNOWN FAILING (its fix is not merged here; tests/fault/fault_runner.c "
-           "KNOWN_FAILING)%s%s\n", R.sc->name, bad, keep ? "; the logs are in " : "", keep ? R.dir : "");
+           "KNOWN_FAILING)%s%s\n",
+           R.sc->name, bad, keep ? "; the logs are in " : "", keep ? R.dir : "");
     if (!keep) {
       char cmd[400];
       snprintf(cmd, sizeof cmd, "rm -rf '%s'", R.dir);

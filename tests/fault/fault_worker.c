@@ -76,7 +76,9 @@ static uint64_t rnd(void) {
   rng ^= rng << 17;
   return rng;
 }
-static int64_t rnd_between(int64_t lo, int64_t hi) { return hi <= lo ? lo : lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+static int64_t rnd_between(int64_t lo, int64_t hi) {
+  return hi <= lo ? lo : lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
 
 static const char *lost_name(dlock_lost_reason r) {
   static const char *s[] = {"NONE", "EXPIRED", "TAKEN", "UNREACHABLE", "MAX_HOLD", "DEADLINE", "FAILOVER", "DELETED"};
@@ -112,25 +114,53 @@ int main(int argc, char **argv) {
   uint64_t seed = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--no-lease")) { no_lease = 1; continue; }
-    if (!strcmp(a, "--fresh-client")) { fresh = 1; continue; }
-    if (!strcmp(a, "--guard")) { guard = 1; continue; }
-    if (!v) { fprintf(stderr, "fault_worker: %s needs a value\n", a); return 2; }
+    if (!strcmp(a, "--no-lease")) {
+      no_lease = 1;
+      continue;
+    }
+    if (!strcmp(a, "--fresh-client")) {
+      fresh = 1;
+      continue;
+    }
+    if (!strcmp(a, "--guard")) {
+      guard = 1;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "fault_worker: %s needs a value\n", a);
+      return 2;
+    }
     i++;
-    if (!strcmp(a, "--url")) url = v;
-    else if (!strcmp(a, "--id")) id = atoi(v);
-    else if (!strcmp(a, "--log")) logpath = v;
-    else if (!strcmp(a, "--seconds")) seconds = atol(v);
-    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--kinds")) kinds = v;
-    else if (!strcmp(a, "--names")) names = atoi(v);
-    else if (!strcmp(a, "--permits")) permits = atoi(v);
-    else if (!strcmp(a, "--lease-min")) lease_min = atoll(v);
-    else if (!strcmp(a, "--lease-max")) lease_max = atoll(v);
-    else if (!strcmp(a, "--hold-max")) hold_max = atoll(v);
-    else if (!strcmp(a, "--prefix")) prefix = v;
-    else if (!strcmp(a, "--timeout")) timeout = atoi(v);
-    else { fprintf(stderr, "fault_worker: unknown option %s\n", a); return 2; }
+    if (!strcmp(a, "--url"))
+      url = v;
+    else if (!strcmp(a, "--id"))
+      id = atoi(v);
+    else if (!strcmp(a, "--log"))
+      logpath = v;
+    else if (!strcmp(a, "--seconds"))
+      seconds = atol(v);
+    else if (!strcmp(a, "--seed"))
+      seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--kinds"))
+      kinds = v;
+    else if (!strcmp(a, "--names"))
+      names = atoi(v);
+    else if (!strcmp(a, "--permits"))
+      permits = atoi(v);
+    else if (!strcmp(a, "--lease-min"))
+      lease_min = atoll(v);
+    else if (!strcmp(a, "--lease-max"))
+      lease_max = atoll(v);
+    else if (!strcmp(a, "--hold-max"))
+      hold_max = atoll(v);
+    else if (!strcmp(a, "--prefix"))
+      prefix = v;
+    else if (!strcmp(a, "--timeout"))
+      timeout = atoi(v);
+    else {
+      fprintf(stderr, "fault_worker: unknown option %s\n", a);
+      return 2;
+    }
   }
   if (!url || !logpath || names < 1) {
     fprintf(stderr, "fault_worker: --url and --log are required\n");
@@ -149,7 +179,10 @@ int main(int argc, char **argv) {
   int nkinds = 0;
   if (strstr(kinds, "mutex")) kind_list[nkinds++] = "mutex";
   if (strstr(kinds, "sem")) kind_list[nkinds++] = "sem";
-  if (strstr(kinds, "rw")) { kind_list[nkinds++] = "read"; kind_list[nkinds++] = "write"; }
+  if (strstr(kinds, "rw")) {
+    kind_list[nkinds++] = "read";
+    kind_list[nkinds++] = "write";
+  }
   if (!nkinds) kind_list[nkinds++] = "mutex";
 
   dlock_client_options co;
@@ -195,15 +228,20 @@ int main(int argc, char **argv) {
     int64_t lease = rnd_between(lease_min, lease_max);
     int fixed = !no_lease && rnd() % 3 == 0;
     if (!no_lease) {
-      if (fixed) mo.lease_ms = lease;
-      else mo.watchdog_lease_ms = lease;
+      if (fixed)
+        mo.lease_ms = lease;
+      else
+        mo.watchdog_lease_ms = lease;
     }
     /* Most holds short; some over renewals (watchdog) or past a fixed lease. */
     int64_t hold;
     unsigned r = (unsigned)(rnd() % 10);
-    if (r < 5) hold = rnd_between(0, hold_max / 6);
-    else if (r < 8) hold = rnd_between(0, hold_max);
-    else hold = rnd_between(lease, lease + hold_max);
+    if (r < 5)
+      hold = rnd_between(0, hold_max / 6);
+    else if (r < 8)
+      hold = rnd_between(0, hold_max);
+    else
+      hold = rnd_between(lease, lease + hold_max);
 
     dlock_mutex *m = NULL;
     dlock_semaphore *s = NULL;
@@ -276,7 +314,8 @@ int main(int argc, char **argv) {
     /* Written after t_end: the hold no longer counts, the guard decides. */
     if (guard) guard_write(c, id, seq, name, fence);
     rc = dlock_mutex_release(m);
-    logf_line("E w=%d seq=%ld t_end=%" PRId64 " vu=%" PRId64 " lost=%s t_lost=%" PRId64 " rc=%s view=%s t_done=%" PRId64,
+    logf_line("E w=%d seq=%ld t_end=%" PRId64 " vu=%" PRId64 " lost=%s t_lost=%" PRId64
+              " rc=%s view=%s t_done=%" PRId64,
               id, seq, t_end, vu, lost_name(lost), t_lost, rc_name(rc), late ? "late" : "ok", now_ns());
     if (rc != 0 && rc != DLOCK_ENOTHELD)
       logf_line("# w=%d seq=%ld release %s: %s", id, seq, rc_name(rc), dlock_mutex_errmsg(m));

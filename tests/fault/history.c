@@ -135,8 +135,7 @@ int fh_add_line(fh_history *h, const char *line, const char *where) {
     }
     return 0;
   }
-  if (ifield(line, "w", &w) != 0 || ifield(line, "seq", &seq) != 0)
-    return bad(h, where, "line without w= or seq=");
+  if (ifield(line, "w", &w) != 0 || ifield(line, "seq", &seq) != 0) return bad(h, where, "line without w= or seq=");
   if (line[0] == 'G') {
     if (h->ng == h->gcap) {
       int cap = h->gcap ? h->gcap * 2 : 256;
@@ -180,11 +179,16 @@ int fh_add_line(fh_history *h, const char *line, const char *where) {
     int64_t fixed = 0;
     (void)ifield(line, "fixed", &fixed);
     x->fixed = fixed != 0;
-    if (!strcmp(kind, "mutex")) x->kind = K_MUTEX;
-    else if (!strcmp(kind, "sem")) x->kind = K_SEM;
-    else if (!strcmp(kind, "read")) x->kind = K_READ;
-    else if (!strcmp(kind, "write")) x->kind = K_WRITE;
-    else return bad(h, where, "B line with an unknown kind");
+    if (!strcmp(kind, "mutex"))
+      x->kind = K_MUTEX;
+    else if (!strcmp(kind, "sem"))
+      x->kind = K_SEM;
+    else if (!strcmp(kind, "read"))
+      x->kind = K_READ;
+    else if (!strcmp(kind, "write"))
+      x->kind = K_WRITE;
+    else
+      return bad(h, where, "B line with an unknown kind");
     x->permits = (int)permits;
     x->fence = (uint64_t)fence;
     snprintf(x->b_where, sizeof x->b_where, "%s", where);
@@ -264,9 +268,7 @@ static int64_t hold_end(const fh_hold *x) {
 
 /* 1 when 't' is more than 'tol' ns past 'vu'; a hold with no deadline of
  * its own (vu INT64_MAX: PostgreSQL's advisory mode) is never past it. */
-static int past(int64_t t, int64_t vu, int64_t tol) {
-  return vu <= INT64_MAX - tol && t > vu + tol;
-}
+static int past(int64_t t, int64_t vu, int64_t tol) { return vu <= INT64_MAX - tol && t > vu + tol; }
 
 static const char *kind_str(fh_kind k) {
   static const char *s[] = {"mutex", "sem", "read", "write"};
@@ -282,8 +284,8 @@ static int was_frozen(const fh_history *h, int w, int64_t from, int64_t to) {
 
 static void describe(FILE *r, const char *tag, const fh_hold *x) {
   if (!r) return;
-  fprintf(r, "    %s w%d seq %ld %s '%s' fence %" PRIu64 " held [%.3f, %.3f] s (vu %.3f%s%s%s) at %s%s%s\n", tag,
-          x->w, x->seq, kind_str(x->kind), x->name, x->fence, x->t_acq / 1e9, hold_end(x) / 1e9, x->vu / 1e9,
+  fprintf(r, "    %s w%d seq %ld %s '%s' fence %" PRIu64 " held [%.3f, %.3f] s (vu %.3f%s%s%s) at %s%s%s\n", tag, x->w,
+          x->seq, kind_str(x->kind), x->name, x->fence, x->t_acq / 1e9, hold_end(x) / 1e9, x->vu / 1e9,
           x->ended ? ", release " : ", never released (worker killed)", x->ended ? x->rc : "",
           x->t_lost ? ", loss signalled" : "", x->b_where, x->ended ? " and " : "", x->e_where);
 }
@@ -337,16 +339,24 @@ static int check_overlap(const fh_history *h, const fh_policy *p, const int *idx
     int readers = 0, writers = 0, others = 0;
     for (int a = 0; a < na; a++) {
       fh_kind k = h->h[active[a]].kind;
-      if (k == K_READ) readers++;
-      else if (k == K_WRITE) writers++;
-      else others++;
+      if (k == K_READ)
+        readers++;
+      else if (k == K_WRITE)
+        writers++;
+      else
+        others++;
     }
     const char *why = NULL;
-    if (x->kind == K_MUTEX && na > 0) why = "two holders of one mutex";
-    else if (x->kind == K_SEM && na + 1 > x->permits) why = "more holders than the semaphore's permits";
-    else if (x->kind == K_WRITE && na > 0) why = "a writer while the lock was held";
-    else if (x->kind == K_READ && writers > 0) why = "a reader while a writer held the lock";
-    else if (others > 0 && (x->kind == K_READ || x->kind == K_WRITE)) why = "one name held as two kinds";
+    if (x->kind == K_MUTEX && na > 0)
+      why = "two holders of one mutex";
+    else if (x->kind == K_SEM && na + 1 > x->permits)
+      why = "more holders than the semaphore's permits";
+    else if (x->kind == K_WRITE && na > 0)
+      why = "a writer while the lock was held";
+    else if (x->kind == K_READ && writers > 0)
+      why = "a reader while a writer held the lock";
+    else if (others > 0 && (x->kind == K_READ || x->kind == K_WRITE))
+      why = "one name held as two kinds";
     if (why) {
       bad++;
       if (r) {
@@ -372,8 +382,8 @@ static int check_fences(const fh_history *h, const int *idx, int n, FILE *r) {
       if (a == b || hold_end(x) >= y->t_call || y->fence > x->fence) continue;
       bad++;
       if (r) {
-        fprintf(r, "VIOLATION fence order on '%s': fence %" PRIu64 " was issued after %" PRIu64 " had ended\n",
-                x->name, y->fence, x->fence);
+        fprintf(r, "VIOLATION fence order on '%s': fence %" PRIu64 " was issued after %" PRIu64 " had ended\n", x->name,
+                y->fence, x->fence);
         describe(r, "earlier", x);
         describe(r, "later  ", y);
       }
@@ -389,8 +399,7 @@ static int check_guard(const fh_history *h, FILE *r) {
   for (int a = 0; a < h->ng; a++)
     for (int b = 0; b < h->ng; b++) {
       const fh_guard *x = &h->g[a], *y = &h->g[b];
-      if (!x->admitted || !y->admitted || x->t_ret >= y->t_call || y->fence >= x->fence ||
-          strcmp(x->res, y->res) != 0)
+      if (!x->admitted || !y->admitted || x->t_ret >= y->t_call || y->fence >= x->fence || strcmp(x->res, y->res) != 0)
         continue;
       bad++;
       if (r)
@@ -405,12 +414,14 @@ static int check_guard(const fh_history *h, FILE *r) {
 static int check_outcomes(const fh_history *h, const fh_policy *p, const fh_hold *x, FILE *r) {
   int bad = 0;
   const char *why = NULL;
-  if (x->fence == 0 && !p->no_fence) why = "acquire returned OK with no fence";
+  if (x->fence == 0 && !p->no_fence)
+    why = "acquire returned OK with no fence";
   else if (x->ended && strcmp(x->rc, "OK") == 0 && x->t_lost)
     why = "release returned OK for a hold whose loss had been signalled";
   else if (x->ended && strcmp(x->rc, "OK") == 0 && past(x->t_end, x->vu, 5000000))
     why = "release returned OK after the hold's valid_until";
-  else if (x->view_late) why = "dlock_mutex_lost() said NONE after valid_until";
+  else if (x->view_late)
+    why = "dlock_mutex_lost() said NONE after valid_until";
   if (why) {
     bad++;
     if (r) {
@@ -472,8 +483,9 @@ int fh_check(fh_history *h, const fh_policy *p, FILE *r) {
   int lost = 0;
   for (int i = 0; i < h->n; i++) lost += h->h[i].t_lost != 0;
   if (r)
-    fprintf(r, "history: %d holds (%d never released: worker killed), %d lost and signalled, %d worker freezes, "
-               "%d guarded writes: %d violations\n",
+    fprintf(r,
+            "history: %d holds (%d never released: worker killed), %d lost and signalled, %d worker freezes, "
+            "%d guarded writes: %d violations\n",
             h->n, fh_open_holds(h), lost, h->ns, h->ng, bad);
   free(idx);
   return bad;

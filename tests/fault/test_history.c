@@ -7,7 +7,7 @@
 #include "test.h"
 
 /* Seconds to the checker's nanoseconds. */
-#define S(x) ((long long)((x) * 1e9))
+#define S(x) ((long long)((x)*1e9))
 
 static int no_loss;
 
@@ -33,20 +33,24 @@ static char buf[64][256];
 /* A B line and an E line for a hold of 'name' from t0 to t1 (seconds). */
 static const char *B(int i, int w, int seq, const char *name, const char *kind, int permits, int fence, double call,
                      double acq, double vu) {
-  snprintf(buf[i], sizeof buf[i], "B w=%d seq=%d name=%s kind=%s permits=%d fence=%d t_call=%lld t_acq=%lld vu=%lld",
-           w, seq, name, kind, permits, fence, S(call), S(acq), S(vu));
+  snprintf(buf[i], sizeof buf[i], "B w=%d seq=%d name=%s kind=%s permits=%d fence=%d t_call=%lld t_acq=%lld vu=%lld", w,
+           seq, name, kind, permits, fence, S(call), S(acq), S(vu));
   return buf[i];
 }
 static const char *E(int i, int w, int seq, double end, double vu, const char *lost, double t_lost, const char *rc) {
-  snprintf(buf[i], sizeof buf[i], "E w=%d seq=%d t_end=%lld vu=%lld lost=%s t_lost=%lld rc=%s view=ok", w, seq,
-           S(end), S(vu), lost, S(t_lost), rc);
+  snprintf(buf[i], sizeof buf[i], "E w=%d seq=%d t_end=%lld vu=%lld lost=%s t_lost=%lld rc=%s view=ok", w, seq, S(end),
+           S(vu), lost, S(t_lost), rc);
   return buf[i];
 }
 
 TEST(a_clean_history_of_mutex_holds_passes) {
-  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0), E(1, 1, 1, 2.0, 5.0, "NONE", 0, "OK"),
-                     B(2, 2, 1, "m0", "mutex", 1, 11, 1.5, 2.1, 6.0), E(3, 2, 1, 3.0, 6.0, "NONE", 0, "OK"),
-                     B(4, 3, 1, "m1", "mutex", 1, 3, 1.5, 1.6, 6.0), E(5, 3, 1, 2.5, 6.0, "NONE", 0, "OK"), NULL};
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0),
+                     E(1, 1, 1, 2.0, 5.0, "NONE", 0, "OK"),
+                     B(2, 2, 1, "m0", "mutex", 1, 11, 1.5, 2.1, 6.0),
+                     E(3, 2, 1, 3.0, 6.0, "NONE", 0, "OK"),
+                     B(4, 3, 1, "m1", "mutex", 1, 3, 1.5, 1.6, 6.0),
+                     E(5, 3, 1, 2.5, 6.0, "NONE", 0, "OK"),
+                     NULL};
   ASSERT_EQ(check(l, 0), 0);
 }
 
@@ -64,23 +68,28 @@ TEST(a_worker_killed_while_releasing_held_only_until_its_release_began) {
                      B(2, 2, 1, "m0", "mutex", 1, 11, 2.0, 2.5, 9.0), E(3, 2, 1, 3.0, 9.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(l, 0), 0);
   /* Without the X line the same history is an overlap. */
-  const char *m[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0),
-                     B(2, 2, 1, "m0", "mutex", 1, 11, 2.0, 2.5, 9.0), E(3, 2, 1, 3.0, 9.0, "NONE", 0, "OK"), NULL};
+  const char *m[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 5.0), B(2, 2, 1, "m0", "mutex", 1, 11, 2.0, 2.5, 9.0),
+                     E(3, 2, 1, 3.0, 9.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(m, 0), 1);
 }
 
 TEST(a_killed_workers_hold_counts_until_its_last_valid_until) {
   /* w1 was killed while holding: its hold counts until the vu of its R
    * line (4.0); w2 at 3.5 overlaps it, w3 at 4.5 does not. */
-  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 3.0), "R w=1 seq=1 vu=4000000000",
-                     B(2, 2, 1, "m0", "mutex", 1, 11, 3.0, 3.5, 9.0), E(3, 2, 1, 3.6, 9.0, "NONE", 0, "OK"),
-                     B(4, 3, 1, "m0", "mutex", 1, 12, 4.1, 4.5, 9.0), E(5, 3, 1, 5.0, 9.0, "NONE", 0, "OK"), NULL};
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 3.0),
+                     "R w=1 seq=1 vu=4000000000",
+                     B(2, 2, 1, "m0", "mutex", 1, 11, 3.0, 3.5, 9.0),
+                     E(3, 2, 1, 3.6, 9.0, "NONE", 0, "OK"),
+                     B(4, 3, 1, "m0", "mutex", 1, 12, 4.1, 4.5, 9.0),
+                     E(5, 3, 1, 5.0, 9.0, "NONE", 0, "OK"),
+                     NULL};
   ASSERT_EQ(check(l, 0), 1);
 }
 
 TEST(a_hold_past_its_valid_until_no_longer_counts) {
   /* w1 (frozen) ends at vu 2.0 in the count; w2 takes the lock at 2.5. */
-  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 2.0), E(1, 1, 1, 2.1, 2.0, "DEADLINE", 2.05, "ENOTHELD"),
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 2.0),
+                     E(1, 1, 1, 2.1, 2.0, "DEADLINE", 2.05, "ENOTHELD"),
                      B(2, 2, 1, "m0", "mutex", 1, 11, 2.2, 2.5, 6.0), E(3, 2, 1, 3.0, 6.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(l, 0), 0);
 }
@@ -95,16 +104,24 @@ TEST(semaphore_holds_up_to_the_permits_pass_and_one_more_is_reported) {
   const char *ok[] = {B(0, 1, 1, "s0", "sem", 2, 1, 0.9, 1.0, 9.0), E(1, 1, 1, 5.0, 9.0, "NONE", 0, "OK"),
                       B(2, 2, 1, "s0", "sem", 2, 2, 0.9, 1.1, 9.0), E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(ok, 0), 0);
-  const char *l[] = {B(0, 1, 1, "s0", "sem", 2, 1, 0.9, 1.0, 9.0), E(1, 1, 1, 5.0, 9.0, "NONE", 0, "OK"),
-                     B(2, 2, 1, "s0", "sem", 2, 2, 0.9, 1.1, 9.0), E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"),
-                     B(4, 3, 1, "s0", "sem", 2, 3, 0.9, 1.2, 9.0), E(5, 3, 1, 5.0, 9.0, "NONE", 0, "OK"), NULL};
+  const char *l[] = {B(0, 1, 1, "s0", "sem", 2, 1, 0.9, 1.0, 9.0),
+                     E(1, 1, 1, 5.0, 9.0, "NONE", 0, "OK"),
+                     B(2, 2, 1, "s0", "sem", 2, 2, 0.9, 1.1, 9.0),
+                     E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"),
+                     B(4, 3, 1, "s0", "sem", 2, 3, 0.9, 1.2, 9.0),
+                     E(5, 3, 1, 5.0, 9.0, "NONE", 0, "OK"),
+                     NULL};
   ASSERT_EQ(check(l, 0), 1);
 }
 
 TEST(readers_together_pass_and_a_writer_with_a_reader_is_reported) {
-  const char *ok[] = {B(0, 1, 1, "rw0", "read", 1, 1, 0.9, 1.0, 9.0), E(1, 1, 1, 5.0, 9.0, "NONE", 0, "OK"),
-                      B(2, 2, 1, "rw0", "read", 1, 2, 0.9, 1.1, 9.0), E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"),
-                      B(4, 3, 1, "rw0", "write", 1, 3, 1.0, 5.5, 9.0), E(5, 3, 1, 6.0, 9.0, "NONE", 0, "OK"), NULL};
+  const char *ok[] = {B(0, 1, 1, "rw0", "read", 1, 1, 0.9, 1.0, 9.0),
+                      E(1, 1, 1, 5.0, 9.0, "NONE", 0, "OK"),
+                      B(2, 2, 1, "rw0", "read", 1, 2, 0.9, 1.1, 9.0),
+                      E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"),
+                      B(4, 3, 1, "rw0", "write", 1, 3, 1.0, 5.5, 9.0),
+                      E(5, 3, 1, 6.0, 9.0, "NONE", 0, "OK"),
+                      NULL};
   ASSERT_EQ(check(ok, 0), 0);
   const char *l[] = {B(0, 1, 1, "rw0", "read", 1, 1, 0.9, 1.0, 9.0), E(1, 1, 1, 5.0, 9.0, "NONE", 0, "OK"),
                      B(2, 2, 1, "rw0", "write", 1, 2, 0.9, 4.0, 9.0), E(3, 2, 1, 6.0, 9.0, "NONE", 0, "OK"), NULL};
@@ -117,8 +134,8 @@ TEST(a_release_that_says_ok_after_a_signalled_loss_is_reported) {
 }
 
 TEST(a_loss_signalled_late_is_reported_unless_the_worker_was_frozen) {
-  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 2.0),
-                     E(1, 1, 1, 6.0, 2.0, "DEADLINE", 5.0, "ENOTHELD"), NULL};
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 2.0), E(1, 1, 1, 6.0, 2.0, "DEADLINE", 5.0, "ENOTHELD"),
+                     NULL};
   ASSERT_EQ(check(l, 0), 1);
   const char *f[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 2.0), "F kind=stop w=1 t=1500000000",
                      "F kind=cont w=1 t=4900000000", E(3, 1, 1, 6.0, 2.0, "DEADLINE", 5.0, "ENOTHELD"), NULL};
@@ -129,8 +146,7 @@ TEST(a_loss_signalled_late_is_reported_unless_the_worker_was_frozen) {
 }
 
 TEST(an_overlap_after_a_reported_failover_passes_only_where_the_docs_allow_it) {
-  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 9.0),
-                     E(1, 1, 1, 4.0, 9.0, "FAILOVER", 3.0, "ENOTHELD"),
+  const char *l[] = {B(0, 1, 1, "m0", "mutex", 1, 10, 0.9, 1.0, 9.0), E(1, 1, 1, 4.0, 9.0, "FAILOVER", 3.0, "ENOTHELD"),
                      B(2, 2, 1, "m0", "mutex", 1, 11, 1.5, 2.0, 9.0), E(3, 2, 1, 5.0, 9.0, "NONE", 0, "OK"), NULL};
   ASSERT_EQ(check(l, 0), 1);
   ASSERT_EQ(check(l, 1), 0);

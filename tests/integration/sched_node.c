@@ -59,7 +59,8 @@ static int job(const dlock_tick *t, void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 8) {
-    fprintf(stderr, "usage: sched_node URL NODE rate|delay|cron PERIOD_MS|EXPR RUN_MS LIFETIME_MS OUTFILE [AT_MOST_MS]\n");
+    fprintf(stderr,
+            "usage: sched_node URL NODE rate|delay|cron PERIOD_MS|EXPR RUN_MS LIFETIME_MS OUTFILE [AT_MOST_MS]\n");
     return 64;
   }
   outfile = argv[7];
@@ -86,9 +87,12 @@ int main(int argc, char **argv) {
   if (argc > 8) jo.lock_at_most_for_ms = atol(argv[8]);
   int rc = dlock_sched_new(&s, c, &so);
   if (!rc) {
-    if (!strcmp(argv[3], "rate")) rc = dlock_sched_add_fixed_rate(s, "t:sched-job", atol(argv[4]), &jo, job, NULL);
-    else if (!strcmp(argv[3], "delay")) rc = dlock_sched_add_fixed_delay(s, "t:sched-job", atol(argv[4]), &jo, job, NULL);
-    else rc = dlock_sched_add_cron(s, "t:sched-job", argv[4], &jo, job, NULL);
+    if (!strcmp(argv[3], "rate"))
+      rc = dlock_sched_add_fixed_rate(s, "t:sched-job", atol(argv[4]), &jo, job, NULL);
+    else if (!strcmp(argv[3], "delay"))
+      rc = dlock_sched_add_fixed_delay(s, "t:sched-job", atol(argv[4]), &jo, job, NULL);
+    else
+      rc = dlock_sched_add_cron(s, "t:sched-job", argv[4], &jo, job, NULL);
   }
   if (!rc) rc = dlock_sched_start(s);
   if (rc) {

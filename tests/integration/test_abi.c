@@ -35,11 +35,10 @@ static int noop_job(const dlock_tick *tick, void *arg) {
 TEST(the_runtime_version_is_the_headers_as_string_and_number) {
   ASSERT_STR_EQ(dlock_version(), DLOCK_VERSION);
   ASSERT_EQ(dlock_version_number(), DLOCK_VERSION_NUMBER);
-  ASSERT_EQ(DLOCK_VERSION_NUMBER,
-            DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 + DLOCK_VERSION_PATCH);
+  ASSERT_EQ(DLOCK_VERSION_NUMBER, DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 + DLOCK_VERSION_PATCH);
   char text[32];
-  snprintf(text, sizeof text, "%d.%d.%d", dlock_version_number() / 10000,
-           dlock_version_number() / 100 % 100, dlock_version_number() % 100);
+  snprintf(text, sizeof text, "%d.%d.%d", dlock_version_number() / 10000, dlock_version_number() / 100 % 100,
+           dlock_version_number() % 100);
   ASSERT_STR_EQ(text, dlock_version());
 }
 
@@ -70,8 +69,8 @@ TEST(every_init_sets_struct_size_to_the_full_layout) {
   ASSERT_EQ(so.struct_size, sizeof so);
   ASSERT_EQ(jo.struct_size, sizeof jo);
   ASSERT_EQ(rr.struct_size, sizeof rr);
-  ASSERT(co.url == NULL && mo.lease_ms == 0 && li.held == 0 && so.pool_size == 0 &&
-         jo.history_len == 0 && rr.fence == 0);
+  ASSERT(co.url == NULL && mo.lease_ms == 0 && li.held == 0 && so.pool_size == 0 && jo.history_len == 0 &&
+         rr.fence == 0);
 }
 
 /* ---- Never initialised: a clear error, no I/O ---- */
@@ -184,8 +183,7 @@ TEST(structs_of_the_first_layout_work_and_only_their_bytes_are_touched) {
   dlock_job_options_init(&jo);
   jo.time_zone = "UTC";
   dlock_job_options *old_jo = older(&jo, DLOCK__JOB_OPTIONS_V1);
-  ASSERT_OK(dlock_sched_add_cron(s, "job", "0 0 0 1 1 ? 2099", old_jo,
-                                 noop_job, NULL));
+  ASSERT_OK(dlock_sched_add_cron(s, "job", "0 0 0 1 1 ? 2099", old_jo, noop_job, NULL));
   free(old_jo);
   dlock_sched_free(s);
   dlock_client_free(c);
@@ -199,8 +197,8 @@ TEST(history_records_are_written_with_the_callers_stride) {
   /* Three runs recorded as the scheduler does. */
   for (int i = 0; i < 3; i++) {
     char out[64];
-    th_redis_cli(&srv, out, sizeof out, "LPUSH {abi:hist}:history 'node-%d|%d|%d000|%d000|5|ok'", i,
-                 i + 1, i + 10, i + 10);
+    th_redis_cli(&srv, out, sizeof out, "LPUSH {abi:hist}:history 'node-%d|%d|%d000|%d000|5|ok'", i, i + 1, i + 10,
+                 i + 10);
   }
   dlock_run_record full[3];
   for (int i = 0; i < 3; i++) dlock_run_record_init(&full[i]);
@@ -243,15 +241,13 @@ TEST(fields_an_older_layout_lacks_keep_their_defaults) {
     size_t struct_size;
     int old_field;
   } old = {DLOCK__END_OF(fake_options, old_field), 7};
-  ASSERT_OK(dlock__options_in(&dst, sizeof dst, &old, DLOCK__END_OF(fake_options, old_field),
-                              "fake_options"));
+  ASSERT_OK(dlock__options_in(&dst, sizeof dst, &old, DLOCK__END_OF(fake_options, old_field), "fake_options"));
   ASSERT_EQ(dst.struct_size, sizeof dst);
   ASSERT_EQ(dst.old_field, 7);
   ASSERT_EQ(dst.new_field, 42);
 
   fake_options cut = {4, 7, 7}; /* shorter than any layout */
-  ASSERT_STATUS(dlock__options_in(&dst, sizeof dst, &cut, DLOCK__END_OF(fake_options, old_field),
-                                  "fake_options"),
+  ASSERT_STATUS(dlock__options_in(&dst, sizeof dst, &cut, DLOCK__END_OF(fake_options, old_field), "fake_options"),
                 DLOCK_EINVAL);
   ASSERT_CONTAINS(dlock_last_error(), "fake_options.struct_size is 4");
 }

@@ -15,10 +15,9 @@
 static th_redis srv;
 
 void test_setup(void) {
-  const char *conf =
-      "user default on nopass ~* &* +@all\n"
-      "user app on >apppw ~app:* ~{app:* &{app:* +@all\n"
-      "user nochan on >nochanpw resetchannels ~app:* ~{app:* +@all\n";
+  const char *conf = "user default on nopass ~* &* +@all\n"
+                     "user app on >apppw ~app:* ~{app:* &{app:* +@all\n"
+                     "user nochan on >nochanpw resetchannels ~app:* ~{app:* +@all\n";
   if (th_redis_start(&srv, conf) != 0) {
     fprintf(stderr, "cannot start redis-server\n");
     exit(1);
@@ -222,8 +221,7 @@ TEST(a_user_without_channel_rights_can_still_acquire_and_release) {
 
 /* The holder 'a' releases while a waiter of 'c2' is queued; returns the
  * release's status and message, and how long the waiter took after it. */
-static int release_to_a_waiter_without_channel_rights(const char *name, char *msg, size_t msglen,
-                                                      th_waiter *w) {
+static int release_to_a_waiter_without_channel_rights(const char *name, char *msg, size_t msglen, th_waiter *w) {
   dlock_client *c1 = client_as("nochan", "nochanpw", "app:"), *c2 = client_as("nochan", "nochanpw", "app:");
   /* Watchdog mode: a 30 s lease, so the waiter re-checks every 5 s. */
   dlock_mutex *a = mutex(c1, name, 0, NULL), *b = mutex(c2, name, 0, NULL);
@@ -254,8 +252,7 @@ TEST(a_waiter_without_channel_rights_still_gets_the_lock_by_its_recheck) {
   char msg[1024];
   th_waiter w;
   release_to_a_waiter_without_channel_rights("nochan:wait", msg, sizeof msg, &w);
-  printf("  waiter without channel rights: %s, %lld ms after the release\n", dlock_err_name(w.rc),
-         w.acquired_at);
+  printf("  waiter without channel rights: %s, %lld ms after the release\n", dlock_err_name(w.rc), w.acquired_at);
   ASSERT_OK(w.rc);
   ASSERT(w.acquired_at < 6500);
 }

@@ -45,9 +45,7 @@ void test_teardown(void) {
 
 static dlock_client *client(void) { return test_client(srv.url); }
 
-static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  return test_mutex(c, name, lease_ms);
-}
+static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) { return test_mutex(c, name, lease_ms); }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 
@@ -58,12 +56,8 @@ static const struct {
   const char *name;
   const char *why;
 } bad_names[] = {
-    {"", "empty"},
-    {"a\rb", "line break"},
-    {"a\nb", "line break"},
-    {"orders{1", "'{'"},
-    {"orders}1", "'}'"},
-    {"{orders}", "'{'"},
+    {"", "empty"},       {"a\rb", "line break"}, {"a\nb", "line break"},
+    {"orders{1", "'{'"}, {"orders}1", "'}'"},    {"{orders}", "'{'"},
 };
 
 TEST(bad_lock_names_give_ename_with_a_message_saying_what_is_wrong) {
@@ -284,10 +278,22 @@ TEST(negative_timeouts_and_bad_pool_sizes_give_erange) {
 
 TEST(malformed_urls_give_eurl_and_the_message_quotes_the_url) {
   static const char *urls[] = {
-      "http://x",           "redis://",           "redis://host:0",      "redis://host:99999",
-      "redis://host:abc",   "redis://host/notadb", "unix://relative/path", "redis://ho st",
-      "redis://host?bogus=1", "redis://%zz@host",  "redis://:%zz@host",   "redis://host:",
-      "rediss://",          "unix://",            "redis://[::1",        "redis://host/1/2",
+      "http://x",
+      "redis://",
+      "redis://host:0",
+      "redis://host:99999",
+      "redis://host:abc",
+      "redis://host/notadb",
+      "unix://relative/path",
+      "redis://ho st",
+      "redis://host?bogus=1",
+      "redis://%zz@host",
+      "redis://:%zz@host",
+      "redis://host:",
+      "rediss://",
+      "unix://",
+      "redis://[::1",
+      "redis://host/1/2",
   };
   for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
     dlock_client_options o;
@@ -301,7 +307,7 @@ TEST(malformed_urls_give_eurl_and_the_message_quotes_the_url) {
       TEST_FAIL("url '%s': got %d (%s), want EURL: %s", urls[i], rc, dlock_err_name(rc), dlock_last_error());
     ASSERT(c == NULL);
     ASSERT(th_now_ms() - t0 < 400); /* rejected without any network I/O */
-    char shown[256]; /* quoted, with the password masked */
+    char shown[256];                /* quoted, with the password masked */
     dlock_url_redact(urls[i], shown, sizeof shown);
     ASSERT_CONTAINS(dlock_last_error(), shown);
     /* A scheme no backend takes is refused by the scheme registry (issue 23 item 2). */
@@ -727,7 +733,10 @@ static pid_t start_server_sleep(int secs) {
   long long t0 = th_now_ms();
   int asleep = 0;
   while (th_now_ms() - t0 < 3000) {
-    if (dlock_client_ping(probe) == DLOCK_ETIMEDOUT) { asleep = 1; break; }
+    if (dlock_client_ping(probe) == DLOCK_ETIMEDOUT) {
+      asleep = 1;
+      break;
+    }
     th_sleep_ms(10);
   }
   dlock_client_free(probe);
@@ -761,7 +770,8 @@ static void acquire_during_server_sleep(int connect_timeout_ms, int64_t lease) {
   printf("  acquire during DEBUG SLEEP: %s after %lld ms: %s\n", dlock_err_name(rc), took, msg);
   if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNKNOWN && rc != 0)
     TEST_FAIL("acquire while Redis sleeps returned %d (%s), want ETIMEDOUT, EUNKNOWN or (after the "
-              "resend got through) OK: %s", rc, dlock_err_name(rc), msg);
+              "resend got through) OK: %s",
+              rc, dlock_err_name(rc), msg);
   ASSERT(took < 2 * 200 + connect_timeout_ms + 2500);
   if (rc == 0) {
     /* The acquire was sent once more (it is safe to run twice) and that got

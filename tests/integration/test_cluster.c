@@ -262,11 +262,9 @@ static int move_slot(int slot, int from, int to) {
   char fid[64], tid[64], out[8192];
   node_id(from, fid, sizeof fid);
   node_id(to, tid, sizeof tid);
-  if (th_redis_cli(&cl.node[to], out, sizeof out, "CLUSTER SETSLOT %d IMPORTING %s", slot, fid) ||
-      strcmp(out, "OK"))
+  if (th_redis_cli(&cl.node[to], out, sizeof out, "CLUSTER SETSLOT %d IMPORTING %s", slot, fid) || strcmp(out, "OK"))
     return -1;
-  if (th_redis_cli(&cl.node[from], out, sizeof out, "CLUSTER SETSLOT %d MIGRATING %s", slot, tid) ||
-      strcmp(out, "OK"))
+  if (th_redis_cli(&cl.node[from], out, sizeof out, "CLUSTER SETSLOT %d MIGRATING %s", slot, tid) || strcmp(out, "OK"))
     return -1;
   int moved = 0;
   for (int round = 0; round < 100; round++) {
@@ -339,7 +337,7 @@ TEST(four_processes_keep_the_counter_exact_while_the_lock_slot_moves) {
     total += n;
   }
   stop_path[0] = '\0';
-  ASSERT(moves >= 8); /* the contenders were still running during all moves */
+  ASSERT(moves >= 8);     /* the contenders were still running during all moves */
   ASSERT(keys_moved > 0); /* the lock's keys travelled with the slot */
   ASSERT_EQ(read_counter(counter_path), total);
   counter_lock = "t:counter";
@@ -451,8 +449,10 @@ TEST(a_master_failover_during_a_hold_is_followed_and_a_lost_hold_is_reported) {
   int promoted = -1;
   for (long long end = th_now_ms() + 20000 * th_time_factor(); th_now_ms() < end && promoted < 0;) {
     int o2 = th_cluster_owner(&fc, "t:failover");
-    if (o2 >= 0 && o2 != owner) promoted = o2;
-    else th_sleep_ms(100);
+    if (o2 >= 0 && o2 != owner)
+      promoted = o2;
+    else
+      th_sleep_ms(100);
   }
   ASSERT(promoted >= 0);
   /* The replica had our keys: both holds survive, renewed on the new master. */
@@ -590,8 +590,10 @@ TEST(a_frozen_masters_failover_is_followed) {
   int promoted = -1;
   for (long long end = th_now_ms() + 20000 * f; th_now_ms() < end && promoted < 0;) {
     int o2 = th_cluster_owner(&fz, "t:frz");
-    if (o2 >= 0 && o2 != owner) promoted = o2;
-    else th_sleep_ms(100);
+    if (o2 >= 0 && o2 != owner)
+      promoted = o2;
+    else
+      th_sleep_ms(100);
   }
   fz.node[owner].pid = frozen;
   int ok = 0, tries = 0;
@@ -599,8 +601,10 @@ TEST(a_frozen_masters_failover_is_followed) {
   if (promoted >= 0) {
     for (long long end = th_now_ms() + 10000 * f; th_now_ms() < end && !ok; tries++) {
       int rc = dlock_mutex_acquire(m, 0);
-      if (rc == 0) ok = 1;
-      else snprintf(last, sizeof last, "%s", dlock_last_error());
+      if (rc == 0)
+        ok = 1;
+      else
+        snprintf(last, sizeof last, "%s", dlock_last_error());
       if (!ok) th_sleep_ms(100);
     }
   }

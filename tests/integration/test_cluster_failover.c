@@ -32,7 +32,6 @@ void test_teardown(void) {
   th_cluster_stop(&fc);
 }
 
-
 static int cluster_state_is(th_cluster *c, int node, const char *state) {
   char out[2048] = "", want[64];
   snprintf(want, sizeof want, "cluster_state:%s", state);
@@ -152,8 +151,10 @@ REVIEW_TEST(issue22_item10_a_cluster_release_while_the_locks_master_fails_over_w
   int promoted = -1;
   for (long long end = th_now_ms() + 20000 * f; th_now_ms() < end && promoted < 0;) {
     int o2 = th_cluster_owner(&fc, "rc:fo");
-    if (o2 >= 0 && o2 != owner) promoted = o2;
-    else th_sleep_ms(100);
+    if (o2 >= 0 && o2 != owner)
+      promoted = o2;
+    else
+      th_sleep_ms(100);
   }
   if (promoted >= 0) th_redis_cli(&fc.node[promoted], out, sizeof out, "EXISTS rc:fo");
   /* Issue 22 item 5 on a cluster: after the slot's failover the guard
@@ -208,15 +209,17 @@ REVIEW_TEST(the_guard_admits_a_token_issued_on_the_slots_new_master_before_its_f
   fail_over(gkey);
   uint64_t f2 = 0;
   for (int i = 0; i < 24 && !f2; i++) /* the client follows the failover */
-    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK) f2 = dlock_mutex_fence(m);
-    else th_sleep_ms(500);
+    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK)
+      f2 = dlock_mutex_fence(m);
+    else
+      th_sleep_ms(500);
   ASSERT(f2 > f1);
   th_sleep_ms(300);
   int rc = DLOCK_EIO;
   for (int i = 0; i < 60 && rc != DLOCK_OK && rc != DLOCK_ESTALE; i++)
     if ((rc = dlock_guard_check(c, "spadv2", f2)) != DLOCK_OK && rc != DLOCK_ESTALE) th_sleep_ms(500);
-  if (rc != DLOCK_OK) printf("  token %llu, issued after the failover, refused: %s\n", (unsigned long long)f2,
-                             dlock_last_error());
+  if (rc != DLOCK_OK)
+    printf("  token %llu, issued after the failover, refused: %s\n", (unsigned long long)f2, dlock_last_error());
   dlock_mutex_release(m);
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -255,8 +258,10 @@ REVIEW_TEST(the_guard_refuses_once_a_token_of_a_lock_in_another_slot_issued_befo
   fail_over(gkey);
   uint64_t f = 0;
   for (int i = 0; i < 24 && !f; i++)
-    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK) f = dlock_mutex_fence(m);
-    else th_sleep_ms(500);
+    if (dlock_mutex_acquire(m, 2000) == DLOCK_OK)
+      f = dlock_mutex_fence(m);
+    else
+      th_sleep_ms(500);
   ASSERT(f > old);
   ASSERT_OK(dlock_mutex_release(m));
   th_sleep_ms(300);
@@ -308,9 +313,12 @@ REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_slot_master_res
     if (dlock_mutex_acquire(b, 3000) != 0) goto next;
     uint64_t fb = dlock_mutex_fence(b);
     if (!(fb > fa) || dlock_guard_check(c, name, fb) != 0) goto next;
-    dlock_mutex_free(a); a = NULL;
-    dlock_mutex_free(b); b = NULL;
-    dlock_client_free(c); c = NULL;
+    dlock_mutex_free(a);
+    a = NULL;
+    dlock_mutex_free(b);
+    b = NULL;
+    dlock_client_free(c);
+    c = NULL;
     if (th_redis_restart(&fc.node[o]) != 0) break;
     {
       long long t = th_redis_info_num(&fc.node[o], "server_time_usec");
@@ -334,18 +342,30 @@ REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_slot_master_res
     {
       uint64_t hi = 0;
       int rc = dlock_guard_check_highest(c2, name, fa, &hi);
-      if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNECT) { tried--; goto next; }
+      if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNECT) {
+        tried--;
+        goto next;
+      }
       printf("  fa=%" PRIu64 " then fb=%" PRIu64 " admitted; slot master restarted empty; check(fa) -> %s\n", fa, fb,
              dlock_err_name(rc));
       if (rc == 0)
         snprintf(fail, sizeof fail,
-                 "on the restarted slot master, fa=%" PRIu64 " was admitted although fb=%" PRIu64 " > fa had been",
-                 fa, fb);
+                 "on the restarted slot master, fa=%" PRIu64 " was admitted although fb=%" PRIu64 " > fa had been", fa,
+                 fb);
     }
   next:
-    if (a) { dlock_mutex_free(a); a = NULL; }
-    if (b) { dlock_mutex_free(b); b = NULL; }
-    if (c2) { dlock_client_free(c2); c2 = NULL; }
+    if (a) {
+      dlock_mutex_free(a);
+      a = NULL;
+    }
+    if (b) {
+      dlock_mutex_free(b);
+      b = NULL;
+    }
+    if (c2) {
+      dlock_client_free(c2);
+      c2 = NULL;
+    }
   }
   if (c) dlock_client_free(c);
   th_cluster_stop(&fc);
@@ -366,8 +386,7 @@ static int slot0_owner(th_cluster *c) {
       if (n >= sizeof line) n = sizeof line - 1;
       memcpy(line, l, n);
       line[n] = '\0';
-      if (strstr(line, "myself") && strstr(line, "master") && (strstr(line, " 0-") || strstr(line, " 0\0")))
-        return i;
+      if (strstr(line, "myself") && strstr(line, "master") && (strstr(line, " 0-") || strstr(line, " 0\0"))) return i;
     }
   }
   return -1;
@@ -402,9 +421,15 @@ static int kill_master_for_good(int dead, int b, int x) {
 REVIEW_TEST(a_client_starts_while_the_master_of_slot_0_is_down) {
   ASSERT_EQ(th_cluster_start(&fc, 3, 0), 0);
   int z = slot0_owner(&fc);
-  if (z < 0) { th_cluster_stop(&fc); TEST_FAIL("no slot-0 owner found"); }
+  if (z < 0) {
+    th_cluster_stop(&fc);
+    TEST_FAIL("no slot-0 owner found");
+  }
   int b = (z + 1) % 3, x = (z + 2) % 3;
-  if (!kill_master_for_good(z, b, x)) { th_cluster_stop(&fc); TEST_SKIP("the live masters never went back to cluster_state:ok"); }
+  if (!kill_master_for_good(z, b, x)) {
+    th_cluster_stop(&fc);
+    TEST_SKIP("the live masters never went back to cluster_state:ok");
+  }
   char url[256];
   snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", fc.node[b].port, fc.node[x].port);
   dlock_client_options o;
@@ -439,7 +464,10 @@ REVIEW_TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shut
     o = th_cluster_owner(&fc, namebuf);
     if (o >= 0 && o != z) name = namebuf;
   }
-  if (!name) { th_cluster_stop(&fc); TEST_FAIL("no lock name outside slot 0's master"); }
+  if (!name) {
+    th_cluster_stop(&fc);
+    TEST_FAIL("no lock name outside slot 0's master");
+  }
   int b = z, x = 3 - o - z; /* the slot goes to slot 0's master */
   c = test_client(fc.url);
   m = test_mutex(c, name, 60000);
@@ -457,7 +485,10 @@ REVIEW_TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shut
   ASSERT_OK(g[1]);
   th_redis_cli(&fc.node[b], slot, sizeof slot, "CLUSTER KEYSLOT %s", name);
   th_redis_cli(&fc.node[b], bid, sizeof bid, "CLUSTER MYID");
-  if (!kill_master_for_good(o, b, x)) { th_cluster_stop(&fc); TEST_SKIP("the dead master was never marked failed"); }
+  if (!kill_master_for_good(o, b, x)) {
+    th_cluster_stop(&fc);
+    TEST_SKIP("the dead master was never marked failed");
+  }
   th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER SETSLOT %s NODE %s", slot, bid);
   th_redis_cli(&fc.node[b], out, sizeof out, "CLUSTER BUMPEPOCH");
   th_redis_cli(&fc.node[x], out, sizeof out, "CLUSTER SETSLOT %s NODE %s", slot, bid);
@@ -466,11 +497,17 @@ REVIEW_TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shut
     ok = th_redis_cli(&fc.node[b], out, sizeof out, "SET %s:probe 1", name) == 0 && !strncmp(out, "OK", 2);
     if (!ok) th_sleep_ms(200);
   }
-  if (!ok) { th_cluster_stop(&fc); TEST_SKIP("the new owner does not serve the slot: %s", out); }
+  if (!ok) {
+    th_cluster_stop(&fc);
+    TEST_SKIP("the new owner does not serve the slot: %s", out);
+  }
   char url[256];
   snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", fc.node[b].port, fc.node[x].port);
   c = th_client_retry(url);
-  if (!c) { th_cluster_stop(&fc); TEST_FAIL("no client of the live masters: %s", dlock_last_error()); }
+  if (!c) {
+    th_cluster_stop(&fc);
+    TEST_FAIL("no client of the live masters: %s", dlock_last_error());
+  }
   int before = DLOCK_EIO, rc = DLOCK_EIO, after = DLOCK_EIO;
   for (int i = 0; i < 20 && (before == DLOCK_EIO || before == DLOCK_ETIMEDOUT || before == DLOCK_ECLUSTER); i++)
     if ((before = dlock_guard_check(c, name, f[0])) == DLOCK_EIO || before == DLOCK_ETIMEDOUT ||
@@ -486,8 +523,8 @@ REVIEW_TEST(after_a_slot_is_given_to_another_master_the_first_new_admission_shut
     snprintf(fail, sizeof fail, "no acquire on the slot's new owner: %s", dlock_last_error());
   }
   printf("  fa=%" PRIu64 " fb=%" PRIu64 " admitted on the lost master; on the new owner: fa %s (not covered), "
-         "new token %" PRIu64 " %s, then fb %s\n", f[0], f[1], dlock_err_name(before), f[2], dlock_err_name(rc),
-         dlock_err_name(after));
+         "new token %" PRIu64 " %s, then fb %s\n",
+         f[0], f[1], dlock_err_name(before), f[2], dlock_err_name(rc), dlock_err_name(after));
   dlock_mutex_free(m);
   dlock_client_free(c);
   th_cluster_stop(&fc);
@@ -514,7 +551,10 @@ static int epoch_key_of_slot(const th_redis *r, int slot, char *key, size_t len)
   if (th_redis_cli(r, keys, sizeof keys, "CLUSTER GETKEYSINSLOT %d 100", slot) != 0) return -1;
   char *save = NULL;
   for (char *k = strtok_r(keys, "\n", &save); k; k = strtok_r(NULL, "\n", &save))
-    if (strstr(k, "dlock-epoch")) { snprintf(key, len, "'%s'", k); return 0; }
+    if (strstr(k, "dlock-epoch")) {
+      snprintf(key, len, "'%s'", k);
+      return 0;
+    }
   return -1;
 }
 
@@ -582,8 +622,10 @@ REVIEW_TEST(cluster_guard_admits_a_stale_token_on_a_master_promoted_a_second_tim
   rc = guard_answer(c3, "res", t1, &hi);
   hist_note("H1", t1, rc);
   fprintf(stderr, "  H1's check with t1 on A: %s\n", rc == 0 ? "admitted" : dlock_err_name(rc));
-  if (hist_check(why, sizeof why) != 0) failed = 1;
-  else if (rc != DLOCK_ESTALE) snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
+  if (hist_check(why, sizeof why) != 0)
+    failed = 1;
+  else if (rc != DLOCK_ESTALE)
+    snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
 done:
   if (B) kill(B->pid, SIGCONT);
   dlock_mutex_free(h2);
@@ -594,7 +636,6 @@ done:
   th_cluster_stop(&rc3);
   if (failed) TEST_FAIL("%s", why);
 }
-
 
 /* Finding 3 of the same review, kept as a documented limit
  * (docs/topologies.md, Redis Cluster, "The fence guarantee"): a fix that
@@ -658,8 +699,7 @@ REVIEW_TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder_once) 
   fprintf(stderr, "  moving slot %d (%s) from %d to %d\n", slot, keys, m1->port, m2->port);
   char *save = NULL;
   for (char *k = strtok_r(keys, "\n", &save); k; k = strtok_r(NULL, "\n", &save)) {
-    if (th_redis_cli(m1, out, sizeof out, "MIGRATE 127.0.0.1 %d '%s' 0 5000", m2->port, k) != 0 ||
-        strstr(out, "ERR"))
+    if (th_redis_cli(m1, out, sizeof out, "MIGRATE 127.0.0.1 %d '%s' 0 5000", m2->port, k) != 0 || strstr(out, "ERR"))
       STEP_FAIL("MIGRATE %s: %s", k, out);
   }
   for (int i = 0; i < 3; i++) th_redis_cli(&rc3.node[i], out, sizeof out, "CLUSTER SETSLOT %d NODE %s", slot, id2);
@@ -674,13 +714,15 @@ REVIEW_TEST(cluster_reshard_onto_a_restarted_master_refuses_a_live_holder_once) 
           rc == 0 ? "admitted" : dlock_err_name(rc));
   if (rc != DLOCK_ESTALE || !strstr(msg, "master changed"))
     STEP_FAIL("a reshard onto a master restarted after the holder acquired: %s (%s), not the documented "
-              "refusal (DLOCK_ESTALE, \"the master changed\")", dlock_err_name(rc), msg);
+              "refusal (DLOCK_ESTALE, \"the master changed\")",
+              dlock_err_name(rc), msg);
   /* Refused once: the holder acquires again and its new token is admitted. */
   if (dlock_mutex_release(h1) != 0 || dlock_mutex_acquire(h1, 5000) != 0)
     STEP_FAIL("H1's release and acquire after the refusal: %s", dlock_last_error());
   uint64_t t3 = dlock_mutex_fence(h1);
   rc = guard_answer(c, "res", t3, &hi);
-  if (rc != 0) STEP_FAIL("H1's new token %" PRIu64 " after the reshard: %s: %s", t3, dlock_err_name(rc), dlock_last_error());
+  if (rc != 0)
+    STEP_FAIL("H1's new token %" PRIu64 " after the reshard: %s: %s", t3, dlock_err_name(rc), dlock_last_error());
 done:
   dlock_mutex_free(h1);
   dlock_client_free(c);

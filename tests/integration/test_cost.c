@@ -33,9 +33,9 @@ static long long calls_of(const char *stats, const char *cmd) {
 /* Every data command Redis ran: less our own probes (INFO, CONFIG) and what
  * a client sends to set up a connection or a subscription. */
 static long long all_calls(const char *stats) {
-  static const char *const skip[] = {"cmdstat_info:", "cmdstat_config|", "cmdstat_ping:", "cmdstat_hello:",
-                                     "cmdstat_client|", "cmdstat_subscribe:", "cmdstat_select:",
-                                     "cmdstat_auth:", "cmdstat_script|"};
+  static const char *const skip[] = {
+      "cmdstat_info:",      "cmdstat_config|", "cmdstat_ping:", "cmdstat_hello:", "cmdstat_client|",
+      "cmdstat_subscribe:", "cmdstat_select:", "cmdstat_auth:", "cmdstat_script|"};
   long long total = 0;
   for (const char *p = stats; (p = strstr(p, "cmdstat_")) != NULL; p++) {
     int skipped = 0;
@@ -74,8 +74,7 @@ TEST(an_uncontended_cycle_costs_redis_at_most_8_calls_inside_two_scripts) {
    * on {K}:ev, which wakes the watchers (dlock status --watch, docs/cli.md
    * "Watching"). (It was 7 + 3, then 5 + 3 with the record in a meta hash:
    * HSET and PEXPIRE; then 3 + 3 before the watchers.) */
-  if (inside > 20 * 8)
-    TEST_FAIL("%lld calls inside the scripts for 20 cycles, want at most %d", inside, 20 * 8);
+  if (inside > 20 * 8) TEST_FAIL("%lld calls inside the scripts for 20 cycles, want at most %d", inside, 20 * 8);
   /* A waiting acquire that finds the lock free also looks at the queue. */
   count_cycles(m, 1000, 20, &scripts, &inside);
   ASSERT_EQ(scripts, 40);

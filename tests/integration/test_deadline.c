@@ -378,8 +378,10 @@ TEST(a_waiter_handed_the_lock_twice_reports_the_fence_redis_recorded_for_its_hol
   th_sleep_ms(200 * th_time_factor()); /* its look right after subscribing is done */
 
   char grant[128];
-  th_redis_cli(&srv, grant, sizeof grant, "EVAL '%s' 5 t:handoff '{t:handoff}:fence' '{t:handoff}:meta' "
-               "'{t:handoff}:queue' '{t:handoff}:waiters'", double_grant_lua);
+  th_redis_cli(&srv, grant, sizeof grant,
+               "EVAL '%s' 5 t:handoff '{t:handoff}:fence' '{t:handoff}:meta' "
+               "'{t:handoff}:queue' '{t:handoff}:waiters'",
+               double_grant_lua);
   unsigned long long stale = 0, recorded = 0;
   ASSERT_EQ(sscanf(grant, "%llu %llu", &stale, &recorded), 2);
   pthread_join(th, NULL);

@@ -40,7 +40,8 @@ void test_teardown(void) {
   if (tmpdir[0]) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
   }
 }
 
@@ -159,8 +160,8 @@ static pid_t elect_writer(const char *url, const char *name, const char *value, 
   if (pid == 0) {
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) dup2(null, 1);
-    execl(bin, bin, "elect", "--url", url, name, "--value", value, "--lease", "3s", "--grace", "1s", "--", "sh",
-          "-c", loop, (char *)NULL);
+    execl(bin, bin, "elect", "--url", url, name, "--value", value, "--lease", "3s", "--grace", "1s", "--", "sh", "-c",
+          loop, (char *)NULL);
     _exit(127);
   }
   return pid;
@@ -199,7 +200,8 @@ static void stop_dlock(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGCONT);
   kill(pid, SIGTERM);
-  if (th_wait(pid, 15000) == -1) { /* killed by th_wait: its guardian ends the command's group */ }
+  if (th_wait(pid, 15000) == -1) { /* killed by th_wait: its guardian ends the command's group */
+  }
 }
 
 /* ------------------------------------------------------------------------
@@ -281,15 +283,16 @@ static pid_t elect_ignoring_term(const char *url, const char *name, const char *
   char loop[600];
   snprintf(loop, sizeof loop,
            "trap '' TERM; while :; do echo \"$DLOCK_LEADER_VALUE $DLOCK_LEADER_EPOCH $(date +%%s%%N)\" >> '%s'; "
-           "sleep 0.05; done", hist);
+           "sleep 0.05; done",
+           hist);
   const char *bin = dlock_bin();
   pid_t pid = fork();
   if (pid < 0) TEST_FAIL("fork: %s", strerror(errno));
   if (pid == 0) {
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) dup2(null, 1);
-    execl(bin, bin, "elect", "--url", url, name, "--value", value, "--lease", "3s", "--grace", grace, "--", "sh",
-          "-c", loop, (char *)NULL);
+    execl(bin, bin, "elect", "--url", url, name, "--value", value, "--lease", "3s", "--grace", grace, "--", "sh", "-c",
+          loop, (char *)NULL);
     _exit(127);
   }
   return pid;
@@ -305,8 +308,8 @@ TEST(elect_refuses_a_grace_that_cannot_fit_before_the_deadline) {
     int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) _exit(120);
     dup2(fd, 2);
-    execl(bin, bin, "elect", "--url", "redis://127.0.0.1:1", "revel-grace", "--lease", "3s", "--grace", "2900ms",
-          "--", "true", (char *)NULL);
+    execl(bin, bin, "elect", "--url", "redis://127.0.0.1:1", "revel-grace", "--lease", "3s", "--grace", "2900ms", "--",
+          "true", (char *)NULL);
     _exit(127);
   }
   int st = th_wait(pid, 30000);
@@ -385,7 +388,8 @@ TEST(elect_kill9_of_dlock_never_leaves_its_command_beside_the_next_leader) {
   if (worst_count > 0)
     TEST_FAIL("after kill -9 of A's dlock (--lease 3s --grace 1500ms), A's command, which ignores "
               "SIGTERM, wrote %d lines after B's term began, the last %lld ms after B's first: two leaders' "
-              "commands ran at once", worst_count, worst_ms);
+              "commands ran at once",
+              worst_count, worst_ms);
 }
 
 /* A second into A's term, its link to Redis cut (blackholed); then passed again. */
@@ -420,7 +424,8 @@ static void pass_again(pid_t a, long long fa, void *arg) {
 TEST(elect_partitioned_leader_command_is_gone_before_the_next_leader_starts) {
   redis_need();
   fp_proxy *fp = NULL;
-  if (fp_start(&fp, redis_srv.port) != 0) TEST_FAIL("cannot start the fault proxy to redis-server port %d", redis_srv.port);
+  if (fp_start(&fp, redis_srv.port) != 0)
+    TEST_FAIL("cannot start the fault proxy to redis-server port %d", redis_srv.port);
   char url_a[600], url_b[600], hist[400];
   snprintf(url_a, sizeof url_a, "redis://:%s@127.0.0.1:%d", PASSWORD, fp_port(fp));
   snprintf(url_b, sizeof url_b, "redis://:%s@127.0.0.1:%d", PASSWORD, redis_srv.port);

@@ -127,8 +127,8 @@ static int zombie(void *arg) {
   if (atomic_load(&callback_calls) != 1) return 31;
   /* Its deadline passed while it was frozen: lost by the deadline, before
    * any renewal could tell it that the key was taken (docs/design.md). */
-  if (atomic_load(&callback_reason) != DLOCK_LOST_DEADLINE &&
-      atomic_load(&callback_reason) != DLOCK_LOST_UNREACHABLE) return 32;
+  if (atomic_load(&callback_reason) != DLOCK_LOST_DEADLINE && atomic_load(&callback_reason) != DLOCK_LOST_UNREACHABLE)
+    return 32;
   if (dlock_mutex_lost(m) != (dlock_lost_reason)atomic_load(&callback_reason)) return 33;
   /* The zombie's late write is rejected... */
   if (dlock_guard_check(c, "stock:zombie", my_fence) != DLOCK_ESTALE) return 34;
@@ -190,7 +190,7 @@ TEST(a_lock_deleted_by_an_admin_is_reported_lost_by_the_watchdog) {
   ASSERT_EQ(was, 1);
   struct pollfd p = {fd, POLLIN, 0};
   ASSERT_EQ(poll(&p, 1, 10000), 1);
-  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_DELETED); /* the forced release left its tombstone */
+  ASSERT_EQ(dlock_mutex_lost(m), DLOCK_LOST_DELETED);    /* the forced release left its tombstone */
   ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_ELOST); /* re-entry into a lost hold */
   ASSERT_STATUS(dlock_mutex_release(m), DLOCK_ENOTHELD);
   /* A fresh acquire resets the loss state and the fd. */

@@ -88,9 +88,17 @@ static void check_refused(dlock_client *c, const char *value) {
 
 TEST(a_counter_that_is_no_integer_below_2_63_minus_1_is_refused_with_efence) {
   dlock_client *c = test_client(srv.url);
-  static const char *const bad[] = {"1e20", "inf", "-5", "abc", "9223372036854775807" /* 2^63-1: exhausted */,
-                                    "9223372036854775808" /* 2^63 */, "18446744073709551615", "99999999999999999999",
-                                    "007", "5.0", "0x10",
+  static const char *const bad[] = {"1e20",
+                                    "inf",
+                                    "-5",
+                                    "abc",
+                                    "9223372036854775807" /* 2^63-1: exhausted */,
+                                    "9223372036854775808" /* 2^63 */,
+                                    "18446744073709551615",
+                                    "99999999999999999999",
+                                    "007",
+                                    "5.0",
+                                    "0x10",
                                     "0000000000000000007" /* 19 digits, leading zeros */};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     printf("  counter %s\n", bad[i]);
@@ -272,8 +280,8 @@ TEST(the_guard_refuses_tokens_above_2_63_minus_1_and_corrupt_recorded_values) {
   ASSERT_OK(dlock_guard_check(c, "fx:g", 9223372036854775806ULL));
   ASSERT_OK(dlock_guard_check(c, "fx:g", 9223372036854775807ULL));
   ASSERT_STATUS(dlock_guard_check(c, "fx:g", 9223372036854775806ULL), DLOCK_ESTALE);
-  static const char *const bad[] = {"1e20", "inf", "-5", "abc", "9223372036854775808", "18446744073709551615",
-                                    "007", "0000000000000000007", "99999"};
+  static const char *const bad[] = {
+      "1e20", "inf", "-5", "abc", "9223372036854775808", "18446744073709551615", "007", "0000000000000000007", "99999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int valid = !strcmp(bad[i], "99999");
     th_redis_cli(&srv, out, sizeof out, "SET {fx:g}:guard %s", bad[i]);
@@ -320,8 +328,8 @@ TEST(two_holders_never_pass_the_guard_with_a_repeated_token) {
     int zombie = fa ? dlock_guard_check(c1, "fx:two-store", fa) : DLOCK_ESTALE;
     if (fa && fb) {
       if (fb <= fa) TEST_FAIL("counter %s: fences %" PRIu64 " then %" PRIu64, start[i], fa, fb);
-      if (zombie == 0) TEST_FAIL("counter %s: the guard admitted the zombie's %" PRIu64 " after %" PRIu64,
-                                 start[i], fa, fb);
+      if (zombie == 0)
+        TEST_FAIL("counter %s: the guard admitted the zombie's %" PRIu64 " after %" PRIu64, start[i], fa, fb);
     }
     (void)admitted;
     dlock_mutex_free(a);

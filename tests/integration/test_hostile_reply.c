@@ -26,8 +26,8 @@
 typedef struct fake_server {
   int listen_fd;
   int port;
-  const char *answer;   /* sent for every command after the first */
-  int pong_first;       /* answer a connection's first command with +PONG */
+  const char *answer; /* sent for every command after the first */
+  int pong_first;     /* answer a connection's first command with +PONG */
   atomic_int stop;
   atomic_int commands;
   pthread_t thread;
@@ -139,14 +139,12 @@ static void try_server(const char *answer, int pong_first, outcome *out) {
 
 static void check(const outcome *o, const char *limit_text) {
   if (o->rc != DLOCK_EPROTO)
-    TEST_FAIL("status %s (%d), want DLOCK_EPROTO; after %lld ms: %s", dlock_err_name(o->rc), o->rc,
-              o->took_ms, o->msg);
+    TEST_FAIL("status %s (%d), want DLOCK_EPROTO; after %lld ms: %s", dlock_err_name(o->rc), o->rc, o->took_ms, o->msg);
   ASSERT_CONTAINS(o->msg, o->where);
   ASSERT_CONTAINS(o->msg, limit_text);
   /* At once, not at the command timeout (3 s): the body never comes. */
   if (o->took_ms >= 2000 * th_time_factor())
-    TEST_FAIL("took %lld ms, want well under the %ld ms timeout", o->took_ms,
-              3000 * th_time_factor());
+    TEST_FAIL("took %lld ms, want well under the %ld ms timeout", o->took_ms, 3000 * th_time_factor());
 }
 
 TEST(an_array_of_two_billion_elements_is_eproto_at_connect) {

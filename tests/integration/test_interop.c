@@ -20,40 +20,38 @@ static th_redis srv;
 static char python[64];
 static char holder_py[400], try_py[400];
 
-static const char holder_src[] =
-    "import sys, redis\n"
-    "port, name, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])\n"
-    "r = redis.Redis(host='127.0.0.1', port=port)\n"
-    "lock = r.lock(name, timeout=timeout)\n"
-    "ok = lock.acquire(blocking=False)\n"
-    "print('held' if ok else 'busy', flush=True)\n"
-    "sys.stdin.readline()\n"
-    "if ok:\n"
-    "    try:\n"
-    "        lock.release()\n"
-    "        print('released', flush=True)\n"
-    "    except redis.exceptions.LockError as e:\n"
-    "        print('release failed', type(e).__name__, flush=True)\n";
+static const char holder_src[] = "import sys, redis\n"
+                                 "port, name, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])\n"
+                                 "r = redis.Redis(host='127.0.0.1', port=port)\n"
+                                 "lock = r.lock(name, timeout=timeout)\n"
+                                 "ok = lock.acquire(blocking=False)\n"
+                                 "print('held' if ok else 'busy', flush=True)\n"
+                                 "sys.stdin.readline()\n"
+                                 "if ok:\n"
+                                 "    try:\n"
+                                 "        lock.release()\n"
+                                 "        print('released', flush=True)\n"
+                                 "    except redis.exceptions.LockError as e:\n"
+                                 "        print('release failed', type(e).__name__, flush=True)\n";
 
 /* One-shot: try the lock without blocking; then release a Lock object that
  * never acquired (must raise); report whether the key is locked. */
-static const char try_src[] =
-    "import sys, redis\n"
-    "port, name = int(sys.argv[1]), sys.argv[2]\n"
-    "r = redis.Redis(host='127.0.0.1', port=port)\n"
-    "lock = r.lock(name, timeout=5)\n"
-    "got = lock.acquire(blocking=False)\n"
-    "print('acquire', got)\n"
-    "other = r.lock(name, timeout=5)\n"
-    "try:\n"
-    "    other.release()\n"
-    "    print('release ok')\n"
-    "except redis.exceptions.LockError as e:\n"
-    "    print('release raised', type(e).__name__)\n"
-    "print('locked', r.lock(name).locked())\n"
-    "if got:\n"
-    "    lock.release()\n"
-    "    print('released')\n";
+static const char try_src[] = "import sys, redis\n"
+                              "port, name = int(sys.argv[1]), sys.argv[2]\n"
+                              "r = redis.Redis(host='127.0.0.1', port=port)\n"
+                              "lock = r.lock(name, timeout=5)\n"
+                              "got = lock.acquire(blocking=False)\n"
+                              "print('acquire', got)\n"
+                              "other = r.lock(name, timeout=5)\n"
+                              "try:\n"
+                              "    other.release()\n"
+                              "    print('release ok')\n"
+                              "except redis.exceptions.LockError as e:\n"
+                              "    print('release raised', type(e).__name__)\n"
+                              "print('locked', r.lock(name).locked())\n"
+                              "if got:\n"
+                              "    lock.release()\n"
+                              "    print('released')\n";
 
 static int write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -92,7 +90,7 @@ static void need_python(void) {
 /* ---- The python holder process ---- */
 
 struct py_holder {
-  FILE *in;          /* its stdin */
+  FILE *in;           /* its stdin */
   char out_path[400]; /* its stdout */
 };
 
@@ -162,9 +160,7 @@ static void python_try(const char *name, char *out, size_t n) {
 
 static dlock_client *client(void) { return test_client(srv.url); }
 
-static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  return test_mutex(c, name, lease_ms);
-}
+static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) { return test_mutex(c, name, lease_ms); }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 
@@ -182,7 +178,7 @@ TEST(a_lock_held_by_redis_py_gives_ebusy_in_c_until_python_releases) {
   holder_release(&h, pyout, sizeof pyout);
   ASSERT_STATUS(rc1, DLOCK_EBUSY);
   ASSERT_STATUS(rc2, DLOCK_EBUSY);
-  ASSERT_STR_EQ(after, before); /* python's token untouched */
+  ASSERT_STR_EQ(after, before);       /* python's token untouched */
   ASSERT_CONTAINS(pyout, "released"); /* python's own release still worked */
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT(dlock_mutex_fence(m) > 0);
@@ -328,7 +324,8 @@ TEST(a_c_waiter_behind_any_foreign_key_rechecks_right_when_its_ttl_ends) {
   ASSERT_OK(rc);
   if (took >= 2500)
     TEST_FAIL("the waiter took %lld ms behind an 800 ms lock: a re-check that saw PTTL 0 waited for "
-              "the 5 s re-check cap", took);
+              "the 5 s re-check cap",
+              took);
 }
 
 TEST(redis_py_waits_for_a_c_holder_and_gets_the_lock_after_the_release) {

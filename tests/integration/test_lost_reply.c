@@ -25,9 +25,7 @@ void test_setup(void) {
 
 void test_teardown(void) { th_proxy_stop(&srv, fp); }
 
-static void cli(char *out, size_t len, const char *cmd) {
-  th_redis_cli(&srv, out, len, "%s", cmd);
-}
+static void cli(char *out, size_t len, const char *cmd) { th_redis_cli(&srv, out, len, "%s", cmd); }
 
 static int arm(dlock__script_id script) { return th_proxy_arm(fp, script); }
 
@@ -165,8 +163,8 @@ TEST(a_withdraw_whose_reply_is_lost_leaves_the_queue_and_reports_busy) {
   int before = arm(DLOCK__SCRIPT_WITHDRAW);
   int rc = dlock_mutex_acquire(m, 300);
   ASSERT_EQ(fp_dropped(fp), before + 1);
-  if (rc != DLOCK_EBUSY) TEST_FAIL("wait that ran out, withdraw reply lost: %s: %s", dlock_err_name(rc),
-                                   dlock_mutex_errmsg(m));
+  if (rc != DLOCK_EBUSY)
+    TEST_FAIL("wait that ran out, withdraw reply lost: %s: %s", dlock_err_name(rc), dlock_mutex_errmsg(m));
   char out[64];
   cli(out, sizeof out, "ZCARD {lr:wd}:queue");
   ASSERT_STR_EQ(out, "0");
@@ -303,8 +301,12 @@ static void on_event(const dlock_sched_event *ev, void *arg) {
   case DLOCK_SCHED_RAN:
     if (atomic_fetch_add(&l->ran, 1) == 0) atomic_store(&l->first_ran_tick, ev->scheduled_unix_ms);
     break;
-  case DLOCK_SCHED_SKIPPED: atomic_fetch_add(&l->skipped, 1); break;
-  case DLOCK_SCHED_SKIPPED_BUSY: atomic_fetch_add(&l->busy, 1); break;
+  case DLOCK_SCHED_SKIPPED:
+    atomic_fetch_add(&l->skipped, 1);
+    break;
+  case DLOCK_SCHED_SKIPPED_BUSY:
+    atomic_fetch_add(&l->busy, 1);
+    break;
   case DLOCK_SCHED_ERROR:
   case DLOCK_SCHED_CLOCK_SKEW:
     atomic_fetch_add(&l->errors, 1);
@@ -314,7 +316,8 @@ static void on_event(const dlock_sched_event *ev, void *arg) {
     break;
   case DLOCK_SCHED_SKIPPED_POOL:
   case DLOCK_SCHED_MISFIRED:
-  case DLOCK_SCHED_SKIPPED_PAUSED: break;
+  case DLOCK_SCHED_SKIPPED_PAUSED:
+    break;
   }
 }
 
@@ -355,12 +358,11 @@ static void sched_through_proxy(const char *name, char kind, dlock__script_id sc
   fp_pass(fp);
   if (fp_dropped(fp) != before + 1) TEST_FAIL("the proxy dropped %d replies, want 1", fp_dropped(fp) - before);
   pthread_mutex_lock(&l->mu);
-  if (atomic_load(&l->errors))
-    TEST_FAIL("%d error events, the last: %s", atomic_load(&l->errors), l->last_error);
+  if (atomic_load(&l->errors)) TEST_FAIL("%d error events, the last: %s", atomic_load(&l->errors), l->last_error);
   pthread_mutex_unlock(&l->mu);
   if (atomic_load(&l->runs) < want)
-    TEST_FAIL("%d runs in 8 s, want %d (skipped %d, busy %d)", atomic_load(&l->runs), want,
-              atomic_load(&l->skipped), atomic_load(&l->busy));
+    TEST_FAIL("%d runs in 8 s, want %d (skipped %d, busy %d)", atomic_load(&l->runs), want, atomic_load(&l->skipped),
+              atomic_load(&l->busy));
   /* Nothing is left holding the job lock. */
   ASSERT_EQ(key_exists(name), 0);
 }
@@ -469,7 +471,6 @@ TEST(a_claim_resent_after_another_node_claimed_a_later_tick_runs_and_leaves_no_o
   ASSERT(atomic_load(&la.runs) >= 1); /* A's tick, whose claim reply was lost, ran */
   ASSERT_EQ(key_exists(name), 0);
 }
-
 
 /* An extend to a shorter lease whose reply is lost, and whose resend gets no
  * answer either: it may have run, so Redis may expire the key at the shorter
@@ -679,10 +680,8 @@ static void acquire_resent_after_its_fence_record_vanished(const char *name, int
   cli(out, sizeof out, cmd);
   pthread_join(t, NULL);
   fp_pass(fp);
-  if (w.rc == 0)
-    TEST_FAIL("acquired with fence %" PRIu64 " although no fence was recorded for the hold", w.fence);
-  if (w.rc != DLOCK_EFENCE)
-    TEST_FAIL("acquire: %s, want EFENCE: %s", dlock_err_name(w.rc), dlock_mutex_errmsg(m));
+  if (w.rc == 0) TEST_FAIL("acquired with fence %" PRIu64 " although no fence was recorded for the hold", w.fence);
+  if (w.rc != DLOCK_EFENCE) TEST_FAIL("acquire: %s, want EFENCE: %s", dlock_err_name(w.rc), dlock_mutex_errmsg(m));
   ASSERT_EQ(key_exists(name), 0); /* given back */
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -713,8 +712,8 @@ static dlock_mutex *listening_holder(dlock_client *c, const char *name, int64_t 
 
 /* Force-release 'name' from 'admin' and wait for the holder's lost fd, up
  * to 'bound_ms' from 'from_ms': the loss must read deleted. */
-static void forced_release_is_heard(dlock_client *admin, dlock_mutex *m, const char *name, long long from_ms,
-                                    int force, long bound_ms, const char *when) {
+static void forced_release_is_heard(dlock_client *admin, dlock_mutex *m, const char *name, long long from_ms, int force,
+                                    long bound_ms, const char *when) {
   int fd = dlock_mutex_lost_fd(m);
   if (fd < 0) TEST_FAIL("no lost fd: %s", dlock_last_error());
   if (force) {
@@ -726,7 +725,8 @@ static void forced_release_is_heard(dlock_client *admin, dlock_mutex *m, const c
   long left = bound_ms - (long)(th_now_ms() - from_ms);
   if (poll(&pfd, 1, left > 0 ? (int)left : 0) != 1)
     TEST_FAIL("the holder was not told of the forced release within %ld ms %s (its next renewal is a third "
-              "of its lease later)", bound_ms, when);
+              "of its lease later)",
+              bound_ms, when);
   if (dlock_mutex_lost(m) != DLOCK_LOST_DELETED)
     TEST_FAIL("the loss reads %s, not deleted", dlock_lost_reason_str(dlock_mutex_lost(m)));
 }
@@ -749,8 +749,7 @@ TEST(a_forced_release_heard_while_a_renewal_is_in_flight_is_acted_on_once_it_ans
   th_sleep_ms(300); /* the message reaches the holder meanwhile (if later, it only comes after the answer) */
   long long at = th_now_ms();
   fp_release_held(fp);
-  forced_release_is_heard(admin, m, "lr:inflight", at, 0, (long)(2000 * th_time_factor()),
-                          "of the renewal's answer");
+  forced_release_is_heard(admin, m, "lr:inflight", at, 0, (long)(2000 * th_time_factor()), "of the renewal's answer");
   fp_pass(fp);
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -809,7 +808,8 @@ TEST(a_late_duplicate_of_an_acquire_never_shortens_an_extended_lease) {
   long long left = (long long)(dlock_mutex_valid_until(m) - dlock_mono_now());
   if (pttl < left)
     TEST_FAIL("the late acquire set the key to expire in %lld ms while the handle counts on %lld ms more: "
-              "another client could take the lock while this one believes it holds it", pttl, left);
+              "another client could take the lock while this one believes it holds it",
+              pttl, left);
   ASSERT_OK(dlock_mutex_release(m));
   dlock_mutex_free(m);
   dlock_client_free(c);

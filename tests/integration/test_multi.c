@@ -39,9 +39,9 @@ static int key_exists(const char *key) {
 
 /* Shared between the processes (MAP_SHARED before fork). */
 typedef struct shared {
-  int inside;       /* holders in the critical section now */
-  int overlaps;     /* times one entered while the other was inside */
-  long counter;     /* unguarded read-modify-write */
+  int inside;   /* holders in the critical section now */
+  int overlaps; /* times one entered while the other was inside */
+  long counter; /* unguarded read-modify-write */
   int rounds[2];
   char err[2][512];
 } shared;

@@ -29,9 +29,7 @@ void test_teardown(void) { th_redis_stop(&srv); }
 
 static dlock_client *client(void) { return test_client(srv.url); }
 
-static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  return test_mutex(c, name, lease_ms);
-}
+static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) { return test_mutex(c, name, lease_ms); }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 

@@ -38,8 +38,10 @@ void test_teardown(void) {
   if (srv_up) th_my_stop(&srv);
 }
 
-#define NEED_SERVER() \
-  do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
+#define NEED_SERVER()                       \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
+  } while (0)
 
 static long tf(void) { return th_time_factor(); }
 
@@ -186,7 +188,8 @@ static void clock_steps(const th_my *p, const char *clk, char *fail, size_t len)
   int rc;
   /* Forward 60 s: the 20 s leases end at once on the database's clock; the
    * holder hears it at its next renewal; fences still rise. */
-  if (!ma || !mb || !sa || !sb) snprintf(fail, len, "new: %s", dlock_last_error());
+  if (!ma || !mb || !sa || !sb)
+    snprintf(fail, len, "new: %s", dlock_last_error());
   else if ((rc = dlock_mutex_acquire(ma, 0)) != 0 || (rc = dlock_semaphore_acquire(sa, 0)) != 0)
     snprintf(fail, len, "acquire before the step: %s", dlock_last_error());
   else if ((f1 = dlock_mutex_fence(ma)), (rc = dlock_mutex_acquire(mb, 0)) != DLOCK_EBUSY)
@@ -311,7 +314,8 @@ static int worker(void *arg) {
     if (dlock_mutex_acquire(m, 30000) != 0) return 4;
     int in = atomic_fetch_add(&sh->inside, 1) + 1;
     int mx = atomic_load(&sh->max_inside);
-    while (in > mx && !atomic_compare_exchange_weak(&sh->max_inside, &mx, in)) {}
+    while (in > mx && !atomic_compare_exchange_weak(&sh->max_inside, &mx, in)) {
+    }
     long v = sh->counter; /* unguarded read-modify-write */
     usleep(500);
     sh->counter = v + 1;
@@ -364,8 +368,7 @@ TEST(a_waiter_gets_the_lock_soon_after_the_release_and_a_wait_can_be_canceled) {
     sum += lat;
     if (lat > worst) worst = lat;
   }
-  printf("  wake latency after a release: mean %lld ms, worst %lld ms (back-off cap 200 ms)\n", sum / ROUNDS,
-         worst);
+  printf("  wake latency after a release: mean %lld ms, worst %lld ms (back-off cap 200 ms)\n", sum / ROUNDS, worst);
   ASSERT(worst < 1500 * tf());
   /* A cancel ends a wait at once. */
   ASSERT_OK(dlock_mutex_acquire(ma, 0));
@@ -468,11 +471,12 @@ static FILE *lock_tables(void) {
 
 /* The id of a connection of dlock's whose statement waits for the table,
  * other than 'not' (0: none). */
-static long waiting_id(long not) {
+static long waiting_id(long not ) {
   char out[64];
   if (th_my_sql(&srv, out, sizeof out,
                 "SELECT id FROM information_schema.processlist WHERE user = 'dlock' AND state LIKE "
-                "'%%metadata lock%%' AND id <> %ld ORDER BY id LIMIT 1", not) != 0)
+                "'%%metadata lock%%' AND id <> %ld ORDER BY id LIMIT 1",
+                not ) != 0)
     return 0;
   return atol(out);
 }
@@ -801,8 +805,7 @@ TEST(advisory_mode_is_refused_through_a_proxy_that_shares_sessions_and_lease_mod
 #ifdef DLOCK_BIN_PATH
   /* The CLI says it in the user's words: no macro names, no SQL. */
   char cmd[1200], buf[8192];
-  snprintf(cmd, sizeof cmd, "'%s' run --wait 0 --url '%s' pooled -- true 2>&1; echo \"exit=$?\"", DLOCK_BIN_PATH,
-           url);
+  snprintf(cmd, sizeof cmd, "'%s' run --wait 0 --url '%s' pooled -- true 2>&1; echo \"exit=$?\"", DLOCK_BIN_PATH, url);
   FILE *pp = popen(cmd, "r");
   ASSERT(pp != NULL);
   size_t got = fread(buf, 1, sizeof buf - 1, pp);
@@ -832,8 +835,10 @@ TEST(advisory_mode_is_refused_through_a_proxy_that_shares_sessions_and_lease_mod
   char out[256] = "";
   t0 = th_now_ms();
   while (th_now_ms() - t0 < 20000 * tf() &&
-         (th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
-                    "'pool' AND info LIKE 'SELECT GET_LOCK%%'") != 0 || atoi(out) == 0))
+         (th_my_sql(&srv, out, sizeof out,
+                    "SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
+                    "'pool' AND info LIKE 'SELECT GET_LOCK%%'") != 0 ||
+          atoi(out) == 0))
     th_sleep_ms(50);
   myp_switch(px);
   pthread_join(t, NULL);
@@ -991,19 +996,21 @@ TEST(the_doctor_finds_a_healthy_server_fine_and_names_a_durability_setting_that_
   }
   char out[256];
   /* A database without dlock's tables: named, and left as it is. */
-  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
-                      "CREATE DATABASE fresh; GRANT ALL ON fresh.* TO 'dlock'@'127.0.0.1'"), 0);
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "CREATE DATABASE fresh; GRANT ALL ON fresh.* TO 'dlock'@'127.0.0.1'"), 0);
   char url[600];
   snprintf(url, sizeof url, "mysql://dlock:%s@127.0.0.1:%d/fresh", TH_MY_PASSWORD_URL, srv.port);
   dlock_client *f = client_opts(url, 0);
   n = dlock_client_check(f, checks, DLOCK_CHECK_MAX);
   int named = 0;
   for (int i = 0; i < n; i++)
-    if (!strcmp(checks[i].name, "rights") && checks[i].level == DLOCK_CHECK_FAIL) named = !!strstr(checks[i].fix, "dlock init");
+    if (!strcmp(checks[i].name, "rights") && checks[i].level == DLOCK_CHECK_FAIL)
+      named = !!strstr(checks[i].fix, "dlock init");
   dlock_client_free(f);
   ASSERT(named);
-  ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
-                      "'fresh'"), 0);
+  ASSERT_EQ(th_my_sql(&srv, out, sizeof out,
+                      "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                      "'fresh'"),
+            0);
   ASSERT_STR_EQ(out, "0");
   ASSERT_EQ(th_my_sql(&srv, out, sizeof out, "SET GLOBAL innodb_flush_log_at_trx_commit = 2"), 0);
   n = dlock_client_check(a, checks, DLOCK_CHECK_MAX);
@@ -1025,7 +1032,8 @@ static long fenced_write(uint64_t fence, int qty) {
   char out[64];
   if (th_my_sql(&srv, out, sizeof out,
                 "UPDATE dlock.stock SET qty = %d, fence = %" PRIu64 " WHERE item = 'apple' AND fence <= %" PRIu64
-                "; SELECT ROW_COUNT()", qty, fence, fence) != 0)
+                "; SELECT ROW_COUNT()",
+                qty, fence, fence) != 0)
     return -1;
   return atol(out);
 }
@@ -1145,7 +1153,8 @@ TEST(the_benchmark_against_a_bare_get_lock_loop_runs) {
    * flush costs (docs/PERFORMANCE.md); restored after. */
   const char *noflush = getenv("DLOCK_MY_BENCH_NOFLUSH");
   char ignored[64];
-  if (noflush && !strcmp(noflush, "1")) th_my_sql(&srv, ignored, sizeof ignored, "SET GLOBAL innodb_flush_log_at_trx_commit = 0");
+  if (noflush && !strcmp(noflush, "1"))
+    th_my_sql(&srv, ignored, sizeof ignored, "SET GLOBAL innodb_flush_log_at_trx_commit = 0");
   FILE *p = popen(cmd, "r");
   ASSERT(p != NULL);
   size_t got = fread(out, 1, sizeof out - 1, p);
@@ -1162,7 +1171,16 @@ TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injectio
   NEED_SERVER();
   dlock_client *a = client(), *b = client();
   static const char *const names[] = {
-      "it's", "a\\'b", "x'; DROP TABLE dlock_locks; -- ", "\\", "%", "_", "a\"b", "Orders", "orders", "\xc3\xa9t\xc3\xa9",
+      "it's",
+      "a\\'b",
+      "x'; DROP TABLE dlock_locks; -- ",
+      "\\",
+      "%",
+      "_",
+      "a\"b",
+      "Orders",
+      "orders",
+      "\xc3\xa9t\xc3\xa9",
   };
   enum { N = sizeof names / sizeof names[0] };
   dlock_mutex *m[N];
@@ -1208,7 +1226,11 @@ TEST(names_with_quotes_backslashes_and_wildcards_are_plain_bytes_no_sql_injectio
 
 TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
   NEED_SERVER();
-  static const struct { const char *url; int rc; const char *says; } bad[] = {
+  static const struct {
+    const char *url;
+    int rc;
+    const char *says;
+  } bad[] = {
       {"mysql://dlock:pw@127.0.0.1:1/", DLOCK_EURL, "database"},
       {"mysql://dlock:pw@127.0.0.1:1/#frag", DLOCK_EURL, "database"}, /* found by fuzz_url_mysql */
       {"mysql://dlock:pw@127.0.0.1:99999/dlock", DLOCK_EURL, "port"},
@@ -1253,8 +1275,8 @@ TEST(bad_urls_get_clear_errors_and_no_password_is_ever_shown) {
     static const char *const cmds[] = {"status cli", "run --wait 0 cli -- true", "doctor", "list"};
     for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
       char cmd[1200], buf[8192];
-      snprintf(cmd, sizeof cmd, "'%s' %.*s --url '%s' %s 2>&1", DLOCK_BIN_PATH, (int)strcspn(cmds[k], " "),
-               cmds[k], urls[u], cmds[k] + strcspn(cmds[k], " "));
+      snprintf(cmd, sizeof cmd, "'%s' %.*s --url '%s' %s 2>&1", DLOCK_BIN_PATH, (int)strcspn(cmds[k], " "), cmds[k],
+               urls[u], cmds[k] + strcspn(cmds[k], " "));
       FILE *p = popen(cmd, "r");
       ASSERT(p != NULL);
       size_t got = fread(buf, 1, sizeof buf - 1, p);
@@ -1343,9 +1365,9 @@ REVIEW_TEST(a_password_never_appears_in_messages_of_malformed_urls) {
   const char *secret = "Zq9SECRETpw";
   int leaks = 0;
   const char *fmts[] = {
-      "mysql://dlock:%s/x@127.0.0.1:%d/dlock",  /* '/' not encoded */
-      "mysql://dlock:%s#x@127.0.0.1:%d/dlock",  /* '#' not encoded */
-      "mysql://dlock:%s?x@127.0.0.1:%d/dlock",  /* '?' not encoded */
+      "mysql://dlock:%s/x@127.0.0.1:%d/dlock", /* '/' not encoded */
+      "mysql://dlock:%s#x@127.0.0.1:%d/dlock", /* '#' not encoded */
+      "mysql://dlock:%s?x@127.0.0.1:%d/dlock", /* '?' not encoded */
       "mysql://dlock@127.0.0.1:%2$d/dlock?password=%1$s",
   };
   for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
@@ -1407,7 +1429,7 @@ REVIEW_TEST(a_connection_lost_at_a_transactions_start_is_retried_not_busy) {
   const char *what[] = {"acquire", "extend", "release"};
   for (int step = 0; step < 3; step++) {
     pgp_drop_reply(drop_px, "SET TRANSACTION ISOLATION", 1);
-    int rc = step == 0 ? dlock_semaphore_acquire(s, 0)
+    int rc = step == 0   ? dlock_semaphore_acquire(s, 0)
              : step == 1 ? dlock_semaphore_extend(s, 5000)
                          : dlock_semaphore_release(s);
     ASSERT_EQ(pgp_dropped(drop_px), before + step + 1);
@@ -1417,8 +1439,10 @@ REVIEW_TEST(a_connection_lost_at_a_transactions_start_is_retried_not_busy) {
       wrong++;
       if (step == 0) ASSERT_OK(dlock_semaphore_acquire(s, 0));
       if (step == 2 && dlock_semaphore_acquire(s2, 0) == DLOCK_EBUSY)
-        fprintf(stderr, "  and its permit is still held on the server (another client is refused), while this "
-                "handle no longer holds it: %s\n", dlock_last_error());
+        fprintf(stderr,
+                "  and its permit is still held on the server (another client is refused), while this "
+                "handle no longer holds it: %s\n",
+                dlock_last_error());
       else if (step == 2)
         ASSERT_OK(dlock_semaphore_release(s2));
     }
@@ -1478,10 +1502,20 @@ REVIEW_TEST(kills_of_every_connection_do_not_fail_a_semaphores_calls) {
   for (int i = 0; i < 3000 && dlock_mono_now() < end; i++) {
     int rc;
     switch (i % 4) {
-    case 0: rc = dlock_semaphore_extend(s, 8000); break;
-    case 1: rc = dlock_rwlock_release(r); if (rc == 0) rc = dlock_rwlock_acquire(r, 0); break;
-    case 2: rc = dlock_semaphore_release(s); if (rc == 0) rc = dlock_semaphore_acquire(s, 0); break;
-    default: rc = dlock_rwlock_fence(r) ? 0 : -99; break;
+    case 0:
+      rc = dlock_semaphore_extend(s, 8000);
+      break;
+    case 1:
+      rc = dlock_rwlock_release(r);
+      if (rc == 0) rc = dlock_rwlock_acquire(r, 0);
+      break;
+    case 2:
+      rc = dlock_semaphore_release(s);
+      if (rc == 0) rc = dlock_semaphore_acquire(s, 0);
+      break;
+    default:
+      rc = dlock_rwlock_fence(r) ? 0 : -99;
+      break;
     }
     calls++;
     if (rc == DLOCK_EUNKNOWN && strstr(dlock_last_error(), "may have run")) {
@@ -1493,7 +1527,8 @@ REVIEW_TEST(kills_of_every_connection_do_not_fail_a_semaphores_calls) {
       break;
     }
     if (rc != 0) {
-      if (fails < 6) fprintf(stderr, "  call %d (%d): %d (%s): '%s'\n", i, i % 4, rc, dlock_err_name(rc), dlock_last_error());
+      if (fails < 6)
+        fprintf(stderr, "  call %d (%d): %d (%s): '%s'\n", i, i % 4, rc, dlock_err_name(rc), dlock_last_error());
       fails++;
       if (rc == DLOCK_EBUSY) busy_empty++;
       break;
@@ -1555,7 +1590,10 @@ REVIEW_TEST(an_unknown_release_has_a_whole_message) {
   /* A semaphore. */
   dlock_semaphore *s = test_semaphore(c, "revmy-garble-sem", 2, 4000);
   ASSERT_OK(dlock_semaphore_acquire(s, 0));
-  pgp_drop_reply(drop_px, "\x03" "COMMIT", 2);
+  pgp_drop_reply(drop_px,
+                 "\x03"
+                 "COMMIT",
+                 2);
   rc = dlock_semaphore_release(s);
   snprintf(msg, sizeof msg, "%s", dlock_last_error());
   fprintf(stderr, "  semaphore release: %s: '%s'\n", dlock_err_name(rc), msg);

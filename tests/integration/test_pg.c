@@ -33,8 +33,10 @@ void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
 }
 
-#define NEED_PG() \
-  do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
+#define NEED_PG()                           \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
+  } while (0)
 
 static long tf(void) { return th_time_factor(); }
 
@@ -156,7 +158,6 @@ TEST(renewal_is_one_statement_for_many_holds) {
   dlock__pg_close(a);
   dlock__pg_close(b);
 }
-
 
 /* ---- Exclusion across processes ---- */
 
@@ -503,8 +504,8 @@ TEST(the_fenced_stock_example_under_contention_is_exact) {
   char cmd[4][1200];
   FILE *f[4];
   for (int i = 0; i < 4; i++) {
-    snprintf(cmd[i], sizeof cmd[i], "'%s' '%s' sku1 10 %d %d 2>&1", PG_FENCED_STOCK, srv.url,
-             i % 2 ? 250 : 5, i % 2 ? 150 : 5000);
+    snprintf(cmd[i], sizeof cmd[i], "'%s' '%s' sku1 10 %d %d 2>&1", PG_FENCED_STOCK, srv.url, i % 2 ? 250 : 5,
+             i % 2 ? 150 : 5000);
     f[i] = popen(cmd[i], "r");
     ASSERT(f[i]);
   }
@@ -592,14 +593,15 @@ TEST(lost_replies_are_answered_exactly_or_reported_unknown) {
 
   /* A scheduler claim sent twice answers "yours" with the same fence. */
   char out[64];
-  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"), 0);
+  ASSERT_EQ(
+      th_pg_sql(&srv, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"), 0);
   const char *run = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
   pgp_drop_reply(px, run, 1);
   int outcome;
   uint64_t fence;
   int64_t start, skew;
-  ASSERT_OK(dlock__pg_sched_claim(pg, "lost-job", atoll(out) - 10, run, "n", 60000, 5000, &outcome, &fence, &start,
-                                  &skew));
+  ASSERT_OK(
+      dlock__pg_sched_claim(pg, "lost-job", atoll(out) - 10, run, "n", 60000, 5000, &outcome, &fence, &start, &skew));
   ASSERT_EQ(pgp_dropped(px), 5);
   ASSERT_EQ(outcome, 1);
   ASSERT(fence > 0);
@@ -691,8 +693,10 @@ TEST(advisory_mode_is_session_bound_and_has_no_fence) {
     ASSERT_OK(dlock__pg_renew(a, &rr, 1, 0));
     ASSERT_EQ(rr.status, 0);
     ASSERT_OK(dlock__pg_release(a, &h));
-    if (neg) seen_neg = 1;
-    else seen_pos = 1;
+    if (neg)
+      seen_neg = 1;
+    else
+      seen_pos = 1;
   }
   ASSERT(seen_neg && seen_pos);
   dlock__pg_close(a);
@@ -717,7 +721,8 @@ TEST(scheduler_claims_are_exact_when_sent_twice) {
   NEED_PG();
   dlock__pg *a = client("sched", NULL);
   char out[64];
-  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"), 0);
+  ASSERT_EQ(
+      th_pg_sql(&srv, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"), 0);
   int64_t now = atoll(out), tick = now - 1000;
   int outcome;
   uint64_t fence, fence2;
@@ -733,8 +738,8 @@ TEST(scheduler_claims_are_exact_when_sent_twice) {
   ASSERT_EQ(outcome, 0); /* claimed by the other run */
   ASSERT_OK(dlock__pg_sched_claim(a, "job", tick + 500, run2, "n2", 60000, 5000, &outcome, &fence2, &start2, &skew));
   ASSERT_EQ(outcome, 2); /* the previous run still holds the job lock */
-  ASSERT_OK(dlock__pg_sched_claim(a, "job", now + 3600 * 1000, run2, "n2", 60000, 5000, &outcome, &fence2, &start2,
-                                  &skew));
+  ASSERT_OK(
+      dlock__pg_sched_claim(a, "job", now + 3600 * 1000, run2, "n2", 60000, 5000, &outcome, &fence2, &start2, &skew));
   ASSERT_EQ(outcome, -1); /* an hour ahead of the database clock */
   ASSERT(skew > 3500 * 1000);
   dlock_run_record rec;
@@ -1111,7 +1116,6 @@ REVIEW_TEST(review_a_listen_connection_lost_during_the_probe_is_not_taken_for_a_
   if (strstr(warn, "pooler")) TEST_FAIL("a terminated LISTEN session drew the verdict: %s", warn);
 }
 
-
 /* ---- 509bb17: init under concurrent first use, and the upgrade ----
  *
  * Several clients (as several processes would: each its own api_client, so
@@ -1215,7 +1219,6 @@ REVIEW_TEST(review_concurrent_users_upgrading_a_schema_all_succeed) {
   }
 }
 
-
 /* A run-time user without DDL rights on a schema its owner initialized:
  * no init runs (nothing is missing), so the DO blocks never matter; with
  * a column missing, ENOPERM naming `dlock init` (docs/postgres.md). */
@@ -1224,12 +1227,13 @@ REVIEW_TEST(review_a_user_without_ddl_rights_works_and_is_told_to_run_init_after
   NEED_PG();
   char out[256];
   run_users("rvl_app", 1); /* the owner (postgres) initializes */
-  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
-                      "DROP ROLE IF EXISTS rvl_app; CREATE ROLE rvl_app LOGIN; GRANT USAGE ON SCHEMA rvl_app TO rvl_app; "
-                      "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rvl_app TO rvl_app; "
-                      "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA rvl_app TO rvl_app; "
-                      "REVOKE CREATE ON DATABASE postgres FROM PUBLIC; REVOKE CREATE ON SCHEMA public FROM PUBLIC"),
-            0);
+  ASSERT_EQ(
+      th_pg_sql(&srv, NULL, out, sizeof out,
+                "DROP ROLE IF EXISTS rvl_app; CREATE ROLE rvl_app LOGIN; GRANT USAGE ON SCHEMA rvl_app TO rvl_app; "
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rvl_app TO rvl_app; "
+                "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA rvl_app TO rvl_app; "
+                "REVOKE CREATE ON DATABASE postgres FROM PUBLIC; REVOKE CREATE ON SCHEMA public FROM PUBLIC"),
+      0);
   char url[900];
   const char *at = strstr(srv.url, "postgres@");
   ASSERT(at != NULL);
@@ -1248,7 +1252,8 @@ REVIEW_TEST(review_a_user_without_ddl_rights_works_and_is_told_to_run_init_after
   ASSERT_OK(dlock_semaphore_acquire(s, 1000));
   ASSERT_OK(dlock_semaphore_release(s));
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
-                      "ALTER TABLE rvl_app.locks DROP COLUMN family_until, DROP COLUMN family_since"), 0);
+                      "ALTER TABLE rvl_app.locks DROP COLUMN family_until, DROP COLUMN family_since"),
+            0);
   int rc = dlock_mutex_acquire(m, 1000);
   char err[600];
   snprintf(err, sizeof err, "%s", dlock_last_error());
@@ -1261,7 +1266,6 @@ REVIEW_TEST(review_a_user_without_ddl_rights_works_and_is_told_to_run_init_after
   ASSERT_EQ(rc, DLOCK_ENOPERM);
   ASSERT_CONTAINS(err, "dlock init");
 }
-
 
 /* An upgrade while the schema is in use: the columns are dropped (as a
  * schema of an older version lacks them) while users take and release;
@@ -1335,13 +1339,13 @@ REVIEW_TEST(review_an_upgrade_while_the_schema_is_in_use_fails_no_call) {
     atomic_store(&stop, 1);
     for (int i = 0; i < 3; i++) {
       pthread_join(t[i], NULL);
-      if (u[i].fails) printf("  %s user %d: %d of %d calls failed, first: %s\n", schema, i, u[i].fails, u[i].calls, u[i].err);
+      if (u[i].fails)
+        printf("  %s user %d: %d of %d calls failed, first: %s\n", schema, i, u[i].fails, u[i].calls, u[i].err);
       fails += u[i].fails;
     }
   }
   if (fails) TEST_FAIL("%d calls failed across the upgrades", fails);
 }
-
 
 /* The fix of finding 1 keeps a start cut short (ln_pend): a api_client freed
  * then closes it (ASan's leak check; valgrind). */

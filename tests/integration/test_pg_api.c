@@ -34,8 +34,10 @@ void test_teardown(void) {
   if (srv_up) th_pg_stop(&srv);
 }
 
-#define NEED_PG() \
-  do { if (!srv_up) TEST_SKIP("%s", skip_why); } while (0)
+#define NEED_PG()                           \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
+  } while (0)
 
 static long tf(void) { return th_time_factor(); }
 
@@ -418,8 +420,7 @@ TEST(fixed_delay_runs_one_at_a_time_delay_after_the_last_end) {
   /* Runs start in order (the array is filled in claim order). */
   for (int i = 1; i < n && i < 64; i++)
     if (d.start[i] - d.end[i - 1] < 400 - 100)
-      TEST_FAIL("run %d started %lld ms after run %d ended; the delay is 400 ms", i, d.start[i] - d.end[i - 1],
-                i - 1);
+      TEST_FAIL("run %d started %lld ms after run %d ended; the delay is 400 ms", i, d.start[i] - d.end[i - 1], i - 1);
   dlock_run_record hist[8];
   for (int i = 0; i < 8; i++) dlock_run_record_init(&hist[i]);
   int h = dlock_sched_history(a, "delay-400", hist, 8);
@@ -706,7 +707,6 @@ static void bouncer_pair(th_pgbouncer *bt, const char *params, const char *name,
   dlock_mutex_new(mb, *b, name, NULL);
 }
 
-
 static dlock_client *client_url(const char *url, int command_timeout_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
@@ -730,9 +730,9 @@ REVIEW_TEST(review_init_gives_up_at_its_timeout_while_another_init_holds_the_loc
   pid_t kid = fork();
   if (kid == 0) {
     char out[64];
-    int rc = th_pg_sql(&srv, NULL, out, sizeof out,
-                       "BEGIN; SELECT pg_advisory_xact_lock(7161483726112374001); SELECT pg_sleep(%ld); COMMIT;",
-                       hold_s);
+    int rc =
+        th_pg_sql(&srv, NULL, out, sizeof out,
+                  "BEGIN; SELECT pg_advisory_xact_lock(7161483726112374001); SELECT pg_sleep(%ld); COMMIT;", hold_s);
     _exit(rc == 0 ? 0 : 1);
   }
   ASSERT(kid > 0);
@@ -776,8 +776,7 @@ REVIEW_TEST(review_doctor_finds_a_schema_of_40_bytes) {
     seen = 1;
     printf("  rights: %s\n", chk[i].found);
     if (strstr(chk[i].found, "does not exist"))
-      TEST_FAIL("the doctor says schema %s does not exist right after setup created it: %s", schema,
-                chk[i].found);
+      TEST_FAIL("the doctor says schema %s does not exist right after setup created it: %s", schema, chk[i].found);
   }
   ASSERT(seen);
 }
@@ -790,7 +789,7 @@ REVIEW_TEST(review_doctor_finds_a_schema_of_40_bytes) {
  * rejection prints the unmasked URL. */
 /* Review of the PostgreSQL backend (branch review-pg), finding 3. */
 REVIEW_TEST(review_redact_hides_a_password_that_contains_a_question_mark) {
-  
+
   char buf[512];
   dlock_url_redact("postgresql://app:se?cret@db.example:5432/shop", buf, sizeof buf);
   printf("  redacted: %s\n", buf);
@@ -941,8 +940,9 @@ REVIEW_TEST(review_release_of_a_hold_lost_at_its_deadline_answers_not_held) {
 REVIEW_TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unknown) {
   NEED_PG();
   char out[256];
-  ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
-                      "CREATE ROLE rv_rel LOGIN; GRANT CREATE ON DATABASE postgres TO rv_rel"), 0);
+  ASSERT_EQ(
+      th_pg_sql(&srv, NULL, out, sizeof out, "CREATE ROLE rv_rel LOGIN; GRANT CREATE ON DATABASE postgres TO rv_rel"),
+      0);
   pgp_proxy *px = NULL;
   ASSERT_EQ(pgp_start(&px, srv.port), 0);
   char url[900];
@@ -983,7 +983,7 @@ REVIEW_TEST(review_release_whose_reply_was_lost_and_resend_cannot_connect_is_unk
  * secret too; mask_url only masks a keyword spelled exactly "password". */
 /* Review of the PostgreSQL backend (branch review-pg), finding 3b. */
 REVIEW_TEST(review_redact_hides_sslpassword) {
-  
+
   char buf[512];
   dlock_url_redact("host=db.example dbname=shop sslpassword=topsecret", buf, sizeof buf);
   printf("  redacted: %s\n", buf);
@@ -1052,8 +1052,10 @@ static void on_skip(const dlock_sched_event *ev, void *arg) {
   skip_seen *k = arg;
   if (ev->kind != DLOCK_SCHED_SKIPPED) return;
   atomic_fetch_add(&k->skips, 1);
-  if (!ev->node || !ev->node[0]) atomic_fetch_add(&k->empty, 1);
-  else snprintf(k->node, sizeof k->node, "%s", ev->node);
+  if (!ev->node || !ev->node[0])
+    atomic_fetch_add(&k->empty, 1);
+  else
+    snprintf(k->node, sizeof k->node, "%s", ev->node);
 }
 
 static int noop_job(const dlock_tick *t, void *arg) {
@@ -1203,8 +1205,8 @@ REVIEW_TEST(review_fences_rise_across_a_crash_with_synchronous_commit_off) {
   th_pg_stop(&s2);
   ASSERT_OK(rc);
   if (after <= before)
-    TEST_FAIL("fence went back from %llu to %llu across a crash (synchronous_commit = off)",
-              (unsigned long long)before, (unsigned long long)after);
+    TEST_FAIL("fence went back from %llu to %llu across a crash (synchronous_commit = off)", (unsigned long long)before,
+              (unsigned long long)after);
 }
 
 /* Finding 13: docs/postgres.md ("Lost replies"): "A server-side
@@ -1220,7 +1222,8 @@ REVIEW_TEST(review_a_release_cut_by_statement_timeout_is_exact) {
   char out[256];
   ASSERT_EQ(th_pg_sql(&srv, NULL, out, sizeof out,
                       "CREATE ROLE rv_st LOGIN; GRANT CREATE ON DATABASE postgres TO rv_st; "
-                      "ALTER ROLE rv_st SET statement_timeout = 300"), 0);
+                      "ALTER ROLE rv_st SET statement_timeout = 300"),
+            0);
   char url[900];
   snprintf(url, sizeof url, "postgresql://rv_st@127.0.0.1:%d/postgres?dlock_schema=rv_st", srv.port);
   dlock_client *c = client_url(url, 0);
@@ -1234,8 +1237,10 @@ REVIEW_TEST(review_a_release_cut_by_statement_timeout_is_exact) {
   if (kid == 0) {
     char o2[64];
     _exit(th_pg_sql(&srv, NULL, o2, sizeof o2,
-                    "BEGIN; SELECT 1 FROM rv_st.locks WHERE name = 'rv-st' FOR UPDATE; SELECT pg_sleep(3); COMMIT;") == 0
-              ? 0 : 1);
+                    "BEGIN; SELECT 1 FROM rv_st.locks WHERE name = 'rv-st' FOR UPDATE; SELECT pg_sleep(3); COMMIT;") ==
+                  0
+              ? 0
+              : 1);
   }
   if (th_pg_wait_active(&srv, "pg_sleep", 30000 * tf()) != 0) TEST_FAIL("the other session never took the row");
   int rc = dlock_mutex_release(m);
@@ -1246,7 +1251,8 @@ REVIEW_TEST(review_a_release_cut_by_statement_timeout_is_exact) {
   dlock_mutex_free(m);
   dlock_client_free(c);
   if (rc != DLOCK_ETIMEDOUT)
-    TEST_FAIL("a release the server cancelled (57014, rolled back) answered %s, not DLOCK_ETIMEDOUT", dlock_err_name(rc));
+    TEST_FAIL("a release the server cancelled (57014, rolled back) answered %s, not DLOCK_ETIMEDOUT",
+              dlock_err_name(rc));
 }
 
 /* ---- Issue 22 item 10, the lease tables (branch pgprune): one test per
@@ -1305,8 +1311,7 @@ static int child_waits(void *arg) {
 /* Waits until 'name' has 'n' waiter rows whose heartbeat is running (up to 10 s). */
 static int wait_for_waiters(const char *schema, const char *name, long long n) {
   for (long long t0 = th_now_ms(); th_now_ms() - t0 < 10000 * tf(); th_sleep_ms(20))
-    if (sql_num("SELECT count(*) FROM %s.waiters WHERE name = '%s' AND expires > clock_timestamp()", schema, name) >=
-        n)
+    if (sql_num("SELECT count(*) FROM %s.waiters WHERE name = '%s' AND expires > clock_timestamp()", schema, name) >= n)
       return 1;
   return 0;
 }
@@ -1474,8 +1479,8 @@ static void *cc_worker(void *arg) {
     }
     usleep(2000);
     int64_t ttl = 0;
-    if (dlock_mutex_remaining(m[k], &ttl) != 0) cc_fail(x, "%s: the hold was gone on the server: %lld: %s",
-                                                        names[k], (long long)ttl);
+    if (dlock_mutex_remaining(m[k], &ttl) != 0)
+      cc_fail(x, "%s: the hold was gone on the server: %lld: %s", names[k], (long long)ttl);
     atomic_fetch_sub(&x->inside[k], 1);
     rc = dlock_mutex_release(m[k]);
     if (rc != 0) cc_fail(x, "release %s: %lld: %s", names[k], rc);
@@ -1574,12 +1579,10 @@ REVIEW_TEST(review_item10_semaphore_try_goes_ahead_of_a_killed_waiter_and_never_
     snprintf(msg, sizeof msg, "%s", dlock_last_error());
     th_sleep_ms(50);
   }
-  printf("  try behind the dead waiter: %s after %lld ms (last refusal: %s)\n", dlock_err_name(rc),
-         th_now_ms() - t0, msg);
-  if (rc != 0)
-    TEST_FAIL("a permit stayed promised to a killed waiter for %lld ms: %s", th_now_ms() - t0, msg);
-  if (msg[0] && strstr(msg, "all 2 permits"))
-    TEST_FAIL("one of two permits was held, yet the try said: %s", msg);
+  printf("  try behind the dead waiter: %s after %lld ms (last refusal: %s)\n", dlock_err_name(rc), th_now_ms() - t0,
+         msg);
+  if (rc != 0) TEST_FAIL("a permit stayed promised to a killed waiter for %lld ms: %s", th_now_ms() - t0, msg);
+  if (msg[0] && strstr(msg, "all 2 permits")) TEST_FAIL("one of two permits was held, yet the try said: %s", msg);
   ASSERT_OK(dlock_semaphore_release(sb));
 
   dlock_semaphore_free(sb);

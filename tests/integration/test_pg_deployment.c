@@ -160,8 +160,14 @@ REVIEW_TEST(review_advisory_through_a_busy_transaction_pooler_never_admits_two_h
     for (int i = 0; i < N; i++) {
       char keep[600];
       snprintf(keep, sizeof keep, "%s", w[i].other_err);
-      w[i] = (adv_load){.url = url, .in_cs = &in_cs, .overlaps = &overlaps, .held = &held, .refused = &refused,
-                        .other = &other, .attempts = 8, .c = c};
+      w[i] = (adv_load){.url = url,
+                        .in_cs = &in_cs,
+                        .overlaps = &overlaps,
+                        .held = &held,
+                        .refused = &refused,
+                        .other = &other,
+                        .attempts = 8,
+                        .c = c};
       snprintf(w[i].other_err, sizeof w[i].other_err, "%s", keep);
       pthread_create(&t[i], NULL, adv_worker, &w[i]);
     }
@@ -172,8 +178,8 @@ REVIEW_TEST(review_advisory_through_a_busy_transaction_pooler_never_admits_two_h
   for (int i = 0; i < 2; i++) pthread_join(lt[i], NULL);
   th_pgbouncer_stop(&bt);
   printf("  load: %d + %d status reads\n", ld[0].n, ld[1].n);
-  printf("  held %d times, refused %d times, other errors %d, overlaps %d\n", atomic_load(&held),
-         atomic_load(&refused), atomic_load(&other), atomic_load(&overlaps));
+  printf("  held %d times, refused %d times, other errors %d, overlaps %d\n", atomic_load(&held), atomic_load(&refused),
+         atomic_load(&other), atomic_load(&overlaps));
   for (int i = 0; i < N; i++)
     if (w[i].other_err[0]) printf("  other: %s\n", w[i].other_err);
   if (atomic_load(&overlaps) > 0)
@@ -372,8 +378,8 @@ REVIEW_TEST(review_a_fence_is_at_least_the_database_clock_in_microseconds) {
     ASSERT_OK(dlock_mutex_acquire(m, 0));
     uint64_t f = dlock_mutex_fence(m);
     ASSERT_OK(dlock_mutex_release(m));
-    if (f < before) TEST_FAIL("fence %llu is below the database clock %llu us", (unsigned long long)f,
-                              (unsigned long long)before);
+    if (f < before)
+      TEST_FAIL("fence %llu is below the database clock %llu us", (unsigned long long)f, (unsigned long long)before);
     if (f <= prev) TEST_FAIL("fences did not rise: %llu then %llu", (unsigned long long)prev, (unsigned long long)f);
     prev = f;
   }
@@ -486,8 +492,8 @@ REVIEW_TEST(review_failover_to_an_async_standby_does_not_reissue_fences) {
   }
   th_pg_stop(&sb);
   th_pg_stop(&pri);
-  printf("  highest fence of the old primary %llu, first of the promoted standby %llu\n",
-         (unsigned long long)highest, (unsigned long long)after);
+  printf("  highest fence of the old primary %llu, first of the promoted standby %llu\n", (unsigned long long)highest,
+         (unsigned long long)after);
   if (!fail[0] && after <= highest)
     snprintf(fail, sizeof fail, "after the failover the fence went back: %llu after %llu", (unsigned long long)after,
              (unsigned long long)highest);
@@ -630,7 +636,8 @@ REVIEW_TEST(review_fences_rise_and_a_hold_stays_across_a_step_back_of_the_databa
   }
   if (!fail[0]) {
     int rc = dlock_mutex_acquire(o, 0);
-    if (rc == DLOCK_OK) snprintf(fail, sizeof fail, "a second client took the lock held before the step back");
+    if (rc == DLOCK_OK)
+      snprintf(fail, sizeof fail, "a second client took the lock held before the step back");
     else if (dlock_mutex_extend(m, 20000) != DLOCK_OK)
       snprintf(fail, sizeof fail, "the holder's renewal after the step back: %s", dlock_last_error());
     else if (dlock_mutex_lost(m) != DLOCK_LOST_NONE)
@@ -685,18 +692,27 @@ REVIEW_TEST(review_guard_admission_survives_a_failover_to_a_synchronous_standby)
   th_pg_sql(&p, NULL, out, sizeof out, "SELECT pg_reload_conf()");
   th_pg_sql(&p, NULL, out, sizeof out, "ALTER DATABASE postgres SET synchronous_commit = local");
   for (int i = 0; i < 80 && (q = replication_rows(&p, "sync")) < 1; i++) th_sleep_ms(250);
-  if (q < 1) { snprintf(fail, sizeof fail, "setup: the standby did not become synchronous"); goto out; }
+  if (q < 1) {
+    snprintf(fail, sizeof fail, "setup: the standby did not become synchronous");
+    goto out;
+  }
   c = th_pg_client(&p, "dlock", NULL);
   if (!c || dlock_mutex_new(&m, c, "revsp2-pg", NULL) != 0) {
     snprintf(fail, sizeof fail, "setup: client: %s", dlock_last_error());
     goto out;
   }
   for (int i = 0; i < 3; i++) {
-    if ((rc = dlock_mutex_acquire(m, 5000)) != 0) { snprintf(fail, sizeof fail, "setup acquire %d", rc); goto out; }
+    if ((rc = dlock_mutex_acquire(m, 5000)) != 0) {
+      snprintf(fail, sizeof fail, "setup acquire %d", rc);
+      goto out;
+    }
     f[i] = dlock_mutex_fence(m);
     dlock_mutex_release(m);
   }
-  if (!(f[0] < f[1] && f[1] < f[2])) { snprintf(fail, sizeof fail, "setup: fences do not rise"); goto out; }
+  if (!(f[0] < f[1] && f[1] < f[2])) {
+    snprintf(fail, sizeof fail, "setup: fences do not rise");
+    goto out;
+  }
   if ((rc = dlock_guard_check(c, "revsp2-res", f[1])) != 0) {
     snprintf(fail, sizeof fail, "setup guard f2 %d", rc);
     goto out;
@@ -708,15 +724,23 @@ REVIEW_TEST(review_guard_admission_survives_a_failover_to_a_synchronous_standby)
   printf("  guard_check(f3=%" PRIu64 ") with the synchronous standby down -> %s in %lld ms\n", f[2], dlock_err_name(rc),
          th_now_ms() - t0);
   if (rc != 0) goto out; /* not acknowledged: nothing to lose */
-  th_pg_halt(&p, 1); /* the primary crashes */
-  if (th_pg_relaunch(&sb) != 0) { snprintf(fail, sizeof fail, "setup: standby relaunch"); goto out; }
+  th_pg_halt(&p, 1);     /* the primary crashes */
+  if (th_pg_relaunch(&sb) != 0) {
+    snprintf(fail, sizeof fail, "setup: standby relaunch");
+    goto out;
+  }
   th_pg_sql(&sb, NULL, out, sizeof out, "SELECT pg_promote(true, 30)");
   c2 = th_pg_client(&sb, "dlock", NULL);
-  if (!c2) { snprintf(fail, sizeof fail, "setup: client of the promoted standby: %s", dlock_last_error()); goto out; }
+  if (!c2) {
+    snprintf(fail, sizeof fail, "setup: client of the promoted standby: %s", dlock_last_error());
+    goto out;
+  }
   rc = dlock_guard_check(c2, "revsp2-res", f[1]);
   if (rc == 0)
-    snprintf(fail, sizeof fail, "f3=%" PRIu64 " was admitted before the failover to the synchronous standby, yet f2=%"
-             PRIu64 " < f3 is admitted after it: the guard's commit did not wait for the standby", f[2], f[1]);
+    snprintf(fail, sizeof fail,
+             "f3=%" PRIu64 " was admitted before the failover to the synchronous standby, yet f2=%" PRIu64
+             " < f3 is admitted after it: the guard's commit did not wait for the standby",
+             f[2], f[1]);
 out:
   if (m) dlock_mutex_free(m);
   if (c) dlock_client_free(c);
@@ -848,12 +872,15 @@ REVIEW_TEST(review_fences_rise_after_a_backward_clock_step_and_a_prune) {
     snprintf(why, sizeof why,
              "the fence of \"res\" went back after a backward clock step and a prune: %" PRIu64 " (H1), %" PRIu64
              " (H2), then %" PRIu64 " (H3), whose guard check said %s while H2's late check with %" PRIu64 " said %s",
-             f0, f1, f2, grc == 0 ? "admitted" : dlock_err_name(grc), f1, stale == 0 ? "admitted" : dlock_err_name(stale));
+             f0, f1, f2, grc == 0 ? "admitted" : dlock_err_name(grc), f1,
+             stale == 0 ? "admitted" : dlock_err_name(stale));
     failed = 1;
   } else if (grc != 0 || stale != DLOCK_ESTALE) {
-    snprintf(why, sizeof why, "fences %" PRIu64 ", %" PRIu64 ", %" PRIu64 " rise, but H3's guard check said %s and H2's late "
-             "one with %" PRIu64 " said %s (expected admitted, then DLOCK_ESTALE)", f0, f1, f2,
-             grc == 0 ? "admitted" : dlock_err_name(grc), f1, stale == 0 ? "admitted" : dlock_err_name(stale));
+    snprintf(why, sizeof why,
+             "fences %" PRIu64 ", %" PRIu64 ", %" PRIu64 " rise, but H3's guard check said %s and H2's late "
+             "one with %" PRIu64 " said %s (expected admitted, then DLOCK_ESTALE)",
+             f0, f1, f2, grc == 0 ? "admitted" : dlock_err_name(grc), f1,
+             stale == 0 ? "admitted" : dlock_err_name(stale));
     failed = 1;
   }
 done:
@@ -1068,16 +1095,16 @@ REVIEW_TEST(review4_prune_by_the_run_time_user_granted_as_the_docs_say) {
   int pr = rc == 0 ? dlock_client_prune(c, 0, &n) : -100;
   char err[512];
   snprintf(err, sizeof err, "%s", dlock_last_error());
-  fprintf(stderr, "owner's first use %d, grants %d, app: client %d acquire %d release %d (%s), prune %d pruned %lld (%s)\n",
+  fprintf(stderr,
+          "owner's first use %d, grants %d, app: client %d acquire %d release %d (%s), prune %d pruned %lld (%s)\n",
           rc0, g, rc, acq, rel, acq_err, pr, (long long)n, err);
   dlock_mutex_free(m);
   dlock_client_free(c);
   if (rc0 != 0 || g != 0 || rc != 0 || acq != 0 || rel != 0) TEST_FAIL("setup failed (see above)");
   if (pr != 0 || n < 1)
-    TEST_FAIL("prune by the run-time user granted as docs/postgres.md says: rc %d, pruned %lld: %s", pr,
-              (long long)n, err);
+    TEST_FAIL("prune by the run-time user granted as docs/postgres.md says: rc %d, pruned %lld: %s", pr, (long long)n,
+              err);
 }
-
 
 /* Finding 2's other half: a run-time user without UPDATE on fence_seq (the
  * grant the docs gave before) is flagged by the doctor, and the release's
@@ -1112,7 +1139,8 @@ REVIEW_TEST(review4_doctor_and_the_release_tell_of_a_prune_without_rights) {
   int pr = rc == 0 ? dlock_client_prune(c, 0, &pruned) : -100;
   char warn2[1024] = "";
   int w2 = rc == 0 ? dlock_client_topology_warning(c, warn2, sizeof warn2) : -1;
-  fprintf(stderr, "setup %d %d, client %d acquire %d release %d, warning %d (%s), checks %d, after the grant: "
+  fprintf(stderr,
+          "setup %d %d, client %d acquire %d release %d, warning %d (%s), checks %d, after the grant: "
           "prune %d pruned %lld, warning %d (%s)\n",
           rc0, g, rc, acq, rel, w, warn, n, pr, (long long)pruned, w2, warn2);
   dlock_mutex_free(m);

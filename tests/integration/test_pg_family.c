@@ -55,7 +55,6 @@ static dlock_client *client(const char *schema) {
   return c;
 }
 
-
 /* The scenarios every backend passes: tests/conformance/. */
 
 /* ---- Leases ---- */
@@ -193,8 +192,8 @@ REVIEW_TEST(review_a_read_in_the_shadow_of_a_force_released_write_does_not_join_
   dlock_lock_info_init(&info);
   ASSERT_OK(dlock_lock_info_get(b, "doc", &info));
   if (rc == 0)
-    TEST_FAIL("the read was granted beside another client's writer (readers %lld, writer %d)",
-              (long long)info.readers, info.writer);
+    TEST_FAIL("the read was granted beside another client's writer (readers %lld, writer %d)", (long long)info.readers,
+              info.writer);
   ASSERT(rc == DLOCK_EBUSY || rc == DLOCK_ELOST);
   ASSERT_OK(dlock_rwlock_release(w2));
   dlock_rwlock_release(w);
@@ -270,10 +269,10 @@ static void ft_start(void) {
   unsetenv("TH_PG_PRELOAD"); /* the server keeps what it was started with */
 }
 
-#define FT_NEED()                              \
-  do {                                         \
-    if (!ft_tried) ft_start();                 \
-    if (!ft_up) TEST_SKIP("%s", ft_why);       \
+#define FT_NEED()                        \
+  do {                                   \
+    if (!ft_tried) ft_start();           \
+    if (!ft_up) TEST_SKIP("%s", ft_why); \
   } while (0)
 
 /* A client of the libfaketime server on 'schema', its clock set right. */
@@ -288,7 +287,8 @@ static dlock_client *ft_client(const char *schema) {
 /* The server's clock, read through psql (µs since the epoch). */
 static long long server_clock_us(void) {
   char out[64];
-  if (th_pg_sql(&ft, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint") != 0)
+  if (th_pg_sql(&ft, NULL, out, sizeof out, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint") !=
+      0)
     return -1;
   return atoll(out);
 }
@@ -364,8 +364,10 @@ REVIEW_TEST(rev5_pg_1_semaphore_fence_falls_when_fam_acquire_deletes_old_holds_a
     }
     fb = f;
   }
-  if (getenv("REV5_NO_FORWARD")) th_sleep_ms(62000); /* the clock stays 2 h back; a minute passes */
-  else set_offset("-1h");
+  if (getenv("REV5_NO_FORWARD"))
+    th_sleep_ms(62000); /* the clock stays 2 h back; a minute passes */
+  else
+    set_offset("-1h");
   uint64_t fc = one_permit(c, name);
   fprintf(stderr, "  fences: A %llu, last B %llu, C %llu\n", (unsigned long long)fa, (unsigned long long)fb,
           (unsigned long long)fc);
@@ -534,8 +536,14 @@ REVIEW_TEST(rev5_pg_held_history_prune_steps_pgbouncer) {
     int64_t pruned = 0;
     if (dlock_client_prune(c, 0, &pruned) == 0) prunes++;
     long long t = th_now_ms() - start;
-    if (steps == 0 && t > 8000) { set_offset("-10m"); steps++; }
-    if (steps == 1 && t > 16000) { set_offset("-20m"); steps++; }
+    if (steps == 0 && t > 8000) {
+      set_offset("-10m");
+      steps++;
+    }
+    if (steps == 1 && t > 16000) {
+      set_offset("-20m");
+      steps++;
+    }
     if (step % 50 == 25) {
       pid_t k = kids[step % 4];
       kill(k, SIGSTOP);

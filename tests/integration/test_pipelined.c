@@ -100,7 +100,7 @@ TEST(a_failed_pipelined_release_is_reported_by_the_next_acquire_on_the_handle) {
   ASSERT_STATUS(dlock_mutex_acquire(m, 0), DLOCK_ENOTHELD);
   ASSERT_CONTAINS(dlock_mutex_errmsg(m), "previous pipelined release");
   ASSERT_CONTAINS(dlock_mutex_errmsg(m), "the key was gone");
-  ASSERT_EQ(dlock_mutex_fence(m), 0); /* not acquired */
+  ASSERT_EQ(dlock_mutex_fence(m), 0);                         /* not acquired */
   ASSERT_STATUS(dlock_mutex_release_result(m), DLOCK_EINVAL); /* delivered once */
   ASSERT_OK(dlock_mutex_acquire(m, 0));
   ASSERT_OK(dlock_mutex_release(m));
@@ -351,8 +351,10 @@ REVIEW_TEST(review_finding_1_wait_replicas_keeps_the_threads_order) {
     ASSERT_OK(dlock_mutex_acquire(a, 0));
     ASSERT_OK(dlock_mutex_release_async(a));
     int rc = dlock_mutex_acquire(b, 0); /* after the release, on this thread */
-    if (rc == DLOCK_EBUSY) busy++;
-    else ASSERT_OK(rc);
+    if (rc == DLOCK_EBUSY)
+      busy++;
+    else
+      ASSERT_OK(rc);
     if (rc == 0) ASSERT_OK(dlock_mutex_release(b));
     ASSERT_OK(dlock_mutex_release_result(a));
   }
@@ -680,7 +682,7 @@ REVIEW_TEST(review_finding_3_a_pipelined_release_after_the_servers_idle_timeout)
   ASSERT_OK(dlock_mutex_acquire(a, 0));
   ASSERT_OK(dlock_mutex_release_async(a)); /* the pipeline connection opens */
   ASSERT_OK(dlock_mutex_release_result(a));
-  th_sleep_ms(3500); /* the server closes its idle connections */
+  th_sleep_ms(3500);                    /* the server closes its idle connections */
   ASSERT_OK(dlock_mutex_acquire(a, 0)); /* the pool notices its closed one */
   ASSERT_OK(dlock_mutex_release_async(a));
   int brc = dlock_mutex_acquire(b, 0);
@@ -722,8 +724,10 @@ REVIEW_TEST(review_finding_4_the_first_pipelined_release_on_a_fresh_server_keeps
     ASSERT_OK(dlock_mutex_acquire(a, 0));
     ASSERT_OK(dlock_mutex_release_async(a));
     brc = dlock_mutex_acquire(b, 0);
-    if (brc) snprintf(why, sizeof why, "round %d: %s", round, dlock_last_error());
-    else ASSERT_OK(dlock_mutex_release(b));
+    if (brc)
+      snprintf(why, sizeof why, "round %d: %s", round, dlock_last_error());
+    else
+      ASSERT_OK(dlock_mutex_release(b));
     rrc = dlock_mutex_release_result(a);
   }
   dlock_mutex_free(a);
@@ -751,7 +755,8 @@ REVIEW_TEST(held_pipelined_releases_over_tls_and_after_an_idle_spell) {
     port = th_free_port();
     snprintf(extra, sizeof extra,
              "tls-port %d\ntls-cert-file %s/server.crt\ntls-key-file %s/server.key\n"
-             "tls-ca-cert-file %s/ca.crt\ntls-auth-clients optional\ntimeout 1\n", port, certs, certs, certs);
+             "tls-ca-cert-file %s/ca.crt\ntls-auth-clients optional\ntimeout 1\n",
+             port, certs, certs, certs);
     started = th_redis_start(&t, extra);
   }
   ASSERT_OK(started);
@@ -989,7 +994,7 @@ REVIEW_TEST(review_a_resent_pipelined_release_never_deletes_the_next_holders_key
   ASSERT_OK(dlock_mutex_release_async(m)); /* its EVALSHA answers NOSCRIPT: it did not run */
   void *trc = NULL;
   pthread_join(t, &trc);
-  ASSERT_EQ((intptr_t)trc, 0); /* the other thread holds it now, with its own token */
+  ASSERT_EQ((intptr_t)trc, 0);   /* the other thread holds it now, with its own token */
   dlock_mutex_release_result(m); /* our outcome, if the other thread's acquire did not read it */
   cli_of(&srv, out, sizeof out, "EXISTS rv:pipe:noscript");
   if (strcmp(out, "1") != 0) TEST_FAIL("the key of the thread that holds the lock now was deleted");
@@ -1082,10 +1087,12 @@ REVIEW_TEST(review_a_failed_pipelined_release_is_reported_even_when_another_thre
   /* The second thread held the key: its own release cannot have failed. */
   if (a.acquire_rc == 0 && a.result_rc != 0)
     TEST_FAIL("the second thread's release, which held the key, answered %d (the first thread's outcome?); "
-              "the first thread's _result answered %d", a.result_rc, ours);
+              "the first thread's _result answered %d",
+              a.result_rc, ours);
   if (a.acquire_rc != DLOCK_ENOTHELD && ours != DLOCK_ENOTHELD)
     TEST_FAIL("the failed release (ENOTHELD) was dropped: the other thread's acquire answered %d, its own "
-              "release %d, and our _result %d", a.acquire_rc, a.result_rc, ours);
+              "release %d, and our _result %d",
+              a.acquire_rc, a.result_rc, ours);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }
@@ -1135,8 +1142,8 @@ REVIEW_TEST(review_a_semaphore_never_grants_a_permit_to_a_waiting_mutex) {
   cli_of(&srv, out, sizeof out, "ZCARD rv:kind:grant");
   pthread_join(t, NULL);
   if (rc != 0)
-    TEST_FAIL("no permit was held, yet the semaphore answered %d (permits held: %s, granted to the mutex waiter)",
-              rc, out);
+    TEST_FAIL("no permit was held, yet the semaphore answered %d (permits held: %s, granted to the mutex waiter)", rc,
+              out);
   ASSERT_OK(dlock_semaphore_release(s));
   dlock_semaphore_free(s);
   dlock_mutex_release(h);
@@ -1194,8 +1201,8 @@ REVIEW_TEST(review_a_resent_latch_set_does_not_close_a_latch_that_opened_meanwhi
   ASSERT_OK(a.rc);    /* the resend answered "set" */
   int64_t n = -1;
   ASSERT_OK(dlock_latch_count(down, &n));
-  if (n != 0) TEST_FAIL("the latch opened (counted down to 0), and the resent set closed it again: count %lld",
-                        (long long)n);
+  if (n != 0)
+    TEST_FAIL("the latch opened (counted down to 0), and the resent set closed it again: count %lld", (long long)n);
   ASSERT_OK(dlock_latch_wait(down, 0));
   dlock_latch_free(l);
   dlock_latch_free(down);

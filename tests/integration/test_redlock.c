@@ -41,7 +41,8 @@ static void expect_key(int i, const char *name, const char *want) {
   char out[256], cmd[300];
   snprintf(cmd, sizeof cmd, "GET %s", name);
   cli(i, out, sizeof out, cmd);
-  if (strcmp(out, want) != 0) TEST_FAIL("node %d (port %d): key %s holds '%s', want '%s'", i, srv[i].port, name, out, want);
+  if (strcmp(out, want) != 0)
+    TEST_FAIL("node %d (port %d): key %s holds '%s', want '%s'", i, srv[i].port, name, out, want);
 }
 
 static void down(int i) { th_redis_crash(&srv[i]); }
@@ -338,8 +339,7 @@ TEST(renewal_counts_only_with_a_majority_and_loss_comes_at_the_local_deadline) {
   down(1);
   down(2);
   dlock_mono_ms until = dlock_mutex_valid_until(m);
-  while (dlock_mutex_lost(m) == DLOCK_LOST_NONE && dlock_mono_now() < until + 2000 * th_time_factor())
-    th_sleep_ms(10);
+  while (dlock_mutex_lost(m) == DLOCK_LOST_NONE && dlock_mono_now() < until + 2000 * th_time_factor()) th_sleep_ms(10);
   dlock_lost_reason why = dlock_mutex_lost(m);
   ASSERT(why == DLOCK_LOST_UNREACHABLE || why == DLOCK_LOST_DEADLINE);
   ASSERT(dlock_mono_now() >= until);
@@ -497,7 +497,8 @@ static void *waiter_thread(void *p) {
   if (a->rc) return NULL;
   a->rc = dlock_mutex_acquire(m, a->wait_ms);
   a->got_at = th_now_ms();
-  if (a->rc) snprintf(a->err, sizeof a->err, "%s", dlock_mutex_errmsg(m));
+  if (a->rc)
+    snprintf(a->err, sizeof a->err, "%s", dlock_mutex_errmsg(m));
   else {
     if (a->hold_ms) th_sleep_ms(a->hold_ms);
     int rc = dlock_mutex_release(m);
@@ -619,8 +620,8 @@ TEST(waiters_are_served_in_arrival_order_where_the_nodes_agree) {
     pthread_join(tb, NULL);
     if (a.rc || b.rc) TEST_FAIL("round %d: %s / %s", round, a.err, b.err);
     if (!(a.got_at < b.got_at))
-      TEST_FAIL("round %d: the second waiter got the lock %lld ms after the release, before the first (%lld ms)",
-                round, b.got_at - t0, a.got_at - t0);
+      TEST_FAIL("round %d: the second waiter got the lock %lld ms after the release, before the first (%lld ms)", round,
+                b.got_at - t0, a.got_at - t0);
     /* The second is handed the lock by the first's release (100 ms hold), not by a re-check. */
     if (b.got_at - t0 > 100 + 500 * th_time_factor())
       TEST_FAIL("round %d: the second waiter got it %lld ms after the first release", round, b.got_at - t0);

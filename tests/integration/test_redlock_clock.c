@@ -58,8 +58,8 @@ static void step_clocks(long long off_s) {
     if (llabs(a - want) <= 2 && llabs(b - want) <= 2) return;
     th_sleep_ms(25);
   }
-  TEST_FAIL("the clocks of nodes 1 and 2 did not step to %lld s (they read %lld and %lld, want %lld)", off_s, a,
-            b, want);
+  TEST_FAIL("the clocks of nodes 1 and 2 did not step to %lld s (they read %lld and %lld, want %lld)", off_s, a, b,
+            want);
 }
 
 static void stop_all(void) {
@@ -72,57 +72,55 @@ static void stop_all(void) {
  * clock (clock_gettime(CLOCK_REALTIME), gettimeofday, time) plus an offset
  * in seconds read from $REV5_CLOCK_FILE, looked at every 20 ms; the
  * monotonic clock untouched. Built with cc when the test starts. */
-static const char shim_src[] =
-    "#define _GNU_SOURCE\n"
-    "#include <stdio.h>\n"
-    "#include <stdlib.h>\n"
-    "#include <sys/syscall.h>\n"
-    "#include <sys/time.h>\n"
-    "#include <time.h>\n"
-    "#include <unistd.h>\n"
-    "static long long off_us, checked_ns;\n"
-    "static long long mono_ns(void) {\n"
-    "  struct timespec t;\n"
-    "  syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &t);\n"
-    "  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;\n"
-    "}\n"
-    "static void refresh(void) {\n"
-    "  long long n = mono_ns();\n"
-    "  if (checked_ns && n - checked_ns < 20000000LL) return;\n"
-    "  checked_ns = n;\n"
-    "  const char *p = getenv(\"REV5_CLOCK_FILE\");\n"
-    "  if (!p) return;\n"
-    "  FILE *f = fopen(p, \"r\");\n"
-    "  if (!f) return;\n"
-    "  long long s;\n"
-    "  if (fscanf(f, \"%lld\", &s) == 1) off_us = s * 1000000LL;\n"
-    "  fclose(f);\n"
-    "}\n"
-    "int clock_gettime(clockid_t id, struct timespec *ts) {\n"
-    "  int rc = (int)syscall(SYS_clock_gettime, id, ts);\n"
-    "  if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {\n"
-    "    refresh();\n"
-    "    long long us = (long long)ts->tv_sec * 1000000LL + ts->tv_nsec / 1000 + off_us;\n"
-    "    ts->tv_sec = us / 1000000LL;\n"
-    "    ts->tv_nsec = (us % 1000000LL) * 1000;\n"
-    "  }\n"
-    "  return rc;\n"
-    "}\n"
-    "int gettimeofday(struct timeval *tv, void *tz) {\n"
-    "  struct timespec ts;\n"
-    "  (void)tz;\n"
-    "  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return -1;\n"
-    "  tv->tv_sec = ts.tv_sec;\n"
-    "  tv->tv_usec = ts.tv_nsec / 1000;\n"
-    "  return 0;\n"
-    "}\n"
-    "time_t time(time_t *t) {\n"
-    "  struct timespec ts;\n"
-    "  clock_gettime(CLOCK_REALTIME, &ts);\n"
-    "  if (t) *t = ts.tv_sec;\n"
-    "  return ts.tv_sec;\n"
-    "}\n"
-;
+static const char shim_src[] = "#define _GNU_SOURCE\n"
+                               "#include <stdio.h>\n"
+                               "#include <stdlib.h>\n"
+                               "#include <sys/syscall.h>\n"
+                               "#include <sys/time.h>\n"
+                               "#include <time.h>\n"
+                               "#include <unistd.h>\n"
+                               "static long long off_us, checked_ns;\n"
+                               "static long long mono_ns(void) {\n"
+                               "  struct timespec t;\n"
+                               "  syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &t);\n"
+                               "  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;\n"
+                               "}\n"
+                               "static void refresh(void) {\n"
+                               "  long long n = mono_ns();\n"
+                               "  if (checked_ns && n - checked_ns < 20000000LL) return;\n"
+                               "  checked_ns = n;\n"
+                               "  const char *p = getenv(\"REV5_CLOCK_FILE\");\n"
+                               "  if (!p) return;\n"
+                               "  FILE *f = fopen(p, \"r\");\n"
+                               "  if (!f) return;\n"
+                               "  long long s;\n"
+                               "  if (fscanf(f, \"%lld\", &s) == 1) off_us = s * 1000000LL;\n"
+                               "  fclose(f);\n"
+                               "}\n"
+                               "int clock_gettime(clockid_t id, struct timespec *ts) {\n"
+                               "  int rc = (int)syscall(SYS_clock_gettime, id, ts);\n"
+                               "  if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {\n"
+                               "    refresh();\n"
+                               "    long long us = (long long)ts->tv_sec * 1000000LL + ts->tv_nsec / 1000 + off_us;\n"
+                               "    ts->tv_sec = us / 1000000LL;\n"
+                               "    ts->tv_nsec = (us % 1000000LL) * 1000;\n"
+                               "  }\n"
+                               "  return rc;\n"
+                               "}\n"
+                               "int gettimeofday(struct timeval *tv, void *tz) {\n"
+                               "  struct timespec ts;\n"
+                               "  (void)tz;\n"
+                               "  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return -1;\n"
+                               "  tv->tv_sec = ts.tv_sec;\n"
+                               "  tv->tv_usec = ts.tv_nsec / 1000;\n"
+                               "  return 0;\n"
+                               "}\n"
+                               "time_t time(time_t *t) {\n"
+                               "  struct timespec ts;\n"
+                               "  clock_gettime(CLOCK_REALTIME, &ts);\n"
+                               "  if (t) *t = ts.tv_sec;\n"
+                               "  return ts.tv_sec;\n"
+                               "}\n";
 
 static char shim_dir[128];
 
@@ -248,9 +246,11 @@ static long long newcomer_while_held(dlock_mutex *hm, uint64_t hf, const char *n
   dlock_mono_ms h_valid = dlock_mutex_valid_until(hm);
   int h_lost = dlock_mutex_lost(hm) != DLOCK_LOST_NONE;
   uint64_t cf = rc == 0 ? dlock_mutex_fence(cm) : 0;
-  fprintf(stderr, "  C (command timeout %d ms): %s (%.300s); H (fence %llu) valid for %lld ms more, lost: %d; C's "
-          "fence %llu\n", ct, dlock_err_name(rc), rc ? dlock_last_error() : "", (unsigned long long)hf,
-          (long long)(h_valid - now), h_lost, (unsigned long long)cf);
+  fprintf(stderr,
+          "  C (command timeout %d ms): %s (%.300s); H (fence %llu) valid for %lld ms more, lost: %d; C's "
+          "fence %llu\n",
+          ct, dlock_err_name(rc), rc ? dlock_last_error() : "", (unsigned long long)hf, (long long)(h_valid - now),
+          h_lost, (unsigned long long)cf);
   if (rc == 0) dlock_mutex_release(cm);
   dlock_mutex_free(cm);
   dlock_client_free(c);
@@ -365,9 +365,10 @@ REVIEW_TEST(rev5_rl_2_a_client_with_a_long_command_timeout_reads_10_s_old_marker
   int ct = getenv("REV5_CONTROL") ? 2000 : 30000;
   long long left = newcomer_then_stop(h, hm, hf, name, ct, 30000);
   if (left >= 0)
-    TEST_FAIL("two holders: C (command timeout %d ms) acquired '%s' while H's hold was valid for %lld ms more (held-out "
-              "markers 10 s old, older than the longest lease in use, read as a racing first look)",
-              ct, name, left);
+    TEST_FAIL(
+        "two holders: C (command timeout %d ms) acquired '%s' while H's hold was valid for %lld ms more (held-out "
+        "markers 10 s old, older than the longest lease in use, read as a racing first look)",
+        ct, name, left);
 }
 
 /*
@@ -472,8 +473,10 @@ REVIEW_TEST(rev5_rl_held_history_under_flush_restart_and_freeze) {
   int bad = h5_wait_workers(kids, 4, 1);
   int overlaps, falls, n = h5_check(hist_path, &overlaps, &falls);
   if (n < 0) TEST_FAIL("no history in %s", hist_path);
-  fprintf(stderr, "  %d holds; faults: %d flushes, %d restarts, %d node freezes, %d holder freezes; %d overlaps, "
-          "%d fence falls\n", n, faults[0], faults[1], faults[2], faults[3], overlaps, falls);
+  fprintf(stderr,
+          "  %d holds; faults: %d flushes, %d restarts, %d node freezes, %d holder freezes; %d overlaps, "
+          "%d fence falls\n",
+          n, faults[0], faults[1], faults[2], faults[3], overlaps, falls);
   stop_all();
   if (bad) TEST_FAIL("%d workers failed", bad);
   if (overlaps || falls) TEST_FAIL("%d overlapping holds, %d falling fences", overlaps, falls);

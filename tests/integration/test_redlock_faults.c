@@ -66,9 +66,7 @@ static void fresh(void) {
   }
 }
 
-static void key_on(int i, const char *name, char *out, size_t len) {
-  th_redis_cli(&srv[i], out, len, "GET %s", name);
-}
+static void key_on(int i, const char *name, char *out, size_t len) { th_redis_cli(&srv[i], out, len, "GET %s", name); }
 
 /* ---- issue 22 item 3: one frozen node out of five makes short-lease holds
  * lost. A renewal waited on every node until its deadline (the command
@@ -336,7 +334,9 @@ static dlock_client *client_at(const char *u, const char *prefix, int cmd_timeou
   return c;
 }
 
-static dlock_client *rl_client(const char *prefix, int cmd_timeout_ms) { return client_at(url, prefix, cmd_timeout_ms); }
+static dlock_client *rl_client(const char *prefix, int cmd_timeout_ms) {
+  return client_at(url, prefix, cmd_timeout_ms);
+}
 
 /* Wait (bounded) until every node has been up for 's' seconds. */
 static void up_at_least_s(int s) {
@@ -352,8 +352,7 @@ static void up_at_least_s(int s) {
 /* A holds 'name' (under 'prefix') on nodes 1-3 only; node 3 then restarts
  * empty. Returns A's mutex (held), or NULL after a setup problem (message
  * printed). */
-static dlock_mutex *a_on_bare_majority(dlock_client **ca, const char *prefix, const char *name,
-                                       const char *full_key) {
+static dlock_mutex *a_on_bare_majority(dlock_client **ca, const char *prefix, const char *name, const char *full_key) {
   char out[256];
   for (int i = 3; i < 5; i++) {
     if (th_redis_cli(&srv[i], out, sizeof out, "SET '%s' foreignfeedfacefeedfacefeedface PX 3000", full_key) != 0)
@@ -384,8 +383,8 @@ static dlock_mutex *a_on_bare_majority(dlock_client **ca, const char *prefix, co
 
 /* A 30 s try of 'name' by client 'c' (called 'who' in messages) while A
  * holds it with 'a': the status, its message, and A's time left then. */
-static int try_while_a_holds(dlock_client *c, const char *name, dlock_mutex *a, const char *who, char *msg,
-                             size_t len, long long *a_left) {
+static int try_while_a_holds(dlock_client *c, const char *name, dlock_mutex *a, const char *who, char *msg, size_t len,
+                             long long *a_left) {
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 30000;
@@ -419,7 +418,10 @@ REVIEW_TEST(marker1_a_node_restarted_empty_is_held_out_while_the_marked_nodes_ar
   fresh();
   dlock_client *ca = NULL, *cb = NULL;
   dlock_mutex *a = a_on_bare_majority(&ca, NULL, "orders", "orders");
-  if (!a) { resume_all(); TEST_FAIL("setup: A could not take 'orders' on nodes 1-3"); }
+  if (!a) {
+    resume_all();
+    TEST_FAIL("setup: A could not take 'orders' on nodes 1-3");
+  }
   kill(srv[0].pid, SIGSTOP);
   kill(srv[1].pid, SIGSTOP);
   cb = rl_client(NULL, 1000);
@@ -438,7 +440,8 @@ REVIEW_TEST(marker1_a_node_restarted_empty_is_held_out_while_the_marked_nodes_ar
   if (!cb) TEST_FAIL("client B could not start");
   if (rc == 0 && a_left > 0)
     TEST_FAIL("B acquired 'orders' while A still held it (%lld ms left): node 3 restarted empty "
-              "was counted because nodes 1-2 with the marker were frozen", a_left);
+              "was counted because nodes 1-2 with the marker were frozen",
+              a_left);
   printf("  B: rc %d (%s)\n", rc, msg);
 }
 
@@ -459,7 +462,10 @@ REVIEW_TEST(marker2_a_client_with_another_key_prefix_on_the_same_key_holds_it_ou
   fresh();
   dlock_client *ca = NULL, *cb = NULL;
   dlock_mutex *a = a_on_bare_majority(&ca, "app:", "orders", "app:orders");
-  if (!a) { resume_all(); TEST_FAIL("setup: A could not take 'app:orders' on nodes 1-3"); }
+  if (!a) {
+    resume_all();
+    TEST_FAIL("setup: A could not take 'app:orders' on nodes 1-3");
+  }
   cb = rl_client(NULL, 2000);
   int rc = -1;
   char msg[1024] = "";
@@ -474,7 +480,8 @@ REVIEW_TEST(marker2_a_client_with_another_key_prefix_on_the_same_key_holds_it_ou
   if (!cb) TEST_FAIL("client B could not start");
   if (rc == 0 && a_left > 0)
     TEST_FAIL("B (no prefix) acquired 'app:orders' while A (prefix app:) held it (%lld ms left): "
-              "the marker is per prefix, the key is not", a_left);
+              "the marker is per prefix, the key is not",
+              a_left);
   printf("  B: rc %d (%s)\n", rc, msg);
 }
 
@@ -495,7 +502,10 @@ REVIEW_TEST(marker3_another_lock_cannot_write_the_marker_onto_the_emptied_node) 
   fresh();
   dlock_client *ca = NULL, *cb = NULL, *cc = NULL;
   dlock_mutex *a = a_on_bare_majority(&ca, NULL, "orders", "orders");
-  if (!a) { resume_all(); TEST_FAIL("setup: A could not take 'orders' on nodes 1-3"); }
+  if (!a) {
+    resume_all();
+    TEST_FAIL("setup: A could not take 'orders' on nodes 1-3");
+  }
   kill(srv[0].pid, SIGSTOP);
   kill(srv[1].pid, SIGSTOP);
   int rb = -1, rc = -1;
@@ -529,7 +539,8 @@ REVIEW_TEST(marker3_another_lock_cannot_write_the_marker_onto_the_emptied_node) 
   if (!cc) TEST_FAIL("client C could not start");
   if (rc == 0 && a_left > 0)
     TEST_FAIL("C acquired 'orders' with every node up while A still held it (%lld ms left): "
-              "B's acquire of another lock wrote the marker onto the emptied node 3", a_left);
+              "B's acquire of another lock wrote the marker onto the emptied node 3",
+              a_left);
   printf("  C: rc %d (%s)\n", rc, msg);
 }
 
@@ -563,7 +574,10 @@ REVIEW_TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreac
   for (int i = 3; i < 5; i++)
     th_redis_cli(&srv[i], out, sizeof out, "SET orders foreignfeedfacefeedfacefeedface PX 2500");
   dlock_client *ca = rl_client(NULL, 2000), *cb = NULL;
-  if (!ca) { resume_all(); TEST_FAIL("client A could not start"); }
+  if (!ca) {
+    resume_all();
+    TEST_FAIL("client A could not start");
+  }
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 3000;
@@ -574,8 +588,14 @@ REVIEW_TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreac
   if (ra == 0) dlock_mutex_release(a);
   dlock_mutex_free(a);
   dlock_client_free(ca);
-  if (ra != 0) { resume_all(); TEST_FAIL("setup: A's acquire failed: %d", ra); }
-  if (th_redis_restart(&srv[2]) != 0) { resume_all(); TEST_FAIL("cannot restart node 3"); }
+  if (ra != 0) {
+    resume_all();
+    TEST_FAIL("setup: A's acquire failed: %d", ra);
+  }
+  if (th_redis_restart(&srv[2]) != 0) {
+    resume_all();
+    TEST_FAIL("cannot restart node 3");
+  }
   th_sleep_ms(5000); /* node 3 up longer than the longest lease (3 s); the foreign token is gone */
   kill(srv[0].pid, SIGSTOP);
   kill(srv[1].pid, SIGSTOP);
@@ -597,8 +617,7 @@ REVIEW_TEST(marker4_fences_rise_after_one_node_loses_its_data_and_two_are_unreac
   kill(srv[1].pid, SIGCONT);
   resume_all();
   printf("  A's fence %llu; B: rc %d fence %llu (%s)\n", fa, rb, fb, msg);
-  if (rb == 0 && fb <= fa)
-    TEST_FAIL("B's hold after A's has a lower fence: %llu <= %llu", fb, fa);
+  if (rb == 0 && fb <= fa) TEST_FAIL("B's hold after A's has a lower fence: %llu <= %llu", fb, fa);
 }
 
 /*
@@ -621,14 +640,22 @@ REVIEW_TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) 
   for (int i = 3; i < 5; i++)
     th_redis_cli(&srv[i], out, sizeof out, "SET orders foreignfeedfacefeedfacefeedface PX 1000");
   dlock_client *ca = rl_client(NULL, 2000), *cb = NULL;
-  if (!ca) { resume_all(); TEST_FAIL("client A could not start"); }
+  if (!ca) {
+    resume_all();
+    TEST_FAIL("client A could not start");
+  }
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = 8000;
   dlock_mutex *a = NULL;
   dlock_mutex_new(&a, ca, "orders", &mo);
   int ra = dlock_mutex_acquire(a, 0);
-  if (ra != 0) { dlock_mutex_free(a); dlock_client_free(ca); resume_all(); TEST_FAIL("setup: A's acquire failed: %d", ra); }
+  if (ra != 0) {
+    dlock_mutex_free(a);
+    dlock_client_free(ca);
+    resume_all();
+    TEST_FAIL("setup: A's acquire failed: %d", ra);
+  }
   th_sleep_ms(1200); /* the foreign token expires */
   th_redis_cli(&srv[2], out, sizeof out, "FLUSHALL");
   int rb = -1;
@@ -650,7 +677,8 @@ REVIEW_TEST(marker5_a_node_emptied_by_flushall_is_held_out_whatever_its_uptime) 
   printf("  B: rc %d, A has %lld ms left (%s)\n", rb, a_left, msg);
   if (rb == 0 && a_left > 0)
     TEST_FAIL("B acquired 'orders' while A still held it (%lld ms left): node 3, flushed, counted "
-              "because its uptime exceeds the lease", a_left);
+              "because its uptime exceeds the lease",
+              a_left);
 }
 
 /* ---- The second review of Redlock, open3: one server listed twice under
@@ -686,9 +714,10 @@ REVIEW_TEST(review2_open3_one_server_listed_under_two_names_is_refused) {
   dlock_client_free(c);
   if (rc == 0)
     TEST_FAIL("'%s' was accepted, and with 127.0.0.1:%d frozen 'job' was acquired on 127.0.0.1:%d alone "
-              "(counted twice, 2 of 3)", u, srv[1].port, srv[0].port);
-  TEST_FAIL("'%s' was accepted (one server listed twice under two names); acquire with the other frozen: %d %s", u,
-            rc, errm);
+              "(counted twice, 2 of 3)",
+              u, srv[1].port, srv[0].port);
+  TEST_FAIL("'%s' was accepted (one server listed twice under two names); acquire with the other frozen: %d %s", u, rc,
+            errm);
 }
 
 /* ---- The second review of Redlock, open1: nodes that lost their data a
@@ -732,7 +761,8 @@ REVIEW_TEST(review2_open1_nodes_emptied_a_lease_apart_do_not_make_the_deployment
   dlock_client_free(ca);
   if (rc == 0 && a_until > before)
     TEST_FAIL("B acquired 'job' (fence %" PRIu64 ") while A held it for %" PRId64 " ms more (A's fence %" PRIu64
-              "): nodes 1, 2 emptied 4.5 s before, then 3, 4, 5", fb, (int64_t)(a_until - before), fa);
+              "): nodes 1, 2 emptied 4.5 s before, then 3, 4, 5",
+              fb, (int64_t)(a_until - before), fa);
 }
 
 /* ---- The second review of Redlock, open2 (decided as a documented limit,
@@ -805,7 +835,8 @@ static void renewal_takes_absent_nodes(int kept_data) {
   dlock_mutex_free(a);
   dlock_client_free(ca);
   if (lost != DLOCK_LOST_NONE || rc != 0)
-    TEST_FAIL("A's renewal failed (%d, lost %d) with four of five nodes up, two counted ones holding A's key and two empty: %s",
+    TEST_FAIL("A's renewal failed (%d, lost %d) with four of five nodes up, two counted ones holding A's key and two "
+              "empty: %s",
               rc, (int)lost, msg);
 }
 
@@ -880,8 +911,8 @@ REVIEW_TEST(review3_one_server_under_its_ipv4_mapped_name_is_refused) {
   dlock_mutex_free(m);
   dlock_client_free(c);
   TEST_FAIL("redlock://127.0.0.1:%d,[::ffff:127.0.0.1]:%d,... was accepted as two nodes; with the third frozen, "
-            "an acquire on one server answered %d (%s)", srv[0].port, srv[0].port, rc,
-            rc == 0 ? "acquired: one server made the majority" : dlock_err_name(rc));
+            "an acquire on one server answered %d (%s)",
+            srv[0].port, srv[0].port, rc, rc == 0 ? "acquired: one server made the majority" : dlock_err_name(rc));
 }
 
 /*
@@ -1070,7 +1101,8 @@ REVIEW_TEST(review3_a_node_that_kept_its_marker_but_answers_busy_keeps_the_deplo
   printf("  B: %d %s\n", brc, bmsg);
   if (brc == 0 && a_lost == DLOCK_LOST_NONE && a_left > 0)
     TEST_FAIL("B acquired 'rv3:busy' on the four flushed nodes while A's hold was valid for %lld ms more: node 5, "
-              "which kept its marker and A's key, answered -BUSY and the deployment looked new", a_left);
+              "which kept its marker and A's key, answered -BUSY and the deployment looked new",
+              a_left);
 }
 
 /*
@@ -1303,8 +1335,7 @@ static int check_history(char *why, size_t len, int *nholds) {
       if (overlap || fence_bad) {
         bad++;
         if (o < len)
-          o += (size_t)snprintf(why + o, len - o,
-                                "[%s%s: p%d [%lld,%lld] fence %llu vs p%d [%lld,%lld] fence %llu] ",
+          o += (size_t)snprintf(why + o, len - o, "[%s%s: p%d [%lld,%lld] fence %llu vs p%d [%lld,%lld] fence %llu] ",
                                 overlap ? "overlap" : "", fence_bad ? " fence-not-rising" : "", h[i].id, h[i].start,
                                 h[i].end, h[i].fence, h[j].id, h[j].start, h[j].end, h[j].fence);
       }
@@ -1340,9 +1371,12 @@ static void run_history(int width, unsigned seed) {
     int kind = rand() % 3;
     char out[128];
     for (int q = 0; q < width && !(kind == 2 && q == 2); q++) { /* at most 2 frozen */
-      if (kind == 0) (void)th_redis_restart(&srv[v[q]]);
-      else if (kind == 1) (void)th_redis_cli(&srv[v[q]], out, sizeof out, "FLUSHALL");
-      else kill(srv[v[q]].pid, SIGSTOP);
+      if (kind == 0)
+        (void)th_redis_restart(&srv[v[q]]);
+      else if (kind == 1)
+        (void)th_redis_cli(&srv[v[q]], out, sizeof out, "FLUSHALL");
+      else
+        kill(srv[v[q]].pid, SIGSTOP);
     }
     if (kind == 2) {
       th_sleep_ms(1000 + rand() % 2000);
@@ -1481,8 +1515,7 @@ done:
   dlock_client_free(s);
   printf("  %s\n", msg);
   if (b_rc == -1000) TEST_FAIL("the scenario did not run: %s", msg);
-  if (b_rc == 0 && a_lost == DLOCK_LOST_NONE && a_left > 0)
-    TEST_FAIL("two holders at once: %s", msg);
+  if (b_rc == 0 && a_lost == DLOCK_LOST_NONE && a_left > 0) TEST_FAIL("two holders at once: %s", msg);
 }
 
 /* Fourth review of Redlock (branch rev4rl), finding 1. */
@@ -1546,8 +1579,8 @@ REVIEW_TEST(review4_finding2_a_crashed_contenders_keys_on_uncounted_nodes_end_a_
   lost = dlock_mutex_lost(ma);
   left = (long long)(dlock_mutex_valid_until(ma) - dlock_mono_now());
   ran = 1;
-  snprintf(msg, sizeof msg, "A: lost %d (%s) with %lld ms of validity left; %s", (int)lost,
-           dlock_lost_reason_str(lost), left, dlock_mutex_errmsg(ma));
+  snprintf(msg, sizeof msg, "A: lost %d (%s) with %lld ms of validity left; %s", (int)lost, dlock_lost_reason_str(lost),
+           left, dlock_mutex_errmsg(ma));
 done:
   if (ma) dlock_mutex_free(ma);
   if (ms) dlock_mutex_free(ms);

@@ -165,7 +165,7 @@ TEST(a_reader_arriving_while_a_writer_waits_waits_behind_it) {
 
 /* Mixed contention: writers bump an unguarded counter (read, pause, write);
  * readers check that it does not move while they hold. */
-static long counter;          /* guarded by the rwlock only */
+static long counter; /* guarded by the rwlock only */
 static atomic_int moved_under_reader, readers_now, readers_max;
 
 typedef struct worker {
@@ -190,7 +190,8 @@ static void *work(void *arg) {
     } else {
       int now = atomic_fetch_add(&readers_now, 1) + 1;
       int max = atomic_load(&readers_max);
-      while (now > max && !atomic_compare_exchange_weak(&readers_max, &max, now)) {}
+      while (now > max && !atomic_compare_exchange_weak(&readers_max, &max, now)) {
+      }
       usleep(1000);
       if (__atomic_load_n(&counter, __ATOMIC_RELAXED) != seen) atomic_fetch_add(&moved_under_reader, 1);
       atomic_fetch_sub(&readers_now, 1);
@@ -299,7 +300,7 @@ TEST(the_writer_thread_may_read_but_a_reader_is_refused_the_upgrade) {
   ASSERT(dlock_rwlock_fence(r) > dlock_rwlock_fence(w));
   ASSERT_OK(dlock_rwlock_acquire(w, 0)); /* reentry on the write handle itself */
   ASSERT_OK(dlock_rwlock_release(w));
-  ASSERT_OK(dlock_rwlock_release(w));    /* write side released: still reading */
+  ASSERT_OK(dlock_rwlock_release(w)); /* write side released: still reading */
   ASSERT_EQ(dlock_mutex_is_held(dlock_rwlock_mutex(r)), 1);
   /* A second read handle of a thread that reads goes at once too, past the
    * waiting writer (which waits for this thread's read). */

@@ -34,8 +34,8 @@ static int read_runs(const char *path, run_line *runs, int max) {
   FILE *f = fopen(path, "r");
   int n = 0;
   if (!f) return 0;
-  while (n < max && fscanf(f, "%lld %lld %lld %63s %lld", &runs[n].tick, &runs[n].start, &runs[n].end,
-                           runs[n].node, &runs[n].fence) == 5)
+  while (n < max && fscanf(f, "%lld %lld %lld %63s %lld", &runs[n].tick, &runs[n].start, &runs[n].end, runs[n].node,
+                           &runs[n].fence) == 5)
     n++;
   fclose(f);
   return n;
@@ -80,7 +80,8 @@ static pid_t start_node(const char *node, const char *kind, const char *period, 
 
 static void clear_job(void) {
   char out[64];
-  th_redis_cli(&srv, out, sizeof out, "DEL t:sched-job {t:sched-job}:tick {t:sched-job}:meta "
+  th_redis_cli(&srv, out, sizeof out,
+               "DEL t:sched-job {t:sched-job}:tick {t:sched-job}:meta "
                "{t:sched-job}:history {t:sched-job}:lastend");
 }
 
@@ -205,8 +206,7 @@ TEST(a_claim_recorded_an_hour_ahead_by_an_older_node_does_not_stop_the_job) {
   /* What a node an hour ahead left behind a minute ago, before claims were
    * bounded (claims live 30 days; the expiry dates the write). */
   long long now = wall_now_ms();
-  snprintf(cmd, sizeof cmd, "SET {t:sched-job}:tick '%lld|old-node' PX %lld", now + 3600 * 1000,
-           2592000000LL - 60000);
+  snprintf(cmd, sizeof cmd, "SET {t:sched-job}:tick '%lld|old-node' PX %lld", now + 3600 * 1000, 2592000000LL - 60000);
   char rec[128];
   th_redis_cli(&srv, rec, sizeof rec, "%s", cmd);
   ASSERT_STR_EQ(rec, "OK");
@@ -287,8 +287,7 @@ TEST(fixed_delay_across_three_nodes_never_overlaps_and_keeps_its_spacing) {
   for (int i = 1; i < n; i++) {
     long long gap = runs[i].start - runs[i - 1].end;
     if (gap < 480) TEST_FAIL("run %d started %lld ms after the previous ended (want >= 500)", i, gap);
-    if (gap > 500 + 500)
-      TEST_FAIL("run %d started %lld ms after the previous ended (drift)", i, gap);
+    if (gap > 500 + 500) TEST_FAIL("run %d started %lld ms after the previous ended (drift)", i, gap);
     nodes_ran |= 1 << (runs[i].node[5] - 'a');
   }
   (void)nodes_ran;

@@ -104,7 +104,8 @@ static int eight_child(void *arg) {
     }
     int now = atomic_fetch_add(&shared->inside, 1) + 1;
     int m = atomic_load(&shared->max_inside);
-    while (now > m && !atomic_compare_exchange_weak(&shared->max_inside, &m, now)) {}
+    while (now > m && !atomic_compare_exchange_weak(&shared->max_inside, &m, now)) {
+    }
     atomic_store(&shared->fences[id * ROUNDS + r], dlock_semaphore_fence(s));
     th_sleep_ms(150);
     atomic_fetch_sub(&shared->inside, 1);

@@ -14,8 +14,8 @@
 #include "harness_sentinel.h"
 #include "test.h"
 
-static th_sentinel_set set;      /* shared by the tests that do not fail over */
-static th_sentinel_set fo;       /* started by each failover test */
+static th_sentinel_set set; /* shared by the tests that do not fail over */
+static th_sentinel_set fo;  /* started by each failover test */
 static th_redis stale_srv, stale_sentinel;
 
 void test_setup(void) {
@@ -308,13 +308,13 @@ static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, 
 
 /* th_sentinel_block_replication(), or the test fails. */
 static void block_replication(th_sentinel_set *s) {
-  if (th_sentinel_block_replication(s) != 0) TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
+  if (th_sentinel_block_replication(s) != 0)
+    TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
 }
 
 /* Acquire in watchdog mode, fail the master over, and report what the
  * client saw: the loss reason (0 none), and fences before and after. */
-static void failover_with_lock(int wait_replicas, int lose_the_write, int *reason, uint64_t *before,
-                               uint64_t *after) {
+static void failover_with_lock(int wait_replicas, int lose_the_write, int *reason, uint64_t *before, uint64_t *after) {
   if (th_sentinel_set_start(&fo, wait_replicas ? "fowait" : "fonowait") != 0) TEST_FAIL("sentinel set");
   char url[700];
   snprintf(url, sizeof url, "%s%s", fo.url, wait_replicas ? "?wait_replicas=1&wait_timeout=1000" : "");

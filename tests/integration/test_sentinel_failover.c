@@ -37,7 +37,8 @@ static dlock_client *client_of(const char *url) { return test_client(url); }
 
 /* th_sentinel_block_replication(), or the test fails. The replica is left stopped. */
 static void block_replication(th_sentinel_set *s) {
-  if (th_sentinel_block_replication(s) != 0) TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
+  if (th_sentinel_block_replication(s) != 0)
+    TEST_FAIL("could not block the replication from the master (port %d)", s->master.port);
 }
 
 /* Issue 22 item 5 (with WAIT): a guard admission is a write like an acquire.
@@ -99,8 +100,9 @@ REVIEW_TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lo
   int rc = dlock_guard_check_highest(w, "rv:g", t1, &highest);
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dlock_last_error());
-  if (rc == 0) TEST_FAIL("token %llu admitted after the failover lost the admission of %llu",
-                         (unsigned long long)t1, (unsigned long long)t2);
+  if (rc == 0)
+    TEST_FAIL("token %llu admitted after the failover lost the admission of %llu", (unsigned long long)t1,
+              (unsigned long long)t2);
   ASSERT_STATUS(rc, DLOCK_ESTALE);
   ASSERT(highest > t2);
   ASSERT_CONTAINS(msg, "master changed");
@@ -124,8 +126,7 @@ REVIEW_TEST(issue22_item5_a_guard_admission_lost_at_a_failover_does_not_let_a_lo
 /* Issue 22 item 5 (first review, base 8894107). */
 REVIEW_TEST(issue22_item5_the_guard_without_the_right_to_info_is_refused_with_what_to_grant) {
   char out[256], url[800];
-  th_redis_cli(&set.master, out, sizeof out,
-               "ACL SETUSER rvnoinfo on '>rvpw' '~*' '&*' +@all -@dangerous +role");
+  th_redis_cli(&set.master, out, sizeof out, "ACL SETUSER rvnoinfo on '>rvpw' '~*' '&*' +@all -@dangerous +role");
   snprintf(url, sizeof url, "%s?master_user=rvnoinfo&master_password=rvpw", set.url);
   dlock_client *c = client_of(url);
   ASSERT_STATUS(dlock_guard_check(c, "rv:acl", 5), DLOCK_ENOPERM);
@@ -242,8 +243,7 @@ static int guard(dlock_client *c, const char *res, uint64_t tok) {
 
 /* A takes 'name' with a 500 ms lease and is "paused"; once that lease
  * ended, B takes it: fa < fb. */
-static void a_then_b(dlock_client *c, const char *name, dlock_mutex **a, uint64_t *fa, dlock_mutex **b,
-                     uint64_t *fb) {
+static void a_then_b(dlock_client *c, const char *name, dlock_mutex **a, uint64_t *fa, dlock_mutex **b, uint64_t *fb) {
   *fa = take(c, name, 500, a);
   ASSERT(*fa > 0);
   th_sleep_ms(1200);
@@ -296,8 +296,7 @@ REVIEW_TEST(the_guard_admits_a_token_issued_on_the_new_master_before_its_first_c
   ASSERT(f2 > f1);
   th_sleep_ms(300); /* the holder does some work before its first write */
   int rc = guard(c, "spadv1-res", f2);
-  if (rc != DLOCK_OK)
-    printf("  token %" PRIu64 ", issued after the failover, refused: %s\n", f2, dlock_last_error());
+  if (rc != DLOCK_OK) printf("  token %" PRIu64 ", issued after the failover, refused: %s\n", f2, dlock_last_error());
   dlock_mutex_release(m);
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -319,7 +318,7 @@ REVIEW_TEST(the_guard_refuses_an_old_token_after_the_master_restarted_empty) {
   dlock_mutex *a = NULL, *b = NULL;
   uint64_t fa = 0, fb = 0;
   a_then_b(c, "spadv3", &a, &fa, &b, &fb);
-  ASSERT_EQ(guard(c, "spadv3-res", fb), DLOCK_OK);    /* B writes */
+  ASSERT_EQ(guard(c, "spadv3-res", fb), DLOCK_OK);     /* B writes */
   ASSERT_EQ(guard(c, "spadv3-res", fa), DLOCK_ESTALE); /* A refused, as it should */
   th_sleep_ms(1000);
   if (th_redis_restart(&fo.master) != 0) TEST_FAIL("master did not restart");
@@ -442,9 +441,12 @@ REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without
     uint64_t fb = dlock_mutex_fence(b);
     if (!(fb > fa) || dlock_guard_check(c, res, fb) != 0) goto next;
     /* Kill the master and restart it empty, at once. */
-    dlock_mutex_free(a); a = NULL;
-    dlock_mutex_free(b); b = NULL;
-    dlock_client_free(c); c = NULL;
+    dlock_mutex_free(a);
+    a = NULL;
+    dlock_mutex_free(b);
+    b = NULL;
+    dlock_client_free(c);
+    c = NULL;
     if (th_redis_restart(&fo.master) != 0) break;
     {
       long long t = th_redis_info_num(&fo.master, "server_time_usec");
@@ -477,9 +479,18 @@ REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without
       if (rc == 0) admitted_stale = 1;
     }
   next:
-    if (a) { dlock_mutex_free(a); a = NULL; }
-    if (b) { dlock_mutex_free(b); b = NULL; }
-    if (c2) { dlock_client_free(c2); c2 = NULL; }
+    if (a) {
+      dlock_mutex_free(a);
+      a = NULL;
+    }
+    if (b) {
+      dlock_mutex_free(b);
+      b = NULL;
+    }
+    if (c2) {
+      dlock_client_free(c2);
+      c2 = NULL;
+    }
   }
   if (a) dlock_mutex_free(a);
   if (b) dlock_mutex_free(b);
@@ -487,7 +498,8 @@ REVIEW_TEST(the_guard_refuses_a_token_of_the_same_second_after_a_restart_without
   th_sentinel_set_stop(&fo);
   if (admitted_stale)
     TEST_FAIL("a token issued before the master's restart without data was admitted although a higher one "
-              "had been: %s", detail);
+              "had been: %s",
+              detail);
   if (!tried) TEST_SKIP("the restart never landed in the token's second (machine too slow)");
 }
 
@@ -597,8 +609,10 @@ REVIEW_TEST(sentinel_guard_admits_a_stale_token_on_a_master_promoted_a_second_ti
   hist_note("H1", t1, rc);
   fprintf(stderr, "  H1's check with t1 on A: %s (highest %" PRIu64 ")\n", rc == 0 ? "admitted" : dlock_err_name(rc),
           hi);
-  if (hist_check(why, sizeof why) != 0) failed = 1;
-  else if (rc != DLOCK_ESTALE) snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
+  if (hist_check(why, sizeof why) != 0)
+    failed = 1;
+  else if (rc != DLOCK_ESTALE)
+    snprintf(why, sizeof why, "H1's check: %s: %s", dlock_err_name(rc), dlock_last_error()), failed = 1;
 
 done:
   kill(B->pid, SIGCONT);

@@ -9,14 +9,13 @@
 #include "harness.h"
 #include "test.h"
 
-static th_redis srv;   /* starts with maxmemory-policy noeviction (Redis' default) */
-static th_redis lru;   /* starts with maxmemory-policy volatile-lru */
+static th_redis srv; /* starts with maxmemory-policy noeviction (Redis' default) */
+static th_redis lru; /* starts with maxmemory-policy volatile-lru */
 
 void test_setup(void) {
-  static const char users[] =
-      "user plain on >plainpw ~* &* +@all -@dangerous\n"
-      "user noscript on >noscriptpw ~* &* +@all -eval -evalsha\n"
-      "user nochan on >nochanpw resetchannels ~* +@all\n";
+  static const char users[] = "user plain on >plainpw ~* &* +@all -@dangerous\n"
+                              "user noscript on >noscriptpw ~* &* +@all -eval -evalsha\n"
+                              "user nochan on >nochanpw resetchannels ~* +@all\n";
   char lru_conf[600];
   snprintf(lru_conf, sizeof lru_conf, "maxmemory-policy volatile-lru\n%s", users);
   if (th_redis_start(&srv, users) != 0 || th_redis_start(&lru, lru_conf) != 0) {
@@ -37,8 +36,8 @@ static dlock_client *client_as(const th_redis *r, const char *user, const char *
   o.username = user;
   o.password = pass;
   dlock_client *c = NULL;
-  if (dlock_client_new(&c, &o) != 0) TEST_FAIL("client of %s as %s: %s", r->url, user ? user : "default",
-                                               dlock_last_error());
+  if (dlock_client_new(&c, &o) != 0)
+    TEST_FAIL("client of %s as %s: %s", r->url, user ? user : "default", dlock_last_error());
   return c;
 }
 
@@ -75,8 +74,8 @@ TEST(volatile_lru_is_warned_about_at_connect_naming_the_policy_and_the_fix) {
 }
 
 TEST(every_policy_but_noeviction_is_warned_about) {
-  static const char *const policies[] = {"allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lfu",
-                                         "volatile-random", "volatile-ttl"};
+  static const char *const policies[] = {"allkeys-lru",  "allkeys-lfu",     "allkeys-random",
+                                         "volatile-lfu", "volatile-random", "volatile-ttl"};
   char out[64];
   for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
     th_redis_cli(&lru, out, sizeof out, "CONFIG SET maxmemory-policy %s", policies[i]);

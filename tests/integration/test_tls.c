@@ -12,9 +12,9 @@
 #include "harness.h"
 #include "test.h"
 
-static char certs[256];      /* our own temp dir with the certificates */
-static th_redis srv;         /* tls-auth-clients optional */
-static th_redis mtls;        /* tls-auth-clients yes */
+static char certs[256]; /* our own temp dir with the certificates */
+static th_redis srv;    /* tls-auth-clients optional */
+static th_redis mtls;   /* tls-auth-clients yes */
 static int tls_port, mtls_port;
 
 static int start_tls_server(th_redis *r, int *port, const char *auth_clients) {
@@ -62,14 +62,12 @@ static const char *cert(const char *file) {
   return p;
 }
 
-static void tls_url(char *url, size_t n, const char *host, int port) {
-  snprintf(url, n, "rediss://%s:%d", host, port);
-}
+static void tls_url(char *url, size_t n, const char *host, int port) { snprintf(url, n, "rediss://%s:%d", host, port); }
 
 /* A TLS client for 'url' with 'ca' (and optional name/cert/key). Returns the
  * status; *out is set on success. */
-static int tls_client(dlock_client **out, const char *url, const char *ca, const char *name,
-                      const char *cert_file, const char *key_file) {
+static int tls_client(dlock_client **out, const char *url, const char *ca, const char *name, const char *cert_file,
+                      const char *key_file) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
@@ -101,9 +99,7 @@ static dlock_client *client(void) {
   return c;
 }
 
-static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) {
-  return test_mutex(c, name, lease_ms);
-}
+static dlock_mutex *mutex(dlock_client *c, const char *name, int64_t lease_ms) { return test_mutex(c, name, lease_ms); }
 
 static void cli(char *out, size_t n, const char *args) { th_redis_cli(&srv, out, n, "%s", args); }
 
@@ -326,11 +322,9 @@ TEST(missing_tls_files_give_etls_naming_the_file) {
   ASSERT_STATUS(tls_client(&c, url, missing, NULL, NULL, NULL), DLOCK_ETLS);
   ASSERT(c == NULL);
   ASSERT_CONTAINS(dlock_last_error(), "no-such-ca.crt");
-  ASSERT_STATUS(tls_client(&c, url, cert("ca.crt"), NULL, cert("no-such-client.crt"), cert("client.key")),
-                DLOCK_ETLS);
+  ASSERT_STATUS(tls_client(&c, url, cert("ca.crt"), NULL, cert("no-such-client.crt"), cert("client.key")), DLOCK_ETLS);
   ASSERT_CONTAINS(dlock_last_error(), "no-such-client.crt");
-  ASSERT_STATUS(tls_client(&c, url, cert("ca.crt"), NULL, cert("client.crt"), cert("no-such-client.key")),
-                DLOCK_ETLS);
+  ASSERT_STATUS(tls_client(&c, url, cert("ca.crt"), NULL, cert("client.crt"), cert("no-such-client.key")), DLOCK_ETLS);
   ASSERT_CONTAINS(dlock_last_error(), "no-such-client.key");
   /* A file that is not PEM at all. */
   ASSERT_STATUS(tls_client(&c, url, cert("san.ext"), NULL, NULL, NULL), DLOCK_ETLS);

@@ -44,9 +44,9 @@ void test_teardown(void) {
   if (ens_up) th_zk_ensemble_stop(&ens);
 }
 
-#define NEED_SERVER()                         \
-  do {                                        \
-    if (!srv_up) TEST_SKIP("%s", skip_why);   \
+#define NEED_SERVER()                       \
+  do {                                      \
+    if (!srv_up) TEST_SKIP("%s", skip_why); \
   } while (0)
 
 /* A URL for the standalone server with namespace 'ns' and 'params'. */
@@ -94,9 +94,19 @@ TEST(urls_parse_hosts_namespace_and_parameters) {
 }
 
 TEST(bad_urls_and_names_are_clear_errors_and_never_show_the_password) {
-  const char *bad[] = {"redis://h:1", "zk://", "zk://host", "zk://h:0", "zk://h:99999", "zk://h:1,",
-                       "zk://h:1/a//b", "zk://h:1/zookeeper", "zk://h:1/a/../b", "zk://h:1?session_timeout=5x",
-                       "zk://h:1?session_timeout=1ms", "zk://h:1?color=red", "zk://h:1?digest=nopassword",
+  const char *bad[] = {"redis://h:1",
+                       "zk://",
+                       "zk://host",
+                       "zk://h:0",
+                       "zk://h:99999",
+                       "zk://h:1,",
+                       "zk://h:1/a//b",
+                       "zk://h:1/zookeeper",
+                       "zk://h:1/a/../b",
+                       "zk://h:1?session_timeout=5x",
+                       "zk://h:1?session_timeout=1ms",
+                       "zk://h:1?color=red",
+                       "zk://h:1?digest=nopassword",
                        "zk://h:1/_dlock_x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__zk_url u;
@@ -113,8 +123,7 @@ TEST(bad_urls_and_names_are_clear_errors_and_never_show_the_password) {
   ASSERT_STATUS(dlock__zk_url_parse("zk://h:1,:2/x?digest=al:TopSecret", &u), DLOCK_EURL);
   ASSERT(!strstr(dlock_last_error(), "TopSecret"));
   char shown[200];
-  dlock__zk_url_redact("zk://h:1/x?session_timeout=2s&digest=al:Top&Secret&connect_timeout=1s", shown,
-                       sizeof shown);
+  dlock__zk_url_redact("zk://h:1/x?session_timeout=2s&digest=al:Top&Secret&connect_timeout=1s", shown, sizeof shown);
   ASSERT_STR_EQ(shown, "zk://h:1/x?session_timeout=2s&digest=al:***&connect_timeout=1s");
   /* The public masking used by every message of the library knows it too. */
   dlock_url_redact("zk://h:1/x?digest=al:Top&Secret", shown, sizeof shown);
@@ -417,8 +426,7 @@ TEST(scheduler_ticks_are_claimed_once_bounded_by_the_ensembles_clock_and_recorde
   ASSERT_EQ(fb, fa);
   /* A tick an hour ahead of the ensemble's clock is refused and withdrawn. */
   int64_t future = tick + 3600 * 1000;
-  ASSERT_STATUS(dlock__zk_sched_claim(a, "job", future, "runA2", "node-a", 5000, 3, &fa, by, sizeof by),
-                DLOCK_ETIME);
+  ASSERT_STATUS(dlock__zk_sched_claim(a, "job", future, "runA2", "node-a", 5000, 3, &fa, by, sizeof by), DLOCK_ETIME);
   ASSERT_CONTAINS(dlock_last_error(), "ahead of the ensemble's clock");
   ASSERT_EQ(dlock__zk_sched_claim(b, "job", future, "runB2", "node-b", 0, 3, &fb, by, sizeof by), 1);
   /* Old tick nodes are trimmed to 'keep'. */
@@ -651,8 +659,7 @@ TEST(a_lock_path_with_foreign_children_is_an_error_and_nothing_is_deleted) {
   NEED_SERVER();
   need_curator();
   char out[256];
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t9/app/config", "create",
-                           NULL),
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t9/app/config", "create", NULL),
             0);
   dlock__zk *z = zk_connect(url_of(srv.hostport, "/t9", NULL));
   dlock__zk_hold h;
@@ -664,8 +671,7 @@ TEST(a_lock_path_with_foreign_children_is_an_error_and_nothing_is_deleted) {
   dlock__zk_info info;
   ASSERT_STATUS(dlock__zk_info_get(z, "app", &info), DLOCK_EFOREIGN);
   /* Still there: creating it again fails. */
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t9/app/config", "create",
-                           NULL),
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t9/app/config", "create", NULL),
             2);
   dlock__zk_free(z);
 }
@@ -674,9 +680,9 @@ TEST(a_digest_the_acl_does_not_admit_is_an_auth_error_naming_the_path) {
   NEED_SERVER();
   need_curator();
   char out[256];
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t10/locked", "create",
-                           "alice:right"),
-            0);
+  ASSERT_EQ(
+      th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t10/locked", "create", "alice:right"),
+      0);
   dlock__zk *z = zk_connect(url_of(srv.hostport, "/t10", "digest=alice:wrong"));
   dlock__zk_hold h;
   ASSERT_STATUS(dlock__zk_acquire(z, "locked", NULL, 0, NULL, &h), DLOCK_EAUTH);
@@ -721,12 +727,10 @@ TEST(curator_and_dlock_exclude_each_other_on_the_same_lock) {
   ASSERT(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   /* dlock holds: Curator sees it busy. */
   char out[256];
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t11/shared", "try", "300"),
-            3);
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t11/shared", "try", "300"), 3);
   ASSERT_STR_EQ(out, "BUSY");
   ASSERT_OK(dlock__zk_release(z, &h));
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t11/shared", "try", "300"),
-            0);
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/t11/shared", "try", "300"), 0);
   ASSERT_STR_EQ(out, "ACQUIRED");
   dlock__zk_hold_clear(&h);
   dlock__zk_free(z);
@@ -857,7 +861,8 @@ TEST(a_frozen_server_makes_its_client_report_loss_by_the_deadline_before_anyone_
   int f = leader == 0 ? 1 : 0;
   char rest[256] = "";
   for (int i = 0; i < TH_ZK_ENSEMBLE; i++)
-    if (i != f) snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%s", rest[0] ? "," : "", ens.node[i].hostport);
+    if (i != f)
+      snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%s", rest[0] ? "," : "", ens.node[i].hostport);
   dlock__zk *a = zk_connect(url_of(ens.node[f].hostport, "/e2", "session_timeout=2s"));
   dlock__zk *b = zk_connect(url_of(rest, "/e2", "session_timeout=2s"));
   events ev = {0};

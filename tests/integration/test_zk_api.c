@@ -514,12 +514,10 @@ TEST(curator_and_the_public_api_exclude_each_other) {
   int st = th_wait(pid, 30000L * th_time_factor());
   ASSERT(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   char out[256];
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/api10/shared", "try", "300"),
-            3);
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/api10/shared", "try", "300"), 3);
   ASSERT_STR_EQ(out, "BUSY");
   ASSERT_OK(dlock_mutex_release(m));
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/api10/shared", "try", "300"),
-            0);
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/api10/shared", "try", "300"), 0);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }

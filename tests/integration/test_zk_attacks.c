@@ -235,12 +235,11 @@ REVIEW_TEST(review_adv_acl_ip_any_entry_lets_an_unauthenticated_client_lower_a_g
 #define EN TH_ZK_ENSEMBLE
 
 typedef struct trial {
-  long long granted;  /* waiter's grant, ms after the cut */
-  long long valid;    /* holder's valid_until, ms after the cut */
-  int lost;           /* the holder's loss reason at the grant */
-  int rc;             /* the waiter's acquire */
+  long long granted; /* waiter's grant, ms after the cut */
+  long long valid;   /* holder's valid_until, ms after the cut */
+  int lost;          /* the holder's loss reason at the grant */
+  int rc;            /* the waiter's acquire */
 } trial;
-
 
 /* Kill -9 server 'z' and start it again with the same command line,
  * environment and directory (read from /proc before the kill), so that it
@@ -732,8 +731,8 @@ REVIEW_TEST(review_adv_acl_planted_persistent_nodes_are_removed_on_a_try_acquire
   char err[512];
   snprintf(err, sizeof err, "%s", rc ? dlock_last_error() : "");
   /* The path is closed now: the raw client may not create there. */
-  int zrc = zoo_create(raw, "/adv6/orders/_c_00000000-0000-4000-8000-000000000002-lock-", "x", 1,
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, NULL, 0);
+  int zrc = zoo_create(raw, "/adv6/orders/_c_00000000-0000-4000-8000-000000000002-lock-", "x", 1, &ZOO_OPEN_ACL_UNSAFE,
+                       ZOO_EPHEMERAL_SEQUENTIAL, NULL, 0);
   zookeeper_close(raw);
   dlock__zk_free(z);
   if (rc != 0) TEST_FAIL("a try-acquire behind planted persistent nodes answered %d (%s)", rc, err);
@@ -779,8 +778,7 @@ static void expect_closed(zhandle_t *zh, const char *path) {
   if (zrc != ZNOAUTH) TEST_FAIL("an unauthenticated setAcl on %s answered %s, not ZNOAUTH", path, zerror(zrc));
   int perms = world_perms(zh, path, &zrc);
   if (perms < 0) TEST_FAIL("getAcl %s: %s", path, zerror(zrc));
-  if (perms & ~ZOO_PERM_READ)
-    TEST_FAIL("%s grants world:anyone more than read (perms 0x%x)", path, (unsigned)perms);
+  if (perms & ~ZOO_PERM_READ) TEST_FAIL("%s grants world:anyone more than read (perms 0x%x)", path, (unsigned)perms);
 }
 
 /* expect_closed() on 'path' and every node below it; how many. */
@@ -799,7 +797,6 @@ static int expect_tree_closed(zhandle_t *zh, const char *path, int depth) {
   deallocate_String_vector(&v);
   return n;
 }
-
 
 /* ---- A mutex: its holder's node, its lock path, its queue ---- */
 

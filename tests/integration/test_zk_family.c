@@ -106,11 +106,11 @@ TEST(a_holder_killed_with_sigkill_gives_its_permit_back_at_its_session_end) {
 static int curator_ok = -1;
 static char curator_why[256];
 
-#define NEED_CURATOR()                                                                              \
-  do {                                                                                              \
-    NEED_SERVER();                                                                                  \
+#define NEED_CURATOR()                                                                                    \
+  do {                                                                                                    \
+    NEED_SERVER();                                                                                        \
     if (curator_ok < 0) curator_ok = th_curator_build(CURATOR_SRC, curator_why, sizeof curator_why) == 0; \
-    if (!curator_ok) TEST_SKIP("%s", curator_why);                                                  \
+    if (!curator_ok) TEST_SKIP("%s", curator_why);                                                        \
   } while (0)
 
 TEST(a_curator_semaphore_and_a_dlock_semaphore_share_the_permits) {
@@ -128,14 +128,12 @@ TEST(a_curator_semaphore_and_a_dlock_semaphore_share_the_permits) {
   /* Curator sees dlock's lease too: with both taken it gets none. */
   char out[512];
   ASSERT_OK(dlock_semaphore_acquire(s2, 30000L * th_time_factor())); /* after Curator's release */
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/fam9/shared", "semtry:2",
-                           "300"),
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/fam9/shared", "semtry:2", "300"),
             3);
   ASSERT_CONTAINS(out, "BUSY");
   ASSERT_OK(dlock_semaphore_release(s1));
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/fam9/shared", "semtry:2",
-                           "3000"),
-            0);
+  ASSERT_EQ(
+      th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/fam9/shared", "semtry:2", "3000"), 0);
   ASSERT_OK(dlock_semaphore_release(s2));
   int st = th_wait(pid, 30000L * th_time_factor());
   ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -168,8 +166,7 @@ TEST(a_curator_writer_and_dlock_readers_and_writers_exclude_each_other) {
             3);
   ASSERT_OK(dlock_rwlock_release(r));
   ASSERT_OK(dlock_rwlock_acquire(w, 0));
-  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/fam10/rw", "readtry", "300"),
-            3);
+  ASSERT_EQ(th_curator_run(out, sizeof out, 30000L * th_time_factor(), srv.hostport, "/fam10/rw", "readtry", "300"), 3);
   ASSERT_OK(dlock_rwlock_release(w));
   dlock_rwlock_free(r);
   dlock_rwlock_free(w);

@@ -98,7 +98,7 @@ static dlock_client *client_of(const char *hosts) {
   return test_client(url);
 }
 
-static atomic_llong lost_at;   /* dlock_mono_now() when the holder's on_lost came, 0 before */
+static atomic_llong lost_at; /* dlock_mono_now() when the holder's on_lost came, 0 before */
 static atomic_int lost_reason;
 
 static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, void *arg) {

@@ -66,8 +66,12 @@ TEST(a_hash_tag_puts_keys_in_one_slot) {
 }
 
 TEST(every_key_of_a_lock_shares_the_slot_of_its_name) {
-  const char *keys[] = {"app:orders:42", "{app:orders:42}:meta", "{app:orders:42}:fence",
-                        "{app:orders:42}:queue", "{app:orders:42}:waiters", "{app:orders:42}:guard",
+  const char *keys[] = {"app:orders:42",
+                        "{app:orders:42}:meta",
+                        "{app:orders:42}:fence",
+                        "{app:orders:42}:queue",
+                        "{app:orders:42}:waiters",
+                        "{app:orders:42}:guard",
                         "{app:orders:42}:w:0123456789abcdef"};
   for (size_t i = 1; i < sizeof keys / sizeof keys[0]; i++) ASSERT_EQ(slot(keys[i]), slot(keys[0]));
 }
@@ -92,9 +96,18 @@ TEST(moved_and_ask_replies_are_parsed) {
 }
 
 TEST(malformed_redirects_are_not_followed) {
-  static const char *const bad[] = {"MOVED", "MOVED 3999", "MOVED x 1.2.3.4:5", "MOVED 16384 h:1",
-                                    "MOVED -1 h:1", "MOVED 1 h", "MOVED 1 h:", "MOVED 1 h:0",
-                                    "MOVED 1 h:70000", "MOVED 1 h:12a", "ASK 1", "ERR MOVED 1 h:1",
+  static const char *const bad[] = {"MOVED",
+                                    "MOVED 3999",
+                                    "MOVED x 1.2.3.4:5",
+                                    "MOVED 16384 h:1",
+                                    "MOVED -1 h:1",
+                                    "MOVED 1 h",
+                                    "MOVED 1 h:",
+                                    "MOVED 1 h:0",
+                                    "MOVED 1 h:70000",
+                                    "MOVED 1 h:12a",
+                                    "ASK 1",
+                                    "ERR MOVED 1 h:1",
                                     "TRYAGAIN Multiple keys request during rehashing of slot",
                                     "MOVED 1 :7005"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -140,10 +153,10 @@ static dlock__reply *r_node(const char *host, int port, const char *id) {
 TEST(a_cluster_slots_reply_becomes_ranges_with_masters_and_replicas) {
   /* As Redis 7 answers for 3 masters, the first with a replica and an
    * unknown endpoint ("?" / "") for the node that answered. */
-  dlock__reply *r = r_arr(3,
-      r_arr(4, r_int(0), r_int(5460), r_node("127.0.0.1", 30001, "a"), r_node("127.0.0.1", 30004, "d")),
-      r_arr(3, r_int(5461), r_int(10922), r_node("", 30002, "b")),
-      r_arr(3, r_int(10923), r_int(16383), r_node("?", 30003, "c")));
+  dlock__reply *r =
+      r_arr(3, r_arr(4, r_int(0), r_int(5460), r_node("127.0.0.1", 30001, "a"), r_node("127.0.0.1", 30004, "d")),
+            r_arr(3, r_int(5461), r_int(10922), r_node("", 30002, "b")),
+            r_arr(3, r_int(10923), r_int(16383), r_node("?", 30003, "c")));
   dlock__slot_range *v = NULL;
   size_t n = 0;
   ASSERT_EQ(dlock__cluster_parse_slots(r, "10.1.1.1", &v, &n), 0);
@@ -165,11 +178,11 @@ TEST(a_cluster_slots_reply_becomes_ranges_with_masters_and_replicas) {
 TEST(malformed_cluster_slots_replies_are_refused) {
   dlock__reply *bad[] = {
       r_int(1),
-      r_arr(1, r_arr(2, r_int(0), r_int(10))),                                     /* no master */
-      r_arr(1, r_arr(3, r_int(10), r_int(5), r_node("h", 1, "x"))),               /* start > end */
-      r_arr(1, r_arr(3, r_int(0), r_int(16384), r_node("h", 1, "x"))),            /* past the last slot */
-      r_arr(1, r_arr(3, r_int(0), r_int(5), r_node("h", 0, "x"))),                /* port 0 */
-      r_arr(1, r_arr(3, r_str("0"), r_int(5), r_node("h", 1, "x"))),              /* slot as a string */
+      r_arr(1, r_arr(2, r_int(0), r_int(10))),                         /* no master */
+      r_arr(1, r_arr(3, r_int(10), r_int(5), r_node("h", 1, "x"))),    /* start > end */
+      r_arr(1, r_arr(3, r_int(0), r_int(16384), r_node("h", 1, "x"))), /* past the last slot */
+      r_arr(1, r_arr(3, r_int(0), r_int(5), r_node("h", 0, "x"))),     /* port 0 */
+      r_arr(1, r_arr(3, r_str("0"), r_int(5), r_node("h", 1, "x"))),   /* slot as a string */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__slot_range *v = NULL;
@@ -207,12 +220,9 @@ TEST(a_cluster_url_lists_its_seeds_and_shares_credentials) {
 
 TEST(bad_cluster_urls_say_what_is_wrong) {
   static const char *const bad[][2] = {
-      {"redis-cluster://", "at least one seed"},
-      {"redis-cluster://u:topsecret@", "at least one seed"},
-      {"redis-cluster://h1:7000,,h2:7001", "empty seed"},
-      {"redis-cluster://h1:7000,", "empty seed"},
-      {"redis-cluster://h1:7000,h1:7000", "listed twice"},
-      {"redis-cluster://h1:7000,h2:0", "port"},
+      {"redis-cluster://", "at least one seed"},           {"redis-cluster://u:topsecret@", "at least one seed"},
+      {"redis-cluster://h1:7000,,h2:7001", "empty seed"},  {"redis-cluster://h1:7000,", "empty seed"},
+      {"redis-cluster://h1:7000,h1:7000", "listed twice"}, {"redis-cluster://h1:7000,h2:0", "port"},
       {"redis-cluster://h1:7000/2", "only database 0"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

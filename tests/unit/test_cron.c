@@ -33,118 +33,198 @@ typedef struct next_case {
 
 static const next_case next_cases[] = {
     /* Leap day: 2025 has none, 2028 is the next leap year. */
-    {0, "0 0 0 29 2 ?", "UTC", "2025-01-01T00:00:00Z",
-     {"2028-02-29T00:00:00+00:00", "2032-02-29T00:00:00+00:00"}},
+    {0, "0 0 0 29 2 ?", "UTC", "2025-01-01T00:00:00Z", {"2028-02-29T00:00:00+00:00", "2032-02-29T00:00:00+00:00"}},
     /* '31' is skipped in short months. */
-    {0, "0 0 12 31 * ?", "UTC", "2026-01-31T12:00:00Z",
+    {0,
+     "0 0 12 31 * ?",
+     "UTC",
+     "2026-01-31T12:00:00Z",
      {"2026-03-31T12:00:00+00:00", "2026-05-31T12:00:00+00:00", "2026-07-31T12:00:00+00:00",
       "2026-08-31T12:00:00+00:00"}},
-    {0, "0 0 0 30 * ?", "UTC", "2026-01-30T00:00:00Z",
-     {"2026-03-30T00:00:00+00:00", "2026-04-30T00:00:00+00:00"}},
+    {0, "0 0 0 30 * ?", "UTC", "2026-01-30T00:00:00Z", {"2026-03-30T00:00:00+00:00", "2026-04-30T00:00:00+00:00"}},
     /* 31W: no fire in 30-day months and February; Sunday May 31 (the last
      * day) goes back to Friday the 29th; Saturday Oct 31 to Friday the 30th. */
-    {0, "0 0 12 31W * ?", "UTC", "2026-01-31T12:00:00Z",
+    {0,
+     "0 0 12 31W * ?",
+     "UTC",
+     "2026-01-31T12:00:00Z",
      {"2026-03-31T12:00:00+00:00", "2026-05-29T12:00:00+00:00", "2026-07-31T12:00:00+00:00",
       "2026-08-31T12:00:00+00:00", "2026-10-30T12:00:00+00:00"}},
     /* 1W: Saturday Aug 1 -> Monday Aug 3 (never back into July); Sunday
      * Nov 1 -> Monday Nov 2. */
-    {0, "0 0 9 1W * ?", "UTC", "2026-07-15T00:00:00Z",
+    {0,
+     "0 0 9 1W * ?",
+     "UTC",
+     "2026-07-15T00:00:00Z",
      {"2026-08-03T09:00:00+00:00", "2026-09-01T09:00:00+00:00", "2026-10-01T09:00:00+00:00",
       "2026-11-02T09:00:00+00:00"}},
     /* 15W: Saturday Aug 15 -> Friday 14th; Sunday Nov 15 -> Monday 16th. */
-    {0, "0 0 9 15W * ?", "UTC", "2026-07-20T00:00:00Z",
+    {0,
+     "0 0 9 15W * ?",
+     "UTC",
+     "2026-07-20T00:00:00Z",
      {"2026-08-14T09:00:00+00:00", "2026-09-15T09:00:00+00:00", "2026-10-15T09:00:00+00:00",
       "2026-11-16T09:00:00+00:00"}},
     /* 28W in February: Saturday 2026-02-28 -> 27th; Sunday 2027-02-28 is
      * the last day -> Friday 26th; 2028-02-28 is a Monday. */
-    {0, "0 0 9 28W 2 ?", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 9 28W 2 ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-02-27T09:00:00+00:00", "2027-02-26T09:00:00+00:00", "2028-02-28T09:00:00+00:00"}},
     /* LW: last weekday of the month. */
-    {0, "0 0 18 LW * ?", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 18 LW * ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-30T18:00:00+00:00", "2026-02-27T18:00:00+00:00", "2026-03-31T18:00:00+00:00",
       "2026-04-30T18:00:00+00:00", "2026-05-29T18:00:00+00:00"}},
     /* L: last day, including a leap February. */
-    {0, "0 0 0 L * ?", "UTC", "2027-12-31T00:00:00Z",
+    {0,
+     "0 0 0 L * ?",
+     "UTC",
+     "2027-12-31T00:00:00Z",
      {"2028-01-31T00:00:00+00:00", "2028-02-29T00:00:00+00:00", "2028-03-31T00:00:00+00:00",
       "2028-04-30T00:00:00+00:00"}},
     /* L-3: third day before the last. */
-    {0, "0 0 0 L-3 * ?", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 L-3 * ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-28T00:00:00+00:00", "2026-02-25T00:00:00+00:00", "2026-03-28T00:00:00+00:00",
       "2026-04-27T00:00:00+00:00"}},
     /* L-30 exists only in 31-day months. */
-    {0, "0 0 0 L-30 * ?", "UTC", "2026-01-02T00:00:00Z",
+    {0,
+     "0 0 0 L-30 * ?",
+     "UTC",
+     "2026-01-02T00:00:00Z",
      {"2026-03-01T00:00:00+00:00", "2026-05-01T00:00:00+00:00", "2026-07-01T00:00:00+00:00",
       "2026-08-01T00:00:00+00:00"}},
     /* 5#5: fifth Thursday; February, March, May and June 2026 have none. */
-    {0, "0 0 10 ? * 5#5", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 10 ? * 5#5",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-29T10:00:00+00:00", "2026-04-30T10:00:00+00:00", "2026-07-30T10:00:00+00:00",
       "2026-10-29T10:00:00+00:00"}},
     /* nL: last Friday of the month. */
-    {0, "0 15 10 ? * 6L", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 15 10 ? * 6L",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-30T10:15:00+00:00", "2026-02-27T10:15:00+00:00", "2026-03-27T10:15:00+00:00",
       "2026-04-24T10:15:00+00:00"}},
     {0, "0 15 10 ? * friL", "UTC", "2026-01-01T00:00:00Z", {"2026-01-30T10:15:00+00:00"}},
     /* First Monday, by name. */
-    {0, "0 0 8 ? * MON#1", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 8 ? * MON#1",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-05T08:00:00+00:00", "2026-02-02T08:00:00+00:00", "2026-03-02T08:00:00+00:00",
       "2026-04-06T08:00:00+00:00"}},
     /* 'L' alone in day-of-week is Saturday. */
-    {0, "0 0 0 ? * L", "UTC", "2026-01-01T00:00:00Z",
-     {"2026-01-03T00:00:00+00:00", "2026-01-10T00:00:00+00:00"}},
+    {0, "0 0 0 ? * L", "UTC", "2026-01-01T00:00:00Z", {"2026-01-03T00:00:00+00:00", "2026-01-10T00:00:00+00:00"}},
     /* Year lists and ranges, then nothing. */
-    {0, "0 0 0 1 1 ? 2030,2035-2036", "UTC", "2026-01-01T00:00:00Z",
-     {"2030-01-01T00:00:00+00:00", "2035-01-01T00:00:00+00:00", "2036-01-01T00:00:00+00:00",
-      "none"}},
+    {0,
+     "0 0 0 1 1 ? 2030,2035-2036",
+     "UTC",
+     "2026-01-01T00:00:00Z",
+     {"2030-01-01T00:00:00+00:00", "2035-01-01T00:00:00+00:00", "2036-01-01T00:00:00+00:00", "none"}},
     {0, "0 0 0 1 1 ? 2001", "UTC", "2000-06-01T00:00:00Z", {"2001-01-01T00:00:00+00:00", "none"}},
     {0, "0 0 0 1 1 ? 2001", "UTC", "2026-01-01T00:00:00Z", {"none"}},
     {0, "0 0 0 30 2 ?", "UTC", "2026-01-01T00:00:00Z", {"none"}},
     {0, "0 0 12 31 12 ? 2099", "UTC", "2099-12-31T11:59:59Z", {"2099-12-31T12:00:00+00:00", "none"}},
     /* Steps on every field. */
-    {0, "0/15 * * ? * *", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0/15 * * ? * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T00:00:15+00:00", "2026-01-01T00:00:30+00:00", "2026-01-01T00:00:45+00:00",
       "2026-01-01T00:01:00+00:00"}},
-    {0, "5/20 3-59/7 * ? * *", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "5/20 3-59/7 * ? * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T00:03:05+00:00", "2026-01-01T00:03:25+00:00", "2026-01-01T00:03:45+00:00",
       "2026-01-01T00:10:05+00:00"}},
-    {0, "0 0 */6 ? * *", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 */6 ? * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T06:00:00+00:00", "2026-01-01T12:00:00+00:00", "2026-01-01T18:00:00+00:00",
       "2026-01-02T00:00:00+00:00"}},
-    {0, "0 0 0 1/10 * ?", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 1/10 * ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-11T00:00:00+00:00", "2026-01-21T00:00:00+00:00", "2026-01-31T00:00:00+00:00",
       "2026-02-01T00:00:00+00:00"}},
-    {0, "0 0 0 1 2/3 ?", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 1 2/3 ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-02-01T00:00:00+00:00", "2026-05-01T00:00:00+00:00", "2026-08-01T00:00:00+00:00",
       "2026-11-01T00:00:00+00:00", "2027-02-01T00:00:00+00:00"}},
     /* SUN(1), WED(4), SAT(7); 2026-01-01 is a Thursday. */
-    {0, "0 0 0 ? * 1/3", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 ? * 1/3",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-03T00:00:00+00:00", "2026-01-04T00:00:00+00:00", "2026-01-07T00:00:00+00:00",
       "2026-01-10T00:00:00+00:00"}},
     {0, "0 0 0 ? * */3", "UTC", "2026-01-01T00:00:00Z", {"2026-01-03T00:00:00+00:00"}},
     /* Years 1970, 2010, 2050, 2090. */
-    {0, "0 0 0 1 1 ? */40", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 1 1 ? */40",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2050-01-01T00:00:00+00:00", "2090-01-01T00:00:00+00:00", "none"}},
-    {0, "0 0 0 1 1 ? 2030/5", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 1 1 ? 2030/5",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2030-01-01T00:00:00+00:00", "2035-01-01T00:00:00+00:00", "2040-01-01T00:00:00+00:00"}},
     /* Wrapping ranges. */
-    {0, "0 0 12 ? * FRI-MON", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 12 ? * FRI-MON",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-02T12:00:00+00:00", "2026-01-03T12:00:00+00:00", "2026-01-04T12:00:00+00:00",
       "2026-01-05T12:00:00+00:00", "2026-01-09T12:00:00+00:00"}},
-    {0, "0 0 12 ? * FRI-MON/2", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 12 ? * FRI-MON/2",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-02T12:00:00+00:00", "2026-01-04T12:00:00+00:00", "2026-01-09T12:00:00+00:00"}},
-    {0, "0 0 22-2 * * ?", "UTC", "2026-01-01T12:00:00Z",
+    {0,
+     "0 0 22-2 * * ?",
+     "UTC",
+     "2026-01-01T12:00:00Z",
      {"2026-01-01T22:00:00+00:00", "2026-01-01T23:00:00+00:00", "2026-01-02T00:00:00+00:00",
       "2026-01-02T01:00:00+00:00", "2026-01-02T02:00:00+00:00", "2026-01-02T22:00:00+00:00"}},
-    {0, "0 0 22-2/2 * * ?", "UTC", "2026-01-01T12:00:00Z",
+    {0,
+     "0 0 22-2/2 * * ?",
+     "UTC",
+     "2026-01-01T12:00:00Z",
      {"2026-01-01T22:00:00+00:00", "2026-01-02T00:00:00+00:00", "2026-01-02T02:00:00+00:00",
       "2026-01-02T22:00:00+00:00"}},
-    {0, "0 0 0 28-2 * ?", "UTC", "2026-02-01T00:00:00Z",
+    {0,
+     "0 0 0 28-2 * ?",
+     "UTC",
+     "2026-02-01T00:00:00Z",
      {"2026-02-02T00:00:00+00:00", "2026-02-28T00:00:00+00:00", "2026-03-01T00:00:00+00:00",
       "2026-03-02T00:00:00+00:00", "2026-03-28T00:00:00+00:00"}},
-    {0, "0 0 0 1 NOV-FEB ?", "UTC", "2026-03-01T00:00:00Z",
+    {0,
+     "0 0 0 1 NOV-FEB ?",
+     "UTC",
+     "2026-03-01T00:00:00Z",
      {"2026-11-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00", "2027-01-01T00:00:00+00:00",
       "2027-02-01T00:00:00+00:00", "2027-11-01T00:00:00+00:00"}},
     /* Names are case-insensitive; fields may be separated by tabs. */
-    {0, " 0\t0 0 ? jan-Mar mOn ", "UTC", "2026-03-25T00:00:00Z",
+    {0,
+     " 0\t0 0 ? jan-Mar mOn ",
+     "UTC",
+     "2026-03-25T00:00:00Z",
      {"2026-03-30T00:00:00+00:00", "2027-01-04T00:00:00+00:00"}},
     /* Strictly after: a start on a fire time gives the next one. */
     {0, "0 0 12 * * ?", "UTC", "2026-06-01T12:00:00Z", {"2026-06-02T12:00:00+00:00"}},
@@ -153,128 +233,199 @@ static const next_case next_cases[] = {
 
     /* Europe/Berlin, spring forward 2026-03-29 02:00 CET -> 03:00 CEST:
      * 02:30 does not exist and fires shifted by the gap, at 03:30 CEST. */
-    {0, "0 30 2 * * ?", "Europe/Berlin", "2026-03-28T12:00:00+01:00",
+    {0,
+     "0 30 2 * * ?",
+     "Europe/Berlin",
+     "2026-03-28T12:00:00+01:00",
      {"2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00"}},
-    {0, "0 0/30 * * * ?", "Europe/Berlin", "2026-03-29T01:00:00+01:00",
+    {0,
+     "0 0/30 * * * ?",
+     "Europe/Berlin",
+     "2026-03-29T01:00:00+01:00",
      {"2026-03-29T01:30:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-29T03:30:00+02:00"}},
     /* Fall back 2026-10-25 03:00 CEST -> 02:00 CET: 02:30 fires once, at
      * its first occurrence (CEST). */
-    {0, "0 30 2 * * ?", "Europe/Berlin", "2026-10-24T12:00:00+02:00",
+    {0,
+     "0 30 2 * * ?",
+     "Europe/Berlin",
+     "2026-10-24T12:00:00+02:00",
      {"2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"}},
-    {0, "0 0/30 * * * ?", "Europe/Berlin", "2026-10-25T01:45:00+02:00",
+    {0,
+     "0 0/30 * * * ?",
+     "Europe/Berlin",
+     "2026-10-25T01:45:00+02:00",
      {"2026-10-25T02:00:00+02:00", "2026-10-25T02:30:00+02:00", "2026-10-25T03:00:00+01:00",
       "2026-10-25T03:30:00+01:00"}},
     /* Starting inside the second pass of the repeated hour. */
-    {0, "0 0/30 * * * ?", "Europe/Berlin", "2026-10-25T02:10:00+01:00",
-     {"2026-10-25T03:00:00+01:00"}},
+    {0, "0 0/30 * * * ?", "Europe/Berlin", "2026-10-25T02:10:00+01:00", {"2026-10-25T03:00:00+01:00"}},
     /* After the last stored transition (2037) the TZ footer rule applies:
      * the last Sunday of March 2090 is the 26th. */
-    {0, "0 30 2 * * ?", "Europe/Berlin", "2090-03-25T12:00:00+01:00",
+    {0,
+     "0 30 2 * * ?",
+     "Europe/Berlin",
+     "2090-03-25T12:00:00+01:00",
      {"2090-03-26T03:30:00+02:00", "2090-03-27T02:30:00+02:00"}},
-    {0, "0 30 2 ? * SUN", "Europe/Berlin", "2090-10-28T12:00:00+02:00",
+    {0,
+     "0 30 2 ? * SUN",
+     "Europe/Berlin",
+     "2090-10-28T12:00:00+02:00",
      {"2090-10-29T02:30:00+02:00", "2090-11-05T02:30:00+01:00"}},
 
     /* America/New_York, spring forward 2026-03-08 02:00 EST -> 03:00 EDT. */
-    {0, "0 30 2 * * ?", "America/New_York", "2026-03-07T12:00:00-05:00",
+    {0,
+     "0 30 2 * * ?",
+     "America/New_York",
+     "2026-03-07T12:00:00-05:00",
      {"2026-03-08T03:30:00-04:00", "2026-03-09T02:30:00-04:00"}},
-    {0, "0 0 * * * ?", "America/New_York", "2026-03-08T00:30:00-05:00",
+    {0,
+     "0 0 * * * ?",
+     "America/New_York",
+     "2026-03-08T00:30:00-05:00",
      {"2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00"}},
     /* Fall back 2026-11-01 02:00 EDT -> 01:00 EST. */
-    {0, "0 30 1 * * ?", "America/New_York", "2026-10-31T12:00:00-04:00",
+    {0,
+     "0 30 1 * * ?",
+     "America/New_York",
+     "2026-10-31T12:00:00-04:00",
      {"2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"}},
-    {0, "0 0 * * * ?", "America/New_York", "2026-11-01T00:30:00-04:00",
+    {0,
+     "0 0 * * * ?",
+     "America/New_York",
+     "2026-11-01T00:30:00-04:00",
      {"2026-11-01T01:00:00-04:00", "2026-11-01T02:00:00-05:00", "2026-11-01T03:00:00-05:00"}},
     /* A 2 h gap (Troll, 01:00 UTC -> 03:00 +02): skipped 01:30 and 02:30
      * fire at 03:30 and 04:30, also when asked from 03:45. */
-    {0, "0 30 1,2 * * ?", "Antarctica/Troll", "2026-03-29T00:00:00+00:00",
+    {0,
+     "0 30 1,2 * * ?",
+     "Antarctica/Troll",
+     "2026-03-29T00:00:00+00:00",
      {"2026-03-29T03:30:00+02:00", "2026-03-29T04:30:00+02:00", "2026-03-30T01:30:00+02:00"}},
-    {0, "0 30 1,2 * * ?", "Antarctica/Troll", "2026-03-29T03:45:00+02:00",
-     {"2026-03-29T04:30:00+02:00"}},
+    {0, "0 30 1,2 * * ?", "Antarctica/Troll", "2026-03-29T03:45:00+02:00", {"2026-03-29T04:30:00+02:00"}},
     /* A 30 min gap (Lord Howe, 02:00 +10:30 -> 02:30 +11:00). */
-    {0, "0 15 2 * * ?", "Australia/Lord_Howe", "2026-10-03T12:00:00+10:30",
+    {0,
+     "0 15 2 * * ?",
+     "Australia/Lord_Howe",
+     "2026-10-03T12:00:00+10:30",
      {"2026-10-04T02:45:00+11:00", "2026-10-05T02:15:00+11:00"}},
 
     /* 5-field Unix form. Both day fields restricted: either one matches
      * (the 1st, the 15th and every Friday; 2026-05-01 is a Friday). */
-    {DLOCK__CRON_UNIX5, "30 4 1,15 * 5", "UTC", "2026-05-01T00:00:00Z",
+    {DLOCK__CRON_UNIX5,
+     "30 4 1,15 * 5",
+     "UTC",
+     "2026-05-01T00:00:00Z",
      {"2026-05-01T04:30:00+00:00", "2026-05-08T04:30:00+00:00", "2026-05-15T04:30:00+00:00",
       "2026-05-22T04:30:00+00:00", "2026-05-29T04:30:00+00:00", "2026-06-01T04:30:00+00:00"}},
     /* A field starting with '*' makes both need to match (Vixie cron). */
-    {DLOCK__CRON_UNIX5, "0 12 */2 * 1", "UTC", "2026-06-01T00:00:00Z",
+    {DLOCK__CRON_UNIX5,
+     "0 12 */2 * 1",
+     "UTC",
+     "2026-06-01T00:00:00Z",
      {"2026-06-01T12:00:00+00:00", "2026-06-15T12:00:00+00:00", "2026-06-29T12:00:00+00:00",
       "2026-07-13T12:00:00+00:00"}},
-    {DLOCK__CRON_UNIX5, "0 0 * * 7", "UTC", "2026-01-01T00:00:00Z",
+    {DLOCK__CRON_UNIX5,
+     "0 0 * * 7",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-04T00:00:00+00:00", "2026-01-11T00:00:00+00:00"}},
     {DLOCK__CRON_UNIX5, "0 0 * * 0", "UTC", "2026-01-01T00:00:00Z", {"2026-01-04T00:00:00+00:00"}},
-    {DLOCK__CRON_UNIX5, "0 0 * * 5-1", "UTC", "2026-01-01T00:00:00Z",
+    {DLOCK__CRON_UNIX5,
+     "0 0 * * 5-1",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00", "2026-01-04T00:00:00+00:00",
       "2026-01-05T00:00:00+00:00", "2026-01-09T00:00:00+00:00"}},
-    {DLOCK__CRON_UNIX5, "*/15 9-17 * * MON-FRI", "UTC", "2026-01-02T17:40:00Z",
+    {DLOCK__CRON_UNIX5,
+     "*/15 9-17 * * MON-FRI",
+     "UTC",
+     "2026-01-02T17:40:00Z",
      {"2026-01-02T17:45:00+00:00", "2026-01-05T09:00:00+00:00", "2026-01-05T09:15:00+00:00"}},
-    {DLOCK__CRON_UNIX5, "30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00+01:00",
+    {DLOCK__CRON_UNIX5,
+     "30 2 * * *",
+     "Europe/Berlin",
+     "2026-03-28T12:00:00+01:00",
      {"2026-03-29T03:30:00+02:00", "2026-03-30T02:30:00+02:00"}},
     /* The flag keeps 6 and 7 fields as Quartz. */
     {DLOCK__CRON_UNIX5, "0 0 0 ? * 1", "UTC", "2026-01-01T00:00:00Z", {"2026-01-04T00:00:00+00:00"}},
     /* ---- Quartz agreement (issue 14): expected times from Quartz's documented
      * rules and the calendar (python3 datetime/zoneinfo), not from this code. */
     /* No year field: no end. 2099 is not the last year. */
-    {0, "0 0 12 31 12 ?", "UTC", "2099-12-31T11:59:59Z",
+    {0,
+     "0 0 12 31 12 ?",
+     "UTC",
+     "2099-12-31T11:59:59Z",
      {"2099-12-31T12:00:00+00:00", "2100-12-31T12:00:00+00:00", "2101-12-31T12:00:00+00:00"}},
     /* 2100 is not a leap year (Gregorian rule): 2096 -> 2104. */
-    {0, "0 0 0 29 2 ?", "UTC", "2096-03-01T00:00:00Z",
-     {"2104-02-29T00:00:00+00:00", "2108-02-29T00:00:00+00:00"}},
+    {0, "0 0 0 29 2 ?", "UTC", "2096-03-01T00:00:00Z", {"2104-02-29T00:00:00+00:00", "2108-02-29T00:00:00+00:00"}},
     /* Last Sunday of March 02:30 in Berlin, past 2099: skipped by the
      * spring-forward change, so 03:30 CEST (the POSIX rule of the zone). */
-    {0, "0 30 2 ? 3 1L", "Europe/Berlin", "2099-06-01T00:00:00Z",
+    {0,
+     "0 30 2 ? 3 1L",
+     "Europe/Berlin",
+     "2099-06-01T00:00:00Z",
      {"2100-03-28T03:30:00+02:00", "2101-03-27T03:30:00+02:00"}},
     /* A fifth Monday in February needs Feb 29 on a Monday: 2044, 2072,
      * then 2112 (2100 has no Feb 29), found far past any 2099 limit. */
-    {0, "0 0 0 ? 2 MON#5", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 0 ? 2 MON#5",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2044-02-29T00:00:00+00:00", "2072-02-29T00:00:00+00:00", "2112-02-29T00:00:00+00:00"}},
     /* An explicit year field keeps its end. */
-    {0, "0 0 12 31 12 ? 2098-2099", "UTC", "2098-12-31T12:00:00Z",
-     {"2099-12-31T12:00:00+00:00", "none"}},
+    {0, "0 0 12 31 12 ? 2098-2099", "UTC", "2098-12-31T12:00:00Z", {"2099-12-31T12:00:00+00:00", "none"}},
     {0, "0 0 0 ? 2 MON#5 2030", "UTC", "2026-01-01T00:00:00Z", {"none"}},
     /* Issue 22 item 10: a year field '*' is every year, with no last one,
      * like no year field; '@yearly' is "0 0 0 1 1 ? *". */
-    {0, "0 0 0 1 1 ? *", "UTC", "2099-06-01T00:00:00Z",
-     {"2100-01-01T00:00:00+00:00", "2101-01-01T00:00:00+00:00"}},
-    {0, "@yearly", "UTC", "2099-06-01T00:00:00Z",
-     {"2100-01-01T00:00:00+00:00", "2101-01-01T00:00:00+00:00"}},
+    {0, "0 0 0 1 1 ? *", "UTC", "2099-06-01T00:00:00Z", {"2100-01-01T00:00:00+00:00", "2101-01-01T00:00:00+00:00"}},
+    {0, "@yearly", "UTC", "2099-06-01T00:00:00Z", {"2100-01-01T00:00:00+00:00", "2101-01-01T00:00:00+00:00"}},
     {0, "0 0 12 31 12 ? 2099,*", "UTC", "2099-12-31T12:00:00Z", {"none"}},
     {0, "0 0 0 31 4 ?", "UTC", "2026-01-01T00:00:00Z", {"none"}},
     /* L-3W: the weekday nearest the third-to-last day. Mar 28 and Jun 27
      * 2026 are Saturdays (-> Friday), Sep 27 a Sunday (-> Monday 28th). */
-    {0, "0 0 12 L-3W * ?", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 12 L-3W * ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-28T12:00:00+00:00", "2026-02-25T12:00:00+00:00", "2026-03-27T12:00:00+00:00",
       "2026-04-27T12:00:00+00:00", "2026-05-28T12:00:00+00:00", "2026-06-26T12:00:00+00:00"}},
-    {0, "0 0 12 l-3w * ?", "UTC", "2026-09-01T00:00:00Z",
-     {"2026-09-28T12:00:00+00:00", "2026-10-28T12:00:00+00:00"}},
+    {0, "0 0 12 l-3w * ?", "UTC", "2026-09-01T00:00:00Z", {"2026-09-28T12:00:00+00:00", "2026-10-28T12:00:00+00:00"}},
     /* L-30W: day 1 of 31-day months only; Saturday Aug 1 2026 -> Monday
      * the 3rd, never back into July. */
-    {0, "0 0 0 L-30W * ?", "UTC", "2026-07-02T00:00:00Z",
+    {0,
+     "0 0 0 L-30W * ?",
+     "UTC",
+     "2026-07-02T00:00:00Z",
      {"2026-08-03T00:00:00+00:00", "2026-10-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00",
       "2027-01-01T00:00:00+00:00"}},
     /* L-0 is L; L-0W is LW. */
-    {0, "0 0 0 L-0 * ?", "UTC", "2027-12-31T00:00:00Z",
-     {"2028-01-31T00:00:00+00:00", "2028-02-29T00:00:00+00:00"}},
-    {0, "0 0 18 L-0W * ?", "UTC", "2026-01-01T00:00:00Z",
+    {0, "0 0 0 L-0 * ?", "UTC", "2027-12-31T00:00:00Z", {"2028-01-31T00:00:00+00:00", "2028-02-29T00:00:00+00:00"}},
+    {0,
+     "0 0 18 L-0W * ?",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-30T18:00:00+00:00", "2026-02-27T18:00:00+00:00", "2026-03-31T18:00:00+00:00",
       "2026-04-30T18:00:00+00:00", "2026-05-29T18:00:00+00:00"}},
     /* L-3W on a DST day: Israel springs forward on a Friday (2026-03-27,
      * 02:00 -> 03:00), and L-3W of March 2026 is that Friday: 02:30 is
      * skipped and fires at 03:30 IDT. In 2027 Mar 28 is a Sunday -> 29th. */
-    {0, "0 30 2 L-3W 3 ?", "Asia/Jerusalem", "2026-01-01T00:00:00Z",
+    {0,
+     "0 30 2 L-3W 3 ?",
+     "Asia/Jerusalem",
+     "2026-01-01T00:00:00Z",
      {"2026-03-27T03:30:00+03:00", "2027-03-29T02:30:00+03:00"}},
     /* The largest steps Quartz accepts: 59 s, 23 h, 31 days, 12 months, 7 days. */
-    {0, "0/59 0 0 ? * *", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0/59 0 0 ? * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T00:00:59+00:00", "2026-01-02T00:00:00+00:00", "2026-01-02T00:00:59+00:00"}},
-    {0, "0 0 */23 ? * *", "UTC", "2026-01-01T00:00:00Z",
+    {0,
+     "0 0 */23 ? * *",
+     "UTC",
+     "2026-01-01T00:00:00Z",
      {"2026-01-01T23:00:00+00:00", "2026-01-02T00:00:00+00:00", "2026-01-02T23:00:00+00:00"}},
-    {0, "0 0 0 1/31 */12 ?", "UTC", "2026-01-01T00:00:00Z",
-     {"2027-01-01T00:00:00+00:00", "2028-01-01T00:00:00+00:00"}},
-    {0, "0 0 0 ? * */7", "UTC", "2026-01-01T00:00:00Z",
-     {"2026-01-04T00:00:00+00:00", "2026-01-11T00:00:00+00:00"}},
+    {0, "0 0 0 1/31 */12 ?", "UTC", "2026-01-01T00:00:00Z", {"2027-01-01T00:00:00+00:00", "2028-01-01T00:00:00+00:00"}},
+    {0, "0 0 0 ? * */7", "UTC", "2026-01-01T00:00:00Z", {"2026-01-04T00:00:00+00:00", "2026-01-11T00:00:00+00:00"}},
 };
 
 static void check_case(const next_case *tc) {
@@ -295,9 +446,12 @@ static void check_case(const next_case *tc) {
   for (int i = 0; bad == -1 && i < MAX_EXPECT && tc->expect[i]; i++) {
     int64_t next = 0;
     rc = dlock__cron_next(cron, tz, t, &next);
-    if (rc == DLOCK__CRON_NO_NEXT) snprintf(got, sizeof(got), "none");
-    else if (rc != 0) snprintf(got, sizeof(got), "error %d", rc);
-    else dlock__tz_format_iso8601(tz, next, got, sizeof(got));
+    if (rc == DLOCK__CRON_NO_NEXT)
+      snprintf(got, sizeof(got), "none");
+    else if (rc != 0)
+      snprintf(got, sizeof(got), "error %d", rc);
+    else
+      dlock__tz_format_iso8601(tz, next, got, sizeof(got));
     if (strcmp(got, tc->expect[i]) != 0) bad = i;
     t = next;
     if (rc != 0) break;
@@ -306,8 +460,8 @@ static void check_case(const next_case *tc) {
   dlock__tz_free(tz);
   if (bad == -2) TEST_FAIL("from \"%s\": %s", tc->from, err);
   if (bad >= 0)
-    TEST_FAIL("\"%s\" in %s from %s: fire #%d is %s, want %s", tc->expr, tc->zone, tc->from,
-              bad + 1, got, tc->expect[bad]);
+    TEST_FAIL("\"%s\" in %s from %s: fire #%d is %s, want %s", tc->expr, tc->zone, tc->from, bad + 1, got,
+              tc->expect[bad]);
 }
 
 TEST(next_fire_times_match_the_table) {
@@ -348,7 +502,9 @@ static const bad_case bad_cases[] = {
     {0, "0 0 */25 ? * *", "hours: step 25 out of range 1-23"},
     /* Quartz's CronExpression rejects a step that is not below the number
      * of values in seconds, minutes and hours (checkIncrementRange). */
-    {0, "0/60 * * ? * *", "seconds: step 60 out of range 1-59 (Quartz rejects larger steps; for one fire per cycle write the value alone, e.g. 0) at column 3"},
+    {0, "0/60 * * ? * *",
+     "seconds: step 60 out of range 1-59 (Quartz rejects larger steps; for one fire per cycle write the value alone, "
+     "e.g. 0) at column 3"},
     {0, "0 */60 * ? * *", "minutes: step 60 out of range 1-59"},
     {0, "0 0 */24 ? * *", "hours: step 24 out of range 1-23"},
     {0, "0 0 5/24 ? * *", "e.g. 5) at column 7"},
@@ -399,7 +555,8 @@ static const bad_case bad_cases[] = {
     {0, "0 0 0 ? * 2#", "day-of-week: expected an occurrence 1-5 after '#'"},
     {0, "0 0 0 ? * #2", "day-of-week: unexpected '#' at column 11"},
     {0, "0 0 0 L-31 * ?", "day-of-month: offset 31 out of range 0-30 in 'L-n'"},
-    {0, "0 0 0 L-31W * ?", "day-of-month: offset 31 out of range 0-30 in 'L-n' (no month has more than 31 days) at column 9"},
+    {0, "0 0 0 L-31W * ?",
+     "day-of-month: offset 31 out of range 0-30 in 'L-n' (no month has more than 31 days) at column 9"},
     {0, "0 0 0 L-3W,5 * ?", "day-of-month: 'L-nW' must be the only value in day-of-month at column 7"},
     {0, "0 0 0 L-3WW * ?", "day-of-month: unexpected 'W' at column 11"},
     {0, "0 0 0 L-3-W * ?", "day-of-month: unexpected '-' at column 10"},
@@ -467,13 +624,12 @@ TEST(macros_expand_to_their_unix_meaning) {
     const char *expr;
     int64_t next; /* after 2026-03-18T10:20:30Z, a Wednesday */
   } rows[] = {
-    {"@hourly", 1773831600},  /* 2026-03-18T11:00:00Z */
-    {"@daily", 1773878400},   /* 2026-03-19T00:00:00Z */
-    {"@midnight", 1773878400},
-    {" @weekly ", 1774137600}, /* 2026-03-22T00:00:00Z, Sunday */
-    {"@monthly", 1775001600}, /* 2026-04-01T00:00:00Z */
-    {"@yearly", 1798761600},  /* 2027-01-01T00:00:00Z */
-    {"@ANNUALLY", 1798761600},
+      {"@hourly", 1773831600},                              /* 2026-03-18T11:00:00Z */
+      {"@daily", 1773878400},                               /* 2026-03-19T00:00:00Z */
+      {"@midnight", 1773878400}, {" @weekly ", 1774137600}, /* 2026-03-22T00:00:00Z, Sunday */
+      {"@monthly", 1775001600},                             /* 2026-04-01T00:00:00Z */
+      {"@yearly", 1798761600},                              /* 2027-01-01T00:00:00Z */
+      {"@ANNUALLY", 1798761600},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     int64_t next[2];
@@ -746,8 +902,10 @@ TEST(corrupt_zone_files_are_rejected) {
     snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
     unlink(path);
   }
-  if (saved) setenv("TZDIR", saved, 1);
-  else unsetenv("TZDIR");
+  if (saved)
+    setenv("TZDIR", saved, 1);
+  else
+    unsetenv("TZDIR");
   free(saved);
   rmdir(dir);
   ASSERT_EQ(failures, 0);
@@ -760,12 +918,10 @@ TEST(wall_times_resolve_with_the_documented_rule) {
   dlock__tz_local r;
   int64_t day = dlock__tz_days_from_civil(2026, 3, 29) * 86400;
   dlock__tz_resolve(tz, day + 2 * 3600 + 1800, &r); /* 02:30, skipped */
-  int kind = r.kind, ok = r.first == 1774747800 && r.after_gap == 1774746000 &&
-                          r.wall_after == day + 3 * 3600;
+  int kind = r.kind, ok = r.first == 1774747800 && r.after_gap == 1774746000 && r.wall_after == day + 3 * 3600;
   day = dlock__tz_days_from_civil(2026, 10, 25) * 86400;
   dlock__tz_resolve(tz, day + 2 * 3600 + 1800, &r); /* 02:30, repeated */
-  int kind2 = r.kind, ok2 = r.first == 1792888200 && r.second == 1792891800 &&
-                            r.wall_after == day + 3 * 3600;
+  int kind2 = r.kind, ok2 = r.first == 1792888200 && r.second == 1792891800 && r.wall_after == day + 3 * 3600;
   dlock__tz_resolve(tz, day + 12 * 3600, &r);
   int kind3 = r.kind;
   dlock__tz_free(tz);
@@ -822,14 +978,13 @@ TEST(dst_rule_matches_an_independent_oracle) {
     const char *zone;
     int y, m, d; /* the day of a change, wall time */
   } days[] = {
-      {"Europe/Berlin", 2026, 3, 29},    {"Europe/Berlin", 2026, 10, 25},
-      {"America/New_York", 2026, 3, 8},  {"America/New_York", 2026, 11, 1},
-      {"Australia/Lord_Howe", 2026, 10, 4}, {"Australia/Lord_Howe", 2026, 4, 5},
+      {"Europe/Berlin", 2026, 3, 29},    {"Europe/Berlin", 2026, 10, 25},      {"America/New_York", 2026, 3, 8},
+      {"America/New_York", 2026, 11, 1}, {"Australia/Lord_Howe", 2026, 10, 4}, {"Australia/Lord_Howe", 2026, 4, 5},
       {"Antarctica/Troll", 2026, 3, 29}, {"Antarctica/Troll", 2026, 10, 25},
   };
   /* Minute-level expressions (seconds 0), so minutes of wall time suffice. */
-  static const char *const exprs[] = {"0 30 2 * * ?", "0 0/30 * * * ?", "0 0 * * * ?",
-                                      "0 15 1,2 * * ?", "0 */7 * * * ?", "0 59 1 * * ?"};
+  static const char *const exprs[] = {"0 30 2 * * ?",   "0 0/30 * * * ?", "0 0 * * * ?",
+                                      "0 15 1,2 * * ?", "0 */7 * * * ?",  "0 59 1 * * ?"};
   enum { WINDOW_MIN = 3 * 1440 }; /* from the day before to the day after */
   static int64_t fires[WINDOW_MIN];
   const char *old_tz = getenv("TZ");
@@ -855,12 +1010,24 @@ TEST(dst_rule_matches_an_independent_oracle) {
         int64_t wall = day0 + (int64_t)i * 60;
         int hh = (int)((wall / 3600) % 24), mm = (int)((wall / 60) % 60), hit;
         switch (e) {
-          case 0: hit = hh == 2 && mm == 30; break;
-          case 1: hit = mm % 30 == 0; break;
-          case 2: hit = mm == 0; break;
-          case 3: hit = (hh == 1 || hh == 2) && mm == 15; break;
-          case 4: hit = mm % 7 == 0; break;
-          default: hit = hh == 1 && mm == 59; break;
+        case 0:
+          hit = hh == 2 && mm == 30;
+          break;
+        case 1:
+          hit = mm % 30 == 0;
+          break;
+        case 2:
+          hit = mm == 0;
+          break;
+        case 3:
+          hit = (hh == 1 || hh == 2) && mm == 15;
+          break;
+        case 4:
+          hit = mm % 7 == 0;
+          break;
+        default:
+          hit = hh == 1 && mm == 59;
+          break;
         }
         if (hit) fires[n++] = oracle_resolve(wall);
       }
@@ -873,7 +1040,10 @@ TEST(dst_rule_matches_an_independent_oracle) {
           int64_t a = after - k; /* also one second earlier */
           int64_t want = 0, got = 0;
           for (int i = 0; i < n; i++)
-            if (fires[i] > a) { want = fires[i]; break; }
+            if (fires[i] > a) {
+              want = fires[i];
+              break;
+            }
           if (want == 0) continue;
           int rc = dlock__cron_next(cron, tz, a, &got);
           if (rc != 0 || got != want) {
@@ -881,8 +1051,8 @@ TEST(dst_rule_matches_an_independent_oracle) {
             dlock__tz_format_iso8601(tz, a, wf, sizeof wf);
             dlock__tz_format_iso8601(tz, want, wa, sizeof wa);
             dlock__tz_format_iso8601(tz, got, wg, sizeof wg);
-            printf("  \"%s\" in %s after %s: got %s (rc %d), the rule says %s\n", exprs[e],
-                   days[z].zone, wf, wg, rc, wa);
+            printf("  \"%s\" in %s after %s: got %s (rc %d), the rule says %s\n", exprs[e], days[z].zone, wf, wg, rc,
+                   wa);
             failures++;
           }
         }
@@ -891,8 +1061,10 @@ TEST(dst_rule_matches_an_independent_oracle) {
     }
     dlock__tz_free(tz);
   }
-  if (old_tz) setenv("TZ", saved, 1);
-  else unsetenv("TZ");
+  if (old_tz)
+    setenv("TZ", saved, 1);
+  else
+    unsetenv("TZ");
   tzset();
   ASSERT_EQ(failures, 0);
 }
@@ -932,8 +1104,7 @@ TEST(offsets_match_zoneinfo_in_both_hemispheres_and_past_2037) {
     int32_t off = dlock__tz_offset_at(tz, rows[i].t);
     dlock__tz_free(tz);
     if (off != rows[i].off)
-      TEST_FAIL("%s at %lld: offset %d, want %d", rows[i].zone, (long long)rows[i].t, (int)off,
-                (int)rows[i].off);
+      TEST_FAIL("%s at %lld: offset %d, want %d", rows[i].zone, (long long)rows[i].t, (int)off, (int)rows[i].off);
   }
 }
 
@@ -991,8 +1162,8 @@ TEST(one_expression_and_zone_serve_many_threads) {
  * that never fires must still answer at once, in every zone. */
 TEST(never_fires_answers_quickly) {
   static const char *const exprs[] = {
-      "0 0 0 30 2 ?", "0 0 0 31 4 ?", "0 0 0 ? 2 MON#5 2030", "0 0 0 L-30W 2 ?",
-      "0 0 0 31W 6 ?", "0 0 0 ? 2 2#5 2027-2043",
+      "0 0 0 30 2 ?",    "0 0 0 31 4 ?",  "0 0 0 ? 2 MON#5 2030",
+      "0 0 0 L-30W 2 ?", "0 0 0 31W 6 ?", "0 0 0 ? 2 2#5 2027-2043",
   };
   static const char *const zones[] = {"UTC", "Europe/Berlin", "Australia/Lord_Howe"};
   struct timespec a, b;
@@ -1027,9 +1198,8 @@ TEST(never_fires_answers_quickly) {
 
 TEST(next_fire_time_is_not_pathologically_slow) {
   static const char *const exprs[] = {
-      "0 */15 * * * ?", "0 0 12 ? * MON-FRI", "0 0 0 L-3 * ?", "0 30 2 * * ?",
-      "*/5 * * * * ?",  "0 0 10 ? * 5#5",     "0 0 0 29 2 ?",  "0 15 10 ? * 6L 2030-2040",
-      "0 0 9 1W * ?",   "0 0 0 30 2 ?",
+      "0 */15 * * * ?", "0 0 12 ? * MON-FRI",       "0 0 0 L-3 * ?", "0 30 2 * * ?", "*/5 * * * * ?", "0 0 10 ? * 5#5",
+      "0 0 0 29 2 ?",   "0 15 10 ? * 6L 2030-2040", "0 0 9 1W * ?",  "0 0 0 30 2 ?",
   };
   static const char *const zones[] = {"UTC", "Europe/Berlin", "America/New_York"};
   struct timespec a, b;

@@ -10,7 +10,10 @@
 static int parse(const char *s, uint64_t *v) { return dlock__parse_fence(s, strlen(s), v); }
 
 TEST(fences_up_to_2_63_minus_1_parse_exactly) {
-  static const struct { const char *s; uint64_t v; } ok[] = {
+  static const struct {
+    const char *s;
+    uint64_t v;
+  } ok[] = {
       {"0", 0},
       {"1", 1},
       {"1763900000000000", 1763900000000000ULL},
@@ -26,9 +29,24 @@ TEST(fences_up_to_2_63_minus_1_parse_exactly) {
 }
 
 TEST(anything_else_is_refused_and_leaves_the_output_alone) {
-  static const char *const bad[] = {"", "-5", "+5", " 5", "5 ", "007", "00", "1e20", "inf", "nan", "0x10", "5.0",
-                                    "abc", "9223372036854775808", "18446744073709551615", "18446744073709551616",
-                                    "99999999999999999999", "100000000000000000000"};
+  static const char *const bad[] = {"",
+                                    "-5",
+                                    "+5",
+                                    " 5",
+                                    "5 ",
+                                    "007",
+                                    "00",
+                                    "1e20",
+                                    "inf",
+                                    "nan",
+                                    "0x10",
+                                    "5.0",
+                                    "abc",
+                                    "9223372036854775808",
+                                    "18446744073709551615",
+                                    "18446744073709551616",
+                                    "99999999999999999999",
+                                    "100000000000000000000"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     uint64_t v = 1234;
     if (parse(bad[i], &v) == 0) TEST_FAIL("'%s' accepted as %" PRIu64, bad[i], v);

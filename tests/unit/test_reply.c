@@ -22,19 +22,29 @@ static void describe(const dlock__reply *r, char *out, size_t cap) {
   size_t n = strlen(out);
   if (n + 64 >= cap) return;
   switch (r->type) {
-    case DLOCK__REPLY_STRING: snprintf(out + n, cap - n, "\"%s\"/%zu", r->str, r->len); break;
-    case DLOCK__REPLY_STATUS: snprintf(out + n, cap - n, "+%s", r->str); break;
-    case DLOCK__REPLY_ERROR: snprintf(out + n, cap - n, "-%s", r->str); break;
-    case DLOCK__REPLY_INTEGER: snprintf(out + n, cap - n, ":%lld", r->integer); break;
-    case DLOCK__REPLY_NIL: snprintf(out + n, cap - n, "nil"); break;
-    case DLOCK__REPLY_ARRAY:
-      snprintf(out + n, cap - n, "[");
-      for (size_t i = 0; i < r->elements; i++) {
-        if (i) strncat(out, ",", cap - strlen(out) - 1);
-        describe(r->element[i], out, cap);
-      }
-      strncat(out, "]", cap - strlen(out) - 1);
-      break;
+  case DLOCK__REPLY_STRING:
+    snprintf(out + n, cap - n, "\"%s\"/%zu", r->str, r->len);
+    break;
+  case DLOCK__REPLY_STATUS:
+    snprintf(out + n, cap - n, "+%s", r->str);
+    break;
+  case DLOCK__REPLY_ERROR:
+    snprintf(out + n, cap - n, "-%s", r->str);
+    break;
+  case DLOCK__REPLY_INTEGER:
+    snprintf(out + n, cap - n, ":%lld", r->integer);
+    break;
+  case DLOCK__REPLY_NIL:
+    snprintf(out + n, cap - n, "nil");
+    break;
+  case DLOCK__REPLY_ARRAY:
+    snprintf(out + n, cap - n, "[");
+    for (size_t i = 0; i < r->elements; i++) {
+      if (i) strncat(out, ",", cap - strlen(out) - 1);
+      describe(r->element[i], out, cap);
+    }
+    strncat(out, "]", cap - strlen(out) - 1);
+    break;
   }
 }
 

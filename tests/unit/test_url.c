@@ -60,12 +60,12 @@ TEST(unix_socket_urls_take_db_and_credentials_as_parameters) {
 
 TEST(malformed_urls_are_rejected_with_the_reason) {
   static const char *const bad[][2] = {
-      {"http://x", "unknown scheme"},          {"redis://", "no host"},
-      {"redis://h:0", "port"},                 {"redis://h:70000", "port"},
-      {"redis://h:6379x", "port"},             {"redis://h/x", "database"},
-      {"unix://relative", "absolute"},         {"redis://h?x=1", "unknown parameter"},
-      {"redis://%zz@h", "percent"},            {"redis://h h", "whitespace"},
-      {"redis://[::1", "IPv6"},                {"redis://h?db", "no '='"},
+      {"http://x", "unknown scheme"},  {"redis://", "no host"},
+      {"redis://h:0", "port"},         {"redis://h:70000", "port"},
+      {"redis://h:6379x", "port"},     {"redis://h/x", "database"},
+      {"unix://relative", "absolute"}, {"redis://h?x=1", "unknown parameter"},
+      {"redis://%zz@h", "percent"},    {"redis://h h", "whitespace"},
+      {"redis://[::1", "IPv6"},        {"redis://h?db", "no '='"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock__endpoint ep;
@@ -82,20 +82,32 @@ TEST(no_url_error_message_shows_the_password) {
   /* Malformed in every place a parser might stop, with the password "s3cret"
    * in the userinfo, alone, unencoded with '/', '?' or '@', or as a parameter. */
   static const char *const bad[] = {
-      "redis://u:s3cret@host:99999",        "redis://s3cret@host:x",
-      "redis://u:pa/s3cret@host",           "redis://u:pa?s3cret@host",
-      "redis://u:p@s3cret@host:0",          "redis://u:s3cret@host?bogus=1",
-      "rediss://u:s3cret@[::1",             "unix:///tmp/r.sock?password=s3cret&bogus=1",
-      "unix://relative?password=s3cret",    "http://u:s3cret@host",
-      "redis://u:s3cret%zz@host",           "s3cret",
-      "unix:///s?password=pw&s3cret=1",     "redis://h?password=pw&s3cret",
+      "redis://u:s3cret@host:99999",
+      "redis://s3cret@host:x",
+      "redis://u:pa/s3cret@host",
+      "redis://u:pa?s3cret@host",
+      "redis://u:p@s3cret@host:0",
+      "redis://u:s3cret@host?bogus=1",
+      "rediss://u:s3cret@[::1",
+      "unix:///tmp/r.sock?password=s3cret&bogus=1",
+      "unix://relative?password=s3cret",
+      "http://u:s3cret@host",
+      "redis://u:s3cret%zz@host",
+      "s3cret",
+      "unix:///s?password=pw&s3cret=1",
+      "redis://h?password=pw&s3cret",
       /* Cluster URLs: every error of the seed list goes through the same mask. */
-      "redis-cluster://u:s3cret@h1:7000,h2:0", "redis-cluster://u:s3cret@h1:7000,,h2:7001",
-      "redis-cluster://u:s3cret@h1:7000,h1:7000", "redis-cluster://u:s3cret@h1:7000/2",
-      "rediss-cluster://u:s3cret@h1:7000?bogus=1", "redis-cluster://u:s3cret@",
-      "redis-cluster://u:pa/s3cret@h1:7000",  "redis-cluster://h1:7000?password=s3cret&bogus=1",
+      "redis-cluster://u:s3cret@h1:7000,h2:0",
+      "redis-cluster://u:s3cret@h1:7000,,h2:7001",
+      "redis-cluster://u:s3cret@h1:7000,h1:7000",
+      "redis-cluster://u:s3cret@h1:7000/2",
+      "rediss-cluster://u:s3cret@h1:7000?bogus=1",
+      "redis-cluster://u:s3cret@",
+      "redis-cluster://u:pa/s3cret@h1:7000",
+      "redis-cluster://h1:7000?password=s3cret&bogus=1",
       /* a mistyped parameter name: its value may be the password */
-      "unix:///s?PASSWORD=s3cret&db=1",     "redis://h?db=1&pass%77ord=s3cret&x=1",
+      "unix:///s?PASSWORD=s3cret&db=1",
+      "redis://h?db=1&pass%77ord=s3cret&x=1",
       "redis://h?pass=s3cret",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -224,9 +236,8 @@ TEST(the_lost_reasons_read_as_sentences) {
  * because its server could not be reached names the backend its client
  * uses. */
 TEST(texts_shared_by_every_backend_do_not_say_redis) {
-  static const int shared[] = {DLOCK_EURL,  DLOCK_ECONNECT, DLOCK_EAUTH,   DLOCK_ETIMEDOUT,
-                               DLOCK_EIO,   DLOCK_EPROTO,   DLOCK_ESERVER, DLOCK_ENOPERM,
-                               DLOCK_EREADONLY};
+  static const int shared[] = {DLOCK_EURL,   DLOCK_ECONNECT, DLOCK_EAUTH,   DLOCK_ETIMEDOUT, DLOCK_EIO,
+                               DLOCK_EPROTO, DLOCK_ESERVER,  DLOCK_ENOPERM, DLOCK_EREADONLY};
   for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++)
     if (strstr(dlock_strerror(shared[i]), "Redis"))
       TEST_FAIL("%s: \"%s\" names Redis", dlock_err_name(shared[i]), dlock_strerror(shared[i]));
@@ -235,7 +246,8 @@ TEST(texts_shared_by_every_backend_do_not_say_redis) {
       TEST_FAIL("lost reason %d: \"%s\" names Redis", r, dlock_lost_reason_str((dlock_lost_reason)r));
   static const struct {
     const char *url, *kind;
-  } backends[] = {{"redis://127.0.0.1:1", "Redis"}, {"zk://127.0.0.1:1/ns", "ZooKeeper"},
+  } backends[] = {{"redis://127.0.0.1:1", "Redis"},
+                  {"zk://127.0.0.1:1/ns", "ZooKeeper"},
                   {"postgres://127.0.0.1:1/db", "PostgreSQL"}};
   for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
     int rc = 0;
@@ -245,8 +257,7 @@ TEST(texts_shared_by_every_backend_do_not_say_redis) {
     if (!c.ops) continue; /* not built in */
     const char *text = dlock__lost_reason_on(&c, DLOCK_LOST_UNREACHABLE);
     if (!strstr(text, backends[i].kind) || (strcmp(backends[i].kind, "Redis") && strstr(text, "Redis")))
-      TEST_FAIL("%s: the unreachable reason \"%s\" does not name %s alone", backends[i].url, text,
-                backends[i].kind);
+      TEST_FAIL("%s: the unreachable reason \"%s\" does not name %s alone", backends[i].url, text, backends[i].kind);
   }
 }
 
@@ -254,9 +265,15 @@ TEST(texts_shared_by_every_backend_do_not_say_redis) {
  * unknown scheme is said to be one, not parsed as a Redis URL. */
 TEST(the_scheme_registry_names_the_backend_of_a_url) {
   static const char *const urls[][2] = {
-      {"redis://h", "Redis"},          {"rediss://h", "Redis"},          {"unix:///tmp/r.sock", "Redis"},
-      {"redis-sentinel://h/m", "Redis"}, {"redis-cluster://h:1,h:2", "Redis"}, {"redlock://a,b,c", "Redis"},
-      {"zk://h:2181/ns", "ZooKeeper"}, {"postgres://h/db", "PostgreSQL"}, {"postgresql://h/db", "PostgreSQL"},
+      {"redis://h", "Redis"},
+      {"rediss://h", "Redis"},
+      {"unix:///tmp/r.sock", "Redis"},
+      {"redis-sentinel://h/m", "Redis"},
+      {"redis-cluster://h:1,h:2", "Redis"},
+      {"redlock://a,b,c", "Redis"},
+      {"zk://h:2181/ns", "ZooKeeper"},
+      {"postgres://h/db", "PostgreSQL"},
+      {"postgresql://h/db", "PostgreSQL"},
       {"host=h dbname=db", "PostgreSQL"},
   };
   for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
