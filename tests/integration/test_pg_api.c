@@ -140,10 +140,12 @@ TEST(a_fixed_lease_runs_out_and_extend_says_lost) {
 TEST(the_watchdog_keeps_a_short_lease_alive_well_past_it) {
   NEED_PG();
   dlock_client *a = client("api", NULL), *b = client("api", NULL);
-  dlock_mutex *ma = mutex(a, "wd", 0, 600), *mb = mutex(b, "wd", 10000, 0);
+  /* A lease short enough to need several renewals, long enough that a
+   * busy machine (a sanitizer beside other tests) renews it in time. */
+  dlock_mutex *ma = mutex(a, "wd", 0, 1200), *mb = mutex(b, "wd", 10000, 0);
   ASSERT_OK(dlock_mutex_acquire(ma, 0));
   uint64_t f = dlock_mutex_fence(ma);
-  th_sleep_ms(3000); /* five leases */
+  th_sleep_ms(3600); /* three leases */
   ASSERT_EQ(dlock_mutex_lost(ma), DLOCK_LOST_NONE);
   ASSERT_EQ(dlock_mutex_is_held(ma), 1);
   ASSERT_STATUS(dlock_mutex_acquire(mb, 0), DLOCK_EBUSY);
@@ -184,7 +186,9 @@ TEST(a_holder_killed_with_sigkill_frees_the_lock_after_its_lease) {
   close(p[1]);
   ASSERT_OK(dlock_mutex_acquire(m, 10000 * tf()));
   long long got = th_now_ms();
-  ASSERT(got - killed_at < 2000 + 3000 * tf()); /* freed once the last renewed lease ran out */
+  /* Freed once the last renewed lease (2 s) ran out, seen by the next
+   * re-check (1 s): not the 10 s wait. */
+  ASSERT(got - killed_at < 2000 + 6000 * tf());
   ASSERT_OK(dlock_mutex_release(m));
   dlock_mutex_free(m);
   dlock_client_free(a);
@@ -247,9 +251,9 @@ TEST(advisory_mode_a_killed_session_is_reported_lost_at_once) {
             0);
   ASSERT_STR_EQ(out, "1");
   long long t0 = th_now_ms();
-  while (dlock_mutex_lost(m) == DLOCK_LOST_NONE && th_now_ms() - t0 < 3000 * tf()) th_sleep_ms(20);
+  while (dlock_mutex_lost(m) == DLOCK_LOST_NONE && th_now_ms() - t0 < 10000 * tf()) th_sleep_ms(20);
   ASSERT(dlock_mutex_lost(m) != DLOCK_LOST_NONE);
-  ASSERT(th_now_ms() - t0 < 1500 * tf()); /* within the watchdog's look, not a lease */
+  ASSERT(th_now_ms() - t0 < 6000 * tf()); /* within the watchdog's look, not a lease (30 s) */
   ASSERT_EQ(atomic_load(&lost_calls), 1);
   dlock_mutex_release(m);
   dlock_mutex_free(m);
@@ -287,8 +291,9 @@ TEST(a_waiter_is_woken_by_the_release) {
   ASSERT_OK(dlock_mutex_release(ma));
   pthread_join(t, NULL);
   ASSERT_OK(w.rc);
-  /* Woken by NOTIFY: well before the 60 s lease or a long poll. */
-  ASSERT(w.at - released < 900 * tf());
+  /* Woken well before the 60 s lease. (That the wake-up is the NOTIFY and
+   * not the 1 s re-check is tested in test_pg with an 8 s re-check.) */
+  ASSERT(w.at - released < 5000 * tf());
   dlock_mutex_free(ma);
   dlock_mutex_free(mb);
   dlock_client_free(a);
@@ -308,7 +313,7 @@ TEST(cancel_ends_a_wait) {
   dlock_mutex_cancel(mb);
   pthread_join(t, NULL);
   ASSERT_STATUS(w.rc, DLOCK_ECANCELED);
-  ASSERT(w.at - canceled < 500 * tf());
+  ASSERT(w.at - canceled < 3000 * tf()); /* a wait forever, ended by the cancel */
   ASSERT_OK(dlock_mutex_release(ma));
   dlock_mutex_free(ma);
   dlock_mutex_free(mb);
@@ -353,7 +358,9 @@ TEST(a_tick_is_claimed_once_across_two_schedulers) {
     dlock_sched_free(s[i]);
   }
   int n = atomic_load(&r.n);
-  ASSERT(n >= 4 && n <= 8);
+  /* About 6 ticks in 3.2 s; a busy machine may miss some (skipped, not
+   * run late), none may run twice. */
+  ASSERT(n >= 2 && n <= 8);
   /* Every tick once, each with its own rising fence. */
   for (int i = 0; i < n && i < 64; i++)
     for (int j = i + 1; j < n && j < 64; j++) {

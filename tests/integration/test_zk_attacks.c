@@ -764,8 +764,12 @@ static int world_perms(zhandle_t *zh, const char *path, int *zrc) {
  * lock path: a node that sorts ahead of every other), take its ACL. Each
  * must be refused: ZNOAUTH (ZNOTEMPTY would do for a delete, but the parent's
  * ACL is checked first). */
-static void expect_closed(zhandle_t *zh, const char *path) {
+static int expect_closed(zhandle_t *zh, const char *path) {
   int zrc = zoo_set(zh, path, "1", 1, -1);
+  /* An empty container (a semaphore's "locks", a lock path) may be reaped
+   * by the server at any time (its container check): a node gone did not
+   * let the attack in, and its checks stop there. */
+  if (zrc == ZNONODE) return 0;
   if (zrc != ZNOAUTH) TEST_FAIL("an unauthenticated setData on %s answered %s, not ZNOAUTH", path, zerror(zrc));
   char child[1200];
   snprintf(child, sizeof child, "%s/_c_00000000-0000-4000-8000-000000000000-lock-0000000000", path);
@@ -775,18 +779,22 @@ static void expect_closed(zhandle_t *zh, const char *path) {
   zrc = zoo_delete(zh, path, -1);
   if (zrc == ZOK) TEST_FAIL("an unauthenticated client deleted %s", path);
   zrc = zoo_set_acl(zh, path, -1, &ZOO_OPEN_ACL_UNSAFE);
+  if (zrc == ZNONODE) return 0;
   if (zrc != ZNOAUTH) TEST_FAIL("an unauthenticated setAcl on %s answered %s, not ZNOAUTH", path, zerror(zrc));
   int perms = world_perms(zh, path, &zrc);
+  if (perms < 0 && zrc == ZNONODE) return 0;
   if (perms < 0) TEST_FAIL("getAcl %s: %s", path, zerror(zrc));
   if (perms & ~ZOO_PERM_READ) TEST_FAIL("%s grants world:anyone more than read (perms 0x%x)", path, (unsigned)perms);
+  return 1;
 }
 
 /* expect_closed() on 'path' and every node below it; how many. */
 static int expect_tree_closed(zhandle_t *zh, const char *path, int depth) {
   if (depth > 12) return 0;
-  expect_closed(zh, path);
+  if (!expect_closed(zh, path)) return 0;
   struct String_vector v;
   int zrc = zoo_get_children(zh, path, 0, &v);
+  if (zrc == ZNONODE) return 0; /* a container reaped meanwhile */
   if (zrc != ZOK) TEST_FAIL("list %s: %s", path, zerror(zrc));
   int n = 1;
   for (int i = 0; i < v.count; i++) {
@@ -922,9 +930,10 @@ REVIEW_TEST(review_with_a_digest_every_node_dlock_creates_is_closed_to_unauthent
 
   /* /acl3, rw + its reader, pool + locks (empty once the permit is taken)
    * + leases + a lease, _dlock_sched + nightly + ticks + a tick + history +
-   * a record + run + its node, _dlock_guard + r: 17 nodes, each closed. */
+   * a record + run + its node, _dlock_guard + r: 17 nodes, each closed;
+   * 16 if the server has reaped the empty "locks" container meanwhile. */
   int n = expect_tree_closed(raw, "/acl3", 0);
-  if (n < 17) TEST_FAIL("only %d nodes under /acl3", n);
+  if (n < 16) TEST_FAIL("only %d nodes under /acl3", n);
   /* The scheduler's tick stays claimed (no second claim of it). */
   ASSERT_EQ(dlock__zk_sched_claim(z, "nightly", tick, "run-2", "host-b", 0, 16, &fence, by, sizeof by), 0);
   ASSERT_EQ(dlock__zk_is_held(z, &rd), 1);
