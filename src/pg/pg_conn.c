@@ -261,9 +261,20 @@ static int missing_object(const char *st) {
          (strcmp(st, "42P01") == 0 || strcmp(st, "3F000") == 0 || strcmp(st, "42883") == 0 || strcmp(st, "42703") == 0);
 }
 
-static void trim(char *s) {
-  size_t n = strlen(s);
-  while (n && (s[n - 1] == '\n' || s[n - 1] == ' ')) s[--n] = '\0';
+/* libpq's messages span lines ("server closed the connection
+ * unexpectedly\n\tThis probably means..."): fold every run of white space
+ * into one space, so that each error is one line (logs, the CLI). */
+static void one_line(char *s) {
+  char *out = s;
+  for (const char *p = s; *p; p++) {
+    if (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') {
+      if (out > s && out[-1] != ' ') *out++ = ' ';
+    } else {
+      *out++ = *p;
+    }
+  }
+  while (out > s && out[-1] == ' ') out--;
+  *out = '\0';
 }
 
 static const char *advice(int status) {
@@ -299,7 +310,7 @@ int dlock__pg_result_error(dlock__pg *pg, const PGresult *res, PGconn *conn) {
   server_refused = st != NULL && conn && PQstatus(conn) == CONNECTION_OK;
   char msg[400];
   snprintf(msg, sizeof msg, "%s", res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-  trim(msg);
+  one_line(msg);
   int status = sqlstate_status(st);
   if (!st && conn && PQstatus(conn) != CONNECTION_OK) status = DLOCK_EIO;
   if (missing_object(st)) {
@@ -370,9 +381,7 @@ int dlock__pg_open_cancel(dlock__pg *pg, dlock_mono_ms limit, const atomic_int *
   if (PQstatus(conn) != CONNECTION_OK) {
     char msg[400];
     snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
-    trim(msg);
-    for (char *q = msg; *q; q++)
-      if (*q == '\n') *q = ' ';
+    one_line(msg);
     int status = DLOCK_ECONNECT;
     const char *what = "check that the server runs and the URL's host, port and database";
     if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied") ||
@@ -621,7 +630,7 @@ int dlock__pg_connect(const char *url, const dlock__pg_options *opts, dlock__pg 
   if (!co) {
     char msg[300];
     snprintf(msg, sizeof msg, "%s", perr ? perr : "out of memory");
-    trim(msg);
+    one_line(msg);
     if (perr) PQfreemem(perr);
     dlock__pg_close(pg);
     return dlock__error(DLOCK_EURL,

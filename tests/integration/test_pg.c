@@ -288,9 +288,16 @@ TEST(waiters_are_served_in_arrival_order_and_a_wait_can_be_canceled) {
   for (int i = 0; i < 3; i++) {
     w[i] = (waiter_arg){.pg = c[i], .name = "f", .wait_ms = 30000};
     pthread_create(&t[i], NULL, waiter, &w[i]);
-    th_sleep_ms(400); /* arrival order */
+    /* Arrival order: the next waiter starts once this one is queued (a
+     * fixed sleep raced a busy machine's first statement). */
+    dlock_lock_info qi;
+    long long until = th_now_ms() + 10000 * tf();
+    do {
+      th_sleep_ms(50);
+      dlock_lock_info_init(&qi);
+    } while ((dlock__pg_info(a, "f", &qi) != 0 || qi.waiters < i + 1) && th_now_ms() < until);
+    if (qi.waiters < i + 1) TEST_FAIL("waiter %d not queued within 10 s (%lld waiters)", i, (long long)qi.waiters);
   }
-  th_sleep_ms(500);
   /* A try does not barge in front of the queue. */
   dlock__pg_hold x;
   ASSERT_OK(dlock__pg_release(a, &h));
@@ -586,6 +593,9 @@ TEST(lost_replies_are_answered_exactly_or_reported_unknown) {
   pgp_drop_reply(px, "lost-force", 1);
   int was = -1;
   ASSERT_STATUS(dlock__pg_force_release(pg, "lost-force", &was), DLOCK_EUNKNOWN);
+  /* libpq's text for a closed connection spans lines ("...unexpectedly\n\t
+   * This probably means..."): the error is one line, for logs and the CLI. */
+  if (strpbrk(dlock_last_error(), "\n\t\r")) TEST_FAIL("a message of more than one line: %s", dlock_last_error());
   ASSERT_EQ(pgp_dropped(px), 4);
   dlock_lock_info_init(&info);
   ASSERT_OK(dlock__pg_info(direct, "lost-force", &info));
