@@ -1639,8 +1639,12 @@ static int rl_delete(redlock *r, dlock__script_call *calls, size_t n, dlock__rep
 }
 
 /* info: the majority's view. {exists, pttl, fence, since, info, last fence,
- * waiters, mine}: held (and mine) only when a majority says so; the fences
- * are the highest any node reports. */
+ * waiters, mine}: held (and mine) only when a majority says so. The hold's
+ * fence is the one a majority of the holding nodes recorded (the acquire's
+ * write-back): a node that answered the acquire after the majority decided
+ * keeps its own, later proposal, which the holder never had. Without such a
+ * majority (a write-back under way), and for the last fence issued, the
+ * highest any node reports. */
 static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   call->maybe_ran = 0;
   call->replicas = -1;
@@ -1649,7 +1653,8 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
   if (rc) return rc;
   int exists = 0, mine = 0, best = -1, any = -1;
   const dlock__reply *errrep = NULL;
-  uint64_t fmax = 0, lmax = 0;
+  uint64_t fmax = 0, lmax = 0, holding[DLOCK__REDLOCK_MAX];
+  int nholding = 0;
   msg m;
   memset(&m, 0, sizeof m);
   for (int i = 0; i < r->n; i++) {
@@ -1664,9 +1669,10 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
     }
     if (any < 0) any = i;
     uint64_t f;
-    if (v->element[2]->type == DLOCK__REPLY_STRING && !dlock__parse_fence(v->element[2]->str, v->element[2]->len, &f) &&
-        f > fmax)
-      fmax = f;
+    if (v->element[2]->type == DLOCK__REPLY_STRING && !dlock__parse_fence(v->element[2]->str, v->element[2]->len, &f)) {
+      if (f > fmax) fmax = f;
+      if (v->element[0]->integer == 1) holding[nholding++] = f;
+    }
     if (v->element[5]->type == DLOCK__REPLY_STRING && !dlock__parse_fence(v->element[5]->str, v->element[5]->len, &f) &&
         f > lmax)
       lmax = f;
@@ -1683,6 +1689,14 @@ static int rl_info(redlock *r, dlock__script_call *call, dlock__reply **reply) {
     return dlock__error(DLOCK_ECONNECT, "no Redlock node answered (%s)", m.buf);
   }
   int held = exists >= r->quorum;
+  for (int i = 0; held && i < nholding; i++) {
+    int same = 0;
+    for (int j = 0; j < nholding; j++) same += holding[j] == holding[i];
+    if (same >= r->quorum) {
+      fmax = holding[i];
+      break;
+    }
+  }
   dlock__reply *out = copy_reply(x.res[held ? best : any]);
   run_free(r, &x);
   if (!out) return dlock__error(DLOCK_ENOMEM, "out of memory");

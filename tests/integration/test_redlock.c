@@ -1033,6 +1033,40 @@ static void *rl_poll_thread(void *arg) {
   return NULL;
 }
 
+/* A node that answers the acquire late (after the majority decided) keeps
+ * its own, later fence proposal: the status must report the holder's fence
+ * (what a quorum recorded), not the highest any node reports, or an
+ * election's observers see an epoch the leader does not have. */
+TEST(status_reports_the_holders_fence_when_a_late_node_proposed_a_higher_one) {
+  th_redis n[3];
+  if (th_redis_start_n(n, 3, NULL) != 0) TEST_FAIL("cannot start 3 redis-servers");
+  fp_proxy *pc = NULL;
+  if (fp_start(&pc, n[2].port) != 0) TEST_FAIL("fault proxy");
+  char lurl[512];
+  snprintf(lurl, sizeof lurl, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", n[0].port, n[1].port, fp_port(pc));
+  dlock_client *c = test_client(lurl);
+  dlock_mutex *m = test_mutex(c, "rl:late-fence", 20000);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  ASSERT_OK(dlock_mutex_release(m));
+  /* C's replies (and so its write-back) come 400 ms late each way. */
+  fp_delay(pc, 400);
+  ASSERT_OK(dlock_mutex_acquire(m, 0));
+  uint64_t mine = dlock_mutex_fence(m);
+  th_sleep_ms(1500); /* C has answered and holds its own proposal */
+  fp_pass(pc);
+  dlock_lock_info info;
+  dlock_lock_info_init(&info);
+  ASSERT_OK(dlock_lock_info_get(c, "rl:late-fence", &info));
+  ASSERT_EQ(info.held, 1);
+  if (info.fence != mine)
+    TEST_FAIL("status says fence %llu, the holder has %llu", (unsigned long long)info.fence, (unsigned long long)mine);
+  ASSERT_OK(dlock_mutex_release(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  fp_stop(pc);
+  th_redis_stop_n(n, 3);
+}
+
 /* Review of b28f110, d9e4c88 and d3f4d89 (branch rev2): the b28f110 finding. */
 REVIEW_TEST(review_redlock_a_restarted_node_does_not_count_toward_the_hand_offs_a_waiter_needs) {
   th_redis n[3];
