@@ -63,6 +63,8 @@ void bench_server_teardown(bench_server *srv);
  * the exit code; -1 when the URL is not PostgreSQL's. */
 int bench_pg_main(int argc, char **argv);
 /* Child processes (forked waiters) to kill by PID if we are interrupted. */
+/* A loopback port free now (bound to 0 and let go), -1 if none. */
+int bench_free_port(void);
 void bench_track_child(pid_t pid);
 void bench_untrack_child(pid_t pid);
 

@@ -37,17 +37,6 @@ typedef struct node {
 static node nodes[NODES];
 static char workdir[256];
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 static int ping(int port) {
   struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
   redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -65,9 +54,9 @@ static int start_node_once(int i, int cluster) {
   char dir[320], port_s[16], bus_s[16], log[360];
   snprintf(dir, sizeof dir, "%s/n%d", workdir, i);
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
-  nodes[i].port = free_port();
+  nodes[i].port = bench_free_port();
   snprintf(port_s, sizeof port_s, "%d", nodes[i].port);
-  snprintf(bus_s, sizeof bus_s, "%d", free_port());
+  snprintf(bus_s, sizeof bus_s, "%d", bench_free_port());
   snprintf(log, sizeof log, "%s/redis.log", dir);
   pid_t pid = fork();
   if (pid < 0) return -1;

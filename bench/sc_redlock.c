@@ -28,19 +28,11 @@ typedef struct rl_server {
   char dir[64];
 } rl_server;
 
-static int rl_free_port(void) {
-  /* Pick from the private server's neighbourhood: bind to 0 would need
-   * sockets here; redis-server refuses a taken port and we try the next. */
-  static int next;
-  if (!next) next = 20000 + (int)(getpid() % 20000);
-  return next++;
-}
-
 static int rl_start(rl_server *s) {
   snprintf(s->dir, sizeof s->dir, "/tmp/dlock-bench-rl.XXXXXX");
   if (!mkdtemp(s->dir)) return -1;
   for (int attempt = 0; attempt < 20; attempt++) {
-    s->port = rl_free_port();
+    s->port = bench_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", s->port);
     pid_t pid = fork();
@@ -69,8 +61,10 @@ static int rl_start(rl_server *s) {
       redisContext *ctx = redisConnectWithTimeout("127.0.0.1", s->port, tv);
       int ok = 0;
       if (ctx && !ctx->err) {
-        redisReply *r = redisCommand(ctx, "PING");
-        ok = r && r->type == REDIS_REPLY_STATUS;
+        /* Ours, not a server another run started on the port meanwhile. */
+        redisReply *r = redisCommand(ctx, "INFO server");
+        const char *id = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "process_id:") : NULL;
+        ok = id && atol(id + strlen("process_id:")) == (long)pid;
         freeReplyObject(r);
       }
       redisFree(ctx);

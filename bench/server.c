@@ -68,7 +68,7 @@ static void at_exit_cleanup(void) {
   if (getpid() == bench_main_pid) bench_server_teardown(&bench_redis);
 }
 
-static int free_port(void) {
+int bench_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -142,7 +142,7 @@ static int start_own_server(bench_server *srv) {
 
   /* A port found free may be taken before redis binds it: try a few. */
   for (int attempt = 0; attempt < 5; attempt++) {
-    srv->port = free_port();
+    srv->port = bench_free_port();
     if (srv->port <= 0) continue;
     FILE *f = fopen(dir_paths[0], "w");
     if (!f) return -1;
@@ -207,7 +207,7 @@ static int start_sentinel(bench_server *srv) {
   snprintf(sentinel_paths[0], sizeof sentinel_paths[0], "%s/sentinel.conf", srv->dir);
   snprintf(sentinel_paths[1], sizeof sentinel_paths[1], "%s/sentinel.log", srv->dir);
   for (int attempt = 0; attempt < 5; attempt++) {
-    int port = free_port();
+    int port = bench_free_port();
     FILE *f = fopen(sentinel_paths[0], "w");
     if (port <= 0 || !f) {
       if (f) fclose(f);
