@@ -110,8 +110,10 @@ static void until_done(waiter *w) {
 
 TEST(a_hand_off_costs_one_command_the_release_and_gives_the_fence_redis_recorded) {
   dlock_client *c1 = test_client(srv.url), *c2 = test_client(srv.url);
-  /* A lease of 3 s: the claim is the whole lease, so no renewal follows either. */
-  dlock_mutex *holder = test_mutex(c1, "h:one", 3000), *wm = test_mutex(c2, "h:one", 3000);
+  /* The waiter's lease of 3 s: the claim is the whole lease, so no renewal
+   * follows either. The holder's is long: a busy machine may take seconds to
+   * queue the waiter, and the release must find the lock still held. */
+  dlock_mutex *holder = test_mutex(c1, "h:one", 30000), *wm = test_mutex(c2, "h:one", 3000);
   /* Load the release script first: a first EVALSHA answered NOSCRIPT is
    * sent again as EVAL, which would count twice. */
   ASSERT_OK(dlock_mutex_acquire(holder, 0));
