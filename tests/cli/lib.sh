@@ -191,6 +191,31 @@ assert_match() {
   fi
 }
 
+race_control() { # race_control PROCS ROUNDS: the control of a mutual exclusion test
+  # PROCS shells, started together (a go file), each adding ROUNDS to a
+  # counter by read, sleep, write, without a lock: updates must be lost, or
+  # the locked run that follows would prove nothing.
+  local procs=$1 rounds=$2 f=$TEST_DIR/unguarded go=$TEST_DIR/unguarded.go pids="" i
+  echo 0 >"$f"
+  rm -f "$go"
+  for i in $(seq 1 "$procs"); do
+    sh -c 'i=0; while [ ! -e "$2" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i + 1)); done
+           for k in $(seq 1 "$3"); do n=$(cat "$1"); sleep 0.2; echo $((n + 1)) >"$1"; done' \
+      sh "$f" "$go" "$rounds" &
+    pids="$pids $!"
+  done
+  touch "$go"
+  # shellcheck disable=SC2086 # a list of pids
+  wait $pids
+  local want=$((procs * rounds)) got
+  got=$(cat "$f")
+  if [ "$got" -lt "$want" ]; then
+    pass "control: without a lock the counter loses updates ($got/$want)"
+  else
+    fail "control: without a lock the counter loses updates" "got $want/$want: the race did not show"
+  fi
+}
+
 is_json() {
   python3 -c 'import json,sys; json.load(sys.stdin)'
 }

@@ -49,18 +49,7 @@ usage_error "init: unexpected argument" "unexpected argument 'x'" init x
 # ---- run: exclusion ----
 
 incr='n=$(cat "$1"); sleep 0.02; echo $((n + 1)) >"$1"'
-echo 0 >"$TEST_DIR/unguarded"
-pids=""
-for i in 1 2 3 4; do
-  sh -c "for k in \$(seq 1 15); do $incr; done" sh "$TEST_DIR/unguarded" &
-  pids="$pids $!"
-done
-wait $pids
-if [ "$(cat "$TEST_DIR/unguarded")" -lt 60 ]; then
-  pass "control: without a lock the counter loses updates ($(cat "$TEST_DIR/unguarded")/60)"
-else
-  fail "control: without a lock the counter loses updates" "got 60/60: the race did not show"
-fi
+race_control 4 3
 
 echo 0 >"$TEST_DIR/counter"
 pids=""
