@@ -397,13 +397,15 @@ int dlock__redis_acquire(dlock_mutex *m, int64_t lease, int64_t wait_ms, dlock_m
       }
       continue;
     }
-    if (rc && queued && !call.maybe_ran && server_away(rc)) {
+    if (rc && !call.maybe_ran && (queued ? server_away(rc) : t.queue && rc == DLOCK_ENOTREADY)) {
       /* A re-check in the wait that surely did not run (BUSY, LOADING, a
        * restart: no connection): the server is away for a moment, not the
        * lock for good. Go on waiting and look again (a hand-off published
        * meanwhile is found then); at the deadline, clean up as below.
        * Giving up now could not clean up either (the same server is away),
-       * and would end a wait that has time left as "outcome unknown". */
+       * and would end a wait that has time left as "outcome unknown".
+       * The first look of a wait, too, when the server said "not now"
+       * (TRYAGAIN while a slot migrates, LOADING, BUSY): it did not run. */
       dlock_mono_ms now = dlock_mono_now();
       if (now < deadline) {
         dlock__error_clear();
