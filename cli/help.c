@@ -43,8 +43,8 @@ static const cli_command pages[] = {
      "  --grace DURATION       SIGTERM so long before the lease ends; SIGKILL at it\n"
      "  --shell, -c/--command STRING  run COMMAND (one string) / STRING with sh -c\n"
      "  --multi NAME,NAME,...  hold all these names or none, in place of NAME\n"
-     "  -E, --conflict-exit-code N  exit status when busy (default 75)\n"
-     "  --lost-exit-code N     exit status when the lock was lost (default 79)\n"
+     "  -E/--conflict-exit-code N, --lost-exit-code N  exit: busy (75); lost (79)\n"
+     "  --log-format json      stderr's lines as JSON objects (docs/metrics.md)\n"
      "  -q/--quiet, -v/--verbose  errors only; report the wait (every 10s), fence\n"
      "  -s/--shared, -x/--exclusive  the read / write side of the rwlock NAME\n"
      "  --limit N              take one of N permits of the semaphore NAME\n"
@@ -144,7 +144,7 @@ static const cli_command pages[] = {
      "  -n, --nonblock         try once and give up at once (--wait 0)\n"
      "  -l, --lease DURATION   lease, renewed every third of it (default 30s)\n"
      "  -s, -x, --limit N, --multi NAMES  the other kinds, as for run\n"
-     "  -E N, --lost-exit-code N, -q, -v  as for run\n"
+     "  -E N, --lost-exit-code N, -q, -v, --log-format json  as for run\n"
      "\n"
      "Example (bash):\n"
      "  coproc LOCK { dlock hold deploy; }\n"
@@ -221,7 +221,38 @@ static const cli_command pages[] = {
      "`--watch` prints the held locks, then the lines of `dlock status --watch`\n"
      "for every name that matches, new names included (on Redis a name not\n"
      "seen before is found by listing again every 2 s).\n",
-     .summary = "list [PATTERN]\tlist the locks currently held", .common = CLI_COMMON_SERVER, .opts = cli_list_opts},
+     .summary = "list [PATTERN], top\tthe locks held now; top: a live view of them", .common = CLI_COMMON_SERVER,
+     .opts = cli_list_opts},
+
+    {"top", cmd_top,
+     "Usage: dlock top [OPTIONS] [PATTERN]\n"
+     "A live view of the locks, semaphores, read-write locks, latches and jobs\n"
+     "whose names match the glob PATTERN (all by default), one row per name:\n"
+     "kind, age of the hold, lease left, fence, waiters, holder. It is woken by\n"
+     "the server's notifications (as --watch) and reads again every 2 s at most.\n"
+     "\n"
+     "  --url URL, --prefix P  server, key prefix (default: see 'dlock config')\n"
+     "  --sort KEY             name (default), age, lease, fence, waiters, kind\n"
+     "  --once                 print one snapshot and exit (also when stdout is\n"
+     "                         not a terminal)\n"
+     "  -h, --help             this help\n"
+     "\n"
+     "Keys: q quit, s next sort key (S the one before), r reverse, / filter the\n"
+     "names (Enter keeps it, Esc clears it). Ctrl-C, SIGTERM, SIGHUP quit too.\n"
+     "\n"
+     "Exit status: 0, 64 usage error, 69 server unreachable at the start or lost\n"
+     "for 5 s (the terminal is given back first, with the reason), 70 internal.\n",
+     "The header names the server as the URL does (a password shown as `***`),\n"
+     "the counts per kind and the waiters, the sort key and the time of the last\n"
+     "reading. KIND is `lock` (a mutex; an election is one: its holder is the\n"
+     "leader's value and its fence the epoch), `rw`, `sem` (its holder column\n"
+     "says used/limit and the newest holder), `latch` or `job` (its last run and\n"
+     "outcome, `paused by`, or `running on` while its lock is held; jobs are\n"
+     "shown where the server keeps them). AGE and LEASE count on between\n"
+     "readings; a column too wide for the terminal is cut with `+`, and control\n"
+     "characters in names show as `?`. The snapshot has the same columns, not\n"
+     "cut, and no terminal sequences. See docs/cli.md, \"dlock top\".\n",
+     .summary = NULL, .common = CLI_COMMON_SERVER, .opts = cli_top_opts},
 
     {"release", cmd_release,
      "Usage: dlock release --force [OPTIONS] NAME\n"
@@ -267,9 +298,9 @@ static const cli_command pages[] = {
      "  --shell, -c STRING     COMMAND as one string for sh -c\n"
      "  -E/--conflict-exit-code N, --lost-exit-code N  exit: not elected; lost\n"
      "  -q/--quiet, -v/--verbose  errors only; say when leading, with the epoch\n"
-     "  --resign NAME          the leader steps down if it is this host (--value)\n"
-     "  --evict NAME           force out whoever leads (admin)\n"
-     "  --metrics-file F, --metrics-listen ADDR:PORT, --metrics-interval D: as cron\n"
+     "  --resign NAME, --evict NAME  step down if this host leads; force out (admin)\n"
+     "  --metrics-file F, --metrics-listen ADDR:PORT, --metrics-interval D,\n"
+     "  --log-format json      as for cron\n"
      "\n"
      "COMMAND gets DLOCK_LEADER_EPOCH (the term's fence, for 'dlock fence check')\n"
      "and DLOCK_LEADER_VALUE. Exit: COMMAND's status, 75 not elected in --wait,\n"
