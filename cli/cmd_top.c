@@ -339,6 +339,8 @@ static void short_duration(int64_t ms, char *buf, size_t len) {
 /* The counts line: "5 names: 2 locks, 1 sem, 1 rw, 1 job; 3 waiting". */
 static void counts(const top *t, char *buf, size_t len) {
   static const char *const kinds[] = {"lock", "rw", "sem", "latch", "job"};
+  static const char *const words[][2] = {
+      {"lock", "locks"}, {"rw lock", "rw locks"}, {"semaphore", "semaphores"}, {"latch", "latches"}, {"job", "jobs"}};
   size_t used = (size_t)snprintf(buf, len, "%zu name%s", t->now.n, t->now.n == 1 ? "" : "s");
   int64_t waiting = 0;
   const char *sep = ": ";
@@ -346,12 +348,24 @@ static void counts(const top *t, char *buf, size_t len) {
     size_t n = 0;
     for (size_t i = 0; i < t->now.n; i++) n += strcmp(t->now.r[i].kind, kinds[k]) == 0;
     if (n == 0 || used >= len) continue;
-    used += (size_t)snprintf(buf + used, len - used, "%s%zu %s", sep, n, kinds[k]);
+    used += (size_t)snprintf(buf + used, len - used, "%s%zu %s", sep, n, words[k][n != 1]);
     sep = ", ";
   }
   for (size_t i = 0; i < t->now.n; i++) waiting += t->now.r[i].waiters > 0 ? t->now.r[i].waiters : 0;
   if (used < len) used += (size_t)snprintf(buf + used, len - used, "; %lld waiting", (long long)waiting);
   if (t->no_jobs && used < len) snprintf(buf + used, len - used, "; no jobs on this server");
+}
+
+/* "dlock top - 10:42:07 - redis://host:6379 prefix 'app:'": the time first,
+ * so that a long URL cut at the edge does not hide it. */
+static void header(const top *t, char *buf, size_t len) {
+  char clock[16] = "";
+  time_t secs = time(NULL);
+  struct tm tm;
+  if (localtime_r(&secs, &tm) != NULL) strftime(clock, sizeof clock, "%H:%M:%S", &tm);
+  const char *prefix = cli_config_prefix();
+  snprintf(buf, len, "dlock top - %s - %s%s%s%s", clock, t->server, prefix[0] ? " prefix '" : "", prefix,
+           prefix[0] ? "'" : "");
 }
 
 /* One table line. width < 0: the snapshot's (tab-free, aligned by the
@@ -449,20 +463,15 @@ static void draw(top *t) {
   if (v == NULL) return;
   size_t n = shown_rows(t, v);
   int64_t now_real = real_ms(), now_mono = dlock_mono_now();
-  char *text = NULL, buf[1024], clock[16] = "";
+  char *text = NULL, buf[1024];
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (f == NULL) {
     free(v);
     return;
   }
-  time_t secs = (time_t)(now_real / 1000);
-  struct tm tm;
-  if (localtime_r(&secs, &tm) != NULL) strftime(clock, sizeof clock, "%H:%M:%S", &tm);
   fputs("\033[H", f);
-  const char *prefix = cli_config_prefix();
-  snprintf(buf, sizeof buf, "dlock top - %s%s%s%s  %s", t->server, prefix[0] ? " prefix '" : "", prefix,
-           prefix[0] ? "'" : "", clock);
+  header(t, buf, sizeof buf);
   screen_line(f, buf, cols, 0);
   counts(t, buf, sizeof buf);
   screen_line(f, buf, cols, 0);
@@ -594,8 +603,9 @@ static int snapshot(top *t) {
   size_t n = shown_rows(t, v);
   char buf[1024];
   counts(t, buf, sizeof buf);
-  const char *prefix = cli_config_prefix();
-  printf("dlock top - %s%s%s%s\n%s\n", t->server, prefix[0] ? " prefix '" : "", prefix, prefix[0] ? "'" : "", buf);
+  char head[1024];
+  header(t, head, sizeof head);
+  printf("%s\n%s\n", head, buf);
   widths w = layout(v, n, -1);
   int64_t now_real = real_ms(), now_mono = dlock_mono_now();
   table_line(stdout, &w, "NAME", "KIND", "AGE", "LEASE", "FENCE", "WAIT", "HOLDER");

@@ -242,9 +242,9 @@ static const cli_command pages[] = {
      "\n"
      "Exit status: 0, 64 usage error, 69 server unreachable at the start or lost\n"
      "for 5 s (the terminal is given back first, with the reason), 70 internal.\n",
-     "The header names the server as the URL does (a password shown as `***`),\n"
-     "the counts per kind and the waiters, the sort key and the time of the last\n"
-     "reading. KIND is `lock` (a mutex; an election is one: its holder is the\n"
+     "The header gives the time, the server as the URL names it (a password\n"
+     "shown as `***`), the counts per kind and the waiters, the sort key and the\n"
+     "age of the last reading. KIND is `lock` (a mutex; an election is one: its holder is the\n"
      "leader's value and its fence the epoch), `rw`, `sem` (its holder column\n"
      "says used/limit and the newest holder), `latch` or `job` (its last run and\n"
      "outcome, `paused by`, or `running on` while its lock is held; jobs are\n"

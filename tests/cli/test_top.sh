@@ -32,18 +32,18 @@ wait_for 5 key_exists pool
 out=$("$DLOCK" top 2>"$TEST_DIR/err")
 rc=$?
 assert_eq "a snapshot (stdout a pipe) exits 0" "$rc" 0
-assert_match "it names the server as the URL does" "$out" "^dlock top - redis://127\.0\.0\.1:$REDIS_PORT"
+assert_match "it names the server as the URL does" "$out" "^dlock top - [0-9:]+ - redis://127\.0\.0\.1:$REDIS_PORT"
 assert_match "a held mutex is a 'lock' row with its holder's pid" "$out" "alpha +lock +[0-9.]+s +[0-9.]+s +[0-9]+ +0  .*:$A sleep 60"
 assert_match "a semaphore row says used/limit" "$out" "pool +sem .* 1/2, newest"
 assert_match "a read-write lock row counts its readers" "$out" "docs +rw .* 1 reader"
-assert_match "the counts line counts per kind" "$out" "3 names: 1 lock, 1 rw, 1 sem; 0 waiting"
+assert_match "the counts line counts per kind" "$out" "3 names: 1 lock, 1 rw lock, 1 semaphore; 0 waiting"
 if printf '%s' "$out" | grep -q $'\033'; then
   fail "a snapshot holds no terminal sequence" "$out"
 else
   pass "a snapshot holds no terminal sequence"
 fi
 out=$("$DLOCK" top --once --sort name 'p*')
-assert_match "a PATTERN keeps its names only" "$out" "1 name: 1 sem"
+assert_match "a PATTERN keeps its names only" "$out" "1 name: 1 semaphore"
 usage_error "an unknown sort key is a usage error" "--sort: 'size' is not a column" top --sort size
 
 # ---- The live view in tmux ----
@@ -63,7 +63,7 @@ top_start() {
   rm -f "$TEST_DIR/top.pid"
   tmux -L "$SOCK" -f /dev/null new-session -d -s top -x 80 -y 24 \
     "sh -c 'echo \$\$ >$TEST_DIR/top.pid; exec env DLOCK_URL=$DLOCK_URL $DLOCK top'; echo TOP-EXIT=\$?; stty -a | tr ' ' '\n' | grep -Ex -- '-?(icanon|echo)' | tr '\n' ' '; echo; sleep 120"
-  expect_pane "top starts in the terminal with its header" "^dlock top - redis://127\.0\.0\.1:$REDIS_PORT"
+  expect_pane "top starts in the terminal with its header" "^dlock top - [0-9:]+ - redis://127\.0\.0\.1:$REDIS_PORT"
 }
 top_stop_session() { tmux -L "$SOCK" kill-session -t top 2>/dev/null; }
 restored() { # restored "how" EXIT
