@@ -1,9 +1,9 @@
 # test_top.sh - "dlock top" (issue 26): a live view in a real terminal
 # (tmux, 80x24) that shows a lock taken by another process within 5 s, sorts
 # on 's', filters on '/', cuts a long name to the width, and gives the
-# terminal back (normal screen, echo and canonical mode) on 'q', on SIGTERM
-# and when the server is lost (with the reason, exit 69). Without a terminal
-# it prints one snapshot, no terminal sequences.
+# terminal back (normal screen, echo and canonical mode) on 'q', SIGTERM,
+# SIGINT and when the server is lost (with the reason, exit 69). Without a
+# terminal it prints one snapshot, no terminal sequences.
 . "$DLOCK_TEST_LIB"
 
 command -v tmux >/dev/null || { echo "tmux is not installed: skipped"; exit 77; }
@@ -102,10 +102,12 @@ tmux -L "$SOCK" send-keys -t top q
 restored "q" 0
 top_stop_session
 
-top_start
-kill -TERM "$(cat "$TEST_DIR/top.pid")"
-restored "SIGTERM" 0
-top_stop_session
+for sig in TERM INT; do
+  top_start
+  kill -$sig "$(cat "$TEST_DIR/top.pid")"
+  restored "SIG$sig" 0
+  top_stop_session
+done
 
 # The server lost: the terminal is given back with the reason.
 top_start
