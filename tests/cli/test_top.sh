@@ -44,6 +44,14 @@ else
 fi
 out=$("$DLOCK" top --once --sort name 'p*')
 assert_match "a PATTERN keeps its names only" "$out" "1 name: 1 semaphore"
+# A job: its row says its last run (or that it runs now).
+"$DLOCK" every 1s --name nightly -q -- true >/dev/null 2>&1 &
+J=$!
+bg_track $J
+job_row() { "$DLOCK" top --once 'night*' 2>/dev/null | grep -Eq '^nightly +job .*(idle, last run ok|running on)'; }
+check "a job is a 'job' row with its last run" wait_for 10 job_row
+kill -TERM "$J"
+wait_exit "$J" 10
 usage_error "an unknown sort key is a usage error" "--sort: 'size' is not a column" top --sort size
 
 # ---- The live view in tmux ----
