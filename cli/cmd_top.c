@@ -197,8 +197,9 @@ static int reading(top *t) {
       snprintf(w->kind, sizeof w->kind, "job");
       snprintf(w->holder, sizeof w->holder, "running on %s", who);
     }
-    /* A name seen for the first time: its changes wake us from now on. */
-    if (!names_has(&t->watched, locks.v[i])) {
+    /* A name seen for the first time: its changes wake us from now on (the
+     * live view; the snapshot has no watch). */
+    if (t->w != NULL && !names_has(&t->watched, locks.v[i])) {
       cli_names_add(locks.v[i], &t->watched);
       if (dlock_watch_add(t->w, locks.v[i]) != 0)
         snprintf(t->error, sizeof t->error, "watching '%s': %s (its changes show at the next reading)", locks.v[i],
