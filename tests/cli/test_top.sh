@@ -44,6 +44,13 @@ else
 fi
 out=$("$DLOCK" top --once --sort name 'p*')
 assert_match "a PATTERN keeps its names only" "$out" "1 name: 1 semaphore"
+# A password in the URL is never shown: the header names the server with ***.
+rcli CONFIG SET requirepass s3cret-pw >/dev/null
+out=$("$DLOCK" top --url "redis://:s3cret-pw@127.0.0.1:$REDIS_PORT" 2>&1)
+redis-cli -h 127.0.0.1 -p "$REDIS_PORT" -a s3cret-pw --no-auth-warning CONFIG SET requirepass "" >/dev/null
+assert_match "the header shows a password as ***" "$out" "^dlock top - [0-9:]+ - redis://:\*\*\*@127\.0\.0\.1:$REDIS_PORT"
+case "$out" in *s3cret-pw*) fail "the password is not printed" "$out" ;; *) pass "the password is not printed" ;; esac
+
 # A job: its row says its last run (or that it runs now).
 "$DLOCK" every 1s --name nightly -q -- true >/dev/null 2>&1 &
 J=$!
