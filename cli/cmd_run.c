@@ -765,7 +765,8 @@ static int hold_until_input_ends(run_hold *h, const run_opts *o, int sigfd, uint
     drain_signals(sigfd, 0, &done, &status, &got, &last);
     if (last != 0) {
       cli_log_fields f = {.signal = cli_signame(last)};
-      if (o->verbose || o->log_json) cli_log("info", "signal", &f, "%s: releasing '%s'", cli_signame(last), o->name);
+      if (o->verbose || (o->log_json && !o->quiet))
+        cli_log("info", "signal", &f, "%s: releasing '%s'", cli_signame(last), o->name);
       return 128 + last;
     }
     if ((pfd[2].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) != 0) {
@@ -862,7 +863,8 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
         int s = forwarded_signals[i];
         if (!sigismember(&got, s)) continue;
         cli_log_fields f = {.signal = cli_signame(s)};
-        if (o->verbose || o->log_json) cli_log("info", "signal", &f, "passing %s to the command", cli_signame(s));
+        if (o->verbose || (o->log_json && !o->quiet))
+          cli_log("info", "signal", &f, "passing %s to the command", cli_signame(s));
         kill(-pid, s);
       }
     }
@@ -1130,7 +1132,7 @@ static int elect_told(const run_opts *o, const char *program, run_hold *h, sig_s
       if (o->active_file && active_file_write(o->active_file, o->name, epoch, o->value) != 0)
         cli_log("error", "error", NULL, "cannot write --active-file %s: %s", o->active_file, strerror(errno));
       cli_log_fields f = {.fence = epoch};
-      if (o->verbose || o->log_json)
+      if (o->verbose || (o->log_json && !o->quiet))
         cli_log("info", "elected", &f, "leading '%s', epoch %llu", o->name, (unsigned long long)epoch);
       if (o->on_elected) kill(-pid, o->on_elected);
     } else if (leading && ((pfd[1].revents & POLLIN) != 0 || dlock_mono_now() > hold_valid_until(h))) {
