@@ -351,7 +351,7 @@ void cli_stop_group(pid_t pgid, int64_t grace_ms, int quiet, int sigfd) {
     if (kill(-pgid, 0) != 0) return;
     pause_ms(sigfd, 10);
   }
-  if (!quiet) fprintf(stderr, "dlock: the command left processes in its group; sending SIGTERM\n");
+  if (!quiet) cli_log("warning", "group_left", NULL, "the command left processes in its group; sending SIGTERM");
   kill(-pgid, SIGTERM);
   kill(-pgid, SIGCONT); /* a stopped process would never see the SIGTERM */
   dlock_mono_ms kill_at = dlock_mono_now() + grace_ms;
@@ -363,7 +363,7 @@ void cli_stop_group(pid_t pgid, int64_t grace_ms, int quiet, int sigfd) {
       killed = 1;
     }
     if (dlock_mono_now() >= give_up) {
-      fprintf(stderr, "dlock: processes of group %ld survive SIGKILL; giving up\n", (long)pgid);
+      cli_log("error", "error", NULL, "processes of group %ld survive SIGKILL; giving up", (long)pgid);
       return;
     }
     pause_ms(sigfd, 20);

@@ -51,6 +51,7 @@ int cmd_init(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_leader(int argc, char **argv);
 int cmd_job(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -150,7 +151,7 @@ extern const cli_opt *const cli_fence_opts[];
 extern const cli_opt *const cli_latch_opts[], *const cli_cron_opts[], *const cli_every_opts[];
 extern const cli_opt *const cli_leader_opts[], *const cli_doctor_opts[], *const cli_init_opts[];
 extern const cli_opt *const cli_prune_opts[], *const cli_demo_opts[], *const cli_config_opts[];
-extern const cli_opt *const cli_job_opts[];
+extern const cli_opt *const cli_job_opts[], *const cli_top_opts[];
 
 /* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
 void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);
@@ -191,6 +192,35 @@ typedef struct cli_metrics cli_metrics;
 int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts *o);
 /* Stop serving, write the file a last time, free. NULL: nothing. */
 void cli_metrics_stop(cli_metrics *m);
+
+/* ---- Log lines of the long-running commands (log.c) ---- */
+
+/* The fields a line may carry besides time, level, event, job, name, host
+ * and pid (zero: absent). */
+typedef struct cli_log_fields {
+  int64_t tick;     /* a scheduler tick's time (unix ms) */
+  const char *node; /* the node that ran a tick */
+  uint64_t fence;   /* a hold's fence (elect: the epoch) */
+  int has_duration, has_wait, has_exit;
+  int64_t duration_ms, wait_ms;
+  int exit_status;
+  const char *signal; /* "SIGTERM" */
+  const char *reason; /* why a hold was lost */
+  const char *holder; /* who holds the lock (waiting, busy) */
+} cli_log_fields;
+
+/* --log-format text|json into '*json': 0, or the usage error's exit code. */
+int cli_log_format_opt(const char *cmd, const char *arg, int *json);
+/* What every line says from now on: JSON or text, the job (cron, every;
+ * NULL: none) and the name (lock, election or job; NULL: none). */
+void cli_log_setup(int json, const char *job, const char *name);
+int cli_log_json(void);
+/* One line on stderr, in one write(): "dlock: MESSAGE", or with
+ * --log-format json one object with the fields and "message" (NULL: none;
+ * a text line then is not written). 'f' may be NULL. */
+void cli_log_line(const char *level, const char *event, const cli_log_fields *f, const char *message);
+void cli_log(const char *level, const char *event, const cli_log_fields *f, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- Durations and numbers (duration.c) ---- */
 
@@ -248,6 +278,8 @@ void cli_holder_describe(const dlock_lock_info *info, char *buf, size_t len);
 /* An owner_info in words: "pid 12 on host (user u), command: make", or the
  * text as it is when "dlock run" did not write it (cmd_status.c). */
 void cli_owner_describe(const char *owner_info, char *buf, size_t len);
+/* The same, short, for a column: "user@host:pid command" (cmd_status.c). */
+void cli_owner_brief(const char *owner_info, char *buf, size_t len);
 /* status NAME --watch (name set) and list --watch (name NULL, 'pattern' a
  * glob or NULL): one line per change until a signal (cmd_watch.c). */
 int cli_watch(dlock_client *c, const char *name, const char *pattern, int json, int sfd);
@@ -388,8 +420,21 @@ int demo_server_start(demo_server *s);
  * thread other than the one that started it. */
 void demo_server_stop(demo_server *s);
 
+/* A growing list of names, for the callbacks of dlock_lock_list() and
+ * dlock_job_list() (common.c): cli_names_add(name, list) copies the name
+ * ('oom' set when it could not); cli_names_free() frees and empties it. */
+typedef struct cli_names {
+  char **v;
+  size_t n, cap;
+  int oom;
+} cli_names;
+void cli_names_add(const char *name, void *list);
+void cli_names_free(cli_names *l);
+
 /* Write 's' as a JSON string literal, quotes included. */
 void cli_json_string(FILE *out, const char *s);
+/* Length of the well-formed UTF-8 sequence at 'p' (1..4), or 0 (common.c). */
+int cli_utf8_sequence(const unsigned char *p);
 /* Print the last 'n' runs of 'job', newest first: a table, or JSON
  * (cmd_cron.c). Returns the exit code; 'command' names the usage errors. */
 int cli_history_show(dlock_client *c, const char *command, const char *job, int n, const char *tz, int json);

@@ -165,9 +165,7 @@ static int parse(const char *cmd, const cli_opt *table, int argc, char **argv, s
       a->d.job = arg;
       break;
     case OPT_LOG_FORMAT:
-      if (strcmp(arg, "json") != 0 && strcmp(arg, "text") != 0)
-        rc = cli_usage_error(cmd, "--log-format: '%s' is neither text (the default) nor json", arg);
-      a->d.log_json = strcmp(arg, "json") == 0;
+      rc = cli_log_format_opt(cmd, arg, &a->d.log_json);
       break;
     case CLI_OPT_METRICS_FILE:
     case CLI_OPT_METRICS_LISTEN:

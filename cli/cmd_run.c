@@ -57,6 +57,7 @@ typedef struct run_opts {
   int on_elected, on_lost; /* --on-elected SIG, --on-lost SIG: COMMAND runs throughout, told */
   char host[256];
   cli_metrics_opts metrics; /* --metrics-file, --metrics-listen */
+  int log_json;             /* --log-format json */
 } run_opts;
 
 enum {
@@ -80,7 +81,8 @@ enum {
   OPT_RESIGN,
   OPT_EVICT,
   OPT_ON_ELECTED,
-  OPT_ON_LOST_SIG
+  OPT_ON_LOST_SIG,
+  OPT_LOG_FORMAT
 };
 
 /* What run, hold and elect all take. */
@@ -91,6 +93,7 @@ static const cli_opt lock_table[] = {
     {"lost-exit-code", 0, 1, OPT_LOST_CODE},
     {"quiet", 'q', 0, OPT_QUIET},
     {"verbose", 'v', 0, OPT_VERBOSE},
+    {"log-format", 0, 1, OPT_LOG_FORMAT},
     {NULL, 0, 0, 0},
 };
 
@@ -287,6 +290,9 @@ static int parse_run(int argc, char **argv, run_opts *o, int *admin) {
       break;
     case OPT_VERBOSE:
       o->verbose = 1;
+      break;
+    case OPT_LOG_FORMAT:
+      rc = cli_log_format_opt(cmdname, arg, &o->log_json);
       break;
     case OPT_SHARED:
     case OPT_EXCLUSIVE:
@@ -758,7 +764,9 @@ static int hold_until_input_ends(run_hold *h, const run_opts *o, int sigfd, uint
     sigset_t got;
     drain_signals(sigfd, 0, &done, &status, &got, &last);
     if (last != 0) {
-      if (o->verbose) fprintf(stderr, "dlock: %s: releasing '%s'\n", cli_signame(last), o->name);
+      cli_log_fields f = {.signal = cli_signame(last)};
+      if (o->verbose || (o->log_json && !o->quiet))
+        cli_log("info", "signal", &f, "%s: releasing '%s'", cli_signame(last), o->name);
       return 128 + last;
     }
     if ((pfd[2].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) != 0) {
@@ -854,7 +862,9 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
       for (size_t i = 0; i < sizeof forwarded_signals / sizeof forwarded_signals[0]; i++) {
         int s = forwarded_signals[i];
         if (!sigismember(&got, s)) continue;
-        if (o->verbose) fprintf(stderr, "dlock: passing %s to the command\n", cli_signame(s));
+        cli_log_fields f = {.signal = cli_signame(s)};
+        if (o->verbose || (o->log_json && !o->quiet))
+          cli_log("info", "signal", &f, "passing %s to the command", cli_signame(s));
         kill(-pid, s);
       }
     }
@@ -887,7 +897,8 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
         snprintf(why, sizeof why, "the lease could not be renewed in time and may end within --grace");
       else
         loss_text(reason, why, sizeof why);
-      fprintf(stderr, "dlock: %s '%s' lost: %s; %s\n", o->elect ? "leadership of" : "lock", o->name, why, what);
+      cli_log_fields f = {.reason = why};
+      cli_log("error", "lost", &f, "%s '%s' lost: %s; %s", o->elect ? "leadership of" : "lock", o->name, why, what);
       switch (o->lost_action) {
       case ON_LOST_TERM:
         kill(-pid, SIGTERM);
@@ -905,8 +916,8 @@ static int supervise(pid_t pid, run_hold *h, const run_opts *o, int sigfd, int t
     }
     if (kill_at != 0 && dlock_mono_now() >= kill_at) {
       if (!o->quiet)
-        fprintf(stderr,
-                "dlock: the command did not end within --grace (or before the lease could end); sending SIGKILL\n");
+        cli_log("warning", "killed", NULL,
+                "the command did not end within --grace (or before the lease could end); sending SIGKILL");
       kill(-pid, SIGKILL);
       kill_at = 0;
     }
@@ -943,11 +954,12 @@ static void report_wait(dlock_client *c, const run_opts *o, const char *owner, i
     return; /* free, or ours by now: the acquire is about to return */
   else
     cli_holder_describe(&info, who, sizeof who);
+  cli_log_fields f = {.has_wait = 1, .wait_ms = waited, .holder = who};
   if (waited < WAIT_REPORT_EVERY_MS) {
-    fprintf(stderr, "dlock: waiting for '%s', held by %s\n", o->name, who);
+    cli_log("info", "waiting", &f, "waiting for '%s', held by %s", o->name, who);
   } else {
     cli_format_duration(waited, w, sizeof w);
-    fprintf(stderr, "dlock: still waiting for '%s' after %s, held by %s\n", o->name, w, who);
+    cli_log("info", "waiting", &f, "still waiting for '%s' after %s, held by %s", o->name, w, who);
   }
 }
 
@@ -1067,7 +1079,7 @@ static int elect_told(const run_opts *o, const char *program, run_hold *h, sig_s
   cli_child plan;
   if (plan_build(&plan, program, o, 0, NULL) != 0) {
     cli_child_free(&plan);
-    fprintf(stderr, "dlock: out of memory\n");
+    cli_log("error", "error", NULL, "out of memory");
     return CLI_EXIT_SOFTWARE;
   }
   pid_t pid = cli_child_spawn(&plan, &sig->old_mask, sig->tty, o->shell ? "/bin/sh" : o->cmd[0]);
@@ -1081,7 +1093,7 @@ static int elect_told(const run_opts *o, const char *program, run_hold *h, sig_s
   while (!done) {
     if (!running && dlock_mono_now() >= retry_at) {
       if (campaign_start(&t, h) != 0) {
-        fprintf(stderr, "dlock: cannot start a thread\n");
+        cli_log("error", "error", NULL, "cannot start a thread");
         kill(-pid, SIGTERM);
         retry_at = dlock_mono_now() + 1000;
       } else {
@@ -1118,15 +1130,17 @@ static int elect_told(const run_opts *o, const char *program, run_hold *h, sig_s
       leading = 1;
       uint64_t epoch = dlock_mutex_fence(h->m);
       if (o->active_file && active_file_write(o->active_file, o->name, epoch, o->value) != 0)
-        fprintf(stderr, "dlock: cannot write --active-file %s: %s\n", o->active_file, strerror(errno));
-      if (o->verbose) fprintf(stderr, "dlock: leading '%s', epoch %llu\n", o->name, (unsigned long long)epoch);
+        cli_log("error", "error", NULL, "cannot write --active-file %s: %s", o->active_file, strerror(errno));
+      cli_log_fields f = {.fence = epoch};
+      if (o->verbose || (o->log_json && !o->quiet))
+        cli_log("info", "elected", &f, "leading '%s', epoch %llu", o->name, (unsigned long long)epoch);
       if (o->on_elected) kill(-pid, o->on_elected);
     } else if (leading && ((pfd[1].revents & POLLIN) != 0 || dlock_mono_now() > hold_valid_until(h))) {
       dlock_lost_reason why = hold_lost(h);
       if (o->active_file) unlink(o->active_file);
-      fprintf(stderr, "dlock: leadership of '%s' lost: %s; sending %s to the command, campaigning again\n", o->name,
-              dlock_lost_reason_str(why == DLOCK_LOST_NONE ? DLOCK_LOST_DEADLINE : why),
-              o->on_lost ? "the --on-lost signal" : "SIGTERM");
+      cli_log_fields f = {.reason = dlock_lost_reason_str(why == DLOCK_LOST_NONE ? DLOCK_LOST_DEADLINE : why)};
+      cli_log("error", "lost", &f, "leadership of '%s' lost: %s; sending %s to the command, campaigning again", o->name,
+              f.reason, o->on_lost ? "the --on-lost signal" : "SIGTERM");
       kill(-pid, o->on_lost ? o->on_lost : SIGTERM);
       campaign_end(&t, h, 0);
       running = leading = 0;
@@ -1169,6 +1183,7 @@ int cmd_run(int argc, char **argv) {
   }
   owner_info_format(&o, owner, sizeof owner);
   if (o.elect) snprintf(owner, sizeof owner, "%s", o.value);
+  cli_log_setup(o.log_json, NULL, o.name);
 
   if (signals_start(&sig) != 0) {
     perror("dlock: signals");
@@ -1234,7 +1249,7 @@ int cmd_run(int argc, char **argv) {
   pthread_mutex_init(&t.mu, NULL);
   pthread_cond_init(&t.cv, NULL);
   if (pthread_create(&t.tid, NULL, lock_thread_main, &t) != 0) {
-    fprintf(stderr, "dlock: cannot start a thread\n");
+    cli_log("error", "error", NULL, "cannot start a thread");
     rc = CLI_EXIT_SOFTWARE;
     goto out_pipe;
   }
@@ -1282,14 +1297,16 @@ int cmd_run(int argc, char **argv) {
   cli_format_duration(waited, waited_text, sizeof waited_text);
   if (got_signal != 0) {
     if (!o.quiet) {
-      fprintf(stderr, "dlock: %s while waiting for '%s'; not running the command\n", cli_signame(got_signal), o.name);
+      cli_log_fields f = {.signal = cli_signame(got_signal)};
+      cli_log("info", "signal", &f, "%s while waiting for '%s'; not running the command", cli_signame(got_signal),
+              o.name);
     }
     rc = 128 + got_signal;
     goto out_thread;
   }
   if (st == DLOCK_EBUSY && hold.mm != NULL) {
     if (!o.quiet) /* the message names the busy name and what was given back */
-      fprintf(stderr, "dlock: %s\n", dlock_multi_errmsg(hold.mm));
+      cli_log("info", "busy", NULL, "%s", dlock_multi_errmsg(hold.mm));
     rc = o.conflict_code;
     goto out_thread;
   }
@@ -1297,22 +1314,23 @@ int cmd_run(int argc, char **argv) {
     if (!o.quiet) {
       char who[1600];
       holder_now(c, o.name, who, sizeof who);
+      cli_log_fields f = {.has_wait = 1, .wait_ms = waited, .holder = who};
       if (o.limit > 0 && o.wait_ms == 0)
-        fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s)\n", o.limit, o.name, who);
+        cli_log("info", "busy", &f, "all %d permits of '%s' are held (the newest by %s)", o.limit, o.name, who);
       else if (o.limit > 0)
-        fprintf(stderr, "dlock: all %d permits of '%s' are held (the newest by %s); gave up after %s\n", o.limit,
+        cli_log("info", "busy", &f, "all %d permits of '%s' are held (the newest by %s); gave up after %s", o.limit,
                 o.name, who, waited_text);
       else if (o.elect && o.wait_ms == 0)
-        fprintf(stderr, "dlock: election '%s' is led by %s\n", o.name, who);
+        cli_log("info", "busy", &f, "election '%s' is led by %s", o.name, who);
       else if (o.elect)
-        fprintf(stderr, "dlock: election '%s' is led by %s; gave up after %s\n", o.name, who, waited_text);
+        cli_log("info", "busy", &f, "election '%s' is led by %s; gave up after %s", o.name, who, waited_text);
       else if (o.wait_ms == 0)
-        fprintf(stderr, "dlock: '%s' is held by %s\n", o.name, who);
+        cli_log("info", "busy", &f, "'%s' is held by %s", o.name, who);
       else
-        fprintf(stderr, "dlock: '%s' is held by %s; gave up after %s\n", o.name, who, waited_text);
+        cli_log("info", "busy", &f, "'%s' is held by %s; gave up after %s", o.name, who, waited_text);
       /* Redlock: which nodes said what (a single node has nothing to add). */
       const char *why = dlock_mutex_errmsg(m);
-      if (strstr(why, "Redlock nodes")) fprintf(stderr, "dlock: %s\n", why);
+      if (strstr(why, "Redlock nodes")) cli_log("info", "busy", NULL, "%s", why);
     }
     rc = o.conflict_code;
     goto out_thread;
@@ -1323,17 +1341,24 @@ int cmd_run(int argc, char **argv) {
   }
   uint64_t fence = hold.mm ? 0 : dlock_mutex_fence(m);
   if (o.active_file && active_file_write(o.active_file, o.name, fence, o.value) != 0) {
-    fprintf(stderr, "dlock: cannot write --active-file %s: %s; not running the command\n", o.active_file,
+    cli_log("error", "error", NULL, "cannot write --active-file %s: %s; not running the command", o.active_file,
             strerror(errno));
     rc = CLI_EXIT_SOFTWARE;
     goto out_thread;
   }
-  if (o.verbose && o.elect) {
-    fprintf(stderr, "dlock: leading '%s' after %s, epoch %llu\n", o.name, waited_text, (unsigned long long)fence);
-  } else if (o.verbose && hold.mm) {
-    fprintf(stderr, "dlock: acquired '%s' after %s\n", o.name, waited_text);
-  } else if (o.verbose) {
-    fprintf(stderr, "dlock: acquired '%s' after %s, fence %llu\n", o.name, waited_text, (unsigned long long)fence);
+  /* JSON lines are for machines: the acquire and the release are logged without -v (not with -q). */
+  int say_done = o.verbose || (o.log_json && !o.quiet);
+  cli_log_fields acquired = {.fence = fence, .has_wait = 1, .wait_ms = waited};
+  dlock_mono_ms held_from = dlock_mono_now();
+  cli_log_fields released = {.fence = fence, .has_duration = 1};
+  if (say_done && o.elect) {
+    cli_log("info", "elected", &acquired, "leading '%s' after %s, epoch %llu", o.name, waited_text,
+            (unsigned long long)fence);
+  } else if (say_done && hold.mm) {
+    cli_log("info", "acquired", &acquired, "acquired '%s' after %s", o.name, waited_text);
+  } else if (say_done) {
+    cli_log("info", "acquired", &acquired, "acquired '%s' after %s, fence %llu", o.name, waited_text,
+            (unsigned long long)fence);
   }
 
   if (o.hold) {
@@ -1351,15 +1376,16 @@ int cmd_run(int argc, char **argv) {
       char lease[64];
       cli_format_duration(o.lease_ms, lease, sizeof lease);
       rc = cli_report(rel, hold_errmsg(&hold), "releasing '%s' (it expires within %s)", o.name, lease);
-    } else if (o.verbose) {
-      fprintf(stderr, "dlock: released '%s'\n", o.name);
+    } else if (say_done) {
+      released.duration_ms = dlock_mono_now() - held_from;
+      cli_log("info", "released", &released, "released '%s'", o.name);
     }
     goto out_thread;
   }
 
   cli_child plan;
   if (plan_build(&plan, program, &o, fence, hold.mm) != 0) {
-    fprintf(stderr, "dlock: out of memory\n");
+    cli_log("error", "error", NULL, "out of memory");
     cli_child_free(&plan);
     rc = CLI_EXIT_SOFTWARE;
     goto out_thread;
@@ -1379,6 +1405,8 @@ int cmd_run(int argc, char **argv) {
   cli_stop_group(pid, o.grace_ms, o.quiet, sig.fd);
   cli_guard_stop(&guard);
   rc = cli_exit_code_of(status);
+  cli_log_fields exited = {.fence = fence, .has_exit = 1, .exit_status = rc};
+  if (o.log_json && (!o.quiet || rc != 0)) cli_log_line(rc == 0 ? "info" : "warning", "exited", &exited, NULL);
 
   if (o.active_file) unlink(o.active_file);
   int rel = lock_thread_finish(&t);
@@ -1387,13 +1415,15 @@ int cmd_run(int argc, char **argv) {
     /* The watchdog had not noticed yet, but Redis no longer had our token:
      * the command may have run its last moments without the lock. */
     rs.lost = 1;
-    fprintf(stderr, "dlock: lock '%s' was lost before the command ended: %s\n", o.name, hold_errmsg(&hold));
+    cli_log_fields f = {.fence = fence, .reason = hold_errmsg(&hold)};
+    cli_log("error", "lost", &f, "lock '%s' was lost before the command ended: %s", o.name, hold_errmsg(&hold));
   } else if (rel != 0 && rel != DLOCK_ENOTHELD && !rs.lost) {
     char lease[64];
     cli_format_duration(o.lease_ms, lease, sizeof lease);
     cli_report(rel, hold_errmsg(&hold), "releasing '%s' (it expires within %s)", o.name, lease);
-  } else if (rel == 0 && o.verbose) {
-    fprintf(stderr, "dlock: released '%s'\n", o.name);
+  } else if (rel == 0 && say_done) {
+    released.duration_ms = dlock_mono_now() - held_from;
+    cli_log("info", "released", &released, "released '%s'", o.name);
   }
   if (rs.lost) rc = o.lost_code;
 

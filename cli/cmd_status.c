@@ -109,6 +109,16 @@ void cli_owner_describe(const char *owner_info, char *buf, size_t len) {
     snprintf(buf, len, "%s", owner_info);
 }
 
+void cli_owner_brief(const char *owner_info, char *buf, size_t len) {
+  holder h;
+
+  if (holder_parse(owner_info, &h) == 0)
+    snprintf(buf, len, "%s%s%s:%s %s", h.user != NULL ? h.user : "", h.user != NULL ? "@" : "", h.host, h.pid,
+             h.cmd != NULL ? h.cmd : "");
+  else
+    snprintf(buf, len, "%s", owner_info);
+}
+
 static void print_json(const char *name, const dlock_lock_info *info, const permit_list *pl) {
   holder h;
 
@@ -428,68 +438,40 @@ int cmd_status(int argc, char **argv) {
 
 /* ---- list ---- */
 
-typedef struct name_list {
-  char **names;
-  size_t len, cap;
-  int oom;
-} name_list;
-
-static void collect(const char *name, void *arg) {
-  name_list *l = arg;
-
-  if (l->oom) return;
-  if (l->len == l->cap) {
-    size_t cap = l->cap == 0 ? 16 : l->cap * 2;
-    char **n = realloc(l->names, cap * sizeof *n);
-    if (n == NULL) {
-      l->oom = 1;
-      return;
-    }
-    l->names = n;
-    l->cap = cap;
-  }
-  l->names[l->len] = strdup(name);
-  if (l->names[l->len] == NULL) {
-    l->oom = 1;
-    return;
-  }
-  l->len++;
-}
-
 static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int list_json(dlock_client *c, const name_list *l) {
+static int list_json(dlock_client *c, const cli_names *l) {
   int first = 1;
 
   fputc('[', stdout);
-  for (size_t i = 0; i < l->len; i++) {
+  for (size_t i = 0; i < l->n; i++) {
     dlock_lock_info info;
     dlock_lock_info_init(&info);
-    int st = dlock_lock_info_get(c, l->names[i], &info);
+    int st = dlock_lock_info_get(c, l->v[i], &info);
     if (st != 0) {
       fputs("]\n", stdout);
-      return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
+      return cli_report(st, dlock_last_error(), "status of '%s'", l->v[i]);
     }
     if (!info.held && !info.latch) continue; /* released (or expired) since the SCAN */
     fputs(first ? "\n  " : ",\n  ", stdout);
     first = 0;
-    print_json(l->names[i], &info, NULL);
+    print_json(l->v[i], &info, NULL);
   }
   fputs(first ? "]\n" : "\n]\n", stdout);
   return CLI_EXIT_OK;
 }
 
 /* list -l: one line per name, aligned: name, state, fence, lease left, holder. */
-static int list_long(dlock_client *c, const name_list *l) {
+static int list_long(dlock_client *c, const cli_names *l) {
   size_t width = 4;
-  for (size_t i = 0; i < l->len; i++)
-    if (strlen(l->names[i]) > width) width = strlen(l->names[i]);
+  for (size_t i = 0; i < l->n; i++)
+    if (strlen(l->v[i]) > width) width = strlen(l->v[i]);
   printf("%-*s  %-9s  %-20s  %-10s  %s\n", (int)width, "NAME", "STATE", "FENCE", "LEASE LEFT", "HOLDER");
-  for (size_t i = 0; i < l->len; i++) {
+  for (size_t i = 0; i < l->n; i++) {
     dlock_lock_info info;
     dlock_lock_info_init(&info);
-    int st = dlock_lock_info_get(c, l->names[i], &info);
-    if (st != 0) return cli_report(st, dlock_last_error(), "status of '%s'", l->names[i]);
+    int st = dlock_lock_info_get(c, l->v[i], &info);
+    if (st != 0) return cli_report(st, dlock_last_error(), "status of '%s'", l->v[i]);
     if (!info.held && !info.latch) continue; /* released (or expired) since the SCAN */
     char state[32], ttl[64], who[1200];
     if (!info.held)
@@ -507,7 +489,7 @@ static int list_long(dlock_client *c, const name_list *l) {
     cli_owner_describe(info.owner_info, who, sizeof who);
     if (info.permits != 0 && info.permits_used > 1)
       snprintf(who + strlen(who), sizeof who - strlen(who), " (newest of %lld)", (long long)info.permits_used);
-    printf("%-*s  %-9s  %-20llu  %-10s  %s\n", (int)width, l->names[i], state,
+    printf("%-*s  %-9s  %-20llu  %-10s  %s\n", (int)width, l->v[i], state,
            (unsigned long long)(info.held && !info.foreign ? info.fence : 0), ttl, who[0] ? who : "-");
   }
   return CLI_EXIT_OK;
@@ -526,8 +508,8 @@ int cmd_list(int argc, char **argv) {
   dlock_client *c;
   rc = cli_connect(url, &c);
   if (rc != 0) return rc;
-  name_list l = {NULL, 0, 0, 0};
-  int n = dlock_lock_list(c, pattern, collect, &l);
+  cli_names l = {NULL, 0, 0, 0};
+  int n = dlock_lock_list(c, pattern, cli_names_add, &l);
   if (n < 0) {
     rc = cli_report(n, dlock_last_error(), "listing locks");
   } else if (l.oom) {
@@ -535,17 +517,16 @@ int cmd_list(int argc, char **argv) {
     rc = CLI_EXIT_SOFTWARE;
   } else {
     /* SCAN order is arbitrary; sorted output diffs well. */
-    if (l.len > 1) qsort(l.names, l.len, sizeof *l.names, cmp_names);
+    if (l.n > 1) qsort(l.v, l.n, sizeof *l.v, cmp_names);
     if (json) {
       rc = list_json(c, &l);
     } else if (longer) {
       rc = list_long(c, &l);
     } else {
-      for (size_t i = 0; i < l.len; i++) printf("%s\n", l.names[i]);
+      for (size_t i = 0; i < l.n; i++) printf("%s\n", l.v[i]);
     }
   }
-  for (size_t i = 0; i < l.len; i++) free(l.names[i]);
-  free(l.names);
+  cli_names_free(&l);
   dlock_client_free(c);
   return rc;
 }

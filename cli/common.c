@@ -100,10 +100,14 @@ int cli_exit_for_status(int status) {
 
 int cli_report(int status, const char *detail, const char *fmt, ...) {
   va_list ap;
+  char *text = NULL;
+  size_t len = 0;
+  /* Written whole at the end: one write(), or one JSON line (log.c). */
+  FILE *out = open_memstream(&text, &len);
+  if (out == NULL) return cli_exit_for_status(status);
 
-  fputs("dlock: ", stderr);
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vfprintf(out, fmt, ap);
   va_end(ap);
   /* A name in use as another kind: the first line names the kind ("the
    * name is a semaphore, not a mutex"), as the detail says it. */
@@ -119,20 +123,20 @@ int cli_report(int status, const char *detail, const char *fmt, ...) {
     if (kind != NULL) kind_len = strcspn(kind, ":;(");
   }
   if (kind != NULL && kind_len > 0 && kind_len < 120)
-    fprintf(stderr, ": the name is %.*s", (int)kind_len, kind);
+    fprintf(out, ": the name is %.*s", (int)kind_len, kind);
   else
-    fprintf(stderr, ": %s", dlock_strerror(status));
+    fprintf(out, ": %s", dlock_strerror(status));
   /* The detail usually repeats the short text with more context; show it
    * alone on its own line so that long server names stay readable. */
-  if (detail != NULL && detail[0] != '\0') fprintf(stderr, "\ndlock:   %s", detail);
-  fputc('\n', stderr);
+  const char *more = cli_log_json() ? "; " : "\ndlock:   ";
+  if (detail != NULL && detail[0] != '\0') fprintf(out, "%s%s", more, detail);
   int code = cli_exit_for_status(status);
   /* A newcomer's first run: say where the server came from. */
   if (code == CLI_EXIT_UNAVAILABLE && cli_config_url_defaulted())
-    fprintf(stderr,
-            "dlock:   no --url, $DLOCK_URL or config file named a server, so the "
-            "default %s was used\n",
+    fprintf(out, "%sno --url, $DLOCK_URL or config file named a server, so the default %s was used", more,
             cli_config_url());
+  if (fclose(out) == 0) cli_log_line("error", "error", NULL, text);
+  free(text);
   return code;
 }
 
@@ -141,7 +145,7 @@ void cli_print_warnings(const dlock_client *c) {
   /* One "dlock: warning:" line per warning; the library separates them by '\n'. */
   while (w != NULL && *w != '\0') {
     size_t n = strcspn(w, "\n");
-    fprintf(stderr, "dlock: warning: %.*s\n", (int)n, w);
+    cli_log("warning", "warning", NULL, "warning: %.*s", (int)n, w);
     w += n + (w[n] == '\n');
   }
 }
@@ -171,8 +175,7 @@ int cli_connect(const char *url, dlock_client **out) {
   return cli_report(rc, dlock_last_error(), "cannot use %s at %s", cli_server_kind(shown), shown);
 }
 
-/* Length of the well-formed UTF-8 sequence at 'p' (1..4), or 0. */
-static int utf8_sequence(const unsigned char *p) {
+int cli_utf8_sequence(const unsigned char *p) {
   int n = p[0] < 0x80                    ? 1
           : p[0] >= 0xc2 && p[0] <= 0xdf ? 2
           : p[0] >= 0xe0 && p[0] <= 0xef ? 3
@@ -213,7 +216,7 @@ void cli_json_string(FILE *out, const char *s) {
       if (*p < 0x20) {
         fprintf(out, "\\u%04x", *p);
       } else {
-        int n = utf8_sequence(p);
+        int n = cli_utf8_sequence(p);
         if (n == 0) {
           fputs("\\ufffd", out);
         } else {
@@ -225,6 +228,31 @@ void cli_json_string(FILE *out, const char *s) {
     }
   }
   fputc('"', out);
+}
+
+void cli_names_add(const char *name, void *list) {
+  cli_names *l = list;
+  if (l->oom) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    char **v = realloc(l->v, cap * sizeof *v);
+    if (v == NULL) {
+      l->oom = 1;
+      return;
+    }
+    l->v = v;
+    l->cap = cap;
+  }
+  if ((l->v[l->n] = strdup(name)) == NULL)
+    l->oom = 1;
+  else
+    l->n++;
+}
+
+void cli_names_free(cli_names *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+  memset(l, 0, sizeof *l);
 }
 
 int cli_stop_signalfd(void) {

@@ -37,68 +37,31 @@ typedef struct daemon_state {
 
 /* ---- Logging ---- */
 
-/* --log-format json: one JSON object per line, for the job 'log_job'. */
+/* --log-format json (log.c): each line one JSON object. */
 static int log_json;
-static const char *log_job = "";
 
-/* One JSON line to stderr (see say()): time, level, event, job, host, pid,
+/* One JSON line to stderr (log.c): time, level, event, job, name, host, pid,
  * then the event's fields: 'tick' (0: none), 'fence', 'duration_ms' (< 0:
  * none), 'node', 'exit' (with has_exit) and 'message' (NULL: none). */
 static void say_json(const char *level, const char *event, int64_t tick, uint64_t fence, int64_t duration_ms,
                      const char *node, int has_exit, int exit_status, const char *message) {
-  char *text = NULL, when[64], host[256] = "";
-  size_t len = 0;
-  struct timespec now;
-  FILE *f = open_memstream(&text, &len);
-
-  if (f == NULL) return;
-  clock_gettime(CLOCK_REALTIME, &now);
-  cli_format_time_ms((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000, "UTC", when, sizeof when);
-  gethostname(host, sizeof host - 1);
-  fprintf(f, "{\"time\":\"%s\",\"level\":\"%s\",\"event\":\"%s\",\"job\":", when, level, event);
-  cli_json_string(f, log_job);
-  fputs(",\"host\":", f);
-  cli_json_string(f, host);
-  fprintf(f, ",\"pid\":%ld", (long)getpid());
-  if (tick != 0) {
-    cli_format_time_ms(tick, "UTC", when, sizeof when);
-    fprintf(f, ",\"tick\":\"%s\",\"tick_unix_ms\":%lld", when, (long long)tick);
-  }
-  if (node != NULL) {
-    fputs(",\"node\":", f);
-    cli_json_string(f, node);
-  }
-  if (fence != 0) fprintf(f, ",\"fence\":%llu", (unsigned long long)fence);
-  if (duration_ms >= 0) fprintf(f, ",\"duration_ms\":%lld", (long long)duration_ms);
-  if (has_exit) fprintf(f, ",\"exit\":%d", exit_status);
-  if (message != NULL) {
-    fputs(",\"message\":", f);
-    cli_json_string(f, message);
-  }
-  fputs("}\n", f);
-  if (fclose(f) == 0) (void)!write(STDERR_FILENO, text, len);
-  free(text);
+  cli_log_fields f = {.tick = tick, .node = node, .fence = fence, .has_exit = has_exit, .exit_status = exit_status};
+  f.has_duration = duration_ms >= 0;
+  f.duration_ms = duration_ms;
+  cli_log_line(level, event, &f, message);
 }
 
-/* One line to stderr with one write(), so that the lines of several
+/* One line to stderr with one write() (log.c), so that the lines of several
  * threads (and of several daemons sharing a log) never interleave. */
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...) {
   char line[1024];
   va_list ap;
-  int n = snprintf(line, sizeof line, "dlock: ");
 
   va_start(ap, fmt);
-  n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
-  if (log_json) {
-    line[n] = '\0';
-    say_json("info", "message", 0, 0, -1, NULL, 0, 0, line + 7);
-    return;
-  }
-  line[n++] = '\n';
-  (void)!write(STDERR_FILENO, line, (size_t)n);
+  cli_log_line("info", "message", NULL, line);
 }
 
 /* The JSON line of a tick's event (--log-format json). */
@@ -518,7 +481,7 @@ int cli_daemon_run(const cli_daemon_opts *o) {
   memset(&d, 0, sizeof d);
   d.o = o;
   log_json = o->log_json;
-  log_job = o->job;
+  cli_log_setup(o->log_json, o->job, o->job);
   d.program = program;
   d.url = cli_effective_url(o->url);
   d.cap = o->pool > 0 ? o->pool : 1;

@@ -153,7 +153,7 @@ int dlock_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *
   int rc = c->ops->sched->job_list(c, pattern, collect, &sn);
   if (rc >= 0 && sn.nomem) rc = dlock__error(DLOCK_ENOMEM, "out of memory");
   if (rc >= 0) {
-    qsort(sn.names, sn.n, sizeof *sn.names, by_name);
+    if (sn.n > 1) qsort(sn.names, sn.n, sizeof *sn.names, by_name); /* never qsort(NULL, 0): UB */
     for (size_t i = 0; i < sn.n; i++) fn(sn.names[i], arg);
     rc = (int)sn.n;
   }

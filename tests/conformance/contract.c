@@ -24,6 +24,7 @@
 #include "conformance.h"
 #include "harness.h"
 #include "test.h"
+#include "metrics_text.h"
 
 static long slack_ms(long ms) { return ms * th_time_factor(); }
 
@@ -702,19 +703,7 @@ static void a_multi_lock_takes_all_names_or_none(void) {
 
 /* The sum of the series of 'c' whose name and labels begin with 'prefix'
  * ("dlock_losses_total{kind=\"mutex\","), from its Prometheus text. */
-static double metric_sum(dlock_client *c, const char *prefix) {
-  static char text[1 << 17];
-  int n = dlock_client_metrics_snprint(c, text, sizeof text, DLOCK_METRICS_PROMETHEUS);
-  if (n < 0 || (size_t)n >= sizeof text) TEST_FAIL("metrics: %d: %s", n, dlock_last_error());
-  double sum = 0;
-  size_t len = strlen(prefix);
-  for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
-    const char *sp = strchr(line, ' ');
-    if (strncmp(line, prefix, len) == 0 && sp) sum += atof(sp + 1);
-    if (!strchr(line, '\n')) break;
-  }
-  return sum;
-}
+static double metric_sum(dlock_client *c, const char *prefix) { return mt_sum(mt_exposition(c), prefix, 0, NULL); }
 
 static void metrics_count_acquisitions_busy_tries_releases_and_holds(void) {
   dlock_client *a = conf_client("metrics"), *b = conf_client("metrics");

@@ -16,6 +16,7 @@
 #include "dlock.h"
 #include "harness.h"
 #include "test.h"
+#include "metrics_text.h"
 
 static th_redis srv;
 
@@ -37,25 +38,16 @@ static dlock_client *client_with(dlock_event_cb hook, void *arg, const char *nam
   return c;
 }
 
-/* The exposition of 'c' (Prometheus format), in a static buffer. */
-static const char *exposition(dlock_client *c) {
-  static char buf[1 << 17];
-  int n = dlock_client_metrics_snprint(c, buf, sizeof buf, DLOCK_METRICS_PROMETHEUS);
-  if (n < 0 || (size_t)n >= sizeof buf) TEST_FAIL("metrics_snprint: %d: %s", n, dlock_last_error());
-  return buf;
-}
-
 /* The value of the series 'series' (name and labels exactly as written) in
  * 'text'; fails the test when it is not there. */
 static double value_of(const char *text, const char *series) {
-  size_t n = strlen(series);
-  for (const char *p = text; (p = strstr(p, series)); p += n)
-    if ((p == text || p[-1] == '\n') && p[n] == ' ') return atof(p + n + 1);
-  TEST_FAIL("no series %s in:\n%s", series, text);
-  return 0;
+  int found = 0;
+  double v = mt_sum(text, series, 1, &found);
+  if (found == 0) TEST_FAIL("no series %s in:\n%s", series, text);
+  return v;
 }
 
-#define MX(c, series) value_of(exposition(c), series)
+#define MX(c, series) value_of(mt_exposition(c), series)
 
 TEST(counters_follow_acquire_contend_release_and_a_forced_release) {
   dlock_client *a = client_with(NULL, NULL, NULL), *b = client_with(NULL, NULL, NULL);
@@ -68,7 +60,7 @@ TEST(counters_follow_acquire_contend_release_and_a_forced_release) {
   ASSERT_OK(dlock_mutex_release(ma));
   ASSERT_EQ(MX(a, "dlock_held{kind=\"mutex\"}"), 1); /* an inner hold: still held */
   ASSERT_OK(dlock_mutex_release(ma));
-  const char *t = exposition(a);
+  const char *t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"acquired\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"reentered\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_releases_total{kind=\"mutex\",outcome=\"ok\"}"), 1);
@@ -77,7 +69,7 @@ TEST(counters_follow_acquire_contend_release_and_a_forced_release) {
   ASSERT_EQ(value_of(t, "dlock_acquire_wait_seconds_count{kind=\"mutex\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_hold_seconds_count{kind=\"mutex\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_hold_seconds_bucket{kind=\"mutex\",le=\"+Inf\"}"), 1);
-  t = exposition(b);
+  t = mt_exposition(b);
   ASSERT_EQ(value_of(t, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"busy\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"timed_out\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_acquisitions_total{kind=\"mutex\",outcome=\"acquired\"}"), 0);
@@ -96,12 +88,12 @@ TEST(counters_follow_acquire_contend_release_and_a_forced_release) {
   long long until = th_now_ms() + 10000 * th_time_factor();
   while (dlock_mutex_lost(ml) == DLOCK_LOST_NONE && th_now_ms() < until) th_sleep_ms(20);
   ASSERT_EQ(dlock_mutex_lost(ml), DLOCK_LOST_DELETED);
-  t = exposition(a);
+  t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_losses_total{kind=\"mutex\",reason=\"deleted\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_held{kind=\"mutex\"}"), 0); /* a lost hold is no longer held */
   ASSERT(value_of(t, "dlock_renewals_total{outcome=\"ok\"}") >= 0);
   ASSERT_STATUS(dlock_mutex_release(ml), DLOCK_ENOTHELD);
-  t = exposition(a);
+  t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_releases_total{kind=\"mutex\",outcome=\"not_held\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_hold_seconds_count{kind=\"mutex\"}"), 2); /* ended once, at the loss */
   ASSERT_EQ(value_of(t, "dlock_held{kind=\"mutex\"}"), 0);
@@ -141,7 +133,7 @@ TEST(a_hand_off_and_a_waiter_are_counted) {
   ASSERT_OK(dlock_mutex_release(ma));
   pthread_join(th, NULL);
   ASSERT_OK(w.rc);
-  const char *t = exposition(b);
+  const char *t = mt_exposition(b);
   ASSERT_EQ(value_of(t, "dlock_handoffs_total{kind=\"mutex\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_waiting{kind=\"mutex\"}"), 0);
   ASSERT_EQ(value_of(t, "dlock_held{kind=\"mutex\"}"), 1);
@@ -160,14 +152,14 @@ TEST(elections_are_counted_by_name_only_when_allowed) {
   ASSERT_OK(dlock_election_new(&anon, a, "el:anon", NULL));
   ASSERT_OK(dlock_election_campaign(named, "me", 0));
   ASSERT_OK(dlock_election_campaign(anon, "me", 0));
-  const char *t = exposition(a);
+  const char *t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_election_leader{name=\"el:named\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_election_leader"), 1); /* every name not allowed, together */
   ASSERT(!strstr(t, "el:anon"));
   ASSERT_EQ(value_of(t, "dlock_held{kind=\"election\"}"), 2);
   ASSERT_EQ(value_of(t, "dlock_acquisitions_total{kind=\"election\",outcome=\"acquired\"}"), 2);
   ASSERT_OK(dlock_election_resign(named));
-  t = exposition(a);
+  t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_election_leader{name=\"el:named\"}"), 0);
   ASSERT_EQ(value_of(t, "dlock_election_transitions_total{name=\"el:named\",to=\"leader\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_election_transitions_total{name=\"el:named\",to=\"follower\"}"), 1);
@@ -179,7 +171,7 @@ TEST(elections_are_counted_by_name_only_when_allowed) {
   ASSERT_OK(dlock_mutex_acquire(named_lock, 0));
   ASSERT_OK(dlock_mutex_acquire(plain, 0));
   ASSERT_STATUS(dlock_mutex_acquire(rival, 0), DLOCK_EBUSY);
-  t = exposition(a);
+  t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_lock_held{name=\"other\"}"), 1);
   ASSERT_EQ(value_of(t, "dlock_lock_acquisitions_total{name=\"other\",outcome=\"acquired\"}"), 1);
   ASSERT(!strstr(t, "\"plain\""));
@@ -215,7 +207,7 @@ TEST(job_runs_are_counted_with_their_last_success) {
   ASSERT_OK(dlock_sched_stop(s, 10000));
   int n = atomic_load(&runs);
   ASSERT(n >= 2);
-  const char *t = exposition(a);
+  const char *t = mt_exposition(a);
   ASSERT_EQ(value_of(t, "dlock_job_runs_total{name=\"mx:job\",outcome=\"ok\"}"), n);
   ASSERT_EQ(value_of(t, "dlock_job_running{name=\"mx:job\"}"), 0);
   double last = value_of(t, "dlock_job_last_success_timestamp_seconds{name=\"mx:job\"}");
@@ -431,7 +423,7 @@ TEST(a_renewal_after_a_frozen_server_is_counted_late_and_told_to_the_hook) {
   kill(srv.pid, SIGCONT);
   long long until = th_now_ms() + 10000 * f;
   while (MX(c, "dlock_renewals_total{outcome=\"late\"}") < 1 && th_now_ms() < until) th_sleep_ms(20);
-  const char *t = exposition(c);
+  const char *t = mt_exposition(c);
   ASSERT_EQ(value_of(t, "dlock_renewals_total{outcome=\"late\"}"), 1);
   ASSERT(value_of(t, "dlock_renewals_total{outcome=\"ok\"}") >= 1);
   ASSERT(value_of(t, "dlock_watchdog_round_trip_seconds_count") >= 1);
