@@ -47,7 +47,7 @@ lib3=$(MANWIDTH=200 man -l "$gen/libdlock.3" 2>/dev/null || groff -man -Tutf8 "$
 [ "$(stat -c %Y "$gen/libdlock.3")" -ge "$(stat -c %Y "$src/include/dlock.h")" ] && ok ||
   bad "libdlock.3 is older than include/dlock.h (the build rule is broken)"
 for fn in $(grep -oE 'DLOCK_API [^(]*[ *]dlock_[a-z0-9_]+\(' "$src/include/dlock.h" | grep -oE 'dlock_[a-z0-9_]+\(' | tr -d '('); do
-  printf '%s\n' "$lib3" | grep -q "$fn(" && ok || bad "libdlock.3 does not show $fn()"
+  [[ $lib3 == *"$fn("* ]] && ok || bad "libdlock.3 does not show $fn()"
   # Its own page (man dlock_mutex_acquire).
   [ -f "$gen/man3/$fn.3" ] && ok || bad "no page man3/$fn.3 for $fn() (tools/hdr2man.c)"
 done
@@ -90,7 +90,10 @@ for cmd in $commands; do
     # nowhere: the parser stops at the first one it does not know.
     if [ -n "$kind" ]; then set -- "$opt" x; else set -- "$opt"; fi
     out=$(timeout 20 "$dlock" "$cmd" "$@" --zz-no-such-option 2>&1 </dev/null)
-    if printf '%s\n' "$out" | grep -qiE "unknown (or incomplete )?option '$opt'|$opt takes no value|$opt needs a value"; then
+    # Matched in bash, not by a grep per option: this loop runs hundreds of
+    # times, and each fork costs on a busy machine.
+    re="[Uu]nknown (or incomplete )?option '$opt'|$opt takes no value|$opt needs a value"
+    if [[ $out =~ $re ]]; then
       bad "the help of '$cmd' offers $opt${kind:+ VALUE}, its parser says: $out"
     else
       ok
@@ -101,17 +104,21 @@ done
 # The completion offers what the parsers take (each command's option tables
 # in its descriptor, cli/help.c): each of them is named on the command's
 # help page, by its long or its short name.
-pairs=$(grep -ohE "\{\"[a-z-]+\", '[a-zA-Z]'" "$src"/cli/*.c | sed -E "s/^\{\"([a-z-]+)\", '(.)'/--\1 -\2/")
+declare -A alias_of=()
+while read -r long short; do
+  [ -n "${alias_of[$long]:-}" ] || alias_of[$long]=$short
+  [ -n "${alias_of[$short]:-}" ] || alias_of[$short]=$long
+done < <(grep -ohE "\{\"[a-z-]+\", '[a-zA-Z]'" "$src"/cli/*.c | sed -E "s/^\{\"([a-z-]+)\", '(.)'/--\1 -\2/")
 for cmd in $commands; do
   page=$("$dlock" "$cmd" --help 2>&1)
   opts=
   _dlock_spec "$cmd" ""
   for opt in $opts; do
     case $opt in -h | --help | --password-file) continue ;; esac
-    alias=$(printf '%s\n' "$pairs" | awk -v o="$opt" '$1 == o { print $2 } $2 == o { print $1 }' | head -n 1)
     named=0
-    for form in $opt $alias; do
-      printf '%s\n' "$page" | grep -qE -- "(^|[^a-z-])$form([^a-z-]|\$)" && named=1
+    for form in $opt ${alias_of[$opt]:-}; do
+      re="(^|[^a-z-])$form([^a-z-]|\$)"
+      [[ $page =~ $re ]] && named=1
     done
     [ $named = 1 ] && ok || bad "'dlock $cmd' takes $opt (its option table), but its help page does not name it"
   done
