@@ -385,6 +385,7 @@ typedef struct cli_daemon_opts {
   const char *url;
   int64_t at_most_ms; /* 0: the library's default (10 minutes) */
   int64_t at_least_ms;
+  int allow_overlap; /* --overlap allow */
   int64_t grace_ms;
   int pool; /* 0: 1 */
   int shell;

@@ -529,6 +529,7 @@ int cli_daemon_run(const cli_daemon_opts *o) {
   dlock_job_options_init(&jo);
   jo.lock_at_most_for_ms = o->at_most_ms;
   jo.lock_at_least_for_ms = o->at_least_ms;
+  jo.allow_overlap = o->allow_overlap;
   jo.time_zone = o->tz;
   jo.cron_flags = o->cron_flags;
   switch (o->trigger) {

@@ -892,6 +892,11 @@ static const dlock__sched_ops my_sched = {
     .finish = dlock__my_sched_finish,
     .undo = dlock__my_sched_undo,
     .history = dlock__my_sched_history,
+    .job_set = dlock__my_job_set,
+    .job_get = dlock__my_job_get,
+    .job_list = dlock__my_job_list,
+    .job_watch = dlock__my_job_watch,
+    .job_unwatch = dlock__my_job_unwatch,
 };
 
 /* Both modes' table; advisory mode has no scheduler (GET_LOCK keeps no claims). */

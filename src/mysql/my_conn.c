@@ -509,6 +509,14 @@ static const char sql_tables[][640] = {
     " duration_ms BIGINT NOT NULL,"
     " outcome VARBINARY(64) NOT NULL,"
     " UNIQUE KEY (job, run_token)) ENGINE=InnoDB",
+    /* A job's state (jobs.c): its pause, the pending manual trigger, the
+     * last one claimed. */
+    "CREATE TABLE IF NOT EXISTS dlock_sched_jobs ("
+    " job VARBINARY(255) NOT NULL PRIMARY KEY,"
+    " paused_by VARBINARY(128) NULL, paused_reason VARBINARY(256) NULL, paused_ms BIGINT NULL,"
+    " trig_by VARBINARY(128) NULL, trig_id VARBINARY(32) NULL, trig_ms BIGINT NULL,"
+    " manual_id VARBINARY(32) NULL, manual_token VARBINARY(32) NULL, manual_fence BIGINT UNSIGNED NULL,"
+    " manual_start BIGINT NULL, manual_ms BIGINT NULL) ENGINE=InnoDB",
 };
 
 static int run_once(dlock__my *my, MYSQL *conn, const char *sql, dlock__my_res *res, unsigned *err) {

@@ -116,6 +116,20 @@ int dlock__my_sched_finish(dlock_client *c, const dlock__claim *cl, dlock_run_re
 void dlock__my_sched_undo(dlock_client *c, const dlock__claim *cl);
 int dlock__my_sched_history(dlock_client *c, const char *job, dlock_run_record *out, int max);
 
+/* ---- A job's state (jobs.c): backend.h's job_* ---- */
+int dlock__my_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason, const char *id);
+int dlock__my_job_get(dlock_client *c, const char *job, dlock_job_state *out);
+int dlock__my_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg);
+int dlock__my_job_watch(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle);
+void dlock__my_job_unwatch(dlock_client *c, void *handle);
+/* For a tick's claim of the job 'hex' (a hex literal): 'why' ("skipped:
+ * paused by ...", "" when not paused) and whether a trigger waits. */
+int dlock__my_job_peek(dlock_client *c, const char *hex, char *why, size_t whylen, int *pending);
+/* Claim the pending trigger (cl->manual) like a tick: the job lock of
+ * dlock_sched and a fence, then the trigger (one winner). cl->outcome
+ * YOURS, BUSY (it stays pending) or NONE. */
+int dlock__my_job_claim_manual(dlock_client *c, dlock__claim *cl, const char *hex, const char *node_hex);
+
 /* ---- Semaphores and read-write locks, lease mode (family.c) ---- */
 typedef struct dlock__my_fam {
   const char *hname;     /* the name as X'..' */

@@ -49,6 +49,20 @@ static int claim_update(dlock_client *c, const dlock__claim *cl, const char *hex
   return dlock__my_run(myc(c), sql, 1, r);
 }
 
+/* A paused job's claimed tick: recorded as skipped, with who and why. */
+static int record_skip(dlock_client *c, dlock__claim *cl, const char *hex, const char *node_hex) {
+  char out_hex[2 * 64 + 4], sql[1500];
+  dlock__my_hex(cl->why, strnlen(cl->why, 63), out_hex);
+  snprintf(sql, sizeof sql,
+           "INSERT IGNORE INTO dlock_sched_runs (job, run_token, node, fence, scheduled_ms, start_ms, duration_ms, "
+           "outcome) VALUES (%s, '%s', %s, 0, %" PRId64 ", %" PRId64 ", -1, %s)",
+           hex, cl->token, node_hex, cl->claimed_tick_ms, cl->start_ms, out_hex);
+  dlock__my_res r;
+  int rc = dlock__my_run(myc(c), sql, 1, &r);
+  cl->outcome = DLOCK__CLAIM_PAUSED;
+  return rc;
+}
+
 int dlock__my_sched_claim(dlock_client *c, dlock__claim *cl) {
   dlock__my *my = myc(c);
   cl->maybe_ran = 0;
@@ -57,9 +71,15 @@ int dlock__my_sched_claim(dlock_client *c, dlock__claim *cl) {
   if (rc) return rc;
   const char *node = cl->node ? cl->node : "";
   dlock__my_hex(node, strnlen(node, 127), node_hex);
+  if (cl->manual) return dlock__my_job_claim_manual(c, cl, hex, node_hex);
+  /* The job's state: paused, the tick is claimed without the job lock (a
+   * 1 ms one) and recorded as skipped instead of run. */
+  if ((rc = dlock__my_job_peek(c, hex, cl->why, sizeof cl->why, &cl->trigger_pending))) return rc;
+  dlock__claim paused = *cl;
+  if (cl->why[0]) paused.at_most_ms = 1, paused.allow_overlap = 1;
   for (int pass = 0; pass < 2; pass++) {
     dlock__my_res r;
-    rc = claim_update(c, cl, hex, node_hex, &r);
+    rc = claim_update(c, &paused, hex, node_hex, &r);
     if (rc) {
       cl->maybe_ran = 1; /* undo frees the job lock if it holds our token */
       dlock__error_prefix("job '%s': ", cl->job);
@@ -84,6 +104,7 @@ int dlock__my_sched_claim(dlock_client *c, dlock__claim *cl) {
       cl->claimed_tick_ms = row && row[1] ? strtoll(row[1], NULL, 10) : cl->tick_ms;
       mysql_free_result(r.rows);
       cl->outcome = DLOCK__CLAIM_YOURS;
+      if (cl->why[0]) return record_skip(c, cl, hex, node_hex);
       return 0;
     }
     /* Not claimed: why (the row as it is now), or there is no row yet. */

@@ -414,11 +414,18 @@ static void list_one(const char *name, void *arg) {
   if (strlen(name) >= a->skip) a->fn(name + a->skip, a->arg);
 }
 
-static int pg_list(dlock_client *c, const char *pattern, void (*fn)(const char *name, void *arg), void *arg) {
+/* 'list' (of pg.h) with the client's prefix put in front of 'pattern' and
+ * taken off the names. */
+static int list_prefixed(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg,
+                         int (*list)(dlock__pg *, const char *, void (*)(const char *, void *), void *)) {
   char full[FULL_MAX];
   full_name(c, pattern ? pattern : "*", full);
   list_arg a = {c->prefix_len, fn, arg};
-  return dlock__pg_list(pgc(c), full, list_one, &a);
+  return list(pgc(c), full, list_one, &a);
+}
+
+static int pg_list(dlock_client *c, const char *pattern, void (*fn)(const char *name, void *arg), void *arg) {
+  return list_prefixed(c, pattern, fn, arg, dlock__pg_list);
 }
 
 static int pg_force_release(dlock_client *c, const char *name, unsigned flags, int *was_held) {
@@ -455,26 +462,32 @@ static int claim_delay(dlock_client *c, dlock__claim *cl, const char *full) {
                         "job name '%.40s...' is %zu bytes; the PostgreSQL backend's tables hold at "
                         "most %d (%s)",
                         full, strlen(full), DLOCK__PG_NAME_MAX, c->server);
-  char sql[400], delay[24], lock[24];
+  char sql[400], delay[24], lock[24], keep[24];
   /* set_config(..., true): this transaction commits synchronously, so a
-   * crash cannot lose a fence already handed out (works through poolers). */
+   * crash cannot lose a fence already handed out (works through poolers).
+   * The _job function obeys a pause (pg_sql.c). */
   snprintf(sql, sizeof sql,
-           "SELECT outcome, fence, start_ms, tick, wait_ms, set_config('synchronous_commit', 'on', true) FROM "
-           "\"%s\".sched_claim_delay($1, $2::bigint, $3, $4, $5::bigint)",
+           "SELECT outcome, fence, start_ms, claimed, wait_ms, why, pending, set_config('synchronous_commit', 'on', "
+           "true) FROM \"%s\".sched_claim_delay_job($1, $2::bigint, $3, $4, $5::bigint, $6::int)",
            pg->schema);
   snprintf(delay, sizeof delay, "%" PRId64, cl->delay_ms);
   snprintf(lock, sizeof lock, "%" PRId64, cl->at_most_ms);
-  const char *vals[5] = {full, delay, cl->token, cl->node ? cl->node : "", lock};
+  snprintf(keep, sizeof keep, "%d", cl->history_len > 0 ? cl->history_len : 100);
+  const char *vals[6] = {full, delay, cl->token, cl->node ? cl->node : "", lock, keep};
   PGresult *r = NULL;
   /* Twice-safe: the run token makes a second call answer as the first. */
-  int rc = dlock__pg_run(pg, sql, 5, vals, 0, 1, &r, NULL, NULL);
+  int rc = dlock__pg_run(pg, sql, 6, vals, 0, 1, &r, NULL, NULL);
   if (rc) {
     cl->maybe_ran = 1;
     dlock__error_prefix("job '%s': ", cl->job);
     return rc;
   }
   int outcome = atoi(PQgetvalue(r, 0, 0));
-  if (outcome == 1) {
+  cl->trigger_pending = PQgetvalue(r, 0, 6)[0] == 't';
+  if (outcome == 3) {
+    cl->outcome = DLOCK__CLAIM_PAUSED;
+    snprintf(cl->why, sizeof cl->why, "%s", PQgetvalue(r, 0, 5));
+  } else if (outcome == 1) {
     uint64_t fence = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
     if (fence == 0 || fence > (uint64_t)INT64_MAX) {
       PQclear(r);
@@ -519,8 +532,7 @@ static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
   int outcome = 0;
   uint64_t fence = 0;
   int64_t start = 0, skew = 0;
-  int rc = dlock__pg_sched_claim(pg, full, cl->tick_ms, cl->token, cl->node, lock_ms, cl->ahead_ms, &outcome, &fence,
-                                 &start, &skew);
+  int rc = dlock__pg_job_claim(pg, full, cl, lock_ms, &outcome, &fence, &start, &skew);
   if (rc) {
     cl->maybe_ran = 1; /* the claim may have run: undo frees the job lock if it holds our token */
     dlock__error_prefix("job '%s': ", cl->job);
@@ -536,7 +548,13 @@ static int pg_sched_claim(dlock_client *c, dlock__claim *cl) {
     cl->outcome = DLOCK__CLAIM_YOURS;
     cl->fence = fence;
     cl->start_ms = start;
-    cl->claimed_tick_ms = cl->tick_ms;
+    if (!cl->manual) cl->claimed_tick_ms = cl->tick_ms;
+    break;
+  case 3:
+    cl->outcome = DLOCK__CLAIM_PAUSED;
+    break;
+  case 4:
+    cl->outcome = DLOCK__CLAIM_NONE;
     break;
   case 0:
     cl->outcome = DLOCK__CLAIM_TAKEN;
@@ -663,11 +681,43 @@ static const dlock__admin_ops pg_admin = {
 
 static const dlock__guard_ops pg_guard = {.check = pg_guard_check};
 
+/* A job's state (pg_jobs.c). */
+static int pg_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason, const char *id) {
+  char full[FULL_MAX];
+  full_name(c, job, full);
+  int rc = dlock__pg_job_set(pgc(c), full, op, by, reason, id);
+  if (rc < 0) dlock__error_prefix("on %s: ", c->server);
+  return rc;
+}
+
+static int pg_job_get(dlock_client *c, const char *job, dlock_job_state *out) {
+  char full[FULL_MAX];
+  full_name(c, job, full);
+  return dlock__pg_job_get(pgc(c), full, out);
+}
+
+static int pg_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  return list_prefixed(c, pattern, fn, arg, dlock__pg_job_list);
+}
+
+static int pg_job_watch(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle) {
+  char full[FULL_MAX];
+  full_name(c, job, full);
+  return dlock__pg_job_watch_add(pgc(c), full, wake, arg, dlock_mono_now() + c->command_timeout_ms, handle);
+}
+
+static void pg_job_unwatch(dlock_client *c, void *handle) { dlock__pg_job_watch_remove(pgc(c), handle); }
+
 static const dlock__sched_ops pg_sched = {
     .claim = pg_sched_claim,
     .finish = pg_sched_finish,
     .undo = pg_sched_undo,
     .history = pg_sched_history,
+    .job_set = pg_job_set,
+    .job_get = pg_job_get,
+    .job_list = pg_job_list,
+    .job_watch = pg_job_watch,
+    .job_unwatch = pg_job_unwatch,
 };
 
 /* Both modes' required table; advisory mode has no scheduler. */

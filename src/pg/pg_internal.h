@@ -7,6 +7,7 @@
 #define DLOCK_PG_INTERNAL_H
 
 #include <pthread.h>
+#include <stdlib.h>
 
 #include <libpq-fe.h>
 
@@ -102,6 +103,9 @@ struct dlock__pg {
   void *hw_arg;
   char (*hw_names)[DLOCK__PG_NAME_MAX + 1];
   size_t hw_n, hw_cap;
+  /* The schedulers' watches of their jobs' states (pg_lock.c,
+   * dlock__pg_job_watch_add), woken by the same thread. Under ln_mu. */
+  struct dlock__pg_jw *jw;
   /* When the last opportunistic prune ran (0: never). */
   atomic_llong pruned_at;
 };
@@ -130,6 +134,37 @@ int dlock__pg_exec_on(dlock__pg *pg, PGconn *conn, const char *sql, int n, const
  * are missing, once. */
 int dlock__pg_run(dlock__pg *pg, const char *sql, int n, const char *const *vals, dlock_mono_ms limit, int twice_safe,
                   PGresult **out, int *resent, int *maybe_ran);
+
+/* Reading results: a decimal into a buffer; a bigint column (-1 NULL); a boolean column. */
+#define NUM(buf, v) snprintf(buf, sizeof buf, "%lld", (long long)(v))
+static inline int64_t col_i64(const PGresult *r, int row, int col) {
+  if (PQgetisnull(r, row, col)) return -1;
+  return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+static inline int col_bool(const PGresult *r, int row, int col) {
+  return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+}
+
+/* A glob ('*', '?'; NULL: all) as a LIKE pattern (malloc'd; NULL: no memory). */
+char *dlock__pg_like(const char *pattern);
+/* 0 when 'name' fits the tables (UTF-8, length), else DLOCK_ENAME naming 'what'. */
+int dlock__pg_check_name(dlock__pg *pg, const char *what, const char *name);
+
+/* ---- A scheduled job's state (pg_jobs.c; backend.h's job_* slots) ---- */
+/* Claim a tick (or with cl->manual the pending trigger) of 'job' obeying
+ * the job's state: '*outcome' as dlock__pg_sched_claim's, or 3 paused (the
+ * tick recorded as skipped, cl->why), 4 no trigger pending; sets
+ * cl->trigger_pending, and with cl->manual cl->claimed_tick_ms. */
+int dlock__pg_job_claim(dlock__pg *pg, const char *job, dlock__claim *cl, int64_t lock_ms, int *outcome,
+                        uint64_t *fence, int64_t *start_ms, int64_t *skew_ms);
+int dlock__pg_job_set(dlock__pg *pg, const char *job, int op, const char *by, const char *reason, const char *id);
+int dlock__pg_job_get(dlock__pg *pg, const char *job, dlock_job_state *out);
+int dlock__pg_job_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *, void *), void *arg);
+/* Call 'wake(arg)' on every notification of the job's state (and when the
+ * LISTEN connection comes back); waits for that connection until 'until'. */
+int dlock__pg_job_watch_add(dlock__pg *pg, const char *job, void (*wake)(void *), void *arg, dlock_mono_ms until,
+                            void **handle);
+void dlock__pg_job_watch_remove(dlock__pg *pg, void *handle);
 
 void dlock__pg_sql_build(dlock__pg *pg);
 void dlock__pg_sql_free(dlock__pg *pg);

@@ -22,17 +22,6 @@
 
 #include "pg/pg_internal.h"
 
-#define NUM(buf, v) snprintf(buf, sizeof buf, "%lld", (long long)(v))
-
-static int64_t col_i64(const PGresult *r, int row, int col) {
-  if (PQgetisnull(r, row, col)) return -1;
-  return strtoll(PQgetvalue(r, row, col), NULL, 10);
-}
-
-static int col_bool(const PGresult *r, int row, int col) {
-  return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
-}
-
 /* 1 when 's' is well-formed UTF-8 (no overlong forms, no surrogates). */
 static int utf8_ok(const unsigned char *s) {
   while (*s) {
@@ -66,6 +55,8 @@ static int check_name(dlock__pg *pg, const char *what, const char *name) {
                         what, name, n, DLOCK__PG_NAME_MAX, pg->display);
   return 0;
 }
+
+int dlock__pg_check_name(dlock__pg *pg, const char *what, const char *name) { return check_name(pg, what, name); }
 
 int dlock__pg_init(dlock__pg *pg) {
   dlock_mono_ms deadline = dlock_mono_now() + pg->opts.command_timeout_ms * 2;
@@ -356,6 +347,21 @@ static long watched(const dlock__pg *pg, const char *name, size_t len) {
   return -1;
 }
 
+/* A scheduler's watch of a job's state (dlock__pg_job_watch_add). */
+struct dlock__pg_jw {
+  struct dlock__pg_jw *next;
+  void (*wake)(void *);
+  void *arg;
+  char name[DLOCK__PG_NAME_MAX + 1];
+};
+
+/* Wake the watches of the job 'name' (up to 'len' bytes); NULL: all. Under
+ * ln_mu (a wake neither blocks nor calls dlock). */
+static void job_wake(dlock__pg *pg, const char *name, size_t len) {
+  for (struct dlock__pg_jw *w = pg->jw; w; w = w->next)
+    if (!name || (strlen(w->name) == len && !memcmp(w->name, name, len))) w->wake(w->arg);
+}
+
 /* The thread: reads the LISTEN connection (or lets a waiter read it) while
  * names are held, and pokes on a notification that names one. */
 static void *watch_main(void *arg) {
@@ -363,7 +369,7 @@ static void *watch_main(void *arg) {
   pthread_mutex_lock(&pg->ln_mu);
   uint64_t gen = pg->ln_gen;
   while (!atomic_load(&pg->hw_stop)) {
-    if (pg->hw_n == 0) {
+    if (pg->hw_n == 0 && !pg->jw) {
       gen = pg->ln_gen;
       pthread_cond_wait(&pg->ln_cv, &pg->ln_mu);
       continue;
@@ -372,7 +378,10 @@ static void *watch_main(void *arg) {
     if (pg->ln_gen - gen > DLOCK__PG_RING) gen = pg->ln_gen - DLOCK__PG_RING;
     for (; gen < pg->ln_gen; gen++) {
       const char *e = pg->ln_ring[gen % DLOCK__PG_RING], *sp = strchr(e, ' ');
-      if (sp && watched(pg, e, (size_t)(sp - e)) >= 0) poke = 1;
+      if (sp && !strcmp(sp + 1, "job"))
+        job_wake(pg, e, (size_t)(sp - e));
+      else if (sp && watched(pg, e, (size_t)(sp - e)) >= 0)
+        poke = 1;
     }
     if (poke) {
       pthread_mutex_unlock(&pg->ln_mu);
@@ -380,12 +389,17 @@ static void *watch_main(void *arg) {
       pthread_mutex_lock(&pg->ln_mu);
       continue;
     }
-    if (pg->ln_state != 1 && !pg->ln_starting && listen_start(pg, dlock_mono_now() + 5000, &pg->hw_stop)) continue;
+    if (pg->ln_state != 1 && !pg->ln_starting && listen_start(pg, dlock_mono_now() + 5000, &pg->hw_stop)) {
+      if (pg->ln_state == 1) job_wake(pg, NULL, 0); /* (re)connected: a change may have gone unheard */
+      continue;
+    }
     read_slice(pg, dlock_mono_now(), 500);
   }
   pthread_mutex_unlock(&pg->ln_mu);
   return NULL;
 }
+
+static void watch_listening(dlock__pg *pg, dlock_mono_ms until);
 
 void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), void *arg, dlock_mono_ms until) {
   if (pg->advisory) return;
@@ -403,6 +417,13 @@ void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), 
   snprintf(pg->hw_names[pg->hw_n++], sizeof pg->hw_names[0], "%s", name);
   pg->hw_poke = poke;
   pg->hw_arg = arg;
+  watch_listening(pg, until);
+  pthread_mutex_unlock(&pg->ln_mu);
+}
+
+/* Have the watch thread run and the LISTEN connection up (bounded by
+ * 'until'). Under ln_mu. */
+static void watch_listening(dlock__pg *pg, dlock_mono_ms until) {
   if (!pg->hw_started && pthread_create(&pg->hw_thread, NULL, watch_main, pg) == 0) pg->hw_started = 1;
   /* The first hold waits for the LISTEN connection, so that a forced
    * release right after the acquire is heard too. */
@@ -413,6 +434,33 @@ void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), 
     pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
   }
   pthread_cond_broadcast(&pg->ln_cv);
+}
+
+int dlock__pg_job_watch_add(dlock__pg *pg, const char *job, void (*wake)(void *), void *arg, dlock_mono_ms until,
+                            void **handle) {
+  *handle = NULL;
+  struct dlock__pg_jw *w = calloc(1, sizeof *w);
+  if (!w) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  snprintf(w->name, sizeof w->name, "%s", job);
+  w->wake = wake;
+  w->arg = arg;
+  pthread_mutex_lock(&pg->ln_mu);
+  w->next = pg->jw;
+  pg->jw = w;
+  watch_listening(pg, until);
+  pthread_mutex_unlock(&pg->ln_mu);
+  *handle = w;
+  return 0;
+}
+
+void dlock__pg_job_watch_remove(dlock__pg *pg, void *handle) {
+  pthread_mutex_lock(&pg->ln_mu);
+  for (struct dlock__pg_jw **p = &pg->jw; *p; p = &(*p)->next)
+    if (*p == handle) {
+      *p = (*p)->next;
+      free(handle);
+      break;
+    }
   pthread_mutex_unlock(&pg->ln_mu);
 }
 
@@ -433,6 +481,11 @@ void dlock__pg_watch_stop(dlock__pg *pg) {
   if (started) pthread_join(pg->hw_thread, NULL);
   free(pg->hw_names);
   pg->hw_names = NULL;
+  while (pg->jw) { /* a scheduler not freed before its client */
+    struct dlock__pg_jw *next = pg->jw->next;
+    free(pg->jw);
+    pg->jw = next;
+  }
 }
 
 /* ---- Acquire ---- */
@@ -1205,15 +1258,10 @@ int dlock__pg_info(dlock__pg *pg, const char *name, dlock_lock_info *out) {
   return 0;
 }
 
-int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *name, void *arg), void *arg) {
-  if (pg->advisory)
-    return dlock__error(DLOCK_EINVAL,
-                        "%s: advisory locks have only 64-bit keys in pg_locks, not names; list needs lease mode",
-                        pg->display);
+char *dlock__pg_like(const char *pattern) {
   const char *pat = pattern ? pattern : "*";
-  size_t n = strlen(pat);
-  char *like = malloc(2 * n + 1);
-  if (!like) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  char *like = malloc(2 * strlen(pat) + 1);
+  if (!like) return NULL;
   char *o = like;
   for (const char *p = pat; *p; p++) {
     if (*p == '*')
@@ -1226,6 +1274,16 @@ int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *na
     }
   }
   *o = '\0';
+  return like;
+}
+
+int dlock__pg_list(dlock__pg *pg, const char *pattern, void (*fn)(const char *name, void *arg), void *arg) {
+  if (pg->advisory)
+    return dlock__error(DLOCK_EINVAL,
+                        "%s: advisory locks have only 64-bit keys in pg_locks, not names; list needs lease mode",
+                        pg->display);
+  char *like = dlock__pg_like(pattern);
+  if (!like) return dlock__error(DLOCK_ENOMEM, "out of memory");
   const char *vals[1] = {like};
   PGresult *r = NULL;
   int rc = dlock__pg_run(pg, pg->sql[DLOCK__PG_SQL_LIST], 1, vals, 0, 1, &r, NULL, NULL);

@@ -39,11 +39,19 @@ typedef struct zk_shared {
   int refs;
 } zk_shared;
 
+/* The job watches set by this client's schedulers (zk/sched.c's handles),
+ * freed with the client, once its session's threads ended. */
+typedef struct zk_jw {
+  struct zk_jw *next;
+  void *h;
+} zk_jw;
+
 typedef struct zk_client {
   dlock__zk *z;
-  pthread_mutex_t mu; /* guards runs and shared */
+  pthread_mutex_t mu; /* guards runs, shared and jws */
   zk_run *runs;
   zk_shared *shared;
+  zk_jw *jws;
 } zk_client;
 
 /* Per handle. */
@@ -132,6 +140,11 @@ static void zk_close(dlock_client *c) {
     free(e->node_path);
     free(e->lock_path);
     free(e);
+  }
+  for (zk_jw *w = zc->jws, *next; w; w = next) {
+    next = w->next;
+    dlock__zk_job_watch_free(w->h);
+    free(w);
   }
   pthread_mutex_destroy(&zc->mu);
   free(zc);
@@ -446,6 +459,15 @@ static int zk_guard_check(dlock_client *c, const char *resource, uint64_t token,
 
 /* ---- Scheduler ---- */
 
+static int job_lock(dlock_client *c, dlock__claim *cl);
+static int release_run(dlock_client *c, const char *token);
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
   zk_client *zc = ZC(c);
   int rc = dlock__zk_check_name("job name", cl->job);
@@ -458,32 +480,64 @@ static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
                         cl->job, c->server);
   uint64_t fence = 0;
   char by[128] = "";
-  rc = dlock__zk_sched_claim(zc->z, cl->job, cl->tick_ms, cl->token, cl->node, cl->ahead_ms, TICKS_KEPT, &fence, by,
-                             sizeof by);
+  if (cl->manual) {
+    /* The trigger's claim comes after the job lock's: a run that holds it
+     * leaves the trigger pending (BUSY). */
+    if (!cl->allow_overlap && (rc = job_lock(c, cl)) != 0) return rc < 0 ? rc : 0;
+    rc = dlock__zk_job_claim_manual(zc->z, cl->job, cl->token, cl->node, TICKS_KEPT, &fence, &cl->claimed_tick_ms, by,
+                                    sizeof by);
+    if (rc <= 0) {
+      if (!cl->allow_overlap) release_run(c, cl->token);
+      cl->outcome = DLOCK__CLAIM_NONE;
+      return rc;
+    }
+    cl->outcome = DLOCK__CLAIM_YOURS;
+    cl->fence = fence;
+    cl->start_ms = wall_ms();
+    return 0;
+  }
+  /* The job's state: a pause consumes the tick, recorded once as skipped. */
+  if ((rc = dlock__zk_job_peek(zc->z, cl->job, cl->why, sizeof cl->why, &cl->trigger_pending))) return rc;
+  rc = dlock__zk_sched_claim_paused(zc->z, cl->job, cl->tick_ms, cl->token, cl->node, cl->why[0] ? cl->why : NULL,
+                                    cl->ahead_ms, TICKS_KEPT, &fence, by, sizeof by);
   if (rc < 0) return rc;
   if (rc == 0) {
     cl->outcome = DLOCK__CLAIM_TAKEN;
     snprintf(cl->by, sizeof cl->by, "%s", by);
     return 0;
   }
-  cl->fence = fence;
-  cl->start_ms = (int64_t)time(NULL) * 1000; /* refined below */
-  struct timespec ts;
-  if (clock_gettime(CLOCK_REALTIME, &ts) == 0) cl->start_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-  if (cl->allow_overlap) {
-    cl->outcome = DLOCK__CLAIM_YOURS;
-    return 0;
+  if (rc == 2) {
+    cl->outcome = DLOCK__CLAIM_PAUSED;
+    dlock_run_record rec;
+    dlock_run_record_init(&rec);
+    snprintf(rec.node, sizeof rec.node, "%s", cl->node ? cl->node : "");
+    rec.scheduled_unix_ms = cl->tick_ms;
+    rec.start_unix_ms = wall_ms();
+    rec.duration_ms = -1;
+    snprintf(rec.outcome, sizeof rec.outcome, "%.63s", cl->why);
+    /* fence 0: the record's name is the tick's own (consumed once). */
+    return dlock__zk_sched_finish(zc->z, cl->job, &rec, cl->history_len > 0 ? cl->history_len : 100);
   }
-  /* The job lock keeps runs of one job from overlapping: held by this
-   * session from the claim to the finish (or the session's end). */
+  cl->fence = fence;
+  cl->start_ms = wall_ms();
+  if (!cl->allow_overlap && (rc = job_lock(c, cl)) != 0) return rc < 0 ? rc : 0;
+  cl->outcome = DLOCK__CLAIM_YOURS;
+  return 0;
+}
+
+/* The job lock keeps runs of one job from overlapping: held by this
+ * session from the claim to the finish (or the session's end). 0 taken,
+ * 1 BUSY (cl->outcome set), < 0. */
+static int job_lock(dlock_client *c, dlock__claim *cl) {
+  zk_client *zc = ZC(c);
   zk_run *run = calloc(1, sizeof *run);
   if (!run) return dlock__error(DLOCK_ENOMEM, "out of memory");
-  rc = dlock__zk_job_lock_try(zc->z, cl->job, cl->node, &run->hold);
+  int rc = dlock__zk_job_lock_try(zc->z, cl->job, cl->node, &run->hold);
   if (rc == DLOCK_EBUSY) {
     free(run);
     cl->outcome = DLOCK__CLAIM_BUSY;
     snprintf(cl->by, sizeof cl->by, "%s", "a previous run");
-    return 0;
+    return 1;
   }
   if (rc) {
     free(run);
@@ -494,7 +548,6 @@ static int zk_sched_claim(dlock_client *c, dlock__claim *cl) {
   run->next = zc->runs;
   zc->runs = run;
   pthread_mutex_unlock(&zc->mu);
-  cl->outcome = DLOCK__CLAIM_YOURS;
   return 0;
 }
 
@@ -555,11 +608,55 @@ static const dlock__admin_ops zk_admin = {
 
 static const dlock__guard_ops zk_guard = {.check = zk_guard_check};
 
+/* ---- A job's state (zk/sched.c) ---- */
+
+static int zk_job_set(dlock_client *c, const char *job, int op, const char *by, const char *reason, const char *id) {
+  return dlock__zk_job_set(ZZ(c), job, op, by, reason, id);
+}
+
+static int zk_job_get(dlock_client *c, const char *job, dlock_job_state *out) {
+  return dlock__zk_job_get(ZZ(c), job, out);
+}
+
+static int zk_job_list(dlock_client *c, const char *pattern, void (*fn)(const char *, void *), void *arg) {
+  list_ctx x = {pattern && *pattern ? pattern : NULL, fn, arg, 0};
+  int rc = dlock__zk_job_list(ZZ(c), list_one, &x);
+  return rc < 0 ? rc : x.n;
+}
+
+static int zk_job_watch(dlock_client *c, const char *job, void (*wake)(void *), void *arg, void **handle) {
+  zk_client *zc = ZC(c);
+  *handle = NULL;
+  zk_jw *ref = calloc(1, sizeof *ref);
+  if (!ref) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int rc = dlock__zk_job_watch(zc->z, job, wake, arg, &ref->h);
+  if (rc) {
+    free(ref);
+    return rc;
+  }
+  pthread_mutex_lock(&zc->mu);
+  ref->next = zc->jws;
+  zc->jws = ref;
+  pthread_mutex_unlock(&zc->mu);
+  *handle = ref->h;
+  return 0;
+}
+
+static void zk_job_unwatch(dlock_client *c, void *handle) {
+  (void)c;
+  dlock__zk_job_unwatch(handle);
+}
+
 static const dlock__sched_ops zk_sched = {
     .claim = zk_sched_claim,
     .finish = zk_sched_finish,
     .undo = zk_sched_undo,
     .history = zk_sched_history,
+    .job_set = zk_job_set,
+    .job_get = zk_job_get,
+    .job_list = zk_job_list,
+    .job_watch = zk_job_watch,
+    .job_unwatch = zk_job_unwatch,
 };
 
 /* Not offered: an election is in Curator's LeaderLatch layout (lock.c), and

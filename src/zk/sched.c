@@ -11,6 +11,7 @@
  * that lags would show an older token: one equal to it passes unwritten).
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,15 +245,21 @@ static int tick_owner(const char *data, int len, const char *token, char *by, si
   return !strncmp(buf, want, strlen(want));
 }
 
-int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
-                          int64_t ahead_ms, int keep, uint64_t *fence, char *by, size_t bylen) {
+/* Claim by creating <job>/<sub>/<leaf> (leaf NULL: the tick, 20 digits,
+ * refused ahead of the ensemble's clock) with the run token and node as
+ * data, and "paused=<why>" when 'why' (a paused tick: consumed, not run).
+ * 1 ours, 2 ours and paused, 0 another's; children beyond the newest 'keep'
+ * accepted by 'kept' are deleted. */
+static int claim_node(dlock__zk *z, const char *job, const char *sub, const char *leaf, int64_t tick_unix_ms,
+                      const char *run_token, const char *node, const char *why, int64_t ahead_ms, int keep,
+                      int (*kept)(const char *), uint64_t *fence, char *by, size_t bylen) {
   int rc = dlock__zk_check_name("job name", job);
   if (rc) return rc;
   if (tick_unix_ms < 0 || !run_token || !*run_token || strlen(run_token) > 128)
     return dlock__error(DLOCK_EINVAL, "claim '%s': bad tick or run token", job);
   dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
   if (!s) return rc;
-  char *dir = job_path(z, job, "ticks");
+  char *dir = job_path(z, job, sub);
   char *path = NULL;
   char data[600];
   int tries = 0;
@@ -261,14 +268,18 @@ int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, c
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
-  size_t pn = strlen(dir) + 22;
+  size_t pn = strlen(dir) + 22 + (leaf ? strlen(leaf) : 0);
   path = malloc(pn);
   if (!path) {
     rc = dlock__error(DLOCK_ENOMEM, "out of memory");
     goto out;
   }
-  snprintf(path, pn, "%s/%020" PRId64, dir, tick_unix_ms);
-  snprintf(data, sizeof data, "run=%s\nnode=%.400s\n", run_token, node ? node : "");
+  if (leaf)
+    snprintf(path, pn, "%s/%s", dir, leaf);
+  else
+    snprintf(path, pn, "%s/%020" PRId64, dir, tick_unix_ms);
+  snprintf(data, sizeof data, "run=%s\nnode=%.300s\n%s%.160s%s", run_token, node ? node : "", why ? "paused=" : "",
+           why ? why : "", why ? "\n" : "");
   while (1) {
     struct Stat st;
     int zrc;
@@ -277,7 +288,7 @@ int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, c
       /* The ensemble's clock (the node's ctime) bounds the ticks one may
        * claim: a host whose clock runs ahead would otherwise claim future
        * ticks that correct hosts then find taken. */
-      if (ahead_ms > 0 && tick_unix_ms > st.ctime + ahead_ms) {
+      if (!leaf && ahead_ms > 0 && tick_unix_ms > st.ctime + ahead_ms) {
         zoo_delete(s->zh, path, st.version);
         rc = dlock__error(DLOCK_ETIME,
                           "claim of tick %" PRId64 " of job '%s' on %s refused: it is %" PRId64
@@ -295,7 +306,7 @@ int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, c
       }
       if (closed) continue;
       *fence = (uint64_t)st.czxid;
-      rc = 1;
+      rc = why ? 2 : 1;
       break;
     }
     if (zrc == ZNODEEXISTS || dlock__zk_rc_uncertain(zrc)) {
@@ -317,7 +328,8 @@ int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, c
       }
       if (tick_owner(buf, len, run_token, by, bylen)) {
         *fence = (uint64_t)st.czxid;
-        rc = 1;
+        buf[len > 0 ? len : 0] = '\0';
+        rc = strstr(buf, "\npaused=") ? 2 : 1;
       } else {
         rc = 0;
       }
@@ -326,12 +338,25 @@ int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, c
     rc = dlock__zk_fail(z, zrc, "claim (create the tick node)", path);
     goto out;
   }
-  trim(s, dir, keep, is_tick_name);
+  trim(s, dir, keep, kept);
 out:
   free(dir);
   free(path);
   dlock__zk_sess_put(s);
   return rc;
+}
+
+int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
+                          int64_t ahead_ms, int keep, uint64_t *fence, char *by, size_t bylen) {
+  return claim_node(z, job, "ticks", NULL, tick_unix_ms, run_token, node, NULL, ahead_ms, keep, is_tick_name, fence, by,
+                    bylen);
+}
+
+int dlock__zk_sched_claim_paused(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token,
+                                 const char *node, const char *why, int64_t ahead_ms, int keep, uint64_t *fence,
+                                 char *by, size_t bylen) {
+  return claim_node(z, job, "ticks", NULL, tick_unix_ms, run_token, node, why, ahead_ms, keep, is_tick_name, fence, by,
+                    bylen);
 }
 
 static void put_field(char *buf, size_t len, const char *k, const char *v) {
@@ -475,4 +500,278 @@ out:
   free(dir);
   dlock__zk_sess_put(s);
   return rc;
+}
+
+/* ---- A job's state (dlock_job_*: pause, resume, trigger) ----
+ *
+ *   <job>/state                   while paused: "by=<who>\nreason=<why>\n" (its ctime: when)
+ *   <job>/trigger                 while a manual trigger waits: "by=<who>\nid=<id>\n" (its ctime: when)
+ *   <job>/manual/<ctime>-<id>     the claim of trigger <id>, as a tick's (czxid: the fence)
+ *
+ * A running scheduler watches <job>/trigger (backend.c); a pause is read by
+ * every tick's claim (one getChildren of <job>, and the state's data only
+ * while paused). */
+
+static int is_manual_name(const char *c) {
+  if (strlen(c) < 22 || c[20] != '-') return 0;
+  for (int i = 0; i < 20; i++)
+    if (c[i] < '0' || c[i] > '9') return 0;
+  return 1;
+}
+
+/* 1 when trigger 'id' was claimed already (a <job>/manual child names it). */
+static int manual_claimed(dlock__zk *z, dlock__zk_sess *s, const char *job, const char *id) {
+  char *dir = job_path(z, job, "manual");
+  struct String_vector v = {0, NULL};
+  int found = 0;
+  if (dir && zoo_get_children(s->zh, dir, 0, &v) == ZOK) {
+    for (int i = 0; i < v.count && !found; i++) found = is_manual_name(v.data[i]) && !strcmp(v.data[i] + 21, id);
+    deallocate_String_vector(&v);
+  }
+  free(dir);
+  return found;
+}
+
+int dlock__zk_job_set(dlock__zk *z, const char *job, int op, const char *by, const char *reason, const char *id) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *path = job_path(z, job, op == DLOCK__JOB_TRIGGER ? "trigger" : "state");
+  char data[700] = "";
+  put_field(data, sizeof data, "by", by);
+  put_field(data, sizeof data, op == DLOCK__JOB_TRIGGER ? "id" : "reason", op == DLOCK__JOB_TRIGGER ? id : reason);
+  int tries = 0, zrc = ZOK;
+  rc = path ? DLOCK_ETIMEDOUT : dlock__error(DLOCK_ENOMEM, "out of memory");
+  for (int round = 0; path && round < 100; round++) {
+    if (op == DLOCK__JOB_RESUME) {
+      /* Sent again after a lost reply, the delete finds nothing: 0. */
+      zrc = zoo_delete(s->zh, path, -1);
+      if (zrc == ZOK || zrc == ZNONODE) {
+        rc = zrc == ZOK;
+        break;
+      }
+    } else {
+      if (op == DLOCK__JOB_TRIGGER && manual_claimed(z, s, job, id)) {
+        rc = 1; /* a second send: the first one's trigger ran already */
+        break;
+      }
+      create_with_parents(z, s, path, data, (int)strlen(data), ZOO_PERSISTENT, NULL, &zrc);
+      if (zrc == ZOK) {
+        int closed;
+        rc = close_parent(z, s, path, &closed);
+        if (!rc) rc = 1;
+        break;
+      }
+      if (zrc == ZNODEEXISTS) {
+        /* Ours (a create whose reply was lost: the same data, a trigger's
+         * id is fresh) or another's: nothing to do. */
+        char buf[700];
+        int len = (int)sizeof buf - 1;
+        zrc = zoo_get(s->zh, path, 0, buf, &len, NULL);
+        if (zrc == ZNONODE) continue;
+        if (zrc == ZOK) {
+          buf[len > 0 ? len : 0] = '\0';
+          rc = !strcmp(buf, data);
+          break;
+        }
+      }
+    }
+    if (may_retry(s, zrc, &tries)) continue;
+    rc = dlock__zk_fail(z, zrc, "job state", path);
+    break;
+  }
+  if (rc == DLOCK_ETIMEDOUT) rc = dlock__error(rc, "job '%s' on %s: too much contention on %s", job, z->server, path);
+  free(path);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+/* Read <job>/<leaf>: 1 with its data (NUL-terminated) and stat, 0 absent. */
+static int read_leaf(dlock__zk *z, dlock__zk_sess *s, const char *job, const char *leaf, char *buf, int size,
+                     struct Stat *st) {
+  char *path = job_path(z, job, leaf);
+  if (!path) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  int len = size - 1, tries = 0, zrc;
+  while ((zrc = zoo_get(s->zh, path, 0, buf, &len, st)) != ZOK && zrc != ZNONODE && may_retry(s, zrc, &tries))
+    len = size - 1;
+  int rc = zrc == ZOK ? 1 : zrc == ZNONODE ? 0 : dlock__zk_fail(z, zrc, "read the job state", path);
+  if (rc == 1) buf[len > 0 ? len : 0] = '\0';
+  free(path);
+  return rc;
+}
+
+/* "skipped: paused by WHO: REASON" (as the history records it) from the state's data. */
+static void paused_why(const char *data, char *why, size_t len) {
+  char by[200], reason[300];
+  get_field(data, "by", by, sizeof by);
+  get_field(data, "reason", reason, sizeof reason);
+  snprintf(why, len, "skipped: paused by %s%s%s", by, *reason ? ": " : "", reason);
+}
+
+int dlock__zk_job_get(dlock__zk *z, const char *job, dlock_job_state *out) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char buf[700];
+  struct Stat st;
+  if ((rc = read_leaf(z, s, job, "state", buf, sizeof buf, &st)) == 1) {
+    out->paused = 1;
+    get_field(buf, "by", out->paused_by, sizeof out->paused_by);
+    get_field(buf, "reason", out->paused_reason, sizeof out->paused_reason);
+    out->paused_unix_ms = st.ctime;
+  }
+  if (rc >= 0 && (rc = read_leaf(z, s, job, "trigger", buf, sizeof buf, &st)) == 1) {
+    out->trigger_pending = 1;
+    get_field(buf, "by", out->trigger_by, sizeof out->trigger_by);
+    out->trigger_unix_ms = st.ctime;
+  }
+  dlock__zk_sess_put(s);
+  return rc < 0 ? rc : 0;
+}
+
+int dlock__zk_job_peek(dlock__zk *z, const char *job, char *why, size_t whylen, int *pending) {
+  *pending = 0;
+  why[0] = '\0';
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *dir = dlock__zk_path(z, "_dlock_sched", job);
+  struct String_vector v = {0, NULL};
+  int tries = 0, zrc = ZNONODE, paused = 0;
+  while (dir && (zrc = zoo_get_children(s->zh, dir, 0, &v)) != ZOK && zrc != ZNONODE && may_retry(s, zrc, &tries)) {
+  }
+  rc = !dir                           ? dlock__error(DLOCK_ENOMEM, "out of memory")
+       : zrc == ZOK || zrc == ZNONODE ? 0
+                                      : dlock__zk_fail(z, zrc, "read the job state", dir);
+  for (int i = 0; zrc == ZOK && i < v.count; i++) {
+    if (!strcmp(v.data[i], "trigger")) *pending = 1;
+    if (!strcmp(v.data[i], "state")) paused = 1;
+  }
+  if (zrc == ZOK) deallocate_String_vector(&v);
+  char buf[700];
+  struct Stat st;
+  if (!rc && paused && (rc = read_leaf(z, s, job, "state", buf, sizeof buf, &st)) == 1) {
+    paused_why(buf, why, whylen);
+    rc = 0;
+  }
+  free(dir);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+int dlock__zk_job_claim_manual(dlock__zk *z, const char *job, const char *run_token, const char *node, int keep,
+                               uint64_t *fence, int64_t *trigger_unix_ms, char *by, size_t bylen) {
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char buf[700], id[200], leaf[240];
+  struct Stat st;
+  rc = read_leaf(z, s, job, "trigger", buf, sizeof buf, &st);
+  dlock__zk_sess_put(s);
+  if (rc <= 0) return rc; /* none pending */
+  get_field(buf, "id", id, sizeof id);
+  *trigger_unix_ms = st.ctime;
+  snprintf(leaf, sizeof leaf, "%020" PRId64 "-%s", (int64_t)st.ctime, id);
+  rc = claim_node(z, job, "manual", leaf, 0, run_token, node, NULL, 0, keep, is_manual_name, fence, by, bylen);
+  if (rc < 0) return rc;
+  /* Claimed (by us or another): the trigger goes, if it is still this one. */
+  char *path = job_path(z, job, "trigger");
+  if ((s = dlock__zk_sess_get(z, &rc)) != NULL && path) {
+    zoo_delete(s->zh, path, st.version);
+    dlock__zk_sess_put(s);
+  }
+  free(path);
+  dlock__error_clear();
+  return rc == 1 ? 1 : 0;
+}
+
+int dlock__zk_job_list(dlock__zk *z, void (*fn)(const char *, void *), void *arg) {
+  int rc;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  if (!s) return rc;
+  char *dir = dlock__zk_path(z, "_dlock_sched", NULL);
+  struct String_vector v = {0, NULL};
+  int zrc = dir ? zoo_get_children(s->zh, dir, 0, &v) : ZSYSTEMERROR;
+  rc = !dir ? dlock__error(DLOCK_ENOMEM, "out of memory") : zrc == ZNONODE ? 0 : zrc == ZOK ? v.count : 0;
+  if (dir && zrc != ZOK && zrc != ZNONODE) rc = dlock__zk_fail(z, zrc, "list the jobs", dir);
+  for (int i = 0; zrc == ZOK && i < v.count; i++) fn(v.data[i], arg);
+  if (zrc == ZOK) deallocate_String_vector(&v);
+  free(dir);
+  dlock__zk_sess_put(s);
+  return rc;
+}
+
+/* A scheduler's watch of a job's pending trigger: an exists watch on
+ * <job>/trigger, set again by its watcher. Freed with the client, after
+ * its session's threads ended (dlock__zk_job_watch_free): a watch set
+ * again asynchronously may still fire after the unwatch, into an entry
+ * marked dead. A new session (the old one expired) has no watch: the
+ * scheduler then learns of a trigger from its next tick's claim. */
+typedef struct job_watch {
+  char *path;
+  void (*wake)(void *);
+  void *arg;
+  atomic_int dead;
+} job_watch;
+
+static void watch_set(int rc, const struct Stat *st, const void *data) {
+  (void)rc;
+  (void)st;
+  (void)data;
+}
+
+/* On the session's completion thread: no synchronous call here. Any event
+ * (the trigger made or claimed, a reconnect) wakes the scheduler, which
+ * reads the state. */
+static void job_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+  (void)state;
+  (void)path;
+  job_watch *w = ctx;
+  if (atomic_load(&w->dead)) return;
+  w->wake(w->arg);
+  if (type != ZOO_SESSION_EVENT) zoo_awexists(zh, w->path, job_watcher, w, watch_set, NULL);
+}
+
+int dlock__zk_job_watch(dlock__zk *z, const char *job, void (*wake)(void *), void *arg, void **handle) {
+  *handle = NULL;
+  int rc = dlock__zk_check_name("job name", job);
+  if (rc) return rc;
+  job_watch *w = calloc(1, sizeof *w);
+  if (!w || !(w->path = job_path(z, job, "trigger"))) {
+    free(w);
+    return dlock__error(DLOCK_ENOMEM, "out of memory");
+  }
+  w->wake = wake;
+  w->arg = arg;
+  dlock__zk_sess *s = dlock__zk_sess_get(z, &rc);
+  int zrc = ZOK;
+  if (s) {
+    struct Stat st;
+    zrc = zoo_wexists(s->zh, w->path, job_watcher, w, &st);
+    dlock__zk_sess_put(s);
+    if (zrc != ZOK && zrc != ZNONODE) rc = dlock__zk_fail(z, zrc, "watch the job's trigger", w->path);
+  }
+  if (!s || rc) { /* no watch was set: nothing can fire into it */
+    free(w->path);
+    free(w);
+    return rc;
+  }
+  *handle = w;
+  return 0;
+}
+
+void dlock__zk_job_unwatch(void *handle) {
+  job_watch *w = handle;
+  if (w) atomic_store(&w->dead, 1);
+}
+
+void dlock__zk_job_watch_free(void *handle) {
+  job_watch *w = handle;
+  if (!w) return;
+  free(w->path);
+  free(w);
 }

@@ -224,6 +224,34 @@ int dlock__zk_guard_check(dlock__zk *z, const char *resource, uint64_t token, ui
  * newest 'keep' are deleted. */
 int dlock__zk_sched_claim(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token, const char *node,
                           int64_t ahead_ms, int keep, uint64_t *fence, char *by, size_t bylen);
+/* The same, for a paused job ('why': "skipped: paused by ..."): the tick
+ * is consumed, marked paused; 2 when this claim consumed it (record the
+ * skip), 0 another's, < 0. */
+int dlock__zk_sched_claim_paused(dlock__zk *z, const char *job, int64_t tick_unix_ms, const char *run_token,
+                                 const char *node, const char *why, int64_t ahead_ms, int keep, uint64_t *fence,
+                                 char *by, size_t bylen);
+/* A job's state (sched.c: <job>/state, <job>/trigger, <job>/manual). Apply
+ * DLOCK__JOB_* (1 changed, 0 nothing to do, < 0). */
+int dlock__zk_job_set(dlock__zk *z, const char *job, int op, const char *by, const char *reason, const char *id);
+/* The pause and the pending trigger into 'out'. */
+int dlock__zk_job_get(dlock__zk *z, const char *job, dlock_job_state *out);
+/* For a tick's claim: 'why' ("skipped: paused by ...", "" when not paused)
+ * and whether a trigger waits. */
+int dlock__zk_job_peek(dlock__zk *z, const char *job, char *why, size_t whylen, int *pending);
+/* Claim the pending trigger like a tick (<job>/manual/<ctime>-<id>): 1
+ * ours (fence: its czxid; '*trigger_unix_ms' when it was made), 0 none
+ * pending or another's ('by'), < 0. */
+int dlock__zk_job_claim_manual(dlock__zk *z, const char *job, const char *run_token, const char *node, int keep,
+                               uint64_t *fence, int64_t *trigger_unix_ms, char *by, size_t bylen);
+/* Every job name under /ns/_dlock_sched; how many, or < 0. */
+int dlock__zk_job_list(dlock__zk *z, void (*fn)(const char *, void *), void *arg);
+/* Call 'wake(arg)' (from the session's thread) when <job>/trigger is made
+ * or deleted, or the connection comes back. '*handle': mark it with
+ * dlock__zk_job_unwatch, free it with dlock__zk_job_watch_free after
+ * dlock__zk_free (the watcher may fire until the session ends). */
+int dlock__zk_job_watch(dlock__zk *z, const char *job, void (*wake)(void *), void *arg, void **handle);
+void dlock__zk_job_unwatch(void *handle);
+void dlock__zk_job_watch_free(void *handle);
 /* Append a run record to /ns/_dlock_sched/<job>/history (sequential nodes),
  * keeping the newest 'keep'. */
 int dlock__zk_sched_finish(dlock__zk *z, const char *job, const dlock_run_record *rec, int keep);

@@ -280,3 +280,35 @@ finish() {
   fi
   exit 0
 }
+
+# job_ops_notified "backend" [--url URL]: dlock job on a backend other than
+# Redis (tests/cli/test_job.sh has the whole story on Redis): a trigger
+# reaches a node whose next tick is an hour away within 5 s (the backend's
+# notification: no tick claim could tell of it), exactly once; pause and
+# resume say what they did, and list shows the job.
+job_ops_notified() {
+  local what=$1 runs="$TEST_DIR/hourly.$1" pid out
+  shift
+  "$DLOCK" every 1h --name hourly --node hourly-node "$@" -- sh -c "echo run >> '$runs'" \
+    2>"$TEST_DIR/hourly.$what.log" &
+  pid=$!
+  bg_track $pid
+  sleep 2 # listening (a trigger made before would run at its start: no race, but not the notification)
+  out=$("$DLOCK" job trigger hourly "$@")
+  assert_match "$what: job trigger says what it did" "$out" "job 'hourly' triggered"
+  check "$what: a trigger reaches a node whose next tick is an hour away (within 5 s)" wait_for 5 file_has "$runs"
+  sleep 1
+  assert_eq "$what: the trigger ran exactly once" "$(wc -l <"$runs")" 1
+  out=$("$DLOCK" job pause hourly --reason "maintenance" --by ops "$@")
+  assert_match "$what: job pause says what it did" "$out" "job 'hourly' paused"
+  out=$("$DLOCK" job list "$@")
+  assert_match "$what: job list shows it paused, with who and why" "$out" "hourly +yes .*
+  paused by ops: maintenance"
+  out=$("$DLOCK" job history hourly "$@")
+  assert_match "$what: job history has the manual run" "$out" "hourly-node .* ok \(manual\)"
+  out=$("$DLOCK" job resume hourly "$@")
+  assert_match "$what: job resume says what it did" "$out" "job 'hourly' resumed"
+  kill -TERM "$pid"
+  wait_exit "$pid" 15
+  assert_eq "$what: the node exits 143 after SIGTERM" "$EXIT_CODE" 143
+}

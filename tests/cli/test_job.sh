@@ -28,6 +28,22 @@ rc=$?
 assert_eq "job check: a job that never ran is CRITICAL (exit 2)" "$rc" 2
 assert_match "job check: it says there is no success" "$out" "^CRITICAL - job J: no successful run"
 
+usage_error "every: --overlap queue-one is not offered yet" "--overlap: 'queue-one' is not offered yet" \
+  every 1s --name O --overlap queue-one -- true
+usage_error "every: --overlap allow with --fixed-delay" "--overlap allow does not go with --fixed-delay" \
+  every 1s --fixed-delay --name O --overlap allow -- true
+
+# ---- --overlap allow: a 3 s command every second starts while the previous one goes on ----
+
+"$DLOCK" every 1s --name O --node o1 --pool 3 --overlap allow -- sh -c "echo start >> '$TEST_DIR/o'; sleep 3" \
+  2>"$TEST_DIR/o.log" &
+ONODE=$!
+bg_track $ONODE
+three_starts() { [ -f "$TEST_DIR/o" ] && [ "$(wc -l <"$TEST_DIR/o")" -ge 3 ]; }
+check "--overlap allow: 3 starts of a 3 s command within 6 s (skip would start 2)" wait_for 6 three_starts
+kill -TERM $ONODE
+wait_exit $ONODE 15
+
 # ---- three nodes, one job every second ----
 
 RUNS="$TEST_DIR/runs"

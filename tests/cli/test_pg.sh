@@ -152,6 +152,10 @@ assert_eq "prune keeps what ended less than an hour ago" \
 assert_eq "prune --older-than 0 deletes it" "$(psql_su "SELECT count(*) FROM cli.locks WHERE name = 'recent'")" 0
 usage_error "prune: a bad duration" "older-than" prune --older-than soon
 
+# ---- dlock job (docs/scheduler.md, "Operations"): a trigger heard by NOTIFY ----
+
+job_ops_notified "pg" --url "$URL"
+
 # ---- bench ----
 
 "$DLOCK" bench --quick --url "$URL" >"$TEST_DIR/out" 2>&1

@@ -131,6 +131,10 @@ expect_line "zk watch: its release" "watched +released +fence [0-9]+ +pid $WB " 
 watch_stop "zk watch: SIGTERM ends it with exit 0"
 wait_exit "$WA" 10
 
+# ---- dlock job (docs/scheduler.md, "Operations"): a trigger heard by a watch ----
+
+job_ops_notified "zk"
+
 # ---- doctor, bad URLs ----
 
 "$DLOCK" doctor >"$TEST_DIR/out" 2>&1

@@ -676,6 +676,74 @@ static void a_paused_job_runs_no_tick_until_resumed_and_a_trigger_runs_once(void
   printf("  %d paused ticks skipped, 2 manual runs\n", skipped);
 }
 
+/* ---- Overlap: a job longer than its period (docs/scheduler.md, "Policies") ---- */
+
+typedef struct span_log {
+  pthread_mutex_t mu;
+  long long start[TICKS_MAX], end[TICKS_MAX];
+  int64_t tick[TICKS_MAX];
+  int n, ended;
+} span_log;
+
+static int record_span(const dlock_tick *t, void *arg) {
+  span_log *log = arg;
+  pthread_mutex_lock(&log->mu);
+  int i = log->n < TICKS_MAX ? log->n++ : -1;
+  if (i >= 0) {
+    log->start[i] = th_now_ms();
+    log->tick[i] = t->scheduled_unix_ms;
+  }
+  pthread_mutex_unlock(&log->mu);
+  th_sleep_ms(700); /* longer than the 300 ms period */
+  pthread_mutex_lock(&log->mu);
+  if (i >= 0) log->end[i] = th_now_ms();
+  log->ended++;
+  pthread_mutex_unlock(&log->mu);
+  return 0;
+}
+
+/* Three nodes run a 700 ms job every 300 ms: with overlap 'skip' (the
+ * default) no two runs overlap, whichever nodes run them; with 'allow'
+ * (allow_overlap) they do. Either way each tick runs at most once. */
+static void overlap_skip_never_runs_two_at_once_and_allow_does(void) {
+  for (int allow = 0; allow < 2; allow++) {
+    span_log log = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    const char *job = allow ? "overlap-allow" : "overlap-skip";
+    dlock_sched *s[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+      dlock_sched_options o;
+      dlock_sched_options_init(&o);
+      o.node_name = i == 0 ? "node-a" : i == 1 ? "node-b" : "node-c";
+      int rc = dlock_sched_new(&s[i], conf_client("overlap"), &o);
+      if (rc) conf_offered(CONF_SCHED, "the scheduler", rc);
+      conf_adopt_sched(s[i]);
+      dlock_job_options jo;
+      dlock_job_options_init(&jo);
+      jo.allow_overlap = allow;
+      ASSERT_OK(dlock_sched_add_fixed_rate(s[i], job, 300, &jo, record_span, &log));
+    }
+    conf_offered(CONF_SCHED, "the scheduler", 0);
+    for (int i = 0; i < 3; i++) ASSERT_OK(dlock_sched_start(s[i]));
+    for (long long end = th_now_ms() + slack_ms(15000); th_now_ms() < end; th_sleep_ms(20)) {
+      pthread_mutex_lock(&log.mu);
+      int ended = log.ended;
+      pthread_mutex_unlock(&log.mu);
+      if (ended >= 3) break;
+    }
+    for (int i = 0; i < 3; i++) ASSERT_OK(dlock_sched_stop(s[i], slack_ms(10000)));
+    int n = log.n < TICKS_MAX ? log.n : TICKS_MAX, overlaps = 0;
+    if (n < 3) TEST_FAIL("%s: %d runs in 15 s; want at least 3", job, n);
+    for (int i = 0; i < n; i++)
+      for (int j = i + 1; j < n; j++) {
+        if (log.tick[i] == log.tick[j]) TEST_FAIL("%s: the tick at %lld ran twice", job, (long long)log.tick[i]);
+        overlaps += log.start[j] < log.end[i] && log.start[i] < log.end[j];
+      }
+    printf("  %s: %d runs, %d overlapping pairs\n", job, n, overlaps);
+    if (!allow && overlaps) TEST_FAIL("overlap skip: %d pairs of runs overlapped", overlaps);
+    if (allow && !overlaps) TEST_FAIL("overlap allow: no two runs overlapped (a 700 ms job every 300 ms)");
+  }
+}
+
 /* ---- Multi-lock ---- */
 
 static void a_multi_lock_takes_all_names_or_none(void) {
@@ -796,6 +864,7 @@ const conf_scenario conf_contract[] = {
     SCENARIO(the_guard_admits_the_newest_fence_and_refuses_an_older_one),
     SCENARIO(two_schedulers_run_each_tick_once),
     SCENARIO(a_paused_job_runs_no_tick_until_resumed_and_a_trigger_runs_once),
+    SCENARIO(overlap_skip_never_runs_two_at_once_and_allow_does),
     SCENARIO(a_multi_lock_takes_all_names_or_none),
     SCENARIO(metrics_count_acquisitions_busy_tries_releases_and_holds),
 };

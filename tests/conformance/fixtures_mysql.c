@@ -104,7 +104,8 @@ static void my_thaw(void) {
  * read-write lock's are); no latch (docs/latch.md). */
 const conf_fixture conf_fx_mysql_lease = {
     .name = "mysql-lease",
-    .caps = CONF_DEADLINE | CONF_FENCE | CONF_GUARD | CONF_ADMIN | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED,
+    .caps =
+        CONF_DEADLINE | CONF_FENCE | CONF_GUARD | CONF_ADMIN | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED | CONF_JOBS,
     .start = my_start,
     .stop = my_stop,
     .client = lease_client,
