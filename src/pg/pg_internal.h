@@ -102,6 +102,9 @@ struct dlock__pg {
   void *hw_arg;
   char (*hw_names)[DLOCK__PG_NAME_MAX + 1];
   size_t hw_n, hw_cap;
+  /* The observers (dlock_watch_*, pg_lock.c dlock__pg_obs_*), told by the
+   * same thread of every notification naming what they watch. Under ln_mu. */
+  dlock__pg_obs *obs;
   /* When the last opportunistic prune ran (0: never). */
   atomic_llong pruned_at;
 };
