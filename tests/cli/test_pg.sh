@@ -3,7 +3,9 @@
 # harness, initdb in a temp dir, the postgres user, a free loopback port):
 # dlock init (with and without DDL rights), `dlock run` exclusion of 4
 # processes x 15 increments on an unguarded counter, status, list,
-# release --force (the holder finds out and exits 79), doctor, bench.
+# release --force (the holder finds out and exits 79), status --watch and
+# list --watch from NOTIFY (an idle watcher sends no query; a cut LISTEN
+# connection; a transaction-mode PgBouncer's 2 s re-read), doctor, bench.
 . "$DLOCK_TEST_LIB"
 
 : "${DLOCK_PG_SERVER:?DLOCK_PG_SERVER must point to the pg-server helper}"
@@ -173,6 +175,15 @@ else
   fail "pg watch: an idle watcher sends PostgreSQL no query in 4 s" "before: $before" "after:  $after"
 fi
 check "pg watch: it does not say it polls" sh -c "! grep -q 'read again every' '$WOUT.err'"
+# Its LISTEN connection ended by the server: the watcher connects again (and
+# reads again then, what was sent meanwhile being lost) and goes on.
+killed=$(psql_su "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgwatcher'
+                  AND query LIKE '%pg_advisory_lock_shared%'")
+assert_eq "pg watch: the server ends the watcher's LISTEN connection" "$killed" 1
+sleep 1
+"$DLOCK" run --url "$URL" pgw -- sleep 0.5 >/dev/null 2>&1
+expect_line "pg watch: after its LISTEN connection was cut, an acquire still shows" "pgw +acquired" 8
+expect_line "pg watch: ... and its release" "pgw +released" 8
 watch_stop "pg watch: SIGTERM ends it with exit 0"
 
 watch_start "$TEST_DIR/wpl" list --url "$WURL" --watch
