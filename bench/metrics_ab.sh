@@ -8,16 +8,7 @@
 # Usage: bench/metrics_ab.sh NEW_LIB_DIR OLD_LIB_DIR BENCH_BINARY [PAIRS [SECONDS]]
 set -u
 new=$1 old=$2 bin=$3 pairs=${4:-6} secs=${5:-3}
-dir=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-taskset -c 0 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  --daemonize no --logfile "$dir/redis.log" &
-rpid=$!
-trap 'kill -TERM $rpid 2>/dev/null; wait $rpid 2>/dev/null; rm -rf "$dir"' EXIT
-for i in $(seq 1 100); do
-  redis-cli -p "$port" PING >/dev/null 2>&1 && break
-  sleep 0.05
-done
+. "$(dirname "$0")/private_redis.sh"
 run() { LD_LIBRARY_PATH=$1 taskset -c 1 "$bin" "redis://127.0.0.1:$port" "$secs"; }
 ratios=()
 for p in $(seq 1 "$pairs"); do

@@ -196,8 +196,9 @@ static const cli_command pages[] = {
      "`time_unix_ms`, `name`, `event`, `fence`, `ttl_ms`, `holder`,\n"
      "`owner_info`, `waiters`. Changes close together may show as one\n"
      "reading's difference. A lost connection is said on stderr, and so is\n"
-     "the reconnect. Where the server cannot notify (MySQL) the lock is read\n"
-     "again every 2 s; docs/cli.md, \"Watching\", says each server's bound.\n",
+     "the reconnect. Where the server cannot notify (MySQL, or PostgreSQL\n"
+     "through a transaction-mode pooler) the lock is read again every 2 s;\n"
+     "docs/cli.md, \"Watching\", says each server's bound.\n",
      .summary = "status NAME\tis NAME held, by whom, lease left, fence", .common = CLI_COMMON_SERVER,
      .opts = cli_status_opts},
 

@@ -5,9 +5,13 @@
  * loopback port). Prints the URL on one line once the server answers, then
  * waits; SIGTERM or SIGINT stops the server by PID and removes its
  * directory. Exit 77 when PostgreSQL is not installed (the reason on stderr).
+ * With DLOCK_PG_SERVER_BOUNCER=MODE set (and pgbouncer installed), a
+ * PgBouncer in that pool_mode in front of it too: its URL is a second line
+ * ("none" when it could not start), and it is stopped first.
  */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "harness_pg.h"
 
@@ -26,9 +30,17 @@ int main(void) {
   sigaddset(&set, SIGINT);
   sigprocmask(SIG_BLOCK, &set, NULL);
   printf("%s\n", srv.url);
+  const char *mode = getenv("DLOCK_PG_SERVER_BOUNCER");
+  th_pgbouncer b;
+  int bouncer = 0;
+  if (mode && *mode) {
+    bouncer = th_pgbouncer_available(why, sizeof why) && th_pgbouncer_start(&b, &srv, mode) == 0;
+    printf("%s\n", bouncer ? b.url : "none");
+  }
   fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);
+  if (bouncer) th_pgbouncer_stop(&b);
   th_pg_stop(&srv);
   return 0;
 }

@@ -437,6 +437,35 @@ static int pg_force_release(dlock_client *c, const char *name, unsigned flags, i
   return dlock__pg_force_release(pgc(c), full, was_held);
 }
 
+/* dlock_watch_*: the LISTEN connection's notifications (pg_lock.c, the
+ * observers). While it is down (or never comes up: a transaction-mode
+ * pooler) the watch is bounded: the core wakes it every
+ * DLOCK__WATCH_BOUND_MS. */
+static void pg_watch_wake(void *arg, unsigned what) {
+  dlock_watch *w = arg;
+  if (what & DLOCK__PG_OBS_DOWN) atomic_store(&w->bounded, 1);
+  if (what & DLOCK__PG_OBS_UP) atomic_store(&w->bounded, 0);
+  dlock__watch_wake(w, what & DLOCK__PG_OBS_FORCED ? DLOCK_WATCH_FORCED : 0);
+}
+
+static int pg_watch_open(dlock_watch *w) {
+  dlock__pg_obs *o = NULL;
+  int rc = dlock__pg_obs_open(pgc(w->client), pg_watch_wake, w, &o);
+  w->be = o;
+  return rc;
+}
+
+static int pg_watch_add(dlock_watch *w, const char *name) {
+  char full[FULL_MAX];
+  full_name(w->client, name ? name : "", full); /* NULL: every name of the prefix */
+  return dlock__pg_obs_add(w->be, full, name == NULL);
+}
+
+static void pg_watch_close(dlock_watch *w) {
+  dlock__pg_obs_close(w->be);
+  w->be = NULL;
+}
+
 static int no_fence(dlock_client *c, const char *what) {
   return dlock__error(DLOCK_EINVAL,
                       "%s needs fences, and advisory mode (%s) has none: drop mode=advisory from "
@@ -677,6 +706,9 @@ static const dlock__admin_ops pg_admin = {
     .check = pg_check,
     .setup = pg_setup,
     .prune = pg_prune,
+    .watch_open = pg_watch_open,
+    .watch_add = pg_watch_add,
+    .watch_close = pg_watch_close,
 };
 
 static const dlock__guard_ops pg_guard = {.check = pg_guard_check};

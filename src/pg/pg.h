@@ -116,6 +116,24 @@ int dlock__pg_release(dlock__pg *pg, dlock__pg_hold *h);
  * LISTEN connection (bounded by 'until'). Advisory mode: nothing. */
 void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), void *arg, dlock_mono_ms until);
 void dlock__pg_watch_remove(dlock__pg *pg, const char *name);
+/* Lease mode: an observer (dlock_watch_*): 'wake(arg, what)' is called from
+ * the watch thread (with a lock held: it must only note and wake) on every
+ * notification that names a watched lock (DLOCK__PG_OBS_CHANGE, with
+ * DLOCK__PG_OBS_FORCED for a forced release), and when the LISTEN
+ * connection goes down (DLOCK__PG_OBS_DOWN: changes go unnotified) or comes
+ * up again (DLOCK__PG_OBS_UP: some may have been missed meanwhile). */
+typedef struct dlock__pg_obs dlock__pg_obs;
+#define DLOCK__PG_OBS_CHANGE 1u
+#define DLOCK__PG_OBS_FORCED 2u
+#define DLOCK__PG_OBS_DOWN 4u
+#define DLOCK__PG_OBS_UP 8u
+int dlock__pg_obs_open(dlock__pg *pg, void (*wake)(void *arg, unsigned what), void *arg, dlock__pg_obs **out);
+/* Watch 'name' too ('prefix': every name that starts with it). Waits
+ * (bounded) for the LISTEN connection: 0 when it is up, 1 when changes
+ * cannot be notified (advisory mode, a transaction-mode pooler, no
+ * connection yet): the caller then reads again by itself. */
+int dlock__pg_obs_add(dlock__pg_obs *o, const char *name, int prefix);
+void dlock__pg_obs_close(dlock__pg_obs *o);
 
 /* One renewal of a batch: in 'h', 'lease_ms'; out 'status' (0 renewed and
  * h->valid_until moved; DLOCK_ELOST with 'lost' EXPIRED or TAKEN; another

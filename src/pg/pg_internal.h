@@ -106,6 +106,9 @@ struct dlock__pg {
   /* The schedulers' watches of their jobs' states (pg_lock.c,
    * dlock__pg_job_watch_add), woken by the same thread. Under ln_mu. */
   struct dlock__pg_jw *jw;
+  /* The observers (dlock_watch_*, pg_lock.c dlock__pg_obs_*), told by the
+   * same thread of every notification naming what they watch. Under ln_mu. */
+  dlock__pg_obs *obs;
   /* When the last opportunistic prune ran (0: never). */
   atomic_llong pruned_at;
 };

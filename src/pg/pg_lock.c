@@ -309,13 +309,41 @@ static void read_slice(dlock__pg *pg, dlock_mono_ms now, dlock_mono_ms slice) {
   }
 }
 
+/* A notification's parts (pg_sql.c): "NAME TARGET", or "NAME TARGET f"
+ * for a forced release, read from the end (a name may hold spaces; a
+ * target never does). */
+typedef struct note {
+  size_t nlen;        /* the name: the first nlen bytes */
+  const char *target; /* a waiter's token, "" (every waiter) or "-" (no waiter) */
+  size_t tlen;
+  int forced;
+} note;
+
+static void note_parse(const char *e, note *n) {
+  size_t end = strlen(e);
+  n->forced = end >= 2 && e[end - 2] == ' ' && e[end - 1] == 'f';
+  if (n->forced) end -= 2;
+  size_t sp = end;
+  while (sp > 0 && e[sp - 1] != ' ') sp--;
+  n->nlen = sp > 0 ? sp - 1 : end;
+  n->target = sp > 0 ? e + sp : e + end;
+  n->tlen = sp > 0 ? end - sp : 0;
+}
+
+/* A change that wakes no waiter nor holder (an acquire, a waiter come or
+ * gone): for the observers only. */
+static int note_is_event(const note *n) { return n->tlen == 1 && n->target[0] == '-'; }
+
+/* A job's state changed ('<job> job', sched_job_set()): for the schedulers. */
+static int note_is_job(const note *n) { return n->tlen == 3 && !memcmp(n->target, "job", 3); }
+
 /* Wait until a notification for 'name' (addressed to 'token' or to no one
  * in particular) arrived after 'gen', or 'until', or 'cancel'. 'deadline':
  * the end of the whole wait (until is the next re-check), which bounds
  * (re)starting the LISTEN connection. */
 static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint64_t gen, dlock_mono_ms until,
                         dlock_mono_ms deadline, const atomic_int *cancel) {
-  size_t nlen = strlen(name);
+  size_t nlen = strlen(name), tlen = strlen(token);
   pthread_mutex_lock(&pg->ln_mu);
   for (;;) {
     /* Anything for us since 'gen'? */
@@ -323,7 +351,10 @@ static void listen_wait(dlock__pg *pg, const char *name, const char *token, uint
         pg->ln_gen > DLOCK__PG_RING && gen < pg->ln_gen - DLOCK__PG_RING ? pg->ln_gen - DLOCK__PG_RING : gen;
     for (uint64_t g = from; g < pg->ln_gen; g++) {
       const char *e = pg->ln_ring[g % DLOCK__PG_RING];
-      if (strncmp(e, name, nlen) == 0 && e[nlen] == ' ' && (e[nlen + 1] == '\0' || strcmp(e + nlen + 1, token) == 0)) {
+      note n;
+      note_parse(e, &n);
+      if (n.nlen == nlen && memcmp(e, name, nlen) == 0 &&
+          (n.tlen == 0 || (n.tlen == tlen && memcmp(n.target, token, tlen) == 0))) {
         pthread_mutex_unlock(&pg->ln_mu);
         return;
       }
@@ -362,27 +393,75 @@ static void job_wake(dlock__pg *pg, const char *name, size_t len) {
     if (!name || (strlen(w->name) == len && !memcmp(w->name, name, len))) w->wake(w->arg);
 }
 
+/* An observer (dlock_watch_*): the names it watches. Under ln_mu. */
+struct dlock__pg_obs {
+  dlock__pg *pg;
+  void (*wake)(void *arg, unsigned what);
+  void *arg;
+  char **names;
+  unsigned char *prefix; /* names[i] is a prefix */
+  size_t n, cap;
+  int up; /* the LISTEN connection was up when last told */
+  dlock__pg_obs *next;
+};
+
+/* Tell the observers that the LISTEN connection went down or came up.
+ * Under ln_mu. */
+static void obs_state(dlock__pg *pg) {
+  int up = pg->ln_state == 1;
+  for (dlock__pg_obs *o = pg->obs; o; o = o->next)
+    if (o->up != up) {
+      o->up = up;
+      o->wake(o->arg, up ? DLOCK__PG_OBS_UP : DLOCK__PG_OBS_DOWN);
+    }
+}
+
+/* Tell the observers of a notification ('e', or NULL: any may have been
+ * missed). Under ln_mu. */
+static void obs_tell(dlock__pg *pg, const char *e) {
+  note n = {0, "", 0, 0};
+  if (e) note_parse(e, &n);
+  for (dlock__pg_obs *o = pg->obs; o; o = o->next) {
+    int hit = e == NULL;
+    for (size_t i = 0; !hit && i < o->n; i++) {
+      size_t len = strlen(o->names[i]);
+      hit =
+          o->prefix[i] ? n.nlen >= len && !memcmp(e, o->names[i], len) : n.nlen == len && !memcmp(e, o->names[i], len);
+    }
+    if (hit) o->wake(o->arg, DLOCK__PG_OBS_CHANGE | (n.forced ? DLOCK__PG_OBS_FORCED : 0));
+  }
+}
+
 /* The thread: reads the LISTEN connection (or lets a waiter read it) while
- * names are held, and pokes on a notification that names one. */
+ * names are held or observed, pokes on a notification that names a held
+ * one (not on an observer's event) and tells the observers. */
 static void *watch_main(void *arg) {
   dlock__pg *pg = arg;
   pthread_mutex_lock(&pg->ln_mu);
   uint64_t gen = pg->ln_gen;
   while (!atomic_load(&pg->hw_stop)) {
-    if (pg->hw_n == 0 && !pg->jw) {
+    if (pg->hw_n == 0 && !pg->obs && !pg->jw) {
       gen = pg->ln_gen;
       pthread_cond_wait(&pg->ln_cv, &pg->ln_mu);
       continue;
     }
     int poke = 0;
-    if (pg->ln_gen - gen > DLOCK__PG_RING) gen = pg->ln_gen - DLOCK__PG_RING;
-    for (; gen < pg->ln_gen; gen++) {
-      const char *e = pg->ln_ring[gen % DLOCK__PG_RING], *sp = strchr(e, ' ');
-      if (sp && !strcmp(sp + 1, "job"))
-        job_wake(pg, e, (size_t)(sp - e));
-      else if (sp && watched(pg, e, (size_t)(sp - e)) >= 0)
-        poke = 1;
+    if (pg->ln_gen - gen > DLOCK__PG_RING) {
+      gen = pg->ln_gen - DLOCK__PG_RING;
+      obs_tell(pg, NULL); /* the ring went round: some were missed */
+      job_wake(pg, NULL, 0);
     }
+    for (; gen < pg->ln_gen; gen++) {
+      const char *e = pg->ln_ring[gen % DLOCK__PG_RING];
+      note n;
+      note_parse(e, &n);
+      if (note_is_job(&n))
+        job_wake(pg, e, n.nlen);
+      else if (!note_is_event(&n) && watched(pg, e, n.nlen) >= 0)
+        poke = 1;
+      obs_tell(pg, e);
+    }
+    obs_state(pg);
     if (poke) {
       pthread_mutex_unlock(&pg->ln_mu);
       pg->hw_poke(pg->hw_arg);
@@ -399,7 +478,18 @@ static void *watch_main(void *arg) {
   return NULL;
 }
 
-static void watch_listening(dlock__pg *pg, dlock_mono_ms until);
+/* Start the thread if it is not running, and the LISTEN connection if it
+ * is not up, waiting for it until 'until'. Under ln_mu. */
+static void watch_listen(dlock__pg *pg, dlock_mono_ms until) {
+  if (!pg->hw_started && pthread_create(&pg->hw_thread, NULL, watch_main, pg) == 0) pg->hw_started = 1;
+  if (pg->ln_state != 1 && !pg->ln_starting) listen_start(pg, until, NULL);
+  while (pg->ln_starting && dlock_mono_now() < until) {
+    struct timespec ts;
+    dlock__deadline_timespec(dlock_mono_now() + 50, &ts);
+    pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
+  }
+  pthread_cond_broadcast(&pg->ln_cv);
+}
 
 void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), void *arg, dlock_mono_ms until) {
   if (pg->advisory) return;
@@ -417,23 +507,10 @@ void dlock__pg_watch_add(dlock__pg *pg, const char *name, void (*poke)(void *), 
   snprintf(pg->hw_names[pg->hw_n++], sizeof pg->hw_names[0], "%s", name);
   pg->hw_poke = poke;
   pg->hw_arg = arg;
-  watch_listening(pg, until);
-  pthread_mutex_unlock(&pg->ln_mu);
-}
-
-/* Have the watch thread run and the LISTEN connection up (bounded by
- * 'until'). Under ln_mu. */
-static void watch_listening(dlock__pg *pg, dlock_mono_ms until) {
-  if (!pg->hw_started && pthread_create(&pg->hw_thread, NULL, watch_main, pg) == 0) pg->hw_started = 1;
   /* The first hold waits for the LISTEN connection, so that a forced
    * release right after the acquire is heard too. */
-  if (pg->ln_state != 1 && !pg->ln_starting) listen_start(pg, until, NULL);
-  while (pg->ln_starting && dlock_mono_now() < until) {
-    struct timespec ts;
-    dlock__deadline_timespec(dlock_mono_now() + 50, &ts);
-    pthread_cond_timedwait(&pg->ln_cv, &pg->ln_mu, &ts);
-  }
-  pthread_cond_broadcast(&pg->ln_cv);
+  watch_listen(pg, until);
+  pthread_mutex_unlock(&pg->ln_mu);
 }
 
 int dlock__pg_job_watch_add(dlock__pg *pg, const char *job, void (*wake)(void *), void *arg, dlock_mono_ms until,
@@ -447,7 +524,7 @@ int dlock__pg_job_watch_add(dlock__pg *pg, const char *job, void (*wake)(void *)
   pthread_mutex_lock(&pg->ln_mu);
   w->next = pg->jw;
   pg->jw = w;
-  watch_listening(pg, until);
+  watch_listen(pg, until);
   pthread_mutex_unlock(&pg->ln_mu);
   *handle = w;
   return 0;
@@ -470,6 +547,69 @@ void dlock__pg_watch_remove(dlock__pg *pg, const char *name) {
   long i = watched(pg, name, strlen(name));
   if (i >= 0) memcpy(pg->hw_names[i], pg->hw_names[--pg->hw_n], sizeof pg->hw_names[0]);
   pthread_mutex_unlock(&pg->ln_mu);
+}
+
+int dlock__pg_obs_open(dlock__pg *pg, void (*wake)(void *arg, unsigned what), void *arg, dlock__pg_obs **out) {
+  dlock__pg_obs *o = calloc(1, sizeof *o);
+  if (!o) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  o->pg = pg;
+  o->wake = wake;
+  o->arg = arg;
+  *out = o;
+  return 0;
+}
+
+int dlock__pg_obs_add(dlock__pg_obs *o, const char *name, int prefix) {
+  dlock__pg *pg = o->pg;
+  if (pg->advisory) return 1; /* its acquires leave no row and send nothing */
+  char *copy = strdup(name);
+  if (!copy) return dlock__error(DLOCK_ENOMEM, "out of memory");
+  pthread_mutex_lock(&pg->ln_mu); /* the thread reads the names */
+  if (o->n == o->cap) {
+    size_t cap = o->cap ? o->cap * 2 : 4;
+    char **names = realloc(o->names, cap * sizeof *names);
+    if (names) o->names = names;
+    unsigned char *pre = names ? realloc(o->prefix, cap) : NULL;
+    if (!pre) {
+      pthread_mutex_unlock(&pg->ln_mu);
+      free(copy);
+      return dlock__error(DLOCK_ENOMEM, "out of memory");
+    }
+    o->prefix = pre;
+    o->cap = cap;
+  }
+  o->names[o->n] = copy;
+  o->prefix[o->n++] = (unsigned char)(prefix != 0);
+  if (o->n == 1) {
+    /* The first name: the LISTEN connection up before the caller's first
+     * reading, so that no change after it goes unheard (the connect, and
+     * the probe, 2 s, that tells a pooler); then the observer joins the
+     * thread's list, told the state it found. */
+    watch_listen(pg, dlock_mono_now() + pg->opts.connect_timeout_ms + 3000);
+    o->up = pg->ln_state == 1;
+    o->next = pg->obs;
+    pg->obs = o;
+    pthread_cond_broadcast(&pg->ln_cv);
+  }
+  int up = o->up;
+  pthread_mutex_unlock(&pg->ln_mu);
+  return up ? 0 : 1;
+}
+
+void dlock__pg_obs_close(dlock__pg_obs *o) {
+  if (!o) return;
+  dlock__pg *pg = o->pg;
+  pthread_mutex_lock(&pg->ln_mu);
+  for (dlock__pg_obs **p = &pg->obs; *p; p = &(*p)->next)
+    if (*p == o) {
+      *p = o->next;
+      break;
+    }
+  pthread_mutex_unlock(&pg->ln_mu);
+  for (size_t i = 0; i < o->n; i++) free(o->names[i]);
+  free(o->names);
+  free(o->prefix);
+  free(o);
 }
 
 void dlock__pg_watch_stop(dlock__pg *pg) {

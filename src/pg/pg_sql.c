@@ -7,6 +7,13 @@
  * on the client's. Each statement is safe to run twice with the same
  * arguments unless noted (force release), so that a reply lost with its
  * connection can be answered by sending it once more.
+ *
+ * Notifications (pg_notify on the channel "dlock.<schema>", "@C" below, sent
+ * at commit): one per change of a lock, its payload "NAME TARGET" or "NAME
+ * TARGET f". TARGET is the waiter's token a release hands the lock to, ""
+ * (every waiter of NAME looks again), or "-" for a change that wakes no
+ * waiter (an acquire, a waiter come or gone: for `dlock status --watch`); a
+ * trailing " f" marks a forced release. pg_lock.c reads them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -605,25 +612,27 @@ static const char sql_acquire[] =
                        "    owner_info = EXCLUDED.owner_info\n"
                        "  WHERE (l.released OR l.expires <= clock_timestamp() OR l.token = EXCLUDED.token)\n"
                        "    AND (l.family_until IS NULL OR l.family_until <= clock_timestamp())\n"
-                       "  RETURNING l.fence)\n"
+                       "  RETURNING l.fence),\n"
+                       "n AS (SELECT pg_notify(@C, $1 || ' -') FROM ins)\n"
                        "SELECT (SELECT fence FROM ins),\n"
                        "       (SELECT greatest(0, ceil(extract(epoch FROM (cur.expires - clock_timestamp())) * "
                        "1000))::bigint\n"
                        "          FROM cur WHERE NOT cur.released),\n"
                        "       set_config('synchronous_commit', 'on', true),\n"
                        "       (SELECT f.kind FROM @S.families f WHERE f.name = $1 AND EXISTS (SELECT 1 FROM fam)),\n"
-                       "       (SELECT n FROM ahead), (SELECT count(*) FROM w)";
+                       "       (SELECT n FROM ahead), (SELECT count(*) FROM w), (SELECT count(*) FROM n)";
 
 /* $1 name, $2 token, $3 heartbeat ms, $4 side ('' for a mutex, else as
  * fam_acquire), $5 live key: queue by arrival (waiter_seq); a second run
- * finds the row and keeps its place. */
+ * finds the row and keeps its place. A new row is notified (watchers). */
 static const char sql_waiter_add[] =
     "WITH old AS (DELETE FROM @S.waiters WHERE name = $1 AND token <> $2\n"
-    "             AND expires < clock_timestamp() - interval '1 minute')\n"
-    "INSERT INTO @S.waiters (name, token, seq, expires, side, live_key)\n"
+    "             AND expires < clock_timestamp() - interval '1 minute'),\n"
+    "ins AS (INSERT INTO @S.waiters (name, token, seq, expires, side, live_key)\n"
     "  SELECT $1, $2, nextval('@S.waiter_seq'), clock_timestamp() + $3::bigint * interval '1 millisecond', $4,\n"
     "         $5::bigint\n"
-    "ON CONFLICT (name, token) DO NOTHING";
+    "  ON CONFLICT (name, token) DO NOTHING RETURNING 1)\n"
+    "SELECT pg_notify(@C, $1 || ' -') FROM ins";
 
 /* $1 name, $2 token, $3 side, $4 permits, $5 lease ms, $6 owner info,
  * $7 shadow token ('' none), $8 heartbeat ms, $9 live key: the waiter's
@@ -635,7 +644,7 @@ static const char sql_fam_acquire[] =
     "WITH w AS (UPDATE @S.waiters SET expires = clock_timestamp() + $8::bigint * interval '1 millisecond',\n"
     "             live_key = $9::bigint WHERE name = $1 AND token = $2 RETURNING seq)\n"
     "SELECT a.fence, a.wait_ms, a.err, set_config('synchronous_commit', 'on', true), a.held, a.ahead,\n"
-    "       (SELECT count(*) FROM w)\n"
+    "       (SELECT count(*) FROM w), CASE WHEN a.fence IS NOT NULL THEN pg_notify(@C, $1 || ' -') END\n"
     "FROM @S.fam_acquire($1, $2, $3, $4::int, $5::bigint, $6, $7, $9::bigint) a";
 
 /* $1 name, $2 token, $3 channel: a family hold's release, answering as
@@ -694,7 +703,8 @@ static const char sql_fam_holders[] =
     "  floor(extract(epoch FROM x.since) * 1000)::bigint, coalesce(x.owner_info, '')\n"
     "FROM @S.holds x WHERE x.name = $1 AND NOT x.released AND x.expires > clock_timestamp() ORDER BY x.fence";
 
-static const char sql_waiter_del[] = "DELETE FROM @S.waiters WHERE name = $1 AND token = $2";
+static const char sql_waiter_del[] = "WITH d AS (DELETE FROM @S.waiters WHERE name = $1 AND token = $2 RETURNING 1)\n"
+                                     "SELECT pg_notify(@C, $1 || ' -') FROM d";
 
 /* $1 name, $2 token, $3 channel. Marks the row released (a tombstone that
  * keeps the token: a second run finds "released by us") and tells the first
@@ -780,8 +790,8 @@ static const char sql_force[] =
     "nx AS (SELECT w.token FROM @S.waiters w WHERE w.name = $1 AND w.expires > clock_timestamp()\n"
     "       AND " WAITER_LIVE(
         "w") " ORDER BY w.seq LIMIT 1),\n"
-             "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '')) FROM upd),\n"
-             "nf AS (SELECT pg_notify($2, $1 || ' ') WHERE EXISTS (SELECT 1 FROM updf)),\n"
+             "n AS (SELECT pg_notify($2, $1 || ' ' || COALESCE((SELECT token FROM nx), '') || ' f') FROM upd),\n"
+             "nf AS (SELECT pg_notify($2, $1 || '  f') WHERE EXISTS (SELECT 1 FROM updf)),\n"
              "clr AS (UPDATE @S.locks SET family_until = clock_timestamp()\n"
              "        WHERE name = $1 AND EXISTS (SELECT 1 FROM updf) AND family_until > clock_timestamp())\n"
              "SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM updf), (SELECT count(*) FROM n) + (SELECT "
@@ -807,14 +817,19 @@ static const char sql_finish[] = "SELECT @S.sched_finish($1, $2, $3, $4::bigint,
 static const char sql_history[] = "SELECT node, fence, scheduled_ms, start_ms, duration_ms, outcome FROM "
                                   "@S.sched_runs WHERE job = $1 ORDER BY id DESC LIMIT $2::int";
 
+/* "@S" becomes the quoted schema, "@C" the channel as a literal (the
+ * schema is lowercase letters, digits and '_': nothing to escape). */
 static char *expand(const char *tmpl, const char *schema) {
   size_t n = 0, sl = strlen(schema);
-  for (const char *p = tmpl; *p; p++) n += (p[0] == '@' && p[1] == 'S') ? sl + 2 : 1;
+  for (const char *p = tmpl; *p; p++) n += (p[0] == '@' && (p[1] == 'S' || p[1] == 'C')) ? sl + 8 : 1;
   char *out = malloc(n + 1);
   if (!out) return NULL;
   char *o = out;
   for (const char *p = tmpl; *p; p++) {
-    if (p[0] == '@' && p[1] == 'S') {
+    if (p[0] == '@' && p[1] == 'C') {
+      o += sprintf(o, "'dlock.%s'", schema);
+      p++;
+    } else if (p[0] == '@' && p[1] == 'S') {
       *o++ = '"';
       memcpy(o, schema, sl);
       o += sl;

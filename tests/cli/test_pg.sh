@@ -3,11 +3,14 @@
 # harness, initdb in a temp dir, the postgres user, a free loopback port):
 # dlock init (with and without DDL rights), `dlock run` exclusion of 4
 # processes x 15 increments on an unguarded counter, status, list,
-# release --force (the holder finds out and exits 79), doctor, bench.
+# release --force (the holder finds out and exits 79), status --watch and
+# list --watch from NOTIFY (an idle watcher sends no query; a cut LISTEN
+# connection; a transaction-mode PgBouncer's 2 s re-read), doctor, bench.
 . "$DLOCK_TEST_LIB"
 
 : "${DLOCK_PG_SERVER:?DLOCK_PG_SERVER must point to the pg-server helper}"
-"$DLOCK_PG_SERVER" >"$TEST_DIR/pg.url" 2>"$TEST_DIR/pg.err" &
+# A transaction-mode PgBouncer in front of it too (the watcher's fallback).
+DLOCK_PG_SERVER_BOUNCER=transaction "$DLOCK_PG_SERVER" >"$TEST_DIR/pg.url" 2>"$TEST_DIR/pg.err" &
 PG_PID=$!
 bg_track $PG_PID
 if ! wait_for 120 file_has "$TEST_DIR/pg.url"; then
@@ -20,6 +23,7 @@ if ! wait_for 120 file_has "$TEST_DIR/pg.url"; then
   finish
 fi
 BASE=$(head -n1 "$TEST_DIR/pg.url")
+BOUNCER=$(sed -n 2p "$TEST_DIR/pg.url")
 URL="$BASE?dlock_schema=cli"
 PORT=${BASE##*:}
 PORT=${PORT%%/*}
@@ -119,6 +123,79 @@ assert_eq "a second -s run shares (0)" "$?" 0
 assert_eq "an -x run is busy while a reader holds (75)" "$?" 75
 kill $R1 2>/dev/null
 wait_exit "$R1" 30
+
+# ---- status --watch, list --watch: NOTIFY, not polling (issue 27 item 5) ----
+
+# The watcher's own connections carry application_name=pgwatcher, so that
+# its queries can be told from the others' in pg_stat_activity.
+WURL="$URL&application_name=pgwatcher"
+watch_fingerprint() { # each watcher connection's pid and last query start
+  psql_su "SELECT coalesce(string_agg(pid || '@' || coalesce(query_start::text, '-'), ',' ORDER BY pid), 'none')
+           FROM pg_stat_activity WHERE application_name = 'pgwatcher'"
+}
+watch_start "$TEST_DIR/wp" status --url "$WURL" pgw --watch
+expect_line "pg watch: the first line is the state" "pgw +free" 10
+"$DLOCK" run --url "$URL" pgw -- sleep 60 >/dev/null 2>&1 &
+PA=$!
+bg_track $PA
+expect_line "pg watch: an acquire is one line with its pid" "pgw +acquired +fence [0-9]+ +pid $PA "
+"$DLOCK" run --url "$URL" -w 60 pgw -- sleep 1 >/dev/null 2>&1 &
+PB=$!
+bg_track $PB
+expect_line "pg watch: a new waiter is one line" "pgw +waiter .*1 waiting"
+"$DLOCK" release --force --url "$URL" pgw >/dev/null
+expect_line "pg watch: a forced release is one line naming the old holder" \
+  "pgw +force-released +fence [0-9]+ +pid $PA "
+expect_line "pg watch: the waiter's hand-off is an acquire by it" "pgw +acquired +fence [0-9]+ +pid $PB "
+expect_line "pg watch: the waiter left the queue" "pgw +waiter-left .*0 waiting"
+expect_line "pg watch: its release is one line" "pgw +released +fence [0-9]+ +pid $PB " 8
+wait_exit "$PB" 10
+wait_exit "$PA" 20
+# Idle, with the lock free: no timer runs and the server's notifications
+# are all it waits for, so its connections send nothing (a re-read every
+# 2 s would move their query_start).
+sleep 0.5
+before=$(watch_fingerprint)
+sleep 4
+after=$(watch_fingerprint)
+if [ "$before" = "$after" ] && [ "$before" != none ]; then
+  pass "pg watch: an idle watcher sends PostgreSQL no query in 4 s"
+else
+  fail "pg watch: an idle watcher sends PostgreSQL no query in 4 s" "before: $before" "after:  $after"
+fi
+check "pg watch: it does not say it polls" sh -c "! grep -q 'read again every' '$WOUT.err'"
+# Its LISTEN connection ended by the server: the watcher connects again (and
+# reads again then, what was sent meanwhile being lost) and goes on.
+killed=$(psql_su "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgwatcher'
+                  AND query LIKE '%pg_advisory_lock_shared%'")
+assert_eq "pg watch: the server ends the watcher's LISTEN connection" "$killed" 1
+sleep 1
+"$DLOCK" run --url "$URL" pgw -- sleep 0.5 >/dev/null 2>&1
+expect_line "pg watch: after its LISTEN connection was cut, an acquire still shows" "pgw +acquired" 8
+expect_line "pg watch: ... and its release" "pgw +released" 8
+watch_stop "pg watch: SIGTERM ends it with exit 0"
+
+watch_start "$TEST_DIR/wpl" list --url "$WURL" --watch
+sleep 1
+"$DLOCK" run --url "$URL" pgnew -- sleep 1 >/dev/null 2>&1 &
+expect_line "pg list --watch: a new name's acquire" "pgnew +acquired"
+expect_line "pg list --watch: its release" "pgnew +released" 8
+watch_stop "pg list --watch ends with exit 0"
+
+# Through a transaction-mode pooler LISTEN hears nothing: the watcher says
+# once that it reads every 2 s, and still sees the changes.
+if [ -n "$BOUNCER" ] && [ "$BOUNCER" != none ]; then
+  watch_start "$TEST_DIR/wpb" status --url "$BOUNCER&dlock_schema=cli" pgw --watch
+  expect_line "pg watch via a transaction pooler: the first line is the state" "pgw +free" 15
+  "$DLOCK" run --url "$URL" pgw -- sleep 1 >/dev/null 2>&1 &
+  expect_line "pg watch via a transaction pooler: an acquire within 5 s (the 2 s re-read)" "pgw +acquired"
+  expect_line "pg watch via a transaction pooler: the release" "pgw +released" 8
+  assert_eq "pg watch via a transaction pooler: the 2 s re-read is said once on stderr" \
+    "$(grep -c 'read again every 2000 ms' "$WOUT.err")" 1
+  watch_stop "pg watch via a transaction pooler: SIGTERM ends it with exit 0"
+else
+  echo "note: no pgbouncer, the pooler case is not run"
+fi
 
 # ---- doctor ----
 

@@ -33,6 +33,7 @@
 #define CONF_QUEUE 0x100u        /* waiters queue by arrival, counted in the status */
 #define CONF_FORCE_NOTIFY 0x200u /* a forced release notifies the holder (not: its next renewal) */
 #define CONF_JOBS 0x400u         /* a job's state: pause, resume, trigger (docs/scheduler.md) */
+#define CONF_WATCH_NOTIFY 0x800u /* a watch of a named lock is woken by the server, not a timer (bound 0) */
 
 /* Which reply conf_fixture.drop_next_reply() loses. */
 typedef enum conf_call { CONF_ACQUIRE, CONF_RELEASE } conf_call;

@@ -435,7 +435,9 @@ static void a_forced_release_tells_the_holder_at_once(void) {
 
 /* A watch (dlock_watch_*, `dlock status --watch`) wakes when the lock is
  * taken and when it is given back: within the server's notification, or
- * within its bound where the backend has none (docs/cli.md, "Watching"). */
+ * within its bound where the backend has none (docs/cli.md, "Watching").
+ * Where the docs say the server notifies (CONF_WATCH_NOTIFY), the watch has
+ * no bound: it is not a timer's re-read. */
 static void a_watch_wakes_when_a_lock_is_taken_and_given_back(void) {
   dlock_client *a = conf_client("watch"), *b = conf_client("watch");
   dlock_watch *w = NULL;
@@ -444,6 +446,12 @@ static void a_watch_wakes_when_a_lock_is_taken_and_given_back(void) {
   if (rc) dlock_watch_free(w);
   ASSERT_OK(rc);
   int64_t limit = slack_ms(5000) + dlock_watch_bound_ms(w);
+  if ((conf_fx->caps & CONF_WATCH_NOTIFY) && dlock_watch_bound_ms(w) != 0) {
+    dlock_watch_free(w);
+    TEST_FAIL("the watch re-reads every %lld ms, but the docs say this server notifies every change of a "
+              "watched lock (docs/cli.md, \"Watching\")",
+              (long long)limit - slack_ms(5000));
+  }
   dlock_mutex *m = conf_mutex(a, "wl", NULL);
   int woke[2] = {0, 0}, held[2] = {-1, -1};
   for (int step = 0; step < 2; step++) {

@@ -36,7 +36,7 @@ static void zk_thaw(void) { th_zk_thaw(&zk); }
 const conf_fixture conf_fx_zk = {
     .name = "zk",
     .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED |
-            CONF_GUARD | CONF_ADMIN | CONF_JOBS,
+            CONF_GUARD | CONF_ADMIN | CONF_JOBS | CONF_WATCH_NOTIFY,
     .start = zk_start,
     .stop = zk_stop,
     .client = zk_client,

@@ -99,7 +99,7 @@ static void pg_thaw(void) { signal_server(SIGCONT); }
 const conf_fixture conf_fx_pg_lease = {
     .name = "pg-lease",
     .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_SCHED |
-            CONF_GUARD | CONF_ADMIN | CONF_JOBS,
+            CONF_GUARD | CONF_ADMIN | CONF_JOBS | CONF_WATCH_NOTIFY,
     .start = pg_start,
     .stop = pg_stop,
     .client = lease_client,

@@ -19,7 +19,7 @@
 
 #define REDIS_CAPS                                                                                           \
   (CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SEMAPHORE | CONF_RWLOCK | CONF_LATCH | \
-   CONF_SCHED | CONF_GUARD | CONF_ADMIN | CONF_JOBS)
+   CONF_SCHED | CONF_GUARD | CONF_ADMIN | CONF_JOBS | CONF_WATCH_NOTIFY)
 
 /* The servers a fixture freezes, and its URL. */
 static th_redis *frozen_set[TH_CLUSTER_MAX];
@@ -271,7 +271,8 @@ static int redlock_dropped(void) {
  * lock or latch (docs/redlock.md, docs/semaphore.md, docs/latch.md). */
 const conf_fixture conf_fx_redlock = {
     .name = "redlock",
-    .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SCHED | CONF_GUARD | CONF_ADMIN,
+    .caps = CONF_FORCE_NOTIFY | CONF_QUEUE | CONF_DEADLINE | CONF_FENCE | CONF_SCHED | CONF_GUARD | CONF_ADMIN |
+            CONF_WATCH_NOTIFY,
     .start = redlock_start,
     .stop = redlock_stop,
     .client = url_client,
