@@ -120,8 +120,8 @@ TEST(many_holds_with_mixed_leases_are_each_renewed_on_time_and_the_fixed_ones_lo
     double due = wall / ((double)lease_of[i] / 3);
     expected += due;
     if (advances[i] < (int)(due / 3) || last_until[i] <= first_until[i])
-      TEST_FAIL("hold %d (lease %lld ms) renewed %d times in %.0f ms, expected about %.1f", i,
-                (long long)lease_of[i], advances[i], wall, due);
+      TEST_FAIL("hold %d (lease %lld ms) renewed %d times in %.0f ms, expected about %.1f", i, (long long)lease_of[i],
+                advances[i], wall, due);
     ASSERT_EQ(atomic_load(&lost_renewed[i].calls), 0);
   }
   /* No renewal storm: every renewal is one script call, and none comes much
