@@ -42,12 +42,12 @@ static void on_lost(dlock_mutex *m, const char *name, dlock_lost_reason reason, 
   atomic_fetch_add(&l->calls, 1);
 }
 
-#define RENEWED 900 /* watchdog holds */
+#define RENEWED 600 /* watchdog holds */
 #define WATCHED 60  /* fixed-lease holds */
 
 TEST(many_holds_with_mixed_leases_are_each_renewed_on_time_and_the_fixed_ones_lost_in_deadline_order) {
   long f = th_time_factor();
-  static const int64_t leases[] = {1000, 1300, 1700, 2300, 3100}; /* watchdog leases, times f */
+  static const int64_t leases[] = {2000, 2600, 3400, 4600, 6200}; /* watchdog leases, times f */
   dlock_client *c = test_client(srv.url);
   static dlock_mutex *held[RENEWED], *fixed[WATCHED];
   static loss lost_fixed[WATCHED], lost_renewed[RENEWED];
