@@ -105,9 +105,10 @@ int th_zk_available(char *why, size_t len) {
   return 1;
 }
 
-/* One srvr command: the "Mode: ..." line's value. */
-void th_zk_mode(const th_zk *z, char *out, size_t len) {
-  out[0] = '\0';
+/* The answer to one srvr command into 'buf' ("" if none). */
+static void srvr(const th_zk *z, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return;
   struct sockaddr_in sa = {0};
@@ -117,14 +118,26 @@ void th_zk_mode(const th_zk *z, char *out, size_t len) {
   struct timeval tv = {1, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  char buf[4096];
-  size_t n = 0;
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, "srvr", 4) == 4) {
     ssize_t r;
-    while (n + 1 < sizeof buf && (r = read(fd, buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    while (n + 1 < len && (r = read(fd, buf + n, len - 1 - n)) > 0) n += (size_t)r;
   }
   close(fd);
   buf[n] = '\0';
+}
+
+long long th_zk_received(const th_zk *z) {
+  char buf[4096];
+  srvr(z, buf, sizeof buf);
+  const char *m = strstr(buf, "Received: ");
+  return m ? atoll(m + 10) : -1;
+}
+
+/* One srvr command: the "Mode: ..." line's value. */
+void th_zk_mode(const th_zk *z, char *out, size_t len) {
+  out[0] = '\0';
+  char buf[4096];
+  srvr(z, buf, sizeof buf);
   const char *m = strstr(buf, "Mode: ");
   if (m) {
     m += 6;

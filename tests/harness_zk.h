@@ -60,6 +60,8 @@ void th_zk_thaw(th_zk *z);
 /* "leader", "follower", "standalone" (from the srvr command), or "" when
  * it does not answer. */
 void th_zk_mode(const th_zk *z, char *out, size_t len);
+/* The packets the server received from clients so far (srvr's "Received"), -1 if unknown. */
+long long th_zk_received(const th_zk *z);
 /* Index of the ensemble's leader, or -1. */
 int th_zk_leader(const th_zk_ensemble *e);
 

@@ -165,8 +165,11 @@ struct dlock_mutex {
   unsigned wait_gen;   /* cancel_gen when the thread now acquiring began */
   atomic_int canceled; /* the acquire in progress was canceled (for backends that poll) */
 
-  /* Watchdog list membership (guarded by the watchdog's mutex). */
-  struct dlock_mutex *wd_prev, *wd_next;
+  /* Watchdog membership (guarded by the watchdog's mutex): a place in its
+   * two heaps (renewals, deadlines; SIZE_MAX: not in it) and their keys. */
+  size_t wd_slot[2];
+  dlock_mono_ms wd_key[2];
+  int64_t wd_early; /* renewed up to this much before wd_next_renew */
   int wd_registered;
   int wd_in_callback;
   dlock_mono_ms wd_next_renew;

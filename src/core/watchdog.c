@@ -13,6 +13,13 @@
  * renewal. The thread sleeps until the earliest renewal or deadline, and a
  * renewal pipeline gives up at the earliest deadline it watches, so that no
  * deadline waits for a server that does not answer.
+ *
+ * Two min-heaps find both at O(log n) a hold, whatever the number of holds:
+ * one keyed by the next renewal (wd_next_renew), one by the deadline
+ * (valid_until). A key may be early (a deadline moved on without telling
+ * us): the hold is looked at then, and put back with its key read again. It
+ * is never late: whatever lowers a deadline or a renewal time outside this
+ * thread calls dlock__watchdog_rearm(), which updates both keys.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +29,14 @@
 
 #define BATCH_MAX 512
 #define RETRY_MAX_MS 1000
-/* A pass stops at a full batch only while every deadline is at least this
- * far off: the floor may be stale (too early) and bounds the pipeline. */
-#define STOP_MARGIN_MS 100
+#define NOWHERE SIZE_MAX
+
+enum { RENEWALS, DEADLINES }; /* the two heaps */
+
+typedef struct wd_heap {
+  dlock_mutex **at; /* a min-heap on at[i]->wd_key[which] */
+  size_t n, cap;
+} wd_heap;
 
 struct dlock__watchdog {
   dlock_client *client;
@@ -32,28 +44,93 @@ struct dlock__watchdog {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
-  dlock_mutex *head;
-  /* When the thread will look at the list next: 0 while it is awake (it
-   * rescans before sleeping). Adding a lock due later need not wake it. */
+  /* Every registered hold is in heaps[DEADLINES], and in heaps[RENEWALS]
+   * unless its renewal is in flight; 'registered' counts them (the heaps'
+   * capacity, grown by dlock__watchdog_add, never by a renewal). */
+  wd_heap heaps[2];
+  size_t registered;
+  /* When the thread will look at the heaps next: 0 while it is awake (it
+   * looks again before sleeping). Adding a lock due later need not wake it. */
   dlock_mono_ms wake_at;
-  /* No lock in the list has a valid_until before this (exact after a full
-   * pass, lowered whenever a valid_until may go down). While it lies ahead,
-   * a pass may stop at a full batch without missing a deadline. */
-  dlock_mono_ms floor;
   /* dlock__watchdog_poke() calls: one during a renewal's I/O asked for a
    * look at the holds that the renewal's answer must not put off. */
   unsigned pokes;
 };
 
+/* ---- The heaps (under wd->mu) ---- */
+
+static void heap_place(wd_heap *h, int which, size_t i, dlock_mutex *m) {
+  h->at[i] = m;
+  m->wd_slot[which] = i;
+}
+
+static void heap_sift(wd_heap *h, int which, size_t i) {
+  dlock_mutex *m = h->at[i];
+  dlock_mono_ms key = m->wd_key[which];
+  while (i > 0 && h->at[(i - 1) / 2]->wd_key[which] > key) { /* up */
+    heap_place(h, which, i, h->at[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  for (size_t child; (child = 2 * i + 1) < h->n; i = child) { /* down */
+    if (child + 1 < h->n && h->at[child + 1]->wd_key[which] < h->at[child]->wd_key[which]) child++;
+    if (h->at[child]->wd_key[which] >= key) break;
+    heap_place(h, which, i, h->at[child]);
+  }
+  heap_place(h, which, i, m);
+}
+
+/* Room is there: the capacity is the number of registered holds. */
+static void heap_push(dlock__watchdog *wd, int which, dlock_mutex *m, dlock_mono_ms key) {
+  wd_heap *h = &wd->heaps[which];
+  m->wd_key[which] = key;
+  h->at[h->n] = m;
+  m->wd_slot[which] = h->n++;
+  heap_sift(h, which, h->n - 1);
+}
+
+static void heap_remove(dlock__watchdog *wd, int which, dlock_mutex *m) {
+  wd_heap *h = &wd->heaps[which];
+  size_t i = m->wd_slot[which];
+  if (i == NOWHERE) return;
+  m->wd_slot[which] = NOWHERE;
+  dlock_mutex *last = h->at[--h->n];
+  if (i == h->n) return;
+  heap_place(h, which, i, last);
+  heap_sift(h, which, i);
+}
+
+/* A new key, up or down; only the key while 'm' is not in the heap. */
+static void heap_rekey(dlock__watchdog *wd, int which, dlock_mutex *m, dlock_mono_ms key) {
+  m->wd_key[which] = key;
+  if (m->wd_slot[which] != NOWHERE) heap_sift(&wd->heaps[which], which, m->wd_slot[which]);
+}
+
+static dlock_mutex *heap_top(const dlock__watchdog *wd, int which) {
+  return wd->heaps[which].n ? wd->heaps[which].at[0] : NULL;
+}
+
+/* The deadline key of 'm' from its hold (under m->mu): none while it is not
+ * held or has no deadline (being released). */
+static dlock_mono_ms deadline_key(const dlock_mutex *m) {
+  return m->hold_count > 0 && m->valid_until ? m->valid_until : INT64_MAX;
+}
+
+/* The renewal key (under m->mu): wd_next_renew for a hold that is renewed (a
+ * watchdog lease, or a hand-off's claim lease renewed once to its lease);
+ * renewed up to a twelfth of the lease in force early, so that locks taken
+ * at different moments share pipelines instead of waking us one by one. */
+static dlock_mono_ms renewal_key(dlock_mutex *m) {
+  int64_t in_force = m->claim_ms ? m->claim_ms : m->lease_ms;
+  m->wd_early = in_force / 12;
+  return m->hold_count > 0 && (m->watchdog_mode || m->claim_ms) ? m->wd_next_renew : INT64_MAX;
+}
+
 static void unlink_locked(dlock__watchdog *wd, dlock_mutex *m) {
   if (!m->wd_registered) return;
-  if (m->wd_prev)
-    m->wd_prev->wd_next = m->wd_next;
-  else
-    wd->head = m->wd_next;
-  if (m->wd_next) m->wd_next->wd_prev = m->wd_prev;
-  m->wd_prev = m->wd_next = NULL;
+  heap_remove(wd, RENEWALS, m);
+  heap_remove(wd, DEADLINES, m);
   m->wd_registered = 0;
+  wd->registered--;
 }
 
 typedef struct pending_loss {
@@ -138,29 +215,73 @@ static void renew(dlock__watchdog *wd, dlock__renewal *batch, dlock__lease_op *o
                            : r->status ? r->status
                                        : DLOCK_ELOST,
                            left, wd->client->caps & DLOCK__CAP_SESSION ? 0 : lease);
+    if (lost == DLOCK_LOST_NONE) {
+      if (renewed) {
+        m->wd_next_renew = poked ? 0 : r->sent + lease / 3;
+        if (valid_until < r->valid_until) {
+          /* It counts only on the deadline of a shorter call it overlapped (the
+           * caller's extend), which may have run last: renew again before that
+           * deadline, not a third of our lease on. */
+          int64_t half = (valid_until - now) / 2;
+          if (now + half < m->wd_next_renew) m->wd_next_renew = now + (half > 0 ? half : 1);
+        }
+      } else {
+        /* The server is unreachable or refused: try again soon, and more often
+         * as the deadline nears (at the deadline the scan marks the loss). */
+        int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
+        if (retry > (valid_until - now) / 2) retry = (valid_until - now) / 2;
+        m->wd_next_renew = now + (retry > 0 ? retry : 1);
+      }
+      heap_rekey(wd, DEADLINES, m, deadline_key(m));
+      heap_push(wd, RENEWALS, m, renewal_key(m));
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (lost != DLOCK_LOST_NONE) lose(wd, m, lost, losses, nloss);
+  }
+  pthread_cond_broadcast(&wd->cv);
+}
+
+/* Look at the holds whose deadline key has come: losses into 'losses'
+ * (at most BATCH_MAX), the others back with their deadline read again. */
+static void scan_deadlines(dlock__watchdog *wd, dlock_mono_ms now, pending_loss *losses, size_t *nloss) {
+  for (dlock_mutex *m; *nloss < BATCH_MAX && (m = heap_top(wd, DEADLINES)) && m->wd_key[DEADLINES] <= now;) {
+    pthread_mutex_lock(&m->mu);
+    dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
+    if (lost == DLOCK_LOST_NONE) heap_rekey(wd, DEADLINES, m, deadline_key(m)); /* later, or none */
+    pthread_mutex_unlock(&m->mu);
+    if (lost != DLOCK_LOST_NONE) lose(wd, m, lost, losses, nloss);
+  }
+}
+
+/* Take the renewals that are due off their heap into 'batch' (at most
+ * BATCH_MAX); a hold found lost goes to 'losses' instead. */
+static size_t take_renewals(dlock__watchdog *wd, dlock_mono_ms now, dlock__renewal *batch, renewal *tokens,
+                            pending_loss *losses, size_t *nloss) {
+  size_t nbatch = 0;
+  for (dlock_mutex *m; nbatch < BATCH_MAX && *nloss < BATCH_MAX && (m = heap_top(wd, RENEWALS)) &&
+                       m->wd_key[RENEWALS] <= now + m->wd_early;) {
+    pthread_mutex_lock(&m->mu);
+    dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
+    dlock_mono_ms key = renewal_key(m); /* read again: the lease in force may have changed */
+    /* A capped hold is only watched from now on: lost at its deadline. */
+    int capped = m->watchdog_mode && m->opts.max_hold_ms && now >= m->acquired_at + m->opts.max_hold_ms;
+    int64_t lease = m->lease_ms;
     pthread_mutex_unlock(&m->mu);
     if (lost != DLOCK_LOST_NONE) {
       lose(wd, m, lost, losses, nloss);
-    } else if (renewed) {
-      m->wd_next_renew = poked ? 0 : r->sent + lease / 3;
-      if (valid_until < r->valid_until) {
-        /* It counts only on the deadline of a shorter call it overlapped (the
-         * caller's extend), which may have run last: renew again before that
-         * deadline, not a third of our lease on. */
-        int64_t half = (valid_until - now) / 2;
-        if (now + half < m->wd_next_renew) m->wd_next_renew = now + (half > 0 ? half : 1);
-      }
-      if (valid_until < wd->floor) wd->floor = valid_until; /* after an extend beyond the lease */
+    } else if (capped || key > now + m->wd_early) {
+      heap_rekey(wd, RENEWALS, m, capped ? INT64_MAX : key);
     } else {
-      /* The server is unreachable or refused: try again soon, and more often
-       * as the deadline nears (at the deadline the scan marks the loss). */
-      if (valid_until < wd->floor) wd->floor = valid_until;
-      int64_t retry = lease / 10 < RETRY_MAX_MS ? lease / 10 : RETRY_MAX_MS;
-      if (retry > (valid_until - now) / 2) retry = (valid_until - now) / 2;
-      m->wd_next_renew = now + (retry > 0 ? retry : 1);
+      heap_remove(wd, RENEWALS, m); /* back with its next key once renewed */
+      dlock__renewal *rn = &batch[nbatch];
+      memset(rn, 0, sizeof *rn);
+      rn->m = m;
+      rn->token = tokens[nbatch].token;
+      rn->lease_ms = lease;
+      nbatch++;
     }
   }
-  pthread_cond_broadcast(&wd->cv);
+  return nbatch;
 }
 
 static void *watchdog_main(void *arg) {
@@ -179,64 +300,20 @@ static void *watchdog_main(void *arg) {
       pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
       continue;
     }
-    /* One pass over every lock: losses first, the renewals that are due,
-     * the earliest deadline (the bound of the renewal pipeline) and when to
-     * look again. */
-    dlock_mono_ms now = dlock_mono_now(), next = INT64_MAX, earliest = INT64_MAX;
-    size_t nbatch = 0, nloss = 0;
-    /* With thousands of locks, most passes fill a batch early: stop there
-     * (the next pass follows at once) unless a deadline may be due among the
-     * locks not looked at. */
-    int may_stop = wd->floor > now + STOP_MARGIN_MS, stopped = 0;
-    for (dlock_mutex *m = wd->head, *following; m; m = following) {
-      following = m->wd_next;
-      if (nbatch == BATCH_MAX && may_stop) {
-        stopped = 1;
-        break;
-      }
-      pthread_mutex_lock(&m->mu);
-      dlock_lost_reason lost = dlock__mutex_check_deadline(m, now);
-      int held = m->hold_count > 0, watchdog_mode = m->watchdog_mode;
-      dlock_mono_ms valid_until = m->valid_until, acquired_at = m->acquired_at;
-      int64_t lease = m->lease_ms, claim = m->claim_ms;
-      pthread_mutex_unlock(&m->mu);
-      if (lost != DLOCK_LOST_NONE) {
-        if (nloss < BATCH_MAX)
-          lose(wd, m, lost, losses, &nloss);
-        else
-          earliest = now; /* in the next pass, which must not stop early */
-        continue;
-      }
-      if (!held) continue; /* being released: dlock__watchdog_remove() comes next */
-      if (valid_until < earliest) earliest = valid_until;
-      if (valid_until < next) next = valid_until;
-      int capped = watchdog_mode && m->opts.max_hold_ms && now >= acquired_at + m->opts.max_hold_ms;
-      /* Only watched, lost at the deadline; but a hold on a hand-off's claim
-       * lease is renewed once to its full lease, even a fixed one. */
-      if ((!watchdog_mode && !claim) || capped) continue;
-      /* Renew up to a twelfth of the lease in force early, so that locks taken
-       * at different moments share pipelines instead of waking us one by one. */
-      if (now + (claim ? claim : lease) / 12 < m->wd_next_renew) {
-        if (m->wd_next_renew < next) next = m->wd_next_renew;
-        continue;
-      }
-      if (nbatch == BATCH_MAX) continue; /* in the next pass, which follows at once */
-      dlock__renewal *rn = &batch[nbatch];
-      memset(rn, 0, sizeof *rn);
-      rn->m = m;
-      rn->token = tokens[nbatch].token;
-      rn->lease_ms = lease;
-      nbatch++;
-    }
-    if (stopped) {
-      if (wd->floor < earliest) earliest = wd->floor;
-    } else {
-      wd->floor = earliest;
-    }
-
+    /* Losses first, then the renewals that are due, each from its heap:
+     * O(log n) a hold looked at, none looked at before its time. */
+    dlock_mono_ms now = dlock_mono_now();
+    size_t nloss = 0;
+    scan_deadlines(wd, now, losses, &nloss);
+    size_t nbatch = take_renewals(wd, now, batch, tokens, losses, &nloss);
     if (nloss) {
       /* Report losses before any renewal I/O, which could delay them; the
-       * renewals are picked up again by the next pass. */
+       * renewals taken wait for the next pass, which follows at once. */
+      for (size_t i = 0; i < nbatch; i++) {
+        pthread_mutex_lock(&batch[i].m->mu);
+        heap_push(wd, RENEWALS, batch[i].m, renewal_key(batch[i].m));
+        pthread_mutex_unlock(&batch[i].m->mu);
+      }
       run_callbacks(wd, losses, nloss);
       continue;
     }
@@ -249,18 +326,21 @@ static void *watchdog_main(void *arg) {
         /* A session backend's renewal sets no lease: it bounds nothing. */
         dlock_mono_ms until =
             m->client->caps & DLOCK__CAP_SESSION ? INT64_MAX : dlock__valid_until(dlock_mono_now(), batch[i].lease_ms);
-        dlock__lease_op_begin(m, &ops[i], until);
         /* It may run before its answer comes: its deadline (when earlier,
-         * after a longer extend) bounds the pipeline and the floor too. */
-        if (m->valid_until && m->valid_until < earliest) earliest = m->valid_until;
-        if (m->valid_until && m->valid_until < wd->floor) wd->floor = m->valid_until;
+         * after a longer extend) bounds the pipeline too. */
+        if (dlock__lease_op_begin(m, &ops[i], until)) heap_rekey(wd, DEADLINES, m, deadline_key(m));
         pthread_mutex_unlock(&m->mu);
         m->wd_in_callback = 1; /* in flight: dlock__watchdog_remove() waits */
       }
-      renew(wd, batch, ops, nbatch, earliest, losses, &nloss);
+      /* The pipeline gives up at the earliest deadline of any hold. */
+      dlock_mutex *first = heap_top(wd, DEADLINES);
+      renew(wd, batch, ops, nbatch, first ? first->wd_key[DEADLINES] : INT64_MAX, losses, &nloss);
       run_callbacks(wd, losses, nloss);
       continue; /* more may be due */
     }
+    dlock_mutex *to_renew = heap_top(wd, RENEWALS), *deadline = heap_top(wd, DEADLINES);
+    dlock_mono_ms next = to_renew ? to_renew->wd_key[RENEWALS] : INT64_MAX;
+    if (deadline && deadline->wd_key[DEADLINES] < next) next = deadline->wd_key[DEADLINES];
     wd->wake_at = next;
     if (next == INT64_MAX) {
       pthread_cond_wait(&wd->cv, &wd->mu);
@@ -304,27 +384,44 @@ static int start(dlock_client *c) {
   return rc;
 }
 
+/* Room in both heaps for one more hold (under wd->mu). */
+static int reserve(dlock__watchdog *wd) {
+  for (int which = 0; which < 2; which++) {
+    wd_heap *h = &wd->heaps[which];
+    if (wd->registered < h->cap) continue;
+    size_t cap = h->cap ? 2 * h->cap : 64;
+    dlock_mutex **at = realloc(h->at, cap * sizeof *at);
+    if (!at) return dlock__error(DLOCK_ENOMEM, "out of memory: the watchdog cannot watch one more hold");
+    h->at = at;
+    h->cap = cap;
+  }
+  return 0;
+}
+
 int dlock__watchdog_add(dlock_client *c, dlock_mutex *m) {
   int rc = start(c);
   if (rc) return rc;
   dlock__watchdog *wd = c->watchdog;
   pthread_mutex_lock(&wd->mu);
+  rc = reserve(wd);
+  if (rc) {
+    pthread_mutex_unlock(&wd->mu);
+    return rc;
+  }
   pthread_mutex_lock(&m->mu);
   /* A hold on a hand-off's claim lease: its first renewal (to the full
    * lease) is due at a third of the claim, as any renewal is. */
   int64_t in_force = m->claim_ms ? m->claim_ms : m->lease_ms;
   m->wd_next_renew = m->acquired_at + in_force / 3;
-  /* The first moment the watchdog must act on 'm' (see watchdog_main). */
-  dlock_mono_ms due = m->watchdog_mode || m->claim_ms ? m->wd_next_renew - in_force / 12 : m->valid_until;
-  if (m->valid_until < wd->floor) wd->floor = m->valid_until;
+  m->wd_slot[RENEWALS] = m->wd_slot[DEADLINES] = NOWHERE;
+  heap_push(wd, RENEWALS, m, renewal_key(m));
+  heap_push(wd, DEADLINES, m, deadline_key(m));
   pthread_mutex_unlock(&m->mu);
-  m->wd_prev = NULL;
-  m->wd_next = wd->head;
-  if (wd->head) wd->head->wd_prev = m;
-  wd->head = m;
   m->wd_registered = 1;
+  wd->registered++;
   /* Waking the thread costs a context switch per acquire: only when it
    * would otherwise sleep past this lock's first renewal or deadline. */
+  dlock_mono_ms due = m->wd_key[RENEWALS] < m->wd_key[DEADLINES] ? m->wd_key[RENEWALS] : m->wd_key[DEADLINES];
   if (due < wd->wake_at) pthread_cond_broadcast(&wd->cv);
   pthread_mutex_unlock(&wd->mu);
   return 0;
@@ -349,10 +446,13 @@ void dlock__watchdog_rearm(dlock_client *c, dlock_mutex *m, dlock_mono_ms start,
   pthread_mutex_unlock(&c->lazy_mu);
   if (!wd) return;
   pthread_mutex_lock(&wd->mu);
-  if (m->wd_registered && start + lease_ms / 3 < m->wd_next_renew) m->wd_next_renew = start + lease_ms / 3;
-  pthread_mutex_lock(&m->mu);
-  if (m->wd_registered && m->valid_until < wd->floor) wd->floor = m->valid_until;
-  pthread_mutex_unlock(&m->mu);
+  if (m->wd_registered) {
+    if (start + lease_ms / 3 < m->wd_next_renew) m->wd_next_renew = start + lease_ms / 3;
+    pthread_mutex_lock(&m->mu);
+    heap_rekey(wd, RENEWALS, m, renewal_key(m)); /* only the key while its renewal is in flight */
+    heap_rekey(wd, DEADLINES, m, deadline_key(m));
+    pthread_mutex_unlock(&m->mu);
+  }
   pthread_cond_broadcast(&wd->cv); /* fixed leases: the new deadline counts from now on */
   pthread_mutex_unlock(&wd->mu);
 }
@@ -368,6 +468,8 @@ void dlock__watchdog_stop(dlock_client *c) {
   pthread_cond_broadcast(&wd->cv);
   pthread_mutex_unlock(&wd->mu);
   pthread_join(wd->thread, NULL);
+  free(wd->heaps[RENEWALS].at);
+  free(wd->heaps[DEADLINES].at);
   pthread_mutex_destroy(&wd->mu);
   pthread_cond_destroy(&wd->cv);
   free(wd);
@@ -383,8 +485,8 @@ void dlock__watchdog_poke(dlock_client *c) {
   pthread_mutex_lock(&wd->mu);
   /* A session event (lost, suspended, back): every hold is looked at again
    * at once, through renew(), which reads the session's state. */
-  for (dlock_mutex *m = wd->head; m; m = m->wd_next) m->wd_next_renew = 0;
-  wd->floor = 0;
+  wd_heap *h = &wd->heaps[RENEWALS];
+  for (size_t i = 0; i < h->n; i++) h->at[i]->wd_next_renew = h->at[i]->wd_key[RENEWALS] = 0; /* still a heap */
   wd->pokes++;
   pthread_cond_broadcast(&wd->cv);
   pthread_mutex_unlock(&wd->mu);

@@ -201,7 +201,7 @@ static int create_parents(dlock__zk *z, dlock__zk_sess *s, const char *path) {
  * prefix but another session's (an earlier session of ours) is deleted, as
  * Curator's ProtectedMode does. */
 static int find_protected(dlock__zk *z, dlock__zk_sess *s, const char *lock_path, const char *prefix, char *out,
-                          size_t outlen) {
+                          size_t outlen, int64_t *czxid) {
   struct String_vector v;
   int zrc = zoo_get_children(s->zh, lock_path, 0, &v);
   if (zrc == ZNONODE) return 0;
@@ -217,6 +217,7 @@ static int find_protected(dlock__zk *z, dlock__zk_sess *s, const char *lock_path
       continue;
     }
     found = zrc == ZOK;
+    if (found) *czxid = st.czxid;
   }
   deallocate_String_vector(&v);
   return found;
@@ -253,11 +254,13 @@ static int wait_for_wake(dlock__zk *z, unsigned gen, dlock_mono_ms deadline, con
 }
 
 /* Create our EPHEMERAL_SEQUENTIAL node "<parent>/_c_<uuid>-<mark><seq>"
- * with 'data', its full path into 'node'. A create whose reply was lost is
- * resolved by looking for our protected prefix (Curator's protection mode)
- * instead of creating a second node; missing parents are created. */
+ * with 'data', its full path into 'node' and its czxid (the fence, should
+ * it hold) into '*czxid': the create returns it (zoo_create2), so no read
+ * follows. A create whose reply was lost is resolved by looking for our
+ * protected prefix (Curator's protection mode) instead of creating a second
+ * node; missing parents are created. */
 static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, const char *mark, const char *data,
-                       char *node, size_t nodelen) {
+                       char *node, size_t nodelen, int64_t *czxid) {
   char uuid[37], prefix[PROTECTED_LEN + 1];
   int rc = make_uuid(uuid);
   if (rc) return rc;
@@ -268,9 +271,13 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
   snprintf(create_path, cpn, "%s/%s%s", parent, prefix, mark);
   int tries = 0;
   while (1) {
-    int zrc = zoo_create(s->zh, create_path, data, (int)strlen(data), dlock__zk_acl(z), ZOO_EPHEMERAL_SEQUENTIAL, node,
-                         (int)nodelen - 1);
-    if (zrc == ZOK) break;
+    struct Stat st;
+    int zrc = zoo_create2(s->zh, create_path, data, (int)strlen(data), dlock__zk_acl(z), ZOO_EPHEMERAL_SEQUENTIAL, node,
+                          (int)nodelen - 1, &st);
+    if (zrc == ZOK) {
+      *czxid = st.czxid;
+      break;
+    }
     if (zrc == ZNONODE && tries++ < 8) {
       rc = create_parents(z, s, parent);
       if (rc) break;
@@ -288,7 +295,7 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
       char found[1200];
       int f, finds = 0;
       do {
-        f = find_protected(z, s, parent, prefix, found, sizeof found);
+        f = find_protected(z, s, parent, prefix, found, sizeof found, czxid);
       } while (f < 0 && ++finds < 8 && dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)));
       if (f < 0) {
         /* A node we cannot find nor rule out would block the lock for
@@ -330,12 +337,16 @@ static int create_node(dlock__zk *z, dlock__zk_sess *s, const char *parent, cons
   return rc;
 }
 
-/* Fill 'out' for our node 'node' once it holds: its fence (czxid) and the
- * deadline of the session that created it. */
-static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const char *node, dlock__zk_hold *out) {
-  struct Stat st;
-  int zrc = zoo_exists(s->zh, node, 0, &st);
-  if (zrc != ZOK) return dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
+/* Fill 'out' for our node 'node' once it holds: its fence ('czxid', from
+ * its create; read now if 0) and the deadline of the session that created it. */
+static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const char *node, int64_t czxid,
+                     dlock__zk_hold *out) {
+  if (czxid <= 0) {
+    struct Stat st;
+    int zrc = zoo_exists(s->zh, node, 0, &st);
+    if (zrc != ZOK) return dlock__zk_fail(z, zrc, "read the fence (czxid) of", node);
+    czxid = st.czxid;
+  }
   /* The hold is valid as long as the session that created our node: its
    * own deadline, read now (not the client's current session, which a
    * reconnect may have replaced). */
@@ -352,7 +363,7 @@ static int take_hold(dlock__zk *z, dlock__zk_sess *s, char **lock_path, const ch
   if (!out->node_path) return dlock__error(DLOCK_ENOMEM, "out of memory");
   out->lock_path = *lock_path;
   *lock_path = NULL;
-  out->fence = (uint64_t)st.czxid;
+  out->fence = (uint64_t)czxid;
   out->session = s->id;
   out->valid_until = valid_until;
   return 0;
@@ -378,6 +389,7 @@ typedef struct zk_turn {
   char *lock_path;        /* "/ns/name": the hold's lock_path, and the path in messages */
   const char *parent;     /* where our node goes (set by enter) */
   char node[1200];        /* our node, once created */
+  int64_t czxid;          /* its czxid, from the create */
   const char *own;        /* its name below the parent */
   const char *owner_info; /* our node's data */
   int64_t wait_ms;
@@ -455,7 +467,7 @@ static int wait_turn(zk_turn *t, dlock_mono_ms deadline, dlock__zk_hold *out) {
     int zrc = ZOK;
     int rc = t->kind->look(t, &zrc);
     if (rc == LOOK_AGAIN) continue;
-    if (rc == LOOK_HOLDS) return take_hold(z, s, &t->lock_path, t->node, out);
+    if (rc == LOOK_HOLDS) return take_hold(z, s, &t->lock_path, t->node, t->czxid, out);
     if (rc < 0) {
       if (zrc != ZOK && dlock__zk_rc_uncertain(zrc) && zrc != ZSESSIONEXPIRED &&
           dlock__zk_wait_connected(s, dlock__zk_retry_limit(s)))
@@ -496,7 +508,7 @@ static int acquire(dlock__zk *z, const char *name, const zk_kind *k, int permits
   /* A path that holds foreign children, or another kind's, is refused
    * before we add a node to it. */
   if ((rc = k->enter(&t))) goto out;
-  if ((rc = create_node(z, s, t.parent, MARK[k->mark], t.owner_info, t.node, sizeof t.node))) goto out;
+  if ((rc = create_node(z, s, t.parent, MARK[k->mark], t.owner_info, t.node, sizeof t.node, &t.czxid))) goto out;
   t.own = strrchr(t.node, '/') + 1;
   if (k->created) rc = k->created(&t);
   if (!rc) rc = wait_turn(&t, deadline, out);

@@ -15,6 +15,8 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "internal.h"
+#include "redis_lock.h"
 #include "test.h"
 
 static th_redis srv;
@@ -494,6 +496,48 @@ TEST(bad_jobs_are_refused_with_a_reason) {
   ASSERT_OK(dlock_time_parse(iso, NULL, &back));
   ASSERT_EQ(back, t[0]);
   ASSERT_STATUS(dlock_time_parse("yesterday", NULL, &back), DLOCK_ETIME);
+  dlock_client_free(c);
+}
+
+/* Issue 30 item 7: a claim checks a key's type once at most, and only the
+ * keys its path uses; a key of the wrong type is still refused by name, with
+ * nothing written, wherever it is among the job's eight keys. */
+TEST(a_claim_refuses_each_job_key_of_the_wrong_type_by_name_and_writes_nothing) {
+  dlock_client *c = client();
+  static const char *const want[8] = {"string", "string", "hash", "zset", "hash", "string", "list", "hash"};
+  static const char *const extra[3] = {"}:tick", "}:history", "}:job"}; /* KEYS 6, 7, 8 */
+  for (int i = 0; i < 8; i++) {
+    char job[32], keys[8][160];
+    snprintf(job, sizeof job, "t:wrongtype%d", i);
+    dlock__lock_keys k;
+    ASSERT_OK(dlock__lock_keys_init(&k, c, job));
+    for (int j = 0; j < 5; j++) snprintf(keys[j], sizeof keys[j], "%s", k.key[j]);
+    for (int j = 0; j < 3; j++) snprintf(keys[5 + j], sizeof keys[5 + j], "{%s%s", k.key[0], extra[j]);
+    dlock__lock_keys_clear(&k);
+    char out[256];
+    if (!strcmp(want[i], "list"))
+      ASSERT_EQ(th_redis_cli(&srv, out, sizeof out, "SET '%s' x", keys[i]), 0);
+    else
+      ASSERT_EQ(th_redis_cli(&srv, out, sizeof out, "RPUSH '%s' x", keys[i]), 0);
+    dlock__claim cl;
+    memset(&cl, 0, sizeof cl);
+    cl.job = job;
+    cl.tick_ms = wall_now_ms() / 1000 * 1000;
+    cl.token = "0123456789abcdef0123456789abcdef";
+    cl.node = "n1";
+    cl.at_most_ms = 10000;
+    cl.history_len = 10;
+    cl.ahead_ms = DLOCK_SCHED_CLOCK_TOLERANCE_MS;
+    ASSERT_STATUS(dlock__redis_sched_claim(c, &cl), DLOCK_EWRONGTYPE);
+    ASSERT_CONTAINS(dlock_last_error(), keys[i]);
+    char expected[32];
+    snprintf(expected, sizeof expected, "expected a %s", want[i]);
+    ASSERT_CONTAINS(dlock_last_error(), expected);
+    for (int j = 0; j < 8; j++) { /* nothing written: only the wrong key is there */
+      ASSERT_EQ(th_redis_cli(&srv, out, sizeof out, "EXISTS '%s'", keys[j]), 0);
+      if (strcmp(out, j == i ? "1" : "0") != 0) TEST_FAIL("key %s: EXISTS %s after the refused claim", keys[j], out);
+    }
+  }
   dlock_client_free(c);
 }
 

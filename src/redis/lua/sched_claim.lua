@@ -17,12 +17,29 @@
 -- (the trigger stays pending); it runs even while the job is paused.
 -- Safe to run twice: the tick record names the claiming run's token, so a
 -- second run of the same claim (its reply was lost) gets the first one's answer.
+-- A key of the wrong type is refused by name before anything is written,
+-- with one TYPE a key at most, and only for the keys this claim's path
+-- reads or writes: most claims of a fleet find the tick claimed and read
+-- three keys (issue 30: a claim used to check all eight first).
 local tick, ahead = tonumber(ARGV[1]), tonumber(ARGV[7])
-local bad = dlock_check_lock_keys(KEYS) or dlock_check_type(KEYS[1], 'string')
-    or dlock_check_type(KEYS[6], 'string') or dlock_check_type(KEYS[7], 'list')
-    or dlock_check_type(KEYS[8], 'hash')
+local WANT = {'string', 'string', 'hash', 'zset', 'hash', 'string', 'list', 'hash'}
+local checked = {}
+local function check(...)
+  for _, i in ipairs({...}) do
+    if not checked[i] then
+      checked[i] = true
+      local bad = dlock_check_type(KEYS[i], WANT[i])
+      if bad then return bad end
+    end
+  end
+  return nil
+end
+local bad = check(6, 8)
+if not bad and ARGV[5] ~= '1' then bad = check(1) end
 if bad then return bad end
 local manual = ARGV[8] == '1'
+-- Every other path reads or writes the job lock's keys or the history.
+local function check_all() return check(1, 2, 3, 4, 5, 6, 7, 8) end
 -- Start the claimed run with fence f: take the job lock, or with overlap
 -- (no job lock) keep the record of a mutex of this name that may be held
 -- meanwhile (dlock run JOB, a node still running the job without overlap).
@@ -38,12 +55,16 @@ end
 -- run of this same claim took it: ours, even if another node has claimed a
 -- later tick since (it found the lock held and skipped that tick).
 if ARGV[5] ~= '1' and redis.call('GET', KEYS[1]) == ARGV[2] then
+  bad = check_all()
+  if bad then return bad end
   local f, since = dlock_hold_of(KEYS, ARGV[2])
   if manual then return {1, f or '0', since or '0', dlock_manual_at(KEYS[8], ARGV[2])} end
   return {1, f or '0', since or '0', dlock_pending(KEYS[8])}
 end
 local now_ms, now_us = dlock_now()
 if manual then
+  bad = check_all()
+  if bad then return bad end
   local at = dlock_manual_at(KEYS[8], ARGV[2])
   if at ~= '' then -- a second send of this claim, with overlap (no job lock)
     return {1, dlock_fence_of(redis.call('GET', KEYS[2]) or '0'), dlock_num(now_ms), at}
@@ -66,6 +87,8 @@ end
 if tick > now_ms + ahead then return {0, 'ahead', dlock_num(now_ms)} end
 local last, who, owner = dlock_last_tick(KEYS[6])
 if last == tick and owner == ARGV[2] then
+  bad = check_all()
+  if bad then return bad end
   if ARGV[5] == '1' then -- no job lock: the fence is the last one issued, the start is now
     return {1, dlock_fence_of(redis.call('GET', KEYS[2]) or '0'), dlock_num(now_ms), dlock_pending(KEYS[8])}
   end
@@ -81,6 +104,8 @@ if last > now_ms + ahead then
   if pttl > 0 then last = now_ms - (FENCE_TTL_MS - pttl) + ahead end
 end
 if last >= tick then return {0, 'claimed', who, dlock_pending(KEYS[8])} end
+bad = check_all()
+if bad then return bad end
 local why = dlock_paused_why(KEYS[8])
 if why then
   -- Consumed, so that it is recorded once; the token is marked so that a
