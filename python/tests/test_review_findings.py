@@ -1,0 +1,361 @@
+"""Findings of the adversarial review of the Python binding (issue 29).
+
+Each test reproduces one finding and fails on the code it was written against; none is
+marked xfail: they are meant to pass once the binding is fixed. Every test names its
+severity and the promise it checks (python/README.md). A private redis-server on a free
+loopback port in a temp dir serves them all; it is stopped by PID on every exit path.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+import dlock
+from dlock import _lib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG_ROOT = os.path.dirname(HERE)  # python/: where `import dlock` finds the package
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def _pong(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), 0.5) as c:
+            c.sendall(b"PING\r\n")
+            return c.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def review_redis():
+    """One redis-server for the module: its URL. Stopped by PID (SIGCONT first, in case a
+    test left it stopped), its temp dir removed."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server not installed (apt-get install redis-server)")
+    d = tempfile.mkdtemp(prefix="dlock-review29-")
+    proc = None
+    try:
+        for _attempt in range(3):  # a free port may be taken between the probe and the bind
+            port = _free_port()
+            conf = os.path.join(d, "redis.conf")
+            with open(conf, "w") as f:
+                f.write(f"bind 127.0.0.1\nport {port}\ndir {d}\nsave \"\"\nappendonly no\n"
+                        f"daemonize no\nlogfile {d}/redis.log\n")
+            proc = subprocess.Popen([exe, conf])
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and proc.poll() is None and not _pong(port):
+                time.sleep(0.05)
+            if _pong(port):
+                break
+            proc.kill()
+            proc.wait()
+            proc = None
+        if proc is None:
+            pytest.fail(f"redis-server did not start on 127.0.0.1 (see {d}/redis.log)")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        if proc is not None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+            except OSError:
+                pass
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _wait_child(pid: int, seconds: float = 30.0) -> int:
+    """waitpid with a deadline; a child still running then is killed (by its PID)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"child process {pid} hung for {seconds} s (killed)")
+
+
+# ---- HIGH: a forked child releases the parent's lock ----
+
+def test_fork_child_leaving_with_block_keeps_parents_lock(review_redis):
+    """HIGH (two holders). Promise: "The child never frees or releases anything of the
+    parent's ... so the parent's holds go on." The usual daemon idiom, fork() inside a
+    `with` and sys.exit() in the child, unwinds the child's copy of the block: __exit__
+    calls dlock_mutex_release() without the fork check the other verbs make (_p()), on the
+    parent's connection, and the server deletes the parent's key. Another client then takes
+    the lock while the parent is still inside its block. (An Election's `with` resigns the
+    parent's leadership the same way.)
+    Fix: _Holding.__exit__ (and close) return at once when the client's fork generation is
+    not the current one, touching neither libdlock nor the handle's state."""
+    parent = os.getpid()
+    client = dlock.Client(review_redis)
+    other = dlock.Client(review_redis)
+    try:
+        with client.lock("review29:fork", wait=5, lost_ok=True) as hold:
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(0)  # the child leaves the block (caught below, then os._exit)
+            _wait_child(pid)
+            rival = other.lock("review29:fork")
+            taken = rival.try_acquire()
+            if taken:
+                rival.release()
+            assert not taken, ("another client took the lock while the parent was still in "
+                               "its `with` block: the forked child released the parent's lock")
+            assert hold.is_held(), "the server no longer has the parent's hold"
+    except SystemExit:
+        if os.getpid() != parent:
+            os._exit(0)
+        raise
+    finally:
+        if os.getpid() != parent:
+            os._exit(1)
+        other.close()
+        client.close()
+
+
+# ---- HIGH: a job that stops itself crashes the interpreter ----
+
+def test_job_stopping_itself_does_not_crash(review_redis):
+    """HIGH (crash). Promise: jobs run "until job.stop(), the client's close, or the
+    interpreter's exit", and Python code may call back into the client. A job that stops
+    itself (run once, or stop on a condition) calls job.stop() on its scheduler worker
+    thread: dlock_sched_free() then joins that very thread (EDEADLK, ignored) and frees the
+    scheduler under the running worker: the process dies of SIGSEGV. client.close() from a
+    job does the same.
+    Fix: Job.stop() (and Client.close()) called on one of the scheduler's own worker threads
+    only stops the ticks (dlock_sched_stop with 0) and defers the free to another thread
+    (or refuses with a clear error); the C side could refuse dlock_sched_free from a worker."""
+    code = textwrap.dedent(f"""
+        import os, sys, threading, time
+        import dlock
+        ran = threading.Event()
+        c = dlock.Client({review_redis!r})
+        def once(tick):
+            ran.set()
+            job.stop()            # stop after the first run
+        job = c.every(0.2, once, name="review29:selfstop")
+        if not ran.wait(20):
+            print("the job never ran"); sys.exit(3)
+        time.sleep(1.0)
+        c.close()
+        print("survived")
+    """)
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "survived" in p.stdout, (
+        f"a job calling job.stop() on itself: exit status {p.returncode} "
+        f"({'signal ' + signal.Signals(-p.returncode).name if p.returncode < 0 else 'exit'}), "
+        f"stdout {p.stdout!r}, stderr {p.stderr[-800:]!r}")
+
+
+# ---- HIGH: one AsyncLock shared by two tasks lets both in ----
+
+def test_shared_alock_excludes_tasks(review_redis):
+    """HIGH (two holders). Promise: `async with client.alock(...)` is dlock's lock for
+    asyncio. An AsyncLock, like asyncio.Lock, is naturally shared by the tasks of one loop;
+    but each AsyncLock runs every acquire on its one worker thread, where libdlock's
+    per-thread reentrancy answers the second task's acquire at once ("the hold count goes
+    up ... with the same fence"): both tasks are inside the critical section together, with
+    one fence.
+    Fix: an asyncio.Lock inside AsyncLock serializes the tasks (held from acquire to
+    release), or a second concurrent acquire is refused with a clear error."""
+    client = dlock.Client(review_redis)
+    try:
+        al = client.alock("review29:alock-shared", wait=20)
+        inside = 0
+        most = 0
+        fences = []
+
+        async def task():
+            nonlocal inside, most
+            async with al as hold:
+                inside += 1
+                most = max(most, inside)
+                fences.append(hold.fence)
+                await asyncio.sleep(0.3)
+                inside -= 1
+
+        async def main():
+            await asyncio.wait_for(asyncio.gather(task(), task()), 60)
+
+        asyncio.run(main())
+        assert most == 1, (f"{most} tasks held the AsyncLock at once (fences {fences}): "
+                           "the second task's acquire was a reentrant hold of the first's")
+    finally:
+        client.close()
+
+
+# ---- HIGH/MEDIUM: a closed handle's fileno() reads freed memory ----
+
+def _make(client, kind):
+    if kind == "mutex":
+        return client.lock("review29:fd-" + kind)
+    if kind == "semaphore":
+        return client.semaphore("review29:fd-" + kind, 2)
+    if kind == "multi":
+        return client.multi(["review29:fd-m1", "review29:fd-m2"])
+    return client.election("review29:fd-" + kind, "me")
+
+
+@pytest.mark.parametrize("kind", ["mutex", "semaphore", "multi", "election"])
+def test_fileno_after_close_raises_closed(review_redis, kind):
+    """HIGH for mutex/semaphore (use after free), MEDIUM for multi/election (wrong error).
+    Promise: "hold.fileno(): the loss fd ... Valid until the handle is closed", and a
+    closed handle raises dlock.Closed. fileno() skips the _p() check every other verb makes:
+    on a closed mutex or semaphore it calls dlock_mutex_lost_fd() on the freed handle (ASan:
+    heap-use-after-free) and returns a stale fd number that may by then be another file's (a
+    selector would poll it); on a closed multi-lock it passes NULL and raises
+    dlock.InvalidArgument "handle is NULL", on a closed election dlock.Busy "lock is held by
+    another owner" (dlock_election_lost_fd(NULL) answers -1, which is EBUSY's code).
+    AsyncLock.wait_lost() goes through it too.
+    Fix: fileno() calls self._p() first, as fence and extend() do."""
+    client = dlock.Client(review_redis)
+    try:
+        h = _make(client, kind)
+        h.acquire(5)
+        h.fileno()
+        h.close()
+        with pytest.raises(dlock.Closed):
+            got = h.fileno()
+            print(f"fileno() of a closed {kind} answered {got}")
+    finally:
+        client.close()
+
+
+# ---- HIGH: leaving a `with` block after the client's close reads a freed handle ----
+
+def test_with_exit_after_client_close_touches_no_freed_handle(review_redis, monkeypatch):
+    """HIGH (use after free). Promise: "Handles are freed once, in any order: by with,
+    close(), the client's close() ...". Closing the client inside a lock's `with` block (a
+    shutdown path, or `with Client() as c:` exited through a nested helper) frees the mutex;
+    the block's end then calls dlock_mutex_lost() on the freed pointer (__exit__ ->
+    _unheld(), which does not look at res.ptr). ASan reports it as heap-use-after-free; here
+    the real library's functions are wrapped (and still called) to see which pointer each
+    call gets.
+    Fix: _unheld() reads the loss only while self._res.ptr is not None (under the same lock
+    _free() takes), as lost_reason does."""
+    freed = set()
+    after_free = []
+    real_free = _lib.lib.dlock_mutex_free
+
+    def spy_free(p):
+        freed.add(p)
+        return real_free(p)
+
+    def guard(fn_name):
+        real = getattr(_lib.lib, fn_name)
+
+        def call(p, *rest):
+            if p in freed:
+                after_free.append(fn_name)
+            return real(p, *rest)
+        return call
+
+    monkeypatch.setattr(_lib.lib, "dlock_mutex_free", spy_free)
+    for fn_name in ("dlock_mutex_lost", "dlock_mutex_release", "dlock_mutex_lost_fd",
+                    "dlock_mutex_errmsg", "dlock_mutex_fence"):
+        monkeypatch.setattr(_lib.lib, fn_name, guard(fn_name))
+    client = dlock.Client(review_redis)
+    try:
+        with client.lock("review29:with-close", wait=5):
+            client.close()
+    except dlock.Closed:
+        pass  # refusing is fine; touching the freed handle is not
+    assert not after_free, f"called on the freed mutex after client.close(): {after_free}"
+
+
+# ---- LOW: durations that are not durations ----
+
+def test_nan_duration_is_a_dlock_error(review_redis):
+    """LOW. Promise: "Argument errors are also ValueErrors" -- dlock exceptions (dlock.Error,
+    with code, name and message) that are also ValueErrors. wait/lease = float('nan') raises a
+    bare ValueError "cannot convert float NaN to integer" from int(round(nan)) in to_ms().
+    Fix: to_ms() rejects NaN with dlock.OutOfRange, as it does negative and too-long values."""
+    client = dlock.Client(review_redis)
+    try:
+        with pytest.raises(dlock.Error):
+            client.lock("review29:nan", lease=math.nan)
+        h = client.lock("review29:nan")
+        with pytest.raises(dlock.Error):
+            h.acquire(math.nan)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("lease", [0, 0.0004])
+def test_zero_or_tiny_lease_is_not_an_endless_watchdog_lease(review_redis, lease):
+    """LOW. Promise: "lease=None is watchdog mode"; a duration is a fixed lease, lost at its
+    end. lease=0, or any lease under half a millisecond (rounded to 0 ms), silently becomes
+    watchdog mode: a lock renewed every 10 s for as long as the process lives, where the
+    caller asked for one that expires at once.
+    Fix: to_ms() for a lease refuses 0 (dlock.OutOfRange: "say None for watchdog mode") and
+    rounds a positive lease up to at least 1 ms."""
+    client = dlock.Client(review_redis)
+    try:
+        try:
+            h = client.lock("review29:tiny-lease", lease=lease)
+        except dlock.OutOfRange:
+            return  # refused: fine
+        h.acquire(5)
+        try:
+            left = h.remaining()
+        except dlock.NotHeld:
+            left = 0.0  # already expired: a fixed lease indeed
+        finally:
+            try:
+                h.release()
+            except dlock.Error:
+                pass
+        assert left <= 1.0, (f"lease={lease!r} gave a lock with {left} s left, renewed by the "
+                             "watchdog: watchdog mode, not a fixed lease")
+    finally:
+        client.close()
+
+
+# ---- LOW: the Busy message names no server and says nothing to do ----
+
+def test_busy_message_names_the_server(review_redis):
+    """LOW (doc mismatch). Promise: each exception's message is "the C library's own
+    message, which names the server and says what to do". The commonest one, dlock.Busy from
+    acquire() / `with`, carries only "held by another owner" (or "... for the whole wait (N
+    ms)"): no server, no key, no hint; NotHeld, NoLatch etc. do name '... on HOST:PORT'.
+    Fix: the mutex acquire's EBUSY detail (C side) names the lock and the server, like
+    release's ("acquire 'NAME' on HOST:PORT: held by another owner ...")."""
+    a = dlock.Client(review_redis)
+    b = dlock.Client(review_redis)
+    try:
+        held = a.lock("review29:busy-msg")
+        held.acquire(5)
+        server = review_redis.split("://", 1)[1]
+        with pytest.raises(dlock.Busy) as e:
+            b.lock("review29:busy-msg").acquire(0)
+        assert server in str(e.value), f"Busy's message {str(e.value)!r} does not name {server}"
+        held.release()
+    finally:
+        b.close()
+        a.close()
