@@ -289,6 +289,40 @@ def test_with_exit_after_client_close_touches_no_freed_handle(review_redis, monk
     assert not after_free, f"called on the freed mutex after client.close(): {after_free}"
 
 
+# ---- HIGH: a hold whose handle is dropped ends at once, silently ----
+
+def test_acquire_on_a_discarded_handle_keeps_the_lock(review_redis):
+    """HIGH (silent loss; by design today, but nothing says so). Promise (API table):
+    `acquire(wait)` / `release()`, and redis-py's `r.lock(n).acquire()` idiom, which holds
+    the key until released or expired. `client.lock("job:nightly").acquire(5)` (result not
+    kept, as in the side-by-side's kazoo column) drops the last reference to the handle when
+    the statement ends: __del__ frees it and releases the lock at once, with no warning, while
+    the script goes on believing it holds it: another client takes it straight away.
+    Fix: while held, a handle is kept alive by its client (a strong reference taken in _held()
+    and dropped in _unheld()/close()), so that only release(), close() or the client's close()
+    end a hold; or, at the least, a ResourceWarning when the GC frees a held handle and a
+    sentence in the README's safety model."""
+    import gc
+    import warnings
+    a = dlock.Client(review_redis)
+    b = dlock.Client(review_redis)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            a.lock("review29:discarded").acquire(5)  # the script now believes it holds it
+            gc.collect()
+        warned = any(issubclass(w.category, ResourceWarning) for w in caught)
+        rival = b.lock("review29:discarded")
+        taken = rival.try_acquire()
+        if taken:
+            rival.release()
+        assert warned or not taken, ("the hold ended when its handle was dropped, without a "
+                                     "warning: another client took the lock at once")
+    finally:
+        b.close()
+        a.close()
+
+
 # ---- LOW: durations that are not durations ----
 
 def test_nan_duration_is_a_dlock_error(review_redis):
