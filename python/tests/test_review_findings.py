@@ -323,6 +323,67 @@ def test_acquire_on_a_discarded_handle_keeps_the_lock(review_redis):
         a.close()
 
 
+# ---- MEDIUM: a hold lost without notice ends its block with NotHeld, not Lost ----
+
+def test_with_block_whose_key_vanished_raises_lost(review_redis):
+    """MEDIUM (wrong error). Promise: "with raises dlock.Lost at the block's end when the
+    hold was lost during the block", and hold.lost says so afterwards. When the key vanishes
+    without a message to the holder (an eviction, an operator's FLUSHALL or DEL, a failover
+    to a replica that never got it) and another client takes the lock meanwhile, the block
+    ends with dlock.NotHeld ("another owner holds it now ...") and hold.lost is False:
+    __exit__ reads the loss before the release, and the release's ENOTHELD, the only news of
+    it, is raised as is. Code that catches dlock.Lost to redo its work misses it.
+    Fix: in __exit__ (and release()), ENOTHELD for a hold taken at entry is a loss during
+    the block: record it (_lost_after, so hold.lost is True) and raise dlock.Lost from it."""
+    a = dlock.Client(review_redis)
+    b = dlock.Client(review_redis)
+    host, port = review_redis.split("://", 1)[1].rsplit(":", 1)
+    hold = a.lock("review29:vanished", wait=5)
+    try:
+        with pytest.raises(dlock.Lost):
+            with hold:
+                with socket.create_connection((host, int(port)), 5) as s:  # DEL, as an operator
+                    key = b"review29:vanished"
+                    s.sendall(b"*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n" % (len(key), key))
+                    assert s.recv(16).startswith(b":1"), "the lock's key was not where expected"
+                rival = b.lock("review29:vanished")
+                assert rival.try_acquire(), "another client could not take the vanished lock"
+                rival.release()
+        assert hold.lost, "hold.lost is False after the block lost its lock"
+    finally:
+        b.close()
+        a.close()
+
+
+# ---- MEDIUM: a slow on_lost callback delays every other hold's lost_event ----
+
+def test_slow_callback_does_not_delay_other_holds_lost_event(review_redis):
+    """MEDIUM (late loss signal). Promise: "hold.lost_event, a threading.Event set at the
+    loss", and "a slow callback delays no renewal (only the next loss callbacks of the
+    process)". One thread (dlock-loss-monitor) both sets the events and runs the callbacks,
+    one after the other: while hold A's on_lost callback runs (here 4 s), hold B's
+    lost_event is not set, though B's lease ran out: code that waits on B's event goes on
+    writing as the holder for as long as A's callback takes.
+    Fix: the monitor sets every fired hold's event first and runs the callbacks elsewhere
+    (a thread per callback, or a second thread for callbacks); or the README says that a
+    slow callback delays every loss signal but hold.lost and the fd."""
+    client = dlock.Client(review_redis)
+    try:
+        a = client.lock("review29:slow-cb", lease=1, lost_ok=True,
+                        on_lost=lambda h, why: time.sleep(4))
+        b = client.lock("review29:watched", lease=2, lost_ok=True)
+        a.acquire(5)
+        b.acquire(5)
+        event = b.lost_event
+        deadline = b.valid_until
+        assert event.wait(15), "B's lost_event was never set"
+        late = time.monotonic() - deadline
+        assert late < 2.0, (f"B's lost_event was set {late:.1f} s after B's hold ran out: "
+                            "it waited for A's slow on_lost callback")
+    finally:
+        client.close()
+
+
 # ---- LOW: durations that are not durations ----
 
 def test_nan_duration_is_a_dlock_error(review_redis):
