@@ -384,6 +384,51 @@ def test_slow_callback_does_not_delay_other_holds_lost_event(review_redis):
         client.close()
 
 
+# ---- HIGH: closing an observer leaves its iterating thread hung ----
+
+def test_observer_close_ends_a_waiting_iteration(review_redis):
+    """HIGH (hang, then use after free). Promise: client.observe(name) gives each change of
+    leader by next(timeout) or iteration, and "Handles are freed once, in any order: by
+    with, close() ...". An Observer has no cancel(); the only way to stop a thread iterating
+    it (`for leader in obs:`, next() without a timeout) is close(), and that never reaches
+    the waiter: it sits in select() on the observer's fd, which close() frees under it; the
+    thread hangs for good, and should the fd number be reused by a file that turns readable,
+    it calls dlock_observer_next() on the freed observer. Run in a child process, so that
+    the hung thread cannot touch this one's files.
+    Fix: Observer.close() (or a new Observer.cancel()) wakes a waiting next() (a private pipe
+    in the select) and next() checks _p() again after the select: dlock.Closed."""
+    code = textwrap.dedent(f"""
+        import sys, threading, time
+        import dlock
+        c = dlock.Client({review_redis!r})
+        obs = c.observe("review29:observed", interval=0.1)
+        obs.next(10)                      # the state at the start
+        out = []
+        def iterate():
+            try:
+                for leader in obs:
+                    out.append(leader)
+            except dlock.Closed:
+                out.append("closed")
+            except BaseException as e:
+                out.append(repr(e))
+        t = threading.Thread(target=iterate, daemon=True)
+        t.start()
+        time.sleep(1.0)
+        obs.close()
+        t.join(10)
+        print("alive" if t.is_alive() else "ended", out, flush=True)
+        sys.stdout.flush()
+        import os; os._exit(0)
+    """)
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.stdout.startswith("ended ['closed']"), (
+        f"a thread iterating an Observer closed by another thread: {p.stdout.strip()!r} "
+        f"(exit status {p.returncode}, stderr {p.stderr[-500:]!r})")
+
+
 # ---- LOW: durations that are not durations ----
 
 def test_nan_duration_is_a_dlock_error(review_redis):
