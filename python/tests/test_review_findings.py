@@ -85,6 +85,22 @@ def review_redis():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _child_env() -> dict:
+    """The environment for a child python3 running the binding: this one's, with PYTHONPATH
+    at the package, and the preloads this process was started with (the ASan run preloads
+    libasan.so; the environment the tests see may have dropped it for the servers)."""
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            start = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        start = {}
+    for k in ("LD_PRELOAD", "ASAN_OPTIONS"):
+        if k not in env and k.encode() in start:
+            env[k] = start[k.encode()].decode()
+    return env
+
+
 def _wait_child(pid: int, seconds: float = 30.0) -> int:
     """waitpid with a deadline; a child still running then is killed (by its PID)."""
     deadline = time.monotonic() + seconds
@@ -164,7 +180,7 @@ def test_job_stopping_itself_does_not_crash(review_redis):
         c.close()
         print("survived")
     """)
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _child_env()
     p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and "survived" in p.stdout, (
@@ -212,6 +228,51 @@ def test_shared_alock_excludes_tasks(review_redis):
 
 # ---- HIGH/MEDIUM: a closed handle's fileno() reads freed memory ----
 
+@pytest.fixture
+def freed_guard(monkeypatch):
+    """Watches the real library's calls (each still made, unless it would read a freed
+    handle): the frees record their pointers (a semaphore's or rwlock's inner mutex too);
+    a dlock_mutex_* call on a freed pointer is recorded in the returned list and answered
+    with EINVAL instead of being made, so that an ASan run of this file is not aborted by the
+    very use after free it reports (which ASan confirms: heap-use-after-free in
+    dlock_mutex_lost_fd, mutex.c:226, and in dlock_mutex_lost, mutex.c:215)."""
+    lib = _lib.lib
+    freed = set()
+    after_free = []
+    einval = dlock.by_name["EINVAL"].code
+
+    def spy_free(fn_name, inner=None):
+        real = getattr(lib, fn_name)
+
+        def free(p):
+            if p is not None:
+                freed.add(p)
+                if inner is not None:
+                    freed.add(getattr(lib, inner)(p))
+            return real(p)
+        return free
+
+    def guard(fn_name):
+        real = getattr(lib, fn_name)
+
+        def call(p, *rest):
+            if p in freed:
+                after_free.append(fn_name)
+                return einval if real.restype is not None else None
+            return real(p, *rest)
+        return call
+
+    monkeypatch.setattr(lib, "dlock_mutex_free", spy_free("dlock_mutex_free"))
+    monkeypatch.setattr(lib, "dlock_semaphore_free",
+                        spy_free("dlock_semaphore_free", "dlock_semaphore_mutex"))
+    monkeypatch.setattr(lib, "dlock_rwlock_free", spy_free("dlock_rwlock_free", "dlock_rwlock_mutex"))
+    for fn_name in ("dlock_mutex_lost", "dlock_mutex_lost_fd", "dlock_mutex_release",
+                    "dlock_mutex_errmsg", "dlock_mutex_fence", "dlock_mutex_acquire",
+                    "dlock_mutex_valid_until"):
+        monkeypatch.setattr(lib, fn_name, guard(fn_name))
+    return after_free
+
+
 def _make(client, kind):
     if kind == "mutex":
         return client.lock("review29:fd-" + kind)
@@ -223,15 +284,15 @@ def _make(client, kind):
 
 
 @pytest.mark.parametrize("kind", ["mutex", "semaphore", "multi", "election"])
-def test_fileno_after_close_raises_closed(review_redis, kind):
+def test_fileno_after_close_raises_closed(review_redis, freed_guard, kind):
     """HIGH for mutex/semaphore (use after free), MEDIUM for multi/election (wrong error).
     Promise: "hold.fileno(): the loss fd ... Valid until the handle is closed", and a
     closed handle raises dlock.Closed. fileno() skips the _p() check every other verb makes:
     on a closed mutex or semaphore it calls dlock_mutex_lost_fd() on the freed handle (ASan:
-    heap-use-after-free) and returns a stale fd number that may by then be another file's (a
-    selector would poll it); on a closed multi-lock it passes NULL and raises
-    dlock.InvalidArgument "handle is NULL", on a closed election dlock.Busy "lock is held by
-    another owner" (dlock_election_lost_fd(NULL) answers -1, which is EBUSY's code).
+    heap-use-after-free; without ASan it answers the stale fd number, which may by then be
+    another file's, for a selector to poll); on a closed multi-lock it passes NULL and
+    raises dlock.InvalidArgument "handle is NULL", on a closed election dlock.Busy "lock is
+    held by another owner" (dlock_election_lost_fd(NULL) answers -1, which is EBUSY's code).
     AsyncLock.wait_lost() goes through it too.
     Fix: fileno() calls self._p() first, as fence and extend() do."""
     client = dlock.Client(review_redis)
@@ -240,53 +301,36 @@ def test_fileno_after_close_raises_closed(review_redis, kind):
         h.acquire(5)
         h.fileno()
         h.close()
-        with pytest.raises(dlock.Closed):
+        try:
             got = h.fileno()
-            print(f"fileno() of a closed {kind} answered {got}")
+        except dlock.Closed:
+            got = "Closed"
+        except dlock.Error as e:
+            got = f"{type(e).__name__}: {e}"
+        assert not freed_guard, f"fileno() of a closed {kind} called {freed_guard} on the freed handle"
+        assert got == "Closed", f"fileno() of a closed {kind} answered {got!r}, not dlock.Closed"
     finally:
         client.close()
 
 
 # ---- HIGH: leaving a `with` block after the client's close reads a freed handle ----
 
-def test_with_exit_after_client_close_touches_no_freed_handle(review_redis, monkeypatch):
+def test_with_exit_after_client_close_touches_no_freed_handle(review_redis, freed_guard):
     """HIGH (use after free). Promise: "Handles are freed once, in any order: by with,
     close(), the client's close() ...". Closing the client inside a lock's `with` block (a
-    shutdown path, or `with Client() as c:` exited through a nested helper) frees the mutex;
-    the block's end then calls dlock_mutex_lost() on the freed pointer (__exit__ ->
-    _unheld(), which does not look at res.ptr). ASan reports it as heap-use-after-free; here
-    the real library's functions are wrapped (and still called) to see which pointer each
-    call gets.
+    shutdown path, or `with Client() as c:` exited through a nested helper, or an on_lost
+    callback that closes the client) frees the mutex; the block's end then calls
+    dlock_mutex_lost() on the freed pointer (__exit__ -> _unheld(), which does not look at
+    res.ptr). ASan: heap-use-after-free in dlock_mutex_lost (mutex.c:215).
     Fix: _unheld() reads the loss only while self._res.ptr is not None (under the same lock
     _free() takes), as lost_reason does."""
-    freed = set()
-    after_free = []
-    real_free = _lib.lib.dlock_mutex_free
-
-    def spy_free(p):
-        freed.add(p)
-        return real_free(p)
-
-    def guard(fn_name):
-        real = getattr(_lib.lib, fn_name)
-
-        def call(p, *rest):
-            if p in freed:
-                after_free.append(fn_name)
-            return real(p, *rest)
-        return call
-
-    monkeypatch.setattr(_lib.lib, "dlock_mutex_free", spy_free)
-    for fn_name in ("dlock_mutex_lost", "dlock_mutex_release", "dlock_mutex_lost_fd",
-                    "dlock_mutex_errmsg", "dlock_mutex_fence"):
-        monkeypatch.setattr(_lib.lib, fn_name, guard(fn_name))
     client = dlock.Client(review_redis)
     try:
         with client.lock("review29:with-close", wait=5):
             client.close()
     except dlock.Closed:
         pass  # refusing is fine; touching the freed handle is not
-    assert not after_free, f"called on the freed mutex after client.close(): {after_free}"
+    assert not freed_guard, f"called on the freed mutex after client.close(): {freed_guard}"
 
 
 # ---- HIGH: a hold whose handle is dropped ends at once, silently ----
@@ -421,7 +465,7 @@ def test_observer_close_ends_a_waiting_iteration(review_redis):
         sys.stdout.flush()
         import os; os._exit(0)
     """)
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _child_env()
     p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.stdout.startswith("ended ['closed']"), (
@@ -499,3 +543,28 @@ def test_busy_message_names_the_server(review_redis):
     finally:
         b.close()
         a.close()
+
+
+# ---- LOW: the README's test command does not run from the repository's root ----
+
+def test_run_tests_takes_a_path_relative_to_the_callers_directory():
+    """LOW (doc mismatch). Promise (python/README.md, Tests): `bash python/run_tests.sh
+    build/plain/src/libdlock.so`, from the repository's root. run_tests.sh exports the path
+    as DLOCK_LIB and then cd's into python/, where the relative path names nothing: every run
+    stops at once with LibraryNotFound "tried build/plain/src/libdlock.so (no such file)"
+    (ctest passes an absolute path, so CI never sees it).
+    Fix: run_tests.sh makes the path absolute before the cd (lib=$(realpath -- "$1"))."""
+    repo = os.path.dirname(PKG_ROOT)
+    rel = os.path.relpath(os.path.realpath(dlock.lib_path), repo)
+    if rel.startswith(".."):
+        pytest.skip(f"the library in use ({dlock.lib_path}) is not inside the repository")
+    env = _child_env()
+    env.pop("DLOCK_LIB", None)
+    # Select no test: only the loading of the package (conftest) is exercised.
+    env["PYTEST_ADDOPTS"] = "-k review29_selects_nothing"
+    p = subprocess.run(["bash", "python/run_tests.sh", rel], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert "cannot load libdlock" not in out and p.returncode in (0, 5), (
+        f"bash python/run_tests.sh {rel} (from {repo}): exit status {p.returncode}: "
+        f"{out.strip().splitlines()[-1] if out.strip() else ''}")
