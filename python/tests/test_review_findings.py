@@ -123,7 +123,8 @@ def test_fork_child_leaving_with_block_keeps_parents_lock(review_redis):
     calls dlock_mutex_release() without the fork check the other verbs make (_p()), on the
     parent's connection, and the server deletes the parent's key. Another client then takes
     the lock while the parent is still inside its block. (An Election's `with` resigns the
-    parent's leadership the same way.)
+    parent's leadership the same way; PostgreSQL loses the lock the same way; on ZooKeeper the
+    child hangs in the release instead.)
     Fix: _Holding.__exit__ (and close) return at once when the client's fork generation is
     not the current one, touching neither libdlock nor the handle's state."""
     parent = os.getpid()
@@ -367,6 +368,43 @@ def test_acquire_on_a_discarded_handle_keeps_the_lock(review_redis):
         a.close()
 
 
+# ---- HIGH: two threads closing one client crash the process ----
+
+def test_two_threads_closing_one_client_do_not_crash(review_redis):
+    """HIGH (crash). Promise: Client.close() "Idempotent"; "Handles are freed once, in any
+    order". Two threads that close a shared client at once (a worker's `finally` and the main
+    thread's shutdown) both pass the `self._ptr is None` check while the first frees the
+    handles (releases: round trips), and both call dlock_client_free() on the same pointer:
+    SIGSEGV within a few tries. Run in a child process.
+    Fix: Client.close() takes the pointer under self._mu (`with self._mu: ptr, self._ptr =
+    self._ptr, None`) before freeing anything; the loser returns."""
+    code = textwrap.dedent(f"""
+        import threading
+        import dlock
+        for attempt in range(20):
+            c = dlock.Client({review_redis!r})
+            holds = [c.lock(f"review29:close2-{{attempt}}-{{i}}") for i in range(5)]
+            for h in holds:
+                h.acquire(5)
+            both = threading.Barrier(2)
+            def closer():
+                both.wait()
+                c.close()
+            ts = [threading.Thread(target=closer) for _ in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+        print("survived", flush=True)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=_child_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "survived" in p.stdout, (
+        f"two threads closing one client: exit status {p.returncode} "
+        f"({'signal ' + signal.Signals(-p.returncode).name if p.returncode < 0 else 'exit'}), "
+        f"stderr {p.stderr[-500:]!r}")
+
+
 # ---- MEDIUM: a hold lost without notice ends its block with NotHeld, not Lost ----
 
 def test_with_block_whose_key_vanished_raises_lost(review_redis):
@@ -517,6 +555,39 @@ def test_zero_or_tiny_lease_is_not_an_endless_watchdog_lease(review_redis, lease
                 pass
         assert left <= 1.0, (f"lease={lease!r} gave a lock with {left} s left, renewed by the "
                              "watchdog: watchdog mode, not a fixed lease")
+    finally:
+        client.close()
+
+
+# ---- LOW: history(job) and non-string names ----
+
+def test_history_takes_the_job_object(review_redis):
+    """LOW (doc mismatch). Promise (API table): "client.every(period, fn, name=) ...; job.stop(),
+    client.history(job)". Passed the Job that every() returns, history() raises
+    AttributeError "'Job' object has no attribute 'encode'" (enc() of a non-string).
+    Fix: history() takes a Job (its .name) or a str; enc() raises a TypeError naming the
+    argument for anything else (a lock name given as an int gets the same AttributeError)."""
+    client = dlock.Client(review_redis)
+    job = None
+    try:
+        job = client.every(3600, lambda tick: None, name="review29:history-job")
+        runs = client.history(job)
+        assert isinstance(runs, list)
+    finally:
+        if job is not None:
+            job.stop(10)
+        client.close()
+
+
+def test_non_string_name_raises_typeerror(review_redis):
+    """LOW (wrong error). A lock name that is not a str (an int id, a Path) raises
+    AttributeError "'int' object has no attribute 'encode'" from deep inside the binding,
+    where Python code expects a TypeError (or dlock.InvalidName, a ValueError).
+    Fix: enc() raises TypeError("lock name: a str, not int") for anything but str/bytes."""
+    client = dlock.Client(review_redis)
+    try:
+        with pytest.raises((TypeError, dlock.Error)):
+            client.lock(42)
     finally:
         client.close()
 
