@@ -559,6 +559,47 @@ def test_zero_or_tiny_lease_is_not_an_endless_watchdog_lease(review_redis, lease
         client.close()
 
 
+# ---- MEDIUM: an async def job never runs, and its history says "ok" ----
+
+def test_async_job_runs_or_is_refused(review_redis):
+    """MEDIUM (silent loss of work). Promise: "the scheduler: a decorator or
+    client.every(...)/client.cron(...) running a Python callable once per tick across the
+    fleet". In an asyncio program the natural callable is an `async def`: every tick then
+    calls it, gets a coroutine, drops it unawaited (a RuntimeWarning at best) and records the
+    run as "ok". The body never runs, and the history says all is well.
+    Fix: schedule() refuses a coroutine function with a TypeError (say: wrap it, e.g.
+    `lambda t: asyncio.run(job(t))`), or runs it to completion (asyncio.run) on the worker
+    thread; a callable that returns an awaitable is recorded as failed."""
+    import warnings
+    client = dlock.Client(review_redis)
+    ran = []
+    job = None
+    try:
+        async def report(tick):
+            ran.append(tick.fence)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "coroutine ... never awaited"
+            try:
+                job = client.every(0.2, report, name="review29:async-job")
+            except TypeError:
+                return  # refused at once: fine
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and not client.history("review29:async-job", 1):
+                time.sleep(0.1)
+            time.sleep(0.5)
+            job.stop(10)
+            job = None
+        outcomes = [r.outcome for r in client.history("review29:async-job", 5)]
+        assert outcomes, "the job never ran at all"
+        assert ran or all(o != "ok" for o in outcomes), (
+            f"an async def job's body never ran, yet its history says {outcomes}")
+    finally:
+        if job is not None:
+            job.stop(10)
+        client.close()
+
+
 # ---- LOW: history(job) and non-string names ----
 
 def test_history_takes_the_job_object(review_redis):
