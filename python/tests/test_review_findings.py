@@ -227,6 +227,36 @@ def test_shared_alock_excludes_tasks(review_redis):
         client.close()
 
 
+# ---- HIGH: two tasks awaiting wait_lost(): one never hears of the loss ----
+
+def test_two_wait_lost_both_wake(review_redis):
+    """HIGH (a loss never signalled). Promise: `await al.wait_lost()` waits, without
+    blocking the loop, until the current hold is lost. It registers loop.add_reader(fd,
+    ev.set) on the hold's one loss fd; a second waiter (a watchdog task and the writer task,
+    say) replaces the first one's reader, and the first then never wakes, though the hold
+    is lost.
+    Fix: one reader per AsyncLock, shared by the waiters (an asyncio.Event set by it, the
+    reader removed when the last waiter leaves), or a fresh dup() of the fd per waiter."""
+    client = dlock.Client(review_redis)
+    try:
+        al = client.alock("review29:wait-lost", lease=1, lost_ok=True)
+
+        async def main():
+            async with al:
+                waiters = [asyncio.ensure_future(al.wait_lost()) for _ in range(2)]
+                done, pending = await asyncio.wait(waiters, timeout=10)
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                return len(done), len(pending)
+
+        done, pending = asyncio.run(main())
+        assert pending == 0, (f"{pending} of 2 tasks awaiting wait_lost() never woke, "
+                              "though the 1 s lease ran out")
+    finally:
+        client.close()
+
+
 # ---- HIGH/MEDIUM: a closed handle's fileno() reads freed memory ----
 
 @pytest.fixture
