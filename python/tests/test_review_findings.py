@@ -435,6 +435,41 @@ def test_two_threads_closing_one_client_do_not_crash(review_redis):
         f"stderr {p.stderr[-500:]!r}")
 
 
+# ---- MEDIUM: Observer.next() fails in a process with more than 1024 files open ----
+
+def test_observer_next_with_many_open_files(review_redis):
+    """MEDIUM (wrong error; observers unusable in a busy server). Promise: client.observe
+    gives each change by next(timeout) or iteration. next() waits with select.select(), which
+    takes only fds below FD_SETSIZE (1024): in a process with more files open (any busy
+    server) the observer's fd is above it, and next() raises ValueError "filedescriptor out
+    of range in select()", iteration too. (The loss monitor already uses poll().)
+    Fix: wait with select.poll() (or selectors.DefaultSelector) in Observer.next()."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1300
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {want}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    fds = []
+    client = dlock.Client(review_redis)
+    try:
+        while len(fds) < 1100:
+            fds.append(os.open(os.devnull, os.O_RDONLY))
+        obs = client.observe("review29:many-fds", interval=0.1)
+        assert obs.fileno() >= 1024
+        try:
+            obs.next(10)  # the state at the start
+        except dlock.Busy:
+            pass
+    finally:
+        client.close()
+        for fd in fds:
+            os.close(fd)
+        if soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 # ---- MEDIUM: a hold lost without notice ends its block with NotHeld, not Lost ----
 
 def test_with_block_whose_key_vanished_raises_lost(review_redis):
