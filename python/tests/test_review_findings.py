@@ -720,6 +720,22 @@ def test_non_string_name_raises_typeerror(review_redis):
         client.close()
 
 
+def test_name_with_nul_is_refused(review_redis):
+    """LOW (silent aliasing). dlock.h: a lock name has "no NUL, CR, LF, '{' or '}'", and the
+    C library refuses the others with dlock.InvalidName. A Python str may hold "\\0": ctypes
+    passes the bytes as a C string, cut at the NUL, so "job\\0A" and "job\\0B" are one lock
+    "job" (list() shows "job"), and guard_check("res\\0x", ...) and ("res\\0y", ...) one
+    resource (a Stale for a write to another resource).
+    Fix: enc() refuses a string with a NUL (dlock.InvalidName for names, InvalidArgument
+    for other strings: URL, password, owner_info, value)."""
+    client = dlock.Client(review_redis)
+    try:
+        with pytest.raises(dlock.InvalidName):
+            client.lock("review29:nul\0A")
+    finally:
+        client.close()
+
+
 # ---- LOW: the Busy message names no server and says nothing to do ----
 
 def test_busy_message_names_the_server(review_redis):
