@@ -596,7 +596,7 @@ def test_observer_close_ends_a_waiting_iteration(review_redis):
         t.start()
         time.sleep(1.0)
         obs.close()
-        t.join(10)
+        t.join(5)
         print("alive" if t.is_alive() else "ended", out, flush=True)
         sys.stdout.flush()
         import os; os._exit(0)
