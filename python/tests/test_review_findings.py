@@ -101,6 +101,15 @@ def _child_env() -> dict:
     return env
 
 
+def _died(p: subprocess.CompletedProcess) -> str:
+    """How a child python3 ended: its status, and the sanitizer's or Python's last word."""
+    how = (f"signal {signal.Signals(-p.returncode).name}" if p.returncode < 0
+           else f"exit status {p.returncode}")
+    lines = p.stderr.strip().splitlines()
+    said = [ln for ln in lines if "ERROR: AddressSanitizer" in ln or ln.startswith("SUMMARY:")]
+    return f"{how}; stdout {p.stdout.strip()!r}; stderr {' | '.join(said or lines[-3:])!r}"
+
+
 def _wait_child(pid: int, seconds: float = 30.0) -> int:
     """waitpid with a deadline; a child still running then is killed (by its PID)."""
     deadline = time.monotonic() + seconds
@@ -185,9 +194,7 @@ def test_job_stopping_itself_does_not_crash(review_redis):
     p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and "survived" in p.stdout, (
-        f"a job calling job.stop() on itself: exit status {p.returncode} "
-        f"({'signal ' + signal.Signals(-p.returncode).name if p.returncode < 0 else 'exit'}), "
-        f"stdout {p.stdout!r}, stderr {p.stderr[-800:]!r}")
+        f"a job calling job.stop() on itself: {_died(p)}")
 
 
 # ---- HIGH: one AsyncLock shared by two tasks lets both in ----
@@ -430,9 +437,7 @@ def test_two_threads_closing_one_client_do_not_crash(review_redis):
     p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=_child_env(),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "survived" in p.stdout, (
-        f"two threads closing one client: exit status {p.returncode} "
-        f"({'signal ' + signal.Signals(-p.returncode).name if p.returncode < 0 else 'exit'}), "
-        f"stderr {p.stderr[-500:]!r}")
+        f"two threads closing one client: {_died(p)}")
 
 
 # ---- LOW: on_lost is skipped when the holder releases right after the loss ----
@@ -605,8 +610,7 @@ def test_observer_close_ends_a_waiting_iteration(review_redis):
     p = subprocess.run([sys.executable, "-c", code], cwd=PKG_ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.stdout.startswith("ended ['closed']"), (
-        f"a thread iterating an Observer closed by another thread: {p.stdout.strip()!r} "
-        f"(exit status {p.returncode}, stderr {p.stderr[-500:]!r})")
+        f"a thread iterating an Observer closed by another thread: {_died(p)}")
 
 
 # ---- LOW: durations that are not durations ----
