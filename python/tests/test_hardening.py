@@ -68,7 +68,7 @@ def _wait_child(pid: int, seconds: float = 30.0) -> int:
 
 # ---- HIGH: a forked child releases the parent's lock ----
 
-def test_fork_child_leaving_with_block_keeps_parents_lock(url):
+def test_fork_child_leaving_with_block_keeps_parents_lock(any_url):
     """HIGH (two holders). Promise: "The child never frees or releases anything of the
     parent's ... so the parent's holds go on." The usual daemon idiom, fork() inside a
     `with` and sys.exit() in the child, unwinds the child's copy of the block: __exit__
@@ -79,6 +79,7 @@ def test_fork_child_leaving_with_block_keeps_parents_lock(url):
     child hangs in the release instead.)
     Fix: _Holding.__exit__ (and close) return at once when the client's fork generation is
     not the current one, touching neither libdlock nor the handle's state."""
+    url = any_url
     parent = os.getpid()
     client = dlock.Client(url)
     other = dlock.Client(url)
