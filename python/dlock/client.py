@@ -510,12 +510,12 @@ class _Holding(_Owned):
             self._watch = _monitor.monitor().watch(self, fd)
 
     def _unheld(self) -> Optional[int]:
-        """Before the C release: the loss so far (None when the hold is not this thread's);
+        """Before the C release: the loss so far (None when there is no hold of this thread's);
         the monitor stops watching; a loss not told yet is told (event, on_lost)."""
         with self._smu:
-            if self._active and self._owner != threading.get_ident():
-                return None  # not this thread's hold: libdlock answers NotHeld, the holder goes on
-            live = self._active and self._res.ptr is not None
+            if not self._active or self._owner != threading.get_ident():
+                return None  # none, or another thread's: libdlock answers NotHeld, a holder goes on
+            live = self._res.ptr is not None
             lost = self._lost_code() if live else 0
             if self._depth > 0:
                 self._depth -= 1

@@ -439,6 +439,37 @@ def test_with_block_whose_key_vanished_raises_lost(url):
         a.close()
 
 
+def test_release_without_a_hold_is_no_loss(url):
+    """The other side of the finding above: a release() with nothing held (never taken, or
+    released already) raises NotHeld and is no loss; nor is another thread's release."""
+    client = dlock.Client(url)
+    try:
+        h = client.lock("review29:no-hold")
+        with pytest.raises(dlock.NotHeld):
+            h.release()
+        assert not h.lost
+        with h:
+            got = []
+
+            def other():
+                try:
+                    h.release()
+                    got.append("released")
+                except dlock.Error as e:
+                    got.append(type(e).__name__)
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(30)
+            assert got == ["NotHeld"], f"another thread's release of our hold: {got}"
+            assert h.is_held() and not h.lost
+        assert not h.lost
+        with pytest.raises(dlock.NotHeld):
+            h.release()
+        assert not h.lost
+    finally:
+        client.close()
+
+
 # ---- MEDIUM: a slow on_lost callback delays every other hold's lost_event ----
 
 def test_slow_callback_does_not_delay_other_holds_lost_event(url):
