@@ -235,7 +235,7 @@ class Client(_Closeable):
         third of it while held); a duration: a fixed lease, lost at its end. ``wait`` is how
         long ``acquire()`` and ``with`` wait (None: without limit; 0: try once); a wait that
         ends with the lock still taken raises ``dlock.Busy``. ``on_lost(hold, reason)`` is
-        called once, from the binding's loss-monitor thread, if the hold is lost.
+        called once, from the binding's loss-callback thread, if the hold is lost.
         ``with`` raises ``dlock.Lost`` at the block's end when the hold was lost during it,
         unless ``lost_ok``.
         """
