@@ -7,7 +7,9 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 lib=$1
+[ -e "$lib" ] && lib=$(realpath -- "$lib")  # relative to the caller's directory, not python/
 cli=${2:-}
+[ -n "$cli" ] && [ -e "$cli" ] && cli=$(realpath -- "$cli")
 asan=${3:-}
 py=""
 # The first python3 on PATH that has pytest, else Debian's own (a pyenv's may lack it).

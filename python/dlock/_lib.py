@@ -260,3 +260,4 @@ for _name, (_res, _args) in _SIGS.items():
 WAIT_FOREVER = -1
 MAX_DURATION_MS = 30 * 24 * 3600 * 1000
 RW_READ, RW_WRITE = 1, 2
+LOST_EXPIRED = 1  # DLOCK_LOST_EXPIRED: the key is gone

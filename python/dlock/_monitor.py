@@ -4,7 +4,9 @@ whose loss someone asked to hear of (``lost_event``, ``on_lost``), and tells the
 libdlock's own on_lost callback runs on the client's watchdog thread, a C thread; the binding
 never gives it one. It reads the loss from the hold's fd instead (an eventfd that becomes
 readable at the loss, at the same moment as the C callback would run), so Python code never
-runs on a libdlock thread, and a slow callback delays no renewal.
+runs on a libdlock thread, and a slow callback delays no renewal. The callbacks run one after
+the other on a second thread (dlock-loss-callbacks): a slow one delays the next callbacks, but
+no hold's ``lost_event``, ``lost`` or fd.
 
 Each watched fd is a dup() of the hold's fd, closed by this thread only once it is no longer
 polled: a hold released and freed meanwhile can neither make the thread poll a closed fd nor
@@ -13,6 +15,7 @@ one whose number was given to another file.
 from __future__ import annotations
 
 import os
+import queue
 import select
 import sys
 import threading
@@ -27,6 +30,8 @@ class _Monitor:
         self._watched: Dict[int, object] = {}
         self._closing: List[int] = []
         self._thread: Optional[threading.Thread] = None
+        self._calls: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._caller: Optional[threading.Thread] = None
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
@@ -45,6 +50,24 @@ class _Monitor:
                 self._thread.start()
         self._wake()
         return dfd
+
+    def call_soon(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the callback thread (after the ones queued before)."""
+        with self._mu:
+            if self._caller is None:
+                self._caller = threading.Thread(target=self._call_loop, name="dlock-loss-callbacks",
+                                                daemon=True)
+                self._caller.start()
+        self._calls.put((fn, args))
+
+    def _call_loop(self) -> None:
+        while True:
+            fn, args = self._calls.get()
+            try:
+                fn(*args)
+            except BaseException:  # a callback's failure must not stop the others
+                sys.excepthook(*sys.exc_info())
+            del fn, args
 
     def unwatch(self, key: int) -> None:
         with self._mu:

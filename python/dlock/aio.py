@@ -5,11 +5,17 @@ each AsyncLock runs its acquire and its release on one thread of its own (a one-
 executor), and the event loop only awaits them: the loop never blocks. Cancelling the
 awaiting task cancels the C wait itself (dlock_mutex_cancel): the waiter leaves the server's
 queue, and a hold won at that very moment is released before CancelledError goes on.
+
+One AsyncLock may be shared by the tasks of a loop, as an ``asyncio.Lock``: they take it one
+at a time (an asyncio.Lock inside is held from acquire to release), since libdlock would
+count the second task's acquire on the same worker thread as a reentrant hold. So a task
+must not take the same AsyncLock twice (it would wait for itself).
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 from typing import Optional
 
 from .client import _UNSET, Lock
@@ -22,6 +28,7 @@ class AsyncLock:
     def __init__(self, lock: Lock) -> None:
         self.lock = lock
         self._ex: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._gate = asyncio.Lock()  # one task at a time, from acquire to release
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._ex is None:
@@ -35,16 +42,21 @@ class AsyncLock:
 
     async def acquire(self, wait: Optional[Duration] = _UNSET) -> Lock:  # type: ignore[assignment]
         """Take the lock without blocking the loop; ``dlock.Busy`` when the wait ends."""
-        loop = asyncio.get_running_loop()
-        ex = self._executor()
-        fut = loop.run_in_executor(ex, self.lock.acquire, wait)
+        await self._gate.acquire()
         try:
-            await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            await self._cancel_wait(fut)
-            raise
+            loop = asyncio.get_running_loop()
+            ex = self._executor()
+            fut = loop.run_in_executor(ex, self.lock.acquire, wait)
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                await self._cancel_wait(fut)
+                raise
+            except BaseException:
+                self._done()
+                raise
         except BaseException:
-            self._done()
+            self._gate.release()
             raise
         return self.lock
 
@@ -74,6 +86,11 @@ class AsyncLock:
             await loop.run_in_executor(self._executor(), self.lock.release)
         finally:
             self._done()
+            self._open_gate()
+
+    def _open_gate(self) -> None:
+        if self._gate.locked():
+            self._gate.release()
 
     async def __aenter__(self) -> Lock:
         return await self.acquire()
@@ -85,15 +102,20 @@ class AsyncLock:
                                                       exc_type, exc, tb))
         finally:
             self._done()
+            self._open_gate()
 
     async def wait_lost(self) -> str:
-        """Wait, without blocking the loop, until the current hold is lost; returns why."""
+        """Wait, without blocking the loop, until the current hold is lost; returns why.
+        Several tasks may wait at once (each on its own dup of the loss fd)."""
         loop = asyncio.get_running_loop()
         ev = asyncio.Event()
-        fd = self.lock.fileno()
-        loop.add_reader(fd, ev.set)
+        fd = os.dup(self.lock.fileno())  # a loop has one reader per fd: each waiter its own
         try:
-            await ev.wait()
+            loop.add_reader(fd, ev.set)
+            try:
+                await ev.wait()
+            finally:
+                loop.remove_reader(fd)
         finally:
-            loop.remove_reader(fd)
+            os.close(fd)
         return self.lock.lost_reason or ""

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import select
 import threading
+import time
 from ctypes import byref, c_char_p, c_int, c_int64, c_uint64, c_void_p
 from typing import Callable, List, Optional, Sequence, TypeVar
 
 from . import _lib, _monitor, _util, errors
 from ._lib import RW_READ, RW_WRITE, lib
-from ._util import Duration, dec, enc, to_ms
+from ._util import Duration, dec, enc, enc_name, to_ms
 
 __all__ = ["Client", "Lock", "MultiLock", "Latch", "Election", "LockStatus", "Leader", "Observer"]
 
@@ -23,13 +26,16 @@ def lost_reason_str(code: int) -> str:
 
 class _Res:
     """One C object a client owns: freed once, by its handle, by close() or by the GC."""
-    __slots__ = ("ptr", "free", "mu", "__weakref__")
+    __slots__ = ("ptr", "free", "mu", "wake", "workers", "__weakref__")
 
     def __init__(self, ptr: int, free) -> None:
         self.ptr = ptr
         self.free = free
-        # Held while the pointer is used by the loss monitor, and while it is cleared.
+        # Held while the pointer is used by a short call (the loss monitor, fileno(), an
+        # observer's next()), and while it is cleared.
         self.mu = threading.Lock()
+        self.wake: Optional[Callable[[], None]] = None  # called before the free (an observer's waiter)
+        self.workers: "set[int]" = set()  # the threads running in the object (a scheduler's jobs)
 
 
 class _Closeable:
@@ -103,24 +109,28 @@ class Client(_Closeable):
         self._gen = _util.fork_generation
         self._mu = threading.Lock()
         self._res: "set[_Res]" = set()
+        self._closing = False
+        # The handles holding now: a handle dropped while it holds stays alive until released
+        # (or the client closes), as redis-py's r.lock(n).acquire() keeps its key.
+        self._holding: "set[_Holding]" = set()
         o = _lib.ClientOptions()
         lib.dlock_client_options_init(byref(o))
-        o.url = enc(url)
+        o.url = enc(url, "url", secret=True)
         o.connect_timeout_ms = to_ms(connect_timeout, "connect_timeout")
         o.command_timeout_ms = to_ms(command_timeout, "command_timeout")
-        o.key_prefix = enc(key_prefix)
-        o.username = enc(username)
-        o.password = enc(password)
-        o.tls_ca_file = enc(tls_ca_file)
-        o.tls_cert_file = enc(tls_cert_file)
-        o.tls_key_file = enc(tls_key_file)
-        o.tls_server_name = enc(tls_server_name)
+        o.key_prefix = enc(key_prefix, "key_prefix")
+        o.username = enc(username, "username")
+        o.password = enc(password, "password", secret=True)
+        o.tls_ca_file = enc(tls_ca_file, "tls_ca_file")
+        o.tls_cert_file = enc(tls_cert_file, "tls_cert_file")
+        o.tls_key_file = enc(tls_key_file, "tls_key_file")
+        o.tls_server_name = enc(tls_server_name, "tls_server_name")
         o.tls_skip_verify = 1 if tls_skip_verify else 0
         o.max_connections = max_connections
         o.wait_replicas = wait_replicas
         o.wait_timeout_ms = to_ms(wait_timeout, "wait_timeout")
         if redlock_urls:
-            arr = (c_char_p * len(redlock_urls))(*[enc(u) for u in redlock_urls])
+            arr = (c_char_p * len(redlock_urls))(*[enc(u, "redlock_urls", secret=True) for u in redlock_urls])
             o.redlock_urls = arr
             o.redlock_nurls = len(redlock_urls)
         out = c_void_p()
@@ -134,7 +144,7 @@ class Client(_Closeable):
             raise errors.Forked("this dlock client was created before fork(): the child process "
                                 "cannot use it (its connections and threads are the parent's); "
                                 "create a new dlock.Client in the child")
-        if self._ptr is None:
+        if self._ptr is None or self._closing:
             raise errors.by_name["ECLOSED"]("the dlock client is closed: create a new one")
         return self._ptr
 
@@ -152,18 +162,34 @@ class Client(_Closeable):
         with self._mu:
             self._res.discard(r)
         if ptr is not None:
+            if r.wake is not None:
+                r.wake()
             r.free(ptr)
 
     def close(self) -> None:
         """Free every handle of this client (a held lock is released, best effort), then the
         client. Idempotent. Do not call it while another thread still uses a handle."""
-        if self._ptr is None or self._gen != _util.fork_generation:
+        if self._gen != _util.fork_generation:
             return  # after fork(): the parent's; never freed here (that would release its locks)
-        with self._mu:
+        with self._mu:  # one closer; the others return at once
+            if self._ptr is None or self._closing:
+                return
+            self._closing = True
             rs = list(self._res)
+        if any(threading.get_ident() in r.workers for r in rs):
+            # A scheduled job closing its own client: the scheduler's free joins this very
+            # thread, so the close goes on in another one once the job returns.
+            threading.Thread(target=self._close_now, args=(rs,), name="dlock-close").start()
+            return
+        self._close_now(rs)
+
+    def _close_now(self, rs: "List[_Res]") -> None:
         for r in rs:
             self._free(r)
-        ptr, self._ptr = self._ptr, None
+        with self._mu:
+            ptr, self._ptr = self._ptr, None
+            held, self._holding = self._holding, set()
+        held.clear()  # outside _mu: a handle collected now closes itself (a no-op by now)
         lib.dlock_client_free(ptr)
 
     def __enter__(self) -> "Client":
@@ -193,10 +219,10 @@ class Client(_Closeable):
     def _mutex_options(self, lease, watchdog_lease, max_hold, owner_info) -> _lib.MutexOptions:
         o = _lib.MutexOptions()
         lib.dlock_mutex_options_init(byref(o))
-        o.lease_ms = to_ms(lease, "lease")
+        o.lease_ms = to_ms(lease, "lease", positive=True)
         o.watchdog_lease_ms = to_ms(watchdog_lease, "watchdog_lease")
         o.max_hold_ms = to_ms(max_hold, "max_hold")
-        o.owner_info = enc(owner_info)
+        o.owner_info = enc(owner_info, "owner_info")
         return o
 
     def lock(self, name: str, lease: Optional[Duration] = None, *, wait: Optional[Duration] = None,
@@ -209,13 +235,13 @@ class Client(_Closeable):
         third of it while held); a duration: a fixed lease, lost at its end. ``wait`` is how
         long ``acquire()`` and ``with`` wait (None: without limit; 0: try once); a wait that
         ends with the lock still taken raises ``dlock.Busy``. ``on_lost(hold, reason)`` is
-        called once, from the binding's loss-monitor thread, if the hold is lost.
+        called once, from the binding's loss-callback thread, if the hold is lost.
         ``with`` raises ``dlock.Lost`` at the block's end when the hold was lost during it,
         unless ``lost_ok``.
         """
         o = self._mutex_options(lease, watchdog_lease, max_hold, owner_info)
         out = c_void_p()
-        errors.check(lib.dlock_mutex_new(byref(out), self._p(), enc(name), byref(o)))
+        errors.check(lib.dlock_mutex_new(byref(out), self._p(), enc_name(name), byref(o)))
         r = self._own(out.value, lib.dlock_mutex_free)
         return Lock(self, "mutex", name, r, out.value, wait, on_lost, lost_ok)
 
@@ -227,7 +253,7 @@ class Client(_Closeable):
         (docs/semaphore.md); the same verbs and loss rules as :meth:`lock`."""
         o = self._mutex_options(lease, watchdog_lease, max_hold, owner_info)
         out = c_void_p()
-        errors.check(lib.dlock_semaphore_new(byref(out), self._p(), enc(name), permits, byref(o)))
+        errors.check(lib.dlock_semaphore_new(byref(out), self._p(), enc_name(name), permits, byref(o)))
         r = self._own(out.value, lib.dlock_semaphore_free)
         return Lock(self, "semaphore", name, r, lib.dlock_semaphore_mutex(out.value), wait, on_lost,
                     lost_ok)
@@ -243,7 +269,7 @@ class Client(_Closeable):
             raise errors.by_name["EINVAL"](f"rwlock side {side!r}: say 'read' or 'write'")
         o = self._mutex_options(lease, watchdog_lease, max_hold, owner_info)
         out = c_void_p()
-        errors.check(lib.dlock_rwlock_new(byref(out), self._p(), enc(name), sides[side], byref(o)))
+        errors.check(lib.dlock_rwlock_new(byref(out), self._p(), enc_name(name), sides[side], byref(o)))
         r = self._own(out.value, lib.dlock_rwlock_free)
         return Lock(self, side, name, r, lib.dlock_rwlock_mutex(out.value), wait, on_lost, lost_ok)
 
@@ -261,7 +287,7 @@ class Client(_Closeable):
               on_lost: Optional[LostCallback] = None, lost_ok: bool = False) -> "MultiLock":
         """All of ``names`` or none, taken in a canonical order (docs/multilock.md)."""
         o = self._mutex_options(lease, watchdog_lease, max_hold, owner_info)
-        arr = (c_char_p * len(names))(*[enc(n) for n in names])
+        arr = (c_char_p * len(names))(*[enc_name(n) for n in names])
         out = c_void_p()
         errors.check(lib.dlock_multi_new(byref(out), self._p(), arr, len(names), byref(o)))
         r = self._own(out.value, lib.dlock_multi_free)
@@ -270,7 +296,7 @@ class Client(_Closeable):
     def latch(self, name: str) -> "Latch":
         """A handle on the countdown latch ``name`` (docs/latch.md)."""
         out = c_void_p()
-        errors.check(lib.dlock_latch_new(byref(out), self._p(), enc(name)))
+        errors.check(lib.dlock_latch_new(byref(out), self._p(), enc_name(name)))
         return Latch(self, name, self._own(out.value, lib.dlock_latch_free))
 
     def election(self, name: str, value: Optional[str] = None, *, lease: Optional[Duration] = None,
@@ -280,10 +306,10 @@ class Client(_Closeable):
         up to ``wait``; None: without limit) and resigns at the end."""
         o = _lib.ElectionOptions()
         lib.dlock_election_options_init(byref(o))
-        o.lease_ms = to_ms(lease, "lease")
-        o.value = enc(value)
+        o.lease_ms = to_ms(lease, "lease", positive=True)
+        o.value = enc(value, "election value")
         out = c_void_p()
-        errors.check(lib.dlock_election_new(byref(out), self._p(), enc(name), byref(o)))
+        errors.check(lib.dlock_election_new(byref(out), self._p(), enc_name(name), byref(o)))
         r = self._own(out.value, lib.dlock_election_free)
         return Election(self, name, value, r, wait, on_lost, lost_ok)
 
@@ -293,7 +319,7 @@ class Client(_Closeable):
         """Who leads election ``name`` now, read from the server; None when no one does."""
         o = _lib.Leader()
         lib.dlock_leader_init(byref(o))
-        errors.check(lib.dlock_election_leader(self._p(), enc(name), byref(o)))
+        errors.check(lib.dlock_election_leader(self._p(), enc_name(name), byref(o)))
         return Leader._of(o)
 
     def observe(self, name: str, interval: Optional[Duration] = None) -> "Observer":
@@ -303,7 +329,7 @@ class Client(_Closeable):
         lib.dlock_observer_options_init(byref(o))
         o.interval_ms = to_ms(interval, "interval")
         out = c_void_p()
-        errors.check(lib.dlock_observer_new(byref(out), self._p(), enc(name), byref(o)))
+        errors.check(lib.dlock_observer_new(byref(out), self._p(), enc_name(name), byref(o)))
         return Observer(self, name, self._own(out.value, lib.dlock_observer_free))
 
     def evict(self, name: str, epoch: int) -> bool:
@@ -311,7 +337,7 @@ class Client(_Closeable):
         is still the one leading: True when it ended now. Its leader learns it at its next
         renewal (docs/election.md)."""
         evicted = c_int()
-        errors.check(lib.dlock_election_evict(self._p(), enc(name), epoch, byref(evicted)))
+        errors.check(lib.dlock_election_evict(self._p(), enc_name(name), epoch, byref(evicted)))
         return bool(evicted.value)
 
     def guard_check(self, resource: str, fence: int) -> int:
@@ -319,7 +345,7 @@ class Client(_Closeable):
         highest fence seen (``fence`` itself). Raises ``dlock.Stale`` (with ``highest``) when
         a newer holder has written since: do not write."""
         hi = c_uint64()
-        rc = lib.dlock_guard_check_highest(self._p(), enc(resource), fence, byref(hi))
+        rc = lib.dlock_guard_check_highest(self._p(), enc_name(resource, "guarded resource"), fence, byref(hi))
         if rc < 0:
             e = errors.error_for(rc, errors.last_error())
             e.highest = hi.value  # type: ignore[attr-defined]
@@ -330,7 +356,7 @@ class Client(_Closeable):
         """What the server knows of the lock ``name`` (``dlock status NAME``)."""
         i = _lib.LockInfo()
         lib.dlock_lock_info_init(byref(i))
-        errors.check(lib.dlock_lock_info_get(self._p(), enc(name), byref(i)))
+        errors.check(lib.dlock_lock_info_get(self._p(), enc_name(name), byref(i)))
         return LockStatus(**{f.name: (dec(getattr(i, f.name)) if f.name == "owner_info"
                                       else getattr(i, f.name))
                              for f in dataclasses.fields(LockStatus)})
@@ -339,14 +365,14 @@ class Client(_Closeable):
         """The names of the locks held now (and latches set) matching the glob ``pattern``."""
         names: List[str] = []
         cb = _lib.LIST_FN(lambda n, _arg: names.append(dec(n)))
-        errors.check(lib.dlock_lock_list(self._p(), enc(pattern), cb, None))
+        errors.check(lib.dlock_lock_list(self._p(), enc(pattern, "pattern"), cb, None))
         return names
 
     def force_release(self, name: str, *, foreign: bool = False) -> bool:
         """Delete the lock ``name`` whatever its owner (admin); True when a hold was ended.
         Its holder learns it at its next renewal (lost: "deleted")."""
         was = c_int()
-        errors.check(lib.dlock_lock_force_release_flags(self._p(), enc(name), 1 if foreign else 0,
+        errors.check(lib.dlock_lock_force_release_flags(self._p(), enc_name(name), 1 if foreign else 0,
                                                         byref(was)))
         return bool(was.value)
 
@@ -370,8 +396,9 @@ class Client(_Closeable):
         from .sched import schedule
         return schedule(self, "cron", expr, fn, name, kw)
 
-    def history(self, job: str, limit: int = 20):
-        """The newest ``limit`` runs of scheduled job ``job``, newest first."""
+    def history(self, job, limit: int = 20):
+        """The newest ``limit`` runs of scheduled job ``job`` (its name, or the
+        :class:`dlock.Job`), newest first."""
         from .sched import history
         return history(self, job, limit)
 
@@ -432,15 +459,21 @@ class _Holding(_Owned):
         self._watch: Optional[int] = None
         self._lost_after = 0  # the loss of the last hold, kept after its release
         self._owner = 0  # the thread holding it (libdlock ties a hold to its thread)
+        self._told = False  # on_lost was called (or queued) for the current hold
 
     def _check(self, rc: int) -> int:
         return errors.check(rc, self._errmsg)
+
+    def _forked(self) -> bool:
+        return self._client._gen != _util.fork_generation
 
     # ---- acquire / release ----
 
     def acquire(self: _H, wait: Optional[Duration] = _UNSET) -> _H:  # type: ignore[assignment]
         """Take it, waiting up to ``wait`` (default: the handle's; None: without limit; 0: try
-        once). Raises ``dlock.Busy`` when the wait ends with it taken. Returns the handle."""
+        once). Raises ``dlock.Busy`` when the wait ends with it taken. Returns the handle,
+        which stays alive while it holds (dropping it does not release; its client's close
+        does)."""
         ms = to_ms(self._wait if wait is _UNSET else wait, "wait", forever_ok=True)
         self._p()
         self._check(self._acquire(ms))
@@ -463,42 +496,79 @@ class _Holding(_Owned):
             self._owner = threading.get_ident()
             self._active = True
             self._lost_after = 0
+            self._told = False
             if self._event is not None and self._event.is_set():
                 self._event = threading.Event()
             if self._on_lost is not None or self._event is not None:
                 self._watch_locked()
+        with self._client._mu:
+            self._client._holding.add(self)
 
     def _watch_locked(self) -> None:
         if self._watch is None:
             fd = self._check(self._lost_fd())
             self._watch = _monitor.monitor().watch(self, fd)
 
-    def _unheld(self) -> int:
-        """Before the C release: the loss so far; the monitor stops watching."""
+    def _unheld(self) -> Optional[int]:
+        """Before the C release: the loss so far (None when there is no hold of this thread's);
+        the monitor stops watching; a loss not told yet is told (event, on_lost)."""
         with self._smu:
-            if self._active and self._owner != threading.get_ident():
-                return 0  # not this thread's hold: libdlock answers NotHeld, the holder goes on
-            lost = self._lost_code() if self._active else 0
+            if not self._active or self._owner != threading.get_ident():
+                return None  # none, or another thread's: libdlock answers NotHeld, a holder goes on
+            live = self._res.ptr is not None
+            lost = self._lost_code() if live else 0
             if self._depth > 0:
                 self._depth -= 1
+            if self._depth > 0:
+                return lost
+            self._active = False
+            self._lost_after = lost
+            if self._watch is not None:
+                _monitor.monitor().unwatch(self._watch)
+                self._watch = None
+            tell = self._tell_locked(lost) if lost else None
+        with self._client._mu:
+            self._client._holding.discard(self)
+        if tell is not None:
+            tell()
+        return lost
+
+    def _tell_locked(self, code: int) -> Optional[Callable[[], None]]:
+        """Set the event and queue on_lost (once per hold); under _smu."""
+        if self._event is not None:
+            self._event.set()
+        if self._on_lost is None or self._told:
+            return None
+        self._told = True
+        cb, why = self._on_lost, lost_reason_str(code)
+        return lambda: _monitor.monitor().call_soon(cb, self, why)
+
+    def _vanished(self) -> int:
+        """The release found the hold gone though no loss had been declared (the key deleted
+        or evicted without a message to us): it was lost during the hold."""
+        code = _lib.LOST_EXPIRED
+        with self._smu:
             if self._depth == 0:
-                self._active = False
-                self._lost_after = lost
-                if self._watch is not None:
-                    _monitor.monitor().unwatch(self._watch)
-                    self._watch = None
-            return lost
+                self._lost_after = code
+            tell = self._tell_locked(code)
+        if tell is not None:
+            tell()
+        return code
 
     def release(self) -> None:
         """Give it back. Raises ``dlock.NotHeld`` when the hold had been lost (another owner's
-        hold is never touched) and ``dlock.Unknown`` when the outcome could not be learned
-        (the lock then ends with its lease)."""
+        hold is never touched; ``hold.lost`` is then True) and ``dlock.Unknown`` when the
+        outcome could not be learned (the lock then ends with its lease)."""
         self._p()
-        self._unheld()
-        self._check(self._release())
+        lost = self._unheld()
+        rc = self._release()
+        if rc == errors.by_name["ENOTHELD"].code and lost == 0:
+            self._vanished()
+        self._check(rc)
 
     def _fire_lost(self) -> None:
-        # The loss monitor's thread: the hold's fd became readable.
+        # The loss monitor's thread: the hold's fd became readable. Only the event is set
+        # here; on_lost runs on the callback thread, so a slow one delays no other event.
         with self._smu:
             if not self._active or self._res.ptr is None:
                 return
@@ -506,11 +576,9 @@ class _Holding(_Owned):
             self._watch = None
             if not code:
                 return
-            ev, cb = self._event, self._on_lost
-        if ev is not None:
-            ev.set()
-        if cb is not None:
-            cb(self, lost_reason_str(code))
+            tell = self._tell_locked(code)
+        if tell is not None:
+            tell()
 
     # ---- loss ----
 
@@ -546,8 +614,10 @@ class _Holding(_Owned):
 
     def fileno(self) -> int:
         """An fd readable once the current hold is lost, for selectors and poll(). Valid until
-        the handle is closed; reset by the next acquire."""
-        return self._check(self._lost_fd())
+        the handle is closed (``dlock.Closed`` then); reset by the next acquire."""
+        with self._smu:
+            self._p()
+            return self._check(self._lost_fd())
 
     # ---- context manager, lifetime ----
 
@@ -555,8 +625,12 @@ class _Holding(_Owned):
         return self.acquire()
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._forked():
+            return  # a forked child leaving the parent's block: the hold is the parent's
         lost = self._unheld()
         rc = self._release() if self._res.ptr is not None else 0
+        if rc == errors.by_name["ENOTHELD"].code and lost == 0:
+            lost = self._vanished()
         if exc_type is not None:
             return  # the block's own exception goes on
         if lost and not self._lost_ok:
@@ -569,13 +643,15 @@ class _Holding(_Owned):
 
     def close(self) -> None:
         """Free the handle (a hold is released, best effort). Idempotent."""
-        if self._client._gen != _util.fork_generation:
+        if self._forked():
             return  # the parent's (and its locks, which another thread may have held at fork)
         with self._smu:
             self._active = False
             if self._watch is not None:
                 _monitor.monitor().unwatch(self._watch)
                 self._watch = None
+        with self._client._mu:
+            self._client._holding.discard(self)
         super().close()
 
     def __repr__(self) -> str:
@@ -678,6 +754,11 @@ class MultiLock(_Holding):
     def extend(self, lease: Duration) -> None:
         self._check(lib.dlock_multi_extend(self._p(), to_ms(lease, "lease")))
 
+    @property
+    def valid_until(self) -> float:
+        """As :attr:`Lock.valid_until`: the earliest deadline of the names (0 when not held)."""
+        return lib.dlock_multi_valid_until(self._p()) / 1000.0
+
 
 class Election(_Holding):
     """A candidate in an election: leadership is a hold of the mutex ``name``, with its lease,
@@ -697,7 +778,7 @@ class Election(_Holding):
         return self.acquire(wait)
 
     def _acquire(self, ms: int) -> int:
-        return lib.dlock_election_campaign(self._res.ptr, enc(self.value), ms)
+        return lib.dlock_election_campaign(self._res.ptr, enc(self.value, "election value"), ms)
 
     def _release(self) -> int:
         return lib.dlock_election_resign(self._res.ptr)
@@ -720,7 +801,7 @@ class Election(_Holding):
 
     def proclaim(self, value: str) -> None:
         """Change the leader's value, keeping the term."""
-        self._check(lib.dlock_election_proclaim(self._p(), enc(value)))
+        self._check(lib.dlock_election_proclaim(self._p(), enc(value, "election value")))
         self.value = value
 
     @property
@@ -729,6 +810,11 @@ class Election(_Holding):
         return lib.dlock_election_epoch(self._p())
 
     fence = epoch
+
+    @property
+    def valid_until(self) -> float:
+        """As :attr:`Lock.valid_until`: the local deadline of the term (0 when not leading)."""
+        return lib.dlock_election_valid_until(self._p()) / 1000.0
 
 
 class Latch(_Owned):
@@ -764,32 +850,71 @@ class Latch(_Owned):
         lib.dlock_latch_cancel(self._p())
 
 
+class _Waker:
+    """A pipe that wakes the threads waiting in an Observer's next() when it is freed (by its
+    close() or the client's). Closed only when neither the handle nor its _Res needs it."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)
+
+    def __call__(self) -> None:
+        try:
+            os.write(self.w, b"x")  # never read: readable for good, every waiter wakes
+        except BlockingIOError:
+            pass
+
+    def __del__(self) -> None:
+        for fd in (self.r, self.w):
+            try:
+                os.close(fd)
+            except Exception:
+                pass
+
+
 class Observer(_Owned):
     """Changes of an election's leader, queued in order by libdlock's observer thread. The
     first one is the state found at the start. ``next(timeout)`` gives the oldest (a
     :class:`Leader`, or None for "no leader"); iterate to wait for each in turn; ``fileno()``
-    is readable while changes are queued (selectors, ``loop.add_reader``)."""
+    is readable while changes are queued (selectors, ``loop.add_reader``). Closing it (or
+    its client) from another thread ends a waiting next() with ``dlock.Closed``."""
 
     _kind = "observer"
 
+    def __init__(self, client: "Client", name: str, res: _Res) -> None:
+        super().__init__(client, name, res)
+        self._waker = res.wake = _Waker()
+
     def fileno(self) -> int:
-        return errors.check(lib.dlock_observer_fd(self._p()))
+        with self._res.mu:
+            return errors.check(lib.dlock_observer_fd(self._p()))
 
     def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
         """The oldest queued change, waiting up to ``timeout`` seconds (None: without limit)
         for one; ``dlock.Busy`` when none came."""
-        import select
-        p = self._p()
+        busy = errors.by_name["EBUSY"]
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
         o = _lib.Leader()
-        lib.dlock_leader_init(byref(o))
-        rc = lib.dlock_observer_next(p, byref(o))
-        if rc == errors.by_name["EBUSY"].code and timeout != 0:
-            select.select([self], [], [], timeout)
-            rc = lib.dlock_observer_next(p, byref(o))
-        if rc == errors.by_name["EBUSY"].code:
-            raise errors.by_name["EBUSY"](f"no change of the leader of '{self.name}' came "
-                                          f"in {timeout} s ({dec(lib.dlock_observer_errmsg(p))})")
-        errors.check(rc, lambda: dec(lib.dlock_observer_errmsg(p)))
+        while True:
+            with self._res.mu:  # the free waits for the call; a closed one raises Closed
+                p = self._p()
+                lib.dlock_leader_init(byref(o))
+                rc = lib.dlock_observer_next(p, byref(o))
+                left = None if deadline is None else deadline - time.monotonic()
+                if rc != busy.code or (left is not None and left <= 0):
+                    msg = dec(lib.dlock_observer_errmsg(p)) if rc < 0 else ""
+                    break
+                fd = os.dup(lib.dlock_observer_fd(p))  # ours: valid whatever the free does
+            try:
+                poll = select.poll()  # not select(): fds above 1023 work
+                poll.register(fd, select.POLLIN)
+                poll.register(self._waker.r, select.POLLIN)
+                poll.poll(None if left is None else max(1, int(left * 1000)))
+            finally:
+                os.close(fd)
+        if rc == busy.code:
+            raise busy(f"no change of the leader of '{self.name}' came in {timeout} s ({msg})")
+        errors.check(rc, lambda: msg)
         return Leader._of(o)
 
     def __iter__(self):

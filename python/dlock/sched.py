@@ -10,12 +10,19 @@ The callable runs on one of libdlock's scheduler worker threads (a C thread, hol
 libdlock lock while it runs; ctypes takes the GIL for it). An exception is logged (logger
 "dlock") and recorded as a failed run in the job's history. Jobs run until ``job.stop()``,
 the client's close, or the interpreter's exit (an atexit hook stops them before Python
-finalizes, so no C thread calls into a finalizing interpreter).
+finalizes, so no C thread calls into a finalizing interpreter). A job may call ``job.stop()``
+or its client's ``close()`` itself: the ticks stop at once and the scheduler is freed by
+another thread once the run returns.
+
+The callable is a plain function: an ``async def`` is refused (``TypeError``; wrap it, e.g.
+``lambda tick: asyncio.run(job(tick))``), and a run that returns an awaitable is recorded as
+failed, since nothing would ever run it.
 """
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import inspect
 import logging
 import threading
 from ctypes import byref, c_void_p
@@ -23,7 +30,7 @@ from typing import Callable, List, Optional
 
 from . import _lib, errors
 from ._lib import lib
-from ._util import dec, enc, to_ms
+from ._util import dec, enc, enc_name, to_ms
 
 log = logging.getLogger("dlock")
 _running: "set[Job]" = set()
@@ -59,14 +66,26 @@ class Job:
         self.fn = fn
         self._cb = _lib.JOB_FN(self._run)  # kept alive as long as the C side may call it
         self._res = None
+        self._workers: "set[int]" = set()  # the scheduler's threads running fn now
 
     def _run(self, tick_p, _arg) -> int:
         t = tick_p.contents
         tick = Tick(dec(t.job), t.scheduled_unix_ms / 1000.0, t.fence, dec(t.node))
+        me = threading.get_ident()
+        self._workers.add(me)
         try:
             rc = self.fn(tick)
         except BaseException:
             log.exception("dlock: job %r failed (fence %d)", self.name, tick.fence)
+            return 1
+        finally:
+            self._workers.discard(me)
+        if inspect.isawaitable(rc):
+            if inspect.iscoroutine(rc):
+                rc.close()  # never awaited: no RuntimeWarning, no half-run body
+            log.error("dlock: job %r returned an awaitable, which nothing runs (fence %d): "
+                      "schedule a plain function (e.g. lambda tick: asyncio.run(job(tick)))",
+                      self.name, tick.fence)
             return 1
         return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 
@@ -75,11 +94,18 @@ class Job:
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Stop firing ticks; wait for a running one up to ``timeout`` s (None: without
-        limit; ``dlock.TimedOut`` if it still runs then), and free the scheduler."""
+        limit; ``dlock.TimedOut`` if it still runs then), and free the scheduler. Called by
+        the job itself, it stops the ticks and returns at once; the scheduler is freed by
+        another thread when the run ends."""
         with _running_mu:
             _running.discard(self)
         res = self._res
         if res is None or res.ptr is None:
+            return
+        if threading.get_ident() in self._workers:
+            # On one of the scheduler's own threads: its free would join this very thread.
+            lib.dlock_sched_stop(res.ptr, 0)  # the ticks stop; this run is still going (ETIMEDOUT)
+            threading.Thread(target=self.client._free, args=(res,), name="dlock-job-stop").start()
             return
         if timeout is not None:
             errors.check(lib.dlock_sched_stop(res.ptr, to_ms(timeout, "timeout")))
@@ -92,17 +118,21 @@ class Job:
 def schedule(client, how: str, spec, fn, name, kw):
     if fn is None:
         return lambda f: schedule(client, how, spec, f, name, kw)
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        raise TypeError(f"job {name or fn.__qualname__!r}: an async def is not run by the scheduler "
+                        "(its worker threads have no event loop): schedule a plain function, "
+                        "e.g. lambda tick: asyncio.run(job(tick))")
     job_name = name or f"{fn.__module__}.{fn.__qualname__}"
     so = _lib.SchedOptions()
     lib.dlock_sched_options_init(byref(so))
     so.pool_size = kw.pop("pool_size", 0)
-    so.node_name = enc(kw.pop("node_name", None))
+    so.node_name = enc(kw.pop("node_name", None), "node_name")
     jo = _lib.JobOptions()
     lib.dlock_job_options_init(byref(jo))
     jo.lock_at_most_for_ms = to_ms(kw.pop("lock_at_most_for", None), "lock_at_most_for")
     jo.lock_at_least_for_ms = to_ms(kw.pop("lock_at_least_for", None), "lock_at_least_for")
     jo.allow_overlap = 1 if kw.pop("allow_overlap", False) else 0
-    jo.time_zone = enc(kw.pop("tz", None))
+    jo.time_zone = enc(kw.pop("tz", None), "tz")
     jo.cron_flags = 1 if kw.pop("unix", False) else 0
     jo.history_len = kw.pop("history_len", 0)
     fixed_delay = kw.pop("fixed_delay", False)
@@ -112,14 +142,15 @@ def schedule(client, how: str, spec, fn, name, kw):
     out = c_void_p()
     errors.check(lib.dlock_sched_new(byref(out), client._p(), byref(so)))
     res = client._own(out.value, lib.dlock_sched_free)
+    res.workers = job._workers
     try:
         if how == "cron":
-            rc = lib.dlock_sched_add_cron(res.ptr, enc(job_name), enc(spec), byref(jo), job._cb, None)
+            rc = lib.dlock_sched_add_cron(res.ptr, enc_name(job_name, "job name"), enc(spec, "cron expression"), byref(jo), job._cb, None)
         elif fixed_delay:
-            rc = lib.dlock_sched_add_fixed_delay(res.ptr, enc(job_name), to_ms(spec, "delay"),
+            rc = lib.dlock_sched_add_fixed_delay(res.ptr, enc_name(job_name, "job name"), to_ms(spec, "delay"),
                                                  byref(jo), job._cb, None)
         else:
-            rc = lib.dlock_sched_add_fixed_rate(res.ptr, enc(job_name), to_ms(spec, "period"),
+            rc = lib.dlock_sched_add_fixed_rate(res.ptr, enc_name(job_name, "job name"), to_ms(spec, "period"),
                                                 byref(jo), job._cb, None)
         errors.check(rc)
         errors.check(lib.dlock_sched_start(res.ptr))
@@ -132,11 +163,13 @@ def schedule(client, how: str, spec, fn, name, kw):
     return job
 
 
-def history(client, job: str, limit: int) -> List[Run]:
+def history(client, job, limit: int) -> List[Run]:
+    if isinstance(job, Job):
+        job = job.name
     recs = (_lib.RunRecord * max(limit, 1))()
     for r in recs:
         lib.dlock_run_record_init(byref(r))
-    n = errors.check(lib.dlock_sched_history(client._p(), enc(job), recs, limit))
+    n = errors.check(lib.dlock_sched_history(client._p(), enc_name(job, "job name"), recs, limit))
     return [Run(dec(r.node), r.fence, r.scheduled_unix_ms / 1000.0, r.start_unix_ms / 1000.0,
                 None if r.duration_ms < 0 else r.duration_ms / 1000.0, dec(r.outcome))
             for r in recs[:n]]

@@ -435,8 +435,9 @@ again:;
     m->valid_until = 0;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
-    if (rc != DLOCK_EBUSY) return fail(m, rc, "acquire");
-    pthread_mutex_lock(&m->mu); /* "busy" is an expected answer: no context prefix */
+    /* "busy" too names the lock and the server, unless the backend's message does already */
+    if (rc != DLOCK_EBUSY || !strstr(dlock_last_error(), m->client->server)) return fail(m, rc, "acquire");
+    pthread_mutex_lock(&m->mu);
     snprintf(m->errmsg, sizeof m->errmsg, "%s", dlock_last_error());
     pthread_mutex_unlock(&m->mu);
     return rc;

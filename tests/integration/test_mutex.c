@@ -90,8 +90,12 @@ TEST(a_second_owner_gets_ebusy_and_a_timed_wait_ends_near_its_deadline) {
   dlock_mutex *a = mutex(c, "t:busy", 10000), *b = mutex(c, "t:busy", 10000);
   ASSERT_OK(dlock_mutex_acquire(a, 0));
   ASSERT_STATUS(dlock_mutex_acquire(b, 0), DLOCK_EBUSY);
+  char want[300]; /* the message names the lock and the server, as the other failures do */
+  snprintf(want, sizeof want, "acquire 't:busy' on %s: held by another owner", dlock_client_server(c));
+  ASSERT_STR_EQ(dlock_mutex_errmsg(b), want);
   long long t0 = th_now_ms();
   ASSERT_STATUS(dlock_mutex_acquire(b, 400), DLOCK_EBUSY);
+  ASSERT_CONTAINS(dlock_mutex_errmsg(b), want);
   long long took = th_now_ms() - t0;
   ASSERT(took >= 400);
   ASSERT(took < 400 + 300 * th_time_factor()); /* "a few ms", with room for a noisy machine */
