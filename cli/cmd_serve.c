@@ -68,22 +68,18 @@ const cli_opt *const cli_serve_opts[] = {serve_opts, NULL};
  * the exit code after saying why (never the token itself). */
 static int read_token(const char *path, char **out) {
   FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    fprintf(stderr, "dlock serve: --token-file %s: %s; give a readable file whose first line is the token\n", path,
-            strerror(errno));
-    return CLI_EXIT_USAGE;
-  }
+  if (f == NULL)
+    return cli_usage_error("serve", "--token-file %s: %s; give a readable file whose first line is the token", path,
+                           strerror(errno));
   char buf[1024];
   int ok = fgets(buf, sizeof buf, f) != NULL;
   fclose(f);
   size_t n = ok ? strcspn(buf, "\r\n") : 0;
-  if (n < 16) {
-    fprintf(stderr,
-            "dlock serve: --token-file %s: the first line must be a token of 16 characters or more "
-            "(e.g. from 'head -c 24 /dev/urandom | base64')\n",
-            path);
-    return CLI_EXIT_USAGE;
-  }
+  if (n < 16)
+    return cli_usage_error("serve",
+                           "--token-file %s: the first line must be a token of 16 characters or more "
+                           "(e.g. from 'head -c 24 /dev/urandom | base64')",
+                           path);
   *out = strndup(buf, n);
   explicit_bzero(buf, sizeof buf);
   return *out != NULL ? 0 : CLI_EXIT_SOFTWARE;
@@ -300,6 +296,14 @@ static void json_str(const char *s, char *buf, size_t len) {
   free(text);
 }
 
+/* The reason as a word for programs ("unreachable"); the message gives
+ * dlock_lost_reason_str(). */
+static const char *lost_word(dlock_lost_reason r) {
+  static const char *const words[] = {"none",     "expired",  "taken",    "unreachable",
+                                      "max_hold", "deadline", "failover", "deleted"};
+  return (unsigned)r < sizeof words / sizeof words[0] ? words[r] : "unknown";
+}
+
 static int64_t unix_ms_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -357,8 +361,11 @@ static void stream_step(hold *h) {
     h->state = H_ENDED;
     op_finish(a, h, DLOCK_ELOST, dlock_lost_reason_str(lost));
     pthread_mutex_unlock(&a->mu);
-    out_add(h, "event: lost\ndata: {\"name\": %s, \"holder\": \"%s\", \"fence\": %llu, \"reason\": \"%s\"}\n\n", nm,
-            h->id, (unsigned long long)h->fence, dlock_lost_reason_str(lost));
+    json_str(dlock_lost_reason_str(lost), dj, sizeof dj);
+    out_add(h,
+            "event: lost\ndata: {\"name\": %s, \"holder\": \"%s\", \"fence\": %llu, \"reason\": \"%s\", "
+            "\"message\": %s}\n\n",
+            nm, h->id, (unsigned long long)h->fence, lost_word(lost), dj);
     h->finished = 1;
     return;
   }

@@ -125,7 +125,7 @@ void serve_route_parse(const char *method, const char *path, size_t path_len, se
     return;
   }
   out->kind = post ? kind : SERVE_BAD_METHOD;
-  out->mutating = 1;
+  out->mutating = post;
   if (!post) say(err, errlen, "%s takes POST only", path);
 }
 

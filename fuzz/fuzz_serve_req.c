@@ -8,6 +8,7 @@
  * holds to the documented bounds.
  */
 #include "fuzz.h"
+#include "dlock.h"
 #include "serve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
