@@ -8,8 +8,8 @@ DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis
                 clang libclang-rt-14-dev clang-format groff-base man-db zsh abigail-tools
                 zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java
                 libpq-dev postgresql pgbouncer spin
-                mariadb-server libmariadb-dev systemd libmicrohttpd-dev prometheus)
-# libmicrohttpd-dev: dlock's --metrics-listen (optional); prometheus: its test
+                mariadb-server libmariadb-dev systemd libmicrohttpd-dev prometheus curl)
+# libmicrohttpd-dev: dlock's --metrics-listen and dlock serve (optional); prometheus: its test; curl: the HTTP tests
 # scrapes it, and promtool checks every exposition.
 # What the demo needs: a compiler, the library's one dependency (OpenSSL),
 # and the redis-server it starts (no JDK, databases or test tools).

@@ -274,4 +274,19 @@ PORT=$(free_port)
 out=$("$DLOCK" serve --url "redis://127.0.0.1:1" --listen "127.0.0.1:$PORT" 2>&1)
 assert_eq "an unreachable server: 69" "$?" 69
 check "the agent's log never holds the token" eval "! grep -qF '$TOKEN' '$TEST_DIR/agent.log'"
+
+# ---- the OpenAPI file is valid (where a validator is installed) ----
+spec=$(dirname "$DLOCK_TEST_LIB")/../../docs/agent.openapi.yaml
+out=$(python3 -c '
+import sys
+try:
+    import yaml
+    from openapi_spec_validator import validate_spec
+except ImportError:
+    print("skip"); sys.exit(0)
+validate_spec(yaml.safe_load(open(sys.argv[1]))); print("valid")' "$spec" 2>&1)
+case $out in
+  skip) echo "note: openapi_spec_validator not installed: docs/agent.openapi.yaml not validated" ;;
+  *) assert_eq "docs/agent.openapi.yaml is valid OpenAPI" "$out" valid ;;
+esac
 finish
