@@ -111,6 +111,7 @@ typedef struct hold {
   dlock_mutex *m; /* its mutex view: every dlock_mutex_* call works on it */
   int state;
   int client_gone; /* the monitor saw the client close while it waited */
+  uint64_t seq;    /* 1, 2, 3 ... per hold of the agent */
   int conn_fd;
   int efd;  /* eventfd: a release or extend is asked for, or the agent stops */
   int refs; /* the stream (1 until freed) and the calls waiting on it */
@@ -132,6 +133,7 @@ struct agent {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   hold *holds;
+  uint64_t seq; /* the last hold's */
   int stopping;
   char *token;
   int tcp;      /* a TCP listener (else a unix socket) */
@@ -456,6 +458,7 @@ static void *monitor_main(void *arg) {
   agent *a = arg;
   static struct pollfd p[MAX_WAITING + 1];
   static hold *who[MAX_WAITING + 1];
+  static uint64_t who_seq[MAX_WAITING + 1]; /* not another hold at the same address */
   for (;;) {
     int n = 1;
     p[0] = (struct pollfd){a->wake[0], POLLIN, 0};
@@ -464,11 +467,18 @@ static void *monitor_main(void *arg) {
       pthread_mutex_unlock(&a->mu);
       return NULL;
     }
-    for (hold *h = a->holds; h != NULL && n <= MAX_WAITING; h = h->next)
-      if (h->state == H_WAITING && !h->client_gone) {
-        p[n] = (struct pollfd){h->conn_fd, POLLRDHUP, 0};
-        who[n++] = h;
+    for (hold *h = a->holds; h != NULL && n <= MAX_WAITING; h = h->next) {
+      if (h->state != H_WAITING) continue;
+      /* Canceled already: again, in case its wait had not begun then (a
+       * cancel reaches only the waits under way). */
+      if (h->client_gone || a->stopping) {
+        dlock_mutex_cancel(h->m);
+        continue;
       }
+      p[n] = (struct pollfd){h->conn_fd, POLLRDHUP, 0};
+      who_seq[n] = h->seq;
+      who[n++] = h;
+    }
     pthread_mutex_unlock(&a->mu);
     if (poll(p, (nfds_t)n, 500) <= 0) continue;
     if (p[0].revents & POLLIN) {
@@ -480,7 +490,7 @@ static void *monitor_main(void *arg) {
     for (int i = 1; i < n; i++) {
       if (!(p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
       for (hold *h = a->holds; h != NULL; h = h->next)
-        if (h == who[i] && h->state == H_WAITING) {
+        if (h == who[i] && h->seq == who_seq[i] && h->state == H_WAITING) {
           h->client_gone = 1;
           dlock_mutex_cancel(h->m);
         }
@@ -582,6 +592,7 @@ static enum MHD_Result do_acquire(agent *a, struct MHD_Connection *conn, request
     return send_status(conn, DLOCK_ECLOSED, "the agent is stopping");
   }
   h->state = H_WAITING;
+  h->seq = ++a->seq;
   h->next = a->holds;
   a->holds = h;
   pthread_mutex_unlock(&a->mu);

@@ -229,6 +229,9 @@ check "a holder of 'term' (30 s lease)" wait_for 20 grep -qs '^event: acquired' 
 RUN=$!
 bg_track $RUN
 check "dlock run waits outside the agent" wait_for 20 eval "curl -s '$BASE/v1/locks/term' | grep -qs '\"waiters\": 1'"
+stream term "$TEST_DIR/s2" '{"wait": "forever"}'
+S2=$SSE
+check "a client waits through the agent too" wait_for 20 eval "curl -s '$BASE/v1/locks/term' | grep -qs '\"waiting\": 1'"
 t0=$(date +%s)
 kill -TERM $AGENT
 wait_exit $AGENT 30
@@ -238,6 +241,8 @@ took=$(($(date +%s) - t0))
 assert_eq "the waiter outside got the lock and ran" "$EXIT_CODE" 0
 check "... at once, not after the 30 s lease (${took}s)" test "$took" -lt 15
 check "the stream said released by the agent stopping" grep -qs '"by": "agent stopping"' "$TEST_DIR/s"
+wait_exit $S2 10
+assert_match "the waiting client was told the agent stops" "$(cat "$TEST_DIR/s2")" '"code": "ECLOSED".*"detail": "the agent is stopping"'
 check "the extended lock was released too" key_gone ext
 assert_match "the agent said what it did" "$(cat "$TEST_DIR/agent.log")" 'SIGTERM: releasing the [0-9]+ locks? held for clients'
 
