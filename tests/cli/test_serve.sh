@@ -138,6 +138,32 @@ check "a waiter that left stops waiting in the agent" \
 kill -TERM $A2
 check "A2's disconnect releases" wait_for 20 free_ hand
 
+# ---- a semaphore and a read-write lock ----
+stream pool "$TEST_DIR/p1" '{"kind": "semaphore", "permits": 2}'
+P1=$SSE
+stream pool "$TEST_DIR/p2" '{"kind": "semaphore", "permits": 2}'
+P2=$SSE
+check "two holders of a 2-permit semaphore" \
+  wait_for 20 eval "grep -qs '^event: acquired' '$TEST_DIR/p1' && grep -qs '^event: acquired' '$TEST_DIR/p2'"
+assert_eq "a third one: 409" "$(code -H "$AUTH" -X POST -d '{"kind": "semaphore", "permits": 2}' "$BASE/v1/locks/pool/acquire")" 409
+assert_match "... EBUSY" "$(cat "$TEST_DIR/body")" '"code": "EBUSY"'
+assert_eq "another limit for the same semaphore: 409" \
+  "$(code -H "$AUTH" -X POST -d '{"kind": "semaphore", "permits": 3}' "$BASE/v1/locks/pool/acquire")" 409
+assert_match "... ELIMIT" "$(cat "$TEST_DIR/body")" '"code": "ELIMIT"'
+assert_match "status: 2 permits used" "$(curl -s "$BASE/v1/locks/pool")" '"permits": 2, "permits_used": 2'
+kill -TERM $P1 $P2
+stream rw "$TEST_DIR/r1" '{"kind": "read"}'
+R1=$SSE
+stream rw "$TEST_DIR/r2" '{"kind": "read"}'
+R2=$SSE
+check "two readers at once" \
+  wait_for 20 eval "grep -qs '^event: acquired' '$TEST_DIR/r1' && grep -qs '^event: acquired' '$TEST_DIR/r2'"
+assert_eq "a writer meanwhile: 409" "$(code -H "$AUTH" -X POST -d '{"kind": "write"}' "$BASE/v1/locks/rw/acquire")" 409
+kill -TERM $R1 $R2
+check "the readers' disconnects release the read-write lock" wait_for 20 free_ rw
+assert_eq "then a writer gets it" "$(curl -s -m 30 -o /dev/null -w '%{http_code}' -H "$AUTH" -X POST -d '{"kind": "write"}' \
+  --max-time 3 "$BASE/v1/locks/rw/acquire")" 200
+
 # ---- the token ----
 assert_eq "acquire with a wrong token: 401" \
   "$(code -H 'Authorization: Bearer wrong-token-wrong-token' -X POST "$BASE/v1/locks/tok/acquire")" 401
