@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,7 @@ const cli_opt *const cli_serve_opts[] = {serve_opts, NULL};
 #define OP_WAIT_MS 10000   /* how long a release or extend call waits for the holding stream */
 #define STOP_WAIT_MS 15000 /* at a signal: how long the holds get to be released */
 #define MAX_WAITING 4096   /* waits the monitor watches at once */
+#define IDLE_TIMEOUT_S 60  /* an idle connection (no stream) is closed */
 
 /* Read the token: the first line of 'path', without its line end. 0, or
  * the exit code after saying why (never the token itself). */
@@ -141,6 +143,7 @@ struct agent {
   int wake[2];  /* the monitor's pipe */
   int monitor_stop;
   char host[256];
+  char user[64]; /* the agent's, for the holders' owner_info */
 };
 
 static agent the_agent;
@@ -621,6 +624,7 @@ static enum MHD_Result do_acquire(agent *a, struct MHD_Connection *conn, request
     hold_unref(h);
     pthread_mutex_unlock(&a->mu);
     if (gone) return MHD_NO; /* nobody to answer */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
     if (stopping && st == DLOCK_ECANCELED) st = DLOCK_ECLOSED;
     if (st == DLOCK_EBUSY && err[0] == '\0')
       snprintf(err, sizeof err, "'%s' stayed held by another owner for the whole wait", h->name);
@@ -966,6 +970,10 @@ static int serve_run(dlock_client *c, const char *listen_addr, const char *sock,
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
   gethostname(a->host, sizeof a->host - 1);
+  char pwbuf[1024];
+  struct passwd pw, *pwp = NULL;
+  snprintf(a->user, sizeof a->user, "%s",
+           getpwuid_r(geteuid(), &pw, pwbuf, sizeof pwbuf, &pwp) == 0 && pwp != NULL ? pwp->pw_name : "?");
   signal(SIGPIPE, SIG_IGN);
 
   struct sockaddr_storage sa;
@@ -987,12 +995,12 @@ static int serve_run(dlock_client *c, const char *listen_addr, const char *sock,
   if (lfd >= 0)
     d = MHD_start_daemon(flags, 0, NULL, NULL, answer, a, MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_NOTIFY_COMPLETED,
                          completed, a, MHD_OPTION_UNESCAPE_CALLBACK, unescape, a, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_END);
+                         (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_END);
   else
     d = MHD_start_daemon(flags, 0, NULL, NULL, answer, a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                          MHD_OPTION_NOTIFY_COMPLETED, completed, a, MHD_OPTION_UNESCAPE_CALLBACK, unescape, a,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-                         MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)1000, MHD_OPTION_END);
   if (d == NULL) {
     int e = errno;
     fprintf(stderr, "dlock serve: cannot listen on %s: %s; give a free port of an address of this host\n",
