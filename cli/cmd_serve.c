@@ -66,6 +66,15 @@ const cli_opt *const cli_serve_opts[] = {serve_opts, NULL};
 #define MAX_WAITING 4096   /* waits the monitor watches at once */
 #define IDLE_TIMEOUT_S 60  /* an idle connection (no stream) is closed */
 
+/* 1 for 127.0.0.0/8 and ::1. */
+static int is_loopback(const struct sockaddr_storage *sa) {
+  if (sa->ss_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->ss_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  return 0;
+}
+
+#ifdef DLOCK_HAVE_MICROHTTPD
+
 /* Read the token: the first line of 'path', without its line end. 0, or
  * the exit code after saying why (never the token itself). */
 static int read_token(const char *path, char **out) {
@@ -86,15 +95,6 @@ static int read_token(const char *path, char **out) {
   explicit_bzero(buf, sizeof buf);
   return *out != NULL ? 0 : CLI_EXIT_SOFTWARE;
 }
-
-/* 1 for 127.0.0.0/8 and ::1. */
-static int is_loopback(const struct sockaddr_storage *sa) {
-  if (sa->ss_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-  if (sa->ss_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
-  return 0;
-}
-
-#ifdef DLOCK_HAVE_MICROHTTPD
 
 enum { H_WAITING, H_HELD, H_ENDED };
 enum { OP_NONE, OP_RELEASE, OP_EXTEND };
@@ -1118,6 +1118,7 @@ int cmd_serve(int argc, char **argv) {
                              listen_addr);
   }
 #ifndef DLOCK_HAVE_MICROHTTPD
+  (void)sock_mode, (void)url;
   fprintf(stderr, "dlock serve: this dlock was built without libmicrohttpd; install it (Debian: "
                   "libmicrohttpd-dev) and build again\n");
   return CLI_EXIT_UNAVAILABLE;
