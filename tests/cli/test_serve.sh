@@ -17,7 +17,7 @@ for tool in curl python3; do
     exit 77
   fi
 done
-if "$DLOCK" serve --help | grep -qs 'without libmicrohttpd'; then
+if "$DLOCK" serve --url redis://127.0.0.1:1 2>&1 | grep -qs 'without libmicrohttpd'; then
   echo "SKIP: dlock was built without libmicrohttpd"
   exit 77
 fi
