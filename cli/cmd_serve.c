@@ -1055,8 +1055,10 @@ static int serve_run(dlock_client *c, const char *listen_addr, const char *sock,
   monitor_wake(a);
   pthread_join(mon, NULL);
   if (left > 0)
-    fprintf(stderr, "dlock serve: %d lock%s not released in time: they end with their leases\n", left,
-            left == 1 ? " was" : "s were");
+    fprintf(stderr,
+            "dlock serve: %d lock%s not released in time (a client that does not read its stream): "
+            "released as the connections close, best effort; what is missed ends with its lease\n",
+            left, left == 1 ? " was" : "s were");
   MHD_stop_daemon(d); /* frees what is left (each hold's release, best effort) */
   if (sock != NULL) unlink(sock);
   close(a->wake[0]);
