@@ -545,8 +545,8 @@ static enum MHD_Result do_acquire(agent *a, struct MHD_Connection *conn, request
   if (q.has_owner)
     snprintf(owner, sizeof owner, "%s", q.owner);
   else
-    snprintf(owner, sizeof owner, "dlock-run host=%s pid=%ld user=? cmd=(dlock serve, for %s)", a->host, (long)getpid(),
-             client_text(conn, who, sizeof who));
+    snprintf(owner, sizeof owner, "dlock-run host=%s pid=%ld user=%s cmd=(dlock serve, for %s)", a->host,
+             (long)getpid(), a->user, client_text(conn, who, sizeof who));
   dlock_mutex_options mo;
   dlock_mutex_options_init(&mo);
   mo.lease_ms = q.ttl_ms;

@@ -128,6 +128,9 @@ check "B's disconnect releases too" wait_for 20 free_ hand
 stream hand "$TEST_DIR/a2" '{}'
 check "client A2 holds 'hand'" wait_for 20 grep -qs '^event: acquired' "$TEST_DIR/a2"
 A2=$SSE
+st=$("$DLOCK" status hand 2>&1)
+assert_match "dlock status names the agent and its user" "$st" "holder: +pid $AGENT on .* \\(user $(id -un)\\)"
+assert_match "... and the client" "$st" "command: +\\(dlock serve, for 127\\.0\\.0\\.1:[0-9]+\\)"
 stream hand "$TEST_DIR/w" '{"wait": "forever"}'
 W=$SSE
 check "a waiter waits" wait_for 20 eval "curl -s '$BASE/v1/locks/hand' | grep -qs '\"waiting\": 1'"
