@@ -52,6 +52,7 @@ int cmd_prune(int argc, char **argv);
 int cmd_leader(int argc, char **argv);
 int cmd_job(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* ---- Help (help.c) ---- */
 
@@ -151,7 +152,7 @@ extern const cli_opt *const cli_fence_opts[];
 extern const cli_opt *const cli_latch_opts[], *const cli_cron_opts[], *const cli_every_opts[];
 extern const cli_opt *const cli_leader_opts[], *const cli_doctor_opts[], *const cli_init_opts[];
 extern const cli_opt *const cli_prune_opts[], *const cli_demo_opts[], *const cli_config_opts[];
-extern const cli_opt *const cli_job_opts[], *const cli_top_opts[];
+extern const cli_opt *const cli_job_opts[], *const cli_top_opts[], *const cli_serve_opts[];
 
 /* 'common': the CLI_COMMON_* options taken before 'table' (0: none). */
 void cli_args_init(cli_args *a, int argc, char **argv, const char *command, unsigned common);
@@ -182,6 +183,10 @@ typedef struct cli_metrics_opts {
 /* Take option 'id' (one of the CLI_OPT_METRICS_*) into 'o': 0, or the
  * usage error's exit code. */
 int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *o);
+/* ADDR:PORT, ADDR an IPv4 address or [IPv6] (not a host name), into 'sa'
+ * (struct sockaddr_storage *): 0, or -1. */
+struct sockaddr_storage;
+int cli_parse_listen(const char *text, struct sockaddr_storage *sa, unsigned *len);
 /* The names that label the metrics of the client cli_connect() makes next
  * (dlock_client_options.metrics_names): the command's job or election. */
 void cli_connect_metrics_names(const char *names);

@@ -583,6 +583,36 @@ static const cli_command pages[] = {
      .summary = "job VERB JOB\tpause, resume, trigger a job; its list, history, check", .common = CLI_COMMON_SERVER,
      .opts = cli_job_opts},
 
+    {"serve", cmd_serve,
+     "Usage: dlock serve [--listen ADDR:PORT | --socket PATH] [--token-file F]\n"
+     "                   [--url URL] [--prefix P]\n"
+     "An agent that holds locks for programs in any language over HTTP/JSON\n"
+     "(docs/agent.md): POST /v1/locks/NAME/acquire waits, then answers with a\n"
+     "stream of server-sent events on which the hold lives (acquired, with the\n"
+     "holder id and fence; renewed; lost, at the local deadline at the latest;\n"
+     "released). The agent renews the lease while the stream is open; closing\n"
+     "it releases the lock. Also .../release, .../extend, GET /v1/locks/NAME,\n"
+     "/v1/health and /metrics.\n"
+     "\n"
+     "  --listen ADDR:PORT  TCP address (default 127.0.0.1:7457); beyond\n"
+     "                      loopback only with --token-file\n"
+     "  --socket PATH       a unix socket instead, mode 0600 (--socket-mode M)\n"
+     "  --token-file F      first line: the token every change (POST) needs as\n"
+     "                      'Authorization: Bearer'; without it TCP is read-only\n"
+     "  --url URL           the server (default $DLOCK_URL, then the config)\n"
+     "  --prefix P          key prefix\n"
+     "\n"
+     "SIGTERM, SIGINT: every lock held for clients is released, waits end\n"
+     "(503), then exit 0.\n"
+     "Exit status: 0 stopped by a signal, 64 usage, 69 server or port unusable.\n",
+     "The token is read from the file only (never from the command line or\n"
+     "the environment) and never printed. A name in a path is percent-encoded\n"
+     "(`/v1/locks/app%2Fdb/acquire` for `app/db`); names with control bytes,\n"
+     "braces or invalid UTF-8 are refused (400), as are bodies over 64 KiB\n"
+     "(413), bad JSON and unknown fields (400). See docs/agent.md and\n"
+     "docs/agent.openapi.yaml.\n",
+     .summary = NULL, .common = CLI_COMMON_SERVER, .opts = cli_serve_opts},
+
     {"bench", cmd_bench,
      "Usage: dlock bench [--quick] [--scenario NAME[,NAME...]] [--json FILE]\n"
      "                   [--url URL] [--layout cross|same|none]\n"
@@ -652,7 +682,7 @@ static const cli_command pages[] = {
      "once, when the server's maxmemory-policy can evict lock keys:\n"
      "`CONFIG SET maxmemory-policy noeviction` and the same line in\n"
      "redis.conf fix it.\n",
-     .summary = "doctor\tis the server fit for locks (eviction, rights...)", .common = CLI_COMMON_SERVER,
+     .summary = "doctor, serve\tis the server fit for locks; an HTTP agent for locks", .common = CLI_COMMON_SERVER,
      .opts = cli_doctor_opts},
 
     {"init", cmd_init,

@@ -45,8 +45,7 @@ struct cli_metrics {
   int last_errno; /* of the last failed file write, to say it once */
 };
 
-/* ADDR:PORT, ADDR an IPv4 address or [IPv6]: into 'sa'. 0, or -1. */
-static int parse_listen(const char *text, struct sockaddr_storage *sa, socklen_t *len) {
+int cli_parse_listen(const char *text, struct sockaddr_storage *sa, socklen_t *len) {
   const char *colon = strrchr(text, ':');
   uint64_t port;
   char host[64];
@@ -82,7 +81,7 @@ int cli_metrics_opt(const char *cmd, int id, const char *arg, cli_metrics_opts *
     o->file = arg;
     return 0;
   case CLI_OPT_METRICS_LISTEN:
-    if (parse_listen(arg, &sa, &len) != 0)
+    if (cli_parse_listen(arg, &sa, &len) != 0)
       return cli_usage_error(cmd,
                              "--metrics-listen: '%s' is not ADDR:PORT (127.0.0.1:9464, "
                              "[::1]:9464; an address, not a host name)",
@@ -214,7 +213,7 @@ int cli_metrics_start(cli_metrics **out, dlock_client *c, const cli_metrics_opts
   if (o->listen != NULL) {
     struct sockaddr_storage sa;
     socklen_t len;
-    parse_listen(o->listen, &sa, &len); /* checked when parsed */
+    cli_parse_listen(o->listen, &sa, &len); /* checked when parsed */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     m->http = MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);

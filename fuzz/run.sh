@@ -17,7 +17,7 @@ build_only=0
 dir=${DLOCK_FUZZ_BUILD:-$root/build/fuzz}
 rss=${DLOCK_FUZZ_RSS_MB:-2048}
 jobs=${DLOCK_FUZZ_JOBS:-$(nproc)}
-targets=(url cron duration reply)
+targets=(url cron duration reply serve_req)
 
 case $secs in '' | *[!0-9]*) echo "usage: fuzz/run.sh [SECONDS | --build-only]" >&2; exit 64 ;; esac
 case $jobs in '' | *[!0-9]* | 0) echo "fuzz: DLOCK_FUZZ_JOBS must be a number of targets (1 or more)" >&2; exit 64 ;; esac

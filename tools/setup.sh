@@ -8,10 +8,11 @@ DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis
                 clang libclang-rt-14-dev clang-format groff-base man-db zsh abigail-tools
                 zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java
                 libpq-dev postgresql pgbouncer spin
-                mariadb-server libmariadb-dev systemd libmicrohttpd-dev prometheus tmux)
-# libmicrohttpd-dev: dlock's --metrics-listen (optional); prometheus: its test
-# scrapes it, and promtool checks every exposition; tmux: the terminal that
-# tests/cli/test_top.sh drives dlock top in.
+                mariadb-server libmariadb-dev systemd libmicrohttpd-dev prometheus tmux curl)
+# libmicrohttpd-dev: dlock's --metrics-listen and dlock serve (optional);
+# prometheus: its test scrapes it, and promtool checks every exposition;
+# tmux: the terminal that tests/cli/test_top.sh drives dlock top in; curl:
+# the HTTP tests of dlock serve.
 # What the demo needs: a compiler, the library's one dependency (OpenSSL),
 # and the redis-server it starts (no JDK, databases or test tools).
 DLOCK_DEMO_PACKAGES=(build-essential cmake pkg-config libssl-dev redis-server tzdata)

@@ -61,7 +61,8 @@ units=("$dir"/*.service "$dir"/*.timer)
 [ -e "${units[0]}" ] || { bad "no units in $dir"; units=(); }
 mkdir -p "$tmp/units" "$tmp/bin" "$tmp/creds" "$tmp/home"
 printf 'not-the-password\n' >"$tmp/creds/dlock-password"
-chmod 600 "$tmp/creds/dlock-password"
+printf 'not-the-agent-token-0123\n' >"$tmp/creds/dlock-token" # dlock serve's --token-file
+chmod 600 "$tmp/creds/dlock-password" "$tmp/creds/dlock-token"
 
 # ---- the settings, unit by unit ----
 daemons=0
@@ -203,7 +204,7 @@ if command -v redis-server >/dev/null; then
     job=${argv[${#argv[@]} - 1]}
     rm -f "$job.ran"
     case ${argv[1]} in
-      cron | every | elect)
+      cron | every | elect | serve)
         (unit_run "$live" STUB_HOLD=1 -- "${argv[@]:1}") >"$tmp/$name.log" 2>&1 &
         pid=$!
         bg_track "$pid"

@@ -28,7 +28,7 @@ reply() {
 }
 
 assert_eq "first word: every command" "$(reply dlock '')" \
-  "bench config cron demo doctor elect every fence help hold init job latch leader list prune release run status top version"
+  "bench config cron demo doctor elect every fence help hold init job latch leader list prune release run serve status top version"
 assert_eq "first word: commands by prefix" "$(reply dlock re)" "release"
 assert_eq "global options" "$(reply dlock --)" "--help --version"
 out=$(reply dlock run --)
@@ -81,7 +81,7 @@ if command -v zsh >/dev/null; then
       source "$f"  # as autoload runs it: defines _dlock and calls it' zsh "$zscript" "$@" 2>&1 | sort -u | tr '\n' ' ' | sed 's/ $//'
   }
   assert_eq "zsh: commands" "$(zreply dlock '')" \
-    "bench config cron demo doctor elect every fence help hold init job latch leader list prune release run status top version"
+    "bench config cron demo doctor elect every fence help hold init job latch leader list prune release run serve status top version"
   assert_match "zsh: run options" " $(zreply dlock run --) " " --on-lost "
   assert_eq "zsh: --url schemes" "$(zreply dlock run --url '')" "mariadb:// mysql:// postgres:// postgresql:// redis-cluster:// redis-sentinel:// redis:// rediss-cluster:// rediss:// redlock:// unix:// zk://"
   assert_eq "zsh: after --" "$(zreply dlock run x -- '')" "NORMAL"
