@@ -68,6 +68,33 @@ static int shared_session(dlock__my *my, int code, const char *what) {
                       my->display, my->host, my->port, what);
 }
 
+/* The session 'thread' (mysql_thread_id) failed while a GET_LOCK of 'key'
+ * may have run on it: the server frees its locks when it ends the session,
+ * which it notices when it next reads the connection, not at once. End it
+ * (KILL, from a new session of the same user: allowed without privileges)
+ * and wait until 'key' is not its, so that "nothing is held" is true when
+ * said. 0: not held by it; -1: not confirmed by 'until'. */
+static int end_lost_session(dlock__my *my, unsigned long thread, const char *key, dlock_mono_ms until) {
+  MYSQL *k = NULL;
+  if (dlock__my_open_session(my, &k) != 0) return -1;
+  char sql[200];
+  snprintf(sql, sizeof sql, "KILL CONNECTION %lu", thread);
+  (void)mysql_real_query(k, sql, strlen(sql)); /* "unknown thread": already gone */
+  snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s')", key);
+  int freed = -1;
+  do {
+    int64_t v = -1;
+    if (dlock__my_session_row(my, k, sql, &v, 1) < 0) break;
+    if (v != (int64_t)thread) {
+      freed = 0;
+      break;
+    }
+    dlock__sleep_ms(20);
+  } while (dlock_mono_now() < until);
+  mysql_close(k);
+  return freed;
+}
+
 int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int64_t wait_ms, dlock_mono_ms deadline,
                           int (*canceled)(void *), void *arg, void **session, int64_t *session_id) {
   MYSQL *s = NULL;
@@ -101,9 +128,17 @@ int dlock__my_adv_acquire(dlock__my *my, const char *key, const char *shown, int
     int64_t v[3] = {-1, -1, -1};
     rc = dlock__my_session_row(my, s, sql, v, 3);
     if (rc < 0) {
+      unsigned long thread = mysql_thread_id(s);
       mysql_close(s); /* the session's end frees whatever it took */
+      char why[600];
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+      if (end_lost_session(my, thread, key, dlock_mono_now() + my->command_timeout_ms) != 0)
+        return dlock__error(DLOCK_EUNKNOWN,
+                            "%s; the lock may stay held until the server ends that session (it was not "
+                            "confirmed within the command timeout)",
+                            why);
       /* The message names the server first (the core adds the lock). */
-      return dlock__error(rc, "%s; nothing is held (the lock goes with its session)", dlock_last_error());
+      return dlock__error(rc, "%s; nothing is held (the lock went with its session)", why);
     }
     if (rc == 1 || (id != 0 && v[1] != id) || (v[0] == 1 && v[2] != v[1])) {
       /* Not the marked session, or not the one of the slice before. A row
