@@ -81,7 +81,7 @@ B=$DLOCK_ROOT/build
 # fault and conformance programs that they do not run.
 ASAN_TESTS=(-LE 'fault|model|review|check|bench' -E '^zk/test_zk_(api|family)$')
 TSAN_TESTS=(-L 'unit|integration')
-VALGRIND_TESTS=(-L 'unit|integration' -LE 'deployment|pg|mysql' -E 'integration/(test_deadline|test_sched)$')
+VALGRIND_TESTS=(-L 'unit|integration' -LE 'deployment|pg|mysql' -E 'integration/(test_deadline|test_sched|test_watchdog)$')
 
 # build_for NAME DIR SELECTION_ARRAY [cmake args...]: configure DIR, then
 # build the targets the selected tests need (all of them without a selection).
@@ -168,8 +168,8 @@ echo "=== ThreadSanitizer (beside the ASan+UBSan stage; waited $((SECONDS - star
 grep -E "$PROGRESS" "$(suite_log ThreadSanitizer "$B/tsan")"
 report_suite "ThreadSanitizer" "$B/tsan"
 # Valgrind slows everything ~20x: timing bounds in the tests scale with this.
-# test_deadline and test_sched wait out leases and ticks (90 and 75 s under
-# valgrind, a third of its run): they run in the three other builds.
+# test_deadline, test_sched and test_watchdog wait out leases and ticks (90,
+# 75 and about 50 s under valgrind): they run in the three other builds.
 # Valgrind needs no build of its own: ctest's memcheck runs the plain build's
 # programs (optimised, with debug information) under it, each with its own
 # report in Testing/Temporary/MemoryChecker.<test number>.log (an error fails
