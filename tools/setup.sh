@@ -4,7 +4,7 @@
 set -euo pipefail
 
 DLOCK_PACKAGES=(build-essential cmake pkg-config libhiredis-dev libssl-dev redis-server redis-tools
-                python3 python3-redis python3-pytest tzdata valgrind faketime openssl iproute2 sqlite3
+                python3 python3-redis python3-pytest python3-pip tzdata valgrind faketime openssl iproute2 sqlite3
                 clang libclang-rt-14-dev clang-format groff-base man-db zsh abigail-tools
                 zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java
                 libpq-dev postgresql pgbouncer spin
