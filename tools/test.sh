@@ -127,7 +127,8 @@ bg_pid=$!
 # Most tests wait on servers, leases and ticks rather than compute (a -j 2
 # run keeps the two CPUs about a third busy), so the plain build runs five
 # at a time and the sanitizer builds four; their timing bounds are generous.
-# Valgrind is CPU-bound: two.
+# At five (and with the builds beside it) the two CPUs are busy: a higher -j
+# would only take CPU from the builds. Valgrind is CPU-bound: two.
 # The model's bitstate search is bounded to 60 s here (CPU-bound, beside the
 # other tests); DLOCK_MODEL_SECONDS / DLOCK_MODEL_FULL=1 search longer.
 DLOCK_MODEL_SECONDS=${DLOCK_MODEL_SECONDS:-60} run_suite "plain build" "$B/plain" -j 5
@@ -152,9 +153,9 @@ stage_times+=", $(sed -nE 's/^=== (built [^:]+): ([0-9]+ s).*/\1 \2 (beside the 
 # on one server; the backends' code in their integration tests). The ASan
 # stage keeps both CPUs busy (ASan's process starts and leak checks): what
 # it leaves out is CI time saved one for one.
-# The TSan stage runs beside the ASan stage: both mostly wait on servers,
-# leases and ticks (TSan's threads are the library's few). Its report follows
-# the ASan stage's.
+# The TSan stage runs beside the ASan stage (two at a time; its report
+# follows the ASan stage's): their tests' waits overlap, though together
+# they keep the two CPUs busy.
 TSAN_OPTIONS="halt_on_error=1 second_deadly_signal=1" \
   run_ctest "ThreadSanitizer" "$B/tsan" -j 2 "${TSAN_TESTS[@]}" >/dev/null &
 tsan_pid=$!
