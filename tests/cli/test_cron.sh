@@ -332,6 +332,8 @@ check "-q: runs" wait_for 10 sh -c "'$DLOCK' cron --history Q 2>/dev/null | grep
 kill -TERM "$Q"
 wait_exit "$Q" 15
 assert_eq "-q: exits 143" "$EXIT_CODE" 143
-assert_eq "-q: nothing logged" "$(cat "$TEST_DIR/q.log")" ""
+# A run the SIGTERM caught mid-way (a busy machine) is a failure, logged even
+# with -q: only that line may be there.
+assert_eq "-q: nothing logged (but a run the stop ended)" "$(grep -v 'failed (exit 143)' "$TEST_DIR/q.log")" ""
 
 finish
